@@ -1,0 +1,1 @@
+"""The model zoo: FlexFlow-style definition scripts (``python examples/mlp.py -b 64``)."""

@@ -1,0 +1,82 @@
+"""``OpType``: one enum for every operator, with algebraic families as sets (tinygrad style)."""
+
+from __future__ import annotations
+
+import enum
+
+
+class OpType(enum.Enum):
+    # sources
+    INPUT = "input"
+    WEIGHT = "weight"
+    # dense and convolutional
+    LINEAR = "linear"
+    CONV2D = "conv2d"
+    POOL2D = "pool2d"
+    BATCH_NORM = "batch_norm"
+    LAYER_NORM = "layer_norm"
+    EMBEDDING = "embedding"
+    BATCH_MATMUL = "batch_matmul"
+    MULTIHEAD_ATTENTION = "multihead_attention"
+    LSTM = "lstm"
+    # shape manipulation
+    CONCAT = "concat"
+    SPLIT = "split"
+    RESHAPE = "reshape"
+    TRANSPOSE = "transpose"
+    FLAT = "flat"
+    GATHER = "gather"
+    CAST = "cast"
+    # element-wise binary
+    EW_ADD = "add"
+    EW_SUB = "subtract"
+    EW_MUL = "multiply"
+    EW_DIV = "divide"
+    EW_MAX = "max"
+    EW_MIN = "min"
+    # element-wise unary
+    RELU = "relu"
+    SIGMOID = "sigmoid"
+    TANH = "tanh"
+    GELU = "gelu"
+    ELU = "elu"
+    EXP = "exp"
+    SIN = "sin"
+    COS = "cos"
+    IDENTITY = "identity"
+    RSQRT = "rsqrt"
+    POW = "pow"
+    SCALAR_ADD = "scalar_add"
+    SCALAR_SUB = "scalar_sub"
+    SCALAR_MUL = "scalar_multiply"
+    SCALAR_TRUE_DIV = "scalar_true_divide"
+    # normalization / reductions / misc
+    SOFTMAX = "softmax"
+    DROPOUT = "dropout"
+    REDUCE_SUM = "reduce_sum"
+    MEAN = "mean"
+    # parallelization operators (Unity §3.3)
+    REPARTITION = "repartition"
+    COMBINE = "combine"
+    REPLICATE = "replicate"
+    REDUCTION = "reduction"
+    ALLREDUCE = "allreduce"
+    PIPELINE = "pipeline"
+    BATCH = "batch"
+
+
+ELEMENT_BINARY = frozenset({OpType.EW_ADD, OpType.EW_SUB, OpType.EW_MUL, OpType.EW_DIV, OpType.EW_MAX, OpType.EW_MIN})
+SCALAR_OPS = frozenset({OpType.SCALAR_ADD, OpType.SCALAR_SUB, OpType.SCALAR_MUL, OpType.SCALAR_TRUE_DIV})
+ELEMENT_UNARY = frozenset({
+    OpType.RELU, OpType.SIGMOID, OpType.TANH, OpType.GELU, OpType.ELU, OpType.EXP, OpType.SIN, OpType.COS,
+    OpType.IDENTITY, OpType.RSQRT, OpType.POW}) | SCALAR_OPS
+REDUCE_OPS = frozenset({OpType.REDUCE_SUM, OpType.MEAN})
+# Linear in their (only / every) input: f(a1 + a2) = f(a1) + f(a2), so partial sums pass through.
+LINEAR_UNARY = frozenset({OpType.IDENTITY, OpType.SCALAR_MUL, OpType.SCALAR_TRUE_DIV})
+# Sum of partial sums is still a sum: (a1 + a2) + (b1 + b2) = (a1 + b1) + (a2 + b2).
+LINEAR_BINARY = frozenset({OpType.EW_ADD, OpType.EW_SUB})
+COMMUTATIVE = frozenset({OpType.EW_ADD, OpType.EW_MUL, OpType.EW_MAX, OpType.EW_MIN})
+PARALLEL_OPS = frozenset({
+    OpType.REPARTITION, OpType.COMBINE, OpType.REPLICATE, OpType.REDUCTION, OpType.ALLREDUCE,
+    OpType.PIPELINE, OpType.BATCH})
+SOURCE_OPS = frozenset({OpType.INPUT, OpType.WEIGHT})

@@ -1,0 +1,198 @@
+"""Parallel shape inference for compute operators, derived from their ``ParallelAxis`` lists.
+
+An operator's axes say which slots of its operands (shard dimension, sum, copy) and outputs each
+independent parallel degree lands on. Given the parallel shapes of the data inputs this module
+solves the degree of every axis, checks that the operands agree, and produces the output parallel
+shapes and the parallel shapes the weights must have. It also maps a piece (a coordinate per axis)
+to the region of each tensor it reads or writes, which the kernels' brute-force checker and the
+runtime both use.
+
+Entry points: ``infer_parallel``, ``solve_axes``, ``required_weight_shapes``, ``operand_region``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from flexrt.errors import ShapeError
+from flexrt.ir.parallel_tensor import ParallelDegrees, ParallelTensorShape
+from flexrt.ir.registry import OpDef, ParallelAxis, Slot, SlotKind
+from flexrt.ir.tensor_shape import TensorShape
+
+
+def _slot_degree(shape: ParallelTensorShape, slot: Slot) -> int:
+    if slot.kind is SlotKind.SHARD:
+        return shape.dims[slot.dim].degree
+    return shape.sum_degree if slot.kind is SlotKind.SUM else shape.discard_copy_degree
+
+
+def _all_slots(shape_rank: int) -> list[Slot]:
+    return [Slot(SlotKind.SHARD, d) for d in range(shape_rank)] + [Slot(SlotKind.SUM), Slot(SlotKind.COPY)]
+
+
+def _key(slot: Slot) -> tuple:
+    return (slot.kind, slot.dim)  # halo is a property of how a piece reads, not a different slot
+
+
+def _axes_at(axes: Sequence[ParallelAxis], operand: int, slot: Slot, output: bool = False) -> list[ParallelAxis]:
+    found = []
+    for ax in axes:
+        for idx, s in (ax.outputs if output else ax.operands):
+            if idx == operand and _key(s) == _key(slot):
+                found.append(ax)
+    return found
+
+
+def _describe(axes: Sequence[ParallelAxis], operand: int) -> str:
+    parts = []
+    for ax in axes:
+        for idx, s in ax.operands:
+            if idx == operand:
+                parts.append(f"{s} ({ax.name})")
+    return ", ".join(parts) if parts else "nothing"
+
+
+def solve_axes(opdef: OpDef, attrs, name: str, data_inputs: Sequence[ParallelTensorShape]) -> tuple[
+        tuple[ParallelAxis, ...], dict[str, int]]:
+    """The operator's axes and the degree of each, read from the data inputs' degrees.
+
+    Raises ShapeError when an input is cut in a way the operator does not accept.
+    """
+    full = [s.tensor_shape for s in data_inputs]
+    axes = opdef.parallel_axes(attrs, full)
+    label = f"{opdef.op_type.value} '{name}'"
+    degree: dict[str, int] = {}
+    for ax in axes:
+        for idx, slot in ax.operands:
+            if idx < len(data_inputs) and len(_axes_at(axes, idx, slot)) == 1:
+                degree[ax.name] = _slot_degree(data_inputs[idx], slot)
+                break
+        else:
+            raise ShapeError(f"{label}: rule error, axis '{ax.name}' has no slot of its own on a data input")
+    for idx, shape in enumerate(data_inputs):
+        for slot in _all_slots(shape.rank):
+            covering = _axes_at(axes, idx, slot)
+            expected = math.prod(degree[a.name] for a in covering)
+            actual = _slot_degree(shape, slot)
+            if actual != expected:
+                if not covering:
+                    what = ("holds partial sums (sum degree %d) and the operator is not linear in it; "
+                            "insert a Reduction first" % actual) if slot.kind is SlotKind.SUM else (
+                        f"is cut along {slot} with degree {actual}, which this operator cannot parallelize")
+                    raise ShapeError(f"{label}: input {idx} {shape} {what}; parallelizable slots of input {idx}: "
+                                     f"{_describe(axes, idx)}")
+                raise ShapeError(
+                    f"{label}: input {idx} {shape} has degree {actual} on {slot} but the other inputs imply "
+                    f"{expected} (axes {', '.join(a.name for a in covering)} with degrees "
+                    f"{', '.join(str(degree[a.name]) for a in covering)}); inputs: "
+                    f"{', '.join(str(s) for s in data_inputs)}")
+    return axes, degree
+
+
+def _degrees_for(axes, degree, idx, rank, output: bool) -> ParallelDegrees:
+    def prod_at(slot):
+        return math.prod(degree[a.name] for a in _axes_at(axes, idx, slot, output))
+    return ParallelDegrees(tuple(prod_at(Slot(SlotKind.SHARD, d)) for d in range(rank)),
+                           prod_at(Slot(SlotKind.SUM)), prod_at(Slot(SlotKind.COPY)))
+
+
+def _with(shape: TensorShape, deg: ParallelDegrees, label: str, what: str) -> ParallelTensorShape:
+    try:
+        return ParallelTensorShape.of(shape.dims, deg.shard, deg.sum, deg.copy, shape.dtype)
+    except ShapeError as e:
+        raise ShapeError(f"{label}: {what}: {e}") from None
+
+
+def required_weight_shapes(opdef: OpDef, attrs, name: str,
+                           data_inputs: Sequence[ParallelTensorShape]) -> tuple[ParallelTensorShape, ...]:
+    """The parallel shapes the operator's weights must have for these data-input degrees."""
+    axes, degree = solve_axes(opdef, attrs, name, data_inputs)
+    full = [s.tensor_shape for s in data_inputs]
+    wshapes = opdef.weight_shapes(attrs, full) if opdef.weight_shapes else ()
+    label = f"{opdef.op_type.value} '{name}'"
+    n = len(data_inputs)
+    return tuple(_with(w, _degrees_for(axes, degree, n + i, w.rank, False), label, f"weight {i}")
+                 for i, w in enumerate(wshapes))
+
+
+def infer_parallel(opdef: OpDef, attrs, name: str, operands: Sequence[ParallelTensorShape]) -> tuple[
+        ParallelTensorShape, ...]:
+    """Output parallel shapes of a compute operator from its operands (data inputs, then weights)."""
+    label = f"{opdef.op_type.value} '{name}'"
+    nw = opdef.num_weights(attrs)
+    data = list(operands[:len(operands) - nw])
+    weights = operands[len(operands) - nw:]
+    axes, degree = solve_axes(opdef, attrs, name, data)
+    if nw:
+        required = required_weight_shapes(opdef, attrs, name, data)
+        for i, (have, need) in enumerate(zip(weights, required)):
+            if have != need:
+                names = opdef.weight_names(attrs)
+                raise ShapeError(f"{label}: weight '{names[i]}' is {have} but the inputs "
+                                 f"{', '.join(map(str, data))} require {need}")
+    outs = opdef.output_shapes(attrs, [s.tensor_shape for s in data])
+    return tuple(_with(o, _degrees_for(axes, degree, k, o.rank, True), label, f"output {k}")
+                 for k, o in enumerate(outs))
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    """The part of a tensor one piece touches: a [start, stop) range per dimension (ranges of halo
+    dimensions may reach outside the tensor, meaning padding), the partial-sum index and the
+    replica index."""
+
+    ranges: tuple[tuple[int, int], ...]
+    sum_index: int = 0
+    copy_index: int = 0
+
+
+def axis_coordinates(axes: Sequence[ParallelAxis], degree: dict[str, int]) -> list[dict[str, int]]:
+    """Every piece of the operator as {axis name: coordinate}, in row-major order of the axes."""
+    names = [a.name for a in axes]
+    return [dict(zip(names, c)) for c in itertools.product(*(range(degree[n]) for n in names))]
+
+
+def _slot_index(covering: Sequence[ParallelAxis], degree, coords) -> int:
+    idx = 0
+    for ax in covering:  # mixed radix, first axis most significant
+        idx = idx * degree[ax.name] + coords[ax.name]
+    return idx
+
+
+def tensor_region(axes, degree, coords, idx: int, shape: TensorShape, output: bool,
+                  opdef: OpDef | None = None, attrs=None, data_shapes=None, out_shape=None) -> Region:
+    """The region of operand (or output) ``idx`` that the piece at ``coords`` reads (writes)."""
+    ranges = []
+    for d, size in enumerate(shape.dims):
+        slot = Slot(SlotKind.SHARD, d)
+        covering = _axes_at(axes, idx, slot, output)
+        deg = math.prod(degree[a.name] for a in covering)
+        i = _slot_index(covering, degree, coords)
+        lo, hi = i * (size // deg), (i + 1) * (size // deg)
+        halo = not output and any(_key(s) == _key(slot) and s.halo
+                                  for a in covering for j, s in a.operands if j == idx)
+        if halo and deg > 1:
+            out_dim = next(s.dim for a in covering for j, s in a.outputs if j == 0 and s.kind is SlotKind.SHARD)
+            osize = out_shape.dims[out_dim]
+            lo, hi = opdef.halo(attrs, idx, d, data_shapes, (i * (osize // deg), (i + 1) * (osize // deg)))
+        ranges.append((lo, hi))
+    s_idx = _slot_index(_axes_at(axes, idx, Slot(SlotKind.SUM), output), degree, coords)
+    c_idx = _slot_index(_axes_at(axes, idx, Slot(SlotKind.COPY), output), degree, coords)
+    return Region(tuple(ranges), s_idx, c_idx)
+
+
+def validate_axes(opdef: OpDef, attrs, data_shapes: Sequence[TensorShape]) -> None:
+    """Check an operator's axis list itself: every axis touches every operand and every output."""
+    axes = opdef.parallel_axes(attrs, data_shapes)
+    n_ops = len(data_shapes) + opdef.num_weights(attrs)
+    n_out = len(opdef.output_shapes(attrs, data_shapes))
+    for ax in axes:
+        touched = {i for i, _ in ax.operands}
+        if touched != set(range(n_ops)):
+            raise ShapeError(f"{opdef.op_type.value}: axis '{ax.name}' touches operands {sorted(touched)}, "
+                             f"not all of 0..{n_ops - 1}")
+        if {i for i, _ in ax.outputs} != set(range(n_out)):
+            raise ShapeError(f"{opdef.op_type.value}: axis '{ax.name}' does not touch every output")

@@ -1,0 +1,53 @@
+"""``TensorShape``: the unpartitioned shape of a tensor (dims in NumPy order, dim 0 = sample)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from flexrt.errors import ShapeError
+from flexrt.ir.datatype import DataType
+
+
+@dataclass(frozen=True, slots=True)
+class TensorShape:
+    """Sizes of a tensor's dimensions and its element type.
+
+    Example:
+        >>> TensorShape((64, 784), DataType.DT_FLOAT).num_elements
+        50176
+    """
+
+    dims: tuple[int, ...]
+    dtype: DataType = DataType.DT_FLOAT
+
+    def __post_init__(self) -> None:
+        dims = tuple(self.dims)
+        object.__setattr__(self, "dims", dims)
+        for i, d in enumerate(dims):
+            if not isinstance(d, int) or isinstance(d, bool) or d < 1:
+                raise ShapeError(f"dimension {i} of shape {list(dims)} is {d!r}; every size must be an int >= 1")
+        if not isinstance(self.dtype, DataType):
+            raise ShapeError(f"dtype must be a DataType, got {self.dtype!r}")
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+    @property
+    def num_elements(self) -> int:
+        return math.prod(self.dims)
+
+    @property
+    def size_bytes(self) -> int:
+        return self.num_elements * self.dtype.size_bytes
+
+    def __str__(self) -> str:
+        return f"[{', '.join(map(str, self.dims))}] {self.dtype.short}"
+
+
+def normalize_axis(axis: int, rank: int, what: str = "axis") -> int:
+    """Turn a possibly negative axis into 0..rank-1, or raise a ShapeError naming the valid range."""
+    if not -rank <= axis < rank:
+        raise ShapeError(f"{what} {axis} is out of range for a tensor of rank {rank}; valid: {-rank}..{rank - 1}")
+    return axis % rank

@@ -1,0 +1,3 @@
+"""Forward kernels, one module per operator family; importing this package registers them."""
+
+from flexrt.kernels.ops import dense, elementwise  # noqa: F401

@@ -1,0 +1,1 @@
+"""flexrt.search: lands with its issue (see README)."""

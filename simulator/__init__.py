@@ -1,0 +1,1 @@
+"""flexrt.simulator: lands with its issue (see README)."""
