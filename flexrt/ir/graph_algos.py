@@ -76,6 +76,12 @@ def post_dominators(succ: Sequence[Sequence[int]]) -> list[int]:
 
 def py_topo_order(succ: Sequence[Sequence[int]]) -> list[int] | None:
     """Pure-Python reference of ``topo_order``."""
+    out = py_topo_order_partial(succ)
+    return out if len(out) == len(succ) else None
+
+
+def py_topo_order_partial(succ: Sequence[Sequence[int]]) -> list[int]:
+    """The nodes Kahn's algorithm (smallest ready node first) orders before a cycle stops it."""
     indeg = [0] * len(succ)
     for s in succ:
         for w in s:
@@ -90,7 +96,7 @@ def py_topo_order(succ: Sequence[Sequence[int]]) -> list[int] | None:
             indeg[w] -= 1
             if indeg[w] == 0:
                 heapq.heappush(heap, w)
-    return out if len(out) == len(succ) else None
+    return out
 
 
 def py_idom_dag(preds: Sequence[Sequence[int]], order: Sequence[int]) -> list[int]:
