@@ -21,7 +21,7 @@ from typing import ClassVar
 
 from flexrt.errors import ShapeError
 from flexrt.ir.op_type import OpType
-from flexrt.ir.ops._common import check_rank, numel
+from flexrt.ir.ops._common import numel
 from flexrt.ir.registry import COPY, AxisKind, OpDef, ParallelAxis, register_op, shard
 from flexrt.ir.tensor_shape import TensorShape
 
@@ -54,7 +54,8 @@ class BatchNormAttrs:
 
 def _check(inputs) -> TensorShape:
     (x,) = inputs
-    check_rank("batch_norm", x, (2, 4), "input ([N, C] or [N, C, H, W])")
+    if x.rank not in (2, 4):
+        raise ShapeError(f"batch_norm: input {x} has rank {x.rank}; valid ranks: 2 ([N, C]), 4 ([N, C, H, W])")
     if not x.dtype.is_floating:
         raise ShapeError(f"batch_norm: input {x} has dtype {x.dtype.name}; valid: a floating type")
     return x

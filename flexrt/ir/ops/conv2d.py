@@ -37,7 +37,7 @@ from typing import ClassVar
 from flexrt.errors import ShapeError
 from flexrt.ir.enums import ActiMode
 from flexrt.ir.op_type import OpType
-from flexrt.ir.ops._common import activation_flops, check_rank, numel
+from flexrt.ir.ops._common import activation_flops, numel
 from flexrt.ir.registry import COPY, SUM, AxisKind, OpDef, ParallelAxis, register_op, shard
 from flexrt.ir.tensor_shape import TensorShape
 
@@ -92,7 +92,8 @@ class Conv2DAttrs:
 def _check(attrs: Conv2DAttrs, inputs) -> tuple[int, int]:
     """Validate the input; returns (Ho, Wo)."""
     (x,) = inputs
-    check_rank("conv2d", x, (4,), "input")
+    if x.rank != 4:
+        raise ShapeError(f"conv2d: input {x} has rank {x.rank}; valid ranks: 4 ([N, C, H, W])")
     if not x.dtype.is_floating:
         raise ShapeError(f"conv2d: input {x} has dtype {x.dtype.name}; valid: a floating type")
     _, c, h, w = x.dims

@@ -25,7 +25,7 @@ from typing import ClassVar
 from flexrt.errors import ShapeError
 from flexrt.ir.enums import ActiMode, PoolType
 from flexrt.ir.op_type import OpType
-from flexrt.ir.ops._common import activation_flops, check_rank, numel
+from flexrt.ir.ops._common import activation_flops, numel
 from flexrt.ir.ops.conv2d import check_int, window_halo, window_output_size
 from flexrt.ir.registry import COPY, SUM, AxisKind, OpDef, ParallelAxis, register_op, shard
 from flexrt.ir.tensor_shape import TensorShape
@@ -61,7 +61,8 @@ class Pool2DAttrs:
 
 def output_shapes(attrs: Pool2DAttrs, inputs):
     (x,) = inputs
-    check_rank("pool2d", x, (4,), "input")
+    if x.rank != 4:
+        raise ShapeError(f"pool2d: input {x} has rank {x.rank}; valid ranks: 4 ([N, C, H, W])")
     if not x.dtype.is_floating:
         raise ShapeError(f"pool2d: input {x} has dtype {x.dtype.name}; valid: a floating type")
     n, c, h, w = x.dims

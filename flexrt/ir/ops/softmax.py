@@ -1,14 +1,65 @@
-"""``Softmax`` along ``axis``."""
+"""``Softmax`` along ``axis``: y = exp(x - max) / sum(exp(x - max)), max and sum along ``axis``.
+
+Parallel axes: every dimension but ``axis`` (sample / attribute) and ``replica``. The softmax axis
+itself cannot be cut: each piece would normalize by the sum of its own slice only.
+
+Entry point: ``SoftmaxAttrs``; the rules register on import.
+"""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Optional
+from typing import ClassVar
 
+from flexrt.errors import ShapeError
 from flexrt.ir.op_type import OpType
+from flexrt.ir.ops._common import elementwise_axes, numel
+from flexrt.ir.registry import OpDef, register_op
+from flexrt.ir.tensor_shape import normalize_axis
 
+# FLOPs per element: max (1), subtract (1), exp (4, as element_unary counts it), sum (1), divide (1).
+_FORWARD_FLOPS_PER_ELEMENT = 8
+# Backward: y * (dy - sum(y * dy)): multiply, sum, subtract, multiply.
+_BACKWARD_FLOPS_PER_ELEMENT = 4
 
 
 @dataclass(frozen=True, slots=True)
 class SoftmaxAttrs:
+    """Example: ``SoftmaxAttrs(-1)`` over the classes of [N, classes] logits."""
+
     op_type: ClassVar[OpType] = OpType.SOFTMAX
     axis: int = -1
+
+    def __post_init__(self):
+        if not isinstance(self.axis, int) or isinstance(self.axis, bool):
+            raise ShapeError(f"softmax: axis must be an int, got {self.axis!r}")
+
+
+def softmax_axis(attrs: SoftmaxAttrs, rank: int) -> int:
+    return normalize_axis(attrs.axis, rank, "softmax: axis")
+
+
+def output_shapes(attrs: SoftmaxAttrs, inputs):
+    (x,) = inputs
+    softmax_axis(attrs, x.rank)
+    if not x.dtype.is_floating:
+        raise ShapeError(f"softmax: input {x} has dtype {x.dtype.name}; valid: a floating type")
+    return (x,)
+
+
+def parallel_axes(attrs: SoftmaxAttrs, inputs):
+    (x,) = inputs
+    axis = softmax_axis(attrs, x.rank)
+    return elementwise_axes(x.rank, 1, dims=[d for d in range(x.rank) if d != axis])
+
+
+def flops(attrs: SoftmaxAttrs, ins, outs):
+    return _FORWARD_FLOPS_PER_ELEMENT * numel(outs[0])
+
+
+def backward_flops(attrs: SoftmaxAttrs, ins, outs):
+    return _BACKWARD_FLOPS_PER_ELEMENT * numel(outs[0])
+
+
+register_op(OpDef(OpType.SOFTMAX, SoftmaxAttrs, output_shapes=output_shapes, flops=flops, num_inputs=1,
+                  parallel_axes=parallel_axes, backward_flops=backward_flops))
