@@ -1,0 +1,39 @@
+"""ResNet-50, torchvision layout, 224x224 ImageNet (DisCo): 25.6 M parameters.
+
+Source: DisCo §6.1 benchmark models ("ResNet [29]", ResNet50 in its Table 1); He et al. 2016.
+Layers as torchvision's ``resnet50``: a 7x7/2 stem and a 3x3/2 max pool, four stages of
+[3, 4, 6, 3] bottleneck blocks (stride on the 3x3 convolution, as torchvision's v1.5),
+global average pool, dense 1000 and softmax. Each convolution is a Conv2d without bias, a
+BatchNorm and a separate ReLU (three operators, as torchvision has them, rather than FlexFlow's
+fused batch_norm(relu=True)). Parameters, BatchNorm scale and bias included as torchvision
+counts them: 25,557,032.
+
+Training (compile / fit) arrives with the runtime; this script builds the graph and prints it.
+
+Run: python examples/resnet50.py -b 64
+"""
+
+from flexrt.core import *
+from flexrt.examples._blocks import resnet
+
+NUM_CLASSES = 1000
+LAYERS = [3, 4, 6, 3]
+GROUPS = 1
+WIDTH_PER_GROUP = 64
+
+
+def build_model(ffconfig):
+    ffmodel = FFModel(ffconfig)
+    x = ffmodel.create_tensor([ffconfig.batch_size, 3, 224, 224], DataType.DT_FLOAT)
+    resnet(ffmodel, x, LAYERS, groups=GROUPS, width_per_group=WIDTH_PER_GROUP, num_classes=NUM_CLASSES)
+    return ffmodel
+
+
+def top_level_task():
+    ffconfig = FFConfig()
+    ffmodel = build_model(ffconfig)
+    ffmodel.summary()
+
+
+if __name__ == "__main__":
+    top_level_task()
