@@ -89,6 +89,11 @@ def solve_axes(opdef: OpDef, attrs, name: str, data_inputs: Sequence[ParallelTen
                     f"{expected} (axes {', '.join(a.name for a in covering)} with degrees "
                     f"{', '.join(str(degree[a.name]) for a in covering)}); inputs: "
                     f"{', '.join(str(s) for s in data_inputs)}")
+    if opdef.check_degrees is not None:
+        try:
+            opdef.check_degrees(attrs, full, degree)
+        except ShapeError as e:
+            raise ShapeError(f"{label}: {e}") from None
     return axes, degree
 
 

@@ -101,6 +101,9 @@ class OpDef:
     halo: Optional[Callable[[Any, int, int, Sequence[TensorShape], tuple[int, int]], tuple[int, int]]] = None
     # Adjusts one piece's call: (attrs, {axis: coordinate}, {axis: degree}) -> (attrs for the piece, operands to zero).
     piece_call: Optional[Callable[[Any, dict, dict], tuple[Any, frozenset]]] = None
+    # Constraints on axis degrees beyond divisibility: (attrs, data input shapes, {axis: degree}) ->
+    # None, or raise ShapeError (e.g. attention's heads degree must divide num_heads).
+    check_degrees: Optional[Callable[[Any, Sequence[TensorShape], dict], None]] = None
     # Fill value for halo cells outside the tensor (e.g. -inf for max pooling).
     halo_fill: Callable[[Any], float] = lambda attrs: 0.0
 

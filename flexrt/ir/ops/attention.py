@@ -22,7 +22,7 @@ Parallel axes (operands: query, key, value, then the weights in ``weight_names``
 - ``heads`` (parameter): query, key and value replicated; wq/wk/wv cut along columns, bq/bk/bv along
   their only dimension, wo along rows, bo replicated; the output holds partial sums (one per group
   of heads) and only the pieces at heads coordinate 0 add bo. The heads degree must divide
-  ``num_heads`` (checked when a piece runs: the weight shapes alone only force it to divide E).
+  ``num_heads`` (``check_degrees``: the weight shapes alone only force it to divide E).
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from typing import ClassVar
 
 from flexrt.errors import ShapeError
 from flexrt.ir.op_type import OpType
-from flexrt.ir.ops._common import numel
 from flexrt.ir.registry import COPY, SUM, AxisKind, OpDef, ParallelAxis, register_op, shard
 from flexrt.ir.tensor_shape import TensorShape
 
@@ -138,11 +137,15 @@ def parallel_axes(attrs: MultiHeadAttentionAttrs, inputs):
     )
 
 
-def piece_call(attrs: MultiHeadAttentionAttrs, coords, degrees):
+def check_degrees(attrs: MultiHeadAttentionAttrs, inputs, degrees):
     h = degrees.get("heads", 1)
     if attrs.num_heads % h:
-        raise ShapeError(f"multihead_attention: heads degree {h} does not divide num_heads {attrs.num_heads}; "
-                         f"a piece would hold part of a head")
+        valid = [d for d in range(1, attrs.num_heads + 1) if attrs.num_heads % d == 0]
+        raise ShapeError(f"heads degree {h} does not divide num_heads {attrs.num_heads} (a piece would hold part "
+                         f"of a head); valid heads degrees: {', '.join(map(str, valid))}")
+
+
+def piece_call(attrs: MultiHeadAttentionAttrs, coords, degrees):
     if attrs.bias and coords.get("heads", 0):
         return attrs, frozenset({10})  # this group's partial sum must not add bo again
     return attrs, frozenset()
@@ -176,4 +179,5 @@ def extra_memory_bytes(attrs: MultiHeadAttentionAttrs, ins, outs):
 register_op(OpDef(OpType.MULTIHEAD_ATTENTION, MultiHeadAttentionAttrs, output_shapes=output_shapes, flops=flops,
                   num_inputs=3, weight_shapes=weight_shapes, weight_names=weight_names,
                   parallel_axes=parallel_axes, backward_flops=backward_flops,
-                  extra_memory_bytes=extra_memory_bytes, piece_call=piece_call))
+                  extra_memory_bytes=extra_memory_bytes, piece_call=piece_call,
+                  check_degrees=check_degrees))

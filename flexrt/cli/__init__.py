@@ -1,0 +1,71 @@
+"""The ``flexrt`` command: one subcommand per job.
+
+    flexrt models [--json]                      the model zoo
+    flexrt show MODEL [model flags] [--dot FILE] [--save FILE] [--json]
+
+Model flags (FlexFlow's: ``-b 64``, ``--budget 100``, ``-ll:gpu 4`` ...) follow MODEL and pass to
+``FFConfig``. Exit codes: 0 success, 1 a flexrt error (``flexrt: error: ...`` on stderr, no
+traceback), 2 a usage error (unknown subcommand or flag).
+
+Entry point: ``main`` (the console script).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Optional, Sequence
+
+from flexrt import __version__
+from flexrt.cli import _models, _show
+from flexrt.cli._common import UsageError
+from flexrt.errors import FlexrtError
+
+# Each command module gives NAME, HELP, ACCEPTS_MODEL_FLAGS, add_arguments(parser) and run(args, extra) -> int.
+COMMANDS = (_models, _show)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="flexrt", allow_abbrev=False,
+        description="Find fast parallelization strategies for DNN training (FlexFlow, Unity, DisCo) and run them.")
+    parser.add_argument("--version", action="version", version=f"flexrt {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for cmd in COMMANDS:
+        p = sub.add_parser(cmd.NAME, help=cmd.HELP, description=cmd.HELP, allow_abbrev=False)
+        cmd.add_arguments(p)
+        p.set_defaults(_command=cmd, _parser=p)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the ``flexrt`` command line; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    try:
+        args, extra = parser.parse_known_args(argv)
+        if args.command is None:
+            parser.print_help(sys.stderr)
+            return 2
+        cmd = args._command
+        if extra and not cmd.ACCEPTS_MODEL_FLAGS:
+            args._parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        return cmd.run(args, extra)
+    except SystemExit as e:  # argparse's --help / --version (0) and usage errors (2)
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except UsageError as e:
+        print(f"flexrt {e.command}: error: {e}", file=sys.stderr)
+        return 2
+    except FlexrtError as e:
+        print(f"flexrt: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("flexrt: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `flexrt show resnet50 | head`: stop quietly, as SIGPIPE would
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):  # stdout is not a real file (captured in tests)
+            pass
+        return 141

@@ -1,0 +1,7 @@
+"""FlexFlow's ``flexflow.core`` names, so a FlexFlow script runs after changing
+``from flexflow.core import *`` to ``from flexrt.core import *``."""
+
+from flexrt.model import *  # noqa: F401,F403
+from flexrt.model import __all__ as _model_all
+
+__all__ = list(_model_all)

@@ -1,0 +1,22 @@
+"""``flexrt.model``: FlexFlow's Python API (``FFConfig``, ``FFModel``, optimizers, initializers,
+enums) building flexrt PCGs, and the loader of model definition scripts.
+
+Entry points: ``FFConfig``, ``FFModel``, ``load_model``, ``zoo_models``.
+"""
+
+from flexrt.model.config import FFConfig
+from flexrt.model.enums import ActiMode, AggrMode, CompMode, DataType, LossType, MetricsType, PoolType
+from flexrt.model.ffmodel import FFModel
+from flexrt.model.initializers import (GlorotUniformInitializer, Initializer, NormInitializer, UniformInitializer,
+                                       ZeroInitializer)
+from flexrt.model.layer import Layer, Weight
+from flexrt.model.loader import LoadedModel, ZooModel, load_model, zoo_models
+from flexrt.model.optimizers import AdamOptimizer, Optimizer, SGDOptimizer
+from flexrt.model.tensor import Tensor
+
+__all__ = [
+    "ActiMode", "AdamOptimizer", "AggrMode", "CompMode", "DataType", "FFConfig", "FFModel",
+    "GlorotUniformInitializer", "Initializer", "Layer", "LoadedModel", "LossType", "MetricsType", "NormInitializer",
+    "Optimizer", "PoolType", "SGDOptimizer", "Tensor", "UniformInitializer", "Weight", "ZeroInitializer",
+    "ZooModel", "load_model", "zoo_models",
+]

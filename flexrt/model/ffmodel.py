@@ -1,0 +1,297 @@
+"""``FFModel``: FlexFlow's model-building API, building a PCG (one device, every degree 1).
+
+Every layer method has FlexFlow's name, argument names, defaults and order, so a FlexFlow script
+runs after changing ``from flexflow.core import *`` to ``from flexrt.core import *``. The layer
+methods live in mixins by family (``_layers_dense``, ``_layers_shape``, ``_layers_elementwise``);
+this module holds the model itself: inputs, the shared layer-building step, lookups, the summary,
+and the training calls, which land with the runtime.
+
+Example:
+    >>> from flexrt.model import FFConfig, FFModel, ActiMode
+    >>> m = FFModel(FFConfig(["-b", "64"]))
+    >>> x = m.create_tensor([64, 784])
+    >>> t = m.dense(x, 512, ActiMode.AC_MODE_RELU)
+    >>> t = m.softmax(m.dense(t, 10))
+    >>> t.dims, m.num_parameters()
+    ((64, 10), 407050)
+
+Entry point: ``FFModel``.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Iterable, Optional, Sequence, TextIO
+
+from flexrt.errors import ConfigError, FlexrtError, GraphError, NotYetAvailableError, ShapeError
+from flexrt.ir.datatype import DataType
+from flexrt.ir.ops import InputAttrs, WeightAttrs
+from flexrt.ir.pcg import PCG, TensorRef
+from flexrt.ir.registry import op_def
+from flexrt.ir.tensor_shape import TensorShape
+from flexrt.model import _capture, _check
+from flexrt.model._layers_dense import DenseLayers
+from flexrt.model._layers_elementwise import ElementwiseLayers
+from flexrt.model._layers_shape import ShapeLayers
+from flexrt.model.config import FFConfig
+from flexrt.model.enums import CompMode, LossType, MetricsType
+from flexrt.model.initializers import Initializer
+from flexrt.model.layer import Layer, Weight
+from flexrt.model.optimizers import Optimizer
+from flexrt.model.report import format_table
+from flexrt.model.tensor import Tensor
+
+_RUNTIME = "lands with the runtime issue; today flexrt builds the model's graph (`flexrt show MODEL`)"
+
+
+class FFModel(DenseLayers, ShapeLayers, ElementwiseLayers):
+    """A model under construction: ``pcg`` holds its graph, ``get_layers()`` its layers in call order.
+
+    Layer names default to ``{method}_{n}`` (``dense_1``, ``dense_2``, ``relu_1``) and must be
+    unique within a model; weights are PCG nodes named ``{layer}.{weight}`` (``dense_1.kernel``).
+    """
+
+    def __init__(self, ffconfig: FFConfig) -> None:
+        if not isinstance(ffconfig, FFConfig):
+            raise ConfigError(f"FFModel: ffconfig must be an FFConfig, got {ffconfig!r} (FFModel(FFConfig()))")
+        self.ffconfig = ffconfig
+        self.pcg = PCG()
+        self.optimizer: Optional[Optimizer] = None
+        self.loss_type: Optional[LossType] = None
+        self.metrics: tuple[MetricsType, ...] = ()
+        self.comp_mode: Optional[CompMode] = None
+        self.label_tensor: Optional[Tensor] = None
+        self._layers: list[Layer] = []
+        self._inputs: list[Layer] = []
+        self._by_name: dict[str, Layer] = {}
+        self._counters: dict[str, int] = {}
+        state = _capture.active()
+        if state is not None:
+            state.models.append(self)
+
+    # ---- inputs -------------------------------------------------------------------------------
+    def create_tensor(self, dims, data_type=DataType.DT_FLOAT, create_grad=True) -> Tensor:
+        """A model input of sizes ``dims`` (sample dimension first), named ``input_{n}``."""
+        where = "create_tensor"
+        sizes = _check.int_tuple(where, "dims", dims, low=1)
+        if not sizes:
+            raise ConfigError(f"{where}: dims must name at least one dimension, got {dims!r}")
+        _check.member(where, "data_type", data_type, DataType)
+        _check.flag(where, "create_grad", create_grad)
+        attrs = InputAttrs(TensorShape(sizes, data_type))
+        name = self._layer_name("input", None)
+        nid = self.pcg.add_node(attrs, (), name=name)
+        out = Tensor(self, TensorRef(nid), attrs.shape, name)
+        layer = Layer(len(self._inputs), name, "input", attrs, nid, (), (out,), (), (("create_grad", create_grad),))
+        self._inputs.append(layer)
+        self._named("input", layer, True)
+        return out
+
+    # ---- the one way a layer is added ---------------------------------------------------------
+    def _add_layer(self, kind: str, attrs, inputs: Sequence[Tensor], name: Optional[str], *,
+                   shared_op: Any = None, kernel_initializer: Any = None, bias_initializer: Any = None,
+                   options: Iterable[tuple[str, Any]] = ()) -> Layer:
+        """Add operator ``attrs`` reading ``inputs`` plus its weights (new ones, or ``shared_op``'s).
+
+        A new weight of rank 1 (a bias) keeps ``bias_initializer``, every other one
+        ``kernel_initializer`` (None: the runtime's default); a layer with ``shared_op`` reads the
+        owner's weights and so keeps the owner's initializers.
+        """
+        automatic = name is None
+        name = self._layer_name(kind, name)
+        label = f"{kind} '{name}'"
+        inputs = tuple(inputs)
+        refs = [self._ref_of(t, label, i) for i, t in enumerate(inputs)]
+        shapes = [t.get_shape() for t in inputs]
+        opdef = op_def(attrs.op_type)
+        if not opdef.data_input_count_ok(len(inputs)):
+            raise GraphError(f"{label}: takes {opdef.num_inputs} input(s), got {len(inputs)}")
+        try:
+            opdef.output_shapes(attrs, shapes)
+            wshapes = tuple(opdef.weight_shapes(attrs, shapes)) if opdef.weight_shapes is not None else ()
+        except ShapeError as e:
+            raise ShapeError(f"{label}: {e}") from None
+        wnames = tuple(opdef.weight_names(attrs))
+        for arg, init in (("kernel_initializer", kernel_initializer), ("bias_initializer", bias_initializer)):
+            if init is not None and not isinstance(init, Initializer):
+                raise ConfigError(f"{label}: {arg} must be an initializer such as GlorotUniformInitializer(seed) "
+                                  f"or ZeroInitializer(), got {init!r}")
+        created: list[int] = []
+        if shared_op is not None:
+            weights = self._shared_weights(label, shared_op, wnames, wshapes)
+        else:
+            weights = []
+            for wname, wshape in zip(wnames, wshapes):
+                wid = self.pcg.add_node(WeightAttrs(wshape), (), name=f"{name}.{wname}")
+                created.append(wid)
+                init = bias_initializer if wshape.rank == 1 else kernel_initializer
+                weights.append(Weight(wname, wid, wshape, name, init))
+        try:
+            nid = self.pcg.add_node(attrs, refs + [TensorRef(w.node) for w in weights], name=name)
+        except FlexrtError:
+            for wid in reversed(created):
+                self.pcg.remove_node(wid)
+            raise
+        outputs = tuple(Tensor(self, ref, self.pcg.shape(ref).tensor_shape, name) for ref in self.pcg.outputs(nid))
+        layer = Layer(len(self._layers), name, kind, attrs, nid, inputs, outputs, tuple(weights), tuple(options))
+        self._layers.append(layer)
+        self._named(kind, layer, automatic)
+        return layer
+
+    def _layer_name(self, kind: str, name: Optional[str]) -> str:
+        """``name`` checked for uniqueness, or the next free ``{kind}_{n}`` (committed by ``_named``)."""
+        if name is None:
+            n = self._counters.get(kind, 0)
+            while True:
+                n += 1
+                candidate = f"{kind}_{n}"
+                if not self._name_taken(candidate):
+                    return candidate
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"{kind}: name must be a non-empty string, got {name!r}")
+        if self._name_taken(name):
+            raise ConfigError(f"{kind}: the name '{name}' is already used in this model; layer names must be unique")
+        return name
+
+    def _named(self, kind: str, layer: Layer, automatic: bool) -> None:
+        """Record a layer that was added; a failed call leaves the automatic numbering untouched."""
+        self._by_name[layer.name] = layer
+        if automatic:
+            self._counters[kind] = int(layer.name.rpartition("_")[2])
+
+    def _name_taken(self, name: str) -> bool:
+        if name in self._by_name:
+            return True
+        try:
+            self.pcg.node_by_name(name)
+        except GraphError:
+            return False
+        return True
+
+    def _ref_of(self, t: Any, label: str, i: int) -> TensorRef:
+        if not isinstance(t, Tensor):
+            raise ConfigError(f"{label}: input {i} must be a Tensor made by this FFModel, got {t!r}")
+        if t.model is not self:
+            raise ConfigError(f"{label}: input {i} ({t!r}) belongs to another FFModel")
+        return t.ref
+
+    def _shared_weights(self, label: str, shared_op: Any, wnames, wshapes) -> list[Weight]:
+        src = self._resolve_layer(shared_op, f"{label}: shared_op")
+        if not src.weights:
+            raise ConfigError(f"{label}: shared_op '{src.name}' ({src.kind}) has no weights to share")
+        have = tuple((w.name, w.shape) for w in src.weights)
+        need = tuple(zip(wnames, wshapes))
+        if have != need:
+            def fmt(ws):
+                return ", ".join(f"{n} {s}" for n, s in ws) or "none"
+            raise ShapeError(f"{label}: shared_op '{src.name}' has weights {fmt(have)}; this layer needs "
+                             f"{fmt(need)}; shared weights must have the same names and shapes")
+        return list(src.weights)
+
+    def _resolve_layer(self, ref: Any, where: str) -> Layer:
+        if isinstance(ref, Tensor):
+            if ref.model is not self:
+                raise ConfigError(f"{where}: {ref!r} belongs to another FFModel")
+            return self._by_name[ref.owner_layer]
+        if isinstance(ref, Layer):
+            if self._by_name.get(ref.name) is not ref:
+                raise ConfigError(f"{where}: layer '{ref.name}' belongs to another FFModel")
+            return ref
+        if isinstance(ref, str):
+            return self.get_layer_by_name(ref)
+        raise ConfigError(f"{where} must be a layer (from get_layers()), a layer name or a tensor it made, "
+                          f"got {ref!r}")
+
+    # ---- lookups ------------------------------------------------------------------------------
+    def get_layers(self) -> dict[int, Layer]:
+        """Every layer (not the inputs) by index, in call order (FlexFlow's ``get_layers``)."""
+        return {layer.index: layer for layer in self._layers}
+
+    def get_layer_by_id(self, layer_id: int) -> Layer:
+        if not isinstance(layer_id, int) or not 0 <= layer_id < len(self._layers):
+            raise ConfigError(f"get_layer_by_id: no layer {layer_id!r}; valid: 0..{len(self._layers) - 1}")
+        return self._layers[layer_id]
+
+    def get_layer_by_name(self, layer_name: str) -> Layer:
+        try:
+            return self._by_name[layer_name]
+        except (KeyError, TypeError):
+            raise ConfigError(f"no layer named {layer_name!r}; layers: "
+                              f"{', '.join(self._by_name) or 'none'}") from None
+
+    @property
+    def inputs(self) -> tuple[Tensor, ...]:
+        """Every tensor made by ``create_tensor``, in order."""
+        return tuple(layer.outputs[0] for layer in self._inputs)
+
+    def num_parameters(self) -> int:
+        """Elements of every weight, each shared weight counted once."""
+        return sum(n.attrs.shape.num_elements for n in self.pcg.nodes if isinstance(n.attrs, WeightAttrs))
+
+    def summary(self, file: Optional[TextIO] = None) -> None:
+        """Print the operator table: name, type, output shape, parameters, forward FLOPs, and totals."""
+        print(format_table(self.pcg), file=file if file is not None else sys.stdout)
+
+    def print_layers(self, id: int = -1) -> None:  # noqa: A002 (FlexFlow's argument name)
+        """Print every layer (``id=-1``, FlexFlow's default) or one layer by index."""
+        if id == -1:
+            self.summary()
+            return
+        layer = self.get_layer_by_id(id)
+        outs = ", ".join(str(t.get_shape()) for t in layer.outputs)
+        ws = ", ".join(f"{w.node_name} {w.shape}" for w in layer.weights) or "none"
+        print(f"{layer.index} {layer.name} ({layer.kind}): outputs {outs}; weights {ws}")
+
+    # ---- training (the runtime issue) ---------------------------------------------------------
+    def compile(self, optimizer=None, loss_type=None, metrics=None, comp_mode=None) -> None:
+        """Record the optimizer, loss and metrics; compiling for a runtime lands with the runtime."""
+        where = "compile"
+        if optimizer is not None and not isinstance(optimizer, Optimizer):
+            raise ConfigError(f"{where}: optimizer must be SGDOptimizer(...) or AdamOptimizer(...), got {optimizer!r}")
+        if loss_type is not None:
+            _check.member(where, "loss_type", loss_type, LossType)
+        metrics = () if metrics is None else metrics
+        if not isinstance(metrics, (list, tuple)):
+            raise ConfigError(f"{where}: metrics must be a list of MetricsType, got {metrics!r}")
+        for i, m in enumerate(metrics):
+            _check.member(where, f"metrics[{i}]", m, MetricsType)
+        if comp_mode is not None:
+            _check.member(where, "comp_mode", comp_mode, CompMode)
+        self.optimizer = optimizer if optimizer is not None else self.optimizer
+        self.loss_type = loss_type
+        self.metrics = tuple(metrics)
+        self.comp_mode = comp_mode if comp_mode is not None else CompMode.COMP_MODE_TRAINING
+        if _capture.active() is not None:
+            raise _capture.ModelCaptured(self)
+        raise NotYetAvailableError(f"FFModel.compile {_RUNTIME}")
+
+    def _training_call(self, what: str) -> None:
+        if _capture.active() is None:
+            raise NotYetAvailableError(f"FFModel.{what} {_RUNTIME}")
+
+    def fit(self, x=None, y=None, batch_size=None, epochs=1) -> None:
+        self._training_call("fit")
+
+    def eval(self, x=None, y=None, batch_size=None) -> None:
+        self._training_call("eval")
+
+    def init_layers(self) -> None:
+        self._training_call("init_layers")
+
+    def forward(self) -> None:
+        self._training_call("forward")
+
+    def backward(self) -> None:
+        self._training_call("backward")
+
+    def zero_gradients(self) -> None:
+        self._training_call("zero_gradients")
+
+    def update(self) -> None:
+        self._training_call("update")
+
+    def get_perf_metrics(self) -> None:
+        self._training_call("get_perf_metrics")
+
+    def create_data_loader(self, batch_tensor, full_array) -> None:
+        self._training_call("create_data_loader")

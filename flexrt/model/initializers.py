@@ -1,0 +1,65 @@
+"""Weight initializers with FlexFlow's names and arguments: configuration values the runtime reads.
+
+Example:
+    >>> UniformInitializer(seed=7, min=-0.1, max=0.1)
+    UniformInitializer(seed=7, min=-0.1, max=0.1)
+
+Entry points: ``GlorotUniformInitializer``, ``ZeroInitializer``, ``UniformInitializer``, ``NormInitializer``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from flexrt.model import _check
+
+
+class Initializer:
+    """Base class of every initializer (``isinstance`` checks in the layer methods use it)."""
+
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GlorotUniformInitializer(Initializer):
+    """Uniform in +-sqrt(6 / (fan_in + fan_out)) (Glorot and Bengio, 2010)."""
+
+    seed: int
+
+    def __post_init__(self):
+        _check.integer("GlorotUniformInitializer", "seed", self.seed)
+
+
+@dataclass(frozen=True, slots=True)
+class ZeroInitializer(Initializer):
+    """All zeros."""
+
+
+@dataclass(frozen=True, slots=True)
+class UniformInitializer(Initializer):
+    """Uniform in [min, max)."""
+
+    seed: int
+    min: float
+    max: float
+
+    def __post_init__(self):
+        _check.integer("UniformInitializer", "seed", self.seed)
+        lo = _check.number("UniformInitializer", "min", self.min)
+        hi = _check.number("UniformInitializer", "max", self.max, low=lo)
+        object.__setattr__(self, "min", lo)
+        object.__setattr__(self, "max", hi)
+
+
+@dataclass(frozen=True, slots=True)
+class NormInitializer(Initializer):
+    """Normal with ``mean`` and ``stddev``."""
+
+    seed: int
+    mean: float
+    stddev: float
+
+    def __post_init__(self):
+        _check.integer("NormInitializer", "seed", self.seed)
+        object.__setattr__(self, "mean", _check.number("NormInitializer", "mean", self.mean))
+        object.__setattr__(self, "stddev", _check.number("NormInitializer", "stddev", self.stddev, low=0.0))

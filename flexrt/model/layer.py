@@ -1,0 +1,78 @@
+"""``Layer``: the record ``FFModel`` keeps of each layer call (FlexFlow's ``Op`` handle).
+
+A layer is one PCG operator node plus the weight nodes it reads. ``Weight`` keeps each weight's
+initializer for the runtime (initializers do nothing at build time).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from flexrt.ir.op_type import OpType
+from flexrt.ir.tensor_shape import TensorShape
+from flexrt.model.tensor import Tensor
+
+
+@dataclass(frozen=True, slots=True)
+class Weight:
+    """One weight a layer reads: PCG node ``node`` named ``{owner}.{name}``.
+
+    ``owner`` is the layer that created it; a layer built with ``shared_op`` reads its weights
+    from that owner.
+    """
+
+    name: str
+    node: int
+    shape: TensorShape
+    owner: str
+    initializer: Optional[Any] = None
+
+    @property
+    def node_name(self) -> str:
+        return f"{self.owner}.{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Layer:
+    """One layer: its index in the model, name, the call that made it (``kind``, e.g. ``dense``),
+    operator attributes, PCG node, input and output tensors and weights.
+
+    ``options`` keeps FlexFlow arguments that do not change the graph (``inplace``,
+    ``kernel_regularizer``, ``create_grad`` ...), by name.
+    """
+
+    index: int
+    name: str
+    kind: str
+    attrs: Any
+    node: int
+    inputs: tuple[Tensor, ...]
+    outputs: tuple[Tensor, ...]
+    weights: tuple[Weight, ...] = ()
+    options: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def op_type(self) -> OpType:
+        return self.attrs.op_type
+
+    @property
+    def shares_weights(self) -> bool:
+        """Whether this layer reads weights another layer created (``shared_op``)."""
+        return any(w.owner != self.name for w in self.weights)
+
+    def option(self, name: str, default: Any = None) -> Any:
+        return dict(self.options).get(name, default)
+
+    # FlexFlow's Op methods --------------------------------------------------------------------
+    def get_output_tensor(self, index: int = 0) -> Tensor:
+        return self.outputs[index]
+
+    def get_input_tensor(self, index: int = 0) -> Tensor:
+        return self.inputs[index]
+
+    def get_number_outputs(self) -> int:
+        return len(self.outputs)
+
+    def get_number_inputs(self) -> int:
+        return len(self.inputs)

@@ -1,0 +1,70 @@
+"""Optimizers with FlexFlow's names and arguments: configuration values the runtime reads.
+
+The model is the first argument, as in FlexFlow (``SGDOptimizer(ffmodel, 0.01)``); it is kept but
+takes no part in equality.
+
+Entry points: ``SGDOptimizer``, ``AdamOptimizer``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from flexrt.errors import ConfigError
+from flexrt.model import _check
+
+
+class Optimizer:
+    """Base class of every optimizer."""
+
+    __slots__ = ()
+
+
+def _check_model(where: str, ffmodel: Any) -> None:
+    from flexrt.model.ffmodel import FFModel  # the model module imports this one
+    if not isinstance(ffmodel, FFModel):
+        raise ConfigError(f"{where}: the first argument must be the FFModel, got {ffmodel!r} "
+                          f"(FlexFlow's form: {where}(ffmodel, ...))")
+
+
+@dataclass(frozen=True, slots=True)
+class SGDOptimizer(Optimizer):
+    """Stochastic gradient descent with optional (Nesterov) momentum and weight decay."""
+
+    ffmodel: Any = field(repr=False, compare=False)
+    lr: float = 0.01
+    momentum: float = 0.0
+    nesterov: bool = False
+    weight_decay: float = 0.0
+
+    def __post_init__(self):
+        _check_model("SGDOptimizer", self.ffmodel)
+        object.__setattr__(self, "lr", _check.number("SGDOptimizer", "lr", self.lr, low=0.0, low_open=True))
+        object.__setattr__(self, "momentum", _check.number("SGDOptimizer", "momentum", self.momentum, low=0.0))
+        _check.flag("SGDOptimizer", "nesterov", self.nesterov)
+        if self.nesterov and self.momentum == 0.0:
+            raise ConfigError("SGDOptimizer: nesterov=True needs momentum > 0, got momentum=0.0")
+        object.__setattr__(self, "weight_decay",
+                           _check.number("SGDOptimizer", "weight_decay", self.weight_decay, low=0.0))
+
+
+@dataclass(frozen=True, slots=True)
+class AdamOptimizer(Optimizer):
+    """Adam (Kingma and Ba, 2015); ``alpha`` is the learning rate."""
+
+    ffmodel: Any = field(repr=False, compare=False)
+    alpha: float = 0.001
+    beta1: float = 0.9
+    beta2: float = 0.999
+    weight_decay: float = 0.0
+    epsilon: float = 1e-8
+
+    def __post_init__(self):
+        _check_model("AdamOptimizer", self.ffmodel)
+        w = "AdamOptimizer"
+        object.__setattr__(self, "alpha", _check.number(w, "alpha", self.alpha, low=0.0, low_open=True))
+        object.__setattr__(self, "beta1", _check.number(w, "beta1", self.beta1, low=0.0, high=1.0, high_open=True))
+        object.__setattr__(self, "beta2", _check.number(w, "beta2", self.beta2, low=0.0, high=1.0, high_open=True))
+        object.__setattr__(self, "weight_decay", _check.number(w, "weight_decay", self.weight_decay, low=0.0))
+        object.__setattr__(self, "epsilon", _check.number(w, "epsilon", self.epsilon, low=0.0, low_open=True))

@@ -1,0 +1,46 @@
+"""Markers that say what a test needs (declared in pyproject.toml): a test marked ``gpu`` skips
+where there is no CUDA GPU with CuPy, one marked ``mpi`` where ``mpiexec`` or mpi4py is missing;
+the skip says which. ``slow`` only labels (deselect with ``-m "not slow"``).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import shutil
+
+import pytest
+
+
+@functools.cache
+def gpu_missing() -> str | None:
+    """Why no GPU test can run here, or None when one can."""
+    if importlib.util.find_spec("cupy") is None:
+        return 'needs a CUDA GPU and CuPy; CuPy is not installed (pip install -e ".[gpu]")'
+    try:
+        import cupy
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:  # CuPy raises its own CUDA errors when there is no driver
+        return f"needs a CUDA GPU; CuPy cannot reach one ({type(e).__name__}: {e})"
+    return None if count > 0 else "needs a CUDA GPU; CuPy sees none"
+
+
+@functools.cache
+def mpi_missing() -> str | None:
+    """Why no MPI test can run here, or None when one can."""
+    if shutil.which("mpiexec") is None:
+        return 'needs mpiexec, which is not on PATH (pip install -e ".[mpi]" brings MPICH)'
+    if importlib.util.find_spec("mpi4py") is None:
+        return 'needs mpi4py, which is not installed (pip install -e ".[mpi]")'
+    return None
+
+
+MISSING = {"gpu": gpu_missing, "mpi": mpi_missing}
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for name, missing in MISSING.items():
+        if item.get_closest_marker(name) is not None:
+            reason = missing()
+            if reason is not None:
+                pytest.skip(reason)

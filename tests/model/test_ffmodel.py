@@ -1,0 +1,321 @@
+"""FFModel builds the right PCG: shapes, parameter counts, names, shared weights, errors; training
+calls wait for the runtime; scripts load in capture mode."""
+
+import pytest
+
+from flexrt.errors import ConfigError, GraphError, NotYetAvailableError, ShapeError
+from flexrt.ir.op_type import OpType
+from flexrt.model import (ActiMode, AdamOptimizer, AggrMode, DataType, FFConfig, FFModel, GlorotUniformInitializer,
+                          LossType, MetricsType, NormInitializer, PoolType, SGDOptimizer, UniformInitializer,
+                          ZeroInitializer, load_model, zoo_models)
+
+
+@pytest.fixture
+def m():
+    return FFModel(FFConfig([]))
+
+
+def weight_nodes(model):
+    return {n.name: n.attrs.shape.dims for n in model.pcg.nodes if n.op_type is OpType.WEIGHT}
+
+
+def test_ffmodel_mlp_shapes_names_and_parameters(m):
+    x = m.create_tensor([64, 784], DataType.DT_FLOAT)
+    h = m.dense(x, 512, ActiMode.AC_MODE_RELU)
+    y = m.softmax(m.dense(h, 10))
+    assert (x.dims, h.dims, y.dims) == ((64, 784), (64, 512), (64, 10))
+    assert (y.num_dims, y.data_type, y.owner_layer) == (2, DataType.DT_FLOAT, "softmax_1")
+    assert m.num_parameters() == 784 * 512 + 512 + 512 * 10 + 10 == 407050
+    assert [l.name for l in m.get_layers().values()] == ["dense_1", "dense_2", "softmax_1"]
+    assert weight_nodes(m) == {"dense_1.kernel": (784, 512), "dense_1.bias": (512,), "dense_2.kernel": (512, 10),
+                               "dense_2.bias": (10,)}
+    dense_1 = m.pcg.node_by_name("dense_1")
+    assert [m.pcg.node(r.node).name for r in dense_1.inputs] == ["input_1", "dense_1.kernel", "dense_1.bias"]
+    assert dense_1.attrs.activation is ActiMode.AC_MODE_RELU
+    assert all(s.is_unpartitioned for n in m.pcg.nodes for s in m.pcg.output_shapes(n.id))
+    assert h.owner_op is m.get_layer_by_name("dense_1") and m.get_layer_by_id(1).name == "dense_2"
+
+
+def test_ffmodel_cnn_shapes_and_parameters(m):
+    x = m.create_tensor([8, 3, 32, 32])
+    t = m.conv2d(x, 16, 3, 3, 1, 1, 1, 1, ActiMode.AC_MODE_RELU)
+    t = m.pool2d(t, 2, 2, 2, 2, 0, 0, PoolType.POOL_AVG)
+    t = m.batch_norm(t)
+    f = m.flat(t)
+    y = m.dense(f, 10, use_bias=False)
+    assert (t.dims, f.dims, y.dims) == ((8, 16, 16, 16), (8, 4096), (8, 10))
+    assert m.num_parameters() == (16 * 3 * 9 + 16) + (16 + 16) + 4096 * 10
+    assert weight_nodes(m)["conv2d_1.kernel"] == (16, 3, 3, 3) and "dense_1.bias" not in weight_nodes(m)
+
+
+def test_ffmodel_split_count_and_sizes(m):
+    x = m.create_tensor([4, 12])
+    parts = m.split(x, 3, 1)
+    assert isinstance(parts, list) and [p.dims for p in parts] == [(4, 4)] * 3
+    assert [p.ref.index for p in parts] == [0, 1, 2] and len(m.get_layers()[0].outputs) == 3
+    a, b = m.split(x, [2, 10], axis=1)
+    assert (a.dims, b.dims) == ((4, 2), (4, 10))
+    assert m.concat([a, b, parts[0]], 1).dims == (4, 16)
+    with pytest.raises(ShapeError, match=r"split: 5 equal pieces do not divide dimension 1 of size 12 .*valid "
+                                         r"counts: 1, 2, 3, 4, 6, 12"):
+        m.split(x, 5, 1)
+
+
+def test_ffmodel_shape_layers(m):
+    x = m.create_tensor([2, 3, 4])
+    assert m.reshape(x, [6, 4]).dims == (6, 4)
+    assert m.transpose(x, [0, 2, 1]).dims == (2, 4, 3)
+    assert m.reduce_sum(x, [1]).dims == (2, 4)
+    assert m.mean(x, [2], keepdims=True).dims == (2, 3, 1)
+    assert m.dropout(x, 0.5, 7).dims == (2, 3, 4)
+    assert m.layer_norm(x, [2]).dims == (2, 3, 4) and weight_nodes(m)["layer_norm_1.gamma"] == (4,)
+    assert m.cast(x, DataType.DT_DOUBLE).data_type is DataType.DT_DOUBLE
+    idx = m.create_tensor([2, 3, 4], DataType.DT_INT64)
+    assert m.gather(x, idx, 1).dims == (2, 3, 4)
+    b = m.create_tensor([2, 4, 5])
+    assert m.batch_matmul(x, b).dims == (2, 3, 5)
+
+
+@pytest.mark.parametrize("method", ["add", "subtract", "multiply", "divide", "max", "min"])
+def test_ffmodel_binary_layers_broadcast(m, method):
+    x, y = m.create_tensor([4, 1, 6]), m.create_tensor([5, 1])
+    out = getattr(m, method)(x, y)
+    assert out.dims == (4, 5, 6) and m.get_layers()[0].name == f"{method}_1"
+
+
+@pytest.mark.parametrize("method", ["relu", "gelu", "elu", "sigmoid", "tanh", "exp", "sin", "cos", "rsqrt",
+                                    "identity", "scalar_add", "scalar_sub", "scalar_multiply", "scalar_true_divide",
+                                    "pow"])
+def test_ffmodel_unary_layers_keep_shape(m, method):
+    x = m.create_tensor([4, 6])
+    args = (2.0,) if method.startswith("scalar") or method == "pow" else ()
+    out = getattr(m, method)(x, *args)
+    assert out.dims == (4, 6)
+    node = m.pcg.node(out.ref.node)
+    assert node.attrs.scalar == (2.0 if args else 0.0)
+
+
+def test_ffmodel_embedding_and_attention(m):
+    idx = m.create_tensor([4, 6], DataType.DT_INT64)
+    assert m.embedding(idx, 100, 8, AggrMode.AGGR_MODE_SUM).dims == (4, 8)
+    assert m.embedding(idx, 100, 8, AggrMode.AGGR_MODE_NONE).dims == (4, 6, 8)
+    q = m.create_tensor([2, 5, 16])
+    kv = m.create_tensor([2, 7, 16])
+    assert m.multihead_attention(q, kv, kv, 16, 4).dims == (2, 5, 16)
+    assert m.num_parameters() == 2 * 100 * 8 + 4 * 16 * 16 + 4 * 16
+
+
+def test_ffmodel_shared_op_reuses_weight_nodes(m):
+    x = m.create_tensor([4, 8])
+    a = m.dense(x, 8, name="d1")
+    b = m.dense(a, 8, shared_op=m.get_layer_by_name("d1"))
+    c = m.dense(b, 8, shared_op=a)          # a tensor names its owner layer
+    d = m.dense(c, 8, shared_op="d1")        # and so does a layer name
+    layers = m.get_layers()
+    assert [w.node for w in layers[1].weights] == [w.node for w in layers[0].weights] == \
+           [w.node for w in layers[3].weights]
+    assert layers[2].shares_weights and not layers[0].shares_weights
+    assert m.num_parameters() == 8 * 8 + 8 and d.dims == (4, 8)
+    assert len(weight_nodes(m)) == 2
+
+
+def test_ffmodel_shared_op_with_other_shapes_is_an_error(m):
+    x = m.create_tensor([4, 8])
+    m.dense(x, 8, name="d1")
+    with pytest.raises(ShapeError, match=r"dense 'dense_1': shared_op 'd1' has weights kernel \[8, 8\] f32, bias "
+                                         r"\[8\] f32; this layer needs kernel \[8, 16\] f32, bias \[16\] f32"):
+        m.dense(x, 16, shared_op="d1")
+    assert len(m.pcg) == 4  # nothing half-added
+    with pytest.raises(ConfigError, match="no layer named 'nope'"):
+        m.dense(x, 8, shared_op="nope")
+
+
+def test_ffmodel_lstm_unrolled_shares_weights(m):
+    x1, x2 = m.create_tensor([4, 16]), m.create_tensor([4, 16])
+    h0, c0 = m.create_tensor([4, 32]), m.create_tensor([4, 32])
+    h1, c1 = m.lstm(x1, h0, c0, 32)
+    h2, c2 = m.lstm(x2, h1, c1, 32, shared_op=h1)
+    assert (h2.dims, c2.dims) == ((4, 32), (4, 32)) and (h1.ref.index, c1.ref.index) == (0, 1)
+    assert m.num_parameters() == 16 * 128 + 32 * 128 + 128
+
+
+def test_ffmodel_names_are_unique(m):
+    x = m.create_tensor([4, 8])
+    m.relu(x, name="relu_2")
+    assert m.relu(x).owner_layer == "relu_1" and m.relu(x).owner_layer == "relu_3"
+    with pytest.raises(ConfigError, match="the name 'relu_1' is already used"):
+        m.relu(x, name="relu_1")
+    with pytest.raises(ShapeError):
+        m.dense(m.create_tensor([4]), 2)  # a failed call uses up no name
+    assert m.dense(x, 2).owner_layer == "dense_1" and m.create_tensor([1]).owner_layer == "input_3"
+
+
+def test_ffmodel_initializers_are_kept_per_weight(m):
+    x = m.create_tensor([4, 8])
+    k, b = GlorotUniformInitializer(3), ZeroInitializer()
+    m.dense(x, 4, kernel_initializer=k, bias_initializer=b)
+    w = m.get_layers()[0].weights
+    assert [(w_.name, w_.initializer, w_.node_name) for w_ in w] == [("kernel", k, "dense_1.kernel"),
+                                                                     ("bias", b, "dense_1.bias")]
+    with pytest.raises(ConfigError, match="kernel_initializer must be an initializer"):
+        m.dense(x, 4, kernel_initializer="glorot")
+
+
+@pytest.mark.parametrize("call, error, fragment", [
+    (lambda m, x: m.dense(x, 0), ConfigError, "dense: out_dim must be an integer >= 1, got 0"),
+    (lambda m, x: m.dense(x, 4, "relu"), ConfigError, "activation must be an ActiMode, got 'relu'; valid: "
+                                                      "ActiMode.AC_MODE_NONE, ActiMode.AC_MODE_RELU"),
+    (lambda m, x: m.dense([1, 2], 4), ConfigError, "dense 'dense_1': input 0 must be a Tensor made by this FFModel"),
+    (lambda m, x: m.dense(FFModel(FFConfig([])).create_tensor([4, 8]), 4), ConfigError, "belongs to another FFModel"),
+    (lambda m, x: m.add(x, m.create_tensor([4, 3])), ShapeError, "add 'add_1': "),
+    (lambda m, x: m.conv2d(x, 4, 3, 3, 1, 1, 0, 0), ShapeError, "conv2d 'conv2d_1': "),
+    (lambda m, x: m.create_tensor([4, 0]), ConfigError, "create_tensor: dims[1] must be an integer >= 1, got 0"),
+    (lambda m, x: m.dropout(x, 1.5, 0), ConfigError, "dropout: rate must be a number >= 0 and < 1, got 1.5"),
+    (lambda m, x: m.concat([], 1), ConfigError, "concat: tensors must be a non-empty list"),
+])
+def test_ffmodel_errors_say_what_and_where(m, call, error, fragment):
+    x = m.create_tensor([4, 8])
+    with pytest.raises(error) as e:
+        call(m, x)
+    assert fragment in str(e.value)
+
+
+def test_ffmodel_training_calls_wait_for_the_runtime(m):
+    x = m.create_tensor([4, 8])
+    m.dense(x, 2)
+    opt = SGDOptimizer(m, 0.1, momentum=0.9)
+    with pytest.raises(NotYetAvailableError, match="lands with the runtime issue"):
+        m.compile(optimizer=opt, loss_type=LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY,
+                  metrics=[MetricsType.METRICS_ACCURACY])
+    assert m.optimizer == opt and m.metrics == (MetricsType.METRICS_ACCURACY,)
+    for call in (lambda: m.fit(x=None, y=None, epochs=1), m.init_layers, m.forward, m.backward, m.zero_gradients,
+                 m.update, m.get_perf_metrics, lambda: m.eval(None, None), lambda: m.create_data_loader(x, None)):
+        with pytest.raises(NotYetAvailableError):
+            call()
+    with pytest.raises(ConfigError, match="loss_type must be a LossType"):
+        m.compile(loss_type="mse")
+
+
+def test_optimizers_and_initializers_validate():
+    m = FFModel(FFConfig([]))
+    assert SGDOptimizer(m) == SGDOptimizer(m, 0.01, 0.0, False, 0.0)
+    assert AdamOptimizer(m, alpha=0.01).alpha == 0.01
+    with pytest.raises(ConfigError, match="SGDOptimizer: lr must be a number > 0, got -1"):
+        SGDOptimizer(m, -1)
+    with pytest.raises(ConfigError, match="nesterov=True needs momentum > 0"):
+        SGDOptimizer(m, nesterov=True)
+    with pytest.raises(ConfigError, match="the first argument must be the FFModel"):
+        SGDOptimizer(0.01)
+    with pytest.raises(ConfigError, match="beta1 must be a number >= 0 and < 1"):
+        AdamOptimizer(m, beta1=1.0)
+    with pytest.raises(ConfigError, match="UniformInitializer: max must be a number >= 1"):
+        UniformInitializer(0, 1.0, 0.5)
+    with pytest.raises(ConfigError, match="stddev must be a number >= 0"):
+        NormInitializer(0, 0.0, -1.0)
+    assert NormInitializer(1, 0, 2).stddev == 2.0
+
+
+def test_ffmodel_summary_prints_table_and_totals(m, capsys):
+    x = m.create_tensor([64, 784])
+    m.dense(m.dense(x, 512), 10)
+    m.summary()
+    out = capsys.readouterr().out
+    assert "dense_1" in out and "401.9 k" in out and "parameters: 407.1 k (407,050)" in out
+    assert "operators: 2" in out
+
+
+# ---- loading scripts -------------------------------------------------------------------------
+
+FLEXFLOW_SCRIPT = '''"""A FlexFlow MLP, as FlexFlow's examples are written."""
+from flexrt.core import *
+
+def top_level_task():
+    ffconfig = FFConfig()
+    print("Python API batchSize(%d) workersPerNodes(%d)" % (ffconfig.batch_size, ffconfig.workers_per_node))
+    ffmodel = FFModel(ffconfig)
+    x = ffmodel.create_tensor([ffconfig.batch_size, 784], DataType.DT_FLOAT)
+    t = ffmodel.dense(x, 512, ActiMode.AC_MODE_RELU)
+    t = ffmodel.dense(t, 10)
+    t = ffmodel.softmax(t)
+    ffoptimizer = SGDOptimizer(ffmodel, 0.01)
+    ffmodel.compile(optimizer=ffoptimizer, loss_type=LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY,
+                    metrics=[MetricsType.METRICS_ACCURACY, MetricsType.METRICS_SPARSE_CATEGORICAL_CROSSENTROPY])
+    label = ffmodel.label_tensor
+    dl_x = ffmodel.create_data_loader(x, None)
+    ffmodel.init_layers()
+    ffmodel.fit(x=dl_x, y=None, epochs=ffconfig.epochs)
+    raise RuntimeError("not reached: compile ends the capture")
+
+if __name__ == "__main__":
+    top_level_task()
+'''
+
+
+def test_load_flexflow_script_captures_model_at_compile(tmp_path, capsys):
+    path = tmp_path / "ff_mlp.py"
+    path.write_text(FLEXFLOW_SCRIPT)
+    loaded = load_model(str(path), ["-b", "32", "-ll:gpu", "2"])
+    assert capsys.readouterr().out == ""  # the script's prints are dropped
+    assert loaded.name == "ff_mlp" and loaded.source == str(path)
+    assert loaded.config.batch_size == 32 and loaded.config.workers_per_node == 2
+    assert loaded.model.num_parameters() == 407050
+    assert loaded.model.loss_type is LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY
+    assert loaded.model.get_layers()[2].outputs[0].dims == (32, 10)
+
+
+def test_load_script_with_build_model_calls_it(tmp_path):
+    path = tmp_path / "built.py"
+    path.write_text("from flexrt.core import *\n"
+                    "def build_model(ffconfig):\n"
+                    "    m = FFModel(ffconfig)\n"
+                    "    m.relu(m.create_tensor([ffconfig.batch_size, 3]))\n"
+                    "    return m\n"
+                    "if __name__ == '__main__':\n"
+                    "    raise SystemExit('must not run as __main__ when loaded')\n")
+    loaded = load_model(str(path), ["-b", "5"])
+    assert loaded.model.inputs[0].dims == (5, 3)
+
+
+def test_load_script_without_compile_takes_last_model(tmp_path):
+    path = tmp_path / "nocompile.py"
+    path.write_text("from flexrt.core import *\n"
+                    "FFModel(FFConfig()).create_tensor([1, 1])\n"
+                    "m = FFModel(FFConfig())\n"
+                    "m.dense(m.create_tensor([2, 3]), 4)\n")
+    assert load_model(str(path)).model.num_parameters() == 16
+
+
+@pytest.mark.parametrize("body, error, fragment", [
+    ("from flexflow.core import *\n", ConfigError, "change `from flexflow.core import *` to `from flexrt.core"),
+    ("x = 1\n", ConfigError, "made no FFModel"),
+    ("def f(:\n", ConfigError, "bad.py:1: syntax error"),
+    ("from flexrt.core import *\nm = FFModel(FFConfig())\n1 / 0\n", ConfigError,
+     "bad.py:3 raised ZeroDivisionError"),
+    ("from flexrt.core import *\nm = FFModel(FFConfig())\nx = m.create_tensor([4, 8])\n"
+     "m.add(x, m.create_tensor([4, 3]))\n", ShapeError, "bad.py:4): add 'add_1': add: shapes [4, 8] and [4, 3]"),
+])
+def test_load_bad_scripts_say_where(tmp_path, body, error, fragment):
+    path = tmp_path / "bad.py"
+    path.write_text(body)
+    with pytest.raises(error) as e:
+        load_model(str(path))
+    assert fragment in str(e.value)
+
+
+def test_load_unknown_model_names_valid_models():
+    with pytest.raises(ConfigError) as e:
+        load_model("no_such_model")
+    names = [z.name for z in zoo_models()]
+    assert "unknown model 'no_such_model'; valid models: " in str(e.value)
+    assert all(n in str(e.value) for n in names)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_model("missing/model.py")
+
+
+def test_zoo_models_have_names_and_descriptions():
+    from importlib import resources
+    zoo = zoo_models()
+    root = resources.files("flexrt.examples")
+    for z in zoo:
+        assert z.name.isidentifier() and z.description
+        assert root.joinpath(z.name + ".py").is_file()
