@@ -135,6 +135,15 @@ def test_conv2d_grouped_out_channel_partitionings(act):
     assert any(d["out"] == 4 for d in _degrees_seen(attrs, (2, 4, 4, 4)))
 
 
+def test_conv2d_resnext_style_groups_cut_by_divisors_of_groups():
+    # C = out = 8, groups = 2 (ResNeXt's C = out = 128, groups = 32 in small): degree 2 only
+    rng = np.random.default_rng(25)
+    attrs = Conv2DAttrs(8, 3, 3, 1, 1, 1, 1, groups=2, use_bias=False)
+    x = rng.standard_normal((2, 8, 4, 4))
+    assert check_all_partitionings(np, attrs, [x], [rng.standard_normal((8, 4, 3, 3))], rng) >= 8
+    assert {d["out"] for d in _degrees_seen(attrs, (2, 8, 4, 4))} == {1, 2}
+
+
 def test_conv2d_halo_partitionings_are_exercised():
     attrs = Conv2DAttrs(2, 3, 3, 2, 2, 1, 1, use_bias=False)
     seen = _degrees_seen(attrs, (2, 2, 8, 8))
@@ -168,9 +177,10 @@ def test_conv2d_rejected_partitionings():
     assert "cut along dim 1 with degree 2, which this operator cannot parallelize" in str(e)
     e = check_rejected(relu, [P.of((2, 4, 8, 8), sum_degree=2), P.of((4, 4, 3, 3), discard_copy_degree=2)])
     assert "partial sums" in str(e)
-    # groups 2 < gcd(4, 4): cutting channels could split a group
+    # out-channel degree 4 over groups 2 would split a group
     grouped = Conv2DAttrs(4, 3, 3, groups=2, use_bias=False)
-    check_rejected(grouped, [P.of((2, 4, 8, 8), (1, 2, 1, 1)), P.of((4, 2, 3, 3), (2, 1, 1, 1))])
+    e = check_rejected(grouped, [P.of((2, 4, 8, 8), (1, 4, 1, 1)), P.of((4, 2, 3, 3), (4, 1, 1, 1))])
+    assert "out-channel degree 4 does not divide groups 2" in str(e)
     # height cut in 4 but Ho = 6 is not divisible by 4
     e = check_rejected(Conv2DAttrs(4, 3, 3, use_bias=False),
                        [P.of((2, 4, 8, 8), (1, 1, 4, 1)), P.of((4, 4, 3, 3), discard_copy_degree=4)])

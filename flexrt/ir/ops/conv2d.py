@@ -11,10 +11,8 @@ Parallel axes (FlexFlow Table 2 "2D convolution: sample, attribute (height, widt
   padding on that dimension (``piece_call``), the halo already holding the padding's zeros;
 - ``out`` (parameter): kernel and bias cut along out, y along channels. With groups == 1 x is
   replicated (its copy slot). With groups > 1 a piece owns whole groups, so x is cut along its
-  channels too, and the piece runs with groups / degree; the axis exists only when
-  groups == gcd(C, out), which makes every degree dividing both C and out divide groups (the rules
-  see full shapes, not degrees). Depthwise convolutions (groups == C) qualify; e.g. C = out = 128,
-  groups = 32 does not, and such a convolution cannot be cut along channels;
+  channels too, and the piece runs with groups / degree; the degree must divide groups
+  (``check_degrees``), e.g. ResNeXt's C = out = 128, groups = 32 takes degrees 1, 2, 4, 8, 16, 32;
 - ``in`` (reduction): x cut along C, kernel along its in-channel dimension, y holds partial sums;
   only with groups == 1 and without a fused activation (act(a + b) != act(a) + act(b));
 - ``partial``: partial sums of x pass through (the convolution is linear in x; zero padding of a
@@ -30,7 +28,6 @@ Entry point: ``Conv2DAttrs``; the rules register on import. ``window_output_size
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -122,9 +119,12 @@ def weight_names(attrs: Conv2DAttrs):
     return ("kernel", "bias") if attrs.use_bias else ("kernel",)
 
 
-def _group_aligned(attrs: Conv2DAttrs, x: TensorShape) -> bool:
-    """Every degree dividing both C and out divides groups, so out-channel pieces own whole groups."""
-    return attrs.groups > 1 and attrs.groups == math.gcd(x.dims[1], attrs.out_channels)
+def check_degrees(attrs: Conv2DAttrs, inputs, degrees):
+    d = degrees.get("out", 1)
+    if attrs.groups > 1 and attrs.groups % d:
+        valid = [k for k in range(1, attrs.groups + 1) if attrs.groups % k == 0]
+        raise ShapeError(f"out-channel degree {d} does not divide groups {attrs.groups} (a piece must own whole "
+                         f"groups); valid degrees: {', '.join(map(str, valid))}")
 
 
 def parallel_axes(attrs: Conv2DAttrs, inputs):
@@ -141,7 +141,7 @@ def parallel_axes(attrs: Conv2DAttrs, inputs):
     ]
     if attrs.groups == 1:
         axes.append(ParallelAxis("out", AxisKind.PARAMETER, ops(COPY, shard(0), shard(0)), ((0, shard(1)),)))
-    elif _group_aligned(attrs, x):
+    else:
         axes.append(ParallelAxis("out", AxisKind.PARAMETER, ops(shard(1), shard(0), shard(0)), ((0, shard(1)),)))
     if attrs.activation is ActiMode.AC_MODE_NONE:
         if attrs.groups == 1:
@@ -196,4 +196,5 @@ def backward_flops(attrs: Conv2DAttrs, ins, outs):
 
 register_op(OpDef(OpType.CONV2D, Conv2DAttrs, output_shapes=output_shapes, flops=flops, num_inputs=1,
                   weight_shapes=weight_shapes, weight_names=weight_names, parallel_axes=parallel_axes,
-                  backward_flops=backward_flops, halo=halo, piece_call=piece_call))
+                  backward_flops=backward_flops, halo=halo, piece_call=piece_call,
+                  check_degrees=check_degrees))
