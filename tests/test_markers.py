@@ -12,6 +12,8 @@ from tests.conftest import gpu_missing, mpi_missing
 pytest_plugins = ["pytester"]
 
 CONFTEST = (Path(__file__).parent / "conftest.py").read_text(encoding="utf-8")
+# The inner runs need neither plugin, and loading them costs seconds per run.
+NO_PLUGINS = ("-p", "no:hypothesispytest", "-p", "no:benchmark")
 INI = """
 [pytest]
 addopts = -ra --strict-markers
@@ -36,7 +38,7 @@ def test_marker_skips_with_reason_or_runs(pytester, marker, missing):
         def test_plain():
             assert True
     """)
-    result = pytester.runpytest_subprocess()
+    result = pytester.runpytest(*NO_PLUGINS)
     reason = missing()
     if reason is None:
         result.assert_outcomes(passed=2)
@@ -54,6 +56,6 @@ def test_unknown_marker_is_an_error(pytester):
         def test_typo():
             pass
     """)
-    result = pytester.runpytest_subprocess()
+    result = pytester.runpytest(*NO_PLUGINS)
     assert result.ret != 0
     result.stdout.fnmatch_lines(["*'gpuu' not found in `markers` configuration option*"])

@@ -10,6 +10,7 @@ Entry points: ``topo_order``, ``dominators``, ``post_dominators``.
 from __future__ import annotations
 
 import heapq
+import itertools
 from typing import Sequence
 
 import numpy as np
@@ -25,53 +26,63 @@ except ImportError as e:  # never fall back silently to the slow path
 
 
 def to_csr(succ: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
-    indptr = np.zeros(len(succ) + 1, dtype=np.int64)
-    indptr[1:] = np.cumsum([len(s) for s in succ])
-    indices = np.fromiter((w for s in succ for w in s), dtype=np.int64, count=int(indptr[-1]))
+    """CSR arrays of a successor-list graph; every id must be a node 0..n-1 (the compiled loops do
+    not check bounds, so this does)."""
+    n = len(succ)
+    lengths = np.fromiter((len(s) for s in succ), dtype=np.int64, count=n)
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=indptr[1:])
+    indices = np.fromiter(itertools.chain.from_iterable(succ), dtype=np.int64, count=int(indptr[-1]))
+    if indices.size and (indices.min() < 0 or indices.max() >= n):
+        bad = int(indices[(indices < 0) | (indices >= n)][0])
+        raise GraphError(f"edge to node {bad}, but the graph has nodes 0..{n - 1}")
     return indptr, indices
+
+
+def _reverse(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CSR of the reversed graph (predecessor lists, sorted by source)."""
+    n = indptr.size - 1
+    src = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+    order = np.argsort(indices, kind="stable")
+    rptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(indices, minlength=n), out=rptr[1:])
+    return rptr, src[order]
+
+
+def _add_root(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Append a virtual root n with an edge to every node without predecessors."""
+    n = indptr.size - 1
+    sources = np.flatnonzero(np.bincount(indices, minlength=n) == 0).astype(np.int64)
+    return np.append(indptr, indptr[-1] + sources.size), np.concatenate([indices, sources])
 
 
 def topo_order(succ: Sequence[Sequence[int]]) -> list[int] | None:
     """Topological order (smallest ready node first), or None when the graph has a cycle."""
-    indptr, indices = to_csr(succ)
-    out = _graph.topo_order(indptr, indices)
+    out = _graph.topo_order(*to_csr(succ))
     return None if out is None else out.tolist()
 
 
-def _with_virtual_root(succ: Sequence[Sequence[int]]) -> tuple[list[list[int]], int]:
-    n = len(succ)
-    preds_count = [0] * n
-    for s in succ:
-        for w in s:
-            preds_count[w] += 1
-    root = n
-    return [list(s) for s in succ] + [[v for v in range(n) if preds_count[v] == 0]], root
-
-
-def _preds(succ: Sequence[Sequence[int]]) -> list[list[int]]:
-    preds: list[list[int]] = [[] for _ in succ]
-    for v, s in enumerate(succ):
-        for w in s:
-            preds[w].append(v)
-    return preds
+def _idom(indptr: np.ndarray, indices: np.ndarray) -> list[int]:
+    n = indptr.size - 1
+    gptr, gidx = _add_root(indptr, indices)
+    order = _graph.topo_order(gptr, gidx)
+    if order is None:
+        raise GraphError("dominators need an acyclic graph; this one has a cycle")
+    idom = _graph.idom_dag(*_reverse(gptr, gidx), order)
+    idom[idom == n] = -1
+    return idom[:n].tolist()
 
 
 def dominators(succ: Sequence[Sequence[int]]) -> list[int]:
     """Immediate dominator of every node of a DAG; -1 for nodes dominated only by the virtual root
     that joins all sources (so a single-source DAG has -1 only at its source)."""
-    g, root = _with_virtual_root(succ)
-    order = topo_order(g)
-    if order is None:
-        raise GraphError("dominators need an acyclic graph; this one has a cycle")
-    pp, pi = to_csr(_preds(g))
-    idom = _graph.idom_dag(pp, pi, np.asarray(order, dtype=np.int64)).tolist()
-    return [-1 if d == root else d for d in idom[:root]]
+    return _idom(*to_csr(succ))
 
 
 def post_dominators(succ: Sequence[Sequence[int]]) -> list[int]:
     """Immediate post-dominator of every node (dominators of the reversed graph); -1 when only the
     virtual sink joining all sinks post-dominates it."""
-    return dominators(_preds(succ))
+    return _idom(*_reverse(*to_csr(succ)))
 
 
 def py_topo_order(succ: Sequence[Sequence[int]]) -> list[int] | None:
