@@ -167,6 +167,13 @@ def split_script_flags(build_model, argv: Sequence[str]) -> tuple[list[str], dic
     return rest, kwargs
 
 
+def _parse(path: Path) -> ast.Module:
+    try:
+        return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except SyntaxError as e:
+        raise ConfigError(f"{path}:{e.lineno}: syntax error: {e.msg}") from None
+
+
 def _build_model_of(path: Path):
     return runpy.run_path(str(path), run_name="__flexrt_model__")["build_model"]
 
@@ -176,10 +183,7 @@ def script_build_model(model: str):
     _, entry = _resolve(model)
     with resources.as_file(entry) as path:
         path = Path(path)
-        try:
-            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        except SyntaxError as e:
-            raise ConfigError(f"{path}:{e.lineno}: syntax error: {e.msg}") from None
+        tree = _parse(path)
         if not _defines_build_model(tree):
             return None
         with _script_env(path, []):
@@ -208,10 +212,7 @@ def load_model(model: str, argv: Sequence[str] = ()) -> LoadedModel:
     argv = list(argv)
     with resources.as_file(entry) as path:
         path = Path(path)
-        try:
-            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        except SyntaxError as e:
-            raise ConfigError(f"{path}:{e.lineno}: syntax error: {e.msg}") from None
+        tree = _parse(path)
         built: Optional[FFModel] = None
         with _capture.capturing() as state, _script_env(path, argv):
             try:

@@ -22,7 +22,7 @@ Parallel axes (FlexFlow Table 2 "2D convolution: sample, attribute (height, widt
 The bias is added by the pieces at coordinate 0 of ``in`` and ``partial`` only.
 
 Entry point: ``Conv2DAttrs``; the rules register on import. ``window_output_size`` and
-``window_halo`` are shared with ``pool2d``.
+``halo`` (with ``window_halo``) are shared with ``pool2d``.
 """
 
 from __future__ import annotations
@@ -152,10 +152,11 @@ def parallel_axes(attrs: Conv2DAttrs, inputs):
     return tuple(axes)
 
 
-def halo(attrs: Conv2DAttrs, operand: int, dim: int, input_shapes, out_range):
+def halo(attrs, operand: int, dim: int, input_shapes, out_range):
+    """Input rows (columns) that output rows ``out_range`` read, for conv2d and pool2d alike."""
     if operand != 0 or dim not in (2, 3):
-        raise ShapeError(f"conv2d: only input 0 has a halo, along dims 2 and 3; asked for operand {operand} "
-                         f"dim {dim}")
+        raise ShapeError(f"{attrs.op_type.value}: only input 0 has a halo, along dims 2 and 3; asked for operand "
+                         f"{operand} dim {dim}")
     if dim == 2:
         return window_halo(attrs.kernel_h, attrs.stride_h, attrs.padding_h, out_range)
     return window_halo(attrs.kernel_w, attrs.stride_w, attrs.padding_w, out_range)

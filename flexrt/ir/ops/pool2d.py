@@ -26,7 +26,7 @@ from flexrt.errors import ShapeError
 from flexrt.ir.enums import ActiMode, PoolType
 from flexrt.ir.op_type import OpType
 from flexrt.ir.ops._common import activation_flops, numel
-from flexrt.ir.ops.conv2d import check_int, window_halo, window_output_size
+from flexrt.ir.ops.conv2d import check_int, halo, window_output_size
 from flexrt.ir.registry import COPY, SUM, AxisKind, OpDef, ParallelAxis, register_op, shard
 from flexrt.ir.tensor_shape import TensorShape
 
@@ -86,15 +86,6 @@ def parallel_axes(attrs: Pool2DAttrs, inputs):
     if _linear(attrs):
         axes.append(ParallelAxis("partial", AxisKind.REDUCTION, ((0, SUM),), ((0, SUM),)))
     return tuple(axes)
-
-
-def halo(attrs: Pool2DAttrs, operand: int, dim: int, input_shapes, out_range):
-    if operand != 0 or dim not in (2, 3):
-        raise ShapeError(f"pool2d: only input 0 has a halo, along dims 2 and 3; asked for operand {operand} "
-                         f"dim {dim}")
-    if dim == 2:
-        return window_halo(attrs.kernel_h, attrs.stride_h, attrs.padding_h, out_range)
-    return window_halo(attrs.kernel_w, attrs.stride_w, attrs.padding_w, out_range)
 
 
 def halo_fill(attrs: Pool2DAttrs) -> float:
