@@ -161,3 +161,13 @@ def test_layers_checker_reports_file_line_and_import(rel, source, expected):
 ])
 def test_layers_checker_accepts_downward_imports(rel, source):
     assert violations(ROOT / rel, source) == []
+
+
+def test_nothing_outside_a_cupy_backend_imports_cupy():
+    """The GPU is optional: only a CuPy backend module (``*cupy*`` in its path) may import CuPy."""
+    found = [f"{p.relative_to(ROOT).as_posix()}:{line}: imports {target}"
+             for p in source_files() if "cupy" not in p.relative_to(ROOT).as_posix()
+             for line, target in _imports(ast.parse(p.read_text(encoding="utf-8")), module_name(p, ROOT),
+                                          p.name == "__init__.py")
+             if target.split(".")[0] == "cupy"]
+    assert not found, "CuPy imported outside a CuPy backend:\n" + "\n".join(found)
