@@ -17,7 +17,7 @@ import math
 from typing import Iterator, Sequence
 
 from flexrt.errors import ShapeError
-from flexrt.ir.parallel_axes import _degrees_for, infer_parallel, required_weight_shapes
+from flexrt.ir.parallel_axes import tensor_degrees, infer_parallel, required_weight_shapes
 from flexrt.ir.parallel_tensor import ParallelTensorShape, divisors
 from flexrt.ir.registry import op_def
 from flexrt.ir.tensor_shape import TensorShape
@@ -40,7 +40,7 @@ def partitionings(attrs, data_shapes: Sequence[TensorShape], totals: Sequence[in
         try:
             shapes = [ParallelTensorShape.of(s.dims, d.shard, d.sum, d.copy, s.dtype)
                       for i, s in enumerate(data_shapes)
-                      for d in [_degrees_for(axes, degree, i, s.rank, False)]]
+                      for d in [tensor_degrees(axes, degree, i, s.rank, False)]]
             opdef_outs = infer_parallel(opdef, attrs, "op", shapes + list(
                 required_weight_shapes(opdef, attrs, "op", shapes)))
         except ShapeError:

@@ -97,7 +97,8 @@ def solve_axes(opdef: OpDef, attrs, name: str, data_inputs: Sequence[ParallelTen
     return axes, degree
 
 
-def _degrees_for(axes, degree, idx, rank, output: bool) -> ParallelDegrees:
+def tensor_degrees(axes, degree, idx, rank, output: bool) -> ParallelDegrees:
+    """The degrees of operand (or output) ``idx`` when the axes have degrees ``degree``."""
     def prod_at(slot):
         return math.prod(degree[a.name] for a in _axes_at(axes, idx, slot, output))
     return ParallelDegrees(tuple(prod_at(Slot(SlotKind.SHARD, d)) for d in range(rank)),
@@ -119,7 +120,7 @@ def required_weight_shapes(opdef: OpDef, attrs, name: str,
     wshapes = opdef.weight_shapes(attrs, full) if opdef.weight_shapes else ()
     label = f"{opdef.op_type.value} '{name}'"
     n = len(data_inputs)
-    return tuple(_with(w, _degrees_for(axes, degree, n + i, w.rank, False), label, f"weight {i}")
+    return tuple(_with(w, tensor_degrees(axes, degree, n + i, w.rank, False), label, f"weight {i}")
                  for i, w in enumerate(wshapes))
 
 
@@ -139,7 +140,7 @@ def infer_parallel(opdef: OpDef, attrs, name: str, operands: Sequence[ParallelTe
                 raise ShapeError(f"{label}: weight '{names[i]}' is {have} but the inputs "
                                  f"{', '.join(map(str, data))} require {need}")
     outs = opdef.output_shapes(attrs, [s.tensor_shape for s in data])
-    return tuple(_with(o, _degrees_for(axes, degree, k, o.rank, True), label, f"output {k}")
+    return tuple(_with(o, tensor_degrees(axes, degree, k, o.rank, True), label, f"output {k}")
                  for k, o in enumerate(outs))
 
 

@@ -1,0 +1,457 @@
+"""Machine YAML: the format, and its reader.
+
+A machine file describes one node and how many of them there are; every node is the same. Units:
+FLOP/s in TFLOP/s (1e12), bandwidths in GB/s (1e9 bytes/s) *per direction*, device memory in GiB
+(2**30 bytes, what vendors call "16 GB"), latencies and launch overheads in microseconds.
+``configs/machines/summit.yaml`` is a fully commented example; every preset there is one.
+
+.. code-block:: yaml
+
+    name: summit                      # required
+    description: Unity's testbed      # optional, shown by `flexrt machines`
+    nodes: 1                          # default 1; load_machine(..., nodes=N) overrides it
+    device_kinds:                     # required: name -> one kind of compute device
+      V100-SXM2-16GB:
+        kind: gpu                     # gpu | cpu
+        peak_flops: {float32: 15.7, float16: 125, float64: 7.8}   # TFLOP/s per dtype
+        memory_bandwidth: 900         # GB/s
+        memory: 16                    # GiB
+        launch_overhead_us: 5         # per kernel
+        efficiency: 0.8               # optional (0.8): fraction of peak a large kernel reaches
+    node:
+      sockets:                        # required: one entry per CPU socket, devices in local-index order
+        - cpu: POWER9                 # a label for the host CPU, or null (not modelled)
+          devices: [V100-SXM2-16GB, V100-SXM2-16GB, V100-SXM2-16GB]   # or {V100-SXM2-16GB: 3}
+        - {cpu: POWER9, devices: {V100-SXM2-16GB: 3}}
+    links:                            # per link type used below: one lane, one direction
+      nvlink: {bandwidth: 50, latency_us: 1.0}
+      xbus: {bandwidth: 32, latency_us: 0.4}
+      nic: {bandwidth: 15.75, latency_us: 0.5}
+      network: {bandwidth: 12.5, latency_us: 1.0}
+    intra_node:
+      devices:                        # device <-> device links; the entries add up
+        - {all_to_all: [0, 1, 2], link: nvlink}     # every pair of the group ("all": every device)
+        - {all_to_all: [3, 4, 5], link: nvlink, lanes: 1}
+        # - {pairs: [[0, 1], [0, 3, 2]], link: nvlink}   # explicit pairs; a third number bonds lanes
+        # - {switch: all, link: switch}                  # a new switch, one link per device
+      to_cpu: {link: nvlink}          # devices <-> their socket's CPU, one link each; or through
+                                      # switches: {link: pcie, switches: [[0, 1], [2, 3]]} or
+                                      # switches: per_socket (one switch per socket)
+      between_sockets: xbus           # CPUs of the node, every pair
+    inter_node:
+      nics: 2                         # network adapters per node
+      attach: sockets                 # sockets: NIC k on socket k mod #sockets' CPU;
+                                      # devices: NIC k on devices [k*g, (k+1)*g), g = devices / NICs
+
+Link types: nvlink, pcie, xbus (X-Bus / UPI / QPI), nic (host or device <-> adapter), network
+(adapter port <-> fabric), membus (memory bus), switch (NVSwitch / PCIe switch port). Each
+connection becomes two directional links with ``lanes * bandwidth``. A NIC has a ``nic`` link to
+what it attaches to and a ``network`` link to the fabric (``net``), so a transfer between nodes
+crosses ``... nic, network, network, nic ...``.
+
+The file is read with ``yaml.SafeLoader`` semantics (a subclass that also records the line of every
+key) into frozen dataclasses. Every error is a :class:`~flexrt.errors.MachineSpecError` of the form
+``FILE:LINE: field 'links.nvlink.bandwidth': expected a positive number (GB/s), got 'fast'``.
+
+Entry points: :func:`load_yaml_spec` (file -> MachineSpec), :func:`parse_yaml_spec` (text).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from flexrt.errors import MachineSpecError
+from flexrt.ir.datatype import DataType
+from flexrt.machine.machine import CPU, DEVICE_KINDS, DeviceSpec, LinkType
+from flexrt.machine.spec import (CpuLinks, DeviceLinks, InterNodeSpec, IntraNodeSpec, LinkSpec, MachineSpec,
+                                 NicAttach, SocketSpec, Topology)
+
+DTYPE_NAMES = {"float32": DataType.DT_FLOAT, "float16": DataType.DT_HALF, "bfloat16": DataType.DT_BFLOAT16,
+               "float64": DataType.DT_DOUBLE, "int32": DataType.DT_INT32, "int64": DataType.DT_INT64}
+LINK_NAMES = {t.value: t for t in LinkType}
+TFLOPS, GB, GIB, US = 1e12, 1e9, 2**30, 1e-6
+
+
+# --- a SafeLoader that remembers lines ---
+
+class _Map(dict):
+    """A YAML mapping with the line of the mapping and of each key (1-based)."""
+
+    line: int
+    key_lines: dict
+
+
+class _Seq(list):
+    """A YAML sequence with its line and the line of each item."""
+
+    line: int
+    item_lines: list
+
+
+class _LineLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` whose mappings and sequences carry line numbers; duplicate keys are errors."""
+
+
+def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> _Map:
+    loader.flatten_mapping(node)
+    m = _Map()
+    m.line, m.key_lines = node.start_mark.line + 1, {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            hash(key)
+        except TypeError:
+            raise yaml.constructor.ConstructorError("while constructing a mapping", node.start_mark,
+                                                    "found an unhashable key", key_node.start_mark) from None
+        if key in m:
+            raise yaml.constructor.ConstructorError("while constructing a mapping", node.start_mark,
+                                                    f"found duplicate key {key!r}", key_node.start_mark)
+        m[key] = loader.construct_object(value_node, deep=True)
+        m.key_lines[key] = key_node.start_mark.line + 1
+    return m
+
+
+def _construct_sequence(loader: _LineLoader, node: yaml.SequenceNode) -> _Seq:
+    s = _Seq(loader.construct_object(child, deep=True) for child in node.value)
+    s.line, s.item_lines = node.start_mark.line + 1, [child.start_mark.line + 1 for child in node.value]
+    return s
+
+
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
+
+
+def _load_yaml(text: str, source: str) -> Any:
+    try:
+        return yaml.load(text, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        line = mark.line + 1 if mark is not None else 1
+        detail = e.problem or "invalid YAML"
+        if e.context:
+            detail = f"{detail} ({e.context}" + (f" at line {e.context_mark.line + 1})" if e.context_mark else ")")
+        raise MachineSpecError(f"{source}:{line}: invalid YAML: {detail}") from None
+    except yaml.YAMLError as e:
+        raise MachineSpecError(f"{source}:1: invalid YAML: {e}") from None
+
+
+# --- validation helpers ---
+
+def _show(value: Any) -> str:
+    return "null" if value is None else repr(value)
+
+
+class _Reader:
+    """Validates the loaded document against the format; every error names file, line and field."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def where(self, line: int, path: str) -> str:
+        return f"{self.source}:{line}: field '{path}'"
+
+    def error(self, line: int, path: str, message: str) -> MachineSpecError:
+        return MachineSpecError(f"{self.where(line, path)}: {message}")
+
+    def line(self, m: _Map, key: str) -> int:
+        return m.key_lines.get(key, m.line)
+
+    def mapping(self, value: Any, line: int, path: str, what: str = "a mapping") -> _Map:
+        if not isinstance(value, _Map):
+            raise self.error(getattr(value, "line", line), path, f"expected {what}, got {_show(value)}")
+        return value
+
+    def sequence(self, value: Any, line: int, path: str, what: str) -> _Seq:
+        if not isinstance(value, _Seq):
+            raise self.error(getattr(value, "line", line), path, f"expected {what}, got {_show(value)}")
+        return value
+
+    def keys(self, m: _Map, path: str, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> None:
+        valid = required + optional
+        for key in m:
+            if key not in valid:
+                raise self.error(self.line(m, key), f"{path}.{key}" if path else str(key),
+                                 f"unknown key {key!r}; valid keys: {', '.join(valid)}")
+        for key in required:
+            if key not in m:
+                raise self.error(m.line, path or "<top level>", f"missing key {key!r}")
+
+    def number(self, m: _Map, key: str, path: str, unit: str, *, allow_zero: bool = False) -> float:
+        value = m[key]
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (
+            value >= 0 if allow_zero else value > 0) and value != float("inf")
+        if not ok:
+            what = "a non-negative" if allow_zero else "a positive"
+            raise self.error(self.line(m, key), f"{path}.{key}", f"expected {what} number ({unit}), got {_show(value)}")
+        return float(value)
+
+    def integer(self, value: Any, line: int, path: str, *, minimum: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+            raise self.error(line, path, f"expected {what}, got {_show(value)}")
+        return value
+
+    def name(self, m: _Map, key: str, path: str) -> str:
+        value = m[key]
+        if not isinstance(value, str) or not value.strip():
+            raise self.error(self.line(m, key), f"{path}.{key}" if path else key,
+                             f"expected a non-empty string, got {_show(value)}")
+        return value
+
+    def link_type(self, value: Any, line: int, path: str) -> LinkType:
+        if not isinstance(value, str) or value not in LINK_NAMES:
+            raise self.error(line, path, f"unknown link type {_show(value)}; valid link types: "
+                                         f"{', '.join(LINK_NAMES)}")
+        return LINK_NAMES[value]
+
+
+# --- sections ---
+
+def _device_kind(r: _Reader, name: Any, m: Any, line: int, path: str) -> DeviceSpec:
+    if not isinstance(name, str) or not name:
+        raise r.error(line, path, f"device kind names must be non-empty strings, got {_show(name)}")
+    m = r.mapping(m, line, path, "a mapping of kind, peak_flops, memory_bandwidth, memory, launch_overhead_us")
+    r.keys(m, path, ("kind", "peak_flops", "memory_bandwidth", "memory", "launch_overhead_us"), ("efficiency",))
+    kind = m["kind"]
+    if kind not in DEVICE_KINDS:
+        raise r.error(r.line(m, "kind"), f"{path}.kind",
+                      f"expected one of {', '.join(DEVICE_KINDS)}, got {_show(kind)}")
+    flops_map = r.mapping(m["peak_flops"], r.line(m, "peak_flops"), f"{path}.peak_flops",
+                          "a mapping dtype -> TFLOP/s")
+    if not flops_map:
+        raise r.error(flops_map.line, f"{path}.peak_flops", "expected at least one dtype")
+    flops = {}
+    for dtype_name in flops_map:
+        if dtype_name not in DTYPE_NAMES:
+            raise r.error(r.line(flops_map, dtype_name), f"{path}.peak_flops.{dtype_name}",
+                          f"unknown dtype {_show(dtype_name)}; valid dtypes: {', '.join(DTYPE_NAMES)}")
+        flops[DTYPE_NAMES[dtype_name]] = r.number(flops_map, dtype_name, f"{path}.peak_flops", "TFLOP/s") * TFLOPS
+    efficiency = 0.8
+    if "efficiency" in m:
+        efficiency = r.number(m, "efficiency", path, "fraction of peak")
+        if efficiency > 1:
+            raise r.error(r.line(m, "efficiency"), f"{path}.efficiency",
+                          f"expected a fraction of peak in (0, 1], got {efficiency:g}")
+    return DeviceSpec(name, kind, flops, r.number(m, "memory_bandwidth", path, "GB/s") * GB,
+                      int(round(r.number(m, "memory", path, "GiB") * GIB)),
+                      r.number(m, "launch_overhead_us", path, "microseconds", allow_zero=True) * US, efficiency)
+
+
+def _socket(r: _Reader, m: Any, line: int, path: str, kinds: dict[str, DeviceSpec]) -> SocketSpec:
+    m = r.mapping(m, line, path, "a mapping with cpu and devices")
+    r.keys(m, path, ("devices",), ("cpu",))
+    cpu = m.get("cpu")
+    if cpu is not None and (not isinstance(cpu, str) or not cpu.strip()):
+        raise r.error(r.line(m, "cpu"), f"{path}.cpu", f"expected a CPU label or null, got {_show(cpu)}")
+    value, dline, dpath = m["devices"], r.line(m, "devices"), f"{path}.devices"
+    names: list[str] = []
+    if isinstance(value, _Map):
+        for name in value:
+            count = r.integer(value[name], r.line(value, name), f"{dpath}.{name}", minimum=0)
+            names += [name] * count
+        lines = [r.line(value, name) for name in value for _ in range(value[name])]
+    else:
+        value = r.sequence(value, dline, dpath, "a list of device kind names or a mapping name -> count")
+        names, lines = list(value), value.item_lines
+    for i, (name, item_line) in enumerate(zip(names, lines)):
+        if name not in kinds:
+            raise r.error(item_line, f"{dpath}[{i}]", f"unknown device kind {_show(name)}; "
+                                                      f"device_kinds defines: {', '.join(kinds)}")
+        if cpu is not None and kinds[name].kind == CPU:
+            raise r.error(r.line(m, "cpu"), f"{path}.cpu", "a socket cpu cannot be given when its devices are of "
+                                                           "kind 'cpu' (the devices are the host); use cpu: null")
+    return SocketSpec(cpu, tuple(names))
+
+
+def _links(r: _Reader, m: Any, line: int) -> dict[LinkType, LinkSpec]:
+    m = r.mapping(m, line, "links", "a mapping link type -> {bandwidth, latency_us}")
+    links = {}
+    for name in m:
+        type_ = r.link_type(name, r.line(m, name), f"links.{name}")
+        entry = r.mapping(m[name], r.line(m, name), f"links.{name}", "a mapping with bandwidth and latency_us")
+        r.keys(entry, f"links.{name}", ("bandwidth", "latency_us"))
+        links[type_] = LinkSpec(type_, r.number(entry, "bandwidth", f"links.{name}", "GB/s"),
+                                r.number(entry, "latency_us", f"links.{name}", "microseconds", allow_zero=True))
+    return links
+
+
+class _IntraReader:
+    def __init__(self, r: _Reader, links: dict[LinkType, LinkSpec], devices: int, socket_of: list[int]) -> None:
+        self.r, self.links, self.n, self.socket_of = r, links, devices, socket_of
+
+    def link(self, m: _Map, key: str, path: str) -> LinkType:
+        type_ = self.r.link_type(m[key], self.r.line(m, key), f"{path}.{key}")
+        if type_ not in self.links:
+            raise self.r.error(self.r.line(m, key), f"{path}.{key}", f"link type '{type_.value}' has no entry in "
+                               f"links; add links.{type_.value} with bandwidth (GB/s per direction) and latency_us")
+        return type_
+
+    def index(self, value: Any, line: int, path: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < self.n:
+            raise self.r.error(line, path, f"expected a device index 0..{self.n - 1}, got {_show(value)}")
+        return value
+
+    def group(self, value: Any, line: int, path: str) -> tuple[int, ...]:
+        if value == "all":
+            return tuple(range(self.n))
+        seq = self.r.sequence(value, line, path, "a list of device indices or 'all'")
+        group = tuple(self.index(v, seq.item_lines[i], f"{path}[{i}]") for i, v in enumerate(seq))
+        if len(set(group)) != len(group):
+            raise self.r.error(seq.line, path, f"device indices repeat: {list(group)}")
+        if not group:
+            raise self.r.error(seq.line, path, "expected at least one device index")
+        return group
+
+    def lanes(self, m: _Map, path: str) -> int:
+        return self.r.integer(m["lanes"], self.r.line(m, "lanes"), f"{path}.lanes", minimum=1) if "lanes" in m else 1
+
+    def entry(self, m: Any, line: int, path: str) -> DeviceLinks:
+        r = self.r
+        m = r.mapping(m, line, path, "a mapping with one of all_to_all, pairs, switch and a link")
+        kinds = [t for t in Topology if t.value in m]
+        if len(kinds) != 1:
+            raise r.error(m.line, path, f"expected exactly one of {', '.join(t.value for t in Topology)}, "
+                                        f"got {', '.join(t.value for t in kinds) or 'none'}")
+        topology = kinds[0]
+        key = topology.value
+        r.keys(m, path, (key, "link"), () if topology is Topology.PAIRS else ("lanes",))
+        link, where = self.link(m, "link", path), r.where(m.line, path)
+        if topology is not Topology.PAIRS:
+            return DeviceLinks(topology, link, self.group(m[key], r.line(m, key), f"{path}.{key}"),
+                               lanes=self.lanes(m, path), where=where)
+        seq = r.sequence(m[key], r.line(m, key), f"{path}.pairs", "a list of [a, b] or [a, b, lanes]")
+        pairs, seen = [], set()
+        for i, item in enumerate(seq):
+            ipath, iline = f"{path}.pairs[{i}]", seq.item_lines[i]
+            if not isinstance(item, _Seq) or len(item) not in (2, 3):
+                raise r.error(iline, ipath, f"expected [a, b] or [a, b, lanes], got {_show(item)}")
+            a, b = (self.index(v, iline, ipath) for v in item[:2])
+            lanes = r.integer(item[2], iline, ipath + "[2]", minimum=1) if len(item) == 3 else 1
+            if a == b or (min(a, b), max(a, b)) in seen:
+                raise r.error(iline, ipath, f"[{a}, {b}] " + ("joins a device to itself" if a == b else
+                                                              "is listed twice; give a lane count instead"))
+            seen.add((min(a, b), max(a, b)))
+            pairs.append((a, b, lanes))
+        return DeviceLinks(topology, link, pairs=tuple(pairs), where=where)
+
+    def to_cpu(self, m: Any, line: int, sockets: tuple[SocketSpec, ...]) -> CpuLinks:
+        r, path = self.r, "intra_node.to_cpu"
+        m = r.mapping(m, line, path, "a mapping with link (and switches, lanes)")
+        r.keys(m, path, ("link",), ("switches", "lanes"))
+        for s, socket in enumerate(sockets):
+            if socket.cpu is None and socket.devices:
+                raise r.error(m.line, path, f"socket {s} has devices but no cpu (node.sockets[{s}].cpu is null), "
+                                            f"so its devices cannot reach a CPU")
+        switches = None
+        if "switches" in m:
+            value, sline, spath = m["switches"], r.line(m, "switches"), f"{path}.switches"
+            if value == "per_socket":
+                switches = tuple(tuple(i for i in range(self.n) if self.socket_of[i] == s)
+                                 for s in range(len(sockets)) if s in self.socket_of)
+            else:
+                seq = r.sequence(value, sline, spath, "'per_socket' or a list of device index lists")
+                switches = tuple(self.group(g, seq.item_lines[i], f"{spath}[{i}]") for i, g in enumerate(seq))
+                for i, g in enumerate(switches):
+                    if len({self.socket_of[d] for d in g}) != 1:
+                        raise r.error(seq.item_lines[i], f"{spath}[{i}]", f"devices {list(g)} hang off different "
+                                      f"sockets; a switch serves one socket")
+                covered = sorted(d for g in switches for d in g)
+                if covered != list(range(self.n)):
+                    raise r.error(sline, spath, f"expected every device 0..{self.n - 1} in exactly one switch, "
+                                                f"got {covered}")
+        return CpuLinks(self.link(m, "link", path), switches, self.lanes(m, path), r.where(line, path))
+
+
+def _intra_node(r: _Reader, m: Any, line: int, links: dict[LinkType, LinkSpec],
+                sockets: tuple[SocketSpec, ...]) -> IntraNodeSpec:
+    m = r.mapping(m, line, "intra_node", "a mapping with devices, to_cpu, between_sockets")
+    r.keys(m, "intra_node", (), ("devices", "to_cpu", "between_sockets"))
+    socket_of = [s for s, socket in enumerate(sockets) for _ in socket.devices]
+    ir = _IntraReader(r, links, len(socket_of), socket_of)
+    entries: tuple[DeviceLinks, ...] = ()
+    if "devices" in m:
+        seq = r.sequence(m["devices"], r.line(m, "devices"), "intra_node.devices", "a list of topology entries")
+        entries = tuple(ir.entry(e, seq.item_lines[i], f"intra_node.devices[{i}]") for i, e in enumerate(seq))
+    to_cpu = ir.to_cpu(m["to_cpu"], r.line(m, "to_cpu"), sockets) if "to_cpu" in m else None
+    between = None
+    if "between_sockets" in m:
+        between = ir.link(m, "between_sockets", "intra_node")
+    return IntraNodeSpec(entries, to_cpu, between, r.where(line, "intra_node"))
+
+
+def _inter_node(r: _Reader, m: Any, line: int, links: dict[LinkType, LinkSpec],
+                sockets: tuple[SocketSpec, ...], devices: int) -> InterNodeSpec:
+    path = "inter_node"
+    m = r.mapping(m, line, path, "a mapping with nics and attach")
+    r.keys(m, path, ("nics",), ("attach",))
+    nics = r.integer(m["nics"], r.line(m, "nics"), f"{path}.nics", minimum=0)
+    attach = NicAttach.SOCKETS
+    if "attach" in m:
+        valid = {a.value: a for a in NicAttach}
+        if m["attach"] not in valid:
+            raise r.error(r.line(m, "attach"), f"{path}.attach", f"expected one of {', '.join(valid)}, "
+                                                                 f"got {_show(m['attach'])}")
+        attach = valid[m["attach"]]
+    if nics:
+        for type_ in (LinkType.NIC, LinkType.NETWORK):
+            if type_ not in links:
+                raise r.error(m.line, path, f"NICs need links.{type_.value} (bandwidth GB/s per direction, "
+                                            f"latency_us)")
+        if attach is NicAttach.SOCKETS:
+            for k in range(nics):
+                if sockets[k % len(sockets)].cpu is None:
+                    raise r.error(r.line(m, "attach") if "attach" in m else m.line, f"{path}.attach",
+                                  f"NIC {k} would hang off socket {k % len(sockets)}, which has no cpu; "
+                                  f"use attach: devices")
+        elif devices % nics:
+            raise r.error(r.line(m, "nics"), f"{path}.nics", f"attach: devices needs the NIC count to divide the "
+                                                             f"{devices} devices per node, got {nics}")
+    return InterNodeSpec(nics, attach, r.where(line, path))
+
+
+def parse_yaml_spec(text: str, source: str = "<string>") -> MachineSpec:
+    """Validate machine YAML ``text``; ``source`` names it in errors (``FILE:LINE: field ...``)."""
+    doc = _load_yaml(text, source)
+    r = _Reader(source)
+    top = r.mapping(doc, 1, "<top level>", "a mapping with name, device_kinds, node, links")
+    r.keys(top, "", ("name", "device_kinds", "node", "links"), ("description", "nodes", "intra_node", "inter_node"))
+    name = r.name(top, "name", "")
+    description = r.name(top, "description", "") if "description" in top else ""
+    nodes = r.integer(top["nodes"], r.line(top, "nodes"), "nodes", minimum=1) if "nodes" in top else 1
+    kinds_map = r.mapping(top["device_kinds"], r.line(top, "device_kinds"), "device_kinds",
+                          "a mapping name -> device kind")
+    if not kinds_map:
+        raise r.error(kinds_map.line, "device_kinds", "expected at least one device kind")
+    kinds = {k: _device_kind(r, k, kinds_map[k], r.line(kinds_map, k), f"device_kinds.{k}") for k in kinds_map}
+    node = r.mapping(top["node"], r.line(top, "node"), "node", "a mapping with sockets")
+    r.keys(node, "node", ("sockets",))
+    seq = r.sequence(node["sockets"], r.line(node, "sockets"), "node.sockets", "a list of sockets")
+    sockets = tuple(_socket(r, s, seq.item_lines[i], f"node.sockets[{i}]", kinds) for i, s in enumerate(seq))
+    devices = sum(len(s.devices) for s in sockets)
+    if not devices:
+        raise r.error(seq.line, "node.sockets", "expected at least one device in some socket")
+    links = _links(r, top["links"], r.line(top, "links"))
+    if "intra_node" in top:
+        intra = _intra_node(r, top["intra_node"], r.line(top, "intra_node"), links, sockets)
+    else:
+        intra = IntraNodeSpec(where=r.where(r.line(top, "node"), "node"))
+    inter = None
+    if "inter_node" in top:
+        inter = _inter_node(r, top["inter_node"], r.line(top, "inter_node"), links, sockets, devices)
+    if nodes > 1 and (inter is None or not inter.nics):
+        raise r.error(r.line(top, "nodes"), "nodes", f"{nodes} nodes need an inter_node section with nics > 0")
+    return MachineSpec(name, nodes, tuple(kinds.values()), sockets, tuple(links.values()), intra, inter,
+                       source=source, description=description)
+
+
+def load_yaml_spec(path: str | Path) -> MachineSpec:
+    """Read and validate the machine YAML file at ``path``."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise MachineSpecError(f"cannot read machine file {path}: {e.strerror or e}") from None
+    return parse_yaml_spec(text, str(path))

@@ -1,0 +1,376 @@
+"""Cost models: how long one operator piece, one weight update, one reduction and one transfer take.
+
+One interface (``CostModel``), several implementations:
+
+- ``AnalyticCostModel``: a roofline per phase from the device's peak FLOP/s, memory bandwidth and
+  launch overhead (the machine YAML); simulates any cluster on any machine.
+- ``ProfiledCostModel``: runs the operator's real forward kernel once per (operator attributes,
+  piece shapes, dtype, backend, device) and caches the time on disk (FlexFlow §5.1, assumption A1);
+  everything it cannot measure goes to a fallback model (analytic by default).
+- ``transfer_time``: latency + bytes / bandwidth on one link (assumption A2), shared by both.
+
+Every time is in seconds and strictly positive (the engine rejects zero-time tasks): at least the
+device's launch overhead, and never below ``MIN_TASK_S``.
+
+Entry points: ``CostModel``, ``OpTimes``, ``AnalyticCostModel``, ``ProfiledCostModel``,
+``transfer_time``.
+
+Example:
+    >>> from flexrt.ir import TensorShape
+    >>> from flexrt.ir.ops import LinearAttrs
+    >>> x, w, y = TensorShape((64, 1024)), TensorShape((1024, 1024)), TensorShape((64, 1024))
+    >>> t = AnalyticCostModel().op_times(LinearAttrs(1024), [x, w], [y], v100)  # doctest: +SKIP
+    >>> t.forward_s < t.backward_s                                               # doctest: +SKIP
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Optional, Protocol, Sequence, Union
+
+from flexrt.errors import ConfigError, FlexrtError, MachineSpecError
+from flexrt.ir.datatype import DataType
+from flexrt.ir.costs import op_cost
+from flexrt.ir.op_type import PARALLEL_OPS, SOURCE_OPS
+from flexrt.ir.serialize import attrs_to_json
+from flexrt.ir.tensor_shape import TensorShape
+from flexrt.kernels.registry import forward_kernel
+from flexrt.simulator import profiling
+from flexrt.simulator.profile_cache import CacheEntry, ProfileCache, canonical_json
+
+if TYPE_CHECKING:
+    from flexrt.machine import DeviceSpec, Link
+
+log = logging.getLogger(__name__)
+
+MIN_TASK_S = 1e-9  # floor of every compute time, for devices whose launch overhead is 0
+# Passes over the weight's bytes and FLOPs per element of one optimizer step:
+# sgd: w -= lr * g (read w, g; write w); momentum: v = m v + g; w -= lr v (read w, g, v; write w, v);
+# adam: m, v moments, bias correction, sqrt, divide (read w, g, m, v; write w, m, v).
+OPTIMIZER_PASSES = {"sgd": 3, "momentum": 5, "adam": 7}
+OPTIMIZER_FLOPS_PER_ELEMENT = {"sgd": 2, "momentum": 4, "adam": 12}
+# Backward traffic relative to forward: it reads what forward read plus the output gradient and
+# writes a gradient for every operand, so about twice forward's bytes.
+BACKWARD_BYTES_FACTOR = 2
+
+
+@dataclass(frozen=True, slots=True)
+class OpTimes:
+    """Seconds of one operator piece's forward and backward tasks.
+
+    ``source`` says which model produced them: "analytic", "profiled:numpy", "profiled:cupy", or
+    "fallback:<model>" with the reason in ``note``.
+    """
+
+    forward_s: float
+    backward_s: float
+    source: str = "analytic"
+    note: str = ""
+
+    def __post_init__(self):
+        for name in ("forward_s", "backward_s"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise ValueError(f"OpTimes.{name} is {v!r}; every task time must be finite and > 0 "
+                                 f"(source {self.source})")
+
+
+class CostModel(Protocol):
+    """What the lowering asks of a cost model. Shapes are piece shapes; ``inputs`` are the data
+    inputs followed by the weights."""
+
+    name: str
+
+    def op_times(self, attrs, inputs: Sequence[TensorShape], outputs: Sequence[TensorShape],
+                 device: "DeviceSpec") -> OpTimes: ...
+
+    def update_time(self, weight: TensorShape, device: "DeviceSpec", optimizer: str = "sgd") -> float: ...
+
+    def reduce_time(self, shape: TensorShape, n: int, device: "DeviceSpec") -> float: ...
+
+    def transfer_time(self, link: "Link", num_bytes: int) -> float: ...
+
+
+def transfer_time(link: "Link", num_bytes: int) -> float:
+    """``link.latency_s + num_bytes / link.bandwidth`` (FlexFlow's A2: bandwidth fully used); 0 bytes
+    cost the latency alone.
+
+    Example:
+        >>> transfer_time(nvlink_25GBps_5us, 25_000_000)  # doctest: +SKIP
+        0.001005
+    """
+    if isinstance(num_bytes, bool) or not isinstance(num_bytes, int) or num_bytes < 0:
+        raise ConfigError(f"transfer over link {link.id}: num_bytes is {num_bytes!r}; expected an int >= 0")
+    if not link.bandwidth > 0:
+        raise MachineSpecError(f"link {link.id} ({link.src} -> {link.dst}) has bandwidth {link.bandwidth!r} "
+                               f"bytes/s; it must be > 0")
+    return link.latency_s + num_bytes / link.bandwidth
+
+
+def compute_dtype(inputs: Sequence[TensorShape], outputs: Sequence[TensorShape]) -> DataType:
+    """The dtype whose peak FLOP/s applies: the first floating-point dtype among the outputs, then
+    the inputs (an embedding's float table, not its int indices); DT_FLOAT when there is none."""
+    for s in list(outputs) + list(inputs):
+        if s.dtype.is_floating:
+            return s.dtype
+    return DataType.DT_FLOAT
+
+
+def _floor(device: "DeviceSpec") -> float:
+    return max(device.launch_overhead_s, MIN_TASK_S)
+
+
+def _roofline(device: "DeviceSpec", flops: float, num_bytes: float, dtype: DataType,
+              efficiency: float) -> float:
+    """launch overhead + max(compute time, memory time), at least ``MIN_TASK_S``."""
+    peak = device.flops(dtype)
+    if not peak > 0:
+        raise MachineSpecError(f"device {device.name}: peak FLOP/s for {dtype.name} is {peak!r}; it must be > 0")
+    if not device.memory_bandwidth > 0:
+        raise MachineSpecError(f"device {device.name}: memory_bandwidth is {device.memory_bandwidth!r} "
+                               f"bytes/s; it must be > 0")
+    busy = max(flops / (peak * efficiency), num_bytes / device.memory_bandwidth)
+    return max(device.launch_overhead_s + busy, MIN_TASK_S)
+
+
+def _check_efficiency(value, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ConfigError(f"{what} is {value!r}; expected a number in (0, 1]")
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class AnalyticCostModel:
+    """Roofline per phase: ``launch + max(flops / (peak(dtype) * efficiency), bytes / bandwidth)``.
+
+    Forward uses ``op_cost``'s forward FLOPs and bytes read + written; backward its backward FLOPs
+    and ``BACKWARD_BYTES_FACTOR`` (2) times forward's bytes (it reads the inputs, weights and the
+    output gradient and writes the input and weight gradients). Parallelization operators and
+    sources compute nothing (the lowering turns their data movement into transfers), so they cost
+    the launch overhead. ``efficiency_override`` replaces every device's ``efficiency``.
+
+    Example:
+        >>> from flexrt.ir import TensorShape
+        >>> from flexrt.ir.ops import ElementUnaryAttrs
+        >>> from flexrt.ir.op_type import OpType
+        >>> s = TensorShape((1024, 1024))
+        >>> AnalyticCostModel().op_times(ElementUnaryAttrs(OpType.RELU), [s], [s], v100)  # doctest: +SKIP
+        OpTimes(forward_s=1.432e-05, backward_s=2.364e-05, source='analytic', note='')
+    """
+
+    efficiency_override: Optional[float] = None
+    name: ClassVar[str] = "analytic"
+
+    def __post_init__(self):
+        if self.efficiency_override is not None:
+            _check_efficiency(self.efficiency_override, "AnalyticCostModel.efficiency_override")
+
+    def efficiency(self, device: "DeviceSpec") -> float:
+        if self.efficiency_override is not None:
+            return self.efficiency_override
+        return _check_efficiency(device.efficiency, f"device {device.name}: efficiency")
+
+    def op_times(self, attrs, inputs: Sequence[TensorShape], outputs: Sequence[TensorShape],
+                 device: "DeviceSpec") -> OpTimes:
+        if attrs.op_type in PARALLEL_OPS or attrs.op_type in SOURCE_OPS:
+            t = _floor(device)
+            return OpTimes(t, t, self.name)
+        cost = op_cost(attrs, inputs, outputs)
+        dtype, eff = compute_dtype(inputs, outputs), self.efficiency(device)
+        moved = cost.bytes_read + cost.bytes_written
+        return OpTimes(_roofline(device, cost.forward_flops, moved, dtype, eff),
+                       _roofline(device, cost.backward_flops, BACKWARD_BYTES_FACTOR * moved, dtype, eff),
+                       self.name)
+
+    def update_time(self, weight: TensorShape, device: "DeviceSpec", optimizer: str = "sgd") -> float:
+        """One optimizer step on one weight piece: ``OPTIMIZER_PASSES`` passes over its bytes
+        (memory bound in practice) against ``OPTIMIZER_FLOPS_PER_ELEMENT`` FLOPs per element."""
+        opt = optimizer.lower() if isinstance(optimizer, str) else optimizer
+        if opt not in OPTIMIZER_PASSES:
+            raise ConfigError(f"update time: unknown optimizer {optimizer!r}; valid: {', '.join(OPTIMIZER_PASSES)}")
+        dtype = weight.dtype if weight.dtype.is_floating else DataType.DT_FLOAT
+        return _roofline(device, OPTIMIZER_FLOPS_PER_ELEMENT[opt] * weight.num_elements,
+                         OPTIMIZER_PASSES[opt] * weight.size_bytes, dtype, self.efficiency(device))
+
+    def reduce_time(self, shape: TensorShape, n: int, device: "DeviceSpec") -> float:
+        """Summing ``n`` partial pieces of ``shape`` into one: n - 1 adds per element, reads n pieces
+        and writes one. ``n == 1`` is a no-op that still costs the launch overhead."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ConfigError(f"reduce time of {shape}: n is {n!r}; expected an int >= 1 (pieces summed)")
+        if n == 1:
+            return _floor(device)
+        dtype = shape.dtype if shape.dtype.is_floating else DataType.DT_FLOAT
+        return _roofline(device, (n - 1) * shape.num_elements, (n + 1) * shape.size_bytes, dtype,
+                         self.efficiency(device))
+
+    def transfer_time(self, link: "Link", num_bytes: int) -> float:
+        return transfer_time(link, num_bytes)
+
+
+_DEFAULT_FALLBACK = AnalyticCostModel()
+
+
+class ProfiledCostModel:
+    """Measured forward times, cached on disk; everything else from ``fallback``.
+
+    For each distinct (op type, attributes as canonical JSON, piece shapes, compute dtype, backend,
+    device kind and name) the operator's forward kernel runs ``warmup`` times untimed and
+    ``repeats`` times timed (``time.perf_counter``); the median is the forward time. There are no
+    backward kernels yet (they arrive with the runtime issue), so the backward time is *derived*:
+    measured forward x (analytic backward / analytic forward) on the same device; the cache entry
+    records ``"backward": "derived"`` and the ratio is recomputed from the current device spec at
+    every read.
+
+    Only devices of the backend's kind are measured ("numpy" times "cpu" devices on this host;
+    "cupy" times "gpu" devices when CuPy and a GPU are present). Other devices, parallelization
+    operators, sources, operators without a kernel and kernels that raise go to ``fallback``; the
+    result's ``source`` is then "fallback:<name>" and ``note`` says why. ``update_time``,
+    ``reduce_time`` and ``transfer_time`` are the fallback's.
+
+    Args:
+        backend: "numpy" or "cupy".
+        cache_path: the cache file; default ``$FLEXRT_CACHE_DIR/profile.json`` or
+            ``~/.cache/flexrt/profile.json`` (see ``flexrt.simulator.profile_cache``).
+        repeats, warmup: timed and untimed runs per measurement.
+        fallback: the model for what is not measured.
+        flush_interval_s: the least time between two writes of the cache file (``flush()`` and
+            interpreter exit write the rest).
+
+    Example:
+        >>> model = ProfiledCostModel(cache_path=tmp_path / "profile.json")      # doctest: +SKIP
+        >>> model.op_times(relu, [s], [s], cpu_device).source                    # doctest: +SKIP
+        'profiled:numpy'
+        >>> model.measurements                                                   # doctest: +SKIP
+        1
+    """
+
+    def __init__(self, backend: str = "numpy", cache_path=None, repeats: int = 5, warmup: int = 1,
+                 fallback: CostModel = _DEFAULT_FALLBACK, flush_interval_s: float = 1.0):
+        if backend not in profiling.BACKENDS:
+            raise ConfigError(f"ProfiledCostModel: unknown backend {backend!r}; valid: {', '.join(profiling.BACKENDS)}")
+        for what, v, low in (("repeats", repeats, 1), ("warmup", warmup, 0)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise ConfigError(f"ProfiledCostModel: {what} is {v!r}; expected an int >= {low}")
+        self.backend, self.repeats, self.warmup, self.fallback = backend, repeats, warmup, fallback
+        self.name = f"profiled:{backend}"
+        self.cache = ProfileCache(cache_path, flush_interval_s=flush_interval_s)
+        self.measurements = 0  # kernels measured by this instance (cache misses)
+        self._analytic = AnalyticCostModel()
+        self._memo: dict[str, CacheEntry] = {}
+        self._answers: dict[tuple, OpTimes] = {}
+        self._failed: dict[str, str] = {}  # key -> why its kernel failed (not retried)
+        self._reported: set = set()
+
+    def __repr__(self) -> str:
+        return (f"ProfiledCostModel(backend={self.backend!r}, cache_path='{self.cache.path}', "
+                f"repeats={self.repeats}, warmup={self.warmup}, fallback={self.fallback!r})")
+
+    def flush(self) -> None:
+        """Write pending measurements to the cache file now."""
+        self.cache.flush()
+
+    def op_times(self, attrs, inputs: Sequence[TensorShape], outputs: Sequence[TensorShape],
+                 device: "DeviceSpec") -> OpTimes:
+        try:  # the simulator asks again and again for the same pieces: answer from memory
+            fast = (attrs, tuple(inputs), tuple(outputs), device)
+            return self._answers[fast]
+        except TypeError:  # something unhashable: take the long way
+            return self._op_times(attrs, inputs, outputs, device)
+        except KeyError:
+            pass
+        t = self._answers[fast] = self._op_times(attrs, inputs, outputs, device)
+        return t
+
+    def _op_times(self, attrs, inputs, outputs, device) -> OpTimes:
+        reason = self._why_not_measured(attrs, device)
+        if reason is not None:
+            return self._fall_back(attrs, inputs, outputs, device, reason)
+        dtype = compute_dtype(inputs, outputs)
+        try:
+            key = {"op": attrs.op_type.value, "attrs": attrs_to_json(attrs),
+                   "inputs": [[list(s.dims), s.dtype.name] for s in inputs],
+                   "outputs": [[list(s.dims), s.dtype.name] for s in outputs],
+                   "dtype": dtype.name, "backend": self.backend,
+                   "device": {"kind": device.kind, "name": device.name}}
+            memo_key = canonical_json(key)
+        except (FlexrtError, TypeError, ValueError) as e:
+            return self._fall_back(attrs, inputs, outputs, device, f"attributes are not JSON ({e})")
+        if memo_key in self._failed:
+            return self._fall_back(attrs, inputs, outputs, device, self._failed[memo_key])
+        entry = self._memo.get(memo_key) or self.cache.get(key)
+        if entry is None:
+            entry = self._measure(attrs, inputs, outputs, device)
+            if isinstance(entry, str):
+                self._failed[memo_key] = entry
+                return self._fall_back(attrs, inputs, outputs, device, entry, warn_once=attrs.op_type)
+            self.cache.put(key, entry)
+        self._memo[memo_key] = entry
+        backward = entry.backward_s
+        if entry.backward == "derived":
+            backward = entry.forward_s * self._backward_ratio(attrs, inputs, outputs, device)
+        return OpTimes(entry.forward_s, max(backward, MIN_TASK_S), self.name)
+
+    def update_time(self, weight: TensorShape, device: "DeviceSpec", optimizer: str = "sgd") -> float:
+        return self.fallback.update_time(weight, device, optimizer)
+
+    def reduce_time(self, shape: TensorShape, n: int, device: "DeviceSpec") -> float:
+        return self.fallback.reduce_time(shape, n, device)
+
+    def transfer_time(self, link: "Link", num_bytes: int) -> float:
+        return transfer_time(link, num_bytes)
+
+    def _why_not_measured(self, attrs, device: "DeviceSpec") -> Optional[str]:
+        op = attrs.op_type
+        if op in PARALLEL_OPS:
+            return f"{op.value} is a parallelization operator (its data movement is the lowering's)"
+        if op in SOURCE_OPS:
+            return f"{op.value} is a source"
+        want = profiling.DEVICE_KIND_OF_BACKEND[self.backend]
+        if device.kind != want:
+            return f"backend {self.backend} profiles {want} devices; {device.name} is a {device.kind}"
+        unavailable = profiling.backend_unavailable(self.backend)
+        if unavailable is not None:
+            return f"backend {self.backend} is unavailable: {unavailable}"
+        try:
+            forward_kernel(op)
+        except FlexrtError:
+            return f"{op.value} has no forward kernel"
+        return None
+
+    def _measure(self, attrs, inputs, outputs, device) -> Union[CacheEntry, str]:
+        """A fresh measurement, or why the kernel could not run."""
+        be = profiling.backend(self.backend)
+        try:
+            operands = profiling.make_operands(be, attrs, inputs)
+            samples = profiling.time_forward(be, attrs, operands, self.repeats, self.warmup)
+        except Exception as e:  # a kernel that rejects these piece shapes must not stop a search
+            return f"the {attrs.op_type.value} kernel failed on {', '.join(map(str, inputs))} ({type(e).__name__}: {e})"
+        self.measurements += 1
+        forward = max(profiling.median(samples), MIN_TASK_S)
+        backward = forward * self._backward_ratio(attrs, inputs, outputs, device)
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        return CacheEntry(forward, max(backward, MIN_TASK_S), "derived", self.repeats, self.warmup, stamp)
+
+    def _backward_ratio(self, attrs, inputs, outputs, device) -> float:
+        t = self._analytic.op_times(attrs, inputs, outputs, device)
+        return t.backward_s / t.forward_s
+
+    def _fall_back(self, attrs, inputs, outputs, device, reason: str, warn_once=None) -> OpTimes:
+        """The fallback's times; a kernel failure warns once per op type, the expected cases
+        (other device kinds, parallel ops) are logged once per reason at INFO."""
+        once = ("warn", warn_once) if warn_once is not None else ("log", reason)
+        if once not in self._reported:
+            self._reported.add(once)
+            if warn_once is not None:
+                warnings.warn(f"{self.name}: {reason}; using the {self.fallback.name} cost model", stacklevel=3)
+            else:
+                log.info("%s: %s; using the %s cost model", self.name, reason, self.fallback.name)
+        t = self.fallback.op_times(attrs, inputs, outputs, device)
+        return dataclasses.replace(t, source=f"fallback:{self.fallback.name}", note=reason)
+

@@ -1,0 +1,141 @@
+"""Running one operator's forward kernel on made-up operands and timing it.
+
+Operands are built deterministically from a fixed seed: floating-point operands uniform in
+[0.5, 1.5) (positive and away from zero, so rsqrt, pow and divide stay finite), booleans fair coin
+flips, integer operands in [0, 8), and index operands in range for the operator that reads them
+(embedding indices in [0, number of table rows), gather indices in [0, input size along ``dim``)).
+Only the shapes and dtypes matter for the time (FlexFlow's assumption A1).
+
+Entry points: ``Backend``, ``backend``, ``make_operands``, ``time_forward``.
+
+Example:
+    >>> from flexrt.ir import DataType, TensorShape
+    >>> from flexrt.ir.ops import EmbeddingAttrs
+    >>> idx, table = make_operands(backend("numpy"), EmbeddingAttrs(10, 4),
+    ...                            [TensorShape((8,), DataType.DT_INT64), TensorShape((10, 4))])
+    >>> bool(idx.min() >= 0 and idx.max() < 10), table.shape
+    (True, (10, 4))
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from flexrt.errors import ConfigError, ShapeError
+from flexrt.ir.datatype import DataType
+from flexrt.ir.op_type import OpType
+from flexrt.ir.tensor_shape import TensorShape
+from flexrt.kernels.registry import run_forward
+
+SEED = 20240101
+INT_HIGH = 8
+BACKENDS = ("numpy", "cupy")
+# backend -> the device kind it runs on (numpy times the host CPU, cupy a GPU)
+DEVICE_KIND_OF_BACKEND = {"numpy": "cpu", "cupy": "gpu"}
+
+
+@dataclass(frozen=True, slots=True)
+class Backend:
+    """An array module and how to wait for it (CuPy runs asynchronously)."""
+
+    name: str
+    xp: Any
+    synchronize: Callable[[], None]
+    asarray: Callable[[Any], Any]
+    device_name: str
+
+
+def _index_operands(attrs, inputs: Sequence[TensorShape]) -> dict[int, int]:
+    """operand position -> exclusive upper bound of its values, for operands that index something."""
+    if attrs.op_type is OpType.EMBEDDING:
+        rows = inputs[1].dims[0] if len(inputs) > 1 else attrs.num_entries
+        return {0: min(attrs.num_entries, rows)}  # the kernel checks indices against the table's rows
+    if attrs.op_type is OpType.GATHER:
+        x = inputs[0]
+        return {1: x.dims[attrs.dim % x.rank]}
+    return {}
+
+
+def make_operands(be: Backend, attrs, inputs: Sequence[TensorShape], seed: int = SEED) -> list:
+    """Arrays of the given shapes and dtypes on ``be`` (data inputs, then weights), deterministic.
+
+    Raises:
+        ShapeError: for an operand of dtype DT_NONE.
+    """
+    rng = np.random.default_rng(seed)
+    bounds = _index_operands(attrs, inputs)
+    arrays = []
+    for i, s in enumerate(inputs):
+        dtype = s.dtype
+        if dtype is DataType.DT_NONE:
+            raise ShapeError(f"{attrs.op_type.value}: operand {i} {s} has no element type; cannot make data")
+        if i in bounds:
+            a = rng.integers(0, bounds[i], s.dims)
+        elif dtype.is_floating:
+            a = rng.uniform(0.5, 1.5, s.dims)
+        elif dtype is DataType.DT_BOOLEAN:
+            a = rng.random(s.dims) < 0.5
+        else:
+            a = rng.integers(0, INT_HIGH, s.dims)
+        arrays.append(be.asarray(np.ascontiguousarray(a.astype(dtype.numpy_name))))
+    return arrays
+
+
+def time_forward(be: Backend, attrs, operands: Sequence, repeats: int, warmup: int) -> list[float]:
+    """Seconds of each of ``repeats`` forward runs after ``warmup`` untimed ones (perf_counter,
+    waiting for the device before and after each run)."""
+    for _ in range(warmup):
+        run_forward(be.xp, attrs, operands)
+    be.synchronize()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run_forward(be.xp, attrs, operands)
+        be.synchronize()
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+def median(samples: Sequence[float]) -> float:
+    return float(statistics.median(samples))
+
+
+def _no_wait() -> None:
+    pass
+
+
+@functools.cache
+def _numpy_backend() -> Backend:
+    return Backend("numpy", np, _no_wait, lambda a: a, "host")
+
+
+def backend_unavailable(name: str) -> Optional[str]:
+    """Why backend ``name`` cannot run here, or None."""
+    if name == "cupy":
+        from flexrt.simulator import _profile_cupy
+        return _profile_cupy.unavailable_reason()
+    return None
+
+
+def backend(name: str) -> Backend:
+    """The backend called ``name`` ("numpy" or "cupy").
+
+    Raises:
+        ConfigError: for another name, or for "cupy" where CuPy cannot reach a GPU.
+    """
+    if name == "numpy":
+        return _numpy_backend()
+    if name == "cupy":
+        from flexrt.simulator import _profile_cupy
+        reason = _profile_cupy.unavailable_reason()
+        if reason is not None:
+            raise ConfigError(f"profiling backend 'cupy' is unavailable: {reason}")
+        cupy, sync, gpu = _profile_cupy.load()
+        return Backend("cupy", cupy, sync, cupy.asarray, gpu)
+    raise ConfigError(f"unknown profiling backend {name!r}; valid: {', '.join(BACKENDS)}")
