@@ -1,0 +1,1 @@
+"""Strategy files shipped with the zoo (``flexrt simulate MODEL --strategy FILE``)."""
