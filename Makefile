@@ -1,10 +1,11 @@
 # flexrt: the README's two commands are `make demo` and `make test`; both work from nothing
 # (they create .venv, install flexrt editable with its test extra, and build the Cython extension).
 #
-#   make demo      build a zoo model and print its operator table and totals; list the zoo
+#   make demo      build a zoo model, simulate it data-parallel on a DGX-1 and write a Chrome trace;
+#                  then simulate Unity's Fig. 2b strategy
 #   make test      run the test suite (pass pytest flags with PYTEST_ARGS="-k graph -x")
 #   make install   create .venv and install flexrt (re-run only when packaging or .pyx files change)
-#   make bench     compiled vs pure-Python graph algorithms (bench/bench_graph.py)
+#   make bench     compiled vs pure-Python graph algorithms and engine; delta vs full simulation (quick)
 #   make clean     remove build products (keeps .venv); `make distclean` removes .venv too
 
 PYTHON ?= python3
@@ -13,16 +14,19 @@ PY := $(VENV)/bin/python
 # Re-install when the packaging or a Cython source changes; the editable install builds the
 # extension in place, so an edited .pyx needs this too.
 STAMP := $(VENV)/.flexrt-install-stamp
-INSTALL_DEPS := setup.py pyproject.toml $(shell find flexrt kernels simulator search -name '*.pyx' -o -name '*.pxd' 2>/dev/null)
+INSTALL_DEPS := setup.py pyproject.toml $(shell find flexrt kernels simulator search -name '*.pyx' -o -name '*.pxd' -o -name '*.pxi' 2>/dev/null)
 PYTEST_ARGS ?=
 DEMO_MODEL ?= resnet50
 DEMO_BATCH ?= 64
+DEMO_MACHINE ?= dgx1_v100
+DEMO_TRACE ?= demo_trace.json
 
 .PHONY: demo test install bench clean distclean
 
 demo: $(STAMP)
-	$(VENV)/bin/flexrt show $(DEMO_MODEL) -b $(DEMO_BATCH)
-	$(VENV)/bin/flexrt models
+	$(VENV)/bin/flexrt show $(DEMO_MODEL) -b $(DEMO_BATCH) | tail -n 4
+	$(VENV)/bin/flexrt simulate $(DEMO_MODEL) -b $(DEMO_BATCH) --machine $(DEMO_MACHINE) --data-parallel --trace $(DEMO_TRACE)
+	$(VENV)/bin/flexrt simulate mlp_unity_fig2 --machine dgx1_v100 --strategy examples/strategies/unity_fig2_reduction.json
 
 # pytest exits 5 when it collects no tests; that alone is not a failure.
 test: $(STAMP)
@@ -43,6 +47,8 @@ $(STAMP): $(INSTALL_DEPS) | $(PY)
 
 bench: $(STAMP)
 	$(PY) bench/bench_graph.py
+	$(PY) bench/bench_engine.py
+	$(PY) bench/bench_simulator.py --quick
 
 # Generated C only: the .c beside a .pyx (kernels/ may hold hand-written C).
 clean:

@@ -25,10 +25,11 @@ from flexrt.kernels.pieces import gather, run_pieces, scatter
 from flexrt.kernels.registry import run_forward
 
 
-def partitionings(attrs, data_shapes: Sequence[TensorShape], totals: Sequence[int] = (2, 4)) -> Iterator[
-        tuple[dict[str, int], list[ParallelTensorShape]]]:
+def partitionings(attrs, data_shapes: Sequence[TensorShape], totals: Sequence[int] = (2, 4),
+                  inexact: bool = False) -> Iterator[tuple[dict[str, int], list[ParallelTensorShape]]]:
     """Every axis-degree assignment with a total in ``totals`` that the shapes' sizes allow, with the
-    data inputs' parallel shapes it implies."""
+    data inputs' parallel shapes it implies; assignments that cut an axis marked ``exact=False``
+    only when ``inexact`` is true."""
     opdef = op_def(attrs.op_type)
     axes = opdef.parallel_axes(attrs, list(data_shapes))
     names = [a.name for a in axes]
@@ -37,6 +38,8 @@ def partitionings(attrs, data_shapes: Sequence[TensorShape], totals: Sequence[in
         if math.prod(degs) not in totals:
             continue
         degree = dict(zip(names, degs))
+        if not inexact and any(d > 1 and not a.exact for a, d in zip(axes, degs)):
+            continue
         try:
             shapes = [ParallelTensorShape.of(s.dims, d.shard, d.sum, d.copy, s.dtype)
                       for i, s in enumerate(data_shapes)

@@ -161,33 +161,50 @@ def axis_coordinates(axes: Sequence[ParallelAxis], degree: dict[str, int]) -> li
     return [dict(zip(names, c)) for c in itertools.product(*(range(degree[n]) for n in names))]
 
 
-def _slot_index(covering: Sequence[ParallelAxis], degree, coords) -> int:
+def region_plan(axes, idx: int, rank: int, output: bool):
+    """How the regions of operand (or output) ``idx`` follow from axis coordinates: per dimension
+    (names of the covering axes, halo, output dim of the halo), then the names covering the sum
+    and copy slots. Compute it once per tensor and call ``plan_region`` per piece."""
+    dims = []
+    for d in range(rank):
+        slot = Slot(SlotKind.SHARD, d)
+        covering = _axes_at(axes, idx, slot, output)
+        halo = not output and any(_key(s) == _key(slot) and s.halo
+                                  for a in covering for j, s in a.operands if j == idx)
+        out_dim = next((s.dim for a in covering for j, s in a.outputs if j == 0 and s.kind is SlotKind.SHARD), -1)
+        dims.append((tuple(a.name for a in covering), halo, out_dim))
+    names = lambda kind: tuple(a.name for a in _axes_at(axes, idx, Slot(kind), output))  # noqa: E731
+    return tuple(dims), names(SlotKind.SUM), names(SlotKind.COPY)
+
+
+def _index(names, degree, coords) -> int:
     idx = 0
-    for ax in covering:  # mixed radix, first axis most significant
-        idx = idx * degree[ax.name] + coords[ax.name]
+    for n in names:  # mixed radix, first axis most significant
+        idx = idx * degree[n] + coords[n]
     return idx
 
 
 def tensor_region(axes, degree, coords, idx: int, shape: TensorShape, output: bool,
                   opdef: OpDef | None = None, attrs=None, data_shapes=None, out_shape=None) -> Region:
     """The region of operand (or output) ``idx`` that the piece at ``coords`` reads (writes)."""
+    return plan_region(region_plan(axes, idx, len(shape.dims), output), idx, degree, coords, shape, opdef, attrs,
+                       data_shapes, out_shape)
+
+
+def plan_region(plan, idx: int, degree, coords, shape: TensorShape, opdef: OpDef | None = None, attrs=None,
+                data_shapes=None, out_shape=None) -> Region:
+    """``tensor_region`` with the plan computed beforehand (``region_plan``)."""
+    dims, sum_names, copy_names = plan
     ranges = []
-    for d, size in enumerate(shape.dims):
-        slot = Slot(SlotKind.SHARD, d)
-        covering = _axes_at(axes, idx, slot, output)
-        deg = math.prod(degree[a.name] for a in covering)
-        i = _slot_index(covering, degree, coords)
+    for (names, halo, out_dim), size in zip(dims, shape.dims):
+        deg = math.prod(degree[n] for n in names)
+        i = _index(names, degree, coords)
         lo, hi = i * (size // deg), (i + 1) * (size // deg)
-        halo = not output and any(_key(s) == _key(slot) and s.halo
-                                  for a in covering for j, s in a.operands if j == idx)
         if halo and deg > 1:
-            out_dim = next(s.dim for a in covering for j, s in a.outputs if j == 0 and s.kind is SlotKind.SHARD)
             osize = out_shape.dims[out_dim]
-            lo, hi = opdef.halo(attrs, idx, d, data_shapes, (i * (osize // deg), (i + 1) * (osize // deg)))
+            lo, hi = opdef.halo(attrs, idx, len(ranges), data_shapes, (i * (osize // deg), (i + 1) * (osize // deg)))
         ranges.append((lo, hi))
-    s_idx = _slot_index(_axes_at(axes, idx, Slot(SlotKind.SUM), output), degree, coords)
-    c_idx = _slot_index(_axes_at(axes, idx, Slot(SlotKind.COPY), output), degree, coords)
-    return Region(tuple(ranges), s_idx, c_idx)
+    return Region(tuple(ranges), _index(sum_names, degree, coords), _index(copy_names, degree, coords))
 
 
 def validate_axes(opdef: OpDef, attrs, data_shapes: Sequence[TensorShape]) -> None:

@@ -71,13 +71,17 @@ class ParallelAxis:
     The axis has one degree; every tensor listed gets that degree in its slot (a slot shared by
     several axes gets the product). Every axis touches every operand and every output, so pieces of
     the operator, of each operand and of each output correspond one to one (no implicit copies).
-    ``operands`` index data inputs first, then weights.
+    ``operands`` index data inputs first, then weights. ``exact=False`` marks the rare axis whose
+    pieces compute something close to, not equal to, the unpartitioned result, as practice does
+    (BatchNorm's sample axis: per-piece batch statistics, like FlexFlow and PyTorch DDP without
+    SyncBatchNorm); the brute-force checker compares those with their own per-piece reference.
     """
 
     name: str
     kind: AxisKind
     operands: tuple[tuple[int, Slot], ...]
     outputs: tuple[tuple[int, Slot], ...]
+    exact: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -252,7 +252,7 @@ def test_batch_norm_shapes(shape):
     assert out_shape(attrs, x) == (x,)
     assert weights(attrs, x) == (T(3), T(3))
     assert op_def(OpType.BATCH_NORM).weight_names(attrs) == ("scale", "bias")
-    assert axis_names(attrs, x) == ["channel", "replica"]
+    assert axis_names(attrs, x) == ["sample", "channel", "replica"]  # sample: per-piece statistics
 
 
 @settings(max_examples=40, deadline=None)

@@ -209,10 +209,25 @@ def test_batch_norm_kernel_and_partitionings(shape, relu):
     assert check_all_partitionings(np, attrs, [x], [s, b], rng) == 5
 
 
-def test_batch_norm_rejects_sample_partitioning():
-    e = check_rejected(BatchNormAttrs(), [P.of((4, 3, 2, 2), (2, 1, 1, 1)), P.of((3,), discard_copy_degree=2),
-                                          P.of((3,), discard_copy_degree=2)])
-    assert "cut along dim 0 with degree 2, which this operator cannot parallelize" in str(e)
+@pytest.mark.parametrize("pieces", [2, 4])
+def test_batch_norm_sample_parallel_uses_per_piece_statistics(pieces):
+    """The inexact sample axis: each piece equals BatchNorm of its own slice of the batch."""
+    rng = np.random.default_rng(32)
+    attrs = BatchNormAttrs(relu=False, eps=1e-3)
+    x, s, b = rng.standard_normal((8, 3, 2, 2)) * 2 + 1, rng.standard_normal(3), rng.standard_normal(3)
+    shapes = [P.of((8, 3, 2, 2), (pieces, 1, 1, 1)), P.of((3,), discard_copy_degree=pieces),
+              P.of((3,), discard_copy_degree=pieces)]
+    values = [scatter(np, a, sh, rng) for a, sh in zip([x, s, b], shapes)]
+    got = gather(np, run_pieces(np, attrs, values)[0])
+    step = 8 // pieces
+    expected = np.concatenate([_batch_norm_reference(x[i:i + step], s, b, 1e-3, False) for i in range(0, 8, step)])
+    np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-12)
+    assert not np.allclose(got, _batch_norm_reference(x, s, b, 1e-3, False))  # not the whole-batch statistics
+
+
+def test_batch_norm_rejects_spatial_partitioning():
+    e = check_rejected(BatchNormAttrs(), [P.of((4, 3, 2, 2), (1, 1, 2, 1)), P.of((3,)), P.of((3,))])
+    assert "cut along dim 2 with degree 2, which this operator cannot parallelize" in str(e)
     assert "dim 1 (channel)" in str(e)
 
 

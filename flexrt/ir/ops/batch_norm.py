@@ -4,12 +4,13 @@ Training mode: y = relu?((x - mean) / sqrt(var + eps) * scale + bias), with the 
 mean and (biased) var of each channel taken over every dimension but 1. ``momentum`` only updates
 the running statistics, which the forward result does not use.
 
-Parallel axes: ``channel`` (attribute: x, scale, bias and y cut along the channels) and
-``replica``. The sample dimension (and height and width) cannot be cut: a piece would normalize
-with statistics of its own slice of the batch. FlexFlow's data-parallel BatchNorm does exactly
-that (per-device statistics); flexrt keeps the exact semantics of the unpartitioned operator and
-refuses such partitionings with a ShapeError (a sample-parallel BatchNorm would need a cross-piece
-reduction of the statistics, i.e. SyncBatchNorm).
+Parallel axes: ``channel`` (attribute: x, scale, bias and y cut along the channels), ``replica``,
+and ``sample`` with ``exact=False``: a piece normalizes with the statistics of its own slice of the
+batch, as FlexFlow's data-parallel BatchNorm (per-device cuDNN statistics) and PyTorch DDP without
+SyncBatchNorm do; without it data parallelism of every CNN with BatchNorm would funnel each
+BatchNorm through one device. Height and width cannot be cut (their statistics are not even
+per-sample). Exact sample-parallel statistics (SyncBatchNorm: an AllReduce of 2 x C sums) are
+left to the runtime issue.
 
 Entry point: ``BatchNormAttrs``; the rules register on import.
 """
@@ -77,6 +78,8 @@ def weight_names(attrs: BatchNormAttrs):
 
 def parallel_axes(attrs: BatchNormAttrs, inputs):
     return (
+        ParallelAxis("sample", AxisKind.SAMPLE, ((0, shard(0)), (1, COPY), (2, COPY)), ((0, shard(0)),),
+                     exact=False),
         ParallelAxis("channel", AxisKind.ATTRIBUTE, ((0, shard(1)), (1, shard(0)), (2, shard(0))), ((0, shard(1)),)),
         ParallelAxis("replica", AxisKind.REPLICA, ((0, COPY), (1, COPY), (2, COPY)), ((0, COPY),)),
     )

@@ -1,0 +1,105 @@
+"""``flexrt simulate MODEL --machine M``: simulate one training iteration of a strategy and print
+the iteration time, compute vs communication, data moved, link traffic and memory per device."""
+
+from __future__ import annotations
+
+from flexrt.cli._common import add_json_flag, check_model_flags, emit_json, write_text
+from flexrt.errors import ConfigError
+from flexrt.machine import load_machine
+from flexrt.model import load_model
+from flexrt.ir.summary import format_count
+from flexrt.simulator.cost_model import AnalyticCostModel, ProfiledCostModel
+from flexrt.simulator.simulate import Simulator, timelines_equal
+from flexrt.simulator.strategy import data_parallel, load_strategy, random_strategy
+
+NAME = "simulate"
+HELP = "simulate one training iteration of a strategy on a machine (model flags such as -b 64 follow MODEL)"
+ACCEPTS_MODEL_FLAGS = True
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("model", metavar="MODEL", help="zoo name (see `flexrt models`) or path to a .py script")
+    parser.add_argument("--machine", required=True, help="preset name (see `flexrt machines`) or machine YAML")
+    parser.add_argument("--nodes", type=int, help="scale the machine to this many nodes")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--strategy", metavar="FILE", help="strategy JSON (from --export or a search)")
+    which.add_argument("--data-parallel", action="store_true", help="data parallelism over every device (default)")
+    which.add_argument("--random-strategy", type=int, metavar="SEED", help="a random valid strategy")
+    parser.add_argument("--method", choices=("full", "delta"), default="full",
+                        help="full simulation, or delta: reach the strategy from data parallelism one operator "
+                             "at a time by delta simulation (same final result)")
+    parser.add_argument("--cost", choices=("analytic", "profiled"), default="analytic")
+    parser.add_argument("--optimizer", choices=("sgd", "momentum", "adam"), default="sgd")
+    parser.add_argument("--trace", metavar="FILE", help="write the timeline as Chrome trace JSON (Perfetto)")
+    parser.add_argument("--taskgraph", metavar="FILE", help="write the task graph as Graphviz dot")
+    add_json_flag(parser)
+
+
+def _strategy(args, base, machine):
+    if args.strategy:
+        return load_strategy(args.strategy, base, machine)
+    if args.random_strategy is not None:
+        return random_strategy(base, machine, args.random_strategy)
+    return data_parallel(base, machine)
+
+
+def _delta_walk(sim: Simulator, base, machine, target):
+    """From data parallelism to ``target`` one operator at a time, each step delta-simulated."""
+    if target.base is None:
+        raise ConfigError("--method delta needs a per-operator strategy (this file holds a whole PCG)")
+    current = data_parallel(base, machine)
+    result = sim.full(current)
+    steps = 0
+    for nid in sorted(target.configs):
+        if current.configs[nid] != target.configs[nid]:
+            current = current.with_config(nid, target.configs[nid])
+            result = sim.delta(current, {base.node(nid).name})
+            steps += 1
+    return result, steps
+
+
+def run(args, extra) -> int:
+    check_model_flags(NAME, args.model, extra)
+    machine = load_machine(args.machine, nodes=args.nodes)
+    loaded = load_model(args.model, extra)
+    base = loaded.model.pcg
+    strategy = _strategy(args, base, machine)
+    cost = AnalyticCostModel() if args.cost == "analytic" else ProfiledCostModel()
+    sim = Simulator(machine, cost, args.optimizer)
+    steps = None
+    if args.method == "delta":
+        result, steps = _delta_walk(sim, base, machine, strategy)
+        check = Simulator(machine, cost, args.optimizer).full(strategy)
+        if not timelines_equal(result, check):
+            raise ConfigError("internal error: delta simulation diverged from full simulation")
+    else:
+        result = sim.full(strategy)
+    files = {}
+    if args.trace:
+        import json
+        files["trace"] = write_text(args.trace, json.dumps(sim.chrome_trace(result)), "trace")
+    if args.taskgraph:
+        files["taskgraph"] = write_text(args.taskgraph, sim.lowering.graph.to_dot(), "task graph")
+    if args.json:
+        emit_json({"model": loaded.name, "machine": machine.name, "num_devices": machine.num_devices,
+                   "method": args.method, "delta_steps": steps, "cost": args.cost, **result.to_json(),
+                   "files": files})
+        return 0
+    print(f"model {loaded.name} (batch {loaded.config.batch_size}) on {machine.name}: {machine.num_nodes} node(s), "
+          f"{machine.num_devices} devices; {args.method} simulation, {args.cost} costs"
+          + (f" ({steps} delta steps from data parallelism)" if steps is not None else "")
+          + ("; the strategy file holds its own PCG" if strategy.base is None else ""))
+    print(f"iteration time     {result.iteration_time_s * 1e3:.3f} ms   ({result.num_tasks} tasks)")
+    print(f"compute / comm     {result.compute_time_s * 1e3:.3f} ms / {result.communication_time_s * 1e3:.3f} ms "
+          f"(summed task times)")
+    for cat, n in result.moved_elements.items():
+        print(f"moved {cat:<12} {n:,} elements ({format_count(result.moved_bytes[cat], 'B')})")
+    for lt, b in sorted(result.link_bytes.items()):
+        print(f"link {lt:<13} {format_count(b, 'B')} (all hops)")
+    peak = max(result.memory_bytes.items(), key=lambda kv: kv[1]["total"])
+    print(f"peak memory        device {peak[0]}: {format_count(peak[1]['total'], 'B')} of "
+          f"{format_count(result.memory_capacity[peak[0]], 'B')}"
+          + (f"; OVER CAPACITY on devices {result.over_capacity}" if result.over_capacity else ""))
+    for what, path in files.items():
+        print(f"wrote the {what} to {path}")
+    return 0

@@ -1,0 +1,511 @@
+"""Lowering: (parallel PCG, machine views, machine, cost model) -> the task graph of one training
+iteration (FlexFlow §5.1, Unity §3.3), held in a simulation ``Engine``.
+
+What becomes a task:
+- every piece of a compute operator gets a forward and a backward task on its device;
+- data crossing devices gets transfers, one task per link hop. A transfer holds every link of its
+  route at the same time (cut-through, as NCCL and RDMA pipeline), so it takes the route's summed
+  latency plus its bytes over each hop's bandwidth, and contention on any hop delays it;
+- chains of parallelization operators between two computations are lowered together, by region
+  overlap, from the producer's pieces to the consumer's:
+  - Repartition and Combine become scatter and gather transfers;
+  - Replicate becomes one transfer per remote copy;
+  - Reduction becomes transfers of the partial pieces plus a REDUCE task that sums them;
+  - partial sums whose consumers are replicas on the same devices become a ring AllReduce;
+- backward mirrors the forward movement: gradients travel back, broadcasts become reductions and
+  the other way round;
+- inputs are materialized where their consumers need them (the data loader's job: no transfer);
+- weights are resident where their first consumer needs them. Replicas synchronize gradients with a
+  ring AllReduce, then each replica runs an UPDATE task. A consumer that needs a weight in another
+  layout (a shared weight) gets copies forward and sends gradients back.
+
+Work is grouped by owner: an operator ("op", name), an operand edge ("edge", consumer, operand),
+a weight ("weight", name). Every task and dependency belongs to one owner, so changing one
+operator's configuration re-lowers only the owners it touches (``Lowering.update``), and the
+engine's delta simulation re-times only what changed (FlexFlow §5.3).
+
+Entry point: ``Lowering``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Optional
+
+from flexrt.errors import StrategyError
+from flexrt.ir.costs import op_cost
+from flexrt.ir.op_type import OpType
+from flexrt.ir.parallel_axes import Region, axis_coordinates, plan_region, region_plan
+from flexrt.ir.pcg import Node, TensorRef
+from flexrt.ir.registry import op_def
+from flexrt.ir.tensor_shape import TensorShape
+from flexrt.machine import Machine
+from flexrt.machine.views import view_devices
+from flexrt.simulator.engine import Engine
+from flexrt.simulator.strategy import Strategy, is_compute, node_axes
+from flexrt.simulator.task_graph import Access, Category, RegionRequirement, Task, TaskGraph, TaskKind
+
+
+@dataclass
+class Layout:
+    """Where the pieces of a compute operator run and which region of each tensor each touches."""
+
+    node: Node
+    coords: list
+    degree: dict
+    devices: list[int]
+    operand_regions: list[list[Region]]
+    output_regions: list[list[Region]]
+    operand_shapes: list[TensorShape]
+    output_shapes: list[TensorShape]
+
+
+def _clip(region: Region, shape: TensorShape) -> tuple[tuple[int, int], ...]:
+    return tuple((max(a, 0), min(b, n)) for (a, b), n in zip(region.ranges, shape.dims))
+
+
+def _overlap(a, b):
+    box = tuple((max(x0, y0), min(x1, y1)) for (x0, x1), (y0, y1) in zip(a, b))
+    return box if all(lo < hi for lo, hi in box) else None
+
+
+def _numel(box) -> int:
+    return math.prod(hi - lo for lo, hi in box)
+
+
+class Lowering:
+    """Builds and incrementally updates the task graph of a strategy."""
+
+    def __init__(self, machine: Machine, cost_model, optimizer: str = "sgd", engine_cls=Engine) -> None:
+        self.machine = machine
+        self.cost = cost_model
+        self.optimizer = optimizer
+        self.num_compute = machine.num_devices
+        self.engine = engine_cls(machine.num_devices + len(machine.links))
+        self.graph = TaskGraph(machine.num_devices, len(machine.links))
+        self.owned: dict[tuple, list[int]] = {}
+        self.owned_edges: dict[tuple, list[tuple[int, int]]] = {}
+        self.edge_refs: dict[tuple[int, int], int] = defaultdict(int)
+        self.op_tasks: dict[str, tuple[list[int], list[int]]] = {}
+        self.memory: dict[tuple, dict[int, dict[str, int]]] = {}
+        self._transfer_ids = 0
+        self._times: dict = {}
+        self.strategy: Optional[Strategy] = None
+
+    # ---- strategy context -----------------------------------------------------------------
+    def _set_strategy(self, strategy: Strategy) -> None:
+        self.strategy = strategy
+        self.pcg = strategy.pcg
+        self._layouts: dict[str, Layout] = {}
+        self.consumers: dict[str, list[tuple[str, int]]] = defaultdict(list)  # producer -> (consumer, operand)
+        self.producer: dict[tuple[str, int], tuple[TensorRef, tuple[int, ...]]] = {}
+        named = [n for n in self.pcg.nodes if is_compute(n) or n.op_type in (OpType.INPUT, OpType.WEIGHT)]
+        self.position = {n.name: i for i, n in enumerate(named)}
+        for node in self.pcg.nodes:
+            if not is_compute(node):
+                continue
+            if node.id not in strategy.views:
+                raise StrategyError(f"operator '{node.name}' has no machine view")
+            for i, ref in enumerate(node.inputs):
+                chain = []
+                while self.pcg.node(ref.node).op_type not in (OpType.INPUT, OpType.WEIGHT) and \
+                        not is_compute(self.pcg.node(ref.node)):
+                    chain.append(ref.node)
+                    ref = self.pcg.node(ref.node).inputs[0]
+                self.producer[(node.name, i)] = (ref, tuple(chain))
+                self.consumers[self.pcg.node(ref.node).name].append((node.name, i))
+
+    def layout(self, name: str) -> Layout:
+        if name in self._layouts:
+            return self._layouts[name]
+        node = self.pcg.node_by_name(name)
+        axes, degree = node_axes(self.pcg, node)
+        coords = axis_coordinates(axes, degree)
+        view = self.strategy.views[node.id]
+        devices = list(view_devices(self.machine, view, tuple(degree[a.name] for a in axes)))
+        if len(set(devices)) != len(devices):
+            raise StrategyError(f"operator '{name}': its view {view} puts two pieces on one device")
+        opdef = op_def(node.op_type)
+        full = [self.pcg.shape(r).tensor_shape for r in node.inputs]
+        nw = opdef.num_weights(node.attrs)
+        data_full = full[:len(full) - nw]
+        outs = [s.tensor_shape for s in self.pcg.output_shapes(node.id)]
+        operand_regions, output_regions = [], []
+        for i, s in enumerate(full):
+            plan = region_plan(axes, i, s.rank, False)
+            operand_regions.append([plan_region(plan, i, degree, c, s, opdef, node.attrs, data_full, outs[0])
+                                    for c in coords])
+        for k, s in enumerate(outs):
+            plan = region_plan(axes, k, s.rank, True)
+            output_regions.append([plan_region(plan, k, degree, c, s) for c in coords])
+        lay = Layout(node, coords, degree, devices, operand_regions, output_regions, full, outs)
+        self._layouts[name] = lay
+        return lay
+
+    # ---- task and edge bookkeeping --------------------------------------------------------
+    def _priority(self, owner) -> int:
+        """Tie-break of the owner's next task: (owner rank, index within the owner). Ranks come from
+        the order of the named nodes, which every rebuild of the parallel PCG keeps, so a graph
+        reached by incremental updates breaks ties exactly as a fresh lowering does."""
+        kind = {"op": 0, "edge": 1, "weight": 2}[owner[0]]
+        rank = (self.position[owner[1]] * 4 + kind) * 256 + (owner[2] if kind == 1 else 0)
+        return (rank << 24) + len(self.owned.get(owner, ()))
+
+    def _task(self, owner, kind, device, exe, name, **kw) -> int:
+        if not exe > 0:
+            raise StrategyError(f"task {name} got a non-positive time {exe!r} from the cost model")
+        tid = self.engine.add_task(device, float(exe), self._priority(owner))
+        self.graph.add(Task(tid, kind, device, float(exe), name, owner=owner, **kw))
+        self.owned.setdefault(owner, []).append(tid)
+        return tid
+
+    def _edge(self, owner, a: int, b: int) -> None:
+        key = (a, b)
+        self.owned_edges.setdefault(owner, []).append(key)
+        self.edge_refs[key] += 1
+        if self.edge_refs[key] == 1:
+            self.engine.add_edge(a, b)
+            self.graph.add_edge(a, b)
+
+    def _edges(self, owner, before, after) -> None:
+        for a in before:
+            for b in after:
+                self._edge(owner, a, b)
+
+    def _drop(self, owner) -> None:
+        for a, b in self.owned_edges.pop(owner, []):
+            if (a, b) not in self.edge_refs:
+                continue  # went with a task another owner removed
+            self.edge_refs[(a, b)] -= 1
+            if self.edge_refs[(a, b)] == 0:
+                del self.edge_refs[(a, b)]
+                if a in self.graph.tasks and b in self.graph.tasks:
+                    self.engine.remove_edge(a, b)
+                    self.graph.remove_edge(a, b)
+        ids = self.owned.pop(owner, [])
+        for t in ids:
+            for s in list(self.graph.succ[t]):
+                self.edge_refs.pop((t, s), None)
+            for p in list(self.graph.pred[t]):
+                self.edge_refs.pop((p, t), None)
+            self.engine.remove_task(t)
+        self.graph.remove(ids)
+        self.memory.pop(owner, None)
+        if owner[0] == "op":
+            self.op_tasks.pop(owner[1], None)
+
+    def _mem(self, owner, device: int, kind: str, num_bytes: int) -> None:
+        d = self.memory.setdefault(owner, {}).setdefault(device, {})
+        d[kind] = d.get(kind, 0) + num_bytes
+
+    def _transfer(self, owner, src: int, dst: int, elements: int, itemsize: int, category: Category, name: str,
+                  before, regions=()) -> list[int]:
+        """One transfer src -> dst: a task per hop, all starting after ``before``; returns the hops."""
+        route = self.machine.route(src, dst)
+        if not route:
+            raise StrategyError(f"no route from device {src} to device {dst}")
+        num_bytes = elements * itemsize
+        latency = sum(self.machine.links[l].latency_s for l in route)
+        xid = self._transfer_ids
+        self._transfer_ids += 1
+        hops = []
+        for j, l in enumerate(route):
+            link = self.machine.links[l]
+            exe = self.cost.transfer_time(link, num_bytes) - link.latency_s + latency
+            t = self._task(owner, TaskKind.TRANSFER, self.num_compute + l, exe, f"{name} hop {j} {link.type.name}",
+                           category=category, elements=elements, num_bytes=num_bytes, transfer=xid,
+                           link_type=link.type.name, regions=regions if j == 0 else ())
+            self._edges(owner, before, [t])
+            hops.append(t)
+        return hops
+
+    def _reduce(self, owner, device: int, shape: TensorShape, n: int, name: str, before) -> int:
+        t = self._task(owner, TaskKind.REDUCE, device, self.cost.reduce_time(shape, n, self._spec(device)), name)
+        self._edges(owner, before, [t])
+        return t
+
+    def _spec(self, device: int):
+        return self.machine.devices[device].spec
+
+    def _allreduce(self, owner, devices: list[int], ready: list[list[int]], elements: int, dtype, category,
+                   name: str) -> list[list[int]]:
+        """Ring AllReduce of ``elements`` over ``devices`` (2(n-1) steps pipelined into one transfer
+        per ring neighbour pair carrying 2(n-1)/n of the data, then the (n-1)/n adds); returns, per
+        device, the tasks after which it holds the sum."""
+        n = len(devices)
+        total = 2 * (n - 1) * elements
+        done = []
+        for i in range(n):
+            j = (i + 1) % n
+            share = total // n + (1 if i < total % n else 0)
+            hops = self._transfer(owner, devices[i], devices[j], share, dtype.size_bytes, category,
+                                  f"{name} ring {i}->{j}", ready[i] + ready[j])
+            done.append((j, hops))
+        out: list[list[int]] = [[] for _ in devices]
+        for j, hops in done:
+            adds = TensorShape((max(1, (n - 1) * elements // n),), dtype)
+            out[j] = [self._reduce(owner, devices[j], adds, 2, f"{name} ring sum @{devices[j]}", hops)]
+        return out
+
+    # ---- owners -----------------------------------------------------------------------------
+    def _op_time(self, attrs, ins, outs, device: int):
+        """(OpTimes, activation bytes) of one piece; pieces of one shape on one device kind recur."""
+        key = (attrs, tuple(ins), tuple(outs), self._spec(device).name)
+        if key not in self._times:
+            self._times[key] = (self.cost.op_times(attrs, ins, outs, self._spec(device)),
+                                op_cost(attrs, ins, outs).activation_bytes)
+        return self._times[key]
+
+    def _lower_op(self, name: str) -> None:
+        owner = ("op", name)
+        lay = self.layout(name)
+        node = lay.node
+        fwd, bwd = [], []
+        for p, dev in enumerate(lay.devices):
+            # operand pieces include their halo (padding outside the tensor counts: the kernel reads it)
+            ins = [TensorShape(tuple(b - a for a, b in r[p].ranges), s.dtype)
+                   for r, s in zip(lay.operand_regions, lay.operand_shapes)]
+            outs = [TensorShape(tuple(b - a for a, b in r[p].ranges), s.dtype)
+                    for r, s in zip(lay.output_regions, lay.output_shapes)]
+            attrs = node.attrs
+            piece_call = op_def(node.op_type).piece_call
+            if piece_call is not None:  # e.g. a conv piece runs without the padding its halo holds
+                attrs = piece_call(attrs, lay.coords[p], lay.degree)[0]
+            times, activation_bytes = self._op_time(attrs, ins, outs, dev)
+            regions = tuple(RegionRequirement(ref, r[p], Access.READ, dev) for ref, r in
+                            zip(node.inputs, lay.operand_regions)) + tuple(
+                RegionRequirement(TensorRef(node.id, k), r[p], Access.WRITE, dev)
+                for k, r in enumerate(lay.output_regions))
+            f = self._task(owner, TaskKind.FORWARD, dev, times.forward_s, f"fwd {name}[{p}]", node=name, piece=p,
+                           regions=regions)
+            b = self._task(owner, TaskKind.BACKWARD, dev, times.backward_s, f"bwd {name}[{p}]", node=name, piece=p)
+            self._edge(owner, f, b)
+            fwd.append(f)
+            bwd.append(b)
+            self._mem(owner, dev, "activations", activation_bytes)
+        self.op_tasks[name] = (fwd, bwd)
+
+    def _lower_edge(self, consumer: str, i: int) -> None:
+        owner = ("edge", consumer, i)
+        pref, chain = self.producer[(consumer, i)]
+        pnode = self.pcg.node(pref.node)
+        if pnode.op_type in (OpType.INPUT, OpType.WEIGHT):
+            return  # inputs are loaded in place; weights belong to their weight owner
+        C = self.layout(consumer)
+        P = self.layout(pnode.name)
+        cfwd, cbwd = self.op_tasks[consumer]
+        pfwd, pbwd = self.op_tasks[pnode.name]
+        full = C.operand_shapes[i]
+        dtype = full.dtype
+        cshape = self.pcg.shape(self.pcg.node_by_name(consumer).inputs[i])
+        pshape = self.pcg.shape(pref)
+        k = pshape.sum_degree // cshape.sum_degree
+        # producer pieces: shard box -> sum index -> [(copy index, piece, device)]
+        pieces: dict = defaultdict(lambda: defaultdict(list))
+        for q, r in enumerate(P.output_regions[pref.index]):
+            pieces[r.ranges][r.sum_index].append((r.copy_index, q, P.devices[q]))
+        label = f"{pnode.name}->{consumer}.in{i}"
+        groups: dict = defaultdict(list)  # (box, consumer sum index) -> consumer pieces, when k > 1
+        for p, region in enumerate(C.operand_regions[i]):
+            want = _clip(region, full)
+            dev = C.devices[p]
+            exact = pieces.get(want)  # the common case: the same cut on both sides
+            for ranges, by_sum in ([(want, exact)] if exact is not None else pieces.items()):
+                box = _overlap(want, ranges) if exact is None else want
+                if box is None:
+                    continue
+                if k == 1:
+                    q, qdev = self._replica(by_sum[region.sum_index], dev, region.copy_index)
+                    self._move(owner, q, qdev, p, dev, box, dtype, pfwd, pbwd, cfwd, cbwd, label)
+                else:
+                    groups[(box, region.sum_index)].append(p)
+        for (box, s_c), ps in groups.items():
+            partials = []
+            for s in range(s_c * k, (s_c + 1) * k):
+                ranges = next(r for r in pieces if _overlap(box, r))
+                partials.append(self._replica(pieces[ranges][s], C.devices[ps[0]], 0))
+            self._reduction(owner, box, dtype, partials, ps, C.devices, pfwd, pbwd, cfwd, cbwd, label)
+
+    @staticmethod
+    def _replica(replicas, device: int, copy_index: int):
+        for c, q, d in replicas:
+            if d == device:
+                return q, d
+        c, q, d = sorted(replicas)[copy_index % len(replicas)]
+        return q, d
+
+    def _move(self, owner, q, qdev, p, pdev, box, dtype, pfwd, pbwd, cfwd, cbwd, label) -> None:
+        if qdev == pdev:
+            self._edge(owner, pfwd[q], cfwd[p])
+            self._edge(owner, cbwd[p], pbwd[q])
+            return
+        n = _numel(box)
+        hops = self._transfer(owner, qdev, pdev, n, dtype.size_bytes, Category.ACTIVATION,
+                              f"xfer {label} [{q}]->[{p}]", [pfwd[q]])
+        self._edges(owner, hops, [cfwd[p]])
+        back = self._transfer(owner, pdev, qdev, n, dtype.size_bytes, Category.ACTIVATION,
+                              f"grad {label} [{p}]->[{q}]", [cbwd[p]])
+        self._edges(owner, back, [pbwd[q]])
+
+    def _reduction(self, owner, box, dtype, partials, consumers, cdev, pfwd, pbwd, cfwd, cbwd, label) -> None:
+        n = _numel(box)
+        pdevs = [d for _, d in partials]
+        cdevs = [cdev[p] for p in consumers]
+        shape = TensorShape(tuple(hi - lo for lo, hi in box), dtype)
+        if len(set(pdevs)) == len(pdevs) and sorted(pdevs) == sorted(cdevs) and len(pdevs) > 1:
+            # partial sums on a device group whose members all need the sum: ring AllReduce
+            order = sorted(pdevs)
+            pidx = {d: q for q, d in partials}
+            cidx = {cdev[p]: p for p in consumers}
+            fwd_done = self._allreduce(owner, order, [[pfwd[pidx[d]]] for d in order], n, dtype,
+                                       Category.ACTIVATION, f"allreduce {label}")
+            for d, done in zip(order, fwd_done):
+                self._edges(owner, done, [cfwd[cidx[d]]])
+            bwd_done = self._allreduce(owner, order, [[cbwd[cidx[d]]] for d in order], n, dtype,
+                                       Category.ACTIVATION, f"allreduce grad {label}")
+            for d, done in zip(order, bwd_done):
+                self._edges(owner, done, [pbwd[pidx[d]]])
+            return
+        target = cdevs[0]
+        arrivals = []
+        for q, d in partials:
+            if d == target:
+                arrivals.append(pfwd[q])
+            else:
+                arrivals += self._transfer(owner, d, target, n, dtype.size_bytes, Category.ACTIVATION,
+                                           f"xfer {label} [{q}]->sum@{target}", [pfwd[q]])
+        total = self._reduce(owner, target, shape, len(partials), f"sum {label} @{target}", arrivals)
+        grads = []
+        for p in consumers:
+            if cdev[p] == target:
+                self._edge(owner, total, cfwd[p])
+                grads.append(cbwd[p])
+            else:
+                hops = self._transfer(owner, target, cdev[p], n, dtype.size_bytes, Category.ACTIVATION,
+                                      f"xfer {label} sum->[{p}]", [total])
+                self._edges(owner, hops, [cfwd[p]])
+                grads += self._transfer(owner, cdev[p], target, n, dtype.size_bytes, Category.ACTIVATION,
+                                        f"grad {label} [{p}]->sum@{target}", [cbwd[p]])
+        gsum = self._reduce(owner, target, shape, len(consumers), f"grad sum {label} @{target}", grads) \
+            if len(consumers) > 1 else None
+        gate = [gsum] if gsum is not None else grads
+        for q, d in partials:
+            if d == target:
+                self._edges(owner, gate, [pbwd[q]])
+            else:
+                hops = self._transfer(owner, target, d, n, dtype.size_bytes, Category.ACTIVATION,
+                                      f"grad {label} sum->[{q}]", gate)
+                self._edges(owner, hops, [pbwd[q]])
+
+    def _lower_weight(self, wname: str) -> None:
+        owner = ("weight", wname)
+        users = sorted(self.consumers.get(wname, []), key=lambda u: self.pcg.node_by_name(u[0]).id)
+        if not users:
+            return
+        wshape = self.pcg.node_by_name(wname).attrs.shape
+        dtype = wshape.dtype
+        primary: dict[tuple, list[tuple[int, int]]] = defaultdict(list)  # ranges -> [(copy, device)]
+        c0, i0 = users[0]
+        L0 = self.layout(c0)
+        for p, r in enumerate(L0.operand_regions[i0]):
+            primary[r.ranges].append((r.copy_index, L0.devices[p]))
+        for reps in primary.values():
+            reps.sort()
+        grad_deps: dict[tuple, list[int]] = defaultdict(list)  # (ranges, device) -> tasks
+        instances = {(ranges, d) for ranges, reps in primary.items() for _, d in reps}
+        for c, i in users:
+            L = self.layout(c)
+            cfwd, cbwd = self.op_tasks[c]
+            for p, r in enumerate(L.operand_regions[i]):
+                dev = L.devices[p]
+                if (r.ranges, dev) in instances:
+                    grad_deps[(r.ranges, dev)].append(cbwd[p])
+                    continue
+                for ranges, reps in primary.items():
+                    box = _overlap(r.ranges, ranges)
+                    if box is None:
+                        continue
+                    _, src = next(((cp, d) for cp, d in reps if d == dev), reps[r.copy_index % len(reps)])
+                    if src == dev:  # the instance on this device holds this part already
+                        grad_deps[(ranges, src)].append(cbwd[p])
+                        continue
+                    n = _numel(box)
+                    hops = self._transfer(owner, src, dev, n, dtype.size_bytes, Category.WEIGHT_SYNC,
+                                          f"copy {wname} ->{c}[{p}]", [])
+                    self._edges(owner, hops, [cfwd[p]])
+                    grad_deps[(ranges, src)] += self._transfer(owner, dev, src, n, dtype.size_bytes,
+                                                               Category.WEIGHT_SYNC, f"grad {wname} {c}[{p}]->",
+                                                               [cbwd[p]])
+                    self._mem(owner, dev, "weights", n * dtype.size_bytes)
+        for ranges, reps in primary.items():
+            piece = TensorShape(tuple(b - a for a, b in ranges), dtype)
+            devices = [d for _, d in reps]
+            for d in devices:
+                self._mem(owner, d, "weights", piece.size_bytes)
+                self._mem(owner, d, "gradients", piece.size_bytes)
+            if len(devices) > 1:
+                done = self._allreduce(owner, devices, [grad_deps[(ranges, d)] for d in devices],
+                                       piece.num_elements, dtype, Category.WEIGHT_SYNC, f"allreduce {wname}")
+            else:
+                done = [grad_deps[(ranges, devices[0])]]
+            for d, deps in zip(devices, done):
+                u = self._task(owner, TaskKind.UPDATE, d, self.cost.update_time(piece, self._spec(d), self.optimizer),
+                               f"update {wname}@{d}", node=wname)
+                self._edges(owner, deps, [u])
+
+    # ---- building ---------------------------------------------------------------------------
+    def build(self, strategy: Strategy) -> None:
+        """Lower the whole strategy (drops whatever was lowered before)."""
+        for owner in list(self.owned):
+            self._drop(owner)
+        self._set_strategy(strategy)
+        self._lower_owners(self._all_owners())
+
+    def _all_owners(self):
+        ops = [n.name for n in self.pcg.nodes if is_compute(n)]
+        edges = [(c, i) for (c, i) in self.producer]
+        weights = [n.name for n in self.pcg.nodes if n.op_type is OpType.WEIGHT]
+        return ops, edges, weights
+
+    def _lower_owners(self, owners) -> None:
+        ops, edges, weights = owners
+        for name in ops:
+            self._lower_op(name)
+        for c, i in edges:
+            self._lower_edge(c, i)
+        for w in weights:
+            self._lower_weight(w)
+
+    def update(self, strategy: Strategy, changed: set[str]) -> None:
+        """Re-lower what a change of the named compute operators' configurations touches."""
+        self._set_strategy(strategy)
+        ops = set(changed)
+        edges, weights = set(), set()
+        for name in changed:
+            node = self.pcg.node_by_name(name)
+            for i in range(len(node.inputs)):
+                pref, _ = self.producer[(name, i)]
+                p = self.pcg.node(pref.node)
+                if p.op_type is OpType.WEIGHT:
+                    weights.add(p.name)
+                edges.add((name, i))
+            edges.update(self.consumers.get(name, []))
+        for o in ops:
+            self._drop(("op", o))
+        for e in edges:
+            self._drop(("edge",) + e)
+        for w in weights:
+            self._drop(("weight", w))
+        order = {n.name: n.id for n in self.pcg.nodes}
+        self._lower_owners((sorted(ops, key=order.get), sorted(edges, key=lambda e: (order[e[0]], e[1])),
+                            sorted(weights, key=order.get)))
+
+    def memory_by_device(self) -> dict[int, dict[str, int]]:
+        total: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        for per in self.memory.values():
+            for dev, kinds in per.items():
+                for kind, b in kinds.items():
+                    total[dev][kind] += b
+        return {d: dict(v) for d, v in total.items()}

@@ -1,0 +1,177 @@
+"""Simulate a strategy: lower it, run full or delta simulation, and report (FlexFlow §5).
+
+``simulate`` returns a ``SimResult``: iteration time, per-task start and end, busy time per device
+and link, compute vs communication time, data moved between devices (each transfer once, however
+many hops it crosses; split into activations and weight synchronization), bytes per link type,
+and memory per device (weights, gradients, optimizer state, activations kept for backward) with
+devices over capacity flagged. ``chrome_trace`` writes the timeline for Perfetto.
+
+Entry points: ``Simulator``, ``simulate``, ``SimResult``, ``chrome_trace``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from flexrt.errors import ConfigError
+from flexrt.machine import Machine
+from flexrt.simulator.lowering import Lowering
+from flexrt.simulator.strategy import Strategy
+from flexrt.simulator.task_graph import Category, TaskKind
+
+# optimizer state per weight element, as a multiple of the weight's bytes
+OPTIMIZER_STATE = {"sgd": 0, "momentum": 1, "adam": 2}
+
+
+@dataclass
+class SimResult:
+    iteration_time_s: float
+    num_tasks: int
+    compute_time_s: float
+    communication_time_s: float
+    busy_s: dict[str, float]
+    moved_elements: dict[str, int]
+    moved_bytes: dict[str, int]
+    link_bytes: dict[str, int]
+    memory_bytes: dict[int, dict[str, int]]
+    memory_capacity: dict[int, int]
+    over_capacity: list[int] = field(default_factory=list)
+    timeline: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def total_moved_elements(self) -> int:
+        return sum(self.moved_elements.values())
+
+    def to_json(self) -> dict:
+        return {"iteration_time_s": self.iteration_time_s, "num_tasks": self.num_tasks,
+                "compute_time_s": self.compute_time_s, "communication_time_s": self.communication_time_s,
+                "moved_elements": self.moved_elements, "moved_bytes": self.moved_bytes,
+                "total_moved_elements": self.total_moved_elements, "link_bytes": self.link_bytes,
+                "busy_s": self.busy_s,
+                "memory_bytes": {str(d): m for d, m in sorted(self.memory_bytes.items())},
+                "memory_capacity_bytes": {str(d): c for d, c in sorted(self.memory_capacity.items())},
+                "over_capacity": self.over_capacity}
+
+
+def _device_name(machine: Machine, device: int) -> str:
+    d = machine.num_devices
+    if device < d:
+        dev = machine.devices[device]
+        return f"{dev.spec.kind}{device} (node {dev.node})"
+    link = machine.links[device - d]
+    return f"link{link.id} {link.type.name} {link.src}->{link.dst}"
+
+
+class Simulator:
+    """Holds a lowered strategy so that single-operator changes can be delta-simulated."""
+
+    def __init__(self, machine: Machine, cost_model, optimizer: str = "sgd") -> None:
+        if optimizer not in OPTIMIZER_STATE:
+            raise ConfigError(f"unknown optimizer {optimizer!r}; valid: {', '.join(OPTIMIZER_STATE)}")
+        self.machine = machine
+        self.optimizer = optimizer
+        self.lowering = Lowering(machine, cost_model, optimizer)
+
+    def full(self, strategy: Strategy) -> SimResult:
+        """Lower the whole strategy and run Algorithm 1."""
+        self.lowering.build(strategy)
+        self.lowering.engine.simulate_full()
+        return self.result()
+
+    def delta(self, strategy: Strategy, changed: set[str]) -> SimResult:
+        """Re-lower what changing the named operators touches and run Algorithm 2."""
+        if self.lowering.strategy is None:
+            return self.full(strategy)
+        self.lowering.update(strategy, changed)
+        self.lowering.engine.simulate_delta()
+        return self.result()
+
+    def iteration_time(self) -> float:
+        ids, _, _, _, end = self.lowering.engine.timeline()
+        return float(end.max()) if len(end) else 0.0
+
+    def result(self) -> SimResult:
+        low, machine = self.lowering, self.machine
+        ids, device, ready, start, end = low.engine.timeline()
+        tasks = low.graph.tasks
+        compute = comm = 0.0
+        busy: dict[str, float] = defaultdict(float)
+        moved_e: dict[str, int] = defaultdict(int)
+        moved_b: dict[str, int] = defaultdict(int)
+        link_bytes: dict[str, int] = defaultdict(int)
+        seen = set()
+        for t in tasks.values():
+            busy[_device_name(machine, t.device)] += t.exe_s
+            if t.kind is TaskKind.TRANSFER:
+                comm += t.exe_s
+                link_bytes[t.link_type] += t.num_bytes
+                if t.transfer not in seen:
+                    seen.add(t.transfer)
+                    moved_e[t.category.value] += t.elements
+                    moved_b[t.category.value] += t.num_bytes
+            else:
+                compute += t.exe_s
+        for cat in (Category.ACTIVATION, Category.WEIGHT_SYNC):
+            moved_e.setdefault(cat.value, 0)
+            moved_b.setdefault(cat.value, 0)
+        memory = low.memory_by_device()
+        factor = OPTIMIZER_STATE[self.optimizer]
+        capacity, over = {}, []
+        for d in range(machine.num_devices):
+            m = memory.setdefault(d, {})
+            for kind in ("weights", "gradients", "activations"):
+                m.setdefault(kind, 0)
+            m["optimizer_state"] = factor * m["weights"]
+            m["total"] = sum(v for k, v in m.items() if k != "total")
+            capacity[d] = machine.devices[d].spec.memory_bytes
+            if m["total"] > capacity[d]:
+                over.append(d)
+        timeline = {"ids": ids, "device": device, "ready": ready, "start": start, "end": end}
+        return SimResult(float(end.max()) if len(end) else 0.0, len(ids), compute, comm, dict(busy), dict(moved_e),
+                         dict(moved_b), dict(link_bytes), memory, capacity, over, timeline)
+
+    def chrome_trace(self, result: SimResult) -> dict:
+        """The timeline as Chrome trace events: one track per device and per link (Perfetto opens it)."""
+        tasks = self.lowering.graph.tasks
+        d = self.machine.num_devices
+        events = []
+        used = sorted(set(int(x) for x in result.timeline["device"]))
+        for dev in used:
+            pid = 0 if dev < d else 1
+            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": dev,
+                           "args": {"name": _device_name(self.machine, dev)}})
+        events.append({"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "devices"}})
+        events.append({"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "links"}})
+        tl = result.timeline
+        for tid, dev, s, e in zip(tl["ids"], tl["device"], tl["start"], tl["end"]):
+            t = tasks[int(tid)]
+            args = {"kind": t.kind.value, "task": int(tid)}
+            if t.kind is TaskKind.TRANSFER:
+                args.update(bytes=t.num_bytes, category=t.category.value)
+            events.append({"ph": "X", "name": t.name, "cat": t.kind.value, "pid": 0 if dev < d else 1,
+                           "tid": int(dev), "ts": float(s) * 1e6, "dur": float(e - s) * 1e6, "args": args})
+        return {"traceEvents": events, "displayTimeUnit": "ms",
+                "otherData": {"iteration_time_s": result.iteration_time_s, "machine": self.machine.name}}
+
+
+def simulate(strategy: Strategy, machine: Machine, cost_model, optimizer: str = "sgd") -> SimResult:
+    """Full simulation of one training iteration of ``strategy`` on ``machine``."""
+    return Simulator(machine, cost_model, optimizer).full(strategy)
+
+
+def write_trace(path: str, trace: dict) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(trace, f)
+
+
+def timelines_equal(a: SimResult, b: SimResult) -> bool:
+    """Exact equality of two timelines as multisets of (device, ready, start, end), whatever the
+    task ids (an incrementally updated task graph numbers its tasks differently)."""
+    def rows(r):
+        t = r.timeline
+        return sorted(zip(t["device"].tolist(), t["ready"].tolist(), t["start"].tolist(), t["end"].tolist()))
+    return a.iteration_time_s == b.iteration_time_s and rows(a) == rows(b)
