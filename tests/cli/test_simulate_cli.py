@@ -1,0 +1,50 @@
+"""flexrt simulate: table and JSON output, delta method, trace and task graph files, errors."""
+
+import json
+
+from flexrt.cli import main
+from flexrt.examples.strategies import unity_fig2
+
+
+def test_simulate_json_data_parallel_fig2(capsys):
+    assert main(["simulate", "mlp_unity_fig2", "--machine", "dgx1_v100", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["num_devices"] == 8 and doc["iteration_time_s"] > 0
+    assert doc["moved_elements"]["activation"] == 0  # data parallelism moves only weight gradients
+    assert doc["moved_elements"]["weight_sync"] == 2 * 7 * (784 * 512 + 512 * 10)  # ring over 8 devices
+
+
+def test_simulate_delta_method_equals_full(capsys):
+    args = ["simulate", "alexnet", "-b", "32", "--machine", "dgx1_v100", "--random-strategy", "5", "--json"]
+    assert main(args) == 0
+    full = json.loads(capsys.readouterr().out)
+    assert main(args + ["--method", "delta"]) == 0
+    delta = json.loads(capsys.readouterr().out)
+    assert delta["delta_steps"] > 0
+    assert delta["iteration_time_s"] == full["iteration_time_s"]
+    assert delta["moved_elements"] == full["moved_elements"]
+
+
+def test_simulate_writes_trace_and_taskgraph(tmp_path, capsys):
+    trace, dot = tmp_path / "t.json", tmp_path / "g.dot"
+    assert main(["simulate", "mlp_unity_fig2", "--machine", "dgx1_v100", "--nodes", "1", "--trace", str(trace),
+                 "--taskgraph", str(dot)]) == 0
+    out = capsys.readouterr().out
+    assert "iteration time" in out and f"wrote the trace to {trace}" in out
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert any(e["ph"] == "X" and e["name"].startswith("fwd dense1") for e in events)
+    assert dot.read_text().startswith("digraph taskgraph")
+
+
+def test_simulate_errors(tmp_path, capsys):
+    assert main(["simulate", "mlp_unity_fig2", "--machine", "nosuch"]) == 1
+    assert "unknown machine preset 'nosuch'" in capsys.readouterr().err
+    bad = tmp_path / "s.json"
+    bad.write_text(json.dumps({"format": "flexrt.strategy", "version": 1, "machine": {"num_nodes": 1,
+                                                                                       "devices_per_node": 8},
+                               "model_hash": "0", "operators": []}))
+    assert main(["simulate", "mlp_unity_fig2", "--machine", "dgx1_v100", "--strategy", str(bad)]) == 1
+    assert "made for another model" in capsys.readouterr().err
+    assert main(["simulate", "mlp_unity_fig2", "--machine", "dgx1_v100", "--method", "delta", "--strategy",
+                 str(unity_fig2.FILE)]) == 1
+    assert "needs a per-operator strategy" in capsys.readouterr().err
