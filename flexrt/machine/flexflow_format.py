@@ -33,7 +33,7 @@ from pathlib import Path
 from flexrt.errors import MachineSpecError
 from flexrt.machine.machine import LinkType
 from flexrt.machine.presets import preset_spec
-from flexrt.machine.spec import (CpuLinks, DeviceLinks, InterNodeSpec, IntraNodeSpec, LinkSpec, MachineSpec,
+from flexrt.machine.spec import (read_machine_file, CpuLinks, DeviceLinks, InterNodeSpec, IntraNodeSpec, LinkSpec, MachineSpec,
                                  NicAttach, SocketSpec, Topology)
 
 LINKS = ("membus", "upi", "nic", "pci", "nvlink")
@@ -191,9 +191,4 @@ def parse_flexflow_spec(text: str, source: str = "<string>") -> MachineSpec:
 
 def load_flexflow_spec(path: str | Path) -> MachineSpec:
     """Read FlexFlow's machine model file at ``path``."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise MachineSpecError(f"cannot read machine file {path}: {e.strerror or e}") from None
-    return parse_flexflow_spec(text, str(path))
+    return parse_flexflow_spec(read_machine_file(path), str(path))

@@ -47,7 +47,18 @@ class LinkType(enum.Enum):
         return self.value
 
 
-class FlopsTable(Mapping):
+class _PicklesWithoutCache:
+    """Pickles (MPI ranks) carry the value, not its ``_cache`` of derived data."""
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_cache"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.__dict__["_cache"] = {}
+
+
+class FlopsTable(_PicklesWithoutCache, Mapping):
     """Peak FLOP/s per data type: an immutable, hashable mapping ``DataType -> float``."""
 
     __slots__ = ("_items",)
@@ -74,13 +85,6 @@ class FlopsTable(Mapping):
 
     def __len__(self) -> int:
         return len(self._items)
-
-    def __getstate__(self) -> dict:  # pickles (MPI ranks) carry the machine, not its caches
-        return {k: v for k, v in self.__dict__.items() if k != "_cache"}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self.__dict__["_cache"] = {}
 
     def __hash__(self) -> int:
         return hash(self._items)
@@ -220,7 +224,7 @@ class MachineShape:
 
 
 @dataclass(frozen=True)
-class Machine:
+class Machine(_PicklesWithoutCache):
     """``num_nodes`` identical nodes of compute devices joined by directional links.
 
     Example:
@@ -268,13 +272,6 @@ class Machine:
     @property
     def shape(self) -> MachineShape:
         return MachineShape(self.num_nodes, self.devices_per_node)
-
-    def __getstate__(self) -> dict:  # pickles (MPI ranks) carry the machine, not its caches
-        return {k: v for k, v in self.__dict__.items() if k != "_cache"}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self.__dict__["_cache"] = {}
 
     def __hash__(self) -> int:
         h = self._cache.get("hash")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from flexrt.errors import MachineSpecError
 from flexrt.machine.machine import (CPU, NETWORK_ENDPOINT, DeviceSpec, DeviceTemplate, LinkTemplate, LinkType,
@@ -265,3 +266,11 @@ def build_machine(spec: MachineSpec, nodes: int | None = None) -> Machine:
         return instantiate(spec.name, n, tuple(b.devices), tuple(b.links))
     except MachineSpecError as e:  # a disconnected layout: say where the topology was described
         raise _fail(intra.where or spec.source, str(e)) from None
+
+
+def read_machine_file(path) -> str:
+    """The text of a machine description file; an unreadable file is a MachineSpecError naming it."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise MachineSpecError(f"cannot read machine file {path}: {e.strerror or e}") from None

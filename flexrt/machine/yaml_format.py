@@ -66,7 +66,7 @@ import yaml
 from flexrt.errors import MachineSpecError
 from flexrt.ir.datatype import DataType
 from flexrt.machine.machine import CPU, DEVICE_KINDS, DeviceSpec, LinkType
-from flexrt.machine.spec import (CpuLinks, DeviceLinks, InterNodeSpec, IntraNodeSpec, LinkSpec, MachineSpec,
+from flexrt.machine.spec import (read_machine_file, CpuLinks, DeviceLinks, InterNodeSpec, IntraNodeSpec, LinkSpec, MachineSpec,
                                  NicAttach, SocketSpec, Topology)
 
 DTYPE_NAMES = {"float32": DataType.DT_FLOAT, "float16": DataType.DT_HALF, "bfloat16": DataType.DT_BFLOAT16,
@@ -449,9 +449,4 @@ def parse_yaml_spec(text: str, source: str = "<string>") -> MachineSpec:
 
 def load_yaml_spec(path: str | Path) -> MachineSpec:
     """Read and validate the machine YAML file at ``path``."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise MachineSpecError(f"cannot read machine file {path}: {e.strerror or e}") from None
-    return parse_yaml_spec(text, str(path))
+    return parse_yaml_spec(read_machine_file(path), str(path))
