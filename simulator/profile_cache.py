@@ -43,7 +43,6 @@ import os
 import tempfile
 import time
 import warnings
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional, Union
@@ -222,7 +221,9 @@ def write_atomically(path: Path, text: str) -> None:
         raise
 
 
-_LIVE: "weakref.WeakSet[ProfileCache]" = weakref.WeakSet()
+# Caches with entries not yet written, held strongly so that the exit hook still finds them after
+# their cost model is gone (a WeakSet would lose them to garbage collection first).
+_LIVE: "set[ProfileCache]" = set()
 
 
 @atexit.register
@@ -300,6 +301,7 @@ class ProfileCache:
             self._report([f"cannot be written ({type(e).__name__}: {e}); keeping measurements in memory"])
             return
         self._pending.clear()
+        _LIVE.discard(self)
         self._last_write = time.monotonic()
 
     def _load(self) -> None:

@@ -399,3 +399,21 @@ def test_profile_cache_concurrent_processes_keep_every_entry(tmp_path):
     cache = ProfileCache(path)
     assert len(cache) == 60
     assert cache.get({"worker": 3, "i": 14}).forward_s == pytest.approx(15e-6)
+
+
+def test_pending_entries_survive_their_cache_being_dropped(tmp_path):
+    """Entries put after the first write reach the file at exit even if the cache object is gone."""
+    import gc
+
+    from flexrt.simulator import profile_cache
+    from flexrt.simulator.profile_cache import CacheEntry, ProfileCache
+    path = tmp_path / "profile.json"
+    cache = ProfileCache(path, flush_interval_s=3600)
+    cache.put({"op": "a"}, CacheEntry(1e-3, 2e-3))  # the first put is written at once
+    cache.put({"op": "b"}, CacheEntry(1e-3, 2e-3))  # this one waits for a flush
+    assert ProfileCache(path).get({"op": "b"}) is None
+    del cache
+    gc.collect()
+    profile_cache._flush_all()  # what the exit hook runs
+    fresh = ProfileCache(path)
+    assert fresh.get({"op": "a"}) is not None and fresh.get({"op": "b"}) is not None
