@@ -15,7 +15,6 @@ import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-import numpy as np
 
 from flexrt.errors import ConfigError
 from flexrt.machine import Machine

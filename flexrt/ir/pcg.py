@@ -29,7 +29,7 @@ from flexrt.ir.op_type import PARALLEL_OPS, SOURCE_OPS, OpType
 from flexrt.ir.parallel_axes import infer_parallel
 from flexrt.ir.parallel_tensor import ParallelTensorShape
 from flexrt.ir.registry import op_def
-from flexrt.ir.serialize import attrs_from_json, attrs_to_json, pshape_from_json, pshape_to_json
+from flexrt.ir.serialize import attrs_from_json, attrs_to_json, pshape_to_json
 from flexrt.ir.tensor_shape import TensorShape
 
 FORMAT = "flexrt.pcg"

@@ -3,7 +3,7 @@ calls wait for the runtime; scripts load in capture mode."""
 
 import pytest
 
-from flexrt.errors import ConfigError, GraphError, NotYetAvailableError, ShapeError
+from flexrt.errors import ConfigError, NotYetAvailableError, ShapeError
 from flexrt.ir.op_type import OpType
 from flexrt.model import (ActiMode, AdamOptimizer, AggrMode, DataType, FFConfig, FFModel, GlorotUniformInitializer,
                           LossType, MetricsType, NormInitializer, PoolType, SGDOptimizer, UniformInitializer,

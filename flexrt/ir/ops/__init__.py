@@ -28,3 +28,38 @@ from flexrt.ir.ops.softmax import SoftmaxAttrs
 from flexrt.ir.ops.source import InputAttrs, WeightAttrs
 from flexrt.ir.ops.split import SplitAttrs
 from flexrt.ir.ops.transpose import TransposeAttrs
+
+__all__ = [
+    "AllReduceAttrs",
+    "BatchAttrs",
+    "BatchMatmulAttrs",
+    "BatchNormAttrs",
+    "CastAttrs",
+    "CombineAttrs",
+    "ConcatAttrs",
+    "Conv2DAttrs",
+    "DropoutAttrs",
+    "ElementBinaryAttrs",
+    "ElementUnaryAttrs",
+    "EmbeddingAttrs",
+    "FlatAttrs",
+    "GatherAttrs",
+    "InputAttrs",
+    "LSTMAttrs",
+    "LayerNormAttrs",
+    "LinearAttrs",
+    "MultiHeadAttentionAttrs",
+    "PipelineAttrs",
+    "Pool2DAttrs",
+    "ReduceAttrs",
+    "ReductionAttrs",
+    "RepartitionAttrs",
+    "ReplicateAttrs",
+    "ReshapeAttrs",
+    "SoftmaxAttrs",
+    "SplitAttrs",
+    "TransposeAttrs",
+    "WeightAttrs",
+    "backward_partner",
+    "inverse",
+]

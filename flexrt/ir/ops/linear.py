@@ -80,7 +80,7 @@ def piece_call(attrs: LinearAttrs, coords, degrees):
 
 
 def flops(attrs: LinearAttrs, ins, outs):
-    x, w = ins[0], ins[1]
+    x = ins[0]
     y = outs[0]
     return 2 * numel(y) * x.dims[-1] + (numel(y) if len(ins) > 2 else 0) + activation_flops(attrs.activation, y)
 
