@@ -1,10 +1,10 @@
-"""Element-wise unary and binary forwards."""
+"""Element-wise unary and binary forwards and backwards (binary ops broadcast as NumPy does)."""
 
 from __future__ import annotations
 
 from flexrt.ir.op_type import ELEMENT_BINARY, ELEMENT_UNARY, OpType
-from flexrt.kernels.ops.activation import gelu, sigmoid
-from flexrt.kernels.registry import register_forward
+from flexrt.kernels.ops.activation import gelu, gelu_grad, sigmoid
+from flexrt.kernels.registry import register_backward, register_forward
 
 _UNARY = {
     OpType.RELU: lambda xp, x, s: xp.maximum(x, 0),
@@ -44,3 +44,67 @@ def unary_forward(xp, attrs, operands):
 def binary_forward(xp, attrs, operands):
     a, b = operands
     return (_BINARY[attrs.op_type](xp, a, b),)
+
+
+# d out / d x for each unary op from (x, y = forward(x), scalar)
+_UNARY_DERIV = {
+    OpType.RELU: lambda xp, x, y, s: (x > 0).astype(x.dtype),
+    OpType.SIGMOID: lambda xp, x, y, s: y * (1 - y),
+    OpType.TANH: lambda xp, x, y, s: 1 - y * y,
+    OpType.GELU: lambda xp, x, y, s: gelu_grad(xp, x),
+    OpType.ELU: lambda xp, x, y, s: xp.where(x > 0, x.dtype.type(1), y + 1),
+    OpType.EXP: lambda xp, x, y, s: y,
+    OpType.SIN: lambda xp, x, y, s: xp.cos(x),
+    OpType.COS: lambda xp, x, y, s: -xp.sin(x),
+    OpType.IDENTITY: lambda xp, x, y, s: None,
+    OpType.RSQRT: lambda xp, x, y, s: x.dtype.type(-0.5) * y * y * y,
+    OpType.POW: lambda xp, x, y, s: x.dtype.type(s) * xp.power(x, x.dtype.type(s - 1)),
+    OpType.SCALAR_ADD: lambda xp, x, y, s: None,
+    OpType.SCALAR_SUB: lambda xp, x, y, s: None,
+    OpType.SCALAR_MUL: lambda xp, x, y, s: x.dtype.type(s),
+    OpType.SCALAR_TRUE_DIV: lambda xp, x, y, s: x.dtype.type(1.0 / s),
+}
+assert set(_UNARY_DERIV) == ELEMENT_UNARY
+
+
+def unbroadcast(xp, g, shape: tuple):
+    """Sum ``g`` (of a broadcast result's shape) back to an operand's ``shape``: over the leading
+    extra dimensions and over those where the operand has size 1 and ``g`` does not."""
+    shape = tuple(shape)
+    if tuple(g.shape) == shape:
+        return g
+    lead = g.ndim - len(shape)
+    if lead:
+        g = g.sum(axis=tuple(range(lead)))
+    axes = tuple(d for d, n in enumerate(shape) if n == 1 and g.shape[d] != 1)
+    if axes:
+        g = g.sum(axis=axes, keepdims=True)
+    return g.reshape(shape)
+
+
+@register_backward(*sorted(ELEMENT_UNARY, key=lambda t: t.value))
+def unary_backward(xp, attrs, operands, outputs, grad_outputs):
+    (x,), (y,), (dy,) = operands, outputs, grad_outputs
+    d = _UNARY_DERIV[attrs.op_type](xp, x, y, attrs.scalar)
+    return (dy.copy() if d is None else dy * d,)
+
+
+@register_backward(*sorted(ELEMENT_BINARY, key=lambda t: t.value))
+def binary_backward(xp, attrs, operands, outputs, grad_outputs):
+    a, b = operands
+    (dy,) = grad_outputs
+    t = attrs.op_type
+    if t is OpType.EW_ADD:
+        da, db = dy.copy(), dy.copy()
+    elif t is OpType.EW_SUB:
+        da, db = dy.copy(), -dy
+    elif t is OpType.EW_MUL:
+        da, db = dy * b, dy * a
+    elif t is OpType.EW_DIV:
+        da = dy / b
+        db = -dy * a / (b * b)
+    else:  # max / min: to the larger / smaller operand, ties to the first
+        first = (a >= b) if t is OpType.EW_MAX else (a <= b)
+        zero = dy.dtype.type(0)
+        da, db = xp.where(first, dy, zero), xp.where(first, zero, dy)
+    return unbroadcast(xp, da, a.shape), unbroadcast(xp, db, b.shape)

@@ -1,7 +1,9 @@
-"""Embedding (with bag aggregation) and Dropout forwards.
+"""Embedding (with bag aggregation) and Dropout forwards and backwards.
 
 Dropout draws its keep mask with a NumPy Generator seeded by ``attrs.seed`` (so a mask is a pure
-function of seed and shape on every backend) and moves it to the array module with ``xp.asarray``.
+function of seed and shape on every backend) and moves it to the array module with ``xp.asarray``;
+the backward recomputes the same mask. The embedding table's gradient is a row scatter-add
+(``_scatter.scatter_add_rows``); the indices get none.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ import numpy as np  # only for the dropout mask's Generator: the mask must not d
 from flexrt.errors import ShapeError
 from flexrt.ir.enums import AggrMode
 from flexrt.ir.op_type import OpType
-from flexrt.kernels.registry import register_forward
+from flexrt.kernels.ops._scatter import scatter_add_rows
+from flexrt.kernels.registry import register_backward, register_forward
 
 
 @register_forward(OpType.EMBEDDING)
@@ -46,3 +49,28 @@ def dropout_forward(xp, attrs, operands):
         return (x.copy(),)
     keep = xp.asarray(dropout_mask(attrs.seed, tuple(x.shape), attrs.rate))
     return (xp.where(keep, x * x.dtype.type(1.0 / (1.0 - attrs.rate)), x.dtype.type(0)),)
+
+
+@register_backward(OpType.EMBEDDING)
+def embedding_backward(xp, attrs, operands, outputs, grad_outputs):
+    idx, table = operands
+    (dy,) = grad_outputs
+    width = table.shape[-1]
+    if attrs.aggr is AggrMode.AGGR_MODE_NONE:
+        rows = dy.reshape(-1, width)
+    else:  # every index of a bag gets the bag's gradient (divided by the bag size for avg)
+        bag = idx.shape[-1]
+        rows = xp.broadcast_to(dy[..., None, :], tuple(dy.shape[:-1]) + (bag, width))
+        if attrs.aggr is AggrMode.AGGR_MODE_AVG:
+            rows = rows / dy.dtype.type(bag)
+        rows = rows.reshape(-1, width)
+    return None, scatter_add_rows(xp, table.shape[0], idx.reshape(-1), rows)
+
+
+@register_backward(OpType.DROPOUT)
+def dropout_backward(xp, attrs, operands, outputs, grad_outputs):
+    (x,), (dy,) = operands, grad_outputs
+    if attrs.rate == 0.0:
+        return (dy.copy(),)
+    keep = xp.asarray(dropout_mask(attrs.seed, tuple(x.shape), attrs.rate))
+    return (xp.where(keep, dy * dy.dtype.type(1.0 / (1.0 - attrs.rate)), dy.dtype.type(0)),)

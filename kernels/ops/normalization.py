@@ -1,10 +1,12 @@
-"""BatchNorm (training-mode batch statistics), LayerNorm and Softmax forwards, array-module generic."""
+"""BatchNorm (training-mode batch statistics), LayerNorm and Softmax forwards and backwards,
+array-module generic."""
 
 from __future__ import annotations
 
 from flexrt.errors import ShapeError
 from flexrt.ir.op_type import OpType
-from flexrt.kernels.registry import register_forward
+from flexrt.kernels.ops.elementwise import unbroadcast
+from flexrt.kernels.registry import register_backward, register_forward
 
 
 def _normalize(xp, x, axes: tuple[int, ...], eps: float):
@@ -42,3 +44,46 @@ def softmax_forward(xp, attrs, operands):
     axis = attrs.axis % x.ndim
     e = xp.exp(x - xp.max(x, axis=axis, keepdims=True))  # max subtraction: exp never overflows
     return (e / xp.sum(e, axis=axis, keepdims=True),)
+
+
+def _normalize_backward(xp, x, axes: tuple[int, ...], eps: float, dxhat):
+    """Gradient of x given that of ``_normalize(x)``; also returns the normalized x."""
+    mean = xp.mean(x, axis=axes, keepdims=True)
+    centered = x - mean
+    var = xp.mean(centered * centered, axis=axes, keepdims=True)
+    inv_std = 1.0 / xp.sqrt(var + x.dtype.type(eps))
+    xhat = centered * inv_std
+    dx = inv_std * (dxhat - xp.mean(dxhat, axis=axes, keepdims=True)
+                    - xhat * xp.mean(dxhat * xhat, axis=axes, keepdims=True))
+    return dx, xhat
+
+
+@register_backward(OpType.BATCH_NORM)
+def batch_norm_backward(xp, attrs, operands, outputs, grad_outputs):
+    x, scale, bias = operands
+    (dy,) = grad_outputs
+    if attrs.relu:
+        dy = dy * (outputs[0] > 0)
+    axes = tuple(d for d in range(x.ndim) if d != 1)
+    bshape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    dx, xhat = _normalize_backward(xp, x, axes, attrs.eps, dy * scale.reshape(bshape))
+    return dx, (dy * xhat).sum(axis=axes).reshape(scale.shape), dy.sum(axis=axes).reshape(bias.shape)
+
+
+@register_backward(OpType.LAYER_NORM)
+def layer_norm_backward(xp, attrs, operands, outputs, grad_outputs):
+    x = operands[0]
+    (dy,) = grad_outputs
+    axes = tuple(sorted(a % x.ndim for a in attrs.axes))
+    if not attrs.elementwise_affine:
+        return (_normalize_backward(xp, x, axes, attrs.eps, dy)[0],)
+    gamma, beta = operands[1], operands[2]
+    dx, xhat = _normalize_backward(xp, x, axes, attrs.eps, dy * gamma)
+    return dx, unbroadcast(xp, dy * xhat, gamma.shape), unbroadcast(xp, dy, beta.shape)
+
+
+@register_backward(OpType.SOFTMAX)
+def softmax_backward(xp, attrs, operands, outputs, grad_outputs):
+    (y,), (dy,) = outputs, grad_outputs
+    axis = attrs.axis % y.ndim
+    return (y * (dy - xp.sum(dy * y, axis=axis, keepdims=True)),)

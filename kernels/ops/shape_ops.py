@@ -1,4 +1,4 @@
-"""Forwards of the shape operators: concat, split, reshape, transpose, flat, cast, gather.
+"""Forwards and backwards of the shape operators: concat, split, reshape, transpose, flat, cast, gather.
 
 Each returns fresh arrays (never views of its operands), so that a runtime may free or overwrite
 an operand after the call.
@@ -9,7 +9,8 @@ from __future__ import annotations
 import itertools
 
 from flexrt.ir.op_type import OpType
-from flexrt.kernels.registry import register_forward
+from flexrt.kernels.ops._scatter import scatter_add_along
+from flexrt.kernels.registry import register_backward, register_forward
 
 
 @register_forward(OpType.CONCAT)
@@ -62,3 +63,82 @@ def gather_forward(xp, attrs, operands):
     dim = attrs.dim % x.ndim
     x = x[tuple(slice(None) if d == dim else slice(0, n) for d, n in enumerate(index.shape))]
     return (xp.take_along_axis(x, index, axis=dim),)
+
+
+def _bounds(sizes):
+    return [0, *itertools.accumulate(sizes)]
+
+
+@register_backward(OpType.CONCAT)
+def concat_backward(xp, attrs, operands, outputs, grad_outputs):
+    (g,) = grad_outputs
+    axis = attrs.axis % g.ndim
+    bounds = _bounds([a.shape[axis] for a in operands])
+    grads = []
+    for a, lo, hi in zip(operands, bounds, bounds[1:]):
+        if a.dtype.kind not in "fc":
+            grads.append(None)
+            continue
+        sl = [slice(None)] * g.ndim
+        sl[axis] = slice(lo, hi)
+        grads.append(g[tuple(sl)].astype(a.dtype, copy=True))
+    return tuple(grads)
+
+
+@register_backward(OpType.SPLIT)
+def split_backward(xp, attrs, operands, outputs, grad_outputs):
+    (x,) = operands
+    if x.dtype.kind not in "fc":
+        return (None,)
+    axis = attrs.axis % x.ndim
+    parts = [xp.zeros(o.shape, dtype=x.dtype) if g is None else g.astype(x.dtype, copy=False)
+             for o, g in zip(outputs, grad_outputs)]
+    return (xp.concatenate(parts, axis=axis),)
+
+
+def _float_or_none(fn):
+    """Backward of a one-input layout operator: None for a non-floating input."""
+    def backward(xp, attrs, operands, outputs, grad_outputs):
+        (x,) = operands
+        if x.dtype.kind not in "fc":
+            return (None,)
+        return (fn(xp, attrs, x, grad_outputs[0]).astype(x.dtype, copy=False),)
+    backward.__name__ = fn.__name__
+    return backward
+
+
+@register_backward(OpType.RESHAPE, OpType.FLAT)
+@_float_or_none
+def reshape_backward(xp, attrs, x, g):
+    return xp.reshape(g, x.shape).copy()
+
+
+@register_backward(OpType.TRANSPOSE)
+@_float_or_none
+def transpose_backward(xp, attrs, x, g):
+    inv = [0] * len(attrs.perm)
+    for i, p in enumerate(attrs.perm):
+        inv[p % x.ndim] = i
+    return xp.ascontiguousarray(xp.transpose(g, inv))
+
+
+@register_backward(OpType.CAST)
+def cast_backward(xp, attrs, operands, outputs, grad_outputs):
+    """The gradient cast back to the input's dtype; None for a non-floating input, zeros when the
+    output is not floating (an integer cast is piecewise constant)."""
+    (x,) = operands
+    if x.dtype.kind not in "fc":
+        return (None,)
+    g = grad_outputs[0]
+    if g is None or outputs[0].dtype.kind not in "fc":
+        return (xp.zeros(x.shape, dtype=x.dtype),)
+    return (g.astype(x.dtype, copy=True),)
+
+
+@register_backward(OpType.GATHER)
+def gather_backward(xp, attrs, operands, outputs, grad_outputs):
+    x, index = operands
+    if x.dtype.kind not in "fc":
+        return None, None
+    dim = attrs.dim % x.ndim
+    return scatter_add_along(xp, x.shape, dim, index, grad_outputs[0], x.dtype), None
