@@ -1,0 +1,181 @@
+"""Training losses with FlexFlow's semantics, for any array module ``xp`` (numpy or cupy).
+
+FlexFlow applies the cross-entropy losses to the model's *softmax output probabilities*, not to
+logits: ``loss_forward`` takes ``probs`` for the two cross-entropies, and ``loss_backward`` returns
+the gradient with respect to that output, ``-label / p / batch``. When the last operator is a
+softmax, FlexFlow skips that quotient and hands the softmax input the fused gradient
+``(p - onehot) / batch`` directly (``softmax_cross_entropy_backward``); pushing ``loss_backward``'s
+gradient through the softmax backward gives the same array. The batch is every axis but the last
+(classes); sparse labels are integer class ids of shape ``[batch...]`` or ``[batch..., 1]``
+(FlexFlow's ``[N, 1]`` int32 label tensor).
+
+The mean squared errors compare the output with labels of the same shape: ``avg`` reduces by the
+mean over every element, ``sum`` by the sum (``torch.nn.functional.mse_loss`` with
+``reduction="mean"`` / ``"sum"``).
+
+Example:
+    >>> import numpy as np
+    >>> p = np.array([[0.25, 0.75]])
+    >>> float(loss_forward(np, "sparse_categorical_crossentropy", p, np.array([1])))  # -log 0.75
+    0.2876820724517809
+
+Entry points: ``loss_forward``, ``loss_backward``, ``softmax_cross_entropy_backward``, ``LOSSES``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from flexrt.errors import ConfigError, ShapeError
+
+
+def _check_float(where: str, out) -> None:
+    if out.dtype.kind != "f":
+        raise ShapeError(f"{where}: the model output must be floating point, got dtype {out.dtype} "
+                         f"(shape {list(out.shape)})")
+
+
+def _dense_labels(xp, where: str, out, labels):
+    """Labels of the output's shape and dtype (one-hot or regression targets)."""
+    _check_float(where, out)
+    if tuple(labels.shape) != tuple(out.shape):
+        raise ShapeError(f"{where}: labels must have the output's shape {list(out.shape)}, "
+                         f"got {list(labels.shape)}")
+    if labels.dtype.kind not in "fiub":
+        raise ShapeError(f"{where}: labels must be numeric, got dtype {labels.dtype}")
+    return labels.astype(out.dtype, copy=False)
+
+
+def _sparse_labels(xp, where: str, out, labels):
+    """Integer class ids flattened to ``[batch]``, checked against ``out``'s ``[batch..., classes]``."""
+    _check_float(where, out)
+    batch_shape = tuple(out.shape[:-1])
+    shape = tuple(labels.shape)
+    if shape not in (batch_shape, batch_shape + (1,)):
+        raise ShapeError(f"{where}: sparse labels must have shape {list(batch_shape)} or "
+                         f"{list(batch_shape + (1,))} for output shape {list(out.shape)}, got {list(shape)}")
+    if labels.dtype.kind not in "iu":
+        raise ShapeError(f"{where}: sparse labels must be integer class ids, got dtype {labels.dtype} "
+                         f"(shape {list(shape)})")
+    ids = labels.reshape(-1)
+    classes = out.shape[-1]
+    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= classes):
+        raise ShapeError(f"{where}: class ids must be in [0, {classes}), got range "
+                         f"[{int(ids.min())}, {int(ids.max())}]")
+    return ids
+
+
+def _batch(out) -> int:
+    n = 1
+    for d in out.shape[:-1]:
+        n *= d
+    return max(n, 1)
+
+
+def _onehot(xp, ids, classes: int, dtype):
+    eye = xp.zeros((ids.shape[0], classes), dtype=dtype)
+    eye[xp.arange(ids.shape[0]), ids] = 1
+    return eye
+
+
+def _cce_forward(xp, probs, labels):
+    t = _dense_labels(xp, "categorical_crossentropy", probs, labels)
+    return -xp.sum(t * xp.log(probs)) / probs.dtype.type(_batch(probs))
+
+
+def _cce_backward(xp, probs, labels):
+    t = _dense_labels(xp, "categorical_crossentropy", probs, labels)
+    return -t / probs / probs.dtype.type(_batch(probs))
+
+
+def _scce_forward(xp, probs, labels):
+    ids = _sparse_labels(xp, "sparse_categorical_crossentropy", probs, labels)
+    p2 = probs.reshape(-1, probs.shape[-1])
+    picked = p2[xp.arange(p2.shape[0]), ids]
+    return -xp.sum(xp.log(picked)) / probs.dtype.type(_batch(probs))
+
+
+def _scce_backward(xp, probs, labels):
+    ids = _sparse_labels(xp, "sparse_categorical_crossentropy", probs, labels)
+    p2 = probs.reshape(-1, probs.shape[-1])
+    t = _onehot(xp, ids, p2.shape[1], probs.dtype)
+    return (-t / p2 / probs.dtype.type(_batch(probs))).reshape(probs.shape)
+
+
+def _mse_avg_forward(xp, out, labels):
+    d = out - _dense_labels(xp, "mean_squared_error_avg", out, labels)
+    return xp.sum(d * d) / out.dtype.type(max(out.size, 1))
+
+
+def _mse_avg_backward(xp, out, labels):
+    d = out - _dense_labels(xp, "mean_squared_error_avg", out, labels)
+    return d * out.dtype.type(2.0 / max(out.size, 1))
+
+
+def _mse_sum_forward(xp, out, labels):
+    d = out - _dense_labels(xp, "mean_squared_error_sum", out, labels)
+    return xp.sum(d * d)
+
+
+def _mse_sum_backward(xp, out, labels):
+    d = out - _dense_labels(xp, "mean_squared_error_sum", out, labels)
+    return d * out.dtype.type(2.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Loss:
+    """One loss: its forward (a 0-d array) and the gradient w.r.t. the model output."""
+
+    name: str
+    forward: Callable
+    backward: Callable
+    sparse_labels: bool
+
+
+# One row per FlexFlow LossType (LOSS_CATEGORICAL_CROSSENTROPY, ...), keyed by its lower-case name.
+LOSSES: dict[str, Loss] = {l.name: l for l in (
+    Loss("categorical_crossentropy", _cce_forward, _cce_backward, False),
+    Loss("sparse_categorical_crossentropy", _scce_forward, _scce_backward, True),
+    Loss("mean_squared_error_avg", _mse_avg_forward, _mse_avg_backward, False),
+    Loss("mean_squared_error_sum", _mse_sum_forward, _mse_sum_backward, False),
+)}
+
+
+def get_loss(loss: str) -> Loss:
+    try:
+        return LOSSES[loss]
+    except (KeyError, TypeError):
+        raise ConfigError(f"unknown loss {loss!r}; valid: {', '.join(LOSSES)}") from None
+
+
+def loss_forward(xp, loss: str, outputs, labels):
+    """The loss of a batch as a 0-d array of the output's dtype.
+
+    ``outputs`` are softmax probabilities for the cross-entropies, any values for the MSEs.
+    """
+    return get_loss(loss).forward(xp, outputs, labels)
+
+
+def loss_backward(xp, loss: str, outputs, labels):
+    """Gradient of ``loss_forward`` with respect to ``outputs`` (same shape and dtype)."""
+    return get_loss(loss).backward(xp, outputs, labels)
+
+
+def softmax_cross_entropy_backward(xp, loss: str, probs, labels):
+    """Fused gradient w.r.t. the softmax *input* when the last op is a softmax: ``(p - onehot) / batch``.
+
+    Equal to the softmax backward of ``loss_backward(xp, loss, probs, labels)`` (both when the
+    labels are one-hot), without dividing by ``p``; FlexFlow computes this one.
+    """
+    if loss == "categorical_crossentropy":
+        t = _dense_labels(xp, loss, probs, labels)
+        return (probs - t) / probs.dtype.type(_batch(probs))
+    if loss == "sparse_categorical_crossentropy":
+        ids = _sparse_labels(xp, loss, probs, labels)
+        p2 = probs.reshape(-1, probs.shape[-1])
+        g = p2 - _onehot(xp, ids, p2.shape[1], probs.dtype)
+        return (g / probs.dtype.type(_batch(probs))).reshape(probs.shape)
+    get_loss(loss)  # unknown name: ConfigError listing every loss
+    raise ConfigError(f"softmax_cross_entropy_backward: loss {loss!r} is not a cross-entropy; valid: "
+                      "categorical_crossentropy, sparse_categorical_crossentropy")

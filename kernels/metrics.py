@@ -1,0 +1,151 @@
+"""Training metrics with FlexFlow's names and its PerfMetrics accounting, for any array module ``xp``.
+
+Every metric is a per-sample quantity summed over samples and reported as the mean over the samples
+seen (accuracy in percent, as FlexFlow's ``get_accuracy()`` prints it). A sample is one row of the
+``[batch..., classes]`` output; the regression metrics average over a sample's features first, so
+RMSE is the mean over samples of each sample's root mean squared error, as FlexFlow computes it.
+Labels are one-hot (the output's shape) or sparse integer class ids (``[batch...]`` or
+``[batch..., 1]``); the cross-entropies read ``outputs`` as softmax probabilities.
+
+Example:
+    >>> import numpy as np
+    >>> out = np.array([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]])
+    >>> compute_metrics(np, ["accuracy"], out, np.array([0, 1, 1]))["accuracy"]
+    66.66666666666667
+
+Entry points: ``compute_metrics``, ``MetricsAccumulator``, ``METRICS``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from flexrt.kernels.losses import _dense_labels, _sparse_labels
+
+from flexrt.errors import ConfigError
+
+
+def _rows(out):
+    return out.reshape(-1, out.shape[-1]) if out.ndim else out.reshape(1, 1)
+
+
+def _class_ids(xp, where: str, out, labels):
+    """Sparse labels as ``[batch]`` ids; one-hot labels (the output's shape) by their argmax."""
+    if tuple(labels.shape) == tuple(out.shape) and not (out.shape and out.shape[-1] == 1 and labels.dtype.kind in "iu"):
+        return xp.argmax(_rows(_dense_labels(xp, where, out, labels)), axis=1)
+    return _sparse_labels(xp, where, out, labels)
+
+
+def _accuracy(xp, out, labels):
+    ids = _class_ids(xp, "accuracy", out, labels)
+    return xp.sum(xp.argmax(_rows(out), axis=1) == ids) * 100.0
+
+
+def _cce(xp, out, labels):
+    t = _dense_labels(xp, "categorical_crossentropy", out, labels)
+    return -xp.sum(t * xp.log(out))
+
+
+def _scce(xp, out, labels):
+    ids = _sparse_labels(xp, "sparse_categorical_crossentropy", out, labels)
+    p = _rows(out)
+    return -xp.sum(xp.log(p[xp.arange(p.shape[0]), ids]))
+
+
+def _sq(xp, where, out, labels):
+    d = _rows(out) - _rows(_dense_labels(xp, where, out, labels))
+    return d * d
+
+
+def _mse(xp, out, labels):
+    return xp.sum(xp.mean(_sq(xp, "mean_squared_error", out, labels), axis=1))
+
+
+def _rmse(xp, out, labels):
+    return xp.sum(xp.sqrt(xp.mean(_sq(xp, "root_mean_squared_error", out, labels), axis=1)))
+
+
+def _mae(xp, out, labels):
+    d = _rows(out) - _rows(_dense_labels(xp, "mean_absolute_error", out, labels))
+    return xp.sum(xp.mean(xp.abs(d), axis=1))
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    """One metric: ``batch_sum(xp, outputs, labels)`` sums the per-sample values of a batch."""
+
+    name: str
+    batch_sum: Callable
+
+
+# One row per FlexFlow MetricsType (METRICS_ACCURACY, ...), keyed by its lower-case name.
+METRICS: dict[str, Metric] = {m.name: m for m in (
+    Metric("accuracy", _accuracy),                        # percent of argmax == label
+    Metric("categorical_crossentropy", _cce),
+    Metric("sparse_categorical_crossentropy", _scce),
+    Metric("mean_squared_error", _mse),
+    Metric("root_mean_squared_error", _rmse),
+    Metric("mean_absolute_error", _mae),
+)}
+
+
+def _check_names(names: Iterable[str]) -> list[str]:
+    names = list(names)
+    bad = [n for n in names if n not in METRICS]
+    if bad:
+        raise ConfigError(f"unknown metric(s) {', '.join(map(repr, bad))}; valid: {', '.join(METRICS)}")
+    return names
+
+
+def _samples(out) -> int:
+    return _rows(out).shape[0]
+
+
+@dataclass(slots=True)
+class MetricsAccumulator:
+    """FlexFlow's PerfMetrics: per-metric sums over the samples of every batch seen.
+
+    Example:
+        >>> import numpy as np
+        >>> acc = MetricsAccumulator(["accuracy"])
+        >>> acc.update(np, np.array([[0.9, 0.1]]), np.array([0]))
+        >>> acc.update(np, np.array([[0.9, 0.1]]), np.array([1]))
+        >>> acc.get_accuracy()
+        50.0
+    """
+
+    names: list[str]
+    sums: dict[str, float] = field(default_factory=dict)
+    samples: int = 0
+
+    def __post_init__(self):
+        self.names = _check_names(self.names)
+        self.sums = {n: 0.0 for n in self.names}
+
+    def update(self, xp, outputs, labels) -> None:
+        """Add one batch."""
+        for n in self.names:
+            self.sums[n] += float(METRICS[n].batch_sum(xp, outputs, labels))
+        self.samples += _samples(outputs)
+
+    def result(self) -> dict[str, float]:
+        """Mean of every metric over the samples seen (0.0 before any)."""
+        return {n: (s / self.samples if self.samples else 0.0) for n, s in self.sums.items()}
+
+    def get_accuracy(self) -> float:
+        """Accuracy in percent, as FlexFlow's ``get_perf_metrics().get_accuracy()``."""
+        if "accuracy" not in self.sums:
+            raise ConfigError(f"get_accuracy: accuracy is not among the metrics {self.names}")
+        return self.result()["accuracy"]
+
+    def reset(self) -> None:
+        self.sums = {n: 0.0 for n in self.names}
+        self.samples = 0
+
+
+def compute_metrics(xp, names: Iterable[str], outputs, labels) -> dict[str, float]:
+    """Every named metric of one batch, averaged over its samples."""
+    acc = MetricsAccumulator(list(names))
+    acc.update(xp, outputs, labels)
+    return acc.result()

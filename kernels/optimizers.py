@@ -1,0 +1,91 @@
+"""Optimizer updates, in place, matching ``torch.optim.SGD`` and ``torch.optim.Adam`` exactly.
+
+Each update takes the weight ``w``, its gradient ``g`` and a per-weight ``state`` dict that it fills
+lazily (no arrays until the first step that needs them), for any array module ``xp``. Weight decay is
+L2 added to the gradient (torch's ``Adam``, not ``AdamW``); SGD's momentum buffer starts as the
+first gradient, without dampening, and Nesterov steps by ``g + momentum * buf``.
+
+Example:
+    >>> import numpy as np
+    >>> w, state = np.ones(2), {}
+    >>> sgd_update(np, w, np.full(2, 0.5), state, lr=0.1)
+    >>> w
+    array([0.95, 0.95])
+
+Entry points: ``sgd_update``, ``adam_update``, ``state_factor``, ``state_bytes``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from flexrt.errors import ConfigError, ShapeError
+
+# Optimizer-state arrays per weight, as multiples of the weight (simulator.simulate.OPTIMIZER_STATE).
+STATE_FACTOR = {"sgd": 0, "momentum": 1, "adam": 2}
+
+
+def state_factor(name: str) -> int:
+    """How many weight-sized arrays optimizer ``name`` keeps per weight: sgd 0, momentum 1, adam 2."""
+    try:
+        return STATE_FACTOR[name]
+    except (KeyError, TypeError):
+        raise ConfigError(f"unknown optimizer {name!r}; valid: {', '.join(STATE_FACTOR)}") from None
+
+
+def state_bytes(name: str, weight_bytes: int = 1) -> int:
+    """Bytes of optimizer state for ``weight_bytes`` bytes of weights (the factor when 1)."""
+    return state_factor(name) * weight_bytes
+
+
+def allocated_state_bytes(state: dict) -> int:
+    """Bytes held by the arrays of one weight's ``state`` dict."""
+    return sum(int(v.nbytes) for v in state.values() if hasattr(v, "nbytes"))
+
+
+def _check(where: str, w, g) -> None:
+    if tuple(w.shape) != tuple(g.shape) or w.dtype != g.dtype:
+        raise ShapeError(f"{where}: gradient shape {list(g.shape)} dtype {g.dtype} does not match "
+                         f"weight shape {list(w.shape)} dtype {w.dtype}")
+
+
+def sgd_update(xp, w, g, state: dict, lr: float, momentum: float = 0.0, nesterov: bool = False,
+               weight_decay: float = 0.0) -> None:
+    """One SGD step on ``w`` in place; ``state["momentum_buffer"]`` appears at the first step with momentum."""
+    _check("sgd_update", w, g)
+    if nesterov and momentum == 0.0:
+        raise ConfigError("sgd_update: nesterov=True needs momentum > 0, got momentum=0.0")
+    d = g + w.dtype.type(weight_decay) * w if weight_decay else g
+    if momentum:
+        buf = state.get("momentum_buffer")
+        if buf is None:
+            buf = state["momentum_buffer"] = d.copy()
+        else:
+            buf *= w.dtype.type(momentum)
+            buf += d
+        d = d + w.dtype.type(momentum) * buf if nesterov else buf
+    w -= w.dtype.type(lr) * d
+
+
+def adam_update(xp, w, g, state: dict, alpha: float = 0.001, beta1: float = 0.9, beta2: float = 0.999,
+                epsilon: float = 1e-8, weight_decay: float = 0.0, step: int = 1) -> None:
+    """One Adam step on ``w`` in place; ``step`` counts from 1 (bias correction).
+
+    ``state`` holds ``exp_avg`` and ``exp_avg_sq``, allocated as zeros at the first call.
+    """
+    _check("adam_update", w, g)
+    if not isinstance(step, int) or isinstance(step, bool) or step < 1:
+        raise ConfigError(f"adam_update: step counts from 1, got {step!r}")
+    t = w.dtype.type
+    if weight_decay:
+        g = g + t(weight_decay) * w
+    if "exp_avg" not in state:
+        state["exp_avg"] = xp.zeros_like(w)
+        state["exp_avg_sq"] = xp.zeros_like(w)
+    m, v = state["exp_avg"], state["exp_avg_sq"]
+    m += (g - m) * t(1.0 - beta1)  # torch: exp_avg.lerp_(grad, 1 - beta1)
+    v *= t(beta2)
+    v += t(1.0 - beta2) * g * g
+    step_size = alpha / (1.0 - beta1 ** step)
+    denom = xp.sqrt(v) / t(math.sqrt(1.0 - beta2 ** step)) + t(epsilon)
+    w -= t(step_size) * (m / denom)
