@@ -48,9 +48,10 @@ from pathlib import Path
 from typing import Any, Iterator, Optional, Union
 
 from flexrt import __version__
+from flexrt.paths import CACHE_DIR_ENV_VAR, cache_dir
 
 SCHEMA_VERSION = 1
-ENV_VAR = "FLEXRT_CACHE_DIR"
+ENV_VAR = CACHE_DIR_ENV_VAR
 FILE_NAME = "profile.json"
 BACKWARD_KINDS = ("derived", "measured")
 
@@ -62,12 +63,7 @@ class ProfileCacheWarning(UserWarning):
 def default_cache_path() -> Path:
     """``$FLEXRT_CACHE_DIR/profile.json``, else ``$XDG_CACHE_HOME/flexrt/profile.json``, else
     ``~/.cache/flexrt/profile.json`` (read from the environment at each call)."""
-    env = os.environ.get(ENV_VAR)
-    if env:
-        return Path(env).expanduser() / FILE_NAME
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "flexrt" / FILE_NAME
+    return cache_dir() / FILE_NAME
 
 
 def canonical_json(value: Any) -> str:

@@ -1,12 +1,17 @@
 """Markers that say what a test needs (declared in pyproject.toml): a test marked ``gpu`` skips
 where there is no CUDA GPU with CuPy, one marked ``mpi`` where ``mpiexec`` or mpi4py is missing;
 the skip says which. ``slow`` only labels (deselect with ``-m "not slow"``).
+
+Every test sees ``FLEXRT_CACHE_DIR`` set to a fresh folder of the session, so the user's cache (the
+profile cache, the calibrated ``local`` machine of ``flexrt calibrate``) neither leaks in nor is
+written to.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 import shutil
 
 import pytest
@@ -33,6 +38,17 @@ def mpi_missing() -> str | None:
     if importlib.util.find_spec("mpi4py") is None:
         return 'needs mpi4py, which is not installed (pip install -e ".[mpi]")'
     return None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_cache_dir(tmp_path_factory):
+    saved = os.environ.get("FLEXRT_CACHE_DIR")
+    os.environ["FLEXRT_CACHE_DIR"] = str(tmp_path_factory.mktemp("flexrt-cache"))
+    yield
+    if saved is None:
+        os.environ.pop("FLEXRT_CACHE_DIR", None)
+    else:
+        os.environ["FLEXRT_CACHE_DIR"] = saved
 
 
 MISSING = {"gpu": gpu_missing, "mpi": mpi_missing}

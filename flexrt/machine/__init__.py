@@ -16,7 +16,7 @@ This layer imports only ``flexrt.ir`` and ``flexrt.errors``.
 from flexrt.machine.load import load_machine, load_spec, local_machine  # noqa: F401
 from flexrt.machine.machine import (Device, DeviceSpec, FlopsTable, Link, LinkType, Machine,  # noqa: F401
                                     MachineShape)
-from flexrt.machine.presets import preset_names, preset_spec  # noqa: F401
+from flexrt.machine.presets import calibrated_local_path, preset_names, preset_spec  # noqa: F401
 from flexrt.machine.spec import MachineSpec, build_machine  # noqa: F401
 from flexrt.machine.views import (MachineView, Projection, data_parallel_view, enumerate_views,  # noqa: F401
                                   view_devices, view_from_device_ids)

@@ -11,7 +11,7 @@ from pathlib import Path
 from flexrt.errors import MachineSpecError
 from flexrt.machine.flexflow_format import load_flexflow_spec, looks_like_flexflow
 from flexrt.machine.machine import Machine
-from flexrt.machine.presets import preset_names, preset_spec
+from flexrt.machine.presets import LOCAL, calibrated_local_path, preset_names, preset_spec
 from flexrt.machine.spec import DeviceLinks, MachineSpec, SocketSpec, Topology, build_machine
 from flexrt.machine.yaml_format import load_yaml_spec
 
@@ -26,10 +26,15 @@ def _is_path(name: str | Path) -> bool:
 
 def load_spec(name_or_path: str | Path) -> MachineSpec:
     """The validated description of a preset (by name) or of a machine file (YAML, or FlexFlow's
-    key = value format, told apart by the ``.yaml``/``.yml`` suffix or else by the content)."""
+    key = value format, told apart by the ``.yaml``/``.yml`` suffix or else by the content).
+
+    ``"local"`` is the file ``flexrt calibrate`` wrote (:func:`~flexrt.machine.presets.calibrated_local_path`)
+    when there is one, else the built-in estimate; the description says which."""
     if not isinstance(name_or_path, (str, Path)) or not str(name_or_path):
         raise MachineSpecError(f"a machine is a preset name or a file path, got {name_or_path!r}")
     if not _is_path(name_or_path):
+        if str(name_or_path) == LOCAL and calibrated_local_path().is_file():
+            return load_yaml_spec(calibrated_local_path())
         return preset_spec(str(name_or_path))
     path = Path(name_or_path)
     if not path.is_file():
@@ -55,10 +60,11 @@ def load_machine(name_or_path: str | Path, nodes: int | None = None) -> Machine:
 
 
 def local_machine(devices: int = 4, nodes: int = 1) -> Machine:
-    """The ``local`` preset (this host's CPU) with ``devices`` workers per node."""
+    """The ``local`` machine (this host's CPU; calibrated when ``flexrt calibrate`` has run, see
+    :func:`load_spec`) with ``devices`` workers per node."""
     if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
         raise MachineSpecError(f"the number of local devices must be a positive integer, got {devices!r}")
-    spec = preset_spec("local")
+    spec = load_spec(LOCAL)
     kind = spec.sockets[0].devices[0]
     entries = tuple(DeviceLinks(Topology.ALL_TO_ALL, e.link, tuple(range(devices)), lanes=e.lanes, where=e.where)
                     for e in spec.intra_node.devices)

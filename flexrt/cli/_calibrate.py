@@ -1,0 +1,50 @@
+"""``flexrt calibrate [--devices N] [--quick] [--output FILE] [--json]``: measure this host with NumPy,
+print the numbers and write the calibrated ``local`` machine (default
+``flexrt.machine.calibrated_local_path()``, which ``load_machine("local")`` then uses)."""
+
+from __future__ import annotations
+
+from flexrt.cli._common import add_json_flag, emit_json
+from flexrt.machine import calibrated_local_path, load_machine
+from flexrt.runtime.calibrate import calibrate, write_machine_yaml
+
+NAME = "calibrate"
+HELP = "measure this host (FLOP/s, memory and copy bandwidth, launch overhead) and write the `local` machine"
+ACCEPTS_MODEL_FLAGS = False
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--devices", type=int, default=4, metavar="N",
+                        help="workers the host is split into (default 4)")
+    parser.add_argument("--quick", action="store_true", help="small sizes and few repeats (rough, ~1 s)")
+    parser.add_argument("--output", metavar="FILE",
+                        help=f"machine YAML to write (default {calibrated_local_path()}, "
+                             f"which `--machine local` then uses)")
+    add_json_flag(parser)
+
+
+def _rate(x: float, unit: str) -> str:
+    return f"{x / 1e9:10.2f} G{unit}"
+
+
+def run(args, extra) -> int:
+    if args.devices < 1:
+        args._parser.error(f"--devices must be a positive integer, got {args.devices}")
+    result = calibrate(args.devices, quick=args.quick)
+    path = write_machine_yaml(result, args.output or calibrated_local_path(), args.devices)
+    load_machine(path)  # what was written must load; a MachineSpecError names the file and line
+    if args.json:
+        emit_json({"machine_file": str(path), "devices": args.devices, "host": result.to_json()})
+        return 0
+    rows = [(f"peak {name}", _rate(f, "FLOP/s")) for name, f in result.peak_flops if name in ("float32", "float64")]
+    rows += [("memory bandwidth", _rate(result.memory_bandwidth, "B/s")),
+             ("launch overhead", f"{result.launch_overhead_s * 1e6:10.2f} us"),
+             ("copy bandwidth", _rate(result.copy_bandwidth, "B/s")),
+             ("copy latency", f"{result.copy_latency_s * 1e6:10.2f} us")]
+    rows += [(f"{t.op_class}", f"{_rate(t.rate, t.unit)}  {t.shape}") for t in result.throughput]
+    width = max(len(name) for name, _ in rows)
+    print(f"host ({result.cpu_count} CPUs{', quick' if result.quick else ''}; {result.elapsed_s:.1f} s):")
+    for name, value in rows:
+        print(f"  {name.ljust(width)}  {value}")
+    print(f"wrote {path} ({args.devices} devices, each 1/{args.devices} of the host's FLOP/s and memory bandwidth)")
+    return 0

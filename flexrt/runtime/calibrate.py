@@ -1,0 +1,300 @@
+"""Measure this host with NumPy and write the calibrated ``local`` machine.
+
+What is measured (each a median of repeats after a warm-up; nothing global is set, so NumPy and its
+BLAS run as configured, with all their threads):
+
+- peak FLOP/s per dtype: GEMMs through the ``linear`` kernel, the best median over a few sizes
+  (float32, float64 through BLAS; float16 and integers through NumPy's own loops; bfloat16 is the
+  float32 number, since flexrt computes bfloat16 in float32 on NumPy),
+- memory bandwidth: a large array copy, bytes read + written / time,
+- launch overhead: ``relu`` on one element through ``run_forward``,
+- copy bandwidth and latency between two workers' buffers, as the runtime copies them
+  (``np.copyto`` between preallocated buffers): latency from 8-byte copies, bandwidth from 64 MB,
+- throughput per operator class (matmul, conv2d, elementwise, reduction), for information only.
+
+The machine file gives each of ``devices`` workers an equal share of the host: peak FLOP/s, memory
+bandwidth and memory divided by ``devices`` (the workers run at once); launch overhead and the
+``membus`` link are per worker and not divided. ``efficiency`` is 1.0: the measured GEMM rate *is*
+the peak. The ``nic``/``network`` links between hosts are not measured; they keep the built-in
+estimate.
+
+Entry points: :func:`calibrate`, :func:`write_machine_yaml`.
+
+Example:
+    >>> result = calibrate(devices=4, quick=True)              # doctest: +SKIP
+    >>> write_machine_yaml(result, "/tmp/local.yaml", 4)       # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from flexrt.errors import MachineSpecError
+from flexrt.ir.op_type import OpType
+from flexrt.ir.ops.conv2d import Conv2DAttrs
+from flexrt.ir.ops.element_unary import ElementUnaryAttrs
+from flexrt.ir.ops.linear import LinearAttrs
+from flexrt.ir.ops.reduce import ReduceAttrs
+from flexrt.kernels import run_forward
+from flexrt.machine.machine import LinkType
+from flexrt.machine.presets import LOCAL, preset_spec
+
+DEVICE_KIND = "host-cpu"   # the built-in preset's name, which flexflow_format also uses
+MB = 2**20
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    """Problem sizes and repeat counts of one calibration run."""
+
+    gemm: tuple[int, ...]          # square GEMM sizes for float32 / float64
+    gemm_slow: int                 # square GEMM size for float16 / integers (no BLAS)
+    copy_bytes: int                # the memory-bandwidth copy
+    link_bytes: int                # the copy-bandwidth copy between two buffers
+    conv: tuple[int, int, int, int]  # N, C (= K), H (= W), kernel size
+    elementwise: int               # elements
+    reduction: tuple[int, int]     # [rows, cols], summed over cols
+    repeats: int
+    tiny_inner: int                # calls per timed batch for tiny operations
+
+
+FULL = Sizes(gemm=(512, 1024, 2048), gemm_slow=256, copy_bytes=256 * MB, link_bytes=64 * MB,
+             conv=(8, 64, 32, 3), elementwise=8 * 2**20, reduction=(1024, 8192), repeats=5, tiny_inner=1000)
+QUICK = Sizes(gemm=(128, 256), gemm_slow=48, copy_bytes=8 * MB, link_bytes=4 * MB,
+              conv=(1, 8, 16, 3), elementwise=2**18, reduction=(64, 4096), repeats=3, tiny_inner=100)
+
+
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    """What one operator class achieved: ``rate`` in ``unit`` (``FLOP/s`` or ``B/s``) on ``shape``."""
+
+    op_class: str
+    shape: str
+    rate: float
+    unit: str
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationResult:
+    """This host's measured numbers, whole host (not divided among workers); SI units."""
+
+    peak_flops: tuple[tuple[str, float], ...]   # (dtype name as in machine YAML, FLOP/s)
+    memory_bandwidth: float                     # bytes/s, read + written
+    launch_overhead_s: float
+    copy_bandwidth: float                       # bytes/s copied between two buffers
+    copy_latency_s: float
+    throughput: tuple[Throughput, ...]
+    memory_bytes: int                           # physical memory of the host
+    cpu_count: int
+    quick: bool
+    elapsed_s: float
+
+    def __post_init__(self):
+        numbers = [f for _, f in self.peak_flops] + [self.memory_bandwidth, self.launch_overhead_s,
+                                                     self.copy_bandwidth, self.copy_latency_s]
+        if not all(math.isfinite(x) and x > 0 for x in numbers):
+            raise MachineSpecError(f"calibration gave a non-positive or non-finite number: {numbers}")
+
+    def flops(self, dtype: str) -> float:
+        return dict(self.peak_flops)[dtype]
+
+    def to_json(self) -> dict:
+        return {"peak_flops": dict(self.peak_flops), "memory_bandwidth": self.memory_bandwidth,
+                "launch_overhead_s": self.launch_overhead_s, "copy_bandwidth": self.copy_bandwidth,
+                "copy_latency_s": self.copy_latency_s, "memory_bytes": self.memory_bytes,
+                "cpu_count": self.cpu_count, "quick": self.quick, "elapsed_s": self.elapsed_s,
+                "throughput": [{"op_class": t.op_class, "shape": t.shape, "rate": t.rate, "unit": t.unit}
+                               for t in self.throughput]}
+
+
+# --- timing ---
+
+def _median_s(fn: Callable[[], object], repeats: int, inner: int = 1) -> float:
+    """Median seconds of one call of ``fn`` over ``repeats`` batches of ``inner`` calls, after one
+    warm-up batch (batches keep the timer's own cost out of tiny operations)."""
+    for _ in range(inner):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        times.append((time.perf_counter() - t0) / inner)
+    return max(statistics.median(times), 1e-12)
+
+
+def _gemm_flops(n: int, dtype, repeats: int) -> float:
+    rng = np.random.default_rng(0)
+    x, w = (rng.standard_normal((n, n)).astype(dtype) for _ in range(2))
+    attrs = LinearAttrs(n, use_bias=False)
+    return 2.0 * n ** 3 / _median_s(lambda: run_forward(np, attrs, (x, w)), repeats)
+
+
+def _peak_flops(s: Sizes) -> tuple[tuple[str, float], ...]:
+    f32 = max(_gemm_flops(n, np.float32, s.repeats) for n in s.gemm)
+    f64 = max(_gemm_flops(n, np.float64, s.repeats) for n in s.gemm)
+    slow = {name: _gemm_flops(s.gemm_slow, dtype, s.repeats)
+            for name, dtype in (("float16", np.float16), ("int32", np.int32), ("int64", np.int64))}
+    return (("float32", f32), ("float64", f64), ("float16", slow["float16"]), ("bfloat16", f32),
+            ("int32", slow["int32"]), ("int64", slow["int64"]))
+
+
+def _memory_bandwidth(s: Sizes) -> float:
+    src = np.ones(s.copy_bytes // 8)
+    dst = np.empty_like(src)
+    return 2.0 * src.nbytes / _median_s(lambda: np.copyto(dst, src), s.repeats)
+
+
+def _launch_overhead_s(s: Sizes) -> float:
+    x, attrs = np.ones(1, np.float32), ElementUnaryAttrs(OpType.RELU)
+    return _median_s(lambda: run_forward(np, attrs, (x,)), s.repeats * 3, s.tiny_inner)
+
+
+def _copy(s: Sizes) -> tuple[float, float]:
+    """(bandwidth bytes/s, latency s) of ``np.copyto`` between two preallocated buffers."""
+    a, b = np.ones(1), np.empty(1)
+    latency = _median_s(lambda: np.copyto(b, a), s.repeats * 3, s.tiny_inner)
+    src = np.ones(s.link_bytes // 8)
+    dst = np.empty_like(src)
+    seconds = _median_s(lambda: np.copyto(dst, src), s.repeats)
+    return src.nbytes / max(seconds - latency, seconds / 2), latency
+
+
+def _throughput(s: Sizes) -> tuple[Throughput, ...]:
+    rng = np.random.default_rng(0)
+    n = s.gemm[-1] // 2
+    x, w = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
+    attrs = LinearAttrs(n, use_bias=False)
+    matmul = 2.0 * n ** 3 / _median_s(lambda: run_forward(np, attrs, (x, w)), s.repeats)
+
+    bn, c, hw, k = s.conv
+    img = rng.standard_normal((bn, c, hw, hw)).astype(np.float32)
+    kern = rng.standard_normal((c, c, k, k)).astype(np.float32)
+    conv_attrs = Conv2DAttrs(c, k, k, padding_h=k // 2, padding_w=k // 2, use_bias=False)
+    conv = 2.0 * bn * c * c * k * k * hw * hw / _median_s(lambda: run_forward(np, conv_attrs, (img, kern)),
+                                                          s.repeats)
+
+    v = rng.standard_normal(s.elementwise).astype(np.float32)
+    relu = ElementUnaryAttrs(OpType.RELU)
+    elementwise = 2.0 * v.nbytes / _median_s(lambda: run_forward(np, relu, (v,)), s.repeats)
+
+    rows, cols = s.reduction
+    r = rng.standard_normal((rows, cols)).astype(np.float32)
+    red = ReduceAttrs(OpType.REDUCE_SUM, (1,))
+    reduction = r.nbytes / _median_s(lambda: run_forward(np, red, (r,)), s.repeats)
+    return (Throughput("matmul", f"linear float32 [{n}, {n}] x [{n}, {n}]", matmul, "FLOP/s"),
+            Throughput("conv2d", f"conv2d float32 [{bn}, {c}, {hw}, {hw}] {c}x{k}x{k} pad {k // 2}", conv, "FLOP/s"),
+            Throughput("elementwise", f"relu float32 [{s.elementwise}] (read + write)", elementwise, "B/s"),
+            Throughput("reduction", f"reduce_sum float32 [{rows}, {cols}] axis 1 (read)", reduction, "B/s"))
+
+
+def _host_memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not POSIX: assume 16 GiB
+        return 16 * 2**30
+
+
+def calibrate(devices: int = 4, quick: bool = False) -> CalibrationResult:
+    """Measure this host (whole-host numbers; :func:`write_machine_yaml` splits them among ``devices``).
+
+    ``quick`` uses small sizes and few repeats (well under 5 s), for tests; its numbers are rough.
+
+    Example:
+        >>> r = calibrate(quick=True)                     # doctest: +SKIP
+        >>> r.flops("float32") > 0
+        True
+    """
+    if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
+        raise MachineSpecError(f"the number of local devices must be a positive integer, got {devices!r}")
+    s = QUICK if quick else FULL
+    t0 = time.perf_counter()
+    peak = _peak_flops(s)
+    memory_bandwidth = _memory_bandwidth(s)
+    launch = _launch_overhead_s(s)
+    copy_bandwidth, copy_latency = _copy(s)
+    throughput = _throughput(s)
+    return CalibrationResult(peak, memory_bandwidth, launch, copy_bandwidth, copy_latency, throughput,
+                             _host_memory_bytes(), os.cpu_count() or 1, quick, time.perf_counter() - t0)
+
+
+# --- the machine file ---
+
+def _g(x: float) -> str:
+    return f"{x:.6g}"
+
+
+def machine_yaml(result: CalibrationResult, devices: int) -> str:
+    """The machine YAML of the calibrated ``local`` machine with ``devices`` workers (see the module
+    docstring for how the host's numbers are shared)."""
+    if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
+        raise MachineSpecError(f"the number of local devices must be a positive integer, got {devices!r}")
+    estimate = {link.type: link for link in preset_spec(LOCAL).links}
+    nic, network = estimate[LinkType.NIC], estimate[LinkType.NETWORK]
+    flops = ", ".join(f"{name}: {_g(f / devices / 1e12)}" for name, f in result.peak_flops)
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    quick = " (quick: rough)" if result.quick else ""
+    return f"""\
+# Written by `flexrt calibrate`{quick} on {platform.node() or 'this host'} at {when}. The host's measured
+# numbers, each worker getting 1/{devices} of FLOP/s, memory bandwidth and memory; the membus link is
+# one np.copyto between two workers' buffers. nic and network are the built-in estimate (not measured).
+# Host: float32 {_g(result.flops('float32') / 1e9)} GFLOP/s, memory {_g(result.memory_bandwidth / 1e9)} GB/s.
+
+name: local
+description: "this host's CPU as {devices} NumPy workers (calibrated by `flexrt calibrate`{quick}, {when})"
+nodes: 1
+
+device_kinds:
+  {DEVICE_KIND}:
+    kind: cpu
+    peak_flops: {{{flops}}}
+    memory_bandwidth: {_g(result.memory_bandwidth / devices / 1e9)}
+    memory: {_g(result.memory_bytes / devices / 2**30)}
+    launch_overhead_us: {_g(result.launch_overhead_s * 1e6)}
+    efficiency: 1.0               # the measured GEMM rate is the peak
+
+node:
+  sockets:
+    - {{cpu: null, devices: {{{DEVICE_KIND}: {devices}}}}}
+
+links:
+  membus: {{bandwidth: {_g(result.copy_bandwidth / 1e9)}, latency_us: {_g(result.copy_latency_s * 1e6)}}}
+  nic: {{bandwidth: {_g(nic.bandwidth_gbs)}, latency_us: {_g(nic.latency_us)}}}
+  network: {{bandwidth: {_g(network.bandwidth_gbs)}, latency_us: {_g(network.latency_us)}}}
+
+intra_node:
+  devices:
+    - {{all_to_all: all, link: membus}}
+
+inter_node:
+  nics: 1
+  attach: devices
+"""
+
+
+def write_machine_yaml(result: CalibrationResult, path: str | Path, devices: int) -> Path:
+    """Write :func:`machine_yaml` to ``path`` (creating its folder); returns the path.
+
+    ``flexrt.machine.load_machine(path)`` loads it; written to
+    ``flexrt.machine.calibrated_local_path()``, it becomes ``load_machine("local")``.
+    """
+    path = Path(path).expanduser()
+    text = machine_yaml(result, devices)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)  # a reader never sees half a file
+    except OSError as e:
+        raise MachineSpecError(f"cannot write the calibrated machine to {path}: {e.strerror or e}") from None
+    return path
