@@ -103,8 +103,9 @@ class Simulator:
         moved_b: dict[str, int] = defaultdict(int)
         link_bytes: dict[str, int] = defaultdict(int)
         seen = set()
+        names = [_device_name(machine, d) for d in range(low.graph.num_devices)]
         for t in tasks.values():
-            busy[_device_name(machine, t.device)] += t.exe_s
+            busy[names[t.device]] += t.exe_s
             if t.kind is TaskKind.TRANSFER:
                 comm += t.exe_s
                 link_bytes[t.link_type] += t.num_bytes
