@@ -20,9 +20,8 @@ def mean_forward(xp, attrs, operands):
     return (xp.asarray(xp.mean(x, axis=attrs.axes, keepdims=attrs.keepdims)).astype(x.dtype, copy=False),)
 
 
-@register_forward(OpType.LSTM)
-def lstm_forward(xp, attrs, operands):
-    """One LSTM step; gate blocks of width H in the order i, f, g, o. Returns (h', c')."""
+def _lstm_gates(xp, operands):
+    """The gates (i, f, g, o; blocks of width H in that order) and the new cell state of one step."""
     x, h, c, w_ih, w_hh, bias = operands
     hidden = h.shape[1]
     gates = xp.matmul(x, w_ih) + xp.matmul(h, w_hh) + bias
@@ -31,6 +30,13 @@ def lstm_forward(xp, attrs, operands):
     g = xp.tanh(gates[:, 2 * hidden:3 * hidden])
     o = sigmoid(xp, gates[:, 3 * hidden:])
     c_new = f * c + i * g
+    return i, f, g, o, c_new
+
+
+@register_forward(OpType.LSTM)
+def lstm_forward(xp, attrs, operands):
+    """One LSTM step. Returns (h', c')."""
+    i, f, g, o, c_new = _lstm_gates(xp, operands)
     return (o * xp.tanh(c_new), c_new)
 
 
@@ -64,13 +70,7 @@ def mean_backward(xp, attrs, operands, outputs, grad_outputs):
 def lstm_backward(xp, attrs, operands, outputs, grad_outputs):
     """Gradients of (x, h, c, w_ih, w_hh, bias) given those of (h', c') (either may be None)."""
     x, h, c, w_ih, w_hh, bias = operands
-    hidden = h.shape[1]
-    gates = xp.matmul(x, w_ih) + xp.matmul(h, w_hh) + bias
-    i = sigmoid(xp, gates[:, :hidden])
-    f = sigmoid(xp, gates[:, hidden:2 * hidden])
-    g = xp.tanh(gates[:, 2 * hidden:3 * hidden])
-    o = sigmoid(xp, gates[:, 3 * hidden:])
-    c_new = f * c + i * g
+    i, f, g, o, c_new = _lstm_gates(xp, operands)
     tc = xp.tanh(c_new)
     dh_new, dc_new = grad_outputs
     if dh_new is None:

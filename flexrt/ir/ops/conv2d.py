@@ -86,13 +86,18 @@ class Conv2DAttrs:
             raise ShapeError(f"conv2d: activation must be an ActiMode, got {self.activation!r}")
 
 
+def check_nchw(op: str, x: TensorShape) -> None:
+    """A convolution or pooling input: rank 4 ([N, C, H, W]) and a floating type."""
+    if x.rank != 4:
+        raise ShapeError(f"{op}: input {x} has rank {x.rank}; valid ranks: 4 ([N, C, H, W])")
+    if not x.dtype.is_floating:
+        raise ShapeError(f"{op}: input {x} has dtype {x.dtype.name}; valid: a floating type")
+
+
 def _check(attrs: Conv2DAttrs, inputs) -> tuple[int, int]:
     """Validate the input; returns (Ho, Wo)."""
     (x,) = inputs
-    if x.rank != 4:
-        raise ShapeError(f"conv2d: input {x} has rank {x.rank}; valid ranks: 4 ([N, C, H, W])")
-    if not x.dtype.is_floating:
-        raise ShapeError(f"conv2d: input {x} has dtype {x.dtype.name}; valid: a floating type")
+    check_nchw("conv2d", x)
     _, c, h, w = x.dims
     if c % attrs.groups:
         raise ShapeError(f"conv2d: groups {attrs.groups} does not divide the input channels {c} (input {x}); "

@@ -26,7 +26,7 @@ from flexrt.errors import ShapeError
 from flexrt.ir.enums import ActiMode, PoolType
 from flexrt.ir.op_type import OpType
 from flexrt.ir.ops._common import activation_flops, numel
-from flexrt.ir.ops.conv2d import check_int, halo, window_output_size
+from flexrt.ir.ops.conv2d import check_int, check_nchw, halo, window_output_size
 from flexrt.ir.registry import COPY, SUM, AxisKind, OpDef, ParallelAxis, register_op, shard
 from flexrt.ir.tensor_shape import TensorShape
 
@@ -61,10 +61,7 @@ class Pool2DAttrs:
 
 def output_shapes(attrs: Pool2DAttrs, inputs):
     (x,) = inputs
-    if x.rank != 4:
-        raise ShapeError(f"pool2d: input {x} has rank {x.rank}; valid ranks: 4 ([N, C, H, W])")
-    if not x.dtype.is_floating:
-        raise ShapeError(f"pool2d: input {x} has dtype {x.dtype.name}; valid: a floating type")
+    check_nchw("pool2d", x)
     n, c, h, w = x.dims
     ho = window_output_size("pool2d", "height", h, attrs.kernel_h, attrs.stride_h, attrs.padding_h)
     wo = window_output_size("pool2d", "width", w, attrs.kernel_w, attrs.stride_w, attrs.padding_w)
