@@ -11,7 +11,6 @@ Entry points: ``Simulator``, ``simulate``, ``SimResult``, ``chrome_trace``.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -161,11 +160,6 @@ class Simulator:
 def simulate(strategy: Strategy, machine: Machine, cost_model, optimizer: str = "sgd") -> SimResult:
     """Full simulation of one training iteration of ``strategy`` on ``machine``."""
     return Simulator(machine, cost_model, optimizer).full(strategy)
-
-
-def write_trace(path: str, trace: dict) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(trace, f)
 
 
 def timelines_equal(a: SimResult, b: SimResult) -> bool:

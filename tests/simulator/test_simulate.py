@@ -74,17 +74,12 @@ def test_delta_equals_full_over_random_single_operator_changes(dgx1, name, flags
         strategy = strategy.with_config(node.id, random_config(base, node, dgx1, rng))
         result = sim.delta(strategy, {node.name})
         _check_delta_law(sim)
-        fresh = Simulator(dgx1, COST).full(strategy)
+        fresh_sim = Simulator(dgx1, COST)
+        fresh = fresh_sim.full(strategy)
         assert timelines_equal(result, fresh)
         assert result.moved_elements == fresh.moved_elements
         assert sorted((t.name, t.device, t.exe_s) for t in sim.lowering.graph.tasks.values()) == \
-            sorted((t.name, t.device, t.exe_s) for t in fresh_graph(fresh, dgx1, strategy))
-
-
-def fresh_graph(result, machine, strategy):
-    sim = Simulator(machine, COST)
-    sim.full(strategy)
-    return sim.lowering.graph.tasks.values()
+            sorted((t.name, t.device, t.exe_s) for t in fresh_sim.lowering.graph.tasks.values())
 
 
 def test_random_strategies_are_valid_and_deterministic(dgx1):
