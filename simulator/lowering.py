@@ -43,6 +43,8 @@ from flexrt.ir.registry import op_def
 from flexrt.ir.tensor_shape import TensorShape
 from flexrt.machine import Machine
 from flexrt.machine.views import view_devices
+from flexrt.simulator.actions import (HOST, Backward, Buf, Forward, Loss, Move, Part, RingGroup, RingStep, Sum,
+                                      Update)
 from flexrt.simulator.engine import Engine
 from flexrt.simulator.strategy import Strategy, is_compute, node_axes
 from flexrt.simulator.task_graph import Access, Category, RegionRequirement, Task, TaskGraph, TaskKind
@@ -62,6 +64,34 @@ class Layout:
     output_shapes: list[TensorShape]
 
 
+@dataclass
+class _EdgeEnds:
+    """The two ends of an operand edge: producer output ``k`` of ``pname``, operand ``i`` of ``cname``."""
+
+    pname: str
+    k: int
+    cname: str
+    i: int
+    pfwd: list
+    pbwd: list
+    cfwd: list
+    cbwd: list
+    grad: bool      # the consumer sends gradients back (floating point, not a model input)
+    label: str
+
+    def out(self, q):
+        return ("out", self.pname, self.k, q)
+
+    def gout(self, q):
+        return ("gout", self.pname, self.k, q)
+
+    def opd(self, p):
+        return ("opd", self.cname, self.i, p)
+
+    def gin(self, p):
+        return ("gin", self.cname, self.i, p)
+
+
 def _clip(region: Region, shape: TensorShape) -> tuple[tuple[int, int], ...]:
     return tuple((max(a, 0), min(b, n)) for (a, b), n in zip(region.ranges, shape.dims))
 
@@ -78,7 +108,8 @@ def _numel(box) -> int:
 class Lowering:
     """Builds and incrementally updates the task graph of a strategy."""
 
-    def __init__(self, machine: Machine, cost_model, optimizer: str = "sgd", engine_cls=Engine) -> None:
+    def __init__(self, machine: Machine, cost_model, optimizer: str = "sgd", engine_cls=Engine,
+                 loss_output: Optional[str] = None) -> None:
         self.machine = machine
         self.cost = cost_model
         self.optimizer = optimizer
@@ -90,9 +121,12 @@ class Lowering:
         self.edge_refs: dict[tuple[int, int], int] = defaultdict(int)
         self.op_tasks: dict[str, tuple[list[int], list[int]]] = {}
         self.memory: dict[tuple, dict[int, dict[str, int]]] = {}
+        self.parts: dict[tuple, list[tuple[tuple, int, Part]]] = {}  # owner -> (buffer key, device, part)
         self._transfer_ids = 0
+        self._group_ids = 0
         self._times: dict = {}
         self.strategy: Optional[Strategy] = None
+        self.loss_output = loss_output
 
     # ---- strategy context -----------------------------------------------------------------
     def _set_strategy(self, strategy: Strategy) -> None:
@@ -116,6 +150,14 @@ class Lowering:
                     ref = self.pcg.node(ref.node).inputs[0]
                 self.producer[(node.name, i)] = (ref, tuple(chain))
                 self.consumers[self.pcg.node(ref.node).name].append((node.name, i))
+        sinks = [n.name for n in self.pcg.nodes if is_compute(n) and n.name not in self.consumers]
+        if self.loss_output is not None:
+            if self.loss_output not in self.position or not is_compute(self.pcg.node_by_name(self.loss_output)):
+                raise StrategyError(f"loss output '{self.loss_output}' is not a compute operator of the model; "
+                                    f"operators without consumers: {', '.join(sinks)}")
+            self.loss_node = self.loss_output
+        else:
+            self.loss_node = max(sinks, key=lambda n: self.pcg.node_by_name(n).id) if sinks else None
 
     def layout(self, name: str) -> Layout:
         if name in self._layouts:
@@ -149,7 +191,7 @@ class Lowering:
         """Tie-break of the owner's next task: (owner rank, index within the owner). Ranks come from
         the order of the named nodes, which every rebuild of the parallel PCG keeps, so a graph
         reached by incremental updates breaks ties exactly as a fresh lowering does."""
-        kind = {"op": 0, "edge": 1, "weight": 2}[owner[0]]
+        kind = {"op": 0, "edge": 1, "weight": 2, "loss": 3}[owner[0]]
         rank = (self.position[owner[1]] * 4 + kind) * 256 + (owner[2] if kind == 1 else 0)
         return (rank << 24) + len(self.owned.get(owner, ()))
 
@@ -193,6 +235,7 @@ class Lowering:
             self.engine.remove_task(t)
         self.graph.remove(ids)
         self.memory.pop(owner, None)
+        self.parts.pop(owner, None)
         if owner[0] == "op":
             self.op_tasks.pop(owner[1], None)
 
@@ -200,9 +243,21 @@ class Lowering:
         d = self.memory.setdefault(owner, {}).setdefault(device, {})
         d[kind] = d.get(kind, 0) + num_bytes
 
+    def _part(self, owner, key: tuple, device: int, src: tuple, src_device: int, box, add: bool = False) -> None:
+        self.parts.setdefault(owner, []).append((key, device, Part(src, src_device, tuple(box), add)))
+
+    def _send(self, owner, src_key: tuple, src: int, dst: int, box, dtype, category: Category, name: str,
+              before) -> tuple[list[int], tuple]:
+        """Move ``box`` of buffer ``src_key`` on ``src`` to a new buffer on ``dst``; returns (hops, its key)."""
+        key = ("xfer", self._transfer_ids)
+        move = Move(src_key, src, Buf(key, dst, tuple(box), dtype.numpy_name))
+        return self._transfer(owner, src, dst, _numel(box), dtype.size_bytes, category, name, before,
+                              action=move), key
+
     def _transfer(self, owner, src: int, dst: int, elements: int, itemsize: int, category: Category, name: str,
-                  before, regions=()) -> list[int]:
-        """One transfer src -> dst: a task per hop, all starting after ``before``; returns the hops."""
+                  before, regions=(), action=None) -> list[int]:
+        """One transfer src -> dst: a task per hop, all starting after ``before``; returns the hops. The
+        first hop carries the data movement (``action``); the others hold their links."""
         route = self.machine.route(src, dst)
         if not route:
             raise StrategyError(f"no route from device {src} to device {dst}")
@@ -216,38 +271,49 @@ class Lowering:
             exe = self.cost.transfer_time(link, num_bytes) - link.latency_s + latency
             t = self._task(owner, TaskKind.TRANSFER, self.num_compute + l, exe, f"{name} hop {j} {link.type.name}",
                            category=category, elements=elements, num_bytes=num_bytes, transfer=xid,
-                           link_type=link.type.name, regions=regions if j == 0 else ())
+                           link_type=link.type.name, regions=regions if j == 0 else (),
+                           action=action if j == 0 else None)
             self._edges(owner, before, [t])
             hops.append(t)
         return hops
 
-    def _reduce(self, owner, device: int, shape: TensorShape, n: int, name: str, before) -> int:
-        t = self._task(owner, TaskKind.REDUCE, device, self.cost.reduce_time(shape, n, self._spec(device)), name)
+    def _reduce(self, owner, device: int, shape: TensorShape, n: int, name: str, before, action=None) -> int:
+        t = self._task(owner, TaskKind.REDUCE, device, self.cost.reduce_time(shape, n, self._spec(device)), name,
+                       action=action)
         self._edges(owner, before, [t])
         return t
 
     def _spec(self, device: int):
         return self.machine.devices[device].spec
 
-    def _allreduce(self, owner, devices: list[int], ready: list[list[int]], elements: int, dtype, category,
-                   name: str) -> list[list[int]]:
-        """Ring AllReduce of ``elements`` over ``devices`` (2(n-1) steps pipelined into one transfer
-        per ring neighbour pair carrying 2(n-1)/n of the data, then the (n-1)/n adds); returns, per
-        device, the tasks after which it holds the sum."""
+    def _new_group(self) -> int:
+        self._group_ids += 1
+        return self._group_ids - 1
+
+    def _allreduce(self, owner, devices: list[int], ready: list[list[int]], box, dtype, category,
+                   name: str) -> tuple[list[list[int]], tuple]:
+        """Ring AllReduce of ``box`` over ``devices`` (2(n-1) steps pipelined into one transfer per
+        ring neighbour pair carrying 2(n-1)/n of the data, then the (n-1)/n adds). Returns, per
+        device, the tasks after which it holds the sum, and the key of the members' buffers: the
+        caller adds the parts each member contributes; the runtime runs the ring as one collective
+        once every member's transfer is ready."""
         n = len(devices)
+        elements = _numel(box)
+        key = ("ring", self._new_group())
+        group = RingGroup(key[1], tuple(Buf(key, d, tuple(box), dtype.numpy_name) for d in devices))
         total = 2 * (n - 1) * elements
         done = []
         for i in range(n):
             j = (i + 1) % n
             share = total // n + (1 if i < total % n else 0)
             hops = self._transfer(owner, devices[i], devices[j], share, dtype.size_bytes, category,
-                                  f"{name} ring {i}->{j}", ready[i] + ready[j])
+                                  f"{name} ring {i}->{j}", ready[i] + ready[j], action=RingStep(group, i))
             done.append((j, hops))
         out: list[list[int]] = [[] for _ in devices]
         for j, hops in done:
             adds = TensorShape((max(1, (n - 1) * elements // n),), dtype)
             out[j] = [self._reduce(owner, devices[j], adds, 2, f"{name} ring sum @{devices[j]}", hops)]
-        return out
+        return out, key
 
     # ---- owners -----------------------------------------------------------------------------
     def _op_time(self, attrs, ins, outs, device: int):
@@ -258,10 +324,16 @@ class Lowering:
                                 op_cost(attrs, ins, outs).activation_bytes)
         return self._times[key]
 
+    def _needs_grad(self, name: str, i: int, shape: TensorShape) -> bool:
+        pref, _ = self.producer[(name, i)]
+        return shape.dtype.is_floating and self.pcg.node(pref.node).op_type is not OpType.INPUT
+
     def _lower_op(self, name: str) -> None:
         owner = ("op", name)
         lay = self.layout(name)
         node = lay.node
+        opdef = op_def(node.op_type)
+        fill = float(opdef.halo_fill(node.attrs))
         fwd, bwd = [], []
         for p, dev in enumerate(lay.devices):
             # operand pieces include their halo (padding outside the tensor counts: the kernel reads it)
@@ -269,18 +341,27 @@ class Lowering:
                    for r, s in zip(lay.operand_regions, lay.operand_shapes)]
             outs = [TensorShape(tuple(b - a for a, b in r[p].ranges), s.dtype)
                     for r, s in zip(lay.output_regions, lay.output_shapes)]
-            attrs = node.attrs
-            piece_call = op_def(node.op_type).piece_call
-            if piece_call is not None:  # e.g. a conv piece runs without the padding its halo holds
-                attrs = piece_call(attrs, lay.coords[p], lay.degree)[0]
+            attrs, zeroed = node.attrs, frozenset()
+            if opdef.piece_call is not None:  # e.g. a conv piece runs without the padding its halo holds
+                attrs, zeroed = opdef.piece_call(node.attrs, lay.coords[p], lay.degree)
             times, activation_bytes = self._op_time(attrs, ins, outs, dev)
             regions = tuple(RegionRequirement(ref, r[p], Access.READ, dev) for ref, r in
                             zip(node.inputs, lay.operand_regions)) + tuple(
                 RegionRequirement(TensorRef(node.id, k), r[p], Access.WRITE, dev)
                 for k, r in enumerate(lay.output_regions))
+            operands = tuple(Buf(("opd", name, i, p), dev, r[p].ranges, s.dtype.numpy_name, fill)
+                             for i, (r, s) in enumerate(zip(lay.operand_regions, lay.operand_shapes)))
+            outputs = tuple(Buf(("out", name, k, p), dev, r[p].ranges, s.dtype.numpy_name)
+                            for k, (r, s) in enumerate(zip(lay.output_regions, lay.output_shapes)))
+            gouts = tuple(Buf(("gout", name, k, p), dev, r[p].ranges, s.dtype.numpy_name)
+                          for k, (r, s) in enumerate(zip(lay.output_regions, lay.output_shapes)))
+            gins = tuple(Buf(("gin", name, i, p), dev, r[p].ranges, s.dtype.numpy_name)
+                         if self._needs_grad(name, i, s) else None
+                         for i, (r, s) in enumerate(zip(lay.operand_regions, lay.operand_shapes)))
             f = self._task(owner, TaskKind.FORWARD, dev, times.forward_s, f"fwd {name}[{p}]", node=name, piece=p,
-                           regions=regions)
-            b = self._task(owner, TaskKind.BACKWARD, dev, times.backward_s, f"bwd {name}[{p}]", node=name, piece=p)
+                           regions=regions, action=Forward(name, attrs, zeroed, operands, outputs))
+            b = self._task(owner, TaskKind.BACKWARD, dev, times.backward_s, f"bwd {name}[{p}]", node=name, piece=p,
+                           action=Backward(name, attrs, zeroed, operands, outputs, gouts, gins))
             self._edge(owner, f, b)
             fwd.append(f)
             bwd.append(b)
@@ -291,13 +372,18 @@ class Lowering:
         owner = ("edge", consumer, i)
         pref, chain = self.producer[(consumer, i)]
         pnode = self.pcg.node(pref.node)
-        if pnode.op_type in (OpType.INPUT, OpType.WEIGHT):
-            return  # inputs are loaded in place; weights belong to their weight owner
         C = self.layout(consumer)
+        full = C.operand_shapes[i]
+        if pnode.op_type is OpType.INPUT:  # the data loader puts each piece's rows in place: no transfer
+            for p, region in enumerate(C.operand_regions[i]):
+                self._part(owner, ("opd", consumer, i, p), C.devices[p], ("input", pnode.name), HOST,
+                           _clip(region, full))
+            return
+        if pnode.op_type is OpType.WEIGHT:
+            return  # weights belong to their weight owner
         P = self.layout(pnode.name)
         cfwd, cbwd = self.op_tasks[consumer]
         pfwd, pbwd = self.op_tasks[pnode.name]
-        full = C.operand_shapes[i]
         dtype = full.dtype
         cshape = self.pcg.shape(self.pcg.node_by_name(consumer).inputs[i])
         pshape = self.pcg.shape(pref)
@@ -306,7 +392,8 @@ class Lowering:
         pieces: dict = defaultdict(lambda: defaultdict(list))
         for q, r in enumerate(P.output_regions[pref.index]):
             pieces[r.ranges][r.sum_index].append((r.copy_index, q, P.devices[q]))
-        label = f"{pnode.name}->{consumer}.in{i}"
+        ends = _EdgeEnds(pnode.name, pref.index, consumer, i, pfwd, pbwd, cfwd, cbwd,
+                         self._needs_grad(consumer, i, full), f"{pnode.name}->{consumer}.in{i}")
         groups: dict = defaultdict(list)  # (box, consumer sum index) -> consumer pieces, when k > 1
         for p, region in enumerate(C.operand_regions[i]):
             want = _clip(region, full)
@@ -318,7 +405,7 @@ class Lowering:
                     continue
                 if k == 1:
                     q, qdev = self._replica(by_sum[region.sum_index], dev, region.copy_index)
-                    self._move(owner, q, qdev, p, dev, box, dtype, pfwd, pbwd, cfwd, cbwd, label)
+                    self._move(owner, ends, q, qdev, p, dev, box, dtype)
                 else:
                     groups[(box, region.sum_index)].append(p)
         for (box, s_c), ps in groups.items():
@@ -326,7 +413,7 @@ class Lowering:
             for s in range(s_c * k, (s_c + 1) * k):
                 ranges = next(r for r in pieces if _overlap(box, r))
                 partials.append(self._replica(pieces[ranges][s], C.devices[ps[0]], 0))
-            self._reduction(owner, box, dtype, partials, ps, C.devices, pfwd, pbwd, cfwd, cbwd, label)
+            self._reduction(owner, ends, box, dtype, partials, ps, C.devices)
 
     @staticmethod
     def _replica(replicas, device: int, copy_index: int):
@@ -336,68 +423,97 @@ class Lowering:
         c, q, d = sorted(replicas)[copy_index % len(replicas)]
         return q, d
 
-    def _move(self, owner, q, qdev, p, pdev, box, dtype, pfwd, pbwd, cfwd, cbwd, label) -> None:
+    def _move(self, owner, e: "_EdgeEnds", q, qdev, p, pdev, box, dtype) -> None:
+        out, gout, opd, gin = e.out(q), e.gout(q), e.opd(p), e.gin(p)
         if qdev == pdev:
-            self._edge(owner, pfwd[q], cfwd[p])
-            self._edge(owner, cbwd[p], pbwd[q])
+            self._edge(owner, e.pfwd[q], e.cfwd[p])
+            self._edge(owner, e.cbwd[p], e.pbwd[q])
+            self._part(owner, opd, pdev, out, qdev, box)
+            if e.grad:
+                self._part(owner, gout, qdev, gin, pdev, box, add=True)
             return
-        n = _numel(box)
-        hops = self._transfer(owner, qdev, pdev, n, dtype.size_bytes, Category.ACTIVATION,
-                              f"xfer {label} [{q}]->[{p}]", [pfwd[q]])
-        self._edges(owner, hops, [cfwd[p]])
-        back = self._transfer(owner, pdev, qdev, n, dtype.size_bytes, Category.ACTIVATION,
-                              f"grad {label} [{p}]->[{q}]", [cbwd[p]])
-        self._edges(owner, back, [pbwd[q]])
+        hops, xkey = self._send(owner, out, qdev, pdev, box, dtype, Category.ACTIVATION,
+                                f"xfer {e.label} [{q}]->[{p}]", [e.pfwd[q]])
+        self._edges(owner, hops, [e.cfwd[p]])
+        self._part(owner, opd, pdev, xkey, pdev, box)
+        if not e.grad:
+            self._edge(owner, e.cbwd[p], e.pbwd[q])
+            return
+        back, gkey = self._send(owner, gin, pdev, qdev, box, dtype, Category.ACTIVATION,
+                                f"grad {e.label} [{p}]->[{q}]", [e.cbwd[p]])
+        self._edges(owner, back, [e.pbwd[q]])
+        self._part(owner, gout, qdev, gkey, qdev, box, add=True)
 
-    def _reduction(self, owner, box, dtype, partials, consumers, cdev, pfwd, pbwd, cfwd, cbwd, label) -> None:
-        n = _numel(box)
+    def _reduction(self, owner, e: "_EdgeEnds", box, dtype, partials, consumers, cdev) -> None:
         pdevs = [d for _, d in partials]
         cdevs = [cdev[p] for p in consumers]
         shape = TensorShape(tuple(hi - lo for lo, hi in box), dtype)
+        np_dtype = dtype.numpy_name
         if len(set(pdevs)) == len(pdevs) and sorted(pdevs) == sorted(cdevs) and len(pdevs) > 1:
             # partial sums on a device group whose members all need the sum: ring AllReduce
             order = sorted(pdevs)
             pidx = {d: q for q, d in partials}
             cidx = {cdev[p]: p for p in consumers}
-            fwd_done = self._allreduce(owner, order, [[pfwd[pidx[d]]] for d in order], n, dtype,
-                                       Category.ACTIVATION, f"allreduce {label}")
-            for d, done in zip(order, fwd_done):
-                self._edges(owner, done, [cfwd[cidx[d]]])
-            bwd_done = self._allreduce(owner, order, [[cbwd[cidx[d]]] for d in order], n, dtype,
-                                       Category.ACTIVATION, f"allreduce grad {label}")
-            for d, done in zip(order, bwd_done):
-                self._edges(owner, done, [pbwd[pidx[d]]])
+            fwd_done, fkey = self._allreduce(owner, order, [[e.pfwd[pidx[d]]] for d in order], box, dtype,
+                                             Category.ACTIVATION, f"allreduce {e.label}")
+            bwd_done, bkey = self._allreduce(owner, order, [[e.cbwd[cidx[d]]] for d in order], box, dtype,
+                                             Category.ACTIVATION, f"allreduce grad {e.label}")
+            for d, fdone, bdone in zip(order, fwd_done, bwd_done):
+                self._edges(owner, fdone, [e.cfwd[cidx[d]]])
+                self._edges(owner, bdone, [e.pbwd[pidx[d]]])
+                self._part(owner, fkey, d, e.out(pidx[d]), d, box)
+                self._part(owner, e.opd(cidx[d]), d, fkey, d, box)
+                self._part(owner, bkey, d, e.gin(cidx[d]), d, box)
+                self._part(owner, e.gout(pidx[d]), d, bkey, d, box, add=True)
             return
         target = cdevs[0]
+        gid = self._new_group()
+        total_key = ("sum", gid)
         arrivals = []
         for q, d in partials:
             if d == target:
-                arrivals.append(pfwd[q])
+                arrivals.append(e.pfwd[q])
+                self._part(owner, total_key, target, e.out(q), d, box, add=True)
             else:
-                arrivals += self._transfer(owner, d, target, n, dtype.size_bytes, Category.ACTIVATION,
-                                           f"xfer {label} [{q}]->sum@{target}", [pfwd[q]])
-        total = self._reduce(owner, target, shape, len(partials), f"sum {label} @{target}", arrivals)
-        grads = []
+                hops, xkey = self._send(owner, e.out(q), d, target, box, dtype, Category.ACTIVATION,
+                                        f"xfer {e.label} [{q}]->sum@{target}", [e.pfwd[q]])
+                arrivals += hops
+                self._part(owner, total_key, target, xkey, target, box, add=True)
+        total = self._reduce(owner, target, shape, len(partials), f"sum {e.label} @{target}", arrivals,
+                             action=Sum(Buf(total_key, target, tuple(box), np_dtype)))
+        grads, grad_keys = [], []
         for p in consumers:
             if cdev[p] == target:
-                self._edge(owner, total, cfwd[p])
-                grads.append(cbwd[p])
+                self._edge(owner, total, e.cfwd[p])
+                self._part(owner, e.opd(p), target, total_key, target, box)
+                grads.append(e.cbwd[p])
+                grad_keys.append(e.gin(p))
             else:
-                hops = self._transfer(owner, target, cdev[p], n, dtype.size_bytes, Category.ACTIVATION,
-                                      f"xfer {label} sum->[{p}]", [total])
-                self._edges(owner, hops, [cfwd[p]])
-                grads += self._transfer(owner, cdev[p], target, n, dtype.size_bytes, Category.ACTIVATION,
-                                        f"grad {label} [{p}]->sum@{target}", [cbwd[p]])
-        gsum = self._reduce(owner, target, shape, len(consumers), f"grad sum {label} @{target}", grads) \
-            if len(consumers) > 1 else None
-        gate = [gsum] if gsum is not None else grads
+                hops, xkey = self._send(owner, total_key, target, cdev[p], box, dtype, Category.ACTIVATION,
+                                        f"xfer {e.label} sum->[{p}]", [total])
+                self._edges(owner, hops, [e.cfwd[p]])
+                self._part(owner, e.opd(p), cdev[p], xkey, cdev[p], box)
+                hops, gkey = self._send(owner, e.gin(p), cdev[p], target, box, dtype, Category.ACTIVATION,
+                                        f"grad {e.label} [{p}]->sum@{target}", [e.cbwd[p]])
+                grads += hops
+                grad_keys.append(gkey)
+        if len(consumers) > 1:
+            gate_key = ("gsum", gid)
+            for key in grad_keys:
+                self._part(owner, gate_key, target, key, target, box, add=True)
+            gate = [self._reduce(owner, target, shape, len(consumers), f"grad sum {e.label} @{target}", grads,
+                                 action=Sum(Buf(gate_key, target, tuple(box), np_dtype)))]
+        else:
+            gate, gate_key = grads, grad_keys[0]
         for q, d in partials:
             if d == target:
-                self._edges(owner, gate, [pbwd[q]])
+                self._edges(owner, gate, [e.pbwd[q]])
+                self._part(owner, e.gout(q), d, gate_key, d, box, add=True)
             else:
-                hops = self._transfer(owner, target, d, n, dtype.size_bytes, Category.ACTIVATION,
-                                      f"grad {label} sum->[{q}]", gate)
-                self._edges(owner, hops, [pbwd[q]])
+                hops, xkey = self._send(owner, gate_key, target, d, box, dtype, Category.ACTIVATION,
+                                        f"grad {e.label} sum->[{q}]", gate)
+                self._edges(owner, hops, [e.pbwd[q]])
+                self._part(owner, e.gout(q), d, xkey, d, box, add=True)
 
     def _lower_weight(self, wname: str) -> None:
         owner = ("weight", wname)
@@ -406,6 +522,7 @@ class Lowering:
             return
         wshape = self.pcg.node_by_name(wname).attrs.shape
         dtype = wshape.dtype
+        np_dtype = dtype.numpy_name
         primary: dict[tuple, list[tuple[int, int]]] = defaultdict(list)  # ranges -> [(copy, device)]
         c0, i0 = users[0]
         L0 = self.layout(c0)
@@ -414,14 +531,18 @@ class Lowering:
         for reps in primary.values():
             reps.sort()
         grad_deps: dict[tuple, list[int]] = defaultdict(list)  # (ranges, device) -> tasks
+        grad_parts: dict[tuple, list[tuple[tuple, tuple]]] = defaultdict(list)  # (ranges, device) -> (key, box)
         instances = {(ranges, d) for ranges, reps in primary.items() for _, d in reps}
         for c, i in users:
             L = self.layout(c)
             cfwd, cbwd = self.op_tasks[c]
             for p, r in enumerate(L.operand_regions[i]):
                 dev = L.devices[p]
+                opd, gin = ("opd", c, i, p), ("gin", c, i, p)
                 if (r.ranges, dev) in instances:
+                    self._part(owner, opd, dev, ("w", wname, r.ranges), dev, r.ranges)
                     grad_deps[(r.ranges, dev)].append(cbwd[p])
+                    grad_parts[(r.ranges, dev)].append((gin, r.ranges))
                     continue
                 for ranges, reps in primary.items():
                     box = _overlap(r.ranges, ranges)
@@ -429,16 +550,19 @@ class Lowering:
                         continue
                     _, src = next(((cp, d) for cp, d in reps if d == dev), reps[r.copy_index % len(reps)])
                     if src == dev:  # the instance on this device holds this part already
+                        self._part(owner, opd, dev, ("w", wname, ranges), dev, box)
                         grad_deps[(ranges, src)].append(cbwd[p])
+                        grad_parts[(ranges, src)].append((gin, box))
                         continue
-                    n = _numel(box)
-                    hops = self._transfer(owner, src, dev, n, dtype.size_bytes, Category.WEIGHT_SYNC,
-                                          f"copy {wname} ->{c}[{p}]", [])
+                    hops, xkey = self._send(owner, ("w", wname, ranges), src, dev, box, dtype, Category.WEIGHT_SYNC,
+                                            f"copy {wname} ->{c}[{p}]", [])
                     self._edges(owner, hops, [cfwd[p]])
-                    grad_deps[(ranges, src)] += self._transfer(owner, dev, src, n, dtype.size_bytes,
-                                                               Category.WEIGHT_SYNC, f"grad {wname} {c}[{p}]->",
-                                                               [cbwd[p]])
-                    self._mem(owner, dev, "weights", n * dtype.size_bytes)
+                    self._part(owner, opd, dev, xkey, dev, box)
+                    back, gkey = self._send(owner, gin, dev, src, box, dtype, Category.WEIGHT_SYNC,
+                                            f"grad {wname} {c}[{p}]->", [cbwd[p]])
+                    grad_deps[(ranges, src)] += back
+                    grad_parts[(ranges, src)].append((gkey, box))
+                    self._mem(owner, dev, "weights", _numel(box) * dtype.size_bytes)
         for ranges, reps in primary.items():
             piece = TensorShape(tuple(b - a for a, b in ranges), dtype)
             devices = [d for _, d in reps]
@@ -446,14 +570,78 @@ class Lowering:
                 self._mem(owner, d, "weights", piece.size_bytes)
                 self._mem(owner, d, "gradients", piece.size_bytes)
             if len(devices) > 1:
-                done = self._allreduce(owner, devices, [grad_deps[(ranges, d)] for d in devices],
-                                       piece.num_elements, dtype, Category.WEIGHT_SYNC, f"allreduce {wname}")
+                done, gkey = self._allreduce(owner, devices, [grad_deps[(ranges, d)] for d in devices], ranges,
+                                             dtype, Category.WEIGHT_SYNC, f"allreduce {wname}")
             else:
-                done = [grad_deps[(ranges, devices[0])]]
+                done, gkey = [grad_deps[(ranges, devices[0])]], ("wg", wname, ranges)
             for d, deps in zip(devices, done):
+                for key, box in grad_parts[(ranges, d)]:
+                    self._part(owner, gkey, d, key, d, box, add=True)
+                update = Update(Buf(("w", wname, ranges), d, ranges, np_dtype), Buf(gkey, d, ranges, np_dtype),
+                                gather_grad=len(devices) == 1)
                 u = self._task(owner, TaskKind.UPDATE, d, self.cost.update_time(piece, self._spec(d), self.optimizer),
-                               f"update {wname}@{d}", node=wname)
+                               f"update {wname}@{d}", node=wname, action=update)
                 self._edges(owner, deps, [u])
+
+    def _lower_loss(self, name: str) -> None:
+        """The loss scores the model's output where it is computed when each piece holds whole rows
+        (the output cut along its first, sample dimension only); otherwise the pieces are gathered on
+        the first piece's device, scored there, and the gradient sent back. Only replica 0 of a
+        replicated output receives a gradient (the other replicas' backward sees zeros)."""
+        owner = ("loss", name)
+        lay = self.layout(name)
+        full = lay.output_shapes[0]
+        dtype = full.dtype
+        fwd, bwd = self.op_tasks[name]
+        regions = lay.output_regions[0]
+        scored = [p for p, r in enumerate(regions) if r.copy_index == 0]
+        whole_rows = all(r.sum_index == 0 and all(rg == (0, n) for rg, n in zip(r.ranges[1:], full.dims[1:]))
+                         for r in regions)
+        out_key = lambda p: ("out", name, 0, p)  # noqa: E731
+        gout_key = lambda p: ("gout", name, 0, p)  # noqa: E731
+        if whole_rows:
+            for p in scored:
+                dev, ranges = lay.devices[p], regions[p].ranges
+                piece = TensorShape(tuple(b - a for a, b in ranges), dtype)
+                key_in, key_grad = ("lossin", name, p), ("loss", name, p)
+                self._part(owner, key_in, dev, out_key(p), dev, ranges)
+                self._part(owner, gout_key(p), dev, key_grad, dev, ranges, add=True)
+                action = Loss(Buf(key_in, dev, ranges, dtype.numpy_name), Buf(key_grad, dev, ranges, dtype.numpy_name),
+                              ranges[:1], full.num_elements)
+                t = self._task(owner, TaskKind.LOSS, dev, self.cost.reduce_time(piece, 2, self._spec(dev)),
+                               f"loss {name}[{p}]", node=name, piece=p, action=action)
+                self._edges(owner, [fwd[p]], [t])
+                self._edges(owner, [t], [bwd[p]])
+            return
+        target = lay.devices[0]
+        all_box = tuple((0, n) for n in full.dims)
+        key_in, key_grad = ("lossin", name, -1), ("loss", name, -1)
+        arrivals = []
+        for p in scored:
+            dev, box = lay.devices[p], regions[p].ranges
+            if dev == target:
+                arrivals.append(fwd[p])
+                self._part(owner, key_in, target, out_key(p), dev, box, add=True)
+            else:
+                hops, xkey = self._send(owner, out_key(p), dev, target, box, dtype, Category.LOSS,
+                                        f"xfer {name}[{p}]->loss@{target}", [fwd[p]])
+                arrivals += hops
+                self._part(owner, key_in, target, xkey, target, box, add=True)
+        action = Loss(Buf(key_in, target, all_box, dtype.numpy_name), Buf(key_grad, target, all_box, dtype.numpy_name),
+                      all_box[:1], full.num_elements)
+        t = self._task(owner, TaskKind.LOSS, target, self.cost.reduce_time(full, 2, self._spec(target)),
+                       f"loss {name}@{target}", node=name, action=action)
+        self._edges(owner, arrivals, [t])
+        for p in scored:
+            dev, box = lay.devices[p], regions[p].ranges
+            if dev == target:
+                self._edge(owner, t, bwd[p])
+                self._part(owner, gout_key(p), dev, key_grad, dev, box, add=True)
+            else:
+                hops, xkey = self._send(owner, key_grad, target, dev, box, dtype, Category.LOSS,
+                                        f"grad loss {name}->[{p}]", [t])
+                self._edges(owner, hops, [bwd[p]])
+                self._part(owner, gout_key(p), dev, xkey, dev, box, add=True)
 
     # ---- building ---------------------------------------------------------------------------
     def build(self, strategy: Strategy) -> None:
@@ -467,16 +655,18 @@ class Lowering:
         ops = [n.name for n in self.pcg.nodes if is_compute(n)]
         edges = [(c, i) for (c, i) in self.producer]
         weights = [n.name for n in self.pcg.nodes if n.op_type is OpType.WEIGHT]
-        return ops, edges, weights
+        return ops, edges, weights, [self.loss_node] if self.loss_node is not None else []
 
     def _lower_owners(self, owners) -> None:
-        ops, edges, weights = owners
+        ops, edges, weights, losses = owners
         for name in ops:
             self._lower_op(name)
         for c, i in edges:
             self._lower_edge(c, i)
         for w in weights:
             self._lower_weight(w)
+        for name in losses:
+            self._lower_loss(name)
 
     def update(self, strategy: Strategy, changed: set[str]) -> None:
         """Re-lower what a change of the named compute operators' configurations touches."""
@@ -498,9 +688,12 @@ class Lowering:
             self._drop(("edge",) + e)
         for w in weights:
             self._drop(("weight", w))
+        losses = [self.loss_node] if self.loss_node in ops else []
+        for name in losses:
+            self._drop(("loss", name))
         order = {n.name: n.id for n in self.pcg.nodes}
         self._lower_owners((sorted(ops, key=order.get), sorted(edges, key=lambda e: (order[e[0]], e[1])),
-                            sorted(weights, key=order.get)))
+                            sorted(weights, key=order.get), losses))
 
     def memory_by_device(self) -> dict[int, dict[str, int]]:
         total: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))

@@ -1,10 +1,11 @@
 """The task graph of one training iteration (FlexFlow §5.1), in a readable form.
 
-Tasks are computations (forward, backward, weight update, the sum of partial pieces) on compute
+Tasks are computations (forward, backward, loss, weight update, the sum of partial pieces) on compute
 devices and transfers on links (one task per link hop; see ``flexrt.simulator.lowering``). Each
 carries the regions it reads and writes (tensor, slice, partial-sum and replica index, device),
-which the runtime issue uses to move real data; the simulator only needs devices, times and
-dependencies, which the engine holds in arrays. ``TaskGraph.csr`` gives the compact form.
+and an action (``flexrt.simulator.actions``) naming the device buffers it reads and writes, which
+the runtime executes; the simulator only needs devices, times and dependencies, which the engine
+holds in arrays. ``TaskGraph.csr`` gives the compact form.
 
 Engine device numbering: compute devices are ``0 .. D-1`` (machine device ids) and link ``l`` is
 device ``D + l``.
@@ -29,6 +30,7 @@ class TaskKind(enum.Enum):
     BACKWARD = "backward"
     UPDATE = "update"
     REDUCE = "reduce"       # sums partial pieces (or gradient contributions) on one device
+    LOSS = "loss"           # scores the model's output rows and seeds their gradient
     TRANSFER = "transfer"   # one hop of a transfer, on a link
 
 
@@ -38,6 +40,7 @@ class Category(enum.Enum):
     COMPUTE = "compute"
     ACTIVATION = "activation"      # activations and their gradients between operators
     WEIGHT_SYNC = "weight_sync"    # weight-gradient synchronization and weight copies
+    LOSS = "loss"                  # the model's output gathered for the loss, and its gradient sent back
 
 
 class Access(enum.Enum):
@@ -71,6 +74,7 @@ class Task:
     link_type: str = ""
     regions: tuple[RegionRequirement, ...] = ()
     owner: tuple = ()
+    action: object = None          # what the runtime does (``flexrt.simulator.actions``); None: holds its device only
 
 
 class TaskGraph:
