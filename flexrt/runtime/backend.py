@@ -1,0 +1,67 @@
+"""Array backends of the runtime: where a device's memory is and how data moves between devices.
+
+The NumPy backend is the reference: every device owns its own arrays (a copy between devices is a
+real copy into memory the destination owns), and each device runs its tasks on its own worker in
+the threaded executor. The CuPy backend (``flexrt.runtime._cupy``, the only module that imports
+CuPy) maps devices onto GPUs, or onto streams of one GPU where there are fewer GPUs than devices.
+
+Entry points: ``NumpyBackend``, ``get_backend``.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import numpy as np
+
+from flexrt.errors import ConfigError
+
+BACKENDS = ("numpy", "cupy")
+
+
+class NumpyBackend:
+    """Devices are NumPy arrays in this process; host memory is device -1."""
+
+    name = "numpy"
+    xp = np
+
+    def __init__(self, num_devices: int) -> None:
+        self.num_devices = num_devices
+
+    def on(self, device: int):
+        """Context in which ``device``'s kernels run (nothing to switch on the host)."""
+        return nullcontext()
+
+    def full(self, shape, dtype, fill: float, device: int):
+        if fill == 0.0:
+            return np.zeros(shape, dtype=dtype)
+        return np.full(shape, fill, dtype=dtype)
+
+    def put(self, dst, src, add: bool) -> None:
+        """Write (or add) ``src`` into the view ``dst``; both live on one device, or ``src`` on the host."""
+        if add:
+            dst += src
+        else:
+            dst[...] = src
+
+    def copy_to(self, src, device: int):
+        """A copy of ``src`` in ``device``'s memory (a transfer between devices)."""
+        return np.array(src, copy=True)
+
+    def upload(self, host, device: int):
+        return np.array(host, copy=True)
+
+    def to_host(self, arr) -> np.ndarray:
+        return np.asarray(arr)
+
+    def synchronize(self) -> None:
+        pass
+
+
+def get_backend(name: str, num_devices: int):
+    if name == "numpy":
+        return NumpyBackend(num_devices)
+    if name == "cupy":
+        from flexrt.runtime._cupy import CupyBackend  # the only place CuPy is imported
+        return CupyBackend(num_devices)
+    raise ConfigError(f"unknown backend {name!r}; valid: {', '.join(BACKENDS)}")

@@ -1,0 +1,430 @@
+"""The executor: runs one training iteration of an ``ExecPlan`` on a backend's devices.
+
+Each device runs its tasks in the order the simulator predicted; a task starts when every task it
+depends on has finished. Two dispatchers share the task semantics:
+
+- ``serial``: one loop pops the first runnable task in predicted order (deterministic; the
+  reference, and the cheapest per task);
+- ``threads``: one worker thread per device and per link in use, each walking its own task list and
+  waiting on its dependencies (NumPy releases the interpreter lock inside kernels and copies, so
+  devices overlap).
+
+A ring AllReduce runs as one collective (as NCCL's is) once each member's transfer is ready: the
+members' buffers are assembled, then summed by the ring algorithm, 2(n-1) steps of chunk copies
+between device memories and adds, leaving every member the same sum. Buffers are allocated when
+written and freed after their last reader; live and peak bytes are kept per device. Every task's
+real start and end are recorded (seconds from the start of the iteration).
+
+Entry points: ``Executor``, ``IterationResult``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+
+from flexrt.errors import FlexrtError, ShapeError, StrategyError
+from flexrt.kernels.losses import loss_backward, loss_forward
+from flexrt.kernels.metrics import MetricsAccumulator
+from flexrt.kernels.registry import backward_kernel, forward_kernel
+from flexrt.runtime.plan import ExecPlan
+from flexrt.simulator.actions import HOST, Backward, Buf, Forward, Loss, Move, RingStep, Sum, Update
+
+MODES = ("serial", "threads")
+
+
+class TaskFailed(FlexrtError):
+    """A task raised: names the task, its device and the original error."""
+
+
+@dataclass
+class IterationResult:
+    loss: float
+    metrics: dict
+    wall_s: float
+    start: np.ndarray            # per planned task, seconds from the iteration's start
+    end: np.ndarray
+    peak_bytes: dict             # device -> peak bytes live during the iteration (weights included)
+
+
+@dataclass
+class _State:
+    remaining: np.ndarray
+    readers: dict
+    start: np.ndarray
+    end: np.ndarray
+    arrived: dict = field(default_factory=lambda: defaultdict(int))
+    loss: float = 0.0
+    t0: float = 0.0
+
+
+def _slices(ranges, box) -> tuple:
+    return tuple(slice(lo - o, hi - o) for (lo, hi), (o, _) in zip(box, ranges))
+
+
+class Executor:
+    def __init__(self, plan: ExecPlan, backend, update: Callable, loss: str, metrics=(), mode: str = "serial") -> None:
+        if mode not in MODES:
+            raise StrategyError(f"unknown executor mode {mode!r}; valid: {', '.join(MODES)}")
+        self.plan = plan
+        self.backend = backend
+        self.xp = backend.xp
+        self.update_fn = update          # update_fn(xp, w, g, state) in place
+        self.loss = loss
+        self.metrics = MetricsAccumulator(list(metrics))
+        self.mode = mode
+        self.mem: dict[int, dict] = defaultdict(dict)
+        self.opt_state: dict = {}
+        self.live: dict[int, int] = defaultdict(int)
+        self.peak: dict[int, int] = defaultdict(int)
+        self.labels = None
+        self._lock = threading.Lock()
+
+    # ---- memory ------------------------------------------------------------------------------
+    def _alloc(self, bid, arr) -> None:
+        key, dev = bid
+        with self._lock:
+            old = self.mem[dev].get(key)
+            if old is not None:
+                self.live[dev] -= old.nbytes
+            self.mem[dev][key] = arr
+            self.live[dev] += arr.nbytes
+            if self.live[dev] > self.peak[dev]:
+                self.peak[dev] = self.live[dev]
+
+    def _free(self, bid) -> None:
+        key, dev = bid
+        with self._lock:
+            arr = self.mem[dev].pop(key, None)
+            if arr is not None:
+                self.live[dev] -= arr.nbytes
+
+    def get(self, bid):
+        key, dev = self.plan.canonical(bid)
+        try:
+            return self.mem[dev][key]
+        except KeyError:
+            raise StrategyError(f"buffer {key} on device {dev} is read before it is written (or after it "
+                                f"was freed)") from None
+
+    def view(self, bid, box):
+        cid = self.plan.canonical(bid)
+        return self.get(cid)[_slices(self.plan.decl[cid].ranges, box)]
+
+    # ---- weights -------------------------------------------------------------------------------
+    def load_weights(self, full: dict) -> None:
+        """Place every weight instance, cut from the full arrays (name -> array)."""
+        for b in self.plan.weight_instances:
+            name = b.key[1]
+            if name not in full:
+                raise StrategyError(f"no initial value for weight '{name}'")
+            arr = np.asarray(full[name])
+            with self.backend.on(b.device):
+                self._alloc((b.key, b.device), self.backend.upload(arr[_slices(((0, 0),) * arr.ndim, b.ranges)]
+                                                                   .astype(b.dtype), b.device))
+            self.opt_state[(b.key, b.device)] = {}
+
+    def weights(self) -> dict:
+        """The full weight arrays, joined from the instances (replicas agree: one is read)."""
+        out: dict = {}
+        for b in self.plan.weight_instances:
+            name = b.key[1]
+            shape = self.plan.pcg.node_by_name(name).attrs.shape
+            if name not in out:
+                out[name] = np.empty(shape.dims, dtype=b.dtype)
+            out[name][_slices(((0, 0),) * len(shape.dims), b.ranges)] = self.backend.to_host(self.get((b.key, b.device)))
+        return out
+
+    def weight_replicas(self) -> dict:
+        """Every instance's value: (weight, ranges, device) -> array (to check that replicas agree)."""
+        return {(b.key[1], b.ranges, b.device): self.backend.to_host(self.get((b.key, b.device)))
+                for b in self.plan.weight_instances}
+
+    # ---- actions -------------------------------------------------------------------------------
+    def _assemble(self, b: Buf) -> None:
+        bid = (b.key, b.device)
+        if bid in self.plan.alias:
+            return
+        arr = self.backend.full(tuple(hi - lo for lo, hi in b.ranges), b.dtype, b.fill, b.device)
+        for p in self.plan.parts.get(bid, ()):
+            src = self.view((p.src, p.device), p.box)
+            if p.device == HOST:
+                src = self.backend.upload(src, b.device)
+            self.backend.put(arr[_slices(b.ranges, p.box)], src, p.add)
+        self._alloc(bid, arr)
+
+    def _forward(self, a: Forward) -> None:
+        for b in a.operands:
+            self._assemble(b)
+        args = [self.xp.zeros_like(self.get((b.key, b.device))) if i in a.zeroed else self.get((b.key, b.device))
+                for i, b in enumerate(a.operands)]
+        results = forward_kernel(a.attrs.op_type)(self.xp, a.attrs, args)
+        for b, r in zip(a.outputs, results):
+            want = tuple(hi - lo for lo, hi in b.ranges)
+            if tuple(r.shape) != want:
+                raise ShapeError(f"{a.attrs.op_type.value} '{a.node}': piece computed shape {list(r.shape)}, "
+                                 f"expected {list(want)}")
+            self._alloc((b.key, b.device), r)
+
+    def _backward(self, a: Backward) -> None:
+        for b in a.grad_outputs:
+            self._assemble(b)
+        ops = [self.xp.zeros_like(self.get((b.key, b.device))) if i in a.zeroed else self.get((b.key, b.device))
+               for i, b in enumerate(a.operands)]
+        outs = [self.get((b.key, b.device)) for b in a.outputs]
+        gouts = [self.get((b.key, b.device)) for b in a.grad_outputs]
+        grads = backward_kernel(a.attrs.op_type)(self.xp, a.attrs, ops, outs, gouts)
+        for i, b in enumerate(a.grad_operands):
+            if b is None:
+                continue
+            g = grads[i]
+            if g is None or i in a.zeroed:
+                g = self.xp.zeros_like(ops[i])
+            self._alloc((b.key, b.device), g)
+
+    def _move(self, a: Move) -> None:
+        src = self.view((a.src, a.src_device), a.dst.ranges)
+        self._alloc((a.dst.key, a.dst.device), self.backend.copy_to(src, a.dst.device))
+
+    def _update(self, a: Update) -> None:
+        if a.gather_grad:
+            self._assemble(a.grad)
+        bid = (a.weight.key, a.weight.device)
+        state = self.opt_state.setdefault(bid, {})
+        before = sum(int(v.nbytes) for v in state.values() if hasattr(v, "nbytes"))
+        self.update_fn(self.xp, self.get(bid), self.get((a.grad.key, a.grad.device)), state)
+        after = sum(int(v.nbytes) for v in state.values() if hasattr(v, "nbytes"))
+        if after != before:
+            with self._lock:
+                self.live[a.weight.device] += after - before
+                self.peak[a.weight.device] = max(self.peak[a.weight.device], self.live[a.weight.device])
+
+    def _loss(self, a: Loss, st: _State) -> None:
+        self._assemble(a.output)
+        out = self.get((a.output.key, a.output.device))
+        (lo, hi), = a.rows
+        labels = self.backend.upload(self.labels[lo:hi], a.output.device)
+        share = out.size / a.full_elements
+        value = float(loss_forward(self.xp, self.loss, out, labels)) * share
+        grad = loss_backward(self.xp, self.loss, out, labels) * out.dtype.type(share)
+        self._alloc((a.grad.key, a.grad.device), grad)
+        with self._lock:
+            st.loss += value
+            if self.metrics.names:
+                self.metrics.update(self.xp, out, labels)
+
+    def _ring(self, group) -> None:
+        """The collective: assemble every member's buffer, then ring reduce-scatter and all-gather."""
+        for b in group.buffers:
+            self._assemble(b)
+        flat = [self.get((b.key, b.device)).reshape(-1) for b in group.buffers]
+        devs = [b.device for b in group.buffers]
+        n = len(flat)
+        size = flat[0].size
+        cuts = [size * c // n for c in range(n + 1)]
+        chunk = lambda c: slice(cuts[c], cuts[c + 1])  # noqa: E731
+        for s in range(n - 1):  # reduce-scatter: after it member i holds chunk i+1 summed
+            sends = [((i + 1) % n, (i - s) % n) for i in range(n)]
+            data = [self.backend.copy_to(flat[i][chunk(c)], devs[j]) for i, (j, c) in enumerate(sends)]
+            for (j, c), d in zip(sends, data):
+                with self.backend.on(devs[j]):
+                    flat[j][chunk(c)] += d
+        for s in range(n - 1):  # all-gather
+            sends = [((i + 1) % n, (i + 1 - s) % n) for i in range(n)]
+            data = [self.backend.copy_to(flat[i][chunk(c)], devs[j]) for i, (j, c) in enumerate(sends)]
+            for (j, c), d in zip(sends, data):
+                flat[j][chunk(c)] = d
+
+    def _execute(self, task, st: _State) -> bool:
+        """Run one task; False when it is a collective member whose group is not complete yet."""
+        a = task.action
+        if isinstance(a, RingStep):
+            with self._lock:
+                st.arrived[a.group.id] += 1
+                last = st.arrived[a.group.id] == len(a.group.buffers)
+            if not last:
+                return False
+            self._ring(a.group)
+            return True
+        with self.backend.on(task.device if task.device < self.plan.num_compute_devices else 0):
+            if isinstance(a, Forward):
+                self._forward(a)
+            elif isinstance(a, Backward):
+                self._backward(a)
+            elif isinstance(a, Move):
+                self._move(a)
+            elif isinstance(a, Sum):
+                self._assemble(a.dst)
+            elif isinstance(a, Update):
+                self._update(a)
+            elif isinstance(a, Loss):
+                self._loss(a, st)
+        return True
+
+    def _release(self, task, st: _State) -> None:
+        plan = self.plan
+        for w in task.writes:
+            if st.readers.get(w, 0) == 0 and w not in plan.persistent:
+                self._free(w)
+        for r in task.reads:
+            with self._lock:
+                st.readers[r] -= 1
+                last = st.readers[r] == 0
+            if last and r not in plan.persistent:
+                self._free(r)
+
+    def _members(self, task) -> list:
+        a = task.action
+        if isinstance(a, RingStep):
+            return self._ring_members[a.group.id]
+        return [task.index]
+
+    # ---- one iteration ---------------------------------------------------------------------------
+    def run(self, inputs: dict, labels, phase: Optional[set] = None) -> IterationResult:
+        """Execute every task (or those whose index is in ``phase``) with the batch ``inputs``
+        (input name -> array) and ``labels``."""
+        plan = self.plan
+        for name, b in plan.inputs.items():
+            if name not in inputs:
+                raise StrategyError(f"no batch for input '{name}'; inputs given: {', '.join(inputs) or 'none'}")
+            arr = np.asarray(inputs[name])
+            want = tuple(hi for _, hi in b.ranges)
+            if arr.shape != want:
+                raise ShapeError(f"input '{name}': batch of shape {list(arr.shape)}, expected {list(want)}")
+            self.mem[HOST][("input", name)] = arr
+        self.labels = None if labels is None else np.asarray(labels)
+        if self.labels is None and any(t.kind.value == "loss" for t in plan.tasks):
+            raise StrategyError("training needs labels for the loss")
+        self._ring_members = defaultdict(list)
+        for t in plan.tasks:
+            if isinstance(t.action, RingStep):
+                self._ring_members[t.action.group.id].append(t.index)
+        n = plan.num_tasks
+        st = _State(plan.num_preds.copy(), dict(plan.readers), np.zeros(n), np.zeros(n))
+        for dev in list(self.peak):
+            self.peak[dev] = self.live[dev]
+        st.t0 = time.perf_counter()
+        if self.mode == "serial":
+            self._run_serial(st)
+        else:
+            self._run_threads(st)
+        self.backend.synchronize()
+        wall = time.perf_counter() - st.t0
+        return IterationResult(st.loss, self.metrics.result(), wall, st.start, st.end, dict(self.peak))
+
+    def _run_serial(self, st: _State) -> None:
+        plan = self.plan
+        heap = [i for i in range(plan.num_tasks) if st.remaining[i] == 0]
+        heapq.heapify(heap)
+        clock = time.perf_counter
+        done = 0
+        while heap:
+            i = heapq.heappop(heap)
+            task = plan.tasks[i]
+            t = clock()
+            try:
+                complete = self._execute(task, st)
+            except FlexrtError as e:
+                raise TaskFailed(f"task '{task.name}' (device {task.device}) failed: {e}") from e
+            except Exception as e:  # noqa: BLE001  (a kernel's own error: name the task)
+                raise TaskFailed(f"task '{task.name}' (device {task.device}) failed: "
+                                 f"{type(e).__name__}: {e}") from e
+            st.start[i] = t - st.t0
+            if not complete:
+                continue
+            end = clock() - st.t0
+            for m in self._members(task):
+                st.end[m] = end
+                if m != i:
+                    st.start[m] = st.start[i]
+                self._release(plan.tasks[m], st)
+                done += 1
+                for s in plan.succ[m]:
+                    st.remaining[s] -= 1
+                    if st.remaining[s] == 0:
+                        heapq.heappush(heap, s)
+        if done != plan.num_tasks:
+            raise StrategyError(f"the task graph did not run to the end: {plan.num_tasks - done} tasks never "
+                                f"became ready (a dependency cycle?)")
+
+    def _run_threads(self, st: _State) -> None:
+        plan = self.plan
+        per_device: dict[int, list[int]] = defaultdict(list)
+        for t in plan.tasks:
+            per_device[t.device].append(t.index)
+        ready = [threading.Event() for _ in range(plan.num_tasks)]
+        for i in range(plan.num_tasks):
+            if st.remaining[i] == 0:
+                ready[i].set()
+        errors: list = []
+        clock = time.perf_counter
+
+        def finish(members, start_i):
+            end = clock() - st.t0
+            for m in members:
+                st.end[m] = end
+                st.start[m] = min(st.start[m], start_i) if st.start[m] else start_i
+                self._release(plan.tasks[m], st)
+                for s in plan.succ[m]:
+                    with self._lock:
+                        st.remaining[s] -= 1
+                        go = st.remaining[s] == 0
+                    if go:
+                        ready[s].set()
+
+        def worker(dev: int) -> None:
+            for i in per_device[dev]:
+                while not ready[i].wait(0.5):
+                    if errors:
+                        return
+                if errors:
+                    return
+                task = plan.tasks[i]
+                t = clock() - st.t0
+                st.start[i] = t
+                try:
+                    complete = self._execute(task, st)
+                except Exception as e:  # noqa: BLE001  (reported by the main thread, naming the task)
+                    errors.append((task, e))
+                    return
+                if complete:
+                    finish(self._members(task), t)
+
+        threads = [threading.Thread(target=worker, args=(d,), daemon=True, name=f"flexrt-dev{d}")
+                   for d in sorted(per_device)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        if errors:
+            task, e = errors[0]
+            raise TaskFailed(f"task '{task.name}' (device {task.device}) failed: {type(e).__name__}: {e}") from e
+
+
+def optimizer_step(name: str, **params) -> Callable:
+    """``update(xp, w, g, state)`` for optimizer ``name`` ("sgd" or "adam") with its parameters."""
+    from flexrt.kernels.optimizers import adam_update, sgd_update
+    if name == "sgd":
+        return lambda xp, w, g, state: sgd_update(xp, w, g, state, **params)
+    if name == "adam":
+        def adam(xp, w, g, state):
+            state["step"] = state.get("step", 0) + 1
+            adam_update(xp, w, g, state, step=state["step"], **params)
+        return adam
+    raise StrategyError(f"unknown optimizer {name!r}; valid: sgd, adam")
+
+
+def relative_error(a, b) -> float:
+    """max |a - b| / max(|b|, tiny): how far ``a`` is from the reference ``b``."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(b))), 1e-300)) if b.size else 0.0
+
+
+__all__ = ["Executor", "IterationResult", "TaskFailed", "MODES", "optimizer_step", "relative_error", "math"]

@@ -1,0 +1,209 @@
+"""An execution plan: a lowered task graph made ready to run, once per strategy.
+
+From the ``Lowering`` (tasks, dependencies, actions, parts) and its simulated timeline the plan
+derives what the executor needs on every iteration:
+
+- the tasks in the simulated order (each device runs its tasks in the order the simulator predicted;
+  the executor still waits for every dependency), with successor lists and predecessor counts;
+- every buffer's declaration (device, ranges, dtype, fill) and its parts;
+- aliases: a buffer assembled from one part that is exactly another buffer on the same device is
+  that buffer (a consumer reading its local producer's piece makes no copy);
+- per buffer, how many tasks read it, so that the executor frees it after its last use; weight
+  instances and the host batch persist.
+
+Entry point: ``ExecPlan``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from flexrt.errors import StrategyError
+from flexrt.ir.op_type import OpType
+from flexrt.ir.pcg import TensorRef
+from flexrt.simulator.actions import (HOST, Backward, Buf, Forward, Loss, Move, RingStep, Sum, Update, gathered)
+from flexrt.simulator.task_graph import TaskKind
+
+BufId = tuple  # (key, device)
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedTask:
+    index: int
+    id: int                 # the task's id in the lowering's graph
+    kind: TaskKind
+    device: int             # engine device (compute device, or num_devices + link)
+    name: str
+    action: object
+    reads: tuple            # canonical buffer ids this task is the reader of (freed after their last reader)
+    writes: tuple           # canonical buffer ids this task allocates
+
+
+def _box_bytes(buf: Buf) -> int:
+    return math.prod(hi - lo for lo, hi in buf.ranges) * np.dtype(buf.dtype).itemsize
+
+
+class ExecPlan:
+    def __init__(self, lowering) -> None:
+        engine, graph = lowering.engine, lowering.graph
+        if lowering.strategy is None:
+            raise StrategyError("the lowering holds no strategy: call build(strategy) first")
+        ids, _, _, start, end = engine.timeline()
+        order = sorted(range(len(ids)), key=lambda j: (start[j], engine.priority(int(ids[j])), int(ids[j])))
+        self.task_ids = [int(ids[j]) for j in order]
+        self.predicted_start = np.array([start[j] for j in order])
+        self.predicted_end = np.array([end[j] for j in order])
+        index = {t: i for i, t in enumerate(self.task_ids)}
+        tasks = [graph.tasks[t] for t in self.task_ids]
+        self.succ = [sorted(index[s] for s in graph.succ[t]) for t in self.task_ids]
+        self.num_preds = np.array([len(graph.pred[t]) for t in self.task_ids], dtype=np.int64)
+        self.num_compute_devices = graph.num_compute_devices
+        self.num_devices = graph.num_devices
+        self.pcg = lowering.pcg
+        self.loss_node = lowering.loss_node
+
+        # parts of every assembled buffer
+        self.parts: dict[BufId, list] = defaultdict(list)
+        for entries in lowering.parts.values():
+            for key, dev, part in entries:
+                self.parts[(key, dev)].append(part)
+
+        # declarations: what each task assembles and writes
+        self.decl: dict[BufId, Buf] = {}
+        assembled: dict[BufId, int] = {}     # buffer -> assembling task
+        written: dict[BufId, int] = {}
+        self.ring_groups: dict[int, object] = {}
+        for i, t in enumerate(tasks):
+            a = t.action
+            for b in gathered(a):
+                self._declare(b)
+                assembled[(b.key, b.device)] = i
+            if isinstance(a, RingStep):
+                self.ring_groups[a.group.id] = a.group
+                for b in a.group.buffers:
+                    self._declare(b)
+                    assembled.setdefault((b.key, b.device), i)
+            for b in self._written(a):
+                self._declare(b)
+                written[(b.key, b.device)] = i
+            if isinstance(a, Update):
+                self._declare(a.weight)
+                if not a.gather_grad:
+                    self._declare(a.grad)
+        for node in self.pcg.nodes:
+            if node.op_type is OpType.INPUT:
+                shape = self.pcg.shape(TensorRef(node.id, 0)).tensor_shape
+                self.decl[(("input", node.name), HOST)] = Buf(("input", node.name), HOST,
+                                                               tuple((0, n) for n in shape.dims), shape.dtype.numpy_name)
+        self.inputs = {k[0][1]: b for k, b in self.decl.items() if k[0][0] == "input"}
+        missing = [bid for bid, ps in self.parts.items() for p in ps if (p.src, p.device) not in self.decl]
+        if missing:
+            raise StrategyError(f"plan: parts of {missing[0][0]} read buffers no task writes")
+
+        # aliases: one exact part on the same device, never for buffers summed in place (ring members)
+        # unless their source has no other reader
+        uses: dict[BufId, int] = defaultdict(int)
+        for ps in self.parts.values():
+            for p in ps:
+                uses[(p.src, p.device)] += 1
+        self.alias: dict[BufId, BufId] = {}
+        for bid in assembled:
+            ps = self.parts.get(bid, [])
+            b = self.decl[bid]
+            if len(ps) != 1:
+                continue
+            p = ps[0]
+            src = self.decl[(p.src, p.device)]
+            if p.device != b.device or p.device == HOST or src.ranges != b.ranges or p.box != b.ranges \
+                    or src.dtype != b.dtype:
+                continue
+            if bid[0][0] == "ring" and uses[(p.src, p.device)] != 1:
+                continue
+            self.alias[bid] = (p.src, p.device)
+
+        # readers and writers, by canonical buffer
+        planned = []
+        self.readers: dict[BufId, int] = defaultdict(int)
+        for i, t in enumerate(tasks):
+            reads = set()
+            for b in self._assembled_by(t.action):
+                for p in self.parts.get((b.key, b.device), []):
+                    reads.add(self.canonical((p.src, p.device)))
+            for b in self._read(t.action):
+                reads.add(self.canonical((b.key, b.device)))
+            writes = set()
+            for b in self._assembled_by(t.action):
+                bid = (b.key, b.device)
+                if bid not in self.alias:
+                    writes.add(bid)
+            for b in self._written(t.action):
+                writes.add((b.key, b.device))
+            reads = tuple(sorted(reads, key=repr))
+            for r in reads:
+                self.readers[r] += 1
+            planned.append(PlannedTask(i, t.id, t.kind, t.device, t.name, t.action, reads,
+                                       tuple(sorted(writes, key=repr))))
+        self.tasks = planned
+        self.persistent = {bid for bid in self.decl if bid[0][0] == "w" or bid[1] == HOST}
+        self.weight_instances = sorted({(a.weight.key, a.weight.device): a.weight for t in planned
+                                        if isinstance((a := t.action), Update)}.values(), key=lambda b: repr(b.key))
+
+    # ---- helpers ---------------------------------------------------------------------------
+    def _declare(self, b: Buf) -> None:
+        bid = (b.key, b.device)
+        old = self.decl.get(bid)
+        if old is not None and (old.ranges != b.ranges or old.dtype != b.dtype):
+            raise StrategyError(f"plan: buffer {b.key} on device {b.device} declared twice differently: "
+                                f"{old.ranges} {old.dtype} and {b.ranges} {b.dtype}")
+        self.decl[bid] = b
+
+    @staticmethod
+    def _written(a) -> tuple:
+        if isinstance(a, Forward):
+            return a.outputs
+        if isinstance(a, Backward):
+            return tuple(b for b in a.grad_operands if b is not None)
+        if isinstance(a, Move):
+            return (a.dst,)
+        if isinstance(a, Loss):
+            return (a.grad,)
+        return ()
+
+    @staticmethod
+    def _assembled_by(a) -> tuple:
+        if isinstance(a, RingStep):
+            return a.group.buffers if a.member == 0 else ()
+        return gathered(a)
+
+    def _read(self, a) -> tuple:
+        if isinstance(a, Forward):
+            return a.operands
+        if isinstance(a, Backward):
+            return a.operands + a.outputs + a.grad_outputs
+        if isinstance(a, Move):
+            return (self.decl[(a.src, a.src_device)],)
+        if isinstance(a, Sum):
+            return ()
+        if isinstance(a, Update):
+            return (a.grad,)
+        if isinstance(a, Loss):
+            return (a.output,)
+        if isinstance(a, RingStep) and a.member == 0:
+            return a.group.buffers
+        return ()
+
+    def canonical(self, bid: BufId) -> BufId:
+        while bid in self.alias:
+            bid = self.alias[bid]
+        return bid
+
+    def buffer_bytes(self, bid: BufId) -> int:
+        return _box_bytes(self.decl[bid])
+
+    @property
+    def num_tasks(self) -> int:
+        return len(self.tasks)

@@ -1,0 +1,75 @@
+"""One device, whole tensors: the reference every parallel strategy must reproduce.
+
+Walks the base PCG in topological order with the full arrays (no pieces, no task graph), scores
+the output like the runtime's loss tasks, back-propagates in reverse order and updates the weights.
+The central law of the runtime (tests/runtime) compares every strategy with this.
+
+Entry point: ``ReferenceTrainer``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import numpy as np
+
+from flexrt.errors import StrategyError
+from flexrt.ir.op_type import OpType
+from flexrt.ir.pcg import PCG, TensorRef
+from flexrt.kernels.losses import loss_backward, loss_forward
+from flexrt.kernels.registry import run_backward, run_forward
+
+
+def loss_output(pcg: PCG) -> str:
+    """The operator the loss scores: the last-added operator whose output nobody consumes."""
+    used = {r.node for n in pcg.nodes for r in n.inputs}
+    sinks = [n for n in pcg.nodes if n.op_type not in (OpType.INPUT, OpType.WEIGHT) and n.id not in used]
+    if not sinks:
+        raise StrategyError("the model has no operator whose output could be scored by a loss")
+    return max(sinks, key=lambda n: n.id).name
+
+
+class ReferenceTrainer:
+    def __init__(self, pcg: PCG, weights: dict, update: Callable, loss: str, output: Optional[str] = None) -> None:
+        self.pcg = pcg
+        self.weights = {k: np.array(v, copy=True) for k, v in weights.items()}
+        self.update = update
+        self.loss = loss
+        self.output = output or loss_output(pcg)
+        self.state: dict = {name: {} for name in self.weights}
+
+    def step(self, inputs: dict, labels) -> float:
+        pcg = self.pcg
+        order = pcg.topological_order()
+        values: dict[TensorRef, np.ndarray] = {}
+        for nid in order:
+            node = pcg.node(nid)
+            if node.op_type is OpType.INPUT:
+                values[TensorRef(nid, 0)] = np.asarray(inputs[node.name])
+            elif node.op_type is OpType.WEIGHT:
+                values[TensorRef(nid, 0)] = self.weights[node.name]
+            else:
+                outs = run_forward(np, node.attrs, [values[r] for r in node.inputs])
+                for k, o in enumerate(outs):
+                    values[TensorRef(nid, k)] = o
+        out_ref = TensorRef(pcg.node_by_name(self.output).id, 0)
+        out = values[out_ref]
+        labels = np.asarray(labels)
+        value = float(loss_forward(np, self.loss, out, labels))
+        grads: dict[TensorRef, np.ndarray] = {out_ref: loss_backward(np, self.loss, out, labels)}
+        for nid in reversed(order):
+            node = pcg.node(nid)
+            if node.op_type in (OpType.INPUT, OpType.WEIGHT):
+                continue
+            outs = [values[TensorRef(nid, k)] for k in range(len(pcg.output_shapes(nid)))]
+            gouts = [grads.get(TensorRef(nid, k), np.zeros_like(o)) for k, o in enumerate(outs)]
+            gins = run_backward(np, node.attrs, [values[r] for r in node.inputs], outs, gouts)
+            for r, g in zip(node.inputs, gins):
+                if g is None or pcg.node(r.node).op_type is OpType.INPUT:
+                    continue
+                grads[r] = grads[r] + g if r in grads else g
+        for name, w in self.weights.items():
+            g = grads.get(TensorRef(pcg.node_by_name(name).id, 0))
+            if g is not None:
+                self.update(np, w, g, self.state[name])
+        return value
