@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Optional
 
 
 from flexrt.errors import ConfigError
@@ -67,12 +68,12 @@ def _device_name(machine: Machine, device: int) -> str:
 class Simulator:
     """Holds a lowered strategy so that single-operator changes can be delta-simulated."""
 
-    def __init__(self, machine: Machine, cost_model, optimizer: str = "sgd") -> None:
+    def __init__(self, machine: Machine, cost_model, optimizer: str = "sgd", loss_output: Optional[str] = None) -> None:
         if optimizer not in OPTIMIZER_STATE:
             raise ConfigError(f"unknown optimizer {optimizer!r}; valid: {', '.join(OPTIMIZER_STATE)}")
         self.machine = machine
         self.optimizer = optimizer
-        self.lowering = Lowering(machine, cost_model, optimizer)
+        self.lowering = Lowering(machine, cost_model, optimizer, loss_output=loss_output)
 
     def full(self, strategy: Strategy) -> SimResult:
         """Lower the whole strategy and run Algorithm 1."""
@@ -135,26 +136,29 @@ class Simulator:
 
     def chrome_trace(self, result: SimResult) -> dict:
         """The timeline as Chrome trace events: one track per device and per link (Perfetto opens it)."""
-        tasks = self.lowering.graph.tasks
-        d = self.machine.num_devices
-        events = []
-        used = sorted(set(int(x) for x in result.timeline["device"]))
-        for dev in used:
-            pid = 0 if dev < d else 1
-            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": dev,
-                           "args": {"name": _device_name(self.machine, dev)}})
-        events.append({"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "devices"}})
-        events.append({"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "links"}})
         tl = result.timeline
-        for tid, dev, s, e in zip(tl["ids"], tl["device"], tl["start"], tl["end"]):
-            t = tasks[int(tid)]
-            args = {"kind": t.kind.value, "task": int(tid)}
-            if t.kind is TaskKind.TRANSFER:
-                args.update(bytes=t.num_bytes, category=t.category.value)
-            events.append({"ph": "X", "name": t.name, "cat": t.kind.value, "pid": 0 if dev < d else 1,
-                           "tid": int(dev), "ts": float(s) * 1e6, "dur": float(e - s) * 1e6, "args": args})
-        return {"traceEvents": events, "displayTimeUnit": "ms",
-                "otherData": {"iteration_time_s": result.iteration_time_s, "machine": self.machine.name}}
+        return chrome_trace(self.machine, self.lowering.graph.tasks, tl["ids"], tl["device"], tl["start"], tl["end"],
+                            {"iteration_time_s": result.iteration_time_s, "source": "simulator"})
+
+
+def chrome_trace(machine: Machine, tasks: dict, ids, devices, starts, ends, other: dict) -> dict:
+    """Chrome trace events of a timeline (seconds), one track per device and per link; the simulator
+    and the runtime both write this layout, so the two open side by side in Perfetto."""
+    d = machine.num_devices
+    events = []
+    for dev in sorted(set(int(x) for x in devices)):
+        events.append({"ph": "M", "name": "thread_name", "pid": 0 if dev < d else 1, "tid": dev,
+                       "args": {"name": _device_name(machine, dev)}})
+    events.append({"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "devices"}})
+    events.append({"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "links"}})
+    for tid, dev, s, e in zip(ids, devices, starts, ends):
+        t = tasks[int(tid)]
+        args = {"kind": t.kind.value, "task": int(tid)}
+        if t.kind is TaskKind.TRANSFER:
+            args.update(bytes=t.num_bytes, category=t.category.value)
+        events.append({"ph": "X", "name": t.name, "cat": t.kind.value, "pid": 0 if dev < d else 1,
+                       "tid": int(dev), "ts": float(s) * 1e6, "dur": float(e - s) * 1e6, "args": args})
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {**other, "machine": machine.name}}
 
 
 def simulate(strategy: Strategy, machine: Machine, cost_model, optimizer: str = "sgd") -> SimResult:

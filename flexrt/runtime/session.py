@@ -1,0 +1,145 @@
+"""A strategy made runnable: simulated, checked against device memory, planned, weights placed.
+
+``Session`` is what ``FFModel.compile`` and ``flexrt train`` build: it lowers the strategy once
+(the simulator's task graph), refuses it when the simulator predicts a device over its memory,
+plans the execution, places the initial weights on their devices, and then runs training
+iterations, each returning the loss, the metrics, the measured time and the per-device peak memory
+beside the simulator's predictions. ``chrome_trace`` writes a run in the simulator's trace layout.
+
+Example:
+    >>> import numpy as np
+    >>> from flexrt.core import FFConfig, FFModel, DataType, ActiMode
+    >>> from flexrt.machine import load_machine
+    >>> from flexrt.simulator.strategy import data_parallel
+    >>> m = FFModel(FFConfig([]))
+    >>> x = m.create_tensor([8, 4], DataType.DT_DOUBLE)
+    >>> _ = m.softmax(m.dense(x, 3, ActiMode.AC_MODE_NONE, name="fc"), name="sm")
+    >>> machine = load_machine("dgx1_v100")
+    >>> zeros = {k: np.zeros_like(v) for k, v in initial_weights(m.pcg).items()}
+    >>> s = Session(data_parallel(m.pcg, machine, 2), machine, optimizer="sgd", lr=0.1, weights=zeros)
+    >>> r = s.step({s.input_names[0]: np.ones((8, 4))}, np.zeros((8, 1), dtype=np.int32))
+    >>> round(r.loss, 6)  # zero weights: uniform over 3 classes, -log(1/3)
+    1.098612
+
+Entry points: ``Session``, ``initial_weights``.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from flexrt.errors import ConfigError, StrategyError
+from flexrt.ir.op_type import OpType
+from flexrt.ir.pcg import PCG
+from flexrt.kernels.initializers import fans, initialize
+from flexrt.machine import Machine
+from flexrt.runtime.backend import get_backend
+from flexrt.runtime.executor import Executor, IterationResult, optimizer_step
+from flexrt.runtime.plan import ExecPlan
+from flexrt.runtime.reference import loss_output as default_loss_output
+from flexrt.simulator.cost_model import AnalyticCostModel
+from flexrt.simulator.simulate import SimResult, Simulator, chrome_trace
+from flexrt.simulator.strategy import Strategy
+
+OPTIMIZER_PARAMS = {"sgd": ("lr", "momentum", "nesterov", "weight_decay"),
+                    "adam": ("alpha", "beta1", "beta2", "epsilon", "weight_decay")}
+
+
+def initial_weights(pcg: PCG, seed: int = 0, initializers: Optional[dict] = None) -> dict:
+    """Full initial arrays of every weight: ``initializers`` (weight name -> (kind, params)) where
+    given, else Glorot uniform for matrices and kernels and zeros for biases (FlexFlow's defaults);
+    weight ``k`` (in graph order) draws from ``seed + k``."""
+    out = {}
+    k = 0
+    for node in pcg.nodes:
+        if node.op_type is not OpType.WEIGHT:
+            continue
+        shape = node.attrs.shape
+        kind, params = (initializers or {}).get(node.name, (None, {}))
+        if kind is None:
+            kind = "zero" if len(shape.dims) == 1 else "glorot_uniform"
+        fan_in = fan_out = None
+        if kind == "glorot_uniform":
+            dims = shape.dims
+            fan_in, fan_out = fans(dims, "conv") if len(dims) == 4 else (
+                (int(np.prod(dims[:-1])), dims[-1]) if len(dims) >= 2 else (dims[0], dims[0]))
+        out[node.name] = initialize(np, kind, shape.dims, shape.dtype.numpy_name, seed + k, fan_in, fan_out,
+                                    **params)
+        k += 1
+    return out
+
+
+class Session:
+    def __init__(self, strategy: Strategy, machine: Machine, *, cost_model=None, backend: str = "numpy",
+                 mode: str = "serial", optimizer: str = "sgd", loss: str = "sparse_categorical_crossentropy",
+                 metrics=(), weights: Optional[dict] = None, seed: int = 0, loss_output: Optional[str] = None,
+                 check_memory: bool = True, **optimizer_params) -> None:
+        if optimizer not in OPTIMIZER_PARAMS:
+            raise ConfigError(f"unknown optimizer {optimizer!r}; valid: {', '.join(OPTIMIZER_PARAMS)}")
+        bad = sorted(set(optimizer_params) - set(OPTIMIZER_PARAMS[optimizer]))
+        if bad:
+            raise ConfigError(f"optimizer {optimizer!r} takes {', '.join(OPTIMIZER_PARAMS[optimizer])}; "
+                              f"got {', '.join(bad)}")
+        self.strategy = strategy
+        self.machine = machine
+        self.base = strategy.base
+        state = "adam" if optimizer == "adam" else ("momentum" if optimizer_params.get("momentum") else "sgd")
+        self.loss_output = loss_output or default_loss_output(strategy.base)
+        self.simulator = Simulator(machine, cost_model or AnalyticCostModel(), state, loss_output=self.loss_output)
+        self.predicted: SimResult = self.simulator.full(strategy)
+        if check_memory and self.predicted.over_capacity:
+            d = self.predicted.over_capacity[0]
+            need, have = self.predicted.memory_bytes[d]["total"], self.predicted.memory_capacity[d]
+            raise StrategyError(f"strategy does not fit: device {d} needs {need / 2**20:.1f} MiB "
+                                f"({', '.join(f'{k} {v / 2**20:.1f}' for k, v in self.predicted.memory_bytes[d].items() if k != 'total')}) "
+                                f"but has {have / 2**20:.1f} MiB; devices over capacity: "
+                                f"{', '.join(map(str, self.predicted.over_capacity))}")
+        self.plan = ExecPlan(self.simulator.lowering)
+        self.backend = get_backend(backend, machine.num_devices)
+        self.executor = Executor(self.plan, self.backend, optimizer_step(optimizer, **optimizer_params), loss,
+                                 metrics, mode)
+        self.executor.load_weights(weights if weights is not None else initial_weights(self.base, seed))
+        self.last: Optional[IterationResult] = None
+
+    @property
+    def predicted_time_s(self) -> float:
+        return self.predicted.iteration_time_s
+
+    @property
+    def input_names(self) -> list[str]:
+        return sorted(self.plan.inputs)
+
+    def step(self, inputs: dict, labels) -> IterationResult:
+        """One training iteration (forward, loss, backward, gradient sync, update) on the batch."""
+        self.last = self.executor.run(inputs, labels)
+        return self.last
+
+    def weights(self) -> dict:
+        return self.executor.weights()
+
+    def reset_metrics(self) -> None:
+        self.executor.metrics.reset()
+
+    def memory_report(self, result: Optional[IterationResult] = None) -> dict:
+        """Per compute device: predicted total bytes (simulator) and measured peak bytes (runtime)."""
+        result = result or self.last
+        if result is None:
+            raise StrategyError("memory_report: no iteration has run yet")
+        return {d: {"predicted": self.predicted.memory_bytes.get(d, {}).get("total", 0),
+                    "measured_peak": int(result.peak_bytes.get(d, 0))}
+                for d in range(self.machine.num_devices)
+                if self.predicted.memory_bytes.get(d, {}).get("total", 0) or result.peak_bytes.get(d, 0)}
+
+    def chrome_trace(self, result: Optional[IterationResult] = None) -> dict:
+        """The measured iteration as Chrome trace events, in the simulator's layout."""
+        result = result or self.last
+        if result is None:
+            raise StrategyError("chrome_trace: no iteration has run yet")
+        tasks = {t.id: self.simulator.lowering.graph.tasks[t.id] for t in self.plan.tasks}
+        ids = [t.id for t in self.plan.tasks]
+        devices = [t.device for t in self.plan.tasks]
+        return chrome_trace(self.machine, tasks, ids, devices, result.start, result.end,
+                            {"iteration_time_s": result.wall_s, "predicted_iteration_time_s": self.predicted_time_s,
+                             "source": "runtime"})
