@@ -49,6 +49,8 @@ bench: $(STAMP)
 	$(PY) bench/bench_graph.py
 	$(PY) bench/bench_engine.py
 	$(PY) bench/bench_simulator.py --quick
+	$(PY) bench/bench_runtime_overhead.py --quick
+	$(PY) bench/bench_sim_accuracy.py --quick
 
 # Generated C only: the .c beside a .pyx (kernels/ may hold hand-written C).
 clean:

@@ -7,7 +7,7 @@ differences: torchvision's adaptive average pool is omitted (at 224x224 the last
 gives 6x6, where it is the identity), and so are its two classifier dropouts (FlexFlow's AlexNet
 example has none either). Parameters: 61,100,840.
 
-Training (compile / fit) arrives with the runtime; this script builds the graph and prints it.
+This script builds the graph and prints it; train it with `flexrt train alexnet --machine M` (synthetic data).
 
 Run: python examples/alexnet.py -b 64
 """

@@ -14,7 +14,7 @@ shape, weight or FLOP count), and a 2-way classifier with softmax on the pooled 
 next-sentence head, 2,050 parameters) stands in for the pre-training heads so the model has a
 loss to train. Parameters: 335,141,888 for the published model, 335,143,938 with the head.
 
-Training (compile / fit) arrives with the runtime; this script builds the graph and prints it.
+This script builds the graph and prints it; train it with `flexrt train bert_large --machine M` (synthetic data).
 
 Run: python examples/bert_large.py -b 4 --seq-length 512
 """

@@ -12,7 +12,7 @@ seven are concatenated (5 x 4192 + 2 = 20,962 wide), then 4 dense layers of 4192
 dense layer of 1 (the predicted growth); no layer has a bias. Unity notes the model exceeds one
 GPU's memory; so it does: 820.9 M FP32 parameters.
 
-Training (compile / fit) arrives with the runtime; this script builds the graph and prints it.
+This script builds the graph and prints it; train it with `flexrt train candle_uno --machine M` (synthetic data).
 
 Run: python examples/candle_uno.py -b 256
 """

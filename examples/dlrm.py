@@ -17,7 +17,7 @@ versions store them in FP16 and cast). Unity's artifact script (scripts/osdi22ae
 no model arguments, so it runs whatever defaults dlrm.cc had (one version: 4 tables of 10^6 x 64,
 MLPs 4-64-64 and 64-64-2); this script follows the dataset Unity's Table 1 names. Parameters: 6,432,181 x 16 + 155,984 + 353,281 = 103,424,161.
 
-Training (compile / fit) arrives with the runtime; this script builds the graph and prints it.
+This script builds the graph and prints it; train it with `flexrt train dlrm --machine M` (synthetic data).
 
 Run: python examples/dlrm.py -b 1024
 """

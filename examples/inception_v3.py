@@ -11,7 +11,7 @@ auxiliary classifier after Mixed_6e is left out (it only matters for training ac
 torchvision counts 27.2 M parameters), and BatchNorm uses FlexFlow's eps (batch_norm takes no eps;
 torchvision's is 0.001, which changes no shape, weight or FLOP count). Parameters: 23,834,568.
 
-Training (compile / fit) arrives with the runtime; this script builds the graph and prints it.
+This script builds the graph and prints it; train it with `flexrt train inception_v3 --machine M` (synthetic data).
 
 Run: python examples/inception_v3.py -b 64
 """

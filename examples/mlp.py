@@ -6,7 +6,7 @@ it, examples/cpp/MLP_Unify/mlp.cc (the binary scripts/osdi22ae/mlp.sh runs): two
 [b, 1024], each through 8 dense layers of 8192 without bias (ReLU after all but the last), the two
 towers added, then softmax over the 8192 outputs. Parameters: 2 x (1024 x 8192 + 7 x 8192^2).
 
-Training (compile / fit) arrives with the runtime; this script builds the graph and prints it.
+This script builds the graph and prints it; train it with `flexrt train mlp --machine M` (synthetic data).
 
 Run: python examples/mlp.py -b 256
 """

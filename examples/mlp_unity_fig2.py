@@ -5,7 +5,8 @@ Data parallelism synchronizes 2 (c_i h + h c_o) = 813,056 elements of weight gra
 joint optimization of Fig. 2b moves 4 b h = 131,072. The MatMuls have no bias, as in the figure
 (weights c_i x h and h x c_o only). FFConfig's default batch size, 64, is the paper's b.
 
-Training (compile / fit) arrives with the runtime; this script builds the graph and prints it.
+Run on its own, the script prints the graph and trains it FlexFlow style (compile, init_layers,
+fit) for -e epochs on synthetic data, on -ll:gpu devices of the local machine (or --machine M).
 
 Run: python examples/mlp_unity_fig2.py -b 64
 """
@@ -30,6 +31,11 @@ def top_level_task():
     ffconfig = FFConfig()
     ffmodel = build_model(ffconfig)
     ffmodel.summary()
+    ffmodel.compile(optimizer=SGDOptimizer(ffmodel, ffconfig.learning_rate),
+                    loss_type=LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY,
+                    metrics=[MetricsType.METRICS_ACCURACY, MetricsType.METRICS_SPARSE_CATEGORICAL_CROSSENTROPY])
+    ffmodel.init_layers()
+    ffmodel.fit(epochs=ffconfig.epochs)
 
 
 if __name__ == "__main__":

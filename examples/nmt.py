@@ -21,7 +21,7 @@ source positions; the element-wise operators do not broadcast. Each LSTM layer h
 w_hh [H, 4H] and one bias [4H]. Parameters: 2 x 32,000 x 1024 + 4 x 8,392,704 + 1024^2 (W_a) +
 2048 x 1024 (W_c) + (1024 x 32,000 + 32,000) = 135,052,544.
 
-Training (compile / fit) arrives with the runtime; this script builds the graph and prints it.
+This script builds the graph and prints it; train it with `flexrt train nmt --machine M` (synthetic data).
 
 Run: python examples/nmt.py -b 64 --seq-length 40
 """

@@ -9,7 +9,7 @@ BatchNorm and a separate ReLU (three operators, as torchvision has them, rather 
 fused batch_norm(relu=True)). Parameters, BatchNorm scale and bias included as torchvision
 counts them: 44,549,160.
 
-Training (compile / fit) arrives with the runtime; this script builds the graph and prints it.
+This script builds the graph and prints it; train it with `flexrt train resnet101 --machine M` (synthetic data).
 
 Run: python examples/resnet101.py -b 64
 """

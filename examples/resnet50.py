@@ -8,7 +8,7 @@ BatchNorm and a separate ReLU (three operators, as torchvision has them, rather 
 fused batch_norm(relu=True)). Parameters, BatchNorm scale and bias included as torchvision
 counts them: 25,557,032.
 
-Training (compile / fit) arrives with the runtime; this script builds the graph and prints it.
+This script builds the graph and prints it; train it with `flexrt train resnet50 --machine M` (synthetic data).
 
 Run: python examples/resnet50.py -b 64
 """

@@ -8,7 +8,7 @@ and softmax. Each convolution is a Conv2d without bias, a BatchNorm and a separa
 operators, as torchvision has them, rather than FlexFlow's fused batch_norm(relu=True)).
 Parameters, BatchNorm scale and bias included as torchvision counts them: 25,028,904.
 
-Training (compile / fit) arrives with the runtime; this script builds the graph and prints it.
+This script builds the graph and prints it; train it with `flexrt train resnext50 --machine M` (synthetic data).
 
 Run: python examples/resnext50.py -b 64
 """

@@ -10,7 +10,7 @@ zeros, and at every step a dense 10,000 (one shared weight) and a softmax predic
 word. Each LSTM layer has w_ih [in, 4H], w_hh [H, 4H] and one bias [4H].
 Parameters: 10,000 x 2048 + 2 x 33,562,624 + (2048 x 10,000 + 10,000) = 108,095,248.
 
-Training (compile / fit) arrives with the runtime; this script builds the graph and prints it.
+This script builds the graph and prints it; train it with `flexrt train rnnlm --machine M` (synthetic data).
 
 Run: python examples/rnnlm.py -b 64 --seq-length 40
 """

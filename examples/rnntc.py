@@ -10,7 +10,7 @@ size), and 2 classes (Movie Reviews sentence polarity); the classifier (dense 2 
 the top layer's output at the last step. Each LSTM layer has w_ih [in, 4H], w_hh [H, 4H] and one
 bias [4H]. Parameters: 10,000 x 1024 + 4 x 8,392,704 + 2,050 = 43,812,866.
 
-Training (compile / fit) arrives with the runtime; this script builds the graph and prints it.
+This script builds the graph and prints it; train it with `flexrt train rnntc --machine M` (synthetic data).
 
 Run: python examples/rnntc.py -b 64 --seq-length 40
 """

@@ -15,7 +15,7 @@ represented (it changes no shape, weight or FLOP count). Parameters: 16,384,000 
 262,144 (positions) + 6 x 3,152,384 (encoder) + 6 x 4,204,032 (decoder) + 16,384,000 (output)
 = 77,168,640.
 
-Training (compile / fit) arrives with the runtime; this script builds the graph and prints it.
+This script builds the graph and prints it; train it with `flexrt train transformer --machine M` (synthetic data).
 
 Run: python examples/transformer.py -b 64 --seq-length 256
 """

@@ -6,7 +6,7 @@ ReLU, a 2x2 max pool after each group), then dense 4096 ReLU, dropout 0.5, dense
 dropout 0.5, dense 1000 and softmax. torchvision's adaptive average pool is omitted: at 224x224
 the features are already 7x7, where it is the identity. Parameters: 143,667,240.
 
-Training (compile / fit) arrives with the runtime; this script builds the graph and prints it.
+This script builds the graph and prints it; train it with `flexrt train vgg19 --machine M` (synthetic data).
 
 Run: python examples/vgg19.py -b 64
 """

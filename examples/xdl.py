@@ -10,7 +10,7 @@ XDL's characteristic structure is kept: large sum-aggregated embedding tables, a
 (the all-to-all bottleneck of Unity §7, Fig. 16b) and a small MLP.
 Parameters: 4 x 64,000,000 + 256 x 256 x 2 + 256 x 2 = 256,131,584.
 
-Training (compile / fit) arrives with the runtime; this script builds the graph and prints it.
+This script builds the graph and prints it; train it with `flexrt train xdl --machine M` (synthetic data).
 
 Run: python examples/xdl.py -b 1024
 """

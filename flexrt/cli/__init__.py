@@ -6,6 +6,8 @@
     flexrt machines show NAME [--nodes N] [--json]   devices, links, routes of a machine
     flexrt simulate MODEL --machine M [--strategy FILE | --data-parallel | --random-strategy SEED]
                     [--method full|delta] [--cost analytic|profiled] [--trace FILE] [--taskgraph FILE] [--json]
+    flexrt train MODEL --machine M [--strategy FILE] [--backend numpy|cupy] [--mode serial|threads]
+                 [--steps N] [--seed S] [--trace FILE] [--json]   run it: measured beside simulated
     flexrt calibrate [--devices N] [--quick] [--output FILE] [--json]   measure this host, write the `local` machine
 
 Model flags (FlexFlow's: ``-b 64``, ``--budget 100``, ``-ll:gpu 4`` ...) follow MODEL and pass to
@@ -23,12 +25,12 @@ import sys
 from typing import Optional, Sequence
 
 from flexrt import __version__
-from flexrt.cli import _calibrate, _machines, _models, _show, _simulate
+from flexrt.cli import _calibrate, _machines, _models, _show, _simulate, _train
 from flexrt.cli._common import UsageError
 from flexrt.errors import FlexrtError
 
 # Each command module gives NAME, HELP, ACCEPTS_MODEL_FLAGS, add_arguments(parser) and run(args, extra) -> int.
-COMMANDS = (_models, _show, _machines, _simulate, _calibrate)
+COMMANDS = (_models, _show, _machines, _simulate, _train, _calibrate)
 
 
 def build_parser() -> argparse.ArgumentParser:

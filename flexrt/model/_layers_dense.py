@@ -51,12 +51,13 @@ class DenseLayers:
         return self._add_layer(w, attrs, [input], name).outputs[0]
 
     def embedding(self, input, num_embeddings, embedding_dim, aggr, shared_op=None, kernel_initializer=None,
-                  name=None):
-        """Rows of a [num_embeddings, embedding_dim] table for integer indices (``aggr`` sums or averages a bag)."""
+                  name=None, dtype=DataType.DT_FLOAT):
+        """Rows of a [num_embeddings, embedding_dim] table for integer indices (``aggr`` sums or averages a
+        bag); ``dtype`` (keyword, as in later FlexFlow) is the table's and the output's type."""
         w = "embedding"
         attrs = EmbeddingAttrs(_check.integer(w, "num_embeddings", num_embeddings, 1),
                                _check.integer(w, "embedding_dim", embedding_dim, 1),
-                               _check.member(w, "aggr", aggr, AggrMode))
+                               _check.member(w, "aggr", aggr, AggrMode), _check.member(w, "dtype", dtype, DataType))
         return self._add_layer(w, attrs, [input], name, shared_op=shared_op,
                                kernel_initializer=kernel_initializer).outputs[0]
 

@@ -3,8 +3,9 @@
 Every layer method has FlexFlow's name, argument names, defaults and order, so a FlexFlow script
 runs after changing ``from flexflow.core import *`` to ``from flexrt.core import *``. The layer
 methods live in mixins by family (``_layers_dense``, ``_layers_shape``, ``_layers_elementwise``);
-this module holds the model itself: inputs, the shared layer-building step, lookups, the summary,
-and the training calls, which land with the runtime.
+this module holds the model itself: inputs, the shared layer-building step, lookups, the summary
+and ``compile``; the other training calls (``fit``, ``eval``, data loaders, the manual loop) are in
+``flexrt.model.training``.
 
 Example:
     >>> from flexrt.model import FFConfig, FFModel, ActiMode
@@ -23,7 +24,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Iterable, Optional, Sequence, TextIO
 
-from flexrt.errors import ConfigError, FlexrtError, GraphError, NotYetAvailableError, ShapeError
+from flexrt.errors import ConfigError, FlexrtError, GraphError, ShapeError
 from flexrt.ir.datatype import DataType
 from flexrt.ir.ops import InputAttrs, WeightAttrs
 from flexrt.ir.pcg import PCG, TensorRef
@@ -37,14 +38,12 @@ from flexrt.model.config import FFConfig
 from flexrt.model.enums import CompMode, LossType, MetricsType
 from flexrt.model.initializers import Initializer
 from flexrt.model.layer import Layer, Weight
-from flexrt.model.optimizers import Optimizer
+from flexrt.model.optimizers import Optimizer, SGDOptimizer
 from flexrt.model.report import format_table
 from flexrt.model.tensor import Tensor
+from flexrt.model.training import TrainingMixin, resolve_loss, resolve_metrics
 
-_RUNTIME = "lands with the runtime issue; today flexrt builds the model's graph (`flexrt show MODEL`)"
-
-
-class FFModel(DenseLayers, ShapeLayers, ElementwiseLayers):
+class FFModel(DenseLayers, ShapeLayers, ElementwiseLayers, TrainingMixin):
     """A model under construction: ``pcg`` holds its graph, ``get_layers()`` its layers in call order.
 
     Layer names default to ``{method}_{n}`` (``dense_1``, ``dense_2``, ``relu_1``) and must be
@@ -65,6 +64,8 @@ class FFModel(DenseLayers, ShapeLayers, ElementwiseLayers):
         self._inputs: list[Layer] = []
         self._by_name: dict[str, Layer] = {}
         self._counters: dict[str, int] = {}
+        self._metric_names: tuple[str, ...] = ()
+        self._init_training()
         state = _capture.active()
         if state is not None:
             state.models.append(self)
@@ -242,56 +243,25 @@ class FFModel(DenseLayers, ShapeLayers, ElementwiseLayers):
         ws = ", ".join(f"{w.node_name} {w.shape}" for w in layer.weights) or "none"
         print(f"{layer.index} {layer.name} ({layer.kind}): outputs {outs}; weights {ws}")
 
-    # ---- training (the runtime issue) ---------------------------------------------------------
+    # ---- training (the rest is in flexrt.model.training) ---------------------------------------
     def compile(self, optimizer=None, loss_type=None, metrics=None, comp_mode=None) -> None:
-        """Record the optimizer, loss and metrics; compiling for a runtime lands with the runtime."""
+        """Set the optimizer (default ``SGDOptimizer(ffmodel, --lr)``), loss (default sparse categorical
+        cross-entropy) and metrics, pick the strategy (``--import FILE``, else data parallelism over
+        ``-ll:gpu`` x ``--nodes`` devices of ``--machine``, default ``local``), write it when
+        ``--export FILE`` is given, and build the runtime session (``ffmodel.session``)."""
         where = "compile"
         if optimizer is not None and not isinstance(optimizer, Optimizer):
             raise ConfigError(f"{where}: optimizer must be SGDOptimizer(...) or AdamOptimizer(...), got {optimizer!r}")
-        if loss_type is not None:
-            _check.member(where, "loss_type", loss_type, LossType)
-        metrics = () if metrics is None else metrics
-        if not isinstance(metrics, (list, tuple)):
-            raise ConfigError(f"{where}: metrics must be a list of MetricsType, got {metrics!r}")
-        for i, m in enumerate(metrics):
-            _check.member(where, f"metrics[{i}]", m, MetricsType)
+        loss_name = resolve_loss(loss_type)
+        metric_names = resolve_metrics(metrics)
         if comp_mode is not None:
             _check.member(where, "comp_mode", comp_mode, CompMode)
-        self.optimizer = optimizer if optimizer is not None else self.optimizer
+        self.optimizer = optimizer if optimizer is not None else (
+            self.optimizer or SGDOptimizer(self, self.ffconfig.learning_rate))
         self.loss_type = loss_type
-        self.metrics = tuple(metrics)
+        self.metrics = tuple(metrics or ())
         self.comp_mode = comp_mode if comp_mode is not None else CompMode.COMP_MODE_TRAINING
         if _capture.active() is not None:
             raise _capture.ModelCaptured(self)
-        raise NotYetAvailableError(f"FFModel.compile {_RUNTIME}")
-
-    def _training_call(self, what: str) -> None:
-        if _capture.active() is None:
-            raise NotYetAvailableError(f"FFModel.{what} {_RUNTIME}")
-
-    def fit(self, x=None, y=None, batch_size=None, epochs=1) -> None:
-        self._training_call("fit")
-
-    def eval(self, x=None, y=None, batch_size=None) -> None:
-        self._training_call("eval")
-
-    def init_layers(self) -> None:
-        self._training_call("init_layers")
-
-    def forward(self) -> None:
-        self._training_call("forward")
-
-    def backward(self) -> None:
-        self._training_call("backward")
-
-    def zero_gradients(self) -> None:
-        self._training_call("zero_gradients")
-
-    def update(self) -> None:
-        self._training_call("update")
-
-    def get_perf_metrics(self) -> None:
-        self._training_call("get_perf_metrics")
-
-    def create_data_loader(self, batch_tensor, full_array) -> None:
-        self._training_call("create_data_loader")
+        self._metric_names = metric_names
+        self._compile_runtime(loss_name, metric_names)

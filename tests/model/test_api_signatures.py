@@ -28,7 +28,8 @@ FFMODEL = {
     "pool2d": [("input", R), ("kernel_h", R), ("kernel_w", R), ("stride_h", R), ("stride_w", R), ("padding_h", R),
                ("padding_w", R), ("pool_type", PoolType.POOL_MAX), ("activation", NONE), ("name", None)],
     "embedding": [("input", R), ("num_embeddings", R), ("embedding_dim", R), ("aggr", R), ("shared_op", None),
-                  ("kernel_initializer", None), ("name", None)],
+                  ("kernel_initializer", None), ("name", None),
+                  ("dtype", DataType.DT_FLOAT)],  # an addition after FlexFlow's list, keyword in practice
     "concat": [("tensors", R), ("axis", R), ("name", None)],
     "split": [("input", R), ("sizes", R), ("axis", R), ("name", None)],
     "multihead_attention": [("query", R), ("key", R), ("value", R), ("embed_dim", R), ("num_heads", R), ("kdim", 0),

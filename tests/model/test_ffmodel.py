@@ -3,7 +3,7 @@ calls wait for the runtime; scripts load in capture mode."""
 
 import pytest
 
-from flexrt.errors import ConfigError, NotYetAvailableError, ShapeError
+from flexrt.errors import ConfigError, ShapeError
 from flexrt.ir.op_type import OpType
 from flexrt.model import (ActiMode, AdamOptimizer, AggrMode, DataType, FFConfig, FFModel, GlorotUniformInitializer,
                           LossType, MetricsType, NormInitializer, PoolType, SGDOptimizer, UniformInitializer,
@@ -180,20 +180,20 @@ def test_ffmodel_errors_say_what_and_where(m, call, error, fragment):
     assert fragment in str(e.value)
 
 
-def test_ffmodel_training_calls_wait_for_the_runtime(m):
+def test_ffmodel_training_calls_need_compile_first(m):
     x = m.create_tensor([4, 8])
-    m.dense(x, 2)
-    opt = SGDOptimizer(m, 0.1, momentum=0.9)
-    with pytest.raises(NotYetAvailableError, match="lands with the runtime issue"):
-        m.compile(optimizer=opt, loss_type=LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY,
-                  metrics=[MetricsType.METRICS_ACCURACY])
-    assert m.optimizer == opt and m.metrics == (MetricsType.METRICS_ACCURACY,)
+    m.softmax(m.dense(x, 2))
     for call in (lambda: m.fit(x=None, y=None, epochs=1), m.init_layers, m.forward, m.backward, m.zero_gradients,
-                 m.update, m.get_perf_metrics, lambda: m.eval(None, None), lambda: m.create_data_loader(x, None)):
-        with pytest.raises(NotYetAvailableError):
+                 m.update, m.get_perf_metrics, lambda: m.eval(None, None)):
+        with pytest.raises(ConfigError, match=r"call compile\(\.\.\.\) first"):
             call()
     with pytest.raises(ConfigError, match="loss_type must be a LossType"):
         m.compile(loss_type="mse")
+    opt = SGDOptimizer(m, 0.1, momentum=0.9)
+    m.compile(optimizer=opt, loss_type=LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY,
+              metrics=[MetricsType.METRICS_ACCURACY])
+    assert m.optimizer == opt and m.metrics == (MetricsType.METRICS_ACCURACY,)
+    assert m.session is not None and m.strategy is not None
 
 
 def test_optimizers_and_initializers_validate():

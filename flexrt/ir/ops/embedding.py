@@ -42,8 +42,11 @@ class EmbeddingAttrs:
     num_entries: int
     out_channels: int
     aggr: AggrMode = AggrMode.AGGR_MODE_NONE
+    data_type: DataType = DataType.DT_FLOAT   # of the table and the output
 
     def __post_init__(self):
+        if not isinstance(self.data_type, DataType) or not self.data_type.is_floating:
+            raise ShapeError(f"embedding: data_type must be a floating DataType, got {self.data_type!r}")
         check_int("embedding", "num_entries", self.num_entries, 1)
         check_int("embedding", "out_channels", self.out_channels, 1)
         if not isinstance(self.aggr, AggrMode):
@@ -68,12 +71,12 @@ def _check(attrs: EmbeddingAttrs, inputs) -> TensorShape:
 def output_shapes(attrs: EmbeddingAttrs, inputs):
     idx = _check(attrs, inputs)
     lead = idx.dims[:-1] if _is_bag(attrs) else idx.dims
-    return (TensorShape(lead + (attrs.out_channels,), DataType.DT_FLOAT),)
+    return (TensorShape(lead + (attrs.out_channels,), attrs.data_type),)
 
 
 def weight_shapes(attrs: EmbeddingAttrs, inputs):
     _check(attrs, inputs)
-    return (TensorShape((attrs.num_entries, attrs.out_channels), DataType.DT_FLOAT),)
+    return (TensorShape((attrs.num_entries, attrs.out_channels), attrs.data_type),)
 
 
 def weight_names(attrs: EmbeddingAttrs):

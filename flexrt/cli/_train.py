@@ -1,0 +1,115 @@
+"""``flexrt train MODEL --machine M``: run training iterations of a strategy on synthetic data and
+print, per step, the loss and the measured time beside the simulated one; then the median measured
+vs simulated time and the peak memory measured vs predicted per device."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import statistics
+
+from flexrt.cli._common import add_json_flag, check_model_flags, emit_json, write_text
+from flexrt.errors import ConfigError
+from flexrt.ir.summary import format_count
+from flexrt.machine import load_machine
+from flexrt.model import load_model
+from flexrt.model.training import synthetic_data
+from flexrt.runtime.backend import BACKENDS
+from flexrt.runtime.executor import MODES
+from flexrt.runtime.session import Session
+from flexrt.simulator.strategy import data_parallel, load_strategy
+
+NAME = "train"
+HELP = "train a model with a strategy on synthetic data, measured time beside simulated (model flags follow MODEL)"
+ACCEPTS_MODEL_FLAGS = True
+LOSSES = ("sparse_categorical_crossentropy", "categorical_crossentropy", "mean_squared_error_avg",
+          "mean_squared_error_sum")
+GPU_INSTALL = 'pip install -e ".[gpu]"'
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("model", metavar="MODEL", help="zoo name (see `flexrt models`) or path to a .py script")
+    parser.add_argument("--machine", required=True, help="preset name (see `flexrt machines`) or machine YAML")
+    parser.add_argument("--nodes", type=int, help="scale the machine to this many nodes")
+    parser.add_argument("--strategy", metavar="FILE",
+                        help="strategy JSON (from --export or a search); default: data parallelism over every device")
+    parser.add_argument("--backend", default="numpy", help=f"array backend: {' or '.join(BACKENDS)} (default numpy)")
+    parser.add_argument("--mode", default="serial", help=f"executor: {' or '.join(MODES)} (default serial)")
+    parser.add_argument("--steps", type=int, default=10, help="training iterations to run (default 10)")
+    parser.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
+    parser.add_argument("--lr", type=float, default=0.01, help="learning rate (SGD lr, Adam alpha)")
+    parser.add_argument("--loss", choices=LOSSES, default=LOSSES[0])
+    parser.add_argument("--seed", type=int, default=0, help="seed of the initial weights and the synthetic data")
+    parser.add_argument("--trace", metavar="FILE", help="write the last step as Chrome trace JSON (Perfetto)")
+    add_json_flag(parser)
+
+
+def _check_backend(name: str) -> None:
+    if name not in BACKENDS:
+        raise ConfigError(f"unknown backend {name!r}; valid: {', '.join(BACKENDS)}")
+    if name == "cupy" and importlib.util.find_spec("cupy") is None:
+        raise ConfigError(f"--backend cupy: CuPy is not installed; install it with {GPU_INSTALL} "
+                          f"(or use --backend numpy)")
+
+
+def _session(args, strategy, machine) -> Session:
+    params = {"lr": args.lr} if args.optimizer == "sgd" else {"alpha": args.lr}
+    try:
+        return Session(strategy, machine, backend=args.backend, mode=args.mode, optimizer=args.optimizer,
+                       loss=args.loss, metrics=("accuracy",) if "crossentropy" in args.loss else (),
+                       seed=args.seed, **params)
+    except ModuleNotFoundError as e:
+        if args.backend == "cupy":
+            raise ConfigError(f"--backend cupy: the CuPy backend cannot be loaded ({e}); install it with "
+                              f"{GPU_INSTALL}") from None
+        raise
+
+
+def run(args, extra) -> int:
+    if args.steps < 1:
+        raise ConfigError(f"--steps must be >= 1, got {args.steps}")
+    if args.mode not in MODES:
+        raise ConfigError(f"unknown mode {args.mode!r}; valid: {', '.join(MODES)}")
+    _check_backend(args.backend)
+    check_model_flags(NAME, args.model, extra)
+    machine = load_machine(args.machine, nodes=args.nodes)
+    loaded = load_model(args.model, extra)
+    base = loaded.model.pcg
+    strategy = load_strategy(args.strategy, base, machine) if args.strategy else data_parallel(base, machine)
+    session = _session(args, strategy, machine)
+    batch = next(n.attrs.shape.dims[0] for n in base.nodes if n.op_type.value == "input")
+    xs, labels = synthetic_data(base, args.loss, batch, args.seed)
+    inputs = {name: xs[name] for name in session.input_names}
+    predicted_ms = session.predicted_time_s * 1e3
+    if not args.json:
+        print(f"model {loaded.name} (batch {batch}) on {machine.name}: {machine.num_devices} devices; "
+              f"{'strategy ' + args.strategy if args.strategy else 'data parallel'}; backend {args.backend}, "
+              f"{args.mode} executor; {args.optimizer} lr {args.lr}, {args.loss}")
+    steps = []
+    result = None
+    for i in range(1, args.steps + 1):
+        result = session.step(inputs, labels)
+        steps.append({"step": i, "loss": result.loss, "measured_ms": result.wall_s * 1e3, "metrics": result.metrics})
+        if not args.json:
+            print(f"step {i:>3}  loss {result.loss:.6f}  measured {result.wall_s * 1e3:9.3f} ms  "
+                  f"simulated {predicted_ms:9.3f} ms")
+    median = statistics.median(s["measured_ms"] for s in steps)
+    memory = session.memory_report(result)
+    files = {}
+    if args.trace:
+        files["trace"] = write_text(args.trace, json.dumps(session.chrome_trace(result)), "trace")
+    if args.json:
+        emit_json({"model": loaded.name, "machine": machine.name, "num_devices": machine.num_devices,
+                   "backend": args.backend, "mode": args.mode, "steps": steps, "median_measured_ms": median,
+                   "simulated_ms": predicted_ms, "ratio": median / predicted_ms if predicted_ms else None,
+                   "memory": {str(d): v for d, v in memory.items()}, "files": files})
+        return 0
+    ratio = f"{median / predicted_ms:.2f}x" if predicted_ms else "n/a"
+    print(f"median measured {median:.3f} ms vs simulated {predicted_ms:.3f} ms per iteration "
+          f"(measured / simulated {ratio})")
+    for d, m in memory.items():
+        print(f"device {d:>2} peak memory measured {format_count(m['measured_peak'], 'B'):>10}  "
+              f"predicted {format_count(m['predicted'], 'B'):>10}")
+    for what, path in files.items():
+        print(f"wrote the {what} of the last step to {path}")
+    return 0

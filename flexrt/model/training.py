@@ -1,0 +1,481 @@
+"""FlexFlow's training calls on ``FFModel``: compile, init_layers, data loaders, fit, eval, the manual
+loop (forward / zero_gradients / backward / update) and get_perf_metrics, on flexrt's runtime.
+
+``compile`` picks the strategy (``--import FILE``, else data parallelism over the devices the
+config asks for: ``-ll:gpu`` per node times ``--nodes``, capped at the machine's devices; the
+machine is ``--machine`` or the ``local`` preset), writes it when ``--export FILE`` is given, and
+builds a ``flexrt.runtime.session.Session``: the strategy simulated, checked against device memory,
+planned, the weights placed. ``ffmodel.strategy`` and ``ffmodel.session`` keep them.
+
+How this differs from FlexFlow, honestly:
+
+- The runtime runs a whole training iteration (forward, loss, backward, gradient
+  synchronization, update) as one task graph. In the manual loop the iteration therefore
+  executes at ``update()``; ``forward()`` and ``backward()`` only check the order of the calls
+  (``ConfigError`` when out of order), and ``zero_gradients()`` discards a ``backward()`` already
+  recorded. Gradients are never accumulated across iterations, so there is nothing else to zero.
+- ``eval`` runs the forward pass of the base graph on one device (the single-device reference,
+  with the session's current weights), not the parallel strategy: the runtime has no forward-only
+  task graph. Dropout, where a model has it, runs as in training.
+- ``fit``/``eval`` without data train on deterministic synthetic data (FlexFlow does too):
+  ``SYNTHETIC_BATCHES`` batches of random inputs and labels valid for the loss.
+
+Entry points: ``TrainingMixin`` (mixed into ``FFModel``), ``PerfMetrics``, ``forward_output``,
+``synthetic_data``, ``LOSS_NAMES``, ``METRIC_NAMES``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from typing import Any, Optional
+
+import numpy as np
+
+from flexrt.errors import ConfigError
+from flexrt.ir.op_type import OpType
+from flexrt.ir.pcg import PCG, TensorRef
+from flexrt.kernels.initializers import fans, initialize
+from flexrt.kernels.losses import loss_forward
+from flexrt.kernels.metrics import MetricsAccumulator
+from flexrt.kernels.registry import run_forward
+from flexrt.model import _capture
+from flexrt.model.dataloader import SingleDataLoader, batch_dtype
+from flexrt.model.enums import CompMode, LossType, MetricsType
+from flexrt.model.initializers import (GlorotUniformInitializer, NormInitializer, UniformInitializer,
+                                       ZeroInitializer)
+from flexrt.model.optimizers import AdamOptimizer, Optimizer, SGDOptimizer
+from flexrt.model.tensor import Tensor
+from flexrt.runtime.backend import BACKENDS
+from flexrt.runtime.executor import MODES
+from flexrt.runtime.reference import loss_output
+from flexrt.runtime.session import Session, initial_weights
+
+LOSS_NAMES = {
+    LossType.LOSS_CATEGORICAL_CROSSENTROPY: "categorical_crossentropy",
+    LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY: "sparse_categorical_crossentropy",
+    LossType.LOSS_MEAN_SQUARED_ERROR_AVG_REDUCE: "mean_squared_error_avg",
+    LossType.LOSS_MEAN_SQUARED_ERROR_SUM_REDUCE: "mean_squared_error_sum",
+}
+METRIC_NAMES = {m: m.name[len("METRICS_"):].lower() for m in MetricsType}
+SYNTHETIC_BATCHES = 4   # batches per epoch of the synthetic dataset fit/eval use without data
+LABEL = "label"
+
+
+def _name_of(where: str, arg: str, value: Any, table: dict, enum_name: str) -> str:
+    """An enum member or one of our names (``"sparse_categorical_crossentropy"``) -> our name."""
+    if value in table:
+        return table[value]
+    if isinstance(value, str) and value in table.values():
+        return value
+    raise ConfigError(f"{where}: {arg} must be a {enum_name} or one of {', '.join(table.values())}; "
+                      f"got {value!r} (valid {enum_name}: {', '.join(m.name for m in table)})")
+
+
+def resolve_loss(loss_type: Any) -> str:
+    if loss_type is None:
+        return "sparse_categorical_crossentropy"
+    return _name_of("compile", "loss_type", loss_type, LOSS_NAMES, "LossType")
+
+
+def resolve_metrics(metrics: Any) -> tuple[str, ...]:
+    if metrics is None:
+        return ()
+    if not isinstance(metrics, (list, tuple)):
+        raise ConfigError(f"compile: metrics must be a list of MetricsType, got {metrics!r}")
+    return tuple(_name_of("compile", f"metrics[{i}]", m, METRIC_NAMES, "MetricsType") for i, m in enumerate(metrics))
+
+
+def optimizer_args(opt: Optimizer) -> tuple[str, dict]:
+    """(Session optimizer name, its parameters) of an SGDOptimizer / AdamOptimizer."""
+    if isinstance(opt, SGDOptimizer):
+        return "sgd", {"lr": opt.lr, "momentum": opt.momentum, "nesterov": opt.nesterov,
+                       "weight_decay": opt.weight_decay}
+    if isinstance(opt, AdamOptimizer):
+        return "adam", {"alpha": opt.alpha, "beta1": opt.beta1, "beta2": opt.beta2, "epsilon": opt.epsilon,
+                        "weight_decay": opt.weight_decay}
+    raise ConfigError(f"compile: optimizer must be SGDOptimizer(...) or AdamOptimizer(...), got {opt!r}")
+
+
+def _initializer_kind(init: Any) -> tuple[str, dict, int]:
+    if isinstance(init, GlorotUniformInitializer):
+        return "glorot_uniform", {}, init.seed
+    if isinstance(init, ZeroInitializer):
+        return "zero", {}, 0
+    if isinstance(init, UniformInitializer):
+        return "uniform", {"min": init.min, "max": init.max}, init.seed
+    if isinstance(init, NormInitializer):
+        return "normal", {"mean": init.mean, "stddev": init.stddev}, init.seed
+    raise ConfigError(f"unknown initializer {init!r}")
+
+
+def model_initial_weights(pcg: PCG, layers, seed: int = 0) -> dict:
+    """Every weight's initial array: its layer's initializer (with the initializer's own seed)
+    where one was given, else the runtime's default (Glorot uniform for kernels, zeros for biases)."""
+    out = initial_weights(pcg, seed)
+    for layer in layers:
+        for w in layer.weights:
+            if w.initializer is None or w.owner != layer.name:
+                continue
+            kind, params, wseed = _initializer_kind(w.initializer)
+            dims = w.shape.dims
+            fan_in = fan_out = None
+            if kind == "glorot_uniform":
+                fan_in, fan_out = fans(dims, "conv") if len(dims) == 4 else (
+                    (int(np.prod(dims[:-1])), dims[-1]) if len(dims) >= 2 else (dims[0], dims[0]))
+            out[w.node_name] = initialize(np, kind, dims, w.shape.dtype.numpy_name, wseed, fan_in, fan_out, **params)
+    return out
+
+
+def forward_output(pcg: PCG, weights: dict, inputs: dict, output: str):
+    """The full output of operator ``output`` for one batch, on one device (the reference walk)."""
+    values: dict[TensorRef, Any] = {}
+    for nid in pcg.topological_order():
+        node = pcg.node(nid)
+        if node.op_type is OpType.INPUT:
+            values[TensorRef(nid, 0)] = np.asarray(inputs[node.name])
+        elif node.op_type is OpType.WEIGHT:
+            values[TensorRef(nid, 0)] = weights[node.name]
+        else:
+            for k, o in enumerate(run_forward(np, node.attrs, [values[r] for r in node.inputs])):
+                values[TensorRef(nid, k)] = o
+    return values[TensorRef(pcg.node_by_name(output).id, 0)]
+
+
+def _int_bound(pcg: PCG, nid: int) -> int:
+    """Exclusive upper bound for synthetic ids fed to an integer input (embedding rows, else 2)."""
+    bounds = [n.attrs.num_entries for n in pcg.nodes if n.op_type is OpType.EMBEDDING
+              and any(r.node == nid for r in n.inputs)]
+    return min(bounds) if bounds else 2
+
+
+def synthetic_data(pcg: PCG, loss: str, num_samples: int, seed: int = 0) -> tuple[dict, np.ndarray]:
+    """Deterministic random data for every input of ``pcg`` (by input name) and labels valid for
+    ``loss`` on the scored output: class ids ``[n, ..., 1]`` int32 for sparse cross-entropy, one-hot
+    rows for cross-entropy, standard normal values for the mean squared errors. Float inputs are
+    standard normal; integer inputs are ids below the embedding size they feed (else 0 or 1)."""
+    rng = np.random.Generator(np.random.PCG64(seed))
+    xs = {}
+    for node in pcg.nodes:
+        if node.op_type is not OpType.INPUT:
+            continue
+        shape = (num_samples, *node.attrs.shape.dims[1:])
+        dt = batch_dtype(node.attrs.shape.dtype)
+        if dt.kind == "f":
+            xs[node.name] = rng.standard_normal(shape).astype(dt)
+        else:
+            xs[node.name] = rng.integers(0, 2 if dt.kind == "b" else _int_bound(pcg, node.id), shape).astype(dt)
+    out = pcg.shape(TensorRef(pcg.node_by_name(loss_output(pcg)).id, 0)).tensor_shape
+    odt = batch_dtype(out.dtype)
+    classes = out.dims[-1]
+    if loss == "sparse_categorical_crossentropy":
+        labels = rng.integers(0, classes, (num_samples, *out.dims[1:-1], 1)).astype(np.int32)
+    elif loss == "categorical_crossentropy":
+        labels = np.eye(classes, dtype=odt)[rng.integers(0, classes, (num_samples, *out.dims[1:-1]))]
+    else:
+        labels = rng.standard_normal((num_samples, *out.dims[1:])).astype(odt)
+    return xs, labels
+
+
+class PerfMetrics:
+    """FlexFlow's PerfMetrics: ``get_accuracy()`` (percent) and every metric's mean over the samples
+    seen since the last reset (``result()``, ``get(name)``), plus the mean loss (``loss``)."""
+
+    def __init__(self, values: dict, loss: Optional[float] = None) -> None:
+        self._values = dict(values)
+        self.loss = loss
+
+    def get_accuracy(self) -> float:
+        if "accuracy" not in self._values:
+            raise ConfigError(f"get_accuracy: METRICS_ACCURACY is not among the compiled metrics "
+                              f"({', '.join(self._values) or 'none'})")
+        return self._values["accuracy"]
+
+    def get(self, name: str) -> float:
+        if name not in self._values:
+            raise ConfigError(f"no metric {name!r}; compiled: {', '.join(self._values) or 'none'}")
+        return self._values[name]
+
+    def result(self) -> dict:
+        return dict(self._values)
+
+    def __repr__(self) -> str:
+        return f"PerfMetrics({self._values}, loss={self.loss})"
+
+
+def _fmt_metrics(values: dict) -> str:
+    return ", ".join(f"{k} {v:.2f}%" if k == "accuracy" else f"{k} {v:.4g}" for k, v in values.items())
+
+
+class TrainingMixin:
+    """The training half of ``FFModel`` (see the module docstring for what differs from FlexFlow)."""
+
+    # set by FFModel.__init__ through _init_training
+    def _init_training(self) -> None:
+        self.strategy = None
+        self.machine = None
+        self.session: Optional[Session] = None
+        self.history: list[dict] = []
+        self.runtime_options = {"backend": "numpy", "mode": "serial", "seed": 0}
+        self._loss = None
+        self._output_shape = None
+        self._batch: dict = {}
+        self._phase = "idle"           # manual loop: idle -> forward -> backward -> (update) idle
+        self._initial: Optional[dict] = None
+        self._dirty = False            # weights changed since they were placed
+        self._perf: Optional[PerfMetrics] = None
+        self._iteration = 0
+
+    def set_runtime(self, backend: str = "numpy", mode: str = "serial", seed: int = 0) -> None:
+        """flexrt's runtime choices (not FlexFlow's): array backend, executor mode and the seed of the
+        default initializers and synthetic data. Call before ``compile``."""
+        if backend not in BACKENDS:
+            raise ConfigError(f"set_runtime: unknown backend {backend!r}; valid: {', '.join(BACKENDS)}")
+        if mode not in MODES:
+            raise ConfigError(f"set_runtime: unknown mode {mode!r}; valid: {', '.join(MODES)}")
+        self.runtime_options = {"backend": backend, "mode": mode, "seed": int(seed)}
+
+    # ---- compile ------------------------------------------------------------------------------
+    def _compile_runtime(self, loss_name: str, metric_names: tuple[str, ...]) -> None:
+        from flexrt.machine import load_machine
+        from flexrt.simulator.strategy import data_parallel, load_strategy, save_strategy
+        cfg = self.ffconfig
+        if not self.inputs:
+            raise ConfigError("compile: the model has no inputs (create_tensor) to train on")
+        machine = load_machine(cfg.machine_file or "local", nodes=cfg.num_nodes if cfg.num_nodes > 1 else None)
+        if cfg.import_strategy_file:
+            strategy = load_strategy(cfg.import_strategy_file, self.pcg, machine)
+        else:
+            strategy = data_parallel(self.pcg, machine, min(cfg.total_workers, machine.num_devices))
+        if cfg.export_strategy_file:
+            try:
+                save_strategy(cfg.export_strategy_file, strategy, machine)
+            except OSError as e:
+                raise ConfigError(f"compile: cannot write the strategy to {cfg.export_strategy_file} "
+                                  f"(--export): {e.strerror or e}") from None
+        opt_name, params = optimizer_args(self.optimizer)
+        out = loss_output(self.pcg)
+        self._output_shape = self.pcg.shape(TensorRef(self.pcg.node_by_name(out).id, 0)).tensor_shape
+        self._make_label_tensor(loss_name)
+        self._initial = model_initial_weights(self.pcg, self._layers, self.runtime_options["seed"])
+        opts = self.runtime_options
+        try:
+            self.session = Session(strategy, machine, backend=opts["backend"], mode=opts["mode"],
+                                   optimizer=opt_name, loss=loss_name, metrics=metric_names, weights=self._initial,
+                                   seed=opts["seed"], loss_output=out, **params)
+        except ModuleNotFoundError as e:
+            if opts["backend"] != "cupy":
+                raise
+            raise ConfigError(f"compile: the cupy backend cannot be loaded ({e}); CuPy installs with "
+                              f'pip install -e ".[gpu]"') from None
+        self.strategy, self.machine = strategy, machine
+        self._loss = loss_name
+        self._dirty = False
+        self._batch = {}
+        self._phase = "idle"
+        self.history = []
+
+    def _make_label_tensor(self, loss_name: str) -> None:
+        from flexrt.ir.datatype import DataType
+        from flexrt.ir.tensor_shape import TensorShape
+        dims = self._output_shape.dims
+        if loss_name == "sparse_categorical_crossentropy":
+            shape = TensorShape((*dims[:-1], 1), DataType.DT_INT32)
+        else:
+            shape = TensorShape(dims, self._output_shape.dtype)
+        self.label_tensor = Tensor(self, TensorRef(-1, 0), shape, LABEL)
+
+    def _need_session(self, what: str) -> Session:
+        if self.session is None:
+            raise ConfigError(f"{what}: call compile(...) first")
+        return self.session
+
+    # ---- weights ------------------------------------------------------------------------------
+    def init_layers(self) -> None:
+        """Place every weight's initial value (its initializer, FlexFlow's defaults otherwise).
+
+        ``compile`` already placed them; calling ``init_layers`` after training starts over."""
+        if _capture.active() is not None and self.session is None:
+            return
+        s = self._need_session("init_layers")
+        if self._dirty:
+            s.executor.load_weights(self._initial)
+            self._dirty = False
+        s.reset_metrics()
+
+    def get_weights(self) -> dict:
+        """Every weight's current full array, by weight name (``dense_1.kernel``); flexrt's."""
+        return self._need_session("get_weights").weights()
+
+    # ---- data ---------------------------------------------------------------------------------
+    def create_data_loader(self, batch_tensor, full_array) -> SingleDataLoader:
+        """A loader of ``full_array`` for an input tensor or ``ffmodel.label_tensor``."""
+        if not isinstance(batch_tensor, Tensor) or batch_tensor.model is not self:
+            raise ConfigError(f"create_data_loader: batch_tensor must be an input of this model (create_tensor) or "
+                              f"ffmodel.label_tensor (after compile), got {batch_tensor!r}")
+        if batch_tensor.owner_layer == LABEL:
+            return SingleDataLoader(self, batch_tensor, full_array, LABEL)
+        if batch_tensor not in self.inputs:
+            raise ConfigError(f"create_data_loader: {batch_tensor!r} is not a model input; inputs: "
+                              f"{', '.join(t.owner_layer for t in self.inputs)} (and label_tensor)")
+        return SingleDataLoader(self, batch_tensor, full_array, batch_tensor.owner_layer)
+
+    def _set_batch(self, name: str, arr) -> None:
+        self._batch[name] = arr
+        self._phase = "idle"
+
+    def current_batch(self, name: str):
+        """The batch the last ``next_batch`` handed over for input ``name`` (or ``"label"``)."""
+        if name not in self._batch:
+            raise ConfigError(f"no batch for {name!r} yet; call its loader's next_batch(ffmodel)")
+        return self._batch[name]
+
+    def _loaders(self, where: str, x, y, batch_size) -> list[SingleDataLoader]:
+        self._need_session(where)
+        bs = self.inputs[0].dims[0]
+        if batch_size is not None and batch_size != bs:
+            raise ConfigError(f"{where}: batch_size={batch_size}, but the model's tensors were made for batch "
+                              f"{bs} (-b {bs}); the batch size is fixed when the graph is built")
+        if x is None and y is None:
+            xs, labels = synthetic_data(self.pcg, self._loss, bs * SYNTHETIC_BATCHES, self.runtime_options["seed"])
+            return [SingleDataLoader(self, t, xs[t.owner_layer], t.owner_layer) for t in self.inputs] + \
+                [SingleDataLoader(self, self.label_tensor, labels, LABEL)]
+        if x is None or y is None:
+            raise ConfigError(f"{where}: give both x and y (or neither, for synthetic data); got "
+                              f"{'y' if x is None else 'x'} only")
+        xs = list(x) if isinstance(x, (list, tuple)) else [x]
+        if len(xs) != len(self.inputs):
+            raise ConfigError(f"{where}: x has {len(xs)} entr(y/ies); the model has {len(self.inputs)} input(s) "
+                              f"({', '.join(t.owner_layer for t in self.inputs)}), one loader or array each, "
+                              f"in create_tensor order")
+        loaders = []
+        for t, v in zip(self.inputs, xs):
+            if isinstance(v, SingleDataLoader):
+                if v.name != t.owner_layer or v.ffmodel is not self:
+                    raise ConfigError(f"{where}: the loader for {t.owner_layer} holds {v.name}")
+                loaders.append(v)
+            else:
+                loaders.append(self.create_data_loader(t, v))
+        if isinstance(y, SingleDataLoader):
+            if y.name != LABEL:
+                raise ConfigError(f"{where}: y must be a loader of ffmodel.label_tensor, got one of {y.name}")
+            loaders.append(y)
+        else:
+            loaders.append(self.create_data_loader(self.label_tensor, y))
+        return loaders
+
+    def _step_batch(self) -> tuple[dict, Any]:
+        missing = [n for n in [t.owner_layer for t in self.inputs] + [LABEL] if n not in self._batch]
+        if missing:
+            raise ConfigError(f"no current batch for {', '.join(missing)}; call each data loader's "
+                              f"next_batch(ffmodel) first")
+        return {t.owner_layer: self._batch[t.owner_layer] for t in self.inputs}, self._batch[LABEL]
+
+    def _train_step(self, epoch: int) -> dict:
+        s = self.session
+        inputs, labels = self._step_batch()
+        r = s.step(inputs, labels)
+        self._dirty = True
+        self._iteration += 1
+        rec = {"epoch": epoch, "iteration": self._iteration, "loss": r.loss, "metrics": dict(r.metrics),
+               "wall_s": r.wall_s}
+        self.history.append(rec)
+        self._perf = PerfMetrics(r.metrics, r.loss)
+        return rec
+
+    # ---- fit / eval ---------------------------------------------------------------------------
+    def fit(self, x=None, y=None, batch_size=None, epochs=1) -> None:
+        """Train ``epochs`` epochs of ``num_samples // batch_size`` iterations each (synthetic data
+        when x and y are None); prints one line per epoch and keeps ``ffmodel.history``."""
+        if self.comp_mode is CompMode.COMP_MODE_INFERENCE:
+            raise ConfigError("fit: the model was compiled with comp_mode=COMP_MODE_INFERENCE")
+        if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
+            raise ConfigError(f"fit: epochs must be an integer >= 1, got {epochs!r}")
+        loaders = self._loaders("fit", x, y, batch_size)
+        iterations = min(dl.num_batches for dl in loaders)
+        s = self.session
+        for epoch in range(1, epochs + 1):
+            for dl in loaders:
+                dl.reset()
+            s.reset_metrics()
+            walls = []
+            for _ in range(iterations):
+                for dl in loaders:
+                    dl.next_batch(self)
+                walls.append(self._train_step(epoch)["wall_s"])
+            last = self.history[-1]
+            mean_loss = float(np.mean([h["loss"] for h in self.history[-iterations:]])) if iterations else float("nan")
+            print(f"epoch {epoch}/{epochs}: {iterations} iterations, loss {mean_loss:.4f} (mean)"
+                  + (f", {_fmt_metrics(last['metrics'])}" if last["metrics"] else "")
+                  + f"; {statistics.median(walls) * 1e3:.3f} ms/iteration measured (median), "
+                  f"{s.predicted_time_s * 1e3:.3f} ms simulated", file=sys.stdout)
+        self._phase = "idle"
+
+    def eval(self, x=None, y=None, batch_size=None) -> PerfMetrics:
+        """Forward and metrics over the dataset without updating, on one device (the base graph,
+        the session's current weights); prints and returns the metrics (also ``get_perf_metrics``)."""
+        loaders = self._loaders("eval", x, y, batch_size)
+        iterations = min(dl.num_batches for dl in loaders)
+        s = self.session
+        weights = s.weights()
+        acc = MetricsAccumulator(list(self._metric_names))
+        losses = []
+        for dl in loaders:
+            dl.reset()
+        for _ in range(iterations):
+            for dl in loaders:
+                dl.next_batch(self)
+            inputs, labels = self._step_batch()
+            out = forward_output(self.pcg, weights, inputs, s.loss_output)
+            losses.append(float(loss_forward(np, self._loss, out, labels)))
+            acc.update(np, out, labels)
+        self._perf = PerfMetrics(acc.result(), float(np.mean(losses)) if losses else None)
+        print(f"eval: {iterations} iterations, loss {self._perf.loss:.4f}"
+              + (f", {_fmt_metrics(acc.result())}" if acc.names else ""), file=sys.stdout)
+        self._phase = "idle"
+        return self._perf
+
+    # ---- FlexFlow's manual loop ---------------------------------------------------------------
+    def reset_metrics(self) -> None:
+        """Start the metrics over (FlexFlow's ``reset_metrics``, called at each epoch's start)."""
+        self._need_session("reset_metrics").reset_metrics()
+        self._perf = None
+
+    def forward(self) -> None:
+        """Check that a batch is ready and record the forward pass; the iteration runs at ``update()``."""
+        self._need_session("forward")
+        self._step_batch()
+        self._phase = "forward"
+
+    def zero_gradients(self) -> None:
+        """Discard a recorded ``backward()`` (the runtime never accumulates gradients across
+        iterations, so nothing else needs zeroing)."""
+        self._need_session("zero_gradients")
+        if self._phase == "backward":
+            self._phase = "forward"
+
+    def backward(self) -> None:
+        """Record the backward pass (after ``forward()``); the iteration runs at ``update()``."""
+        self._need_session("backward")
+        if self._phase != "forward":
+            raise ConfigError("backward: call forward() first (after the loaders' next_batch(ffmodel)); order: "
+                              "forward(), zero_gradients(), backward(), update()")
+        self._phase = "backward"
+
+    def update(self) -> None:
+        """Run the whole training iteration (forward, loss, backward, gradient sync, update) on the
+        current batch; needs ``forward()`` and ``backward()`` since the last ``next_batch``."""
+        self._need_session("update")
+        if self._phase != "backward":
+            raise ConfigError(f"update: call forward() and backward() first (state: "
+                              f"{'nothing recorded' if self._phase == 'idle' else 'forward() only'}); order: "
+                              f"forward(), zero_gradients(), backward(), update()")
+        self._train_step(0)
+        self._phase = "idle"
+
+    def get_perf_metrics(self) -> PerfMetrics:
+        """The metrics since the last reset (of the last fit/update iterations, or of the last eval)."""
+        s = self._need_session("get_perf_metrics")
+        if self._perf is None:
+            return PerfMetrics(s.executor.metrics.result())
+        return self._perf
