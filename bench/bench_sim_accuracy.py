@@ -1,0 +1,435 @@
+"""Simulator accuracy: measured vs simulated iteration time of real strategies on this host.
+
+FlexFlow (§8.3) checks its simulator against real runs: relative error per strategy and whether the
+simulator *ranks* strategies as the runs do. This does the same with flexrt's runtime on the
+``local`` machine (this host's CPU as NumPy workers):
+
+- machine: the calibrated ``local`` machine (``flexrt calibrate``'s file in the cache) when there
+  is one; otherwise this host is calibrated now (``flexrt.runtime.calibrate.calibrate``, its quick
+  sizes with ``--quick``) and the machine file is written to a private temporary file (not the
+  cache; ``--save-calibration`` writes the cache file as ``flexrt calibrate`` does);
+- compute costs: ``ProfiledCostModel(backend="numpy")``, which times the real NumPy forward kernel
+  of every piece shape (cached on disk); backward is derived, updates, reductions and transfers are
+  analytic from the machine file;
+- models: a small MLP, a small CNN (conv, pool, dense), a DLRM-like model (embeddings, dense,
+  concat) and a small attention block (multi-head attention, layer norm, dense);
+- strategies: data parallel over 1, 2 and 4 workers, ``random_strategy`` seeds, and hand-made ones
+  (operators placed round-robin one per worker, dense layers split on their output channels,
+  sample x output hybrids);
+- each strategy's ``Session.step`` runs warm-up 1 then ``--repeat`` timed iterations (median), in
+  the executor's ``serial`` and ``threads`` modes.
+
+Per strategy it prints the measured and simulated times and the relative error
+``(measured - simulated) / measured``; per mode the median and max |error| and Kendall's tau between
+the measured and simulated rankings. ``sum_ms`` is the serialised prediction, the sum of every
+predicted task's duration: what the serial executor (one task at a time) should take. ``disp`` is
+the executor's own dispatch cost for the plan: the same plan with every action replaced by a
+no-op, run serially (see ``bench_runtime_overhead.py``), as a fraction of the measured serial
+iteration; a ``*`` marks iterations where it is over half.
+
+BLAS threads: NumPy's BLAS runs with ``--blas-threads`` threads (default 1, set through
+``OPENBLAS_NUM_THREADS``/``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` before NumPy loads; an explicit
+``--blas-threads 0`` leaves the environment alone). One thread per kernel is what a worker of the
+``local`` machine is; with every core's BLAS threads per kernel, the threaded executor's workers
+oversubscribe the cores, and on a small or busy host OpenBLAS's spinning threads make one
+64x512x512 GEMM 5-30x slower than single-threaded (measured on a loaded 2-CPU host). The profiled
+costs are measured in this process, into a private profile cache (``--profile-cache`` to choose
+one), so that kernel times and runs share the BLAS set-up (the shared cache's key does not record
+it).
+
+    python bench/bench_sim_accuracy.py [--quick] [--repeat N] [--models mlp,cnn] [--modes serial]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def _blas_threads_from_argv(argv) -> str | None:
+    """``--blas-threads N`` from the command line (read before NumPy is imported)."""
+    for i, a in enumerate(argv):
+        if a == "--blas-threads" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--blas-threads="):
+            return a.split("=", 1)[1]
+    return None
+
+
+_BLAS_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+if __name__ == "__main__":
+    _given = _blas_threads_from_argv(sys.argv[1:])
+    if _given is None:
+        for _v in _BLAS_VARS:
+            os.environ.setdefault(_v, "1")
+    elif _given != "0":
+        for _v in _BLAS_VARS:
+            os.environ[_v] = _given
+
+import argparse
+import copy
+import dataclasses
+import math
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from flexrt.core import ActiMode, AggrMode, DataType, FFConfig, FFModel
+from flexrt.machine import calibrated_local_path, load_machine
+from flexrt.machine.views import enumerate_views
+from flexrt.runtime.calibrate import calibrate, write_machine_yaml
+from flexrt.runtime.executor import Executor, optimizer_step
+from flexrt.runtime.session import Session
+from flexrt.simulator.actions import RingStep
+from flexrt.simulator.cost_model import ProfiledCostModel
+from flexrt.simulator.strategy import (OpConfig, Strategy, _all_axes, data_parallel, is_compute, random_strategy,
+                                       valid_configs)
+
+LOCAL_DEVICES = 4
+CLASSES = 10
+DISPATCH_DOMINATED = 0.5
+
+
+# ---- models ----------------------------------------------------------------------------------
+
+def mlp_model(batch: int):
+    m = FFModel(FFConfig([]))
+    x = m.create_tensor([batch, 256], DataType.DT_FLOAT)
+    t = m.dense(x, 512, ActiMode.AC_MODE_RELU, name="fc1")
+    t = m.dense(t, 512, ActiMode.AC_MODE_RELU, name="fc2")
+    m.softmax(m.dense(t, CLASSES, name="head"), name="sm")
+    return m.pcg
+
+
+def cnn_model(batch: int):
+    m = FFModel(FFConfig([]))
+    x = m.create_tensor([batch, 3, 32, 32], DataType.DT_FLOAT)
+    t = m.conv2d(x, 16, 3, 3, 1, 1, 1, 1, ActiMode.AC_MODE_RELU, name="conv1")
+    t = m.pool2d(t, 2, 2, 2, 2, 0, 0, name="pool1")
+    t = m.conv2d(t, 32, 3, 3, 1, 1, 1, 1, ActiMode.AC_MODE_RELU, name="conv2")
+    t = m.pool2d(t, 2, 2, 2, 2, 0, 0, name="pool2")
+    t = m.flat(t, name="flat")
+    t = m.dense(t, 128, ActiMode.AC_MODE_RELU, name="fc1")
+    m.softmax(m.dense(t, CLASSES, name="head"), name="sm")
+    return m.pcg
+
+
+def dlrm_model(batch: int):
+    m = FFModel(FFConfig([]))
+    dense = m.create_tensor([batch, 13], DataType.DT_FLOAT)
+    sparse = [m.create_tensor([batch, 1], DataType.DT_INT64) for _ in range(4)]
+    t = m.dense(dense, 128, ActiMode.AC_MODE_RELU, name="bot0")
+    t = m.dense(t, 32, ActiMode.AC_MODE_RELU, name="bot1")
+    embs = [m.embedding(s, 2000, 32, AggrMode.AGGR_MODE_SUM, name=f"emb{i}") for i, s in enumerate(sparse)]
+    z = m.concat([t] + embs, 1, name="interaction")
+    z = m.dense(z, 256, ActiMode.AC_MODE_RELU, name="top0")
+    m.softmax(m.dense(z, CLASSES, name="top1"), name="sm")
+    return m.pcg
+
+
+def attention_model(batch: int):
+    m = FFModel(FFConfig([]))
+    seq, d = 32, 64
+    x = m.create_tensor([batch, seq, d], DataType.DT_FLOAT)
+    a = m.multihead_attention(x, x, x, d, 4, name="attn")
+    t = m.layer_norm(m.add(a, x, name="res1"), [2], name="ln1")
+    f = m.dense(m.dense(t, 128, ActiMode.AC_MODE_RELU, name="ffn1"), d, name="ffn2")
+    t = m.layer_norm(m.add(f, t, name="res2"), [2], name="ln2")
+    t = m.flat(t, name="flat")
+    m.softmax(m.dense(t, CLASSES, name="head"), name="sm")
+    return m.pcg
+
+
+MODELS = {"mlp": (mlp_model, 64), "cnn": (cnn_model, 16), "dlrm": (dlrm_model, 256), "attn": (attention_model, 8)}
+
+
+# ---- strategies --------------------------------------------------------------------------------
+
+def _config(base, node, machine, degrees: dict, device: int = 0) -> OpConfig:
+    """``degrees`` (axis name -> degree; unknown axes ignored) if valid for ``node``, else the node
+    unsplit; the view starting at ``device`` where there is one."""
+    names = [a.name for a in _all_axes(base, node)]
+    want = {k: v for k, v in degrees.items() if k in names and v > 1}
+    valid = [{k: v for k, v in c.items() if v > 1} for c in valid_configs(base, node, machine)]
+    if want not in valid:
+        want = {}
+    views = enumerate_views(machine, tuple(want.get(n, 1) for n in names))
+    view = next((v for v in views if v.start == device), views[0])
+    return OpConfig(tuple(want.items()), view)
+
+
+def hand_made(base, machine, rule) -> Strategy:
+    """``rule(k, node)`` -> (degrees, start device) for the k-th compute operator."""
+    configs = {}
+    k = 0
+    for node in base.nodes:
+        if is_compute(node):
+            degrees, device = rule(k, node)
+            configs[node.id] = _config(base, node, machine, degrees, device % machine.num_devices)
+            k += 1
+    return Strategy.from_configs(base, configs)
+
+
+def _is_dense(node) -> bool:
+    return node.op_type.value == "linear"
+
+
+def strategies(base, machine, seeds) -> list[tuple[str, Strategy]]:
+    n = machine.num_devices
+    out = [(f"dp{d}", data_parallel(base, machine, d)) for d in (1, 2, 4) if d <= n]
+    out += [(f"rand{s}", random_strategy(base, machine, s)) for s in seeds]
+    out.append(("roundrobin", hand_made(base, machine, lambda k, node: ({}, k))))
+    out.append(("dense-out2", hand_made(base, machine, lambda k, node: (
+        {"out": 2} if _is_dense(node) else {"sample": 2, "dim0": 2}, 0))))
+    if n >= 4:
+        out.append(("dense-s2xout2", hand_made(base, machine, lambda k, node: (
+            {"dim0": 2, "out": 2} if _is_dense(node) else {"sample": 2, "dim0": 2}, 0))))
+    return out
+
+
+# ---- measurement -------------------------------------------------------------------------------
+
+def batch_for(plan, batch: int, seed: int = 0):
+    """Random inputs (indices in range for int inputs) and class labels."""
+    rng = np.random.default_rng(seed)
+    inputs = {}
+    for name, b in plan.inputs.items():
+        shape = tuple(hi for _, hi in b.ranges)
+        if np.issubdtype(np.dtype(b.dtype), np.integer):
+            inputs[name] = rng.integers(0, 1000, size=shape).astype(b.dtype)
+        else:
+            inputs[name] = rng.standard_normal(shape).astype(b.dtype)
+    return inputs, rng.integers(0, CLASSES, size=(batch, 1)).astype(np.int32)
+
+
+def timed_steps(session: Session, inputs, labels, repeat: int):
+    """(median wall seconds, the median iteration's result) over ``repeat`` steps after a warm-up
+    (the per-task times of one iteration add up to its wall time; medians per task would not)."""
+    session.step(inputs, labels)  # warm-up
+    results = sorted((session.step(inputs, labels) for _ in range(repeat)), key=lambda r: r.wall_s)
+    mid = results[(len(results) - 1) // 2]
+    return statistics.median(r.wall_s for r in results), mid
+
+
+def kind_sums(plan, measured) -> dict:
+    """Task kind -> [measured seconds, predicted seconds], each task counted once; a ring collective
+    ("allreduce": its hops and sum steps) runs as one task whose time every member records, so a
+    member's measured time is divided by the group's size."""
+    size: dict = {}
+    for t in plan.tasks:
+        if isinstance(t.action, RingStep):
+            size[t.action.group.id] = size.get(t.action.group.id, 0) + 1
+    out: dict = {}
+    predicted = plan.predicted_end - plan.predicted_start
+    for t, m, p in zip(plan.tasks, measured, predicted):
+        ring = isinstance(t.action, RingStep)
+        share = size[t.action.group.id] if ring else 1
+        # a ring's hops (transfer tasks) run the whole collective; its sum steps (reduce tasks)
+        # carry no action of their own: both are the collective
+        kind = "allreduce" if ring or (t.kind.value == "reduce" and t.action is None) else t.kind.value
+        acc = out.setdefault(kind, [0.0, 0.0])
+        acc[0] += float(m) / share
+        acc[1] += float(p)
+    return out
+
+
+def noop_dispatch_s(session: Session, inputs, labels, repeat: int = 3) -> float:
+    """The serial executor's own time for this plan with every action a no-op."""
+    empty = copy.copy(session.plan)
+    empty.tasks = [dataclasses.replace(t, action=None, reads=(), writes=()) for t in session.plan.tasks]
+    ex = Executor(empty, session.backend, optimizer_step("sgd", lr=0.01), "sparse_categorical_crossentropy",
+                  (), "serial")
+    ex.run(inputs, labels)
+    return statistics.median(ex.run(inputs, labels).wall_s for _ in range(repeat))
+
+
+def kendall_tau(x, y) -> float:
+    """Kendall's tau-b of two sequences (ties in either count as neither concordant nor discordant)."""
+    n = len(x)
+    conc = disc = tx = ty = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            dx, dy = x[i] - x[j], y[i] - y[j]
+            if dx == 0 and dy == 0:
+                continue
+            if dx == 0:
+                tx += 1
+            elif dy == 0:
+                ty += 1
+            elif (dx > 0) == (dy > 0):
+                conc += 1
+            else:
+                disc += 1
+    denom = math.sqrt((conc + disc + tx) * (conc + disc + ty))
+    return (conc - disc) / denom if denom else float("nan")
+
+
+def tau(x, y) -> tuple[float, str]:
+    try:
+        from scipy.stats import kendalltau
+    except ImportError:
+        return kendall_tau(x, y), "own"
+    return float(kendalltau(x, y).statistic), "scipy"
+
+
+def local_machine_for_bench(quick: bool, save: bool, scratch: Path):
+    """(machine, how it was obtained); a fresh calibration goes to ``scratch`` unless ``save``."""
+    path = calibrated_local_path()
+    if path.is_file():
+        m = load_machine("local")
+        return m, f"calibrated local machine from {path} ({m.num_devices} workers)"
+    t0 = time.perf_counter()
+    result = calibrate(devices=LOCAL_DEVICES, quick=quick)
+    if save:
+        target = path
+    else:
+        target = scratch / "local.yaml"
+    write_machine_yaml(result, target, LOCAL_DEVICES)
+    m = load_machine(target)
+    return m, (f"no calibrated local machine in the cache: calibrated this host now "
+               f"({'quick, rough' if quick else 'full'}, {time.perf_counter() - t0:.1f} s), "
+               f"{LOCAL_DEVICES} workers, written to {target}{'' if save else ' (removed at exit)'}")
+
+
+def summarize(rows, mode: str, key: str) -> str:
+    meas = [r[mode] for r in rows]
+    pred = [r[key] for r in rows]
+    errs = [abs(m - p) / m for m, p in zip(meas, pred)]
+    t, how = tau(meas, pred)
+    what = "simulated makespan" if key == "sim" else "serialised prediction"
+    return (f"{mode:>8} vs {what:<22}: median |err| {statistics.median(errs):6.1%}, "
+            f"max |err| {max(errs):7.1%}, Kendall tau {t:+.2f} ({how}), n={len(rows)}")
+
+
+def blas_note() -> str:
+    vals = {v: os.environ.get(v) for v in _BLAS_VARS if os.environ.get(v)}
+    return ", ".join(f"{k}={v}" for k, v in vals.items()) or "BLAS threads as configured (all cores)"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="3 models, 2 random seeds each, repeat 3")
+    p.add_argument("--repeat", type=int, default=None, help="timed iterations per strategy and mode (median)")
+    p.add_argument("--models", default=None, help=f"comma-separated, of {','.join(MODELS)}")
+    p.add_argument("--seeds", type=int, default=None, help="random strategies per model")
+    p.add_argument("--modes", default="serial,threads")
+    p.add_argument("--blas-threads", default=None,
+                   help="BLAS threads per kernel (default 1; 0: leave the environment as it is)")
+    p.add_argument("--profile-cache", default=None,
+                   help="profiled-cost cache file (default: a fresh private one, measured in this run)")
+    p.add_argument("--save-calibration", action="store_true",
+                   help="when calibrating, write the cache's local.yaml (as `flexrt calibrate` does)")
+    args = p.parse_args(argv)
+    names = (args.models or ("mlp,cnn,dlrm" if args.quick else ",".join(MODELS))).split(",")
+    unknown = [n for n in names if n not in MODELS]
+    if unknown:
+        p.error(f"unknown model(s) {', '.join(unknown)}; valid: {', '.join(MODELS)}")
+    bad_modes = [m for m in args.modes.split(",") if m not in ("serial", "threads")]
+    if bad_modes:
+        p.error(f"unknown mode(s) {', '.join(bad_modes)}; valid: serial, threads")
+
+    with tempfile.TemporaryDirectory(prefix="flexrt-bench-") as scratch:
+        return run(args, Path(scratch))
+
+
+def run(args, scratch: Path) -> int:
+    repeat = args.repeat or (3 if args.quick else 5)
+    names = (args.models or ("mlp,cnn,dlrm" if args.quick else ",".join(MODELS))).split(",")
+    seeds = range(args.seeds if args.seeds is not None else (2 if args.quick else 4))
+    modes = args.modes.split(",")
+    t_start = time.perf_counter()
+    machine, how = local_machine_for_bench(args.quick, args.save_calibration, scratch)
+    cpus = os.cpu_count() or 1
+    print(f"machine: {how}")
+    print(f"host: {cpus} CPUs, load average {os.getloadavg()[0]:.2f}; {blas_note()}")
+    print(f"  the simulator runs each of the {machine.num_devices} workers at once at its profiled kernel speed "
+          f"(one BLAS thread): a strategy on more workers than CPUs ({cpus}) cannot overlap as simulated")
+    cache_path = args.profile_cache or scratch / "profile.json"
+    cost = ProfiledCostModel(backend="numpy", cache_path=cache_path)
+    print(f"cost model: {cost!r}")
+    print("  serial: one task at a time, so its prediction is sum_ms (every predicted task's duration added);"
+          "\n  threads: one thread per worker and link, so its prediction is the simulated makespan sim_ms\n")
+    print(f"{'model':<6}{'strategy':<15}{'tasks':>6}{'dev':>4}{'sim_ms':>9}{'sum_ms':>9}"
+          + "".join(f"{m + '_ms':>11}{'err':>7}" for m in modes) + f"{'disp':>7}")
+    rows = []
+    for name in names:
+        build, batch = MODELS[name]
+        base = build(batch)
+        for label, strategy in strategies(base, machine, seeds):
+            session = Session(strategy, machine, cost_model=cost, mode="serial", optimizer="sgd", lr=0.01)
+            plan = session.plan
+            inputs, labels = batch_for(plan, batch)
+            row = {"model": name, "strategy": label, "tasks": plan.num_tasks,
+                   "devices": len({t.device for t in plan.tasks if 0 <= t.device < plan.num_compute_devices}),
+                   "sim": session.predicted_time_s,
+                   "sum": float(np.sum(plan.predicted_end - plan.predicted_start))}
+            for mode in modes:
+                session.executor.mode = mode
+                row[mode], mid = timed_steps(session, inputs, labels, repeat)
+                if mode == "serial":
+                    row["kinds"] = kind_sums(plan, mid.end - mid.start)
+                    row["serial_mid"] = mid.wall_s
+            row["disp"] = noop_dispatch_s(session, inputs, labels)
+            rows.append(row)
+            line = (f"{name:<6}{label:<15}{row['tasks']:>6}{row['devices']:>4}{row['sim'] * 1e3:>9.2f}"
+                    f"{row['sum'] * 1e3:>9.2f}")
+            for mode in modes:
+                pred = row["sum"] if mode == "serial" else row["sim"]
+                line += f"{row[mode] * 1e3:>11.2f}{(row[mode] - pred) / row[mode]:>+7.0%}"
+            frac = row["disp"] / row.get("serial", row[modes[0]])
+            line += f"{frac:>6.0%}{'*' if frac > DISPATCH_DOMINATED else ' '}"
+            print(line, flush=True)
+    cost.flush()
+
+    print(f"\nsummary over {len(rows)} strategies ({len(names)} models); err = (measured - predicted) / measured")
+    for mode in modes:
+        if mode == "serial":
+            print("  " + summarize(rows, mode, "sum"))
+        print("  " + summarize(rows, mode, "sim"))
+    fit = [r for r in rows if r["devices"] <= cpus]
+    if "threads" in modes and 1 < len(fit) < len(rows):
+        print(f"  on at most {cpus} workers (as many as CPUs):")
+        print("  " + summarize(fit, "threads", "sim"))
+    for mode in modes:
+        key = "sum" if mode == "serial" else "sim"
+        slower = sum(r[mode] > r[key] for r in rows)
+        print(f"  {mode}: measured slower than predicted for {slower} of {len(rows)} strategies")
+    by_model: dict = {}
+    for r in rows:
+        by_model.setdefault(r["model"], []).append(r)
+    for model, rs in by_model.items():
+        ts = ", ".join(f"{mode} {tau([r[mode] for r in rs], [r['sum' if mode == 'serial' else 'sim'] for r in rs])[0]:+.2f}"
+                       for mode in modes)
+        print(f"  {model}: Kendall tau within the model ({len(rs)} strategies): {ts}")
+    if "serial" in modes:
+        print("  serial, per task kind, measured / predicted time (summed over the tasks of each model's strategies):")
+        kinds = sorted({k for r in rows for k in r["kinds"]})
+        print(f"    {'model':<8}" + "".join(f"{k:>11}" for k in kinds) + f"{'gaps':>11}")
+        for model, rs in by_model.items():
+            cells = ""
+            for k in kinds:
+                m = sum(r["kinds"].get(k, (0, 0))[0] for r in rs)
+                pr = sum(r["kinds"].get(k, (0, 0))[1] for r in rs)
+                cells += f"{m / pr:>10.2f}x" if pr > 0 else f"{'-':>11}"
+            in_tasks = sum(v[0] for r in rs for v in r["kinds"].values())
+            walls = sum(r["serial_mid"] for r in rs)
+            print(f"    {model:<8}{cells}{(walls - in_tasks) / walls:>10.0%} ")
+        print("    (gaps: the share of the serial iteration spent outside every task's own timing: dispatch, "
+              "releases, waiting)")
+    ref = "serial" if "serial" in modes else modes[0]
+    shares = [r["disp"] / r[ref] for r in rows]
+    dominated = [r for r, f in zip(rows, shares) if f > DISPATCH_DOMINATED]
+    per_task = statistics.median(r["disp"] / r["tasks"] * 1e6 for r in rows)
+    print(f"  executor dispatch (the plan with no-op actions, serial): median {per_task:.1f} us/task, "
+          f"a median {statistics.median(shares):.0%} of the {ref} iteration (max {max(shares):.0%}); "
+          f"{len(dominated)} of {len(rows)} strategies dispatch-dominated (> {DISPATCH_DOMINATED:.0%})"
+          + (": " + ", ".join(f"{r['model']}/{r['strategy']}" for r in dominated) if dominated else ""))
+    print(f"  load average now {os.getloadavg()[0]:.2f}; total {time.perf_counter() - t_start:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
