@@ -21,7 +21,6 @@ Entry points: ``Executor``, ``IterationResult``.
 from __future__ import annotations
 
 import heapq
-import math
 import threading
 import time
 from collections import defaultdict
@@ -56,10 +55,10 @@ class IterationResult:
 
 @dataclass
 class _State:
-    remaining: np.ndarray
+    remaining: list
     readers: dict
-    start: np.ndarray
-    end: np.ndarray
+    start: list
+    end: list
     arrived: dict = field(default_factory=lambda: defaultdict(int))
     loss: float = 0.0
     t0: float = 0.0
@@ -307,7 +306,7 @@ class Executor:
             if isinstance(t.action, RingStep):
                 self._ring_members[t.action.group.id].append(t.index)
         n = plan.num_tasks
-        st = _State(plan.num_preds.copy(), dict(plan.readers), np.zeros(n), np.zeros(n))
+        st = _State(plan.num_preds.tolist(), dict(plan.readers), [0.0] * n, [0.0] * n)
         for dev in list(self.peak):
             self.peak[dev] = self.live[dev]
         st.t0 = time.perf_counter()
@@ -317,7 +316,8 @@ class Executor:
             self._run_threads(st)
         self.backend.synchronize()
         wall = time.perf_counter() - st.t0
-        return IterationResult(st.loss, self.metrics.result(), wall, st.start, st.end, dict(self.peak))
+        return IterationResult(st.loss, self.metrics.result(), wall, np.array(st.start), np.array(st.end),
+                               dict(self.peak))
 
     def _run_serial(self, st: _State) -> None:
         plan = self.plan
@@ -355,47 +355,65 @@ class Executor:
                                 f"became ready (a dependency cycle?)")
 
     def _run_threads(self, st: _State) -> None:
+        """One worker per device walking its tasks in predicted order. Readiness is a flag per task
+        under one scheduling lock, with one condition per worker: finishing a task wakes only the
+        workers owning successors that became ready, and a ready task runs without waiting."""
         plan = self.plan
-        per_device: dict[int, list[int]] = defaultdict(list)
-        for t in plan.tasks:
-            per_device[t.device].append(t.index)
-        ready = [threading.Event() for _ in range(plan.num_tasks)]
-        for i in range(plan.num_tasks):
-            if st.remaining[i] == 0:
-                ready[i].set()
+        if not hasattr(self, "_per_device"):
+            self._per_device = defaultdict(list)
+            for t in plan.tasks:
+                self._per_device[t.device].append(t.index)
+        per_device = self._per_device
+        sched = threading.Lock()
+        cond = {d: threading.Condition(sched) for d in per_device}
+        owner = [t.device for t in plan.tasks]
+        ready = bytearray(plan.num_tasks)
+        for i, r in enumerate(st.remaining):
+            if r == 0:
+                ready[i] = 1
         errors: list = []
         clock = time.perf_counter
 
         def finish(members, start_i):
             end = clock() - st.t0
+            woken = []
             for m in members:
                 st.end[m] = end
-                st.start[m] = min(st.start[m], start_i) if st.start[m] else start_i
+                st.start[m] = start_i
                 self._release(plan.tasks[m], st)
-                for s in plan.succ[m]:
-                    with self._lock:
+            with sched:
+                for m in members:
+                    for s in plan.succ[m]:
                         st.remaining[s] -= 1
-                        go = st.remaining[s] == 0
-                    if go:
-                        ready[s].set()
+                        if st.remaining[s] == 0:
+                            ready[s] = 1
+                            woken.append(owner[s])
+                for d in set(woken):
+                    cond[d].notify()
 
         def worker(dev: int) -> None:
+            c = cond[dev]
             for i in per_device[dev]:
-                while not ready[i].wait(0.5):
-                    if errors:
-                        return
+                if not ready[i]:
+                    with sched:
+                        while not ready[i] and not errors:
+                            c.wait(0.5)
                 if errors:
                     return
                 task = plan.tasks[i]
                 t = clock() - st.t0
-                st.start[i] = t
                 try:
                     complete = self._execute(task, st)
                 except Exception as e:  # noqa: BLE001  (reported by the main thread, naming the task)
-                    errors.append((task, e))
+                    with sched:
+                        errors.append((task, e))
+                        for other in cond.values():
+                            other.notify_all()
                     return
                 if complete:
                     finish(self._members(task), t)
+                else:
+                    st.start[i] = t
 
         threads = [threading.Thread(target=worker, args=(d,), daemon=True, name=f"flexrt-dev{d}")
                    for d in sorted(per_device)]
@@ -412,6 +430,7 @@ def optimizer_step(name: str, **params) -> Callable:
     """``update(xp, w, g, state)`` for optimizer ``name`` ("sgd" or "adam") with its parameters."""
     from flexrt.kernels.optimizers import adam_update, sgd_update
     if name == "sgd":
+        params = {"lr": 0.01, **params}  # FlexFlow's SGDOptimizer default
         return lambda xp, w, g, state: sgd_update(xp, w, g, state, **params)
     if name == "adam":
         def adam(xp, w, g, state):
@@ -427,4 +446,3 @@ def relative_error(a, b) -> float:
     return float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(b))), 1e-300)) if b.size else 0.0
 
 
-__all__ = ["Executor", "IterationResult", "TaskFailed", "MODES", "optimizer_step", "relative_error", "math"]

@@ -17,7 +17,7 @@ from flexrt.core import ActiMode, AggrMode, DataType, FFConfig, FFModel, PoolTyp
 from flexrt.errors import ShapeError, StrategyError
 from flexrt.ir.op_type import OpType
 from flexrt.machine import load_machine
-from flexrt.machine.views import MachineView, Projection, enumerate_views
+from flexrt.machine.views import enumerate_views
 from flexrt.runtime.executor import optimizer_step, relative_error
 from flexrt.runtime.reference import ReferenceTrainer
 from flexrt.runtime.session import Session, initial_weights
