@@ -17,7 +17,8 @@ from flexrt.model.training import synthetic_data
 from flexrt.runtime.backend import BACKENDS
 from flexrt.runtime.executor import MODES
 from flexrt.runtime.session import Session
-from flexrt.simulator.strategy import data_parallel, load_strategy
+from flexrt.simulator.cost_model import AnalyticCostModel, ProfiledCostModel
+from flexrt.simulator.strategy import data_parallel, load_strategy, random_strategy
 
 NAME = "train"
 HELP = "train a model with a strategy on synthetic data, measured time beside simulated (model flags follow MODEL)"
@@ -33,12 +34,16 @@ def add_arguments(parser) -> None:
     parser.add_argument("--nodes", type=int, help="scale the machine to this many nodes")
     parser.add_argument("--strategy", metavar="FILE",
                         help="strategy JSON (from --export or a search); default: data parallelism over every device")
+    parser.add_argument("--random-strategy", type=int, metavar="SEED",
+                        help="train a random valid strategy (every operator a random SOAP configuration and view)")
     parser.add_argument("--backend", default="numpy", help=f"array backend: {' or '.join(BACKENDS)} (default numpy)")
     parser.add_argument("--mode", default="serial", help=f"executor: {' or '.join(MODES)} (default serial)")
     parser.add_argument("--steps", type=int, default=10, help="training iterations to run (default 10)")
     parser.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
     parser.add_argument("--lr", type=float, default=0.01, help="learning rate (SGD lr, Adam alpha)")
     parser.add_argument("--loss", choices=LOSSES, default=LOSSES[0])
+    parser.add_argument("--cost", choices=("analytic", "profiled"), default="analytic",
+                        help="cost model of the simulated times (profiled: time the NumPy kernels here)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the initial weights and the synthetic data")
     parser.add_argument("--trace", metavar="FILE", help="write the last step as Chrome trace JSON (Perfetto)")
     add_json_flag(parser)
@@ -55,7 +60,9 @@ def _check_backend(name: str) -> None:
 def _session(args, strategy, machine) -> Session:
     params = {"lr": args.lr} if args.optimizer == "sgd" else {"alpha": args.lr}
     try:
-        return Session(strategy, machine, backend=args.backend, mode=args.mode, optimizer=args.optimizer,
+        cost = AnalyticCostModel() if args.cost == "analytic" else ProfiledCostModel()
+        return Session(strategy, machine, cost_model=cost, backend=args.backend, mode=args.mode,
+                       optimizer=args.optimizer,
                        loss=args.loss, metrics=("accuracy",) if "crossentropy" in args.loss else (),
                        seed=args.seed, **params)
     except ModuleNotFoundError as e:
@@ -75,15 +82,26 @@ def run(args, extra) -> int:
     machine = load_machine(args.machine, nodes=args.nodes)
     loaded = load_model(args.model, extra)
     base = loaded.model.pcg
-    strategy = load_strategy(args.strategy, base, machine) if args.strategy else data_parallel(base, machine)
+    if args.strategy and args.random_strategy is not None:
+        raise ConfigError("give --strategy FILE or --random-strategy SEED, not both")
+    if args.strategy:
+        strategy, described = load_strategy(args.strategy, base, machine), f"strategy {args.strategy}"
+    elif args.random_strategy is not None:
+        strategy, described = random_strategy(base, machine, args.random_strategy), \
+            f"random strategy (seed {args.random_strategy})"
+    else:
+        strategy, described = data_parallel(base, machine), "data parallel"
     session = _session(args, strategy, machine)
     batch = next(n.attrs.shape.dims[0] for n in base.nodes if n.op_type.value == "input")
-    xs, labels = synthetic_data(base, args.loss, batch, args.seed)
+    xs, labels = synthetic_data(session.base, args.loss, batch, args.seed)
     inputs = {name: xs[name] for name in session.input_names}
     predicted_ms = session.predicted_time_s * 1e3
+    # a serial executor in one process runs every device's tasks one after the other: its fair
+    # prediction is the sum of the task times, not the parallel makespan
+    summed_ms = session.predicted_summed_s * 1e3
     if not args.json:
         print(f"model {loaded.name} (batch {batch}) on {machine.name}: {machine.num_devices} devices; "
-              f"{'strategy ' + args.strategy if args.strategy else 'data parallel'}; backend {args.backend}, "
+              f"{described}; backend {args.backend}, "
               f"{args.mode} executor; {args.optimizer} lr {args.lr}, {args.loss}")
     steps = []
     result = None
@@ -101,12 +119,15 @@ def run(args, extra) -> int:
     if args.json:
         emit_json({"model": loaded.name, "machine": machine.name, "num_devices": machine.num_devices,
                    "backend": args.backend, "mode": args.mode, "steps": steps, "median_measured_ms": median,
-                   "simulated_ms": predicted_ms, "ratio": median / predicted_ms if predicted_ms else None,
+                   "simulated_ms": predicted_ms, "simulated_summed_ms": summed_ms,
+                   "ratio": median / predicted_ms if predicted_ms else None,
                    "memory": {str(d): v for d, v in memory.items()}, "files": files})
         return 0
     ratio = f"{median / predicted_ms:.2f}x" if predicted_ms else "n/a"
     print(f"median measured {median:.3f} ms vs simulated {predicted_ms:.3f} ms per iteration "
           f"(measured / simulated {ratio})")
+    print(f"simulated task times summed over all devices: {summed_ms:.3f} ms (what one serial worker runs; "
+          f"measured / summed {median / summed_ms:.2f}x)")
     for d, m in memory.items():
         print(f"device {d:>2} peak memory measured {format_count(m['measured_peak'], 'B'):>10}  "
               f"predicted {format_count(m['predicted'], 'B'):>10}")

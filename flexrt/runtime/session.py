@@ -38,7 +38,6 @@ from flexrt.machine import Machine
 from flexrt.runtime.backend import get_backend
 from flexrt.runtime.executor import Executor, IterationResult, optimizer_step
 from flexrt.runtime.plan import ExecPlan
-from flexrt.runtime.reference import loss_output as default_loss_output
 from flexrt.simulator.cost_model import AnalyticCostModel
 from flexrt.simulator.simulate import SimResult, Simulator, chrome_trace
 from flexrt.simulator.strategy import Strategy
@@ -84,11 +83,16 @@ class Session:
                               f"got {', '.join(bad)}")
         self.strategy = strategy
         self.machine = machine
-        self.base = strategy.base
+        self.base = strategy.base if strategy.base is not None else strategy.pcg  # weights and inputs are named alike
         state = "adam" if optimizer == "adam" else ("momentum" if optimizer_params.get("momentum") else "sgd")
-        self.loss_output = loss_output or default_loss_output(strategy.base)
-        self.simulator = Simulator(machine, cost_model or AnalyticCostModel(), state, loss_output=self.loss_output)
+        self.simulator = Simulator(machine, cost_model or AnalyticCostModel(), state, loss_output=loss_output)
         self.predicted: SimResult = self.simulator.full(strategy)
+        self.loss_output = self.simulator.lowering.loss_node
+        out_type = strategy.pcg.node_by_name(self.loss_output).op_type
+        if "crossentropy" in loss and out_type is not OpType.SOFTMAX:
+            raise ConfigError(f"loss {loss!r} scores softmax probabilities (FlexFlow's convention), but the model's "
+                              f"output operator '{self.loss_output}' is a {out_type.value}; end the model with a "
+                              f"softmax or use mean_squared_error_avg / mean_squared_error_sum")
         if check_memory and self.predicted.over_capacity:
             d = self.predicted.over_capacity[0]
             need, have = self.predicted.memory_bytes[d]["total"], self.predicted.memory_capacity[d]
@@ -106,6 +110,12 @@ class Session:
     @property
     def predicted_time_s(self) -> float:
         return self.predicted.iteration_time_s
+
+    @property
+    def predicted_summed_s(self) -> float:
+        """Every task's simulated time added up: what one worker running all devices' tasks one
+        after the other (the serial executor in one process) should take."""
+        return float(sum(t.exe_s for t in self.simulator.lowering.graph.tasks.values()))
 
     @property
     def input_names(self) -> list[str]:
