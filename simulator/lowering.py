@@ -17,10 +17,17 @@ What becomes a task:
 - inputs are materialized where their consumers need them (the data loader's job: no transfer);
 - weights are resident where their first consumer needs them. Replicas synchronize gradients with a
   ring AllReduce, then each replica runs an UPDATE task. A consumer that needs a weight in another
-  layout (a shared weight) gets copies forward and sends gradients back.
+  layout (a shared weight) gets copies forward and sends gradients back;
+- the loss scores the model's output (the last operator nobody consumes, or ``loss_output``): a LOSS
+  task per piece holding whole rows between its forward and backward, else the pieces gathered on
+  one device (transfers in category LOSS) and the gradient sent back.
+
+Every task also carries its action (``flexrt.simulator.actions``: the device buffers it reads and
+writes), and owners record the parts that assemble buffers, so the runtime executes this very
+graph with real data.
 
 Work is grouped by owner: an operator ("op", name), an operand edge ("edge", consumer, operand),
-a weight ("weight", name). Every task and dependency belongs to one owner, so changing one
+a weight ("weight", name), the loss ("loss", name). Every task and dependency belongs to one owner, so changing one
 operator's configuration re-lowers only the owners it touches (``Lowering.update``), and the
 engine's delta simulation re-times only what changed (FlexFlow §5.3).
 

@@ -44,8 +44,10 @@ class NumpyBackend:
         else:
             dst[...] = src
 
-    def copy_to(self, src, device: int):
-        """A copy of ``src`` in ``device``'s memory (a transfer between devices)."""
+    def copy_to(self, src, device: int, src_device=None):
+        """A copy of ``src`` in ``device``'s memory (a transfer between devices). ``src_device``, the
+        logical device ``src`` lives on, lets the CuPy backend order the copy after that device's
+        work only (without it, after every device on the source's GPU); NumPy needs no ordering."""
         return np.array(src, copy=True)
 
     def upload(self, host, device: int):
