@@ -41,6 +41,7 @@ class PlannedTask:
     action: object
     reads: tuple            # canonical buffer ids this task is the reader of (freed after their last reader)
     writes: tuple           # canonical buffer ids this task allocates
+    transfer: int = -1      # the transfer its hop belongs to (-1: not a transfer)
 
 
 def _box_bytes(buf: Buf) -> int:
@@ -146,7 +147,7 @@ class ExecPlan:
             for r in reads:
                 self.readers[r] += 1
             planned.append(PlannedTask(i, t.id, t.kind, t.device, t.name, t.action, reads,
-                                       tuple(sorted(writes, key=repr))))
+                                       tuple(sorted(writes, key=repr)), t.transfer))
         self.tasks = planned
         self.persistent = {bid for bid in self.decl if bid[0][0] == "w" or bid[1] == HOST}
         self.weight_instances = sorted({(a.weight.key, a.weight.device): a.weight for t in planned

@@ -35,6 +35,7 @@ from flexrt.ir.op_type import OpType
 from flexrt.ir.pcg import PCG
 from flexrt.kernels.initializers import fans, initialize
 from flexrt.machine import Machine
+from flexrt.runtime import mpi
 from flexrt.runtime.backend import get_backend
 from flexrt.runtime.executor import Executor, IterationResult, optimizer_step
 from flexrt.runtime.plan import ExecPlan
@@ -74,7 +75,7 @@ class Session:
     def __init__(self, strategy: Strategy, machine: Machine, *, cost_model=None, backend: str = "numpy",
                  mode: str = "serial", optimizer: str = "sgd", loss: str = "sparse_categorical_crossentropy",
                  metrics=(), weights: Optional[dict] = None, seed: int = 0, loss_output: Optional[str] = None,
-                 check_memory: bool = True, **optimizer_params) -> None:
+                 check_memory: bool = True, comm=None, **optimizer_params) -> None:
         if optimizer not in OPTIMIZER_PARAMS:
             raise ConfigError(f"unknown optimizer {optimizer!r}; valid: {', '.join(OPTIMIZER_PARAMS)}")
         bad = sorted(set(optimizer_params) - set(OPTIMIZER_PARAMS[optimizer]))
@@ -102,14 +103,29 @@ class Session:
                                 f"{', '.join(map(str, self.predicted.over_capacity))}")
         self.plan = ExecPlan(self.simulator.lowering)
         self.backend = get_backend(backend, machine.num_devices)
-        self.executor = Executor(self.plan, self.backend, optimizer_step(optimizer, **optimizer_params), loss,
-                                 metrics, mode)
+        update = optimizer_step(optimizer, **optimizer_params)
+        self.comm = comm if comm is not None else mpi.world()
+        if self.comm is None:
+            self.layout = None
+            self.executor = Executor(self.plan, self.backend, update, loss, metrics, mode)
+        else:
+            if mode != "serial":
+                raise ConfigError(f"executor mode {mode!r} is not available across MPI ranks; use serial (each rank "
+                                  f"runs its devices' tasks in one loop, messages overlap with compute)")
+            from flexrt.runtime.spmd import SpmdExecutor
+            self.layout = mpi.rank_layout(machine, self.comm.Get_size(), self.comm.Get_rank())
+            self.executor = SpmdExecutor(self.plan, self.backend, update, loss, metrics, self.comm, self.layout)
         self.executor.load_weights(weights if weights is not None else initial_weights(self.base, seed))
         self.last: Optional[IterationResult] = None
 
     @property
     def predicted_time_s(self) -> float:
         return self.predicted.iteration_time_s
+
+    @property
+    def is_root(self) -> bool:
+        """True on the rank that prints and writes files (the only one without MPI)."""
+        return self.comm is None or self.comm.Get_rank() == 0
 
     @property
     def predicted_summed_s(self) -> float:

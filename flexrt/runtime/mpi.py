@@ -1,0 +1,100 @@
+"""Running as one of several MPI ranks: detection, device ownership, failure handling.
+
+flexrt runs SPMD (DESIGN.md): every rank builds the same strategy, lowers the same task graph
+deterministically and executes the tasks of the devices it owns. This module is the only one that
+imports mpi4py, and only when the process was started by an MPI launcher (``mpiexec``/``srun`` set
+``PMI_*``, ``PMIX_*`` or ``OMPI_COMM_WORLD_*`` variables), so a plain ``pip install flexrt`` needs
+no MPI.
+
+Ownership: with ``R`` ranks on a machine of ``N`` nodes x ``G`` devices, rank ``r`` owns the
+contiguous devices ``r*k .. (r+1)*k - 1`` with ``k = N*G / R``; ``R`` must divide the devices and
+a rank's devices must lie in one node (``G % k == 0``) or cover whole nodes (``k % G == 0``).
+The usual layouts: one rank per node (``R = N``) or one rank per device (``R = N*G``).
+
+Failure: once MPI is up, an uncaught exception on any rank prints ``flexrt rank r/R: ...`` and
+calls ``MPI_Abort``, which ends every rank with a non-zero exit instead of leaving the others
+waiting for messages that will never come.
+
+Entry points: ``world``, ``launched_by_mpi``, ``RankLayout``, ``rank_layout``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from dataclasses import dataclass
+from typing import Optional
+
+from flexrt.errors import ConfigError, MachineSpecError
+from flexrt.machine import Machine
+
+_LAUNCHER_VARS = ("PMI_SIZE", "PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS")
+_WORLD = None
+
+
+def launched_by_mpi() -> bool:
+    return any(v in os.environ for v in _LAUNCHER_VARS)
+
+
+def _abort_hook(comm):
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        if issubclass(kind, KeyboardInterrupt):
+            previous(kind, value, tb)
+        else:
+            text = "".join(traceback.format_exception_only(kind, value)).strip()
+            sys.stderr.write(f"flexrt rank {comm.Get_rank()}/{comm.Get_size()}: {text}\n")
+            if os.environ.get("FLEXRT_TRACEBACK"):
+                traceback.print_tb(tb)
+            sys.stderr.flush()
+        comm.Abort(1)
+    return hook
+
+
+def world():
+    """``MPI.COMM_WORLD`` when launched by MPI with more than one rank, else None (mpi4py not imported)."""
+    global _WORLD
+    if _WORLD is not None or not launched_by_mpi():
+        return _WORLD
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        raise ConfigError("started by an MPI launcher but mpi4py is not installed; install it with "
+                          "pip install -e \".[mpi]\" (mpi4py and the mpich wheel)") from None
+    comm = MPI.COMM_WORLD
+    if comm.Get_size() == 1:
+        return None
+    sys.excepthook = _abort_hook(comm)
+    _WORLD = comm
+    return comm
+
+
+@dataclass(frozen=True, slots=True)
+class RankLayout:
+    size: int
+    rank: int
+    owner: tuple            # device -> rank
+
+    def owns(self, device: int) -> bool:
+        return self.owner[device] == self.rank
+
+    def devices(self, rank: Optional[int] = None) -> list[int]:
+        r = self.rank if rank is None else rank
+        return [d for d, o in enumerate(self.owner) if o == r]
+
+
+def rank_layout(machine: Machine, size: int, rank: int) -> RankLayout:
+    """Which rank owns each device (see the module docstring); a clear error when the world does not
+    fit the machine."""
+    n, g = machine.num_devices, machine.devices_per_node
+    valid = [r for r in range(1, n + 1) if n % r == 0 and (g % (n // r) == 0 or (n // r) % g == 0)]
+    if size not in valid:
+        raise MachineSpecError(
+            f"{size} MPI ranks do not fit machine '{machine.name}' ({machine.num_nodes} node(s) x {g} devices = "
+            f"{n} devices): every rank must own the same number of devices, within one node or whole nodes; "
+            f"valid world sizes: {', '.join(map(str, valid))} (e.g. one rank per node: mpiexec -n "
+            f"{machine.num_nodes}; or describe the cluster with --nodes / the machine YAML)")
+    k = n // size
+    return RankLayout(size, rank, tuple(d // k for d in range(n)))

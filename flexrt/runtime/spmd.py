@@ -1,0 +1,333 @@
+"""SPMD execution over MPI ranks: each rank runs the tasks of the devices it owns.
+
+Every rank holds the same plan (the lowering is deterministic). A rank keeps:
+
+- compute tasks on its devices;
+- transfers: both ends local -> a local copy; only the source local -> a nonblocking send
+  (``Isend``); only the destination local -> a receive posted at the start of the iteration
+  (``Irecv`` into the buffer the transfer creates), which completes the task when the message
+  lands. Tags are unique per transfer (``2 * transfer id``), so both sides match deterministically;
+  MPI's non-overtaking rule keeps iterations apart;
+- ring AllReduce groups: a group whose members are all local runs the local ring; a group spanning
+  ranks sums its local members, exchanges that partial sum with every other participating rank
+  (tag ``2 * group id + 1``) and adds the partials in rank order, so every rank holds bitwise the
+  same sum. (An exchange of partials, O(ranks) messages per rank: right for a few ranks per group;
+  a hierarchical ring would scale further.)
+
+A dependency from a task on another rank is carried by the message that task's data travels in;
+a dependency on a remote ring member becomes one on the local members of that ring. Any other
+cross-rank dependency is a lowering bug and is reported when the plan is split. The dispatch loop
+runs ready local tasks in predicted order and, when none is ready, waits for any pending message.
+At the end of an iteration the loss, metrics, and peak memory are combined over ranks.
+
+Entry point: ``SpmdExecutor``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import heapq
+import time
+
+import numpy as np
+
+from flexrt.errors import FlexrtError, StrategyError
+from flexrt.runtime.executor import Executor, IterationResult, TaskFailed, _State
+from flexrt.runtime.mpi import RankLayout
+from flexrt.simulator.actions import Move, RingStep
+
+RUN, SEND, RECV, NOOP, RING = "run", "send", "recv", "noop", "ring"
+
+
+def _box_shape(box) -> tuple:
+    return tuple(hi - lo for lo, hi in box)
+
+
+class SpmdExecutor(Executor):
+    def __init__(self, plan, backend, update, loss, metrics, comm, layout: RankLayout) -> None:
+        super().__init__(plan, backend, update, loss, metrics, mode="serial")
+        self.comm = comm
+        self.layout = layout
+        from mpi4py import MPI  # only reached under an MPI launcher (flexrt.runtime.mpi.world)
+        self.MPI = MPI
+        self.tag_ub = comm.Get_attr(MPI.TAG_UB)
+        self._split()
+
+    # ---- the local part of the plan ------------------------------------------------------------
+    def _split(self) -> None:
+        plan, own = self.plan, self.layout.owns
+        d = plan.num_compute_devices
+        hop0 = {t.transfer: t.index for t in plan.tasks if t.transfer >= 0 and t.action is not None}
+        role: dict[int, str] = {}
+        for t in plan.tasks:
+            a = t.action
+            if t.device < d:
+                if own(t.device):
+                    role[t.index] = RUN
+            elif isinstance(a, Move):
+                s, r = own(a.src_device), own(a.dst.device)
+                if s or r:
+                    role[t.index] = RUN if s and r else (SEND if s else RECV)
+            elif isinstance(a, RingStep):
+                if own(a.group.buffers[a.member].device):
+                    role[t.index] = RING
+        for t in plan.tasks:  # the other hops of a transfer: no-ops wherever its first hop runs
+            if t.device >= d and t.action is None and role.get(hop0.get(t.transfer, -1)):
+                role[t.index] = NOOP
+        ring_of = {}  # task -> ring group id, for every hop of a ring transfer
+        for t in plan.tasks:
+            h = hop0.get(t.transfer)
+            if h is not None and isinstance(plan.tasks[h].action, RingStep):
+                ring_of[t.index] = plan.tasks[h].action.group.id
+        members: dict[int, list[int]] = {}
+        for i, r in role.items():
+            if r == RING:
+                members.setdefault(plan.tasks[i].action.group.id, []).append(i)
+        preds: dict[int, set] = {i: set() for i in role}
+        for p, succs in enumerate(plan.succ):
+            for i in succs:
+                if i not in role:
+                    continue
+                if p in role:
+                    preds[i].add(p)
+                elif p in ring_of:
+                    g = ring_of[p]
+                    if ring_of.get(i) != g:
+                        preds[i].update(m for m in members.get(g, ()) if m != i)
+                elif role[i] in (RECV, RING) or (role[i] == NOOP and role.get(hop0.get(plan.tasks[i].transfer, -1))
+                                                   in (RECV, RING)):
+                    continue  # carried by the message (or the ring exchange)
+                else:
+                    raise StrategyError(f"rank {self.layout.rank}: task '{plan.tasks[i].name}' depends on "
+                                        f"'{plan.tasks[p].name}' on another rank without a message between them")
+        self.role = role
+        self._localize_reads(members)
+        self.local_succ: dict[int, list[int]] = {i: [] for i in role}
+        for i, ps in preds.items():
+            for p in ps:
+                self.local_succ[p].append(i)
+        self.local_preds = {i: len(ps) for i, ps in preds.items()}
+        self.members = members
+        self.group_ranks = {}
+        for g, ms in members.items():
+            group = plan.tasks[ms[0]].action.group
+            ranks = sorted({self.layout.owner[b.device] for b in group.buffers})
+            if len(ranks) > 1:
+                self.group_ranks[g] = ranks
+        for key in [t.action.dst.key[1] for i, t in enumerate(plan.tasks) if role.get(i) in (SEND, RECV)] + \
+                list(self.group_ranks):
+            if 2 * key + 1 > self.tag_ub:
+                raise StrategyError(f"message tag {2 * key + 1} exceeds this MPI's tag bound {self.tag_ub}")
+
+    def _localize_reads(self, members) -> None:
+        """This rank's copy of the plan, whose reader counts cover only the tasks it runs, so that
+        its buffers are freed after their last local reader."""
+        plan = copy.copy(self.plan)
+        tasks = list(plan.tasks)
+        for i, t in enumerate(tasks):
+            r = self.role.get(i)
+            if r is None or r == NOOP:
+                tasks[i] = dataclasses.replace(t, reads=(), writes=())
+            elif r == RECV:
+                tasks[i] = dataclasses.replace(t, reads=())
+            elif r == SEND:
+                tasks[i] = dataclasses.replace(t, writes=())
+            elif r == RING:
+                tasks[i] = dataclasses.replace(t, reads=(), writes=())
+        for g, ms in members.items():
+            first = min(ms)
+            reads = set()
+            for b in tasks[first].action.group.buffers:
+                if self.layout.owns(b.device):
+                    reads.add(plan.canonical((b.key, b.device)))
+                    reads.update(plan.canonical((p.src, p.device)) for p in plan.parts.get((b.key, b.device), ()))
+            tasks[first] = dataclasses.replace(tasks[first], reads=tuple(sorted(reads, key=repr)))
+        readers: dict = {}
+        for t in tasks:
+            for b in t.reads:
+                readers[b] = readers.get(b, 0) + 1
+        plan.tasks = tasks
+        plan.readers = readers
+        self.plan = plan
+
+    # ---- one iteration -----------------------------------------------------------------------
+    def _run_serial(self, st: _State) -> None:
+        plan, MPI, comm = self.plan, self.MPI, self.comm
+        clock = time.perf_counter
+        remaining = dict(self.local_preds)
+        pending: list = []          # MPI requests
+        callbacks: list = []
+        sends: list = []
+        arrived: dict[int, int] = {}
+        partials: dict[int, dict[int, np.ndarray]] = {g: {} for g in self.group_ranks}
+        heap: list[int] = []
+
+        def complete(i: int, start: float) -> None:
+            st.start[i] = start
+            st.end[i] = clock() - st.t0
+            self._release(plan.tasks[i], st)
+            for s in self.local_succ[i]:
+                remaining[s] -= 1
+                if remaining[s] == 0 and self.role[s] != RECV:
+                    heapq.heappush(heap, s)
+
+        def post_recv(i: int) -> None:
+            a = plan.tasks[i].action
+            buf = np.empty(_box_shape(a.dst.ranges), dtype=a.dst.dtype)
+            pending.append(comm.Irecv(buf, source=self.layout.owner[a.src_device], tag=2 * a.dst.key[1]))
+
+            def done(t0=clock() - st.t0):
+                self._alloc((a.dst.key, a.dst.device), self.backend.upload(buf, a.dst.device))
+                complete(i, t0)
+            callbacks.append(done)
+
+        def finish_group(g: int) -> None:
+            ms = self.members[g]
+            if arrived.get(g, 0) < len(ms) or len(partials[g]) < len(self.group_ranks[g]):
+                return
+            ranks = self.group_ranks[g]
+            total = partials[g][ranks[0]].copy()
+            for r in ranks[1:]:
+                total += partials[g][r]
+            group = plan.tasks[ms[0]].action.group
+            for b in group.buffers:
+                if self.layout.owns(b.device):
+                    self.backend.put(self.get((b.key, b.device)), self.backend.upload(total, b.device), False)
+            t = clock() - st.t0
+            for m in ms:
+                complete(m, t)
+
+        def post_group(g: int) -> None:
+            group = plan.tasks[self.members[g][0]].action.group
+            b0 = group.buffers[0]
+            for r in self.group_ranks[g]:
+                if r == self.layout.rank:
+                    continue
+                buf = np.empty(_box_shape(b0.ranges), dtype=b0.dtype)
+                pending.append(comm.Irecv(buf, source=r, tag=2 * g + 1))
+
+                def done(r=r, buf=buf):
+                    partials[g][r] = buf
+                    finish_group(g)
+                callbacks.append(done)
+
+        def ring_arrive(i: int) -> None:
+            group = plan.tasks[i].action.group
+            g = group.id
+            arrived[g] = arrived.get(g, 0) + 1
+            if arrived[g] < len(self.members[g]):
+                return
+            if g not in self.group_ranks:  # every member here: the local ring
+                self._ring(group)
+                t = clock() - st.t0
+                for m in self.members[g]:
+                    complete(m, t)
+                return
+            local = [b for b in group.buffers if self.layout.owns(b.device)]
+            for b in local:
+                self._assemble(b)
+            partial = np.array(self.backend.to_host(self.get((local[0].key, local[0].device))), copy=True)
+            for b in local[1:]:
+                partial += self.backend.to_host(self.get((b.key, b.device)))
+            partials[g][self.layout.rank] = partial
+            for r in self.group_ranks[g]:
+                if r != self.layout.rank:
+                    sends.append((comm.Isend(partial, dest=r, tag=2 * g + 1), partial))
+            finish_group(g)
+
+        for i, r in sorted(self.role.items()):
+            if r == RECV:
+                post_recv(i)
+        for g in sorted(self.group_ranks):
+            post_group(g)
+        for i, n in remaining.items():
+            if n == 0 and self.role[i] != RECV:
+                heap.append(i)
+        heapq.heapify(heap)
+        done_count = 0
+        while heap or pending:
+            if not heap:
+                k = MPI.Request.Waitany(pending)
+                pending.pop(k)
+                callbacks.pop(k)()
+                continue
+            i = heapq.heappop(heap)
+            task, role = plan.tasks[i], self.role[i]
+            t0 = clock() - st.t0
+            try:
+                if role == RUN:
+                    self._execute(task, st)
+                    complete(i, t0)
+                elif role == SEND:
+                    a = task.action
+                    data = np.ascontiguousarray(self.backend.to_host(self.view((a.src, a.src_device),
+                                                                               a.dst.ranges)))
+                    sends.append((comm.Isend(data, dest=self.layout.owner[a.dst.device], tag=2 * a.dst.key[1]),
+                                  data))
+                    complete(i, t0)
+                elif role == NOOP:
+                    complete(i, t0)
+                elif role == RING:
+                    st.start[i] = t0
+                    ring_arrive(i)
+            except FlexrtError as e:
+                raise TaskFailed(f"rank {self.layout.rank}: task '{task.name}' (device {task.device}) failed: "
+                                 f"{e}") from e
+            except Exception as e:  # noqa: BLE001  (a kernel's own error: name the task)
+                raise TaskFailed(f"rank {self.layout.rank}: task '{task.name}' (device {task.device}) failed: "
+                                 f"{type(e).__name__}: {e}") from e
+            done_count += 1
+        MPI.Request.Waitall([r for r, _ in sends])
+        unfinished = [plan.tasks[i].name for i, n in remaining.items() if n > 0]
+        if unfinished:
+            raise StrategyError(f"rank {self.layout.rank}: {len(unfinished)} tasks never became ready, e.g. "
+                                f"'{unfinished[0]}'")
+
+    def run(self, inputs: dict, labels, phase=None) -> IterationResult:
+        self.comm.Barrier()  # a common start, so the ranks' timelines line up
+        r = super().run(inputs, labels, phase)
+        comm = self.comm
+        loss = comm.allreduce(r.loss)
+        names = self.metrics.names
+        local = np.array([self.metrics.sums[n] for n in names] + [self.metrics.samples], dtype=np.float64)
+        total = np.empty_like(local)
+        comm.Allreduce(local, total)
+        metrics = {n: (total[k] / total[-1] if total[-1] else 0.0) for k, n in enumerate(names)}
+        peak: dict = {}
+        for part in comm.allgather({d: v for d, v in r.peak_bytes.items() if self.layout.owns(d)}):
+            peak.update(part)
+        start, end = np.array(r.start), np.array(r.end)
+        mine = np.array([i in self.role for i in range(self.plan.num_tasks)])
+        start[~mine] = 0.0
+        end[~mine] = 0.0
+        start_all, end_all = np.empty_like(start), np.empty_like(end)
+        comm.Allreduce(start, start_all)
+        comm.Allreduce(end, end_all)
+        wall = comm.allreduce(r.wall_s, op=self.MPI.MAX)
+        return IterationResult(loss, metrics, wall, start_all, end_all, peak)
+
+    def _local_instances(self) -> list:
+        return [(b.key[1], b.ranges, b.device, self.backend.to_host(self.get((b.key, b.device))))
+                for b in self.plan.weight_instances if self.layout.owns(b.device)]
+
+    def weights(self) -> dict:
+        out: dict = {}
+        for part in self.comm.allgather(self._local_instances()):
+            for name, ranges, _, arr in part:
+                if name not in out:
+                    out[name] = np.empty(self.plan.pcg.node_by_name(name).attrs.shape.dims, dtype=arr.dtype)
+                out[name][tuple(slice(a, b) for a, b in ranges)] = arr
+        return out
+
+    def weight_replicas(self) -> dict:
+        return {(name, ranges, dev): arr for part in self.comm.allgather(self._local_instances())
+                for name, ranges, dev, arr in part}
+
+    def load_weights(self, full: dict) -> None:
+        keep = self.plan.weight_instances
+        self.plan.weight_instances = [b for b in keep if self.layout.owns(b.device)]
+        try:
+            super().load_weights(full)
+        finally:
+            self.plan.weight_instances = keep

@@ -1,0 +1,301 @@
+"""Named baseline strategies: what experts do by hand (FlexFlow §8.1's baselines, Unity §8).
+
+Every function takes a model's sequential PCG and a machine and returns a
+``flexrt.simulator.strategy.Strategy`` built from per-operator SOAP configurations, so a baseline
+can be simulated, trained, saved, plotted and used as a search's starting point:
+
+- ``data_parallel``: every operator split along its sample axis over all devices (re-exported);
+- ``model_parallel``: whole operators (degree 1) in contiguous stages balanced by FLOPs in
+  topological order, stage ``s`` on device ``s`` (classic model parallelism);
+- ``one_weird_trick`` (Krizhevsky 2014): convolutions, pools and the rest data parallel, dense
+  layers model parallel (their output/parameter dimension split over all devices);
+- ``wu_rnn`` (Wu et al. 2016, GNMT): each layer (an embedding, an LSTM layer with all its unrolled
+  steps, a dense layer; found as the operators sharing a weight) on its own GPU of a node, data
+  parallel across nodes;
+- ``megatron`` (Shoeybi et al. 2019): attention heads split over a node's devices, the two
+  feed-forward linears split column-wise (parameter) then row-wise (reduction), other linears
+  column-wise, everything else replicated within a node; data parallel across nodes;
+- ``neo_dlrm`` (Mudigere et al. 2021): embedding tables whole and distributed round-robin over the
+  devices (model parallel), every other operator data parallel.
+
+An operator whose shapes do not admit the baseline's degrees on this machine falls back to a
+smaller degree where the baseline names one, then to data parallelism, then to device 0, so
+every baseline is valid on every machine.
+
+Entry points: the functions above, ``BASELINES`` and ``expert_strategy``.
+
+Example:
+    >>> from flexrt.machine import load_machine                        # doctest: +SKIP
+    >>> s = expert_strategy("alexnet", pcg, load_machine("flexflow_p100", 1))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Callable, Iterable, Optional, Sequence
+
+from flexrt.errors import ShapeError, StrategyError
+from flexrt.ir.enums import ActiMode
+from flexrt.ir.op_type import OpType
+from flexrt.ir.parallel_tensor import divisors
+from flexrt.ir.pcg import PCG, Node
+from flexrt.ir.registry import AxisKind, op_def
+from flexrt.machine import Machine
+from flexrt.machine.views import view_from_device_ids
+from flexrt.simulator.strategy import OpConfig, Strategy, _all_axes, apply_single, data_parallel, is_compute
+
+__all__ = ["data_parallel", "model_parallel", "one_weird_trick", "wu_rnn", "megatron", "neo_dlrm",
+           "BASELINES", "EXPERTS", "expert_strategy"]
+
+# A split: (axis name, degree, device-id step between neighbouring pieces along that axis).
+Split = tuple[str, int, int]
+
+
+# ---- placing one operator -----------------------------------------------------------------------
+
+def _placed(base: PCG, node: Node, machine: Machine, start: int, splits: Sequence[Split]) -> Optional[OpConfig]:
+    """The configuration putting piece ``(i_1, ..)`` on ``start + sum(i_k * step_k)``, or None when
+    the degrees do not fit the operator's shapes or the pieces fall off the machine or collide."""
+    degrees = {a: d for a, d, _ in splits if d > 1}
+    try:
+        apply_single(base, node, degrees)
+    except (ShapeError, StrategyError):
+        return None
+    names = [a.name for a in _all_axes(base, node)]
+    deg = tuple(degrees.get(n, 1) for n in names)
+    step = {a: s for a, _, s in splits}
+    ids = [start + sum(i * step.get(n, 0) for i, n in zip(index, names))
+           for index in itertools.product(*map(range, deg))]
+    if max(ids) >= machine.num_devices or len(set(ids)) != len(ids):
+        return None
+    view = view_from_device_ids(machine, deg, ids)
+    return None if view is None else OpConfig(tuple(degrees.items()), view)
+
+
+class _Plan:
+    """Per-operator configurations with the fallbacks every baseline shares."""
+
+    def __init__(self, base: PCG, machine: Machine) -> None:
+        self.base, self.machine = base, machine
+        self.dp = data_parallel(base, machine).configs
+        self.configs: dict[int, OpConfig] = {}
+
+    def set(self, node: Node, candidates: Iterable[tuple[int, Sequence[Split]]] = ()) -> OpConfig:
+        """The first candidate (start, splits) that fits; else data parallel; else device 0."""
+        for start, splits in candidates:
+            cfg = _placed(self.base, node, self.machine, start, splits)
+            if cfg is not None:
+                break
+        else:
+            cfg = self.dp.get(node.id) or _placed(self.base, node, self.machine, 0, ())
+        self.configs[node.id] = cfg
+        return cfg
+
+    def strategy(self) -> Strategy:
+        for node in _compute(self.base):
+            if node.id not in self.configs:
+                self.set(node)
+        return Strategy.from_configs(self.base, self.configs)
+
+
+def _compute(base: PCG) -> list[Node]:
+    return [base.node(n) for n in base.topological_order() if is_compute(base.node(n))]
+
+
+def _sample_axis(base: PCG, node: Node) -> Optional[str]:
+    return next((a.name for a in _all_axes(base, node) if a.kind is AxisKind.SAMPLE), None)
+
+
+def _has_axis(base: PCG, node: Node, name: str) -> bool:
+    return any(a.name == name for a in _all_axes(base, node))
+
+
+def _falling(n: int) -> list[int]:
+    """Divisors of ``n`` above 1, largest first: the degrees a baseline tries in turn."""
+    return [d for d in sorted(divisors(n), reverse=True) if d > 1]
+
+
+def _across_nodes(base: PCG, node: Node, machine: Machine) -> list[Split]:
+    """The sample axis split over the nodes (one piece per node), when the machine has several."""
+    s = _sample_axis(base, node)
+    return [(s, machine.num_nodes, machine.devices_per_node)] if s and machine.num_nodes > 1 else []
+
+
+def _node_flops(base: PCG, node: Node) -> int:
+    opdef = op_def(node.op_type)
+    nw = opdef.num_weights(node.attrs)
+    ins = [base.shape(r).tensor_shape for r in node.inputs]
+    outs = opdef.output_shapes(node.attrs, ins[:len(ins) - nw])
+    return int(opdef.flops(node.attrs, ins, outs))
+
+
+def _consumers(base: PCG) -> dict[int, list[Node]]:
+    out: dict[int, list[Node]] = {n.id: [] for n in base.nodes}
+    for n in base.nodes:
+        for r in n.inputs:
+            out[r.node].append(n)
+    return out
+
+
+# ---- the baselines ------------------------------------------------------------------------------
+
+def model_parallel(base: PCG, machine: Machine) -> Strategy:
+    """Whole operators in contiguous stages of about equal forward FLOPs, in topological order;
+    stage ``s`` runs on device ``s`` (neighbouring stages on neighbouring devices)."""
+    ops = _compute(base)
+    plan = _Plan(base, machine)
+    k = max(1, min(machine.num_devices, len(ops)))
+    flops = [_node_flops(base, n) for n in ops]
+    total = sum(flops)
+    before = 0
+    for i, (node, f) in enumerate(zip(ops, flops)):
+        # the stage holding the operator's FLOP midpoint; by position where the model has no FLOPs
+        frac = (before + f / 2) / total if total else (i + 0.5) / len(ops)
+        before += f
+        plan.set(node, [(min(k - 1, int(frac * k)), ())])
+    return plan.strategy()
+
+
+def one_weird_trick(base: PCG, machine: Machine) -> Strategy:
+    """Krizhevsky's "one weird trick": dense layers split along their output (parameter) dimension
+    over all devices, every other operator data parallel."""
+    plan = _Plan(base, machine)
+    for node in _compute(base):
+        if node.op_type is OpType.LINEAR:
+            plan.set(node, [(0, [("out", d, 1)]) for d in _falling(machine.num_devices)])
+        else:
+            plan.set(node)
+    return plan.strategy()
+
+
+def _layers(base: PCG) -> dict[int, int]:
+    """Layer index of every compute operator: operators reading the same weight are one layer
+    (an LSTM layer's unrolled steps, a shared embedding or dense); an operator without weights
+    joins its first producer's layer, or else its first consumer's. Layers are numbered in
+    topological order of their first operator."""
+    key: dict[int, int] = {}      # node id -> layer key (a weight node id)
+    ops = _compute(base)
+    for node in ops:
+        nw = op_def(node.op_type).num_weights(node.attrs)
+        if nw:
+            key[node.id] = node.inputs[len(node.inputs) - nw].node
+    for node in ops:
+        if node.id not in key:
+            owner = next((key[r.node] for r in node.inputs if r.node in key), None)
+            if owner is not None:
+                key[node.id] = owner
+    consumers = _consumers(base)
+    for node in reversed(ops):
+        if node.id not in key:
+            owner = next((key[c.id] for c in consumers[node.id] if c.id in key), None)
+            key[node.id] = owner if owner is not None else -1
+    numbers: dict[int, int] = {}
+    for node in ops:
+        numbers.setdefault(key[node.id], len(numbers))
+    return {n.id: numbers[key[n.id]] for n in ops}
+
+
+def wu_rnn(base: PCG, machine: Machine) -> Strategy:
+    """Wu et al.'s GNMT placement: layer ``l`` (embedding, LSTM layer, dense; all its unrolled steps)
+    on GPU ``l mod devices_per_node`` of every node, the batch split across nodes."""
+    plan = _Plan(base, machine)
+    layer = _layers(base)
+    for node in _compute(base):
+        local = layer[node.id] % machine.devices_per_node
+        plan.set(node, [(local, _across_nodes(base, node, machine)), (local, ())])
+    return plan.strategy()
+
+
+def _ffn_pairs(base: PCG) -> tuple[set[int], set[int]]:
+    """Megatron's feed-forward pairs: a linear with an activation whose only consumer is a linear
+    without one. Returns (first linears, second linears)."""
+    consumers = _consumers(base)
+    first, second = set(), set()
+    for node in base.nodes:
+        if node.op_type is not OpType.LINEAR or node.attrs.activation is ActiMode.AC_MODE_NONE:
+            continue
+        after = consumers[node.id]
+        if len(after) == 1 and after[0].op_type is OpType.LINEAR and \
+                after[0].attrs.activation is ActiMode.AC_MODE_NONE and after[0].inputs[0].node == node.id:
+            first.add(node.id)
+            second.add(after[0].id)
+    return first, second
+
+
+def megatron(base: PCG, machine: Machine) -> Strategy:
+    """Megatron-LM's tensor model parallelism within a node and data parallelism across nodes.
+
+    Attention: heads split over a node's devices (each device computes its heads and a partial
+    output projection, all-reduced). Feed-forward: the first linear split column-wise (``out``),
+    the second row-wise (``in``, a reduction, all-reduced). Other linears (output projections,
+    classifiers) column-wise. Everything else replicated over the node's devices (its ``replica``
+    axis) where the operator has one, else data parallel. Smaller degrees where shapes require.
+    """
+    per_node = machine.devices_per_node
+    plan = _Plan(base, machine)
+    first, second = _ffn_pairs(base)
+    for node in _compute(base):
+        nodes = _across_nodes(base, node, machine)
+        if node.op_type is OpType.MULTIHEAD_ATTENTION:
+            plan.set(node, [(0, nodes + [("heads", d, 1)]) for d in _falling(per_node)])
+        elif node.op_type is OpType.LINEAR:
+            axis = "in" if node.id in second else "out"
+            plan.set(node, [(0, nodes + [(axis, d, 1)]) for d in _falling(per_node)])
+        elif _has_axis(base, node, "replica") and per_node > 1:
+            plan.set(node, [(0, nodes + [("replica", per_node, 1)])])
+        else:
+            plan.set(node)
+    return plan.strategy()
+
+
+def neo_dlrm(base: PCG, machine: Machine) -> Strategy:
+    """Neo's DLRM placement: embedding table ``i`` whole on device ``i mod devices`` (model parallel),
+    the MLPs, interaction and everything else data parallel."""
+    plan = _Plan(base, machine)
+    table = 0
+    for node in _compute(base):
+        if node.op_type is OpType.EMBEDDING:
+            plan.set(node, [(table % machine.num_devices, ())])
+            table += 1
+        else:
+            plan.set(node)
+    return plan.strategy()
+
+
+BASELINES: dict[str, Callable[[PCG, Machine], Strategy]] = {
+    "data_parallel": data_parallel,
+    "model_parallel": model_parallel,
+    "one_weird_trick": one_weird_trick,
+    "wu_rnn": wu_rnn,
+    "megatron": megatron,
+    "neo_dlrm": neo_dlrm,
+}
+
+# The expert baseline of each zoo model family (FlexFlow §8.1; Unity §8): zoo-name prefix -> baseline.
+EXPERTS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("alexnet", "vgg", "resnet", "resnext", "inception", "lenet"), "one_weird_trick"),
+    (("rnnlm", "rnntc", "nmt"), "wu_rnn"),
+    (("transformer", "bert"), "megatron"),
+    (("dlrm", "xdl"), "neo_dlrm"),
+)
+
+
+def expert_name(model_name: str) -> Optional[str]:
+    """The name of the expert baseline for a zoo model (``"resnet50"`` -> ``"one_weird_trick"``), or None."""
+    for prefixes, name in EXPERTS:
+        if model_name.lower().startswith(prefixes):
+            return name
+    return None
+
+
+def expert_strategy(model_name: str, base: PCG, machine: Machine) -> Optional[Strategy]:
+    """The expert-designed strategy for a zoo model: one weird trick for CNNs (alexnet, vgg,
+    resnet, resnext, inception, lenet), Wu et al. for RNNs (rnnlm, rnntc, nmt, rnnlm_2step),
+    Megatron-LM for transformer and bert_large, Neo for dlrm and xdl; None for other models.
+
+    Example:
+        >>> expert_strategy("mlp", pcg, machine) is None   # doctest: +SKIP
+        True
+    """
+    name = expert_name(model_name)
+    return None if name is None else BASELINES[name](base, machine)
