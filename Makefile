@@ -43,8 +43,8 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): $(INSTALL_DEPS) | $(PY)
-	@echo "make: installing flexrt into $(VENV) (pip install -e \".[test]\", builds the Cython extension)"
-	$(PY) -m pip install --disable-pip-version-check --progress-bar off -q -e ".[test]"
+	@echo "make: installing flexrt into $(VENV) (pip install -e \".[test,mpi]\", builds the Cython extension)"
+	$(PY) -m pip install --disable-pip-version-check --progress-bar off -q -e ".[test,mpi]"
 	@touch $@
 
 bench: $(STAMP)

@@ -12,9 +12,13 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
-import shutil
 
 import pytest
+from hypothesis import settings
+
+# Timing is for benchmarks, not tests: no per-example deadline (a loaded CI machine made them flaky).
+settings.register_profile("flexrt", deadline=None)
+settings.load_profile("flexrt")
 
 
 @functools.cache
@@ -33,8 +37,9 @@ def gpu_missing() -> str | None:
 @functools.cache
 def mpi_missing() -> str | None:
     """Why no MPI test can run here, or None when one can."""
-    if shutil.which("mpiexec") is None:
-        return 'needs mpiexec, which is not on PATH (pip install -e ".[mpi]" brings MPICH)'
+    from flexrt.runtime.mpi import find_mpiexec
+    if find_mpiexec() is None:
+        return 'needs mpiexec, which is neither next to this Python nor on PATH (pip install -e ".[mpi]" brings MPICH)'
     if importlib.util.find_spec("mpi4py") is None:
         return 'needs mpi4py, which is not installed (pip install -e ".[mpi]")'
     return None

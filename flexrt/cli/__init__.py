@@ -28,6 +28,7 @@ from flexrt import __version__
 from flexrt.cli import _calibrate, _machines, _models, _show, _simulate, _train
 from flexrt.cli._common import UsageError
 from flexrt.errors import FlexrtError
+from flexrt.runtime import mpi
 
 # Each command module gives NAME, HELP, ACCEPTS_MODEL_FLAGS, add_arguments(parser) and run(args, extra) -> int.
 COMMANDS = (_models, _show, _machines, _simulate, _train, _calibrate)
@@ -65,6 +66,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"flexrt {e.command}: error: {e}", file=sys.stderr)
         return 2
     except FlexrtError as e:
+        comm = mpi.active_world()
+        if comm is not None:  # one rank's error would leave the others waiting: end the whole job
+            print(f"flexrt rank {comm.Get_rank()}/{comm.Get_size()}: error: {e}", file=sys.stderr, flush=True)
+            comm.Abort(1)
         print(f"flexrt: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -4,7 +4,9 @@ vs simulated time and the peak memory measured vs predicted per device."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 import statistics
 
@@ -92,6 +94,15 @@ def run(args, extra) -> int:
     else:
         strategy, described = data_parallel(base, machine), "data parallel"
     session = _session(args, strategy, machine)
+    if not session.is_root:  # under MPI every rank trains; rank 0 reports and writes files
+        with contextlib.redirect_stdout(io.StringIO()):
+            _train(args, loaded, machine, session, described)
+        return 0
+    return _train(args, loaded, machine, session, described)
+
+
+def _train(args, loaded, machine, session, described) -> int:
+    base = loaded.model.pcg
     batch = next(n.attrs.shape.dims[0] for n in base.nodes if n.op_type.value == "input")
     xs, labels = synthetic_data(session.base, args.loss, batch, args.seed)
     inputs = {name: xs[name] for name in session.input_names}
@@ -114,7 +125,7 @@ def run(args, extra) -> int:
     median = statistics.median(s["measured_ms"] for s in steps)
     memory = session.memory_report(result)
     files = {}
-    if args.trace:
+    if args.trace and session.is_root:
         files["trace"] = write_text(args.trace, json.dumps(session.chrome_trace(result)), "trace")
     if args.json:
         emit_json({"model": loaded.name, "machine": machine.name, "num_devices": machine.num_devices,

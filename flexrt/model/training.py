@@ -405,10 +405,11 @@ class TrainingMixin:
                 walls.append(self._train_step(epoch)["wall_s"])
             last = self.history[-1]
             mean_loss = float(np.mean([h["loss"] for h in self.history[-iterations:]])) if iterations else float("nan")
-            print(f"epoch {epoch}/{epochs}: {iterations} iterations, loss {mean_loss:.4f} (mean)"
-                  + (f", {_fmt_metrics(last['metrics'])}" if last["metrics"] else "")
-                  + f"; {statistics.median(walls) * 1e3:.3f} ms/iteration measured (median), "
-                  f"{s.predicted_time_s * 1e3:.3f} ms simulated", file=sys.stdout)
+            if s.is_root:  # under MPI every rank trains; one prints
+                print(f"epoch {epoch}/{epochs}: {iterations} iterations, loss {mean_loss:.4f} (mean)"
+                      + (f", {_fmt_metrics(last['metrics'])}" if last["metrics"] else "")
+                      + f"; {statistics.median(walls) * 1e3:.3f} ms/iteration measured (median), "
+                      f"{s.predicted_time_s * 1e3:.3f} ms simulated", file=sys.stdout)
         self._phase = "idle"
 
     def eval(self, x=None, y=None, batch_size=None) -> PerfMetrics:
@@ -430,8 +431,9 @@ class TrainingMixin:
             losses.append(float(loss_forward(np, self._loss, out, labels)))
             acc.update(np, out, labels)
         self._perf = PerfMetrics(acc.result(), float(np.mean(losses)) if losses else None)
-        print(f"eval: {iterations} iterations, loss {self._perf.loss:.4f}"
-              + (f", {_fmt_metrics(acc.result())}" if acc.names else ""), file=sys.stdout)
+        if s.is_root:
+            print(f"eval: {iterations} iterations, loss {self._perf.loss:.4f}"
+                  + (f", {_fmt_metrics(acc.result())}" if acc.names else ""), file=sys.stdout)
         self._phase = "idle"
         return self._perf
 

@@ -190,7 +190,7 @@ class Executor:
 
     def _move(self, a: Move) -> None:
         src = self.view((a.src, a.src_device), a.dst.ranges)
-        self._alloc((a.dst.key, a.dst.device), self.backend.copy_to(src, a.dst.device))
+        self._alloc((a.dst.key, a.dst.device), self.backend.copy_to(src, a.dst.device, src_device=a.src_device))
 
     def _update(self, a: Update) -> None:
         if a.gather_grad:
@@ -211,7 +211,7 @@ class Executor:
         (lo, hi), = a.rows
         labels = self.backend.upload(self.labels[lo:hi], a.output.device)
         share = out.size / a.full_elements
-        value = float(loss_forward(self.xp, self.loss, out, labels)) * share
+        value = loss_forward(self.xp, self.loss, out, labels) * share  # a device scalar: no host sync here
         grad = loss_backward(self.xp, self.loss, out, labels) * out.dtype.type(share)
         self._alloc((a.grad.key, a.grad.device), grad)
         with self._lock:
@@ -222,24 +222,26 @@ class Executor:
     def _ring(self, group) -> None:
         """The collective: assemble every member's buffer, then ring reduce-scatter and all-gather."""
         for b in group.buffers:
-            self._assemble(b)
+            with self.backend.on(b.device):
+                self._assemble(b)
         flat = [self.get((b.key, b.device)).reshape(-1) for b in group.buffers]
         devs = [b.device for b in group.buffers]
         n = len(flat)
         size = flat[0].size
         cuts = [size * c // n for c in range(n + 1)]
         chunk = lambda c: slice(cuts[c], cuts[c + 1])  # noqa: E731
-        for s in range(n - 1):  # reduce-scatter: after it member i holds chunk i+1 summed
-            sends = [((i + 1) % n, (i - s) % n) for i in range(n)]
-            data = [self.backend.copy_to(flat[i][chunk(c)], devs[j]) for i, (j, c) in enumerate(sends)]
-            for (j, c), d in zip(sends, data):
-                with self.backend.on(devs[j]):
-                    flat[j][chunk(c)] += d
-        for s in range(n - 1):  # all-gather
-            sends = [((i + 1) % n, (i + 1 - s) % n) for i in range(n)]
-            data = [self.backend.copy_to(flat[i][chunk(c)], devs[j]) for i, (j, c) in enumerate(sends)]
-            for (j, c), d in zip(sends, data):
-                flat[j][chunk(c)] = d
+        for phase in ("reduce-scatter", "all-gather"):  # after reduce-scatter member i holds chunk i+1 summed
+            for s in range(n - 1):
+                sends = [((i + 1) % n, (i - s) % n if phase == "reduce-scatter" else (i + 1 - s) % n)
+                         for i in range(n)]
+                data = [self.backend.copy_to(flat[i][chunk(c)], devs[j], src_device=devs[i])
+                        for i, (j, c) in enumerate(sends)]
+                for (j, c), d in zip(sends, data):
+                    with self.backend.on(devs[j]):
+                        if phase == "reduce-scatter":
+                            flat[j][chunk(c)] += d
+                        else:
+                            flat[j][chunk(c)] = d
 
     def _execute(self, task, st: _State) -> bool:
         """Run one task; False when it is a collective member whose group is not complete yet."""
@@ -252,13 +254,16 @@ class Executor:
                 return False
             self._ring(a.group)
             return True
-        with self.backend.on(task.device if task.device < self.plan.num_compute_devices else 0):
+        if a is None:  # a later hop of a transfer: it only holds its link
+            return True
+        if isinstance(a, Move):  # a transfer orders itself between its two devices (copy_to)
+            self._move(a)
+            return True
+        with self.backend.on(task.device):
             if isinstance(a, Forward):
                 self._forward(a)
             elif isinstance(a, Backward):
                 self._backward(a)
-            elif isinstance(a, Move):
-                self._move(a)
             elif isinstance(a, Sum):
                 self._assemble(a.dst)
             elif isinstance(a, Update):
@@ -315,6 +320,7 @@ class Executor:
         else:
             self._run_threads(st)
         self.backend.synchronize()
+        st.loss = float(st.loss)
         wall = time.perf_counter() - st.t0
         return IterationResult(st.loss, self.metrics.result(), wall, np.array(st.start), np.array(st.end),
                                dict(self.peak))

@@ -21,6 +21,7 @@ Entry points: ``world``, ``launched_by_mpi``, ``RankLayout``, ``rank_layout``.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import traceback
 from dataclasses import dataclass
@@ -31,6 +32,13 @@ from flexrt.machine import Machine
 
 _LAUNCHER_VARS = ("PMI_SIZE", "PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS")
 _WORLD = None
+
+
+def find_mpiexec() -> Optional[str]:
+    """``mpiexec`` next to this Python (the ``mpich`` wheel puts it in the virtual environment), else
+    on ``PATH``; None when there is none."""
+    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return here if os.access(here, os.X_OK) else shutil.which("mpiexec")
 
 
 def launched_by_mpi() -> bool:
@@ -69,6 +77,11 @@ def world():
     sys.excepthook = _abort_hook(comm)
     _WORLD = comm
     return comm
+
+
+def active_world():
+    """The world communicator when MPI is already up with several ranks, else None (starts nothing)."""
+    return _WORLD
 
 
 @dataclass(frozen=True, slots=True)

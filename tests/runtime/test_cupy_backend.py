@@ -471,8 +471,6 @@ def test_data_parallel_training_on_the_fake_matches_numpy(fake, mode):
         assert np.allclose(got_w[name], w, rtol=1e-10, atol=0), name
 
 
-@pytest.mark.xfail(strict=False, reason="executor: the ring's all-gather writes flat[j][...] = d outside "
-                                        "backend.on(devs[j]), on the null stream of the current GPU")
 @pytest.mark.parametrize("mode", ["serial", "threads"])
 def test_training_on_the_fake_is_race_free_and_places_kernels_on_their_gpu(fake, mode):
     _train("cupy", 4, mode)

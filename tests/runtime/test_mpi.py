@@ -1,0 +1,51 @@
+"""SPMD runs under ``mpiexec``: strategies spanning ranks train like one device; a failing rank ends
+the job quickly with its message; a world that does not fit the machine is refused, naming both."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from flexrt.runtime.mpi import find_mpiexec
+
+CASE = Path(__file__).with_name("mpi_case.py")
+ROOT = CASE.parents[2]
+pytestmark = pytest.mark.mpi
+
+
+def mpirun(n: int, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "OMPI_"))}
+    return subprocess.run([find_mpiexec(), "-n", str(n), sys.executable, str(CASE), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("n, models, kinds", [
+    (2, "mlp,cnn", "data,model,reduction,hybrid"),
+    (2, "transformer,dlrm", "data,hybrid"),
+    (4, "mlp", "data,model,reduction,hybrid"),
+])
+def test_strategies_spanning_ranks_train_like_one_device(n, models, kinds):
+    r = mpirun(n, "law", models, kinds)
+    assert r.returncode == 0, r.stdout + r.stderr
+    done = {tuple(line.split()[1:3]) for line in r.stdout.splitlines() if line.startswith("OK ")}
+    assert done == {(m, k) for m in models.split(",") for k in kinds.split(",")}, r.stdout
+
+
+def test_a_failing_rank_ends_the_job_with_its_message():
+    t = time.monotonic()
+    r = mpirun(2, "fail", timeout=60)
+    assert time.monotonic() - t < 30
+    assert r.returncode != 0
+    assert "flexrt rank 1/2: RuntimeError: rank one failed on purpose" in r.stderr
+
+
+def test_world_that_does_not_fit_the_machine_is_refused():
+    r = mpirun(3, "world", timeout=60)
+    assert r.returncode != 0
+    assert "3 MPI ranks do not fit machine 'dgx1_v100' (1 node(s) x 8 devices = 8 devices)" in r.stderr
+    assert "valid world sizes: 1, 2, 4, 8" in r.stderr
