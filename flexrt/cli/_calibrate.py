@@ -4,9 +4,13 @@ print the numbers and write the calibrated ``local`` machine (default
 
 from __future__ import annotations
 
+import dataclasses
+import os
+
 from flexrt.cli._common import add_json_flag, emit_json
 from flexrt.machine import calibrated_local_path, load_machine
-from flexrt.runtime.calibrate import calibrate, write_machine_yaml
+from flexrt.runtime import mpi
+from flexrt.runtime.calibrate import calibrate, mpi_point_to_point, write_machine_yaml
 
 NAME = "calibrate"
 HELP = "measure this host (FLOP/s, memory and copy bandwidth, launch overhead) and write the `local` machine"
@@ -30,7 +34,16 @@ def _rate(x: float, unit: str) -> str:
 def run(args, extra) -> int:
     if args.devices < 1:
         args._parser.error(f"--devices must be a positive integer, got {args.devices}")
-    result = calibrate(args.devices, quick=args.quick)
+    comm = mpi.world()
+    if comm is None:
+        result = calibrate(args.devices, quick=args.quick)
+    else:  # rank 0 measures the host alone, then ranks 0 and 1 time MPI messages; rank 0 writes
+        result = calibrate(args.devices, quick=args.quick) if comm.Get_rank() == 0 else None
+        bandwidth, latency = mpi_point_to_point(comm, quick=args.quick)
+        if comm.Get_rank() != 0:
+            return 0
+        result = dataclasses.replace(result, mpi_bandwidth=bandwidth, mpi_latency_s=latency,
+                                     ranks=int(os.environ.get("MPI_LOCALNRANKS") or comm.Get_size()))
     path = write_machine_yaml(result, args.output or calibrated_local_path(), args.devices)
     load_machine(path)  # what was written must load; a MachineSpecError names the file and line
     if args.json:
@@ -41,10 +54,14 @@ def run(args, extra) -> int:
              ("launch overhead", f"{result.launch_overhead_s * 1e6:10.2f} us"),
              ("copy bandwidth", _rate(result.copy_bandwidth, "B/s")),
              ("copy latency", f"{result.copy_latency_s * 1e6:10.2f} us")]
+    if result.mpi_bandwidth:
+        rows += [("MPI bandwidth", _rate(result.mpi_bandwidth, "B/s")),
+                 ("MPI latency", f"{result.mpi_latency_s * 1e6:10.2f} us")]
     rows += [(f"{t.op_class}", f"{_rate(t.rate, t.unit)}  {t.shape}") for t in result.throughput]
     width = max(len(name) for name, _ in rows)
     print(f"host ({result.cpu_count} CPUs{', quick' if result.quick else ''}; {result.elapsed_s:.1f} s):")
     for name, value in rows:
         print(f"  {name.ljust(width)}  {value}")
-    print(f"wrote {path} ({args.devices} devices, each 1/{args.devices} of the host's FLOP/s and memory bandwidth)")
+    share = args.devices * result.ranks
+    print(f"wrote {path} ({args.devices} devices per rank, each 1/{share} of the host's FLOP/s and memory bandwidth)")
     return 0

@@ -15,8 +15,10 @@ BLAS run as configured, with all their threads):
 The machine file gives each of ``devices`` workers an equal share of the host: peak FLOP/s, memory
 bandwidth and memory divided by ``devices`` (the workers run at once); launch overhead and the
 ``membus`` link are per worker and not divided. ``efficiency`` is 1.0: the measured GEMM rate *is*
-the peak. The ``nic``/``network`` links between hosts are not measured; they keep the built-in
-estimate.
+the peak. The ``nic``/``network`` links (between ranks) keep the built-in estimate unless
+``flexrt calibrate`` runs under ``mpiexec -n R`` (R >= 2): then rank 0 measures the host while the
+others wait, ranks 0 and 1 measure MPI point-to-point latency and bandwidth
+(:func:`mpi_point_to_point`), and the workers' shares are divided among the R ranks on the host.
 
 Entry points: :func:`calibrate`, :func:`write_machine_yaml`.
 
@@ -98,6 +100,9 @@ class CalibrationResult:
     cpu_count: int
     quick: bool
     elapsed_s: float
+    mpi_bandwidth: float = 0.0                  # bytes/s between two MPI ranks (0: not measured)
+    mpi_latency_s: float = 0.0
+    ranks: int = 1                              # MPI ranks sharing this host when measured
 
     def __post_init__(self):
         numbers = [f for _, f in self.peak_flops] + [self.memory_bandwidth, self.launch_overhead_s,
@@ -114,7 +119,35 @@ class CalibrationResult:
                 "copy_latency_s": self.copy_latency_s, "memory_bytes": self.memory_bytes,
                 "cpu_count": self.cpu_count, "quick": self.quick, "elapsed_s": self.elapsed_s,
                 "throughput": [{"op_class": t.op_class, "shape": t.shape, "rate": t.rate, "unit": t.unit}
-                               for t in self.throughput]}
+                               for t in self.throughput],
+                "mpi_bandwidth": self.mpi_bandwidth, "mpi_latency_s": self.mpi_latency_s, "ranks": self.ranks}
+
+
+def mpi_point_to_point(comm, quick: bool = False) -> tuple[float, float]:
+    """(bandwidth bytes/s, latency s) of MPI messages between ranks 0 and 1, by ping-pong: latency
+    from 8-byte round trips / 2, bandwidth from one-way 16 MB (4 MB quick) sends. Every rank calls it
+    (ranks above 1 only wait at the barriers); ranks 0 and 1 get the numbers."""
+    rank = comm.Get_rank()
+    small, big = np.zeros(1), np.zeros((4 if quick else 16) * 2**20 // 8)
+    reps = 20 if quick else 200
+    times = []
+    for buf, n in ((small, reps), (big, 3 if quick else 7)):
+        comm.Barrier()
+        samples = []
+        for _ in range(n):
+            t = time.perf_counter()
+            if rank == 0:
+                comm.Send(buf, dest=1, tag=7)
+                comm.Recv(buf, source=1, tag=7)
+            elif rank == 1:
+                comm.Recv(buf, source=0, tag=7)
+                comm.Send(buf, dest=0, tag=7)
+            samples.append((time.perf_counter() - t) / 2)
+        times.append(statistics.median(samples))
+    comm.Barrier()
+    latency = max(times[0], 1e-9)
+    bandwidth = big.nbytes / max(times[1] - latency, 1e-12)
+    return comm.bcast((bandwidth, latency), root=0)
 
 
 # --- timing ---
@@ -241,13 +274,27 @@ def machine_yaml(result: CalibrationResult, devices: int) -> str:
         raise MachineSpecError(f"the number of local devices must be a positive integer, got {devices!r}")
     estimate = {link.type: link for link in preset_spec(LOCAL).links}
     nic, network = estimate[LinkType.NIC], estimate[LinkType.NETWORK]
-    flops = ", ".join(f"{name}: {_g(f / devices / 1e12)}" for name, f in result.peak_flops)
+    if result.mpi_bandwidth > 0:
+        # between processes the route is nic, network (up to the switch), network (down), nic; the
+        # measured message cost goes on the two network links, the NICs only pass it on (cut-through
+        # adds the route's latencies, so the route's total is the measured latency)
+        nic_bw, nic_lat = result.mpi_bandwidth / 1e9, 0.001
+        net_bw, net_lat = result.mpi_bandwidth / 1e9, max((result.mpi_latency_s * 1e6 - 2 * nic_lat) / 2, 0.001)
+        between = (f"nic and network are MPI messages between two ranks measured here "
+                   f"({_g(result.mpi_bandwidth / 1e9)} GB/s, {_g(result.mpi_latency_s * 1e6)} us); run with "
+                   f"--nodes R under mpiexec -n R.")
+    else:
+        nic_bw, nic_lat, net_bw, net_lat = nic.bandwidth_gbs, nic.latency_us, network.bandwidth_gbs, network.latency_us
+        between = "nic and network are the built-in estimate (not measured; calibrate under mpiexec -n 2 to measure)."
+    share = devices * result.ranks  # every worker of every rank on this host gets an equal share
+    flops = ", ".join(f"{name}: {_g(f / share / 1e12)}" for name, f in result.peak_flops)
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     quick = " (quick: rough)" if result.quick else ""
     return f"""\
 # Written by `flexrt calibrate`{quick} on {platform.node() or 'this host'} at {when}. The host's measured
-# numbers, each worker getting 1/{devices} of FLOP/s, memory bandwidth and memory; the membus link is
-# one np.copyto between two workers' buffers. nic and network are the built-in estimate (not measured).
+# numbers, each worker getting 1/{share} of FLOP/s, memory bandwidth and memory ({devices} workers per
+# rank, {result.ranks} rank(s) on this host); the membus link is one np.copyto between two workers'
+# buffers. {between}
 # Host: float32 {_g(result.flops('float32') / 1e9)} GFLOP/s, memory {_g(result.memory_bandwidth / 1e9)} GB/s.
 
 name: local
@@ -258,8 +305,8 @@ device_kinds:
   {DEVICE_KIND}:
     kind: cpu
     peak_flops: {{{flops}}}
-    memory_bandwidth: {_g(result.memory_bandwidth / devices / 1e9)}
-    memory: {_g(result.memory_bytes / devices / 2**30)}
+    memory_bandwidth: {_g(result.memory_bandwidth / share / 1e9)}
+    memory: {_g(result.memory_bytes / share / 2**30)}
     launch_overhead_us: {_g(result.launch_overhead_s * 1e6)}
     efficiency: 1.0               # the measured GEMM rate is the peak
 
@@ -269,8 +316,8 @@ node:
 
 links:
   membus: {{bandwidth: {_g(result.copy_bandwidth / 1e9)}, latency_us: {_g(result.copy_latency_s * 1e6)}}}
-  nic: {{bandwidth: {_g(nic.bandwidth_gbs)}, latency_us: {_g(nic.latency_us)}}}
-  network: {{bandwidth: {_g(network.bandwidth_gbs)}, latency_us: {_g(network.latency_us)}}}
+  nic: {{bandwidth: {_g(nic_bw)}, latency_us: {_g(nic_lat)}}}
+  network: {{bandwidth: {_g(net_bw)}, latency_us: {_g(net_lat)}}}
 
 intra_node:
   devices:

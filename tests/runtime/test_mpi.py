@@ -49,3 +49,20 @@ def test_world_that_does_not_fit_the_machine_is_refused():
     assert r.returncode != 0
     assert "3 MPI ranks do not fit machine 'dgx1_v100' (1 node(s) x 8 devices = 8 devices)" in r.stderr
     assert "valid world sizes: 1, 2, 4, 8" in r.stderr
+
+
+def test_calibrate_under_mpiexec_measures_messages_between_ranks(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "OMPI_"))}
+    env["FLEXRT_CACHE_DIR"] = str(tmp_path)
+    flexrt = os.path.join(os.path.dirname(sys.executable), "flexrt")
+    r = subprocess.run([find_mpiexec(), "-n", "2", flexrt, "calibrate", "--quick", "--devices", "2"], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "MPI latency" in r.stdout and "1/4 of the host" in r.stdout
+    from flexrt.machine import load_machine
+    m = load_machine(str(tmp_path / "local.yaml"), 2)
+    text = (tmp_path / "local.yaml").read_text()
+    assert "MPI messages between two ranks measured here" in text
+    measured_us = float(text.split("GB/s, ")[1].split(" us)")[0])
+    route = m.route(0, 2)  # device 0 of rank 0 to device 0 of rank 1
+    assert sum(m.links[link].latency_s for link in route) * 1e6 == pytest.approx(measured_us, rel=1e-3)
