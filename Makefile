@@ -53,6 +53,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_simulator.py --quick
 	$(PY) bench/bench_runtime_overhead.py --quick
 	$(PY) bench/bench_sim_accuracy.py --quick
+	$(PY) bench/bench_sim_accuracy_mpi.py --quick
 
 # Generated C only: the .c beside a .pyx (kernels/ may hold hand-written C).
 clean:

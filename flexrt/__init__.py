@@ -7,19 +7,26 @@ Layers (each imports only those to its left): ``flexrt.ir`` -> ``flexrt.machine`
 Started by an MPI launcher with several ranks on one host, each rank would otherwise start a BLAS
 thread per core and the ranks would fight over the cores (10-30x slower GEMMs); unless the user set
 them, the BLAS/OpenMP thread counts become the host's cores divided by the ranks on it. This runs
-before NumPy is imported, which is when the BLAS libraries read them.
+when flexrt is imported; where NumPy was imported first, ``flexrt.runtime.mpi.world`` applies the
+same limit through threadpoolctl.
 """
 
 import os as _os
 
 
-def _share_cores_among_local_ranks() -> None:
+def local_rank_threads() -> int:
+    """The host's cores divided by the MPI ranks on it (0 when not several local ranks)."""
     local = _os.environ.get("MPI_LOCALNRANKS") or _os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE")
     if not local or not local.isdigit() or int(local) < 2:
-        return
-    threads = str(max(1, (_os.cpu_count() or 1) // int(local)))
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        _os.environ.setdefault(var, threads)
+        return 0
+    return max(1, (_os.cpu_count() or 1) // int(local))
+
+
+def _share_cores_among_local_ranks() -> None:
+    threads = local_rank_threads()
+    if threads:
+        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            _os.environ.setdefault(var, str(threads))
 
 
 _share_cores_among_local_ranks()

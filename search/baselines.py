@@ -14,7 +14,7 @@ can be simulated, trained, saved, plotted and used as a search's starting point:
   parallel across nodes;
 - ``megatron`` (Shoeybi et al. 2019): attention heads split over a node's devices, the two
   feed-forward linears split column-wise (parameter) then row-wise (reduction), other linears
-  column-wise, everything else replicated within a node; data parallel across nodes;
+  column-wise, the operators between them replicated within a node; data parallel across nodes;
 - ``neo_dlrm`` (Mudigere et al. 2021): embedding tables whole and distributed round-robin over the
   devices (model parallel), every other operator data parallel.
 
@@ -32,7 +32,7 @@ Example:
 from __future__ import annotations
 
 import itertools
-from typing import Callable, Iterable, Optional, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from flexrt.errors import ShapeError, StrategyError
 from flexrt.ir.enums import ActiMode
@@ -44,8 +44,17 @@ from flexrt.machine import Machine
 from flexrt.machine.views import view_from_device_ids
 from flexrt.simulator.strategy import OpConfig, Strategy, _all_axes, apply_single, data_parallel, is_compute
 
-__all__ = ["data_parallel", "model_parallel", "one_weird_trick", "wu_rnn", "megatron", "neo_dlrm",
-           "BASELINES", "EXPERTS", "expert_strategy"]
+__all__ = [
+    "BASELINES",
+    "EXPERTS",
+    "data_parallel",
+    "expert_strategy",
+    "megatron",
+    "model_parallel",
+    "neo_dlrm",
+    "one_weird_trick",
+    "wu_rnn",
+]
 
 # A split: (axis name, degree, device-id step between neighbouring pieces along that axis).
 Split = tuple[str, int, int]
@@ -53,7 +62,7 @@ Split = tuple[str, int, int]
 
 # ---- placing one operator -----------------------------------------------------------------------
 
-def _placed(base: PCG, node: Node, machine: Machine, start: int, splits: Sequence[Split]) -> Optional[OpConfig]:
+def _placed(base: PCG, node: Node, machine: Machine, start: int, splits: Sequence[Split]) -> OpConfig | None:
     """The configuration putting piece ``(i_1, ..)`` on ``start + sum(i_k * step_k)``, or None when
     the degrees do not fit the operator's shapes or the pieces fall off the machine or collide."""
     degrees = {a: d for a, d, _ in splits if d > 1}
@@ -102,12 +111,8 @@ def _compute(base: PCG) -> list[Node]:
     return [base.node(n) for n in base.topological_order() if is_compute(base.node(n))]
 
 
-def _sample_axis(base: PCG, node: Node) -> Optional[str]:
+def _sample_axis(base: PCG, node: Node) -> str | None:
     return next((a.name for a in _all_axes(base, node) if a.kind is AxisKind.SAMPLE), None)
-
-
-def _has_axis(base: PCG, node: Node, name: str) -> bool:
-    return any(a.name == name for a in _all_axes(base, node))
 
 
 def _falling(n: int) -> list[int]:
@@ -228,23 +233,40 @@ def megatron(base: PCG, machine: Machine) -> Strategy:
     Attention: heads split over a node's devices (each device computes its heads and a partial
     output projection, all-reduced). Feed-forward: the first linear split column-wise (``out``),
     the second row-wise (``in``, a reduction, all-reduced). Other linears (output projections,
-    classifiers) column-wise. Everything else replicated over the node's devices (its ``replica``
-    axis) where the operator has one, else data parallel. Smaller degrees where shapes require.
+    classifiers) column-wise. The operators between them (dropout, residual adds, LayerNorm) are
+    replicated over the node's devices (their ``replica`` axis), as Megatron runs them, wherever
+    every consumer takes copies (a split operator of the node's full degree, or another replicated
+    one): copies only multiply, so an operator feeding anything else is data parallel instead.
+    Smaller degrees where shapes require.
     """
     per_node = machine.devices_per_node
     plan = _Plan(base, machine)
-    first, second = _ffn_pairs(base)
+    _, second = _ffn_pairs(base)
+    takes_copies: set[int] = set()      # split over the node with the sample axis over nodes: input copies
     for node in _compute(base):
         nodes = _across_nodes(base, node, machine)
         if node.op_type is OpType.MULTIHEAD_ATTENTION:
-            plan.set(node, [(0, nodes + [("heads", d, 1)]) for d in _falling(per_node)])
+            axis = "heads"
         elif node.op_type is OpType.LINEAR:
             axis = "in" if node.id in second else "out"
-            plan.set(node, [(0, nodes + [(axis, d, 1)]) for d in _falling(per_node)])
-        elif _has_axis(base, node, "replica") and per_node > 1:
-            plan.set(node, [(0, nodes + [("replica", per_node, 1)])])
         else:
-            plan.set(node)
+            continue
+        cfg = plan.set(node, [(0, nodes + [(axis, d, 1)]) for d in _falling(per_node)])
+        if axis != "in" and cfg.degree_map == {**{a: d for a, d, _ in nodes}, axis: per_node}:
+            takes_copies.add(node.id)
+    consumers = _consumers(base)
+    for node in reversed(_compute(base)):
+        if node.id in plan.configs or per_node == 1:
+            continue
+        if not any(a.name == "replica" for a in _all_axes(base, node)):
+            continue
+        after = consumers[node.id]
+        if after and all(c.id in takes_copies for c in after):
+            nodes = _across_nodes(base, node, machine)
+            cfg = _placed(base, node, machine, 0, nodes + [("replica", per_node, 1)])
+            if cfg is not None and cfg.degree_map == {**{a: d for a, d, _ in nodes}, "replica": per_node}:
+                plan.configs[node.id] = cfg
+                takes_copies.add(node.id)
     return plan.strategy()
 
 
@@ -280,7 +302,7 @@ EXPERTS: tuple[tuple[tuple[str, ...], str], ...] = (
 )
 
 
-def expert_name(model_name: str) -> Optional[str]:
+def expert_name(model_name: str) -> str | None:
     """The name of the expert baseline for a zoo model (``"resnet50"`` -> ``"one_weird_trick"``), or None."""
     for prefixes, name in EXPERTS:
         if model_name.lower().startswith(prefixes):
@@ -288,7 +310,7 @@ def expert_name(model_name: str) -> Optional[str]:
     return None
 
 
-def expert_strategy(model_name: str, base: PCG, machine: Machine) -> Optional[Strategy]:
+def expert_strategy(model_name: str, base: PCG, machine: Machine) -> Strategy | None:
     """The expert-designed strategy for a zoo model: one weird trick for CNNs (alexnet, vgg,
     resnet, resnext, inception, lenet), Wu et al. for RNNs (rnnlm, rnntc, nmt, rnnlm_2step),
     Megatron-LM for transformer and bert_large, Neo for dlrm and xdl; None for other models.

@@ -44,6 +44,7 @@ from typing import Optional
 from flexrt.errors import StrategyError
 from flexrt.ir.costs import op_cost
 from flexrt.ir.op_type import OpType
+from flexrt.ir.ops import SoftmaxAttrs
 from flexrt.ir.parallel_axes import Region, axis_coordinates, plan_region, region_plan
 from flexrt.ir.pcg import Node, TensorRef
 from flexrt.ir.registry import op_def
@@ -590,6 +591,12 @@ class Lowering:
                                f"update {wname}@{d}", node=wname, action=update)
                 self._edges(owner, deps, [u])
 
+    def _loss_time(self, piece: TensorShape, device: int) -> float:
+        """A loss piece is timed as the forward and backward of a softmax over it: the same passes
+        (exp/log, a row reduction, the element-wise gradient), with a profiled cost model measured."""
+        times, _ = self._op_time(SoftmaxAttrs(-1), [piece], [piece], device)
+        return times.forward_s + times.backward_s
+
     def _lower_loss(self, name: str) -> None:
         """The loss scores the model's output where it is computed when each piece holds whole rows
         (the output cut along its first, sample dimension only); otherwise the pieces are gathered on
@@ -615,7 +622,7 @@ class Lowering:
                 self._part(owner, gout_key(p), dev, key_grad, dev, ranges, add=True)
                 action = Loss(Buf(key_in, dev, ranges, dtype.numpy_name), Buf(key_grad, dev, ranges, dtype.numpy_name),
                               ranges[:1], full.num_elements)
-                t = self._task(owner, TaskKind.LOSS, dev, self.cost.reduce_time(piece, 2, self._spec(dev)),
+                t = self._task(owner, TaskKind.LOSS, dev, self._loss_time(piece, dev),
                                f"loss {name}[{p}]", node=name, piece=p, action=action)
                 self._edges(owner, [fwd[p]], [t])
                 self._edges(owner, [t], [bwd[p]])
@@ -636,7 +643,7 @@ class Lowering:
                 self._part(owner, key_in, target, xkey, target, box, add=True)
         action = Loss(Buf(key_in, target, all_box, dtype.numpy_name), Buf(key_grad, target, all_box, dtype.numpy_name),
                       all_box[:1], full.num_elements)
-        t = self._task(owner, TaskKind.LOSS, target, self.cost.reduce_time(full, 2, self._spec(target)),
+        t = self._task(owner, TaskKind.LOSS, target, self._loss_time(full, target),
                        f"loss {name}@{target}", node=name, action=action)
         self._edges(owner, arrivals, [t])
         for p in scored:

@@ -6,6 +6,9 @@
     flexrt machines show NAME [--nodes N] [--json]   devices, links, routes of a machine
     flexrt simulate MODEL --machine M [--strategy FILE | --data-parallel | --random-strategy SEED]
                     [--method full|delta] [--cost analytic|profiled] [--trace FILE] [--taskgraph FILE] [--json]
+    flexrt search MODEL --machine M [--algo mcmc|exhaustive|data-parallel|model-parallel|expert] [--budget N]
+                  [--seed S] [--alpha A] [--enable-parameter-parallel] [--enable-attribute-parallel]
+                  [--import FILE] [--export FILE] [--plot FILE] [--json]   find a strategy, compare with baselines
     flexrt train MODEL --machine M [--strategy FILE] [--backend numpy|cupy] [--mode serial|threads]
                  [--steps N] [--seed S] [--trace FILE] [--json]   run it: measured beside simulated
     flexrt calibrate [--devices N] [--quick] [--output FILE] [--json]   measure this host, write the `local` machine
@@ -25,13 +28,13 @@ import sys
 from typing import Optional, Sequence
 
 from flexrt import __version__
-from flexrt.cli import _calibrate, _machines, _models, _show, _simulate, _train
+from flexrt.cli import _calibrate, _machines, _models, _search, _show, _simulate, _train
 from flexrt.cli._common import UsageError
 from flexrt.errors import FlexrtError
 from flexrt.runtime import mpi
 
 # Each command module gives NAME, HELP, ACCEPTS_MODEL_FLAGS, add_arguments(parser) and run(args, extra) -> int.
-COMMANDS = (_models, _show, _machines, _simulate, _train, _calibrate)
+COMMANDS = (_models, _show, _machines, _simulate, _search, _train, _calibrate)
 
 
 def build_parser() -> argparse.ArgumentParser:

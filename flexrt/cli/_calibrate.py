@@ -11,6 +11,7 @@ from flexrt.cli._common import add_json_flag, emit_json
 from flexrt.machine import calibrated_local_path, load_machine
 from flexrt.runtime import mpi
 from flexrt.runtime.calibrate import calibrate, mpi_point_to_point, write_machine_yaml
+from flexrt.runtime.mpi import comm_wait
 
 NAME = "calibrate"
 HELP = "measure this host (FLOP/s, memory and copy bandwidth, launch overhead) and write the `local` machine"
@@ -38,7 +39,9 @@ def run(args, extra) -> int:
     if comm is None:
         result = calibrate(args.devices, quick=args.quick)
     else:  # rank 0 measures the host alone, then ranks 0 and 1 time MPI messages; rank 0 writes
-        result = calibrate(args.devices, quick=args.quick) if comm.Get_rank() == 0 else None
+        if comm.Get_rank() == 0:
+            result = calibrate(args.devices, quick=args.quick)
+        comm_wait(comm)  # the other ranks sleep meanwhile (a busy barrier would steal the cores measured)
         bandwidth, latency = mpi_point_to_point(comm, quick=args.quick)
         if comm.Get_rank() != 0:
             return 0
@@ -62,6 +65,7 @@ def run(args, extra) -> int:
     print(f"host ({result.cpu_count} CPUs{', quick' if result.quick else ''}; {result.elapsed_s:.1f} s):")
     for name, value in rows:
         print(f"  {name.ljust(width)}  {value}")
-    share = args.devices * result.ranks
-    print(f"wrote {path} ({args.devices} devices per rank, each 1/{share} of the host's FLOP/s and memory bandwidth)")
+    what = "the host's" if result.ranks == 1 else f"this rank's share ({result.ranks} ranks on the host)"
+    print(f"wrote {path} ({args.devices} devices per rank, each 1/{args.devices} of {what} FLOP/s and memory "
+          f"bandwidth)")
     return 0

@@ -245,6 +245,8 @@ class TrainingMixin:
         machine = load_machine(cfg.machine_file or "local", nodes=cfg.num_nodes if cfg.num_nodes > 1 else None)
         if cfg.import_strategy_file:
             strategy = load_strategy(cfg.import_strategy_file, self.pcg, machine)
+        elif _search_requested(cfg):
+            strategy = _search_strategy(self.pcg, machine, cfg)
         else:
             strategy = data_parallel(self.pcg, machine, min(cfg.total_workers, machine.num_devices))
         if cfg.export_strategy_file:
@@ -481,3 +483,24 @@ class TrainingMixin:
         if self._perf is None:
             return PerfMetrics(s.executor.metrics.result())
         return self._perf
+
+
+# ---- search in compile (FlexFlow: compile searches when --budget is given) -----------------------
+
+def _search_requested(cfg) -> bool:
+    """FlexFlow's behaviour: ``compile`` searches when the script got ``--budget`` (or a config set a
+    budget other than the default); ``--only-data-parallel`` or a zero budget keeps data parallelism."""
+    from flexrt.model.flags import defaults
+    given = any(a in ("--budget", "--search-budget") for a in cfg.argv) or \
+        cfg.search_budget != defaults()["search_budget"]
+    return given and cfg.search_budget > 0 and not cfg.only_data_parallel
+
+
+def _search_strategy(pcg, machine, cfg):
+    """MCMC with the config's budget, alpha and axis flags, scored by the analytic cost model."""
+    from flexrt.search import SearchSpace, mcmc
+    from flexrt.simulator.cost_model import AnalyticCostModel
+    result = mcmc(pcg, machine, AnalyticCostModel(), budget=cfg.search_budget, alpha=cfg.search_alpha,
+                  space=SearchSpace.from_config(cfg))
+    return result.strategy
+

@@ -17,8 +17,8 @@ bandwidth and memory divided by ``devices`` (the workers run at once); launch ov
 ``membus`` link are per worker and not divided. ``efficiency`` is 1.0: the measured GEMM rate *is*
 the peak. The ``nic``/``network`` links (between ranks) keep the built-in estimate unless
 ``flexrt calibrate`` runs under ``mpiexec -n R`` (R >= 2): then rank 0 measures the host while the
-others wait, ranks 0 and 1 measure MPI point-to-point latency and bandwidth
-(:func:`mpi_point_to_point`), and the workers' shares are divided among the R ranks on the host.
+others sleep, with the BLAS threads of one rank's share of the cores, then ranks 0 and 1 measure
+MPI point-to-point latency and bandwidth (:func:`mpi_point_to_point`).
 
 Entry points: :func:`calibrate`, :func:`write_machine_yaml`.
 
@@ -286,15 +286,17 @@ def machine_yaml(result: CalibrationResult, devices: int) -> str:
     else:
         nic_bw, nic_lat, net_bw, net_lat = nic.bandwidth_gbs, nic.latency_us, network.bandwidth_gbs, network.latency_us
         between = "nic and network are the built-in estimate (not measured; calibrate under mpiexec -n 2 to measure)."
-    share = devices * result.ranks  # every worker of every rank on this host gets an equal share
+    # under MPI each rank measured with its own share of the cores (its BLAS threads): its workers
+    # split that share
+    share = devices
     flops = ", ".join(f"{name}: {_g(f / share / 1e12)}" for name, f in result.peak_flops)
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     quick = " (quick: rough)" if result.quick else ""
     return f"""\
 # Written by `flexrt calibrate`{quick} on {platform.node() or 'this host'} at {when}. The host's measured
-# numbers, each worker getting 1/{share} of FLOP/s, memory bandwidth and memory ({devices} workers per
-# rank, {result.ranks} rank(s) on this host); the membus link is one np.copyto between two workers'
-# buffers. {between}
+# numbers (measured by one of {result.ranks} rank(s) on this host, with its share of the cores), each of
+# the {devices} workers of a rank getting 1/{devices} of FLOP/s, memory bandwidth and memory; the membus
+# link is one np.copyto between two workers' buffers. {between}
 # Host: float32 {_g(result.flops('float32') / 1e9)} GFLOP/s, memory {_g(result.memory_bandwidth / 1e9)} GB/s.
 
 name: local
@@ -306,7 +308,7 @@ device_kinds:
     kind: cpu
     peak_flops: {{{flops}}}
     memory_bandwidth: {_g(result.memory_bandwidth / share / 1e9)}
-    memory: {_g(result.memory_bytes / share / 2**30)}
+    memory: {_g(result.memory_bytes / (share * result.ranks) / 2**30)}
     launch_overhead_us: {_g(result.launch_overhead_s * 1e6)}
     efficiency: 1.0               # the measured GEMM rate is the peak
 

@@ -75,8 +75,32 @@ def world():
     if comm.Get_size() == 1:
         return None
     sys.excepthook = _abort_hook(comm)
+    _limit_blas_threads()
     _WORLD = comm
     return comm
+
+
+def _limit_blas_threads() -> None:
+    """Ranks sharing a host share its cores, also when NumPy was imported before flexrt (then the
+    environment variables came too late): threadpoolctl sets the loaded BLAS libraries' limits."""
+    from flexrt import local_rank_threads
+    threads = local_rank_threads()
+    if not threads or any(v in os.environ for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+                          if os.environ[v] != str(threads)):
+        return  # one rank per host, or the user chose the thread counts
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return
+    threadpool_limits(limits=threads)
+
+
+def comm_wait(comm, poll_s: float = 0.01) -> None:
+    """A barrier that sleeps while it waits (MPICH's blocking barrier spins on a core)."""
+    import time
+    req = comm.Ibarrier()
+    while not req.Test():
+        time.sleep(poll_s)
 
 
 def active_world():

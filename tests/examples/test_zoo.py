@@ -90,6 +90,10 @@ EXACT_PARAMETERS = {
                    + mlp([5 * 4192 + 2] + [4192] * 4 + [1], bias=False)),
     "rnntc": 10_000 * 1024 + lstm(1024, 1024) * 4 + dense(1024, 2),
     "rnnlm": 10_000 * 2048 + lstm(2048, 2048) * 2 + dense(2048, 10_000),
+    # RNNLM unrolled 2 steps (FlexFlow §8.3): the same weights as rnnlm.
+    "rnnlm_2step": 10_000 * 2048 + lstm(2048, 2048) * 2 + dense(2048, 10_000),
+    # LeNet-5 on 1x32x32: conv 6@5x5, conv 16@5x5 (on 6 maps), dense 400-120-84-10.
+    "lenet": (6 * 25 + 6) + (16 * 6 * 25 + 16) + mlp([16 * 5 * 5, 120, 84, 10]),
     # Source and target embeddings, 2 + 2 LSTM layers, W_a, W_c (no biases), output layer.
     "nmt": 2 * 32_000 * 1024 + 4 * lstm(1024, 1024) + 1024 * 1024 + 2048 * 1024 + dense(1024, 32_000),
     # Shared token embedding, 512 learned positions, 6 + 6 layers, untied output projection without bias.
@@ -209,3 +213,10 @@ def test_take_int_flag_removes_flag_and_value():
     assert take_int_flag("--seq-length", 512, ["prog"]) == 512
     with pytest.raises(SystemExit, match="positive integer"):
         take_int_flag("--seq-length", 512, ["prog", "--seq-length", "zero"])
+
+
+def test_rnnlm_2step_is_rnnlm_unrolled_two_steps():
+    """FlexFlow §8.3's variant: RNNLM's weights, each of the 2 LSTM layers unrolled 2 steps."""
+    cells = [n for n in operator_nodes(built("rnnlm_2step").pcg) if n.op_type is OpType.LSTM]
+    assert module("rnnlm_2step").SEQ_LENGTH == 2 and len(cells) == 2 * 2
+    assert built("rnnlm_2step").num_parameters() == built("rnnlm").num_parameters()
