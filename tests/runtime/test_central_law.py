@@ -59,23 +59,25 @@ def cnn(dt):
     return m, "sparse_categorical_crossentropy"
 
 
-def transformer(dt):
+def transformer(dt, heads=2, head=False):
     m = FFModel(FFConfig([]))
     x = m.create_tensor([4, 6, 8], dt)
-    a = m.multihead_attention(x, x, x, 8, 2, name="attn")
+    a = m.multihead_attention(x, x, x, 8, heads, name="attn")
     t = m.add(x, a, name="res1")
     t = m.layer_norm(t, [2], name="ln1")
     f = m.dense(t, 16, ActiMode.AC_MODE_RELU, name="ffn1")
     f = m.dense(f, 8, name="ffn2")
     t = m.add(t, f, name="res2")
-    m.layer_norm(t, [2], name="ln2")
+    t = m.layer_norm(t, [2], name="ln2")
+    if head:
+        m.dense(t, 8, name="head")
     return m, "mean_squared_error_avg"
 
 
-def dlrm(dt):
+def dlrm(dt, tables=2):
     m = FFModel(FFConfig([]))
     dense_in = m.create_tensor([8, 5], dt)
-    sparse = [m.create_tensor([8, 2], DataType.DT_INT64) for _ in range(2)]
+    sparse = [m.create_tensor([8, 2], DataType.DT_INT64) for _ in range(tables)]
     x = m.dense(dense_in, 8, ActiMode.AC_MODE_RELU, name="bot0")
     x = m.dense(x, 4, ActiMode.AC_MODE_RELU, name="bot1")
     embs = [m.embedding(s, 10, 4, AggrMode.AGGR_MODE_SUM, name=f"emb{i}", dtype=dt) for i, s in enumerate(sparse)]

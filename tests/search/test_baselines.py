@@ -24,7 +24,7 @@ from flexrt.simulator.cost_model import AnalyticCostModel
 from flexrt.simulator.simulate import simulate
 from flexrt.simulator.strategy import axis_degrees, data_parallel, is_compute
 from flexrt.simulator.strategy_text import strategy_from_text, strategy_to_text
-from tests.runtime.test_central_law import SGD, STEPS, TOL, batch, weights_for
+from tests.runtime.test_central_law import SGD, STEPS, TOL, batch, dlrm, transformer, weights_for
 
 SEQ_MODELS = {"rnnlm", "rnntc", "nmt", "transformer", "bert_large"}
 
@@ -221,30 +221,11 @@ def tiny_rnn(dt):
 
 
 def tiny_transformer(dt):
-    m = FFModel(FFConfig([]))
-    x = m.create_tensor([4, 6, 8], dt)
-    a = m.multihead_attention(x, x, x, 8, 4, name="attn")
-    t = m.add(x, a, name="res1")
-    t = m.layer_norm(t, [2], name="ln1")
-    f = m.dense(t, 16, ActiMode.AC_MODE_RELU, name="ffn1")
-    f = m.dense(f, 8, name="ffn2")
-    t = m.add(t, f, name="res2")
-    t = m.layer_norm(t, [2], name="ln2")
-    m.dense(t, 8, name="head")
-    return m, "mean_squared_error_avg"
+    return transformer(dt, heads=4, head=True)
 
 
 def tiny_dlrm(dt):
-    m = FFModel(FFConfig([]))
-    dense_in = m.create_tensor([8, 5], dt)
-    sparse = [m.create_tensor([8, 2], DataType.DT_INT64) for _ in range(3)]
-    x = m.dense(dense_in, 8, ActiMode.AC_MODE_RELU, name="bot0")
-    x = m.dense(x, 4, ActiMode.AC_MODE_RELU, name="bot1")
-    embs = [m.embedding(s, 10, 4, AggrMode.AGGR_MODE_SUM, name=f"emb{i}", dtype=dt) for i, s in enumerate(sparse)]
-    z = m.concat([x] + embs, 1, name="interaction")
-    z = m.dense(z, 8, ActiMode.AC_MODE_RELU, name="top0")
-    m.dense(z, 1, ActiMode.AC_MODE_SIGMOID, name="top1")
-    return m, "mean_squared_error_avg"
+    return dlrm(dt, tables=3)
 
 
 TRAIN_CASES = [("one_weird_trick", tiny_cnn), ("model_parallel", tiny_cnn), ("wu_rnn", tiny_rnn),

@@ -1,0 +1,133 @@
+"""MCMC (FlexFlow §6.2): Eq. 1 acceptance, valid proposals, determinism, budget, Ctrl-C, log."""
+
+import math
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from flexrt.ir.registry import AxisKind
+from flexrt.search import SearchSpace, accept, mcmc, search
+from flexrt.search.api import OpChoices
+from flexrt.simulator.simulate import simulate
+from flexrt.simulator.strategy import Strategy, node_axes
+
+
+@pytest.mark.parametrize("delta", [0.25, 1.0, 2.0])
+def test_accept_frequency_follows_eq1(delta):
+    rng = random.Random(7)
+    n, beta = 20000, 1.3
+    hits = sum(accept(delta, beta, rng) for _ in range(n))
+    p = math.exp(-beta * delta)
+    # 5 standard deviations of a binomial proportion
+    assert abs(hits / n - p) < 5 * math.sqrt(p * (1 - p) / n)
+
+
+def test_accept_never_rejects_an_improvement():
+    rng = random.Random(0)
+    assert all(accept(d, 100.0, rng) for d in (-1.0, -1e-9, 0.0))
+
+
+def test_mcmc_acceptance_rate_on_toy_cost(mlp, p100, cost):
+    # toy cost: a fixed penalty per operator not on the sample axis alone; every proposal that adds
+    # a penalty is Delta = 1 unit = 1% of the reference, so accepted with probability e^-alpha
+    def toy(s: Strategy) -> float:
+        return 100.0 + sum(1.0 for c in s.configs.values() if c.total_degree != 4)
+    r = mcmc(mlp, p100, cost, budget=400, seed=3, alpha=0.5, space=SearchSpace.full(), cost_fn=toy, num_random=0)
+    assert r.cost_s == 100.0
+    assert r.log.notes["candidates"] == ["data-parallel"]
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000))
+def test_every_proposal_builds_and_simulates(mlp, p100, cost, seed):
+    seen = []
+
+    def check(i, proposal, c):
+        assert math.isfinite(c) and c > 0
+        proposal.check_views(p100)
+        assert simulate(proposal, p100, cost).iteration_time_s == pytest.approx(c, rel=1e-9)
+        seen.append(c)
+
+    mcmc(mlp, p100, cost, budget=12, seed=seed, space=SearchSpace.full(), on_iteration=check, progress=False)
+    assert seen
+
+
+def test_proposals_stay_in_the_space(mlp, p100, cost):
+    space = SearchSpace()  # sample axis only, FlexFlow's default flags
+    kinds = []
+
+    def check(i, proposal, c):
+        for nid, cfg in proposal.configs.items():
+            axes = {a.name: a.kind for a in node_axes(mlp, mlp.node(nid))[0]}
+            kinds.extend(axes[a] for a, d in cfg.degrees if d > 1)
+
+    mcmc(mlp, p100, cost, budget=40, seed=1, space=space, on_iteration=check)
+    assert kinds and set(kinds) == {AxisKind.SAMPLE}
+
+
+def test_space_flags_gate_axis_kinds():
+    assert SearchSpace.from_flags().kinds == {AxisKind.SAMPLE}
+    assert SearchSpace.from_flags(enable_attribute_parallel=True).kinds == {AxisKind.SAMPLE, AxisKind.ATTRIBUTE}
+    assert SearchSpace.from_flags(only_data_parallel=True, enable_parameter_parallel=True).kinds == {AxisKind.SAMPLE}
+    assert AxisKind.REDUCTION in SearchSpace.from_flags(enable_parameter_parallel=True).kinds
+
+
+def test_full_space_has_more_configurations(mlp, p100):
+    fc1 = mlp.node_by_name("fc1")
+    small = OpChoices(mlp, p100, SearchSpace()).configs(fc1)
+    big = OpChoices(mlp, p100, SearchSpace.full()).configs(fc1)
+    assert set(small) < set(big)
+
+
+def test_same_seed_same_result(mlp, p100, cost):
+    a = mcmc(mlp, p100, cost, budget=60, seed=5, space=SearchSpace.full())
+    b = mcmc(mlp, p100, cost, budget=60, seed=5, space=SearchSpace.full())
+    assert a.strategy.configs == b.strategy.configs and a.cost_s == b.cost_s
+    assert [(e.current_cost_s, e.best_cost_s) for e in a.log.entries] == \
+        [(e.current_cost_s, e.best_cost_s) for e in b.log.entries]
+
+
+def test_budget_is_respected_and_log_monotone(mlp, p100, cost):
+    r = search("mcmc", mlp, p100, cost, budget=50, seed=2, space=SearchSpace.full())
+    assert r.log.proposals <= 50
+    best = [e.best_cost_s for e in r.log.entries]
+    assert all(b2 <= b1 for b1, b2 in zip(best, best[1:]))
+    assert best[-1] == r.cost_s
+    assert all(e.best_cost_s <= e.current_cost_s for e in r.log.entries)
+    assert simulate(r.strategy, p100, cost).iteration_time_s == pytest.approx(r.cost_s, rel=1e-9)
+
+
+def test_lazy_and_back_sync_give_the_same_chain(mlp, p100, cost):
+    a = mcmc(mlp, p100, cost, budget=40, seed=9, space=SearchSpace.full(), sync="lazy")
+    b = mcmc(mlp, p100, cost, budget=40, seed=9, space=SearchSpace.full(), sync="back")
+    assert [e.current_cost_s for e in a.log.entries] == pytest.approx([e.current_cost_s for e in b.log.entries],
+                                                                      rel=1e-12)
+
+
+def test_interrupt_returns_the_best_so_far(mlp, p100, cost):
+    costs = []
+
+    def stop_after(i, proposal, c):
+        costs.append(c)
+        if i == 7:
+            raise KeyboardInterrupt
+
+    r = mcmc(mlp, p100, cost, budget=100, seed=4, space=SearchSpace.full(), on_iteration=stop_after)
+    assert r.log.interrupted and r.log.stop_reason == "interrupted"
+    assert r.log.proposals == 7
+    first = r.log.entries[0].current_cost_s
+    assert r.cost_s == r.log.entries[-1].best_cost_s <= first
+    assert r.cost_s >= min([first, *costs])
+    assert simulate(r.strategy, p100, cost).iteration_time_s == pytest.approx(r.cost_s, rel=1e-9)
+
+
+def test_zero_budget_returns_the_best_candidate(mlp, p100, cost):
+    r = mcmc(mlp, p100, cost, budget=0, seed=0)
+    assert r.log.proposals == 0 and math.isfinite(r.cost_s)
+
+
+def test_unknown_algorithm_is_a_clear_error(mlp, p100, cost):
+    from flexrt.errors import ConfigError
+    with pytest.raises(ConfigError, match="valid: exhaustive, mcmc"):
+        search("annealing", mlp, p100, cost)
