@@ -105,6 +105,8 @@ class OpChoices:
         self._degrees: dict[int, list[dict[str, int]]] = {}
         self._views: dict[tuple[int, tuple[int, ...]], list] = {}
         self._axes: dict[int, list] = {}
+        self._by_signature: dict[int, dict] = {}
+        self._neighbours: Optional[dict[int, list[Node]]] = None
 
     def axes(self, node: Node) -> list:
         if node.id not in self._axes:
@@ -144,6 +146,37 @@ class OpChoices:
             if cfg != avoid:
                 return cfg
         return cfg
+
+    def signature(self, node: Node, cfg: OpConfig) -> tuple:
+        """What a configuration does, comparable across operators: degree per axis kind, and the
+        devices of its pieces in order."""
+        kind = {a.name: a.kind for a in self.axes(node)}
+        per_kind: dict = {}
+        for a, d in cfg.degrees:
+            per_kind[kind[a]] = per_kind.get(kind[a], 1) * d
+        degs = tuple(cfg.degree_map.get(a.name, 1) for a in self.axes(node))
+        return (tuple(sorted((k.value, d) for k, d in per_kind.items())), view_devices(self.machine, cfg.view, degs))
+
+    def matching(self, node: Node, signature: tuple) -> Optional[OpConfig]:
+        """The node's configuration with this signature, if it has one."""
+        if node.id not in self._by_signature:
+            self._by_signature[node.id] = {}
+            for c in self.configs(node):
+                self._by_signature[node.id].setdefault(self.signature(node, c), c)
+        return self._by_signature[node.id].get(signature)
+
+    def neighbours(self, node: Node) -> list[Node]:
+        """Compute operators that produce this node's inputs or consume its outputs."""
+        if self._neighbours is None:
+            ids = {n.id for n in self.ops}
+            nb: dict[int, set[int]] = {i: set() for i in ids}
+            for n in self.ops:
+                for r in n.inputs:
+                    if r.node in ids:
+                        nb[n.id].add(r.node)
+                        nb[r.node].add(n.id)
+            self._neighbours = {i: [self.base.node(j) for j in sorted(v)] for i, v in nb.items()}
+        return self._neighbours[node.id]
 
     def movable(self) -> list[Node]:
         """Operators with more than one configuration (the ones a proposal may change)."""
@@ -335,25 +368,37 @@ def fixed_result(name: str, strategy: Strategy, machine: Machine, cost_model, op
     return SearchResult(strategy, cost, log)
 
 
-def describe(strategy: Strategy, machine: Machine, limit: int = 12) -> list[str]:
-    """Short lines saying what a strategy does: operators split on a non-sample axis, operators on
-    fewer devices than the machine has, and the rest grouped."""
+def describe(strategy: Strategy, machine: Machine, limit: int = 6) -> list[str]:
+    """Short lines saying what a strategy does (cf. FlexFlow §8.4), operators grouped by what their
+    configuration splits: data parallel over every device; split on a parameter, attribute or
+    reduction axis; on fewer devices (with the devices they use)."""
     if strategy.base is None:
         return ["(whole-PCG strategy)"]
     base = strategy.base
-    out, dp = [], 0
+    groups: dict[str, list[str]] = {}
+    devices: dict[str, set[int]] = {}
     for nid, cfg in sorted(strategy.configs.items()):
         node = base.node(nid)
-        kinds = {a.name: a.kind for a in node_axes(base, node)[0]}
-        split = {a: d for a, d in cfg.degrees}
-        other = {a: d for a, d in split.items() if kinds.get(a) is not AxisKind.SAMPLE}
-        if other or cfg.total_degree < machine.num_devices:
-            parts = ", ".join(f"{a}({kinds[a].value})={d}" for a, d in sorted(split.items())) or "unsplit"
-            out.append(f"{node.name}: {parts} on {cfg.view}")
+        axes = node_axes(base, node)[0]
+        kinds = {a.name: a.kind for a in axes}
+        split = sorted({kinds[a].value for a, d in cfg.degrees if d > 1 and kinds[a] is not AxisKind.SAMPLE})
+        if split:
+            key = f"split on {'+'.join(split)} axes"
+        elif cfg.total_degree == machine.num_devices:
+            key = f"data parallel over all {machine.num_devices} devices"
+        elif cfg.total_degree == 1:
+            key = "whole on one device"
         else:
-            dp += 1
-    lines = out[:limit] + ([f"... and {len(out) - limit} more"] if len(out) > limit else [])
-    lines.append(f"{dp} operator(s) data parallel over all {machine.num_devices} devices")
+            key = f"data parallel over {cfg.total_degree} devices"
+        groups.setdefault(key, []).append(node.name)
+        degs = tuple(cfg.degree_map.get(a.name, 1) for a in axes)
+        devices.setdefault(key, set()).update(view_devices(machine, cfg.view, degs))
+    lines = []
+    for key, names in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        shown = ", ".join(names[:limit]) + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
+        used = sorted(devices[key])
+        where = "" if len(used) == machine.num_devices else f" [devices {', '.join(map(str, used))}]"
+        lines.append(f"{len(names)} op(s) {key}{where}: {shown}")
     return lines
 
 
@@ -365,8 +410,9 @@ def check_budget(budget: int, what: str) -> int:
 
 def initial_candidates(base: PCG, machine: Machine, choices: OpChoices, seed: int,
                        extra: Sequence[Strategy] = (), num_random: int = 1) -> list[tuple[str, Strategy]]:
-    """FlexFlow's initial candidates: data parallelism, the given ones (expert, imported), and
-    random strategies of the space (deterministic for the seed)."""
+    """FlexFlow's initial candidates: data parallelism, the given ones (expert, imported; used even
+    where they split axes outside the space), and random strategies of the space (deterministic
+    for the seed)."""
     from flexrt.simulator.strategy import data_parallel
     out: list[tuple[str, Strategy]] = []
     dp = data_parallel(base, machine)
@@ -374,7 +420,9 @@ def initial_candidates(base: PCG, machine: Machine, choices: OpChoices, seed: in
         raise StrategyError("data parallelism is outside the search space")
     out.append(("data-parallel", dp))
     for i, s in enumerate(extra):
-        if s is not None and s.base is not None and choices.contains(s):
+        # given strategies start a chain even outside the space (FlexFlow seeds with the expert
+        # whatever the flags); proposals then change their operators within the space only
+        if s is not None and s.base is not None:
             out.append((f"given{i}", s))
     rng = random.Random(seed * 7919 + 17)
     for i in range(num_random):
@@ -384,7 +432,3 @@ def initial_candidates(base: PCG, machine: Machine, choices: OpChoices, seed: in
         except StrategyError:
             continue
     return out
-
-
-def finite(x: float) -> bool:
-    return math.isfinite(x)

@@ -12,6 +12,7 @@
     flexrt train MODEL --machine M [--strategy FILE] [--backend numpy|cupy] [--mode serial|threads]
                  [--steps N] [--seed S] [--trace FILE] [--json]   run it: measured beside simulated
     flexrt calibrate [--devices N] [--quick] [--output FILE] [--json]   measure this host, write the `local` machine
+    flexrt substitutions generate | verify | stats | show N [--file F] [--json]   the PCG substitution library
 
 Model flags (FlexFlow's: ``-b 64``, ``--budget 100``, ``-ll:gpu 4`` ...) follow MODEL and pass to
 ``FFConfig``. Exit codes: 0 success, 1 a flexrt error (``flexrt: error: ...`` on stderr, no
@@ -28,13 +29,13 @@ import sys
 from typing import Optional, Sequence
 
 from flexrt import __version__
-from flexrt.cli import _calibrate, _machines, _models, _search, _show, _simulate, _train
+from flexrt.cli import _calibrate, _machines, _models, _search, _show, _simulate, _substitutions, _train
 from flexrt.cli._common import UsageError
 from flexrt.errors import FlexrtError
 from flexrt.runtime import mpi
 
 # Each command module gives NAME, HELP, ACCEPTS_MODEL_FLAGS, add_arguments(parser) and run(args, extra) -> int.
-COMMANDS = (_models, _show, _machines, _simulate, _search, _train, _calibrate)
+COMMANDS = (_models, _show, _machines, _simulate, _search, _train, _calibrate, _substitutions)
 
 
 def build_parser() -> argparse.ArgumentParser:

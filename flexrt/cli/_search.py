@@ -9,7 +9,7 @@ Ctrl-C stops the search and keeps (and exports) the best strategy so far.
 
 from __future__ import annotations
 
-from flexrt.cli._common import add_json_flag, check_model_flags, emit_json, write_text
+from flexrt.cli._common import add_json_flag, check_model_flags, emit_json
 from flexrt.errors import ConfigError
 from flexrt.machine import load_machine
 from flexrt.model import load_model

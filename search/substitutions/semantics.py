@@ -15,8 +15,10 @@ PCG operators, shared by the generator, the verifier's concrete checks and the r
 | ``OP_REPLICATE`` (x) | ``PM_PARALLEL_DEGREE`` (FlexFlow also writes ``PM_PARALLEL_DIM``, its replica dimension) | ``ReplicateAttrs(degree)``: copies |
 | ``OP_REDUCE`` (x) | ``PM_PARALLEL_DEGREE`` (and FlexFlow's ``PM_PARALLEL_DIM``) | ``ReductionAttrs(degree)``: sums partial sums |
 
-Dimensions (``PM_PARALLEL_DIM``, ``PM_AXIS``) count from the innermost dimension, as FlexFlow's
-(Legion's) do: on a rank-r tensor, value d is flexrt's dimension ``r - 1 - d``.
+Dimensions (``PM_PARALLEL_DIM``, ``PM_AXIS``) in flexrt's rules count from the innermost dimension,
+Legion's order: on a rank-r tensor, value d is flexrt's dimension ``r - 1 - d``. FlexFlow's own
+``graph_subst_3_v2.json`` counts from the outermost (TASO's order: 9 of its rules are well-formed
+only that way, none only the other way); ``library.load_flexflow_rules`` converts it on load.
 
 Entry points: ``to_attrs``, ``pattern_of``, ``flexrt_dim``, ``flexflow_dim``.
 """

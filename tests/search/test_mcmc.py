@@ -131,3 +131,33 @@ def test_unknown_algorithm_is_a_clear_error(mlp, p100, cost):
     from flexrt.errors import ConfigError
     with pytest.raises(ConfigError, match="valid: exhaustive, mcmc"):
         search("annealing", mlp, p100, cost)
+
+
+def test_neighbour_signature_finds_the_same_placement(mlp, p100):
+    choices = OpChoices(mlp, p100, SearchSpace.full())
+    fc1, fc2 = mlp.node_by_name("fc1"), mlp.node_by_name("fc2")
+    assert fc2 in choices.neighbours(fc1) and fc1 in choices.neighbours(fc2)
+    for cfg in choices.configs(fc1):
+        twin = choices.matching(fc2, choices.signature(fc1, cfg))
+        if twin is not None:
+            assert choices.signature(fc2, twin) == choices.signature(fc1, cfg)
+    assert choices.matching(fc2, choices.signature(fc1, choices.configs(fc1)[0])) is not None
+
+
+def test_follow_zero_is_flexflows_uniform_proposal(mlp, p100, cost):
+    a = mcmc(mlp, p100, cost, budget=30, seed=1, space=SearchSpace.full(), follow=0.0)
+    assert a.log.notes["follow"] == 0.0 and a.log.proposals > 0
+
+
+def test_progress_line_shows_iterations_best_and_acceptance(capsys):
+    from flexrt.search.api import Progress
+    bar = Progress(True, 100, "mcmc")
+    bar._bar = None  # the plain stderr line, whether or not tqdm is installed
+    bar._last = float("-inf")
+    bar.update(42, 0.0125, 0.25)
+    bar.close()
+    err = capsys.readouterr().err
+    assert "42/100 iterations" in err and "best 12.500 ms" in err and "acceptance 25%" in err
+    quiet = Progress(False, 100, "mcmc")
+    quiet.update(1, 1.0, 1.0)
+    assert capsys.readouterr().err == ""

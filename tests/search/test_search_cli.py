@@ -2,7 +2,6 @@
 
 import json
 
-import pytest
 
 from flexrt.cli import main
 from flexrt.machine import load_machine

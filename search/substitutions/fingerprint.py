@@ -1,0 +1,128 @@
+"""Exact evaluation of pattern operators on parallel tensors, for fingerprints (TASO §3, Unity §4).
+
+A tensor is a ``ParallelValue`` (flexrt.kernels.pieces): one array per piece of its
+``ParallelTensorShape``, keyed by (shard index, partial-sum index, copy index), so the degrees and
+how the partial sums are split are part of the value. The generator evaluates on int64 arrays with
+every piece reduced modulo a prime ``P`` after each operator; ReLU is replaced by the non-linear
+polynomial ``x*x + 3x`` (TASO's trick: a rule that only holds for linear functions is rejected), and
+a fused ReLU (``OP_LINEAR`` with ``PM_ACTI`` 2) likewise. Everything else runs through flexrt's own
+kernels piece by piece (``run_pieces``, ``apply_parallel_op``), after flexrt's parallel shape
+inference (the same ``infer_node_shapes`` that ``PCG.add_node`` runs) accepted the operator.
+
+The same functions evaluate a rule side on float arrays with the real kernels (``modulus=None``):
+that is the concrete soundness check of a generated rule.
+
+Entry points: ``P``, ``apply_op``, ``evaluate_side``, ``value_digest``, ``to_pcg``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from flexrt.ir.enums import ActiMode
+from flexrt.ir.op_type import PARALLEL_OPS, OpType
+from flexrt.ir.ops import InputAttrs
+from flexrt.ir.parallel_tensor import ParallelTensorShape
+from flexrt.ir.pcg import PCG, TensorRef, infer_node_shapes
+from flexrt.ir.tensor_shape import TensorShape
+from flexrt.kernels.pieces import ParallelValue, apply_parallel_op, piece_keys, run_pieces, scatter
+from flexrt.search.substitutions.rule import PatternOp, Slot  # noqa: F401  (Slot: docstring example)
+from flexrt.search.substitutions.semantics import to_attrs
+
+# Largest prime below 2**23: a linear's products of two residues stay below 2**46, and a sum of a few
+# thousand of them below 2**63, so int64 arithmetic is exact before the reduction.
+P = 2 ** 23 - 15
+
+
+def _poly(x, modulus: int):
+    """The stand-in for ReLU in exact arithmetic: x*x + 3x (mod p), not linear, not idempotent."""
+    return (x * x + 3 * x) % modulus
+
+
+def infer_op(op: PatternOp, shapes: Sequence[ParallelTensorShape]):
+    """(flexrt attrs, output parallel shapes) of ``op`` on operands of these parallel shapes.
+
+    Raises a FlexrtError (ShapeError, GraphError) when flexrt's shape inference rejects it.
+    """
+    attrs = to_attrs(op, [s.tensor_shape for s in shapes])
+    return attrs, infer_node_shapes(attrs, list(shapes), op.type)
+
+
+def apply_op(op: PatternOp, operands: Sequence[ParallelValue], modulus: int | None = P,
+             attrs=None) -> tuple[ParallelValue, ...]:
+    """Evaluate ``op`` piece by piece; exact modulo ``modulus`` (int64 operands), or the real float
+    kernels when ``modulus`` is None. Raises a FlexrtError when shape inference rejects the operator."""
+    if attrs is None:
+        attrs, _ = infer_op(op, [v.shape for v in operands])
+    if attrs.op_type in PARALLEL_OPS:
+        outs = (apply_parallel_op(np, attrs, operands[0]),)
+    else:
+        outs = tuple(run_pieces(np, attrs, list(operands), op.type))
+    if modulus is None:
+        return outs
+    nonlinear = attrs.op_type is OpType.RELU or (
+        attrs.op_type is OpType.LINEAR and attrs.activation is ActiMode.AC_MODE_RELU)
+    # Residues are non-negative, so the kernels' max(x, 0) was the identity; apply the polynomial.
+    fn = (lambda a: _poly(a.astype(np.int64) % modulus, modulus)) if nonlinear else \
+        (lambda a: a.astype(np.int64) % modulus)
+    return tuple(ParallelValue(v.shape, {k: fn(a) for k, a in v.pieces.items()}) for v in outs)
+
+
+def value_digest(value: ParallelValue) -> bytes:
+    """A 16-byte hash of a parallel value: its parallel shape and every piece, in piece order."""
+    h = hashlib.blake2b(digest_size=16)
+    s = value.shape
+    h.update(repr((s.sizes, s.shard_degrees, s.sum_degree, s.discard_copy_degree)).encode())
+    for k in piece_keys(s):
+        h.update(np.ascontiguousarray(value.pieces[k]).tobytes())
+    return h.digest()
+
+
+def full_value(array) -> ParallelValue:
+    """An unpartitioned parallel value (one piece) holding ``array``."""
+    return scatter(np, array, ParallelTensorShape.of(array.shape))
+
+
+def _as_value(x) -> ParallelValue:
+    return x if isinstance(x, ParallelValue) else full_value(x)
+
+
+def evaluate_side(ops: Sequence[PatternOp], inputs: Mapping[int, np.ndarray | ParallelValue],
+                  modulus: int | None = None) -> list[tuple[ParallelValue, ...]]:
+    """Evaluate a rule side (pattern operators over external inputs ``-1, -2, ...``) on full arrays
+    (unpartitioned) or parallel values.
+
+    Returns every operator's outputs. Float kernels by default; exact modulo ``modulus`` if given.
+
+    Example:
+        >>> x = np.ones((4, 4))
+        >>> outs = evaluate_side([PatternOp("OP_RELU", (Slot(-1, 0),))], {-1: x})
+        >>> outs[0][0].shape.sizes
+        (4, 4)
+    """
+    values: list[tuple[ParallelValue, ...]] = []
+    for op in ops:
+        operands = [_as_value(inputs[s.op]) if s.external else values[s.op][s.ts] for s in op.inputs]
+        values.append(apply_op(op, operands, modulus))
+    return values
+
+
+def to_pcg(ops: Sequence[PatternOp], input_shapes: Mapping[int, TensorShape]) -> tuple[PCG, list[list[TensorRef]]]:
+    """The flexrt PCG of a rule side: one ``Input`` node per external input, one node per operator
+    (``PCG.add_node`` runs flexrt's shape inference and raises on an invalid side)."""
+    g = PCG()
+    ext = {k: TensorRef(g.add_node(InputAttrs(shape), name=f"in{-k - 1}")) for k, shape in sorted(input_shapes.items(),
+                                                                                               reverse=True)}
+    refs: list[list[TensorRef]] = []
+    for i, op in enumerate(ops):
+        ins = [ext[s.op] if s.external else refs[s.op][s.ts] for s in op.inputs]
+        attrs = to_attrs(op, [g.shape(r).tensor_shape for r in ins])
+        nid = g.add_node(attrs, ins, name=f"op{i}_{op.type}")
+        refs.append(list(g.outputs(nid)))
+    return g, refs
+
+
+__all__ = ["P", "apply_op", "evaluate_side", "full_value", "infer_op", "to_pcg", "value_digest"]
