@@ -143,6 +143,9 @@ def _check_degrees(node: Node, axes, given: Mapping[str, int]) -> dict[str, int]
     return {n: int(given.get(n, 1)) for n in names}
 
 
+_TARGETS: dict = {}  # (attrs, input shapes, degrees) -> (operand targets, weight targets); searches repeat them
+
+
 def apply_configs(base: PCG, degrees: Mapping[int, Mapping[str, int]]) -> tuple[PCG, dict[int, int]]:
     """The parallel PCG of ``base`` (a PCG without parallel operators) under per-node axis degrees.
 
@@ -168,13 +171,20 @@ def apply_configs(base: PCG, degrees: Mapping[int, Mapping[str, int]]) -> tuple[
         full = [base.shape(r).tensor_shape for r in data_refs]
         axes = opdef.parallel_axes(node.attrs, full)
         deg = _check_degrees(node, axes, degrees.get(nid, {}))
-        try:
-            targets = [ParallelTensorShape.of(s.dims, d.shard, d.sum, d.copy, s.dtype) for i, s in enumerate(full)
-                       for d in [tensor_degrees(axes, deg, i, s.rank, False)]]
-            wtargets = required_weight_shapes(opdef, node.attrs, node.name, targets)
-        except ShapeError as e:
-            raise ShapeError(f"strategy for '{node.name}' ({node.op_type.value}) with degrees "
-                             f"{ {k: v for k, v in deg.items() if v > 1} }: {e}") from None
+        key = (node.attrs, tuple(full), tuple(sorted(deg.items())))
+        if key in _TARGETS:
+            targets, wtargets = _TARGETS[key]
+        else:
+            try:
+                targets = [ParallelTensorShape.of(s.dims, d.shard, d.sum, d.copy, s.dtype) for i, s in enumerate(full)
+                           for d in [tensor_degrees(axes, deg, i, s.rank, False)]]
+                wtargets = required_weight_shapes(opdef, node.attrs, node.name, targets)
+            except ShapeError as e:
+                raise ShapeError(f"strategy for '{node.name}' ({node.op_type.value}) with degrees "
+                                 f"{ {k: v for k, v in deg.items() if v > 1} }: {e}") from None
+            if len(_TARGETS) > 100_000:
+                _TARGETS.clear()
+            _TARGETS[key] = (targets, wtargets)
         ins = [b.reshard(ref(r), t, f"'{node.name}' input {i}") for i, (r, t) in enumerate(zip(data_refs, targets))]
         ins += [b.reshard(ref(r), t, f"'{node.name}' weight {i}") for i, (r, t) in enumerate(zip(weight_refs, wtargets))]
         mapping[nid] = b.add(node.attrs, ins, node.name).node

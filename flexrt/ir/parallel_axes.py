@@ -112,9 +112,28 @@ def _with(shape: TensorShape, deg: ParallelDegrees, label: str, what: str) -> Pa
         raise ShapeError(f"{label}: {what}: {e}") from None
 
 
+_WEIGHTS: dict = {}         # (attrs, data shapes) -> required weight shapes, for successes
+
+
 def required_weight_shapes(opdef: OpDef, attrs, name: str,
                            data_inputs: Sequence[ParallelTensorShape]) -> tuple[ParallelTensorShape, ...]:
-    """The parallel shapes the operator's weights must have for these data-input degrees."""
+    """The parallel shapes the operator's weights must have for these data-input degrees (a pure
+    function of attributes and shapes, remembered; the name only labels errors)."""
+    try:
+        key = (attrs, tuple(data_inputs))
+        hit = _WEIGHTS.get(key)
+    except TypeError:
+        return _required_weight_shapes(opdef, attrs, name, data_inputs)
+    if hit is None:
+        hit = _required_weight_shapes(opdef, attrs, name, data_inputs)
+        if len(_WEIGHTS) >= 200_000:
+            _WEIGHTS.clear()
+        _WEIGHTS[key] = hit
+    return hit
+
+
+def _required_weight_shapes(opdef: OpDef, attrs, name: str,
+                            data_inputs: Sequence[ParallelTensorShape]) -> tuple[ParallelTensorShape, ...]:
     axes, degree = solve_axes(opdef, attrs, name, data_inputs)
     full = [s.tensor_shape for s in data_inputs]
     wshapes = opdef.weight_shapes(attrs, full) if opdef.weight_shapes else ()

@@ -59,9 +59,32 @@ class Node:
         return self.attrs.op_type
 
 
+_SHAPES: dict = {}          # (attrs, operand shapes) -> output shapes, for inferences that succeeded
+_SHAPES_LIMIT = 200_000
+
+
 def infer_node_shapes(attrs, input_shapes: Sequence[ParallelTensorShape], name: str) -> tuple[
         ParallelTensorShape, ...]:
-    """Output parallel shapes of an operator given its operands' (data inputs, then weights)."""
+    """Output parallel shapes of an operator given its operands' (data inputs, then weights).
+
+    A pure function of the attributes and operand shapes (the name only labels errors), so
+    successful inferences are remembered: searches rebuild parallel graphs from the same pieces
+    over and over."""
+    try:
+        key = (attrs, tuple(input_shapes))
+        hit = _SHAPES.get(key)
+    except TypeError:  # attributes holding something unhashable: no memo
+        return _infer_node_shapes(attrs, input_shapes, name)
+    if hit is None:
+        hit = _infer_node_shapes(attrs, input_shapes, name)
+        if len(_SHAPES) >= _SHAPES_LIMIT:
+            _SHAPES.clear()
+        _SHAPES[key] = hit
+    return hit
+
+
+def _infer_node_shapes(attrs, input_shapes: Sequence[ParallelTensorShape], name: str) -> tuple[
+        ParallelTensorShape, ...]:
     opdef = op_def(attrs.op_type)
     label = f"{attrs.op_type.value} '{name}'"
     if opdef.parallel_rule is not None:
