@@ -1,0 +1,422 @@
+"""Verify substitution rules with Z3 (Unity §4): a rule holds when, given the axioms of
+``axioms.py``, ``source != destination`` is unsatisfiable for each of its mapped outputs.
+
+Each check runs in a child process (``spawn``) with a hard time limit (the parent kills a child that
+overruns; Z3's own timeout is only advisory) and a memory limit (``RLIMIT_AS`` set in the child).
+Strategies are tried in turn until one decides: E-matching on the axioms' patterns, then model-based
+quantifier instantiation (which can also find a countermodel), then E-matching with another seed and
+no auto-configuration. A rule is ``PROVED``, ``REFUTED`` (Z3 found a model of the axioms in which the
+sides differ: the axioms do not imply the rule) or ``UNKNOWN`` (every strategy gave up or ran out of
+time); only ``PROVED`` counts as verified, and an ``UNKNOWN`` is logged with what was tried.
+
+Entry points: ``verify_rules``, ``verify_rule``, ``check_rule`` (in-process, no isolation),
+``check_axioms`` (consistency), ``rule_terms``.
+
+Example:
+    >>> from flexrt.search.substitutions.rule import PatternOp, Rule, Slot, OutputMap
+    >>> r = Rule("add_comm", (PatternOp("OP_EW_ADD", (Slot(-1), Slot(-2))),),
+    ...          (PatternOp("OP_EW_ADD", (Slot(-2), Slot(-1))),), (OutputMap(0, 0, 0, 0),))
+    >>> verify_rule(r, timeout_s=10).status
+    <Status.PROVED: 'proved'>
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import multiprocessing as mp
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+
+from flexrt.search.substitutions.rule import Rule
+
+from flexrt.errors import GraphError
+
+log = logging.getLogger(__name__)
+
+STRATEGIES = ("ematch", "mbqi", "ematch-seed")
+_GRACE_S = 3.0   # a child gets this long past Z3's timeout (and its own start) before it is killed
+
+
+class Status(enum.Enum):
+    PROVED = "proved"
+    REFUTED = "refuted"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyResult:
+    """What the verifier concluded about one rule. ``tried`` lists ``strategy:outcome`` in order
+    (outcomes: unsat, sat, unknown(reason), killed(timeout), crashed, error(...))."""
+    name: str
+    status: Status
+    strategy: str | None
+    tried: tuple
+    seconds: float
+    detail: str = ""
+
+    @property
+    def verified(self) -> bool:
+        return self.status is Status.PROVED
+
+    def __str__(self) -> str:
+        by = f" by {self.strategy}" if self.strategy else ""
+        return f"{self.name}: {self.status.value}{by} in {self.seconds:.2f} s [{', '.join(self.tried)}]"
+
+
+# ---- translation ------------------------------------------------------------------------------
+
+def rule_terms(rule: Rule, alg) -> list[tuple]:
+    """``(source term, destination term)`` per mapped output; external input ``k`` is the constant
+    ``in<k>`` of sort ``T``, the same on both sides."""
+    z3 = alg.z3
+    inputs: dict[int, object] = {}
+
+    def side(ops, where):
+        outs: list[tuple] = []
+        for i, op in enumerate(ops):
+            args = []
+            for s in op.inputs:
+                if s.external:
+                    n = -s.op - 1
+                    args.append(inputs.setdefault(n, z3.Const(f"in{n}", alg.T)))
+                else:
+                    if s.ts >= len(outs[s.op]):
+                        raise GraphError(f"rule {rule.name}: {where} operator {i} reads output {s.ts} of operator "
+                                         f"{s.op} ({ops[s.op].type}), which has {len(outs[s.op])}")
+                    args.append(outs[s.op][s.ts])
+            outs.append(_apply(alg, op, args, f"rule {rule.name}: {where} operator {i}"))
+        return outs
+
+    src, dst = side(rule.src, "source"), side(rule.dst, "destination")
+    pairs = []
+    for m in rule.outputs:
+        if m.src_ts >= len(src[m.src_op]) or m.dst_ts >= len(dst[m.dst_op]):
+            raise GraphError(f"rule {rule.name}: output map {m} names an output the operator does not have")
+        pairs.append((src[m.src_op][m.src_ts], dst[m.dst_op][m.dst_ts]))
+    return pairs
+
+
+_ARITY = {"OP_LINEAR": 2, "OP_RELU": 1, "OP_EW_ADD": 2, "OP_EW_MUL": 2, "OP_CONCAT": 2, "OP_SPLIT": 1,
+          "OP_TRANSPOSE": 1, "OP_SCALAR_MULTIPLY": 1, "OP_PARTITION": 1, "OP_COMBINE": 1, "OP_REPLICATE": 1,
+          "OP_REDUCE": 1}
+
+
+def _apply(alg, op, args, where: str) -> tuple:
+    t = op.type
+    if t not in _ARITY:
+        raise GraphError(f"{where}: operator {t} has no axioms (supported: {', '.join(_ARITY)})")
+    if len(args) != _ARITY[t]:
+        raise GraphError(f"{where}: {t} takes {_ARITY[t]} inputs, got {len(args)}")
+
+    def need(key):
+        v = op.param(key)
+        if v is None:
+            raise GraphError(f"{where}: {t} needs parameter {key}")
+        return v
+    if t == "OP_LINEAR":
+        return (alg.linear(op.param("PM_ACTI", 0), *args),)
+    if t == "OP_RELU":
+        return (alg.relu(*args),)
+    if t == "OP_EW_ADD":
+        return (alg.ewadd(*args),)
+    if t == "OP_EW_MUL":
+        return (alg.ewmul(*args),)
+    if t == "OP_SCALAR_MULTIPLY":
+        return (alg.smul(op.param("PM_SCALAR", 2), *args),)
+    if t == "OP_TRANSPOSE":
+        return (alg.transpose(*args),)
+    if t == "OP_CONCAT":
+        if op.param("PM_NUM_INPUTS", 2) != 2:
+            raise GraphError(f"{where}: OP_CONCAT of {op.param('PM_NUM_INPUTS')} inputs (the axioms know 2)")
+        return (alg.concat(need("PM_AXIS"), *args),)
+    if t == "OP_SPLIT":
+        if op.param("PM_NUM_OUTPUTS", 2) != 2:
+            raise GraphError(f"{where}: OP_SPLIT into {op.param('PM_NUM_OUTPUTS')} outputs (the axioms know 2)")
+        ax = need("PM_AXIS")
+        return (alg.split0(ax, *args), alg.split1(ax, *args))
+    if t == "OP_PARTITION":
+        return (alg.partition(need("PM_PARALLEL_DIM"), need("PM_PARALLEL_DEGREE"), *args),)
+    if t == "OP_COMBINE":
+        return (alg.combine(need("PM_PARALLEL_DIM"), need("PM_PARALLEL_DEGREE"), *args),)
+    if t == "OP_REPLICATE":
+        return (alg.replicate(need("PM_PARALLEL_DEGREE"), *args),)
+    return (alg.reduce(need("PM_PARALLEL_DEGREE"), *args),)
+
+
+# ---- one check, in this process -----------------------------------------------------------------
+
+class _Prover:
+    """The axioms built once (per process) and reused for every check."""
+
+    def __init__(self):
+        from flexrt.search.substitutions.axioms import Z3Algebra, z3_axioms
+        self.alg = Z3Algebra()
+        self.axioms = z3_axioms(self.alg)
+
+    def solver(self, strategy: str, timeout_s: float):
+        z3 = self.alg.z3
+        s = z3.Solver()
+        if strategy == "ematch":
+            s.set("smt.mbqi", False)
+        elif strategy == "mbqi":
+            s.set("smt.mbqi", True)
+        elif strategy == "ematch-seed":
+            s.set("smt.auto_config", False)
+            s.set("smt.mbqi", False)
+            s.set("smt.random_seed", 7)
+        else:
+            raise GraphError(f"unknown verifier strategy {strategy!r} (valid: {', '.join(STRATEGIES)})")
+        s.set("timeout", max(1, int(timeout_s * 1000)))
+        s.add(*self.axioms)
+        return s
+
+    def check(self, goal_pairs, strategy: str, timeout_s: float) -> str:
+        """``unsat`` (proved), ``sat`` (countermodel) or ``unknown(reason)``."""
+        z3 = self.alg.z3
+        s = self.solver(strategy, timeout_s)
+        if goal_pairs:  # no pairs: check the axioms alone (unsat = they are inconsistent)
+            s.add(z3.Or(*[a != b for a, b in goal_pairs]))
+        r = s.check()
+        if r == z3.unsat:
+            return "unsat"
+        if r == z3.sat:
+            return "sat"
+        return f"unknown({s.reason_unknown()})"
+
+
+_PROVER: _Prover | None = None
+
+
+def _prover() -> _Prover:
+    global _PROVER
+    if _PROVER is None:
+        _PROVER = _Prover()
+    return _PROVER
+
+
+def _conclude(name: str, tried: list, seconds: float, detail: str = "") -> VerifyResult:
+    for t in tried:
+        strategy, outcome = t.split(":", 1)
+        if outcome == "unsat":
+            return VerifyResult(name, Status.PROVED, strategy, tuple(tried), seconds, detail)
+        if outcome == "sat":
+            return VerifyResult(name, Status.REFUTED, strategy, tuple(tried), seconds, detail)
+    return VerifyResult(name, Status.UNKNOWN, None, tuple(tried), seconds, detail)
+
+
+def check_rule(rule: Rule, timeout_s: float = 5.0, strategies: Sequence[str] = STRATEGIES,
+               on_step: Callable[[str], None] | None = None) -> VerifyResult:
+    """Verify ``rule`` in this process (no hard limits: use ``verify_rules`` for untrusted input)."""
+    t0 = time.perf_counter()
+    p = _prover()
+    try:
+        pairs = rule_terms(rule, p.alg)
+    except GraphError as e:
+        return VerifyResult(rule.name, Status.UNKNOWN, None, ("translate:error",), time.perf_counter() - t0, str(e))
+    tried: list[str] = []
+    for strategy in strategies:
+        try:
+            outcome = p.check(pairs, strategy, timeout_s)
+        except MemoryError:
+            outcome = "unknown(out of memory)"
+        except p.alg.z3.Z3Exception as e:  # resource limits inside Z3
+            outcome = f"error({e})"
+        tried.append(f"{strategy}:{outcome}")
+        if on_step:
+            on_step(tried[-1])
+        if outcome in ("unsat", "sat"):
+            break
+    return _conclude(rule.name, tried, time.perf_counter() - t0)
+
+
+# ---- child processes ----------------------------------------------------------------------------
+
+def _worker(conn, memory_bytes: int) -> None:
+    import resource
+    if memory_bytes:
+        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+    _prover()
+    conn.send(("ready",))
+    while True:
+        msg = conn.recv()
+        if msg is None:
+            return
+        idx, rule_json, timeout_s, strategies = msg
+        res = check_rule(Rule.from_json(rule_json), timeout_s, strategies,
+                         on_step=lambda step, idx=idx: conn.send(("step", idx, step)))
+        conn.send(("done", idx, res.status.value, res.strategy, res.tried, res.seconds, res.detail))
+
+
+class _Child:
+    def __init__(self, ctx, memory_bytes: int):
+        self.conn, child_conn = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker, args=(child_conn, memory_bytes), daemon=True)
+        self.proc.start()
+        child_conn.close()
+        self.task: int | None = None
+        self.tried: list[str] = []
+        self.started = 0.0
+        self.deadline = 0.0
+
+    def kill(self) -> None:
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(5)
+        self.conn.close()
+
+
+def verify_rules(rules: Sequence[Rule], timeout_s: float = 5.0, jobs: int = 2,
+                 strategies: Sequence[str] = STRATEGIES, memory_mb: int = 2048,
+                 progress: Callable[[int, VerifyResult], None] | None = None) -> list[VerifyResult]:
+    """Verify every rule, ``jobs`` child processes at a time; one result per rule, in order.
+
+    ``timeout_s`` bounds each strategy (Z3's timeout, enforced by killing the child ``_GRACE_S``
+    later); ``memory_mb`` is each child's address-space limit. A killed or crashed child is replaced
+    and the rule's remaining strategies run in the new one.
+
+    Example:
+        >>> [r.status.value for r in verify_rules(rules, timeout_s=5, jobs=2)]  # doctest: +SKIP
+        ['proved', 'proved', 'unknown']
+    """
+    rules = list(rules)
+    results: list[VerifyResult | None] = [None] * len(rules)
+    if not rules:
+        return []
+    ctx = mp.get_context("spawn")
+    memory_bytes = int(memory_mb) * 2 ** 20
+    # A task: (rule index, strategies still to try, outcomes so far, seconds so far).
+    pending: list[tuple] = [(i, tuple(strategies), [], 0.0) for i in range(len(rules))][::-1]
+    start_deadline_s = 120.0   # spawning, importing flexrt and z3, building the axioms
+
+    def spawn() -> _Child:
+        c = _Child(ctx, memory_bytes)
+        c.deadline = time.monotonic() + start_deadline_s
+        return c
+
+    def finish(idx: int, tried: list, seconds: float, detail: str = "") -> None:
+        res = _conclude(rules[idx].name, tried, seconds, detail)
+        results[idx] = res
+        if res.status is Status.UNKNOWN:
+            log.warning("not verified: %s", res)
+        if progress:
+            progress(idx, res)
+
+    def assign(c: _Child) -> None:
+        c.task, c.deadline = None, float("inf")   # idle: no deadline until it gets a task
+        if pending:
+            c.task = pending.pop()
+            idx, todo, _, _ = c.task
+            c.tried, c.started = [], time.monotonic()
+            c.deadline = c.started + timeout_s + _GRACE_S
+            c.conn.send((idx, rules[idx].to_json(), timeout_s, todo))
+
+    def lost(c: _Child, why: str) -> None:
+        """The child was killed or died mid-task: record the strategy it was on, requeue the rest."""
+        idx, todo, before, secs = c.task
+        step = todo[len(c.tried)] if len(c.tried) < len(todo) else "?"
+        tried = before + c.tried + [f"{step}:{why}"]
+        secs += time.monotonic() - c.started
+        rest = todo[len(c.tried) + 1:]
+        if rest:
+            pending.append((idx, rest, tried, secs))
+        else:
+            finish(idx, tried, secs, f"child process {why}")
+        c.task = None
+
+    children = [spawn() for _ in range(max(1, min(jobs, len(rules))))]
+    try:
+        while pending or any(c.task is not None for c in children):
+            next_deadline = min(c.deadline for c in children)
+            ready = wait([c.conn for c in children],
+                         timeout=None if next_deadline == float("inf") else max(0.0, next_deadline - time.monotonic()))
+            for i, c in enumerate(children):
+                if c.conn in ready:
+                    try:
+                        msg = c.conn.recv()
+                    except (EOFError, OSError):
+                        msg = ("crashed",)
+                    if msg[0] == "ready":
+                        assign(c)
+                    elif msg[0] == "step":
+                        c.tried.append(msg[2])
+                        c.deadline = time.monotonic() + timeout_s + _GRACE_S
+                    elif msg[0] == "done":
+                        idx, _, before, secs = c.task
+                        tried, seconds, detail = msg[4:]
+                        finish(idx, before + list(tried), secs + seconds, detail)
+                        assign(c)
+                    else:  # the child died (out of memory, a Z3 abort)
+                        if c.task is None:
+                            raise GraphError(f"verifier child process exited before it was ready (exit code "
+                                             f"{c.proc.exitcode}); a script calling verify_rules needs an "
+                                             f"`if __name__ == '__main__':` guard (spawned children import it)")
+                        else:
+                            lost(c, "crashed")
+                        c.kill()
+                        children[i] = spawn()
+                elif time.monotonic() >= c.deadline:
+                    if c.task is None:
+                        raise GraphError(f"verifier child process did not start within {start_deadline_s:.0f} s")
+                    lost(c, "killed(timeout)")
+                    c.kill()
+                    children[i] = spawn()
+    finally:
+        for c in children:
+            try:
+                c.conn.send(None)
+            except (OSError, BrokenPipeError):
+                pass
+            c.proc.join(2)
+            c.kill()
+    return results
+
+
+def verify_rule(rule: Rule, timeout_s: float = 5.0, **kw) -> VerifyResult:
+    """``verify_rules([rule])[0]``: one rule, in a child process."""
+    return verify_rules([rule], timeout_s=timeout_s, jobs=1, **kw)[0]
+
+
+def _prove_false_rule() -> Rule:
+    """A false rule whose source mentions every operator (so that E-matching has ground terms to
+    work on): it can only be proved from inconsistent axioms."""
+    from flexrt.search.substitutions.rule import OutputMap
+    from flexrt.search.substitutions.rule import PatternOp as P
+    from flexrt.search.substitutions.rule import Slot as S
+    x, y, w = S(-1), S(-2), S(-3)
+    par = lambda d, k: (("PM_PARALLEL_DIM", d), ("PM_PARALLEL_DEGREE", k))
+    src = (P("OP_CONCAT", (x, y), (("PM_AXIS", 1), ("PM_NUM_INPUTS", 2))),              # 0
+           P("OP_SPLIT", (S(0),), (("PM_AXIS", 1), ("PM_NUM_OUTPUTS", 2))),             # 1
+           P("OP_PARTITION", (S(1, 0),), par(1, 2)),                                    # 2
+           P("OP_REPLICATE", (w,), (("PM_PARALLEL_DEGREE", 2),)),                       # 3
+           P("OP_LINEAR", (S(2), S(3)), (("PM_ACTI", 2),)),                             # 4
+           P("OP_RELU", (S(4),)),                                                       # 5
+           P("OP_COMBINE", (S(5),), par(1, 2)),                                         # 6
+           P("OP_PARTITION", (S(6),), par(0, 2)),                                       # 7
+           P("OP_PARTITION", (w,), par(1, 2)),                                          # 8
+           P("OP_LINEAR", (S(7), S(8)), (("PM_ACTI", 0),)),                             # 9
+           P("OP_REDUCE", (S(9),), (("PM_PARALLEL_DEGREE", 2),)),                       # 10
+           P("OP_EW_ADD", (S(10), S(1, 1))),                                            # 11
+           P("OP_EW_MUL", (S(11), S(11))),                                              # 12
+           P("OP_TRANSPOSE", (S(12),)),                                                 # 13
+           P("OP_SCALAR_MULTIPLY", (S(13),), (("PM_SCALAR", 3),)))                      # 14
+    dst = (P("OP_SCALAR_MULTIPLY", (y,), (("PM_SCALAR", 1),)),)
+    return Rule("axioms-prove-false", src, dst, (OutputMap(len(src) - 1, 0, 0, 0),))
+
+
+def check_axioms(timeout_s: float = 10.0, strategies: Sequence[str] = ("ematch",), **kw) -> list[VerifyResult]:
+    """Try to prove false rules: the one above, ``relu(x) = x`` and ``x = y``. Any ``PROVED`` means
+    the axioms are inconsistent (they prove anything). An inconsistency found while writing the
+    axioms (concat associativity with the equal-halves split axioms) made Z3 prove ``relu(x) = x``
+    by E-matching in about 7 s, hence the generous default limit."""
+    from flexrt.search.substitutions.rule import OutputMap
+    from flexrt.search.substitutions.rule import PatternOp as P
+    from flexrt.search.substitutions.rule import Slot as S
+    one = (("PM_SCALAR", 1),)
+    relu_x = Rule("relu-is-identity", (P("OP_RELU", (S(-1),)),), (P("OP_SCALAR_MULTIPLY", (S(-1),), one),),
+                  (OutputMap(0, 0, 0, 0),))
+    x_y = Rule("x-equals-y", (P("OP_SCALAR_MULTIPLY", (S(-1),), one),), (P("OP_SCALAR_MULTIPLY", (S(-2),), one),),
+               (OutputMap(0, 0, 0, 0),))
+    return verify_rules([_prove_false_rule(), relu_x, x_y], timeout_s=timeout_s, strategies=strategies, **kw)
