@@ -11,7 +11,8 @@ attribute axes with ``--enable-attribute-parallel``; parameter axes with
 ``--enable-parameter-parallel``, which also gates reduction axes (splitting a contraction dimension
 partitions the weight's input dimension, i.e. it is parameter parallelism whose outputs are
 partial sums); ``--only-data-parallel`` keeps the sample axis alone. Device placement (the
-operator's machine view) is always searched.
+operator's machine view) is always searched. ``tie_shared`` (off by default) makes operators that
+share a weight take one configuration together (:meth:`OpChoices.units`).
 
 Entry points: ``search``, ``SearchResult``, ``SearchLog``, ``SearchSpace``, ``Scorer``,
 ``register_algorithm``, ``algorithms``.
@@ -31,9 +32,10 @@ import random
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from flexrt.errors import ConfigError, StrategyError
+from flexrt.ir.op_type import OpType
 from flexrt.ir.pcg import PCG, Node
 from flexrt.ir.registry import AxisKind
 from flexrt.machine import Machine
@@ -60,6 +62,10 @@ class SearchSpace:
     # "all": every view of enumerate_views; "aligned": pieces on a contiguous block of devices
     # starting at a multiple of its size, in piece order (FlexFlow's usual placements; smaller)
     placements: str = "all"
+    # operators that share a weight (the steps of an unrolled RNN layer, FlexFlow's shared_op)
+    # take one configuration together: the same degree per axis kind on the same devices, as
+    # FlexFlow's RNN operators sharing parameters are placed together (§8.3's RNNLM; smaller)
+    tie_shared: bool = False
 
     def __post_init__(self):
         if self.placements not in ("all", "aligned"):
@@ -93,7 +99,8 @@ class SearchSpace:
 
     def __str__(self) -> str:
         return "+".join(k.value for k in AxisKind if k in self.kinds) + (
-            "" if self.placements == "all" else f" ({self.placements} placements)")
+            "" if self.placements == "all" else f" ({self.placements} placements)") + (
+            " (shared weights tied)" if self.tie_shared else "")
 
 
 class OpChoices:
@@ -107,6 +114,7 @@ class OpChoices:
         self._axes: dict[int, list] = {}
         self._by_signature: dict[int, dict] = {}
         self._neighbours: Optional[dict[int, list[Node]]] = None
+        self._units: Optional[list[list[Node]]] = None
 
     def axes(self, node: Node) -> list:
         if node.id not in self._axes:
@@ -182,12 +190,94 @@ class OpChoices:
         """Operators with more than one configuration (the ones a proposal may change)."""
         return [n for n in self.ops if len(self.degrees(n)) > 1 or len(self.views(n, self.degrees(n)[0])) > 1]
 
+    # -- units: the operators that change together (one each unless the space ties shared weights)
+
+    def units(self) -> list[list[Node]]:
+        """The compute operators grouped into units that take one configuration together, in
+        topological order of their first operators: one operator per unit, or with
+        ``space.tie_shared`` the operators reading a common weight (transitively) in one unit."""
+        if self._units is None:
+            order = {nid: i for i, nid in enumerate(self.base.topological_order())}
+            ops = sorted(self.ops, key=lambda n: order[n.id])
+            parent = {n.id: n.id for n in ops}
+
+            def find(i: int) -> int:
+                while parent[i] != i:
+                    parent[i] = parent[parent[i]]
+                    i = parent[i]
+                return i
+
+            if self.space.tie_shared:
+                ids = set(parent)
+                for src in self.base.nodes:
+                    if src.op_type is OpType.WEIGHT:
+                        users = sorted({c for c in self.base.consumers(src.id) if c in ids}, key=order.get)
+                        for u in users[1:]:
+                            a, b = find(users[0]), find(u)
+                            if a != b:
+                                parent[max(a, b, key=order.get)] = min(a, b, key=order.get)
+            groups: dict[int, list[Node]] = {}
+            for n in ops:
+                groups.setdefault(find(n.id), []).append(n)
+            self._units = list(groups.values())
+        return self._units
+
+    def unit_configs(self, unit: Sequence[Node], config: OpConfig) -> Optional[dict[int, OpConfig]]:
+        """The configuration of every operator of a unit when its first one takes ``config``: the
+        one with the same signature (None where an operator has none)."""
+        if len(unit) == 1:
+            return {unit[0].id: config}
+        sig = self.signature(unit[0], config)
+        out = {unit[0].id: config}
+        for n in unit[1:]:
+            c = self.matching(n, sig)
+            if c is None:
+                return None
+            out[n.id] = c
+        return out
+
+    def unit_options(self, unit: Sequence[Node]) -> list[dict[int, OpConfig]]:
+        """Every configuration of a unit (those of its first operator every other one can match)."""
+        return [u for u in (self.unit_configs(unit, c) for c in self.configs(unit[0])) if u is not None]
+
+    def movable_units(self) -> list[list[Node]]:
+        """Units with more than one configuration."""
+        return [u for u in self.units() if len(self.unit_options(u)) > 1]
+
+    def random_unit(self, unit: Sequence[Node], rng: random.Random,
+                    current: Optional[Mapping[int, OpConfig]] = None) -> dict[int, OpConfig]:
+        """A random configuration of a unit: FlexFlow's proposal (:meth:`random`) for its first
+        operator, the others matching it (redrawn a few times where one cannot)."""
+        lead = unit[0]
+        avoid = current.get(lead.id) if current is not None else None
+        out = None
+        for _ in range(8):
+            out = self.unit_configs(unit, self.random(lead, rng, avoid))
+            if out is not None:
+                return out
+        return dict(self.unit_options(unit)[0])
+
+    def random_configs(self, rng: random.Random) -> dict[int, OpConfig]:
+        """A random configuration of every operator (tied units together)."""
+        if not self.space.tie_shared:
+            return {n.id: self.random(n, rng) for n in self.ops}
+        out: dict[int, OpConfig] = {}
+        for u in self.units():
+            out.update(self.random_unit(u, rng))
+        return out
+
     def contains(self, strategy: Strategy) -> bool:
-        """Whether every operator of the strategy uses only allowed axis kinds."""
+        """Whether every operator of the strategy uses only allowed axis kinds (and tied units
+        one configuration)."""
         for n in self.ops:
             kind = {a.name: a.kind for a in self.axes(n)}
             if any(kind.get(a) not in self.space.kinds for a, v in strategy.configs[n.id].degrees if v > 1):
                 return False
+        if self.space.tie_shared:
+            for u in self.units():
+                if len(u) > 1 and self.unit_configs(u, strategy.configs[u[0].id]) != {
+                        n.id: strategy.configs[n.id] for n in u}:
+                    return False
         return True
 
 
@@ -426,7 +516,7 @@ def initial_candidates(base: PCG, machine: Machine, choices: OpChoices, seed: in
             out.append((f"given{i}", s))
     rng = random.Random(seed * 7919 + 17)
     for i in range(num_random):
-        configs = {n.id: choices.random(n, rng) for n in choices.ops}
+        configs = choices.random_configs(rng)
         try:
             out.append((f"random{i}", Strategy.from_configs(base, configs)))
         except StrategyError:

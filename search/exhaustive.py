@@ -27,6 +27,11 @@ this is the "A*-style" heuristic part: exact for every case we checked, not a pr
 ``prefix_bound=False`` keeps the two admissible bounds only. The budget counts simulated leaves; when it runs out the result is the best found and
 ``log.notes["proven_optimal"]`` is False.
 
+With ``SearchSpace(tie_shared=True)`` the operators sharing a weight form one unit (FlexFlow's
+RNN steps share their layer's parameters): the unit's first operator branches and the others take
+the matching configuration, so the 2-step RNNLM's 11 operators give 7^7 strategies (sample axis,
+aligned placements) instead of 7^11; exhaustive search proves that optimum in a few minutes.
+
 Entry point: ``exhaustive``.
 """
 
@@ -131,13 +136,24 @@ def exhaustive(pcg: PCG, machine: Machine, cost_model, budget: int = 100_000, se
                 opts.append((OpConfig(tuple(d.items()), v), load, min(times), sum(times)))
         opts.sort(key=lambda o: (max(o[1].values()), o[3]))
         options.append(opts)
+    # tied units (space.tie_shared): the first operator of a unit branches; the others follow it
+    leader: list[int] = list(range(len(order)))
+    unit_of: dict[int, list] = {}
+    for u in choices.units():
+        for n in u:
+            leader[index[n.id]] = index[u[0].id]
+            unit_of[n.id] = u
+    by_config = [{o[0]: o for o in opts} for opts in options]
+    for i, n in enumerate(order):
+        if leader[i] == i and len(unit_of[n.id]) > 1:
+            options[i] = [o for o in options[i] if choices.unit_configs(unit_of[n.id], o[0]) is not None]
     min_path = [min(o[2] for o in opts) for opts in options]
     min_total = [min(o[3] for o in opts) for opts in options]
     rest_total = [sum(min_total[i:]) for i in range(len(order) + 1)]
 
     log = SearchLog("exhaustive", budget, seed)
     log.notes.update(space=str(space), operators=len(order),
-                     space_size=math.prod(len(o) for o in options))
+                     space_size=math.prod(len(o) for i, o in enumerate(options) if leader[i] == i))
     scorer = Scorer(machine, cost_model, optimizer)
     best: Optional[Strategy] = None
     best_cost = math.inf
@@ -214,7 +230,13 @@ def exhaustive(pcg: PCG, machine: Machine, cost_model, budget: int = 100_000, se
         if depth == len(order):
             leaf()
             return
-        for cfg, dload, pmin, _ in options[depth]:
+        if leader[depth] != depth:  # tied: the configuration matching the unit's first operator
+            n = order[depth]
+            follow = choices.unit_configs(unit_of[n.id], chosen[leader[depth]])[n.id]
+            opts = [by_config[depth][follow]]
+        else:
+            opts = options[depth]
+        for cfg, dload, pmin, _ in opts:
             state["nodes"] += 1
             for dev, t in dload.items():
                 load[dev] += t

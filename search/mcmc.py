@@ -6,8 +6,11 @@ allowed axes, then a machine view for them) and is scored by delta simulation. W
 (same degree per axis kind, same devices) where it has one: FlexFlow's uniform proposal alone
 rarely moves a whole run of operators onto other devices, since each single step in between pays
 for new transfers on both sides (on LeNet it stalls 3-7% above the optimum; with ``follow`` it
-reaches it). ``follow=0`` is FlexFlow's proposal exactly. It is accepted
-with FlexFlow's Eq. 1 probability::
+reaches it). With probability ``segment`` (default 0.25) the proposal is a *run move*: every unit
+from the chosen one to another random one (topological order) takes the same signature, so a
+stage of a pipeline moves in one step. ``follow=0, segment=0`` is FlexFlow's proposal exactly.
+With ``space.tie_shared`` a proposal changes a *unit*: the operators sharing a weight (the steps
+of an unrolled RNN layer) together. A proposal is accepted with FlexFlow's Eq. 1 probability::
 
     alpha(S* | S) = min(1, exp(beta * (cost(S) - cost(S*))))
 
@@ -20,6 +23,22 @@ accepted with probability e^-alpha); ``unit="ms"`` gives FlexFlow's literal rule
 Initial candidates (§6.2): data parallelism, the expert strategy and an imported strategy where
 given, and random strategies. Each runs its own chain on an equal share of the budget (proposals)
 and stops early when it has not improved the best strategy for half of its share.
+
+``refine=True`` (default) adds two things FlexFlow's search lacks; measured on FlexFlow §8.3's
+LeNet (sample axis, aligned placements, 4 P100s) the chains alone reach the exhaustive optimum for
+1 seed of 3, stuck in basins 0.8% and 5% above it whose way out passes through strategies 5-20%
+slower (two pipeline stages must move at once):
+
+- multi-start: the budget is split into ``starts`` runs (at least one per candidate); after the
+  candidates, runs start alternately from the best strategy (a reheat) and from new random
+  strategies of the space. Each chain gets half of its run's share;
+- greedy descent at the end of each chain (variable-neighbourhood descent): a move gives a run of
+  ``length`` consecutive units the configuration signature of the run's first unit (length 1:
+  every single-operator change); improvements are taken as found, longer runs are tried only
+  where no shorter move improves, and the descent ends at a local optimum of all these moves.
+
+Descent moves are proposals: they count against the budget and are logged and reported to
+``on_iteration``; the search then always spends its budget.
 
 Delta simulation needs the operators that differ from the strategy the simulator last saw. After a
 rejection the simulator holds the rejected proposal; rather than simulating back to the current
@@ -37,11 +56,11 @@ import time
 from typing import Callable, Optional, Sequence
 
 from flexrt.errors import StrategyError
-from flexrt.ir.pcg import PCG
+from flexrt.ir.pcg import PCG, Node
 from flexrt.machine import Machine
 from flexrt.search.api import (OpChoices, Progress, Scorer, SearchLog, SearchResult, SearchSpace, check_budget,
                                initial_candidates, progress_default, register_algorithm)
-from flexrt.simulator.strategy import Strategy
+from flexrt.simulator.strategy import OpConfig, Strategy
 
 UNITS = ("percent", "ms")
 
@@ -59,11 +78,11 @@ def mcmc(pcg: PCG, machine: Machine, cost_model, budget: int = 1000, seed: int =
          optimizer: str = "sgd", cost_fn: Optional[Callable[[Strategy], float]] = None,
          on_iteration: Optional[Callable[[int, Strategy, float], None]] = None,
          progress: Optional[bool] = None, sync: str = "lazy", unit: str = "percent",
-         follow: float = 0.25) -> SearchResult:
+         follow: float = 0.25, segment: float = 0.25, refine: bool = True, starts: int = 6) -> SearchResult:
     """Search the strategy space of ``pcg`` with MCMC; returns the best strategy found.
 
     Args:
-        budget: proposals in all (split evenly between the initial candidates).
+        budget: proposals in all, descent moves included (see ``refine``).
         alpha: FlexFlow's ``--alpha``, the inverse temperature per ``unit`` (percent of the data
             parallel iteration time, or "ms").
         space: the axes proposals may split (default: sample only, FlexFlow's default flags).
@@ -73,6 +92,10 @@ def mcmc(pcg: PCG, machine: Machine, cost_model, budget: int = 1000, seed: int =
         on_iteration: called after every proposal with (iteration, proposal, its cost); an
             exception from it ends the search like Ctrl-C does when it is a KeyboardInterrupt.
         follow: probability of copying a neighbour's configuration instead of a random one.
+        segment: probability of a run move (module docstring).
+        refine: multi-start chains each ended by a greedy descent, until the budget is spent
+            (module docstring); False gives FlexFlow's candidate chains alone.
+        starts: chain + descent runs the budget is split into with ``refine``.
         sync: "lazy" (next delta covers the rejected operator too) or "back" (delta-simulate back
             to the current strategy after each rejection).
 
@@ -90,65 +113,51 @@ def mcmc(pcg: PCG, machine: Machine, cost_model, budget: int = 1000, seed: int =
     rng = random.Random(seed)
     t0 = time.perf_counter()
     choices = OpChoices(pcg, machine, space)
-    movable = choices.movable()
+    movable = choices.movable_units()
     scorer = Scorer(machine, cost_model, optimizer, cost_fn)
     log = SearchLog("mcmc", budget, seed)
-    log.notes.update(alpha=alpha, unit=unit, space=str(space), sync=sync, follow=follow)
+    log.notes.update(alpha=alpha, unit=unit, space=str(space), sync=sync, follow=follow, segment=segment,
+                     refine=refine)
     candidates = initial_candidates(pcg, machine, choices, seed, initial, num_random)
     log.notes["candidates"] = [name for name, _ in candidates]
-    share = max(1, budget // len(candidates)) if budget else 0
-    best: Optional[Strategy] = None
-    best_cost = math.inf
+    # refine: `starts` chain + descent runs (the candidates, then alternately the best strategy
+    # and new random ones), each chain on half of its share; else FlexFlow's chains on the budget
+    runs = max(len(candidates), starts) if refine else len(candidates)
+    share = max(1, budget // runs) if budget else 0
+    chain_steps = max(1, share // 2) if refine else share
     bar = Progress(progress_default() if progress is None else progress, budget, "mcmc")
-    iteration = 0
+    st = _State(scorer, log, bar, t0, sync, on_iteration)
+    beta = 0.0
+    restart_rng = random.Random(seed * 7919 + 29)
     try:
         for ci, (name, start) in enumerate(candidates):
-            current, current_cost = start, scorer.full(start)
+            st.restart(start)
             if ci == 0:  # beta per second: alpha per percent of data parallelism's time, or per ms
-                beta = alpha * (100.0 / current_cost if unit == "percent" and current_cost > 0 else 1e3)
-            if current_cost < best_cost:
-                best, best_cost = current, current_cost
-            log.record(iteration, t0, current_cost, best_cost)
-            pending: set[str] = set()  # operators where the simulator's strategy differs from `current`
-            last_gain = 0
-            steps = share if ci < len(candidates) - 1 else budget - share * (len(candidates) - 1)
-            for step in range(max(0, steps)):
-                if not movable:
-                    log.stop_reason = "no operator has a second configuration"
-                    break
-                if step - last_gain > max(1, steps // 2):
-                    break
-                node = rng.choice(movable)
-                config = None
-                if follow and rng.random() < follow and choices.neighbours(node):
-                    other = rng.choice(choices.neighbours(node))
-                    config = choices.matching(node, choices.signature(other, current.configs[other.id]))
-                    if config == current.configs[node.id]:
-                        config = None
-                if config is None:
-                    config = choices.random(node, rng, current.configs[node.id])
+                beta = alpha * (100.0 / st.current_cost if unit == "percent" and st.current_cost > 0 else 1e3)
+            if not movable:
+                log.stop_reason = "no operator has a second configuration"
+                break
+            steps = chain_steps if refine or ci < len(candidates) - 1 else budget - share * (len(candidates) - 1)
+            _chain(st, choices, movable, rng, beta, follow, min(steps, budget - st.iteration), segment)
+            if refine:
+                _descend(st, choices, movable, budget)
+        rounds = 0
+        while refine and movable and 0 < st.iteration < budget:
+            rounds += 1
+            before = st.iteration
+            if rounds % 2:
+                st.restart(st.best)
+            else:
                 try:
-                    proposal = current.with_config(node.id, config)
-                except StrategyError:  # cannot happen for configurations from valid_configs; skip if it does
-                    continue
-                cost = scorer.score(proposal, pending | {node.name})
-                iteration += 1
-                log.proposals += 1
-                if accept(cost - current_cost, beta, rng):
-                    log.accepted += 1
-                    current, current_cost, pending = proposal, cost, set()
-                    if cost < best_cost:
-                        best, best_cost, last_gain = proposal, cost, step
-                elif sync == "back":
-                    scorer.score(current, {node.name})
-                    pending = set()
-                else:
-                    pending = {node.name}
-                log.record(iteration, t0, current_cost, best_cost)
-                bar.update(iteration, best_cost, log.acceptance_rate)
-                if on_iteration is not None:
-                    on_iteration(iteration, proposal, cost)
-        log.stop_reason = log.stop_reason or ("budget spent" if iteration >= budget else
+                    st.restart(Strategy.from_configs(pcg, choices.random_configs(restart_rng)))
+                except StrategyError:  # cannot happen for configurations of the space; reheat if it does
+                    st.restart(st.best)
+            _chain(st, choices, movable, rng, beta, follow, min(chain_steps, budget - st.iteration), segment)
+            _descend(st, choices, movable, budget)
+            if st.iteration == before:  # no proposal could be built: nothing more to search
+                break
+        log.notes["restarts"] = rounds
+        log.stop_reason = log.stop_reason or ("budget spent" if st.iteration >= budget else
                                               "no improvement for half of a candidate's budget")
     except KeyboardInterrupt:
         log.interrupted = True
@@ -157,9 +166,138 @@ def mcmc(pcg: PCG, machine: Machine, cost_model, budget: int = 1000, seed: int =
         bar.close()
     log.notes.update(simulate_s=scorer.sim_s, full_simulations=scorer.full_calls,
                      delta_simulations=scorer.delta_calls)
-    if best is None:  # interrupted before the first candidate was scored
-        best = candidates[0][1]
-    return SearchResult(best, best_cost, log)
+    best = st.best if st.best is not None else candidates[0][1]  # None: interrupted before any score
+    return SearchResult(best, st.best_cost, log)
+
+
+class _State:
+    """The chain's current strategy, the best one, and the simulator's view of them.
+
+    ``pending`` holds the operators where the simulator's strategy differs from ``current`` (the
+    last rejected proposal's, with lazy sync)."""
+
+    def __init__(self, scorer: Scorer, log: SearchLog, bar: Progress, t0: float, sync: str, on_iteration) -> None:
+        self.scorer, self.log, self.bar, self.t0, self.sync, self.on_iteration = scorer, log, bar, t0, sync, on_iteration
+        self.current: Optional[Strategy] = None
+        self.current_cost = math.inf
+        self.best: Optional[Strategy] = None
+        self.best_cost = math.inf
+        self.pending: set[str] = set()
+        self.iteration = 0
+
+    def restart(self, start: Strategy) -> None:
+        """Make ``start`` current (one full simulation)."""
+        self.current, self.current_cost, self.pending = start, self.scorer.full(start), set()
+        if self.current_cost < self.best_cost:
+            self.best, self.best_cost = self.current, self.current_cost
+        self.log.record(self.iteration, self.t0, self.current_cost, self.best_cost)
+
+    def propose(self, configs: dict[int, OpConfig], names: set[str],
+                decide: Callable[[float], bool]) -> Optional[bool]:
+        """Score the current strategy with ``configs`` changed; move there if ``decide(delta)``.
+        Returns whether it moved, or None where the proposal could not be built."""
+        try:
+            proposal = Strategy.from_configs(self.current.base, {**self.current.configs, **configs})
+        except StrategyError:  # cannot happen for configurations from valid_configs; skip if it does
+            return None
+        cost = self.scorer.score(proposal, self.pending | names)
+        self.iteration += 1
+        self.log.proposals += 1
+        moved = decide(cost - self.current_cost)
+        if moved:
+            self.log.accepted += 1
+            self.current, self.current_cost, self.pending = proposal, cost, set()
+            if cost < self.best_cost:
+                self.best, self.best_cost = proposal, cost
+        elif self.sync == "back":
+            self.scorer.score(self.current, names)
+            self.pending = set()
+        else:
+            self.pending = set(names)
+        self.log.record(self.iteration, self.t0, self.current_cost, self.best_cost)
+        self.bar.update(self.iteration, self.best_cost, self.log.acceptance_rate)
+        if self.on_iteration is not None:
+            self.on_iteration(self.iteration, proposal, cost)
+        return moved
+
+
+def _run_configs(choices: OpChoices, run: Sequence[list[Node]], lead: list[Node], config: OpConfig) -> dict:
+    """Configurations giving every unit of ``run`` the signature of ``lead`` taking ``config``
+    (units with no configuration of that signature are left out)."""
+    sig = choices.signature(lead[0], config)
+    out: dict[int, OpConfig] = {}
+    for group in run:
+        c = config if group is lead else choices.matching(group[0], sig)
+        u = choices.unit_configs(group, c) if c is not None else None
+        if u is not None:
+            out.update(u)
+    return out
+
+
+def _chain(st: _State, choices: OpChoices, movable: list[list[Node]], rng: random.Random, beta: float,
+           follow: float, steps: int, segment: float = 0.0) -> None:
+    """One Metropolis–Hastings chain from ``st.current``: ``steps`` proposals at most, stopping
+    when the best cost has not improved for half of them (FlexFlow §6.2)."""
+    last_gain = 0
+    for step in range(max(0, steps)):
+        if step - last_gain > max(1, steps // 2):
+            break
+        group = rng.choice(movable)
+        node = group[0]
+        configs = None
+        if follow and rng.random() < follow:
+            members = {n.id for n in group}
+            nbrs = [o for n in group for o in choices.neighbours(n) if o.id not in members]
+            if nbrs:
+                other = rng.choice(nbrs)
+                config = choices.matching(node, choices.signature(other, st.current.configs[other.id]))
+                if config is not None and config != st.current.configs[node.id]:
+                    configs = choices.unit_configs(group, config)
+        if configs is None:
+            configs = choices.random_unit(group, rng, st.current.configs)
+        names = {n.name for n in group}
+        if segment and rng.random() < segment and len(movable) > 1:
+            # a run of units from this one to another random one takes its configuration too
+            i, j = movable.index(group), rng.randrange(len(movable))
+            configs = dict(configs)
+            configs.update(_run_configs(choices, movable[min(i, j):max(i, j) + 1], group, configs[node.id]))
+            configs = {k: v for k, v in configs.items() if st.current.configs[k] != v}
+            names = {choices.base.node(k).name for k in configs} | names
+        before = st.best_cost
+        st.propose(configs, names, lambda d: accept(d, beta, rng))
+        if st.best_cost < before:
+            last_gain = step
+
+
+def _descend(st: _State, choices: OpChoices, movable: list[list[Node]], budget: int) -> None:
+    """Greedy descent from ``st.current`` (the end of a chain): a move gives a run of
+    ``length`` consecutive units (topological order) the configuration of the run's first unit
+    (the same signature: degree per axis kind and devices; units that cannot match keep theirs);
+    length 1 is every single-unit change. Improvements are taken as found; lengths grow only
+    while no shorter move improves, and the descent ends at a strategy no such move improves."""
+    n = len(movable)
+    length = 1
+    while length <= n and st.iteration < budget:
+        improved = False
+        for i in range(n - length + 1):
+            lead = movable[i]
+            for option in choices.unit_options(lead):
+                if st.iteration >= budget:
+                    return
+                configs = dict(option)
+                sig = choices.signature(lead[0], option[lead[0].id])
+                for group in movable[i + 1:i + length]:
+                    c = choices.matching(group[0], sig)
+                    u = choices.unit_configs(group, c) if c is not None else None
+                    if u is not None:
+                        configs.update(u)
+                if all(st.current.configs[k] == v for k, v in configs.items()):
+                    continue
+                names = {choices.base.node(k).name for k, v in configs.items() if st.current.configs[k] != v}
+                changed = {k: v for k, v in configs.items() if st.current.configs[k] != v}
+                if st.propose(changed, names, lambda d: d < -1e-12 * st.current_cost):
+                    improved = True
+        length = 1 if improved else length + 1
 
 
 register_algorithm("mcmc", mcmc)

@@ -161,3 +161,20 @@ def test_progress_line_shows_iterations_best_and_acceptance(capsys):
     quiet = Progress(False, 100, "mcmc")
     quiet.update(1, 1.0, 1.0)
     assert capsys.readouterr().err == ""
+
+
+def test_refine_ends_at_a_single_operator_local_optimum(mlp, p100, cost):
+    # the final greedy descent: no single-operator change of the result is faster
+    space = SearchSpace(placements="aligned")
+    r = mcmc(mlp, p100, cost, budget=300, seed=0, space=space)
+    assert r.log.stop_reason == "budget spent" and r.log.notes["refine"]
+    choices = OpChoices(mlp, p100, space)
+    for n in choices.ops:
+        for cfg in choices.configs(n):
+            other = simulate(r.strategy.with_config(n.id, cfg), p100, cost).iteration_time_s
+            assert other >= r.cost_s * (1 - 1e-9)
+
+
+def test_refine_false_is_flexflows_chains(mlp, p100, cost):
+    r = mcmc(mlp, p100, cost, budget=60, seed=2, space=SearchSpace.full(), refine=False, segment=0.0)
+    assert r.log.notes["restarts"] == 0 and r.log.proposals <= 60
