@@ -2,8 +2,8 @@
 # (they create .venv, install flexrt editable with its test extra, and build the Cython extension).
 #
 #   make demo      build a zoo model, simulate it data-parallel on a DGX-1 and write a Chrome trace;
-#                  then simulate Unity's Fig. 2b strategy; then train an MLP under a random hybrid
-#                  strategy on this host's NumPy devices, measured time beside simulated
+#                  then simulate Unity's Fig. 2b strategy; then search a strategy for an MLP on this
+#                  host (MCMC) and train it on the NumPy devices, measured time beside simulated
 #   make test      run the test suite (pass pytest flags with PYTEST_ARGS="-k graph -x")
 #   make install   create .venv and install flexrt (re-run only when packaging or .pyx files change)
 #   make bench     compiled vs pure-Python graph algorithms and engine; delta vs full simulation (quick)
@@ -28,7 +28,8 @@ demo: $(STAMP)
 	$(VENV)/bin/flexrt show $(DEMO_MODEL) -b $(DEMO_BATCH) | tail -n 4
 	$(VENV)/bin/flexrt simulate $(DEMO_MODEL) -b $(DEMO_BATCH) --machine $(DEMO_MACHINE) --data-parallel --trace $(DEMO_TRACE)
 	$(VENV)/bin/flexrt simulate mlp_unity_fig2 --machine dgx1_v100 --strategy examples/strategies/unity_fig2_reduction.json
-	$(VENV)/bin/flexrt train mlp_unity_fig2 -b 64 --machine local --cost profiled --random-strategy 3 --steps 5 --trace demo_train_trace.json
+	$(VENV)/bin/flexrt search mlp_unity_fig2 -b 64 --machine local --cost profiled --budget 200 --enable-parameter-parallel --no-progress --export demo_strategy.json
+	$(VENV)/bin/flexrt train mlp_unity_fig2 -b 64 --machine local --cost profiled --strategy demo_strategy.json --steps 5 --trace demo_train_trace.json
 
 # pytest exits 5 when it collects no tests; that alone is not a failure.
 test: $(STAMP)
