@@ -434,14 +434,8 @@ def test_race_detector_sees_an_unordered_write(fake):
 # ---- the executor on the fake ------------------------------------------------------------------------
 
 def _mlp(dt):
-    from flexrt.core import ActiMode, FFConfig, FFModel
-    m = FFModel(FFConfig([]))
-    x = m.create_tensor([16, 12], dt)
-    t = m.dense(x, 16, ActiMode.AC_MODE_RELU, name="fc1")
-    t = m.dense(t, 8, ActiMode.AC_MODE_TANH, name="fc2")
-    t = m.dense(t, 6, name="fc3")
-    m.softmax(t, name="softmax")
-    return m.pcg
+    from tests.runtime.test_central_law import mlp
+    return mlp(dt)[0].pcg
 
 
 def _train(backend_name, degree, mode="serial", steps=3):
