@@ -25,7 +25,7 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable
 
 import numpy as np
 
@@ -85,6 +85,10 @@ class Executor:
         self.peak: dict[int, int] = defaultdict(int)
         self.labels = None
         self._lock = threading.Lock()
+        self._ring_members: dict[int, list[int]] = defaultdict(list)  # ring group -> its member tasks
+        for t in plan.tasks:
+            if isinstance(t.action, RingStep):
+                self._ring_members[t.action.group.id].append(t.index)
 
     # ---- memory ------------------------------------------------------------------------------
     def _alloc(self, bid, arr) -> None:
@@ -291,9 +295,8 @@ class Executor:
         return [task.index]
 
     # ---- one iteration ---------------------------------------------------------------------------
-    def run(self, inputs: dict, labels, phase: Optional[set] = None) -> IterationResult:
-        """Execute every task (or those whose index is in ``phase``) with the batch ``inputs``
-        (input name -> array) and ``labels``."""
+    def run(self, inputs: dict, labels) -> IterationResult:
+        """Execute every task with the batch ``inputs`` (input name -> array) and ``labels``."""
         plan = self.plan
         for name, b in plan.inputs.items():
             if name not in inputs:
@@ -306,10 +309,6 @@ class Executor:
         self.labels = None if labels is None else np.asarray(labels)
         if self.labels is None and any(t.kind.value == "loss" for t in plan.tasks):
             raise StrategyError("training needs labels for the loss")
-        self._ring_members = defaultdict(list)
-        for t in plan.tasks:
-            if isinstance(t.action, RingStep):
-                self._ring_members[t.action.group.id].append(t.index)
         n = plan.num_tasks
         st = _State(plan.num_preds.tolist(), dict(plan.readers), [0.0] * n, [0.0] * n)
         for dev in list(self.peak):

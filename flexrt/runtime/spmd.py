@@ -245,7 +245,6 @@ class SpmdExecutor(Executor):
             if n == 0 and self.role[i] != RECV:
                 heap.append(i)
         heapq.heapify(heap)
-        done_count = 0
         while heap or pending:
             if not heap:
                 k = MPI.Request.Waitany(pending)
@@ -277,16 +276,15 @@ class SpmdExecutor(Executor):
             except Exception as e:  # noqa: BLE001  (a kernel's own error: name the task)
                 raise TaskFailed(f"rank {self.layout.rank}: task '{task.name}' (device {task.device}) failed: "
                                  f"{type(e).__name__}: {e}") from e
-            done_count += 1
         MPI.Request.Waitall([r for r, _ in sends])
         unfinished = [plan.tasks[i].name for i, n in remaining.items() if n > 0]
         if unfinished:
             raise StrategyError(f"rank {self.layout.rank}: {len(unfinished)} tasks never became ready, e.g. "
                                 f"'{unfinished[0]}'")
 
-    def run(self, inputs: dict, labels, phase=None) -> IterationResult:
+    def run(self, inputs: dict, labels) -> IterationResult:
         self.comm.Barrier()  # a common start, so the ranks' timelines line up
-        r = super().run(inputs, labels, phase)
+        r = super().run(inputs, labels)
         comm = self.comm
         loss = comm.allreduce(r.loss)
         names = self.metrics.names

@@ -16,7 +16,7 @@ from flexrt.runtime.executor import TaskFailed
 from flexrt.runtime.session import Session
 from flexrt.simulator.strategy import data_parallel
 
-from .test_central_law import KINDS, MODELS, batch, strategy_of
+from .test_central_law import MODELS, batch, strategy_of
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +109,3 @@ def test_threads_and_serial_give_identical_results(machine):
     assert results["serial"][0] == results["threads"][0]
     for k, w in results["serial"][1].items():
         np.testing.assert_array_equal(w, results["threads"][1][k])
-
-
-def test_every_kind_is_covered():
-    assert set(KINDS) == {"data", "model", "parameter", "attribute", "reduction", "hybrid"}
