@@ -305,3 +305,11 @@ def unity_example_rules(degree: int = 2) -> dict[str, Rule]:
 
 
 MEGATRON_CHAIN = ("megatron_column_parallel", "megatron_relu_past_combine", "megatron_row_parallel")
+
+
+def activation_fusion_rules() -> list[Rule]:
+    """Fusing a ReLU into the MatMul before it, and unfusing it (TASO's and Unity's Fig. 1-2
+    fusion; the axiom ``linear(2, x, w) = relu(linear(0, x, w))`` proves both)."""
+    fused = [_op("OP_LINEAR", -1, -2, acti=2)]
+    unfused = [_op("OP_LINEAR", -1, -2, acti=0), _op("OP_RELU", 0)]
+    return [_rule("fuse_linear_relu", unfused, fused), _rule("unfuse_linear_relu", fused, unfused)]

@@ -1,0 +1,378 @@
+"""Machine-mapping selection by dynamic programming over series-parallel splits (Unity §5.2).
+
+A compute graph (a PCG without parallelization operators; they follow from the mapping, see
+``strategy.apply_configs``) is decomposed recursively:
+
+- **sequence split** at the *split nodes* of a subgraph S between boundary operators ``in`` and
+  ``out``: every other node of S is an ancestor or a descendant of the split node n, and no edge
+  skips it (from an ancestor, or ``in``, to a descendant, or ``out``). The split nodes of S are
+  totally ordered b1 < ... < bm and cut S into segments B0, b1, B1, ..., bm, Bm; the DP walks this
+  chain: each segment is solved for every pair of configurations of its two boundary operators,
+  and the chain is a min-plus product of those matrices;
+- **parallel split** of S into its weakly connected components: the two sides run one after the
+  other on all of S's devices (costs add), or side by side on a split of them (the maximum), for
+  every split of the resource *quantity* (devices ``start .. start+r-1`` and the rest; whole
+  nodes when S spans several), never enumerating device subsets;
+- a connected subgraph with neither split (not series-parallel) falls back to a greedy
+  assignment in topological order (documented approximation; none of the example models needs it).
+
+Every result is a matrix over (configurations of ``in``) x (configurations of ``out``) holding the
+cheapest cost of S, and can rebuild the configurations that reach it. Results are memoized by the
+subgraph's structure (operator signatures, internal and boundary edges, devices), so a candidate
+made by a substitution reuses every subproblem it shares with earlier candidates (the cache of
+§5.2); ``MappingDP(cache=False)`` clears it per call.
+
+Entry points: ``MappingDP``, ``Mapping``, ``series_split_nodes``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from flexrt.ir.pcg import PCG
+from flexrt.machine import Machine
+from flexrt.search.unity.costs import Block, LocalCosts
+from flexrt.simulator.strategy import OpConfig, is_compute
+
+
+@dataclass
+class Mapping:
+    """The DP's answer for a graph: its estimated cost and a configuration per compute node."""
+
+    cost_s: float
+    configs: dict[int, OpConfig]
+
+
+class _Graph:
+    """Compute nodes of a PCG in topological order with ancestor/descendant bit sets."""
+
+    def __init__(self, pcg: PCG) -> None:
+        self.pcg = pcg
+        self.order = [nid for nid in pcg.topological_order() if is_compute(pcg.node(nid))]
+        self.pos = {nid: i for i, nid in enumerate(self.order)}
+        self.node = [pcg.node(nid) for nid in self.order]
+        n = len(self.order)
+        self.edges_in: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]  # (producer pos, out k, operand i)
+        self.succ = [0] * n
+        self.pred = [0] * n
+        for v, node in enumerate(self.node):
+            for i, ref in enumerate(node.inputs):
+                u = self.pos.get(ref.node)
+                if u is not None:
+                    self.edges_in[v].append((u, ref.index, i))
+                    self.succ[u] |= 1 << v
+                    self.pred[v] |= 1 << u
+        self.anc = [0] * n
+        for v in range(n):
+            m = 0
+            for u, _, _ in self.edges_in[v]:
+                m |= self.anc[u] | (1 << u)
+            self.anc[v] = m
+        self.desc = [0] * n
+        for v in reversed(range(n)):
+            m = 0
+            s = self.succ[v]
+            while s:
+                low = s & -s
+                u = low.bit_length() - 1
+                m |= self.desc[u] | low
+                s ^= low
+            self.desc[v] = m
+        self.sig = [LocalCosts.signature(pcg, node) for node in self.node]
+
+
+def _members(mask: int) -> list[int]:
+    out = []
+    while mask:
+        low = mask & -mask
+        out.append(low.bit_length() - 1)
+        mask ^= low
+    return out
+
+
+def series_split_nodes(pcg: PCG) -> list[int]:
+    """The compute nodes at which the whole graph splits in sequence (topological order)."""
+    g = _Graph(pcg)
+    full = (1 << len(g.order)) - 1
+    return [g.order[p] for p in _split_nodes(g, full, None, None)]
+
+
+def _split_nodes(g: _Graph, S: int, inn, out) -> list[int]:
+    found = []
+    in_succ = g.succ[inn[0]] if inn is not None else 0
+    out_pred = g.pred[out[0]] if out is not None else 0
+    for n in _members(S):
+        A, D = g.anc[n] & S, g.desc[n] & S
+        if A | D | (1 << n) != S:
+            continue
+        if in_succ & D or A & out_pred:
+            continue
+        if any(g.succ[x] & D for x in _members(A)):
+            continue
+        found.append(n)
+    return found
+
+
+class _Sol:
+    """A solved subproblem: ``M[a, b]`` and ``pick(a, b)`` -> configurations of its nodes in order."""
+
+    def __init__(self, M: np.ndarray) -> None:
+        self.M = M
+
+    def pick(self, a: int, b: int) -> list[OpConfig]:
+        raise NotImplementedError
+
+
+class _Empty(_Sol):
+    def pick(self, a, b):
+        return []
+
+
+class _Chain(_Sol):
+    def __init__(self, M, parts, steps, finals):
+        super().__init__(M)
+        self.parts = parts      # [(segment sol, segment positions), split node cfgs (None for the end)]
+        self.steps = steps      # argmin arrays, step j: [a, c_{j+1}] -> c_j
+        self.finals = finals
+
+    def pick(self, a, b):
+        # parts: seg0, (node1, seg1), (node2, seg2), ... ; choices c_1..c_m of the split nodes
+        m = len(self.steps)
+        choice = [0] * m
+        c = int(self.finals[a, b])
+        for j in reversed(range(m)):
+            choice[j] = c
+            if j > 0:
+                c = int(self.steps[j][a, c])
+        out: list[tuple[int, OpConfig]] = []
+        prev = a
+        for j, (seg, seg_pos, node_pos, node_cfgs) in enumerate(self.parts):
+            nxt = choice[j] if j < m else b
+            out += list(zip(seg_pos, seg.pick(prev, nxt)))
+            if node_pos is not None:
+                out.append((node_pos, node_cfgs[nxt]))
+            prev = nxt
+        out.sort(key=lambda t: t[0])
+        return [c for _, c in out]
+
+
+class _Parallel(_Sol):
+    def __init__(self, M, choice, options, pos1, pos2):
+        super().__init__(M)
+        self.choice, self.options, self.pos1, self.pos2 = choice, options, pos1, pos2
+
+    def pick(self, a, b):
+        s1, s2 = self.options[int(self.choice[a, b])]
+        out = list(zip(self.pos1, s1.pick(a, b))) + list(zip(self.pos2, s2.pick(a, b)))
+        out.sort(key=lambda t: t[0])
+        return [c for _, c in out]
+
+
+class _Greedy(_Sol):
+    def __init__(self, M, picks, cols):
+        super().__init__(M)
+        self.picks, self.cols = picks, cols
+
+    def pick(self, a, b):
+        return list(self.picks[a])
+
+
+class MappingDP:
+    """Unity's machine-mapping DP with its cross-candidate cache."""
+
+    def __init__(self, machine: Machine, costs: LocalCosts, cache: bool = True, parallel_splits: bool = True,
+                 devices: Optional[int] = None) -> None:
+        self.machine, self.costs, self.cache = machine, costs, cache
+        self.parallel_splits = parallel_splits
+        self.devices = devices or machine.num_devices
+        self.memo: dict = {}
+        self.hits = self.misses = 0
+
+    # ---- entry -----------------------------------------------------------------------------------
+    def solve(self, pcg: PCG) -> Mapping:
+        if not self.cache:
+            self.memo.clear()
+        g = _Graph(pcg)
+        self.g = g
+        full = (1 << len(g.order)) - 1
+        sol = self._solve(full, Block(0, self.devices), None, None)
+        cfgs = sol.pick(0, 0)
+        return Mapping(float(sol.M[0, 0]), {g.order[p]: c for p, c in zip(_members(full), cfgs)})
+
+    # ---- helpers ---------------------------------------------------------------------------------
+    def _cfgs(self, bound):
+        if bound is None:
+            return [None]
+        p, block = bound
+        return self.costs.configs(self.g.pcg, self.g.node[p], block)
+
+    def _edges_between(self, u_bound, v_bound) -> Optional[np.ndarray]:
+        """Summed cost matrix of the edges from boundary u to boundary v (None when there are none)."""
+        if u_bound is None or v_bound is None:
+            return None
+        u, v = u_bound[0], v_bound[0]
+        es = [(k, i) for src, k, i in self.g.edges_in[v] if src == u]
+        if not es:
+            return None
+        cu, cv = self._cfgs(u_bound), self._cfgs(v_bound)
+        pcg, un, vn = self.g.pcg, self.g.node[u], self.g.node[v]
+        return sum(self.costs.edge_matrix(pcg, un, k, vn, i, cu, cv) for k, i in es)
+
+    def _key(self, S: int, block: Block, inn, out) -> tuple:
+        g = self.g
+        members = _members(S)
+        local = {p: j for j, p in enumerate(members)}
+        parts = []
+        for p in members:
+            ins = []
+            for u, k, i in g.edges_in[p]:
+                if u in local:
+                    ins.append((local[u], k, i))
+                elif inn is not None and u == inn[0]:
+                    ins.append((-1, k, i))
+            parts.append((g.sig[p], tuple(ins)))
+        outs = ()
+        if out is not None:
+            outs = tuple((local[u], k, i) for u, k, i in g.edges_in[out[0]] if u in local)
+        ib = (g.sig[inn[0]], inn[1]) if inn is not None else None
+        ob = (g.sig[out[0]], out[1]) if out is not None else None
+        return tuple(parts), outs, block, ib, ob
+
+    # ---- the recursion ---------------------------------------------------------------------------
+    def _solve(self, S: int, block: Block, inn, out) -> _Sol:
+        na, nb = len(self._cfgs(inn)), len(self._cfgs(out))
+        if S == 0:
+            return _Empty(np.zeros((na, nb)))
+        key = self._key(S, block, inn, out)
+        hit = self.memo.get(key)
+        if hit is not None:
+            self.hits += 1
+            return hit
+        self.misses += 1
+        splits = _split_nodes(self.g, S, inn, out)
+        if splits:
+            sol = self._chain(S, splits, block, inn, out)
+        else:
+            comps = self._components(S)
+            sol = self._parallel(comps, block, inn, out) if len(comps) > 1 else self._greedy(S, block, inn, out)
+        self.memo[key] = sol
+        return sol
+
+    def _components(self, S: int) -> list[int]:
+        g = self.g
+        comps = []
+        left = S
+        while left:
+            low = left & -left
+            comp, frontier = 0, low
+            while frontier:
+                comp |= frontier
+                nxt = 0
+                for x in _members(frontier):
+                    nxt |= (g.succ[x] | g.pred[x])
+                frontier = nxt & S & ~comp
+            comps.append(comp)
+            left &= ~comp
+        return comps
+
+    def _chain(self, S: int, splits: list[int], block: Block, inn, out) -> _Sol:
+        g = self.g
+        bounds = [inn] + [(n, block) for n in splits] + [out]
+        parts, steps = [], []
+        F = None
+        finals = None
+        for j in range(len(bounds) - 1):
+            lo, hi = bounds[j], bounds[j + 1]
+            seg = S
+            if j > 0:
+                seg &= g.desc[lo[0]]
+            if j < len(splits):
+                seg &= g.anc[hi[0]]
+            seg_sol = self._solve(seg, block, lo, hi)
+            G = seg_sol.M
+            E = self._edges_between(lo, hi)
+            if E is not None:
+                G = G + E
+            node_pos = hi[0] if j < len(splits) else None
+            node_cfgs = None
+            if node_pos is not None:
+                node_cfgs = self._cfgs(hi)
+                G = G + self.costs.node_vector(g.pcg, g.node[node_pos], node_cfgs)[None, :]
+            parts.append((seg_sol, _members(seg), node_pos, node_cfgs))
+            if F is None:
+                F = G
+                steps.append(None)
+                continue
+            T = F[:, :, None] + G[None, :, :]
+            arg = T.argmin(axis=1)
+            F = np.take_along_axis(T, arg[:, None, :], axis=1)[:, 0, :]
+            if j < len(splits):
+                steps.append(arg)
+            else:
+                finals = arg
+        if finals is None:  # cannot happen: the chain always ends with the segment after the last split
+            raise AssertionError("chain without a final segment")
+        return _Chain(F, parts, steps, finals)
+
+    def _resource_splits(self, block: Block) -> list[int]:
+        per = self.machine.devices_per_node
+        if block.count <= 1:
+            return []
+        if block.count <= per and block.start // per == (block.start + block.count - 1) // per:
+            return list(range(1, block.count))
+        return [r for r in range(per, block.count, per)] if block.start % per == 0 else []
+
+    def _parallel(self, comps: list[int], block: Block, inn, out) -> _Sol:
+        first, rest = comps[0], 0
+        for c in comps[1:]:
+            rest |= c
+        s1, s2 = self._solve(first, block, inn, out), self._solve(rest, block, inn, out)
+        options = [(s1, s2)]
+        best = s1.M + s2.M
+        choice = np.zeros(best.shape, dtype=np.int64)
+        if self.parallel_splits:
+            for r in self._resource_splits(block):
+                a = self._solve(first, Block(block.start, r), inn, out)
+                b = self._solve(rest, Block(block.start + r, block.count - r), inn, out)
+                M = np.maximum(a.M, b.M)
+                better = M < best
+                choice[better] = len(options)
+                best = np.where(better, M, best)
+                options.append((a, b))
+        return _Parallel(best, choice, options, _members(first), _members(rest))
+
+    def _greedy(self, S: int, block: Block, inn, out) -> _Sol:
+        """Not series-parallel: per configuration of ``in``, each node (topological order) takes the
+        configuration cheapest against what is already chosen; the edges into ``out`` are then
+        added for each configuration of ``out``."""
+        g, costs, pcg = self.g, self.costs, self.g.pcg
+        members = _members(S)
+        in_cfgs, out_cfgs = self._cfgs(inn), self._cfgs(out)
+        M = np.zeros((len(in_cfgs), len(out_cfgs)))
+        picks = []
+        for a, ca in enumerate(in_cfgs):
+            chosen: dict[int, OpConfig] = {}
+            total = 0.0
+            for p in members:
+                cfgs = costs.configs(pcg, g.node[p], block)
+                vec = costs.node_vector(pcg, g.node[p], cfgs)
+                for u, k, i in g.edges_in[p]:
+                    if u in chosen:
+                        vec = vec + np.array([costs.edge_cost(pcg, g.node[u], k, g.node[p], i, chosen[u], c)
+                                              for c in cfgs])
+                    elif inn is not None and u == inn[0]:
+                        vec = vec + np.array([costs.edge_cost(pcg, g.node[u], k, g.node[p], i, ca, c) for c in cfgs])
+                j = int(vec.argmin())
+                chosen[p] = cfgs[j]
+                total += float(vec[j])
+            picks.append([chosen[p] for p in members])
+            M[a, :] = total
+            if out is not None:
+                for u, k, i in g.edges_in[out[0]]:
+                    if u in chosen:
+                        M[a, :] += np.array([costs.edge_cost(pcg, g.node[u], k, g.node[out[0]], i, chosen[u], cb)
+                                             for cb in out_cfgs])
+        return _Greedy(M, picks, out_cfgs)

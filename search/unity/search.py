@@ -1,0 +1,302 @@
+"""Unity's joint search of algebraic substitutions and parallelization (Unity §5).
+
+Three levels, as in the paper's Fig. 12:
+
+1. **Graph splitting** (§5.3): a graph with more than ``2k`` compute operators is cut at its
+   sequence split nodes into segments of at least ``k`` operators (default 10), each cut chosen
+   among the eligible split nodes to block the fewest substitution matches of the input graph
+   (MetaFlow's criterion). Substitutions are searched per segment with the other segments fixed.
+2. **Substitution selection** (§5.1): TASO's cost-based backtracking. A queue of candidate graphs
+   ordered by cost; the best is taken out and every rule is applied at every match (inside the
+   segment) to make new candidates, de-duplicated by structural hash; candidates costlier than
+   ``alpha`` x the best so far (default 1.05) are pruned; the budget bounds the candidates costed.
+3. **Machine mapping** (§5.2): each candidate is costed by ``mapping.MappingDP``, whose memo is
+   shared by all candidates (the cache), so a substitution re-costs only the subproblems it touched.
+
+Parallelization in flexrt's Unity: a candidate is a compute graph (algebraic substitutions change
+it) and the DP picks every operator's degrees per parallel axis and its devices; the
+parallelization operators (Partition, Combine, Replicate, Reduce, AllReduce) then follow on every
+edge (``strategy.apply_configs``). Each per-operator choice is one instance of Unity's generated
+"partition/replicate - operator - combine/reduce" substitutions, and the resharding chains are
+their compositions; the DP enumerates them exhaustively per operator instead of by best-first
+moves. Boundaries between segments need no restriction to replica degree 1: every candidate is
+costed on the whole graph, so a boundary operator's configurations (every partitioning of the
+tensor crossing the cut) are chosen jointly with both sides and the resharding a mismatch needs is
+inserted by ``apply_configs``.
+
+The best candidate's mapping, the input graph's mapping and data parallelism are then simulated as
+full task graphs; the fastest is returned (exportable, loadable and trainable like any strategy;
+a rewritten graph is saved with its whole parallel PCG).
+
+``sequential`` is the "TASO then FlexFlow" baseline: substitutions chosen by their cost on one
+device, then the parallelization of the resulting graph alone.
+
+Entry points: ``unity``, ``sequential``, ``algebraic_rules``, ``segments``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from typing import Optional, Sequence
+
+from flexrt.errors import ConfigError
+from flexrt.ir.pcg import PCG
+from flexrt.machine import Machine
+from flexrt.search.api import (DEFAULT_BUDGET, Progress, SearchLog, SearchResult, SearchSpace, check_budget,
+                               progress_default, register_algorithm)
+from flexrt.search.substitutions.library import activation_fusion_rules, load_library
+from flexrt.search.substitutions.match import find_matches, node_patterns, try_apply
+from flexrt.search.substitutions.rule import PARALLEL_TYPES, Rule
+from flexrt.search.unity.costs import LocalCosts
+from flexrt.search.unity.mapping import MappingDP, series_split_nodes
+from flexrt.simulator.simulate import Simulator
+from flexrt.simulator.strategy import Strategy, data_parallel, is_compute
+
+DEFAULT_ALPHA = 1.05
+DEFAULT_SPLIT_SIZE = 10
+
+
+def algebraic_rules(rules: Optional[Sequence[Rule]] = None) -> list[Rule]:
+    """The rules without parallelization operators (the library's and the ReLU fusion pair)."""
+    pool = list(load_library()) + activation_fusion_rules() if rules is None else list(rules)
+    out, names = [], set()
+    for r in pool:
+        if r.name in names or any(o.type in PARALLEL_TYPES for o in r.src + r.dst):
+            continue
+        names.add(r.name)
+        out.append(r)
+    return out
+
+
+def _relevant(rules: Sequence[Rule], pcg: PCG) -> list[Rule]:
+    kinds = {p.type for p in node_patterns(pcg).values()}
+    return [r for r in rules if r.src and all(o.type in kinds for o in r.src)]
+
+
+def _matches(pcg: PCG, rules: Sequence[Rule], frozen: frozenset = frozenset()):
+    patterns = {n: p for n, p in node_patterns(pcg).items() if n not in frozen}
+    for rule in rules:
+        for m in find_matches(pcg, rule, patterns=patterns):
+            if not frozen.intersection(m.nodes):
+                yield rule, m
+
+
+def segments(pcg: PCG, rules: Sequence[Rule], k: int) -> list[frozenset]:
+    """Compute-node sets of the segments graph splitting searches separately (one when the graph
+    has at most 2k compute operators or no split node fits)."""
+    order = [n for n in pcg.topological_order() if is_compute(pcg.node(n))]
+    if len(order) <= 2 * k:
+        return [frozenset(order)]
+    pos = {n: i for i, n in enumerate(order)}
+    spans = [sorted(pos[n] for n in m.nodes) for _, m in _matches(pcg, rules)]
+    cuts_ok = [pos[n] for n in series_split_nodes(pcg)]
+
+    def blocked(c: int) -> int:  # matches with nodes on both sides of a cut after position c
+        return sum(1 for s in spans if s[0] <= c < s[-1])
+
+    cuts, start = [], 0
+    while True:
+        window = [c for c in cuts_ok if start + k - 1 <= c < start + 2 * k - 1 and c <= len(order) - 1 - k]
+        if not window:
+            later = [c for c in cuts_ok if c >= start + 2 * k - 1 and c <= len(order) - 1 - k]
+            if not later:
+                break
+            window = [later[0]]
+        c = min(window, key=lambda c: (blocked(c), c))
+        cuts.append(c)
+        start = c + 1
+    bounds = [-1] + cuts + [len(order) - 1]
+    return [frozenset(order[a + 1:b + 1]) for a, b in zip(bounds, bounds[1:])]
+
+
+class _Costing:
+    """Costs candidate graphs with the DP and counts the work."""
+
+    def __init__(self, dp: MappingDP) -> None:
+        self.dp = dp
+        self.calls = 0
+        self.best_mapping: dict = {}
+
+    def __call__(self, pcg: PCG):
+        self.calls += 1
+        return self.dp.solve(pcg)
+
+
+def _best_first(pcg: PCG, costing: _Costing, rules: Sequence[Rule], budget: int, alpha: float,
+                frozen: frozenset, log: SearchLog, t0: float, progress: Progress, state: dict):
+    """TASO's backtracking search over one segment; returns (best graph, its mapping)."""
+    start = costing(pcg)
+    best_pcg, best = pcg, start
+    seen = {pcg.structural_hash()}
+    heap = [(start.cost_s, 0, pcg)]
+    counter = 1
+    used = 0
+    while heap and used < budget:
+        cost, _, g = heapq.heappop(heap)
+        if cost > alpha * best.cost_s:
+            continue
+        for rule, m in _matches(g, rules, frozen):
+            new = try_apply(g, rule, m)
+            if new is None:
+                continue
+            h = new.structural_hash()
+            if h in seen:
+                continue
+            seen.add(h)
+            mapping = costing(new)
+            used += 1
+            state["candidates"] += 1
+            if mapping.cost_s < best.cost_s:
+                best_pcg, best = new, mapping
+            log.record(state["candidates"], t0, mapping.cost_s, min(best.cost_s, state["best"]))
+            progress.update(state["candidates"], best.cost_s, 0.0)
+            if mapping.cost_s <= alpha * best.cost_s:
+                heapq.heappush(heap, (mapping.cost_s, counter, new))
+                counter += 1
+            if used >= budget:
+                break
+    return best_pcg, best
+
+
+def _optimize_graph(pcg: PCG, costing: _Costing, rules: Sequence[Rule], budget: int, alpha: float,
+                    split_size: Optional[int], log: SearchLog, t0: float, progress: Progress):
+    rules = _relevant(rules, pcg)
+    segs = segments(pcg, rules, split_size) if split_size else [frozenset(n.id for n in pcg.nodes if is_compute(n))]
+    log.notes["segments"] = [len(s) for s in segs]
+    state = {"candidates": 0, "best": float("inf")}
+    current = pcg
+    mapping = costing(pcg)
+    state["best"] = mapping.cost_s
+    log.record(0, t0, mapping.cost_s, mapping.cost_s)
+    per_segment = max(1, budget // len(segs)) if budget else 0
+    for seg in segs:
+        if not rules or not per_segment:
+            break
+        # the other segments' operators (and what earlier segments' rewrites made) stay fixed
+        frozen = frozenset(n.id for n in current.nodes if is_compute(n) and n.id not in seg)
+        current, mapping = _best_first(current, costing, rules, per_segment, alpha, frozen, log, t0, progress,
+                                       state)
+        state["best"] = min(state["best"], mapping.cost_s)
+    return current, mapping, state["candidates"]
+
+
+def _space(space: Optional[SearchSpace]) -> SearchSpace:
+    return space if space is not None else SearchSpace.full()
+
+
+def _strategy(pcg: PCG, original: PCG, configs) -> Strategy:
+    s = Strategy.from_configs(pcg, configs)
+    if pcg.structural_hash() != original.structural_hash():
+        return Strategy(s.pcg, s.views)  # a rewritten graph travels as its whole parallel PCG
+    return s
+
+
+def _finish(name: str, pcg: PCG, machine: Machine, cost_model, optimizer: str, candidates: list, log: SearchLog,
+            t0: float, devices: int) -> SearchResult:
+    """Simulate the finalists as full task graphs; the fastest wins."""
+    sim = Simulator(machine, cost_model, optimizer)
+    scored = []
+    seen = set()
+    for label, strategy in candidates:
+        key = strategy.pcg.structural_hash(), tuple(sorted((strategy.pcg.node(n).name, str(v))
+                                                           for n, v in strategy.views.items()))
+        if key in seen:
+            continue
+        seen.add(key)
+        sim.full(strategy)
+        scored.append((sim.iteration_time(), label, strategy))
+    scored.sort(key=lambda t: t[0])
+    cost, label, best = scored[0]
+    log.notes["finalists_s"] = {lab: c for c, lab, _ in scored}
+    log.notes["chosen"] = label
+    log.record(log.entries[-1].iteration + 1 if log.entries else 0, t0, cost, cost)
+    return SearchResult(best, cost, log)
+
+
+def unity(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUDGET, seed: int = 0,
+          alpha: float = DEFAULT_ALPHA, split_size: Optional[int] = DEFAULT_SPLIT_SIZE, cache: bool = True,
+          space: Optional[SearchSpace] = None, min_degree: int = 1, devices: Optional[int] = None,
+          optimizer: str = "sgd", rules: Optional[Sequence[Rule]] = None, progress: Optional[bool] = None,
+          enable_pipeline: bool = False, **_ignored) -> SearchResult:
+    """Unity's joint search (module doc). ``budget`` bounds the candidate graphs costed; ``split_size``
+    None or 0 turns graph splitting off; ``cache=False`` clears the DP's memo for every candidate;
+    ``devices`` limits the search to the first devices of the machine; ``min_degree`` makes every
+    operator use at least that many devices."""
+    _check(budget, alpha, split_size, devices, machine)
+    if enable_pipeline:
+        raise ConfigError("pipeline parallelism is not implemented in flexrt's Unity search yet "
+                          "(the runtime has no micro-batch pipeline to run it); drop --enable-pipeline")
+    sp = _space(space)
+    t0 = time.perf_counter()
+    n = devices or machine.num_devices
+    costs = LocalCosts(machine, cost_model, sp.kinds, optimizer, min_degree)
+    dp = MappingDP(machine, costs, cache=cache, devices=n)
+    costing = _Costing(dp)
+    log = SearchLog("unity", budget, seed)
+    bar = Progress(progress_default() if progress is None else progress, budget, "unity")
+    try:
+        best_pcg, mapping, count = _optimize_graph(pcg, costing, algebraic_rules(rules), budget, alpha, split_size,
+                                                   log, t0, bar)
+    except KeyboardInterrupt:
+        log.interrupted = True
+        best_pcg, mapping, count = pcg, costing(pcg), 0
+    finally:
+        bar.close()
+    log.proposals = count
+    log.notes.update(dp_calls=costing.calls, dp_cache_hits=dp.hits, dp_cache_misses=dp.misses,
+                     edge_evaluations=costs.edge_evaluations, estimated_s=mapping.cost_s,
+                     rewritten=best_pcg.structural_hash() != pcg.structural_hash())
+    log.stop_reason = "interrupted" if log.interrupted else "queue empty or budget spent"
+    finalists = [("unity", _strategy(best_pcg, pcg, mapping.configs))]
+    if best_pcg is not pcg:
+        finalists.append(("input graph mapped", _strategy(pcg, pcg, dp.solve(pcg).configs)))
+    finalists.append(("data-parallel", data_parallel(pcg, machine, n if n < machine.num_devices else None)))
+    return _finish("unity", pcg, machine, cost_model, optimizer, finalists, log, t0, n)
+
+
+def sequential(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUDGET, seed: int = 0,
+               alpha: float = DEFAULT_ALPHA, split_size: Optional[int] = DEFAULT_SPLIT_SIZE,
+               space: Optional[SearchSpace] = None, min_degree: int = 1, devices: Optional[int] = None,
+               optimizer: str = "sgd", rules: Optional[Sequence[Rule]] = None, progress: Optional[bool] = None,
+               **_ignored) -> SearchResult:
+    """"TASO then FlexFlow": algebraic substitutions chosen by their cost on one device, then the
+    parallelization of that graph alone (the same DP and space as ``unity``)."""
+    _check(budget, alpha, split_size, devices, machine)
+    sp = _space(space)
+    t0 = time.perf_counter()
+    n = devices or machine.num_devices
+    one = _Costing(MappingDP(machine, LocalCosts(machine, cost_model, sp.kinds, optimizer), devices=1))
+    log = SearchLog("sequential", budget, seed)
+    bar = Progress(progress_default() if progress is None else progress, budget, "TASO then parallelize")
+    try:
+        best_pcg, _, count = _optimize_graph(pcg, one, algebraic_rules(rules), budget, alpha, split_size, log, t0, bar)
+    except KeyboardInterrupt:
+        log.interrupted = True
+        best_pcg, count = pcg, 0
+    finally:
+        bar.close()
+    dp = MappingDP(machine, LocalCosts(machine, cost_model, sp.kinds, optimizer, min_degree), devices=n)
+    mapping = dp.solve(best_pcg)
+    log.proposals = count
+    log.notes.update(estimated_s=mapping.cost_s, rewritten=best_pcg.structural_hash() != pcg.structural_hash())
+    log.stop_reason = "interrupted" if log.interrupted else "queue empty or budget spent"
+    return _finish("sequential", pcg, machine, cost_model, optimizer,
+                   [("sequential", _strategy(best_pcg, pcg, mapping.configs))], log, t0, n)
+
+
+def _check(budget, alpha, split_size, devices, machine: Machine) -> None:
+    check_budget(budget, "unity")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or alpha < 1.0:
+        raise ConfigError(f"unity: alpha (the pruning threshold) must be a number >= 1.0, got {alpha!r}")
+    if split_size is not None and (isinstance(split_size, bool) or not isinstance(split_size, int) or split_size < 0):
+        raise ConfigError(f"unity: the split size k must be an integer >= 1 (0 turns graph splitting off), "
+                          f"got {split_size!r}")
+    if devices is not None and (isinstance(devices, bool) or not isinstance(devices, int)
+                                or not 1 <= devices <= machine.num_devices):
+        raise ConfigError(f"unity: devices must be an integer in 1..{machine.num_devices} for machine "
+                          f"{machine.name!r}, got {devices!r}")
+
+
+register_algorithm("unity", unity)
+register_algorithm("sequential", sequential)
