@@ -104,6 +104,9 @@ class LocalCosts:
         self._edge: dict = {}
         self._times: dict = {}
         self._xfer: dict = {}
+        self._sigs: dict = {}
+        self._vectors: dict = {}
+        self._matrices: dict = {}
         self.edge_evaluations = 0
 
     # ---- signatures ----------------------------------------------------------------------------
@@ -111,10 +114,20 @@ class LocalCosts:
     def signature(pcg: PCG, node: Node) -> tuple:
         return (node.attrs, tuple(pcg.shape(r).tensor_shape for r in node.inputs))
 
+    def _sig(self, pcg: PCG, node: Node) -> tuple:
+        """The node's signature, computed once per (graph, node)."""
+        key = (id(pcg), node.id)
+        hit = self._sigs.get(key)
+        if hit is None or hit[0] is not pcg:
+            if len(self._sigs) > 100_000:
+                self._sigs.clear()
+            hit = self._sigs[key] = (pcg, self.signature(pcg, node))
+        return hit[1]
+
     # ---- configurations ------------------------------------------------------------------------
     def configs(self, pcg: PCG, node: Node, block: Block) -> list[OpConfig]:
         """Every configuration of ``node`` on ``block`` (see the module doc), degree-1 first."""
-        key = (self.signature(pcg, node), block)
+        key = (self._sig(pcg, node), block)
         if key in self._configs:
             return self._configs[key]
         axes = [a for a in _all_axes(pcg, node) if not any(s.kind is SlotKind.SUM for _, s in a.operands)]
@@ -155,7 +168,7 @@ class LocalCosts:
 
     # ---- layouts -------------------------------------------------------------------------------
     def layout(self, pcg: PCG, node: Node, cfg: OpConfig) -> _Layout:
-        key = (self.signature(pcg, node), cfg)
+        key = (self._sig(pcg, node), cfg)
         if key in self._layouts:
             return self._layouts[key]
         opdef = op_def(node.op_type)
@@ -223,7 +236,7 @@ class LocalCosts:
         return t
 
     def node_cost(self, pcg: PCG, node: Node, cfg: OpConfig) -> float:
-        key = (self.signature(pcg, node), cfg)
+        key = (self._sig(pcg, node), cfg)
         c = self._node.get(key)
         if c is not None:
             return c
@@ -258,14 +271,19 @@ class LocalCosts:
         c = self._node[key] = compute + sync
         return c
 
-    def node_vector(self, pcg: PCG, node: Node, cfgs: list[OpConfig]) -> np.ndarray:
-        return np.array([self.node_cost(pcg, node, c) for c in cfgs])
+    def node_vector(self, pcg: PCG, node: Node, block: Block) -> np.ndarray:
+        """``node_cost`` of every configuration of ``node`` on ``block``."""
+        key = (self._sig(pcg, node), block)
+        vec = self._vectors.get(key)
+        if vec is None:
+            vec = self._vectors[key] = np.array([self.node_cost(pcg, node, c) for c in self.configs(pcg, node, block)])
+        return vec
 
     # ---- edge cost -----------------------------------------------------------------------------
     def edge_cost(self, pcg: PCG, u: Node, k: int, v: Node, i: int, cu: OpConfig, cv: OpConfig) -> float:
         """Resharding output ``k`` of ``u`` (configured ``cu``) into operand ``i`` of ``v`` (``cv``):
         forward and, for floating-point tensors, the gradient back."""
-        key = (self.signature(pcg, u), k, self.signature(pcg, v), i, cu, cv)
+        key = (self._sig(pcg, u), k, self._sig(pcg, v), i, cu, cv)
         c = self._edge.get(key)
         if c is not None:
             return c
@@ -312,6 +330,12 @@ class LocalCosts:
         c = self._edge[key] = fwd * (2.0 if grad else 1.0)
         return c
 
-    def edge_matrix(self, pcg: PCG, u: Node, k: int, v: Node, i: int, cus: list[OpConfig],
-                    cvs: list[OpConfig]) -> np.ndarray:
-        return np.array([[self.edge_cost(pcg, u, k, v, i, a, b) for b in cvs] for a in cus]).reshape(len(cus), len(cvs))
+    def edge_matrix(self, pcg: PCG, u: Node, k: int, v: Node, i: int, bu: Block, bv: Block) -> np.ndarray:
+        """``edge_cost`` for every configuration of ``u`` on ``bu`` (rows) and of ``v`` on ``bv``."""
+        key = (self._sig(pcg, u), k, self._sig(pcg, v), i, bu, bv)
+        M = self._matrices.get(key)
+        if M is None:
+            cus, cvs = self.configs(pcg, u, bu), self.configs(pcg, v, bv)
+            M = np.array([[self.edge_cost(pcg, u, k, v, i, a, b) for b in cvs] for a in cus]).reshape(len(cus), len(cvs))
+            self._matrices[key] = M
+        return M

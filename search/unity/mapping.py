@@ -132,28 +132,30 @@ class _Empty(_Sol):
 
 
 class _Chain(_Sol):
+    """A chain b1 < ... < bm: ``parts[j]`` = (segment j's solution, its nodes' indices in S, the
+    index of b_{j+1} in S or None, b_{j+1}'s configurations); ``steps[j]`` maps (a, c_{j+1}) to
+    the best c_j, ``finals`` (a, b) to the best c_m."""
+
     def __init__(self, M, parts, steps, finals):
         super().__init__(M)
-        self.parts = parts      # [(segment sol, segment positions), split node cfgs (None for the end)]
-        self.steps = steps      # argmin arrays, step j: [a, c_{j+1}] -> c_j
-        self.finals = finals
+        self.parts, self.steps, self.finals = parts, steps, finals
 
     def pick(self, a, b):
-        # parts: seg0, (node1, seg1), (node2, seg2), ... ; choices c_1..c_m of the split nodes
-        m = len(self.steps)
+        m = len(self.parts) - 1
         choice = [0] * m
-        c = int(self.finals[a, b])
-        for j in reversed(range(m)):
-            choice[j] = c
-            if j > 0:
-                c = int(self.steps[j][a, c])
+        if m:
+            c = int(self.finals[a, b])
+            for j in reversed(range(m)):
+                choice[j] = c
+                if j > 0:
+                    c = int(self.steps[j][a, c])
         out: list[tuple[int, OpConfig]] = []
         prev = a
-        for j, (seg, seg_pos, node_pos, node_cfgs) in enumerate(self.parts):
+        for j, (seg, seg_local, node_local, node_cfgs) in enumerate(self.parts):
             nxt = choice[j] if j < m else b
-            out += list(zip(seg_pos, seg.pick(prev, nxt)))
-            if node_pos is not None:
-                out.append((node_pos, node_cfgs[nxt]))
+            out += list(zip(seg_local, seg.pick(prev, nxt)))
+            if node_local is not None:
+                out.append((node_local, node_cfgs[nxt]))
             prev = nxt
         out.sort(key=lambda t: t[0])
         return [c for _, c in out]
@@ -217,9 +219,8 @@ class MappingDP:
         es = [(k, i) for src, k, i in self.g.edges_in[v] if src == u]
         if not es:
             return None
-        cu, cv = self._cfgs(u_bound), self._cfgs(v_bound)
         pcg, un, vn = self.g.pcg, self.g.node[u], self.g.node[v]
-        return sum(self.costs.edge_matrix(pcg, un, k, vn, i, cu, cv) for k, i in es)
+        return sum(self.costs.edge_matrix(pcg, un, k, vn, i, u_bound[1], v_bound[1]) for k, i in es)
 
     def _key(self, S: int, block: Block, inn, out) -> tuple:
         g = self.g
@@ -237,9 +238,7 @@ class MappingDP:
         outs = ()
         if out is not None:
             outs = tuple((local[u], k, i) for u, k, i in g.edges_in[out[0]] if u in local)
-        ib = (g.sig[inn[0]], inn[1]) if inn is not None else None
-        ob = (g.sig[out[0]], out[1]) if out is not None else None
-        return tuple(parts), outs, block, ib, ob
+        return tuple(parts), outs, block, self._bound_key(inn), self._bound_key(out)
 
     # ---- the recursion ---------------------------------------------------------------------------
     def _solve(self, S: int, block: Block, inn, out) -> _Sol:
@@ -279,11 +278,14 @@ class MappingDP:
         return comps
 
     def _chain(self, S: int, splits: list[int], block: Block, inn, out) -> _Sol:
+        """The chain DP; its prefixes are memoized by structure, so a candidate that differs from
+        an earlier one after split node j reuses the min-plus products up to j."""
         g = self.g
+        members = _members(S)
+        local = {p: j for j, p in enumerate(members)}
         bounds = [inn] + [(n, block) for n in splits] + [out]
-        parts, steps = [], []
-        F = None
-        finals = None
+        h = hash(("chain", self._bound_key(inn), block))
+        F, steps, parts = None, [], []
         for j in range(len(bounds) - 1):
             lo, hi = bounds[j], bounds[j + 1]
             seg = S
@@ -291,31 +293,35 @@ class MappingDP:
                 seg &= g.desc[lo[0]]
             if j < len(splits):
                 seg &= g.anc[hi[0]]
+            direct = () if lo is None or hi is None else tuple((k, i) for u, k, i in g.edges_in[hi[0]] if u == lo[0])
+            h = hash((h, self._key(seg, block, lo, hi), direct, j < len(splits)))
+            hit = self.memo.get(("prefix", h))
+            if hit is not None:
+                self.hits += 1
+                F, steps, parts = hit
+                continue
             seg_sol = self._solve(seg, block, lo, hi)
             G = seg_sol.M
             E = self._edges_between(lo, hi)
             if E is not None:
                 G = G + E
-            node_pos = hi[0] if j < len(splits) else None
-            node_cfgs = None
-            if node_pos is not None:
-                node_cfgs = self._cfgs(hi)
-                G = G + self.costs.node_vector(g.pcg, g.node[node_pos], node_cfgs)[None, :]
-            parts.append((seg_sol, _members(seg), node_pos, node_cfgs))
-            if F is None:
-                F = G
-                steps.append(None)
-                continue
-            T = F[:, :, None] + G[None, :, :]
-            arg = T.argmin(axis=1)
-            F = np.take_along_axis(T, arg[:, None, :], axis=1)[:, 0, :]
+            node_local, node_cfgs = None, None
             if j < len(splits):
-                steps.append(arg)
+                node_local, node_cfgs = local[hi[0]], self._cfgs(hi)
+                G = G + self.costs.node_vector(g.pcg, g.node[hi[0]], hi[1])[None, :]
+            parts = parts + [(seg_sol, [local[p] for p in _members(seg)], node_local, node_cfgs)]
+            if F is None:
+                F, steps = G, [None]
             else:
-                finals = arg
-        if finals is None:  # cannot happen: the chain always ends with the segment after the last split
-            raise AssertionError("chain without a final segment")
-        return _Chain(F, parts, steps, finals)
+                T = F[:, :, None] + G[None, :, :]
+                arg = T.argmin(axis=1)
+                F = np.take_along_axis(T, arg[:, None, :], axis=1)[:, 0, :]
+                steps = steps + [arg]
+            self.memo[("prefix", h)] = (F, steps, parts)
+        return _Chain(F, parts, steps[:-1], steps[-1])
+
+    def _bound_key(self, bound):
+        return None if bound is None else (self.g.sig[bound[0]], bound[1])
 
     def _resource_splits(self, block: Block) -> list[int]:
         per = self.machine.devices_per_node
@@ -342,7 +348,9 @@ class MappingDP:
                 choice[better] = len(options)
                 best = np.where(better, M, best)
                 options.append((a, b))
-        return _Parallel(best, choice, options, _members(first), _members(rest))
+        local = {p: j for j, p in enumerate(_members(first | rest))}
+        return _Parallel(best, choice, options, [local[p] for p in _members(first)],
+                         [local[p] for p in _members(rest)])
 
     def _greedy(self, S: int, block: Block, inn, out) -> _Sol:
         """Not series-parallel: per configuration of ``in``, each node (topological order) takes the
@@ -358,7 +366,7 @@ class MappingDP:
             total = 0.0
             for p in members:
                 cfgs = costs.configs(pcg, g.node[p], block)
-                vec = costs.node_vector(pcg, g.node[p], cfgs)
+                vec = costs.node_vector(pcg, g.node[p], block)
                 for u, k, i in g.edges_in[p]:
                     if u in chosen:
                         vec = vec + np.array([costs.edge_cost(pcg, g.node[u], k, g.node[p], i, chosen[u], c)

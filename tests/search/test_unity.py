@@ -1,0 +1,297 @@
+"""Unity's hierarchical search: the DP against exhaustive enumeration, the cache, graph splitting,
+Unity's Fig. 2 case, and the central law for the strategies it returns."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flexrt.core import ActiMode, DataType, FFConfig, FFModel
+from flexrt.errors import ConfigError
+from flexrt.ir.pcg import TensorRef
+from flexrt.ir.registry import AxisKind
+from flexrt.machine import load_machine
+from flexrt.model.loader import load_model
+from flexrt.search import search
+from flexrt.search.api import SearchSpace
+from flexrt.search.unity import (Block, LocalCosts, MappingDP, algebraic_rules, segments, sequential,
+                                 series_split_nodes, unity)
+from flexrt.simulator.cost_model import AnalyticCostModel
+from flexrt.simulator.simulate import Simulator
+from flexrt.search.substitutions.library import activation_fusion_rules
+from flexrt.search.substitutions.match import apply, find_matches
+from flexrt.simulator.strategy import Strategy, is_compute, load_strategy, save_strategy
+from flexrt.examples.strategies import unity_fig2
+from tests.runtime.test_central_law import MODELS, train_and_compare
+
+COST = AnalyticCostModel()
+FULL = SearchSpace.full()
+
+
+@pytest.fixture(scope="module")
+def dgx1():
+    return load_machine("dgx1_v100")
+
+
+@pytest.fixture(scope="module")
+def summit2():
+    return load_machine("summit", nodes=2)
+
+
+# ---- small graphs ------------------------------------------------------------------------------
+
+def chain(width=32, batch=16):
+    m = FFModel(FFConfig(["-b", str(batch)]))
+    x = m.create_tensor([batch, width], DataType.DT_FLOAT)
+    t = m.dense(x, width * 2, ActiMode.AC_MODE_RELU, name="fc1")
+    t = m.dense(t, width, name="fc2")
+    m.softmax(t, name="softmax")
+    return m.pcg
+
+
+def diamond(width=32, batch=16):
+    """x -> fc1 -> (fc2a, fc2b) -> add -> fc3, and a residual edge fc1 -> add2."""
+    m = FFModel(FFConfig(["-b", str(batch)]))
+    x = m.create_tensor([batch, width], DataType.DT_FLOAT)
+    a = m.dense(x, width, ActiMode.AC_MODE_RELU, name="fc1")
+    b1 = m.dense(a, width, name="fc2a")
+    b2 = m.dense(a, width, ActiMode.AC_MODE_TANH, name="fc2b")
+    s = m.add(b1, b2, name="add")
+    s = m.add(s, a, name="add2")
+    m.dense(s, 8, name="fc3")
+    return m.pcg
+
+
+def two_towers(width=32, batch=16):
+    """Two inputs, each through its own dense layer, joined by a concat (parallel split at the top)."""
+    m = FFModel(FFConfig(["-b", str(batch)]))
+    x = m.create_tensor([batch, width], DataType.DT_FLOAT)
+    y = m.create_tensor([batch, width], DataType.DT_FLOAT)
+    a = m.dense(x, width, name="tower_a")
+    b = m.dense(y, width, ActiMode.AC_MODE_RELU, name="tower_b")
+    c = m.concat([a, b], 1, name="cat")
+    m.dense(c, 8, name="head")
+    return m.pcg
+
+
+def _exhaustive_sum(pcg, costs: LocalCosts, block: Block) -> float:
+    """min over every assignment of Σ node costs + Σ edge costs (every operator on ``block``)."""
+    nodes = [pcg.node(n) for n in pcg.topological_order() if is_compute(pcg.node(n))]
+    ids = {n.id for n in nodes}
+    cfgs = [costs.configs(pcg, n, block) for n in nodes]
+    idx = {n.id: j for j, n in enumerate(nodes)}
+    best = float("inf")
+    for combo in itertools.product(*cfgs):
+        total = sum(costs.node_cost(pcg, n, c) for n, c in zip(nodes, combo))
+        for v in nodes:
+            for i, ref in enumerate(v.inputs):
+                if ref.node in ids:
+                    total += costs.edge_cost(pcg, pcg.node(ref.node), ref.index, v, i, combo[idx[ref.node]],
+                                             combo[idx[v.id]])
+        best = min(best, total)
+    return best
+
+
+@settings(max_examples=12)
+@given(graph=st.sampled_from(["chain", "diamond", "two_towers"]), devices=st.sampled_from([1, 2, 4]),
+       kinds=st.sampled_from(["sample", "full"]))
+def test_dp_equals_exhaustive_enumeration_of_mappings(graph, devices, kinds):
+    machine = load_machine("dgx1_v100")
+    pcg = {"chain": chain, "diamond": diamond, "two_towers": two_towers}[graph]()
+    space = SearchSpace() if kinds == "sample" else FULL
+    costs = LocalCosts(machine, COST, space.kinds, max_axes=1)
+    dp = MappingDP(machine, costs, parallel_splits=False, devices=devices)
+    got = dp.solve(pcg)
+    want = _exhaustive_sum(pcg, costs, Block(0, devices))
+    assert got.cost_s == pytest.approx(want, rel=1e-12)
+    # the configurations it returns cost what it says
+    nodes = [pcg.node(n) for n in got.configs]
+    again = sum(costs.node_cost(pcg, n, got.configs[n.id]) for n in nodes)
+    for v in nodes:
+        for i, ref in enumerate(v.inputs):
+            if ref.node in got.configs:
+                again += costs.edge_cost(pcg, pcg.node(ref.node), ref.index, v, i, got.configs[ref.node],
+                                         got.configs[v.id])
+    assert again == pytest.approx(got.cost_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("devices", [2, 4])
+def test_dp_side_by_side_equals_exhaustive(devices, dgx1):
+    """Two towers between a common boundary: the DP's choice between one after the other and side
+    by side on every split of the devices equals enumerating all of it."""
+    pcg = two_towers()
+    costs = LocalCosts(dgx1, COST, FULL.kinds, max_axes=1)
+    dp = MappingDP(dgx1, costs, devices=devices)
+    got = dp.solve(pcg).cost_s
+    nodes = {n.name: n for n in pcg.nodes if is_compute(n)}
+    a, b, cat, head = nodes["tower_a"], nodes["tower_b"], nodes["cat"], nodes["head"]
+    full = Block(0, devices)
+
+    def tower(t, i, block, cc):  # the tower's own cost plus its edge into the concat
+        return min(costs.node_cost(pcg, t, c) + costs.edge_cost(pcg, t, 0, cat, i, c, cc)
+                   for c in costs.configs(pcg, t, block))
+
+    best = float("inf")
+    for cc in costs.configs(pcg, cat, full):
+        rest = costs.node_cost(pcg, cat, cc) + min(costs.node_cost(pcg, head, ch) + costs.edge_cost(
+            pcg, cat, 0, head, 0, cc, ch) for ch in costs.configs(pcg, head, full))
+        options = [tower(a, 0, full, cc) + tower(b, 1, full, cc)]
+        for r in range(1, devices):
+            options.append(max(tower(a, 0, Block(0, r), cc), tower(b, 1, Block(r, devices - r), cc)))
+        best = min(best, rest + min(options))
+    assert got == pytest.approx(best, rel=1e-12)
+
+
+def test_series_split_nodes_of_a_diamond():
+    pcg = diamond()
+    names = [pcg.node(n).name for n in series_split_nodes(pcg)]
+    assert names == ["fc1", "add2", "fc3"]
+
+
+# ---- the cache and graph splitting ---------------------------------------------------------------
+
+def deep_mlp(layers=12, width=32, batch=16):
+    m = FFModel(FFConfig(["-b", str(batch)]))
+    t = m.create_tensor([batch, width], DataType.DT_FLOAT)
+    for i in range(layers):
+        t = m.dense(t, width, ActiMode.AC_MODE_RELU, use_bias=False, name=f"fc{i}")
+    m.softmax(t, name="softmax")
+    return m.pcg
+
+
+def test_cache_never_changes_results(dgx1):
+    pcg = deep_mlp(6)
+    kw = dict(budget=12, devices=4, split_size=0, progress=False)
+    a = unity(pcg, dgx1, COST, cache=True, **kw)
+    b = unity(pcg, dgx1, COST, cache=False, **kw)
+    assert a.cost_s == b.cost_s
+    assert [e.current_cost_s for e in a.log.entries] == [e.current_cost_s for e in b.log.entries]
+    assert a.log.notes["dp_cache_hits"] > b.log.notes["dp_cache_hits"]
+    names = lambda s: sorted((s.pcg.node(n).name, str(v)) for n, v in s.views.items())  # noqa: E731
+    assert names(a.strategy) == names(b.strategy)
+
+
+def test_graph_splitting_segments_have_at_least_k_operators():
+    pcg = deep_mlp(30)
+    rules = algebraic_rules()
+    segs = segments(pcg, rules, 10)
+    compute = {n.id for n in pcg.nodes if is_compute(n)}
+    assert set().union(*segs) == compute and sum(len(s) for s in segs) == len(compute)
+    assert len(segs) >= 2 and all(len(s) >= 10 for s in segs)
+    assert segments(pcg, rules, 0 or 100) == [frozenset(compute)]
+
+
+def test_graph_splitting_cuts_where_fewest_matches_are_blocked():
+    """In a chain of dense+ReLU pairs (unfused, so 'fuse' matches each pair), cuts fall between
+    pairs, never inside one."""
+    m = FFModel(FFConfig(["-b", "16"]))
+    t = m.create_tensor([16, 32], DataType.DT_FLOAT)
+    for i in range(15):
+        t = m.dense(t, 32, name=f"fc{i}")
+        t = m.relu(t, name=f"relu{i}")
+    pcg = m.pcg
+    segs = segments(pcg, algebraic_rules(), 10)
+    assert len(segs) >= 2
+    for s in segs:
+        names = {pcg.node(n).name for n in s}
+        for i in range(15):
+            assert (f"fc{i}" in names) == (f"relu{i}" in names), (i, sorted(names))
+
+
+# ---- Unity's Fig. 2 ------------------------------------------------------------------------------
+
+def test_unity_fig2_joint_unfuses_and_uses_reduction_parallelism(dgx1):
+    """Unity §2: b=64, c_i=784, h=512, c_o=10 on 2 GPUs, data or reduction parallelism (the two the
+    figure compares), every operator on both GPUs. The sequential baseline keeps MatMul+ReLU fused
+    (cheaper on one device), so the first MatMul can only be data parallel: 813,056 weight-gradient
+    elements. The joint search unfuses it and splits its reduction dimension: no weight of the first
+    MatMul is synchronized and at most 4bh = 131,072 elements move (Fig. 2b's volume)."""
+    base = load_model("mlp_unity_fig2", ["-b", "64"]).model.pcg
+    space = SearchSpace(frozenset({AxisKind.SAMPLE, AxisKind.REDUCTION}))
+    kw = dict(budget=20, devices=2, space=space, min_degree=2, progress=False)
+    joint = unity(base, dgx1, COST, **kw)
+    seq = sequential(base, dgx1, COST, **kw)
+    sim = Simulator(dgx1, COST)
+    seq_moved = sim.full(seq.strategy).moved_elements
+    assert seq_moved["weight_sync"] == 813_056 and seq.log.notes["rewritten"] is False
+    moved = sim.full(joint.strategy).moved_elements
+    ops = {n.op_type.value for n in joint.strategy.pcg.nodes if is_compute(n)}
+    assert "relu" in ops, "the joint search keeps the first MatMul and the ReLU apart"
+    pcg = joint.strategy.pcg
+    reduction = [n.name for n in pcg.nodes if n.op_type.value == "linear" and pcg.shape(TensorRef(n.id, 0)).sum_degree == 2]
+    assert len(reduction) == 1 and pcg.node_by_name(reduction[0]).attrs.activation is ActiMode.AC_MODE_NONE
+    assert sum(moved.values()) <= 4 * 64 * 512
+    assert joint.cost_s < seq.cost_s
+    # at least as fast as the paper's Fig. 2b strategy itself
+    sim.full(load_strategy(str(unity_fig2.FILE), None, dgx1))
+    fig2b = sim.iteration_time()
+    assert joint.cost_s <= fig2b * (1 + 1e-9)
+
+
+def test_unity_result_saves_and_loads(dgx1, tmp_path):
+    base = load_model("mlp_unity_fig2", ["-b", "64"]).model.pcg
+    r = unity(base, dgx1, COST, budget=10, devices=2, progress=False)
+    path = tmp_path / "s.json"
+    save_strategy(str(path), r.strategy, dgx1)
+    again = load_strategy(str(path), base, dgx1)
+    sim = Simulator(dgx1, COST)
+    sim.full(again)
+    assert sim.iteration_time() == pytest.approx(r.cost_s, rel=1e-12)
+    assert json.loads(path.read_text())["format"] == "flexrt.strategy"
+
+
+def test_registered_and_bad_options_are_clear_errors(dgx1):
+    base = chain()
+    assert search("unity", base, dgx1, COST, budget=2, devices=2, progress=False).cost_s > 0
+    with pytest.raises(ConfigError, match="alpha"):
+        unity(base, dgx1, COST, alpha=0.5)
+    with pytest.raises(ConfigError, match="devices must be"):
+        unity(base, dgx1, COST, devices=9)
+    with pytest.raises(ConfigError, match="split size"):
+        unity(base, dgx1, COST, split_size=-1)
+
+
+# ---- the central law ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_unity_strategies_train_like_one_device(model, dgx1):
+    def find(pcg):
+        r = unity(pcg, dgx1, COST, budget=8, devices=4, progress=False)
+        sim = Simulator(dgx1, COST)
+        sim.full(r.strategy)
+        assert sim.iteration_time() == pytest.approx(r.cost_s, rel=1e-12)
+        return r.strategy
+    train_and_compare(model, DataType.DT_DOUBLE, find, dgx1)
+
+
+def mlp_no_bias(dt):
+    m = FFModel(FFConfig([]))
+    x = m.create_tensor([16, 12], dt)
+    t = m.dense(x, 16, ActiMode.AC_MODE_RELU, use_bias=False, name="fc1")
+    t = m.dense(t, 6, use_bias=False, name="fc2")
+    m.softmax(t, name="softmax")
+    return m, "sparse_categorical_crossentropy"
+
+
+def test_unity_rewritten_strategy_trains_like_one_device(dgx1, monkeypatch):
+    """The MatMul+ReLU unfused by the rule and mapped by the DP (sample and reduction axes, every
+    operator on 2 devices): the rewritten graph trains to the single-device weights of the
+    original model."""
+    space = SearchSpace(frozenset({AxisKind.SAMPLE, AxisKind.REDUCTION}))
+    monkeypatch.setitem(MODELS, "mlp_no_bias", mlp_no_bias)
+
+    unfuse = next(r for r in activation_fusion_rules() if r.name == "unfuse_linear_relu")
+
+    def find(pcg):
+        rewritten = apply(pcg, unfuse, find_matches(pcg, unfuse)[0])
+        costs = LocalCosts(dgx1, COST, space.kinds, min_degree=2)
+        mapping = MappingDP(dgx1, costs, devices=2).solve(rewritten)
+        s = Strategy.from_configs(rewritten, mapping.configs)
+        assert {n.op_type.value for n in s.pcg.nodes} >= {"linear", "relu"}
+        return Strategy(s.pcg, s.views)
+    train_and_compare("mlp_no_bias", DataType.DT_DOUBLE, find, dgx1)
