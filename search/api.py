@@ -462,27 +462,24 @@ def describe(strategy: Strategy, machine: Machine, limit: int = 6) -> list[str]:
     """Short lines saying what a strategy does (cf. FlexFlow §8.4), operators grouped by what their
     configuration splits: data parallel over every device; split on a parameter, attribute or
     reduction axis; on fewer devices (with the devices they use)."""
-    if strategy.base is None:
-        return ["(whole-PCG strategy)"]
-    base = strategy.base
+    pcg = strategy.pcg
     groups: dict[str, list[str]] = {}
     devices: dict[str, set[int]] = {}
-    for nid, cfg in sorted(strategy.configs.items()):
-        node = base.node(nid)
-        axes = node_axes(base, node)[0]
-        kinds = {a.name: a.kind for a in axes}
-        split = sorted({kinds[a].value for a, d in cfg.degrees if d > 1 and kinds[a] is not AxisKind.SAMPLE})
+    for nid, view in sorted(strategy.views.items()):
+        node = pcg.node(nid)
+        axes, degree = node_axes(pcg, node)
+        split = sorted({a.kind.value for a in axes if degree[a.name] > 1 and a.kind is not AxisKind.SAMPLE})
+        total = math.prod(degree[a.name] for a in axes)
         if split:
             key = f"split on {'+'.join(split)} axes"
-        elif cfg.total_degree == machine.num_devices:
+        elif total == machine.num_devices:
             key = f"data parallel over all {machine.num_devices} devices"
-        elif cfg.total_degree == 1:
+        elif total == 1:
             key = "whole on one device"
         else:
-            key = f"data parallel over {cfg.total_degree} devices"
+            key = f"data parallel over {total} devices"
         groups.setdefault(key, []).append(node.name)
-        degs = tuple(cfg.degree_map.get(a.name, 1) for a in axes)
-        devices.setdefault(key, set()).update(view_devices(machine, cfg.view, degs))
+        devices.setdefault(key, set()).update(view_devices(machine, view, tuple(degree[a.name] for a in axes)))
     lines = []
     for key, names in sorted(groups.items(), key=lambda kv: -len(kv[1])):
         shown = ", ".join(names[:limit]) + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")

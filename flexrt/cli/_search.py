@@ -20,7 +20,8 @@ from flexrt.simulator.strategy import data_parallel, load_strategy, save_strateg
 NAME = "search"
 HELP = "search for a parallelization strategy (MCMC, exhaustive, or a baseline) and compare it with the baselines"
 ACCEPTS_MODEL_FLAGS = True
-ALGOS = ("mcmc", "exhaustive", "data-parallel", "model-parallel", "expert")
+ALGOS = ("mcmc", "exhaustive", "unity", "sequential", "data-parallel", "model-parallel", "expert")
+SEARCHES = ("mcmc", "exhaustive", "unity", "sequential")
 
 
 def add_arguments(parser) -> None:
@@ -29,7 +30,16 @@ def add_arguments(parser) -> None:
     parser.add_argument("--nodes", type=int, help="scale the machine to this many nodes")
     parser.add_argument("--algo", choices=ALGOS, default="mcmc")
     parser.add_argument("--budget", type=int, help="MCMC proposals / exhaustive leaves (default: FFConfig's, 1000)")
-    parser.add_argument("--alpha", type=float, help="MCMC inverse temperature per percent of the data-parallel time")
+    parser.add_argument("--alpha", type=float, help="MCMC: inverse temperature per percent of the data-parallel "
+                        "time; unity: the pruning threshold (candidates over alpha x best are dropped; default 1.05)")
+    parser.add_argument("--split-size", type=int, default=None,
+                        help="unity: minimum operators per subgraph when splitting large graphs (default 10; 0: off)")
+    parser.add_argument("--no-cache", action="store_true", help="unity: no machine-mapping cache across candidates")
+    parser.add_argument("--devices", type=int, help="unity: use only the machine's first N devices")
+    parser.add_argument("--min-degree", type=int, default=1,
+                        help="unity: every operator on at least this many devices (default 1)")
+    parser.add_argument("--enable-pipeline", action="store_true",
+                        help="unity: pipeline parallelism (not implemented yet: refused with an error)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only-data-parallel", action="store_true", default=None)
     parser.add_argument("--enable-parameter-parallel", action="store_true", default=None,
@@ -118,6 +128,19 @@ def run(args, extra) -> int:
         result = exhaustive(base, machine, cost, budget=budget, seed=args.seed, space=space,
                             initial=[s for s in (expert_strategy, *given) if s is not None], optimizer=args.optimizer,
                             progress=progress)
+    elif args.algo in ("unity", "sequential"):
+        from flexrt.search.unity import DEFAULT_ALPHA, DEFAULT_SPLIT_SIZE, sequential, unity
+        explicit = any((args.only_data_parallel, args.enable_parameter_parallel, args.enable_attribute_parallel,
+                        cfg.only_data_parallel, cfg.enable_parameter_parallel, cfg.enable_attribute_parallel))
+        fn = unity if args.algo == "unity" else sequential
+        result = fn(base, machine, cost, budget=budget, seed=args.seed,
+                    alpha=args.alpha if args.alpha is not None else DEFAULT_ALPHA,
+                    split_size=DEFAULT_SPLIT_SIZE if args.split_size is None else args.split_size,
+                    cache=not args.no_cache, space=space if explicit else SearchSpace.full(),
+                    min_degree=args.min_degree, devices=args.devices, optimizer=args.optimizer,
+                    progress=progress, enable_pipeline=args.enable_pipeline)
+        if not explicit:
+            space = SearchSpace.full()
     elif args.algo == "data-parallel":
         result = dp
     elif args.algo == "model-parallel":
@@ -151,14 +174,20 @@ def run(args, extra) -> int:
                    "files": files})
         return 0
     print(f"model {loaded.name} on {machine.name}: {machine.num_nodes} node(s), {machine.num_devices} devices; "
-          f"{args.algo} over {space}" + (f", budget {budget}, seed {args.seed}" if args.algo in ("mcmc", "exhaustive")
-                                         else ""))
+          f"{args.algo} over {space}" + (f", budget {budget}, seed {args.seed}" if args.algo in SEARCHES else ""))
+    if args.algo in ("unity", "sequential"):
+        n = log.notes
+        print(f"search: {log.proposals} candidate graphs costed in {log.elapsed_s:.1f} s ({log.stop_reason}); "
+              f"segments {n.get('segments')}; " + (f"mapping cache {n['dp_cache_hits']} hits / "
+                                                  f"{n['dp_cache_misses']} misses; " if "dp_cache_hits" in n else "")
+              + f"graph {'rewritten' if n.get('rewritten') else 'unchanged'}; chosen: {n.get('chosen')}"
+              + ("; INTERRUPTED, keeping the best so far" if log.interrupted else ""))
     if args.algo in ("mcmc", "exhaustive"):
         print(f"search: {log.proposals} {'proposals' if args.algo == 'mcmc' else 'strategies simulated'} in "
               f"{log.elapsed_s:.1f} s ({log.stop_reason}"
               + (f"; acceptance {log.acceptance_rate:.0%}" if args.algo == "mcmc" else "") + ")"
               + ("; INTERRUPTED, keeping the best so far" if log.interrupted else ""))
-    print(f"{'found' if args.algo in ('mcmc', 'exhaustive') else args.algo:<14} {result.cost_s * 1e3:10.3f} ms")
+    print(f"{'found' if args.algo in SEARCHES else args.algo:<14} {result.cost_s * 1e3:10.3f} ms")
     print(f"{'data parallel':<14} {dp.cost_s * 1e3:10.3f} ms   (speed-up {dp.cost_s / result.cost_s:.2f}x)")
     if expert:
         print(f"{'expert':<14} {expert.cost_s * 1e3:10.3f} ms   (speed-up {expert.cost_s / result.cost_s:.2f}x)")

@@ -37,6 +37,7 @@ class FFConfig:
     dataset_path: Optional[str]
     search_budget: int
     search_alpha: float
+    search_algorithm: str
     only_data_parallel: bool
     enable_parameter_parallel: bool
     enable_attribute_parallel: bool

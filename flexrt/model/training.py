@@ -497,9 +497,20 @@ def _search_requested(cfg) -> bool:
 
 
 def _search_strategy(pcg, machine, cfg):
-    """MCMC with the config's budget, alpha and axis flags, scored by the analytic cost model."""
+    """MCMC (FlexFlow) or Unity's search (``--search-algorithm unity``) with the config's budget,
+    alpha and axis flags, scored by the analytic cost model."""
+    from flexrt.errors import ConfigError
     from flexrt.search import SearchSpace, mcmc
     from flexrt.simulator.cost_model import AnalyticCostModel
+    algo = cfg.search_algorithm
+    if algo == "unity":
+        from flexrt.search.unity import unity
+        space = SearchSpace.from_config(cfg) if (cfg.enable_parameter_parallel or cfg.enable_attribute_parallel) \
+            else SearchSpace.full()
+        return unity(pcg, machine, AnalyticCostModel(), budget=cfg.search_budget, alpha=max(cfg.search_alpha, 1.0),
+                     space=space).strategy
+    if algo != "mcmc":
+        raise ConfigError(f"--search-algorithm: unknown search {algo!r}; valid: mcmc, unity")
     result = mcmc(pcg, machine, AnalyticCostModel(), budget=cfg.search_budget, alpha=cfg.search_alpha,
                   space=SearchSpace.from_config(cfg))
     return result.strategy

@@ -17,7 +17,8 @@ of the resharding between them. Both are estimated from the same pieces the simu
 
 The configurations an operator may take on a block of devices are Unity's "resource quantities":
 every degree assignment over the allowed axis kinds (replica axes included: ``relu`` copied on
-every device is Fig. 2b's) whose total degree fits the block, placed on the block's first devices
+every device is Fig. 2b's), at most ``max_axes`` (default 2) of them split, whose total degree
+divides the block's device count (a replica axis only alone), placed on the block's first devices
 in piece order. The final strategy is simulated as a whole task graph; these estimates only rank
 mappings.
 
@@ -42,6 +43,8 @@ from flexrt.machine.views import view_devices, view_from_device_ids
 from flexrt.simulator.strategy import OpConfig, _all_axes, _check_degrees, apply_single
 
 INF = float("inf")
+# axis kinds split only on their own: copies of a whole operator (Fig. 2b's ReLU), not copies of pieces
+_ALONE = (AxisKind.REPLICA,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +108,7 @@ class LocalCosts:
         self._times: dict = {}
         self._xfer: dict = {}
         self._sigs: dict = {}
+        self._piece_lists: dict = {}
         self._vectors: dict = {}
         self._matrices: dict = {}
         self.edge_evaluations = 0
@@ -138,7 +142,9 @@ class LocalCosts:
 
         def rec(i: int, acc: dict, total: int) -> None:
             if i == len(allowed):
-                if total < min(self.min_degree, block.count) or sum(v > 1 for v in acc.values()) > self.max_axes:
+                split = [a for a in allowed if acc[a.name] > 1]
+                if total < min(self.min_degree, block.count) or block.count % total or len(split) > self.max_axes \
+                        or (len(split) > 1 and any(a.kind in _ALONE for a in split)):
                     return
                 try:
                     apply_single(pcg, node, acc)
@@ -296,14 +302,13 @@ class LocalCosts:
         full = C.operand_shapes[i]
         item = full.dtype.size_bytes
         ksum = src.sum_degree // dst.sum_degree
-        pieces = [(_box(r, full), r.sum_index, P.devices[q]) for q, r in enumerate(P.output_regions[k])]
+        pieces, by_dev = self._pieces(P, k, full)
         incoming: dict[int, float] = {}
         if ksum == 1:
             for p, r in enumerate(C.operand_regions[i]):
                 want, dev = _box(r, full), C.devices[p]
                 need = _numel(want)
-                mine = [b for b, s, d in pieces if d == dev and s == r.sum_index]
-                have = sum(_overlap(want, b) for b in set(mine))
+                have = sum(_overlap(want, b) for b in by_dev.get((dev, r.sum_index), ()))
                 missing = need - min(have, need)
                 if missing:
                     holder = next((d for b, s, d in pieces if s == r.sum_index and d != dev and _overlap(want, b)),
@@ -329,6 +334,19 @@ class LocalCosts:
         grad = full.dtype.is_floating and u.op_type is not OpType.INPUT
         c = self._edge[key] = fwd * (2.0 if grad else 1.0)
         return c
+
+    def _pieces(self, lay: _Layout, k: int, full: TensorShape):
+        """Output ``k``'s pieces as (box, sum index, device), and the distinct boxes per (device, sum)."""
+        key = (id(lay), k)
+        hit = self._piece_lists.get(key)
+        if hit is None or hit[0] is not lay:
+            pieces = [(_box(r, full), r.sum_index, lay.devices[q]) for q, r in enumerate(lay.output_regions[k])]
+            by_dev: dict = {}
+            for b, s, d in pieces:
+                if b not in by_dev.setdefault((d, s), []):
+                    by_dev[(d, s)].append(b)
+            hit = self._piece_lists[key] = (lay, pieces, by_dev)
+        return hit[1], hit[2]
 
     def edge_matrix(self, pcg: PCG, u: Node, k: int, v: Node, i: int, bu: Block, bv: Block) -> np.ndarray:
         """``edge_cost`` for every configuration of ``u`` on ``bu`` (rows) and of ``v`` on ``bv``."""

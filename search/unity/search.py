@@ -234,7 +234,7 @@ def unity(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUDGET, 
     dp = MappingDP(machine, costs, cache=cache, devices=n)
     costing = _Costing(dp)
     log = SearchLog("unity", budget, seed)
-    bar = Progress(progress_default() if progress is None else progress, budget, "unity")
+    bar = Progress(progress_default() if progress is None else progress, budget, "unity candidates")
     try:
         best_pcg, mapping, count = _optimize_graph(pcg, costing, algebraic_rules(rules), budget, alpha, split_size,
                                                    log, t0, bar)

@@ -18,6 +18,7 @@ FLAG_CASES = [
     (["-d", "data.npz"], "dataset_path", "data.npz"), (["--dataset", "data.npz"], "dataset_path", "data.npz"),
     (["--budget", "20"], "search_budget", 20), (["--search-budget", "20"], "search_budget", 20),
     (["--alpha", "1.2"], "search_alpha", 1.2), (["--search-alpha", "1.2"], "search_alpha", 1.2),
+    (["--search-algorithm", "unity"], "search_algorithm", "unity"),
     (["--only-data-parallel"], "only_data_parallel", True),
     (["--enable-parameter-parallel"], "enable_parameter_parallel", True),
     (["--enable-attribute-parallel"], "enable_attribute_parallel", True),
