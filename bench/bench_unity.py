@@ -1,0 +1,134 @@
+"""Unity's evaluation in simulation: Fig. 2, Table 2 (search time) and Fig. 14 (speed-ups).
+
+    python bench/bench_unity.py --fig2                   Unity's Fig. 2 MLP on 2 GPUs: joint vs sequential
+    python bench/bench_unity.py --table2                 ResNeXt-50 search time on summit, 6..48 GPUs:
+                                                         everything on / no graph splitting / no cache and
+                                                         no splitting (Unity Table 2)
+    python bench/bench_unity.py --fig14                  the seven models at 6..48 GPUs: simulated speed-up
+                                                         of Unity over data parallelism, the expert strategy
+                                                         and the sequential baseline, with search times;
+                                                         BERT-Large against Megatron
+    --devices 6 12 --models mlp dlrm --budget N          narrow any of them
+
+Per-GPU batch sizes as Unity §6.1: 64 ResNeXt-50 and Inception-v3, 4 BERT-Large, 1024 DLRM and
+XDL, 256 CANDLE-Uno and MLP (global batch = devices x per-GPU batch). Costs: the analytic model.
+Times are wall-clock seconds on this machine; speed-ups are ratios of simulated iteration times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from flexrt.ir.registry import AxisKind
+from flexrt.machine import load_machine
+from flexrt.model import load_model
+from flexrt.search.api import SearchSpace, fixed_result
+from flexrt.search.baselines import expert_strategy, megatron
+from flexrt.search.unity import sequential, unity
+from flexrt.simulator.cost_model import AnalyticCostModel
+from flexrt.simulator.simulate import Simulator
+from flexrt.simulator.strategy import data_parallel, load_strategy
+
+COST = AnalyticCostModel()
+MODELS = {"resnext50": 64, "inception_v3": 64, "bert_large": 4, "dlrm": 1024, "xdl": 1024, "candle_uno": 256,
+          "mlp": 256}
+DEVICES = (6, 12, 24, 48)
+
+
+def _machine(devices: int):
+    return load_machine("summit", nodes=max(1, devices // 6))
+
+
+def _model(name: str, devices: int, extra=()):
+    flags = ["-b", str(MODELS[name] * devices), *extra]
+    if name == "bert_large":
+        flags += ["--seq-length", "512"]
+    return load_model(name, flags)
+
+
+def fig2() -> None:
+    from flexrt.examples.strategies import unity_fig2
+    machine = load_machine("dgx1_v100")
+    base = load_model("mlp_unity_fig2", ["-b", "64"]).model.pcg
+    sim = Simulator(machine, COST)
+    print("Unity Fig. 2: MLP b=64, 784-512-10, 2 GPUs of dgx1_v100")
+    for label, space, md in (("data+reduction, every op on both GPUs (the figure's space)",
+                              SearchSpace(frozenset({AxisKind.SAMPLE, AxisKind.REDUCTION})), 2),
+                             ("every axis, any placement", SearchSpace.full(), 1)):
+        print(f"  space: {label}")
+        for fn in (unity, sequential):
+            t = time.perf_counter()
+            r = fn(base, machine, COST, budget=50, devices=2, space=space, min_degree=md, progress=False)
+            moved = sim.full(r.strategy).moved_elements
+            print(f"    {fn.__name__:<11} {r.cost_s * 1e6:8.1f} us  moved {dict(moved)}  rewritten "
+                  f"{r.log.notes['rewritten']}  ({time.perf_counter() - t:.2f} s)")
+    sim.full(load_strategy(str(unity_fig2.FILE), None, machine))
+    print(f"  the paper's Fig. 2b strategy itself: {sim.iteration_time() * 1e6:.1f} us, moved "
+          f"{dict(sim.result().moved_elements)}")
+
+
+def table2(devices, budget: int) -> None:
+    print(f"ResNeXt-50 on summit, per-GPU batch 64, budget {budget}: search seconds (Unity Table 2: "
+          f"57 s, 107 s, 180 s, 355 s with everything; 4.3x / 38.5x slower without splitting / without cache "
+          f"and splitting at 6 GPUs)")
+    print(f"{'GPUs':>5} {'everything':>11} {'no split':>9} {'no cache+split':>15} {'ratios':>14}  found / DP ms")
+    for n in devices:
+        machine = _machine(n)
+        base = _model("resnext50", n).model.pcg
+        times, res = [], None
+        for split, cache in ((10, True), (0, True), (0, False)):
+            t = time.perf_counter()
+            r = unity(base, machine, COST, budget=budget, devices=n, split_size=split, cache=cache, progress=False)
+            times.append(time.perf_counter() - t)
+            res = res or r
+        dp = fixed_result("dp", data_parallel(base, machine), machine, COST).cost_s
+        print(f"{n:>5} {times[0]:>10.1f}s {times[1]:>8.1f}s {times[2]:>14.1f}s  {times[1] / times[0]:5.1f}x "
+              f"{times[2] / times[0]:5.1f}x  {res.cost_s * 1e3:.1f} / {dp * 1e3:.1f}", flush=True)
+
+
+def fig14(models, devices, budget: int) -> None:
+    print(f"Fig. 14 on summit (simulated, analytic costs, budget {budget}): iteration ms and Unity's speed-up")
+    print(f"{'model':<13} {'GPUs':>4} {'DP':>9} {'expert':>9} {'sequent.':>9} {'unity':>9} {'vs DP':>6} "
+          f"{'vs exp':>6} {'vs seq':>6} {'search s':>8}")
+    for name in models:
+        for n in devices:
+            machine = _machine(n)
+            base = _model(name, n).model.pcg
+            dp = fixed_result("dp", data_parallel(base, machine), machine, COST).cost_s
+            ex = expert_strategy(name, base, machine)
+            exp = fixed_result("expert", ex, machine, COST).cost_s if ex is not None else None
+            seq = sequential(base, machine, COST, budget=budget, progress=False).cost_s
+            t = time.perf_counter()
+            r = unity(base, machine, COST, budget=budget, progress=False)
+            took = time.perf_counter() - t
+            e = f"{exp * 1e3:9.2f}" if exp else f"{'-':>9}"
+            ve = f"{exp / r.cost_s:6.2f}" if exp else f"{'-':>6}"
+            print(f"{name:<13} {n:>4} {dp * 1e3:9.2f} {e} {seq * 1e3:9.2f} {r.cost_s * 1e3:9.2f} "
+                  f"{dp / r.cost_s:6.2f} {ve} {seq / r.cost_s:6.2f} {took:8.1f}", flush=True)
+            if name == "bert_large":
+                mg = fixed_result("megatron", megatron(base, machine), machine, COST).cost_s
+                print(f"{'':<13} {'':>4} Megatron-LM {mg * 1e3:.2f} ms; Unity / Megatron time {r.cost_s / mg:.2f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--fig2", action="store_true")
+    ap.add_argument("--table2", action="store_true")
+    ap.add_argument("--fig14", action="store_true")
+    ap.add_argument("--devices", type=int, nargs="+", default=list(DEVICES))
+    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    ap.add_argument("--budget", type=int, default=1000)
+    args = ap.parse_args()
+    if not (args.fig2 or args.table2 or args.fig14):
+        args.fig2 = True
+    if args.fig2:
+        fig2()
+    if args.table2:
+        table2(args.devices, args.budget)
+    if args.fig14:
+        fig14(args.models, args.devices, args.budget)
+
+
+if __name__ == "__main__":
+    main()
