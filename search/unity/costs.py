@@ -108,7 +108,9 @@ class LocalCosts:
         self._times: dict = {}
         self._xfer: dict = {}
         self._sigs: dict = {}
+        self._interned: dict = {}
         self._piece_lists: dict = {}
+        self._by_layout: dict = {}
         self._vectors: dict = {}
         self._matrices: dict = {}
         self.edge_evaluations = 0
@@ -118,15 +120,18 @@ class LocalCosts:
     def signature(pcg: PCG, node: Node) -> tuple:
         return (node.attrs, tuple(pcg.shape(r).tensor_shape for r in node.inputs))
 
-    def _sig(self, pcg: PCG, node: Node) -> tuple:
-        """The node's signature, computed once per (graph, node)."""
+    def _sig(self, pcg: PCG, node: Node) -> int:
+        """The node's signature as a small integer (equal signatures, equal numbers), computed once
+        per (graph, node): memo keys stay cheap to hash."""
         key = (id(pcg), node.id)
         hit = self._sigs.get(key)
         if hit is None or hit[0] is not pcg:
             if len(self._sigs) > 100_000:
                 self._sigs.clear()
-            hit = self._sigs[key] = (pcg, self.signature(pcg, node))
+            hit = self._sigs[key] = (pcg, self._interned.setdefault(self.signature(pcg, node), len(self._interned)))
         return hit[1]
+
+    sig_id = _sig
 
     # ---- configurations ------------------------------------------------------------------------
     def configs(self, pcg: PCG, node: Node, block: Block) -> list[OpConfig]:
@@ -300,9 +305,16 @@ class LocalCosts:
             self._edge[key] = INF
             return INF
         full = C.operand_shapes[i]
+        grad = full.dtype.is_floating and u.op_type is not OpType.INPUT
+        pieces, by_dev = self._pieces(P, k, full)
+        # configurations that place the same boxes on the same devices cost the same
+        lkey = (src, dst, grad, tuple(pieces), self._wanted(C, i, full))
+        c = self._by_layout.get(lkey)
+        if c is not None:
+            self._edge[key] = c
+            return c
         item = full.dtype.size_bytes
         ksum = src.sum_degree // dst.sum_degree
-        pieces, by_dev = self._pieces(P, k, full)
         incoming: dict[int, float] = {}
         if ksum == 1:
             for p, r in enumerate(C.operand_regions[i]):
@@ -331,8 +343,7 @@ class LocalCosts:
                     t = sum(self.transfer(d, target, nbytes) for d in pdevs) + \
                         sum(self.transfer(target, d, nbytes) for d in set(cdevs))
                 fwd = max(fwd, t)
-        grad = full.dtype.is_floating and u.op_type is not OpType.INPUT
-        c = self._edge[key] = fwd * (2.0 if grad else 1.0)
+        c = self._edge[key] = self._by_layout[lkey] = fwd * (2.0 if grad else 1.0)
         return c
 
     def _pieces(self, lay: _Layout, k: int, full: TensorShape):
@@ -347,6 +358,15 @@ class LocalCosts:
                     by_dev[(d, s)].append(b)
             hit = self._piece_lists[key] = (lay, pieces, by_dev)
         return hit[1], hit[2]
+
+    def _wanted(self, lay: _Layout, i: int, full: TensorShape) -> tuple:
+        """Operand ``i``'s pieces as (box, sum index, copy index, device)."""
+        key = (id(lay), "opd", i)
+        hit = self._piece_lists.get(key)
+        if hit is None or hit[0] is not lay:
+            hit = self._piece_lists[key] = (lay, tuple((_box(r, full), r.sum_index, r.copy_index, lay.devices[p])
+                                                       for p, r in enumerate(lay.operand_regions[i])))
+        return hit[1]
 
     def edge_matrix(self, pcg: PCG, u: Node, k: int, v: Node, i: int, bu: Block, bv: Block) -> np.ndarray:
         """``edge_cost`` for every configuration of ``u`` on ``bu`` (rows) and of ``v`` on ``bv``."""

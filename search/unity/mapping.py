@@ -49,7 +49,7 @@ class Mapping:
 class _Graph:
     """Compute nodes of a PCG in topological order with ancestor/descendant bit sets."""
 
-    def __init__(self, pcg: PCG) -> None:
+    def __init__(self, pcg: PCG, costs: LocalCosts) -> None:
         self.pcg = pcg
         self.order = [nid for nid in pcg.topological_order() if is_compute(pcg.node(nid))]
         self.pos = {nid: i for i, nid in enumerate(self.order)}
@@ -81,7 +81,7 @@ class _Graph:
                 m |= self.desc[u] | low
                 s ^= low
             self.desc[v] = m
-        self.sig = [LocalCosts.signature(pcg, node) for node in self.node]
+        self.sig = [costs.sig_id(pcg, node) for node in self.node]
 
 
 def _members(mask: int) -> list[int]:
@@ -95,7 +95,7 @@ def _members(mask: int) -> list[int]:
 
 def series_split_nodes(pcg: PCG) -> list[int]:
     """The compute nodes at which the whole graph splits in sequence (topological order)."""
-    g = _Graph(pcg)
+    g = _Graph(pcg, LocalCosts(None, None, frozenset()))
     full = (1 << len(g.order)) - 1
     return [g.order[p] for p in _split_nodes(g, full, None, None)]
 
@@ -197,7 +197,7 @@ class MappingDP:
     def solve(self, pcg: PCG) -> Mapping:
         if not self.cache:
             self.memo.clear()
-        g = _Graph(pcg)
+        g = _Graph(pcg, self.costs)
         self.g = g
         full = (1 << len(g.order)) - 1
         sol = self._solve(full, Block(0, self.devices), None, None)
