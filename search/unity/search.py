@@ -261,7 +261,8 @@ def sequential(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUD
                optimizer: str = "sgd", rules: Optional[Sequence[Rule]] = None, progress: Optional[bool] = None,
                **_ignored) -> SearchResult:
     """"TASO then FlexFlow": algebraic substitutions chosen by their cost on one device, then the
-    parallelization of that graph alone (the same DP and space as ``unity``)."""
+    parallelization of that graph alone (the same DP and space as ``unity``); data parallelism is a
+    finalist too, as in ``unity``."""
     _check(budget, alpha, split_size, devices, machine)
     sp = _space(space)
     t0 = time.perf_counter()
@@ -282,7 +283,9 @@ def sequential(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUD
     log.notes.update(estimated_s=mapping.cost_s, rewritten=best_pcg.structural_hash() != pcg.structural_hash())
     log.stop_reason = "interrupted" if log.interrupted else "queue empty or budget spent"
     return _finish("sequential", pcg, machine, cost_model, optimizer,
-                   [("sequential", _strategy(best_pcg, pcg, mapping.configs))], log, t0, n)
+                   [("sequential", _strategy(best_pcg, pcg, mapping.configs)),
+                    ("data-parallel", data_parallel(pcg, machine, n if n < machine.num_devices else None))],
+                   log, t0, n)
 
 
 def _check(budget, alpha, split_size, devices, machine: Machine) -> None:
