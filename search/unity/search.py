@@ -149,6 +149,8 @@ def _best_first(pcg: PCG, costing: _Costing, rules: Sequence[Rule], budget: int,
             state["candidates"] += 1
             if mapping.cost_s < best.cost_s:
                 best_pcg, best = new, mapping
+                if best.cost_s < state["best"]:  # kept for Ctrl-C
+                    state.update(best=best.cost_s, best_pcg=new, best_mapping=mapping)
             log.record(state["candidates"], t0, mapping.cost_s, min(best.cost_s, state["best"]))
             progress.update(state["candidates"], best.cost_s, 0.0)
             if mapping.cost_s <= alpha * best.cost_s:
@@ -160,14 +162,14 @@ def _best_first(pcg: PCG, costing: _Costing, rules: Sequence[Rule], budget: int,
 
 
 def _optimize_graph(pcg: PCG, costing: _Costing, rules: Sequence[Rule], budget: int, alpha: float,
-                    split_size: Optional[int], log: SearchLog, t0: float, progress: Progress):
+                    split_size: Optional[int], log: SearchLog, t0: float, progress: Progress, state: dict):
+    """Substitution selection over the segments; ``state`` holds the best graph so far (Ctrl-C)."""
     rules = _relevant(rules, pcg)
     segs = segments(pcg, rules, split_size) if split_size else [frozenset(n.id for n in pcg.nodes if is_compute(n))]
     log.notes["segments"] = [len(s) for s in segs]
-    state = {"candidates": 0, "best": float("inf")}
     current = pcg
     mapping = costing(pcg)
-    state["best"] = mapping.cost_s
+    state.update(candidates=0, best=mapping.cost_s, best_pcg=pcg, best_mapping=mapping)
     log.record(0, t0, mapping.cost_s, mapping.cost_s)
     per_segment = max(1, budget // len(segs)) if budget else 0
     for seg in segs:
@@ -235,12 +237,15 @@ def unity(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUDGET, 
     costing = _Costing(dp)
     log = SearchLog("unity", budget, seed)
     bar = Progress(progress_default() if progress is None else progress, budget, "unity candidates")
+    state: dict = {"candidates": 0}
     try:
         best_pcg, mapping, count = _optimize_graph(pcg, costing, algebraic_rules(rules), budget, alpha, split_size,
-                                                   log, t0, bar)
+                                                   log, t0, bar, state)
     except KeyboardInterrupt:
         log.interrupted = True
-        best_pcg, mapping, count = pcg, costing(pcg), 0
+        if "best_pcg" not in state:
+            raise
+        best_pcg, mapping, count = state["best_pcg"], state["best_mapping"], state["candidates"]
     finally:
         bar.close()
     log.proposals = count
@@ -270,11 +275,13 @@ def sequential(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUD
     one = _Costing(MappingDP(machine, LocalCosts(machine, cost_model, sp.kinds, optimizer), devices=1))
     log = SearchLog("sequential", budget, seed)
     bar = Progress(progress_default() if progress is None else progress, budget, "TASO then parallelize")
+    state: dict = {"candidates": 0}
     try:
-        best_pcg, _, count = _optimize_graph(pcg, one, algebraic_rules(rules), budget, alpha, split_size, log, t0, bar)
+        best_pcg, _, count = _optimize_graph(pcg, one, algebraic_rules(rules), budget, alpha, split_size, log, t0, bar,
+                                             state)
     except KeyboardInterrupt:
         log.interrupted = True
-        best_pcg, count = pcg, 0
+        best_pcg, count = state.get("best_pcg", pcg), state["candidates"]
     finally:
         bar.close()
     dp = MappingDP(machine, LocalCosts(machine, cost_model, sp.kinds, optimizer, min_degree), devices=n)

@@ -295,3 +295,24 @@ def test_unity_rewritten_strategy_trains_like_one_device(dgx1, monkeypatch):
         assert {n.op_type.value for n in s.pcg.nodes} >= {"linear", "relu"}
         return Strategy(s.pcg, s.views)
     train_and_compare("mlp_no_bias", DataType.DT_DOUBLE, find, dgx1)
+
+
+def test_ctrl_c_keeps_the_best_graph_so_far(dgx1, monkeypatch):
+    """An interruption during substitution selection returns the best candidate found so far,
+    mapped, simulated and marked interrupted."""
+    from flexrt.search.unity import mapping as mapping_mod
+    pcg = deep_mlp(4)
+    real = mapping_mod.MappingDP.solve
+    calls = {"n": 0}
+
+    def solve(self, g):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt
+        return real(self, g)
+    monkeypatch.setattr(mapping_mod.MappingDP, "solve", solve)
+    r = unity(pcg, dgx1, COST, budget=50, devices=4, split_size=0, progress=False)
+    assert r.log.interrupted and r.log.proposals == 2  # calls 1-2 cost the input graph
+    sim = Simulator(dgx1, COST)
+    sim.full(r.strategy)
+    assert sim.iteration_time() == pytest.approx(r.cost_s, rel=1e-12)
