@@ -74,6 +74,30 @@ def axis_degrees(pcg: PCG, node: Node) -> tuple[int, ...]:
     return tuple(degree[a.name] for a in axes)
 
 
+def resharding_steps(src: ParallelTensorShape, target: ParallelTensorShape):
+    """How ``src`` becomes ``target`` (the rules every resharding chain follows): (the operator that
+    sums partial sums, AllReduceAttrs or ReductionAttrs, or None; its degree; the factor by which
+    copies are then multiplied). Partitions and combines go between them, per dimension.
+    StrategyError when no chain does it: partial sums only shrink by a divisor, copies only grow."""
+    sum_step, k, have = None, 1, src.discard_copy_degree
+    if src.sum_degree != target.sum_degree:
+        if src.sum_degree % target.sum_degree:
+            raise StrategyError(f"cannot turn sum degree {src.sum_degree} into {target.sum_degree} "
+                                f"(from {src} to {target})")
+        k = src.sum_degree // target.sum_degree
+        grow = target.discard_copy_degree // src.discard_copy_degree
+        if grow == k and target.discard_copy_degree % src.discard_copy_degree == 0 and \
+                src.shard_degrees == target.shard_degrees:
+            sum_step, have = AllReduceAttrs, have * k
+        else:
+            sum_step = ReductionAttrs
+    want = target.discard_copy_degree
+    if want % have:
+        raise StrategyError(f"cannot turn copy degree {have} into {want} (from {src} to {target}); "
+                            f"copies can only be multiplied")
+    return sum_step, k, want // have
+
+
 class _Builder:
     """Builds the parallel PCG, sharing resharding chains between consumers."""
 
@@ -99,19 +123,14 @@ class _Builder:
         key = (ref, target)
         if key in self.chains:
             return self.chains[key]
+        try:
+            sum_step, k, copies = resharding_steps(src, target)
+        except StrategyError as e:
+            raise StrategyError(f"{label}: {e}") from None
         out = ref
         name = self.pcg.node(ref.node).name
-        if src.sum_degree != target.sum_degree:
-            if src.sum_degree % target.sum_degree:
-                raise StrategyError(f"{label}: cannot turn sum degree {src.sum_degree} into {target.sum_degree} "
-                                    f"(from {src} to {target})")
-            k = src.sum_degree // target.sum_degree
-            grow = target.discard_copy_degree // src.discard_copy_degree
-            if grow == k and target.discard_copy_degree % src.discard_copy_degree == 0 and \
-                    src.shard_degrees == target.shard_degrees:
-                out = self.add(AllReduceAttrs(k), [out], f"{name}.allreduce")
-            else:
-                out = self.add(ReductionAttrs(k), [out], f"{name}.reduce")
+        if sum_step is not None:
+            out = self.add(sum_step(k), [out], f"{name}.{'allreduce' if sum_step is AllReduceAttrs else 'reduce'}")
         for d in range(target.rank):
             have, want = self.pcg.shape(out).dims[d].degree, target.dims[d].degree
             g = math.gcd(have, want)
@@ -119,12 +138,8 @@ class _Builder:
                 out = self.add(CombineAttrs(d, have // g), [out], f"{name}.combine{d}")
             if want // g > 1:
                 out = self.add(RepartitionAttrs(d, want // g), [out], f"{name}.partition{d}")
-        have, want = self.pcg.shape(out).discard_copy_degree, target.discard_copy_degree
-        if want != have:
-            if want % have:
-                raise StrategyError(f"{label}: cannot turn copy degree {have} into {want} (from {src} to {target}); "
-                                    f"copies can only be multiplied")
-            out = self.add(ReplicateAttrs(want // have), [out], f"{name}.replicate")
+        if copies > 1:
+            out = self.add(ReplicateAttrs(copies), [out], f"{name}.replicate")
         if self.pcg.shape(out) != target:
             raise StrategyError(f"{label}: resharding {src} gave {self.pcg.shape(out)}, not {target}")
         self.chains[key] = out

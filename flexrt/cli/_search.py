@@ -130,17 +130,16 @@ def run(args, extra) -> int:
                             progress=progress)
     elif args.algo in ("unity", "sequential"):
         from flexrt.search.unity import DEFAULT_ALPHA, DEFAULT_SPLIT_SIZE, sequential, unity
-        explicit = any((args.only_data_parallel, args.enable_parameter_parallel, args.enable_attribute_parallel,
-                        cfg.only_data_parallel, cfg.enable_parameter_parallel, cfg.enable_attribute_parallel))
+        if not any((args.only_data_parallel, args.enable_parameter_parallel, args.enable_attribute_parallel,
+                    cfg.only_data_parallel, cfg.enable_parameter_parallel, cfg.enable_attribute_parallel)):
+            space = SearchSpace.full()  # Unity searches every axis unless FlexFlow's flags narrow it
         fn = unity if args.algo == "unity" else sequential
         result = fn(base, machine, cost, budget=budget, seed=args.seed,
                     alpha=args.alpha if args.alpha is not None else DEFAULT_ALPHA,
                     split_size=DEFAULT_SPLIT_SIZE if args.split_size is None else args.split_size,
-                    cache=not args.no_cache, space=space if explicit else SearchSpace.full(),
+                    cache=not args.no_cache, space=space,
                     min_degree=args.min_degree, devices=args.devices, optimizer=args.optimizer,
                     progress=progress, enable_pipeline=args.enable_pipeline)
-        if not explicit:
-            space = SearchSpace.full()
     elif args.algo == "data-parallel":
         result = dp
     elif args.algo == "model-parallel":

@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
 import numpy as np
+from flexrt.simulator.strategy import OpConfig, _all_axes, _check_degrees, apply_single, resharding_steps
 
 from flexrt.errors import ShapeError, StrategyError
 from flexrt.ir.op_type import OpType
@@ -40,7 +42,6 @@ from flexrt.ir.registry import AxisKind, SlotKind, op_def
 from flexrt.ir.tensor_shape import TensorShape
 from flexrt.machine import Machine
 from flexrt.machine.views import view_devices, view_from_device_ids
-from flexrt.simulator.strategy import OpConfig, _all_axes, _check_degrees, apply_single
 
 INF = float("inf")
 # axis kinds split only on their own: copies of a whole operator (Fig. 2b's ReLU), not copies of pieces
@@ -66,6 +67,8 @@ class _Layout:
     operand_shapes: list[TensorShape]
     out_shapes: list[ParallelTensorShape]      # parallel shapes of the outputs
     target_shapes: list[ParallelTensorShape]   # what each data operand must arrive as
+    coords: list[dict]                          # each piece's coordinate per axis
+    degree: dict[str, int]
 
 
 def _box(region, shape: TensorShape):
@@ -81,16 +84,12 @@ def _overlap(a, b) -> int:
 
 
 def reshard_possible(src: ParallelTensorShape, dst: ParallelTensorShape) -> bool:
-    """Whether ``strategy._Builder.reshard`` can take ``src`` to ``dst`` (the same three rules)."""
-    copies = src.discard_copy_degree
-    if src.sum_degree != dst.sum_degree:
-        if src.sum_degree % dst.sum_degree:
-            return False
-        k = src.sum_degree // dst.sum_degree
-        if dst.discard_copy_degree % copies == 0 and dst.discard_copy_degree // copies == k and \
-                src.shard_degrees == dst.shard_degrees:
-            copies *= k  # AllReduce
-    return dst.discard_copy_degree % copies == 0
+    """Whether a resharding chain takes ``src`` to ``dst`` (``strategy.resharding_steps``)."""
+    try:
+        resharding_steps(src, dst)
+    except StrategyError:
+        return False
+    return True
 
 
 class LocalCosts:
@@ -120,7 +119,7 @@ class LocalCosts:
     def signature(pcg: PCG, node: Node) -> tuple:
         return (node.attrs, tuple(pcg.shape(r).tensor_shape for r in node.inputs))
 
-    def _sig(self, pcg: PCG, node: Node) -> int:
+    def sig_id(self, pcg: PCG, node: Node) -> int:
         """The node's signature as a small integer (equal signatures, equal numbers), computed once
         per (graph, node): memo keys stay cheap to hash."""
         key = (id(pcg), node.id)
@@ -131,18 +130,16 @@ class LocalCosts:
             hit = self._sigs[key] = (pcg, self._interned.setdefault(self.signature(pcg, node), len(self._interned)))
         return hit[1]
 
-    sig_id = _sig
-
     # ---- configurations ------------------------------------------------------------------------
     def configs(self, pcg: PCG, node: Node, block: Block) -> list[OpConfig]:
         """Every configuration of ``node`` on ``block`` (see the module doc), degree-1 first."""
-        key = (self._sig(pcg, node), block)
+        key = (self.sig_id(pcg, node), block)
         if key in self._configs:
             return self._configs[key]
         axes = [a for a in _all_axes(pcg, node) if not any(s.kind is SlotKind.SUM for _, s in a.operands)]
         names = [a.name for a in _all_axes(pcg, node)]
         allowed = [a for a in axes if a.kind in self.kinds or a.kind is AxisKind.REPLICA]
-        choices = [d for d in divisors(block.count)]
+        choices = divisors(block.count)
         out: list[OpConfig] = []
 
         def rec(i: int, acc: dict, total: int) -> None:
@@ -167,10 +164,7 @@ class LocalCosts:
                 rec(i + 1, acc, total * d)
             del acc[allowed[i].name]
 
-        if allowed:
-            rec(0, {}, 1)
-        elif self.min_degree <= 1 or block.count == 1:
-            rec(0, {}, 1)
+        rec(0, {}, 1)
         if not out:  # e.g. min_degree cannot be met: the operator runs whole on the block's first device
             view = view_from_device_ids(self.machine, tuple(1 for _ in names), [block.start])
             out.append(OpConfig((), view))
@@ -179,7 +173,7 @@ class LocalCosts:
 
     # ---- layouts -------------------------------------------------------------------------------
     def layout(self, pcg: PCG, node: Node, cfg: OpConfig) -> _Layout:
-        key = (self._sig(pcg, node), cfg)
+        key = (self.sig_id(pcg, node), cfg)
         if key in self._layouts:
             return self._layouts[key]
         opdef = op_def(node.op_type)
@@ -204,7 +198,7 @@ class LocalCosts:
                    for d in [tensor_degrees(axes, deg, i, s.rank, False)]]
         out_shapes = [ParallelTensorShape.of(o.dims, d.shard, d.sum, d.copy, o.dtype) for k, o in enumerate(outs)
                       for d in [tensor_degrees(axes, deg, k, o.rank, True)]]
-        lay = _Layout(devices, operand_regions, output_regions, full, out_shapes, targets)
+        lay = _Layout(devices, operand_regions, output_regions, full, out_shapes, targets, coords, deg)
         self._layouts[key] = lay
         return lay
 
@@ -247,7 +241,7 @@ class LocalCosts:
         return t
 
     def node_cost(self, pcg: PCG, node: Node, cfg: OpConfig) -> float:
-        key = (self._sig(pcg, node), cfg)
+        key = (self.sig_id(pcg, node), cfg)
         c = self._node.get(key)
         if c is not None:
             return c
@@ -261,10 +255,8 @@ class LocalCosts:
             outs = tuple(TensorShape(tuple(b - a for a, b in r[p].ranges), s.dtype)
                          for r, s in zip(lay.output_regions, lay.out_shapes))
             attrs = node.attrs
-            if opdef.piece_call is not None:
-                axes = opdef.parallel_axes(node.attrs, [s for s in lay.operand_shapes[:len(lay.operand_shapes) - nw]])
-                deg = _check_degrees(node, axes, cfg.degree_map)
-                attrs, _ = opdef.piece_call(node.attrs, axis_coordinates(axes, deg)[p], deg)
+            if opdef.piece_call is not None:  # e.g. a conv piece runs without the padding its halo holds
+                attrs, _ = opdef.piece_call(node.attrs, lay.coords[p], lay.degree)
             compute = max(compute, self._op_time(attrs, ins, outs, dev))
         sync = 0.0
         for i in range(len(lay.operand_shapes) - nw, len(lay.operand_shapes)):
@@ -284,7 +276,7 @@ class LocalCosts:
 
     def node_vector(self, pcg: PCG, node: Node, block: Block) -> np.ndarray:
         """``node_cost`` of every configuration of ``node`` on ``block``."""
-        key = (self._sig(pcg, node), block)
+        key = (self.sig_id(pcg, node), block)
         vec = self._vectors.get(key)
         if vec is None:
             vec = self._vectors[key] = np.array([self.node_cost(pcg, node, c) for c in self.configs(pcg, node, block)])
@@ -294,7 +286,7 @@ class LocalCosts:
     def edge_cost(self, pcg: PCG, u: Node, k: int, v: Node, i: int, cu: OpConfig, cv: OpConfig) -> float:
         """Resharding output ``k`` of ``u`` (configured ``cu``) into operand ``i`` of ``v`` (``cv``):
         forward and, for floating-point tensors, the gradient back."""
-        key = (self._sig(pcg, u), k, self._sig(pcg, v), i, cu, cv)
+        key = (self.sig_id(pcg, u), k, self.sig_id(pcg, v), i, cu, cv)
         c = self._edge.get(key)
         if c is not None:
             return c
@@ -370,7 +362,7 @@ class LocalCosts:
 
     def edge_matrix(self, pcg: PCG, u: Node, k: int, v: Node, i: int, bu: Block, bv: Block) -> np.ndarray:
         """``edge_cost`` for every configuration of ``u`` on ``bu`` (rows) and of ``v`` on ``bv``."""
-        key = (self._sig(pcg, u), k, self._sig(pcg, v), i, bu, bv)
+        key = (self.sig_id(pcg, u), k, self.sig_id(pcg, v), i, bu, bv)
         M = self._matrices.get(key)
         if M is None:
             cus, cvs = self.configs(pcg, u, bu), self.configs(pcg, v, bv)

@@ -31,11 +31,11 @@ from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
+from flexrt.search.unity.costs import Block, LocalCosts
+from flexrt.simulator.strategy import OpConfig, is_compute
 
 from flexrt.ir.pcg import PCG
 from flexrt.machine import Machine
-from flexrt.search.unity.costs import Block, LocalCosts
-from flexrt.simulator.strategy import OpConfig, is_compute
 
 
 @dataclass
@@ -49,7 +49,7 @@ class Mapping:
 class _Graph:
     """Compute nodes of a PCG in topological order with ancestor/descendant bit sets."""
 
-    def __init__(self, pcg: PCG, costs: LocalCosts) -> None:
+    def __init__(self, pcg: PCG, costs: Optional[LocalCosts] = None) -> None:
         self.pcg = pcg
         self.order = [nid for nid in pcg.topological_order() if is_compute(pcg.node(nid))]
         self.pos = {nid: i for i, nid in enumerate(self.order)}
@@ -81,7 +81,7 @@ class _Graph:
                 m |= self.desc[u] | low
                 s ^= low
             self.desc[v] = m
-        self.sig = [costs.sig_id(pcg, node) for node in self.node]
+        self.sig = [costs.sig_id(pcg, node) for node in self.node] if costs is not None else []
 
 
 def _members(mask: int) -> list[int]:
@@ -95,7 +95,7 @@ def _members(mask: int) -> list[int]:
 
 def series_split_nodes(pcg: PCG) -> list[int]:
     """The compute nodes at which the whole graph splits in sequence (topological order)."""
-    g = _Graph(pcg, LocalCosts(None, None, frozenset()))
+    g = _Graph(pcg)
     full = (1 << len(g.order)) - 1
     return [g.order[p] for p in _split_nodes(g, full, None, None)]
 
@@ -174,9 +174,9 @@ class _Parallel(_Sol):
 
 
 class _Greedy(_Sol):
-    def __init__(self, M, picks, cols):
+    def __init__(self, M, picks):
         super().__init__(M)
-        self.picks, self.cols = picks, cols
+        self.picks = picks
 
     def pick(self, a, b):
         return list(self.picks[a])
@@ -241,11 +241,11 @@ class MappingDP:
         return tuple(parts), outs, block, self._bound_key(inn), self._bound_key(out)
 
     # ---- the recursion ---------------------------------------------------------------------------
-    def _solve(self, S: int, block: Block, inn, out) -> _Sol:
+    def _solve(self, S: int, block: Block, inn, out, key: Optional[tuple] = None) -> _Sol:
         na, nb = len(self._cfgs(inn)), len(self._cfgs(out))
         if S == 0:
             return _Empty(np.zeros((na, nb)))
-        key = self._key(S, block, inn, out)
+        key = key or self._key(S, block, inn, out)
         hit = self.memo.get(key)
         if hit is not None:
             self.hits += 1
@@ -294,13 +294,14 @@ class MappingDP:
             if j < len(splits):
                 seg &= g.anc[hi[0]]
             direct = () if lo is None or hi is None else tuple((k, i) for u, k, i in g.edges_in[hi[0]] if u == lo[0])
-            h = hash((h, self._key(seg, block, lo, hi), direct, j < len(splits)))
+            seg_key = self._key(seg, block, lo, hi)
+            h = hash((h, seg_key, direct, j < len(splits)))
             hit = self.memo.get(("prefix", h))
             if hit is not None:
                 self.hits += 1
                 F, steps, parts = hit
                 continue
-            seg_sol = self._solve(seg, block, lo, hi)
+            seg_sol = self._solve(seg, block, lo, hi, seg_key)
             G = seg_sol.M
             E = self._edges_between(lo, hi)
             if E is not None:
@@ -383,4 +384,4 @@ class MappingDP:
                     if u in chosen:
                         M[a, :] += np.array([costs.edge_cost(pcg, g.node[u], k, g.node[out[0]], i, chosen[u], cb)
                                              for cb in out_cfgs])
-        return _Greedy(M, picks, out_cfgs)
+        return _Greedy(M, picks)

@@ -40,11 +40,16 @@ import heapq
 import time
 from typing import Optional, Sequence
 
-from flexrt.errors import ConfigError
-from flexrt.ir.pcg import PCG
-from flexrt.machine import Machine
-from flexrt.search.api import (DEFAULT_BUDGET, Progress, SearchLog, SearchResult, SearchSpace, check_budget,
-                               progress_default, register_algorithm)
+from flexrt.search.api import (
+    DEFAULT_BUDGET,
+    Progress,
+    SearchLog,
+    SearchResult,
+    SearchSpace,
+    check_budget,
+    progress_default,
+    register_algorithm,
+)
 from flexrt.search.substitutions.library import activation_fusion_rules, load_library
 from flexrt.search.substitutions.match import find_matches, node_patterns, try_apply
 from flexrt.search.substitutions.rule import PARALLEL_TYPES, Rule
@@ -52,6 +57,10 @@ from flexrt.search.unity.costs import LocalCosts
 from flexrt.search.unity.mapping import MappingDP, series_split_nodes
 from flexrt.simulator.simulate import Simulator
 from flexrt.simulator.strategy import Strategy, data_parallel, is_compute
+
+from flexrt.errors import ConfigError
+from flexrt.ir.pcg import PCG
+from flexrt.machine import Machine
 
 DEFAULT_ALPHA = 1.05
 DEFAULT_SPLIT_SIZE = 10
@@ -116,7 +125,6 @@ class _Costing:
     def __init__(self, dp: MappingDP) -> None:
         self.dp = dp
         self.calls = 0
-        self.best_mapping: dict = {}
 
     def __call__(self, pcg: PCG):
         self.calls += 1
@@ -169,7 +177,7 @@ def _optimize_graph(pcg: PCG, costing: _Costing, rules: Sequence[Rule], budget: 
     log.notes["segments"] = [len(s) for s in segs]
     current = pcg
     mapping = costing(pcg)
-    state.update(candidates=0, best=mapping.cost_s, best_pcg=pcg, best_mapping=mapping)
+    state.update(candidates=0, best=mapping.cost_s, best_pcg=pcg, best_mapping=mapping, input_mapping=mapping)
     log.record(0, t0, mapping.cost_s, mapping.cost_s)
     per_segment = max(1, budget // len(segs)) if budget else 0
     for seg in segs:
@@ -194,8 +202,7 @@ def _strategy(pcg: PCG, original: PCG, configs) -> Strategy:
     return s
 
 
-def _finish(name: str, pcg: PCG, machine: Machine, cost_model, optimizer: str, candidates: list, log: SearchLog,
-            t0: float, devices: int) -> SearchResult:
+def _finish(machine: Machine, cost_model, optimizer: str, candidates: list, log: SearchLog, t0: float) -> SearchResult:
     """Simulate the finalists as full task graphs; the fastest wins."""
     sim = Simulator(machine, cost_model, optimizer)
     scored = []
@@ -255,9 +262,9 @@ def unity(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUDGET, 
     log.stop_reason = "interrupted" if log.interrupted else "queue empty or budget spent"
     finalists = [("unity", _strategy(best_pcg, pcg, mapping.configs))]
     if best_pcg is not pcg:
-        finalists.append(("input graph mapped", _strategy(pcg, pcg, dp.solve(pcg).configs)))
+        finalists.append(("input graph mapped", _strategy(pcg, pcg, state["input_mapping"].configs)))
     finalists.append(("data-parallel", data_parallel(pcg, machine, n if n < machine.num_devices else None)))
-    return _finish("unity", pcg, machine, cost_model, optimizer, finalists, log, t0, n)
+    return _finish(machine, cost_model, optimizer, finalists, log, t0)
 
 
 def sequential(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUDGET, seed: int = 0,
@@ -289,10 +296,9 @@ def sequential(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUD
     log.proposals = count
     log.notes.update(estimated_s=mapping.cost_s, rewritten=best_pcg.structural_hash() != pcg.structural_hash())
     log.stop_reason = "interrupted" if log.interrupted else "queue empty or budget spent"
-    return _finish("sequential", pcg, machine, cost_model, optimizer,
+    return _finish(machine, cost_model, optimizer,
                    [("sequential", _strategy(best_pcg, pcg, mapping.configs)),
-                    ("data-parallel", data_parallel(pcg, machine, n if n < machine.num_devices else None))],
-                   log, t0, n)
+                    ("data-parallel", data_parallel(pcg, machine, n if n < machine.num_devices else None))], log, t0)
 
 
 def _check(budget, alpha, split_size, devices, machine: Machine) -> None:
