@@ -19,9 +19,9 @@ import time
 
 from flexrt.machine import load_machine
 from flexrt.model import load_model
-from flexrt.search import SearchSpace, describe, fixed_result, mcmc
+from flexrt.search import describe, fixed_result, mcmc
 from flexrt.simulator.cost_model import AnalyticCostModel
-from flexrt.simulator.strategy import data_parallel
+from flexrt.strategy import SearchSpace, data_parallel
 
 MODELS = ("alexnet", "inception_v3", "resnet101", "rnntc", "rnnlm", "nmt")
 MACHINES = ("flexflow_p100", "flexflow_k80")

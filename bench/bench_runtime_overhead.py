@@ -55,7 +55,7 @@ from flexrt.machine import local_machine
 from flexrt.runtime.executor import MODES, Executor, optimizer_step
 from flexrt.runtime.session import Session
 from flexrt.simulator.cost_model import AnalyticCostModel
-from flexrt.simulator.strategy import data_parallel
+from flexrt.strategy import data_parallel
 
 DEVICES = 8
 LEGION_US = 10.0

@@ -85,7 +85,7 @@ from flexrt.runtime.executor import Executor, optimizer_step
 from flexrt.runtime.session import Session
 from flexrt.simulator.actions import RingStep
 from flexrt.simulator.cost_model import ProfiledCostModel
-from flexrt.simulator.strategy import (OpConfig, Strategy, _all_axes, data_parallel, is_compute, random_strategy,
+from flexrt.strategy import (OpConfig, Strategy, all_axes, data_parallel, is_compute, random_strategy,
                                        valid_configs)
 
 LOCAL_DEVICES = 4
@@ -151,7 +151,7 @@ MODELS = {"mlp": (mlp_model, 64), "cnn": (cnn_model, 16), "dlrm": (dlrm_model, 2
 def _config(base, node, machine, degrees: dict, device: int = 0) -> OpConfig:
     """``degrees`` (axis name -> degree; unknown axes ignored) if valid for ``node``, else the node
     unsplit; the view starting at ``device`` where there is one."""
-    names = [a.name for a in _all_axes(base, node)]
+    names = [a.name for a in all_axes(base, node)]
     want = {k: v for k, v in degrees.items() if k in names and v > 1}
     valid = [{k: v for k, v in c.items() if v > 1} for c in valid_configs(base, node, machine)]
     if want not in valid:

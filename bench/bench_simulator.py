@@ -1,33 +1,50 @@
-"""Simulator benchmarks (never part of the test run).
+"""Simulator benchmarks (never part of the test run): the path strategy -> task graph -> simulated
+time, end to end, measured in one run with ratios beside the absolute figures.
 
-1. Delta vs full simulation over FlexFlow's Table 5 grid: AlexNet, ResNet-101, Inception-v3, RNNTC,
-   RNNLM, NMT on 4, 8, 16, 32 and 64 devices (``flexflow_p100`` scaled: 4 GPUs per node). From
-   data parallelism, random single-operator changes as MCMC proposes them; each is simulated by
-   delta simulation (re-lower the touched owners + Algorithm 2) and by full simulation (lower
-   everything + Algorithm 1). FlexFlow reports 2.2-6.9x.
-2. Time to lower and fully simulate Inception-v3 data-parallel on 64 devices.
+1. Inception-v3, data parallel on 64 devices (``flexflow_p100``, 16 nodes): the end-to-end full
+   simulation (strategy, lowering, engine) against the engine alone on the same task graph, tasks
+   per second, and the peak resident memory of the whole ``flexrt simulate`` command.
+2. MCMC on NMT at 16 devices (``flexflow_p100``, 4 nodes): proposals per second of a whole search.
+3. Delta vs full simulation end to end over FlexFlow's Table 5 grid (AlexNet, ResNet-101,
+   Inception-v3, RNNTC, RNNLM, NMT on 4 to 64 devices): from data parallelism, random
+   single-operator changes as MCMC proposes them. Delta: the one-operator strategy change
+   (``with_config``) + re-lowering what it touches + Algorithm 2. Full: the strategy built from its
+   configurations + lowering everything + Algorithm 1. FlexFlow reports 2.2-6.9x.
 
-    python bench/bench_simulator.py [--quick] [--proposals N] [--models a,b] [--devices 4,8]
+Each timing is the median of ``--repeat`` runs; the host load is printed.
+
+    python bench/bench_simulator.py [--quick] [--proposals N] [--models a,b] [--devices 4,8] [--repeat R]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import statistics
+import subprocess
 import sys
 import time
 
+import numpy as np
+
 from flexrt.machine import load_machine
 from flexrt.model import load_model
+from flexrt.search import SearchRequest, search
 from flexrt.simulator.cost_model import AnalyticCostModel
 from flexrt.simulator.simulate import Simulator
-from flexrt.simulator.strategy import data_parallel, is_compute, random_config
+from flexrt.strategy import ConfigStrategy, data_parallel, is_compute, random_config
 
 MODELS = {"alexnet": [], "resnet101": [], "inception_v3": [], "rnntc": [], "rnnlm": [], "nmt": []}
 PER_DEVICE_BATCH = 64
 
 
+def _load() -> str:
+    return "load average %.2f %.2f %.2f on %d cores" % (*os.getloadavg(), os.cpu_count())
+
+
 def bench_grid(models, device_counts, proposals, seed=0):
+    """Delta vs full, end to end, per model and device count (mean over ``proposals`` proposals)."""
     cost = AnalyticCostModel()
     print(f"{'model':<14}{'devices':>8}{'tasks':>9}{'full_ms':>10}{'delta_ms':>10}{'speedup':>9}")
     rows = []
@@ -38,41 +55,81 @@ def bench_grid(models, device_counts, proposals, seed=0):
             rng = random.Random(seed)
             ops = [node for node in base.nodes if is_compute(node)]
             strategy = data_parallel(base, machine)
-            sim = Simulator(machine, cost)
+            sim = Simulator(machine, cost, detail=False)
             sim.full(strategy)
             full_s = delta_s = 0.0
             for _ in range(proposals):
                 node = rng.choice(ops)
-                candidate = strategy.with_config(node.id, random_config(base, node, machine, rng))
+                config = random_config(base, node, machine, rng)
                 t0 = time.perf_counter()
+                candidate = strategy.with_config(node.id, config)
                 sim.delta(candidate, {node.name})
+                t_delta = sim.iteration_time()
                 delta_s += time.perf_counter() - t0
                 t0 = time.perf_counter()
-                Simulator(machine, cost).full(candidate)
+                fresh = Simulator(machine, cost, detail=False)
+                fresh.full(ConfigStrategy(base, candidate.configs))
                 full_s += time.perf_counter() - t0
+                if fresh.iteration_time() != t_delta:
+                    raise AssertionError(f"{name}@{n}: delta {t_delta} != full {fresh.iteration_time()}")
                 strategy = candidate  # accept every proposal, as a chain at high temperature would
             tasks = len(sim.lowering.graph)
             rows.append((name, n, tasks, full_s / proposals, delta_s / proposals))
-            print(f"{name:<14}{n:>8}{tasks:>9}{full_s / proposals * 1e3:>10.1f}{delta_s / proposals * 1e3:>10.1f}"
+            print(f"{name:<14}{n:>8}{tasks:>9}{full_s / proposals * 1e3:>10.1f}{delta_s / proposals * 1e3:>10.2f}"
                   f"{full_s / delta_s:>8.1f}x", flush=True)
     return rows
 
 
-def bench_inception_64():
+def bench_inception_64(repeat: int):
+    """End to end vs the engine alone on the same graph, and the command's peak memory."""
     machine = load_machine("flexflow_p100", nodes=16)
     base = load_model("inception_v3", ["-b", str(PER_DEVICE_BATCH * 64)]).model.pcg
+    e2e, lower, engine_only = [], [], []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        strategy = data_parallel(base, machine)
+        sim = Simulator(machine, AnalyticCostModel(), detail=False)
+        sim.lowering.build(strategy)
+        t1 = time.perf_counter()
+        sim.lowering.engine.simulate_full()
+        t2 = time.perf_counter()
+        e2e.append(t2 - t0)
+        lower.append(t1 - t0)
+        g = sim.lowering.graph
+        src, dst = g._edge_arrays()
+        t3 = time.perf_counter()
+        eng = type(sim.lowering.engine).from_arrays(g.num_devices, np.frombuffer(g.device, dtype=np.int64),
+                                                     np.frombuffer(g.exe, dtype=np.float64), src, dst,
+                                                     np.frombuffer(g.priority, dtype=np.int64))
+        eng.simulate_full()
+        engine_only.append(time.perf_counter() - t3)
+        assert eng.makespan() == sim.iteration_time()
+    n = len(sim.lowering.graph)
+    me, ml, mg = statistics.median(e2e), statistics.median(lower), statistics.median(engine_only)
+    print(f"\nInception-v3 data parallel on 64 devices: {n} tasks, {len(sim.lowering.graph.edges)} edges; "
+          f"simulated iteration {sim.iteration_time() * 1e3:.3f} ms")
+    print(f"  end to end {me:.3f} s (strategy + lowering {ml:.3f} s, engine {me - ml:.4f} s): {n / me / 1e6:.2f} M tasks/s")
+    print(f"  engine alone on the same graph (built from arrays + Algorithm 1): {mg:.4f} s; "
+          f"end to end / engine = {me / mg:.1f}x")
+    cmd = [sys.executable, "-c", "import resource, sys; from flexrt.cli import main; "
+           "rc = main(['simulate', 'inception_v3', '-b', '4096', '--machine', 'flexflow_p100', '--nodes', '16', "
+           "'--data-parallel']); print('maxrss_kb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    rss = int(out.split("maxrss_kb")[-1].split()[0]) / 1024
+    print(f"  `flexrt simulate inception_v3 -b 4096 --machine flexflow_p100 --nodes 16 --data-parallel`: "
+          f"peak resident {rss:.0f} MB")
+
+
+def bench_mcmc_nmt(budget: int):
+    machine = load_machine("flexflow_p100", nodes=4)
+    base = load_model("nmt", ["-b", str(PER_DEVICE_BATCH * 16)]).model.pcg
     t0 = time.perf_counter()
-    strategy = data_parallel(base, machine)
-    t1 = time.perf_counter()
-    sim = Simulator(machine, AnalyticCostModel())
-    sim.lowering.build(strategy)
-    t2 = time.perf_counter()
-    sim.lowering.engine.simulate_full()
-    t3 = time.perf_counter()
-    r = sim.result()
-    print(f"\nInception-v3 data parallel on 64 devices: {r.num_tasks} tasks; strategy {t1 - t0:.2f} s, "
-          f"lowering {t2 - t1:.2f} s, full simulation {t3 - t2:.3f} s "
-          f"({r.num_tasks / (t3 - t2) / 1e6:.2f} M tasks/s); simulated iteration {r.iteration_time_s * 1e3:.1f} ms")
+    result = search("mcmc", SearchRequest(base, machine, AnalyticCostModel(), budget=budget, seed=0))
+    wall = time.perf_counter() - t0
+    log = result.log
+    print(f"\nMCMC on NMT, 16 devices, budget {budget}: {log.proposals} proposals in {wall:.1f} s = "
+          f"{log.proposals / wall:.1f} proposals/s (whole search: initial candidates, chains, restarts); "
+          f"best {result.cost_s * 1e3:.3f} ms")
 
 
 def main(argv=None):
@@ -81,12 +138,18 @@ def main(argv=None):
     p.add_argument("--proposals", type=int, default=10)
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--devices", default="4,8,16,32,64")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--mcmc-budget", type=int, default=1000)
     args = p.parse_args(argv)
+    print(_load())
     if args.quick:
         bench_grid(["alexnet", "rnntc"], [4, 16], 3)
         return 0
+    bench_inception_64(args.repeat)
+    bench_mcmc_nmt(args.mcmc_budget)
+    print()
     bench_grid(args.models.split(","), [int(x) for x in args.devices.split(",")], args.proposals)
-    bench_inception_64()
+    print(_load())
     return 0
 
 
@@ -94,7 +157,7 @@ def test_bench_delta_alexnet_16(benchmark):
     """pytest-benchmark entry: one delta proposal on AlexNet, 16 devices."""
     machine = load_machine("flexflow_p100", nodes=4)
     base = load_model("alexnet", ["-b", "1024"]).model.pcg
-    sim = Simulator(machine, AnalyticCostModel())
+    sim = Simulator(machine, AnalyticCostModel(), detail=False)
     strategy = data_parallel(base, machine)
     sim.full(strategy)
     rng = random.Random(0)

@@ -8,6 +8,10 @@
                                                          of Unity over data parallelism, the expert strategy
                                                          and the sequential baseline, with search times;
                                                          BERT-Large against Megatron
+    python bench/bench_unity.py --scaling                ResNeXt-50 on summit, 6..48 GPUs (1..8 nodes): median
+                                                         search wall seconds over --repeat runs and the found
+                                                         strategy's simulated iteration time (--save DIR writes
+                                                         each found strategy as JSON, to compare runs)
     --devices 6 12 --models mlp dlrm --budget N          narrow any of them
     --ablation-up-to 12                                  --table2: ablations only up to 12 GPUs (they are slow)
 
@@ -19,17 +23,19 @@ Times are wall-clock seconds on this machine; speed-ups are ratios of simulated 
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
 import time
 
 from flexrt.ir.registry import AxisKind
 from flexrt.machine import load_machine
 from flexrt.model import load_model
-from flexrt.search.api import SearchSpace, fixed_result
+from flexrt.search.api import fixed_result
 from flexrt.search.baselines import expert_strategy, megatron
 from flexrt.search.unity import sequential, unity
 from flexrt.simulator.cost_model import AnalyticCostModel
 from flexrt.simulator.simulate import Simulator
-from flexrt.simulator.strategy import data_parallel, load_strategy
+from flexrt.strategy import SearchSpace, data_parallel, load_strategy, save_strategy
 
 COST = AnalyticCostModel()
 MODELS = {"resnext50": 64, "inception_v3": 64, "bert_large": 4, "dlrm": 1024, "xdl": 1024, "candle_uno": 256,
@@ -91,6 +97,24 @@ def table2(devices, budget: int, ablation_up_to: int) -> None:
               f"{times[2] / times[0]:5.1f}x  {res.cost_s * 1e3:.1f} / {dp * 1e3:.1f}", flush=True)
 
 
+def scaling(devices, budget: int, repeat: int, save_dir) -> None:
+    print(f"ResNeXt-50 on summit, per-GPU batch 64, budget {budget}: median of {repeat} Unity searches")
+    print(f"{'GPUs':>5} {'wall s':>8} {'min s':>7} {'max s':>7} {'found ms':>10} {'DP est ms':>10}  load avg")
+    for n in devices:
+        machine = _machine(n)
+        base = _model("resnext50", n).model.pcg
+        walls, r = [], None
+        for _ in range(repeat):
+            t = time.perf_counter()
+            r = unity(base, machine, COST, budget=budget, progress=False)
+            walls.append(time.perf_counter() - t)
+        if save_dir:
+            os.makedirs(save_dir, exist_ok=True)
+            save_strategy(os.path.join(save_dir, f"resnext50_summit_{n}.json"), r.strategy, machine)
+        print(f"{n:>5} {statistics.median(walls):8.2f} {min(walls):7.2f} {max(walls):7.2f} {r.cost_s * 1e3:10.4f} "
+              f"{r.log.notes['estimated_s'] * 1e3:10.4f}  {os.getloadavg()[0]:.2f}", flush=True)
+
+
 def fig14(models, devices, budget: int) -> None:
     print(f"Fig. 14 on summit (simulated, analytic costs, budget {budget}): iteration ms and Unity's speed-up")
     print(f"{'model':<13} {'GPUs':>4} {'DP':>9} {'expert':>9} {'sequent.':>9} {'unity':>9} {'vs DP':>6} "
@@ -120,13 +144,16 @@ def main() -> None:
     ap.add_argument("--fig2", action="store_true")
     ap.add_argument("--table2", action="store_true")
     ap.add_argument("--fig14", action="store_true")
+    ap.add_argument("--scaling", action="store_true")
+    ap.add_argument("--repeat", type=int, default=3, help="--scaling: searches per size (the median is printed)")
+    ap.add_argument("--save", metavar="DIR", help="--scaling: write each found strategy to DIR")
     ap.add_argument("--devices", type=int, nargs="+", default=list(DEVICES))
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     ap.add_argument("--budget", type=int, default=1000)
     ap.add_argument("--ablation-up-to", type=int, default=12,
                     help="--table2: run the slow ablations (no split, no cache) only up to this many GPUs")
     args = ap.parse_args()
-    if not (args.fig2 or args.table2 or args.fig14):
+    if not (args.fig2 or args.table2 or args.fig14 or args.scaling):
         args.fig2 = True
     if args.fig2:
         fig2()
@@ -134,6 +161,8 @@ def main() -> None:
         table2(args.devices, args.budget, args.ablation_up_to)
     if args.fig14:
         fig14(args.models, args.devices, args.budget)
+    if args.scaling:
+        scaling(args.devices, args.budget, args.repeat, args.save)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ CASES = [("flexflow_p100", 1), ("flexflow_p100", 4)]
 
 def record() -> dict:
     from flexrt.search.baselines import expert_strategy
-    from flexrt.simulator.strategy import data_parallel
+    from flexrt.strategy import data_parallel
     out = {}
     for z in zoo_models():
         for mname, nodes in CASES:

@@ -1,284 +1,49 @@
-"""One interface for every search algorithm (DESIGN.md "Search").
+"""One entry for every search algorithm (DESIGN.md "Search"): ``search(name, request)``.
 
-An algorithm takes (PCG, machine, cost model, budget, seed) and returns a :class:`SearchResult`:
+A :class:`SearchRequest` says what to search (PCG, machine, cost model, budget, seed, the space,
+initial strategies, optimizer, progress, and the algorithm's own options); it is frozen and
+validated when built. Every algorithm registers itself with :func:`register_algorithm` when its
+module is imported (``import flexrt.search`` imports them all) and returns a :class:`SearchResult`:
 the best strategy, its simulated iteration time, and a :class:`SearchLog` (iteration, wall time,
 current and best cost). Every algorithm is bounded by default, deterministic for a seed, shows
 progress on long runs (:class:`Progress`), and returns the best strategy so far on Ctrl-C (the
-log is then marked ``interrupted``).
+log is then marked ``interrupted``). An option the algorithm does not take is an error.
 
-The search space (:class:`SearchSpace`) follows FlexFlow's flags: the sample axis always;
-attribute axes with ``--enable-attribute-parallel``; parameter axes with
-``--enable-parameter-parallel``, which also gates reduction axes (splitting a contraction dimension
-partitions the weight's input dimension, i.e. it is parameter parallelism whose outputs are
-partial sums); ``--only-data-parallel`` keeps the sample axis alone. Device placement (the
-operator's machine view) is always searched. ``tie_shared`` (off by default) makes operators that
-share a weight take one configuration together (:meth:`OpChoices.units`).
+The search space (``SearchSpace``, ``OpChoices``) lives in the strategy layer
+(``flexrt.strategy.choices``).
 
-Entry points: ``search``, ``SearchResult``, ``SearchLog``, ``SearchSpace``, ``Scorer``,
-``register_algorithm``, ``algorithms``.
+Entry points: ``search``, ``SearchRequest``, ``SearchResult``, ``SearchLog``, ``Scorer``,
+``register_algorithm``, ``algorithm``, ``algorithms``.
 
 Example:
     >>> from flexrt.machine import load_machine                                    # doctest: +SKIP
-    >>> result = search("mcmc", pcg, load_machine("flexflow_p100"), AnalyticCostModel(),
-    ...                 budget=200, seed=0)                                        # doctest: +SKIP
+    >>> request = SearchRequest(pcg, load_machine("flexflow_p100"), AnalyticCostModel(),
+    ...                         budget=200, seed=0, options={"alpha": 2.0})        # doctest: +SKIP
+    >>> result = search("mcmc", request)                                           # doctest: +SKIP
     >>> result.cost_s <= result.log.entries[0].best_cost_s                         # doctest: +SKIP
     True
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 import random
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional, Sequence
+from types import MappingProxyType
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from flexrt.errors import ConfigError, StrategyError
-from flexrt.ir.op_type import OpType
-from flexrt.ir.pcg import PCG, Node
+from flexrt.ir.pcg import PCG
 from flexrt.ir.registry import AxisKind
 from flexrt.machine import Machine
-from flexrt.machine.views import enumerate_views, view_devices
-from flexrt.simulator.simulate import Simulator
-from flexrt.simulator.strategy import OpConfig, Strategy, is_compute, node_axes, valid_configs
+from flexrt.machine.views import view_devices
+from flexrt.simulator.simulate import OPTIMIZER_STATE, Simulator
+from flexrt.strategy import ConfigStrategy, OpChoices, SearchSpace, Strategy, data_parallel, node_axes
 
 DEFAULT_BUDGET = 1000  # proposals (MCMC) or simulated leaves (exhaustive) when none is given
-
-
-# ---- the search space ---------------------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class SearchSpace:
-    """Which parallel axes a configuration may split (views are always searched).
-
-    Example:
-        >>> SearchSpace.from_flags(enable_parameter_parallel=True).kinds == frozenset(
-        ...     {AxisKind.SAMPLE, AxisKind.PARAMETER, AxisKind.REDUCTION})
-        True
-    """
-
-    kinds: frozenset = frozenset({AxisKind.SAMPLE})
-    # "all": every view of enumerate_views; "aligned": pieces on a contiguous block of devices
-    # starting at a multiple of its size, in piece order (FlexFlow's usual placements; smaller)
-    placements: str = "all"
-    # operators that share a weight (the steps of an unrolled RNN layer, FlexFlow's shared_op)
-    # take one configuration together: the same degree per axis kind on the same devices, as
-    # FlexFlow's RNN operators sharing parameters are placed together (§8.3's RNNLM; smaller)
-    tie_shared: bool = False
-
-    def __post_init__(self):
-        if self.placements not in ("all", "aligned"):
-            raise ConfigError(f"placements must be 'all' or 'aligned', got {self.placements!r}")
-        bad = [k for k in self.kinds if not isinstance(k, AxisKind) or k is AxisKind.REPLICA]
-        if bad:
-            raise ConfigError(f"a search space splits SOAP axes (sample, attribute, parameter, reduction); got {bad}")
-
-    @classmethod
-    def from_flags(cls, only_data_parallel: bool = False, enable_parameter_parallel: bool = False,
-                   enable_attribute_parallel: bool = False) -> "SearchSpace":
-        kinds = {AxisKind.SAMPLE}
-        if not only_data_parallel:
-            if enable_parameter_parallel:
-                kinds |= {AxisKind.PARAMETER, AxisKind.REDUCTION}
-            if enable_attribute_parallel:
-                kinds.add(AxisKind.ATTRIBUTE)
-        return cls(frozenset(kinds))
-
-    @classmethod
-    def from_config(cls, ffconfig) -> "SearchSpace":
-        """The space of an ``FFConfig``'s flags."""
-        return cls.from_flags(ffconfig.only_data_parallel, ffconfig.enable_parameter_parallel,
-                              ffconfig.enable_attribute_parallel)
-
-    @classmethod
-    def full(cls, placements: str = "all") -> "SearchSpace":
-        """Every SOAP axis: sample, attribute, parameter and reduction."""
-        return cls(frozenset({AxisKind.SAMPLE, AxisKind.ATTRIBUTE, AxisKind.PARAMETER, AxisKind.REDUCTION}),
-                   placements)
-
-    def __str__(self) -> str:
-        return "+".join(k.value for k in AxisKind if k in self.kinds) + (
-            "" if self.placements == "all" else f" ({self.placements} placements)") + (
-            " (shared weights tied)" if self.tie_shared else "")
-
-
-class OpChoices:
-    """The configurations each compute operator may take in a space, computed once per operator."""
-
-    def __init__(self, base: PCG, machine: Machine, space: SearchSpace) -> None:
-        self.base, self.machine, self.space = base, machine, space
-        self.ops: list[Node] = [n for n in base.nodes if is_compute(n)]
-        self._degrees: dict[int, list[dict[str, int]]] = {}
-        self._views: dict[tuple[int, tuple[int, ...]], list] = {}
-        self._axes: dict[int, list] = {}
-        self._by_signature: dict[int, dict] = {}
-        self._neighbours: Optional[dict[int, list[Node]]] = None
-        self._units: Optional[list[list[Node]]] = None
-
-    def axes(self, node: Node) -> list:
-        if node.id not in self._axes:
-            self._axes[node.id] = node_axes(self.base, node)[0]
-        return self._axes[node.id]
-
-    def degrees(self, node: Node) -> list[dict[str, int]]:
-        """Degree assignments of the node whose split axes are all of an allowed kind."""
-        if node.id not in self._degrees:
-            kind = {a.name: a.kind for a in self.axes(node)}
-            self._degrees[node.id] = [d for d in valid_configs(self.base, node, self.machine)
-                                      if all(kind[a] in self.space.kinds for a, v in d.items() if v > 1)]
-        return self._degrees[node.id]
-
-    def views(self, node: Node, degrees: dict[str, int]) -> list:
-        key = tuple(degrees.get(a.name, 1) for a in self.axes(node))
-        if (node.id, key) not in self._views:
-            views = enumerate_views(self.machine, key)
-            if self.space.placements == "aligned":
-                n = math.prod(key)
-                views = [v for v in views if v.start % n == 0
-                         and view_devices(self.machine, v, key) == tuple(range(v.start, v.start + n))]
-            self._views[(node.id, key)] = views
-        return self._views[(node.id, key)]
-
-    def configs(self, node: Node) -> list[OpConfig]:
-        """Every (degrees, view) configuration of the node in the space."""
-        return [OpConfig(tuple(d.items()), v) for d in self.degrees(node) for v in self.views(node, d)]
-
-    def random(self, node: Node, rng: random.Random, avoid: Optional[OpConfig] = None) -> OpConfig:
-        """A random configuration: uniform degrees, then a uniform view for them (FlexFlow's
-        proposal); ``avoid`` (the current one) is redrawn a few times so proposals move."""
-        cfg = avoid
-        for _ in range(8):
-            d = rng.choice(self.degrees(node))
-            cfg = OpConfig(tuple(d.items()), rng.choice(self.views(node, d)))
-            if cfg != avoid:
-                return cfg
-        return cfg
-
-    def signature(self, node: Node, cfg: OpConfig) -> tuple:
-        """What a configuration does, comparable across operators: degree per axis kind, and the
-        devices of its pieces in order."""
-        kind = {a.name: a.kind for a in self.axes(node)}
-        per_kind: dict = {}
-        for a, d in cfg.degrees:
-            per_kind[kind[a]] = per_kind.get(kind[a], 1) * d
-        degs = tuple(cfg.degree_map.get(a.name, 1) for a in self.axes(node))
-        return (tuple(sorted((k.value, d) for k, d in per_kind.items())), view_devices(self.machine, cfg.view, degs))
-
-    def matching(self, node: Node, signature: tuple) -> Optional[OpConfig]:
-        """The node's configuration with this signature, if it has one."""
-        if node.id not in self._by_signature:
-            self._by_signature[node.id] = {}
-            for c in self.configs(node):
-                self._by_signature[node.id].setdefault(self.signature(node, c), c)
-        return self._by_signature[node.id].get(signature)
-
-    def neighbours(self, node: Node) -> list[Node]:
-        """Compute operators that produce this node's inputs or consume its outputs."""
-        if self._neighbours is None:
-            ids = {n.id for n in self.ops}
-            nb: dict[int, set[int]] = {i: set() for i in ids}
-            for n in self.ops:
-                for r in n.inputs:
-                    if r.node in ids:
-                        nb[n.id].add(r.node)
-                        nb[r.node].add(n.id)
-            self._neighbours = {i: [self.base.node(j) for j in sorted(v)] for i, v in nb.items()}
-        return self._neighbours[node.id]
-
-    def movable(self) -> list[Node]:
-        """Operators with more than one configuration (the ones a proposal may change)."""
-        return [n for n in self.ops if len(self.degrees(n)) > 1 or len(self.views(n, self.degrees(n)[0])) > 1]
-
-    # -- units: the operators that change together (one each unless the space ties shared weights)
-
-    def units(self) -> list[list[Node]]:
-        """The compute operators grouped into units that take one configuration together, in
-        topological order of their first operators: one operator per unit, or with
-        ``space.tie_shared`` the operators reading a common weight (transitively) in one unit."""
-        if self._units is None:
-            order = {nid: i for i, nid in enumerate(self.base.topological_order())}
-            ops = sorted(self.ops, key=lambda n: order[n.id])
-            parent = {n.id: n.id for n in ops}
-
-            def find(i: int) -> int:
-                while parent[i] != i:
-                    parent[i] = parent[parent[i]]
-                    i = parent[i]
-                return i
-
-            if self.space.tie_shared:
-                ids = set(parent)
-                for src in self.base.nodes:
-                    if src.op_type is OpType.WEIGHT:
-                        users = sorted({c for c in self.base.consumers(src.id) if c in ids}, key=order.get)
-                        for u in users[1:]:
-                            a, b = find(users[0]), find(u)
-                            if a != b:
-                                parent[max(a, b, key=order.get)] = min(a, b, key=order.get)
-            groups: dict[int, list[Node]] = {}
-            for n in ops:
-                groups.setdefault(find(n.id), []).append(n)
-            self._units = list(groups.values())
-        return self._units
-
-    def unit_configs(self, unit: Sequence[Node], config: OpConfig) -> Optional[dict[int, OpConfig]]:
-        """The configuration of every operator of a unit when its first one takes ``config``: the
-        one with the same signature (None where an operator has none)."""
-        if len(unit) == 1:
-            return {unit[0].id: config}
-        sig = self.signature(unit[0], config)
-        out = {unit[0].id: config}
-        for n in unit[1:]:
-            c = self.matching(n, sig)
-            if c is None:
-                return None
-            out[n.id] = c
-        return out
-
-    def unit_options(self, unit: Sequence[Node]) -> list[dict[int, OpConfig]]:
-        """Every configuration of a unit (those of its first operator every other one can match)."""
-        return [u for u in (self.unit_configs(unit, c) for c in self.configs(unit[0])) if u is not None]
-
-    def movable_units(self) -> list[list[Node]]:
-        """Units with more than one configuration."""
-        return [u for u in self.units() if len(self.unit_options(u)) > 1]
-
-    def random_unit(self, unit: Sequence[Node], rng: random.Random,
-                    current: Optional[Mapping[int, OpConfig]] = None) -> dict[int, OpConfig]:
-        """A random configuration of a unit: FlexFlow's proposal (:meth:`random`) for its first
-        operator, the others matching it (redrawn a few times where one cannot)."""
-        lead = unit[0]
-        avoid = current.get(lead.id) if current is not None else None
-        out = None
-        for _ in range(8):
-            out = self.unit_configs(unit, self.random(lead, rng, avoid))
-            if out is not None:
-                return out
-        return dict(self.unit_options(unit)[0])
-
-    def random_configs(self, rng: random.Random) -> dict[int, OpConfig]:
-        """A random configuration of every operator (tied units together)."""
-        if not self.space.tie_shared:
-            return {n.id: self.random(n, rng) for n in self.ops}
-        out: dict[int, OpConfig] = {}
-        for u in self.units():
-            out.update(self.random_unit(u, rng))
-        return out
-
-    def contains(self, strategy: Strategy) -> bool:
-        """Whether every operator of the strategy uses only allowed axis kinds (and tied units
-        one configuration)."""
-        for n in self.ops:
-            kind = {a.name: a.kind for a in self.axes(n)}
-            if any(kind.get(a) not in self.space.kinds for a, v in strategy.configs[n.id].degrees if v > 1):
-                return False
-        if self.space.tie_shared:
-            for u in self.units():
-                if len(u) > 1 and self.unit_configs(u, strategy.configs[u[0].id]) != {
-                        n.id: strategy.configs[n.id] for n in u}:
-                    return False
-        return True
 
 
 # ---- scoring ------------------------------------------------------------------------------------
@@ -295,7 +60,7 @@ class Scorer:
     def __init__(self, machine: Machine, cost_model, optimizer: str = "sgd",
                  cost_fn: Optional[Callable[[Strategy], float]] = None) -> None:
         self.cost_fn = cost_fn
-        self.sim = None if cost_fn else Simulator(machine, cost_model, optimizer)
+        self.sim = None if cost_fn else Simulator(machine, cost_model, optimizer, detail=False)
         self.full_calls = self.delta_calls = 0
         self.sim_s = 0.0
 
@@ -421,31 +186,213 @@ def progress_default() -> bool:
     return sys.stderr.isatty()
 
 
-# ---- the dispatcher -----------------------------------------------------------------------------
+# ---- the request --------------------------------------------------------------------------------
 
-_ALGORITHMS: dict[str, Callable[..., SearchResult]] = {}
+def _check_int(what: str, value, minimum: Optional[int] = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
+        rule = "an integer" if minimum is None else f"an integer >= {minimum}"
+        raise ConfigError(f"a search request's {what} must be {rule}, got {value!r}")
 
 
-def register_algorithm(name: str, fn: Callable[..., SearchResult]) -> None:
-    """Register ``fn(pcg, machine, cost_model, budget=, seed=, **options) -> SearchResult``."""
-    if name in _ALGORITHMS:
-        raise ConfigError(f"search algorithm {name!r} is registered twice")
-    _ALGORITHMS[name] = fn
+def _frozen_options(options) -> Mapping[str, Any]:
+    """A read-only copy of ``options`` (a mapping, or (name, value) pairs) keyed by identifiers."""
+    try:
+        items = dict(options)
+    except (TypeError, ValueError):
+        raise ConfigError(f"a search request's options are a mapping of option name to value "
+                          f"(e.g. {{'alpha': 2.0}}), got {options!r}") from None
+    bad = [k for k in items if not isinstance(k, str) or not k.isidentifier()]
+    if bad:
+        raise ConfigError(f"search option names are keyword names (e.g. 'alpha', 'split_size'), got {bad}")
+    return MappingProxyType(items)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchRequest:
+    """What a search is asked: the best strategy for a model's PCG on a machine, by a cost model.
+
+    Validated when built (:class:`~flexrt.errors.ConfigError` saying what is wrong). Every algorithm
+    reads ``pcg``, ``machine``, ``cost_model``, ``budget`` and ``seed``. ``space`` (None: the
+    algorithm's default, the sample axis for MCMC and every axis for Unity), ``initial`` strategies
+    and ``optimizer`` go to the algorithms that take them: setting one for an algorithm that does
+    not is an error in :func:`search`. ``progress`` (None: on when stderr is a terminal) is only a
+    display choice and goes where an algorithm shows progress. ``options`` are the algorithm's own
+    keyword options (:func:`algorithm` lists them), kept as a read-only copy.
+
+    Example:
+        >>> request = SearchRequest(pcg, machine, AnalyticCostModel(), budget=200, seed=1,  # doctest: +SKIP
+        ...                         options={"alpha": 2.0})
+        >>> search("mcmc", request).log.proposals <= 200                                    # doctest: +SKIP
+        True
+    """
+
+    pcg: PCG
+    machine: Machine
+    cost_model: Any
+    budget: int = DEFAULT_BUDGET
+    seed: int = 0
+    space: Optional[SearchSpace] = None
+    initial: tuple[Strategy, ...] = ()
+    optimizer: str = "sgd"
+    progress: Optional[bool] = None
+    options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.pcg, PCG):
+            raise ConfigError(f"a search request's pcg must be a PCG (a model's .pcg), got {type(self.pcg).__name__}")
+        if not isinstance(self.machine, Machine):
+            raise ConfigError(f"a search request's machine must be a Machine (flexrt.machine.load_machine), "
+                              f"got {type(self.machine).__name__}")
+        if not hasattr(self.cost_model, "op_times"):
+            raise ConfigError(f"a search request's cost_model must be a cost model (AnalyticCostModel, "
+                              f"ProfiledCostModel), got {type(self.cost_model).__name__}")
+        _check_int("budget", self.budget, 0)
+        _check_int("seed", self.seed)
+        if self.space is not None and not isinstance(self.space, SearchSpace):
+            raise ConfigError(f"a search request's space must be a SearchSpace or None (the algorithm's "
+                              f"default), got {type(self.space).__name__}")
+        if isinstance(self.initial, Strategy) or not isinstance(self.initial, (tuple, list)):
+            raise ConfigError(f"a search request's initial strategies are a tuple of strategies, got "
+                              f"{type(self.initial).__name__}")
+        bad = [type(s).__name__ for s in self.initial if not isinstance(s, Strategy)]
+        if bad:
+            raise ConfigError(f"a search request's initial strategies must be strategies (ConfigStrategy, "
+                              f"GraphStrategy), got {', '.join(bad)}")
+        object.__setattr__(self, "initial", tuple(self.initial))
+        if self.optimizer not in OPTIMIZER_STATE:
+            raise ConfigError(f"a search request's optimizer must be one of {', '.join(OPTIMIZER_STATE)}, "
+                              f"got {self.optimizer!r}")
+        if self.progress is not None and not isinstance(self.progress, bool):
+            raise ConfigError(f"a search request's progress must be True, False or None (on when stderr is "
+                              f"a terminal), got {self.progress!r}")
+        object.__setattr__(self, "options", _frozen_options(self.options))
+
+
+# ---- the registry and the dispatcher ------------------------------------------------------------
+
+# Request fields an algorithm may take, beyond (pcg, machine, cost_model, budget=, seed=), with the
+# value that means "not set". A set field the algorithm does not take is an error, but progress,
+# which changes only what is shown.
+REQUEST_FIELDS: Mapping[str, Any] = MappingProxyType({"space": None, "initial": (), "optimizer": "sgd",
+                                                      "progress": None})
+
+
+@dataclass(frozen=True, slots=True)
+class Algorithm:
+    """A registered search algorithm: its function, the request fields and the options it takes."""
+
+    name: str
+    fn: Callable[..., SearchResult]
+    fields: frozenset[str]
+    options: frozenset[str]
+
+    def __str__(self) -> str:
+        return f"{self.name} (options: {', '.join(sorted(self.options)) or 'none'})"
+
+
+_ALGORITHMS: dict[str, Algorithm] = {}
+
+
+def _takes(name: str, fn: Callable, options: Optional[Iterable[str]]) -> tuple[frozenset, frozenset]:
+    """(request fields, options) a registered function takes, from its signature."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        raise ConfigError(f"search algorithm {name!r}: cannot read the signature of {fn!r}") from None
+    named = [p for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    keywords = {p.name for p in named[3:] if p.kind is not p.POSITIONAL_ONLY}
+    if len(named) < 3 or not {"budget", "seed"} <= keywords:
+        raise ConfigError(f"search algorithm {name!r}: its function must take (pcg, machine, cost_model, "
+                          f"budget=, seed=, ...); got {inspect.signature(fn)}")
+    fields = frozenset(keywords & set(REQUEST_FIELDS))
+    declared = keywords - fields - {"budget", "seed"}
+    if options is None:
+        return fields, frozenset(declared)
+    if isinstance(options, str):
+        raise ConfigError(f"search algorithm {name!r}: options are a collection of names, got {options!r}")
+    given = frozenset(options)
+    reserved = sorted(given & (set(REQUEST_FIELDS) | {"pcg", "machine", "cost_model", "budget", "seed"}))
+    if reserved:
+        raise ConfigError(f"search algorithm {name!r}: {', '.join(reserved)} are SearchRequest fields, not options")
+    if not any(p.kind is p.VAR_KEYWORD for p in params) and not given <= declared:
+        raise ConfigError(f"search algorithm {name!r}: its function takes no {', '.join(sorted(given - declared))}; "
+                          f"its keyword parameters: {', '.join(sorted(declared)) or 'none'}")
+    return fields, given
+
+
+def _definition(fn: Callable) -> tuple:
+    return getattr(fn, "__module__", None), getattr(fn, "__qualname__", None) or id(fn)
+
+
+def register_algorithm(name: str, fn: Callable[..., SearchResult],
+                       options: Optional[Iterable[str]] = None) -> Algorithm:
+    """Register ``fn(pcg, machine, cost_model, budget=, seed=, ..., **options) -> SearchResult`` as
+    the search algorithm ``name``.
+
+    The request fields it takes (``space``, ``initial``, ``optimizer``, ``progress``) and its
+    options are read from its signature: every other keyword parameter after the cost model,
+    ``budget`` and ``seed`` is an option. ``options`` names them instead (for a function taking
+    ``**options``). A name registered twice is an error, unless by the same definition (its
+    module executed again, e.g. by ``importlib.reload``), which replaces the old entry.
+
+    Example:
+        >>> register_algorithm("mcmc", mcmc).options >= {"alpha", "follow"}   # doctest: +SKIP
+        True
+    """
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"a search algorithm's name must be a non-empty string, got {name!r}")
+    fields, opts = _takes(name, fn, options)
+    old = _ALGORITHMS.get(name)
+    if old is not None and _definition(old.fn) != _definition(fn):
+        raise ConfigError(f"search algorithm {name!r} is registered twice: by {'.'.join(map(str, _definition(old.fn)))} "
+                          f"and by {'.'.join(map(str, _definition(fn)))}")
+    entry = Algorithm(name, fn, fields, opts)
+    _ALGORITHMS[name] = entry
+    return entry
 
 
 def algorithms() -> tuple[str, ...]:
+    """The names of the registered search algorithms, sorted."""
     return tuple(sorted(_ALGORITHMS))
 
 
-def search(algorithm: str, pcg: PCG, machine: Machine, cost_model, budget: Optional[int] = None, seed: int = 0,
-           **options) -> SearchResult:
-    """Run a named search algorithm (see :func:`algorithms`) on a model's PCG."""
-    if algorithm not in _ALGORITHMS:
-        raise ConfigError(f"unknown search algorithm {algorithm!r}; valid: {', '.join(algorithms())}")
-    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
-        raise ConfigError(f"a search budget must be an integer >= 0, got {budget!r}")
-    return _ALGORITHMS[algorithm](pcg, machine, cost_model, budget=DEFAULT_BUDGET if budget is None else budget,
-                                  seed=seed, **options)
+def algorithm(name: str) -> Algorithm:
+    """The registered algorithm ``name`` (what request fields and options it takes)."""
+    if name not in _ALGORITHMS:
+        raise ConfigError(f"unknown search algorithm {name!r}; valid: {', '.join(algorithms())}")
+    return _ALGORITHMS[name]
+
+
+def search(name: str, request: SearchRequest) -> SearchResult:
+    """Run the registered search algorithm ``name`` (see :func:`algorithms`) on ``request``.
+
+    Raises:
+        ConfigError: an unknown algorithm; an option the algorithm does not take (naming it and the
+            valid ones); a request field set that it does not take (initial strategies for Unity).
+
+    Example:
+        >>> search("unity", SearchRequest(pcg, machine, cost, options={"follow": 0.5}))  # doctest: +SKIP
+        Traceback (most recent call last):
+        flexrt.errors.ConfigError: search algorithm 'unity' takes no option 'follow'; valid options: ...
+    """
+    if not isinstance(request, SearchRequest):
+        raise ConfigError(f"search({name!r}, request): request must be a SearchRequest(pcg, machine, cost_model, "
+                          f"budget=, seed=, ...), got {type(request).__name__}")
+    algo = algorithm(name)
+    unknown = sorted(set(request.options) - algo.options)
+    if unknown:
+        raise ConfigError(f"search algorithm {name!r} takes no option {', '.join(map(repr, unknown))}; valid options: "
+                          f"{', '.join(sorted(algo.options)) or 'none'}")
+    for what, unset in REQUEST_FIELDS.items():
+        value = getattr(request, what)
+        if what != "progress" and what not in algo.fields and value != unset:
+            takers = [a for a in algorithms() if what in _ALGORITHMS[a].fields]
+            shown = f"{len(value)} strategies" if what == "initial" else repr(value)
+            raise ConfigError(f"search algorithm {name!r} takes no {what} (the request sets {shown}); algorithms "
+                              f"that do: {', '.join(takers) or 'none'}")
+    taken = {what: getattr(request, what) for what in algo.fields}
+    return algo.fn(request.pcg, request.machine, request.cost_model, budget=request.budget, seed=request.seed,
+                   **taken, **request.options)
 
 
 def fixed_result(name: str, strategy: Strategy, machine: Machine, cost_model, optimizer: str = "sgd",
@@ -500,7 +447,6 @@ def initial_candidates(base: PCG, machine: Machine, choices: OpChoices, seed: in
     """FlexFlow's initial candidates: data parallelism, the given ones (expert, imported; used even
     where they split axes outside the space), and random strategies of the space (deterministic
     for the seed)."""
-    from flexrt.simulator.strategy import data_parallel
     out: list[tuple[str, Strategy]] = []
     dp = data_parallel(base, machine)
     if not choices.contains(dp):  # e.g. an operator whose batch split is not allowed: fall back per op
@@ -509,7 +455,7 @@ def initial_candidates(base: PCG, machine: Machine, choices: OpChoices, seed: in
     for i, s in enumerate(extra):
         # given strategies start a chain even outside the space (FlexFlow seeds with the expert
         # whatever the flags); proposals then change their operators within the space only
-        if s is not None and s.base is not None:
+        if isinstance(s, ConfigStrategy):
             out.append((f"given{i}", s))
     rng = random.Random(seed * 7919 + 17)
     for i in range(num_random):

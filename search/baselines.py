@@ -1,7 +1,7 @@
 """Named baseline strategies: what experts do by hand (FlexFlow §8.1's baselines, Unity §8).
 
 Every function takes a model's sequential PCG and a machine and returns a
-``flexrt.simulator.strategy.Strategy`` built from per-operator SOAP configurations, so a baseline
+``flexrt.strategy.Strategy`` built from per-operator SOAP configurations, so a baseline
 can be simulated, trained, saved, plotted and used as a search's starting point:
 
 - ``data_parallel``: every operator split along its sample axis over all devices (re-exported);
@@ -22,7 +22,11 @@ An operator whose shapes do not admit the baseline's degrees on this machine fal
 smaller degree where the baseline names one, then to data parallelism, then to device 0, so
 every baseline is valid on every machine.
 
-Entry points: the functions above, ``BASELINES`` and ``expert_strategy``.
+Each baseline is also a registered search algorithm (``search("model-parallel", request)``: the
+names of ``BASELINES`` with hyphens), scored by one full simulation, and so is ``"expert"``, the
+expert strategy of the zoo model named by its ``model`` option.
+
+Entry points: the functions above, ``BASELINES``, ``expert_strategy`` and ``expert_result``.
 
 Example:
     >>> from flexrt.machine import load_machine                        # doctest: +SKIP
@@ -34,7 +38,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterable, Sequence
 
-from flexrt.errors import ShapeError, StrategyError
+from flexrt.errors import ConfigError, ShapeError, StrategyError
 from flexrt.ir.enums import ActiMode
 from flexrt.ir.op_type import OpType
 from flexrt.ir.parallel_tensor import divisors
@@ -42,12 +46,14 @@ from flexrt.ir.pcg import PCG, Node
 from flexrt.ir.registry import AxisKind, op_def
 from flexrt.machine import Machine
 from flexrt.machine.views import view_from_device_ids
-from flexrt.simulator.strategy import OpConfig, Strategy, _all_axes, apply_single, data_parallel, is_compute
+from flexrt.search.api import SearchResult, fixed_result, register_algorithm
+from flexrt.strategy import OpConfig, Strategy, all_axes, apply_single, data_parallel, is_compute
 
 __all__ = [
     "BASELINES",
     "EXPERTS",
     "data_parallel",
+    "expert_result",
     "expert_strategy",
     "megatron",
     "model_parallel",
@@ -70,7 +76,7 @@ def _placed(base: PCG, node: Node, machine: Machine, start: int, splits: Sequenc
         apply_single(base, node, degrees)
     except (ShapeError, StrategyError):
         return None
-    names = [a.name for a in _all_axes(base, node)]
+    names = [a.name for a in all_axes(base, node)]
     deg = tuple(degrees.get(n, 1) for n in names)
     step = {a: s for a, _, s in splits}
     ids = [start + sum(i * step.get(n, 0) for i, n in zip(index, names))
@@ -112,7 +118,7 @@ def _compute(base: PCG) -> list[Node]:
 
 
 def _sample_axis(base: PCG, node: Node) -> str | None:
-    return next((a.name for a in _all_axes(base, node) if a.kind is AxisKind.SAMPLE), None)
+    return next((a.name for a in all_axes(base, node) if a.kind is AxisKind.SAMPLE), None)
 
 
 def _falling(n: int) -> list[int]:
@@ -258,7 +264,7 @@ def megatron(base: PCG, machine: Machine) -> Strategy:
     for node in reversed(_compute(base)):
         if node.id in plan.configs or per_node == 1:
             continue
-        if not any(a.name == "replica" for a in _all_axes(base, node)):
+        if not any(a.name == "replica" for a in all_axes(base, node)):
             continue
         after = consumers[node.id]
         if after and all(c.id in takes_copies for c in after):
@@ -321,3 +327,43 @@ def expert_strategy(model_name: str, base: PCG, machine: Machine) -> Strategy | 
     """
     name = expert_name(model_name)
     return None if name is None else BASELINES[name](base, machine)
+
+
+# ---- as search algorithms -----------------------------------------------------------------------
+
+def _fixed(name: str, build: Callable[[PCG, Machine], Strategy]) -> Callable[..., SearchResult]:
+    """The search algorithm of one baseline: its strategy, scored by one full simulation."""
+    def run(pcg: PCG, machine: Machine, cost_model, budget: int = 0, seed: int = 0,
+            optimizer: str = "sgd") -> SearchResult:
+        return fixed_result(name, build(pcg, machine), machine, cost_model, optimizer, seed)
+
+    run.__doc__ = f"The {name} baseline scored by full simulation (no search: the budget is unused)."
+    return run
+
+
+def expert_result(pcg: PCG, machine: Machine, cost_model, budget: int = 0, seed: int = 0, optimizer: str = "sgd",
+                  model: str | None = None) -> SearchResult:
+    """The expert strategy of the zoo model ``model`` (:func:`expert_strategy`), scored by one
+    full simulation (the "expert" algorithm; the budget is unused).
+
+    Example:
+        >>> search("expert", SearchRequest(pcg, machine, cost, options={"model": "lenet"}))  # doctest: +SKIP
+    """
+    families = "; ".join(f"{name} for {', '.join(prefixes)}" for prefixes, name in EXPERTS)
+    if not isinstance(model, str) or not model:
+        raise ConfigError(f"the expert baseline needs option 'model', the zoo model's name (experts: {families}); "
+                          f"got {model!r}")
+    strategy = expert_strategy(model, pcg, machine)
+    if strategy is None:
+        raise ConfigError(f"model {model} has no expert strategy (experts: {families}); "
+                          "try the mcmc or model-parallel algorithm (--algo)")
+    return fixed_result("expert", strategy, machine, cost_model, optimizer, seed)
+
+
+def _register() -> None:
+    for name, build in BASELINES.items():
+        register_algorithm(name.replace("_", "-"), _fixed(name.replace("_", "-"), build))
+    register_algorithm("expert", expert_result)
+
+
+_register()

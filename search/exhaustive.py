@@ -41,18 +41,17 @@ import math
 import time
 from typing import Callable, Optional, Sequence
 
-from flexrt.errors import StrategyError
-from flexrt.errors import FlexrtError
-from flexrt.ir.pcg import PCG, TensorRef
+from flexrt.errors import FlexrtError, StrategyError
 from flexrt.ir.op_type import SOURCE_OPS
+from flexrt.ir.pcg import PCG, TensorRef
 from flexrt.machine import Machine
 from flexrt.machine.views import view_devices
-from flexrt.search.api import (OpChoices, Progress, Scorer, SearchLog, SearchResult, SearchSpace, check_budget,
-                               progress_default, register_algorithm)
+from flexrt.search.api import (Progress, Scorer, SearchLog, SearchResult, check_budget, progress_default,
+                               register_algorithm)
 from flexrt.simulator.lowering import Lowering
 from flexrt.simulator.simulate import Simulator
-from flexrt.simulator.strategy import OpConfig, Strategy, data_parallel
 from flexrt.simulator.task_graph import TaskKind
+from flexrt.strategy import ConfigStrategy, OpChoices, OpConfig, SearchSpace, Strategy, data_parallel
 
 EPS = 1e-12
 
@@ -102,7 +101,7 @@ def _prefix_pcg(pcg: PCG, keep: set[int]) -> tuple[PCG, dict[int, int]]:
 def exhaustive(pcg: PCG, machine: Machine, cost_model, budget: int = 100_000, seed: int = 0,
                space: Optional[SearchSpace] = None, initial: Sequence[Strategy] = (), optimizer: str = "sgd",
                progress: Optional[bool] = None, prefix_bound: bool = True,
-               on_leaf: Optional[Callable[[int, Strategy, float], None]] = None, **_ignored) -> SearchResult:
+               on_leaf: Optional[Callable[[int, Strategy, float], None]] = None) -> SearchResult:
     """The fastest strategy of the space by branch and bound (see the module docstring).
 
     Args:
@@ -158,7 +157,7 @@ def exhaustive(pcg: PCG, machine: Machine, cost_model, budget: int = 100_000, se
     best: Optional[Strategy] = None
     best_cost = math.inf
     for s in [data_parallel(pcg, machine), *initial]:
-        if s is not None and s.base is not None and choices.contains(s):
+        if isinstance(s, ConfigStrategy) and choices.contains(s):
             c = scorer.full(s)
             if c < best_cost:
                 best, best_cost = s, c
@@ -182,7 +181,7 @@ def exhaustive(pcg: PCG, machine: Machine, cost_model, budget: int = 100_000, se
         sub, ids = prefixes[depth]
         try:
             s = Strategy.from_configs(sub, {ids[n.id]: chosen[i] for i, n in enumerate(order[:depth])})
-            sim = Simulator(machine, cost_model, optimizer)
+            sim = Simulator(machine, cost_model, optimizer, detail=False)
             sim.full(s)
             state["prefix_sims"] += 1
             return sim.iteration_time()

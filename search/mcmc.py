@@ -58,9 +58,9 @@ from typing import Callable, Optional, Sequence
 from flexrt.errors import StrategyError
 from flexrt.ir.pcg import PCG, Node
 from flexrt.machine import Machine
-from flexrt.search.api import (OpChoices, Progress, Scorer, SearchLog, SearchResult, SearchSpace, check_budget,
-                               initial_candidates, progress_default, register_algorithm)
-from flexrt.simulator.strategy import OpConfig, Strategy
+from flexrt.search.api import (Progress, Scorer, SearchLog, SearchResult, check_budget, initial_candidates,
+                               progress_default, register_algorithm)
+from flexrt.strategy import OpChoices, OpConfig, SearchSpace, Strategy
 
 UNITS = ("percent", "ms")
 
@@ -197,7 +197,7 @@ class _State:
         """Score the current strategy with ``configs`` changed; move there if ``decide(delta)``.
         Returns whether it moved, or None where the proposal could not be built."""
         try:
-            proposal = Strategy.from_configs(self.current.base, {**self.current.configs, **configs})
+            proposal = self.current.with_configs(configs)
         except StrategyError:  # cannot happen for configurations from valid_configs; skip if it does
             return None
         cost = self.scorer.score(proposal, self.pending | names)

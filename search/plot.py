@@ -22,7 +22,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # before pyplot: files only, never a window
 
-from flexrt.simulator.strategy import Strategy, axis_degrees, node_axes
+from flexrt.strategy import Strategy, axis_degrees, node_axes
 from matplotlib import pyplot as plt
 from matplotlib.patches import Patch, Rectangle
 

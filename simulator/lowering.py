@@ -54,7 +54,7 @@ from flexrt.machine.views import view_devices
 from flexrt.simulator.actions import (HOST, Backward, Buf, Forward, Loss, Move, Part, RingGroup, RingStep, Sum,
                                       Update)
 from flexrt.simulator.engine import Engine
-from flexrt.simulator.strategy import Strategy, is_compute, node_axes
+from flexrt.strategy import Strategy
 from flexrt.simulator.task_graph import Access, Category, RegionRequirement, Task, TaskGraph, TaskKind
 
 
@@ -70,6 +70,11 @@ class Layout:
     output_regions: list[list[Region]]
     operand_shapes: list[TensorShape]
     output_shapes: list[TensorShape]
+    piece_ins: list          # per piece: operand piece shapes (halo included)
+    piece_outs: list         # per piece: output piece shapes
+    piece_attrs: list        # per piece: (attributes it runs with, operands it zeroes)
+    piece_class: list        # per piece: index of its (attributes, operand and output shapes) in ``classes``
+    classes: list            # the distinct (attributes, operand shapes, output shapes) of the pieces
 
 
 @dataclass
@@ -117,71 +122,69 @@ class Lowering:
     """Builds and incrementally updates the task graph of a strategy."""
 
     def __init__(self, machine: Machine, cost_model, optimizer: str = "sgd", engine_cls=Engine,
-                 loss_output: Optional[str] = None) -> None:
+                 loss_output: Optional[str] = None, detail: bool = True) -> None:
         self.machine = machine
         self.cost = cost_model
         self.optimizer = optimizer
         self.num_compute = machine.num_devices
+        self.engine_cls = engine_cls
+        self.detail = detail  # names, regions, actions and parts: what the runtime and traces need
         self.engine = engine_cls(machine.num_devices + len(machine.links))
-        self.graph = TaskGraph(machine.num_devices, len(machine.links))
-        self.owned: dict[tuple, list[int]] = {}
-        self.owned_edges: dict[tuple, list[tuple[int, int]]] = {}
-        self.edge_refs: dict[tuple[int, int], int] = defaultdict(int)
-        self.op_tasks: dict[str, tuple[list[int], list[int]]] = {}
-        self.memory: dict[tuple, dict[int, dict[str, int]]] = {}
-        self.parts: dict[tuple, list[tuple[tuple, int, Part]]] = {}  # owner -> (buffer key, device, part)
-        self._transfer_ids = 0
-        self._group_ids = 0
+        self._fresh_graph()
         self._times: dict = {}
+        self._routes: dict = {}
+        self._ranks: dict = {}
         self.strategy: Optional[Strategy] = None
         self.loss_output = loss_output
 
+    def _fresh_graph(self) -> None:
+        self.graph = TaskGraph(self.machine.num_devices, len(self.machine.links), self.detail)
+        self.graph.link_types = [link.type.name for link in self.machine.links]
+        self.owned: dict[tuple, list[int]] = {}
+        self.owned_edges: dict[tuple, list[int]] = {}
+        self.op_tasks: dict[str, tuple[list[int], list[int]]] = {}
+        self.memory: dict[tuple, dict[int, dict[str, int]]] = {}
+        self.parts = self.graph.parts  # owner -> (buffer key, device, part)
+        self._group_ids = 0
+
     # ---- strategy context -----------------------------------------------------------------
     def _set_strategy(self, strategy: Strategy) -> None:
+        wiring = strategy.wiring()
         self.strategy = strategy
-        self.pcg = strategy.pcg
-        self._layouts: dict[str, Layout] = {}
-        self.consumers: dict[str, list[tuple[str, int]]] = defaultdict(list)  # producer -> (consumer, operand)
-        self.producer: dict[tuple[str, int], tuple[TensorRef, tuple[int, ...]]] = {}
-        named = [n for n in self.pcg.nodes if is_compute(n) or n.op_type in (OpType.INPUT, OpType.WEIGHT)]
-        self.position = {n.name: i for i, n in enumerate(named)}
-        for node in self.pcg.nodes:
-            if not is_compute(node):
-                continue
-            if node.id not in strategy.views:
-                raise StrategyError(f"operator '{node.name}' has no machine view")
-            for i, ref in enumerate(node.inputs):
-                chain = []
-                while self.pcg.node(ref.node).op_type not in (OpType.INPUT, OpType.WEIGHT) and \
-                        not is_compute(self.pcg.node(ref.node)):
-                    chain.append(ref.node)
-                    ref = self.pcg.node(ref.node).inputs[0]
-                self.producer[(node.name, i)] = (ref, tuple(chain))
-                self.consumers[self.pcg.node(ref.node).name].append((node.name, i))
-        sinks = [n.name for n in self.pcg.nodes if is_compute(n) and n.name not in self.consumers]
+        if wiring is getattr(self, "wiring", None):
+            return  # one model: producers, consumers and ranks stay
+        self.wiring = wiring
+        self._layouts: dict[tuple, Layout] = {}  # (name, shapes, view) -> layout
+        self._ranks = {}
+        self.position = wiring.position
+        self.consumers = wiring.consumers
+        self.producer = wiring.producer
+        sinks = wiring.sinks
         if self.loss_output is not None:
-            if self.loss_output not in self.position or not is_compute(self.pcg.node_by_name(self.loss_output)):
+            if self.loss_output not in wiring.ops:
                 raise StrategyError(f"loss output '{self.loss_output}' is not a compute operator of the model; "
                                     f"operators without consumers: {', '.join(sinks)}")
             self.loss_node = self.loss_output
         else:
-            self.loss_node = max(sinks, key=lambda n: self.pcg.node_by_name(n).id) if sinks else None
+            self.loss_node = sinks[-1] if sinks else None
 
     def layout(self, name: str) -> Layout:
-        if name in self._layouts:
-            return self._layouts[name]
-        node = self.pcg.node_by_name(name)
-        axes, degree = node_axes(self.pcg, node)
+        shapes, view = self.strategy.shapes(name), self.strategy.view(name)
+        lkey = (name, shapes, view)
+        hit = self._layouts.get(lkey)
+        if hit is not None:
+            return hit
+        node = self.wiring.nodes[name]
+        axes, degree = shapes.axes, shapes.degree_map
         coords = axis_coordinates(axes, degree)
-        view = self.strategy.views[node.id]
-        devices = list(view_devices(self.machine, view, tuple(degree[a.name] for a in axes)))
+        devices = list(view_devices(self.machine, view, tuple(d for _, d in shapes.degree)))
         if len(set(devices)) != len(devices):
             raise StrategyError(f"operator '{name}': its view {view} puts two pieces on one device")
         opdef = op_def(node.op_type)
-        full = [self.pcg.shape(r).tensor_shape for r in node.inputs]
+        full = list(self.wiring.operand_full[name])
         nw = opdef.num_weights(node.attrs)
         data_full = full[:len(full) - nw]
-        outs = [s.tensor_shape for s in self.pcg.output_shapes(node.id)]
+        outs = list(self.wiring.output_full[name])
         operand_regions, output_regions = [], []
         for i, s in enumerate(full):
             plan = region_plan(axes, i, s.rank, False)
@@ -190,34 +193,52 @@ class Lowering:
         for k, s in enumerate(outs):
             plan = region_plan(axes, k, s.rank, True)
             output_regions.append([plan_region(plan, k, degree, c, s) for c in coords])
-        lay = Layout(node, coords, degree, devices, operand_regions, output_regions, full, outs)
-        self._layouts[name] = lay
+        # operand pieces include their halo (padding outside the tensor counts: the kernel reads it)
+        piece_ins = [tuple(TensorShape(tuple(b - a for a, b in r[p].ranges), s.dtype)
+                           for r, s in zip(operand_regions, full)) for p in range(len(coords))]
+        piece_outs = [tuple(TensorShape(tuple(b - a for a, b in r[p].ranges), s.dtype)
+                            for r, s in zip(output_regions, outs)) for p in range(len(coords))]
+        # e.g. a conv piece runs without the padding its halo holds
+        piece_attrs = [opdef.piece_call(node.attrs, c, degree) if opdef.piece_call is not None
+                       else (node.attrs, frozenset()) for c in coords]
+        classes: dict = {}
+        piece_class = [classes.setdefault((piece_attrs[p][0], piece_ins[p], piece_outs[p]), len(classes))
+                       for p in range(len(coords))]
+        lay = Layout(node, coords, degree, devices, operand_regions, output_regions, full, outs,
+                     piece_ins, piece_outs, piece_attrs, piece_class, list(classes))
+        if len(self._layouts) > 50_000:  # a long search visits many; keep memory bounded
+            self._layouts.clear()
+        self._layouts[lkey] = lay
         return lay
 
     # ---- task and edge bookkeeping --------------------------------------------------------
-    def _priority(self, owner) -> int:
-        """Tie-break of the owner's next task: (owner rank, index within the owner). Ranks come from
-        the order of the named nodes, which every rebuild of the parallel PCG keeps, so a graph
+    def _rank(self, owner) -> int:
+        """Tie-break base of the owner's tasks; a task's priority is it plus its index within the owner.
+        Ranks come from the order of the named nodes, which does not depend on the strategy, so a graph
         reached by incremental updates breaks ties exactly as a fresh lowering does."""
         kind = {"op": 0, "edge": 1, "weight": 2, "loss": 3}[owner[0]]
-        rank = (self.position[owner[1]] * 4 + kind) * 256 + (owner[2] if kind == 1 else 0)
-        return (rank << 24) + len(self.owned.get(owner, ()))
+        rank = self._ranks[owner] = ((self.position[owner[1]] * 4 + kind) * 256
+                                     + (owner[2] if kind == 1 else 0)) << 24
+        return rank
 
     def _task(self, owner, kind, device, exe, name, **kw) -> int:
         if not exe > 0:
             raise StrategyError(f"task {name} got a non-positive time {exe!r} from the cost model")
-        tid = self.engine.add_task(device, float(exe), self._priority(owner))
-        self.graph.add(Task(tid, kind, device, float(exe), name, owner=owner, **kw))
-        self.owned.setdefault(owner, []).append(tid)
+        owned = self.owned.get(owner)
+        if owned is None:
+            owned = self.owned[owner] = []
+        rank = self._ranks.get(owner)
+        if rank is None:
+            rank = self._rank(owner)
+        tid = self.graph.add_task(kind, device, float(exe), rank + len(owned), owner, name, **kw)
+        owned.append(tid)
         return tid
 
     def _edge(self, owner, a: int, b: int) -> None:
-        key = (a, b)
-        self.owned_edges.setdefault(owner, []).append(key)
-        self.edge_refs[key] += 1
-        if self.edge_refs[key] == 1:
-            self.engine.add_edge(a, b)
-            self.graph.add_edge(a, b)
+        owned = self.owned_edges.get(owner)
+        if owned is None:
+            owned = self.owned_edges[owner] = []
+        owned.append(self.graph.add_edge(a, b))
 
     def _edges(self, owner, before, after) -> None:
         for a in before:
@@ -225,23 +246,10 @@ class Lowering:
                 self._edge(owner, a, b)
 
     def _drop(self, owner) -> None:
-        for a, b in self.owned_edges.pop(owner, []):
-            if (a, b) not in self.edge_refs:
-                continue  # went with a task another owner removed
-            self.edge_refs[(a, b)] -= 1
-            if self.edge_refs[(a, b)] == 0:
-                del self.edge_refs[(a, b)]
-                if a in self.graph.tasks and b in self.graph.tasks:
-                    self.engine.remove_edge(a, b)
-                    self.graph.remove_edge(a, b)
-        ids = self.owned.pop(owner, [])
-        for t in ids:
-            for s in list(self.graph.succ[t]):
-                self.edge_refs.pop((t, s), None)
-            for p in list(self.graph.pred[t]):
-                self.edge_refs.pop((p, t), None)
-            self.engine.remove_task(t)
-        self.graph.remove(ids)
+        graph = self.graph
+        for key in self.owned_edges.pop(owner, ()):
+            graph.remove_edge(key)
+        graph.remove(self.owned.pop(owner, ()))
         self.memory.pop(owner, None)
         self.parts.pop(owner, None)
         if owner[0] == "op":
@@ -252,13 +260,15 @@ class Lowering:
         d[kind] = d.get(kind, 0) + num_bytes
 
     def _part(self, owner, key: tuple, device: int, src: tuple, src_device: int, box, add: bool = False) -> None:
+        if not self.detail:
+            return
         self.parts.setdefault(owner, []).append((key, device, Part(src, src_device, tuple(box), add)))
 
     def _send(self, owner, src_key: tuple, src: int, dst: int, box, dtype, category: Category, name: str,
               before) -> tuple[list[int], tuple]:
         """Move ``box`` of buffer ``src_key`` on ``src`` to a new buffer on ``dst``; returns (hops, its key)."""
-        key = ("xfer", self._transfer_ids)
-        move = Move(src_key, src, Buf(key, dst, tuple(box), dtype.numpy_name))
+        key = ("xfer", len(self.graph.xfer_bytes))  # the id of the transfer _transfer makes
+        move = Move(src_key, src, Buf(key, dst, tuple(box), dtype.numpy_name)) if self.detail else None
         return self._transfer(owner, src, dst, _numel(box), dtype.size_bytes, category, name, before,
                               action=move), key
 
@@ -266,24 +276,37 @@ class Lowering:
                   before, regions=(), action=None) -> list[int]:
         """One transfer src -> dst: a task per hop, all starting after ``before``; returns the hops. The
         first hop carries the data movement (``action``); the others hold their links."""
-        route = self.machine.route(src, dst)
-        if not route:
-            raise StrategyError(f"no route from device {src} to device {dst}")
         num_bytes = elements * itemsize
-        latency = sum(self.machine.links[l].latency_s for l in route)
-        xid = self._transfer_ids
-        self._transfer_ids += 1
+        steps = self._hops(src, dst, num_bytes)
+        xid = self.graph.add_transfer(elements, num_bytes, category)
         hops = []
-        for j, l in enumerate(route):
-            link = self.machine.links[l]
-            exe = self.cost.transfer_time(link, num_bytes) - link.latency_s + latency
-            t = self._task(owner, TaskKind.TRANSFER, self.num_compute + l, exe, f"{name} hop {j} {link.type.name}",
-                           category=category, elements=elements, num_bytes=num_bytes, transfer=xid,
-                           link_type=link.type.name, regions=regions if j == 0 else (),
-                           action=action if j == 0 else None)
-            self._edges(owner, before, [t])
+        detail = self.detail
+        for j, (device, exe, link_name) in enumerate(steps):
+            t = self._task(owner, TaskKind.TRANSFER, device, exe, f"{name} hop {j} {link_name}" if detail else None,
+                           transfer=xid, regions=regions if j == 0 else (), action=action if j == 0 else None)
+            for a in before:
+                self._edge(owner, a, t)
             hops.append(t)
         return hops
+
+    def _hops(self, src: int, dst: int, num_bytes: int) -> list[tuple[int, float, str]]:
+        """(engine device, time, link type) of each hop of a transfer; transfers of one size recur."""
+        key = (src, dst, num_bytes)
+        hit = self._routes.get(key)
+        if hit is None:
+            route = self.machine.route(src, dst)
+            if not route:
+                raise StrategyError(f"no route from device {src} to device {dst}")
+            latency = sum(self.machine.links[l].latency_s for l in route)
+            hit = []
+            for l in route:
+                link = self.machine.links[l]
+                hit.append((self.num_compute + l, self.cost.transfer_time(link, num_bytes) - link.latency_s + latency,
+                            link.type.name))
+            if len(self._routes) > 200_000:
+                self._routes.clear()
+            self._routes[key] = hit
+        return hit
 
     def _reduce(self, owner, device: int, shape: TensorShape, n: int, name: str, before, action=None) -> int:
         t = self._task(owner, TaskKind.REDUCE, device, self.cost.reduce_time(shape, n, self._spec(device)), name,
@@ -308,14 +331,16 @@ class Lowering:
         n = len(devices)
         elements = _numel(box)
         key = ("ring", self._new_group())
-        group = RingGroup(key[1], tuple(Buf(key, d, tuple(box), dtype.numpy_name) for d in devices))
+        group = RingGroup(key[1], tuple(Buf(key, d, tuple(box), dtype.numpy_name) for d in devices)) \
+            if self.detail else None
         total = 2 * (n - 1) * elements
         done = []
         for i in range(n):
             j = (i + 1) % n
             share = total // n + (1 if i < total % n else 0)
             hops = self._transfer(owner, devices[i], devices[j], share, dtype.size_bytes, category,
-                                  f"{name} ring {i}->{j}", ready[i] + ready[j], action=RingStep(group, i))
+                                  f"{name} ring {i}->{j}", ready[i] + ready[j],
+                                  action=RingStep(group, i) if group is not None else None)
             done.append((j, hops))
         out: list[list[int]] = [[] for _ in devices]
         for j, hops in done:
@@ -333,75 +358,81 @@ class Lowering:
         return self._times[key]
 
     def _needs_grad(self, name: str, i: int, shape: TensorShape) -> bool:
-        pref, _ = self.producer[(name, i)]
-        return shape.dtype.is_floating and self.pcg.node(pref.node).op_type is not OpType.INPUT
+        return shape.dtype.is_floating and self.producer[(name, i)].op_type is not OpType.INPUT
 
     def _lower_op(self, name: str) -> None:
         owner = ("op", name)
         lay = self.layout(name)
-        node = lay.node
-        opdef = op_def(node.op_type)
-        fill = float(opdef.halo_fill(node.attrs))
         fwd, bwd = [], []
+        timed: dict = {}
         for p, dev in enumerate(lay.devices):
-            # operand pieces include their halo (padding outside the tensor counts: the kernel reads it)
-            ins = [TensorShape(tuple(b - a for a, b in r[p].ranges), s.dtype)
-                   for r, s in zip(lay.operand_regions, lay.operand_shapes)]
-            outs = [TensorShape(tuple(b - a for a, b in r[p].ranges), s.dtype)
-                    for r, s in zip(lay.output_regions, lay.output_shapes)]
-            attrs, zeroed = node.attrs, frozenset()
-            if opdef.piece_call is not None:  # e.g. a conv piece runs without the padding its halo holds
-                attrs, zeroed = opdef.piece_call(node.attrs, lay.coords[p], lay.degree)
-            times, activation_bytes = self._op_time(attrs, ins, outs, dev)
-            regions = tuple(RegionRequirement(ref, r[p], Access.READ, dev) for ref, r in
-                            zip(node.inputs, lay.operand_regions)) + tuple(
-                RegionRequirement(TensorRef(node.id, k), r[p], Access.WRITE, dev)
-                for k, r in enumerate(lay.output_regions))
-            operands = tuple(Buf(("opd", name, i, p), dev, r[p].ranges, s.dtype.numpy_name, fill)
-                             for i, (r, s) in enumerate(zip(lay.operand_regions, lay.operand_shapes)))
-            outputs = tuple(Buf(("out", name, k, p), dev, r[p].ranges, s.dtype.numpy_name)
-                            for k, (r, s) in enumerate(zip(lay.output_regions, lay.output_shapes)))
-            gouts = tuple(Buf(("gout", name, k, p), dev, r[p].ranges, s.dtype.numpy_name)
-                          for k, (r, s) in enumerate(zip(lay.output_regions, lay.output_shapes)))
-            gins = tuple(Buf(("gin", name, i, p), dev, r[p].ranges, s.dtype.numpy_name)
-                         if self._needs_grad(name, i, s) else None
-                         for i, (r, s) in enumerate(zip(lay.operand_regions, lay.operand_shapes)))
-            f = self._task(owner, TaskKind.FORWARD, dev, times.forward_s, f"fwd {name}[{p}]", node=name, piece=p,
-                           regions=regions, action=Forward(name, attrs, zeroed, operands, outputs))
-            b = self._task(owner, TaskKind.BACKWARD, dev, times.backward_s, f"bwd {name}[{p}]", node=name, piece=p,
-                           action=Backward(name, attrs, zeroed, operands, outputs, gouts, gins))
+            tkey = (lay.piece_class[p], self._spec(dev).name)
+            hit = timed.get(tkey)
+            if hit is None:
+                hit = timed[tkey] = self._op_time(*lay.classes[lay.piece_class[p]], dev)
+            times, activation_bytes = hit
+            if self.detail:
+                fa, ba = self._piece_actions(name, lay, p, dev)
+                f = self._task(owner, TaskKind.FORWARD, dev, times.forward_s, f"fwd {name}[{p}]", node=name, piece=p,
+                               regions=self._piece_regions(lay, p, dev), action=fa)
+                b = self._task(owner, TaskKind.BACKWARD, dev, times.backward_s, f"bwd {name}[{p}]", node=name,
+                               piece=p, action=ba)
+            else:
+                f = self._task(owner, TaskKind.FORWARD, dev, times.forward_s, None)
+                b = self._task(owner, TaskKind.BACKWARD, dev, times.backward_s, None)
             self._edge(owner, f, b)
             fwd.append(f)
             bwd.append(b)
             self._mem(owner, dev, "activations", activation_bytes)
         self.op_tasks[name] = (fwd, bwd)
 
+    @staticmethod
+    def _piece_regions(lay: Layout, p: int, dev: int) -> tuple:
+        node = lay.node
+        return tuple(RegionRequirement(ref, r[p], Access.READ, dev) for ref, r in
+                     zip(node.inputs, lay.operand_regions)) + tuple(
+            RegionRequirement(TensorRef(node.id, k), r[p], Access.WRITE, dev) for k, r in enumerate(lay.output_regions))
+
+    def _piece_actions(self, name: str, lay: Layout, p: int, dev: int) -> tuple[Forward, Backward]:
+        """What the runtime does for piece ``p``: the buffers its forward and backward read and write."""
+        attrs, zeroed = lay.piece_attrs[p]
+        fill = float(op_def(lay.node.op_type).halo_fill(lay.node.attrs))
+        operands = tuple(Buf(("opd", name, i, p), dev, r[p].ranges, s.dtype.numpy_name, fill)
+                         for i, (r, s) in enumerate(zip(lay.operand_regions, lay.operand_shapes)))
+        outputs = tuple(Buf(("out", name, k, p), dev, r[p].ranges, s.dtype.numpy_name)
+                        for k, (r, s) in enumerate(zip(lay.output_regions, lay.output_shapes)))
+        gouts = tuple(Buf(("gout", name, k, p), dev, r[p].ranges, s.dtype.numpy_name)
+                      for k, (r, s) in enumerate(zip(lay.output_regions, lay.output_shapes)))
+        gins = tuple(Buf(("gin", name, i, p), dev, r[p].ranges, s.dtype.numpy_name)
+                     if self._needs_grad(name, i, s) else None
+                     for i, (r, s) in enumerate(zip(lay.operand_regions, lay.operand_shapes)))
+        return (Forward(name, attrs, zeroed, operands, outputs),
+                Backward(name, attrs, zeroed, operands, outputs, gouts, gins))
+
     def _lower_edge(self, consumer: str, i: int) -> None:
         owner = ("edge", consumer, i)
-        pref, chain = self.producer[(consumer, i)]
-        pnode = self.pcg.node(pref.node)
+        pref = self.producer[(consumer, i)]
         C = self.layout(consumer)
         full = C.operand_shapes[i]
-        if pnode.op_type is OpType.INPUT:  # the data loader puts each piece's rows in place: no transfer
+        if pref.op_type is OpType.INPUT:  # the data loader puts each piece's rows in place: no transfer
             for p, region in enumerate(C.operand_regions[i]):
-                self._part(owner, ("opd", consumer, i, p), C.devices[p], ("input", pnode.name), HOST,
+                self._part(owner, ("opd", consumer, i, p), C.devices[p], ("input", pref.name), HOST,
                            _clip(region, full))
             return
-        if pnode.op_type is OpType.WEIGHT:
+        if pref.op_type is OpType.WEIGHT:
             return  # weights belong to their weight owner
-        P = self.layout(pnode.name)
+        P = self.layout(pref.name)
         cfwd, cbwd = self.op_tasks[consumer]
-        pfwd, pbwd = self.op_tasks[pnode.name]
+        pfwd, pbwd = self.op_tasks[pref.name]
         dtype = full.dtype
-        cshape = self.pcg.shape(self.pcg.node_by_name(consumer).inputs[i])
-        pshape = self.pcg.shape(pref)
-        k = pshape.sum_degree // cshape.sum_degree
+        k = self.strategy.shapes(pref.name).outputs[pref.index].sum_degree // \
+            self.strategy.shapes(consumer).operands[i].sum_degree
         # producer pieces: shard box -> sum index -> [(copy index, piece, device)]
         pieces: dict = defaultdict(lambda: defaultdict(list))
         for q, r in enumerate(P.output_regions[pref.index]):
             pieces[r.ranges][r.sum_index].append((r.copy_index, q, P.devices[q]))
-        ends = _EdgeEnds(pnode.name, pref.index, consumer, i, pfwd, pbwd, cfwd, cbwd,
-                         self._needs_grad(consumer, i, full), f"{pnode.name}->{consumer}.in{i}")
+        ends = _EdgeEnds(pref.name, pref.index, consumer, i, pfwd, pbwd, cfwd, cbwd,
+                         self._needs_grad(consumer, i, full), f"{pref.name}->{consumer}.in{i}")
         groups: dict = defaultdict(list)  # (box, consumer sum index) -> consumer pieces, when k > 1
         for p, region in enumerate(C.operand_regions[i]):
             want = _clip(region, full)
@@ -525,10 +556,10 @@ class Lowering:
 
     def _lower_weight(self, wname: str) -> None:
         owner = ("weight", wname)
-        users = sorted(self.consumers.get(wname, []), key=lambda u: self.pcg.node_by_name(u[0]).id)
+        users = sorted(self.consumers.get(wname, []), key=lambda u: self.position[u[0]])
         if not users:
             return
-        wshape = self.pcg.node_by_name(wname).attrs.shape
+        wshape = self.wiring.weight_shape[wname]
         dtype = wshape.dtype
         np_dtype = dtype.numpy_name
         primary: dict[tuple, list[tuple[int, int]]] = defaultdict(list)  # ranges -> [(copy, device)]
@@ -586,7 +617,7 @@ class Lowering:
                 for key, box in grad_parts[(ranges, d)]:
                     self._part(owner, gkey, d, key, d, box, add=True)
                 update = Update(Buf(("w", wname, ranges), d, ranges, np_dtype), Buf(gkey, d, ranges, np_dtype),
-                                gather_grad=len(devices) == 1)
+                                gather_grad=len(devices) == 1) if self.detail else None
                 u = self._task(owner, TaskKind.UPDATE, d, self.cost.update_time(piece, self._spec(d), self.optimizer),
                                f"update {wname}@{d}", node=wname, action=update)
                 self._edges(owner, deps, [u])
@@ -659,16 +690,22 @@ class Lowering:
 
     # ---- building ---------------------------------------------------------------------------
     def build(self, strategy: Strategy) -> None:
-        """Lower the whole strategy (drops whatever was lowered before)."""
-        for owner in list(self.owned):
-            self._drop(owner)
+        """Lower the whole strategy into a new task graph and build the engine from it."""
+        self._fresh_graph()
         self._set_strategy(strategy)
+        self._describe_graph()
         self._lower_owners(self._all_owners())
+        self.engine = self.graph.engine(self.engine_cls)
+
+    def _describe_graph(self) -> None:
+        self.graph.inputs = dict(self.wiring.inputs)
+        self.graph.weight_shapes = dict(self.wiring.weight_shape)
+        self.graph.loss_node = self.loss_node
 
     def _all_owners(self):
-        ops = [n.name for n in self.pcg.nodes if is_compute(n)]
-        edges = [(c, i) for (c, i) in self.producer]
-        weights = [n.name for n in self.pcg.nodes if n.op_type is OpType.WEIGHT]
+        ops = list(self.wiring.ops)
+        edges = list(self.producer)
+        weights = list(self.wiring.weights)
         return ops, edges, weights, [self.loss_node] if self.loss_node is not None else []
 
     def _lower_owners(self, owners) -> None:
@@ -683,15 +720,17 @@ class Lowering:
             self._lower_loss(name)
 
     def update(self, strategy: Strategy, changed: set[str]) -> None:
-        """Re-lower what a change of the named compute operators' configurations touches."""
+        """Re-lower what a change of the named compute operators' configurations touches and bring the
+        engine in step (only the changed tasks and edges)."""
+        if self.strategy is None or strategy.wiring() is not self.wiring:
+            self.build(strategy)
+            return
         self._set_strategy(strategy)
         ops = set(changed)
         edges, weights = set(), set()
         for name in changed:
-            node = self.pcg.node_by_name(name)
-            for i in range(len(node.inputs)):
-                pref, _ = self.producer[(name, i)]
-                p = self.pcg.node(pref.node)
+            for i in range(len(self.wiring.nodes[name].inputs)):
+                p = self.producer[(name, i)]
                 if p.op_type is OpType.WEIGHT:
                     weights.add(p.name)
                 edges.add((name, i))
@@ -705,9 +744,11 @@ class Lowering:
         losses = [self.loss_node] if self.loss_node in ops else []
         for name in losses:
             self._drop(("loss", name))
-        order = {n.name: n.id for n in self.pcg.nodes}
+        order = self.position
         self._lower_owners((sorted(ops, key=order.get), sorted(edges, key=lambda e: (order[e[0]], e[1])),
                             sorted(weights, key=order.get), losses))
+        self._describe_graph()
+        self.graph.sync(self.engine)
 
     def memory_by_device(self) -> dict[int, dict[str, int]]:
         total: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))

@@ -15,15 +15,26 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Optional
 
+import numpy as np
 
 from flexrt.errors import ConfigError
 from flexrt.machine import Machine
 from flexrt.simulator.lowering import Lowering
-from flexrt.simulator.strategy import Strategy
-from flexrt.simulator.task_graph import Category, TaskKind
+from flexrt.strategy import Strategy
+from flexrt.simulator.task_graph import CATEGORIES, TRANSFER_CODE, Category, TaskKind
 
 # optimizer state per weight element, as a multiple of the weight's bytes
 OPTIMIZER_STATE = {"sgd": 0, "momentum": 1, "adam": 2}
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The simulator's predicted order of a task graph: task ids by predicted start (ties broken by
+    priority, then id), with their predicted start and end times (seconds)."""
+
+    task_ids: tuple
+    start: np.ndarray
+    end: np.ndarray
 
 
 @dataclass
@@ -68,12 +79,15 @@ def _device_name(machine: Machine, device: int) -> str:
 class Simulator:
     """Holds a lowered strategy so that single-operator changes can be delta-simulated."""
 
-    def __init__(self, machine: Machine, cost_model, optimizer: str = "sgd", loss_output: Optional[str] = None) -> None:
+    def __init__(self, machine: Machine, cost_model, optimizer: str = "sgd", loss_output: Optional[str] = None,
+                 detail: bool = True) -> None:
+        """``detail`` keeps each task's name, regions and action (traces, the runtime); a search needs
+        only times and dependencies."""
         if optimizer not in OPTIMIZER_STATE:
             raise ConfigError(f"unknown optimizer {optimizer!r}; valid: {', '.join(OPTIMIZER_STATE)}")
         self.machine = machine
         self.optimizer = optimizer
-        self.lowering = Lowering(machine, cost_model, optimizer, loss_output=loss_output)
+        self.lowering = Lowering(machine, cost_model, optimizer, loss_output=loss_output, detail=detail)
 
     def full(self, strategy: Strategy) -> SimResult:
         """Lower the whole strategy and run Algorithm 1."""
@@ -89,32 +103,48 @@ class Simulator:
         self.lowering.engine.simulate_delta()
         return self.result()
 
+    def schedule(self) -> Schedule:
+        """The predicted order of the last simulated task graph (what the runtime follows)."""
+        ids, _, _, start, end = self.lowering.engine.timeline()
+        prio = np.frombuffer(self.lowering.graph.priority, dtype=np.int64)[ids]
+        order = np.lexsort((ids, prio, start))
+        return Schedule(tuple(int(t) for t in ids[order]), start[order], end[order])
+
     def iteration_time(self) -> float:
-        ids, _, _, _, end = self.lowering.engine.timeline()
-        return float(end.max()) if len(end) else 0.0
+        return float(self.lowering.engine.makespan())
 
     def result(self) -> SimResult:
         low, machine = self.lowering, self.machine
         ids, device, ready, start, end = low.engine.timeline()
-        tasks = low.graph.tasks
-        compute = comm = 0.0
-        busy: dict[str, float] = defaultdict(float)
+        g = low.graph
+        live = np.frombuffer(bytes(g.alive), dtype=np.uint8).astype(bool)
+        exe = np.frombuffer(g.exe, dtype=np.float64)
+        devs = np.frombuffer(g.device, dtype=np.int64)
+        xfer = live & (np.frombuffer(g.kind, dtype=np.int8) == TRANSFER_CODE)
+        comp = live & ~xfer
+        compute = float(np.sum(exe[comp])) if comp.any() else 0.0
+        comm = float(np.sum(exe[xfer])) if xfer.any() else 0.0
+        per_device = np.bincount(devs[live], weights=exe[live], minlength=g.num_devices)
+        busy: dict[str, float] = {}
+        for d in np.unique(devs[live]).tolist():
+            busy[_device_name(machine, d)] = float(per_device[d])
         moved_e: dict[str, int] = defaultdict(int)
         moved_b: dict[str, int] = defaultdict(int)
         link_bytes: dict[str, int] = defaultdict(int)
-        seen = set()
-        names = [_device_name(machine, d) for d in range(low.graph.num_devices)]
-        for t in tasks.values():
-            busy[names[t.device]] += t.exe_s
-            if t.kind is TaskKind.TRANSFER:
-                comm += t.exe_s
-                link_bytes[t.link_type] += t.num_bytes
-                if t.transfer not in seen:
-                    seen.add(t.transfer)
-                    moved_e[t.category.value] += t.elements
-                    moved_b[t.category.value] += t.num_bytes
-            else:
-                compute += t.exe_s
+        hop_ids = np.flatnonzero(xfer)
+        trans = np.frombuffer(g.transfer, dtype=np.int64)[hop_ids]
+        xbytes = np.frombuffer(g.xfer_bytes, dtype=np.int64)
+        per_link = np.bincount(devs[hop_ids] - g.num_compute_devices, weights=xbytes[trans],
+                               minlength=g.num_links).astype(np.int64)
+        for l in np.flatnonzero(per_link).tolist():
+            link_bytes[g.link_types[l]] += int(per_link[l])
+        moved = np.unique(trans)  # each transfer once, however many hops
+        cats = np.frombuffer(g.xfer_category, dtype=np.int8)[moved]
+        xelem = np.frombuffer(g.xfer_elements, dtype=np.int64)[moved]
+        for c in np.unique(cats).tolist():
+            sel = cats == c
+            moved_e[CATEGORIES[c].value] += int(xelem[sel].sum())
+            moved_b[CATEGORIES[c].value] += int(xbytes[moved][sel].sum())
         for cat in (Category.ACTIVATION, Category.WEIGHT_SYNC):
             moved_e.setdefault(cat.value, 0)
             moved_b.setdefault(cat.value, 0)

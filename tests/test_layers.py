@@ -1,7 +1,7 @@
 """The layering of DESIGN.md, enforced on the source: no module imports a layer to its right.
 
-    flexrt.ir -> flexrt.machine -> flexrt.kernels -> flexrt.simulator -> flexrt.search
-    flexrt.runtime may import ir, machine, kernels, simulator
+    flexrt.ir -> flexrt.machine -> flexrt.strategy -> flexrt.kernels -> flexrt.simulator -> flexrt.search
+    flexrt.runtime may import ir, machine, strategy, kernels, simulator
     flexrt.model, flexrt.cli, flexrt.core (and the zoo, flexrt.examples) may import anything
     flexrt (the package __init__), flexrt.errors and flexrt.paths are importable by all and import no layer
 
@@ -23,21 +23,21 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCE_DIRS = {"flexrt": "flexrt", "kernels": "flexrt.kernels", "simulator": "flexrt.simulator",
                "search": "flexrt.search"}
 
-BASE, IR, MACHINE, KERNELS, SIMULATOR, SEARCH, RUNTIME, TOP = (
-    "base", "flexrt.ir", "flexrt.machine", "flexrt.kernels", "flexrt.simulator", "flexrt.search",
+BASE, IR, MACHINE, STRATEGY, KERNELS, SIMULATOR, SEARCH, RUNTIME, TOP = (
+    "base", "flexrt.ir", "flexrt.machine", "flexrt.strategy", "flexrt.kernels", "flexrt.simulator", "flexrt.search",
     "flexrt.runtime", "top")
 
 # Module prefix -> layer; the longest matching prefix wins. ``flexrt`` itself matches exactly only,
 # so a new top-level module must be placed here on purpose.
 LAYER_OF = {
     "flexrt": BASE, "flexrt.errors": BASE, "flexrt.paths": BASE,
-    "flexrt.ir": IR, "flexrt.machine": MACHINE, "flexrt.kernels": KERNELS,
+    "flexrt.ir": IR, "flexrt.machine": MACHINE, "flexrt.strategy": STRATEGY, "flexrt.kernels": KERNELS,
     "flexrt.simulator": SIMULATOR, "flexrt.search": SEARCH, "flexrt.runtime": RUNTIME,
     "flexrt.model": TOP, "flexrt.cli": TOP, "flexrt.core": TOP, "flexrt.examples": TOP, "flexrt.__main__": TOP,
 }
-_CHAIN = [BASE, IR, MACHINE, KERNELS, SIMULATOR, SEARCH]
+_CHAIN = [BASE, IR, MACHINE, STRATEGY, KERNELS, SIMULATOR, SEARCH]
 ALLOWED = {layer: set(_CHAIN[:i + 1]) for i, layer in enumerate(_CHAIN)}
-ALLOWED[RUNTIME] = {BASE, IR, MACHINE, KERNELS, SIMULATOR, RUNTIME}
+ALLOWED[RUNTIME] = {BASE, IR, MACHINE, STRATEGY, KERNELS, SIMULATOR, RUNTIME}
 ALLOWED[TOP] = set(_CHAIN) | {RUNTIME, TOP}
 
 # Third-party modules a layer must not import, with the files exempt from the rule.

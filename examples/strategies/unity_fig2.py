@@ -15,7 +15,7 @@ from flexrt.ir.ops import ElementUnaryAttrs, InputAttrs, LinearAttrs, WeightAttr
 from flexrt.ir.pcg import PCG, TensorRef
 from flexrt.machine import load_machine
 from flexrt.machine.views import MachineView, Projection
-from flexrt.simulator.strategy import Strategy, apply_configs, save_strategy
+from flexrt.strategy import GraphStrategy, Strategy, apply_configs, save_strategy
 
 MACHINE = "dgx1_v100"
 FILE = Path(__file__).with_name("unity_fig2_reduction.json")
@@ -45,7 +45,7 @@ def reduction_strategy() -> Strategy:
     pcg, mapping = apply_configs(base, degrees)
     # linear's axes: dim0, out, in, partial; relu's: dim0, dim1, replica
     views = {mapping[ids["fc1"]]: _view(4), mapping[ids["relu"]]: _view(3), mapping[ids["fc2"]]: _view(4)}
-    return Strategy(pcg, views)
+    return GraphStrategy(pcg, views)
 
 
 if __name__ == "__main__":

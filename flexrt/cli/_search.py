@@ -5,6 +5,10 @@ FlexFlow's search flags (``--budget``, ``--alpha``, ``--only-data-parallel``,
 ``--enable-parameter-parallel``, ``--enable-attribute-parallel``, ``--search-num-nodes``,
 ``--search-num-workers``, ``--import``, ``--export``) work here as in a definition script.
 Ctrl-C stops the search and keeps (and exports) the best strategy so far.
+
+Every strategy here, the chosen algorithm's and the baselines it is compared with, comes from
+``flexrt.search.search`` with a ``SearchRequest``; a flag the chosen algorithm does not take
+(``--split-size`` with ``--algo mcmc``, ``--import`` with ``--algo unity``) is an error.
 """
 
 from __future__ import annotations
@@ -13,15 +17,20 @@ from flexrt.cli._common import add_json_flag, check_model_flags, emit_json
 from flexrt.errors import ConfigError
 from flexrt.machine import load_machine
 from flexrt.model import load_model
-from flexrt.search import SearchSpace, describe, exhaustive, fixed_result, mcmc
+from flexrt.search import SearchRequest, algorithm, describe, search
+from flexrt.search.baselines import expert_name
 from flexrt.simulator.cost_model import AnalyticCostModel, ProfiledCostModel
-from flexrt.simulator.strategy import data_parallel, load_strategy, save_strategy
+from flexrt.strategy import SearchSpace, load_strategy, save_strategy
 
 NAME = "search"
 HELP = "search for a parallelization strategy (MCMC, exhaustive, or a baseline) and compare it with the baselines"
 ACCEPTS_MODEL_FLAGS = True
 ALGOS = ("mcmc", "exhaustive", "unity", "sequential", "data-parallel", "model-parallel", "expert")
 SEARCHES = ("mcmc", "exhaustive", "unity", "sequential")
+# The flag of each algorithm option this command sets (only where given, so that an algorithm's
+# own default applies and a flag the algorithm does not take is an error, not ignored).
+OPTION_FLAGS = {"alpha": "--alpha", "split_size": "--split-size", "cache": "--no-cache", "devices": "--devices",
+                "min_degree": "--min-degree", "enable_pipeline": "--enable-pipeline"}
 
 
 def add_arguments(parser) -> None:
@@ -36,7 +45,7 @@ def add_arguments(parser) -> None:
                         help="unity: minimum operators per subgraph when splitting large graphs (default 10; 0: off)")
     parser.add_argument("--no-cache", action="store_true", help="unity: no machine-mapping cache across candidates")
     parser.add_argument("--devices", type=int, help="unity: use only the machine's first N devices")
-    parser.add_argument("--min-degree", type=int, default=1,
+    parser.add_argument("--min-degree", type=int,
                         help="unity: every operator on at least this many devices (default 1)")
     parser.add_argument("--enable-pipeline", action="store_true",
                         help="unity: pipeline parallelism (not implemented yet: refused with an error)")
@@ -57,25 +66,10 @@ def add_arguments(parser) -> None:
     add_json_flag(parser)
 
 
-def _baselines():
-    try:
-        from flexrt.search import baselines
-    except ImportError as e:
-        raise ConfigError(f"the baseline strategies (flexrt.search.baselines) cannot be loaded: {e}") from None
-    return baselines
-
-
-def _expert(model_name: str, base, machine):
-    try:
-        return _baselines().expert_strategy(model_name, base, machine)
-    except ConfigError:
-        return None
-
-
 def _import(path: str, base, machine):
     if path.endswith(".txt"):
         try:
-            from flexrt.simulator.strategy_text import load_text_strategy
+            from flexrt.strategy import load_text_strategy
         except ImportError as e:
             raise ConfigError(f"FlexFlow text strategies cannot be read here: {e}") from None
         return load_text_strategy(path, base, machine)
@@ -86,7 +80,7 @@ def export_strategy(path: str, strategy, machine) -> str:
     """JSON, or FlexFlow's text format when the file name ends in .txt."""
     try:
         if path.endswith(".txt"):
-            from flexrt.simulator.strategy_text import save_text_strategy
+            from flexrt.strategy import save_text_strategy
             save_text_strategy(path, strategy, machine)
         else:
             save_strategy(path, strategy, machine)
@@ -95,6 +89,47 @@ def export_strategy(path: str, strategy, machine) -> str:
     except OSError as e:
         raise ConfigError(f"cannot write the strategy to {path}: {e.strerror or e}") from None
     return path
+
+
+def _space(args, cfg) -> SearchSpace:
+    """FlexFlow's axis flags (here or among the model flags); Unity searches every axis unless they
+    narrow it."""
+    flags = (args.only_data_parallel, args.enable_parameter_parallel, args.enable_attribute_parallel)
+    if args.algo in ("unity", "sequential") and not any(flags + (cfg.only_data_parallel, cfg.enable_parameter_parallel,
+                                                                 cfg.enable_attribute_parallel)):
+        return SearchSpace.full()
+    pick = lambda a, c: c if a is None else a  # noqa: E731
+    return SearchSpace.from_flags(pick(args.only_data_parallel, cfg.only_data_parallel),
+                                  pick(args.enable_parameter_parallel, cfg.enable_parameter_parallel),
+                                  pick(args.enable_attribute_parallel, cfg.enable_attribute_parallel))
+
+
+def _options(args, cfg, model_name: str) -> dict:
+    """The algorithm options given on the command line (``--search-alpha`` among the model flags too),
+    checked against what ``--algo`` takes."""
+    alpha_given = any(a.split("=")[0] in ("--alpha", "--search-alpha") for a in cfg.argv)
+    given = {"alpha": args.alpha if args.alpha is not None else (cfg.search_alpha if alpha_given else None),
+             "split_size": args.split_size, "cache": False if args.no_cache else None, "devices": args.devices,
+             "min_degree": args.min_degree, "enable_pipeline": True if args.enable_pipeline else None}
+    options = {k: v for k, v in given.items() if v is not None}
+    takes = algorithm(args.algo).options
+    wrong = [OPTION_FLAGS[k] for k in options if k not in takes]
+    if wrong:
+        valid = [f for k, f in OPTION_FLAGS.items() if k in takes]
+        raise ConfigError(f"{', '.join(wrong)}: --algo {args.algo} takes no such option; its options here: "
+                          f"{', '.join(valid) or 'none'}")
+    if args.algo == "expert":
+        options["model"] = model_name
+    return options
+
+
+def _initial(args, expert, given: list) -> tuple:
+    """Initial candidates: the expert strategy where the algorithm takes some, and the imported one."""
+    takes = "initial" in algorithm(args.algo).fields
+    if given and not takes:
+        raise ConfigError(f"--import: --algo {args.algo} takes no initial strategy; algorithms that do: "
+                          f"{', '.join(a for a in SEARCHES if 'initial' in algorithm(a).fields)}")
+    return tuple(s for s in ((expert.strategy if expert and takes else None), *given) if s is not None)
 
 
 def run(args, extra) -> int:
@@ -107,48 +142,23 @@ def run(args, extra) -> int:
     loaded = load_model(args.model, extra)
     base = loaded.model.pcg
     budget = args.budget if args.budget is not None else cfg.search_budget
-    alpha = args.alpha if args.alpha is not None else cfg.search_alpha
-    pick = lambda a, c: c if a is None else a  # noqa: E731
-    space = SearchSpace.from_flags(pick(args.only_data_parallel, cfg.only_data_parallel),
-                                   pick(args.enable_parameter_parallel, cfg.enable_parameter_parallel),
-                                   pick(args.enable_attribute_parallel, cfg.enable_attribute_parallel))
+    space = _space(args, cfg)
+    options = _options(args, cfg, loaded.name)
     cost = AnalyticCostModel() if args.cost == "analytic" else ProfiledCostModel()
-    progress = False if (args.no_progress or args.json) else None
     imported = args.import_file or cfg.import_strategy_file
     given = [_import(imported, base, machine)] if imported else []
 
-    dp = fixed_result("data-parallel", data_parallel(base, machine), machine, cost, args.optimizer)
-    expert_strategy = _expert(loaded.name, base, machine) if args.algo != "data-parallel" else None
-    expert = fixed_result("expert", expert_strategy, machine, cost, args.optimizer) if expert_strategy else None
-    if args.algo == "mcmc":
-        result = mcmc(base, machine, cost, budget=budget, seed=args.seed, alpha=alpha, space=space,
-                      initial=[s for s in (expert_strategy, *given) if s is not None], optimizer=args.optimizer,
-                      progress=progress)
-    elif args.algo == "exhaustive":
-        result = exhaustive(base, machine, cost, budget=budget, seed=args.seed, space=space,
-                            initial=[s for s in (expert_strategy, *given) if s is not None], optimizer=args.optimizer,
-                            progress=progress)
-    elif args.algo in ("unity", "sequential"):
-        from flexrt.search.unity import DEFAULT_ALPHA, DEFAULT_SPLIT_SIZE, sequential, unity
-        if not any((args.only_data_parallel, args.enable_parameter_parallel, args.enable_attribute_parallel,
-                    cfg.only_data_parallel, cfg.enable_parameter_parallel, cfg.enable_attribute_parallel)):
-            space = SearchSpace.full()  # Unity searches every axis unless FlexFlow's flags narrow it
-        fn = unity if args.algo == "unity" else sequential
-        result = fn(base, machine, cost, budget=budget, seed=args.seed,
-                    alpha=args.alpha if args.alpha is not None else DEFAULT_ALPHA,
-                    split_size=DEFAULT_SPLIT_SIZE if args.split_size is None else args.split_size,
-                    cache=not args.no_cache, space=space,
-                    min_degree=args.min_degree, devices=args.devices, optimizer=args.optimizer,
-                    progress=progress, enable_pipeline=args.enable_pipeline)
-    elif args.algo == "data-parallel":
-        result = dp
-    elif args.algo == "model-parallel":
-        result = fixed_result("model-parallel", _baselines().model_parallel(base, machine), machine, cost,
-                              args.optimizer)
-    else:
-        if expert is None:
-            raise ConfigError(f"model {loaded.name} has no expert strategy; try --algo mcmc or model-parallel")
-        result = expert
+    # the baselines compared with, then the requested algorithm: all through search()
+    fixed = SearchRequest(base, machine, cost, budget=0, seed=args.seed, optimizer=args.optimizer, progress=False)
+    dp = search("data-parallel", fixed)
+    has_expert = args.algo != "data-parallel" and expert_name(loaded.name) is not None
+    expert = search("expert", SearchRequest(base, machine, cost, budget=0, seed=args.seed, optimizer=args.optimizer,
+                                            progress=False, options={"model": loaded.name})) if has_expert else None
+    takes_space = "space" in algorithm(args.algo).fields
+    request = SearchRequest(base, machine, cost, budget=budget, seed=args.seed, space=space if takes_space else None,
+                            initial=_initial(args, expert, given), optimizer=args.optimizer,
+                            progress=False if (args.no_progress or args.json) else None, options=options)
+    result = search(args.algo, request)
 
     files = {}
     export = args.export or cfg.export_strategy_file
@@ -161,7 +171,6 @@ def run(args, extra) -> int:
             raise ConfigError(f"cannot plot strategies: {e}") from None
         plot_strategy(result.strategy, machine, args.plot)
         files["plot"] = args.plot
-    log = result.log
     if args.json:
         emit_json({"model": loaded.name, "machine": machine.name, "num_devices": machine.num_devices,
                    "algorithm": args.algo, "space": str(space), "budget": budget, "seed": args.seed,
@@ -169,10 +178,16 @@ def run(args, extra) -> int:
                    "expert_s": expert.cost_s if expert else None,
                    "speedup_over_data_parallel": dp.cost_s / result.cost_s,
                    "speedup_over_expert": expert.cost_s / result.cost_s if expert else None,
-                   "log": log.to_json(), "strategy": describe(result.strategy, machine, limit=1000),
+                   "log": result.log.to_json(), "strategy": describe(result.strategy, machine, limit=1000),
                    "files": files})
         return 0
-    print(f"model {loaded.name} on {machine.name}: {machine.num_nodes} node(s), {machine.num_devices} devices; "
+    _print_text(args, loaded.name, machine, space, budget, result, dp, expert, files)
+    return 130 if result.log.interrupted else 0
+
+
+def _print_text(args, model_name: str, machine, space, budget: int, result, dp, expert, files: dict) -> None:
+    log = result.log
+    print(f"model {model_name} on {machine.name}: {machine.num_nodes} node(s), {machine.num_devices} devices; "
           f"{args.algo} over {space}" + (f", budget {budget}, seed {args.seed}" if args.algo in SEARCHES else ""))
     if args.algo in ("unity", "sequential"):
         n = log.notes
@@ -191,11 +206,8 @@ def run(args, extra) -> int:
     if expert:
         print(f"{'expert':<14} {expert.cost_s * 1e3:10.3f} ms   (speed-up {expert.cost_s / result.cost_s:.2f}x)")
     else:
-        print(f"{'expert':<14} {'-':>10}      (no expert strategy for {loaded.name})")
+        print(f"{'expert':<14} {'-':>10}      (no expert strategy for {model_name})")
     for line in describe(result.strategy, machine):
         print(f"  {line}")
     for what, path in files.items():
         print(f"wrote the {what} to {path}")
-    return 130 if log.interrupted else 0
-
-

@@ -10,7 +10,7 @@ from flexrt.model import load_model
 from flexrt.ir.summary import format_count
 from flexrt.simulator.cost_model import AnalyticCostModel, ProfiledCostModel
 from flexrt.simulator.simulate import Simulator, timelines_equal
-from flexrt.simulator.strategy import data_parallel, load_strategy, random_strategy
+from flexrt.strategy import ConfigStrategy, data_parallel, load_strategy, random_strategy
 
 NAME = "simulate"
 HELP = "simulate one training iteration of a strategy on a machine (model flags such as -b 64 follow MODEL)"
@@ -45,7 +45,7 @@ def _strategy(args, base, machine):
 
 def _delta_walk(sim: Simulator, base, machine, target):
     """From data parallelism to ``target`` one operator at a time, each step delta-simulated."""
-    if target.base is None:
+    if not isinstance(target, ConfigStrategy):
         raise ConfigError("--method delta needs a per-operator strategy (this file holds a whole PCG)")
     current = data_parallel(base, machine)
     result = sim.full(current)
@@ -65,11 +65,11 @@ def run(args, extra) -> int:
     base = loaded.model.pcg
     strategy = _strategy(args, base, machine)
     cost = AnalyticCostModel() if args.cost == "analytic" else ProfiledCostModel()
-    sim = Simulator(machine, cost, args.optimizer)
+    sim = Simulator(machine, cost, args.optimizer, detail=bool(args.trace or args.taskgraph))
     steps = None
     if args.method == "delta":
         result, steps = _delta_walk(sim, base, machine, strategy)
-        check = Simulator(machine, cost, args.optimizer).full(strategy)
+        check = Simulator(machine, cost, args.optimizer, detail=False).full(strategy)
         if not timelines_equal(result, check):
             raise ConfigError("internal error: delta simulation diverged from full simulation")
     else:
@@ -88,7 +88,7 @@ def run(args, extra) -> int:
     print(f"model {loaded.name} (batch {loaded.config.batch_size}) on {machine.name}: {machine.num_nodes} node(s), "
           f"{machine.num_devices} devices; {args.method} simulation, {args.cost} costs"
           + (f" ({steps} delta steps from data parallelism)" if steps is not None else "")
-          + ("; the strategy file holds its own PCG" if strategy.base is None else ""))
+          + ("; the strategy file holds its own PCG" if not isinstance(strategy, ConfigStrategy) else ""))
     print(f"iteration time     {result.iteration_time_s * 1e3:.3f} ms   ({result.num_tasks} tasks)")
     print(f"compute / comm     {result.compute_time_s * 1e3:.3f} ms / {result.communication_time_s * 1e3:.3f} ms "
           f"(summed task times)")

@@ -20,7 +20,7 @@ from flexrt.runtime.backend import BACKENDS
 from flexrt.runtime.executor import MODES
 from flexrt.runtime.session import Session
 from flexrt.simulator.cost_model import AnalyticCostModel, ProfiledCostModel
-from flexrt.simulator.strategy import data_parallel, load_strategy, random_strategy
+from flexrt.strategy import data_parallel, load_strategy, random_strategy
 
 NAME = "train"
 HELP = "train a model with a strategy on synthetic data, measured time beside simulated (model flags follow MODEL)"

@@ -77,7 +77,7 @@ FLAGS: tuple[Flag, ...] = (
     # Unity's relaxation factor (§5); FlexFlow's MCMC reads it as its temperature.
     _f("--alpha|--search-alpha", "search_alpha", Kind.FLOAT, 1.05, "search alpha", 0.0, True),
     # flexrt's: which search compile runs when it searches (FlexFlow's MCMC or Unity's, §5)
-    _f("--search-algorithm", "search_algorithm", Kind.TEXT, "mcmc", "search compile runs: mcmc or unity"),
+    _f("--search-algorithm", "search_algorithm", Kind.TEXT, "mcmc", "search compile runs: a registered search algorithm (mcmc, unity, sequential, exhaustive)"),
     _f("--only-data-parallel", "only_data_parallel", Kind.SWITCH, False, "use data parallelism only"),
     _f("--enable-parameter-parallel", "enable_parameter_parallel", Kind.SWITCH, False,
        "let the search partition parameters"),

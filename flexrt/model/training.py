@@ -238,7 +238,7 @@ class TrainingMixin:
     # ---- compile ------------------------------------------------------------------------------
     def _compile_runtime(self, loss_name: str, metric_names: tuple[str, ...]) -> None:
         from flexrt.machine import load_machine
-        from flexrt.simulator.strategy import data_parallel, load_strategy, save_strategy
+        from flexrt.strategy import data_parallel, load_strategy, save_strategy
         cfg = self.ffconfig
         if not self.inputs:
             raise ConfigError("compile: the model has no inputs (create_tensor) to train on")
@@ -497,21 +497,26 @@ def _search_requested(cfg) -> bool:
 
 
 def _search_strategy(pcg, machine, cfg):
-    """MCMC (FlexFlow) or Unity's search (``--search-algorithm unity``) with the config's budget,
-    alpha and axis flags, scored by the analytic cost model."""
-    from flexrt.errors import ConfigError
-    from flexrt.search import SearchSpace, mcmc
+    """The strategy of ``--search-algorithm`` (FlexFlow's MCMC by default; Unity's, exhaustive or
+    sequential) for the config's budget, alpha and axis flags, scored by the analytic cost model:
+    one ``flexrt.search.search`` call. Unity and sequential search every axis unless
+    ``--enable-parameter-parallel`` or ``--enable-attribute-parallel`` narrows it, and take alpha
+    (their pruning threshold) as at least 1."""
+    from flexrt.search import SearchRequest, algorithm, algorithms, search
     from flexrt.simulator.cost_model import AnalyticCostModel
+    from flexrt.strategy import SearchSpace
+    searches = [a for a in algorithms() if "space" in algorithm(a).fields]
     algo = cfg.search_algorithm
-    if algo == "unity":
-        from flexrt.search.unity import unity
-        space = SearchSpace.from_config(cfg) if (cfg.enable_parameter_parallel or cfg.enable_attribute_parallel) \
-            else SearchSpace.full()
-        return unity(pcg, machine, AnalyticCostModel(), budget=cfg.search_budget, alpha=max(cfg.search_alpha, 1.0),
-                     space=space).strategy
-    if algo != "mcmc":
-        raise ConfigError(f"--search-algorithm: unknown search {algo!r}; valid: mcmc, unity")
-    result = mcmc(pcg, machine, AnalyticCostModel(), budget=cfg.search_budget, alpha=cfg.search_alpha,
-                  space=SearchSpace.from_config(cfg))
-    return result.strategy
+    if algo not in searches:
+        raise ConfigError(f"--search-algorithm: unknown search {algo!r}; valid: {', '.join(searches)}")
+    space = SearchSpace.from_config(cfg)
+    options = {}
+    if algo in ("unity", "sequential"):
+        if not (cfg.enable_parameter_parallel or cfg.enable_attribute_parallel):
+            space = SearchSpace.full()
+        options["alpha"] = max(cfg.search_alpha, 1.0)
+    elif "alpha" in algorithm(algo).options:
+        options["alpha"] = cfg.search_alpha
+    request = SearchRequest(pcg, machine, AnalyticCostModel(), budget=cfg.search_budget, space=space, options=options)
+    return search(algo, request).strategy
 

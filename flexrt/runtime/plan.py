@@ -23,10 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from flexrt.errors import StrategyError
-from flexrt.ir.op_type import OpType
-from flexrt.ir.pcg import TensorRef
 from flexrt.simulator.actions import (HOST, Backward, Buf, Forward, Loss, Move, RingStep, Sum, Update, gathered)
-from flexrt.simulator.task_graph import TaskKind
+from flexrt.simulator.simulate import Schedule
+from flexrt.simulator.task_graph import TaskGraph, TaskKind
 
 BufId = tuple  # (key, device)
 
@@ -49,27 +48,30 @@ def _box_bytes(buf: Buf) -> int:
 
 
 class ExecPlan:
-    def __init__(self, lowering) -> None:
-        engine, graph = lowering.engine, lowering.graph
-        if lowering.strategy is None:
-            raise StrategyError("the lowering holds no strategy: call build(strategy) first")
-        ids, _, _, start, end = engine.timeline()
-        order = sorted(range(len(ids)), key=lambda j: (start[j], engine.priority(int(ids[j])), int(ids[j])))
-        self.task_ids = [int(ids[j]) for j in order]
-        self.predicted_start = np.array([start[j] for j in order])
-        self.predicted_end = np.array([end[j] for j in order])
+    """What the executors run: built from a lowered ``TaskGraph`` (with detail: actions and parts)
+    and the simulator's ``Schedule`` (the predicted order), nothing else."""
+
+    def __init__(self, graph: TaskGraph, schedule: Schedule) -> None:
+        if not graph.detail:
+            raise StrategyError("the runtime needs a task graph lowered with detail (actions and parts)")
+        self.task_ids = list(schedule.task_ids)
+        self.predicted_start = np.asarray(schedule.start)
+        self.predicted_end = np.asarray(schedule.end)
         index = {t: i for i, t in enumerate(self.task_ids)}
-        tasks = [graph.tasks[t] for t in self.task_ids]
-        self.succ = [sorted(index[s] for s in graph.succ[t]) for t in self.task_ids]
-        self.num_preds = np.array([len(graph.pred[t]) for t in self.task_ids], dtype=np.int64)
+        tasks = [graph.task(t) for t in self.task_ids]
+        succ = graph.successors()
+        self.succ = [sorted(index[s] for s in succ[t]) for t in self.task_ids]
+        self.num_preds = np.zeros(len(self.task_ids), dtype=np.int64)
+        for ss in self.succ:
+            self.num_preds[ss] += 1
         self.num_compute_devices = graph.num_compute_devices
         self.num_devices = graph.num_devices
-        self.pcg = lowering.pcg
-        self.loss_node = lowering.loss_node
+        self.weight_shapes = graph.weight_shapes
+        self.loss_node = graph.loss_node
 
         # parts of every assembled buffer
         self.parts: dict[BufId, list] = defaultdict(list)
-        for entries in lowering.parts.values():
+        for entries in graph.parts.values():
             for key, dev, part in entries:
                 self.parts[(key, dev)].append(part)
 
@@ -95,11 +97,9 @@ class ExecPlan:
                 self._declare(a.weight)
                 if not a.gather_grad:
                     self._declare(a.grad)
-        for node in self.pcg.nodes:
-            if node.op_type is OpType.INPUT:
-                shape = self.pcg.shape(TensorRef(node.id, 0)).tensor_shape
-                self.decl[(("input", node.name), HOST)] = Buf(("input", node.name), HOST,
-                                                               tuple((0, n) for n in shape.dims), shape.dtype.numpy_name)
+        for name, shape in graph.inputs.items():
+            self.decl[(("input", name), HOST)] = Buf(("input", name), HOST, tuple((0, n) for n in shape.dims),
+                                                     shape.dtype.numpy_name)
         self.inputs = {k[0][1]: b for k, b in self.decl.items() if k[0][0] == "input"}
         missing = [bid for bid, ps in self.parts.items() for p in ps if (p.src, p.device) not in self.decl]
         if missing:

@@ -10,7 +10,7 @@ Example:
     >>> import numpy as np
     >>> from flexrt.core import FFConfig, FFModel, DataType, ActiMode
     >>> from flexrt.machine import load_machine
-    >>> from flexrt.simulator.strategy import data_parallel
+    >>> from flexrt.strategy import data_parallel
     >>> m = FFModel(FFConfig([]))
     >>> x = m.create_tensor([8, 4], DataType.DT_DOUBLE)
     >>> _ = m.softmax(m.dense(x, 3, ActiMode.AC_MODE_NONE, name="fc"), name="sm")
@@ -41,7 +41,7 @@ from flexrt.runtime.executor import Executor, IterationResult, optimizer_step
 from flexrt.runtime.plan import ExecPlan
 from flexrt.simulator.cost_model import AnalyticCostModel
 from flexrt.simulator.simulate import SimResult, Simulator, chrome_trace
-from flexrt.simulator.strategy import Strategy
+from flexrt.strategy import ConfigStrategy, Strategy
 
 OPTIMIZER_PARAMS = {"sgd": ("lr", "momentum", "nesterov", "weight_decay"),
                     "adam": ("alpha", "beta1", "beta2", "epsilon", "weight_decay")}
@@ -84,12 +84,12 @@ class Session:
                               f"got {', '.join(bad)}")
         self.strategy = strategy
         self.machine = machine
-        self.base = strategy.base if strategy.base is not None else strategy.pcg  # weights and inputs are named alike
+        self.base = strategy.base if isinstance(strategy, ConfigStrategy) else strategy.pcg  # weights and inputs are named alike
         state = "adam" if optimizer == "adam" else ("momentum" if optimizer_params.get("momentum") else "sgd")
         self.simulator = Simulator(machine, cost_model or AnalyticCostModel(), state, loss_output=loss_output)
         self.predicted: SimResult = self.simulator.full(strategy)
         self.loss_output = self.simulator.lowering.loss_node
-        out_type = strategy.pcg.node_by_name(self.loss_output).op_type
+        out_type = strategy.wiring().nodes[self.loss_output].op_type
         if "crossentropy" in loss and out_type is not OpType.SOFTMAX:
             raise ConfigError(f"loss {loss!r} scores softmax probabilities (FlexFlow's convention), but the model's "
                               f"output operator '{self.loss_output}' is a {out_type.value}; end the model with a "
@@ -101,7 +101,7 @@ class Session:
                                 f"({', '.join(f'{k} {v / 2**20:.1f}' for k, v in self.predicted.memory_bytes[d].items() if k != 'total')}) "
                                 f"but has {have / 2**20:.1f} MiB; devices over capacity: "
                                 f"{', '.join(map(str, self.predicted.over_capacity))}")
-        self.plan = ExecPlan(self.simulator.lowering)
+        self.plan = ExecPlan(self.simulator.lowering.graph, self.simulator.schedule())
         self.backend = get_backend(backend, machine.num_devices)
         update = optimizer_step(optimizer, **optimizer_params)
         self.comm = comm if comm is not None else mpi.world()

@@ -314,7 +314,7 @@ class SpmdExecutor(Executor):
         for part in self.comm.allgather(self._local_instances()):
             for name, ranges, _, arr in part:
                 if name not in out:
-                    out[name] = np.empty(self.plan.pcg.node_by_name(name).attrs.shape.dims, dtype=arr.dtype)
+                    out[name] = np.empty(self.plan.weight_shapes[name].dims, dtype=arr.dtype)
                 out[name][tuple(slice(a, b) for a, b in ranges)] = arr
         return out
 

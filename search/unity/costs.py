@@ -31,7 +31,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from flexrt.simulator.strategy import OpConfig, _all_axes, _check_degrees, apply_single, resharding_steps
+from flexrt.strategy import OpConfig, all_axes, apply_single, resharding_steps
+from flexrt.strategy.config import _check_degrees
 
 from flexrt.errors import ShapeError, StrategyError
 from flexrt.ir.op_type import OpType
@@ -136,8 +137,8 @@ class LocalCosts:
         key = (self.sig_id(pcg, node), block)
         if key in self._configs:
             return self._configs[key]
-        axes = [a for a in _all_axes(pcg, node) if not any(s.kind is SlotKind.SUM for _, s in a.operands)]
-        names = [a.name for a in _all_axes(pcg, node)]
+        axes = [a for a in all_axes(pcg, node) if not any(s.kind is SlotKind.SUM for _, s in a.operands)]
+        names = [a.name for a in all_axes(pcg, node)]
         allowed = [a for a in axes if a.kind in self.kinds or a.kind is AxisKind.REPLICA]
         choices = divisors(block.count)
         out: list[OpConfig] = []

@@ -32,7 +32,7 @@ from typing import Optional
 
 import numpy as np
 from flexrt.search.unity.costs import Block, LocalCosts
-from flexrt.simulator.strategy import OpConfig, is_compute
+from flexrt.strategy import OpConfig, is_compute
 
 from flexrt.ir.pcg import PCG
 from flexrt.machine import Machine

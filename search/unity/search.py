@@ -56,7 +56,7 @@ from flexrt.search.substitutions.rule import PARALLEL_TYPES, Rule
 from flexrt.search.unity.costs import LocalCosts
 from flexrt.search.unity.mapping import MappingDP, series_split_nodes
 from flexrt.simulator.simulate import Simulator
-from flexrt.simulator.strategy import Strategy, data_parallel, is_compute
+from flexrt.strategy import GraphStrategy, Strategy, data_parallel, is_compute
 
 from flexrt.errors import ConfigError
 from flexrt.ir.pcg import PCG
@@ -198,7 +198,7 @@ def _space(space: Optional[SearchSpace]) -> SearchSpace:
 def _strategy(pcg: PCG, original: PCG, configs) -> Strategy:
     s = Strategy.from_configs(pcg, configs)
     if pcg.structural_hash() != original.structural_hash():
-        return Strategy(s.pcg, s.views)  # a rewritten graph travels as its whole parallel PCG
+        return GraphStrategy(s.pcg, s.views)  # a rewritten graph travels as its whole parallel PCG
     return s
 
 

@@ -13,7 +13,7 @@ from flexrt.model import (ActiMode, AdamOptimizer, AggrMode, DataType, FFConfig,
 from flexrt.model.training import SYNTHETIC_BATCHES, synthetic_data
 from flexrt.runtime.executor import optimizer_step
 from flexrt.runtime.reference import ReferenceTrainer
-from flexrt.simulator.strategy import random_strategy, save_strategy
+from flexrt.strategy import random_strategy, save_strategy
 
 ACC = MetricsType.METRICS_ACCURACY
 SCCE = LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY

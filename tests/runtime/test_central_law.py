@@ -21,7 +21,7 @@ from flexrt.machine.views import enumerate_views
 from flexrt.runtime.executor import optimizer_step, relative_error
 from flexrt.runtime.reference import ReferenceTrainer
 from flexrt.runtime.session import Session, initial_weights
-from flexrt.simulator.strategy import (OpConfig, Strategy, _all_axes, apply_single, data_parallel, is_compute,
+from flexrt.strategy import (OpConfig, Strategy, all_axes, apply_single, data_parallel, is_compute,
                                       random_strategy)
 
 STEPS = 3
@@ -119,14 +119,14 @@ def weights_for(pcg, dt):
 # ---- strategies --------------------------------------------------------------------------------
 
 def _config(pcg, node, degrees: dict, start: int, machine) -> OpConfig:
-    axes = _all_axes(pcg, node)
+    axes = all_axes(pcg, node)
     shape = tuple(degrees.get(a.name, 1) for a in axes)
     views = [v for v in enumerate_views(machine, shape) if v.start == start] or enumerate_views(machine, shape)
     return OpConfig(tuple(degrees.items()), views[0])
 
 
 def _axis(pcg, node, kind_names):
-    for a in _all_axes(pcg, node):
+    for a in all_axes(pcg, node):
         if a.kind.name in kind_names and not any(s.kind.name == "SUM" for _, s in a.operands):
             return a.name
     return None

@@ -442,7 +442,7 @@ def _train(backend_name, degree, mode="serial", steps=3):
     from flexrt.core import DataType
     from flexrt.machine import load_machine
     from flexrt.runtime.session import Session, initial_weights
-    from flexrt.simulator.strategy import data_parallel
+    from flexrt.strategy import data_parallel
     machine = load_machine("dgx1_v100")
     pcg = _mlp(DataType.DT_DOUBLE)
     w0 = initial_weights(pcg, seed=1)

@@ -14,7 +14,7 @@ from flexrt.errors import ShapeError, StrategyError
 from flexrt.machine import load_machine
 from flexrt.runtime.executor import TaskFailed
 from flexrt.runtime.session import Session
-from flexrt.simulator.strategy import data_parallel
+from flexrt.strategy import data_parallel
 
 from .test_central_law import MODELS, batch, strategy_of
 

@@ -22,8 +22,8 @@ from flexrt.search.baselines import (BASELINES, expert_name, expert_strategy, me
                                      one_weird_trick, wu_rnn)
 from flexrt.simulator.cost_model import AnalyticCostModel
 from flexrt.simulator.simulate import simulate
-from flexrt.simulator.strategy import axis_degrees, data_parallel, is_compute
-from flexrt.simulator.strategy_text import strategy_from_text, strategy_to_text
+from flexrt.strategy import axis_degrees, data_parallel, is_compute
+from flexrt.strategy import strategy_from_text, strategy_to_text
 from tests.runtime.test_central_law import SGD, STEPS, TOL, batch, dlrm, transformer, weights_for
 
 SEQ_MODELS = {"rnnlm", "rnntc", "nmt", "transformer", "bert_large"}

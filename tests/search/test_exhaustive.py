@@ -3,8 +3,9 @@
 import pytest
 
 from flexrt.model import load_model
-from flexrt.search import SearchSpace, exhaustive, mcmc
+from flexrt.search import exhaustive, mcmc
 from flexrt.simulator.simulate import simulate
+from flexrt.strategy import OpChoices, SearchSpace
 
 SPACE = SearchSpace.full("aligned")
 
@@ -64,7 +65,6 @@ RNN_SPACE = SearchSpace(placements="aligned", tie_shared=True)
 
 
 def test_tied_units_of_the_2step_rnnlm(p100):
-    from flexrt.search.api import OpChoices
     rnn = load_model("rnnlm_2step").model.pcg
     units = [[n.name for n in u] for u in OpChoices(rnn, p100, RNN_SPACE).units()]
     assert ["embed.t0", "embed.t1"] in units and ["lstm.l0.t0", "lstm.l0.t1"] in units
@@ -74,7 +74,6 @@ def test_tied_units_of_the_2step_rnnlm(p100):
 
 
 def test_mcmc_keeps_tied_units_together(p100, cost):
-    from flexrt.search.api import OpChoices
     rnn = load_model("rnnlm_2step").model.pcg
     choices = OpChoices(rnn, p100, RNN_SPACE)
     seen = []

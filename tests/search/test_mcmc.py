@@ -7,10 +7,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from flexrt.ir.registry import AxisKind
-from flexrt.search import SearchSpace, accept, mcmc, search
-from flexrt.search.api import OpChoices
+from flexrt.search import SearchRequest, accept, mcmc, search
+from flexrt.strategy import OpChoices, SearchSpace
 from flexrt.simulator.simulate import simulate
-from flexrt.simulator.strategy import Strategy, node_axes
+from flexrt.strategy import Strategy, node_axes
 
 
 @pytest.mark.parametrize("delta", [0.25, 1.0, 2.0])
@@ -89,7 +89,7 @@ def test_same_seed_same_result(mlp, p100, cost):
 
 
 def test_budget_is_respected_and_log_monotone(mlp, p100, cost):
-    r = search("mcmc", mlp, p100, cost, budget=50, seed=2, space=SearchSpace.full())
+    r = search("mcmc", SearchRequest(mlp, p100, cost, budget=50, seed=2, space=SearchSpace.full()))
     assert r.log.proposals <= 50
     best = [e.best_cost_s for e in r.log.entries]
     assert all(b2 <= b1 for b1, b2 in zip(best, best[1:]))
@@ -129,8 +129,8 @@ def test_zero_budget_returns_the_best_candidate(mlp, p100, cost):
 
 def test_unknown_algorithm_is_a_clear_error(mlp, p100, cost):
     from flexrt.errors import ConfigError
-    with pytest.raises(ConfigError, match="valid: exhaustive, mcmc"):
-        search("annealing", mlp, p100, cost)
+    with pytest.raises(ConfigError, match="unknown search algorithm 'annealing'; valid: .*exhaustive, .*mcmc"):
+        search("annealing", SearchRequest(mlp, p100, cost))
 
 
 def test_neighbour_signature_finds_the_same_placement(mlp, p100):

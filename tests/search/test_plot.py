@@ -9,7 +9,7 @@ from flexrt.core import DataType
 from flexrt.machine import load_machine
 from flexrt.search.baselines import model_parallel, one_weird_trick
 from flexrt.search.plot import device_colors, plot_strategy
-from flexrt.simulator.strategy import data_parallel, random_strategy
+from flexrt.strategy import data_parallel, random_strategy
 from tests.runtime.test_central_law import MODELS
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -1,12 +1,15 @@
 """``flexrt search`` and compile's search (FlexFlow: compile searches when --budget is given)."""
 
+import dataclasses
 import json
 
+import pytest
 
 from flexrt.cli import main
+from flexrt.errors import ConfigError
 from flexrt.machine import load_machine
 from flexrt.model import load_model
-from flexrt.simulator.strategy import load_strategy
+from flexrt.strategy import SearchSpace, data_parallel, load_strategy, save_strategy
 
 
 def test_search_cli_json_compares_with_baselines(capsys, tmp_path):
@@ -72,3 +75,94 @@ def test_compile_runs_mcmc_and_trains_with_its_strategy(monkeypatch):
     m.compile(optimizer=SGDOptimizer(m, 0.01), loss_type=LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY)
     assert len(seen) == 1 and seen[0].search_budget == 6
     assert m.strategy.configs  # the search's per-operator strategy is the one compiled
+
+
+# ---- every strategy comes from search(name, request) --------------------------------------------
+
+@pytest.fixture
+def calls(monkeypatch):
+    """Every registered algorithm wrapped to record (name, the keywords search() gave it)."""
+    from flexrt.search import api
+    seen = []
+    registry = dict(api._ALGORITHMS)
+    for name, entry in registry.items():
+        def spy(*args, _name=name, _fn=entry.fn, **kwargs):
+            seen.append((_name, kwargs))
+            return _fn(*args, **kwargs)
+        registry[name] = dataclasses.replace(entry, fn=spy)
+    monkeypatch.setattr(api, "_ALGORITHMS", registry)
+    return seen
+
+
+LENET = ["search", "lenet", "--machine", "flexflow_p100", "--nodes", "1"]
+
+
+def test_search_cli_runs_the_algorithm_and_the_baselines_through_search(calls, capsys):
+    assert main(LENET + ["--budget", "8", "--seed", "2", "--enable-parameter-parallel", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [name for name, _ in calls] == ["data-parallel", "expert", "mcmc"]
+    _, expert = calls[1]
+    assert expert["model"] == "lenet" and "space" not in expert
+    _, kw = calls[2]
+    assert kw["budget"] == 8 and kw["seed"] == 2 and kw["progress"] is False
+    assert kw["space"] == SearchSpace.from_flags(enable_parameter_parallel=True) and len(kw["initial"]) == 1
+    assert "alpha" not in kw  # not given: MCMC's own default
+    assert doc["log"]["budget"] == 8 and doc["log"]["notes"]["alpha"] == 1.05
+
+
+def test_search_cli_gives_unity_its_flags_as_options(calls, capsys):
+    assert main(LENET + ["--algo", "unity", "--budget", "2", "--devices", "2", "--split-size", "0", "--no-cache",
+                         "--json"]) == 0
+    name, kw = calls[-1]
+    assert name == "unity" and kw["space"] == SearchSpace.full() and "initial" not in kw
+    assert {k: kw[k] for k in ("split_size", "cache", "devices")} == {"split_size": 0, "cache": False, "devices": 2}
+    assert json.loads(capsys.readouterr().out)["algorithm"] == "unity"
+
+
+def test_search_cli_refuses_a_flag_the_algorithm_does_not_take(calls, capsys):
+    assert main(LENET + ["--algo", "mcmc", "--split-size", "3"]) == 1
+    assert "--split-size: --algo mcmc takes no such option; its options here: --alpha" in capsys.readouterr().err
+    assert main(LENET + ["--algo", "exhaustive", "--alpha", "2"]) == 1
+    assert "--alpha: --algo exhaustive takes no such option; its options here: none" in capsys.readouterr().err
+    assert calls == []
+
+
+def test_search_cli_refuses_an_import_the_algorithm_cannot_start_from(calls, capsys, tmp_path):
+    machine = load_machine("flexflow_p100", nodes=1)
+    path = tmp_path / "dp.json"
+    save_strategy(str(path), data_parallel(load_model("lenet").model.pcg, machine), machine)
+    assert main(LENET + ["--algo", "unity", "--import", str(path)]) == 1
+    assert "--import: --algo unity takes no initial strategy; algorithms that do: mcmc, exhaustive" in \
+        capsys.readouterr().err
+    assert "unity" not in [name for name, _ in calls]
+
+
+def _tiny_model(flags):
+    from flexrt.core import ActiMode, DataType, FFConfig, FFModel
+    m = FFModel(FFConfig(["-b", "8", *flags]))
+    x = m.create_tensor([8, 16], DataType.DT_FLOAT)
+    t = m.dense(x, 32, ActiMode.AC_MODE_RELU)
+    m.softmax(m.dense(t, 4))
+    return m
+
+
+def test_compile_searches_through_search(calls):
+    from flexrt.core import LossType, SGDOptimizer
+    m = _tiny_model(["--budget", "4", "--enable-parameter-parallel", "--alpha", "0.5"])
+    m.compile(optimizer=SGDOptimizer(m, 0.01), loss_type=LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY)
+    assert [name for name, _ in calls] == ["mcmc"]
+    kw = calls[0][1]
+    assert kw["budget"] == 4 and kw["alpha"] == 0.5 and kw["space"] == SearchSpace.from_flags(
+        enable_parameter_parallel=True)
+
+
+def test_compile_search_algorithm_unity_and_unknown(calls):
+    from flexrt.machine import load_machine as machine_of
+    from flexrt.model import training
+    m = _tiny_model(["--budget", "2", "--search-algorithm", "unity", "--alpha", "0.5"])
+    training._search_strategy(m.pcg, machine_of("local"), m.ffconfig)
+    name, kw = calls[-1]
+    assert name == "unity" and kw["alpha"] == 1.0 and kw["budget"] == 2 and kw["space"] == SearchSpace.full()
+    bad = _tiny_model(["--budget", "2", "--search-algorithm", "annealing"])
+    with pytest.raises(ConfigError, match="unknown search 'annealing'; valid: exhaustive, mcmc, sequential, unity"):
+        training._search_strategy(bad.pcg, machine_of("local"), bad.ffconfig)

@@ -8,8 +8,7 @@ import json
 
 import pytest
 from flexrt.examples.strategies import unity_fig2
-from flexrt.search import search
-from flexrt.search.api import SearchSpace
+from flexrt.search import SearchRequest, search
 from flexrt.search.substitutions.library import activation_fusion_rules
 from flexrt.search.substitutions.match import apply, find_matches
 from flexrt.search.unity import (
@@ -24,7 +23,7 @@ from flexrt.search.unity import (
 )
 from flexrt.simulator.cost_model import AnalyticCostModel
 from flexrt.simulator.simulate import Simulator
-from flexrt.simulator.strategy import Strategy, is_compute, load_strategy, save_strategy
+from flexrt.strategy import GraphStrategy, SearchSpace, Strategy, is_compute, load_strategy, save_strategy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -254,7 +253,8 @@ def test_unity_result_saves_and_loads(dgx1, tmp_path):
 
 def test_registered_and_bad_options_are_clear_errors(dgx1):
     base = chain()
-    assert search("unity", base, dgx1, COST, budget=2, devices=2, progress=False).cost_s > 0
+    assert search("unity", SearchRequest(base, dgx1, COST, budget=2, progress=False,
+                                         options={"devices": 2})).cost_s > 0
     with pytest.raises(ConfigError, match="alpha"):
         unity(base, dgx1, COST, alpha=0.5)
     with pytest.raises(ConfigError, match="devices must be"):
@@ -300,7 +300,7 @@ def test_unity_rewritten_strategy_trains_like_one_device(dgx1, monkeypatch):
         mapping = MappingDP(dgx1, costs, devices=2).solve(rewritten)
         s = Strategy.from_configs(rewritten, mapping.configs)
         assert {n.op_type.value for n in s.pcg.nodes} >= {"linear", "relu"}
-        return Strategy(s.pcg, s.views)
+        return GraphStrategy(s.pcg, s.views)
     train_and_compare("mlp_no_bias", DataType.DT_DOUBLE, find, dgx1)
 
 

@@ -12,7 +12,7 @@ from flexrt.model import load_model
 from flexrt.search.baselines import expert_strategy
 from flexrt.simulator.cost_model import AnalyticCostModel
 from flexrt.simulator.simulate import simulate
-from flexrt.simulator.strategy import data_parallel
+from flexrt.strategy import data_parallel
 
 GOLDEN = json.loads((Path(__file__).parent / "data" / "golden_times.json").read_text())
 FAST = {"lenet", "mlp", "mlp_unity_fig2", "rnnlm_2step", "xdl", "alexnet", "rnntc"}
@@ -25,7 +25,7 @@ def _cases():
         yield pytest.param(key, marks=marks, id=key)
 
 
-@pytest.mark.parametrize("key", _cases())
+@pytest.mark.parametrize("key", list(_cases()))
 def test_zoo_simulated_time_matches_recorded(key):
     model, where, label = key.split("/")
     mname, nodes = where.rsplit("x", 1)

@@ -11,7 +11,7 @@ from flexrt.machine import load_machine
 from flexrt.model import load_model
 from flexrt.simulator.cost_model import AnalyticCostModel
 from flexrt.simulator.simulate import Simulator, timelines_equal
-from flexrt.simulator.strategy import (data_parallel, is_compute, load_strategy, random_config,
+from flexrt.strategy import (data_parallel, is_compute, load_strategy, random_config,
                                        random_strategy, save_strategy, strategy_to_json)
 from flexrt.simulator.task_graph import Category, TaskKind
 from flexrt.examples.strategies import unity_fig2

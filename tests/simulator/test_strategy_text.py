@@ -14,8 +14,8 @@ from flexrt.core import DataType
 from flexrt.errors import StrategyError
 from flexrt.machine import load_machine
 from flexrt.machine.views import MachineView, Projection
-from flexrt.simulator.strategy import OpConfig, Strategy, data_parallel, is_compute, random_strategy
-from flexrt.simulator.strategy_text import (load_text_strategy, save_text_strategy, strategy_from_text,
+from flexrt.strategy import OpConfig, GraphStrategy, Strategy, data_parallel, is_compute, random_strategy
+from flexrt.strategy import (load_text_strategy, save_text_strategy, strategy_from_text,
                                             strategy_to_text)
 from tests.runtime.test_central_law import MODELS
 
@@ -149,7 +149,7 @@ def test_file_for_a_bigger_machine_fails_with_path_and_line(tmp_path):
 def test_strategy_without_configurations_cannot_be_written(p100):
     s = data_parallel(model("mlp"), p100)
     with pytest.raises(StrategyError, match="per-operator configurations"):
-        strategy_to_text(Strategy(s.pcg, s.views), p100)
+        strategy_to_text(GraphStrategy(s.pcg, s.views), p100)
 
 
 def test_every_compute_operator_is_written(p100):

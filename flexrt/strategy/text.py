@@ -37,8 +37,8 @@ from flexrt.ir.pcg import PCG, Node
 from flexrt.ir.registry import SlotKind
 from flexrt.machine import Machine
 from flexrt.machine.views import view_devices, view_from_device_ids
-from flexrt.simulator.strategy import (SOAP_KINDS, OpConfig, Strategy, _all_axes, apply_single, data_parallel,
-                                      is_compute)
+from flexrt.strategy.config import SOAP_KINDS, ConfigStrategy, OpConfig, Strategy, is_compute
+from flexrt.strategy.space import all_axes, apply_single, data_parallel
 
 DEVICE_TYPES = {"gpu": 0, "cpu": 1}
 _KIND_OF_TYPE = {v: k for k, v in DEVICE_TYPES.items()}
@@ -55,7 +55,7 @@ class _Layout:
 
 
 def _layout(base: PCG, node: Node) -> _Layout:
-    axes = _all_axes(base, node)
+    axes = all_axes(base, node)
     rank = base.output_shapes(node.id)[0].rank
     dims = []
     for a in axes:
@@ -101,7 +101,7 @@ def _operator_lines(base: PCG, node: Node, cfg: OpConfig, machine: Machine) -> l
 
 def strategy_to_text(strategy: Strategy, machine: Machine) -> str:
     """FlexFlow's text form of a per-operator strategy (operators in the model's node order)."""
-    if strategy.base is None:
+    if not isinstance(strategy, ConfigStrategy):
         raise StrategyError("only a strategy built from per-operator configurations can be written in FlexFlow's "
                             "format (this one has a rewritten PCG; save it as JSON)")
     base = strategy.base
@@ -237,7 +237,7 @@ def strategy_from_text(text: str, base: PCG, machine: Machine, source: str = "<t
         dp = data_parallel(base, machine).configs
         configs.update({n.id: dp[n.id] for n in missing})
     try:
-        strategy = Strategy.from_configs(base, configs)
+        strategy = ConfigStrategy(base, configs)
         strategy.check_views(machine)
     except FlexrtError as e:
         raise StrategyError(f"{source}: {e}") from None

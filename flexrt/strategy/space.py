@@ -1,0 +1,106 @@
+"""The SOAP search space of one operator and of a model: which configurations are valid, random
+ones, data parallelism (FlexFlow §4).
+
+Entry points: ``data_parallel``, ``valid_configs``, ``apply_single``, ``random_config``,
+``random_strategy``, ``all_axes``, ``soap_axes``, ``embed_view``.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Mapping, Optional
+
+from flexrt.errors import ShapeError, StrategyError
+from flexrt.ir.parallel_tensor import divisors
+from flexrt.ir.pcg import PCG, Node
+from flexrt.ir.registry import AxisKind, SlotKind, op_def
+from flexrt.machine import Machine
+from flexrt.machine.views import MachineView, Projection, data_parallel_view, enumerate_views
+from flexrt.strategy.config import SOAP_KINDS, ConfigStrategy, OpConfig, data_shapes, is_compute, op_shapes
+
+
+def all_axes(pcg: PCG, node: Node):
+    opdef = op_def(node.op_type)
+    nw = opdef.num_weights(node.attrs)
+    return opdef.parallel_axes(node.attrs, [pcg.shape(r).tensor_shape for r in node.inputs[:len(node.inputs) - nw]])
+
+
+def soap_axes(pcg: PCG, node: Node):
+    """The axes a SOAP configuration chooses: not replicas, and not the axes that consume partial
+    sums (those follow from an upstream reduction-parallel operator)."""
+    return [a for a in all_axes(pcg, node) if a.kind in SOAP_KINDS
+            and not any(slot.kind is SlotKind.SUM for _, slot in a.operands)]
+
+
+def embed_view(view: MachineView, axis: int, num_axes: int) -> MachineView:
+    """A 1-D view placed on one axis of an operator with ``num_axes`` axes (the others degree 1)."""
+    strides = [1] * num_axes
+    projections = [Projection.INTRA] * num_axes
+    strides[axis] = view.strides[0]
+    projections[axis] = view.projections[0]
+    return MachineView(view.start, tuple(strides), tuple(projections))
+
+
+def data_parallel(base: PCG, machine: Machine, degree: Optional[int] = None) -> ConfigStrategy:
+    """Every operator split along its sample axis over ``degree`` devices (default: all that divide
+    the batch), the view spanning devices 0..degree-1."""
+    n = degree or machine.num_devices
+    configs = {}
+    for node in base.nodes:
+        if not is_compute(node):
+            continue
+        axes = all_axes(base, node)
+        sample = [a for a in axes if a.kind is AxisKind.SAMPLE]
+        d = 1
+        if sample:
+            batch = base.shape(node.inputs[0]).sizes[0]
+            d = max(k for k in divisors(n) if batch % k == 0)
+        view = embed_view(data_parallel_view(machine, d), axes.index(sample[0]) if sample else 0, len(axes))
+        configs[node.id] = OpConfig(((sample[0].name, d),) if sample and d > 1 else (), view)
+    return ConfigStrategy(base, configs)
+
+
+def valid_configs(base: PCG, node: Node, machine: Machine, max_degree: Optional[int] = None) -> list[dict[str, int]]:
+    """Every SOAP degree assignment of ``node`` with a total degree up to the number of devices that
+    its shapes allow (degrees divide the number of devices)."""
+    limit = max_degree or machine.num_devices
+    axes = soap_axes(base, node)
+    choices = divisors(machine.num_devices)
+    out = []
+
+    def rec(i, acc, total):
+        if i == len(axes):
+            try:
+                apply_single(base, node, acc)
+            except (ShapeError, StrategyError):
+                return
+            out.append(dict(acc))
+            return
+        for d in choices:
+            if total * d > limit:
+                break
+            acc[axes[i].name] = d
+            rec(i + 1, acc, total * d)
+        del acc[axes[i].name]
+
+    rec(0, {}, 1) if axes else out.append({})
+    return out
+
+
+def apply_single(base: PCG, node: Node, degrees: Mapping[str, int]) -> None:
+    """Raise ShapeError/StrategyError when ``degrees`` is not a valid configuration of ``node``."""
+    op_shapes(node, data_shapes(base, node), degrees)
+
+
+def random_config(base: PCG, node: Node, machine: Machine, rng: random.Random) -> OpConfig:
+    """A random valid configuration of one operator: degrees, then a random view for them."""
+    degrees = rng.choice(valid_configs(base, node, machine))
+    views = enumerate_views(machine, tuple(degrees.get(a.name, 1) for a in all_axes(base, node)))
+    return OpConfig(tuple((k, v) for k, v in degrees.items() if v > 1), rng.choice(views))
+
+
+def random_strategy(base: PCG, machine: Machine, seed: int) -> ConfigStrategy:
+    """Every operator gets a random valid configuration (deterministic for a seed)."""
+    rng = random.Random(seed)
+    configs = {n.id: random_config(base, n, machine, rng) for n in base.nodes if is_compute(n)}
+    return ConfigStrategy(base, configs)
