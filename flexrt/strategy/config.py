@@ -327,7 +327,7 @@ class Strategy:
     __slots__ = ()
 
     def wiring(self) -> Wiring:
-        raise NotImplementedError
+        return self._wiring
 
     def shapes(self, name: str) -> OpShapes:
         raise NotImplementedError
@@ -398,9 +398,6 @@ class ConfigStrategy(Strategy):
             except StrategyError as e:
                 raise StrategyError(f"'{c}' {'weight' if p.op_type is OpType.WEIGHT else 'input'} {i}: {e}") from None
 
-    def wiring(self) -> Wiring:
-        return self._wiring
-
     def shapes(self, name: str) -> OpShapes:
         hit = self._shapes.get(name)
         if hit is not None:
@@ -470,9 +467,6 @@ class GraphStrategy(Strategy):
         missing = [n for n, i in self._ids.items() if i not in self.views]
         if missing:
             raise StrategyError(f"operator '{missing[0]}' has no machine view")
-
-    def wiring(self) -> Wiring:
-        return self._wiring
 
     def shapes(self, name: str) -> OpShapes:
         hit = self._shapes.get(name)
