@@ -22,21 +22,48 @@ divides the block's device count (a replica axis only alone), placed on the bloc
 in piece order. The final strategy is simulated as a whole task graph; these estimates only rank
 mappings.
 
+What the DP asks for, and how it stays cheap as devices grow (the configurations per operator grow
+about linearly with the devices, their pieces too, so a table over pairs of configurations is
+cubic in the devices if each entry walks the pieces in Python):
+
+- the degree assignments on ``count`` devices are enumerated once per (signature, count) and shared
+  by every block of that size; an axis degree that does not divide a dimension the axis cuts is
+  skipped before ``op_shapes`` is asked (it would refuse it), and ``op_shapes``' answer is kept;
+- what a configuration's degrees imply (regions, shapes, per-piece work) is computed once per
+  (signature, degrees) (``_Part``) and shared by every placement of it; a node's compute time is
+  the max over its distinct pieces (one device kind) and kept per (signature, degrees, kind);
+- ``edge_matrix`` computes the whole (configurations of u) x (configurations of v) table of
+  ``edge_cost`` at once, over distinct layouts, in compiled loops with transfer times memoized by
+  (source, destination, bytes) (``reshard``); ``edge_cost`` is the definition, kept and used by
+  tests: both give the same numbers bit for bit.
+
 Entry points: ``Block``, ``LocalCosts``.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
-from flexrt.strategy import OpConfig, all_axes, apply_single, resharding_steps
-from flexrt.strategy.config import _check_degrees
+from flexrt.search.unity.reshard import (
+    Consumers,
+    Memo,
+    Pieces,
+    Producers,
+    box_of,
+    consumers,
+    numel,
+    overlap,
+    producers,
+    reshard_matrix,
+    seq_sum,
+)
+from flexrt.strategy import OpConfig, all_axes, op_shapes, resharding_steps
+from flexrt.strategy.config import _check_degrees, data_shapes
 
 from flexrt.errors import ShapeError, StrategyError
 from flexrt.ir.op_type import OpType
-from flexrt.ir.parallel_axes import axis_coordinates, plan_region, region_plan, tensor_degrees
+from flexrt.ir.parallel_axes import axis_coordinates, plan_region, region_plan
 from flexrt.ir.parallel_tensor import ParallelTensorShape, divisors
 from flexrt.ir.pcg import PCG, Node
 from flexrt.ir.registry import AxisKind, SlotKind, op_def
@@ -61,27 +88,75 @@ class Block:
 
 
 @dataclass
-class _Layout:
-    devices: list[int]
-    operand_regions: list[list]     # operand -> piece -> Region
+class _Part:
+    """What a configuration's degrees imply wherever it is placed: regions, shapes, piece coordinates,
+    and (built when first asked for) each tensor's boxes and the node cost's per-piece inputs."""
+
+    operand_regions: list[list]                 # operand -> piece -> Region
     output_regions: list[list]
     operand_shapes: list[TensorShape]
-    out_shapes: list[ParallelTensorShape]      # parallel shapes of the outputs
-    target_shapes: list[ParallelTensorShape]   # what each data operand must arrive as
+    out_shapes: list[ParallelTensorShape]       # parallel shapes of the outputs
+    target_shapes: list[ParallelTensorShape]    # what each data operand must arrive as
     coords: list[dict]                          # each piece's coordinate per axis
     degree: dict[str, int]
+    cache: dict = field(default_factory=dict)
+
+    def _tensor(self, what: str, j: int) -> tuple[list, TensorShape]:
+        if what == "out":
+            return self.output_regions[j], self.out_shapes[j].tensor_shape
+        return self.operand_regions[j], self.operand_shapes[j]
+
+    def boxes(self, what: str, j: int) -> tuple:
+        """(box, sum index) per piece of output (``what`` "out") or operand ("operand") ``j``."""
+        hit = self.cache.get((what, j))
+        if hit is None:
+            regions, shape = self._tensor(what, j)
+            hit = self.cache[(what, j)] = tuple((box_of(r, shape), r.sum_index) for r in regions)
+        return hit
+
+    def arrays(self, what: str, j: int) -> tuple[np.ndarray, np.ndarray]:
+        """``boxes`` as arrays: (pieces, rank, 2) boxes and (pieces,) sum indices, int64."""
+        hit = self.cache.get((what, j, "arrays"))
+        if hit is None:
+            regions, shape = self._tensor(what, j)
+            box = np.array([r.ranges for r in regions], dtype=np.int64).reshape(len(regions), len(shape.dims), 2)
+            box[:, :, 0] = np.maximum(box[:, :, 0], 0)  # clipped as box_of clips
+            box[:, :, 1] = np.minimum(box[:, :, 1], np.array(shape.dims, dtype=np.int64))
+            hit = self.cache[(what, j, "arrays")] = (box, np.array([r.sum_index for r in regions], dtype=np.int64))
+        return hit
 
 
-def _box(region, shape: TensorShape):
-    return tuple((max(a, 0), min(b, n)) for (a, b), n in zip(region.ranges, shape.dims))
+@dataclass
+class _Layout:
+    """A configuration's pieces: its ``_Part`` and the device of each piece."""
 
+    part: _Part
+    devices: tuple[int, ...]
+    _pieces: dict = field(default_factory=dict)
 
-def _numel(box) -> int:
-    return math.prod(max(0, hi - lo) for lo, hi in box)
+    def arrays(self, what: str, j: int, shape_id: int) -> Pieces:
+        """Output (``what`` "out") or operand ("operand") ``j``'s pieces as arrays (``reshard.Pieces``)."""
+        hit = self._pieces.get((what, j, "arrays"))
+        if hit is None:
+            box, sums = self.part.arrays(what, j)
+            devices = np.array(self.devices, dtype=np.int64)
+            hit = self._pieces[(what, j, "arrays")] = Pieces(shape_id, box, sums, devices)
+        return hit
 
+    def output_pieces(self, k: int) -> tuple:
+        """Output ``k``'s pieces as (box, sum index, device), in piece order."""
+        return self._with_devices("out", k)
 
-def _overlap(a, b) -> int:
-    return math.prod(max(0, min(x1, y1) - max(x0, y0)) for (x0, x1), (y0, y1) in zip(a, b))
+    def operand_pieces(self, i: int) -> tuple:
+        """Operand ``i``'s pieces as (box, sum index, device), in piece order."""
+        return self._with_devices("operand", i)
+
+    def _with_devices(self, what: str, j: int) -> tuple:
+        hit = self._pieces.get((what, j))
+        if hit is None:
+            hit = self._pieces[(what, j)] = tuple((b, s, d) for (b, s), d in zip(self.part.boxes(what, j),
+                                                                                  self.devices))
+        return hit
 
 
 def reshard_possible(src: ParallelTensorShape, dst: ParallelTensorShape) -> bool:
@@ -102,15 +177,24 @@ class LocalCosts:
         self.machine, self.cost, self.kinds, self.optimizer = machine, cost_model, kinds, optimizer
         self.min_degree, self.max_axes = min_degree, max_axes
         self._configs: dict = {}
+        self._degrees: dict = {}
+        self._shapes_of: dict = {}     # (signature, degrees) -> OpShapes, None when invalid
+        self._parts: dict = {}
+        self._region_plans: dict = {}
         self._layouts: dict = {}
         self._node: dict = {}
+        self._compute: dict = {}
         self._edge: dict = {}
         self._times: dict = {}
         self._xfer: dict = {}
+        self._routes: dict = {}
         self._sigs: dict = {}
         self._interned: dict = {}
-        self._piece_lists: dict = {}
-        self._by_layout: dict = {}
+        self._shape_ids: dict = {}
+        self._shapes: list = []
+        self.transfer_memo = Memo()     # (source, destination, bytes) -> transfer seconds
+        self.ratio_memo = Memo()        # (shape id, shape id, 0) -> sum ratio
+        self._sets: dict = {}
         self._vectors: dict = {}
         self._matrices: dict = {}
         self.edge_evaluations = 0
@@ -135,73 +219,132 @@ class LocalCosts:
     def configs(self, pcg: PCG, node: Node, block: Block) -> list[OpConfig]:
         """Every configuration of ``node`` on ``block`` (see the module doc), degree-1 first."""
         key = (self.sig_id(pcg, node), block)
-        if key in self._configs:
-            return self._configs[key]
-        axes = [a for a in all_axes(pcg, node) if not any(s.kind is SlotKind.SUM for _, s in a.operands)]
-        names = [a.name for a in all_axes(pcg, node)]
-        allowed = [a for a in axes if a.kind in self.kinds or a.kind is AxisKind.REPLICA]
-        choices = divisors(block.count)
+        hit = self._configs.get(key)
+        if hit is not None:
+            return hit
         out: list[OpConfig] = []
+        for degrees, degs, total in self._degree_maps(pcg, node, block.count):
+            view = view_from_device_ids(self.machine, degs, list(range(block.start, block.start + total)))
+            if view is not None:
+                out.append(OpConfig(degrees, view))
+        if not out:  # e.g. min_degree cannot be met: the operator runs whole on the block's first device
+            view = view_from_device_ids(self.machine, tuple(1 for _ in all_axes(pcg, node)), [block.start])
+            out.append(OpConfig((), view))
+        self._configs[key] = out
+        return out
+
+    def _degree_maps(self, pcg: PCG, node: Node, count: int) -> list[tuple]:
+        """The valid degree assignments on ``count`` devices, in enumeration order, as (degrees of the
+        split axes, degree per axis in axis order, total degree); they do not depend on where the
+        block starts, so every block of ``count`` devices shares them."""
+        sig = self.sig_id(pcg, node)
+        hit = self._degrees.get((sig, count))
+        if hit is not None:
+            return hit
+        every = all_axes(pcg, node)
+        names = [a.name for a in every]
+        allowed = [a for a in every if not any(s.kind is SlotKind.SUM for _, s in a.operands)
+                   and (a.kind in self.kinds or a.kind is AxisKind.REPLICA)]
+        choices = divisors(count)
+        sizes = self._shard_sizes(pcg, node)
+        out: list[tuple] = []
 
         def rec(i: int, acc: dict, total: int) -> None:
             if i == len(allowed):
                 split = [a for a in allowed if acc[a.name] > 1]
-                if total < min(self.min_degree, block.count) or block.count % total or len(split) > self.max_axes \
+                if total < min(self.min_degree, count) or count % total or len(split) > self.max_axes \
                         or (len(split) > 1 and any(a.kind in _ALONE for a in split)):
                     return
-                try:
-                    apply_single(pcg, node, acc)
-                except (ShapeError, StrategyError):
-                    return
-                degs = tuple(acc.get(n, 1) for n in names)
-                view = view_from_device_ids(self.machine, degs, list(range(block.start, block.start + total)))
-                if view is not None:
-                    out.append(OpConfig(tuple((k, v) for k, v in acc.items() if v > 1), view))
+                degrees = tuple((k, v) for k, v in acc.items() if v > 1)
+                if self._valid(pcg, node, sig, acc, degrees):
+                    out.append((degrees, tuple(acc.get(n, 1) for n in names), total))
                 return
+            cut = sizes[allowed[i].name]
             for d in choices:
-                if total * d > block.count:
+                if total * d > count:
                     break
+                if any(n % d for n in cut):  # a multiple of d on a dimension d does not divide: never valid
+                    continue
                 acc[allowed[i].name] = d
                 rec(i + 1, acc, total * d)
             del acc[allowed[i].name]
 
         rec(0, {}, 1)
-        if not out:  # e.g. min_degree cannot be met: the operator runs whole on the block's first device
-            view = view_from_device_ids(self.machine, tuple(1 for _ in names), [block.start])
-            out.append(OpConfig((), view))
-        self._configs[key] = out
+        self._degrees[(sig, count)] = out
         return out
+
+    @staticmethod
+    def _shard_sizes(pcg: PCG, node: Node) -> dict[str, tuple[int, ...]]:
+        """Per axis, the sizes of the dimensions it cuts on the data operands, weights and outputs.
+        A dimension's degree is the product of the degrees of the axes cutting it and must divide
+        its size (``ParallelTensorShape``'s rule, checked by ``op_shapes``), so an axis degree that
+        does not divide one of these sizes makes every assignment that uses it invalid."""
+        opdef = op_def(node.op_type)
+        nw = opdef.num_weights(node.attrs)
+        data = [pcg.shape(r).tensor_shape for r in node.inputs[:len(node.inputs) - nw]]
+        operands = data + list(opdef.weight_shapes(node.attrs, data) if opdef.weight_shapes else ())
+        outs = opdef.output_shapes(node.attrs, data)
+        return {a.name: tuple(t[j].dims[s.dim] for t, slots in ((operands, a.operands), (outs, a.outputs))
+                              for j, s in slots if s.kind is SlotKind.SHARD and j < len(t))
+                for a in opdef.parallel_axes(node.attrs, data)}
+
+    def _valid(self, pcg: PCG, node: Node, sig: int, acc: dict, degrees: tuple) -> bool:
+        """Whether ``acc`` is a valid configuration (``op_shapes`` raises nothing); the shapes it
+        implies are kept for ``_part``."""
+        key = (sig, tuple(sorted(degrees)))
+        if key in self._shapes_of:
+            return self._shapes_of[key] is not None
+        try:
+            shapes = op_shapes(node, data_shapes(pcg, node), acc)
+        except (ShapeError, StrategyError):
+            shapes = None
+        self._shapes_of[key] = shapes
+        return shapes is not None
 
     # ---- layouts -------------------------------------------------------------------------------
     def layout(self, pcg: PCG, node: Node, cfg: OpConfig) -> _Layout:
-        key = (self.sig_id(pcg, node), cfg)
-        if key in self._layouts:
-            return self._layouts[key]
+        sig = self.sig_id(pcg, node)
+        key = (sig, cfg)
+        lay = self._layouts.get(key)
+        if lay is None:
+            part = self._part(pcg, node, sig, cfg.degrees)
+            degs = tuple(part.degree.values())
+            lay = self._layouts[key] = _Layout(part, tuple(view_devices(self.machine, cfg.view, degs)))
+        return lay
+
+    def _part(self, pcg: PCG, node: Node, sig: int, degrees: tuple) -> _Part:
+        key = (sig, degrees)
+        part = self._parts.get(key)
+        if part is not None:
+            return part
         opdef = op_def(node.op_type)
         nw = opdef.num_weights(node.attrs)
         full = [pcg.shape(r).tensor_shape for r in node.inputs]
         data_full = full[:len(full) - nw]
-        axes = opdef.parallel_axes(node.attrs, data_full)
-        deg = _check_degrees(node, axes, cfg.degree_map)
+        axes, operand_plans, output_plans = self._plans(node, sig, full, data_full)
+        deg = _check_degrees(node, axes, dict(degrees))
+        shapes = self._shapes_of.get((sig, degrees)) or op_shapes(node, data_full, deg)
         coords = axis_coordinates(axes, deg)
-        devices = list(view_devices(self.machine, cfg.view, tuple(deg[a.name] for a in axes)))
-        outs = opdef.output_shapes(node.attrs, data_full)
-        operand_regions = []
-        for i, s in enumerate(full):
-            plan = region_plan(axes, i, s.rank, False)
-            operand_regions.append([plan_region(plan, i, deg, c, s, opdef, node.attrs, data_full, outs[0])
-                                    for c in coords])
-        output_regions = []
-        for k, s in enumerate(outs):
-            plan = region_plan(axes, k, s.rank, True)
-            output_regions.append([plan_region(plan, k, deg, c, s) for c in coords])
-        targets = [ParallelTensorShape.of(s.dims, d.shard, d.sum, d.copy, s.dtype) for i, s in enumerate(data_full)
-                   for d in [tensor_degrees(axes, deg, i, s.rank, False)]]
-        out_shapes = [ParallelTensorShape.of(o.dims, d.shard, d.sum, d.copy, o.dtype) for k, o in enumerate(outs)
-                      for d in [tensor_degrees(axes, deg, k, o.rank, True)]]
-        lay = _Layout(devices, operand_regions, output_regions, full, out_shapes, targets, coords, deg)
-        self._layouts[key] = lay
-        return lay
+        outs = [o.tensor_shape for o in shapes.outputs]
+        operand_regions = [[plan_region(plan, i, deg, c, s, opdef, node.attrs, data_full, outs[0]) for c in coords]
+                           for i, (plan, s) in enumerate(zip(operand_plans, full))]
+        output_regions = [[plan_region(plan, k, deg, c, s) for c in coords]
+                          for k, (plan, s) in enumerate(zip(output_plans, outs))]
+        part = self._parts[key] = _Part(operand_regions, output_regions, full, list(shapes.outputs),
+                                        list(shapes.operands[:len(data_full)]), coords, deg)
+        return part
+
+    def _plans(self, node: Node, sig: int, full: list, data_full: list) -> tuple:
+        """The operator's axes and ``region_plan`` of every operand and output (they depend on the
+        signature, not on the degrees)."""
+        hit = self._region_plans.get(sig)
+        if hit is None:
+            opdef = op_def(node.op_type)
+            axes = opdef.parallel_axes(node.attrs, data_full)
+            outs = opdef.output_shapes(node.attrs, data_full)
+            hit = self._region_plans[sig] = (axes, [region_plan(axes, i, s.rank, False) for i, s in enumerate(full)],
+                                             [region_plan(axes, k, s.rank, True) for k, s in enumerate(outs)])
+        return hit
 
     # ---- transfers -----------------------------------------------------------------------------
     def transfer(self, src: int, dst: int, num_bytes: int) -> float:
@@ -212,10 +355,13 @@ class LocalCosts:
         key = (src, dst, num_bytes)
         t = self._xfer.get(key)
         if t is None:
-            links = [self.machine.links[l] for l in self.machine.route(src, dst)]
-            if not links:
-                raise StrategyError(f"no route from device {src} to device {dst}")
-            latency = sum(link.latency_s for link in links)
+            route = self._routes.get((src, dst))
+            if route is None:
+                links = [self.machine.links[l] for l in self.machine.route(src, dst)]
+                if not links:
+                    raise StrategyError(f"no route from device {src} to device {dst}")
+                route = self._routes[(src, dst)] = (links, sum(link.latency_s for link in links))
+            links, latency = route
             t = max(self.cost.transfer_time(link, num_bytes) - link.latency_s for link in links) + latency
             if len(self._xfer) > 200_000:
                 self._xfer.clear()
@@ -232,8 +378,7 @@ class LocalCosts:
         return max(self.transfer(a, b, share) for a, b in zip(ring, ring[1:] + ring[:1]))
 
     # ---- node cost -----------------------------------------------------------------------------
-    def _op_time(self, attrs, ins, outs, device: int) -> float:
-        spec = self.machine.devices[device].spec
+    def _op_time(self, attrs, ins, outs, spec) -> float:
         key = (attrs, ins, outs, spec.name)
         t = self._times.get(key)
         if t is None:
@@ -242,38 +387,73 @@ class LocalCosts:
         return t
 
     def node_cost(self, pcg: PCG, node: Node, cfg: OpConfig) -> float:
-        key = (self.sig_id(pcg, node), cfg)
+        """The slowest piece's forward + backward, plus per weight the slowest replica group's gradient
+        AllReduce and update (module doc)."""
+        sig = self.sig_id(pcg, node)
+        key = (sig, cfg)
         c = self._node.get(key)
         if c is not None:
             return c
         lay = self.layout(pcg, node, cfg)
-        opdef = op_def(node.op_type)
-        nw = opdef.num_weights(node.attrs)
-        compute = 0.0
-        for p, dev in enumerate(lay.devices):
-            ins = tuple(TensorShape(tuple(b - a for a, b in r[p].ranges), s.dtype)
-                        for r, s in zip(lay.operand_regions, lay.operand_shapes))
-            outs = tuple(TensorShape(tuple(b - a for a, b in r[p].ranges), s.dtype)
-                         for r, s in zip(lay.output_regions, lay.out_shapes))
-            attrs = node.attrs
-            if opdef.piece_call is not None:  # e.g. a conv piece runs without the padding its halo holds
-                attrs, _ = opdef.piece_call(node.attrs, lay.coords[p], lay.degree)
-            compute = max(compute, self._op_time(attrs, ins, outs, dev))
+        kinds, piece_kind, weight_groups = self._piece_work(node, lay.part)
+        specs = [self.machine.devices[d].spec for d in lay.devices]
+        if all(sp.name == specs[0].name for sp in specs):  # the max over pieces is the max over their kinds
+            ckey = (sig, cfg.degrees, specs[0].name)
+            compute = self._compute.get(ckey)
+            if compute is None:
+                compute = self._compute[ckey] = max(self._op_time(*kind, specs[0]) for kind in kinds)
+        else:
+            compute = max(self._op_time(*kinds[piece_kind[p]], specs[p]) for p in range(len(specs)))
+        compute = max(0.0, compute)
         sync = 0.0
-        for i in range(len(lay.operand_shapes) - nw, len(lay.operand_shapes)):
-            shape = lay.operand_shapes[i]
-            groups: dict = {}
-            for p, r in enumerate(lay.operand_regions[i]):
-                groups.setdefault(r.ranges, []).append(lay.devices[p])
+        for dtype, groups in weight_groups:
             worst = 0.0
-            for ranges, devs in groups.items():
-                piece = TensorShape(tuple(b - a for a, b in ranges), shape.dtype)
+            for dims, pieces in groups:
+                devs = [lay.devices[p] for p in pieces]
+                piece = TensorShape(dims, dtype)
                 t = self.ring(sorted(set(devs)), piece.size_bytes) + self.cost.update_time(
-                    piece, self.machine.devices[devs[0]].spec, self.optimizer)
+                    piece, specs[pieces[0]], self.optimizer)
                 worst = max(worst, t)
             sync += worst
         c = self._node[key] = compute + sync
         return c
+
+    def _piece_work(self, node: Node, part: _Part) -> tuple:
+        """Per piece, what it computes: the distinct (attributes, input piece shapes, output piece
+        shapes), each piece's index among them, and per weight (dtype, [(piece dims, the pieces
+        holding that region), ...]) in first-appearance order."""
+        hit = part.cache.get("work")
+        if hit is not None:
+            return hit
+        opdef = op_def(node.op_type)
+        nw = opdef.num_weights(node.attrs)
+        kinds: dict = {}
+        piece_kind = []
+        made: dict = {}
+
+        def shape(ranges, dtype) -> TensorShape:
+            key = (tuple(b - a for a, b in ranges), dtype)
+            hit = made.get(key)
+            if hit is None:
+                hit = made[key] = TensorShape(*key)
+            return hit
+
+        for p in range(len(part.coords)):
+            ins = tuple(shape(r[p].ranges, s.dtype) for r, s in zip(part.operand_regions, part.operand_shapes))
+            outs = tuple(shape(r[p].ranges, s.dtype) for r, s in zip(part.output_regions, part.out_shapes))
+            attrs = node.attrs
+            if opdef.piece_call is not None:  # e.g. a conv piece runs without the padding its halo holds
+                attrs, _ = opdef.piece_call(node.attrs, part.coords[p], part.degree)
+            piece_kind.append(kinds.setdefault((attrs, ins, outs), len(kinds)))
+        weight_groups = []
+        for i in range(len(part.operand_shapes) - nw, len(part.operand_shapes)):
+            groups: dict = {}
+            for p, r in enumerate(part.operand_regions[i]):
+                groups.setdefault(r.ranges, []).append(p)
+            weight_groups.append((part.operand_shapes[i].dtype,
+                                  [(tuple(b - a for a, b in ranges), pieces) for ranges, pieces in groups.items()]))
+        hit = part.cache["work"] = (list(kinds), piece_kind, weight_groups)
+        return hit
 
     def node_vector(self, pcg: PCG, node: Node, block: Block) -> np.ndarray:
         """``node_cost`` of every configuration of ``node`` on ``block``."""
@@ -284,89 +464,103 @@ class LocalCosts:
         return vec
 
     # ---- edge cost -----------------------------------------------------------------------------
+    @staticmethod
+    def sum_ratio(src: ParallelTensorShape, dst: ParallelTensorShape) -> int:
+        """0 when no resharding chain takes ``src`` to ``dst``, else how many partial sums of ``src``
+        each of ``dst``'s sums (1: none to sum)."""
+        return src.sum_degree // dst.sum_degree if reshard_possible(src, dst) else 0
+
+    def shape_id(self, shape: ParallelTensorShape) -> int:
+        """A small integer per distinct parallel shape (cheap keys for ``sum_ratio_ids``)."""
+        sid = self._shape_ids.get(shape)
+        if sid is None:
+            sid = self._shape_ids[shape] = len(self._shapes)
+            self._shapes.append(shape)
+        return sid
+
+    def sum_ratio_ids(self, src: int, dst: int) -> int:
+        """``sum_ratio`` of two shapes given by ``shape_id`` (``reshard_matrix`` memoizes it)."""
+        return self.sum_ratio(self._shapes[src], self._shapes[dst])
+
     def edge_cost(self, pcg: PCG, u: Node, k: int, v: Node, i: int, cu: OpConfig, cv: OpConfig) -> float:
         """Resharding output ``k`` of ``u`` (configured ``cu``) into operand ``i`` of ``v`` (``cv``):
-        forward and, for floating-point tensors, the gradient back."""
+        forward and, for floating-point tensors, the gradient back. The definition, one pair at a time;
+        ``edge_matrix`` computes the same numbers for every pair at once."""
         key = (self.sig_id(pcg, u), k, self.sig_id(pcg, v), i, cu, cv)
         c = self._edge.get(key)
         if c is not None:
             return c
-        self.edge_evaluations += 1
         P, C = self.layout(pcg, u, cu), self.layout(pcg, v, cv)
-        src, dst = P.out_shapes[k], C.target_shapes[i]
-        if not reshard_possible(src, dst):
+        src, dst = P.part.out_shapes[k], C.part.target_shapes[i]
+        ksum = self.sum_ratio(src, dst)
+        if not ksum:
             self._edge[key] = INF
             return INF
-        full = C.operand_shapes[i]
+        full = C.part.operand_shapes[i]
         grad = full.dtype.is_floating and u.op_type is not OpType.INPUT
-        pieces, by_dev = self._pieces(P, k, full)
-        # configurations that place the same boxes on the same devices cost the same
-        lkey = (src, dst, grad, tuple(pieces), self._wanted(C, i, full))
-        c = self._by_layout.get(lkey)
-        if c is not None:
-            self._edge[key] = c
-            return c
+        pieces = P.output_pieces(k)
         item = full.dtype.size_bytes
-        ksum = src.sum_degree // dst.sum_degree
-        incoming: dict[int, float] = {}
         if ksum == 1:
-            for p, r in enumerate(C.operand_regions[i]):
-                want, dev = _box(r, full), C.devices[p]
-                need = _numel(want)
-                have = sum(_overlap(want, b) for b in by_dev.get((dev, r.sum_index), ()))
+            by_dev: dict = {}
+            for b, s, d in pieces:
+                if b not in by_dev.setdefault((d, s), []):
+                    by_dev[(d, s)].append(b)
+            incoming: dict[int, float] = {}
+            for want, s_c, dev in C.operand_pieces(i):
+                need = numel(want)
+                have = sum(overlap(want, b) for b in by_dev.get((dev, s_c), ()))
                 missing = need - min(have, need)
                 if missing:
-                    holder = next((d for b, s, d in pieces if s == r.sum_index and d != dev and _overlap(want, b)),
-                                  None)
+                    holder = next((d for b, s, d in pieces if s == s_c and d != dev and overlap(want, b)), None)
                     if holder is not None:
                         incoming[dev] = incoming.get(dev, 0.0) + self.transfer(holder, dev, missing * item)
             fwd = max(incoming.values(), default=0.0)
         else:
             groups: dict = {}
-            for p, r in enumerate(C.operand_regions[i]):
-                groups.setdefault((_box(r, full), r.sum_index), []).append(C.devices[p])
+            for b, s_c, d in C.operand_pieces(i):
+                groups.setdefault((b, s_c), []).append(d)
             fwd = 0.0
             for (box, s_c), cdevs in groups.items():
-                pdevs = sorted({d for b, s, d in pieces if s_c * ksum <= s < (s_c + 1) * ksum and _overlap(box, b)})
-                nbytes = _numel(box) * item
+                pdevs = sorted({d for b, s, d in pieces if s_c * ksum <= s < (s_c + 1) * ksum and overlap(box, b)})
+                nbytes = numel(box) * item
                 if sorted(set(cdevs)) == pdevs and len(pdevs) > 1:
                     t = self.ring(pdevs, nbytes)
                 else:
                     target = cdevs[0]
-                    t = sum(self.transfer(d, target, nbytes) for d in pdevs) + \
-                        sum(self.transfer(target, d, nbytes) for d in set(cdevs))
+                    t = seq_sum(self.transfer(d, target, nbytes) for d in pdevs) + \
+                        seq_sum(self.transfer(target, d, nbytes) for d in set(cdevs))
                 fwd = max(fwd, t)
-        c = self._edge[key] = self._by_layout[lkey] = fwd * (2.0 if grad else 1.0)
+        c = self._edge[key] = fwd * (2.0 if grad else 1.0)
         return c
 
-    def _pieces(self, lay: _Layout, k: int, full: TensorShape):
-        """Output ``k``'s pieces as (box, sum index, device), and the distinct boxes per (device, sum)."""
-        key = (id(lay), k)
-        hit = self._piece_lists.get(key)
-        if hit is None or hit[0] is not lay:
-            pieces = [(_box(r, full), r.sum_index, lay.devices[q]) for q, r in enumerate(lay.output_regions[k])]
-            by_dev: dict = {}
-            for b, s, d in pieces:
-                if b not in by_dev.setdefault((d, s), []):
-                    by_dev[(d, s)].append(b)
-            hit = self._piece_lists[key] = (lay, pieces, by_dev)
-        return hit[1], hit[2]
-
-    def _wanted(self, lay: _Layout, i: int, full: TensorShape) -> tuple:
-        """Operand ``i``'s pieces as (box, sum index, copy index, device)."""
-        key = (id(lay), "opd", i)
-        hit = self._piece_lists.get(key)
-        if hit is None or hit[0] is not lay:
-            hit = self._piece_lists[key] = (lay, tuple((_box(r, full), r.sum_index, r.copy_index, lay.devices[p])
-                                                       for p, r in enumerate(lay.operand_regions[i])))
-        return hit[1]
-
     def edge_matrix(self, pcg: PCG, u: Node, k: int, v: Node, i: int, bu: Block, bv: Block) -> np.ndarray:
-        """``edge_cost`` for every configuration of ``u`` on ``bu`` (rows) and of ``v`` on ``bv``."""
-        key = (self.sig_id(pcg, u), k, self.sig_id(pcg, v), i, bu, bv)
+        """``edge_cost`` for every configuration of ``u`` on ``bu`` (rows) and of ``v`` on ``bv``
+        (``reshard.reshard_matrix``: over distinct layouts, compiled inner loops)."""
+        su, sv = self.sig_id(pcg, u), self.sig_id(pcg, v)
+        key = (su, k, sv, i, bu, bv)
         M = self._matrices.get(key)
         if M is None:
-            cus, cvs = self.configs(pcg, u, bu), self.configs(pcg, v, bv)
-            M = np.array([[self.edge_cost(pcg, u, k, v, i, a, b) for b in cvs] for a in cus]).reshape(len(cus), len(cvs))
-            self._matrices[key] = M
+            full = pcg.shape(v.inputs[i]).tensor_shape
+            P, C = self._producers(pcg, u, k, bu), self._consumers(pcg, v, i, bv)
+            self.edge_evaluations += len(P.shapes) * len(C.shapes)
+            M = self._matrices[key] = reshard_matrix(P, C, full, full.dtype.is_floating and u.op_type is not
+                                                     OpType.INPUT, self)
         return M
+
+    def _producers(self, pcg: PCG, u: Node, k: int, block: Block) -> Producers:
+        key = (self.sig_id(pcg, u), k, block)
+        hit = self._sets.get(key)
+        if hit is None:
+            lays = [self.layout(pcg, u, c) for c in self.configs(pcg, u, block)]
+            hit = self._sets[key] = producers([lay.arrays("out", k, self.shape_id(lay.part.out_shapes[k]))
+                                               for lay in lays], self.machine.num_devices)
+        return hit
+
+    def _consumers(self, pcg: PCG, v: Node, i: int, block: Block) -> Consumers:
+        key = (self.sig_id(pcg, v), "operand", i, block)
+        hit = self._sets.get(key)
+        if hit is None:
+            lays = [self.layout(pcg, v, c) for c in self.configs(pcg, v, block)]
+            hit = self._sets[key] = consumers([lay.arrays("operand", i, self.shape_id(lay.part.target_shapes[i]))
+                                               for lay in lays])
+        return hit

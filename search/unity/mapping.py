@@ -362,26 +362,22 @@ class MappingDP:
         in_cfgs, out_cfgs = self._cfgs(inn), self._cfgs(out)
         M = np.zeros((len(in_cfgs), len(out_cfgs)))
         picks = []
-        for a, ca in enumerate(in_cfgs):
-            chosen: dict[int, OpConfig] = {}
+        for a in range(len(in_cfgs)):
+            chosen: dict[int, int] = {}  # member -> index of its configuration on the block
             total = 0.0
             for p in members:
-                cfgs = costs.configs(pcg, g.node[p], block)
                 vec = costs.node_vector(pcg, g.node[p], block)
                 for u, k, i in g.edges_in[p]:
                     if u in chosen:
-                        vec = vec + np.array([costs.edge_cost(pcg, g.node[u], k, g.node[p], i, chosen[u], c)
-                                              for c in cfgs])
+                        vec = vec + costs.edge_matrix(pcg, g.node[u], k, g.node[p], i, block, block)[chosen[u]]
                     elif inn is not None and u == inn[0]:
-                        vec = vec + np.array([costs.edge_cost(pcg, g.node[u], k, g.node[p], i, ca, c) for c in cfgs])
-                j = int(vec.argmin())
-                chosen[p] = cfgs[j]
-                total += float(vec[j])
-            picks.append([chosen[p] for p in members])
+                        vec = vec + costs.edge_matrix(pcg, g.node[u], k, g.node[p], i, inn[1], block)[a]
+                chosen[p] = int(vec.argmin())
+                total += float(vec[chosen[p]])
+            picks.append([costs.configs(pcg, g.node[p], block)[chosen[p]] for p in members])
             M[a, :] = total
             if out is not None:
                 for u, k, i in g.edges_in[out[0]]:
                     if u in chosen:
-                        M[a, :] += np.array([costs.edge_cost(pcg, g.node[u], k, g.node[out[0]], i, chosen[u], cb)
-                                             for cb in out_cfgs])
+                        M[a, :] += costs.edge_matrix(pcg, g.node[u], k, g.node[out[0]], i, block, out[1])[chosen[u]]
         return _Greedy(M, picks)

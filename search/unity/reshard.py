@@ -1,0 +1,353 @@
+"""Edge costs of Unity's machine-mapping DP, a whole matrix at a time (Unity §5.2, "Cost estimation").
+
+``LocalCosts.edge_cost`` defines the cost of resharding one producer configuration's output into one
+consumer configuration's operand. The DP needs it for every pair of configurations of two operators
+on two blocks: (configurations)^2 pairs of (pieces x pieces) work each, which made the search grow
+much faster than the devices. This module computes the same numbers for all pairs at once:
+
+- configurations that give the tensor the same parallel shape and put the same boxes (and
+  partial-sum indices) on the same devices are one *layout* (``Producers``, ``Consumers``); a matrix
+  is computed over distinct layouts and broadcast to configurations;
+- per producer layout and consumer piece, the compiled kernel ``_reshard.missing_and_holders`` finds
+  the elements missing on the piece's device and the first other device that holds some; the
+  transfer time of each distinct (source, destination, bytes) is asked of ``LocalCosts.transfer``
+  once per search (``Memo``), and a pair's cost is the maximum over the consumer's pieces (one
+  piece per device);
+- pairs that sum partial sums go to ``_reshard.partial_sum_costs``, with each consumer group's
+  transfer rows, return sum and ring time computed beforehand in Python.
+
+The operations and their order are those of ``edge_cost``, so every number is the same bit for bit;
+tests check the matrices against ``edge_cost`` and the kernels against their pure-Python references
+here (``missing_and_holders_py``, ``partial_sum_costs_py``).
+
+Entry points: ``producers``, ``consumers``, ``reshard_matrix``, ``Memo``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from flexrt.errors import StrategyError
+from flexrt.ir.tensor_shape import TensorShape
+
+try:
+    from flexrt.search.unity import _reshard
+except ImportError as e:  # never fall back silently to the slow path
+    raise ImportError(
+        "flexrt's compiled extension flexrt.search.unity._reshard is missing; build it with "
+        "`pip install -e . --no-deps --no-build-isolation` (or `python setup.py build_ext --inplace`) from the "
+        "repository root") from e
+
+INF = float("inf")
+
+
+def box_of(region, shape: TensorShape) -> tuple:
+    """A region's ranges clipped to the tensor (a halo reaching outside reads padding)."""
+    return tuple((max(a, 0), min(b, n)) for (a, b), n in zip(region.ranges, shape.dims))
+
+
+def numel(box) -> int:
+    n = 1
+    for lo, hi in box:
+        n *= max(0, hi - lo)
+    return n
+
+
+def overlap(a, b) -> int:
+    n = 1
+    for (x0, x1), (y0, y1) in zip(a, b):
+        n *= max(0, min(x1, y1) - max(x0, y0))
+    return n
+
+
+def seq_sum(values) -> float:
+    """Left-to-right float sum (what the kernels do; ``sum`` may compensate on newer Pythons)."""
+    t = 0.0
+    for v in values:
+        t += v
+    return t
+
+
+@dataclass
+class Pieces:
+    """One tensor's pieces in one configuration: per piece its box ([lo, hi) per dimension, clipped
+    to the tensor), partial-sum index and device; ``shape`` is the id of its parallel shape."""
+
+    shape: int
+    box: np.ndarray     # (pieces, rank, 2) int64
+    sum: np.ndarray     # (pieces,) int64
+    dev: np.ndarray     # (pieces,) int64
+
+    def key(self) -> tuple:
+        return self.shape, self.box.shape, self.box.tobytes(), self.sum.tobytes(), self.dev.tobytes()
+
+
+@dataclass
+class _Stack:
+    """The distinct layouts of one tensor over an operator's configurations on one block, their
+    pieces stacked: layout a's are ``off[a] .. off[a+1]-1``."""
+
+    index: np.ndarray       # configuration -> layout
+    shapes: np.ndarray      # per layout, the id of its parallel shape (``LocalCosts.shape_id``)
+    box: np.ndarray
+    sum: np.ndarray
+    dev: np.ndarray
+    off: np.ndarray
+
+
+def _stack(layouts: list[Pieces]) -> tuple[_Stack, list[Pieces]]:
+    ids: dict = {}
+    index = np.array([ids.setdefault(p.key(), j) for j, p in enumerate(layouts)], dtype=np.int64)
+    firsts = sorted(set(ids.values()))
+    renumber = np.zeros(len(layouts), dtype=np.int64)
+    renumber[firsts] = np.arange(len(firsts))
+    distinct = [layouts[j] for j in firsts]
+    off = np.zeros(len(distinct) + 1, dtype=np.int64)
+    off[1:] = np.cumsum([len(p.sum) for p in distinct])
+    return _Stack(renumber[index], np.array([p.shape for p in distinct], dtype=np.int64),
+                  np.concatenate([p.box for p in distinct]), np.concatenate([p.sum for p in distinct]),
+                  np.concatenate([p.dev for p in distinct]), off), distinct
+
+
+@dataclass
+class Producers(_Stack):
+    """Output layouts, and per (layout, device) the distinct boxes held there: the pieces
+    ``held[held_ptr[a * num_devices + d] .. held_ptr[a * num_devices + d + 1] - 1]``."""
+
+    held_ptr: np.ndarray = None
+    held: np.ndarray = None
+
+
+@dataclass
+class Consumers(_Stack):
+    """Operand layouts (one piece per device), with their partial-sum groups built when first needed."""
+
+    layouts: list = None
+    groups: dict = field(default_factory=dict)   # item size -> _Groups
+
+
+@dataclass
+class _Groups:
+    """Per consumer layout, its pieces grouped by (box, sum index) as ``edge_cost``'s partial-sum path
+    groups them, with what each group costs apart from the producer's devices."""
+
+    box: np.ndarray
+    sum: np.ndarray
+    off: np.ndarray             # layout b's groups are off[b] .. off[b+1]-1
+    dev_ptr: np.ndarray         # the group's distinct devices, ascending
+    devs: np.ndarray
+    row: np.ndarray             # index into rows: transfer(d, target, bytes) for every device d
+    rows: np.ndarray
+    back: np.ndarray            # sum of transfer(target, d, bytes) over the group's devices
+    ring: np.ndarray            # ring AllReduce over the group's devices (when there are several)
+
+
+def _held(p: Pieces, base: int, num_devices: int) -> list[list[int]]:
+    """Per device, the stacked indices of the pieces with distinct (box, sum index) held there."""
+    on: list[list[int]] = [[] for _ in range(num_devices)]
+    if len(np.unique(p.dev)) == len(p.dev):  # one piece per device: nothing to merge
+        for j, d in enumerate(p.dev.tolist()):
+            on[d].append(base + j)
+        return on
+    seen: list[set] = [set() for _ in range(num_devices)]
+    for j, (b, s, d) in enumerate(zip(p.box.tolist(), p.sum.tolist(), p.dev.tolist())):
+        key = (tuple(map(tuple, b)), s)
+        if key not in seen[d]:
+            seen[d].add(key)
+            on[d].append(base + j)
+    return on
+
+
+def producers(layouts: list[Pieces], num_devices: int) -> Producers:
+    """``layouts[c]``: configuration c's output pieces."""
+    st, distinct = _stack(layouts)
+    held_ptr, held = [0], []
+    for a, p in enumerate(distinct):
+        for dev_pieces in _held(p, int(st.off[a]), num_devices):
+            held += dev_pieces
+            held_ptr.append(len(held))
+    return Producers(st.index, st.shapes, st.box, st.sum, st.dev, st.off, np.array(held_ptr, dtype=np.int64),
+                     np.array(held, dtype=np.int64))
+
+
+def consumers(layouts: list[Pieces]) -> Consumers:
+    """``layouts[c]``: configuration c's operand pieces, one per device."""
+    st, distinct = _stack(layouts)
+    for p in distinct:
+        if len(np.unique(p.dev)) != len(p.dev):
+            raise StrategyError(f"a consumer layout puts two pieces on one device (devices {p.dev.tolist()}); "
+                                f"the DP's configurations place one piece per device")
+    return Consumers(st.index, st.shapes, st.box, st.sum, st.dev, st.off, distinct)
+
+
+def _groups(C: Consumers, item: int, costs) -> _Groups:
+    hit = C.groups.get(item)
+    if hit is not None:
+        return hit
+    boxes, sums, off, dev_ptr, devs, row, back, ring = [], [], [0], [0], [], [], [], []
+    row_ids: dict = {}
+    for p in C.layouts:
+        grouped: dict = {}
+        for b, s, d in zip(p.box.tolist(), p.sum.tolist(), p.dev.tolist()):
+            grouped.setdefault((tuple(map(tuple, b)), s), []).append(d)
+        for (b, s), cdevs in grouped.items():
+            nbytes = numel(b) * item
+            target, distinct = cdevs[0], set(cdevs)
+            boxes.append(b)
+            sums.append(s)
+            devs += sorted(distinct)
+            dev_ptr.append(len(devs))
+            row.append(row_ids.setdefault((target, nbytes), len(row_ids)))
+            back.append(seq_sum(costs.transfer(target, d, nbytes) for d in distinct))
+            ring.append(costs.ring(sorted(distinct), nbytes) if len(distinct) > 1 else 0.0)
+        off.append(len(sums))
+    n = costs.machine.num_devices
+    rows = np.array([[costs.transfer(d, target, nbytes) for d in range(n)] for target, nbytes in row_ids],
+                    dtype=np.float64).reshape(len(row_ids), n)
+    i64 = lambda x: np.array(x, dtype=np.int64)  # noqa: E731
+    hit = C.groups[item] = _Groups(i64(boxes).reshape(len(boxes), C.box.shape[1], 2), i64(sums), i64(off),
+                                   i64(dev_ptr), i64(devs), i64(row), rows, np.array(back, dtype=np.float64),
+                                   np.array(ring, dtype=np.float64))
+    return hit
+
+
+class Memo:
+    """Float values keyed by three non-negative integers, in arrays the compiled kernels probe
+    (``_reshard.memo_get`` / ``memo_put`` / ``memo_claim`` / ``memo_transfers``)."""
+
+    def __init__(self, capacity: int = 1024) -> None:
+        self.count = 0
+        self._alloc(max(2, 1 << (capacity - 1).bit_length()))
+
+    def _alloc(self, capacity: int) -> None:
+        self.k0 = np.full(capacity, -1, dtype=np.int64)
+        self.k1 = np.zeros(capacity, dtype=np.int64)
+        self.k2 = np.zeros(capacity, dtype=np.int64)
+        self.val = np.zeros(capacity, dtype=np.float64)
+
+    def get(self, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+        """The value per key (a[n], b[n], c[n]); NaN where none is stored."""
+        return _reshard.memo_get(self.k0, self.k1, self.k2, self.val, *(np.ascontiguousarray(x, dtype=np.int64)
+                                                                       for x in (a, b, c)))
+
+    def put(self, a: np.ndarray, b: np.ndarray, c: np.ndarray, v: np.ndarray) -> None:
+        """Store v[n] for key (a[n], b[n], c[n])."""
+        keys = self._room(a, b, c)
+        self.count += _reshard.memo_put(self.k0, self.k1, self.k2, self.val, *keys,
+                                        np.ascontiguousarray(v, dtype=np.float64))
+
+    def claim(self, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+        """Enter the keys not stored yet (value NaN until ``put``); the positions of their first
+        occurrences, so that each is computed once."""
+        keys = self._room(a, b, c)
+        first = _reshard.memo_claim(self.k0, self.k1, self.k2, self.val, *keys)
+        self.count += len(first)
+        return first
+
+    def _room(self, a, b, c) -> list[np.ndarray]:
+        keys = [np.ascontiguousarray(x, dtype=np.int64) for x in (a, b, c)]
+        if 2 * (self.count + len(keys[0])) > len(self.k0):  # grow, keeping the table at most half full
+            used = self.k0 != -1
+            old = self.k0[used], self.k1[used], self.k2[used], self.val[used]
+            self._alloc(1 << (4 * (self.count + len(keys[0]))).bit_length())
+            self.count = _reshard.memo_put(self.k0, self.k1, self.k2, self.val, *old)
+        return keys
+
+
+def _times(missing: np.ndarray, holder: np.ndarray, qdev: np.ndarray, item: int, costs) -> np.ndarray:
+    """Transfer seconds per (producer layout, consumer piece), 0 where nothing moves: the memo's,
+    and for (source, destination, bytes) it has not seen, ``costs.transfer``'s."""
+    memo = costs.transfer_memo
+    T = _reshard.memo_transfers(memo.k0, memo.k1, memo.k2, memo.val, missing, holder, qdev, item)
+    unknown = np.flatnonzero(np.isnan(T))
+    if unknown.size:
+        keys = holder.ravel()[unknown], qdev[unknown % missing.shape[1]], missing.ravel()[unknown] * item
+        first = memo.claim(*keys)
+        new = [k[first] for k in keys]
+        memo.put(*new, np.array([costs.transfer(s, d, n) for s, d, n in zip(*(k.tolist() for k in new))]))
+        T.ravel()[unknown] = memo.get(*keys)
+    return T
+
+
+def _ratios(P: Producers, C: Consumers, costs) -> np.ndarray:
+    """``costs.sum_ratio`` per (producer layout, consumer layout), memoized per pair of shape ids."""
+    pi, ps = np.unique(P.shapes, return_inverse=True)
+    ci, cs = np.unique(C.shapes, return_inverse=True)
+    a, b = np.repeat(pi, len(ci)), np.tile(ci, len(pi))
+    c = np.zeros_like(a)
+    memo = costs.ratio_memo
+    r = memo.get(a, b, c)
+    unknown = np.flatnonzero(np.isnan(r))
+    if unknown.size:
+        r[unknown] = [costs.sum_ratio_ids(int(s), int(t)) for s, t in zip(a[unknown].tolist(), b[unknown].tolist())]
+        memo.put(a[unknown], b[unknown], c[unknown], r[unknown])
+    return r.astype(np.int64).reshape(len(pi), len(ci))[ps.ravel()][:, cs.ravel()]
+
+
+def reshard_matrix(P: Producers, C: Consumers, full: TensorShape, grad: bool, costs) -> np.ndarray:
+    """``edge_cost`` for every configuration pair: rows are ``P``'s configurations, columns ``C``'s."""
+    item = full.dtype.size_bytes
+    K = _ratios(P, C, costs)
+    E = np.full(K.shape, INF)
+    rows = np.flatnonzero((K == 1).any(axis=1))
+    if rows.size:
+        missing, holder = _reshard.missing_and_holders(P.box, P.sum, P.dev, P.off, P.held_ptr, P.held, rows, C.box,
+                                                       C.sum, C.dev, costs.machine.num_devices)
+        T = _times(missing, holder, C.dev, item, costs)
+        fwd = np.maximum.reduceat(T, C.off[:-1], axis=1)
+        E[rows] = np.where(K[rows] == 1, fwd, E[rows])
+    pa, pb = (np.ascontiguousarray(x) for x in np.nonzero(K > 1))
+    if pa.size:
+        G = _groups(C, item, costs)
+        E[pa, pb] = _reshard.partial_sum_costs(P.box, P.sum, P.dev, P.off, G.box, G.sum, G.off, G.dev_ptr, G.devs,
+                                               G.row, G.rows, G.back, G.ring, pa, pb, np.ascontiguousarray(K[pa, pb]),
+                                               costs.machine.num_devices)
+    if grad:
+        E = E * 2.0
+    return E[P.index][:, C.index]
+
+
+# ---- pure-Python references of the kernels (tests check that both agree) ---------------------------
+
+def missing_and_holders_py(pbox, psum, pdev, poff, held_ptr, held, rows, qbox, qsum, qdev, num_devices):
+    """``_reshard.missing_and_holders`` in Python: for producer layout ``rows[r]`` and consumer piece q,
+    the elements of q's box its device lacks, and the first other device holding some (or -1)."""
+    missing = np.zeros((len(rows), len(qbox)), dtype=np.int64)
+    holder = np.full((len(rows), len(qbox)), -1, dtype=np.int64)
+    for r, a in enumerate(rows):
+        for q in range(len(qbox)):
+            want, s, dev = [tuple(x) for x in qbox[q]], qsum[q], qdev[q]
+            need = numel(want)
+            base = a * num_devices + dev
+            have = sum(overlap(want, pbox[held[k]]) for k in range(held_ptr[base], held_ptr[base + 1])
+                       if psum[held[k]] == s)
+            if have >= need:
+                continue
+            missing[r, q] = need - have
+            holder[r, q] = next((pdev[p] for p in range(poff[a], poff[a + 1])
+                                 if psum[p] == s and pdev[p] != dev and overlap(want, pbox[p])), -1)
+    return missing, holder
+
+
+def partial_sum_costs_py(pbox, psum, pdev, poff, gbox, gsum, goff, dev_ptr, devs, row, rows, back, ring, pa, pb,
+                         pk, num_devices):
+    """``_reshard.partial_sum_costs`` in Python: per (producer layout, consumer layout, sum ratio k),
+    the slowest group's cost: a ring AllReduce when the producer pieces summed into the group sit on
+    exactly the group's devices (more than one), else their sends to the group's first device plus
+    ``back``."""
+    out = np.zeros(len(pa))
+    for n, (a, b, k) in enumerate(zip(pa, pb, pk)):
+        fwd = 0.0
+        for g in range(goff[b], goff[b + 1]):
+            box = [tuple(x) for x in gbox[g]]
+            pdevs = sorted({int(pdev[p]) for p in range(poff[a], poff[a + 1])
+                            if gsum[g] * k <= psum[p] < (gsum[g] + 1) * k and overlap(box, pbox[p])})
+            if pdevs == [int(d) for d in devs[dev_ptr[g]:dev_ptr[g + 1]]] and len(pdevs) > 1:
+                t = ring[g]
+            else:
+                t = seq_sum(rows[row[g], d] for d in pdevs) + back[g]
+            fwd = max(fwd, t)
+        out[n] = fwd
+    return out
