@@ -55,7 +55,7 @@ from flexrt.simulator.actions import (HOST, Backward, Buf, Forward, Loss, Move, 
                                       Update)
 from flexrt.simulator.engine import Engine
 from flexrt.strategy import Strategy
-from flexrt.simulator.task_graph import Access, Category, RegionRequirement, Task, TaskGraph, TaskKind
+from flexrt.simulator.task_graph import Access, Category, RegionRequirement, TaskGraph, TaskKind
 
 
 @dataclass
@@ -357,9 +357,6 @@ class Lowering:
                                 op_cost(attrs, ins, outs).activation_bytes)
         return self._times[key]
 
-    def _needs_grad(self, name: str, i: int, shape: TensorShape) -> bool:
-        return shape.dtype.is_floating and self.producer[(name, i)].op_type is not OpType.INPUT
-
     def _lower_op(self, name: str) -> None:
         owner = ("op", name)
         lay = self.layout(name)
@@ -404,7 +401,7 @@ class Lowering:
         gouts = tuple(Buf(("gout", name, k, p), dev, r[p].ranges, s.dtype.numpy_name)
                       for k, (r, s) in enumerate(zip(lay.output_regions, lay.output_shapes)))
         gins = tuple(Buf(("gin", name, i, p), dev, r[p].ranges, s.dtype.numpy_name)
-                     if self._needs_grad(name, i, s) else None
+                     if self.wiring.needs_grad(name, i) else None
                      for i, (r, s) in enumerate(zip(lay.operand_regions, lay.operand_shapes)))
         return (Forward(name, attrs, zeroed, operands, outputs),
                 Backward(name, attrs, zeroed, operands, outputs, gouts, gins))
@@ -432,7 +429,7 @@ class Lowering:
         for q, r in enumerate(P.output_regions[pref.index]):
             pieces[r.ranges][r.sum_index].append((r.copy_index, q, P.devices[q]))
         ends = _EdgeEnds(pref.name, pref.index, consumer, i, pfwd, pbwd, cfwd, cbwd,
-                         self._needs_grad(consumer, i, full), f"{pref.name}->{consumer}.in{i}")
+                         self.wiring.needs_grad(consumer, i), f"{pref.name}->{consumer}.in{i}")
         groups: dict = defaultdict(list)  # (box, consumer sum index) -> consumer pieces, when k > 1
         for p, region in enumerate(C.operand_regions[i]):
             want = _clip(region, full)

@@ -300,14 +300,12 @@ class TaskGraph:
         ids = np.array(self.ids(), dtype=np.int64)
         index = np.full(len(self.alive), -1, dtype=np.int64)
         index[ids] = np.arange(len(ids))
-        src, dst = self._edge_arrays()
-        s, d = index[src], index[dst]
-        order = np.lexsort((d, s))
+        src, dst = self._edge_arrays()  # sorted by (src, dst); the renumbering keeps that order
         indptr = np.zeros(len(ids) + 1, dtype=np.int64)
-        np.cumsum(np.bincount(s, minlength=len(ids)), out=indptr[1:])
+        np.cumsum(np.bincount(index[src], minlength=len(ids)), out=indptr[1:])
         return {"ids": ids, "device": np.frombuffer(self.device, dtype=np.int64)[ids].copy(),
                 "exe_s": np.frombuffer(self.exe, dtype=np.float64)[ids].copy(), "indptr": indptr,
-                "indices": d[order]}
+                "indices": index[dst]}
 
     def to_dot(self, limit: int = 5000) -> str:
         """Graphviz of the task graph (FlexFlow's --taskgraph); at most ``limit`` tasks."""
