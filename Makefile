@@ -61,7 +61,7 @@ clean:
 	rm -rf build *.egg-info .pytest_cache .hypothesis .benchmarks $(STAMP)
 	find flexrt kernels simulator search examples tests bench -name '__pycache__' -type d -prune -exec rm -rf {} + 2>/dev/null || true
 	find flexrt kernels simulator search -name '*.so' -delete 2>/dev/null || true
-	for f in $$(find flexrt kernels simulator search -name '*.pyx' 2>/dev/null); do rm -f "$${f%.pyx}.c"; done
+	for f in $$(find flexrt kernels simulator search -name '*.pyx' 2>/dev/null); do rm -f "$${f%.pyx}.c" "$${f%.pyx}.cpp"; done
 
 distclean: clean
 	rm -rf $(VENV)

@@ -26,6 +26,7 @@ packages += list(DATA_PACKAGES)
 extensions = [
     Extension("flexrt.ir._graph", ["flexrt/ir/_graph.pyx"]),
     Extension("flexrt.simulator._engine", ["simulator/_engine.pyx"]),
+    Extension("flexrt.simulator._graph_core", ["simulator/_graph_core.pyx"], language="c++"),
     Extension("flexrt.search.unity._reshard", ["search/unity/_reshard.pyx"]),
 ]
 

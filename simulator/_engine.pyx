@@ -516,6 +516,43 @@ cdef class Engine:
         if self._mark(y, READY):
             raise MemoryError("the simulation engine ran out of memory")
 
+    def apply_changes(self, changes) -> None:
+        """Apply a task graph's change set (``GraphCore.changes``): remove tasks, add the new ones
+        (ids must continue this engine's), add and remove edges between live tasks (a removed edge
+        this engine never had is ignored)."""
+        dead, first, dev, exe, prio, alive, (add_src, add_dst), (rm_src, rm_dst) = changes
+        cdef i64 t, i, e, x, y
+        if first != self.n:
+            raise GraphError(f"change set starts at task {first}; this engine holds {self.n} tasks")
+        for t in dead:
+            self._check_task(t)
+            if self._remove(t):
+                raise MemoryError("the simulation engine ran out of memory")
+        for i in range(len(dev)):
+            self.add_task(dev[i], exe[i], prio[i])
+        for i in range(len(dev)):
+            if not alive[i]:
+                self.remove_task(first + i)
+        cdef const i64[::1] a_s = np.ascontiguousarray(add_src, dtype=np.int64)
+        cdef const i64[::1] a_d = np.ascontiguousarray(add_dst, dtype=np.int64)
+        cdef const i64[::1] r_s = np.ascontiguousarray(rm_src, dtype=np.int64)
+        cdef const i64[::1] r_d = np.ascontiguousarray(rm_dst, dtype=np.int64)
+        for i in range(a_s.shape[0]):
+            x, y = a_s[i], a_d[i]
+            if not (0 <= x < self.n and 0 <= y < self.n and self.alive[x] and self.alive[y]) or x == y:
+                raise GraphError(f"change set: cannot add edge {x} -> {y}")
+            if self._find_edge(x, y) < 0 and (self._new_edge(x, y) or self._mark(y, READY)):
+                raise MemoryError("the simulation engine ran out of memory")
+        for i in range(r_s.shape[0]):
+            x, y = r_s[i], r_d[i]
+            if not (0 <= x < self.n and 0 <= y < self.n and self.alive[x] and self.alive[y]):
+                raise GraphError(f"change set: cannot remove edge {x} -> {y}")
+            e = self._find_edge(x, y)
+            if e >= 0:
+                self._drop_edge(e)
+                if self._mark(y, READY):
+                    raise MemoryError("the simulation engine ran out of memory")
+
     def has_edge(self, a, b) -> bool:
         return self._find_edge(self._check_task(a), self._check_task(b)) >= 0
 

@@ -240,6 +240,24 @@ class ReferenceEngine:
         self._edges -= 1
         self._mark(b, _READY)
 
+    def apply_changes(self, changes) -> None:
+        """Apply a task graph's change set (``GraphCore.changes``), as ``Engine.apply_changes``."""
+        dead, first, dev, exe, prio, alive, (add_src, add_dst), (rm_src, rm_dst) = changes
+        if first != len(self._alive):
+            raise GraphError(f"change set starts at task {first}; this engine holds {len(self._alive)} tasks")
+        for t in dead.tolist():
+            self.remove_task(t)
+        for d, x, p in zip(dev.tolist(), exe.tolist(), prio.tolist()):
+            self.add_task(d, x, p)
+        for i, ok in enumerate(alive.tolist()):
+            if not ok:
+                self.remove_task(first + i)
+        for a, b in zip(np.asarray(add_src).tolist(), np.asarray(add_dst).tolist()):
+            self.add_edge(a, b)
+        for a, b in zip(np.asarray(rm_src).tolist(), np.asarray(rm_dst).tolist()):
+            if self.has_edge(a, b):
+                self.remove_edge(a, b)
+
     def set_exe(self, tid: int, exe: float) -> None:
         t = self._check_task(tid)
         if (err := _exe_error(exe, f"task {t}")) is not None:
@@ -644,7 +662,9 @@ def checked_arrays(num_devices: int, device, exe, edge_src, edge_dst, priority=N
     if (bad := np.flatnonzero(src == dst)).size:
         raise GraphError(f"cycle: edge from task {src[bad[0]]} to itself")
     if src.size:
-        keys = np.unique(src * n + dst)  # sorted by source: successor lists stay contiguous
+        keys = src * n + dst  # sorted by source: successor lists stay contiguous
+        if keys.size > 1 and not (keys[1:] > keys[:-1]).all():
+            keys = np.unique(keys)
         src, dst = keys // n, keys % n
     return dev, x, src, dst, prio
 

@@ -36,8 +36,10 @@ Entry point: ``Lowering``.
 
 from __future__ import annotations
 
+import gc
 import math
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Optional
 
@@ -45,7 +47,7 @@ from flexrt.errors import StrategyError
 from flexrt.ir.costs import op_cost
 from flexrt.ir.op_type import OpType
 from flexrt.ir.ops import SoftmaxAttrs
-from flexrt.ir.parallel_axes import Region, axis_coordinates, plan_region, region_plan
+from flexrt.ir.parallel_axes import Region, axis_coordinates, plan_regions, region_plan
 from flexrt.ir.pcg import Node, TensorRef
 from flexrt.ir.registry import op_def
 from flexrt.ir.tensor_shape import TensorShape
@@ -55,15 +57,18 @@ from flexrt.simulator.actions import (HOST, Backward, Buf, Forward, Loss, Move, 
                                       Update)
 from flexrt.simulator.engine import Engine
 from flexrt.strategy import Strategy
-from flexrt.simulator.task_graph import Access, Category, RegionRequirement, TaskGraph, TaskKind
+from flexrt.simulator.task_graph import (CATEGORY_CODE, KIND_CODE, Access, Category, RegionRequirement, TaskGraph,
+                                         TaskKind)
+
+_MEMORY_CODE = {"weights": 0, "gradients": 1, "activations": 2}  # GraphCore's memory kinds
+_ACTIVATION = CATEGORY_CODE[Category.ACTIVATION]
 
 
-@dataclass
+@dataclass(eq=False)
 class Layout:
     """Where the pieces of a compute operator run and which region of each tensor each touches."""
 
     node: Node
-    coords: list
     degree: dict
     devices: list[int]
     operand_regions: list[list[Region]]
@@ -114,6 +119,30 @@ def _overlap(a, b):
     return box if all(lo < hi for lo, hi in box) else None
 
 
+def _piece_shapes(all_dims, dtype) -> tuple[list[TensorShape], list[int]]:
+    """A ``TensorShape`` per piece (one object per distinct shape), and each piece's distinct-shape index."""
+    made: dict = {}
+    for dims in all_dims:
+        if dims not in made:
+            made[dims] = len(made)
+    shapes = [TensorShape(dims, dtype) for dims in made]
+    codes = [made[dims] for dims in all_dims]
+    return [shapes[c] for c in codes], codes
+
+
+@contextmanager
+def _no_gc():
+    """Lowering makes many small acyclic objects: the cyclic collector's passes over them (and
+    everything else alive) only cost time, so it pauses while a graph is built."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _numel(box) -> int:
     return math.prod(hi - lo for lo, hi in box)
 
@@ -138,12 +167,11 @@ class Lowering:
         self.loss_output = loss_output
 
     def _fresh_graph(self) -> None:
-        self.graph = TaskGraph(self.machine.num_devices, len(self.machine.links), self.detail)
+        self.graph = TaskGraph(self.machine.num_devices, len(self.machine.links), self.detail, hops=self._hops)
         self.graph.link_types = [link.type.name for link in self.machine.links]
-        self.owned: dict[tuple, list[int]] = {}
-        self.owned_edges: dict[tuple, list[int]] = {}
-        self.op_tasks: dict[str, tuple[list[int], list[int]]] = {}
-        self.memory: dict[tuple, dict[int, dict[str, int]]] = {}
+        self.core = self.graph.core
+        self.oids: dict[tuple, int] = {}  # owner key -> the graph's owner id
+        self.op_tasks: dict[str, tuple[range, range]] = {}  # operator -> (forward ids, backward ids) by piece
         self.parts = self.graph.parts  # owner -> (buffer key, device, part)
         self._group_ids = 0
 
@@ -176,36 +204,49 @@ class Lowering:
             return hit
         node = self.wiring.nodes[name]
         axes, degree = shapes.axes, shapes.degree_map
-        coords = axis_coordinates(axes, degree)
         devices = list(view_devices(self.machine, view, tuple(d for _, d in shapes.degree)))
         if len(set(devices)) != len(devices):
             raise StrategyError(f"operator '{name}': its view {view} puts two pieces on one device")
+        count = len(devices)
         opdef = op_def(node.op_type)
         full = list(self.wiring.operand_full[name])
         nw = opdef.num_weights(node.attrs)
         data_full = full[:len(full) - nw]
         outs = list(self.wiring.output_full[name])
-        operand_regions, output_regions = [], []
+        names = [a.name for a in axes]
+        operand_regions, piece_ins, codes = [], [], []
         for i, s in enumerate(full):
-            plan = region_plan(axes, i, s.rank, False)
-            operand_regions.append([plan_region(plan, i, degree, c, s, opdef, node.attrs, data_full, outs[0])
-                                    for c in coords])
+            regions, dims = plan_regions(region_plan(axes, i, s.rank, False), i, names, degree, s, opdef, node.attrs,
+                                         data_full, outs[0], with_dims=True)
+            operand_regions.append(regions)
+            shapes, code = _piece_shapes(dims, s.dtype)
+            piece_ins.append(shapes)
+            codes.append(code)
+        output_regions, piece_outs = [], []
         for k, s in enumerate(outs):
-            plan = region_plan(axes, k, s.rank, True)
-            output_regions.append([plan_region(plan, k, degree, c, s) for c in coords])
+            regions, dims = plan_regions(region_plan(axes, k, s.rank, True), k, names, degree, s, with_dims=True)
+            output_regions.append(regions)
+            shapes, code = _piece_shapes(dims, s.dtype)
+            piece_outs.append(shapes)
+            codes.append(code)
         # operand pieces include their halo (padding outside the tensor counts: the kernel reads it)
-        piece_ins = [tuple(TensorShape(tuple(b - a for a, b in r[p].ranges), s.dtype)
-                           for r, s in zip(operand_regions, full)) for p in range(len(coords))]
-        piece_outs = [tuple(TensorShape(tuple(b - a for a, b in r[p].ranges), s.dtype)
-                            for r, s in zip(output_regions, outs)) for p in range(len(coords))]
+        piece_ins = list(zip(*piece_ins)) if full else [()] * count
+        piece_outs = list(zip(*piece_outs))
         # e.g. a conv piece runs without the padding its halo holds
-        piece_attrs = [opdef.piece_call(node.attrs, c, degree) if opdef.piece_call is not None
-                       else (node.attrs, frozenset()) for c in coords]
+        coords = axis_coordinates(axes, degree) if opdef.piece_call is not None else None
+        if coords is None:
+            piece_attrs = [(node.attrs, frozenset())] * count
+        else:
+            piece_attrs = [opdef.piece_call(node.attrs, c, degree) for c in coords]
+            seen: dict = {}
+            codes.append([seen.setdefault(a, len(seen)) for a, _ in piece_attrs])
+        # a class per distinct (attributes, operand shapes, output shapes)
         classes: dict = {}
-        piece_class = [classes.setdefault((piece_attrs[p][0], piece_ins[p], piece_outs[p]), len(classes))
-                       for p in range(len(coords))]
-        lay = Layout(node, coords, degree, devices, operand_regions, output_regions, full, outs,
-                     piece_ins, piece_outs, piece_attrs, piece_class, list(classes))
+        piece_class = [classes.setdefault(key, len(classes)) for key in zip(*codes)] if codes else [0] * count
+        first = {c: p for p, c in reversed(list(enumerate(piece_class)))}
+        classes = [(piece_attrs[first[c]][0], piece_ins[first[c]], piece_outs[first[c]]) for c in range(len(classes))]
+        lay = Layout(node, degree, devices, operand_regions, output_regions, full, outs,
+                     piece_ins, piece_outs, piece_attrs, piece_class, classes)
         if len(self._layouts) > 50_000:  # a long search visits many; keep memory bounded
             self._layouts.clear()
         self._layouts[lkey] = lay
@@ -221,43 +262,34 @@ class Lowering:
                                      + (owner[2] if kind == 1 else 0)) << 24
         return rank
 
+    def _oid(self, owner) -> int:
+        """The graph's id of an owner (its tasks' priorities start at the owner's rank)."""
+        oid = self.oids.get(owner)
+        if oid is None:
+            rank = self._ranks.get(owner)
+            oid = self.oids[owner] = self.graph.owner(owner, rank if rank is not None else self._rank(owner))
+        return oid
+
     def _task(self, owner, kind, device, exe, name, **kw) -> int:
         if not exe > 0:
             raise StrategyError(f"task {name} got a non-positive time {exe!r} from the cost model")
-        owned = self.owned.get(owner)
-        if owned is None:
-            owned = self.owned[owner] = []
-        rank = self._ranks.get(owner)
-        if rank is None:
-            rank = self._rank(owner)
-        tid = self.graph.add_task(kind, device, float(exe), rank + len(owned), owner, name, **kw)
-        owned.append(tid)
-        return tid
+        return self.graph.add_task(self._oid(owner), kind, device, float(exe), name, **kw)
 
     def _edge(self, owner, a: int, b: int) -> None:
-        owned = self.owned_edges.get(owner)
-        if owned is None:
-            owned = self.owned_edges[owner] = []
-        owned.append(self.graph.add_edge(a, b))
+        self.core.edge(self._oid(owner), a, b)
 
     def _edges(self, owner, before, after) -> None:
-        for a in before:
-            for b in after:
-                self._edge(owner, a, b)
+        self.core.fan(self._oid(owner), before, after)
 
     def _drop(self, owner) -> None:
-        graph = self.graph
-        for key in self.owned_edges.pop(owner, ()):
-            graph.remove_edge(key)
-        graph.remove(self.owned.pop(owner, ()))
-        self.memory.pop(owner, None)
-        self.parts.pop(owner, None)
+        oid = self.oids.get(owner)
+        if oid is not None:
+            self.graph.drop(oid)
         if owner[0] == "op":
             self.op_tasks.pop(owner[1], None)
 
     def _mem(self, owner, device: int, kind: str, num_bytes: int) -> None:
-        d = self.memory.setdefault(owner, {}).setdefault(device, {})
-        d[kind] = d.get(kind, 0) + num_bytes
+        self.core.memory(self._oid(owner), device, _MEMORY_CODE[kind], num_bytes)
 
     def _part(self, owner, key: tuple, device: int, src: tuple, src_device: int, box, add: bool = False) -> None:
         if not self.detail:
@@ -267,42 +299,40 @@ class Lowering:
     def _send(self, owner, src_key: tuple, src: int, dst: int, box, dtype, category: Category, name: str,
               before) -> tuple[list[int], tuple]:
         """Move ``box`` of buffer ``src_key`` on ``src`` to a new buffer on ``dst``; returns (hops, its key)."""
-        key = ("xfer", len(self.graph.xfer_bytes))  # the id of the transfer _transfer makes
+        key = ("xfer", self.core.num_transfers)  # the id of the transfer _transfer makes
         move = Move(src_key, src, Buf(key, dst, tuple(box), dtype.numpy_name)) if self.detail else None
         return self._transfer(owner, src, dst, _numel(box), dtype.size_bytes, category, name, before,
                               action=move), key
 
     def _transfer(self, owner, src: int, dst: int, elements: int, itemsize: int, category: Category, name: str,
-                  before, regions=(), action=None) -> list[int]:
+                  before, regions=(), action=None) -> range:
         """One transfer src -> dst: a task per hop, all starting after ``before``; returns the hops. The
         first hop carries the data movement (``action``); the others hold their links."""
-        num_bytes = elements * itemsize
-        steps = self._hops(src, dst, num_bytes)
-        xid = self.graph.add_transfer(elements, num_bytes, category)
-        hops = []
-        detail = self.detail
-        for j, (device, exe, link_name) in enumerate(steps):
-            t = self._task(owner, TaskKind.TRANSFER, device, exe, f"{name} hop {j} {link_name}" if detail else None,
-                           transfer=xid, regions=regions if j == 0 else (), action=action if j == 0 else None)
-            for a in before:
-                self._edge(owner, a, t)
-            hops.append(t)
+        first = self.core.transfer(self._oid(owner), src, dst, elements, itemsize, CATEGORY_CODE[category], before)
+        hops = self.core.hops(first)
+        if self.detail:
+            self._name_hops(hops, name, regions, action)
         return hops
 
-    def _hops(self, src: int, dst: int, num_bytes: int) -> list[tuple[int, float, str]]:
-        """(engine device, time, link type) of each hop of a transfer; transfers of one size recur."""
+    def _name_hops(self, hops, name: str, regions=(), action=None) -> None:
+        types = self.graph.link_types
+        for j, t in enumerate(hops):
+            link_type = types[self.graph.core.row(t)[1] - self.num_compute]
+            self.graph.annotate(t, f"{name} hop {j} {link_type}", "", -1, regions if j == 0 else (),
+                                action if j == 0 else None)
+
+    def _hops(self, src: int, dst: int, num_bytes: int) -> tuple[tuple[int, ...], tuple[float, ...]]:
+        """(engine devices, times) of the hops of a transfer; transfers of one size recur."""
         key = (src, dst, num_bytes)
         hit = self._routes.get(key)
         if hit is None:
             route = self.machine.route(src, dst)
             if not route:
                 raise StrategyError(f"no route from device {src} to device {dst}")
-            latency = sum(self.machine.links[l].latency_s for l in route)
-            hit = []
-            for l in route:
-                link = self.machine.links[l]
-                hit.append((self.num_compute + l, self.cost.transfer_time(link, num_bytes) - link.latency_s + latency,
-                            link.type.name))
+            links = self.machine.links
+            latency = sum(links[l].latency_s for l in route)
+            hit = (tuple(self.num_compute + l for l in route),
+                   tuple(self.cost.transfer_time(links[l], num_bytes) - links[l].latency_s + latency for l in route))
             if len(self._routes) > 200_000:
                 self._routes.clear()
             self._routes[key] = hit
@@ -331,22 +361,26 @@ class Lowering:
         n = len(devices)
         elements = _numel(box)
         key = ("ring", self._new_group())
-        group = RingGroup(key[1], tuple(Buf(key, d, tuple(box), dtype.numpy_name) for d in devices)) \
-            if self.detail else None
-        total = 2 * (n - 1) * elements
-        done = []
-        for i in range(n):
-            j = (i + 1) % n
-            share = total // n + (1 if i < total % n else 0)
-            hops = self._transfer(owner, devices[i], devices[j], share, dtype.size_bytes, category,
-                                  f"{name} ring {i}->{j}", ready[i] + ready[j],
-                                  action=RingStep(group, i) if group is not None else None)
-            done.append((j, hops))
-        out: list[list[int]] = [[] for _ in devices]
-        for j, hops in done:
-            adds = TensorShape((max(1, (n - 1) * elements // n),), dtype)
-            out[j] = [self._reduce(owner, devices[j], adds, 2, f"{name} ring sum @{devices[j]}", hops)]
-        return out, key
+        adds = TensorShape((max(1, (n - 1) * elements // n),), dtype)
+        times: dict = {}
+        reduce_exe = []
+        for d in devices:
+            spec = self._spec(d)
+            x = times.get(spec.name)
+            if x is None:
+                x = times[spec.name] = self.cost.reduce_time(adds, 2, spec)
+                if not x > 0:
+                    raise StrategyError(f"{name}: the cost model gave a non-positive reduce time {x!r}")
+            reduce_exe.append(x)
+        done, firsts = self.core.ring(self._oid(owner), devices, ready, elements, dtype.size_bytes,
+                                      CATEGORY_CODE[category], reduce_exe)
+        if self.detail:
+            group = RingGroup(key[1], tuple(Buf(key, d, tuple(box), dtype.numpy_name) for d in devices))
+            for i in range(n):
+                j = (i + 1) % n
+                self._name_hops(self.core.hops(firsts[i]), f"{name} ring {i}->{j}", (), RingStep(group, i))
+                self.graph.annotate(done[j], f"{name} ring sum @{devices[j]}")
+        return [[t] for t in done], key
 
     # ---- owners -----------------------------------------------------------------------------
     def _op_time(self, attrs, ins, outs, device: int):
@@ -357,31 +391,34 @@ class Lowering:
                                 op_cost(attrs, ins, outs).activation_bytes)
         return self._times[key]
 
-    def _lower_op(self, name: str) -> None:
-        owner = ("op", name)
-        lay = self.layout(name)
-        fwd, bwd = [], []
+    def _piece_times(self, lay: Layout) -> tuple[list, list, list]:
+        """Per piece: forward time, backward time, activation bytes (pieces of one class on one device
+        kind are timed once)."""
         timed: dict = {}
+        fx, bx, act = [], [], []
         for p, dev in enumerate(lay.devices):
             tkey = (lay.piece_class[p], self._spec(dev).name)
             hit = timed.get(tkey)
             if hit is None:
-                hit = timed[tkey] = self._op_time(*lay.classes[lay.piece_class[p]], dev)
-            times, activation_bytes = hit
-            if self.detail:
-                fa, ba = self._piece_actions(name, lay, p, dev)
-                f = self._task(owner, TaskKind.FORWARD, dev, times.forward_s, f"fwd {name}[{p}]", node=name, piece=p,
-                               regions=self._piece_regions(lay, p, dev), action=fa)
-                b = self._task(owner, TaskKind.BACKWARD, dev, times.backward_s, f"bwd {name}[{p}]", node=name,
-                               piece=p, action=ba)
-            else:
-                f = self._task(owner, TaskKind.FORWARD, dev, times.forward_s, None)
-                b = self._task(owner, TaskKind.BACKWARD, dev, times.backward_s, None)
-            self._edge(owner, f, b)
-            fwd.append(f)
-            bwd.append(b)
-            self._mem(owner, dev, "activations", activation_bytes)
+                times, activation_bytes = self._op_time(*lay.classes[lay.piece_class[p]], dev)
+                hit = timed[tkey] = (float(times.forward_s), float(times.backward_s), activation_bytes)
+            fx.append(hit[0])
+            bx.append(hit[1])
+            act.append(hit[2])
+        return fx, bx, act
+
+    def _lower_op(self, name: str) -> None:
+        lay = self.layout(name)
+        fx, bx, act = self._piece_times(lay)
+        base = self.core.pieces(self._oid(("op", name)), lay.devices, fx, bx, act)
+        n = len(lay.devices)
+        fwd, bwd = range(base, base + 2 * n, 2), range(base + 1, base + 2 * n, 2)
         self.op_tasks[name] = (fwd, bwd)
+        if self.detail:
+            for p, dev in enumerate(lay.devices):
+                fa, ba = self._piece_actions(name, lay, p, dev)
+                self.graph.annotate(fwd[p], f"fwd {name}[{p}]", name, p, self._piece_regions(lay, p, dev), fa)
+                self.graph.annotate(bwd[p], f"bwd {name}[{p}]", name, p, (), ba)
 
     @staticmethod
     def _piece_regions(lay: Layout, p: int, dev: int) -> tuple:
@@ -431,6 +468,7 @@ class Lowering:
         ends = _EdgeEnds(pref.name, pref.index, consumer, i, pfwd, pbwd, cfwd, cbwd,
                          self.wiring.needs_grad(consumer, i), f"{pref.name}->{consumer}.in{i}")
         groups: dict = defaultdict(list)  # (box, consumer sum index) -> consumer pieces, when k > 1
+        moves: list = []  # (producer piece, its device, consumer piece, its device, box), when k == 1
         for p, region in enumerate(C.operand_regions[i]):
             want = _clip(region, full)
             dev = C.devices[p]
@@ -441,9 +479,11 @@ class Lowering:
                     continue
                 if k == 1:
                     q, qdev = self._replica(by_sum[region.sum_index], dev, region.copy_index)
-                    self._move(owner, ends, q, qdev, p, dev, box, dtype)
+                    moves.append((q, qdev, p, dev, box))
                 else:
                     groups[(box, region.sum_index)].append(p)
+        if moves:
+            self._moves(owner, ends, moves, dtype)
         for (box, s_c), ps in groups.items():
             partials = []
             for s in range(s_c * k, (s_c + 1) * k):
@@ -459,26 +499,32 @@ class Lowering:
         c, q, d = sorted(replicas)[copy_index % len(replicas)]
         return q, d
 
-    def _move(self, owner, e: "_EdgeEnds", q, qdev, p, pdev, box, dtype) -> None:
-        out, gout, opd, gin = e.out(q), e.gout(q), e.opd(p), e.gin(p)
-        if qdev == pdev:
-            self._edge(owner, e.pfwd[q], e.cfwd[p])
-            self._edge(owner, e.cbwd[p], e.pbwd[q])
-            self._part(owner, opd, pdev, out, qdev, box)
-            if e.grad:
-                self._part(owner, gout, qdev, gin, pdev, box, add=True)
+    def _moves(self, owner, e: "_EdgeEnds", moves: list, dtype) -> None:
+        """One-to-one moves producer piece q -> consumer piece p of ``box``: on one device only
+        dependencies; else a transfer forward and, for a gradient, one back."""
+        fwd_first, bwd_first = self.core.moves(
+            self._oid(owner), e.pfwd.start, e.cfwd.start, [m[0] for m in moves], [m[2] for m in moves],
+            [m[1] for m in moves], [m[3] for m in moves], [_numel(m[4]) for m in moves], dtype.size_bytes, e.grad)
+        if not self.detail:
             return
-        hops, xkey = self._send(owner, out, qdev, pdev, box, dtype, Category.ACTIVATION,
-                                f"xfer {e.label} [{q}]->[{p}]", [e.pfwd[q]])
-        self._edges(owner, hops, [e.cfwd[p]])
-        self._part(owner, opd, pdev, xkey, pdev, box)
-        if not e.grad:
-            self._edge(owner, e.cbwd[p], e.pbwd[q])
-            return
-        back, gkey = self._send(owner, gin, pdev, qdev, box, dtype, Category.ACTIVATION,
-                                f"grad {e.label} [{p}]->[{q}]", [e.cbwd[p]])
-        self._edges(owner, back, [e.pbwd[q]])
-        self._part(owner, gout, qdev, gkey, qdev, box, add=True)
+        np_dtype = dtype.numpy_name
+        for (q, qdev, p, pdev, box), fx, bx in zip(moves, fwd_first, bwd_first):
+            out, gout, opd, gin = e.out(q), e.gout(q), e.opd(p), e.gin(p)
+            if fx < 0:
+                self._part(owner, opd, pdev, out, qdev, box)
+                if e.grad:
+                    self._part(owner, gout, qdev, gin, pdev, box, add=True)
+                continue
+            hops = self.core.hops(fx)
+            xkey = ("xfer", self.core.row(fx)[4])
+            self._name_hops(hops, f"xfer {e.label} [{q}]->[{p}]", (), Move(out, qdev, Buf(xkey, pdev, tuple(box),
+                                                                                          np_dtype)))
+            self._part(owner, opd, pdev, xkey, pdev, box)
+            if bx >= 0:
+                gkey = ("xfer", self.core.row(bx)[4])
+                self._name_hops(self.core.hops(bx), f"grad {e.label} [{p}]->[{q}]", (),
+                                Move(gin, pdev, Buf(gkey, qdev, tuple(box), np_dtype)))
+                self._part(owner, gout, qdev, gkey, qdev, box, add=True)
 
     def _reduction(self, owner, e: "_EdgeEnds", box, dtype, partials, consumers, cdev) -> None:
         pdevs = [d for _, d in partials]
@@ -569,55 +615,76 @@ class Lowering:
         grad_deps: dict[tuple, list[int]] = defaultdict(list)  # (ranges, device) -> tasks
         grad_parts: dict[tuple, list[tuple[tuple, tuple]]] = defaultdict(list)  # (ranges, device) -> (key, box)
         instances = {(ranges, d) for ranges, reps in primary.items() for _, d in reps}
+        detail = self.detail
         for c, i in users:
             L = self.layout(c)
             cfwd, cbwd = self.op_tasks[c]
-            for p, r in enumerate(L.operand_regions[i]):
-                dev = L.devices[p]
-                opd, gin = ("opd", c, i, p), ("gin", c, i, p)
-                if (r.ranges, dev) in instances:
-                    self._part(owner, opd, dev, ("w", wname, r.ranges), dev, r.ranges)
-                    grad_deps[(r.ranges, dev)].append(cbwd[p])
-                    grad_parts[(r.ranges, dev)].append((gin, r.ranges))
+            for p, (r, dev) in enumerate(zip(L.operand_regions[i], L.devices)):
+                here = (r.ranges, dev)
+                if here in instances:
+                    grad_deps[here].append(cbwd[p])
+                    if detail:
+                        self._part(owner, ("opd", c, i, p), dev, ("w", wname, r.ranges), dev, r.ranges)
+                        grad_parts[here].append((("gin", c, i, p), r.ranges))
                     continue
-                for ranges, reps in primary.items():
-                    box = _overlap(r.ranges, ranges)
-                    if box is None:
-                        continue
-                    _, src = next(((cp, d) for cp, d in reps if d == dev), reps[r.copy_index % len(reps)])
-                    if src == dev:  # the instance on this device holds this part already
-                        self._part(owner, opd, dev, ("w", wname, ranges), dev, box)
-                        grad_deps[(ranges, src)].append(cbwd[p])
-                        grad_parts[(ranges, src)].append((gin, box))
-                        continue
-                    hops, xkey = self._send(owner, ("w", wname, ranges), src, dev, box, dtype, Category.WEIGHT_SYNC,
-                                            f"copy {wname} ->{c}[{p}]", [])
-                    self._edges(owner, hops, [cfwd[p]])
-                    self._part(owner, opd, dev, xkey, dev, box)
-                    back, gkey = self._send(owner, gin, dev, src, box, dtype, Category.WEIGHT_SYNC,
-                                            f"grad {wname} {c}[{p}]->", [cbwd[p]])
-                    grad_deps[(ranges, src)] += back
-                    grad_parts[(ranges, src)].append((gkey, box))
-                    self._mem(owner, dev, "weights", _numel(box) * dtype.size_bytes)
+                self._weight_copies(owner, wname, primary, c, i, p, r, dev, grad_deps, grad_parts)
+        oid = self._oid(owner)
         for ranges, reps in primary.items():
             piece = TensorShape(tuple(b - a for a, b in ranges), dtype)
             devices = [d for _, d in reps]
-            for d in devices:
-                self._mem(owner, d, "weights", piece.size_bytes)
-                self._mem(owner, d, "gradients", piece.size_bytes)
+            self.core.memory_each(oid, devices, _MEMORY_CODE["weights"], piece.size_bytes)
+            self.core.memory_each(oid, devices, _MEMORY_CODE["gradients"], piece.size_bytes)
             if len(devices) > 1:
                 done, gkey = self._allreduce(owner, devices, [grad_deps[(ranges, d)] for d in devices], ranges,
                                              dtype, Category.WEIGHT_SYNC, f"allreduce {wname}")
             else:
                 done, gkey = [grad_deps[(ranges, devices[0])]], ("wg", wname, ranges)
-            for d, deps in zip(devices, done):
+            times: dict = {}
+            for d in devices:
+                spec = self._spec(d)
+                if spec.name not in times:
+                    times[spec.name] = self.cost.update_time(piece, spec, self.optimizer)
+                    if not times[spec.name] > 0:
+                        raise StrategyError(f"update {wname}@{d}: the cost model gave a non-positive time "
+                                            f"{times[spec.name]!r}")
+            updates = self.core.after(oid, KIND_CODE[TaskKind.UPDATE], devices,
+                                      [times[self._spec(d).name] for d in devices], done)
+            if not detail:
+                continue
+            for d, u in zip(devices, updates):
                 for key, box in grad_parts[(ranges, d)]:
                     self._part(owner, gkey, d, key, d, box, add=True)
                 update = Update(Buf(("w", wname, ranges), d, ranges, np_dtype), Buf(gkey, d, ranges, np_dtype),
-                                gather_grad=len(devices) == 1) if self.detail else None
-                u = self._task(owner, TaskKind.UPDATE, d, self.cost.update_time(piece, self._spec(d), self.optimizer),
-                               f"update {wname}@{d}", node=wname, action=update)
-                self._edges(owner, deps, [u])
+                                gather_grad=len(devices) == 1)
+                self.graph.annotate(u, f"update {wname}@{d}", wname, -1, (), update)
+
+    def _weight_copies(self, owner, wname: str, primary: dict, c: str, i: int, p: int, r, dev: int, grad_deps: dict,
+                       grad_parts: dict) -> None:
+        """Piece ``p`` of consumer ``c`` needs its part of the weight where no instance is: read it
+        from an instance on its device, or copy it there and send the gradient back."""
+        wshape = self.wiring.weight_shape[wname]
+        dtype = wshape.dtype
+        cfwd, cbwd = self.op_tasks[c]
+        opd, gin = ("opd", c, i, p), ("gin", c, i, p)
+        for ranges, reps in primary.items():
+            box = _overlap(r.ranges, ranges)
+            if box is None:
+                continue
+            _, src = next(((cp, d) for cp, d in reps if d == dev), reps[r.copy_index % len(reps)])
+            if src == dev:  # the instance on this device holds this part already
+                self._part(owner, opd, dev, ("w", wname, ranges), dev, box)
+                grad_deps[(ranges, src)].append(cbwd[p])
+                grad_parts[(ranges, src)].append((gin, box))
+                continue
+            hops, xkey = self._send(owner, ("w", wname, ranges), src, dev, box, dtype, Category.WEIGHT_SYNC,
+                                    f"copy {wname} ->{c}[{p}]", [])
+            self._edges(owner, hops, [cfwd[p]])
+            self._part(owner, opd, dev, xkey, dev, box)
+            back, gkey = self._send(owner, gin, dev, src, box, dtype, Category.WEIGHT_SYNC,
+                                    f"grad {wname} {c}[{p}]->", [cbwd[p]])
+            grad_deps[(ranges, src)] += back
+            grad_parts[(ranges, src)].append((gkey, box))
+            self._mem(owner, dev, "weights", _numel(box) * dtype.size_bytes)
 
     def _loss_time(self, piece: TensorShape, device: int) -> float:
         """A loss piece is timed as the forward and backward of a softmax over it: the same passes
@@ -688,11 +755,12 @@ class Lowering:
     # ---- building ---------------------------------------------------------------------------
     def build(self, strategy: Strategy) -> None:
         """Lower the whole strategy into a new task graph and build the engine from it."""
-        self._fresh_graph()
-        self._set_strategy(strategy)
-        self._describe_graph()
-        self._lower_owners(self._all_owners())
-        self.engine = self.graph.engine(self.engine_cls)
+        with _no_gc():
+            self._fresh_graph()
+            self._set_strategy(strategy)
+            self._describe_graph()
+            self._lower_owners(self._all_owners())
+            self.engine = self.graph.engine(self.engine_cls)
 
     def _describe_graph(self) -> None:
         self.graph.inputs = dict(self.wiring.inputs)
@@ -748,9 +816,4 @@ class Lowering:
         self.graph.sync(self.engine)
 
     def memory_by_device(self) -> dict[int, dict[str, int]]:
-        total: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-        for per in self.memory.values():
-            for dev, kinds in per.items():
-                for kind, b in kinds.items():
-                    total[dev][kind] += b
-        return {d: dict(v) for d, v in total.items()}
+        return self.graph.memory_by_device()

@@ -106,7 +106,7 @@ class Simulator:
     def schedule(self) -> Schedule:
         """The predicted order of the last simulated task graph (what the runtime follows)."""
         ids, _, _, start, end = self.lowering.engine.timeline()
-        prio = np.frombuffer(self.lowering.graph.priority, dtype=np.int64)[ids]
+        prio = self.lowering.graph.columns()["priority"][ids]
         order = np.lexsort((ids, prio, start))
         return Schedule(tuple(int(t) for t in ids[order]), start[order], end[order])
 
@@ -117,10 +117,9 @@ class Simulator:
         low, machine = self.lowering, self.machine
         ids, device, ready, start, end = low.engine.timeline()
         g = low.graph
-        live = np.frombuffer(bytes(g.alive), dtype=np.uint8).astype(bool)
-        exe = np.frombuffer(g.exe, dtype=np.float64)
-        devs = np.frombuffer(g.device, dtype=np.int64)
-        xfer = live & (np.frombuffer(g.kind, dtype=np.int8) == TRANSFER_CODE)
+        col = g.columns()
+        live, exe, devs = col["alive"], col["exe"], col["device"]
+        xfer = live & (col["kind"] == TRANSFER_CODE)
         comp = live & ~xfer
         compute = float(np.sum(exe[comp])) if comp.any() else 0.0
         comm = float(np.sum(exe[xfer])) if xfer.any() else 0.0
@@ -132,15 +131,15 @@ class Simulator:
         moved_b: dict[str, int] = defaultdict(int)
         link_bytes: dict[str, int] = defaultdict(int)
         hop_ids = np.flatnonzero(xfer)
-        trans = np.frombuffer(g.transfer, dtype=np.int64)[hop_ids]
-        xbytes = np.frombuffer(g.xfer_bytes, dtype=np.int64)
+        trans = col["transfer"][hop_ids]
+        xbytes = col["xfer_bytes"]
         per_link = np.bincount(devs[hop_ids] - g.num_compute_devices, weights=xbytes[trans],
                                minlength=g.num_links).astype(np.int64)
         for l in np.flatnonzero(per_link).tolist():
             link_bytes[g.link_types[l]] += int(per_link[l])
         moved = np.unique(trans)  # each transfer once, however many hops
-        cats = np.frombuffer(g.xfer_category, dtype=np.int8)[moved]
-        xelem = np.frombuffer(g.xfer_elements, dtype=np.int64)[moved]
+        cats = col["xfer_category"][moved]
+        xelem = col["xfer_elements"][moved]
         for c in np.unique(cats).tolist():
             sel = cats == c
             moved_e[CATEGORIES[c].value] += int(xelem[sel].sum())

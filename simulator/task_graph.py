@@ -16,13 +16,13 @@ Entry points: ``Task``, ``TaskKind``, ``Category``, ``RegionRequirement``, ``Tas
 from __future__ import annotations
 
 import enum
-from array import array
 from dataclasses import dataclass
 
 import numpy as np
 
 from flexrt.ir.parallel_axes import Region
 from flexrt.ir.pcg import TensorRef
+from flexrt.simulator._graph_core import MEMORY_KINDS as _MEMORY_KINDS, GraphCore
 
 
 class TaskKind(enum.Enum):
@@ -77,16 +77,20 @@ class Task:
     action: object = None          # what the runtime does (``flexrt.simulator.actions``); None: holds its device only
 
 
+def _no_hops(src, dst, num_bytes):
+    raise ValueError("this task graph was made without a route function (hops=)")
+
+
 _KINDS = tuple(TaskKind)
 _KIND_CODE = {k: i for i, k in enumerate(_KINDS)}
+KIND_CODE = _KIND_CODE        # TaskKind -> the core's code
 CATEGORIES = tuple(Category)
 _CATEGORY_CODE = {c: i for i, c in enumerate(CATEGORIES)}
+CATEGORY_CODE = _CATEGORY_CODE  # Category -> the core's code
 TRANSFER_CODE = _KIND_CODE[TaskKind.TRANSFER]
 
 
-def edge_key(a: int, b: int) -> int:
-    """One int per edge a -> b (task ids stay below 2**32)."""
-    return (a << 32) | b
+MEMORY_KINDS = _MEMORY_KINDS  # memory record kinds, by code
 
 
 class _TaskView:
@@ -99,13 +103,13 @@ class _TaskView:
         return self._g.task(tid)
 
     def __contains__(self, tid) -> bool:
-        return 0 <= tid < len(self._g.alive) and bool(self._g.alive[tid])
+        return self._g.core.is_alive(tid)
 
     def __iter__(self):
         return iter(self._g.ids())
 
     def __len__(self) -> int:
-        return self._g.live
+        return len(self._g)
 
     def keys(self):
         return self._g.ids()
@@ -120,43 +124,33 @@ class _TaskView:
 class TaskGraph:
     """The tasks of one lowered iteration as a struct of arrays, with their dependencies.
 
-    Per task (by id; ids count up and are never reused, so an incremental update keeps the others):
-    kind, device, exe time, priority (the simulator's tie-break), owner, data-movement category,
-    elements and bytes moved, and the transfer its hop belongs to. With ``detail`` (what the runtime
-    and traces need) also its name, operator, piece, regions and action. Dependencies are a set of
-    edges with a count of the owners that need each (``add_edge``/``remove_edge``). The engine is built
-    from the graph (``engine``) and kept in step by the change set since then (``sync``). The runtime
-    reads ``parts`` (the pieces that assemble each buffer), ``inputs``, ``weight_shapes`` and
+    The columns live in a compiled core (``core``: ``simulator/_graph_core.pyx``): per task (by id;
+    ids count up and are never reused, so an incremental update keeps the others) its kind, device,
+    exe time, priority (the simulator's tie-break), owner, and the transfer its hop belongs to; per
+    transfer its elements, bytes and data-movement category. Every task, dependency and memory
+    record belongs to an owner (``owner``): ``drop`` removes an owner's work. Dependencies are counted
+    (two owners may need one). With ``detail`` (what the runtime and traces need) tasks also carry a
+    name, operator, piece, regions and action (``annotate``). The engine is built from the graph
+    (``engine``) and kept in step by the change set since then (``sync``). The runtime reads
+    ``parts`` (the pieces that assemble each buffer), ``inputs``, ``weight_shapes`` and
     ``loss_node`` from here too, so the graph is all it needs.
+
+    ``hops(src, dst, num_bytes)`` gives the engine devices and times of a transfer's hops.
     """
 
-    def __init__(self, num_compute_devices: int, num_links: int, detail: bool = True) -> None:
+    def __init__(self, num_compute_devices: int, num_links: int, detail: bool = True, hops=None) -> None:
         self.num_compute_devices = num_compute_devices
         self.num_links = num_links
         self.detail = detail
-        self.kind = array("b")
-        self.device = array("q")
-        self.exe = array("d")
-        self.priority = array("q")
-        self.transfer = array("q")       # the transfer a hop belongs to, -1 for computations
-        self.alive = bytearray()
-        self.xfer_elements = array("q")  # per transfer (by id): elements and bytes moved, category
-        self.xfer_bytes = array("q")
-        self.xfer_category = array("b")
-        self.owner: list = []
-        self.names: list = []
-        self.info: list = []   # per task with detail: (node, piece, regions, action)
-        self.edges: dict[int, int] = {}
-        self.live = 0
-        self.parts: dict = {}            # owner -> [(buffer key, device, Part)], with detail
+        self.core = GraphCore(num_compute_devices + num_links, hops if hops is not None else _no_hops)
+        self.owner_keys: list = []       # owner id -> its key (e.g. ("op", name))
+        self.names: dict[int, str] = {}  # with detail: task id -> name
+        self.info: dict[int, tuple] = {}  # with detail: task id -> (node, piece, regions, action)
+        self.parts: dict = {}            # owner key -> [(buffer key, device, Part)], with detail
         self.inputs: dict = {}           # model input name -> full TensorShape
         self.weight_shapes: dict = {}    # weight name -> TensorShape
         self.loss_node = None
         self.link_types: list[str] = [""] * num_links  # link id -> its type's name
-        self._synced = 0                 # tasks [0, _synced) are in the engine
-        self._tracking = False           # an engine exists: record changed edges
-        self._dead: list[int] = []       # removed since the last sync, below _synced
-        self._touched: set[int] = set()  # edge keys changed since the last sync
 
     @property
     def num_devices(self) -> int:
@@ -165,126 +159,88 @@ class TaskGraph:
     def is_link(self, device: int) -> bool:
         return device >= self.num_compute_devices
 
-    def add_transfer(self, elements: int, num_bytes: int, category: Category) -> int:
-        """A new transfer (its hops are tasks that name it); returns its id."""
-        self.xfer_elements.append(elements)
-        self.xfer_bytes.append(num_bytes)
-        self.xfer_category.append(_CATEGORY_CODE[category])
-        return len(self.xfer_bytes) - 1
+    def owner(self, key, rank: int) -> int:
+        """A new owner (``key`` names it, e.g. ``("op", name)``) whose tasks get priorities from ``rank``."""
+        oid = self.core.owner(rank)
+        self.owner_keys.append(key)
+        return oid
 
-    def add_task(self, kind: TaskKind, device: int, exe_s: float, priority: int, owner, name=None,
-                 transfer: int = -1, node: str = "", piece: int = -1, regions: tuple = (), action=None) -> int:
-        tid = len(self.kind)
-        self.kind.append(_KIND_CODE[kind])
-        self.device.append(device)
-        self.exe.append(exe_s)
-        self.priority.append(priority)
-        self.transfer.append(transfer)
-        self.alive.append(1)
-        self.owner.append(owner)
+    def drop(self, oid: int) -> None:
+        """Remove the owner's tasks, dependencies, memory records and parts."""
         if self.detail:
-            self.names.append(name)
-            self.info.append((node, piece, regions, action))
-        self.live += 1
+            for t in self.core.owner_tasks(oid):
+                self.names.pop(t, None)
+                self.info.pop(t, None)
+        self.core.drop(oid)
+        self.parts.pop(self.owner_keys[oid], None)
+
+    def add_task(self, oid: int, kind: TaskKind, device: int, exe_s: float, name=None, node: str = "",
+                 piece: int = -1, regions: tuple = (), action=None) -> int:
+        tid = self.core.task(oid, _KIND_CODE[kind], device, exe_s)
+        if self.detail:
+            self.annotate(tid, name, node, piece, regions, action)
         return tid
 
-    def add_edge(self, a: int, b: int) -> int:
-        """Count one more need of the edge a -> b; returns its key."""
-        key = (a << 32) | b
-        c = self.edges.get(key)
-        if c is None:
-            self.edges[key] = 1
-            if self._tracking:
-                self._touched.add(key)
-        else:
-            self.edges[key] = c + 1
-        return key
+    def annotate(self, tid: int, name: str, node: str = "", piece: int = -1, regions: tuple = (),
+                 action=None) -> None:
+        """The task's name, operator, piece, regions and action (with ``detail``)."""
+        self.names[tid] = name
+        self.info[tid] = (node, piece, regions, action)
 
-    def remove_edge(self, key: int) -> None:
-        """Count one need less of an edge (by key); it goes when none is left."""
-        c = self.edges.get(key)
-        if c is None:
-            return
-        if c == 1:
-            del self.edges[key]
-            self._touched.add(key)
-        else:
-            self.edges[key] = c - 1
-
-    def remove(self, ids) -> None:
-        for t in ids:
-            if self.alive[t]:
-                self.alive[t] = 0
-                self.live -= 1
-                if t < self._synced:
-                    self._dead.append(t)
+    def add_edge(self, oid: int, a: int, b: int) -> None:
+        self.core.edge(oid, a, b)
 
     def ids(self) -> list[int]:
-        return [t for t, a in enumerate(self.alive) if a]
+        return np.flatnonzero(self.core.columns()["alive"]).tolist()
+
+    def columns(self) -> dict:
+        """NumPy copies of the columns (see ``GraphCore.columns``)."""
+        return self.core.columns()
 
     def task(self, tid: int) -> Task:
-        if not (0 <= tid < len(self.alive) and self.alive[tid]):
+        if not self.core.is_alive(tid):
             raise KeyError(tid)
-        kind = _KINDS[self.kind[tid]]
-        d = self.device[tid]
+        kind, d, exe, _, x, _, oid = self.core.row(tid)
         link_type = self.link_types[d - self.num_compute_devices] if d >= self.num_compute_devices else ""
-        node, piece, regions, action = self.info[tid] if self.detail else ("", -1, (), None)
-        x = self.transfer[tid]
-        category, elements, num_bytes = (CATEGORIES[self.xfer_category[x]], self.xfer_elements[x],
-                                         self.xfer_bytes[x]) if x >= 0 else (Category.COMPUTE, 0, 0)
-        return Task(tid, kind, self.device[tid], self.exe[tid], self.names[tid] if self.detail else f"task {tid}",
-                    node=node, piece=piece, category=category, elements=elements, num_bytes=num_bytes,
-                    transfer=x, link_type=link_type, regions=regions, owner=self.owner[tid], action=action)
+        node, piece, regions, action = self.info.get(tid, ("", -1, (), None))
+        if x >= 0:
+            elements, num_bytes, cat = self.core.transfer_row(x)
+            category = CATEGORIES[cat]
+        else:
+            category, elements, num_bytes = Category.COMPUTE, 0, 0
+        return Task(tid, _KINDS[kind], d, exe, self.names.get(tid, f"task {tid}"), node=node, piece=piece,
+                    category=category, elements=elements, num_bytes=num_bytes, transfer=x, link_type=link_type,
+                    regions=regions, owner=self.owner_keys[oid], action=action)
 
     @property
     def tasks(self) -> _TaskView:
         return _TaskView(self)
 
     def __len__(self) -> int:
-        return self.live
+        return self.core.live
+
+    def memory_by_device(self) -> dict[int, dict[str, int]]:
+        """device -> memory kind ("weights", "gradients", "activations") -> bytes."""
+        return self.core.memory_by_device()
 
     # -- the engine ---------------------------------------------------------------------------------
     def _edge_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        keys = np.fromiter(self.edges.keys(), dtype=np.int64, count=len(self.edges))
-        src, dst = keys >> 32, keys & 0xFFFFFFFF
-        alive = np.frombuffer(bytes(self.alive), dtype=np.uint8).astype(bool)
-        ok = alive[src] & alive[dst]
-        order = np.lexsort((dst[ok], src[ok]))
-        return src[ok][order], dst[ok][order]
+        return self.core.edge_arrays()
 
     def engine(self, engine_cls):
         """A new engine holding this graph (every task must be alive: a fresh lowering)."""
-        if self.live != len(self.alive):
+        if self.core.live != self.core.size:
             raise ValueError("engine(): the graph has removed tasks; build it afresh")
-        src, dst = self._edge_arrays()
-        eng = engine_cls.from_arrays(self.num_devices, np.frombuffer(self.device, dtype=np.int64),
-                                     np.frombuffer(self.exe, dtype=np.float64), src, dst,
-                                     np.frombuffer(self.priority, dtype=np.int64))
-        self._synced, self._dead, self._touched = len(self.kind), [], set()
-        self._tracking = True
+        c = self.core.columns()
+        src, dst = self.core.edge_arrays()
+        eng = engine_cls.from_arrays(self.num_devices, c["device"], c["exe"], src, dst, c["priority"])
+        self.core.start_tracking()
         return eng
 
     def sync(self, eng) -> None:
         """Apply the changes since the engine was last in step: removed tasks, new tasks, and edges
         that appeared or went."""
-        for t in self._dead:
-            eng.remove_task(t)
-        for t in range(self._synced, len(self.kind)):
-            got = eng.add_task(self.device[t], self.exe[t], self.priority[t])
-            if got != t:
-                raise RuntimeError(f"engine and task graph disagree on task ids ({got} vs {t})")
-            if not self.alive[t]:
-                eng.remove_task(t)
-        alive = self.alive
-        for key in self._touched:
-            a, b = key >> 32, key & 0xFFFFFFFF
-            if not (alive[a] and alive[b]):
-                continue
-            if key in self.edges:
-                eng.add_edge(a, b)
-            elif eng.has_edge(a, b):
-                eng.remove_edge(a, b)
-        self._synced, self._dead, self._touched = len(self.kind), [], set()
+        eng.apply_changes(self.core.changes())
 
     # -- compact forms ------------------------------------------------------------------------------
     def successors(self) -> dict[int, list[int]]:
@@ -297,14 +253,14 @@ class TaskGraph:
 
     def csr(self) -> dict[str, np.ndarray]:
         """Compact arrays: task ids, devices, times, and successors in CSR form (ids sorted)."""
-        ids = np.array(self.ids(), dtype=np.int64)
-        index = np.full(len(self.alive), -1, dtype=np.int64)
+        c = self.core.columns()
+        ids = np.flatnonzero(c["alive"]).astype(np.int64)
+        index = np.full(len(c["alive"]), -1, dtype=np.int64)
         index[ids] = np.arange(len(ids))
         src, dst = self._edge_arrays()  # sorted by (src, dst); the renumbering keeps that order
         indptr = np.zeros(len(ids) + 1, dtype=np.int64)
         np.cumsum(np.bincount(index[src], minlength=len(ids)), out=indptr[1:])
-        return {"ids": ids, "device": np.frombuffer(self.device, dtype=np.int64)[ids].copy(),
-                "exe_s": np.frombuffer(self.exe, dtype=np.float64)[ids].copy(), "indptr": indptr,
+        return {"ids": ids, "device": c["device"][ids], "exe_s": c["exe"][ids], "indptr": indptr,
                 "indices": index[dst]}
 
     def to_dot(self, limit: int = 5000) -> str:

@@ -226,6 +226,57 @@ def plan_region(plan, idx: int, degree, coords, shape: TensorShape, opdef: OpDef
     return Region(tuple(ranges), _index(sum_names, degree, coords), _index(copy_names, degree, coords))
 
 
+def plan_regions(plan, idx: int, names: Sequence[str], degree, shape: TensorShape, opdef: OpDef | None = None,
+                 attrs=None, data_shapes=None, out_shape=None, with_dims: bool = False):
+    """``plan_region`` for every piece at once, in the order of ``axis_coordinates`` over ``names``
+    (the operator's axis names): each dimension's ranges (halos included) are worked out once per
+    index along it, not once per piece. With ``with_dims``, returns (regions, each region's dims)."""
+    dims, sum_names, copy_names = plan
+    count = math.prod(degree[n] for n in names)
+    stride, s = {}, 1
+    for n in reversed(names):
+        stride[n] = s
+        s *= degree[n]
+    pieces = range(count)
+
+    def index(covering) -> list[int]:
+        if not covering:
+            return [0] * count
+        if len(covering) == 1:
+            n = covering[0]
+            st, dg = stride[n], degree[n]
+            return [(p // st) % dg for p in pieces]
+        out = [0] * count
+        for n in covering:  # mixed radix, first axis most significant
+            st, dg = stride[n], degree[n]
+            out = [o * dg + (p // st) % dg for o, p in zip(out, pieces)]
+        return out
+
+    per_dim, lengths = [], []
+    for d, ((covering, halo, out_dim), size) in enumerate(zip(dims, shape.dims)):
+        deg = math.prod(degree[n] for n in covering)
+        if deg == 1:
+            per_dim.append([(0, size)] * count)
+            lengths.append([size] * count)
+            continue
+        if halo:
+            osize = out_shape.dims[out_dim]
+            table = [opdef.halo(attrs, idx, d, data_shapes, (i * (osize // deg), (i + 1) * (osize // deg)))
+                     for i in range(deg)]
+        else:
+            table = [(i * (size // deg), (i + 1) * (size // deg)) for i in range(deg)]
+        at = index(covering)
+        per_dim.append([table[i] for i in at])
+        if with_dims:
+            widths = [hi - lo for lo, hi in table]
+            lengths.append([widths[i] for i in at])
+    ranges = list(zip(*per_dim)) if per_dim else [()] * count
+    regions = [Region(r, si, ci) for r, si, ci in zip(ranges, index(sum_names), index(copy_names))]
+    if with_dims:
+        return regions, (list(zip(*lengths)) if lengths else [()] * count)
+    return regions
+
+
 def validate_axes(opdef: OpDef, attrs, data_shapes: Sequence[TensorShape]) -> None:
     """Check an operator's axis list itself: every axis touches every operand and every output."""
     axes = opdef.parallel_axes(attrs, data_shapes)

@@ -1,0 +1,410 @@
+# distutils: language = c++
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""The task graph's storage and its hot emission loops, compiled (private; ``TaskGraph`` wraps it).
+
+Tasks are columns (kind, device, exe time, priority, transfer, alive, owner) in C++ vectors; ids
+count up and are never reused. Every task, dependency and memory record belongs to an owner (an
+int handed out by ``owner``); ``drop`` removes all of an owner's work, so that an incremental
+update re-emits only what it touches. Dependencies are counted (two owners may need one edge): an
+edge exists while its count is positive. Changes since the engine was last in step are tracked and
+applied to it in one call (``sync``).
+
+The bulk methods emit what lowering would emit task by task, in the same order (priorities are the
+owner's rank plus the task's index within its owner, so the order is part of the result):
+``pieces`` (a compute operator's forward and backward per piece), ``transfer`` (one task per hop
+of a route), ``ring`` (a ring AllReduce), ``moves`` (an operand edge's one-to-one moves).
+"""
+
+from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
+from libcpp.unordered_map cimport unordered_map
+from libcpp.unordered_set cimport unordered_set
+from libcpp.vector cimport vector
+from cython.operator cimport dereference as deref, preincrement as inc
+
+import numpy as np
+
+ctypedef int64_t i64
+
+# task kinds (the order of ``TaskKind``) and memory kinds
+cdef enum:
+    FORWARD = 0
+    BACKWARD = 1
+    UPDATE = 2
+    REDUCE = 3
+    LOSS = 4
+    TRANSFER = 5
+
+MEMORY_KINDS = ("weights", "gradients", "activations")
+
+
+cdef inline i64 ekey(i64 a, i64 b) noexcept nogil:
+    return (a << 32) | b
+
+
+cdef class GraphCore:
+    """Columns of the tasks, counted dependencies, owners, memory records and the change set."""
+
+    cdef vector[int8_t] kind_
+    cdef vector[i64] dev_
+    cdef vector[double] exe_
+    cdef vector[i64] prio_
+    cdef vector[i64] xfer_
+    cdef vector[uint8_t] alive_
+    cdef vector[int32_t] owner_
+    cdef vector[i64] xel_, xby_, xfirst_, xhops_
+    cdef vector[int8_t] xcat_
+    cdef unordered_map[i64, int32_t] edges_
+    cdef vector[vector[i64]] otasks, oedges, omem
+    cdef vector[i64] orank
+    cdef readonly i64 live
+    cdef readonly i64 num_devices
+    cdef i64 synced
+    cdef bint tracking
+    cdef vector[i64] dead
+    cdef unordered_set[i64] touched
+    cdef object hop_fn
+    cdef readonly i64 last_transfer
+
+    def __cinit__(self, i64 num_devices, hop_fn):
+        """``hop_fn(src, dst, num_bytes)`` -> (engine devices, times) of each hop of that transfer."""
+        self.num_devices = num_devices
+        self.hop_fn = hop_fn
+        self.live = 0
+        self.synced = 0
+        self.tracking = False
+        self.last_transfer = -1
+
+    # -- owners ----------------------------------------------------------------------------------
+    def owner(self, i64 rank) -> int:
+        """A new owner whose tasks get priorities ``rank``, ``rank + 1``, ... in emission order."""
+        self.otasks.push_back(vector[i64]())
+        self.oedges.push_back(vector[i64]())
+        self.omem.push_back(vector[i64]())
+        self.orank.push_back(rank)
+        return self.orank.size() - 1
+
+    def drop(self, int oid) -> None:
+        """Remove every task, dependency and memory record of owner ``oid`` (which stays usable)."""
+        cdef i64 t, key
+        cdef vector[i64]* ts = &self.otasks[oid]
+        cdef vector[i64]* es = &self.oedges[oid]
+        cdef unordered_map[i64, int32_t].iterator it
+        for key in deref(es):
+            it = self.edges_.find(key)
+            if it == self.edges_.end():
+                continue
+            if deref(it).second == 1:
+                self.edges_.erase(it)
+                self.touched.insert(key)
+            else:
+                self.edges_[key] = deref(it).second - 1
+        es.clear()
+        for t in deref(ts):
+            if self.alive_[t]:
+                self.alive_[t] = 0
+                self.live -= 1
+                if t < self.synced:
+                    self.dead.push_back(t)
+        ts.clear()
+        self.omem[oid].clear()
+
+    def owner_tasks(self, int oid) -> list:
+        return [t for t in self.otasks[oid]]
+
+    # -- emission ----------------------------------------------------------------------------------
+    cpdef i64 task(self, int oid, int kind, i64 device, double exe) except -1:
+        """Append a task of owner ``oid``; returns its id."""
+        if not exe > 0:
+            from flexrt.errors import StrategyError
+            raise StrategyError(f"a task on device {device} got a non-positive time {exe!r} from the cost model")
+        return self._task(oid, kind, device, exe, -1)
+
+    cdef inline i64 _task(self, int oid, int kind, i64 device, double exe, i64 xid) noexcept:
+        cdef i64 t = self.kind_.size()
+        cdef vector[i64]* ts = &self.otasks[oid]
+        self.kind_.push_back(kind)
+        self.dev_.push_back(device)
+        self.exe_.push_back(exe)
+        self.prio_.push_back(self.orank[oid] + <i64>ts.size())
+        self.xfer_.push_back(xid)
+        self.alive_.push_back(1)
+        self.owner_.push_back(oid)
+        ts.push_back(t)
+        self.live += 1
+        return t
+
+    cpdef void edge(self, int oid, i64 a, i64 b) noexcept:
+        """Count one more need (by ``oid``) of the dependency a -> b."""
+        cdef i64 key = ekey(a, b)
+        cdef unordered_map[i64, int32_t].iterator it = self.edges_.find(key)
+        if it == self.edges_.end():
+            self.edges_[key] = 1
+            if self.tracking:
+                self.touched.insert(key)
+        else:
+            self.edges_[key] = deref(it).second + 1
+        self.oedges[oid].push_back(key)
+
+    def fan(self, int oid, before, after) -> None:
+        """Every a in ``before`` -> every b in ``after``."""
+        cdef i64 a, b
+        for a in before:
+            for b in after:
+                self.edge(oid, a, b)
+
+    def memory(self, int oid, i64 device, int kind, i64 num_bytes) -> None:
+        """Record ``num_bytes`` of memory kind ``kind`` (index in ``MEMORY_KINDS``) on ``device``."""
+        self._mem(oid, device, kind, num_bytes)
+
+    def memory_each(self, int oid, devices, int kind, i64 num_bytes) -> None:
+        """``memory`` on each of ``devices``."""
+        cdef i64 d
+        for d in devices:
+            self._mem(oid, d, kind, num_bytes)
+
+    def after(self, int oid, int kind, devices, exe, deps) -> list:
+        """Per i a task on ``devices[i]`` taking ``exe[i]``, after every task in ``deps[i]``; their ids."""
+        cdef i64 i, t, a
+        out = []
+        for i in range(len(devices)):
+            t = self.task(oid, kind, devices[i], exe[i])
+            for a in deps[i]:
+                self.edge(oid, a, t)
+            out.append(t)
+        return out
+
+    cdef inline void _mem(self, int oid, i64 device, int kind, i64 num_bytes) noexcept:
+        cdef vector[i64]* m = &self.omem[oid]
+        m.push_back(device)
+        m.push_back(kind)
+        m.push_back(num_bytes)
+
+    cpdef i64 transfer(self, int oid, i64 src, i64 dst, i64 elements, i64 itemsize, int category,
+                       before) except -1:
+        """One transfer src -> dst: a task per hop, all after ``before``; returns the first hop's id
+        (the hops are consecutive ids; ``last_transfer`` is the transfer's id)."""
+        cdef i64 nbytes = elements * itemsize
+        devs, times = self.hop_fn(src, dst, nbytes)
+        cdef i64 xid = self.xby_.size(), first = self.kind_.size(), t, a, j, nh = len(devs)
+        self.xel_.push_back(elements)
+        self.xby_.push_back(nbytes)
+        self.xcat_.push_back(category)
+        self.xfirst_.push_back(first)
+        self.xhops_.push_back(nh)
+        self.last_transfer = xid
+        for j in range(nh):
+            t = self._task(oid, TRANSFER, devs[j], times[j], xid)
+            for a in before:
+                self.edge(oid, a, t)
+        return first
+
+    cdef inline void _hops_to(self, int oid, i64 first, i64 b) noexcept:
+        cdef i64 j
+        for j in range(self.xhops_[self.xfer_[first]]):
+            self.edge(oid, first + j, b)
+
+    def hops(self, i64 first) -> range:
+        """The ids of the hops of the transfer whose first hop is ``first``."""
+        return range(first, first + self.xhops_[self.xfer_[first]])
+
+    def pieces(self, int oid, devices, fwd_exe, bwd_exe, act_bytes) -> int:
+        """A compute operator: per piece p a forward (id base + 2p) and a backward (base + 2p + 1) on
+        ``devices[p]``, the backward after the forward, and its activations recorded; returns base."""
+        cdef i64 base = self.kind_.size(), p, f, n = len(devices), d
+        cdef double fx, bx
+        for p in range(n):
+            fx, bx, d = fwd_exe[p], bwd_exe[p], devices[p]
+            if not (fx > 0 and bx > 0):
+                from flexrt.errors import StrategyError
+                raise StrategyError(f"a piece on device {d} got a non-positive time ({fx!r}, {bx!r}) "
+                                    f"from the cost model")
+            f = self._task(oid, FORWARD, d, fx, -1)
+            self._task(oid, BACKWARD, d, bx, -1)
+            self.edge(oid, f, f + 1)
+            self._mem(oid, d, 2, act_bytes[p])
+        return base
+
+    def ring(self, int oid, devices, ready, i64 elements, i64 itemsize, int category, reduce_exe):
+        """Ring AllReduce of ``elements`` over ``devices``: member i sends 2(n-1)/n of the data to
+        i + 1 after ``ready[i]`` and ``ready[i + 1]``, then member i + 1 sums (``reduce_exe``).
+        Returns (per member the task after which it holds the sum, per member its send's first hop)."""
+        cdef i64 n = len(devices), total = 2 * (n - 1) * elements, i, j, share, first, r
+        firsts = [0] * n
+        done = [0] * n
+        cdef list receivers = []
+        for i in range(n):
+            j = (i + 1) % n
+            share = total // n + (1 if i < total % n else 0)
+            first = self.transfer(oid, devices[i], devices[j], share, itemsize, category, list(ready[i]) + list(ready[j]))
+            firsts[i] = first
+            receivers.append((j, first))
+        for j, first in receivers:
+            r = self.task(oid, REDUCE, devices[j], reduce_exe[j])
+            self._hops_to(oid, first, r)
+            done[j] = r
+        return done, firsts
+
+    def moves(self, int oid, i64 pbase, i64 cbase, qs, ps, qdevs, pdevs, elements, i64 itemsize, bint grad):
+        """One-to-one moves of an operand edge, producer piece ``qs[m]`` -> consumer piece ``ps[m]``
+        (ids of pieces as ``pieces`` lays them out from ``pbase`` / ``cbase``): on one device only
+        dependencies; else a transfer forward and, for a gradient, one back. Returns per move the
+        first hops of the forward and backward transfers (-1 where none), as two lists."""
+        cdef i64 m, n = len(qs), q, p, qd, pd, pf, pb, cf, cb, fx, bx
+        fwd_first = [-1] * n
+        bwd_first = [-1] * n
+        for m in range(n):
+            q, p, qd, pd = qs[m], ps[m], qdevs[m], pdevs[m]
+            pf, pb, cf, cb = pbase + 2 * q, pbase + 2 * q + 1, cbase + 2 * p, cbase + 2 * p + 1
+            if qd == pd:
+                self.edge(oid, pf, cf)
+                self.edge(oid, cb, pb)
+                continue
+            fx = self.transfer(oid, qd, pd, elements[m], itemsize, 1, (pf,))
+            self._hops_to(oid, fx, cf)
+            fwd_first[m] = fx
+            if not grad:
+                self.edge(oid, cb, pb)
+                continue
+            bx = self.transfer(oid, pd, qd, elements[m], itemsize, 1, (cb,))
+            self._hops_to(oid, bx, pb)
+            bwd_first[m] = bx
+        return fwd_first, bwd_first
+
+    # -- reading ---------------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self.live
+
+    @property
+    def size(self) -> int:
+        """Tasks ever added (live or not)."""
+        return self.kind_.size()
+
+    @property
+    def num_transfers(self) -> int:
+        return self.xby_.size()
+
+    @property
+    def num_edges(self) -> int:
+        return self.edges_.size()
+
+    def columns(self) -> dict:
+        """Copies of the columns as NumPy arrays (per task, and per transfer)."""
+        cdef i64 n = self.kind_.size(), x = self.xby_.size(), i
+        kind = np.empty(n, dtype=np.int8)
+        dev = np.empty(n, dtype=np.int64)
+        exe = np.empty(n, dtype=np.float64)
+        prio = np.empty(n, dtype=np.int64)
+        xfer = np.empty(n, dtype=np.int64)
+        alive = np.empty(n, dtype=np.bool_)
+        owner = np.empty(n, dtype=np.int32)
+        cdef int8_t[::1] k_ = kind
+        cdef i64[::1] d_ = dev, p_ = prio, x_ = xfer
+        cdef double[::1] e_ = exe
+        cdef uint8_t[::1] a_ = alive.view(np.uint8)
+        cdef int32_t[::1] o_ = owner
+        for i in range(n):
+            k_[i] = self.kind_[i]
+            d_[i] = self.dev_[i]
+            e_[i] = self.exe_[i]
+            p_[i] = self.prio_[i]
+            x_[i] = self.xfer_[i]
+            a_[i] = self.alive_[i]
+            o_[i] = self.owner_[i]
+        xel = np.empty(x, dtype=np.int64)
+        xby = np.empty(x, dtype=np.int64)
+        xcat = np.empty(x, dtype=np.int8)
+        cdef i64[::1] xe_ = xel, xb_ = xby
+        cdef int8_t[::1] xc_ = xcat
+        for i in range(x):
+            xe_[i] = self.xel_[i]
+            xb_[i] = self.xby_[i]
+            xc_[i] = self.xcat_[i]
+        return {"kind": kind, "device": dev, "exe": exe, "priority": prio, "transfer": xfer, "alive": alive,
+                "owner": owner, "xfer_elements": xel, "xfer_bytes": xby, "xfer_category": xcat}
+
+    def row(self, i64 t) -> tuple:
+        """(kind, device, exe, priority, transfer, alive, owner) of task ``t``."""
+        if not 0 <= t < <i64>self.kind_.size():
+            raise KeyError(t)
+        return (self.kind_[t], self.dev_[t], self.exe_[t], self.prio_[t], self.xfer_[t], bool(self.alive_[t]),
+                self.owner_[t])
+
+    def transfer_row(self, i64 x) -> tuple:
+        """(elements, bytes, category) of transfer ``x``."""
+        return self.xel_[x], self.xby_[x], self.xcat_[x]
+
+    def is_alive(self, i64 t) -> bool:
+        return 0 <= t < <i64>self.kind_.size() and self.alive_[t] == 1
+
+    def has_edge(self, i64 a, i64 b) -> bool:
+        return self.edges_.count(ekey(a, b)) > 0
+
+    def edge_count(self, i64 a, i64 b) -> int:
+        cdef unordered_map[i64, int32_t].iterator it = self.edges_.find(ekey(a, b))
+        return 0 if it == self.edges_.end() else deref(it).second
+
+    def edge_arrays(self):
+        """(src, dst) of the dependencies between live tasks, sorted by (src, dst)."""
+        cdef i64 m = self.edges_.size(), k = 0, key, a, b
+        keys = np.empty(m, dtype=np.int64)
+        cdef i64[::1] k_ = keys
+        cdef unordered_map[i64, int32_t].iterator it = self.edges_.begin()
+        while it != self.edges_.end():
+            key = deref(it).first
+            a, b = key >> 32, key & 0xFFFFFFFF
+            if self.alive_[a] and self.alive_[b]:
+                k_[k] = key
+                k += 1
+            inc(it)
+        keys = np.sort(keys[:k])  # the key orders by (src, dst)
+        return keys >> 32, keys & 0xFFFFFFFF
+
+    def memory_by_device(self) -> dict:
+        """device -> memory kind -> bytes, over every owner's records."""
+        cdef dict total = {}
+        cdef i64 o, i
+        cdef vector[i64]* m
+        for o in range(<i64>self.omem.size()):
+            m = &self.omem[o]
+            for i in range(0, <i64>m.size(), 3):
+                per = total.get(deref(m)[i])
+                if per is None:
+                    per = total[deref(m)[i]] = {}
+                kind = MEMORY_KINDS[deref(m)[i + 1]]
+                per[kind] = per.get(kind, 0) + deref(m)[i + 2]
+        return total
+
+    # -- the engine ------------------------------------------------------------------------------------
+    def start_tracking(self) -> None:
+        """An engine now holds every task: record changes from here on."""
+        self.synced = self.kind_.size()
+        self.dead.clear()
+        self.touched.clear()
+        self.tracking = True
+
+    def changes(self):
+        """The change set since the engine was last in step, and mark it applied: (removed task ids,
+        first new id, new tasks' devices, exe, priorities and liveness, added edges (src, dst),
+        removed edges (src, dst)). Edges are listed only between live tasks (the engine drops the
+        edges of removed tasks itself); a removed edge may be one the engine never got."""
+        cdef i64 first = self.synced, n = self.kind_.size(), t, key, a, b
+        dead = np.array([t for t in self.dead], dtype=np.int64)
+        dev = np.array([self.dev_[t] for t in range(first, n)], dtype=np.int64)
+        exe = np.array([self.exe_[t] for t in range(first, n)], dtype=np.float64)
+        prio = np.array([self.prio_[t] for t in range(first, n)], dtype=np.int64)
+        alive = np.array([self.alive_[t] for t in range(first, n)], dtype=np.bool_)
+        add, rm = [], []
+        cdef unordered_set[i64].iterator it = self.touched.begin()
+        while it != self.touched.end():
+            key = deref(it)
+            a, b = key >> 32, key & 0xFFFFFFFF
+            if self.alive_[a] and self.alive_[b]:
+                (add if self.edges_.count(key) else rm).append(key)
+            inc(it)
+        add_k = np.sort(np.array(add, dtype=np.int64))
+        rm_k = np.sort(np.array(rm, dtype=np.int64))
+        self.synced = n
+        self.dead.clear()
+        self.touched.clear()
+        return (dead, first, dev, exe, prio, alive, (add_k >> 32, add_k & 0xFFFFFFFF),
+                (rm_k >> 32, rm_k & 0xFFFFFFFF))
