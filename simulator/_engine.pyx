@@ -528,8 +528,21 @@ cdef class Engine:
             self._check_task(t)
             if self._remove(t):
                 raise MemoryError("the simulation engine ran out of memory")
-        for i in range(len(dev)):
-            self.add_task(dev[i], exe[i], prio[i])
+        cdef const i64[::1] n_d = np.ascontiguousarray(dev, dtype=np.int64)
+        cdef const double[::1] n_x = np.ascontiguousarray(exe, dtype=np.float64)
+        cdef const i64[::1] n_p = np.ascontiguousarray(prio, dtype=np.int64)
+        if n_d.shape[0] and (np.min(dev) < 0 or np.max(dev) >= self.num_devices
+                             or not np.all(np.isfinite(exe) & (np.asarray(exe) > 0))):
+            raise GraphError("change set: a new task has a device out of range or a non-positive exe")
+        if self._reserve_tasks(self.n + n_d.shape[0]):
+            raise MemoryError("the simulation engine ran out of memory")
+        for i in range(n_d.shape[0]):
+            t = self.n
+            self._init_task(t, n_d[i], n_x[i], n_p[i])
+            self.n += 1
+            self.live += 1
+            if self._mark(t, FRESH | LINK):
+                raise MemoryError("the simulation engine ran out of memory")
         for i in range(len(dev)):
             if not alive[i]:
                 self.remove_task(first + i)

@@ -387,22 +387,37 @@ cdef class GraphCore:
         first new id, new tasks' devices, exe, priorities and liveness, added edges (src, dst),
         removed edges (src, dst)). Edges are listed only between live tasks (the engine drops the
         edges of removed tasks itself); a removed edge may be one the engine never got."""
-        cdef i64 first = self.synced, n = self.kind_.size(), t, key, a, b
+        cdef i64 first = self.synced, n = self.kind_.size(), t, key, a, b, na = 0, nr = 0
         dead = np.array([t for t in self.dead], dtype=np.int64)
-        dev = np.array([self.dev_[t] for t in range(first, n)], dtype=np.int64)
-        exe = np.array([self.exe_[t] for t in range(first, n)], dtype=np.float64)
-        prio = np.array([self.prio_[t] for t in range(first, n)], dtype=np.int64)
-        alive = np.array([self.alive_[t] for t in range(first, n)], dtype=np.bool_)
-        add, rm = [], []
+        dev = np.empty(n - first, dtype=np.int64)
+        exe = np.empty(n - first, dtype=np.float64)
+        prio = np.empty(n - first, dtype=np.int64)
+        alive = np.empty(n - first, dtype=np.bool_)
+        cdef i64[::1] d_ = dev, p_ = prio
+        cdef double[::1] e_ = exe
+        cdef uint8_t[::1] a_ = alive.view(np.uint8)
+        for t in range(first, n):
+            d_[t - first] = self.dev_[t]
+            e_[t - first] = self.exe_[t]
+            p_[t - first] = self.prio_[t]
+            a_[t - first] = self.alive_[t]
+        add = np.empty(self.touched.size(), dtype=np.int64)
+        rm = np.empty(self.touched.size(), dtype=np.int64)
+        cdef i64[::1] ad_ = add, rm_ = rm
         cdef unordered_set[i64].iterator it = self.touched.begin()
         while it != self.touched.end():
             key = deref(it)
             a, b = key >> 32, key & 0xFFFFFFFF
             if self.alive_[a] and self.alive_[b]:
-                (add if self.edges_.count(key) else rm).append(key)
+                if self.edges_.count(key):
+                    ad_[na] = key
+                    na += 1
+                else:
+                    rm_[nr] = key
+                    nr += 1
             inc(it)
-        add_k = np.sort(np.array(add, dtype=np.int64))
-        rm_k = np.sort(np.array(rm, dtype=np.int64))
+        add_k = np.sort(add[:na])
+        rm_k = np.sort(rm[:nr])
         self.synced = n
         self.dead.clear()
         self.touched.clear()

@@ -37,7 +37,6 @@ Entry point: ``Lowering``.
 from __future__ import annotations
 
 import gc
-import math
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -47,39 +46,21 @@ from flexrt.errors import StrategyError
 from flexrt.ir.costs import op_cost
 from flexrt.ir.op_type import OpType
 from flexrt.ir.ops import SoftmaxAttrs
-from flexrt.ir.parallel_axes import Region, axis_coordinates, plan_regions, region_plan
-from flexrt.ir.pcg import Node, TensorRef
+from flexrt.ir.pcg import TensorRef
 from flexrt.ir.registry import op_def
 from flexrt.ir.tensor_shape import TensorShape
 from flexrt.machine import Machine
-from flexrt.machine.views import view_devices
 from flexrt.simulator.actions import (HOST, Backward, Buf, Forward, Loss, Move, Part, RingGroup, RingStep, Sum,
                                       Update)
 from flexrt.simulator.engine import Engine
 from flexrt.strategy import Strategy
+from flexrt.strategy.layout import Layouts, OperatorLayout
+from flexrt.strategy.reshard import Reshards, clip, numel, overlap
 from flexrt.simulator.task_graph import (CATEGORY_CODE, KIND_CODE, Access, Category, RegionRequirement, TaskGraph,
                                          TaskKind)
 
 _MEMORY_CODE = {"weights": 0, "gradients": 1, "activations": 2}  # GraphCore's memory kinds
 _ACTIVATION = CATEGORY_CODE[Category.ACTIVATION]
-
-
-@dataclass(eq=False)
-class Layout:
-    """Where the pieces of a compute operator run and which region of each tensor each touches."""
-
-    node: Node
-    degree: dict
-    devices: list[int]
-    operand_regions: list[list[Region]]
-    output_regions: list[list[Region]]
-    operand_shapes: list[TensorShape]
-    output_shapes: list[TensorShape]
-    piece_ins: list          # per piece: operand piece shapes (halo included)
-    piece_outs: list         # per piece: output piece shapes
-    piece_attrs: list        # per piece: (attributes it runs with, operands it zeroes)
-    piece_class: list        # per piece: index of its (attributes, operand and output shapes) in ``classes``
-    classes: list            # the distinct (attributes, operand shapes, output shapes) of the pieces
 
 
 @dataclass
@@ -110,26 +91,6 @@ class _EdgeEnds:
         return ("gin", self.cname, self.i, p)
 
 
-def _clip(region: Region, shape: TensorShape) -> tuple[tuple[int, int], ...]:
-    return tuple((max(a, 0), min(b, n)) for (a, b), n in zip(region.ranges, shape.dims))
-
-
-def _overlap(a, b):
-    box = tuple((max(x0, y0), min(x1, y1)) for (x0, x1), (y0, y1) in zip(a, b))
-    return box if all(lo < hi for lo, hi in box) else None
-
-
-def _piece_shapes(all_dims, dtype) -> tuple[list[TensorShape], list[int]]:
-    """A ``TensorShape`` per piece (one object per distinct shape), and each piece's distinct-shape index."""
-    made: dict = {}
-    for dims in all_dims:
-        if dims not in made:
-            made[dims] = len(made)
-    shapes = [TensorShape(dims, dtype) for dims in made]
-    codes = [made[dims] for dims in all_dims]
-    return [shapes[c] for c in codes], codes
-
-
 @contextmanager
 def _no_gc():
     """Lowering makes many small acyclic objects: the cyclic collector's passes over them (and
@@ -141,10 +102,6 @@ def _no_gc():
     finally:
         if enabled:
             gc.enable()
-
-
-def _numel(box) -> int:
-    return math.prod(hi - lo for lo, hi in box)
 
 
 class Lowering:
@@ -182,7 +139,8 @@ class Lowering:
         if wiring is getattr(self, "wiring", None):
             return  # one model: producers, consumers and ranks stay
         self.wiring = wiring
-        self._layouts: dict[tuple, Layout] = {}  # (name, shapes, view) -> layout
+        self._layouts = Layouts(self.machine, wiring)
+        self._reshards = Reshards()
         self._ranks = {}
         self.position = wiring.position
         self.consumers = wiring.consumers
@@ -196,61 +154,8 @@ class Lowering:
         else:
             self.loss_node = sinks[-1] if sinks else None
 
-    def layout(self, name: str) -> Layout:
-        shapes, view = self.strategy.shapes(name), self.strategy.view(name)
-        lkey = (name, shapes, view)
-        hit = self._layouts.get(lkey)
-        if hit is not None:
-            return hit
-        node = self.wiring.nodes[name]
-        axes, degree = shapes.axes, shapes.degree_map
-        devices = list(view_devices(self.machine, view, tuple(d for _, d in shapes.degree)))
-        if len(set(devices)) != len(devices):
-            raise StrategyError(f"operator '{name}': its view {view} puts two pieces on one device")
-        count = len(devices)
-        opdef = op_def(node.op_type)
-        full = list(self.wiring.operand_full[name])
-        nw = opdef.num_weights(node.attrs)
-        data_full = full[:len(full) - nw]
-        outs = list(self.wiring.output_full[name])
-        names = [a.name for a in axes]
-        operand_regions, piece_ins, codes = [], [], []
-        for i, s in enumerate(full):
-            regions, dims = plan_regions(region_plan(axes, i, s.rank, False), i, names, degree, s, opdef, node.attrs,
-                                         data_full, outs[0], with_dims=True)
-            operand_regions.append(regions)
-            shapes, code = _piece_shapes(dims, s.dtype)
-            piece_ins.append(shapes)
-            codes.append(code)
-        output_regions, piece_outs = [], []
-        for k, s in enumerate(outs):
-            regions, dims = plan_regions(region_plan(axes, k, s.rank, True), k, names, degree, s, with_dims=True)
-            output_regions.append(regions)
-            shapes, code = _piece_shapes(dims, s.dtype)
-            piece_outs.append(shapes)
-            codes.append(code)
-        # operand pieces include their halo (padding outside the tensor counts: the kernel reads it)
-        piece_ins = list(zip(*piece_ins)) if full else [()] * count
-        piece_outs = list(zip(*piece_outs))
-        # e.g. a conv piece runs without the padding its halo holds
-        coords = axis_coordinates(axes, degree) if opdef.piece_call is not None else None
-        if coords is None:
-            piece_attrs = [(node.attrs, frozenset())] * count
-        else:
-            piece_attrs = [opdef.piece_call(node.attrs, c, degree) for c in coords]
-            seen: dict = {}
-            codes.append([seen.setdefault(a, len(seen)) for a, _ in piece_attrs])
-        # a class per distinct (attributes, operand shapes, output shapes)
-        classes: dict = {}
-        piece_class = [classes.setdefault(key, len(classes)) for key in zip(*codes)] if codes else [0] * count
-        first = {c: p for p, c in reversed(list(enumerate(piece_class)))}
-        classes = [(piece_attrs[first[c]][0], piece_ins[first[c]], piece_outs[first[c]]) for c in range(len(classes))]
-        lay = Layout(node, degree, devices, operand_regions, output_regions, full, outs,
-                     piece_ins, piece_outs, piece_attrs, piece_class, classes)
-        if len(self._layouts) > 50_000:  # a long search visits many; keep memory bounded
-            self._layouts.clear()
-        self._layouts[lkey] = lay
-        return lay
+    def layout(self, name: str) -> OperatorLayout:
+        return self._layouts.get(name, self.strategy.shapes(name), self.strategy.view(name))
 
     # ---- task and edge bookkeeping --------------------------------------------------------
     def _rank(self, owner) -> int:
@@ -301,7 +206,7 @@ class Lowering:
         """Move ``box`` of buffer ``src_key`` on ``src`` to a new buffer on ``dst``; returns (hops, its key)."""
         key = ("xfer", self.core.num_transfers)  # the id of the transfer _transfer makes
         move = Move(src_key, src, Buf(key, dst, tuple(box), dtype.numpy_name)) if self.detail else None
-        return self._transfer(owner, src, dst, _numel(box), dtype.size_bytes, category, name, before,
+        return self._transfer(owner, src, dst, numel(box), dtype.size_bytes, category, name, before,
                               action=move), key
 
     def _transfer(self, owner, src: int, dst: int, elements: int, itemsize: int, category: Category, name: str,
@@ -359,7 +264,7 @@ class Lowering:
         caller adds the parts each member contributes; the runtime runs the ring as one collective
         once every member's transfer is ready."""
         n = len(devices)
-        elements = _numel(box)
+        elements = numel(box)
         key = ("ring", self._new_group())
         adds = TensorShape((max(1, (n - 1) * elements // n),), dtype)
         times: dict = {}
@@ -391,7 +296,7 @@ class Lowering:
                                 op_cost(attrs, ins, outs).activation_bytes)
         return self._times[key]
 
-    def _piece_times(self, lay: Layout) -> tuple[list, list, list]:
+    def _piece_times(self, lay: OperatorLayout) -> tuple[list, list, list]:
         """Per piece: forward time, backward time, activation bytes (pieces of one class on one device
         kind are timed once)."""
         timed: dict = {}
@@ -421,13 +326,13 @@ class Lowering:
                 self.graph.annotate(bwd[p], f"bwd {name}[{p}]", name, p, (), ba)
 
     @staticmethod
-    def _piece_regions(lay: Layout, p: int, dev: int) -> tuple:
+    def _piece_regions(lay: OperatorLayout, p: int, dev: int) -> tuple:
         node = lay.node
         return tuple(RegionRequirement(ref, r[p], Access.READ, dev) for ref, r in
                      zip(node.inputs, lay.operand_regions)) + tuple(
             RegionRequirement(TensorRef(node.id, k), r[p], Access.WRITE, dev) for k, r in enumerate(lay.output_regions))
 
-    def _piece_actions(self, name: str, lay: Layout, p: int, dev: int) -> tuple[Forward, Backward]:
+    def _piece_actions(self, name: str, lay: OperatorLayout, p: int, dev: int) -> tuple[Forward, Backward]:
         """What the runtime does for piece ``p``: the buffers its forward and backward read and write."""
         attrs, zeroed = lay.piece_attrs[p]
         fill = float(op_def(lay.node.op_type).halo_fill(lay.node.attrs))
@@ -451,7 +356,7 @@ class Lowering:
         if pref.op_type is OpType.INPUT:  # the data loader puts each piece's rows in place: no transfer
             for p, region in enumerate(C.operand_regions[i]):
                 self._part(owner, ("opd", consumer, i, p), C.devices[p], ("input", pref.name), HOST,
-                           _clip(region, full))
+                           clip(region, full))
             return
         if pref.op_type is OpType.WEIGHT:
             return  # weights belong to their weight owner
@@ -461,50 +366,20 @@ class Lowering:
         dtype = full.dtype
         k = self.strategy.shapes(pref.name).outputs[pref.index].sum_degree // \
             self.strategy.shapes(consumer).operands[i].sum_degree
-        # producer pieces: shard box -> sum index -> [(copy index, piece, device)]
-        pieces: dict = defaultdict(lambda: defaultdict(list))
-        for q, r in enumerate(P.output_regions[pref.index]):
-            pieces[r.ranges][r.sum_index].append((r.copy_index, q, P.devices[q]))
+        plan = self._reshards.get(P, pref.index, C, i, k)
         ends = _EdgeEnds(pref.name, pref.index, consumer, i, pfwd, pbwd, cfwd, cbwd,
                          self.wiring.needs_grad(consumer, i), f"{pref.name}->{consumer}.in{i}")
-        groups: dict = defaultdict(list)  # (box, consumer sum index) -> consumer pieces, when k > 1
-        moves: list = []  # (producer piece, its device, consumer piece, its device, box), when k == 1
-        for p, region in enumerate(C.operand_regions[i]):
-            want = _clip(region, full)
-            dev = C.devices[p]
-            exact = pieces.get(want)  # the common case: the same cut on both sides
-            for ranges, by_sum in ([(want, exact)] if exact is not None else pieces.items()):
-                box = _overlap(want, ranges) if exact is None else want
-                if box is None:
-                    continue
-                if k == 1:
-                    q, qdev = self._replica(by_sum[region.sum_index], dev, region.copy_index)
-                    moves.append((q, qdev, p, dev, box))
-                else:
-                    groups[(box, region.sum_index)].append(p)
-        if moves:
-            self._moves(owner, ends, moves, dtype)
-        for (box, s_c), ps in groups.items():
-            partials = []
-            for s in range(s_c * k, (s_c + 1) * k):
-                ranges = next(r for r in pieces if _overlap(box, r))
-                partials.append(self._replica(pieces[ranges][s], C.devices[ps[0]], 0))
-            self._reduction(owner, ends, box, dtype, partials, ps, C.devices)
-
-    @staticmethod
-    def _replica(replicas, device: int, copy_index: int):
-        for c, q, d in replicas:
-            if d == device:
-                return q, d
-        c, q, d = sorted(replicas)[copy_index % len(replicas)]
-        return q, d
+        if plan.moves:
+            self._moves(owner, ends, plan.moves, dtype)
+        for box, partials, ps in plan.reductions:
+            self._reduction(owner, ends, box, dtype, list(partials), list(ps), C.devices)
 
     def _moves(self, owner, e: "_EdgeEnds", moves: list, dtype) -> None:
         """One-to-one moves producer piece q -> consumer piece p of ``box``: on one device only
         dependencies; else a transfer forward and, for a gradient, one back."""
         fwd_first, bwd_first = self.core.moves(
             self._oid(owner), e.pfwd.start, e.cfwd.start, [m[0] for m in moves], [m[2] for m in moves],
-            [m[1] for m in moves], [m[3] for m in moves], [_numel(m[4]) for m in moves], dtype.size_bytes, e.grad)
+            [m[1] for m in moves], [m[3] for m in moves], [numel(m[4]) for m in moves], dtype.size_bytes, e.grad)
         if not self.detail:
             return
         np_dtype = dtype.numpy_name
@@ -667,7 +542,7 @@ class Lowering:
         cfwd, cbwd = self.op_tasks[c]
         opd, gin = ("opd", c, i, p), ("gin", c, i, p)
         for ranges, reps in primary.items():
-            box = _overlap(r.ranges, ranges)
+            box = overlap(r.ranges, ranges)
             if box is None:
                 continue
             _, src = next(((cp, d) for cp, d in reps if d == dev), reps[r.copy_index % len(reps)])
@@ -684,7 +559,7 @@ class Lowering:
                                     f"grad {wname} {c}[{p}]->", [cbwd[p]])
             grad_deps[(ranges, src)] += back
             grad_parts[(ranges, src)].append((gkey, box))
-            self._mem(owner, dev, "weights", _numel(box) * dtype.size_bytes)
+            self._mem(owner, dev, "weights", numel(box) * dtype.size_bytes)
 
     def _loss_time(self, piece: TensorShape, device: int) -> float:
         """A loss piece is timed as the forward and backward of a softmax over it: the same passes

@@ -1,0 +1,136 @@
+"""Where the pieces of a compute operator run and which region of each tensor each touches.
+
+``OperatorLayout`` is one value per (operator, configuration, view): the axes' degrees, the device
+of each piece, the region of each operand and output each piece reads or writes (halos included:
+a convolution piece reads the rows around its own), piece shapes, the attributes each piece runs
+with (``piece_call``: e.g. a convolution piece without the padding its halo holds) and the
+distinct (attributes, operand shapes, output shapes) classes of pieces, which cost models time
+once. Pieces are numbered in row-major order of the operator's axes, the order
+``axis_coordinates`` gives.
+
+``Layouts`` computes them for one machine and one model and keeps them: a search revisits the
+same configurations many times. ``ReshardPlan`` (``flexrt.strategy.reshard``) is built from two
+layouts.
+
+Entry points: ``OperatorLayout``, ``Layouts``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from flexrt.errors import StrategyError
+from flexrt.ir.parallel_axes import Region, axis_coordinates, plan_regions, region_plan
+from flexrt.ir.pcg import Node
+from flexrt.ir.registry import op_def
+from flexrt.ir.tensor_shape import TensorShape
+from flexrt.machine import Machine
+from flexrt.machine.views import MachineView, view_devices
+from flexrt.strategy.config import OpShapes, Wiring
+
+
+@dataclass(eq=False)
+class OperatorLayout:
+    """Where the pieces of a compute operator run and which region of each tensor each touches
+    (compared and hashed by identity: ``Layouts`` makes one per operator, configuration and view)."""
+
+    node: Node
+    degree: dict
+    devices: list[int]
+    operand_regions: list[list[Region]]
+    output_regions: list[list[Region]]
+    operand_shapes: list[TensorShape]
+    output_shapes: list[TensorShape]
+    piece_ins: list          # per piece: operand piece shapes (halo included)
+    piece_outs: list         # per piece: output piece shapes
+    piece_attrs: list        # per piece: (attributes it runs with, operands it zeroes)
+    piece_class: list        # per piece: index of its (attributes, operand and output shapes) in ``classes``
+    classes: list            # the distinct (attributes, operand shapes, output shapes) of the pieces
+
+    @property
+    def num_pieces(self) -> int:
+        return len(self.devices)
+
+
+def _piece_shapes(all_dims, dtype) -> tuple[list[TensorShape], list[int]]:
+    """A ``TensorShape`` per piece (one object per distinct shape), and each piece's distinct-shape index."""
+    made: dict = {}
+    for dims in all_dims:
+        if dims not in made:
+            made[dims] = len(made)
+    shapes = [TensorShape(dims, dtype) for dims in made]
+    codes = [made[dims] for dims in all_dims]
+    return [shapes[c] for c in codes], codes
+
+
+def operator_layout(machine: Machine, wiring: Wiring, name: str, shapes: OpShapes,
+                    view: MachineView) -> OperatorLayout:
+    """The layout of compute operator ``name`` of ``wiring``'s model under ``shapes`` and ``view``."""
+    node = wiring.nodes[name]
+    axes, degree = shapes.axes, shapes.degree_map
+    devices = list(view_devices(machine, view, tuple(d for _, d in shapes.degree)))
+    if len(set(devices)) != len(devices):
+        raise StrategyError(f"operator '{name}': its view {view} puts two pieces on one device")
+    count = len(devices)
+    opdef = op_def(node.op_type)
+    full = list(wiring.operand_full[name])
+    data_full = full[:len(full) - opdef.num_weights(node.attrs)]
+    outs = list(wiring.output_full[name])
+    names = [a.name for a in axes]
+    codes: list[list[int]] = []  # per tensor, each piece's distinct-shape index
+
+    def regions_of(tensors, output: bool):
+        regions, piece_shapes = [], []
+        for i, s in enumerate(tensors):
+            plan = region_plan(axes, i, s.rank, output)
+            r, dims = (plan_regions(plan, i, names, degree, s, with_dims=True) if output else
+                       plan_regions(plan, i, names, degree, s, opdef, node.attrs, data_full, outs[0], with_dims=True))
+            regions.append(r)
+            ps, code = _piece_shapes(dims, s.dtype)
+            piece_shapes.append(ps)
+            codes.append(code)
+        return regions, piece_shapes
+
+    operand_regions, piece_ins = regions_of(full, False)
+    output_regions, piece_outs = regions_of(outs, True)
+    # operand pieces include their halo (padding outside the tensor counts: the kernel reads it)
+    piece_ins = list(zip(*piece_ins)) if full else [()] * count
+    piece_outs = list(zip(*piece_outs))
+    # e.g. a conv piece runs without the padding its halo holds
+    if opdef.piece_call is None:
+        piece_attrs = [(node.attrs, frozenset())] * count
+    else:
+        piece_attrs = [opdef.piece_call(node.attrs, c, degree) for c in axis_coordinates(axes, degree)]
+        seen: dict = {}
+        codes.append([seen.setdefault(a, len(seen)) for a, _ in piece_attrs])
+    # a class per distinct (attributes, operand shapes, output shapes)
+    index: dict = {}
+    piece_class = [index.setdefault(key, len(index)) for key in zip(*codes)] if codes else [0] * count
+    first = {c: p for p, c in reversed(list(enumerate(piece_class)))}
+    classes = [(piece_attrs[first[c]][0], piece_ins[first[c]], piece_outs[first[c]]) for c in range(len(index))]
+    return OperatorLayout(node, degree, devices, operand_regions, output_regions, full, outs, piece_ins, piece_outs,
+                          piece_attrs, piece_class, classes)
+
+
+class Layouts:
+    """The layouts of one model's operators on one machine, computed once per (operator,
+    configuration, view). Configurations' shapes are memoized objects (``op_shapes``), so they are
+    matched by identity; at most ``limit`` layouts are kept."""
+
+    def __init__(self, machine: Machine, wiring: Wiring, limit: int = 50_000) -> None:
+        self.machine, self.wiring, self.limit = machine, wiring, limit
+        self._memo: dict = {}
+
+    def get(self, name: str, shapes: OpShapes, view: MachineView) -> OperatorLayout:
+        key = (name, id(shapes), view)
+        hit = self._memo.get(key)
+        if hit is not None and hit[0] is shapes:
+            return hit[1]
+        lay = operator_layout(self.machine, self.wiring, name, shapes, view)
+        if len(self._memo) >= self.limit:  # a long search visits many; keep memory bounded
+            self._memo.clear()
+        self._memo[key] = (shapes, lay)
+        return lay
+
+    def __len__(self) -> int:
+        return len(self._memo)

@@ -1,0 +1,119 @@
+"""How data moves from a producer's layout to a consumer's: one ``ReshardPlan`` per edge.
+
+Output ``k`` of a producer is cut into pieces (``OperatorLayout.output_regions``); operand ``i`` of
+its consumer wants other pieces (``operand_regions``, clipped to the tensor: a halo's padding is
+no one's data). The plan matches them by region overlap:
+
+- where the producer's partial-sum degree equals the consumer's (``k == 1``), each consumer piece
+  takes every overlapping box from one replica of the producer piece holding it: the replica on
+  its own device if there is one, else replica ``copy_index`` (so copies spread over replicas).
+  These are the plan's ``moves``: scatter and gather by overlap, copies, or nothing (same device);
+- where the producer holds ``k`` partial sums of what the consumer needs, each (box, consumer sum
+  index) becomes a ``reduction``: the ``k`` partial pieces to sum and the consumer pieces that
+  need the total (the lowering sums them on one device, or ring-AllReduces them where the
+  partials' devices are exactly the consumers').
+
+Entry points: ``ReshardPlan``, ``reshard_plan``, ``Reshards`` (a cache of plans).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+
+from flexrt.ir.parallel_axes import Region
+from flexrt.ir.tensor_shape import TensorShape
+from flexrt.strategy.layout import OperatorLayout
+
+Box = tuple  # ((lo, hi), ...) per dimension
+
+
+@dataclass(frozen=True)
+class ReshardPlan:
+    """Operand ``i`` of a consumer assembled from output ``k`` of its producer.
+
+    ``moves``: (producer piece, its device, consumer piece, its device, box) per box one consumer
+    piece takes from one producer piece; ``reductions``: (box, ((partial piece, its device), ...),
+    (consumer piece, ...)) per box that is a sum of partial pieces."""
+
+    moves: tuple
+    reductions: tuple
+
+
+def clip(region: Region, shape: TensorShape) -> Box:
+    """The part of a region inside the tensor (a halo reaches outside: padding)."""
+    return tuple((max(a, 0), min(b, n)) for (a, b), n in zip(region.ranges, shape.dims))
+
+
+def overlap(a: Box, b: Box):
+    """The intersection of two boxes, or None."""
+    box = tuple((max(x0, y0), min(x1, y1)) for (x0, x1), (y0, y1) in zip(a, b))
+    return box if all(lo < hi for lo, hi in box) else None
+
+
+def numel(box: Box) -> int:
+    return math.prod(hi - lo for lo, hi in box)
+
+
+def pick_replica(replicas, device: int, copy_index: int) -> tuple[int, int]:
+    """(piece, device) of the replica to read from ``replicas`` [(copy index, piece, device)]: the one
+    on ``device`` if any, else the ``copy_index``-th (cycling) in copy order."""
+    for _, q, d in replicas:
+        if d == device:
+            return q, d
+    _, q, d = sorted(replicas)[copy_index % len(replicas)]
+    return q, d
+
+
+def reshard_plan(producer: OperatorLayout, k_out: int, consumer: OperatorLayout, i: int, k: int) -> ReshardPlan:
+    """The plan taking output ``k_out`` of ``producer`` to operand ``i`` of ``consumer``, where the
+    producer holds ``k`` times the consumer's partial-sum degree."""
+    full = consumer.operand_shapes[i]
+    # producer pieces: shard box -> sum index -> [(copy index, piece, device)]
+    pieces: dict = defaultdict(lambda: defaultdict(list))
+    for q, r in enumerate(producer.output_regions[k_out]):
+        pieces[r.ranges][r.sum_index].append((r.copy_index, q, producer.devices[q]))
+    groups: dict = defaultdict(list)  # (box, consumer sum index) -> consumer pieces, when k > 1
+    moves: list = []
+    for p, region in enumerate(consumer.operand_regions[i]):
+        want = clip(region, full)
+        dev = consumer.devices[p]
+        exact = pieces.get(want)  # the common case: the same cut on both sides
+        for ranges, by_sum in ([(want, exact)] if exact is not None else pieces.items()):
+            box = overlap(want, ranges) if exact is None else want
+            if box is None:
+                continue
+            if k == 1:
+                q, qdev = pick_replica(by_sum[region.sum_index], dev, region.copy_index)
+                moves.append((q, qdev, p, dev, box))
+            else:
+                groups[(box, region.sum_index)].append(p)
+    reductions = []
+    for (box, s_c), ps in groups.items():
+        partials = []
+        for s in range(s_c * k, (s_c + 1) * k):
+            ranges = next(r for r in pieces if overlap(box, r))
+            partials.append(pick_replica(pieces[ranges][s], consumer.devices[ps[0]], 0))
+        reductions.append((box, tuple(partials), tuple(ps)))
+    return ReshardPlan(tuple(moves), tuple(reductions))
+
+
+class Reshards:
+    """Plans computed once per (producer layout, output, consumer layout, operand, k); layouts are
+    matched by identity (``Layouts`` keeps one per configuration). At most ``limit`` are kept."""
+
+    def __init__(self, limit: int = 50_000) -> None:
+        self.limit = limit
+        self._memo: dict = {}
+
+    def get(self, producer: OperatorLayout, k_out: int, consumer: OperatorLayout, i: int, k: int) -> ReshardPlan:
+        key = (id(producer), k_out, id(consumer), i, k)
+        hit = self._memo.get(key)
+        if hit is not None and hit[0] is producer and hit[1] is consumer:
+            return hit[2]
+        plan = reshard_plan(producer, k_out, consumer, i, k)
+        if len(self._memo) >= self.limit:
+            self._memo.clear()
+        self._memo[key] = (producer, consumer, plan)
+        return plan
