@@ -7,7 +7,7 @@ enabled, seeded with both), the two speed-ups, and the search time; then, per mo
 best strategy found does (which operators left plain data parallelism; cf. FlexFlow §8.4).
 
     python bench/bench_fig6.py            quick: AlexNet and RNNTC, 4 devices, budget 80 (< 5 min, 2 cores)
-    python bench/bench_fig6.py --full     the whole table (budget 200; hours on 2 cores)
+    python bench/bench_fig6.py --full     the whole table (budget 1000; about an hour on 2 cores)
     python bench/bench_fig6.py --models alexnet --devices 4 8 --budget 100 --sync back
 """
 
@@ -19,7 +19,7 @@ import time
 
 from flexrt.machine import load_machine
 from flexrt.model import load_model
-from flexrt.search import describe, fixed_result, mcmc
+from flexrt.search import SearchRequest, describe, fixed_result, search
 from flexrt.simulator.cost_model import AnalyticCostModel
 from flexrt.strategy import SearchSpace, data_parallel
 
@@ -51,8 +51,9 @@ def run(models, machines, devices, budget, seed, sync) -> list[dict]:
                 ex_s = _expert(name, base, machine)
                 ex = fixed_result("expert", ex_s, machine, cost) if ex_s is not None else None
                 t = time.perf_counter()
-                r = mcmc(base, machine, cost, budget=budget, seed=seed, space=SearchSpace.full(),
-                         initial=[ex_s] if ex_s is not None else [], progress=False, sync=sync)
+                r = search("mcmc", SearchRequest(base, machine, cost, budget=budget, seed=seed, space=SearchSpace.full(),
+                                                 initial=(ex_s,) if ex_s is not None else (), progress=False,
+                                                 options={"sync": sync}))
                 rows.append({"model": name, "machine": mname, "devices": n, "dp_ms": dp.cost_s * 1e3,
                              "expert_ms": ex.cost_s * 1e3 if ex else None, "mcmc_ms": r.cost_s * 1e3,
                              "vs_dp": dp.cost_s / r.cost_s, "vs_expert": ex.cost_s / r.cost_s if ex else None,
@@ -68,7 +69,7 @@ def run(models, machines, devices, budget, seed, sync) -> list[dict]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--full", action="store_true", help="every model, machine and device count")
+    p.add_argument("--full", action="store_true", help="every model, machine and device count, budget 1000")
     p.add_argument("--models", nargs="+", choices=MODELS)
     p.add_argument("--machines", nargs="+", choices=MACHINES)
     p.add_argument("--devices", nargs="+", type=int)
@@ -80,7 +81,7 @@ def main(argv=None) -> int:
     models = a.models or (MODELS if a.full else ("alexnet", "rnntc"))
     machines = a.machines or MACHINES
     devices = a.devices or (DEVICES if a.full else (4,))
-    budget = a.budget if a.budget is not None else (200 if a.full else 80)
+    budget = a.budget if a.budget is not None else (1000 if a.full else 80)
     t = time.perf_counter()
     rows = run(models, machines, devices, budget, a.seed, a.sync)
     print(f"\nFig. 6 (simulated): MCMC speed-up over data parallelism / expert, budget {budget}, "

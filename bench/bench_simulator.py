@@ -96,17 +96,17 @@ def bench_inception_64(repeat: int):
         e2e.append(t2 - t0)
         lower.append(t1 - t0)
         g = sim.lowering.graph
+        col = g.columns()
         src, dst = g._edge_arrays()
         t3 = time.perf_counter()
-        eng = type(sim.lowering.engine).from_arrays(g.num_devices, np.frombuffer(g.device, dtype=np.int64),
-                                                     np.frombuffer(g.exe, dtype=np.float64), src, dst,
-                                                     np.frombuffer(g.priority, dtype=np.int64))
+        eng = type(sim.lowering.engine).from_arrays(g.num_devices, col["device"], col["exe"], src, dst,
+                                                     col["priority"])
         eng.simulate_full()
         engine_only.append(time.perf_counter() - t3)
         assert eng.makespan() == sim.iteration_time()
     n = len(sim.lowering.graph)
     me, ml, mg = statistics.median(e2e), statistics.median(lower), statistics.median(engine_only)
-    print(f"\nInception-v3 data parallel on 64 devices: {n} tasks, {len(sim.lowering.graph.edges)} edges; "
+    print(f"\nInception-v3 data parallel on 64 devices: {n} tasks, {sim.lowering.graph.core.num_edges} edges; "
           f"simulated iteration {sim.iteration_time() * 1e3:.3f} ms")
     print(f"  end to end {me:.3f} s (strategy + lowering {ml:.3f} s, engine {me - ml:.4f} s): {n / me / 1e6:.2f} M tasks/s")
     print(f"  engine alone on the same graph (built from arrays + Algorithm 1): {mg:.4f} s; "
