@@ -197,6 +197,39 @@ cdef int _replay_suffix(Engine eng) noexcept nogil:
     return OK if rv == OK else FALLBACK  # the full simulation raises the error
 
 
+cdef enum:
+    NOT_DIRECT = 100
+
+
+cdef int _direct_replay(Engine eng, double cut_ready, i64 cut_prio, i64 cut_id) noexcept nogil:
+    """Replay the suffix after K0 at once when it holds at least ``delta_direct_ratio`` of the
+    live tasks (a change on the critical path early in the iteration): the tasks in device lists
+    at or after K0, plus the edited tasks not in a list (new, or moved to another device), whose
+    keys are at or after K0 too. NOT_DIRECT when the suffix is smaller."""
+    cdef i64 i, t, k, unlinked = 0
+    if not eng.delta_direct_ratio <= 1.0:
+        return NOT_DIRECT
+    for i in range(eng.ndirty):
+        t = eng.dirty[i]
+        if eng.alive[t] and not eng.linked[t]:
+            unlinked += 1
+    if _collect_suffix(eng, cut_ready, cut_prio, cut_id):
+        return NOMEM
+    if eng.nsuffix + unlinked < eng.delta_direct_ratio * eng.live:
+        return NOT_DIRECT
+    k = eng.nsuffix
+    if eng._reserve_buf(k + unlinked):
+        return NOMEM
+    for i in range(eng.ndirty):
+        t = eng.dirty[i]
+        if eng.alive[t] and not eng.linked[t]:
+            eng.buf[k] = t
+            k += 1
+    eng.nsuffix = k
+    eng.direct_replays += 1
+    return _replay_suffix(eng)
+
+
 cdef int _delta(Engine eng) noexcept nogil:
     cdef i64 i, t, p, c, e, processed = 0, cut_id = -1, cut_prio = 0
     # pops allowed before replaying the suffix: a probe, then a share of the suffix; never
@@ -226,6 +259,11 @@ cdef int _delta(Engine eng) noexcept nogil:
             r = eng.rdy_[t] if f & FRESH else _max_pred_end(eng, t)
             if _key_below(r, eng.prio[t], t, cut_ready, cut_prio, cut_id):
                 cut_ready, cut_prio, cut_id = r, eng.prio[t], t
+    # a suffix after K0 of at least delta_direct_ratio of the tasks: replay it at once, without
+    # placing the new tasks in their device lists first (the replay places them)
+    rv = _direct_replay(eng, cut_ready, cut_prio, cut_id)
+    if rv != NOT_DIRECT:
+        return rv
     for i in range(eng.ndirty):
         t = eng.dirty[i]
         f = eng.flags[t]

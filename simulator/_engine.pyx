@@ -97,9 +97,11 @@ cdef class Engine:
     # counters and the delta's switch to replay (engine.py's module docstring)
     cdef readonly i64 last_processed
     cdef readonly i64 replays
+    cdef readonly i64 direct_replays
     cdef readonly i64 fallbacks
     cdef public i64 delta_probe_pops
     cdef public double delta_replay_ratio
+    cdef public double delta_direct_ratio
 
     def __cinit__(self, num_devices):
         if isinstance(num_devices, bool) or not isinstance(num_devices, (int, np.integer)) or num_devices < 1:
@@ -114,6 +116,7 @@ cdef class Engine:
         self.efree = -1
         self.delta_probe_pops = 256
         self.delta_replay_ratio = 0.1
+        self.delta_direct_ratio = 0.25
 
     def __dealloc__(self):
         free(self.dev_)
@@ -657,6 +660,7 @@ cdef class Engine:
         other.simulated = self.simulated
         other.delta_probe_pops = self.delta_probe_pops
         other.delta_replay_ratio = self.delta_replay_ratio
+        other.delta_direct_ratio = self.delta_direct_ratio
         return other
 
     def compact(self):

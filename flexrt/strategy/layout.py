@@ -63,6 +63,22 @@ def _piece_shapes(all_dims, dtype) -> tuple[list[TensorShape], list[int]]:
     return [shapes[c] for c in codes], codes
 
 
+_PLANS: dict = {}
+
+
+def _region_plan(axes, idx: int, rank: int, output: bool):
+    """``region_plan``, kept per axes object (configurations' axes are memoized objects)."""
+    key = (id(axes), idx, rank, output)
+    hit = _PLANS.get(key)
+    if hit is not None and hit[0] is axes:
+        return hit[1]
+    plan = region_plan(axes, idx, rank, output)
+    if len(_PLANS) > 100_000:
+        _PLANS.clear()
+    _PLANS[key] = (axes, plan)
+    return plan
+
+
 def operator_layout(machine: Machine, wiring: Wiring, name: str, shapes: OpShapes,
                     view: MachineView) -> OperatorLayout:
     """The layout of compute operator ``name`` of ``wiring``'s model under ``shapes`` and ``view``."""
@@ -82,7 +98,7 @@ def operator_layout(machine: Machine, wiring: Wiring, name: str, shapes: OpShape
     def regions_of(tensors, output: bool):
         regions, piece_shapes = [], []
         for i, s in enumerate(tensors):
-            plan = region_plan(axes, i, s.rank, output)
+            plan = _region_plan(axes, i, s.rank, output)
             r, dims = (plan_regions(plan, i, names, degree, s, with_dims=True) if output else
                        plan_regions(plan, i, names, degree, s, opdef, node.attrs, data_full, outs[0], with_dims=True))
             regions.append(r)

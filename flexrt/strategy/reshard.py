@@ -22,6 +22,8 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
+import numpy as np
+
 from flexrt.ir.parallel_axes import Region
 from flexrt.ir.tensor_shape import TensorShape
 from flexrt.strategy.layout import OperatorLayout
@@ -66,6 +68,33 @@ def pick_replica(replicas, device: int, copy_index: int) -> tuple[int, int]:
     return q, d
 
 
+def _overlaps(wants: list, pieces: dict) -> list[list[tuple]]:
+    """Per wanted box, [(producer box, overlap)] in the producers' order: the producer box itself
+    where one equals it (the common case: the same cut on both sides), else every overlapping one
+    (computed for all the remaining wanted boxes at once)."""
+    out: list = [None] * len(wants)
+    rest = []
+    for p, want in enumerate(wants):
+        if want in pieces:
+            out[p] = [(want, want)]
+        else:
+            rest.append(p)
+    if not rest:
+        return out
+    boxes = list(pieces)
+    lo = np.array([[a for a, _ in b] for b in boxes], dtype=np.int64).reshape(len(boxes), -1)
+    hi = np.array([[b for _, b in bx] for bx in boxes], dtype=np.int64).reshape(len(boxes), -1)
+    w = np.array([wants[p] for p in rest], dtype=np.int64).reshape(len(rest), lo.shape[1], 2)
+    ilo = np.maximum(lo[None, :, :], w[:, None, :, 0])
+    ihi = np.minimum(hi[None, :, :], w[:, None, :, 1])
+    hit = (ilo < ihi).all(axis=2)
+    for p in rest:
+        out[p] = []
+    for r, b in zip(*np.nonzero(hit)):
+        out[rest[r]].append((boxes[b], tuple(zip(ilo[r, b].tolist(), ihi[r, b].tolist()))))
+    return out
+
+
 def reshard_plan(producer: OperatorLayout, k_out: int, consumer: OperatorLayout, i: int, k: int) -> ReshardPlan:
     """The plan taking output ``k_out`` of ``producer`` to operand ``i`` of ``consumer``, where the
     producer holds ``k`` times the consumer's partial-sum degree."""
@@ -76,16 +105,14 @@ def reshard_plan(producer: OperatorLayout, k_out: int, consumer: OperatorLayout,
         pieces[r.ranges][r.sum_index].append((r.copy_index, q, producer.devices[q]))
     groups: dict = defaultdict(list)  # (box, consumer sum index) -> consumer pieces, when k > 1
     moves: list = []
+    wants = [clip(region, full) for region in consumer.operand_regions[i]]
+    hits = _overlaps(wants, pieces)
     for p, region in enumerate(consumer.operand_regions[i]):
-        want = clip(region, full)
+        want = wants[p]
         dev = consumer.devices[p]
-        exact = pieces.get(want)  # the common case: the same cut on both sides
-        for ranges, by_sum in ([(want, exact)] if exact is not None else pieces.items()):
-            box = overlap(want, ranges) if exact is None else want
-            if box is None:
-                continue
+        for ranges, box in hits[p]:
             if k == 1:
-                q, qdev = pick_replica(by_sum[region.sum_index], dev, region.copy_index)
+                q, qdev = pick_replica(pieces[ranges][region.sum_index], dev, region.copy_index)
                 moves.append((q, qdev, p, dev, box))
             else:
                 groups[(box, region.sum_index)].append(p)

@@ -167,14 +167,16 @@ def apply_edit(engines, g: Graph, op) -> None:
                 e.remove_edge(t, succs[b % len(succs)])
 
 
-# How delta simulation settles: (probe pops, replay ratio). Bellman-Ford alone, replaying the
-# suffix after K0 at once, and the default mix (Bellman-Ford, then replay if it runs long).
-DELTA_MODES = {"default": (256, 0.1), "replay": (0, 0.0), "bellman_ford": (10**18, 10.0**9)}
+# How delta simulation settles: (probe pops, replay ratio, direct ratio). Bellman-Ford alone,
+# replaying the suffix after K0 at once, Bellman-Ford then a replay if it runs long, and the
+# default (a suffix of a quarter of the tasks or more is replayed at once, else the mix).
+DELTA_MODES = {"default": (256, 0.1, 0.25), "replay": (0, 0.0, 0.0), "bellman_ford": (10**18, 10.0**9, math.inf),
+               "probe_then_replay": (256, 0.1, math.inf)}
 
 
 def set_mode(engines, mode: str) -> None:
     for e in engines:
-        e.delta_probe_pops, e.delta_replay_ratio = DELTA_MODES[mode]
+        e.delta_probe_pops, e.delta_replay_ratio, e.delta_direct_ratio = DELTA_MODES[mode]
 
 
 def check_delta_law(engines, g: Graph) -> None:
@@ -338,8 +340,10 @@ def test_delta_over_many_mcmc_proposals_equals_full(engine_cls, seed, mode):
         assert fresh.simulate_full() == makespan, f"step {step}"
         assert_same_timeline(og.eng, fresh)
     assert og.eng.fallbacks == 0
-    if mode != "default":
+    if mode in ("replay", "bellman_ford"):
         assert (og.eng.replays > 0) == (mode == "replay")
+    if mode in ("bellman_ford", "probe_then_replay"):
+        assert og.eng.direct_replays == 0
     assert_semantics(og.eng)
 
 
@@ -362,10 +366,11 @@ def test_delta_replays_the_suffix_when_bellman_ford_runs_long():
     assert eng.replays >= 1 and eng.fallbacks == 0
 
 
-@pytest.mark.parametrize("mode", ["bellman_ford", "default"])
+@pytest.mark.parametrize("mode", ["bellman_ford", "probe_then_replay", "default"])
 def test_delta_touches_only_what_changed(mode):
     """A change at the end of a long chain re-simulates a handful of tasks, not the chain; one in
-    the middle re-simulates the second half (by default: a 256-pop probe, then the replay)."""
+    the middle re-simulates the second half (a 256-pop probe then the replay, or by default the
+    replay at once: the suffix is half of the tasks)."""
     eng = Engine(2)
     set_mode([eng], mode)
     chain = [eng.add_task(i % 2, 1.0) for i in range(1000)]
@@ -378,8 +383,9 @@ def test_delta_touches_only_what_changed(mode):
     assert eng.last_processed == 1
     eng.set_exe(chain[500], 2.0)
     assert eng.simulate_delta() == 1003.0
-    assert eng.last_processed == (500 if mode == "bellman_ford" else 256 + 500)
-    assert eng.replays == (mode == "default")
+    assert eng.last_processed == {"bellman_ford": 500, "probe_then_replay": 256 + 500, "default": 500}[mode]
+    assert eng.replays == (mode != "bellman_ford")
+    assert eng.direct_replays == (mode == "default")
 
 
 # -- hand-checked cases ------------------------------------------------------------------------
