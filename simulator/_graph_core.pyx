@@ -62,13 +62,22 @@ cdef class GraphCore:
     cdef bint tracking
     cdef vector[i64] dead
     cdef unordered_set[i64] touched
-    cdef object hop_fn
+    cdef object hop_fn, route_fn
+    cdef unordered_map[i64, i64] route_at   # src * num_devices + dst -> route index
+    cdef vector[i64] r_start, r_len, h_dev
+    cdef vector[double] r_latency, h_lat, h_bw
     cdef readonly i64 last_transfer
 
-    def __cinit__(self, i64 num_devices, hop_fn):
-        """``hop_fn(src, dst, num_bytes)`` -> (engine devices, times) of each hop of that transfer."""
+    def __cinit__(self, i64 num_devices, hop_fn, route_fn=None):
+        """``hop_fn(src, dst, num_bytes)`` -> (engine devices, times) of each hop of that transfer.
+        With ``route_fn(src, dst)`` -> (engine devices, latencies, bandwidths, the route's summed
+        latency) of each hop, the cost of a transfer is linear (``link.latency_s + bytes /
+        link.bandwidth`` per hop, FlexFlow's A2) and hop times are computed here, with the same
+        float operations as ``Lowering._hops``: ``(latency + bytes / bandwidth) - latency + route
+        latency``."""
         self.num_devices = num_devices
         self.hop_fn = hop_fn
+        self.route_fn = route_fn
         self.live = 0
         self.synced = 0
         self.tracking = False
@@ -184,8 +193,26 @@ cdef class GraphCore:
         """One transfer src -> dst: a task per hop, all after ``before``; returns the first hop's id
         (the hops are consecutive ids; ``last_transfer`` is the transfer's id)."""
         cdef i64 nbytes = elements * itemsize
-        devs, times = self.hop_fn(src, dst, nbytes)
-        cdef i64 xid = self.xby_.size(), first = self.kind_.size(), t, a, j, nh = len(devs)
+        cdef i64 xid = self.xby_.size(), first = self.kind_.size(), t, a, j, nh, ri, h
+        cdef double x, nb = <double>nbytes
+        cdef list exe = []
+        cdef list devs = []
+        if self.route_fn is not None:
+            ri = self._route(src, dst)
+            nh, h = self.r_len[ri], self.r_start[ri]
+            for j in range(nh):
+                devs.append(self.h_dev[h + j])
+                exe.append(((self.h_lat[h + j] + nb / self.h_bw[h + j]) - self.h_lat[h + j]) + self.r_latency[ri])
+        else:
+            d, x_ = self.hop_fn(src, dst, nbytes)
+            devs, exe = list(d), list(x_)
+            nh = len(devs)
+        for j in range(nh):
+            x = exe[j]
+            if not x > 0:
+                from flexrt.errors import StrategyError
+                raise StrategyError(f"a transfer {src} -> {dst} of {nbytes} bytes got a non-positive hop time "
+                                    f"{x!r} from the cost model")
         self.xel_.push_back(elements)
         self.xby_.push_back(nbytes)
         self.xcat_.push_back(category)
@@ -193,10 +220,27 @@ cdef class GraphCore:
         self.xhops_.push_back(nh)
         self.last_transfer = xid
         for j in range(nh):
-            t = self._task(oid, TRANSFER, devs[j], times[j], xid)
+            t = self._task(oid, TRANSFER, devs[j], exe[j], xid)
             for a in before:
                 self.edge(oid, a, t)
         return first
+
+    cdef i64 _route(self, i64 src, i64 dst) except -1:
+        cdef i64 key = src * self.num_devices + dst, ri
+        cdef unordered_map[i64, i64].iterator it = self.route_at.find(key)
+        if it != self.route_at.end():
+            return deref(it).second
+        devs, lats, bws, latency = self.route_fn(src, dst)
+        ri = self.r_start.size()
+        self.r_start.push_back(self.h_dev.size())
+        self.r_len.push_back(len(devs))
+        self.r_latency.push_back(latency)
+        for d, l, b in zip(devs, lats, bws):
+            self.h_dev.push_back(d)
+            self.h_lat.push_back(l)
+            self.h_bw.push_back(b)
+        self.route_at[key] = ri
+        return ri
 
     cdef inline void _hops_to(self, int oid, i64 first, i64 b) noexcept:
         cdef i64 j

@@ -97,6 +97,18 @@ class CostModel(Protocol):
     def transfer_time(self, link: "Link", num_bytes: int) -> float: ...
 
 
+def has_linear_transfers(cost_model) -> bool:
+    """Whether ``cost_model.transfer_time(link, n)`` is ``link.latency_s + n / link.bandwidth``: its
+    class (or the base that declares ``linear_transfers = True``) says so and no subclass below
+    that base overrides ``transfer_time``."""
+    for cls in type(cost_model).__mro__:
+        if "transfer_time" in cls.__dict__ and "linear_transfers" not in cls.__dict__:
+            return False  # overridden below the declaring class
+        if "linear_transfers" in cls.__dict__:
+            return bool(cls.__dict__["linear_transfers"])
+    return False
+
+
 def transfer_time(link: "Link", num_bytes: int) -> float:
     """``link.latency_s + num_bytes / link.bandwidth`` (FlexFlow's A2: bandwidth fully used); 0 bytes
     cost the latency alone.
@@ -163,6 +175,9 @@ class AnalyticCostModel:
         >>> AnalyticCostModel().op_times(ElementUnaryAttrs(OpType.RELU), [s], [s], v100)  # doctest: +SKIP
         OpTimes(forward_s=1.432e-05, backward_s=2.364e-05, source='analytic', note='')
     """
+
+    # transfer_time(link, n) is link.latency_s + n / link.bandwidth: lowering computes hop times itself
+    linear_transfers = True
 
     efficiency_override: Optional[float] = None
     name: ClassVar[str] = "analytic"
@@ -249,6 +264,9 @@ class ProfiledCostModel:
         >>> model.measurements                                                   # doctest: +SKIP
         1
     """
+
+    # transfer_time(link, n) is link.latency_s + n / link.bandwidth: lowering computes hop times itself
+    linear_transfers = True
 
     def __init__(self, backend: str = "numpy", cache_path=None, repeats: int = 5, warmup: int = 1,
                  fallback: CostModel = _DEFAULT_FALLBACK, flush_interval_s: float = 1.0):

@@ -52,6 +52,7 @@ from flexrt.ir.tensor_shape import TensorShape
 from flexrt.machine import Machine
 from flexrt.simulator.actions import (HOST, Backward, Buf, Forward, Loss, Move, Part, RingGroup, RingStep, Sum,
                                       Update)
+from flexrt.simulator.cost_model import has_linear_transfers
 from flexrt.simulator.engine import Engine
 from flexrt.strategy import Strategy
 from flexrt.strategy.layout import Layouts, OperatorLayout
@@ -124,7 +125,9 @@ class Lowering:
         self.loss_output = loss_output
 
     def _fresh_graph(self) -> None:
-        self.graph = TaskGraph(self.machine.num_devices, len(self.machine.links), self.detail, hops=self._hops)
+        linear = has_linear_transfers(self.cost)  # transfer_time is latency + bytes / bandwidth
+        self.graph = TaskGraph(self.machine.num_devices, len(self.machine.links), self.detail, hops=self._hops,
+                               routes=self._route if linear else None)
         self.graph.link_types = [link.type.name for link in self.machine.links]
         self.core = self.graph.core
         self.oids: dict[tuple, int] = {}  # owner key -> the graph's owner id
@@ -225,6 +228,19 @@ class Lowering:
             link_type = types[self.graph.core.row(t)[1] - self.num_compute]
             self.graph.annotate(t, f"{name} hop {j} {link_type}", "", -1, regions if j == 0 else (),
                                 action if j == 0 else None)
+
+    def _route(self, src: int, dst: int) -> tuple[tuple, tuple, tuple, float]:
+        """(engine devices, latencies, bandwidths, summed latency) of the hops from src to dst."""
+        route = self.machine.route(src, dst)
+        if not route:
+            raise StrategyError(f"no route from device {src} to device {dst}")
+        links = self.machine.links
+        for l in route:
+            if not links[l].bandwidth > 0:
+                raise StrategyError(f"link {l} ({links[l].src} -> {links[l].dst}) has bandwidth "
+                                    f"{links[l].bandwidth!r} bytes/s; it must be > 0")
+        return (tuple(self.num_compute + l for l in route), tuple(links[l].latency_s for l in route),
+                tuple(links[l].bandwidth for l in route), sum(links[l].latency_s for l in route))
 
     def _hops(self, src: int, dst: int, num_bytes: int) -> tuple[tuple[int, ...], tuple[float, ...]]:
         """(engine devices, times) of the hops of a transfer; transfers of one size recur."""
@@ -370,20 +386,20 @@ class Lowering:
         ends = _EdgeEnds(pref.name, pref.index, consumer, i, pfwd, pbwd, cfwd, cbwd,
                          self.wiring.needs_grad(consumer, i), f"{pref.name}->{consumer}.in{i}")
         if plan.moves:
-            self._moves(owner, ends, plan.moves, dtype)
+            self._moves(owner, ends, plan, dtype)
         for box, partials, ps in plan.reductions:
             self._reduction(owner, ends, box, dtype, list(partials), list(ps), C.devices)
 
-    def _moves(self, owner, e: "_EdgeEnds", moves: list, dtype) -> None:
+    def _moves(self, owner, e: "_EdgeEnds", plan, dtype) -> None:
         """One-to-one moves producer piece q -> consumer piece p of ``box``: on one device only
         dependencies; else a transfer forward and, for a gradient, one back."""
-        fwd_first, bwd_first = self.core.moves(
-            self._oid(owner), e.pfwd.start, e.cfwd.start, [m[0] for m in moves], [m[2] for m in moves],
-            [m[1] for m in moves], [m[3] for m in moves], [numel(m[4]) for m in moves], dtype.size_bytes, e.grad)
+        qs, qdevs, ps, pdevs, elements = plan.columns
+        fwd_first, bwd_first = self.core.moves(self._oid(owner), e.pfwd.start, e.cfwd.start, qs, ps, qdevs, pdevs,
+                                               elements, dtype.size_bytes, e.grad)
         if not self.detail:
             return
         np_dtype = dtype.numpy_name
-        for (q, qdev, p, pdev, box), fx, bx in zip(moves, fwd_first, bwd_first):
+        for (q, qdev, p, pdev, box), fx, bx in zip(plan.moves, fwd_first, bwd_first):
             out, gout, opd, gin = e.out(q), e.gout(q), e.opd(p), e.gin(p)
             if fx < 0:
                 self._part(owner, opd, pdev, out, qdev, box)

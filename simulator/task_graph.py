@@ -135,14 +135,16 @@ class TaskGraph:
     ``parts`` (the pieces that assemble each buffer), ``inputs``, ``weight_shapes`` and
     ``loss_node`` from here too, so the graph is all it needs.
 
-    ``hops(src, dst, num_bytes)`` gives the engine devices and times of a transfer's hops.
+    ``hops(src, dst, num_bytes)`` gives the engine devices and times of a transfer's hops; with
+    ``routes(src, dst)`` (devices, latencies, bandwidths, summed latency per hop) transfers cost
+    latency plus bytes over bandwidth, computed in the core (``GraphCore``).
     """
 
-    def __init__(self, num_compute_devices: int, num_links: int, detail: bool = True, hops=None) -> None:
+    def __init__(self, num_compute_devices: int, num_links: int, detail: bool = True, hops=None, routes=None) -> None:
         self.num_compute_devices = num_compute_devices
         self.num_links = num_links
         self.detail = detail
-        self.core = GraphCore(num_compute_devices + num_links, hops if hops is not None else _no_hops)
+        self.core = GraphCore(num_compute_devices + num_links, hops if hops is not None else _no_hops, routes)
         self.owner_keys: list = []       # owner id -> its key (e.g. ("op", name))
         self.names: dict[int, str] = {}  # with detail: task id -> name
         self.info: dict[int, tuple] = {}  # with detail: task id -> (node, piece, regions, action)

@@ -39,6 +39,7 @@ class OperatorLayout:
     devices: list[int]
     operand_regions: list[list[Region]]
     output_regions: list[list[Region]]
+    operand_boxes: list[list[tuple]]  # per operand, each piece's region inside the tensor (a halo's padding cut off)
     operand_shapes: list[TensorShape]
     output_shapes: list[TensorShape]
     piece_ins: list          # per piece: operand piece shapes (halo included)
@@ -96,7 +97,7 @@ def operator_layout(machine: Machine, wiring: Wiring, name: str, shapes: OpShape
     codes: list[list[int]] = []  # per tensor, each piece's distinct-shape index
 
     def regions_of(tensors, output: bool):
-        regions, piece_shapes = [], []
+        regions, piece_shapes, boxes = [], [], []
         for i, s in enumerate(tensors):
             plan = _region_plan(axes, i, s.rank, output)
             r, dims = (plan_regions(plan, i, names, degree, s, with_dims=True) if output else
@@ -105,10 +106,13 @@ def operator_layout(machine: Machine, wiring: Wiring, name: str, shapes: OpShape
             ps, code = _piece_shapes(dims, s.dtype)
             piece_shapes.append(ps)
             codes.append(code)
-        return regions, piece_shapes
+            halo = any(h for _, h, _ in plan[0])
+            boxes.append([tuple((max(a, 0), min(b, n)) for (a, b), n in zip(x.ranges, s.dims)) for x in r] if halo
+                         else [x.ranges for x in r])
+        return regions, piece_shapes, boxes
 
-    operand_regions, piece_ins = regions_of(full, False)
-    output_regions, piece_outs = regions_of(outs, True)
+    operand_regions, piece_ins, operand_boxes = regions_of(full, False)
+    output_regions, piece_outs, _ = regions_of(outs, True)
     # operand pieces include their halo (padding outside the tensor counts: the kernel reads it)
     piece_ins = list(zip(*piece_ins)) if full else [()] * count
     piece_outs = list(zip(*piece_outs))
@@ -124,8 +128,8 @@ def operator_layout(machine: Machine, wiring: Wiring, name: str, shapes: OpShape
     piece_class = [index.setdefault(key, len(index)) for key in zip(*codes)] if codes else [0] * count
     first = {c: p for p, c in reversed(list(enumerate(piece_class)))}
     classes = [(piece_attrs[first[c]][0], piece_ins[first[c]], piece_outs[first[c]]) for c in range(len(index))]
-    return OperatorLayout(node, degree, devices, operand_regions, output_regions, full, outs, piece_ins, piece_outs,
-                          piece_attrs, piece_class, classes)
+    return OperatorLayout(node, degree, devices, operand_regions, output_regions, operand_boxes, full, outs, piece_ins,
+                          piece_outs, piece_attrs, piece_class, classes)
 
 
 class Layouts:

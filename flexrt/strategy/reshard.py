@@ -42,6 +42,17 @@ class ReshardPlan:
     moves: tuple
     reductions: tuple
 
+    @property
+    def columns(self) -> tuple:
+        """The moves as columns: (producer pieces, their devices, consumer pieces, their devices,
+        elements moved), computed once."""
+        cols = self.__dict__.get("_columns")
+        if cols is None:
+            cols = (tuple(m[0] for m in self.moves), tuple(m[1] for m in self.moves), tuple(m[2] for m in self.moves),
+                    tuple(m[3] for m in self.moves), tuple(numel(m[4]) for m in self.moves))
+            object.__setattr__(self, "_columns", cols)
+        return cols
+
 
 def clip(region: Region, shape: TensorShape) -> Box:
     """The part of a region inside the tensor (a halo reaches outside: padding)."""
@@ -105,7 +116,7 @@ def reshard_plan(producer: OperatorLayout, k_out: int, consumer: OperatorLayout,
         pieces[r.ranges][r.sum_index].append((r.copy_index, q, producer.devices[q]))
     groups: dict = defaultdict(list)  # (box, consumer sum index) -> consumer pieces, when k > 1
     moves: list = []
-    wants = [clip(region, full) for region in consumer.operand_regions[i]]
+    wants = consumer.operand_boxes[i]
     hits = _overlaps(wants, pieces)
     for p, region in enumerate(consumer.operand_regions[i]):
         want = wants[p]
