@@ -58,6 +58,8 @@ cdef class GraphCore:
     cdef vector[i64] orank
     cdef readonly i64 live
     cdef readonly i64 num_devices
+    cdef readonly bint incremental
+    cdef vector[i64] flat                 # the edges, when not incremental (repeats allowed)
     cdef i64 synced
     cdef bint tracking
     cdef vector[i64] dead
@@ -68,14 +70,16 @@ cdef class GraphCore:
     cdef vector[double] r_latency, h_lat, h_bw
     cdef readonly i64 last_transfer
 
-    def __cinit__(self, i64 num_devices, hop_fn, route_fn=None):
+    def __cinit__(self, i64 num_devices, hop_fn, route_fn=None, bint incremental=True):
         """``hop_fn(src, dst, num_bytes)`` -> (engine devices, times) of each hop of that transfer.
         With ``route_fn(src, dst)`` -> (engine devices, latencies, bandwidths, the route's summed
         latency) of each hop, the cost of a transfer is linear (``link.latency_s + bytes /
         link.bandwidth`` per hop, FlexFlow's A2) and hop times are computed here, with the same
         float operations as ``Lowering._hops``: ``(latency + bytes / bandwidth) - latency + route
-        latency``."""
+        latency``. Without ``incremental`` (a graph built once and simulated once) edges are kept
+        as a plain list and owners' work cannot be dropped: less memory and time."""
         self.num_devices = num_devices
+        self.incremental = incremental
         self.hop_fn = hop_fn
         self.route_fn = route_fn
         self.live = 0
@@ -94,6 +98,8 @@ cdef class GraphCore:
 
     def drop(self, int oid) -> None:
         """Remove every task, dependency and memory record of owner ``oid`` (which stays usable)."""
+        if not self.incremental:
+            raise ValueError("this task graph was built without incremental=True: its owners' work cannot be dropped")
         cdef i64 t, key
         cdef vector[i64]* ts = &self.otasks[oid]
         cdef vector[i64]* es = &self.oedges[oid]
@@ -138,13 +144,17 @@ cdef class GraphCore:
         self.xfer_.push_back(xid)
         self.alive_.push_back(1)
         self.owner_.push_back(oid)
-        ts.push_back(t)
+        if self.incremental:
+            ts.push_back(t)
         self.live += 1
         return t
 
     cpdef void edge(self, int oid, i64 a, i64 b) noexcept:
         """Count one more need (by ``oid``) of the dependency a -> b."""
         cdef i64 key = ekey(a, b)
+        if not self.incremental:
+            self.flat.push_back(key)
+            return
         cdef unordered_map[i64, int32_t].iterator it = self.edges_.find(key)
         if it == self.edges_.end():
             self.edges_[key] = 1
@@ -329,6 +339,8 @@ cdef class GraphCore:
 
     @property
     def num_edges(self) -> int:
+        if not self.incremental:
+            return len(self.edge_arrays()[0])
         return self.edges_.size()
 
     def columns(self) -> dict:
@@ -366,6 +378,20 @@ cdef class GraphCore:
         return {"kind": kind, "device": dev, "exe": exe, "priority": prio, "transfer": xfer, "alive": alive,
                 "owner": owner, "xfer_elements": xel, "xfer_bytes": xby, "xfer_category": xcat}
 
+    def engine_columns(self) -> tuple:
+        """Copies of the device, exe and priority columns (what an engine is built from)."""
+        cdef i64 n = self.kind_.size(), i
+        dev = np.empty(n, dtype=np.int64)
+        exe = np.empty(n, dtype=np.float64)
+        prio = np.empty(n, dtype=np.int64)
+        cdef i64[::1] d_ = dev, p_ = prio
+        cdef double[::1] e_ = exe
+        for i in range(n):
+            d_[i] = self.dev_[i]
+            e_[i] = self.exe_[i]
+            p_[i] = self.prio_[i]
+        return dev, exe, prio
+
     def row(self, i64 t) -> tuple:
         """(kind, device, exe, priority, transfer, alive, owner) of task ``t``."""
         if not 0 <= t < <i64>self.kind_.size():
@@ -381,17 +407,34 @@ cdef class GraphCore:
         return 0 <= t < <i64>self.kind_.size() and self.alive_[t] == 1
 
     def has_edge(self, i64 a, i64 b) -> bool:
+        if not self.incremental:
+            src, dst = self.edge_arrays()
+            return bool(np.any((src == a) & (dst == b)))
         return self.edges_.count(ekey(a, b)) > 0
 
     def edge_count(self, i64 a, i64 b) -> int:
+        """How many owners need the edge a -> b (incremental graphs)."""
+        if not self.incremental:
+            raise ValueError("edge counts are kept only with incremental=True")
         cdef unordered_map[i64, int32_t].iterator it = self.edges_.find(ekey(a, b))
         return 0 if it == self.edges_.end() else deref(it).second
 
     def edge_arrays(self):
         """(src, dst) of the dependencies between live tasks, sorted by (src, dst)."""
-        cdef i64 m = self.edges_.size(), k = 0, key, a, b
+        cdef i64 m = self.edges_.size(), k = 0, key, a, b, i
+        cdef i64[::1] k_
+        if not self.incremental:
+            m = self.flat.size()
+            keys = np.empty(m, dtype=np.int64)
+            k_ = keys
+            for i in range(m):
+                k_[i] = self.flat[i]
+            keys = np.sort(keys)
+            if m > 1:
+                keys = keys[np.concatenate(([True], keys[1:] != keys[:-1]))]
+            return keys >> 32, keys & 0xFFFFFFFF
         keys = np.empty(m, dtype=np.int64)
-        cdef i64[::1] k_ = keys
+        k_ = keys
         cdef unordered_map[i64, int32_t].iterator it = self.edges_.begin()
         while it != self.edges_.end():
             key = deref(it).first

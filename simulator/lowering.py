@@ -109,13 +109,14 @@ class Lowering:
     """Builds and incrementally updates the task graph of a strategy."""
 
     def __init__(self, machine: Machine, cost_model, optimizer: str = "sgd", engine_cls=Engine,
-                 loss_output: Optional[str] = None, detail: bool = True) -> None:
+                 loss_output: Optional[str] = None, detail: bool = True, incremental: bool = True) -> None:
         self.machine = machine
         self.cost = cost_model
         self.optimizer = optimizer
         self.num_compute = machine.num_devices
         self.engine_cls = engine_cls
         self.detail = detail  # names, regions, actions and parts: what the runtime and traces need
+        self.incremental = incremental  # updates re-lower what changed; else every strategy is built afresh
         self.engine = engine_cls(machine.num_devices + len(machine.links))
         self._fresh_graph()
         self._times: dict = {}
@@ -127,7 +128,7 @@ class Lowering:
     def _fresh_graph(self) -> None:
         linear = has_linear_transfers(self.cost)  # transfer_time is latency + bytes / bandwidth
         self.graph = TaskGraph(self.machine.num_devices, len(self.machine.links), self.detail, hops=self._hops,
-                               routes=self._route if linear else None)
+                               routes=self._route if linear else None, incremental=self.incremental)
         self.graph.link_types = [link.type.name for link in self.machine.links]
         self.core = self.graph.core
         self.oids: dict[tuple, int] = {}  # owner key -> the graph's owner id
@@ -142,8 +143,13 @@ class Lowering:
         if wiring is getattr(self, "wiring", None):
             return  # one model: producers, consumers and ranks stay
         self.wiring = wiring
+        self._last_user_of = defaultdict(list)  # operator -> the weights it is the last user of
+        for w in wiring.weights:
+            users = wiring.consumers.get(w)
+            if users:
+                self._last_user_of[max((c for c, _ in users), key=wiring.position.__getitem__)].append(w)
         self._layouts = Layouts(self.machine, wiring)
-        self._reshards = Reshards()
+        self._reshards = Reshards(limit=50_000 if self.incremental else 0)
         self._ranks = {}
         self.position = wiring.position
         self.consumers = wiring.consumers
@@ -645,24 +651,49 @@ class Lowering:
 
     # ---- building ---------------------------------------------------------------------------
     def build(self, strategy: Strategy) -> None:
-        """Lower the whole strategy into a new task graph and build the engine from it."""
+        """Lower the whole strategy into a new task graph and build the engine from it.
+
+        Owners are lowered operator by operator (its tasks, its operand edges, the weights it is the
+        last user of, the loss it scores): priorities, not emission order, break ties, so any order
+        gives the same timeline, and this one lets a one-shot (not ``incremental``) build release
+        each layout once its last reader is lowered."""
         with _no_gc():
             self._fresh_graph()
             self._set_strategy(strategy)
             self._describe_graph()
-            self._lower_owners(self._all_owners())
+            release = self._release_plan() if not self.incremental else {}
+            for name in self.wiring.ops:
+                self._lower_op(name)
+                for i in range(len(self.wiring.nodes[name].inputs)):
+                    self._lower_edge(name, i)
+                for w in self._last_user_of.get(name, ()):
+                    self._lower_weight(w)
+                if name == self.loss_node:
+                    self._lower_loss(name)
+                for done in release.get(name, ()):
+                    self._layouts.drop(done)
             self.engine = self.graph.engine(self.engine_cls)
+
+    def _release_plan(self) -> dict[str, list[str]]:
+        """Operator -> the operators whose layouts nothing lowered after it reads."""
+        pos = self.position
+        last = {}
+        for name in self.wiring.ops:
+            readers = [name] + [c for c, _ in self.consumers.get(name, ())]
+            for i in range(len(self.wiring.nodes[name].inputs)):
+                pref = self.producer[(name, i)]
+                if pref.op_type is OpType.WEIGHT:  # lowered with its last user, reading every user's layout
+                    readers += [c for c, _ in self.consumers.get(pref.name, ())]
+            last[name] = max(readers, key=pos.__getitem__)
+        out: dict[str, list[str]] = defaultdict(list)
+        for name, at in last.items():
+            out[at].append(name)
+        return out
 
     def _describe_graph(self) -> None:
         self.graph.inputs = dict(self.wiring.inputs)
         self.graph.weight_shapes = dict(self.wiring.weight_shape)
         self.graph.loss_node = self.loss_node
-
-    def _all_owners(self):
-        ops = list(self.wiring.ops)
-        edges = list(self.producer)
-        weights = list(self.wiring.weights)
-        return ops, edges, weights, [self.loss_node] if self.loss_node is not None else []
 
     def _lower_owners(self, owners) -> None:
         ops, edges, weights, losses = owners
@@ -678,7 +709,7 @@ class Lowering:
     def update(self, strategy: Strategy, changed: set[str]) -> None:
         """Re-lower what a change of the named compute operators' configurations touches and bring the
         engine in step (only the changed tasks and edges)."""
-        if self.strategy is None or strategy.wiring() is not self.wiring:
+        if self.strategy is None or strategy.wiring() is not self.wiring or not self.incremental:
             self.build(strategy)
             return
         self._set_strategy(strategy)

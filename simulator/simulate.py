@@ -80,14 +80,16 @@ class Simulator:
     """Holds a lowered strategy so that single-operator changes can be delta-simulated."""
 
     def __init__(self, machine: Machine, cost_model, optimizer: str = "sgd", loss_output: Optional[str] = None,
-                 detail: bool = True) -> None:
+                 detail: bool = True, incremental: bool = True) -> None:
         """``detail`` keeps each task's name, regions and action (traces, the runtime); a search needs
-        only times and dependencies."""
+        only times and dependencies. ``incremental`` keeps what delta simulation needs (each owner's
+        tasks and dependencies, counted); without it ``delta`` simulates in full, with less memory."""
         if optimizer not in OPTIMIZER_STATE:
             raise ConfigError(f"unknown optimizer {optimizer!r}; valid: {', '.join(OPTIMIZER_STATE)}")
         self.machine = machine
         self.optimizer = optimizer
-        self.lowering = Lowering(machine, cost_model, optimizer, loss_output=loss_output, detail=detail)
+        self.lowering = Lowering(machine, cost_model, optimizer, loss_output=loss_output, detail=detail,
+                                 incremental=incremental)
 
     def full(self, strategy: Strategy) -> SimResult:
         """Lower the whole strategy and run Algorithm 1."""
@@ -97,7 +99,7 @@ class Simulator:
 
     def delta(self, strategy: Strategy, changed: set[str]) -> SimResult:
         """Re-lower what changing the named operators touches and run Algorithm 2."""
-        if self.lowering.strategy is None:
+        if self.lowering.strategy is None or not self.lowering.incremental:
             return self.full(strategy)
         self.lowering.update(strategy, changed)
         self.lowering.engine.simulate_delta()
@@ -192,7 +194,7 @@ def chrome_trace(machine: Machine, tasks: dict, ids, devices, starts, ends, othe
 
 def simulate(strategy: Strategy, machine: Machine, cost_model, optimizer: str = "sgd") -> SimResult:
     """Full simulation of one training iteration of ``strategy`` on ``machine``."""
-    return Simulator(machine, cost_model, optimizer).full(strategy)
+    return Simulator(machine, cost_model, optimizer, incremental=False).full(strategy)
 
 
 def timelines_equal(a: SimResult, b: SimResult) -> bool:

@@ -137,14 +137,17 @@ class TaskGraph:
 
     ``hops(src, dst, num_bytes)`` gives the engine devices and times of a transfer's hops; with
     ``routes(src, dst)`` (devices, latencies, bandwidths, summed latency per hop) transfers cost
-    latency plus bytes over bandwidth, computed in the core (``GraphCore``).
+    latency plus bytes over bandwidth, computed in the core (``GraphCore``). Without
+    ``incremental`` the graph is built once (no ``drop``, no ``sync``): less memory.
     """
 
-    def __init__(self, num_compute_devices: int, num_links: int, detail: bool = True, hops=None, routes=None) -> None:
+    def __init__(self, num_compute_devices: int, num_links: int, detail: bool = True, hops=None, routes=None,
+                 incremental: bool = True) -> None:
         self.num_compute_devices = num_compute_devices
         self.num_links = num_links
         self.detail = detail
-        self.core = GraphCore(num_compute_devices + num_links, hops if hops is not None else _no_hops, routes)
+        self.core = GraphCore(num_compute_devices + num_links, hops if hops is not None else _no_hops, routes,
+                              incremental)
         self.owner_keys: list = []       # owner id -> its key (e.g. ("op", name))
         self.names: dict[int, str] = {}  # with detail: task id -> name
         self.info: dict[int, tuple] = {}  # with detail: task id -> (node, piece, regions, action)
@@ -233,9 +236,9 @@ class TaskGraph:
         """A new engine holding this graph (every task must be alive: a fresh lowering)."""
         if self.core.live != self.core.size:
             raise ValueError("engine(): the graph has removed tasks; build it afresh")
-        c = self.core.columns()
+        device, exe, priority = self.core.engine_columns()
         src, dst = self.core.edge_arrays()
-        eng = engine_cls.from_arrays(self.num_devices, c["device"], c["exe"], src, dst, c["priority"])
+        eng = engine_cls.from_arrays(self.num_devices, device, exe, src, dst, priority)
         self.core.start_tracking()
         return eng
 

@@ -65,11 +65,12 @@ def run(args, extra) -> int:
     base = loaded.model.pcg
     strategy = _strategy(args, base, machine)
     cost = AnalyticCostModel() if args.cost == "analytic" else ProfiledCostModel()
-    sim = Simulator(machine, cost, args.optimizer, detail=bool(args.trace or args.taskgraph))
+    sim = Simulator(machine, cost, args.optimizer, detail=bool(args.trace or args.taskgraph),
+                    incremental=args.method == "delta")
     steps = None
     if args.method == "delta":
         result, steps = _delta_walk(sim, base, machine, strategy)
-        check = Simulator(machine, cost, args.optimizer, detail=False).full(strategy)
+        check = Simulator(machine, cost, args.optimizer, detail=False, incremental=False).full(strategy)
         if not timelines_equal(result, check):
             raise ConfigError("internal error: delta simulation diverged from full simulation")
     else:

@@ -86,7 +86,8 @@ class Session:
         self.machine = machine
         self.base = strategy.base if isinstance(strategy, ConfigStrategy) else strategy.pcg  # weights and inputs are named alike
         state = "adam" if optimizer == "adam" else ("momentum" if optimizer_params.get("momentum") else "sgd")
-        self.simulator = Simulator(machine, cost_model or AnalyticCostModel(), state, loss_output=loss_output)
+        self.simulator = Simulator(machine, cost_model or AnalyticCostModel(), state, loss_output=loss_output,
+                                   incremental=False)
         self.predicted: SimResult = self.simulator.full(strategy)
         self.loss_output = self.simulator.lowering.loss_node
         out_type = strategy.wiring().nodes[self.loss_output].op_type

@@ -152,5 +152,10 @@ class Layouts:
         self._memo[key] = (shapes, lay)
         return lay
 
+    def drop(self, name: str) -> None:
+        """Forget the layouts of operator ``name``."""
+        for key in [k for k in self._memo if k[0] == name]:
+            del self._memo[key]
+
     def __len__(self) -> int:
         return len(self._memo)

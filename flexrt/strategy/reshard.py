@@ -139,13 +139,16 @@ def reshard_plan(producer: OperatorLayout, k_out: int, consumer: OperatorLayout,
 
 class Reshards:
     """Plans computed once per (producer layout, output, consumer layout, operand, k); layouts are
-    matched by identity (``Layouts`` keeps one per configuration). At most ``limit`` are kept."""
+    matched by identity (``Layouts`` keeps one per configuration). At most ``limit`` are kept (0:
+    none)."""
 
     def __init__(self, limit: int = 50_000) -> None:
         self.limit = limit
         self._memo: dict = {}
 
     def get(self, producer: OperatorLayout, k_out: int, consumer: OperatorLayout, i: int, k: int) -> ReshardPlan:
+        if self.limit <= 0:  # keeps nothing (and so no layout alive)
+            return reshard_plan(producer, k_out, consumer, i, k)
         key = (id(producer), k_out, id(consumer), i, k)
         hit = self._memo.get(key)
         if hit is not None and hit[0] is producer and hit[1] is consumer:

@@ -76,3 +76,32 @@ def test_memory_and_owners_after_updates_equal_a_fresh_lowering(alexnet):
         assert got.memory_bytes == fresh.memory_bytes
         owners = sorted(sim.lowering.graph.task(t).owner for t in sim.lowering.graph.ids())
         assert owners == sorted(fresh_sim.lowering.graph.task(t).owner for t in fresh_sim.lowering.graph.ids())
+
+
+@settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_one_shot_build_equals_incremental(alexnet, seed):
+    """A one-shot build (no owner bookkeeping, layouts released as lowering goes) simulates what an
+    incremental one does; its ``delta`` is a full simulation."""
+    s = random_strategy(alexnet, MACHINE, seed)
+    a = Simulator(MACHINE, AnalyticCostModel(), detail=False).full(s)
+    one = Simulator(MACHINE, AnalyticCostModel(), detail=False, incremental=False)
+    b = one.full(s)
+    assert timelines_equal(a, b) and a.memory_bytes == b.memory_bytes and a.moved_bytes == b.moved_bytes
+    assert len(one.lowering._layouts) == 0
+    node = next(n for n in alexnet.nodes if is_compute(n))
+    s2 = s.with_config(node.id, random_config(alexnet, node, MACHINE, random.Random(seed)))
+    assert timelines_equal(one.delta(s2, {node.name}), Simulator(MACHINE, AnalyticCostModel()).full(s2))
+
+
+def test_one_shot_graph_refuses_to_drop():
+    from flexrt.simulator.task_graph import TaskGraph, TaskKind
+    g = TaskGraph(1, 0, incremental=False)
+    o = g.owner(("op", "a"), 0)
+    a = g.add_task(o, TaskKind.FORWARD, 0, 1.0, "a")
+    b = g.add_task(o, TaskKind.BACKWARD, 0, 1.0, "b")
+    g.add_edge(o, a, b)
+    g.add_edge(o, a, b)  # repeated: one edge
+    assert [x.tolist() for x in g._edge_arrays()] == [[a], [b]]
+    with pytest.raises(ValueError, match="incremental"):
+        g.drop(o)
