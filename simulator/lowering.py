@@ -114,6 +114,7 @@ class Lowering:
         self.cost = cost_model
         self.optimizer = optimizer
         self.num_compute = machine.num_devices
+        self._spec_names = [d.spec.name for d in machine.devices]  # device -> its kind's name
         self.engine_cls = engine_cls
         self.detail = detail  # names, regions, actions and parts: what the runtime and traces need
         self.incremental = incremental  # updates re-lower what changed; else every strategy is built afresh
@@ -271,6 +272,18 @@ class Lowering:
         self._edges(owner, before, [t])
         return t
 
+    def _per_kind(self, devices, what: str, time_of) -> list[float]:
+        """``time_of(device kind)`` for each device, asked once per kind; positive or an error."""
+        names, times, out = self._spec_names, {}, []
+        for d in devices:
+            x = times.get(names[d])
+            if x is None:
+                x = times[names[d]] = time_of(self._spec(d))
+                if not x > 0:
+                    raise StrategyError(f"{what} @{d}: the cost model gave a non-positive time {x!r}")
+            out.append(x)
+        return out
+
     def _spec(self, device: int):
         return self.machine.devices[device].spec
 
@@ -289,16 +302,7 @@ class Lowering:
         elements = numel(box)
         key = ("ring", self._new_group())
         adds = TensorShape((max(1, (n - 1) * elements // n),), dtype)
-        times: dict = {}
-        reduce_exe = []
-        for d in devices:
-            spec = self._spec(d)
-            x = times.get(spec.name)
-            if x is None:
-                x = times[spec.name] = self.cost.reduce_time(adds, 2, spec)
-                if not x > 0:
-                    raise StrategyError(f"{name}: the cost model gave a non-positive reduce time {x!r}")
-            reduce_exe.append(x)
+        reduce_exe = self._per_kind(devices, f"{name} sum", lambda spec: self.cost.reduce_time(adds, 2, spec))
         done, firsts = self.core.ring(self._oid(owner), devices, ready, elements, dtype.size_bytes,
                                       CATEGORY_CODE[category], reduce_exe)
         if self.detail:
@@ -322,9 +326,15 @@ class Lowering:
         """Per piece: forward time, backward time, activation bytes (pieces of one class on one device
         kind are timed once)."""
         timed: dict = {}
+        names = self._spec_names
+        first = names[lay.devices[0]]
+        if len(lay.classes) == 1 and all(names[d] == first for d in lay.devices):  # one class, one device kind
+            times, activation_bytes = self._op_time(*lay.classes[0], lay.devices[0])
+            n = len(lay.devices)
+            return [float(times.forward_s)] * n, [float(times.backward_s)] * n, [activation_bytes] * n
         fx, bx, act = [], [], []
         for p, dev in enumerate(lay.devices):
-            tkey = (lay.piece_class[p], self._spec(dev).name)
+            tkey = (lay.piece_class[p], names[dev])
             hit = timed.get(tkey)
             if hit is None:
                 times, activation_bytes = self._op_time(*lay.classes[lay.piece_class[p]], dev)
@@ -536,16 +546,9 @@ class Lowering:
                                              dtype, Category.WEIGHT_SYNC, f"allreduce {wname}")
             else:
                 done, gkey = [grad_deps[(ranges, devices[0])]], ("wg", wname, ranges)
-            times: dict = {}
-            for d in devices:
-                spec = self._spec(d)
-                if spec.name not in times:
-                    times[spec.name] = self.cost.update_time(piece, spec, self.optimizer)
-                    if not times[spec.name] > 0:
-                        raise StrategyError(f"update {wname}@{d}: the cost model gave a non-positive time "
-                                            f"{times[spec.name]!r}")
-            updates = self.core.after(oid, KIND_CODE[TaskKind.UPDATE], devices,
-                                      [times[self._spec(d).name] for d in devices], done)
+            exe = self._per_kind(devices, f"update {wname}",
+                                 lambda spec: self.cost.update_time(piece, spec, self.optimizer))
+            updates = self.core.after(oid, KIND_CODE[TaskKind.UPDATE], devices, exe, done)
             if not detail:
                 continue
             for d, u in zip(devices, updates):

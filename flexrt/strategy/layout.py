@@ -80,9 +80,11 @@ def _region_plan(axes, idx: int, rank: int, output: bool):
     return plan
 
 
-def operator_layout(machine: Machine, wiring: Wiring, name: str, shapes: OpShapes,
-                    view: MachineView) -> OperatorLayout:
-    """The layout of compute operator ``name`` of ``wiring``'s model under ``shapes`` and ``view``."""
+def operator_layout(machine: Machine, wiring: Wiring, name: str, shapes: OpShapes, view: MachineView,
+                    tensors: dict | None = None) -> OperatorLayout:
+    """The layout of compute operator ``name`` of ``wiring``'s model under ``shapes`` and ``view``.
+    ``tensors`` keeps the pieces of each distinct (region plan, degrees, tensor shape, halo)
+    across calls: operators of one shape share them (their lists are shared, never changed)."""
     node = wiring.nodes[name]
     axes, degree = shapes.axes, shapes.degree_map
     devices = list(view_devices(machine, view, tuple(d for _, d in shapes.degree)))
@@ -96,19 +98,33 @@ def operator_layout(machine: Machine, wiring: Wiring, name: str, shapes: OpShape
     names = [a.name for a in axes]
     codes: list[list[int]] = []  # per tensor, each piece's distinct-shape index
 
+    memo = tensors if tensors is not None else {}
+    degrees = shapes.degree
+
+    def pieces_of(i: int, s, output: bool):
+        """(regions, piece shapes, distinct-shape codes, boxes inside the tensor) of tensor ``i``."""
+        plan = _region_plan(axes, i, s.rank, output)
+        halo = any(h for _, h, _ in plan[0])
+        key = (plan, degrees, i, s, output) + ((node.op_type, node.attrs, tuple(data_full), outs[0]) if halo else ())
+        hit = memo.get(key)
+        if hit is not None:
+            return hit
+        r, dims = (plan_regions(plan, i, names, degree, s, with_dims=True) if output else
+                   plan_regions(plan, i, names, degree, s, opdef, node.attrs, data_full, outs[0], with_dims=True))
+        ps, code = _piece_shapes(dims, s.dtype)
+        boxes = ([tuple((max(a, 0), min(b, n)) for (a, b), n in zip(x.ranges, s.dims)) for x in r] if halo
+                 else [x.ranges for x in r])
+        memo[key] = hit = (r, ps, code, boxes)
+        return hit
+
     def regions_of(tensors, output: bool):
         regions, piece_shapes, boxes = [], [], []
         for i, s in enumerate(tensors):
-            plan = _region_plan(axes, i, s.rank, output)
-            r, dims = (plan_regions(plan, i, names, degree, s, with_dims=True) if output else
-                       plan_regions(plan, i, names, degree, s, opdef, node.attrs, data_full, outs[0], with_dims=True))
+            r, ps, code, b = pieces_of(i, s, output)
             regions.append(r)
-            ps, code = _piece_shapes(dims, s.dtype)
             piece_shapes.append(ps)
             codes.append(code)
-            halo = any(h for _, h, _ in plan[0])
-            boxes.append([tuple((max(a, 0), min(b, n)) for (a, b), n in zip(x.ranges, s.dims)) for x in r] if halo
-                         else [x.ranges for x in r])
+            boxes.append(b)
         return regions, piece_shapes, boxes
 
     operand_regions, piece_ins, operand_boxes = regions_of(full, False)
@@ -140,15 +156,17 @@ class Layouts:
     def __init__(self, machine: Machine, wiring: Wiring, limit: int = 50_000) -> None:
         self.machine, self.wiring, self.limit = machine, wiring, limit
         self._memo: dict = {}
+        self._tensors: dict = {}  # pieces of each distinct tensor cut, shared by operators of one shape
 
     def get(self, name: str, shapes: OpShapes, view: MachineView) -> OperatorLayout:
         key = (name, id(shapes), view)
         hit = self._memo.get(key)
         if hit is not None and hit[0] is shapes:
             return hit[1]
-        lay = operator_layout(self.machine, self.wiring, name, shapes, view)
+        lay = operator_layout(self.machine, self.wiring, name, shapes, view, self._tensors)
         if len(self._memo) >= self.limit:  # a long search visits many; keep memory bounded
             self._memo.clear()
+            self._tensors.clear()
         self._memo[key] = (shapes, lay)
         return lay
 

@@ -106,10 +106,32 @@ def _overlaps(wants: list, pieces: dict) -> list[list[tuple]]:
     return out
 
 
+def _same_cut(producer: OperatorLayout, k_out: int, consumer: OperatorLayout, i: int, k: int):
+    """The plan where piece p of the consumer wants exactly piece p of the producer, neither has
+    replicas nor partial sums (the common case: both cut alike), else None."""
+    wants = consumer.operand_boxes[i]
+    out = producer.output_regions[k_out]
+    if k != 1 or len(wants) != len(out) or any(r.sum_index or r.copy_index for r in out) \
+            or any(r.sum_index or r.copy_index for r in consumer.operand_regions[i]) \
+            or [r.ranges for r in out] != wants:
+        return None
+    pd, cd = producer.devices, consumer.devices
+    plan = ReshardPlan(tuple(zip(range(len(wants)), pd, range(len(wants)), cd, wants)), ())
+    sizes: dict = {}
+    for box in wants:
+        if box not in sizes:
+            sizes[box] = numel(box)
+    n = tuple(range(len(wants)))
+    object.__setattr__(plan, "_columns", (n, tuple(pd), n, tuple(cd), tuple(sizes[b] for b in wants)))
+    return plan
+
+
 def reshard_plan(producer: OperatorLayout, k_out: int, consumer: OperatorLayout, i: int, k: int) -> ReshardPlan:
     """The plan taking output ``k_out`` of ``producer`` to operand ``i`` of ``consumer``, where the
     producer holds ``k`` times the consumer's partial-sum degree."""
-    full = consumer.operand_shapes[i]
+    same = _same_cut(producer, k_out, consumer, i, k)
+    if same is not None:
+        return same
     # producer pieces: shard box -> sum index -> [(copy index, piece, device)]
     pieces: dict = defaultdict(lambda: defaultdict(list))
     for q, r in enumerate(producer.output_regions[k_out]):
