@@ -18,6 +18,7 @@ of a route), ``ring`` (a ring AllReduce), ``moves`` (an operand edge's one-to-on
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
 from libcpp.unordered_map cimport unordered_map
 from libcpp.unordered_set cimport unordered_set
+from libcpp.algorithm cimport sort
 from libcpp.vector cimport vector
 from cython.operator cimport dereference as deref, preincrement as inc
 
@@ -420,31 +421,58 @@ cdef class GraphCore:
         return 0 if it == self.edges_.end() else deref(it).second
 
     def edge_arrays(self):
-        """(src, dst) of the dependencies between live tasks, sorted by (src, dst)."""
-        cdef i64 m = self.edges_.size(), k = 0, key, a, b, i
-        cdef i64[::1] k_
+        """(src, dst) of the dependencies between live tasks, sorted by (src, dst), each once."""
+        cdef vector[i64] keys
+        cdef i64 key, a, b
+        cdef unordered_map[i64, int32_t].iterator it
         if not self.incremental:
-            m = self.flat.size()
-            keys = np.empty(m, dtype=np.int64)
-            k_ = keys
-            for i in range(m):
-                k_[i] = self.flat[i]
-            keys = np.sort(keys)
-            if m > 1:
-                keys = keys[np.concatenate(([True], keys[1:] != keys[:-1]))]
-            return keys >> 32, keys & 0xFFFFFFFF
-        keys = np.empty(m, dtype=np.int64)
-        k_ = keys
-        cdef unordered_map[i64, int32_t].iterator it = self.edges_.begin()
+            return self._sorted_edges(self.flat)
+        keys.reserve(self.edges_.size())
+        it = self.edges_.begin()
         while it != self.edges_.end():
             key = deref(it).first
             a, b = key >> 32, key & 0xFFFFFFFF
             if self.alive_[a] and self.alive_[b]:
-                k_[k] = key
-                k += 1
+                keys.push_back(key)
             inc(it)
-        keys = np.sort(keys[:k])  # the key orders by (src, dst)
-        return keys >> 32, keys & 0xFFFFFFFF
+        return self._sorted_edges(keys)
+
+    cdef tuple _sorted_edges(self, vector[i64]& keys):
+        """Edge keys (repeats allowed) -> (src, dst) sorted and unique: a counting sort by source,
+        then each source's few destinations sorted."""
+        cdef i64 n = self.kind_.size(), m = keys.size(), i, j, k, a, lo, hi, last
+        cdef vector[i64] start
+        start.assign(n + 1, 0)
+        for i in range(m):
+            start[(keys[i] >> 32) + 1] += 1
+        for i in range(n):
+            start[i + 1] += start[i]
+        cdef vector[i64] fill = start
+        cdef vector[i64] dsts
+        dsts.resize(m)
+        for i in range(m):
+            a = keys[i] >> 32
+            dsts[fill[a]] = keys[i] & 0xFFFFFFFF
+            fill[a] += 1
+        src = np.empty(m, dtype=np.int64)
+        dst = np.empty(m, dtype=np.int64)
+        cdef i64[::1] s_ = src, d_ = dst
+        k = 0
+        for a in range(n):
+            lo, hi = start[a], start[a + 1]
+            if hi - lo == 2:
+                if dsts[lo] > dsts[lo + 1]:
+                    dsts[lo], dsts[lo + 1] = dsts[lo + 1], dsts[lo]
+            elif hi - lo > 2:
+                sort(dsts.begin() + lo, dsts.begin() + hi)
+            last = -1
+            for j in range(lo, hi):
+                if dsts[j] != last:
+                    s_[k] = a
+                    d_[k] = dsts[j]
+                    k += 1
+                    last = dsts[j]
+        return src[:k], dst[:k]
 
     def memory_by_device(self) -> dict:
         """device -> memory kind -> bytes, over every owner's records."""

@@ -512,29 +512,33 @@ class Lowering:
         wshape = self.wiring.weight_shape[wname]
         dtype = wshape.dtype
         np_dtype = dtype.numpy_name
-        primary: dict[tuple, list[tuple[int, int]]] = defaultdict(list)  # ranges -> [(copy, device)]
-        c0, i0 = users[0]
-        L0 = self.layout(c0)
-        for p, r in enumerate(L0.operand_regions[i0]):
-            primary[r.ranges].append((r.copy_index, L0.devices[p]))
-        for reps in primary.values():
-            reps.sort()
-        grad_deps: dict[tuple, list[int]] = defaultdict(list)  # (ranges, device) -> tasks
+        # the first user's pieces are the instances: ranges -> [(copy, device)]; per instance the
+        # tasks its gradient waits for, and (with detail) the parts that sum it
+        primary: dict[tuple, list[tuple[int, int]]] = {}
+        deps: dict[tuple, dict[int, list[int]]] = {}
         grad_parts: dict[tuple, list[tuple[tuple, tuple]]] = defaultdict(list)  # (ranges, device) -> (key, box)
-        instances = {(ranges, d) for ranges, reps in primary.items() for _, d in reps}
         detail = self.detail
-        for c, i in users:
+        for u, (c, i) in enumerate(users):
             L = self.layout(c)
-            cfwd, cbwd = self.op_tasks[c]
+            cbwd = self.op_tasks[c][1]
             for p, (r, dev) in enumerate(zip(L.operand_regions[i], L.devices)):
-                here = (r.ranges, dev)
-                if here in instances:
-                    grad_deps[here].append(cbwd[p])
-                    if detail:
-                        self._part(owner, ("opd", c, i, p), dev, ("w", wname, r.ranges), dev, r.ranges)
-                        grad_parts[here].append((("gin", c, i, p), r.ranges))
+                held = deps.get(r.ranges)
+                if u == 0:
+                    if held is None:
+                        primary[r.ranges], held = [], {}
+                        deps[r.ranges] = held
+                    primary[r.ranges].append((r.copy_index, dev))
+                    held[dev] = []
+                elif held is None or dev not in held:
+                    self._weight_copies(owner, wname, primary, c, i, p, r, dev, deps, grad_parts)
                     continue
-                self._weight_copies(owner, wname, primary, c, i, p, r, dev, grad_deps, grad_parts)
+                held[dev].append(cbwd[p])
+                if detail:
+                    self._part(owner, ("opd", c, i, p), dev, ("w", wname, r.ranges), dev, r.ranges)
+                    grad_parts[(r.ranges, dev)].append((("gin", c, i, p), r.ranges))
+            if u == 0:
+                for reps in primary.values():
+                    reps.sort()
         oid = self._oid(owner)
         for ranges, reps in primary.items():
             piece = TensorShape(tuple(b - a for a, b in ranges), dtype)
@@ -542,10 +546,10 @@ class Lowering:
             self.core.memory_each(oid, devices, _MEMORY_CODE["weights"], piece.size_bytes)
             self.core.memory_each(oid, devices, _MEMORY_CODE["gradients"], piece.size_bytes)
             if len(devices) > 1:
-                done, gkey = self._allreduce(owner, devices, [grad_deps[(ranges, d)] for d in devices], ranges,
+                done, gkey = self._allreduce(owner, devices, [deps[ranges][d] for d in devices], ranges,
                                              dtype, Category.WEIGHT_SYNC, f"allreduce {wname}")
             else:
-                done, gkey = [grad_deps[(ranges, devices[0])]], ("wg", wname, ranges)
+                done, gkey = [deps[ranges][devices[0]]], ("wg", wname, ranges)
             exe = self._per_kind(devices, f"update {wname}",
                                  lambda spec: self.cost.update_time(piece, spec, self.optimizer))
             updates = self.core.after(oid, KIND_CODE[TaskKind.UPDATE], devices, exe, done)
@@ -558,7 +562,7 @@ class Lowering:
                                 gather_grad=len(devices) == 1)
                 self.graph.annotate(u, f"update {wname}@{d}", wname, -1, (), update)
 
-    def _weight_copies(self, owner, wname: str, primary: dict, c: str, i: int, p: int, r, dev: int, grad_deps: dict,
+    def _weight_copies(self, owner, wname: str, primary: dict, c: str, i: int, p: int, r, dev: int, deps: dict,
                        grad_parts: dict) -> None:
         """Piece ``p`` of consumer ``c`` needs its part of the weight where no instance is: read it
         from an instance on its device, or copy it there and send the gradient back."""
@@ -573,7 +577,7 @@ class Lowering:
             _, src = next(((cp, d) for cp, d in reps if d == dev), reps[r.copy_index % len(reps)])
             if src == dev:  # the instance on this device holds this part already
                 self._part(owner, opd, dev, ("w", wname, ranges), dev, box)
-                grad_deps[(ranges, src)].append(cbwd[p])
+                deps[ranges][src].append(cbwd[p])
                 grad_parts[(ranges, src)].append((gin, box))
                 continue
             hops, xkey = self._send(owner, ("w", wname, ranges), src, dev, box, dtype, Category.WEIGHT_SYNC,
@@ -582,7 +586,7 @@ class Lowering:
             self._part(owner, opd, dev, xkey, dev, box)
             back, gkey = self._send(owner, gin, dev, src, box, dtype, Category.WEIGHT_SYNC,
                                     f"grad {wname} {c}[{p}]->", [cbwd[p]])
-            grad_deps[(ranges, src)] += back
+            deps[ranges][src] += back
             grad_parts[(ranges, src)].append((gkey, box))
             self._mem(owner, dev, "weights", numel(box) * dtype.size_bytes)
 

@@ -105,6 +105,8 @@ class OpDef:
     halo: Optional[Callable[[Any, int, int, Sequence[TensorShape], tuple[int, int]], tuple[int, int]]] = None
     # Adjusts one piece's call: (attrs, {axis: coordinate}, {axis: degree}) -> (attrs for the piece, operands to zero).
     piece_call: Optional[Callable[[Any, dict, dict], tuple[Any, frozenset]]] = None
+    # The axes whose coordinates piece_call reads (None: any); pieces equal on them share one call.
+    piece_call_axes: Optional[tuple[str, ...]] = None
     # Constraints on axis degrees beyond divisibility: (attrs, data input shapes, {axis: degree}) ->
     # None, or raise ShapeError (e.g. attention's heads degree must divide num_heads).
     check_degrees: Optional[Callable[[Any, Sequence[TensorShape], dict], None]] = None

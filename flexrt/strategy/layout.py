@@ -80,6 +80,23 @@ def _region_plan(axes, idx: int, rank: int, output: bool):
     return plan
 
 
+def _piece_calls(opdef, attrs, axes, degree: dict, count: int) -> list:
+    """``piece_call`` of every piece, called once per distinct coordinates on the axes it reads."""
+    read = opdef.piece_call_axes
+    if read is not None and not any(degree.get(a, 1) > 1 for a in read):  # it reads nothing that varies
+        return [opdef.piece_call(attrs, {a.name: 0 for a in axes}, degree)] * count
+    out, seen = [], {}
+    for c in axis_coordinates(axes, degree):
+        key = tuple(c.get(a, 0) for a in read) if read is not None else None
+        hit = seen.get(key) if key is not None else None
+        if hit is None:
+            hit = opdef.piece_call(attrs, c, degree)
+            if key is not None:
+                seen[key] = hit
+        out.append(hit)
+    return out
+
+
 def operator_layout(machine: Machine, wiring: Wiring, name: str, shapes: OpShapes, view: MachineView,
                     tensors: dict | None = None) -> OperatorLayout:
     """The layout of compute operator ``name`` of ``wiring``'s model under ``shapes`` and ``view``.
@@ -136,7 +153,7 @@ def operator_layout(machine: Machine, wiring: Wiring, name: str, shapes: OpShape
     if opdef.piece_call is None:
         piece_attrs = [(node.attrs, frozenset())] * count
     else:
-        piece_attrs = [opdef.piece_call(node.attrs, c, degree) for c in axis_coordinates(axes, degree)]
+        piece_attrs = _piece_calls(opdef, node.attrs, axes, degree, count)
         seen: dict = {}
         codes.append([seen.setdefault(a, len(seen)) for a, _ in piece_attrs])
     # a class per distinct (attributes, operand shapes, output shapes)

@@ -117,12 +117,13 @@ def _same_cut(producer: OperatorLayout, k_out: int, consumer: OperatorLayout, i:
         return None
     pd, cd = producer.devices, consumer.devices
     plan = ReshardPlan(tuple(zip(range(len(wants)), pd, range(len(wants)), cd, wants)), ())
-    sizes: dict = {}
-    for box in wants:
-        if box not in sizes:
-            sizes[box] = numel(box)
+    sizes: dict = {}  # the boxes are the producer's output pieces, whose shapes are shared objects
+    for shapes in producer.piece_outs:
+        if id(shapes[k_out]) not in sizes:
+            sizes[id(shapes[k_out])] = shapes[k_out].num_elements
     n = tuple(range(len(wants)))
-    object.__setattr__(plan, "_columns", (n, tuple(pd), n, tuple(cd), tuple(sizes[b] for b in wants)))
+    object.__setattr__(plan, "_columns", (n, tuple(pd), n, tuple(cd),
+                                          tuple(sizes[id(shapes[k_out])] for shapes in producer.piece_outs)))
     return plan
 
 

@@ -101,3 +101,25 @@ def test_layouts_are_computed_once_per_configuration(base):
     for other in w.ops[1:6]:
         lays.get(other, s.shapes(other), s.view(other))
     assert len(lays) <= 4  # bounded: a long search does not keep every layout it saw
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_piece_calls_read_only_the_axes_they_declare(base, seed):
+    """An operator declaring ``piece_call_axes`` gives equal piece calls to pieces whose coordinates
+    agree on those axes, so the layout may call it once per such group."""
+    s = _random(base, seed)
+    w = s.wiring()
+    for name in w.ops:
+        node, shapes = w.nodes[name], s.shapes(name)
+        opdef = op_def(node.op_type)
+        if opdef.piece_call is None or opdef.piece_call_axes is None:
+            continue
+        groups = {}
+        for c in axis_coordinates(shapes.axes, shapes.degree_map):
+            key = tuple(c.get(a, 0) for a in opdef.piece_call_axes)
+            groups.setdefault(key, set()).add(opdef.piece_call(node.attrs, c, shapes.degree_map))
+        assert all(len(g) == 1 for g in groups.values()), name
+        lay = operator_layout(MACHINE, w, name, shapes, s.view(name))
+        assert lay.piece_attrs == [opdef.piece_call(node.attrs, c, shapes.degree_map)
+                                   for c in axis_coordinates(shapes.axes, shapes.degree_map)]

@@ -179,5 +179,5 @@ def extra_memory_bytes(attrs: MultiHeadAttentionAttrs, ins, outs):
 register_op(OpDef(OpType.MULTIHEAD_ATTENTION, MultiHeadAttentionAttrs, output_shapes=output_shapes, flops=flops,
                   num_inputs=3, weight_shapes=weight_shapes, weight_names=weight_names,
                   parallel_axes=parallel_axes, backward_flops=backward_flops,
-                  extra_memory_bytes=extra_memory_bytes, piece_call=piece_call,
+                  extra_memory_bytes=extra_memory_bytes, piece_call=piece_call, piece_call_axes=("heads",),
                   check_degrees=check_degrees))

@@ -202,5 +202,5 @@ def backward_flops(attrs: Conv2DAttrs, ins, outs):
 
 register_op(OpDef(OpType.CONV2D, Conv2DAttrs, output_shapes=output_shapes, flops=flops, num_inputs=1,
                   weight_shapes=weight_shapes, weight_names=weight_names, parallel_axes=parallel_axes,
-                  backward_flops=backward_flops, halo=halo, piece_call=piece_call,
+                  backward_flops=backward_flops, halo=halo, piece_call=piece_call, piece_call_axes=("in", "partial"),
                   check_degrees=check_degrees))

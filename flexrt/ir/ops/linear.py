@@ -92,4 +92,4 @@ def backward_flops(attrs, ins, outs):
 
 register_op(OpDef(OpType.LINEAR, LinearAttrs, output_shapes=output_shapes, flops=flops, num_inputs=1,
                   weight_shapes=weight_shapes, weight_names=weight_names, parallel_axes=parallel_axes,
-                  backward_flops=backward_flops, piece_call=piece_call))
+                  backward_flops=backward_flops, piece_call=piece_call, piece_call_axes=("in", "partial")))

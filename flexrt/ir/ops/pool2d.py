@@ -112,4 +112,4 @@ def backward_flops(attrs: Pool2DAttrs, ins, outs):
 
 register_op(OpDef(OpType.POOL2D, Pool2DAttrs, output_shapes=output_shapes, flops=flops, num_inputs=1,
                   parallel_axes=parallel_axes, backward_flops=backward_flops, halo=halo, halo_fill=halo_fill,
-                  piece_call=piece_call))
+                  piece_call=piece_call, piece_call_axes=()))

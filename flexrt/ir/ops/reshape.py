@@ -89,4 +89,4 @@ def flops(attrs, ins, outs):
 
 
 register_op(OpDef(OpType.RESHAPE, ReshapeAttrs, output_shapes=output_shapes, flops=flops, num_inputs=1,
-                  parallel_axes=parallel_axes, backward_flops=flops, piece_call=piece_call))
+                  parallel_axes=parallel_axes, backward_flops=flops, piece_call=piece_call, piece_call_axes=()))
