@@ -146,9 +146,6 @@ def operator_layout(machine: Machine, wiring: Wiring, name: str, shapes: OpShape
 
     operand_regions, piece_ins, operand_boxes = regions_of(full, False)
     output_regions, piece_outs, _ = regions_of(outs, True)
-    # operand pieces include their halo (padding outside the tensor counts: the kernel reads it)
-    piece_ins = list(zip(*piece_ins)) if full else [()] * count
-    piece_outs = list(zip(*piece_outs))
     # e.g. a conv piece runs without the padding its halo holds
     if opdef.piece_call is None:
         piece_attrs = [(node.attrs, frozenset())] * count
@@ -156,11 +153,19 @@ def operator_layout(machine: Machine, wiring: Wiring, name: str, shapes: OpShape
         piece_attrs = _piece_calls(opdef, node.attrs, axes, degree, count)
         seen: dict = {}
         codes.append([seen.setdefault(a, len(seen)) for a, _ in piece_attrs])
-    # a class per distinct (attributes, operand shapes, output shapes)
-    index: dict = {}
-    piece_class = [index.setdefault(key, len(index)) for key in zip(*codes)] if codes else [0] * count
-    first = {c: p for p, c in reversed(list(enumerate(piece_class)))}
-    classes = [(piece_attrs[first[c]][0], piece_ins[first[c]], piece_outs[first[c]]) for c in range(len(index))]
+    if all(not any(code) for code in codes):  # every piece alike (the common case): one class
+        # operand pieces include their halo (padding outside the tensor counts: the kernel reads it)
+        ins, outs_ = tuple(ps[0] for ps in piece_ins), tuple(ps[0] for ps in piece_outs)
+        piece_ins, piece_outs = [ins] * count, [outs_] * count
+        piece_class, classes = [0] * count, [(piece_attrs[0][0], ins, outs_)]
+    else:
+        piece_ins = list(zip(*piece_ins)) if full else [()] * count
+        piece_outs = list(zip(*piece_outs))
+        # a class per distinct (attributes, operand shapes, output shapes)
+        index: dict = {}
+        piece_class = [index.setdefault(key, len(index)) for key in zip(*codes)]
+        first = {c: p for p, c in reversed(list(enumerate(piece_class)))}
+        classes = [(piece_attrs[first[c]][0], piece_ins[first[c]], piece_outs[first[c]]) for c in range(len(index))]
     return OperatorLayout(node, degree, devices, operand_regions, output_regions, operand_boxes, full, outs, piece_ins,
                           piece_outs, piece_attrs, piece_class, classes)
 
