@@ -521,7 +521,17 @@ class Lowering:
         for u, (c, i) in enumerate(users):
             L = self.layout(c)
             cbwd = self.op_tasks[c][1]
-            for p, (r, dev) in enumerate(zip(L.operand_regions[i], L.devices)):
+            regions = L.operand_regions[i]
+            if u == 0 and regions[0].ranges is regions[-1].ranges and \
+                    all(r.ranges is regions[0].ranges for r in regions):  # replicas of the whole weight
+                whole = regions[0].ranges
+                primary[whole] = sorted((r.copy_index, dev) for r, dev in zip(regions, L.devices))
+                deps[whole] = {dev: [b] for dev, b in zip(L.devices, cbwd)}
+                for p, dev in enumerate(L.devices if detail else ()):
+                    self._part(owner, ("opd", c, i, p), dev, ("w", wname, whole), dev, whole)
+                    grad_parts[(whole, dev)].append((("gin", c, i, p), whole))
+                continue
+            for p, (r, dev) in enumerate(zip(regions, L.devices)):
                 held = deps.get(r.ranges)
                 if u == 0:
                     if held is None:

@@ -252,9 +252,10 @@ def plan_regions(plan, idx: int, names: Sequence[str], degree, shape: TensorShap
             out = [o * dg + (p // st) % dg for o, p in zip(out, pieces)]
         return out
 
-    per_dim, lengths = [], []
+    per_dim, lengths, split = [], [], False
     for d, ((covering, halo, out_dim), size) in enumerate(zip(dims, shape.dims)):
         deg = math.prod(degree[n] for n in covering)
+        split = split or deg > 1
         if deg == 1:
             per_dim.append([(0, size)] * count)
             lengths.append([size] * count)
@@ -270,7 +271,10 @@ def plan_regions(plan, idx: int, names: Sequence[str], degree, shape: TensorShap
         if with_dims:
             widths = [hi - lo for lo, hi in table]
             lengths.append([widths[i] for i in at])
-    ranges = list(zip(*per_dim)) if per_dim else [()] * count
+    if not split:  # every piece covers the whole tensor (replicas, partial sums): one shared tuple
+        ranges = [tuple((0, size) for size in shape.dims)] * count
+    else:
+        ranges = list(zip(*per_dim))
     regions = [Region(r, si, ci) for r, si, ci in zip(ranges, index(sum_names), index(copy_names))]
     if with_dims:
         return regions, (list(zip(*lengths)) if lengths else [()] * count)
