@@ -23,6 +23,21 @@ from flexrt.ir.registry import OpDef, ParallelAxis, Slot, SlotKind
 from flexrt.ir.tensor_shape import TensorShape
 
 
+_AXES: dict = {}
+
+
+def axes_of(opdef: OpDef, attrs, data_shapes: Sequence[TensorShape]) -> tuple[ParallelAxis, ...]:
+    """``opdef.parallel_axes(attrs, data_shapes)``, computed once per (operator type, attributes,
+    data shapes): operators of one kind and shape share the tuple."""
+    key = (opdef.op_type, attrs, tuple(data_shapes))
+    hit = _AXES.get(key)
+    if hit is None:
+        if len(_AXES) > 100_000:
+            _AXES.clear()
+        hit = _AXES[key] = tuple(opdef.parallel_axes(attrs, list(data_shapes)))
+    return hit
+
+
 def _slot_degree(shape: ParallelTensorShape, slot: Slot) -> int:
     if slot.kind is SlotKind.SHARD:
         return shape.dims[slot.dim].degree
@@ -62,7 +77,7 @@ def solve_axes(opdef: OpDef, attrs, name: str, data_inputs: Sequence[ParallelTen
     Raises ShapeError when an input is cut in a way the operator does not accept.
     """
     full = [s.tensor_shape for s in data_inputs]
-    axes = opdef.parallel_axes(attrs, full)
+    axes = axes_of(opdef, attrs, full)
     label = f"{opdef.op_type.value} '{name}'"
     degree: dict[str, int] = {}
     for ax in axes:

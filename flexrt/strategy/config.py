@@ -28,7 +28,7 @@ from typing import Mapping, Optional
 from flexrt.errors import FlexrtError, ShapeError, StrategyError
 from flexrt.ir.op_type import PARALLEL_OPS, SOURCE_OPS, OpType
 from flexrt.ir.ops import (AllReduceAttrs, CombineAttrs, ReductionAttrs, RepartitionAttrs, ReplicateAttrs)
-from flexrt.ir.parallel_axes import required_weight_shapes, solve_axes, tensor_degrees
+from flexrt.ir.parallel_axes import axes_of, required_weight_shapes, solve_axes, tensor_degrees
 from flexrt.ir.parallel_tensor import ParallelTensorShape
 from flexrt.ir.pcg import PCG, Node, TensorRef
 from flexrt.ir.registry import AxisKind, op_def
@@ -187,7 +187,7 @@ def op_shapes(node: Node, full: list, degrees: Mapping[str, int]) -> OpShapes:
     if hit is not None:
         return hit
     opdef = op_def(node.op_type)
-    axes = opdef.parallel_axes(node.attrs, full)
+    axes = axes_of(opdef, node.attrs, full)
     deg = _check_degrees(node, axes, degrees)
     try:
         targets = [ParallelTensorShape.of(s.dims, d.shard, d.sum, d.copy, s.dtype) for i, s in enumerate(full)

@@ -11,6 +11,7 @@ import random
 from typing import Mapping, Optional
 
 from flexrt.errors import ShapeError, StrategyError
+from flexrt.ir.parallel_axes import axes_of
 from flexrt.ir.parallel_tensor import divisors
 from flexrt.ir.pcg import PCG, Node
 from flexrt.ir.registry import AxisKind, SlotKind, op_def
@@ -22,7 +23,7 @@ from flexrt.strategy.config import SOAP_KINDS, ConfigStrategy, OpConfig, data_sh
 def all_axes(pcg: PCG, node: Node):
     opdef = op_def(node.op_type)
     nw = opdef.num_weights(node.attrs)
-    return opdef.parallel_axes(node.attrs, [pcg.shape(r).tensor_shape for r in node.inputs[:len(node.inputs) - nw]])
+    return axes_of(opdef, node.attrs, [pcg.shape(r).tensor_shape for r in node.inputs[:len(node.inputs) - nw]])
 
 
 def soap_axes(pcg: PCG, node: Node):
