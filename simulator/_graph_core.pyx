@@ -37,6 +37,8 @@ cdef enum:
 
 MEMORY_KINDS = ("weights", "gradients", "activations")
 
+cdef i64 MASK = 0xFFFFFFFF  # the destination half of an edge key (a C constant: no Python int per use)
+
 
 cdef inline i64 ekey(i64 a, i64 b) noexcept nogil:
     return (a << 32) | b
@@ -431,7 +433,7 @@ cdef class GraphCore:
         it = self.edges_.begin()
         while it != self.edges_.end():
             key = deref(it).first
-            a, b = key >> 32, key & 0xFFFFFFFF
+            a, b = key >> 32, key & MASK
             if self.alive_[a] and self.alive_[b]:
                 keys.push_back(key)
             inc(it)
@@ -441,19 +443,24 @@ cdef class GraphCore:
         """Edge keys (repeats allowed) -> (src, dst) sorted and unique: a counting sort by source,
         then each source's few destinations sorted."""
         cdef i64 n = self.kind_.size(), m = keys.size(), i, j, k, a, lo, hi, last
-        cdef vector[i64] start
+        cdef vector[i64] start, fill, dsts
         start.assign(n + 1, 0)
-        for i in range(m):
-            start[(keys[i] >> 32) + 1] += 1
-        for i in range(n):
-            start[i + 1] += start[i]
-        cdef vector[i64] fill = start
-        cdef vector[i64] dsts
+        fill.resize(n + 1)
         dsts.resize(m)
-        for i in range(m):
-            a = keys[i] >> 32
-            dsts[fill[a]] = keys[i] & 0xFFFFFFFF
-            fill[a] += 1
+        cdef i64* kp = keys.data()
+        cdef i64* sp = start.data()
+        cdef i64* fp = fill.data()
+        cdef i64* dp = dsts.data()
+        with nogil:
+            for i in range(m):
+                sp[(kp[i] >> 32) + 1] += 1
+            for i in range(n):
+                sp[i + 1] += sp[i]
+                fp[i] = sp[i]
+            for i in range(m):
+                a = kp[i] >> 32
+                dp[fp[a]] = kp[i] & MASK
+                fp[a] += 1
         src = np.empty(m, dtype=np.int64)
         dst = np.empty(m, dtype=np.int64)
         cdef i64[::1] s_ = src, d_ = dst
@@ -522,7 +529,7 @@ cdef class GraphCore:
         cdef unordered_set[i64].iterator it = self.touched.begin()
         while it != self.touched.end():
             key = deref(it)
-            a, b = key >> 32, key & 0xFFFFFFFF
+            a, b = key >> 32, key & MASK
             if self.alive_[a] and self.alive_[b]:
                 if self.edges_.count(key):
                     ad_[na] = key
@@ -536,5 +543,5 @@ cdef class GraphCore:
         self.synced = n
         self.dead.clear()
         self.touched.clear()
-        return (dead, first, dev, exe, prio, alive, (add_k >> 32, add_k & 0xFFFFFFFF),
-                (rm_k >> 32, rm_k & 0xFFFFFFFF))
+        return (dead, first, dev, exe, prio, alive, (add_k >> 32, add_k & MASK),
+                (rm_k >> 32, rm_k & MASK))
