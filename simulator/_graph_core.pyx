@@ -327,6 +327,23 @@ cdef class GraphCore:
             bwd_first[m] = bx
         return fwd_first, bwd_first
 
+    def copies(self, int oid, srcs, dsts, elements, i64 itemsize, int category, fwd_after, back_before):
+        """Copies of a weight's parts: per m a transfer srcs[m] -> dsts[m] whose hops come before
+        ``fwd_after[m]``, then one back (the gradient) after ``back_before[m]``; the copy's bytes are
+        recorded as weights on the destination. Returns the first hops of the forward and the
+        backward transfers, as two lists."""
+        cdef i64 m, n = len(srcs), fx, bx
+        fwd_first = [0] * n
+        bwd_first = [0] * n
+        for m in range(n):
+            fx = self.transfer(oid, srcs[m], dsts[m], elements[m], itemsize, category, ())
+            self._hops_to(oid, fx, fwd_after[m])
+            bx = self.transfer(oid, dsts[m], srcs[m], elements[m], itemsize, category, (back_before[m],))
+            self._mem(oid, dsts[m], 0, elements[m] * itemsize)
+            fwd_first[m] = fx
+            bwd_first[m] = bx
+        return fwd_first, bwd_first
+
     # -- reading ---------------------------------------------------------------------------------------
     def __len__(self) -> int:
         return self.live

@@ -505,52 +505,33 @@ class Lowering:
                 self._part(owner, e.gout(q), d, xkey, d, box, add=True)
 
     def _lower_weight(self, wname: str) -> None:
+        """The weight's instances (its first user's pieces) hold it and sum its gradient (ring
+        AllReduce over replicas), then each updates it; pieces of later users read an instance on
+        their device or get a copy, and send the gradient back (``WeightPlan``)."""
         owner = ("weight", wname)
         users = sorted(self.consumers.get(wname, []), key=lambda u: self.position[u[0]])
         if not users:
             return
-        wshape = self.wiring.weight_shape[wname]
-        dtype = wshape.dtype
+        dtype = self.wiring.weight_shape[wname].dtype
         np_dtype = dtype.numpy_name
-        # the first user's pieces are the instances: ranges -> [(copy, device)]; per instance the
-        # tasks its gradient waits for, and (with detail) the parts that sum it
-        primary: dict[tuple, list[tuple[int, int]]] = {}
-        deps: dict[tuple, dict[int, list[int]]] = {}
-        grad_parts: dict[tuple, list[tuple[tuple, tuple]]] = defaultdict(list)  # (ranges, device) -> (key, box)
-        detail = self.detail
-        for u, (c, i) in enumerate(users):
-            L = self.layout(c)
-            cbwd = self.op_tasks[c][1]
-            regions = L.operand_regions[i]
-            if u == 0 and regions[0].ranges is regions[-1].ranges and \
-                    all(r.ranges is regions[0].ranges for r in regions):  # replicas of the whole weight
-                whole = regions[0].ranges
-                primary[whole] = sorted((r.copy_index, dev) for r, dev in zip(regions, L.devices))
-                deps[whole] = {dev: [b] for dev, b in zip(L.devices, cbwd)}
-                for p, dev in enumerate(L.devices if detail else ()):
-                    self._part(owner, ("opd", c, i, p), dev, ("w", wname, whole), dev, whole)
-                    grad_parts[(whole, dev)].append((("gin", c, i, p), whole))
-                continue
-            for p, (r, dev) in enumerate(zip(regions, L.devices)):
-                held = deps.get(r.ranges)
-                if u == 0:
-                    if held is None:
-                        primary[r.ranges], held = [], {}
-                        deps[r.ranges] = held
-                    primary[r.ranges].append((r.copy_index, dev))
-                    held[dev] = []
-                elif held is None or dev not in held:
-                    self._weight_copies(owner, wname, primary, c, i, p, r, dev, deps, grad_parts)
-                    continue
-                held[dev].append(cbwd[p])
-                if detail:
-                    self._part(owner, ("opd", c, i, p), dev, ("w", wname, r.ranges), dev, r.ranges)
-                    grad_parts[(r.ranges, dev)].append((("gin", c, i, p), r.ranges))
-            if u == 0:
-                for reps in primary.values():
-                    reps.sort()
+        layouts = [(self.layout(c), i) for c, i in users]
+        plan = self._reshards.weight(layouts)
+        bwd = [self.op_tasks[c][1] for c, _ in users]
+        # per instance the tasks its gradient waits for
+        deps: dict[tuple, dict[int, list[int]]] = {ranges: {d: [] for _, d in reps} for ranges, reps in plan.instances}
+        for u, p, ranges, dev in plan.reads:
+            deps[ranges][dev].append(bwd[u][p])
         oid = self._oid(owner)
-        for ranges, reps in primary.items():
+        if plan.copies:
+            fwd_first, back_first = self.core.copies(
+                oid, [x[3] for x in plan.copies], [x[4] for x in plan.copies], [numel(x[5]) for x in plan.copies],
+                dtype.size_bytes, CATEGORY_CODE[Category.WEIGHT_SYNC],
+                [self.op_tasks[users[x[0]][0]][0][x[1]] for x in plan.copies], [bwd[x[0]][x[1]] for x in plan.copies])
+            for (u, p, ranges, src, dev, box), bx in zip(plan.copies, back_first):
+                deps[ranges][src].extend(self.core.hops(bx))
+        grad_parts = self._weight_parts(owner, wname, users, plan, fwd_first if plan.copies else (),
+                                        back_first if plan.copies else (), np_dtype) if self.detail else {}
+        for ranges, reps in plan.instances:
             piece = TensorShape(tuple(b - a for a, b in ranges), dtype)
             devices = [d for _, d in reps]
             self.core.memory_each(oid, devices, _MEMORY_CODE["weights"], piece.size_bytes)
@@ -563,42 +544,34 @@ class Lowering:
             exe = self._per_kind(devices, f"update {wname}",
                                  lambda spec: self.cost.update_time(piece, spec, self.optimizer))
             updates = self.core.after(oid, KIND_CODE[TaskKind.UPDATE], devices, exe, done)
-            if not detail:
+            if not self.detail:
                 continue
             for d, u in zip(devices, updates):
-                for key, box in grad_parts[(ranges, d)]:
+                for key, box in grad_parts.get((ranges, d), ()):
                     self._part(owner, gkey, d, key, d, box, add=True)
                 update = Update(Buf(("w", wname, ranges), d, ranges, np_dtype), Buf(gkey, d, ranges, np_dtype),
                                 gather_grad=len(devices) == 1)
                 self.graph.annotate(u, f"update {wname}@{d}", wname, -1, (), update)
 
-    def _weight_copies(self, owner, wname: str, primary: dict, c: str, i: int, p: int, r, dev: int, deps: dict,
-                       grad_parts: dict) -> None:
-        """Piece ``p`` of consumer ``c`` needs its part of the weight where no instance is: read it
-        from an instance on its device, or copy it there and send the gradient back."""
-        wshape = self.wiring.weight_shape[wname]
-        dtype = wshape.dtype
-        cfwd, cbwd = self.op_tasks[c]
-        opd, gin = ("opd", c, i, p), ("gin", c, i, p)
-        for ranges, reps in primary.items():
-            box = overlap(r.ranges, ranges)
-            if box is None:
-                continue
-            _, src = next(((cp, d) for cp, d in reps if d == dev), reps[r.copy_index % len(reps)])
-            if src == dev:  # the instance on this device holds this part already
-                self._part(owner, opd, dev, ("w", wname, ranges), dev, box)
-                deps[ranges][src].append(cbwd[p])
-                grad_parts[(ranges, src)].append((gin, box))
-                continue
-            hops, xkey = self._send(owner, ("w", wname, ranges), src, dev, box, dtype, Category.WEIGHT_SYNC,
-                                    f"copy {wname} ->{c}[{p}]", [])
-            self._edges(owner, hops, [cfwd[p]])
-            self._part(owner, opd, dev, xkey, dev, box)
-            back, gkey = self._send(owner, gin, dev, src, box, dtype, Category.WEIGHT_SYNC,
-                                    f"grad {wname} {c}[{p}]->", [cbwd[p]])
-            deps[ranges][src] += back
+    def _weight_parts(self, owner, wname: str, users, plan, fwd_first, back_first, np_dtype) -> dict:
+        """With detail: the parts that assemble each user piece's weight operand and each instance's
+        gradient, and the copies' actions and names. Returns (ranges, device) -> [(key, box)]."""
+        grad_parts: dict = defaultdict(list)
+        for u, p, ranges, dev in plan.reads:
+            c, i = users[u]
+            box = overlap(self.layout(c).operand_regions[i][p].ranges, ranges)
+            self._part(owner, ("opd", c, i, p), dev, ("w", wname, ranges), dev, box)
+            grad_parts[(ranges, dev)].append((("gin", c, i, p), box))
+        for (u, p, ranges, src, dev, box), fx, bx in zip(plan.copies, fwd_first, back_first):
+            c, i = users[u]
+            xkey, gkey = ("xfer", self.core.row(fx)[4]), ("xfer", self.core.row(bx)[4])
+            self._name_hops(self.core.hops(fx), f"copy {wname} ->{c}[{p}]", (),
+                            Move(("w", wname, ranges), src, Buf(xkey, dev, tuple(box), np_dtype)))
+            self._part(owner, ("opd", c, i, p), dev, xkey, dev, box)
+            self._name_hops(self.core.hops(bx), f"grad {wname} {c}[{p}]->", (),
+                            Move(("gin", c, i, p), dev, Buf(gkey, src, tuple(box), np_dtype)))
             grad_parts[(ranges, src)].append((gkey, box))
-            self._mem(owner, dev, "weights", numel(box) * dtype.size_bytes)
+        return grad_parts
 
     def _loss_time(self, piece: TensorShape, device: int) -> float:
         """A loss piece is timed as the forward and backward of a softmax over it: the same passes

@@ -13,7 +13,11 @@ no one's data). The plan matches them by region overlap:
   need the total (the lowering sums them on one device, or ring-AllReduces them where the
   partials' devices are exactly the consumers').
 
-Entry points: ``ReshardPlan``, ``reshard_plan``, ``Reshards`` (a cache of plans).
+A weight's plan (``WeightPlan``) is the same matching from the instances its first user's pieces
+hold to every user's pieces: local reads, or copies whose gradients go back.
+
+Entry points: ``ReshardPlan``, ``reshard_plan``, ``WeightPlan``, ``weight_plan``, ``Reshards`` (a
+cache of plans).
 """
 
 from __future__ import annotations
@@ -160,6 +164,49 @@ def reshard_plan(producer: OperatorLayout, k_out: int, consumer: OperatorLayout,
     return ReshardPlan(tuple(moves), tuple(reductions))
 
 
+@dataclass(frozen=True)
+class WeightPlan:
+    """How a weight reaches its users. The first user's pieces are the instances: ``instances`` is
+    (ranges, ((copy index, device), ...) in copy order) per distinct range, each instance holding
+    the weight's ``ranges`` and summing its gradient. ``reads`` are (user, piece, ranges, device)
+    where a piece reads an instance on its own device (the gradient waits for that piece);
+    ``copies`` are (user, piece, ranges, source device, destination device, box) where a piece
+    needs a part no instance on its device holds: copied forward, its gradient sent back."""
+
+    instances: tuple
+    reads: tuple
+    copies: tuple
+
+
+def weight_plan(users: list) -> WeightPlan:
+    """The plan of a weight read as operand ``i`` by each (layout, i) of ``users``, first user first."""
+    L0, i0 = users[0]
+    regions = L0.operand_regions[i0]
+    primary: dict = {}
+    for r, dev in zip(regions, L0.devices):
+        primary.setdefault(r.ranges, []).append((r.copy_index, dev))
+    for reps in primary.values():
+        reps.sort()
+    held = {ranges: {d for _, d in reps} for ranges, reps in primary.items()}
+    reads = [(0, p, r.ranges, dev) for p, (r, dev) in enumerate(zip(regions, L0.devices))]
+    copies = []
+    for u, (L, i) in enumerate(users[1:], start=1):
+        for p, (r, dev) in enumerate(zip(L.operand_regions[i], L.devices)):
+            if dev in held.get(r.ranges, ()):
+                reads.append((u, p, r.ranges, dev))
+                continue
+            for ranges, reps in primary.items():
+                box = overlap(r.ranges, ranges)
+                if box is None:
+                    continue
+                src = next((d for _, d in reps if d == dev), reps[r.copy_index % len(reps)][1])
+                if src == dev:  # the instance on this device holds this part already
+                    reads.append((u, p, ranges, dev))
+                else:
+                    copies.append((u, p, ranges, src, dev, box))
+    return WeightPlan(tuple((ranges, tuple(reps)) for ranges, reps in primary.items()), tuple(reads), tuple(copies))
+
+
 class Reshards:
     """Plans computed once per (producer layout, output, consumer layout, operand, k); layouts are
     matched by identity (``Layouts`` keeps one per configuration). At most ``limit`` are kept (0:
@@ -180,4 +227,18 @@ class Reshards:
         if len(self._memo) >= self.limit:
             self._memo.clear()
         self._memo[key] = (producer, consumer, plan)
+        return plan
+
+    def weight(self, users: list) -> WeightPlan:
+        """``weight_plan`` of ``users`` [(layout, operand index)], cached like edges' plans."""
+        if self.limit <= 0:
+            return weight_plan(users)
+        key = ("weight",) + tuple((id(L), i) for L, i in users)
+        hit = self._memo.get(key)
+        if hit is not None and all(a is L for a, (L, _) in zip(hit[0], users)):
+            return hit[1]
+        plan = weight_plan(users)
+        if len(self._memo) >= self.limit:
+            self._memo.clear()
+        self._memo[key] = (tuple(L for L, _ in users), plan)
         return plan
