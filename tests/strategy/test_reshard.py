@@ -13,7 +13,7 @@ from flexrt.machine import load_machine
 from flexrt.model import load_model
 from flexrt.strategy import ConfigStrategy, is_compute, random_config
 from flexrt.strategy.layout import Layouts
-from flexrt.strategy.reshard import Reshards, clip, numel, overlap, reshard_plan
+from flexrt.strategy.reshard import Reshards, clip, numel, overlap, reshard_plan, weight_plan
 
 MACHINE = load_machine("flexflow_p100", nodes=2)
 
@@ -94,3 +94,44 @@ def test_plans_are_cached_by_layout_identity(base):
         plan = cache.get(P, ko, C, i, k)
         assert cache.get(P, ko, C, i, k) is plan
         assert plan == reshard_plan(P, ko, C, i, k)
+
+
+def _weights(s):
+    """(weight name, [(layout, operand index)] of its users, first user first) of every weight."""
+    w = s.wiring()
+    lays = Layouts(MACHINE, w)
+    for name in w.weights:
+        users = sorted(w.consumers.get(name, []), key=lambda u: w.position[u[0]])
+        if users:
+            yield name, [(lays.get(c, s.shapes(c), s.view(c)), i) for c, i in users]
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_weight_plans_give_every_user_piece_its_part_once(base, seed):
+    """Every piece of every user gets exactly its region of the weight: read from an instance on its
+    own device, or copied from an instance that holds the box; the instances are the first user's
+    pieces, in copy order."""
+    for name, users in _weights(_random(base, seed)):
+        plan = weight_plan(users)
+        L0, i0 = users[0]
+        held = {(ranges, d) for ranges, reps in plan.instances for _, d in reps}
+        assert len(held) == L0.num_pieces
+        for ranges, reps in plan.instances:
+            assert list(reps) == sorted(reps)
+        got = defaultdict(list)
+        for u, p, ranges, dev in plan.reads:
+            assert (ranges, dev) in held and dev == users[u][0].devices[p]
+            got[(u, p)].append(overlap(users[u][0].operand_regions[users[u][1]][p].ranges, ranges))
+        for u, p, ranges, src, dev, box in plan.copies:
+            assert (ranges, src) in held and src != dev and dev == users[u][0].devices[p]
+            assert overlap(ranges, box) == box
+            got[(u, p)].append(box)
+        for u, (L, i) in enumerate(users):
+            shape = L.operand_shapes[i]
+            for p, region in enumerate(L.operand_regions[i]):
+                grid = np.zeros(shape.dims, dtype=np.int64)
+                for box in got[(u, p)]:
+                    grid[tuple(slice(a, b) for a, b in box)] += 1
+                want = tuple(slice(a, b) for a, b in region.ranges)
+                assert (grid[want] == 1).all() and grid.sum() == numel(region.ranges), (name, u, p)
