@@ -205,7 +205,8 @@ cdef int _direct_replay(Engine eng, double cut_ready, i64 cut_prio, i64 cut_id) 
     """Replay the suffix after K0 at once when it holds at least ``delta_direct_ratio`` of the
     live tasks (a change on the critical path early in the iteration): the tasks in device lists
     at or after K0, plus the edited tasks not in a list (new, or moved to another device), whose
-    keys are at or after K0 too. NOT_DIRECT when the suffix is smaller."""
+    keys are at or after K0 too. NOT_DIRECT when the suffix is smaller; FULL when it holds at least
+    ``delta_full_ratio`` of them (Algorithm 1 over everything costs less per task than a replay)."""
     cdef i64 i, t, k, unlinked = 0
     if not eng.delta_direct_ratio <= 1.0:
         return NOT_DIRECT
@@ -217,6 +218,8 @@ cdef int _direct_replay(Engine eng, double cut_ready, i64 cut_prio, i64 cut_id) 
         return NOMEM
     if eng.nsuffix + unlinked < eng.delta_direct_ratio * eng.live:
         return NOT_DIRECT
+    if eng.nsuffix + unlinked >= eng.delta_full_ratio * eng.live:
+        return FULL
     k = eng.nsuffix
     if eng._reserve_buf(k + unlinked):
         return NOMEM

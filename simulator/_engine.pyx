@@ -45,6 +45,7 @@ cdef enum:
     CYCLE = 1
     VANISH = 2
     FALLBACK = 3
+    FULL = 4       # the delta's suffix is most of the graph: a full simulation is cheaper
 
 
 @cython.final
@@ -98,10 +99,12 @@ cdef class Engine:
     cdef readonly i64 last_processed
     cdef readonly i64 replays
     cdef readonly i64 direct_replays
+    cdef readonly i64 full_replays
     cdef readonly i64 fallbacks
     cdef public i64 delta_probe_pops
     cdef public double delta_replay_ratio
     cdef public double delta_direct_ratio
+    cdef public double delta_full_ratio
 
     def __cinit__(self, num_devices):
         if isinstance(num_devices, bool) or not isinstance(num_devices, (int, np.integer)) or num_devices < 1:
@@ -117,6 +120,7 @@ cdef class Engine:
         self.delta_probe_pops = 256
         self.delta_replay_ratio = 0.1
         self.delta_direct_ratio = 0.25
+        self.delta_full_ratio = 0.5
 
     def __dealloc__(self):
         free(self.dev_)
@@ -627,6 +631,9 @@ cdef class Engine:
         if rv == FALLBACK:
             self.fallbacks += 1
             return self.simulate_full()
+        if rv == FULL:
+            self.full_replays += 1
+            return self.simulate_full()
         if rv:
             self.simulated = False
             self._raise(rv)
@@ -661,6 +668,7 @@ cdef class Engine:
         other.delta_probe_pops = self.delta_probe_pops
         other.delta_replay_ratio = self.delta_replay_ratio
         other.delta_direct_ratio = self.delta_direct_ratio
+        other.delta_full_ratio = self.delta_full_ratio
         return other
 
     def compact(self):

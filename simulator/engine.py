@@ -71,7 +71,9 @@ K0, or it was touched). So after ``delta_probe_pops`` pops (default 256) the del
 tasks after it: at most about the cost of that part of a full simulation. Where the tasks after K0 (with the edited
 tasks in no device list) are at least ``delta_direct_ratio`` (default 0.25) of all, the delta replays
 them at once, without placing new tasks or probing: one operator's new configuration early in the
-iteration moves most of the timeline anyway (counted in ``direct_replays`` and ``replays``). Bellman-Ford wins when
+iteration moves most of the timeline anyway (counted in ``direct_replays`` and ``replays``); where
+they are at least ``delta_full_ratio`` (default 0.5) of all, it runs Algorithm 1 over everything,
+which costs less per task than a replay (counted in ``full_replays``). Bellman-Ford wins when
 changes die out; the replay wins when they run to the end of the graph (a delay on the critical
 path), the common case for one operator's new configuration. Bellman-Ford never runs past
 ``4 * (tasks + edges) + 1024`` pops either. Edits may pass through cyclic graphs; the next
@@ -161,7 +163,9 @@ class ReferenceEngine:
         self.delta_probe_pops = 256
         self.delta_replay_ratio = 0.1
         self.delta_direct_ratio = 0.25
+        self.delta_full_ratio = 0.5
         self.direct_replays = 0
+        self.full_replays = 0
 
     # -- construction and edits ---------------------------------------------------------------
 
@@ -515,6 +519,9 @@ class ReferenceEngine:
             return self.simulate_full()
         ok = self._delta()
         self._dirty.clear()
+        if ok is None:  # the suffix is most of the graph
+            self.full_replays += 1
+            return self.simulate_full()
         if not ok:
             self.fallbacks += 1
             return self.simulate_full()
@@ -600,7 +607,10 @@ class ReferenceEngine:
         cut = self._cut(dirty)
         if self.delta_direct_ratio <= 1.0:  # a long suffix: replay it at once (see the docstring)
             unlinked = [t for t, _ in dirty if not self._linked[t]]
-            if self._suffix_size(cut) + len(unlinked) >= self.delta_direct_ratio * self._live:
+            size = self._suffix_size(cut) + len(unlinked)
+            if size >= self.delta_full_ratio * self._live:
+                return None
+            if size >= self.delta_direct_ratio * self._live:
                 self.direct_replays += 1
                 self.last_processed = 0
                 return self._replay_suffix(cut, unlinked)

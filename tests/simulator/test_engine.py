@@ -170,13 +170,14 @@ def apply_edit(engines, g: Graph, op) -> None:
 # How delta simulation settles: (probe pops, replay ratio, direct ratio). Bellman-Ford alone,
 # replaying the suffix after K0 at once, Bellman-Ford then a replay if it runs long, and the
 # default (a suffix of a quarter of the tasks or more is replayed at once, else the mix).
-DELTA_MODES = {"default": (256, 0.1, 0.25), "replay": (0, 0.0, 0.0), "bellman_ford": (10**18, 10.0**9, math.inf),
-               "probe_then_replay": (256, 0.1, math.inf)}
+DELTA_MODES = {"default": (256, 0.1, 0.25, 0.5), "replay": (0, 0.0, 0.0, math.inf),
+               "bellman_ford": (10**18, 10.0**9, math.inf, math.inf),
+               "probe_then_replay": (256, 0.1, math.inf, math.inf), "full": (256, 0.1, 0.0, 0.0)}
 
 
 def set_mode(engines, mode: str) -> None:
     for e in engines:
-        e.delta_probe_pops, e.delta_replay_ratio, e.delta_direct_ratio = DELTA_MODES[mode]
+        e.delta_probe_pops, e.delta_replay_ratio, e.delta_direct_ratio, e.delta_full_ratio = DELTA_MODES[mode]
 
 
 def check_delta_law(engines, g: Graph) -> None:
@@ -343,7 +344,7 @@ def test_delta_over_many_mcmc_proposals_equals_full(engine_cls, seed, mode):
     if mode in ("replay", "bellman_ford"):
         assert (og.eng.replays > 0) == (mode == "replay")
     if mode in ("bellman_ford", "probe_then_replay"):
-        assert og.eng.direct_replays == 0
+        assert og.eng.direct_replays == 0 and og.eng.full_replays == 0
     assert_semantics(og.eng)
 
 
@@ -355,6 +356,7 @@ def test_delta_replays_the_suffix_when_bellman_ford_runs_long():
     src, dst = zip(*[(i, j) for i in range(n) for j in {i + rng.randint(1, 20), i + rng.randint(1, 20)} if j < n])
     eng = Engine.from_arrays(2, [rng.randrange(2) for _ in range(n)], [rng.choice([0.5, 1.0, 2.0]) for _ in range(n)],
                              src, dst)
+    set_mode([eng], "probe_then_replay")
     eng.simulate_full()
     for exe in (50.0, 0.25, 7.0):
         eng.set_exe(3, exe)
@@ -368,9 +370,9 @@ def test_delta_replays_the_suffix_when_bellman_ford_runs_long():
 
 @pytest.mark.parametrize("mode", ["bellman_ford", "probe_then_replay", "default"])
 def test_delta_touches_only_what_changed(mode):
-    """A change at the end of a long chain re-simulates a handful of tasks, not the chain; one in
-    the middle re-simulates the second half (a 256-pop probe then the replay, or by default the
-    replay at once: the suffix is half of the tasks)."""
+    """A change at the end of a long chain re-simulates a handful of tasks, not the chain; one
+    further up re-simulates what follows it (a 256-pop probe then the replay, or by default the
+    replay at once: the suffix is 40% of the tasks; from 50% on, a full simulation)."""
     eng = Engine(2)
     set_mode([eng], mode)
     chain = [eng.add_task(i % 2, 1.0) for i in range(1000)]
@@ -381,11 +383,16 @@ def test_delta_touches_only_what_changed(mode):
     eng.set_exe(chain[-1], 3.0)
     assert eng.simulate_delta() == 1002.0
     assert eng.last_processed == 1
-    eng.set_exe(chain[500], 2.0)
+    eng.set_exe(chain[600], 2.0)
     assert eng.simulate_delta() == 1003.0
-    assert eng.last_processed == {"bellman_ford": 500, "probe_then_replay": 256 + 500, "default": 500}[mode]
+    assert eng.last_processed == {"bellman_ford": 400, "probe_then_replay": 256 + 400, "default": 400}[mode]
     assert eng.replays == (mode != "bellman_ford")
     assert eng.direct_replays == (mode == "default")
+    eng.set_exe(chain[100], 2.0)  # most of the chain after it: by default, Algorithm 1 over everything
+    assert eng.simulate_delta() == 1004.0
+    assert eng.full_replays == (mode == "default")
+    assert eng.last_processed == (1000 if mode == "default" else
+                                  {"bellman_ford": 900, "probe_then_replay": 256 + 900}[mode])
 
 
 # -- hand-checked cases ------------------------------------------------------------------------
