@@ -17,7 +17,6 @@ of a route), ``ring`` (a ring AllReduce), ``moves`` (an operand edge's one-to-on
 
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
 from libcpp.unordered_map cimport unordered_map
-from libcpp.unordered_set cimport unordered_set
 from libcpp.algorithm cimport sort
 from libcpp.vector cimport vector
 from cython.operator cimport dereference as deref, preincrement as inc
@@ -66,7 +65,7 @@ cdef class GraphCore:
     cdef i64 synced
     cdef bint tracking
     cdef vector[i64] dead
-    cdef unordered_set[i64] touched
+    cdef vector[i64] touched             # edge keys changed since the last sync (repeats allowed)
     cdef object hop_fn, route_fn
     cdef unordered_map[i64, i64] route_at   # src * num_devices + dst -> route index
     cdef vector[i64] r_start, r_len, h_dev
@@ -113,7 +112,7 @@ cdef class GraphCore:
                 continue
             if deref(it).second == 1:
                 self.edges_.erase(it)
-                self.touched.insert(key)
+                self.touched.push_back(key)
             else:
                 self.edges_[key] = deref(it).second - 1
         es.clear()
@@ -162,7 +161,7 @@ cdef class GraphCore:
         if it == self.edges_.end():
             self.edges_[key] = 1
             if self.tracking:
-                self.touched.insert(key)
+                self.touched.push_back(key)
         else:
             self.edges_[key] = deref(it).second + 1
         self.oedges[oid].push_back(key)
@@ -540,12 +539,16 @@ cdef class GraphCore:
             e_[t - first] = self.exe_[t]
             p_[t - first] = self.prio_[t]
             a_[t - first] = self.alive_[t]
+        sort(self.touched.begin(), self.touched.end())
         add = np.empty(self.touched.size(), dtype=np.int64)
         rm = np.empty(self.touched.size(), dtype=np.int64)
         cdef i64[::1] ad_ = add, rm_ = rm
-        cdef unordered_set[i64].iterator it = self.touched.begin()
-        while it != self.touched.end():
-            key = deref(it)
+        cdef i64 i, prev = -1
+        for i in range(<i64>self.touched.size()):
+            key = self.touched[i]
+            if key == prev:
+                continue
+            prev = key
             a, b = key >> 32, key & MASK
             if self.alive_[a] and self.alive_[b]:
                 if self.edges_.count(key):
@@ -554,9 +557,8 @@ cdef class GraphCore:
                 else:
                     rm_[nr] = key
                     nr += 1
-            inc(it)
-        add_k = np.sort(add[:na])
-        rm_k = np.sort(rm[:nr])
+        add_k = add[:na]  # sorted: the touched keys were
+        rm_k = rm[:nr]
         self.synced = n
         self.dead.clear()
         self.touched.clear()
