@@ -8,6 +8,8 @@ import enum
 class DataType(enum.Enum):
     """Element type of a tensor. Values are FlexFlow's enum values."""
 
+    __hash__ = object.__hash__  # members are singletons compared by identity; Enum's own hash is slow
+
     DT_BOOLEAN = 40
     DT_INT32 = 41
     DT_INT64 = 42

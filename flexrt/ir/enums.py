@@ -6,6 +6,8 @@ import enum
 
 
 class ActiMode(enum.Enum):
+    __hash__ = object.__hash__  # members are singletons compared by identity; Enum's own hash is slow
+
     AC_MODE_NONE = 10
     AC_MODE_RELU = 11
     AC_MODE_SIGMOID = 12
@@ -14,6 +16,8 @@ class ActiMode(enum.Enum):
 
 
 class PoolType(enum.Enum):
+    __hash__ = object.__hash__  # members are singletons compared by identity; Enum's own hash is slow
+
     POOL_MAX = 30
     POOL_AVG = 31
 

@@ -6,6 +6,8 @@ import enum
 
 
 class OpType(enum.Enum):
+    __hash__ = object.__hash__  # members are singletons compared by identity; Enum's own hash is slow
+
     # sources
     INPUT = "input"
     WEIGHT = "weight"

@@ -37,6 +37,8 @@ from flexrt.machine.machine import Machine, MachineShape, as_int
 class Projection(enum.Enum):
     """Whether a view dimension steps over devices within a node or over nodes."""
 
+    __hash__ = object.__hash__  # members are singletons compared by identity; Enum's own hash is slow
+
     INTRA = "intra"
     INTER = "inter"
 
