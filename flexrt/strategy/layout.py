@@ -40,6 +40,8 @@ class OperatorLayout:
     operand_regions: list[list[Region]]
     output_regions: list[list[Region]]
     operand_boxes: list[list[tuple]]  # per operand, each piece's region inside the tensor (a halo's padding cut off)
+    operand_plain: list[bool]         # per operand: every piece has sum index 0 and copy index 0
+    output_plain: list[bool]          # the same per output
     operand_shapes: list[TensorShape]
     output_shapes: list[TensorShape]
     piece_ins: list          # per piece: operand piece shapes (halo included)
@@ -131,21 +133,23 @@ def operator_layout(machine: Machine, wiring: Wiring, name: str, shapes: OpShape
         ps, code = _piece_shapes(dims, s.dtype)
         boxes = ([tuple((max(a, 0), min(b, n)) for (a, b), n in zip(x.ranges, s.dims)) for x in r] if halo
                  else [x.ranges for x in r])
-        memo[key] = hit = (r, ps, code, boxes)
+        plain = not any(degree[n] > 1 for n in plan[1] + plan[2])  # no partial sums, no replicas
+        memo[key] = hit = (r, ps, code, boxes, plain)
         return hit
 
     def regions_of(tensors, output: bool):
-        regions, piece_shapes, boxes = [], [], []
+        regions, piece_shapes, boxes, plain = [], [], [], []
         for i, s in enumerate(tensors):
-            r, ps, code, b = pieces_of(i, s, output)
+            r, ps, code, b, pl = pieces_of(i, s, output)
             regions.append(r)
             piece_shapes.append(ps)
             codes.append(code)
             boxes.append(b)
-        return regions, piece_shapes, boxes
+            plain.append(pl)
+        return regions, piece_shapes, boxes, plain
 
-    operand_regions, piece_ins, operand_boxes = regions_of(full, False)
-    output_regions, piece_outs, _ = regions_of(outs, True)
+    operand_regions, piece_ins, operand_boxes, operand_plain = regions_of(full, False)
+    output_regions, piece_outs, _, output_plain = regions_of(outs, True)
     # e.g. a conv piece runs without the padding its halo holds
     if opdef.piece_call is None:
         piece_attrs = [(node.attrs, frozenset())] * count
@@ -166,8 +170,8 @@ def operator_layout(machine: Machine, wiring: Wiring, name: str, shapes: OpShape
         piece_class = [index.setdefault(key, len(index)) for key in zip(*codes)]
         first = {c: p for p, c in reversed(list(enumerate(piece_class)))}
         classes = [(piece_attrs[first[c]][0], piece_ins[first[c]], piece_outs[first[c]]) for c in range(len(index))]
-    return OperatorLayout(node, degree, devices, operand_regions, output_regions, operand_boxes, full, outs, piece_ins,
-                          piece_outs, piece_attrs, piece_class, classes)
+    return OperatorLayout(node, degree, devices, operand_regions, output_regions, operand_boxes, operand_plain,
+                          output_plain, full, outs, piece_ins, piece_outs, piece_attrs, piece_class, classes)
 
 
 class Layouts:

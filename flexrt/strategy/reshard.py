@@ -115,8 +115,7 @@ def _same_cut(producer: OperatorLayout, k_out: int, consumer: OperatorLayout, i:
     replicas nor partial sums (the common case: both cut alike), else None."""
     wants = consumer.operand_boxes[i]
     out = producer.output_regions[k_out]
-    if k != 1 or len(wants) != len(out) or any(r.sum_index or r.copy_index for r in out) \
-            or any(r.sum_index or r.copy_index for r in consumer.operand_regions[i]) \
+    if k != 1 or len(wants) != len(out) or not producer.output_plain[k_out] or not consumer.operand_plain[i] \
             or [r.ranges for r in out] != wants:
         return None
     pd, cd = producer.devices, consumer.devices

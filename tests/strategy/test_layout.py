@@ -123,3 +123,13 @@ def test_piece_calls_read_only_the_axes_they_declare(base, seed):
         lay = operator_layout(MACHINE, w, name, shapes, s.view(name))
         assert lay.piece_attrs == [opdef.piece_call(node.attrs, c, shapes.degree_map)
                                    for c in axis_coordinates(shapes.axes, shapes.degree_map)]
+
+
+def test_plain_flags_say_whether_any_piece_is_a_partial_sum_or_replica(base):
+    for seed in range(5):
+        s = _random(base, seed)
+        w = s.wiring()
+        for name in w.ops:
+            lay = operator_layout(MACHINE, w, name, s.shapes(name), s.view(name))
+            for regions, plain in zip(lay.operand_regions + lay.output_regions, lay.operand_plain + lay.output_plain):
+                assert plain == all(r.sum_index == 0 and r.copy_index == 0 for r in regions)
