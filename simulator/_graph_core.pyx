@@ -204,27 +204,41 @@ cdef class GraphCore:
                        before) except -1:
         """One transfer src -> dst: a task per hop, all after ``before``; returns the first hop's id
         (the hops are consecutive ids; ``last_transfer`` is the transfer's id)."""
+        cdef i64 first = self._emit_transfer(oid, src, dst, elements, itemsize, category), a
+        for a in before:
+            self._after(oid, a, first)
+        return first
+
+    cdef inline void _after(self, int oid, i64 a, i64 first) noexcept:
+        """a -> every hop of the transfer whose first hop is ``first``."""
+        cdef i64 j
+        for j in range(self.xhops_[self.xfer_[first]]):
+            self.edge(oid, a, first + j)
+
+    cdef i64 _emit_transfer(self, int oid, i64 src, i64 dst, i64 elements, i64 itemsize,
+                            int category) except -1:
         cdef i64 nbytes = elements * itemsize
-        cdef i64 xid = self.xby_.size(), first = self.kind_.size(), t, a, j, nh, ri, h
-        cdef double x, nb = <double>nbytes
-        cdef list exe = []
-        cdef list devs = []
+        cdef i64 xid = self.xby_.size(), first = self.kind_.size(), j, nh, ri, h
+        cdef double nb = <double>nbytes
+        cdef vector[double] exe
+        cdef vector[i64] devs
         if self.route_fn is not None:
             ri = self._route(src, dst)
             nh, h = self.r_len[ri], self.r_start[ri]
             for j in range(nh):
-                devs.append(self.h_dev[h + j])
-                exe.append(((self.h_lat[h + j] + nb / self.h_bw[h + j]) - self.h_lat[h + j]) + self.r_latency[ri])
+                devs.push_back(self.h_dev[h + j])
+                exe.push_back(((self.h_lat[h + j] + nb / self.h_bw[h + j]) - self.h_lat[h + j]) + self.r_latency[ri])
         else:
             d, x_ = self.hop_fn(src, dst, nbytes)
-            devs, exe = list(d), list(x_)
-            nh = len(devs)
+            for j in range(len(d)):
+                devs.push_back(d[j])
+                exe.push_back(x_[j])
+            nh = devs.size()
         for j in range(nh):
-            x = exe[j]
-            if not x > 0:
+            if not exe[j] > 0:
                 from flexrt.errors import StrategyError
                 raise StrategyError(f"a transfer {src} -> {dst} of {nbytes} bytes got a non-positive hop time "
-                                    f"{x!r} from the cost model")
+                                    f"{exe[j]!r} from the cost model")
         self.xel_.push_back(elements)
         self.xby_.push_back(nbytes)
         self.xcat_.push_back(category)
@@ -232,9 +246,7 @@ cdef class GraphCore:
         self.xhops_.push_back(nh)
         self.last_transfer = xid
         for j in range(nh):
-            t = self._task(oid, TRANSFER, devs[j], exe[j], xid)
-            for a in before:
-                self.edge(oid, a, t)
+            self._task(oid, TRANSFER, devs[j], exe[j], xid)
         return first
 
     cdef i64 _route(self, i64 src, i64 dst) except -1:
@@ -284,19 +296,22 @@ cdef class GraphCore:
         """Ring AllReduce of ``elements`` over ``devices``: member i sends 2(n-1)/n of the data to
         i + 1 after ``ready[i]`` and ``ready[i + 1]``, then member i + 1 sums (``reduce_exe``).
         Returns (per member the task after which it holds the sum, per member its send's first hop)."""
-        cdef i64 n = len(devices), total = 2 * (n - 1) * elements, i, j, share, first, r
+        cdef i64 n = len(devices), total = 2 * (n - 1) * elements, i, j, share, first, r, a
         firsts = [0] * n
         done = [0] * n
-        cdef list receivers = []
         for i in range(n):
             j = (i + 1) % n
             share = total // n + (1 if i < total % n else 0)
-            first = self.transfer(oid, devices[i], devices[j], share, itemsize, category, list(ready[i]) + list(ready[j]))
+            first = self._emit_transfer(oid, devices[i], devices[j], share, itemsize, category)
+            for a in ready[i]:
+                self._after(oid, a, first)
+            for a in ready[j]:
+                self._after(oid, a, first)
             firsts[i] = first
-            receivers.append((j, first))
-        for j, first in receivers:
+        for i in range(n):  # the sums, in the order the sends were made
+            j = (i + 1) % n
             r = self.task(oid, REDUCE, devices[j], reduce_exe[j])
-            self._hops_to(oid, first, r)
+            self._hops_to(oid, firsts[i], r)
             done[j] = r
         return done, firsts
 
@@ -315,13 +330,15 @@ cdef class GraphCore:
                 self.edge(oid, pf, cf)
                 self.edge(oid, cb, pb)
                 continue
-            fx = self.transfer(oid, qd, pd, elements[m], itemsize, 1, (pf,))
+            fx = self._emit_transfer(oid, qd, pd, elements[m], itemsize, 1)
+            self._after(oid, pf, fx)
             self._hops_to(oid, fx, cf)
             fwd_first[m] = fx
             if not grad:
                 self.edge(oid, cb, pb)
                 continue
-            bx = self.transfer(oid, pd, qd, elements[m], itemsize, 1, (cb,))
+            bx = self._emit_transfer(oid, pd, qd, elements[m], itemsize, 1)
+            self._after(oid, cb, bx)
             self._hops_to(oid, bx, pb)
             bwd_first[m] = bx
         return fwd_first, bwd_first
@@ -335,9 +352,10 @@ cdef class GraphCore:
         fwd_first = [0] * n
         bwd_first = [0] * n
         for m in range(n):
-            fx = self.transfer(oid, srcs[m], dsts[m], elements[m], itemsize, category, ())
+            fx = self._emit_transfer(oid, srcs[m], dsts[m], elements[m], itemsize, category)
             self._hops_to(oid, fx, fwd_after[m])
-            bx = self.transfer(oid, dsts[m], srcs[m], elements[m], itemsize, category, (back_before[m],))
+            bx = self._emit_transfer(oid, dsts[m], srcs[m], elements[m], itemsize, category)
+            self._after(oid, back_before[m], bx)
             self._mem(oid, dsts[m], 0, elements[m] * itemsize)
             fwd_first[m] = fx
             bwd_first[m] = bx
