@@ -17,6 +17,7 @@ Entry points: ``OperatorLayout``, ``Layouts``.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 from flexrt.errors import StrategyError
@@ -183,16 +184,28 @@ class Layouts:
         self.machine, self.wiring, self.limit = machine, wiring, limit
         self._memo: dict = {}
         self._tensors: dict = {}  # pieces of each distinct tensor cut, shared by operators of one shape
+        # the last layout per (configuration shapes, view): operators with equal attributes and shapes
+        # share their shapes object (``op_shapes``), so their layouts differ only in the node
+        self._twins: dict = {}
 
     def get(self, name: str, shapes: OpShapes, view: MachineView) -> OperatorLayout:
         key = (name, id(shapes), view)
         hit = self._memo.get(key)
         if hit is not None and hit[0] is shapes:
             return hit[1]
-        lay = operator_layout(self.machine, self.wiring, name, shapes, view, self._tensors)
+        node = self.wiring.nodes[name]
+        tkey = (id(shapes), view, node.op_type)
+        twin = self._twins.get(tkey)  # an operator of the same kind, attributes, shapes and view
+        if twin is not None and twin[0] is shapes and twin[1].node.attrs == node.attrs:
+            lay = copy.copy(twin[1])
+            lay.node = node
+        else:
+            lay = operator_layout(self.machine, self.wiring, name, shapes, view, self._tensors)
         if len(self._memo) >= self.limit:  # a long search visits many; keep memory bounded
             self._memo.clear()
             self._tensors.clear()
+            self._twins.clear()
+        self._twins[tkey] = (shapes, lay)
         self._memo[key] = (shapes, lay)
         return lay
 

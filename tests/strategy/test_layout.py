@@ -133,3 +133,18 @@ def test_plain_flags_say_whether_any_piece_is_a_partial_sum_or_replica(base):
             lay = operator_layout(MACHINE, w, name, s.shapes(name), s.view(name))
             for regions, plain in zip(lay.operand_regions + lay.output_regions, lay.operand_plain + lay.output_plain):
                 assert plain == all(r.sum_index == 0 and r.copy_index == 0 for r in regions)
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_cached_layouts_equal_fresh_ones(base, seed):
+    """What ``Layouts`` hands out (shared tensor cuts, an equal operator's layout reused with its own
+    node) equals a layout computed afresh, field by field."""
+    s = _random(base, seed)
+    w = s.wiring()
+    lays = Layouts(MACHINE, w)
+    for name in w.ops:
+        got = lays.get(name, s.shapes(name), s.view(name))
+        fresh = operator_layout(MACHINE, w, name, s.shapes(name), s.view(name))
+        assert got.node is w.nodes[name]
+        assert vars(got) == vars(fresh), name
