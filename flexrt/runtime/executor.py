@@ -360,9 +360,13 @@ class Executor:
                                 f"became ready (a dependency cycle?)")
 
     def _run_threads(self, st: _State) -> None:
-        """One worker per device walking its tasks in predicted order. Readiness is a flag per task
-        under one scheduling lock, with one condition per worker: finishing a task wakes only the
-        workers owning successors that became ready, and a ready task runs without waiting."""
+        """One worker per device running its ready tasks, earliest in the predicted order first (the
+        predicted order itself whenever its next task is ready). Readiness is kept under one
+        scheduling lock, one heap and one condition per worker: finishing a task hands the
+        successors that became ready to their devices' heaps and wakes only those workers. A worker
+        never waits while one of its tasks is ready: waiting for the predicted next task could
+        deadlock, e.g. a device holding a ring member that another device waits for behind a task
+        that needs the ring's sum."""
         plan = self.plan
         if not hasattr(self, "_per_device"):
             self._per_device = defaultdict(list)
@@ -372,16 +376,18 @@ class Executor:
         sched = threading.Lock()
         cond = {d: threading.Condition(sched) for d in per_device}
         owner = [t.device for t in plan.tasks]
-        ready = bytearray(plan.num_tasks)
+        ready_heap: dict[int, list[int]] = {d: [] for d in per_device}
         for i, r in enumerate(st.remaining):
             if r == 0:
-                ready[i] = 1
+                ready_heap[owner[i]].append(i)
+        for h in ready_heap.values():
+            heapq.heapify(h)
         errors: list = []
         clock = time.perf_counter
 
         def finish(members, start_i):
             end = clock() - st.t0
-            woken = []
+            woken = set()
             for m in members:
                 st.end[m] = end
                 st.start[m] = start_i
@@ -391,20 +397,20 @@ class Executor:
                     for s in plan.succ[m]:
                         st.remaining[s] -= 1
                         if st.remaining[s] == 0:
-                            ready[s] = 1
-                            woken.append(owner[s])
-                for d in set(woken):
+                            heapq.heappush(ready_heap[owner[s]], s)
+                            woken.add(owner[s])
+                for d in woken:
                     cond[d].notify()
 
         def worker(dev: int) -> None:
-            c = cond[dev]
-            for i in per_device[dev]:
-                if not ready[i]:
-                    with sched:
-                        while not ready[i] and not errors:
-                            c.wait(0.5)
-                if errors:
-                    return
+            c, heap = cond[dev], ready_heap[dev]
+            for _ in range(len(per_device[dev])):
+                with sched:
+                    while not heap and not errors:
+                        c.wait(0.5)
+                    if errors:
+                        return
+                    i = heapq.heappop(heap)
                 task = plan.tasks[i]
                 t = clock() - st.t0
                 try:
