@@ -17,6 +17,7 @@ of a route), ``ring`` (a ring AllReduce), ``moves`` (an operand edge's one-to-on
 
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
 from libcpp.unordered_map cimport unordered_map
+from libc.string cimport memcpy
 from libcpp.algorithm cimport sort
 from libcpp.vector cimport vector
 from cython.operator cimport dereference as deref, preincrement as inc
@@ -39,6 +40,16 @@ MEMORY_KINDS = ("weights", "gradients", "activations")
 cdef i64 MASK = 0xFFFFFFFF  # the destination half of an edge key (a C constant: no Python int per use)
 
 
+cdef object _column(const void* data, i64 lo, i64 hi, dtype):
+    """A NumPy copy of elements [lo, hi) of a C array whose elements are ``dtype``'s size."""
+    out = np.empty(hi - lo, dtype=dtype)
+    cdef uint8_t[::1] raw = out.view(np.uint8)
+    cdef size_t size = out.itemsize
+    if hi > lo:
+        memcpy(&raw[0], <const char*>data + lo * size, (hi - lo) * size)
+    return out
+
+
 cdef inline i64 ekey(i64 a, i64 b) noexcept nogil:
     return (a << 32) | b
 
@@ -53,7 +64,7 @@ cdef class GraphCore:
     cdef vector[i64] xfer_
     cdef vector[uint8_t] alive_
     cdef vector[int32_t] owner_
-    cdef vector[i64] xel_, xby_, xfirst_, xhops_
+    cdef vector[i64] xel_, xby_, xhops_
     cdef vector[int8_t] xcat_
     cdef unordered_map[i64, int32_t] edges_
     cdef vector[vector[i64]] otasks, oedges, omem
@@ -70,7 +81,6 @@ cdef class GraphCore:
     cdef unordered_map[i64, i64] route_at   # src * num_devices + dst -> route index
     cdef vector[i64] r_start, r_len, h_dev
     cdef vector[double] r_latency, h_lat, h_bw
-    cdef readonly i64 last_transfer
 
     def __cinit__(self, i64 num_devices, hop_fn, route_fn=None, bint incremental=True):
         """``hop_fn(src, dst, num_bytes)`` -> (engine devices, times) of each hop of that transfer.
@@ -87,7 +97,6 @@ cdef class GraphCore:
         self.live = 0
         self.synced = 0
         self.tracking = False
-        self.last_transfer = -1
 
     # -- owners ----------------------------------------------------------------------------------
     def owner(self, i64 rank) -> int:
@@ -203,7 +212,7 @@ cdef class GraphCore:
     cpdef i64 transfer(self, int oid, i64 src, i64 dst, i64 elements, i64 itemsize, int category,
                        before) except -1:
         """One transfer src -> dst: a task per hop, all after ``before``; returns the first hop's id
-        (the hops are consecutive ids; ``last_transfer`` is the transfer's id)."""
+        (the hops are consecutive ids, each naming the transfer in its ``transfer`` column)."""
         cdef i64 first = self._emit_transfer(oid, src, dst, elements, itemsize, category), a
         for a in before:
             self._after(oid, a, first)
@@ -242,9 +251,7 @@ cdef class GraphCore:
         self.xel_.push_back(elements)
         self.xby_.push_back(nbytes)
         self.xcat_.push_back(category)
-        self.xfirst_.push_back(first)
         self.xhops_.push_back(nh)
-        self.last_transfer = xid
         for j in range(nh):
             self._task(oid, TRANSFER, devs[j], exe[j], xid)
         return first
@@ -382,52 +389,18 @@ cdef class GraphCore:
 
     def columns(self) -> dict:
         """Copies of the columns as NumPy arrays (per task, and per transfer)."""
-        cdef i64 n = self.kind_.size(), x = self.xby_.size(), i
-        kind = np.empty(n, dtype=np.int8)
-        dev = np.empty(n, dtype=np.int64)
-        exe = np.empty(n, dtype=np.float64)
-        prio = np.empty(n, dtype=np.int64)
-        xfer = np.empty(n, dtype=np.int64)
-        alive = np.empty(n, dtype=np.bool_)
-        owner = np.empty(n, dtype=np.int32)
-        cdef int8_t[::1] k_ = kind
-        cdef i64[::1] d_ = dev, p_ = prio, x_ = xfer
-        cdef double[::1] e_ = exe
-        cdef uint8_t[::1] a_ = alive.view(np.uint8)
-        cdef int32_t[::1] o_ = owner
-        for i in range(n):
-            k_[i] = self.kind_[i]
-            d_[i] = self.dev_[i]
-            e_[i] = self.exe_[i]
-            p_[i] = self.prio_[i]
-            x_[i] = self.xfer_[i]
-            a_[i] = self.alive_[i]
-            o_[i] = self.owner_[i]
-        xel = np.empty(x, dtype=np.int64)
-        xby = np.empty(x, dtype=np.int64)
-        xcat = np.empty(x, dtype=np.int8)
-        cdef i64[::1] xe_ = xel, xb_ = xby
-        cdef int8_t[::1] xc_ = xcat
-        for i in range(x):
-            xe_[i] = self.xel_[i]
-            xb_[i] = self.xby_[i]
-            xc_[i] = self.xcat_[i]
-        return {"kind": kind, "device": dev, "exe": exe, "priority": prio, "transfer": xfer, "alive": alive,
-                "owner": owner, "xfer_elements": xel, "xfer_bytes": xby, "xfer_category": xcat}
+        cdef i64 n = self.kind_.size(), x = self.xby_.size()
+        return {"kind": _column(self.kind_.data(), 0, n, np.int8), "device": _column(self.dev_.data(), 0, n, np.int64),
+                "exe": _column(self.exe_.data(), 0, n, np.float64), "priority": _column(self.prio_.data(), 0, n, np.int64),
+                "transfer": _column(self.xfer_.data(), 0, n, np.int64), "alive": _column(self.alive_.data(), 0, n, np.bool_),
+                "owner": _column(self.owner_.data(), 0, n, np.int32), "xfer_elements": _column(self.xel_.data(), 0, x, np.int64),
+                "xfer_bytes": _column(self.xby_.data(), 0, x, np.int64), "xfer_category": _column(self.xcat_.data(), 0, x, np.int8)}
 
     def engine_columns(self) -> tuple:
         """Copies of the device, exe and priority columns (what an engine is built from)."""
-        cdef i64 n = self.kind_.size(), i
-        dev = np.empty(n, dtype=np.int64)
-        exe = np.empty(n, dtype=np.float64)
-        prio = np.empty(n, dtype=np.int64)
-        cdef i64[::1] d_ = dev, p_ = prio
-        cdef double[::1] e_ = exe
-        for i in range(n):
-            d_[i] = self.dev_[i]
-            e_[i] = self.exe_[i]
-            p_[i] = self.prio_[i]
-        return dev, exe, prio
+        cdef i64 n = self.kind_.size()
+        return _column(self.dev_.data(), 0, n, np.int64), _column(self.exe_.data(), 0, n, np.float64), \
+            _column(self.prio_.data(), 0, n, np.int64)
 
     def row(self, i64 t) -> tuple:
         """(kind, device, exe, priority, transfer, alive, owner) of task ``t``."""
@@ -544,19 +517,9 @@ cdef class GraphCore:
         removed edges (src, dst)). Edges are listed only between live tasks (the engine drops the
         edges of removed tasks itself); a removed edge may be one the engine never got."""
         cdef i64 first = self.synced, n = self.kind_.size(), t, key, a, b, na = 0, nr = 0
-        dead = np.array([t for t in self.dead], dtype=np.int64)
-        dev = np.empty(n - first, dtype=np.int64)
-        exe = np.empty(n - first, dtype=np.float64)
-        prio = np.empty(n - first, dtype=np.int64)
-        alive = np.empty(n - first, dtype=np.bool_)
-        cdef i64[::1] d_ = dev, p_ = prio
-        cdef double[::1] e_ = exe
-        cdef uint8_t[::1] a_ = alive.view(np.uint8)
-        for t in range(first, n):
-            d_[t - first] = self.dev_[t]
-            e_[t - first] = self.exe_[t]
-            p_[t - first] = self.prio_[t]
-            a_[t - first] = self.alive_[t]
+        dead = _column(self.dead.data(), 0, self.dead.size(), np.int64)
+        dev, exe = _column(self.dev_.data(), first, n, np.int64), _column(self.exe_.data(), first, n, np.float64)
+        prio, alive = _column(self.prio_.data(), first, n, np.int64), _column(self.alive_.data(), first, n, np.bool_)
         sort(self.touched.begin(), self.touched.end())
         add = np.empty(self.touched.size(), dtype=np.int64)
         rm = np.empty(self.touched.size(), dtype=np.int64)

@@ -155,6 +155,7 @@ class Lowering:
         self.position = wiring.position
         self.consumers = wiring.consumers
         self.producer = wiring.producer
+        self._release = self._release_plan()  # for one-shot builds
         sinks = wiring.sinks
         if self.loss_output is not None:
             if self.loss_output not in wiring.ops:
@@ -651,7 +652,7 @@ class Lowering:
             self._fresh_graph()
             self._set_strategy(strategy)
             self._describe_graph()
-            release = self._release_plan() if not self.incremental else {}
+            release = self._release if not self.incremental else {}
             for name in self.wiring.ops:
                 self._lower_op(name)
                 for i in range(len(self.wiring.nodes[name].inputs)):

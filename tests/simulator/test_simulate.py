@@ -79,9 +79,9 @@ def test_delta_equals_full_over_random_single_operator_changes(dgx1, name, flags
         fresh_sim = Simulator(dgx1, COST)
         fresh = fresh_sim.full(strategy)
         assert timelines_equal(result, fresh)
-        assert result.moved_elements == fresh.moved_elements
-        assert sorted((t.name, t.device, t.exe_s) for t in sim.lowering.graph.tasks.values()) == \
-            sorted((t.name, t.device, t.exe_s) for t in fresh_sim.lowering.graph.tasks.values())
+        assert result.moved_elements == fresh.moved_elements and result.memory_bytes == fresh.memory_bytes
+        assert sorted((t.name, t.device, t.exe_s, t.owner) for t in sim.lowering.graph.tasks.values()) == \
+            sorted((t.name, t.device, t.exe_s, t.owner) for t in fresh_sim.lowering.graph.tasks.values())
 
 
 def test_random_strategies_are_valid_and_deterministic(dgx1):
