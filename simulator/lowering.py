@@ -255,13 +255,9 @@ class Lowering:
         key = (src, dst, num_bytes)
         hit = self._routes.get(key)
         if hit is None:
-            route = self.machine.route(src, dst)
-            if not route:
-                raise StrategyError(f"no route from device {src} to device {dst}")
-            links = self.machine.links
-            latency = sum(links[l].latency_s for l in route)
-            hit = (tuple(self.num_compute + l for l in route),
-                   tuple(self.cost.transfer_time(links[l], num_bytes) - links[l].latency_s + latency for l in route))
+            devs, _, _, latency = self._route(src, dst)
+            links = [self.machine.links[d - self.num_compute] for d in devs]
+            hit = (devs, tuple(self.cost.transfer_time(link, num_bytes) - link.latency_s + latency for link in links))
             if len(self._routes) > 200_000:
                 self._routes.clear()
             self._routes[key] = hit
