@@ -56,7 +56,7 @@ from flexrt.simulator.cost_model import has_linear_transfers
 from flexrt.simulator.engine import Engine
 from flexrt.strategy import Strategy
 from flexrt.strategy.layout import Layouts, OperatorLayout
-from flexrt.strategy.reshard import Reshards, clip, numel, overlap
+from flexrt.strategy.reshard import Reshards, numel, overlap
 from flexrt.simulator.task_graph import (CATEGORY_CODE, KIND_CODE, Access, Category, RegionRequirement, TaskGraph,
                                          TaskKind)
 
@@ -383,9 +383,8 @@ class Lowering:
         C = self.layout(consumer)
         full = C.operand_shapes[i]
         if pref.op_type is OpType.INPUT:  # the data loader puts each piece's rows in place: no transfer
-            for p, region in enumerate(C.operand_regions[i]):
-                self._part(owner, ("opd", consumer, i, p), C.devices[p], ("input", pref.name), HOST,
-                           clip(region, full))
+            for p, box in enumerate(C.operand_boxes[i]):
+                self._part(owner, ("opd", consumer, i, p), C.devices[p], ("input", pref.name), HOST, box)
             return
         if pref.op_type is OpType.WEIGHT:
             return  # weights belong to their weight owner

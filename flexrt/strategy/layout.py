@@ -56,6 +56,11 @@ class OperatorLayout:
         return len(self.devices)
 
 
+def clip(region: Region, shape: TensorShape) -> tuple:
+    """The part of a region inside the tensor (a halo reaches outside: padding)."""
+    return tuple((max(a, 0), min(b, n)) for (a, b), n in zip(region.ranges, shape.dims))
+
+
 def _piece_shapes(all_dims, dtype) -> tuple[list[TensorShape], list[int]]:
     """A ``TensorShape`` per piece (one object per distinct shape), and each piece's distinct-shape index."""
     made: dict = {}
@@ -132,8 +137,7 @@ def operator_layout(machine: Machine, wiring: Wiring, name: str, shapes: OpShape
         r, dims = (plan_regions(plan, i, names, degree, s, with_dims=True) if output else
                    plan_regions(plan, i, names, degree, s, opdef, node.attrs, data_full, outs[0], with_dims=True))
         ps, code = _piece_shapes(dims, s.dtype)
-        boxes = ([tuple((max(a, 0), min(b, n)) for (a, b), n in zip(x.ranges, s.dims)) for x in r] if halo
-                 else [x.ranges for x in r])
+        boxes = [clip(x, s) for x in r] if halo else [x.ranges for x in r]
         plain = not any(degree[n] > 1 for n in plan[1] + plan[2])  # no partial sums, no replicas
         memo[key] = hit = (r, ps, code, boxes, plain)
         return hit

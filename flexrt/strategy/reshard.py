@@ -28,8 +28,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flexrt.ir.parallel_axes import Region
-from flexrt.ir.tensor_shape import TensorShape
 from flexrt.strategy.layout import OperatorLayout
 
 Box = tuple  # ((lo, hi), ...) per dimension
@@ -56,11 +54,6 @@ class ReshardPlan:
                     tuple(m[3] for m in self.moves), tuple(numel(m[4]) for m in self.moves))
             object.__setattr__(self, "_columns", cols)
         return cols
-
-
-def clip(region: Region, shape: TensorShape) -> Box:
-    """The part of a region inside the tensor (a halo reaches outside: padding)."""
-    return tuple((max(a, 0), min(b, n)) for (a, b), n in zip(region.ranges, shape.dims))
 
 
 def overlap(a: Box, b: Box):

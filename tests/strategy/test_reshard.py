@@ -12,8 +12,8 @@ from flexrt.ir.op_type import OpType
 from flexrt.machine import load_machine
 from flexrt.model import load_model
 from flexrt.strategy import ConfigStrategy, is_compute, random_config
-from flexrt.strategy.layout import Layouts
-from flexrt.strategy.reshard import Reshards, clip, numel, overlap, reshard_plan, weight_plan
+from flexrt.strategy.layout import Layouts, clip
+from flexrt.strategy.reshard import Reshards, numel, overlap, reshard_plan, weight_plan
 
 MACHINE = load_machine("flexflow_p100", nodes=2)
 
