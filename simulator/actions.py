@@ -5,21 +5,22 @@ task an action naming the device buffers it reads and writes, so that the runtim
 the data the simulator's transfers account for.
 
 Buffers live on one device (``device`` -1 is host memory: the batch the data loader holds) and are
-named by ``key`` tuples:
+named by a ``Key``: its ``kind`` (``BufKind``) says what the buffer is, the other fields which one:
 
-- ``("out", op, k, piece)`` output ``k`` of a piece of a compute operator, written by its forward;
-- ``("opd", op, i, piece)`` operand ``i`` as the piece reads it (halo included), assembled at the
-  start of its forward from parts (a local producer's output, a received transfer, the batch, a
-  weight instance);
-- ``("gout", op, k, piece)`` the gradient of that output, assembled at the start of its backward
-  by summing the contributions of every consumer (and the loss);
-- ``("gin", op, i, piece)`` the gradient of an operand, written by the backward;
-- ``("xfer", id)`` a transfer's copy on the destination device;
-- ``("sum", id)`` / ``("gsum", id)`` a REDUCE task's sum of partial pieces / of gradients;
-- ``("ring", id)`` a member's buffer of a ring AllReduce (summed in place);
-- ``("w", weight, ranges)`` / ``("wg", weight, ranges)`` a weight instance and its gradient;
-- ``("input", name)`` / ``("label",)`` the batch, on the host;
-- ``("loss", op, piece)`` the gradient the loss hands the model's output.
+- ``Key.output(op, k, piece)`` output ``k`` of a piece of a compute operator, written by its forward;
+- ``Key.operand(op, i, piece)`` operand ``i`` as the piece reads it (halo included), assembled at
+  the start of its forward from parts (a local producer's output, a received transfer, the batch,
+  a weight instance);
+- ``Key.grad_output(op, k, piece)`` the gradient of that output, assembled at the start of its
+  backward by summing the contributions of every consumer (and the loss);
+- ``Key.grad_operand(op, i, piece)`` the gradient of an operand, written by the backward;
+- ``Key.transfer(id)`` a transfer's copy on the destination device;
+- ``Key.sum(id)`` / ``Key.grad_sum(id)`` a REDUCE task's sum of partial pieces / of gradients;
+- ``Key.ring(id)`` a member's buffer of a ring AllReduce (summed in place);
+- ``Key.weight(name, ranges)`` / ``Key.weight_grad(name, ranges)`` a weight instance and its gradient;
+- ``Key.input(name)`` the batch of a model input, on the host;
+- ``Key.loss_in(op, piece)`` / ``Key.loss_grad(op, piece)`` the output rows a loss task scores and
+  the gradient it hands back (piece -1: the gathered output).
 
 Coordinates are global: a buffer covers ``ranges`` of its tensor (reaching outside the tensor where
 a convolution's halo holds padding, filled with ``fill``), and a ``Part`` copies (or adds) ``box``
@@ -27,22 +28,118 @@ of its source into the same ``box`` of the buffer being assembled. Lowering reco
 (``Lowering.parts``) because the owner of an edge adds parts to buffers that an operator's task
 assembles; the runtime joins them.
 
-Entry points: ``Buf``, ``Part``, and the actions ``Forward``, ``Backward``, ``Move``, ``Sum``,
+Entry points: ``Key`` (with ``BufKind``), ``Buf``, ``Part``, and the actions ``Forward``, ``Backward``, ``Move``, ``Sum``,
 ``Update``, ``Loss``, ``RingStep`` (with ``RingGroup``).
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
-from typing import Optional
+from typing import NamedTuple, Optional
 
 Box = tuple  # ((lo, hi), ...) per dimension, global coordinates
 HOST = -1
 
 
+class BufKind(enum.Enum):
+    """What a device buffer holds (see the module doc)."""
+
+    __hash__ = object.__hash__  # members are singletons compared by identity; Enum's own hash is slow
+
+    OUTPUT = "out"
+    OPERAND = "operand"
+    GRAD_OUTPUT = "grad_out"
+    GRAD_OPERAND = "grad_operand"
+    TRANSFER = "transfer"
+    SUM = "sum"
+    GRAD_SUM = "grad_sum"
+    RING = "ring"
+    WEIGHT = "weight"
+    WEIGHT_GRAD = "weight_grad"
+    INPUT = "input"
+    LOSS_IN = "loss_in"
+    LOSS_GRAD = "loss_grad"
+
+
+class Key(NamedTuple):
+    """The name of a buffer: its kind, then the operator, weight or input it belongs to (``""`` for
+    transfers, sums and rings), an index (operand or output index, transfer or group id,
+    or a weight instance's ranges) and the piece (-1 where none). Built by the class methods."""
+
+    kind: BufKind
+    name: str = ""
+    index: object = -1
+    piece: int = -1
+
+    def __repr__(self) -> str:  # how it is built: readable in errors, unique (plans sort buffers by it)
+        args = _REPR_FIELDS[self.kind]
+        return f"Key.{self.kind.name.lower()}({', '.join(repr(getattr(self, f)) for f in args)})"
+
+    @classmethod
+    def output(cls, op: str, k: int, piece: int) -> "Key":
+        return cls(BufKind.OUTPUT, op, k, piece)
+
+    @classmethod
+    def operand(cls, op: str, i: int, piece: int) -> "Key":
+        return cls(BufKind.OPERAND, op, i, piece)
+
+    @classmethod
+    def grad_output(cls, op: str, k: int, piece: int) -> "Key":
+        return cls(BufKind.GRAD_OUTPUT, op, k, piece)
+
+    @classmethod
+    def grad_operand(cls, op: str, i: int, piece: int) -> "Key":
+        return cls(BufKind.GRAD_OPERAND, op, i, piece)
+
+    @classmethod
+    def transfer(cls, tid: int) -> "Key":
+        return cls(BufKind.TRANSFER, "", tid)
+
+    @classmethod
+    def sum(cls, gid: int) -> "Key":
+        return cls(BufKind.SUM, "", gid)
+
+    @classmethod
+    def grad_sum(cls, gid: int) -> "Key":
+        return cls(BufKind.GRAD_SUM, "", gid)
+
+    @classmethod
+    def ring(cls, gid: int) -> "Key":
+        return cls(BufKind.RING, "", gid)
+
+    @classmethod
+    def weight(cls, name: str, ranges: tuple) -> "Key":
+        return cls(BufKind.WEIGHT, name, ranges)
+
+    @classmethod
+    def weight_grad(cls, name: str, ranges: tuple) -> "Key":
+        return cls(BufKind.WEIGHT_GRAD, name, ranges)
+
+    @classmethod
+    def input(cls, name: str) -> "Key":
+        return cls(BufKind.INPUT, name)
+
+    @classmethod
+    def loss_in(cls, op: str, piece: int) -> "Key":
+        return cls(BufKind.LOSS_IN, op, -1, piece)
+
+    @classmethod
+    def loss_grad(cls, op: str, piece: int) -> "Key":
+        return cls(BufKind.LOSS_GRAD, op, -1, piece)
+
+
+_REPR_FIELDS = {kind: fields for kinds, fields in (
+    ((BufKind.OUTPUT, BufKind.OPERAND, BufKind.GRAD_OUTPUT, BufKind.GRAD_OPERAND), ("name", "index", "piece")),
+    ((BufKind.TRANSFER, BufKind.SUM, BufKind.GRAD_SUM, BufKind.RING), ("index",)),
+    ((BufKind.WEIGHT, BufKind.WEIGHT_GRAD), ("name", "index")),
+    ((BufKind.INPUT,), ("name",)),
+    ((BufKind.LOSS_IN, BufKind.LOSS_GRAD), ("name", "piece"))) for kind in kinds}
+
+
 @dataclass(frozen=True, slots=True)
 class Buf:
-    key: tuple
+    key: Key
     device: int
     ranges: Box
     dtype: str          # numpy dtype name
@@ -51,7 +148,7 @@ class Buf:
 
 @dataclass(frozen=True, slots=True)
 class Part:
-    src: tuple          # key of the source buffer
+    src: Key            # the source buffer
     device: int         # the source's device (the destination's, or HOST: parts never cross devices)
     box: Box
     add: bool = False   # accumulate (gradients, partial sums) instead of overwriting
@@ -79,7 +176,7 @@ class Backward:
 
 @dataclass(frozen=True, slots=True)
 class Move:
-    src: tuple
+    src: Key
     src_device: int
     dst: Buf                   # dst.ranges is the box moved
 

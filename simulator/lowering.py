@@ -26,8 +26,7 @@ Every task also carries its action (``flexrt.simulator.actions``: the device buf
 writes), and owners record the parts that assemble buffers, so the runtime executes this very
 graph with real data.
 
-Work is grouped by owner: an operator ("op", name), an operand edge ("edge", consumer, operand),
-a weight ("weight", name), the loss ("loss", name). Every task and dependency belongs to one owner, so changing one
+Work is grouped by owner (``Owner``): an operator's pieces, an operand edge, a weight, the loss. Every task and dependency belongs to one owner, so changing one
 operator's configuration re-lowers only the owners it touches (``Lowering.update``), and the
 engine's delta simulation re-times only what changed (FlexFlow §5.3).
 
@@ -50,15 +49,15 @@ from flexrt.ir.pcg import TensorRef
 from flexrt.ir.registry import op_def
 from flexrt.ir.tensor_shape import TensorShape
 from flexrt.machine import Machine
-from flexrt.simulator.actions import (HOST, Backward, Buf, Forward, Loss, Move, Part, RingGroup, RingStep, Sum,
-                                      Update)
+from flexrt.simulator.actions import (HOST, Backward, Buf, Forward, Key, Loss, Move, Part, RingGroup, RingStep,
+                                      Sum, Update)
 from flexrt.simulator.cost_model import has_linear_transfers
 from flexrt.simulator.engine import Engine
 from flexrt.strategy import Strategy
 from flexrt.strategy.layout import Layouts, OperatorLayout
 from flexrt.strategy.reshard import Reshards, numel, overlap
-from flexrt.simulator.task_graph import (CATEGORY_CODE, KIND_CODE, Access, Category, RegionRequirement, TaskGraph,
-                                         TaskKind)
+from flexrt.simulator.task_graph import (CATEGORY_CODE, KIND_CODE, Access, Category, Owner, OwnerKind,
+                                         RegionRequirement, TaskGraph, TaskKind)
 
 _MEMORY_CODE = {"weights": 0, "gradients": 1, "activations": 2}  # GraphCore's memory kinds
 _ACTIVATION = CATEGORY_CODE[Category.ACTIVATION]
@@ -80,16 +79,16 @@ class _EdgeEnds:
     label: str
 
     def out(self, q):
-        return ("out", self.pname, self.k, q)
+        return Key.output(self.pname, self.k, q)
 
     def gout(self, q):
-        return ("gout", self.pname, self.k, q)
+        return Key.grad_output(self.pname, self.k, q)
 
     def opd(self, p):
-        return ("opd", self.cname, self.i, p)
+        return Key.operand(self.cname, self.i, p)
 
     def gin(self, p):
-        return ("gin", self.cname, self.i, p)
+        return Key.grad_operand(self.cname, self.i, p)
 
 
 @contextmanager
@@ -173,9 +172,7 @@ class Lowering:
         """Tie-break base of the owner's tasks; a task's priority is it plus its index within the owner.
         Ranks come from the order of the named nodes, which does not depend on the strategy, so a graph
         reached by incremental updates breaks ties exactly as a fresh lowering does."""
-        kind = {"op": 0, "edge": 1, "weight": 2, "loss": 3}[owner[0]]
-        rank = self._ranks[owner] = ((self.position[owner[1]] * 4 + kind) * 256
-                                     + (owner[2] if kind == 1 else 0)) << 24
+        rank = self._ranks[owner] = ((self.position[owner.name] * 4 + owner.kind.value) * 256 + owner.index) << 24
         return rank
 
     def _oid(self, owner) -> int:
@@ -201,21 +198,21 @@ class Lowering:
         oid = self.oids.get(owner)
         if oid is not None:
             self.graph.drop(oid)
-        if owner[0] == "op":
-            self.op_tasks.pop(owner[1], None)
+        if owner.kind is OwnerKind.OP:
+            self.op_tasks.pop(owner.name, None)
 
     def _mem(self, owner, device: int, kind: str, num_bytes: int) -> None:
         self.core.memory(self._oid(owner), device, _MEMORY_CODE[kind], num_bytes)
 
-    def _part(self, owner, key: tuple, device: int, src: tuple, src_device: int, box, add: bool = False) -> None:
+    def _part(self, owner, key: Key, device: int, src: Key, src_device: int, box, add: bool = False) -> None:
         if not self.detail:
             return
         self.parts.setdefault(owner, []).append((key, device, Part(src, src_device, tuple(box), add)))
 
-    def _send(self, owner, src_key: tuple, src: int, dst: int, box, dtype, category: Category, name: str,
+    def _send(self, owner, src_key: Key, src: int, dst: int, box, dtype, category: Category, name: str,
               before) -> tuple[list[int], tuple]:
         """Move ``box`` of buffer ``src_key`` on ``src`` to a new buffer on ``dst``; returns (hops, its key)."""
-        key = ("xfer", self.core.num_transfers)  # the id of the transfer _transfer makes
+        key = Key.transfer(self.core.num_transfers)  # the id of the transfer _transfer makes
         move = Move(src_key, src, Buf(key, dst, tuple(box), dtype.numpy_name)) if self.detail else None
         return self._transfer(owner, src, dst, numel(box), dtype.size_bytes, category, name, before,
                               action=move), key
@@ -297,13 +294,13 @@ class Lowering:
         once every member's transfer is ready."""
         n = len(devices)
         elements = numel(box)
-        key = ("ring", self._new_group())
+        key = Key.ring(self._new_group())
         adds = TensorShape((max(1, (n - 1) * elements // n),), dtype)
         reduce_exe = self._per_kind(devices, f"{name} sum", lambda spec: self.cost.reduce_time(adds, 2, spec))
         done, firsts = self.core.ring(self._oid(owner), devices, ready, elements, dtype.size_bytes,
                                       CATEGORY_CODE[category], reduce_exe)
         if self.detail:
-            group = RingGroup(key[1], tuple(Buf(key, d, tuple(box), dtype.numpy_name) for d in devices))
+            group = RingGroup(key.index, tuple(Buf(key, d, tuple(box), dtype.numpy_name) for d in devices))
             for i in range(n):
                 j = (i + 1) % n
                 self._name_hops(self.core.hops(firsts[i]), f"{name} ring {i}->{j}", (), RingStep(group, i))
@@ -344,7 +341,7 @@ class Lowering:
     def _lower_op(self, name: str) -> None:
         lay = self.layout(name)
         fx, bx, act = self._piece_times(lay)
-        base = self.core.pieces(self._oid(("op", name)), lay.devices, fx, bx, act)
+        base = self.core.pieces(self._oid(Owner.op(name)), lay.devices, fx, bx, act)
         n = len(lay.devices)
         fwd, bwd = range(base, base + 2 * n, 2), range(base + 1, base + 2 * n, 2)
         self.op_tasks[name] = (fwd, bwd)
@@ -365,26 +362,26 @@ class Lowering:
         """What the runtime does for piece ``p``: the buffers its forward and backward read and write."""
         attrs, zeroed = lay.piece_attrs[p]
         fill = float(op_def(lay.node.op_type).halo_fill(lay.node.attrs))
-        operands = tuple(Buf(("opd", name, i, p), dev, r[p].ranges, s.dtype.numpy_name, fill)
+        operands = tuple(Buf(Key.operand(name, i, p), dev, r[p].ranges, s.dtype.numpy_name, fill)
                          for i, (r, s) in enumerate(zip(lay.operand_regions, lay.operand_shapes)))
-        outputs = tuple(Buf(("out", name, k, p), dev, r[p].ranges, s.dtype.numpy_name)
+        outputs = tuple(Buf(Key.output(name, k, p), dev, r[p].ranges, s.dtype.numpy_name)
                         for k, (r, s) in enumerate(zip(lay.output_regions, lay.output_shapes)))
-        gouts = tuple(Buf(("gout", name, k, p), dev, r[p].ranges, s.dtype.numpy_name)
+        gouts = tuple(Buf(Key.grad_output(name, k, p), dev, r[p].ranges, s.dtype.numpy_name)
                       for k, (r, s) in enumerate(zip(lay.output_regions, lay.output_shapes)))
-        gins = tuple(Buf(("gin", name, i, p), dev, r[p].ranges, s.dtype.numpy_name)
+        gins = tuple(Buf(Key.grad_operand(name, i, p), dev, r[p].ranges, s.dtype.numpy_name)
                      if self.wiring.needs_grad(name, i) else None
                      for i, (r, s) in enumerate(zip(lay.operand_regions, lay.operand_shapes)))
         return (Forward(name, attrs, zeroed, operands, outputs),
                 Backward(name, attrs, zeroed, operands, outputs, gouts, gins))
 
     def _lower_edge(self, consumer: str, i: int) -> None:
-        owner = ("edge", consumer, i)
+        owner = Owner.edge(consumer, i)
         pref = self.producer[(consumer, i)]
         C = self.layout(consumer)
         full = C.operand_shapes[i]
         if pref.op_type is OpType.INPUT:  # the data loader puts each piece's rows in place: no transfer
             for p, box in enumerate(C.operand_boxes[i]):
-                self._part(owner, ("opd", consumer, i, p), C.devices[p], ("input", pref.name), HOST, box)
+                self._part(owner, Key.operand(consumer, i, p), C.devices[p], Key.input(pref.name), HOST, box)
             return
         if pref.op_type is OpType.WEIGHT:
             return  # weights belong to their weight owner
@@ -419,12 +416,12 @@ class Lowering:
                     self._part(owner, gout, qdev, gin, pdev, box, add=True)
                 continue
             hops = self.core.hops(fx)
-            xkey = ("xfer", self.core.row(fx)[4])
+            xkey = Key.transfer(self.core.row(fx)[4])
             self._name_hops(hops, f"xfer {e.label} [{q}]->[{p}]", (), Move(out, qdev, Buf(xkey, pdev, tuple(box),
                                                                                           np_dtype)))
             self._part(owner, opd, pdev, xkey, pdev, box)
             if bx >= 0:
-                gkey = ("xfer", self.core.row(bx)[4])
+                gkey = Key.transfer(self.core.row(bx)[4])
                 self._name_hops(self.core.hops(bx), f"grad {e.label} [{p}]->[{q}]", (),
                                 Move(gin, pdev, Buf(gkey, qdev, tuple(box), np_dtype)))
                 self._part(owner, gout, qdev, gkey, qdev, box, add=True)
@@ -453,7 +450,7 @@ class Lowering:
             return
         target = cdevs[0]
         gid = self._new_group()
-        total_key = ("sum", gid)
+        total_key = Key.sum(gid)
         arrivals = []
         for q, d in partials:
             if d == target:
@@ -483,7 +480,7 @@ class Lowering:
                 grads += hops
                 grad_keys.append(gkey)
         if len(consumers) > 1:
-            gate_key = ("gsum", gid)
+            gate_key = Key.grad_sum(gid)
             for key in grad_keys:
                 self._part(owner, gate_key, target, key, target, box, add=True)
             gate = [self._reduce(owner, target, shape, len(consumers), f"grad sum {e.label} @{target}", grads,
@@ -504,7 +501,7 @@ class Lowering:
         """The weight's instances (its first user's pieces) hold it and sum its gradient (ring
         AllReduce over replicas), then each updates it; pieces of later users read an instance on
         their device or get a copy, and send the gradient back (``WeightPlan``)."""
-        owner = ("weight", wname)
+        owner = Owner.weight(wname)
         users = sorted(self.consumers.get(wname, []), key=lambda u: self.position[u[0]])
         if not users:
             return
@@ -536,7 +533,7 @@ class Lowering:
                 done, gkey = self._allreduce(owner, devices, [deps[ranges][d] for d in devices], ranges,
                                              dtype, Category.WEIGHT_SYNC, f"allreduce {wname}")
             else:
-                done, gkey = [deps[ranges][devices[0]]], ("wg", wname, ranges)
+                done, gkey = [deps[ranges][devices[0]]], Key.weight_grad(wname, ranges)
             exe = self._per_kind(devices, f"update {wname}",
                                  lambda spec: self.cost.update_time(piece, spec, self.optimizer))
             updates = self.core.after(oid, KIND_CODE[TaskKind.UPDATE], devices, exe, done)
@@ -545,7 +542,7 @@ class Lowering:
             for d, u in zip(devices, updates):
                 for key, box in grad_parts.get((ranges, d), ()):
                     self._part(owner, gkey, d, key, d, box, add=True)
-                update = Update(Buf(("w", wname, ranges), d, ranges, np_dtype), Buf(gkey, d, ranges, np_dtype),
+                update = Update(Buf(Key.weight(wname, ranges), d, ranges, np_dtype), Buf(gkey, d, ranges, np_dtype),
                                 gather_grad=len(devices) == 1)
                 self.graph.annotate(u, f"update {wname}@{d}", wname, -1, (), update)
 
@@ -556,16 +553,16 @@ class Lowering:
         for u, p, ranges, dev in plan.reads:
             c, i = users[u]
             box = overlap(self.layout(c).operand_regions[i][p].ranges, ranges)
-            self._part(owner, ("opd", c, i, p), dev, ("w", wname, ranges), dev, box)
-            grad_parts[(ranges, dev)].append((("gin", c, i, p), box))
+            self._part(owner, Key.operand(c, i, p), dev, Key.weight(wname, ranges), dev, box)
+            grad_parts[(ranges, dev)].append((Key.grad_operand(c, i, p), box))
         for (u, p, ranges, src, dev, box), fx, bx in zip(plan.copies, fwd_first, back_first):
             c, i = users[u]
-            xkey, gkey = ("xfer", self.core.row(fx)[4]), ("xfer", self.core.row(bx)[4])
+            xkey, gkey = Key.transfer(self.core.row(fx)[4]), Key.transfer(self.core.row(bx)[4])
             self._name_hops(self.core.hops(fx), f"copy {wname} ->{c}[{p}]", (),
-                            Move(("w", wname, ranges), src, Buf(xkey, dev, tuple(box), np_dtype)))
-            self._part(owner, ("opd", c, i, p), dev, xkey, dev, box)
+                            Move(Key.weight(wname, ranges), src, Buf(xkey, dev, tuple(box), np_dtype)))
+            self._part(owner, Key.operand(c, i, p), dev, xkey, dev, box)
             self._name_hops(self.core.hops(bx), f"grad {wname} {c}[{p}]->", (),
-                            Move(("gin", c, i, p), dev, Buf(gkey, src, tuple(box), np_dtype)))
+                            Move(Key.grad_operand(c, i, p), dev, Buf(gkey, src, tuple(box), np_dtype)))
             grad_parts[(ranges, src)].append((gkey, box))
         return grad_parts
 
@@ -580,7 +577,7 @@ class Lowering:
         (the output cut along its first, sample dimension only); otherwise the pieces are gathered on
         the first piece's device, scored there, and the gradient sent back. Only replica 0 of a
         replicated output receives a gradient (the other replicas' backward sees zeros)."""
-        owner = ("loss", name)
+        owner = Owner.loss(name)
         lay = self.layout(name)
         full = lay.output_shapes[0]
         dtype = full.dtype
@@ -589,13 +586,13 @@ class Lowering:
         scored = [p for p, r in enumerate(regions) if r.copy_index == 0]
         whole_rows = all(r.sum_index == 0 and all(rg == (0, n) for rg, n in zip(r.ranges[1:], full.dims[1:]))
                          for r in regions)
-        out_key = lambda p: ("out", name, 0, p)  # noqa: E731
-        gout_key = lambda p: ("gout", name, 0, p)  # noqa: E731
+        out_key = lambda p: Key.output(name, 0, p)  # noqa: E731
+        gout_key = lambda p: Key.grad_output(name, 0, p)  # noqa: E731
         if whole_rows:
             for p in scored:
                 dev, ranges = lay.devices[p], regions[p].ranges
                 piece = TensorShape(tuple(b - a for a, b in ranges), dtype)
-                key_in, key_grad = ("lossin", name, p), ("loss", name, p)
+                key_in, key_grad = Key.loss_in(name, p), Key.loss_grad(name, p)
                 self._part(owner, key_in, dev, out_key(p), dev, ranges)
                 self._part(owner, gout_key(p), dev, key_grad, dev, ranges, add=True)
                 action = Loss(Buf(key_in, dev, ranges, dtype.numpy_name), Buf(key_grad, dev, ranges, dtype.numpy_name),
@@ -607,7 +604,7 @@ class Lowering:
             return
         target = lay.devices[0]
         all_box = tuple((0, n) for n in full.dims)
-        key_in, key_grad = ("lossin", name, -1), ("loss", name, -1)
+        key_in, key_grad = Key.loss_in(name, -1), Key.loss_grad(name, -1)
         arrivals = []
         for p in scored:
             dev, box = lay.devices[p], regions[p].ranges
@@ -709,14 +706,14 @@ class Lowering:
                 edges.add((name, i))
             edges.update(self.consumers.get(name, []))
         for o in ops:
-            self._drop(("op", o))
+            self._drop(Owner.op(o))
         for e in edges:
-            self._drop(("edge",) + e)
+            self._drop(Owner.edge(*e))
         for w in weights:
-            self._drop(("weight", w))
+            self._drop(Owner.weight(w))
         losses = [self.loss_node] if self.loss_node in ops else []
         for name in losses:
-            self._drop(("loss", name))
+            self._drop(Owner.loss(name))
         order = self.position
         self._lower_owners((sorted(ops, key=order.get), sorted(edges, key=lambda e: (order[e[0]], e[1])),
                             sorted(weights, key=order.get), losses))

@@ -10,13 +10,19 @@ holds in arrays. ``TaskGraph.csr`` gives the compact form.
 Engine device numbering: compute devices are ``0 .. D-1`` (machine device ids) and link ``l`` is
 device ``D + l``.
 
-Entry points: ``Task``, ``TaskKind``, ``Category``, ``RegionRequirement``, ``TaskGraph``.
+Every task, dependency and memory record belongs to an owner (``Owner``: an operator's pieces, an
+operand edge's movement, a weight's synchronization and updates, the loss), so that a delta re-lowers
+only the owners a change touches.
+
+Entry points: ``Task``, ``TaskKind``, ``Category``, ``Owner`` (with ``OwnerKind``),
+``RegionRequirement``, ``TaskGraph``.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -41,6 +47,42 @@ class Category(enum.Enum):
     ACTIVATION = "activation"      # activations and their gradients between operators
     WEIGHT_SYNC = "weight_sync"    # weight-gradient synchronization and weight copies
     LOSS = "loss"                  # the model's output gathered for the loss, and its gradient sent back
+
+
+class OwnerKind(enum.Enum):
+    """What an owner's work is; the values order owners of one operator for tie-breaking."""
+
+    __hash__ = object.__hash__  # members are singletons compared by identity; Enum's own hash is slow
+
+    OP = 0        # the forward and backward tasks of an operator's pieces
+    EDGE = 1      # the movement that assembles one operand of an operator from its producer
+    WEIGHT = 2    # a weight's instances: copies to later users, gradient synchronization, updates
+    LOSS = 3      # the loss scoring an operator's output
+
+
+class Owner(NamedTuple):
+    """An owner of work in the graph: its kind, the operator (or weight) it belongs to, and for an
+    edge the operand index."""
+
+    kind: OwnerKind
+    name: str
+    index: int = 0
+
+    @classmethod
+    def op(cls, name: str) -> "Owner":
+        return cls(OwnerKind.OP, name)
+
+    @classmethod
+    def edge(cls, consumer: str, i: int) -> "Owner":
+        return cls(OwnerKind.EDGE, consumer, i)
+
+    @classmethod
+    def weight(cls, name: str) -> "Owner":
+        return cls(OwnerKind.WEIGHT, name)
+
+    @classmethod
+    def loss(cls, name: str) -> "Owner":
+        return cls(OwnerKind.LOSS, name)
 
 
 class Access(enum.Enum):
@@ -73,7 +115,7 @@ class Task:
     transfer: int = -1             # hops of one transfer share this id; -1 for compute
     link_type: str = ""
     regions: tuple[RegionRequirement, ...] = ()
-    owner: tuple = ()
+    owner: object = None           # its ``Owner``
     action: object = None          # what the runtime does (``flexrt.simulator.actions``); None: holds its device only
 
 
@@ -148,7 +190,7 @@ class TaskGraph:
         self.detail = detail
         self.core = GraphCore(num_compute_devices + num_links, hops if hops is not None else _no_hops, routes,
                               incremental)
-        self.owner_keys: list = []       # owner id -> its key (e.g. ("op", name))
+        self.owner_keys: list = []       # owner id -> its key (an ``Owner``)
         self.names: dict[int, str] = {}  # with detail: task id -> name
         self.info: dict[int, tuple] = {}  # with detail: task id -> (node, piece, regions, action)
         self.parts: dict = {}            # owner key -> [(buffer key, device, Part)], with detail
@@ -165,7 +207,7 @@ class TaskGraph:
         return device >= self.num_compute_devices
 
     def owner(self, key, rank: int) -> int:
-        """A new owner (``key`` names it, e.g. ``("op", name)``) whose tasks get priorities from ``rank``."""
+        """A new owner (``key`` names it: an ``Owner``) whose tasks get priorities from ``rank``."""
         oid = self.core.owner(rank)
         self.owner_keys.append(key)
         return oid

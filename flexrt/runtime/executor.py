@@ -34,7 +34,7 @@ from flexrt.kernels.losses import loss_backward, loss_forward
 from flexrt.kernels.metrics import MetricsAccumulator
 from flexrt.kernels.registry import backward_kernel, forward_kernel
 from flexrt.runtime.plan import ExecPlan
-from flexrt.simulator.actions import HOST, Backward, Buf, Forward, Loss, Move, RingStep, Sum, Update
+from flexrt.simulator.actions import HOST, Backward, Buf, Forward, Key, Loss, Move, RingStep, Sum, Update
 
 MODES = ("serial", "threads")
 
@@ -125,7 +125,7 @@ class Executor:
     def load_weights(self, full: dict) -> None:
         """Place every weight instance, cut from the full arrays (name -> array)."""
         for b in self.plan.weight_instances:
-            name = b.key[1]
+            name = b.key.name
             if name not in full:
                 raise StrategyError(f"no initial value for weight '{name}'")
             arr = np.asarray(full[name])
@@ -138,7 +138,7 @@ class Executor:
         """The full weight arrays, joined from the instances (replicas agree: one is read)."""
         out: dict = {}
         for b in self.plan.weight_instances:
-            name = b.key[1]
+            name = b.key.name
             shape = self.plan.weight_shapes[name]
             if name not in out:
                 out[name] = np.empty(shape.dims, dtype=b.dtype)
@@ -147,7 +147,7 @@ class Executor:
 
     def weight_replicas(self) -> dict:
         """Every instance's value: (weight, ranges, device) -> array (to check that replicas agree)."""
-        return {(b.key[1], b.ranges, b.device): self.backend.to_host(self.get((b.key, b.device)))
+        return {(b.key.name, b.ranges, b.device): self.backend.to_host(self.get((b.key, b.device)))
                 for b in self.plan.weight_instances}
 
     # ---- actions -------------------------------------------------------------------------------
@@ -305,7 +305,7 @@ class Executor:
             want = tuple(hi for _, hi in b.ranges)
             if arr.shape != want:
                 raise ShapeError(f"input '{name}': batch of shape {list(arr.shape)}, expected {list(want)}")
-            self.mem[HOST][("input", name)] = arr
+            self.mem[HOST][Key.input(name)] = arr
         self.labels = None if labels is None else np.asarray(labels)
         if self.labels is None and any(t.kind.value == "loss" for t in plan.tasks):
             raise StrategyError("training needs labels for the loss")

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from flexrt.errors import StrategyError
-from flexrt.simulator.actions import (HOST, Backward, Buf, Forward, Loss, Move, RingStep, Sum, Update, gathered)
+from flexrt.simulator.actions import (HOST, Backward, Buf, BufKind, Forward, Key, Loss, Move, RingStep, Sum, Update,
+                                      gathered)
 from flexrt.simulator.simulate import Schedule
 from flexrt.simulator.task_graph import TaskGraph, TaskKind
 
@@ -98,9 +99,9 @@ class ExecPlan:
                 if not a.gather_grad:
                     self._declare(a.grad)
         for name, shape in graph.inputs.items():
-            self.decl[(("input", name), HOST)] = Buf(("input", name), HOST, tuple((0, n) for n in shape.dims),
+            self.decl[(Key.input(name), HOST)] = Buf(Key.input(name), HOST, tuple((0, n) for n in shape.dims),
                                                      shape.dtype.numpy_name)
-        self.inputs = {k[0][1]: b for k, b in self.decl.items() if k[0][0] == "input"}
+        self.inputs = {k[0].name: b for k, b in self.decl.items() if k[0].kind is BufKind.INPUT}
         missing = [bid for bid, ps in self.parts.items() for p in ps if (p.src, p.device) not in self.decl]
         if missing:
             raise StrategyError(f"plan: parts of {missing[0][0]} read buffers no task writes")
@@ -122,7 +123,7 @@ class ExecPlan:
             if p.device != b.device or p.device == HOST or src.ranges != b.ranges or p.box != b.ranges \
                     or src.dtype != b.dtype:
                 continue
-            if bid[0][0] == "ring" and uses[(p.src, p.device)] != 1:
+            if bid[0].kind is BufKind.RING and uses[(p.src, p.device)] != 1:
                 continue
             self.alias[bid] = (p.src, p.device)
 
@@ -149,7 +150,7 @@ class ExecPlan:
             planned.append(PlannedTask(i, t.id, t.kind, t.device, t.name, t.action, reads,
                                        tuple(sorted(writes, key=repr)), t.transfer))
         self.tasks = planned
-        self.persistent = {bid for bid in self.decl if bid[0][0] == "w" or bid[1] == HOST}
+        self.persistent = {bid for bid in self.decl if bid[0].kind is BufKind.WEIGHT or bid[1] == HOST}
         self.weight_instances = sorted({(a.weight.key, a.weight.device): a.weight for t in planned
                                         if isinstance((a := t.action), Update)}.values(), key=lambda b: repr(b.key))
 

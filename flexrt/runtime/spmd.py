@@ -115,7 +115,7 @@ class SpmdExecutor(Executor):
             ranks = sorted({self.layout.owner[b.device] for b in group.buffers})
             if len(ranks) > 1:
                 self.group_ranks[g] = ranks
-        for key in [t.action.dst.key[1] for i, t in enumerate(plan.tasks) if role.get(i) in (SEND, RECV)] + \
+        for key in [t.action.dst.key.index for i, t in enumerate(plan.tasks) if role.get(i) in (SEND, RECV)] + \
                 list(self.group_ranks):
             if 2 * key + 1 > self.tag_ub:
                 raise StrategyError(f"message tag {2 * key + 1} exceeds this MPI's tag bound {self.tag_ub}")
@@ -175,7 +175,7 @@ class SpmdExecutor(Executor):
         def post_recv(i: int) -> None:
             a = plan.tasks[i].action
             buf = np.empty(_box_shape(a.dst.ranges), dtype=a.dst.dtype)
-            pending.append(comm.Irecv(buf, source=self.layout.owner[a.src_device], tag=2 * a.dst.key[1]))
+            pending.append(comm.Irecv(buf, source=self.layout.owner[a.src_device], tag=2 * a.dst.key.index))
 
             def done(t0=clock() - st.t0):
                 self._alloc((a.dst.key, a.dst.device), self.backend.upload(buf, a.dst.device))
@@ -262,7 +262,7 @@ class SpmdExecutor(Executor):
                     a = task.action
                     data = np.ascontiguousarray(self.backend.to_host(self.view((a.src, a.src_device),
                                                                                a.dst.ranges)))
-                    sends.append((comm.Isend(data, dest=self.layout.owner[a.dst.device], tag=2 * a.dst.key[1]),
+                    sends.append((comm.Isend(data, dest=self.layout.owner[a.dst.device], tag=2 * a.dst.key.index),
                                   data))
                     complete(i, t0)
                 elif role == NOOP:
@@ -306,7 +306,7 @@ class SpmdExecutor(Executor):
         return IterationResult(loss, metrics, wall, start_all, end_all, peak)
 
     def _local_instances(self) -> list:
-        return [(b.key[1], b.ranges, b.device, self.backend.to_host(self.get((b.key, b.device))))
+        return [(b.key.name, b.ranges, b.device, self.backend.to_host(self.get((b.key, b.device))))
                 for b in self.plan.weight_instances if self.layout.owns(b.device)]
 
     def weights(self) -> dict:

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import random
+import re
 import threading
 from collections import Counter, defaultdict
 
@@ -31,7 +32,7 @@ from flexrt.runtime.backend import NumpyBackend
 from flexrt.runtime.executor import Executor, TaskFailed, optimizer_step, relative_error
 from flexrt.runtime.plan import ExecPlan
 from flexrt.runtime.reference import ReferenceTrainer
-from flexrt.simulator.actions import RingStep
+from flexrt.simulator.actions import Key, RingStep
 from flexrt.simulator.cost_model import AnalyticCostModel
 from flexrt.simulator.simulate import Schedule, Simulator
 from flexrt.strategy import data_parallel, random_strategy
@@ -224,7 +225,7 @@ def test_after_each_iteration_devices_hold_exactly_their_weights_and_optimizer_s
         result = ex.run(case.inputs, case.labels)
         for dev, held in ex.mem.items():
             if dev < 0:
-                assert set(held) == {("input", name) for name in case.plan.inputs}
+                assert set(held) == {Key.input(name) for name in case.plan.inputs}
                 continue
             assert set(held) == instances[dev], f"device {dev} holds {sorted(set(held) - instances[dev])}"
             state = sum(int(v.nbytes) for (_, d), s in ex.opt_state.items() if d == dev for v in s.values())
@@ -318,7 +319,7 @@ def test_bad_mode_missing_weight_and_missing_labels_are_clear_errors():
     ex.load_weights(case.w0)
     with pytest.raises(StrategyError, match="training needs labels for the loss"):
         ex.run(case.inputs, None)
-    with pytest.raises(StrategyError, match=r"buffer \('out', 'fc1', 0, 0\) on device 0 is read before it is written"):
-        ex.get((("out", "fc1", 0, 0), 0))
+    with pytest.raises(StrategyError, match=re.escape("buffer Key.output('fc1', 0, 0) on device 0 is read before it is written")):
+        ex.get((Key.output("fc1", 0, 0), 0))
     with pytest.raises(StrategyError, match="unknown optimizer 'rmsprop'; valid: sgd, adam"):
         optimizer_step("rmsprop")

@@ -41,8 +41,8 @@ from flexrt.ir.op_type import OpType
 from flexrt.machine import load_machine
 from flexrt.model.loader import load_model
 from flexrt.runtime.plan import ExecPlan
-from flexrt.simulator.actions import (HOST, Backward, Buf, Forward, Loss, Move, RingGroup, RingStep, Sum, Update,
-                                      gathered)
+from flexrt.simulator.actions import (HOST, Backward, Buf, BufKind, Forward, Key, Loss, Move, RingGroup, RingStep,
+                                      Sum, Update, gathered)
 from flexrt.simulator.cost_model import AnalyticCostModel
 from flexrt.simulator.simulate import SimResult, Simulator
 from flexrt.simulator.task_graph import TaskKind
@@ -213,8 +213,8 @@ def check_weight_shapes_and_instances(L: Lowered) -> None:
     covered = {name: np.zeros(s.dims, dtype=bool) for name, s in plan.weight_shapes.items()}
     per_device = Counter()
     for b in plan.weight_instances:
-        kind, name, ranges = b.key
-        assert kind == "w" and ranges == b.ranges and 0 <= b.device < plan.num_compute_devices
+        kind, name, ranges = b.key.kind, b.key.name, b.key.index
+        assert kind is BufKind.WEIGHT and ranges == b.ranges and 0 <= b.device < plan.num_compute_devices
         shape = plan.weight_shapes[name]
         assert within(b.ranges, [(0, n) for n in shape.dims]), (name, b.ranges, shape.dims)
         assert b.dtype == shape.dtype.numpy_name
@@ -237,7 +237,7 @@ def check_inputs_are_the_models_batch_on_the_host(L: Lowered) -> None:
     assert set(plan.inputs) == set(L.graph.inputs) == set(model_inputs)
     for name, b in plan.inputs.items():
         shape = model_inputs[name]
-        assert b == Buf(("input", name), HOST, tuple((0, n) for n in shape.dims), shape.dtype.numpy_name)
+        assert b == Buf(Key.input(name), HOST, tuple((0, n) for n in shape.dims), shape.dtype.numpy_name)
         assert (b.key, HOST) in plan.persistent
     assert plan.loss_node == L.graph.loss_node and plan.loss_node in {n.name for n in pcg.nodes}
 
@@ -265,12 +265,12 @@ def check_parts_assemble_buffers_within_devices(L: Lowered) -> None:
             src = plan.decl[(p.src, p.device)]
             assert p.device in (dst.device, HOST), f"part of {bid} crosses from device {p.device}"
             assert within(p.box, dst.ranges) and within(p.box, src.ranges), (bid, p)
-        kind = bid[0][0]
-        if kind in ("gout", "sum", "ring", "wg"):   # gradients and partial sums accumulate
+        kind = bid[0].kind
+        if kind in (BufKind.GRAD_OUTPUT, BufKind.SUM, BufKind.RING, BufKind.WEIGHT_GRAD):  # accumulate
             assert all(p.add for p in ps), bid
-        if kind == "opd":                           # operand pieces are copies
+        if kind is BufKind.OPERAND:                 # operand pieces are copies
             assert not any(p.add for p in ps), bid
-            _, op, i, _ = bid[0]
+            op, i = bid[0].name, bid[0].index
             dims = pcg.shape(pcg.node_by_name(op).inputs[i]).tensor_shape.dims
             count, mask = box_count(dst, [p.box for p in ps]), inside(dst, dims)
             assert (count[mask] == 1).all(), f"{bid}: elements inside the tensor not copied exactly once"
@@ -296,7 +296,7 @@ def check_aliases_are_exact_same_device_pieces(L: Lowered) -> None:
 
 def check_each_transient_buffer_written_once_before_its_readers(L: Lowered) -> None:
     plan = L.plan
-    assert plan.persistent == {bid for bid in plan.decl if bid[0][0] == "w" or bid[1] == HOST}
+    assert plan.persistent == {bid for bid in plan.decl if bid[0].kind is BufKind.WEIGHT or bid[1] == HOST}
     writers = defaultdict(list)
     for t in plan.tasks:
         for w in t.writes:
@@ -368,10 +368,10 @@ def test_consecutive_data_parallel_pieces_read_their_producer_without_a_copy():
     L = lowered("mlp", "data", 0, "dgx1")
     plan = L.plan
     for p in range(4):
-        assert plan.canonical((("opd", "fc2", 0, p), p)) == (("out", "fc1", 0, p), p)
-        assert plan.canonical((("opd", "fc3", 0, p), p)) == (("out", "fc2", 0, p), p)
+        assert plan.canonical((Key.operand("fc2", 0, p), p)) == (Key.output("fc1", 0, p), p)
+        assert plan.canonical((Key.operand("fc3", 0, p), p)) == (Key.output("fc2", 0, p), p)
     moves = [t for t in plan.tasks if isinstance(t.action, Move)]
-    assert not [t.name for t in moves if t.action.src[0] == "out"]
+    assert not [t.name for t in moves if t.action.src.kind is BufKind.OUTPUT]
     # what data parallelism needs: a ring AllReduce per weight (kernels and biases of 3 layers)
     assert sorted(len(g.buffers) for g in plan.ring_groups.values()) == [4] * 6
     assert {b.device for b in plan.weight_instances} == {0, 1, 2, 3}
@@ -430,7 +430,7 @@ def test_part_reading_a_buffer_no_task_writes_is_refused():
     graph, sched = _simulated()
     owner, entries = next(iter(graph.parts.items()))
     key, dev, part = entries[0]
-    ghost = dataclasses.replace(part, src=("out", "nowhere", 0, 0), device=dev)
+    ghost = dataclasses.replace(part, src=Key.output("nowhere", 0, 0), device=dev)
     parts = {**graph.parts, owner: [(key, dev, ghost)] + list(entries[1:])}
     with pytest.raises(StrategyError, match=re.escape(f"plan: parts of {key!r} read buffers no task writes")):
         ExecPlan(_Tampered(graph, parts=parts), sched)

@@ -14,6 +14,7 @@ from flexrt.errors import ShapeError, StrategyError
 from flexrt.machine import load_machine
 from flexrt.runtime.executor import TaskFailed
 from flexrt.runtime.session import Session
+from flexrt.simulator.actions import BufKind
 from flexrt.strategy import data_parallel
 
 from .test_central_law import MODELS, batch, strategy_of
@@ -37,7 +38,7 @@ def test_transients_freed_and_persistent_memory_as_predicted(model, kind, machin
     for dev, buffers in ex.mem.items():
         if dev < 0:
             continue
-        assert all(key[0] == "w" for key in buffers), f"device {dev} still holds {sorted(buffers)}"
+        assert all(key.kind is BufKind.WEIGHT for key in buffers), f"device {dev} still holds {sorted(buffers)}"
         predicted = session.predicted.memory_bytes.get(dev, {})
         expected = predicted.get("weights", 0) + predicted.get("optimizer_state", 0)
         assert ex.live[dev] == expected, (dev, ex.live[dev], predicted)
