@@ -70,8 +70,7 @@ class Scorer:
         try:
             if self.cost_fn:
                 return float(self.cost_fn(strategy))
-            self.sim.full(strategy)
-            return self.sim.iteration_time()
+            return self.sim.time_full(strategy)
         finally:
             self.sim_s += time.perf_counter() - t
 
@@ -81,9 +80,7 @@ class Scorer:
         try:
             if self.cost_fn:
                 return float(self.cost_fn(strategy))
-            self.sim.lowering.update(strategy, changed)
-            self.sim.lowering.engine.simulate_delta()
-            return self.sim.iteration_time()
+            return self.sim.time_delta(strategy, changed)
         finally:
             self.sim_s += time.perf_counter() - t
 

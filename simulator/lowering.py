@@ -114,6 +114,7 @@ class Lowering:
         self.optimizer = optimizer
         self.num_compute = machine.num_devices
         self._spec_names = [d.spec.name for d in machine.devices]  # device -> its kind's name
+        self._one_kind = len(set(self._spec_names)) <= 1  # every device of one kind (the common case)
         self.engine_cls = engine_cls
         self.detail = detail  # names, regions, actions and parts: what the runtime and traces need
         self.incremental = incremental  # updates re-lower what changed; else every strategy is built afresh
@@ -269,14 +270,14 @@ class Lowering:
     def _per_kind(self, devices, what: str, time_of) -> list[float]:
         """``time_of(device kind)`` for each device, asked once per kind; positive or an error."""
         names, times, out = self._spec_names, {}, []
-        for d in devices:
+        for d in devices[:1] if self._one_kind else devices:  # one kind: the first device answers for all
             x = times.get(names[d])
             if x is None:
                 x = times[names[d]] = time_of(self._spec(d))
                 if not x > 0:
                     raise StrategyError(f"{what} @{d}: the cost model gave a non-positive time {x!r}")
             out.append(x)
-        return out
+        return out * len(devices) if self._one_kind else out
 
     def _spec(self, device: int):
         return self.machine.devices[device].spec

@@ -93,17 +93,28 @@ class Simulator:
 
     def full(self, strategy: Strategy) -> SimResult:
         """Lower the whole strategy and run Algorithm 1."""
-        self.lowering.build(strategy)
-        self.lowering.engine.simulate_full()
+        self.time_full(strategy)
         return self.result()
 
     def delta(self, strategy: Strategy, changed: set[str]) -> SimResult:
         """Re-lower what changing the named operators touches and run Algorithm 2."""
+        self.time_delta(strategy, changed)
+        return self.result()
+
+    def time_full(self, strategy: Strategy) -> float:
+        """``full`` without the result's statistics: the simulated iteration time only (what a
+        search asks for)."""
+        self.lowering.build(strategy)
+        self.lowering.engine.simulate_full()
+        return self.iteration_time()
+
+    def time_delta(self, strategy: Strategy, changed: set[str]) -> float:
+        """``delta`` without the result's statistics: the simulated iteration time only."""
         if self.lowering.strategy is None or not self.lowering.incremental:
-            return self.full(strategy)
+            return self.time_full(strategy)
         self.lowering.update(strategy, changed)
         self.lowering.engine.simulate_delta()
-        return self.result()
+        return self.iteration_time()
 
     def schedule(self) -> Schedule:
         """The predicted order of the last simulated task graph (what the runtime follows)."""

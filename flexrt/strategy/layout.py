@@ -43,6 +43,8 @@ class OperatorLayout:
     operand_boxes: list[list[tuple]]  # per operand, each piece's region inside the tensor (a halo's padding cut off)
     operand_plain: list[bool]         # per operand: every piece has sum index 0 and copy index 0
     output_plain: list[bool]          # the same per output
+    output_boxes: list[list[tuple]]   # per output, each piece's ranges
+    output_sizes: list[tuple]         # per output, each piece's element count
     operand_shapes: list[TensorShape]
     output_shapes: list[TensorShape]
     piece_ins: list          # per piece: operand piece shapes (halo included)
@@ -127,7 +129,8 @@ def operator_layout(machine: Machine, wiring: Wiring, name: str, shapes: OpShape
     degrees = shapes.degree
 
     def pieces_of(i: int, s, output: bool):
-        """(regions, piece shapes, distinct-shape codes, boxes inside the tensor) of tensor ``i``."""
+        """(regions, piece shapes, distinct-shape codes, boxes inside the tensor, no partial sums nor
+        replicas, element count per piece) of tensor ``i``."""
         plan = _region_plan(axes, i, s.rank, output)
         halo = any(h for _, h, _ in plan[0])
         key = (plan, degrees, i, s, output) + ((node.op_type, node.attrs, tuple(data_full), outs[0]) if halo else ())
@@ -139,22 +142,27 @@ def operator_layout(machine: Machine, wiring: Wiring, name: str, shapes: OpShape
         ps, code = _piece_shapes(dims, s.dtype)
         boxes = [clip(x, s) for x in r] if halo else [x.ranges for x in r]
         plain = not any(degree[n] > 1 for n in plan[1] + plan[2])  # no partial sums, no replicas
-        memo[key] = hit = (r, ps, code, boxes, plain)
+        sizes: dict = {}  # piece shapes are shared objects: one count per distinct shape
+        for x in ps:
+            if id(x) not in sizes:
+                sizes[id(x)] = x.num_elements
+        memo[key] = hit = (r, ps, code, boxes, plain, tuple(sizes[id(x)] for x in ps))
         return hit
 
     def regions_of(tensors, output: bool):
-        regions, piece_shapes, boxes, plain = [], [], [], []
+        regions, piece_shapes, boxes, plain, sizes = [], [], [], [], []
         for i, s in enumerate(tensors):
-            r, ps, code, b, pl = pieces_of(i, s, output)
+            r, ps, code, b, pl, n = pieces_of(i, s, output)
             regions.append(r)
             piece_shapes.append(ps)
             codes.append(code)
             boxes.append(b)
             plain.append(pl)
-        return regions, piece_shapes, boxes, plain
+            sizes.append(n)
+        return regions, piece_shapes, boxes, plain, sizes
 
-    operand_regions, piece_ins, operand_boxes, operand_plain = regions_of(full, False)
-    output_regions, piece_outs, _, output_plain = regions_of(outs, True)
+    operand_regions, piece_ins, operand_boxes, operand_plain, _ = regions_of(full, False)
+    output_regions, piece_outs, output_boxes, output_plain, output_sizes = regions_of(outs, True)
     # e.g. a conv piece runs without the padding its halo holds
     if opdef.piece_call is None:
         piece_attrs = [(node.attrs, frozenset())] * count
@@ -176,7 +184,7 @@ def operator_layout(machine: Machine, wiring: Wiring, name: str, shapes: OpShape
         first = {c: p for p, c in reversed(list(enumerate(piece_class)))}
         classes = [(piece_attrs[first[c]][0], piece_ins[first[c]], piece_outs[first[c]]) for c in range(len(index))]
     return OperatorLayout(node, degree, devices, operand_regions, output_regions, operand_boxes, operand_plain,
-                          output_plain, full, outs, piece_ins, piece_outs, piece_attrs, piece_class, classes)
+                          output_plain, output_boxes, output_sizes, full, outs, piece_ins, piece_outs, piece_attrs, piece_class, classes)
 
 
 class Layouts:

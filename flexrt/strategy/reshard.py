@@ -107,19 +107,14 @@ def _same_cut(producer: OperatorLayout, k_out: int, consumer: OperatorLayout, i:
     """The plan where piece p of the consumer wants exactly piece p of the producer, neither has
     replicas nor partial sums (the common case: both cut alike), else None."""
     wants = consumer.operand_boxes[i]
-    out = producer.output_regions[k_out]
-    if k != 1 or len(wants) != len(out) or not producer.output_plain[k_out] or not consumer.operand_plain[i] \
-            or [r.ranges for r in out] != wants:
+    have = producer.output_boxes[k_out]
+    if k != 1 or not producer.output_plain[k_out] or not consumer.operand_plain[i] or \
+            (have is not wants and have != wants):  # equal cuts often share one list
         return None
     pd, cd = producer.devices, consumer.devices
     plan = ReshardPlan(tuple(zip(range(len(wants)), pd, range(len(wants)), cd, wants)), ())
-    sizes: dict = {}  # the boxes are the producer's output pieces, whose shapes are shared objects
-    for shapes in producer.piece_outs:
-        if id(shapes[k_out]) not in sizes:
-            sizes[id(shapes[k_out])] = shapes[k_out].num_elements
     n = tuple(range(len(wants)))
-    object.__setattr__(plan, "_columns", (n, tuple(pd), n, tuple(cd),
-                                          tuple(sizes[id(shapes[k_out])] for shapes in producer.piece_outs)))
+    object.__setattr__(plan, "_columns", (n, tuple(pd), n, tuple(cd), producer.output_sizes[k_out]))
     return plan
 
 
