@@ -11,6 +11,8 @@ time, end to end, measured in one run with ratios beside the absolute figures.
    the one-operator strategy change (``with_config``) + re-lowering what it touches + Algorithm 2.
    Full: the strategy built from its configurations + lowering everything + Algorithm 1. Both give
    the iteration time only, as a search's scorer asks. FlexFlow reports 2.2-6.9x.
+4. FlexFlow's Fig. 11 comparison at 64 devices: one MCMC search per model, run with delta and with
+   full simulation of every proposal (the same steps, checked), whole-search wall times.
 
 Each timing is the median of ``--repeat`` runs; the host load is printed.
 
@@ -139,6 +141,29 @@ def bench_mcmc_nmt(budget: int):
           f"best {result.cost_s * 1e3:.3f} ms")
 
 
+def bench_search_delta_vs_full(models, n: int, budget: int):
+    """FlexFlow's Fig. 11 comparison: one MCMC search run twice, scoring every proposal by delta
+    simulation and by full simulation. Delta equals full exactly, so both runs take the same steps
+    (checked: the same cost after every proposal); the ratio is of the whole search's wall time."""
+    machine = load_machine("flexflow_p100", nodes=max(1, n // 4))
+    print(f"\nMCMC with delta vs full simulation, {n} devices, budget {budget} (whole search, same trajectory):")
+    print(f"{'model':<14}{'tasks(DP)':>10}{'full_s':>9}{'delta_s':>9}{'speedup':>9}")
+    for name in models:
+        base = load_model(name, ["-b", str(PER_DEVICE_BATCH * n)] + MODELS[name]).model.pcg
+        runs = {}
+        for how in ("delta", "full"):
+            t0 = time.perf_counter()
+            r = search("mcmc", SearchRequest(base, machine, AnalyticCostModel(), budget=budget, seed=0,
+                                             progress=False, options={"simulation": how}))
+            runs[how] = (time.perf_counter() - t0, [e.current_cost_s for e in r.log.entries], r.cost_s)
+        if runs["delta"][1:] != runs["full"][1:]:
+            raise AssertionError(f"{name}@{n}: the delta and full searches diverged")
+        sim = Simulator(machine, AnalyticCostModel(), detail=False, incremental=False)
+        sim.time_full(data_parallel(base, machine))
+        (d, _, _), (f, _, _) = runs["delta"], runs["full"]
+        print(f"{name:<14}{len(sim.lowering.graph):>10}{f:>9.2f}{d:>9.2f}{f / d:>8.1f}x", flush=True)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="AlexNet and RNNTC on 4 and 16 devices, 3 proposals")
@@ -148,6 +173,8 @@ def main(argv=None):
     p.add_argument("--devices", default="4,8,16,32,64")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--mcmc-budget", type=int, default=1000)
+    p.add_argument("--search-budget", type=int, default=200,
+                   help="budget of each search in the MCMC delta-vs-full comparison at 64 devices")
     args = p.parse_args(argv)
     print(_load())
     if args.quick:
@@ -157,6 +184,7 @@ def main(argv=None):
     bench_mcmc_nmt(args.mcmc_budget)
     print()
     bench_grid(args.models.split(","), [int(x) for x in args.devices.split(",")], args.proposals, args.warmup)
+    bench_search_delta_vs_full(args.models.split(","), 64, args.search_budget)
     print(_load())
     return 0
 

@@ -16,10 +16,11 @@ mean over every element, ``sum`` by the sum (``torch.nn.functional.mse_loss`` wi
 Example:
     >>> import numpy as np
     >>> p = np.array([[0.25, 0.75]])
-    >>> float(loss_forward(np, "sparse_categorical_crossentropy", p, np.array([1])))  # -log 0.75
+    >>> float(loss_forward(np, LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, p, np.array([1])))  # -log 0.75
     0.2876820724517809
 
-Entry points: ``loss_forward``, ``loss_backward``, ``softmax_cross_entropy_backward``, ``LOSSES``.
+Entry points: ``LossType``, ``loss_forward``, ``loss_backward``, ``softmax_cross_entropy_backward``,
+``LOSSES``, ``CROSS_ENTROPIES``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,30 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from flexrt.errors import ConfigError, ShapeError
+from flexrt.kernels.kinds import NamedKind
+
+
+class LossType(NamedKind):
+    """FlexFlow's loss enum, with its names and values. ``short_name`` is the name ``--loss`` and
+    ``Session(loss=...)`` take: the member's name without ``LOSS_`` and ``_REDUCE``, in lower case
+    (``"sparse_categorical_crossentropy"``, ``"mean_squared_error_avg"``)."""
+
+    LOSS_CATEGORICAL_CROSSENTROPY = 50
+    LOSS_SPARSE_CATEGORICAL_CROSSENTROPY = 51
+    LOSS_MEAN_SQUARED_ERROR_AVG_REDUCE = 52
+    LOSS_MEAN_SQUARED_ERROR_SUM_REDUCE = 53
+
+    @classmethod
+    def noun(cls) -> str:
+        return "loss"
+
+    @property
+    def short_name(self) -> str:
+        return self.name[len("LOSS_"):].removesuffix("_REDUCE").lower()
+
+
+# The losses that score softmax probabilities (FlexFlow's convention).
+CROSS_ENTROPIES = frozenset({LossType.LOSS_CATEGORICAL_CROSSENTROPY, LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY})
 
 
 def _check_float(where: str, out) -> None:
@@ -127,29 +152,27 @@ def _mse_sum_backward(xp, out, labels):
 class Loss:
     """One loss: its forward (a 0-d array) and the gradient w.r.t. the model output."""
 
-    name: str
+    kind: LossType
     forward: Callable
     backward: Callable
     sparse_labels: bool
 
 
-# One row per FlexFlow LossType (LOSS_CATEGORICAL_CROSSENTROPY, ...), keyed by its lower-case name.
-LOSSES: dict[str, Loss] = {l.name: l for l in (
-    Loss("categorical_crossentropy", _cce_forward, _cce_backward, False),
-    Loss("sparse_categorical_crossentropy", _scce_forward, _scce_backward, True),
-    Loss("mean_squared_error_avg", _mse_avg_forward, _mse_avg_backward, False),
-    Loss("mean_squared_error_sum", _mse_sum_forward, _mse_sum_backward, False),
+# One row per FlexFlow LossType, keyed by the member.
+LOSSES: dict[LossType, Loss] = {l.kind: l for l in (
+    Loss(LossType.LOSS_CATEGORICAL_CROSSENTROPY, _cce_forward, _cce_backward, False),
+    Loss(LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, _scce_forward, _scce_backward, True),
+    Loss(LossType.LOSS_MEAN_SQUARED_ERROR_AVG_REDUCE, _mse_avg_forward, _mse_avg_backward, False),
+    Loss(LossType.LOSS_MEAN_SQUARED_ERROR_SUM_REDUCE, _mse_sum_forward, _mse_sum_backward, False),
 )}
 
 
-def get_loss(loss: str) -> Loss:
-    try:
-        return LOSSES[loss]
-    except (KeyError, TypeError):
-        raise ConfigError(f"unknown loss {loss!r}; valid: {', '.join(LOSSES)}") from None
+def get_loss(loss: LossType) -> Loss:
+    """The row of ``loss`` (a member; ``LossType.parse`` converts a name)."""
+    return LOSSES[loss]
 
 
-def loss_forward(xp, loss: str, outputs, labels):
+def loss_forward(xp, loss: LossType, outputs, labels):
     """The loss of a batch as a 0-d array of the output's dtype.
 
     ``outputs`` are softmax probabilities for the cross-entropies, any values for the MSEs.
@@ -157,25 +180,24 @@ def loss_forward(xp, loss: str, outputs, labels):
     return get_loss(loss).forward(xp, outputs, labels)
 
 
-def loss_backward(xp, loss: str, outputs, labels):
+def loss_backward(xp, loss: LossType, outputs, labels):
     """Gradient of ``loss_forward`` with respect to ``outputs`` (same shape and dtype)."""
     return get_loss(loss).backward(xp, outputs, labels)
 
 
-def softmax_cross_entropy_backward(xp, loss: str, probs, labels):
+def softmax_cross_entropy_backward(xp, loss: LossType, probs, labels):
     """Fused gradient w.r.t. the softmax *input* when the last op is a softmax: ``(p - onehot) / batch``.
 
     Equal to the softmax backward of ``loss_backward(xp, loss, probs, labels)`` (both when the
     labels are one-hot), without dividing by ``p``; FlexFlow computes this one.
     """
-    if loss == "categorical_crossentropy":
-        t = _dense_labels(xp, loss, probs, labels)
+    if loss is LossType.LOSS_CATEGORICAL_CROSSENTROPY:
+        t = _dense_labels(xp, loss.short_name, probs, labels)
         return (probs - t) / probs.dtype.type(_batch(probs))
-    if loss == "sparse_categorical_crossentropy":
-        ids = _sparse_labels(xp, loss, probs, labels)
+    if loss is LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY:
+        ids = _sparse_labels(xp, loss.short_name, probs, labels)
         p2 = probs.reshape(-1, probs.shape[-1])
         g = p2 - _onehot(xp, ids, p2.shape[1], probs.dtype)
         return (g / probs.dtype.type(_batch(probs))).reshape(probs.shape)
-    get_loss(loss)  # unknown name: ConfigError listing every loss
-    raise ConfigError(f"softmax_cross_entropy_backward: loss {loss!r} is not a cross-entropy; valid: "
-                      "categorical_crossentropy, sparse_categorical_crossentropy")
+    raise ConfigError(f"softmax_cross_entropy_backward: loss {loss.short_name!r} is not a cross-entropy; valid: "
+                      f"{', '.join(l.short_name for l in LossType if l in CROSS_ENTROPIES)}")

@@ -10,10 +10,10 @@ Labels are one-hot (the output's shape) or sparse integer class ids (``[batch...
 Example:
     >>> import numpy as np
     >>> out = np.array([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]])
-    >>> compute_metrics(np, ["accuracy"], out, np.array([0, 1, 1]))["accuracy"]
+    >>> compute_metrics(np, [MetricsType.METRICS_ACCURACY], out, np.array([0, 1, 1]))["accuracy"]
     66.66666666666667
 
-Entry points: ``compute_metrics``, ``MetricsAccumulator``, ``METRICS``.
+Entry points: ``MetricsType``, ``compute_metrics``, ``MetricsAccumulator``, ``METRICS``.
 """
 
 from __future__ import annotations
@@ -21,9 +21,31 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from flexrt.kernels.kinds import NamedKind
 from flexrt.kernels.losses import _dense_labels, _sparse_labels
 
 from flexrt.errors import ConfigError
+
+
+class MetricsType(NamedKind):
+    """FlexFlow's metrics enum, with its names and values. ``short_name`` is the member's name without
+    ``METRICS_``, in lower case (``"accuracy"``): what ``Session(metrics=...)`` takes and what results
+    are keyed by."""
+
+    METRICS_ACCURACY = 1001
+    METRICS_CATEGORICAL_CROSSENTROPY = 1002
+    METRICS_SPARSE_CATEGORICAL_CROSSENTROPY = 1004
+    METRICS_MEAN_SQUARED_ERROR = 1008
+    METRICS_ROOT_MEAN_SQUARED_ERROR = 1016
+    METRICS_MEAN_ABSOLUTE_ERROR = 1032
+
+    @classmethod
+    def noun(cls) -> str:
+        return "metric"
+
+    @property
+    def short_name(self) -> str:
+        return self.name[len("METRICS_"):].lower()
 
 
 def _rows(out):
@@ -75,27 +97,19 @@ def _mae(xp, out, labels):
 class Metric:
     """One metric: ``batch_sum(xp, outputs, labels)`` sums the per-sample values of a batch."""
 
-    name: str
+    kind: MetricsType
     batch_sum: Callable
 
 
-# One row per FlexFlow MetricsType (METRICS_ACCURACY, ...), keyed by its lower-case name.
-METRICS: dict[str, Metric] = {m.name: m for m in (
-    Metric("accuracy", _accuracy),                        # percent of argmax == label
-    Metric("categorical_crossentropy", _cce),
-    Metric("sparse_categorical_crossentropy", _scce),
-    Metric("mean_squared_error", _mse),
-    Metric("root_mean_squared_error", _rmse),
-    Metric("mean_absolute_error", _mae),
+# One row per FlexFlow MetricsType, keyed by the member.
+METRICS: dict[MetricsType, Metric] = {m.kind: m for m in (
+    Metric(MetricsType.METRICS_ACCURACY, _accuracy),                        # percent of argmax == label
+    Metric(MetricsType.METRICS_CATEGORICAL_CROSSENTROPY, _cce),
+    Metric(MetricsType.METRICS_SPARSE_CATEGORICAL_CROSSENTROPY, _scce),
+    Metric(MetricsType.METRICS_MEAN_SQUARED_ERROR, _mse),
+    Metric(MetricsType.METRICS_ROOT_MEAN_SQUARED_ERROR, _rmse),
+    Metric(MetricsType.METRICS_MEAN_ABSOLUTE_ERROR, _mae),
 )}
-
-
-def _check_names(names: Iterable[str]) -> list[str]:
-    names = list(names)
-    bad = [n for n in names if n not in METRICS]
-    if bad:
-        raise ConfigError(f"unknown metric(s) {', '.join(map(repr, bad))}; valid: {', '.join(METRICS)}")
-    return names
 
 
 def _samples(out) -> int:
@@ -104,23 +118,24 @@ def _samples(out) -> int:
 
 @dataclass(slots=True)
 class MetricsAccumulator:
-    """FlexFlow's PerfMetrics: per-metric sums over the samples of every batch seen.
+    """FlexFlow's PerfMetrics: per-metric sums over the samples of every batch seen; ``result()`` is
+    keyed by each metric's ``short_name``.
 
     Example:
         >>> import numpy as np
-        >>> acc = MetricsAccumulator(["accuracy"])
+        >>> acc = MetricsAccumulator([MetricsType.METRICS_ACCURACY])
         >>> acc.update(np, np.array([[0.9, 0.1]]), np.array([0]))
         >>> acc.update(np, np.array([[0.9, 0.1]]), np.array([1]))
         >>> acc.get_accuracy()
         50.0
     """
 
-    names: list[str]
-    sums: dict[str, float] = field(default_factory=dict)
+    names: list[MetricsType]
+    sums: dict[MetricsType, float] = field(default_factory=dict)
     samples: int = 0
 
     def __post_init__(self):
-        self.names = _check_names(self.names)
+        self.names = list(self.names)
         self.sums = {n: 0.0 for n in self.names}
 
     def update(self, xp, outputs, labels) -> None:
@@ -131,12 +146,12 @@ class MetricsAccumulator:
 
     def result(self) -> dict[str, float]:
         """Mean of every metric over the samples seen (0.0 before any)."""
-        return {n: (s / self.samples if self.samples else 0.0) for n, s in self.sums.items()}
+        return {n.short_name: (s / self.samples if self.samples else 0.0) for n, s in self.sums.items()}
 
     def get_accuracy(self) -> float:
         """Accuracy in percent, as FlexFlow's ``get_perf_metrics().get_accuracy()``."""
-        if "accuracy" not in self.sums:
-            raise ConfigError(f"get_accuracy: accuracy is not among the metrics {self.names}")
+        if MetricsType.METRICS_ACCURACY not in self.sums:
+            raise ConfigError(f"get_accuracy: accuracy is not among the metrics {[n.short_name for n in self.names]}")
         return self.result()["accuracy"]
 
     def reset(self) -> None:
@@ -144,8 +159,8 @@ class MetricsAccumulator:
         self.samples = 0
 
 
-def compute_metrics(xp, names: Iterable[str], outputs, labels) -> dict[str, float]:
-    """Every named metric of one batch, averaged over its samples."""
+def compute_metrics(xp, names: Iterable[MetricsType], outputs, labels) -> dict[str, float]:
+    """Every given metric of one batch, averaged over its samples (keyed by ``short_name``)."""
     acc = MetricsAccumulator(list(names))
     acc.update(xp, outputs, labels)
     return acc.result()

@@ -12,7 +12,7 @@ Example:
     >>> w
     array([0.95, 0.95])
 
-Entry points: ``sgd_update``, ``adam_update``, ``state_factor``, ``state_bytes``.
+Entry points: ``OptimizerKind``, ``sgd_update``, ``adam_update``, ``state_factor``, ``state_bytes``.
 """
 
 from __future__ import annotations
@@ -20,22 +20,34 @@ from __future__ import annotations
 import math
 
 from flexrt.errors import ConfigError, ShapeError
+from flexrt.kernels.kinds import NamedKind
+
+
+class OptimizerKind(NamedKind):
+    """What the simulator costs and the memory model counts: plain SGD, SGD with momentum (one
+    buffer per weight), Adam (two moments per weight). ``OptimizerKind.parse("adam")`` converts a name."""
+
+    SGD = "sgd"
+    MOMENTUM = "momentum"
+    ADAM = "adam"
+
+    @classmethod
+    def noun(cls) -> str:
+        return "optimizer"
+
 
 # Optimizer-state arrays per weight, as multiples of the weight (simulator.simulate.OPTIMIZER_STATE).
-STATE_FACTOR = {"sgd": 0, "momentum": 1, "adam": 2}
+STATE_FACTOR = {OptimizerKind.SGD: 0, OptimizerKind.MOMENTUM: 1, OptimizerKind.ADAM: 2}
 
 
-def state_factor(name: str) -> int:
-    """How many weight-sized arrays optimizer ``name`` keeps per weight: sgd 0, momentum 1, adam 2."""
-    try:
-        return STATE_FACTOR[name]
-    except (KeyError, TypeError):
-        raise ConfigError(f"unknown optimizer {name!r}; valid: {', '.join(STATE_FACTOR)}") from None
+def state_factor(kind: OptimizerKind) -> int:
+    """How many weight-sized arrays optimizer ``kind`` keeps per weight: SGD 0, MOMENTUM 1, ADAM 2."""
+    return STATE_FACTOR[kind]
 
 
-def state_bytes(name: str, weight_bytes: int = 1) -> int:
+def state_bytes(kind: OptimizerKind, weight_bytes: int = 1) -> int:
     """Bytes of optimizer state for ``weight_bytes`` bytes of weights (the factor when 1)."""
-    return state_factor(name) * weight_bytes
+    return state_factor(kind) * weight_bytes
 
 
 def allocated_state_bytes(state: dict) -> int:

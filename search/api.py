@@ -38,9 +38,10 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 from flexrt.errors import ConfigError, StrategyError
 from flexrt.ir.pcg import PCG
 from flexrt.ir.registry import AxisKind
+from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.machine import Machine
 from flexrt.machine.views import view_devices
-from flexrt.simulator.simulate import OPTIMIZER_STATE, Simulator
+from flexrt.simulator.simulate import Simulator
 from flexrt.strategy import ConfigStrategy, OpChoices, SearchSpace, Strategy, data_parallel, node_axes
 
 DEFAULT_BUDGET = 1000  # proposals (MCMC) or simulated leaves (exhaustive) when none is given
@@ -48,8 +49,12 @@ DEFAULT_BUDGET = 1000  # proposals (MCMC) or simulated leaves (exhaustive) when 
 
 # ---- scoring ------------------------------------------------------------------------------------
 
+SIMULATIONS = ("delta", "full")
+
+
 class Scorer:
-    """Simulated iteration time of strategies, by delta simulation where it can.
+    """Simulated iteration time of strategies, by delta simulation where it can (``simulation``
+    "full": every score is a full simulation, the baseline FlexFlow's Fig. 11 compares with).
 
     The simulator holds the last strategy it scored. ``score(strategy, changed)`` takes the names
     of the operators whose configuration differs from that one (the caller tracks them: after a
@@ -57,9 +62,11 @@ class Scorer:
     is needed. ``cost_fn`` replaces the simulator (tests: toy costs, interruptions).
     """
 
-    def __init__(self, machine: Machine, cost_model, optimizer: str = "sgd",
-                 cost_fn: Optional[Callable[[Strategy], float]] = None) -> None:
-        self.cost_fn = cost_fn
+    def __init__(self, machine: Machine, cost_model, optimizer: OptimizerKind = OptimizerKind.SGD,
+                 cost_fn: Optional[Callable[[Strategy], float]] = None, simulation: str = "delta") -> None:
+        if simulation not in SIMULATIONS:
+            raise ConfigError(f"simulation must be one of {', '.join(SIMULATIONS)}, got {simulation!r}")
+        self.cost_fn, self.simulation = cost_fn, simulation
         self.sim = None if cost_fn else Simulator(machine, cost_model, optimizer, detail=False)
         self.full_calls = self.delta_calls = 0
         self.sim_s = 0.0
@@ -80,6 +87,8 @@ class Scorer:
         try:
             if self.cost_fn:
                 return float(self.cost_fn(strategy))
+            if self.simulation == "full":  # FlexFlow's baseline: every proposal simulated afresh
+                return self.sim.time_full(strategy)
             return self.sim.time_delta(strategy, changed)
         finally:
             self.sim_s += time.perf_counter() - t
@@ -211,8 +220,9 @@ class SearchRequest:
     Validated when built (:class:`~flexrt.errors.ConfigError` saying what is wrong). Every algorithm
     reads ``pcg``, ``machine``, ``cost_model``, ``budget`` and ``seed``. ``space`` (None: the
     algorithm's default, the sample axis for MCMC and every axis for Unity), ``initial`` strategies
-    and ``optimizer`` go to the algorithms that take them: setting one for an algorithm that does
-    not is an error in :func:`search`. ``progress`` (None: on when stderr is a terminal) is only a
+    and ``optimizer`` (an ``OptimizerKind`` or its name, "sgd", "momentum" or "adam"; kept as the
+    member) go to the algorithms that take them: setting one for an algorithm that does not is an
+    error in :func:`search`. ``progress`` (None: on when stderr is a terminal) is only a
     display choice and goes where an algorithm shows progress. ``options`` are the algorithm's own
     keyword options (:func:`algorithm` lists them), kept as a read-only copy.
 
@@ -230,7 +240,7 @@ class SearchRequest:
     seed: int = 0
     space: Optional[SearchSpace] = None
     initial: tuple[Strategy, ...] = ()
-    optimizer: str = "sgd"
+    optimizer: OptimizerKind = OptimizerKind.SGD
     progress: Optional[bool] = None
     options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
@@ -256,9 +266,11 @@ class SearchRequest:
             raise ConfigError(f"a search request's initial strategies must be strategies (ConfigStrategy, "
                               f"GraphStrategy), got {', '.join(bad)}")
         object.__setattr__(self, "initial", tuple(self.initial))
-        if self.optimizer not in OPTIMIZER_STATE:
-            raise ConfigError(f"a search request's optimizer must be one of {', '.join(OPTIMIZER_STATE)}, "
-                              f"got {self.optimizer!r}")
+        try:
+            object.__setattr__(self, "optimizer", OptimizerKind.parse(self.optimizer))
+        except ConfigError:
+            raise ConfigError(f"a search request's optimizer must be one of "
+                              f"{', '.join(k.short_name for k in OptimizerKind)}, got {self.optimizer!r}") from None
         if self.progress is not None and not isinstance(self.progress, bool):
             raise ConfigError(f"a search request's progress must be True, False or None (on when stderr is "
                               f"a terminal), got {self.progress!r}")
@@ -270,7 +282,7 @@ class SearchRequest:
 # Request fields an algorithm may take, beyond (pcg, machine, cost_model, budget=, seed=), with the
 # value that means "not set". A set field the algorithm does not take is an error, but progress,
 # which changes only what is shown.
-REQUEST_FIELDS: Mapping[str, Any] = MappingProxyType({"space": None, "initial": (), "optimizer": "sgd",
+REQUEST_FIELDS: Mapping[str, Any] = MappingProxyType({"space": None, "initial": (), "optimizer": OptimizerKind.SGD,
                                                       "progress": None})
 
 
@@ -384,7 +396,7 @@ def search(name: str, request: SearchRequest) -> SearchResult:
         value = getattr(request, what)
         if what != "progress" and what not in algo.fields and value != unset:
             takers = [a for a in algorithms() if what in _ALGORITHMS[a].fields]
-            shown = f"{len(value)} strategies" if what == "initial" else repr(value)
+            shown = f"{len(value)} strategies" if what == "initial" else repr(getattr(value, "short_name", value))
             raise ConfigError(f"search algorithm {name!r} takes no {what} (the request sets {shown}); algorithms "
                               f"that do: {', '.join(takers) or 'none'}")
     taken = {what: getattr(request, what) for what in algo.fields}
@@ -392,8 +404,8 @@ def search(name: str, request: SearchRequest) -> SearchResult:
                    **taken, **request.options)
 
 
-def fixed_result(name: str, strategy: Strategy, machine: Machine, cost_model, optimizer: str = "sgd",
-                 seed: int = 0) -> SearchResult:
+def fixed_result(name: str, strategy: Strategy, machine: Machine, cost_model,
+                 optimizer: OptimizerKind = OptimizerKind.SGD, seed: int = 0) -> SearchResult:
     """A named strategy scored by full simulation, with a one-entry log (the baselines)."""
     t0 = time.perf_counter()
     cost = Scorer(machine, cost_model, optimizer).full(strategy)

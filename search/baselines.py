@@ -44,6 +44,7 @@ from flexrt.ir.op_type import OpType
 from flexrt.ir.parallel_tensor import divisors
 from flexrt.ir.pcg import PCG, Node
 from flexrt.ir.registry import AxisKind, op_def
+from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.machine import Machine
 from flexrt.machine.views import view_from_device_ids
 from flexrt.search.api import SearchResult, fixed_result, register_algorithm
@@ -334,15 +335,15 @@ def expert_strategy(model_name: str, base: PCG, machine: Machine) -> Strategy | 
 def _fixed(name: str, build: Callable[[PCG, Machine], Strategy]) -> Callable[..., SearchResult]:
     """The search algorithm of one baseline: its strategy, scored by one full simulation."""
     def run(pcg: PCG, machine: Machine, cost_model, budget: int = 0, seed: int = 0,
-            optimizer: str = "sgd") -> SearchResult:
+            optimizer: OptimizerKind = OptimizerKind.SGD) -> SearchResult:
         return fixed_result(name, build(pcg, machine), machine, cost_model, optimizer, seed)
 
     run.__doc__ = f"The {name} baseline scored by full simulation (no search: the budget is unused)."
     return run
 
 
-def expert_result(pcg: PCG, machine: Machine, cost_model, budget: int = 0, seed: int = 0, optimizer: str = "sgd",
-                  model: str | None = None) -> SearchResult:
+def expert_result(pcg: PCG, machine: Machine, cost_model, budget: int = 0, seed: int = 0,
+                  optimizer: OptimizerKind = OptimizerKind.SGD, model: str | None = None) -> SearchResult:
     """The expert strategy of the zoo model ``model`` (:func:`expert_strategy`), scored by one
     full simulation (the "expert" algorithm; the budget is unused).
 

@@ -44,6 +44,7 @@ from typing import Callable, Optional, Sequence
 from flexrt.errors import FlexrtError, StrategyError
 from flexrt.ir.op_type import SOURCE_OPS
 from flexrt.ir.pcg import PCG, TensorRef
+from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.machine import Machine
 from flexrt.machine.views import view_devices
 from flexrt.search.api import (Progress, Scorer, SearchLog, SearchResult, check_budget, progress_default,
@@ -56,7 +57,7 @@ from flexrt.strategy import ConfigStrategy, OpChoices, OpConfig, SearchSpace, St
 EPS = 1e-12
 
 
-def _piece_times(pcg: PCG, machine: Machine, cost_model, optimizer: str, choices: OpChoices,
+def _piece_times(pcg: PCG, machine: Machine, cost_model, optimizer: OptimizerKind, choices: OpChoices,
                  order) -> dict[tuple[int, tuple], list[float]]:
     """Forward + backward seconds of every piece, per (operator, degree choice), read from probe
     lowerings in which every operator takes its k-th degree choice."""
@@ -99,8 +100,8 @@ def _prefix_pcg(pcg: PCG, keep: set[int]) -> tuple[PCG, dict[int, int]]:
 
 
 def exhaustive(pcg: PCG, machine: Machine, cost_model, budget: int = 100_000, seed: int = 0,
-               space: Optional[SearchSpace] = None, initial: Sequence[Strategy] = (), optimizer: str = "sgd",
-               progress: Optional[bool] = None, prefix_bound: bool = True,
+               space: Optional[SearchSpace] = None, initial: Sequence[Strategy] = (),
+               optimizer: OptimizerKind = OptimizerKind.SGD, progress: Optional[bool] = None, prefix_bound: bool = True,
                on_leaf: Optional[Callable[[int, Strategy, float], None]] = None) -> SearchResult:
     """The fastest strategy of the space by branch and bound (see the module docstring).
 

@@ -57,6 +57,7 @@ from typing import Callable, Optional, Sequence
 
 from flexrt.errors import StrategyError
 from flexrt.ir.pcg import PCG, Node
+from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.machine import Machine
 from flexrt.search.api import (Progress, Scorer, SearchLog, SearchResult, check_budget, initial_candidates,
                                progress_default, register_algorithm)
@@ -75,10 +76,11 @@ def accept(delta: float, beta: float, rng: random.Random) -> bool:
 
 def mcmc(pcg: PCG, machine: Machine, cost_model, budget: int = 1000, seed: int = 0, alpha: float = 1.05,
          space: Optional[SearchSpace] = None, initial: Sequence[Strategy] = (), num_random: int = 1,
-         optimizer: str = "sgd", cost_fn: Optional[Callable[[Strategy], float]] = None,
+         optimizer: OptimizerKind = OptimizerKind.SGD, cost_fn: Optional[Callable[[Strategy], float]] = None,
          on_iteration: Optional[Callable[[int, Strategy, float], None]] = None,
          progress: Optional[bool] = None, sync: str = "lazy", unit: str = "percent",
-         follow: float = 0.25, segment: float = 0.25, refine: bool = True, starts: int = 6) -> SearchResult:
+         follow: float = 0.25, segment: float = 0.25, refine: bool = True, starts: int = 6,
+         simulation: str = "delta") -> SearchResult:
     """Search the strategy space of ``pcg`` with MCMC; returns the best strategy found.
 
     Args:
@@ -98,6 +100,8 @@ def mcmc(pcg: PCG, machine: Machine, cost_model, budget: int = 1000, seed: int =
         starts: chain + descent runs the budget is split into with ``refine``.
         sync: "lazy" (next delta covers the rejected operator too) or "back" (delta-simulate back
             to the current strategy after each rejection).
+        simulation: "delta" (FlexFlow's Algorithm 2 per proposal) or "full" (Algorithm 1 per
+            proposal: the same search, the same result, slower; FlexFlow's Fig. 11 baseline).
 
     Example:
         >>> r = mcmc(pcg, machine, AnalyticCostModel(), budget=100, seed=1)   # doctest: +SKIP
@@ -114,10 +118,10 @@ def mcmc(pcg: PCG, machine: Machine, cost_model, budget: int = 1000, seed: int =
     t0 = time.perf_counter()
     choices = OpChoices(pcg, machine, space)
     movable = choices.movable_units()
-    scorer = Scorer(machine, cost_model, optimizer, cost_fn)
+    scorer = Scorer(machine, cost_model, optimizer, cost_fn, simulation)
     log = SearchLog("mcmc", budget, seed)
     log.notes.update(alpha=alpha, unit=unit, space=str(space), sync=sync, follow=follow, segment=segment,
-                     refine=refine)
+                     refine=refine, simulation=simulation)
     candidates = initial_candidates(pcg, machine, choices, seed, initial, num_random)
     log.notes["candidates"] = [name for name, _ in candidates]
     # refine: `starts` chain + descent runs (the candidates, then alternately the best strategy

@@ -40,6 +40,7 @@ from flexrt.ir.costs import op_cost
 from flexrt.ir.op_type import PARALLEL_OPS, SOURCE_OPS
 from flexrt.ir.serialize import attrs_to_json
 from flexrt.ir.tensor_shape import TensorShape
+from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.kernels.registry import forward_kernel
 from flexrt.simulator import profiling
 from flexrt.simulator.profile_cache import CacheEntry, ProfileCache, canonical_json
@@ -53,8 +54,8 @@ MIN_TASK_S = 1e-9  # floor of every compute time, for devices whose launch overh
 # Passes over the weight's bytes and FLOPs per element of one optimizer step:
 # sgd: w -= lr * g (read w, g; write w); momentum: v = m v + g; w -= lr v (read w, g, v; write w, v);
 # adam: m, v moments, bias correction, sqrt, divide (read w, g, m, v; write w, m, v).
-OPTIMIZER_PASSES = {"sgd": 3, "momentum": 5, "adam": 7}
-OPTIMIZER_FLOPS_PER_ELEMENT = {"sgd": 2, "momentum": 4, "adam": 12}
+OPTIMIZER_PASSES = {OptimizerKind.SGD: 3, OptimizerKind.MOMENTUM: 5, OptimizerKind.ADAM: 7}
+OPTIMIZER_FLOPS_PER_ELEMENT = {OptimizerKind.SGD: 2, OptimizerKind.MOMENTUM: 4, OptimizerKind.ADAM: 12}
 # Backward traffic relative to forward: it reads what forward read plus the output gradient and
 # writes a gradient for every operand, so about twice forward's bytes.
 BACKWARD_BYTES_FACTOR = 2
@@ -90,7 +91,8 @@ class CostModel(Protocol):
     def op_times(self, attrs, inputs: Sequence[TensorShape], outputs: Sequence[TensorShape],
                  device: "DeviceSpec") -> OpTimes: ...
 
-    def update_time(self, weight: TensorShape, device: "DeviceSpec", optimizer: str = "sgd") -> float: ...
+    def update_time(self, weight: TensorShape, device: "DeviceSpec",
+                    optimizer: OptimizerKind = OptimizerKind.SGD) -> float: ...
 
     def reduce_time(self, shape: TensorShape, n: int, device: "DeviceSpec") -> float: ...
 
@@ -203,15 +205,13 @@ class AnalyticCostModel:
                        _roofline(device, cost.backward_flops, BACKWARD_BYTES_FACTOR * moved, dtype, eff),
                        self.name)
 
-    def update_time(self, weight: TensorShape, device: "DeviceSpec", optimizer: str = "sgd") -> float:
+    def update_time(self, weight: TensorShape, device: "DeviceSpec",
+                    optimizer: OptimizerKind = OptimizerKind.SGD) -> float:
         """One optimizer step on one weight piece: ``OPTIMIZER_PASSES`` passes over its bytes
         (memory bound in practice) against ``OPTIMIZER_FLOPS_PER_ELEMENT`` FLOPs per element."""
-        opt = optimizer.lower() if isinstance(optimizer, str) else optimizer
-        if opt not in OPTIMIZER_PASSES:
-            raise ConfigError(f"update time: unknown optimizer {optimizer!r}; valid: {', '.join(OPTIMIZER_PASSES)}")
         dtype = weight.dtype if weight.dtype.is_floating else DataType.DT_FLOAT
-        return _roofline(device, OPTIMIZER_FLOPS_PER_ELEMENT[opt] * weight.num_elements,
-                         OPTIMIZER_PASSES[opt] * weight.size_bytes, dtype, self.efficiency(device))
+        return _roofline(device, OPTIMIZER_FLOPS_PER_ELEMENT[optimizer] * weight.num_elements,
+                         OPTIMIZER_PASSES[optimizer] * weight.size_bytes, dtype, self.efficiency(device))
 
     def reduce_time(self, shape: TensorShape, n: int, device: "DeviceSpec") -> float:
         """Summing ``n`` partial pieces of ``shape`` into one: n - 1 adds per element, reads n pieces
@@ -334,7 +334,8 @@ class ProfiledCostModel:
             backward = entry.forward_s * self._backward_ratio(attrs, inputs, outputs, device)
         return OpTimes(entry.forward_s, max(backward, MIN_TASK_S), self.name)
 
-    def update_time(self, weight: TensorShape, device: "DeviceSpec", optimizer: str = "sgd") -> float:
+    def update_time(self, weight: TensorShape, device: "DeviceSpec",
+                    optimizer: OptimizerKind = OptimizerKind.SGD) -> float:
         return self.fallback.update_time(weight, device, optimizer)
 
     def reduce_time(self, shape: TensorShape, n: int, device: "DeviceSpec") -> float:

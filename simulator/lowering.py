@@ -48,6 +48,7 @@ from flexrt.ir.ops import SoftmaxAttrs
 from flexrt.ir.pcg import TensorRef
 from flexrt.ir.registry import op_def
 from flexrt.ir.tensor_shape import TensorShape
+from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.machine import Machine
 from flexrt.simulator.actions import (HOST, Backward, Buf, Forward, Key, Loss, Move, Part, RingGroup, RingStep,
                                       Sum, Update)
@@ -107,7 +108,7 @@ def _no_gc():
 class Lowering:
     """Builds and incrementally updates the task graph of a strategy."""
 
-    def __init__(self, machine: Machine, cost_model, optimizer: str = "sgd", engine_cls=Engine,
+    def __init__(self, machine: Machine, cost_model, optimizer: OptimizerKind = OptimizerKind.SGD, engine_cls=Engine,
                  loss_output: Optional[str] = None, detail: bool = True, incremental: bool = True) -> None:
         self.machine = machine
         self.cost = cost_model

@@ -17,14 +17,14 @@ from typing import Optional
 
 import numpy as np
 
-from flexrt.errors import ConfigError
+from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.machine import Machine
 from flexrt.simulator.lowering import Lowering
 from flexrt.strategy import Strategy
 from flexrt.simulator.task_graph import CATEGORIES, TRANSFER_CODE, Category, TaskKind
 
 # optimizer state per weight element, as a multiple of the weight's bytes
-OPTIMIZER_STATE = {"sgd": 0, "momentum": 1, "adam": 2}
+OPTIMIZER_STATE = {OptimizerKind.SGD: 0, OptimizerKind.MOMENTUM: 1, OptimizerKind.ADAM: 2}
 
 
 @dataclass(frozen=True)
@@ -79,13 +79,13 @@ def _device_name(machine: Machine, device: int) -> str:
 class Simulator:
     """Holds a lowered strategy so that single-operator changes can be delta-simulated."""
 
-    def __init__(self, machine: Machine, cost_model, optimizer: str = "sgd", loss_output: Optional[str] = None,
-                 detail: bool = True, incremental: bool = True) -> None:
-        """``detail`` keeps each task's name, regions and action (traces, the runtime); a search needs
-        only times and dependencies. ``incremental`` keeps what delta simulation needs (each owner's
-        tasks and dependencies, counted); without it ``delta`` simulates in full, with less memory."""
-        if optimizer not in OPTIMIZER_STATE:
-            raise ConfigError(f"unknown optimizer {optimizer!r}; valid: {', '.join(OPTIMIZER_STATE)}")
+    def __init__(self, machine: Machine, cost_model, optimizer: OptimizerKind | str = OptimizerKind.SGD,
+                 loss_output: Optional[str] = None, detail: bool = True, incremental: bool = True) -> None:
+        """``optimizer`` is an ``OptimizerKind`` or its name ("sgd", "momentum", "adam"). ``detail``
+        keeps each task's name, regions and action (traces, the runtime); a search needs only times
+        and dependencies. ``incremental`` keeps what delta simulation needs (each owner's tasks and
+        dependencies, counted); without it ``delta`` simulates in full, with less memory."""
+        optimizer = OptimizerKind.parse(optimizer)
         self.machine = machine
         self.optimizer = optimizer
         self.lowering = Lowering(machine, cost_model, optimizer, loss_output=loss_output, detail=detail,
@@ -203,7 +203,8 @@ def chrome_trace(machine: Machine, tasks: dict, ids, devices, starts, ends, othe
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {**other, "machine": machine.name}}
 
 
-def simulate(strategy: Strategy, machine: Machine, cost_model, optimizer: str = "sgd") -> SimResult:
+def simulate(strategy: Strategy, machine: Machine, cost_model,
+             optimizer: OptimizerKind | str = OptimizerKind.SGD) -> SimResult:
     """Full simulation of one training iteration of ``strategy`` on ``machine``."""
     return Simulator(machine, cost_model, optimizer, incremental=False).full(strategy)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from flexrt.cli._common import add_json_flag, check_model_flags, emit_json
 from flexrt.errors import ConfigError
+from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.machine import load_machine
 from flexrt.model import load_model
 from flexrt.search import SearchRequest, algorithm, describe, search
@@ -61,7 +62,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--export", metavar="FILE", help="write the best strategy (FlexFlow text format if .txt)")
     parser.add_argument("--plot", metavar="FILE", help="draw the best strategy as PNG")
     parser.add_argument("--cost", choices=("analytic", "profiled"), default="analytic")
-    parser.add_argument("--optimizer", choices=("sgd", "momentum", "adam"), default="sgd")
+    parser.add_argument("--optimizer", choices=[k.short_name for k in OptimizerKind], default="sgd")
     parser.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     add_json_flag(parser)
 
@@ -147,16 +148,17 @@ def run(args, extra) -> int:
     cost = AnalyticCostModel() if args.cost == "analytic" else ProfiledCostModel()
     imported = args.import_file or cfg.import_strategy_file
     given = [_import(imported, base, machine)] if imported else []
+    optimizer = OptimizerKind.parse(args.optimizer)
 
     # the baselines compared with, then the requested algorithm: all through search()
-    fixed = SearchRequest(base, machine, cost, budget=0, seed=args.seed, optimizer=args.optimizer, progress=False)
+    fixed = SearchRequest(base, machine, cost, budget=0, seed=args.seed, optimizer=optimizer, progress=False)
     dp = search("data-parallel", fixed)
     has_expert = args.algo != "data-parallel" and expert_name(loaded.name) is not None
-    expert = search("expert", SearchRequest(base, machine, cost, budget=0, seed=args.seed, optimizer=args.optimizer,
+    expert = search("expert", SearchRequest(base, machine, cost, budget=0, seed=args.seed, optimizer=optimizer,
                                             progress=False, options={"model": loaded.name})) if has_expert else None
     takes_space = "space" in algorithm(args.algo).fields
     request = SearchRequest(base, machine, cost, budget=budget, seed=args.seed, space=space if takes_space else None,
-                            initial=_initial(args, expert, given), optimizer=args.optimizer,
+                            initial=_initial(args, expert, given), optimizer=optimizer,
                             progress=False if (args.no_progress or args.json) else None, options=options)
     result = search(args.algo, request)
 

@@ -8,6 +8,7 @@ from flexrt.errors import ConfigError
 from flexrt.machine import load_machine
 from flexrt.model import load_model
 from flexrt.ir.summary import format_count
+from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.simulator.cost_model import AnalyticCostModel, ProfiledCostModel
 from flexrt.simulator.simulate import Simulator, timelines_equal
 from flexrt.strategy import ConfigStrategy, data_parallel, load_strategy, random_strategy
@@ -29,7 +30,7 @@ def add_arguments(parser) -> None:
                         help="full simulation, or delta: reach the strategy from data parallelism one operator "
                              "at a time by delta simulation (same final result)")
     parser.add_argument("--cost", choices=("analytic", "profiled"), default="analytic")
-    parser.add_argument("--optimizer", choices=("sgd", "momentum", "adam"), default="sgd")
+    parser.add_argument("--optimizer", choices=[k.short_name for k in OptimizerKind], default="sgd")
     parser.add_argument("--trace", metavar="FILE", help="write the timeline as Chrome trace JSON (Perfetto)")
     parser.add_argument("--taskgraph", metavar="FILE", help="write the task graph as Graphviz dot")
     add_json_flag(parser)
@@ -65,12 +66,13 @@ def run(args, extra) -> int:
     base = loaded.model.pcg
     strategy = _strategy(args, base, machine)
     cost = AnalyticCostModel() if args.cost == "analytic" else ProfiledCostModel()
-    sim = Simulator(machine, cost, args.optimizer, detail=bool(args.trace or args.taskgraph),
+    optimizer = OptimizerKind.parse(args.optimizer)
+    sim = Simulator(machine, cost, optimizer, detail=bool(args.trace or args.taskgraph),
                     incremental=args.method == "delta")
     steps = None
     if args.method == "delta":
         result, steps = _delta_walk(sim, base, machine, strategy)
-        check = Simulator(machine, cost, args.optimizer, detail=False, incremental=False).full(strategy)
+        check = Simulator(machine, cost, optimizer, detail=False, incremental=False).full(strategy)
         if not timelines_equal(result, check):
             raise ConfigError("internal error: delta simulation diverged from full simulation")
     else:

@@ -13,20 +13,23 @@ import statistics
 from flexrt.cli._common import add_json_flag, check_model_flags, emit_json, write_text
 from flexrt.errors import ConfigError
 from flexrt.ir.summary import format_count
+from flexrt.kernels.losses import CROSS_ENTROPIES, LossType
+from flexrt.kernels.metrics import MetricsType
+from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.machine import load_machine
 from flexrt.model import load_model
 from flexrt.model.training import synthetic_data
 from flexrt.runtime.backend import BACKENDS
 from flexrt.runtime.executor import MODES
-from flexrt.runtime.session import Session
+from flexrt.runtime.session import OPTIMIZER_PARAMS, Session
 from flexrt.simulator.cost_model import AnalyticCostModel, ProfiledCostModel
 from flexrt.strategy import data_parallel, load_strategy, random_strategy
 
 NAME = "train"
 HELP = "train a model with a strategy on synthetic data, measured time beside simulated (model flags follow MODEL)"
 ACCEPTS_MODEL_FLAGS = True
-LOSSES = ("sparse_categorical_crossentropy", "categorical_crossentropy", "mean_squared_error_avg",
-          "mean_squared_error_sum")
+DEFAULT_LOSS = LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY
+LOSSES = (DEFAULT_LOSS.short_name,) + tuple(l.short_name for l in LossType if l is not DEFAULT_LOSS)
 GPU_INSTALL = 'pip install -e ".[gpu]"'
 
 
@@ -41,7 +44,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--backend", default="numpy", help=f"array backend: {' or '.join(BACKENDS)} (default numpy)")
     parser.add_argument("--mode", default="serial", help=f"executor: {' or '.join(MODES)} (default serial)")
     parser.add_argument("--steps", type=int, default=10, help="training iterations to run (default 10)")
-    parser.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
+    parser.add_argument("--optimizer", choices=[k.short_name for k in OPTIMIZER_PARAMS], default="sgd")
     parser.add_argument("--lr", type=float, default=0.01, help="learning rate (SGD lr, Adam alpha)")
     parser.add_argument("--loss", choices=LOSSES, default=LOSSES[0])
     parser.add_argument("--cost", choices=("analytic", "profiled"), default="analytic",
@@ -59,13 +62,13 @@ def _check_backend(name: str) -> None:
                           f"(or use --backend numpy)")
 
 
-def _session(args, strategy, machine) -> Session:
-    params = {"lr": args.lr} if args.optimizer == "sgd" else {"alpha": args.lr}
+def _session(args, strategy, machine, optimizer: OptimizerKind, loss: LossType) -> Session:
+    params = {"lr": args.lr} if optimizer is OptimizerKind.SGD else {"alpha": args.lr}
     try:
         cost = AnalyticCostModel() if args.cost == "analytic" else ProfiledCostModel()
         return Session(strategy, machine, cost_model=cost, backend=args.backend, mode=args.mode,
-                       optimizer=args.optimizer,
-                       loss=args.loss, metrics=("accuracy",) if "crossentropy" in args.loss else (),
+                       optimizer=optimizer,
+                       loss=loss, metrics=(MetricsType.METRICS_ACCURACY,) if loss in CROSS_ENTROPIES else (),
                        seed=args.seed, **params)
     except ModuleNotFoundError as e:
         if args.backend == "cupy":
@@ -93,18 +96,19 @@ def run(args, extra) -> int:
             f"random strategy (seed {args.random_strategy})"
     else:
         strategy, described = data_parallel(base, machine), "data parallel"
-    session = _session(args, strategy, machine)
+    loss = LossType.parse(args.loss)
+    session = _session(args, strategy, machine, OptimizerKind.parse(args.optimizer), loss)
     if not session.is_root:  # under MPI every rank trains; rank 0 reports and writes files
         with contextlib.redirect_stdout(io.StringIO()):
-            _train(args, loaded, machine, session, described)
+            _train(args, loaded, machine, session, described, loss)
         return 0
-    return _train(args, loaded, machine, session, described)
+    return _train(args, loaded, machine, session, described, loss)
 
 
-def _train(args, loaded, machine, session, described) -> int:
+def _train(args, loaded, machine, session, described, loss: LossType) -> int:
     base = loaded.model.pcg
     batch = next(n.attrs.shape.dims[0] for n in base.nodes if n.op_type.value == "input")
-    xs, labels = synthetic_data(session.base, args.loss, batch, args.seed)
+    xs, labels = synthetic_data(session.base, loss, batch, args.seed)
     inputs = {name: xs[name] for name in session.input_names}
     predicted_ms = session.predicted_time_s * 1e3
     # a serial executor in one process runs every device's tasks one after the other: its fair

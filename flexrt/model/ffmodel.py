@@ -64,7 +64,7 @@ class FFModel(DenseLayers, ShapeLayers, ElementwiseLayers, TrainingMixin):
         self._inputs: list[Layer] = []
         self._by_name: dict[str, Layer] = {}
         self._counters: dict[str, int] = {}
-        self._metric_names: tuple[str, ...] = ()
+        self._metric_types: tuple[MetricsType, ...] = ()
         self._init_training()
         state = _capture.active()
         if state is not None:
@@ -252,16 +252,16 @@ class FFModel(DenseLayers, ShapeLayers, ElementwiseLayers, TrainingMixin):
         where = "compile"
         if optimizer is not None and not isinstance(optimizer, Optimizer):
             raise ConfigError(f"{where}: optimizer must be SGDOptimizer(...) or AdamOptimizer(...), got {optimizer!r}")
-        loss_name = resolve_loss(loss_type)
-        metric_names = resolve_metrics(metrics)
+        loss = resolve_loss(loss_type)
+        metric_types = resolve_metrics(metrics)
         if comp_mode is not None:
             _check.member(where, "comp_mode", comp_mode, CompMode)
         self.optimizer = optimizer if optimizer is not None else (
             self.optimizer or SGDOptimizer(self, self.ffconfig.learning_rate))
-        self.loss_type = loss_type
-        self.metrics = tuple(metrics or ())
+        self.loss_type = None if loss_type is None else loss
+        self.metrics = metric_types
         self.comp_mode = comp_mode if comp_mode is not None else CompMode.COMP_MODE_TRAINING
         if _capture.active() is not None:
             raise _capture.ModelCaptured(self)
-        self._metric_names = metric_names
-        self._compile_runtime(loss_name, metric_names)
+        self._metric_types = metric_types
+        self._compile_runtime(loss, metric_types)

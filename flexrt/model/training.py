@@ -21,7 +21,7 @@ How this differs from FlexFlow, honestly:
   ``SYNTHETIC_BATCHES`` batches of random inputs and labels valid for the loss.
 
 Entry points: ``TrainingMixin`` (mixed into ``FFModel``), ``PerfMetrics``, ``forward_output``,
-``synthetic_data``, ``LOSS_NAMES``, ``METRIC_NAMES``.
+``synthetic_data``, ``resolve_loss``, ``resolve_metrics``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,9 @@ from flexrt.errors import ConfigError
 from flexrt.ir.op_type import OpType
 from flexrt.ir.pcg import PCG, TensorRef
 from flexrt.kernels.initializers import fans, initialize
+from flexrt.kernels.kinds import NamedKind
 from flexrt.kernels.losses import loss_forward
+from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.kernels.metrics import MetricsAccumulator
 from flexrt.kernels.registry import run_forward
 from flexrt.model import _capture
@@ -51,48 +53,43 @@ from flexrt.runtime.executor import MODES
 from flexrt.runtime.reference import loss_output
 from flexrt.runtime.session import Session, initial_weights
 
-LOSS_NAMES = {
-    LossType.LOSS_CATEGORICAL_CROSSENTROPY: "categorical_crossentropy",
-    LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY: "sparse_categorical_crossentropy",
-    LossType.LOSS_MEAN_SQUARED_ERROR_AVG_REDUCE: "mean_squared_error_avg",
-    LossType.LOSS_MEAN_SQUARED_ERROR_SUM_REDUCE: "mean_squared_error_sum",
-}
-METRIC_NAMES = {m: m.name[len("METRICS_"):].lower() for m in MetricsType}
 SYNTHETIC_BATCHES = 4   # batches per epoch of the synthetic dataset fit/eval use without data
 LABEL = "label"
 
 
-def _name_of(where: str, arg: str, value: Any, table: dict, enum_name: str) -> str:
-    """An enum member or one of our names (``"sparse_categorical_crossentropy"``) -> our name."""
-    if value in table:
-        return table[value]
-    if isinstance(value, str) and value in table.values():
-        return value
-    raise ConfigError(f"{where}: {arg} must be a {enum_name} or one of {', '.join(table.values())}; "
-                      f"got {value!r} (valid {enum_name}: {', '.join(m.name for m in table)})")
+def _member_of(where: str, arg: str, value: Any, kind: type[NamedKind]) -> NamedKind:
+    """An enum member or its name (``"sparse_categorical_crossentropy"``) -> the member."""
+    try:
+        return kind.parse(value)
+    except ConfigError:
+        raise ConfigError(f"{where}: {arg} must be a {kind.__name__} or one of "
+                          f"{', '.join(m.short_name for m in kind)}; got {value!r} "
+                          f"(valid {kind.__name__}: {', '.join(m.name for m in kind)})") from None
 
 
-def resolve_loss(loss_type: Any) -> str:
+def resolve_loss(loss_type: Any) -> LossType:
+    """``compile``'s ``loss_type`` (a LossType or its name; None: sparse categorical cross-entropy)."""
     if loss_type is None:
-        return "sparse_categorical_crossentropy"
-    return _name_of("compile", "loss_type", loss_type, LOSS_NAMES, "LossType")
+        return LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY
+    return _member_of("compile", "loss_type", loss_type, LossType)
 
 
-def resolve_metrics(metrics: Any) -> tuple[str, ...]:
+def resolve_metrics(metrics: Any) -> tuple[MetricsType, ...]:
+    """``compile``'s ``metrics`` (a list of MetricsType or their names; None: none)."""
     if metrics is None:
         return ()
     if not isinstance(metrics, (list, tuple)):
         raise ConfigError(f"compile: metrics must be a list of MetricsType, got {metrics!r}")
-    return tuple(_name_of("compile", f"metrics[{i}]", m, METRIC_NAMES, "MetricsType") for i, m in enumerate(metrics))
+    return tuple(_member_of("compile", f"metrics[{i}]", m, MetricsType) for i, m in enumerate(metrics))
 
 
-def optimizer_args(opt: Optimizer) -> tuple[str, dict]:
-    """(Session optimizer name, its parameters) of an SGDOptimizer / AdamOptimizer."""
+def optimizer_args(opt: Optimizer) -> tuple[OptimizerKind, dict]:
+    """(Session optimizer kind, its parameters) of an SGDOptimizer / AdamOptimizer."""
     if isinstance(opt, SGDOptimizer):
-        return "sgd", {"lr": opt.lr, "momentum": opt.momentum, "nesterov": opt.nesterov,
-                       "weight_decay": opt.weight_decay}
+        return OptimizerKind.SGD, {"lr": opt.lr, "momentum": opt.momentum, "nesterov": opt.nesterov,
+                                   "weight_decay": opt.weight_decay}
     if isinstance(opt, AdamOptimizer):
-        return "adam", {"alpha": opt.alpha, "beta1": opt.beta1, "beta2": opt.beta2, "epsilon": opt.epsilon,
+        return OptimizerKind.ADAM, {"alpha": opt.alpha, "beta1": opt.beta1, "beta2": opt.beta2, "epsilon": opt.epsilon,
                         "weight_decay": opt.weight_decay}
     raise ConfigError(f"compile: optimizer must be SGDOptimizer(...) or AdamOptimizer(...), got {opt!r}")
 
@@ -149,11 +146,13 @@ def _int_bound(pcg: PCG, nid: int) -> int:
     return min(bounds) if bounds else 2
 
 
-def synthetic_data(pcg: PCG, loss: str, num_samples: int, seed: int = 0) -> tuple[dict, np.ndarray]:
+def synthetic_data(pcg: PCG, loss: LossType | str, num_samples: int, seed: int = 0) -> tuple[dict, np.ndarray]:
     """Deterministic random data for every input of ``pcg`` (by input name) and labels valid for
-    ``loss`` on the scored output: class ids ``[n, ..., 1]`` int32 for sparse cross-entropy, one-hot
-    rows for cross-entropy, standard normal values for the mean squared errors. Float inputs are
-    standard normal; integer inputs are ids below the embedding size they feed (else 0 or 1)."""
+    ``loss`` (a LossType or its name) on the scored output: class ids ``[n, ..., 1]`` int32 for sparse
+    cross-entropy, one-hot rows for cross-entropy, standard normal values for the mean squared errors.
+    Float inputs are standard normal; integer inputs are ids below the embedding size they feed (else
+    0 or 1)."""
+    loss = LossType.parse(loss)
     rng = np.random.Generator(np.random.PCG64(seed))
     xs = {}
     for node in pcg.nodes:
@@ -168,9 +167,9 @@ def synthetic_data(pcg: PCG, loss: str, num_samples: int, seed: int = 0) -> tupl
     out = pcg.shape(TensorRef(pcg.node_by_name(loss_output(pcg)).id, 0)).tensor_shape
     odt = batch_dtype(out.dtype)
     classes = out.dims[-1]
-    if loss == "sparse_categorical_crossentropy":
+    if loss is LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY:
         labels = rng.integers(0, classes, (num_samples, *out.dims[1:-1], 1)).astype(np.int32)
-    elif loss == "categorical_crossentropy":
+    elif loss is LossType.LOSS_CATEGORICAL_CROSSENTROPY:
         labels = np.eye(classes, dtype=odt)[rng.integers(0, classes, (num_samples, *out.dims[1:-1]))]
     else:
         labels = rng.standard_normal((num_samples, *out.dims[1:])).astype(odt)
@@ -236,7 +235,7 @@ class TrainingMixin:
         self.runtime_options = {"backend": backend, "mode": mode, "seed": int(seed)}
 
     # ---- compile ------------------------------------------------------------------------------
-    def _compile_runtime(self, loss_name: str, metric_names: tuple[str, ...]) -> None:
+    def _compile_runtime(self, loss: LossType, metrics: tuple[MetricsType, ...]) -> None:
         from flexrt.machine import load_machine
         from flexrt.strategy import data_parallel, load_strategy, save_strategy
         cfg = self.ffconfig
@@ -255,15 +254,15 @@ class TrainingMixin:
             except OSError as e:
                 raise ConfigError(f"compile: cannot write the strategy to {cfg.export_strategy_file} "
                                   f"(--export): {e.strerror or e}") from None
-        opt_name, params = optimizer_args(self.optimizer)
+        opt_kind, params = optimizer_args(self.optimizer)
         out = loss_output(self.pcg)
         self._output_shape = self.pcg.shape(TensorRef(self.pcg.node_by_name(out).id, 0)).tensor_shape
-        self._make_label_tensor(loss_name)
+        self._make_label_tensor(loss)
         self._initial = model_initial_weights(self.pcg, self._layers, self.runtime_options["seed"])
         opts = self.runtime_options
         try:
             self.session = Session(strategy, machine, backend=opts["backend"], mode=opts["mode"],
-                                   optimizer=opt_name, loss=loss_name, metrics=metric_names, weights=self._initial,
+                                   optimizer=opt_kind, loss=loss, metrics=metrics, weights=self._initial,
                                    seed=opts["seed"], loss_output=out, **params)
         except ModuleNotFoundError as e:
             if opts["backend"] != "cupy":
@@ -271,17 +270,17 @@ class TrainingMixin:
             raise ConfigError(f"compile: the cupy backend cannot be loaded ({e}); CuPy installs with "
                               f'pip install -e ".[gpu]"') from None
         self.strategy, self.machine = strategy, machine
-        self._loss = loss_name
+        self._loss = loss
         self._dirty = False
         self._batch = {}
         self._phase = "idle"
         self.history = []
 
-    def _make_label_tensor(self, loss_name: str) -> None:
+    def _make_label_tensor(self, loss: LossType) -> None:
         from flexrt.ir.datatype import DataType
         from flexrt.ir.tensor_shape import TensorShape
         dims = self._output_shape.dims
-        if loss_name == "sparse_categorical_crossentropy":
+        if loss is LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY:
             shape = TensorShape((*dims[:-1], 1), DataType.DT_INT32)
         else:
             shape = TensorShape(dims, self._output_shape.dtype)
@@ -421,7 +420,7 @@ class TrainingMixin:
         iterations = min(dl.num_batches for dl in loaders)
         s = self.session
         weights = s.weights()
-        acc = MetricsAccumulator(list(self._metric_names))
+        acc = MetricsAccumulator(list(self._metric_types))
         losses = []
         for dl in loaders:
             dl.reset()

@@ -30,8 +30,9 @@ from typing import Callable
 import numpy as np
 
 from flexrt.errors import FlexrtError, ShapeError, StrategyError
-from flexrt.kernels.losses import loss_backward, loss_forward
-from flexrt.kernels.metrics import MetricsAccumulator
+from flexrt.kernels.losses import LossType, loss_backward, loss_forward
+from flexrt.kernels.metrics import MetricsAccumulator, MetricsType
+from flexrt.kernels.optimizers import OptimizerKind, adam_update, sgd_update
 from flexrt.kernels.registry import backward_kernel, forward_kernel
 from flexrt.runtime.plan import ExecPlan
 from flexrt.simulator.actions import HOST, Backward, Buf, Forward, Key, Loss, Move, RingStep, Sum, Update
@@ -69,15 +70,17 @@ def _slices(ranges, box) -> tuple:
 
 
 class Executor:
-    def __init__(self, plan: ExecPlan, backend, update: Callable, loss: str, metrics=(), mode: str = "serial") -> None:
+    def __init__(self, plan: ExecPlan, backend, update: Callable, loss: LossType | str, metrics=(),
+                 mode: str = "serial") -> None:
+        """``loss`` and each of ``metrics`` are a ``LossType`` / ``MetricsType`` or its name."""
         if mode not in MODES:
             raise StrategyError(f"unknown executor mode {mode!r}; valid: {', '.join(MODES)}")
         self.plan = plan
         self.backend = backend
         self.xp = backend.xp
         self.update_fn = update          # update_fn(xp, w, g, state) in place
-        self.loss = loss
-        self.metrics = MetricsAccumulator(list(metrics))
+        self.loss = LossType.parse(loss)
+        self.metrics = MetricsAccumulator([MetricsType.parse(m) for m in metrics])
         self.mode = mode
         self.mem: dict[int, dict] = defaultdict(dict)
         self.opt_state: dict = {}
@@ -437,18 +440,21 @@ class Executor:
             raise TaskFailed(f"task '{task.name}' (device {task.device}) failed: {type(e).__name__}: {e}") from e
 
 
-def optimizer_step(name: str, **params) -> Callable:
-    """``update(xp, w, g, state)`` for optimizer ``name`` ("sgd" or "adam") with its parameters."""
-    from flexrt.kernels.optimizers import adam_update, sgd_update
-    if name == "sgd":
+# The optimizers the runtime runs (SGD's momentum is a parameter of SGD here).
+RUNTIME_OPTIMIZERS = (OptimizerKind.SGD, OptimizerKind.ADAM)
+
+
+def optimizer_step(kind: OptimizerKind | str, **params) -> Callable:
+    """``update(xp, w, g, state)`` for optimizer ``kind`` (SGD or ADAM, or its name "sgd" / "adam")
+    with its parameters."""
+    kind = OptimizerKind.parse(kind, RUNTIME_OPTIMIZERS, StrategyError)
+    if kind is OptimizerKind.SGD:
         params = {"lr": 0.01, **params}  # FlexFlow's SGDOptimizer default
         return lambda xp, w, g, state: sgd_update(xp, w, g, state, **params)
-    if name == "adam":
-        def adam(xp, w, g, state):
-            state["step"] = state.get("step", 0) + 1
-            adam_update(xp, w, g, state, step=state["step"], **params)
-        return adam
-    raise StrategyError(f"unknown optimizer {name!r}; valid: sgd, adam")
+    def adam(xp, w, g, state):
+        state["step"] = state.get("step", 0) + 1
+        adam_update(xp, w, g, state, step=state["step"], **params)
+    return adam
 
 
 def relative_error(a, b) -> float:

@@ -16,7 +16,7 @@ import numpy as np
 from flexrt.errors import StrategyError
 from flexrt.ir.op_type import OpType
 from flexrt.ir.pcg import PCG, TensorRef
-from flexrt.kernels.losses import loss_backward, loss_forward
+from flexrt.kernels.losses import LossType, loss_backward, loss_forward
 from flexrt.kernels.registry import run_backward, run_forward
 
 
@@ -30,11 +30,13 @@ def loss_output(pcg: PCG) -> str:
 
 
 class ReferenceTrainer:
-    def __init__(self, pcg: PCG, weights: dict, update: Callable, loss: str, output: Optional[str] = None) -> None:
+    def __init__(self, pcg: PCG, weights: dict, update: Callable, loss: LossType | str,
+                 output: Optional[str] = None) -> None:
+        """``loss`` is a ``LossType`` or its name; ``update`` is ``optimizer_step(...)``'s."""
         self.pcg = pcg
         self.weights = {k: np.array(v, copy=True) for k, v in weights.items()}
         self.update = update
-        self.loss = loss
+        self.loss = LossType.parse(loss)
         self.output = output or loss_output(pcg)
         self.state: dict = {name: {} for name in self.weights}
 

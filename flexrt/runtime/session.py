@@ -34,6 +34,9 @@ from flexrt.errors import ConfigError, StrategyError
 from flexrt.ir.op_type import OpType
 from flexrt.ir.pcg import PCG
 from flexrt.kernels.initializers import fans, initialize
+from flexrt.kernels.losses import CROSS_ENTROPIES, LossType
+from flexrt.kernels.metrics import MetricsType
+from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.machine import Machine
 from flexrt.runtime import mpi
 from flexrt.runtime.backend import get_backend
@@ -43,8 +46,8 @@ from flexrt.simulator.cost_model import AnalyticCostModel
 from flexrt.simulator.simulate import SimResult, Simulator, chrome_trace
 from flexrt.strategy import ConfigStrategy, Strategy
 
-OPTIMIZER_PARAMS = {"sgd": ("lr", "momentum", "nesterov", "weight_decay"),
-                    "adam": ("alpha", "beta1", "beta2", "epsilon", "weight_decay")}
+OPTIMIZER_PARAMS = {OptimizerKind.SGD: ("lr", "momentum", "nesterov", "weight_decay"),
+                    OptimizerKind.ADAM: ("alpha", "beta1", "beta2", "epsilon", "weight_decay")}
 
 
 def initial_weights(pcg: PCG, seed: int = 0, initializers: Optional[dict] = None) -> dict:
@@ -73,28 +76,33 @@ def initial_weights(pcg: PCG, seed: int = 0, initializers: Optional[dict] = None
 
 class Session:
     def __init__(self, strategy: Strategy, machine: Machine, *, cost_model=None, backend: str = "numpy",
-                 mode: str = "serial", optimizer: str = "sgd", loss: str = "sparse_categorical_crossentropy",
+                 mode: str = "serial", optimizer: OptimizerKind | str = OptimizerKind.SGD,
+                 loss: LossType | str = LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY,
                  metrics=(), weights: Optional[dict] = None, seed: int = 0, loss_output: Optional[str] = None,
                  check_memory: bool = True, comm=None, **optimizer_params) -> None:
-        if optimizer not in OPTIMIZER_PARAMS:
-            raise ConfigError(f"unknown optimizer {optimizer!r}; valid: {', '.join(OPTIMIZER_PARAMS)}")
+        """``optimizer`` (SGD or ADAM), ``loss`` and each of ``metrics`` are an ``OptimizerKind`` /
+        ``LossType`` / ``MetricsType`` or its name ("adam", "mean_squared_error_avg", "accuracy")."""
+        optimizer = OptimizerKind.parse(optimizer, OPTIMIZER_PARAMS)
+        loss = LossType.parse(loss)
+        metrics = [MetricsType.parse(m) for m in metrics]
         bad = sorted(set(optimizer_params) - set(OPTIMIZER_PARAMS[optimizer]))
         if bad:
-            raise ConfigError(f"optimizer {optimizer!r} takes {', '.join(OPTIMIZER_PARAMS[optimizer])}; "
-                              f"got {', '.join(bad)}")
+            raise ConfigError(f"optimizer {optimizer.short_name!r} takes "
+                              f"{', '.join(OPTIMIZER_PARAMS[optimizer])}; got {', '.join(bad)}")
         self.strategy = strategy
         self.machine = machine
         self.base = strategy.base if isinstance(strategy, ConfigStrategy) else strategy.pcg  # weights and inputs are named alike
-        state = "adam" if optimizer == "adam" else ("momentum" if optimizer_params.get("momentum") else "sgd")
+        state = optimizer if optimizer is OptimizerKind.ADAM else (
+            OptimizerKind.MOMENTUM if optimizer_params.get("momentum") else OptimizerKind.SGD)
         self.simulator = Simulator(machine, cost_model or AnalyticCostModel(), state, loss_output=loss_output,
                                    incremental=False)
         self.predicted: SimResult = self.simulator.full(strategy)
         self.loss_output = self.simulator.lowering.loss_node
         out_type = strategy.wiring().nodes[self.loss_output].op_type
-        if "crossentropy" in loss and out_type is not OpType.SOFTMAX:
-            raise ConfigError(f"loss {loss!r} scores softmax probabilities (FlexFlow's convention), but the model's "
-                              f"output operator '{self.loss_output}' is a {out_type.value}; end the model with a "
-                              f"softmax or use mean_squared_error_avg / mean_squared_error_sum")
+        if loss in CROSS_ENTROPIES and out_type is not OpType.SOFTMAX:
+            raise ConfigError(f"loss {loss.short_name!r} scores softmax probabilities (FlexFlow's convention), but "
+                              f"the model's output operator '{self.loss_output}' is a {out_type.value}; end the "
+                              f"model with a softmax or use mean_squared_error_avg / mean_squared_error_sum")
         if check_memory and self.predicted.over_capacity:
             d = self.predicted.over_capacity[0]
             need, have = self.predicted.memory_bytes[d]["total"], self.predicted.memory_capacity[d]

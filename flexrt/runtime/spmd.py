@@ -291,7 +291,7 @@ class SpmdExecutor(Executor):
         local = np.array([self.metrics.sums[n] for n in names] + [self.metrics.samples], dtype=np.float64)
         total = np.empty_like(local)
         comm.Allreduce(local, total)
-        metrics = {n: (total[k] / total[-1] if total[-1] else 0.0) for k, n in enumerate(names)}
+        metrics = {n.short_name: (total[k] / total[-1] if total[-1] else 0.0) for k, n in enumerate(names)}
         peak: dict = {}
         for part in comm.allgather({d: v for d, v in r.peak_bytes.items() if self.layout.owns(d)}):
             peak.update(part)

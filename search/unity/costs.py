@@ -68,6 +68,7 @@ from flexrt.ir.parallel_tensor import ParallelTensorShape, divisors
 from flexrt.ir.pcg import PCG, Node
 from flexrt.ir.registry import AxisKind, SlotKind, op_def
 from flexrt.ir.tensor_shape import TensorShape
+from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.machine import Machine
 from flexrt.machine.views import view_devices, view_from_device_ids
 
@@ -172,7 +173,7 @@ class LocalCosts:
     """Configurations and their costs for the operators of one compute graph family (memoized by
     operator signature, so candidates that share operators share the work)."""
 
-    def __init__(self, machine: Machine, cost_model, kinds: frozenset, optimizer: str = "sgd",
+    def __init__(self, machine: Machine, cost_model, kinds: frozenset, optimizer: OptimizerKind = OptimizerKind.SGD,
                  min_degree: int = 1, max_axes: int = 2) -> None:
         self.machine, self.cost, self.kinds, self.optimizer = machine, cost_model, kinds, optimizer
         self.min_degree, self.max_axes = min_degree, max_axes

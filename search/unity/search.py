@@ -60,6 +60,7 @@ from flexrt.strategy import GraphStrategy, Strategy, data_parallel, is_compute
 
 from flexrt.errors import ConfigError
 from flexrt.ir.pcg import PCG
+from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.machine import Machine
 
 DEFAULT_ALPHA = 1.05
@@ -202,7 +203,8 @@ def _strategy(pcg: PCG, original: PCG, configs) -> Strategy:
     return s
 
 
-def _finish(machine: Machine, cost_model, optimizer: str, candidates: list, log: SearchLog, t0: float) -> SearchResult:
+def _finish(machine: Machine, cost_model, optimizer: OptimizerKind, candidates: list, log: SearchLog,
+            t0: float) -> SearchResult:
     """Simulate the finalists as full task graphs; the fastest wins."""
     sim = Simulator(machine, cost_model, optimizer)
     scored = []
@@ -226,8 +228,8 @@ def _finish(machine: Machine, cost_model, optimizer: str, candidates: list, log:
 def unity(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUDGET, seed: int = 0,
           alpha: float = DEFAULT_ALPHA, split_size: Optional[int] = DEFAULT_SPLIT_SIZE, cache: bool = True,
           space: Optional[SearchSpace] = None, min_degree: int = 1, devices: Optional[int] = None,
-          optimizer: str = "sgd", rules: Optional[Sequence[Rule]] = None, progress: Optional[bool] = None,
-          enable_pipeline: bool = False, **_ignored) -> SearchResult:
+          optimizer: OptimizerKind = OptimizerKind.SGD, rules: Optional[Sequence[Rule]] = None,
+          progress: Optional[bool] = None, enable_pipeline: bool = False, **_ignored) -> SearchResult:
     """Unity's joint search (module doc). ``budget`` bounds the candidate graphs costed; ``split_size``
     None or 0 turns graph splitting off; ``cache=False`` clears the DP's memo for every candidate;
     ``devices`` limits the search to the first devices of the machine; ``min_degree`` makes every
@@ -270,8 +272,8 @@ def unity(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUDGET, 
 def sequential(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUDGET, seed: int = 0,
                alpha: float = DEFAULT_ALPHA, split_size: Optional[int] = DEFAULT_SPLIT_SIZE,
                space: Optional[SearchSpace] = None, min_degree: int = 1, devices: Optional[int] = None,
-               optimizer: str = "sgd", rules: Optional[Sequence[Rule]] = None, progress: Optional[bool] = None,
-               **_ignored) -> SearchResult:
+               optimizer: OptimizerKind = OptimizerKind.SGD, rules: Optional[Sequence[Rule]] = None,
+               progress: Optional[bool] = None, **_ignored) -> SearchResult:
     """"TASO then FlexFlow": algebraic substitutions chosen by their cost on one device, then the
     parallelization of that graph alone (the same DP and space as ``unity``); data parallelism is a
     finalist too, as in ``unity``."""

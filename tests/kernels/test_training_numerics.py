@@ -8,12 +8,14 @@ from flexrt.kernels import run_backward, run_forward
 from flexrt.kernels.initializers import fans, initialize
 from flexrt.kernels.losses import (
     LOSSES,
+    LossType,
     loss_backward,
     loss_forward,
     softmax_cross_entropy_backward,
 )
-from flexrt.kernels.metrics import METRICS, MetricsAccumulator, compute_metrics
+from flexrt.kernels.metrics import MetricsAccumulator, MetricsType, compute_metrics
 from flexrt.kernels.optimizers import (
+    OptimizerKind,
     adam_update,
     allocated_state_bytes,
     sgd_update,
@@ -32,6 +34,11 @@ except Exception as e:  # torch is only a cross-check, never a dependency
 
 needs_torch = pytest.mark.skipif(TORCH_MISSING is not None, reason=TORCH_MISSING or "")
 TOL = {np.float64: 1e-12, np.float32: 1e-5}
+CCE, SCCE = LossType.LOSS_CATEGORICAL_CROSSENTROPY, LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY
+
+
+def _metrics(*names):
+    return [MetricsType.parse(n) for n in names]
 
 
 def _probs(rng, shape, dtype):
@@ -42,9 +49,9 @@ def _probs(rng, shape, dtype):
 
 def _case(loss, dtype, rng, shape=(6, 5)):
     """(outputs, labels) for ``loss``: probabilities for the cross-entropies."""
-    if loss == "sparse_categorical_crossentropy":
+    if loss is SCCE:
         return _probs(rng, shape, dtype), rng.integers(0, shape[-1], size=shape[:-1] + (1,)).astype(np.int32)
-    if loss == "categorical_crossentropy":
+    if loss is CCE:
         ids = rng.integers(0, shape[-1], size=shape[:-1])
         return _probs(rng, shape, dtype), np.eye(shape[-1], dtype=dtype)[ids]
     return rng.standard_normal(shape).astype(dtype), rng.standard_normal(shape).astype(dtype)
@@ -52,13 +59,13 @@ def _case(loss, dtype, rng, shape=(6, 5)):
 
 def _torch_loss(loss, o, t):
     """torch's value for our loss on torch tensors ``o`` (outputs) and ``t`` (labels)."""
-    if loss == "sparse_categorical_crossentropy":
+    if loss is SCCE:
         return torch.nn.functional.nll_loss(torch.log(o), t.reshape(-1).long())
-    if loss == "categorical_crossentropy":
+    if loss is CCE:
         # cross_entropy log-softmaxes its input, the identity on log-probabilities for the value but
         # not for the gradient (it projects out the sum-to-one direction): differentiate -sum(t log p)
         return -(t * torch.log(o)).sum() / o.shape[0]
-    return torch.nn.functional.mse_loss(o, t, reduction="mean" if loss.endswith("avg") else "sum")
+    return torch.nn.functional.mse_loss(o, t, reduction="mean" if loss.short_name.endswith("avg") else "sum")
 
 
 # --- losses ---------------------------------------------------------------------------------------
@@ -77,7 +84,7 @@ def test_loss_forward_and_backward_match_torch(loss, dtype):
     tol = TOL[dtype]
     np.testing.assert_allclose(float(value), ref.item(), rtol=tol, atol=tol)
     np.testing.assert_allclose(grad, o.grad.numpy(), rtol=tol, atol=tol)
-    if loss == "categorical_crossentropy":
+    if loss is CCE:
         ce = torch.nn.functional.cross_entropy(torch.log(torch.from_numpy(out)), t)
         np.testing.assert_allclose(float(value), ce.item(), rtol=tol, atol=tol)
 
@@ -97,7 +104,7 @@ def test_loss_backward_matches_finite_differences(loss):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("loss", ["categorical_crossentropy", "sparse_categorical_crossentropy"])
+@pytest.mark.parametrize("loss", [CCE, SCCE])
 @pytest.mark.parametrize("shape", [(6, 5), (2, 3, 4)])
 def test_fused_softmax_cross_entropy_equals_softmax_backward_of_loss_gradient(loss, dtype, shape):
     rng = np.random.default_rng(3)
@@ -116,25 +123,26 @@ def test_fused_softmax_cross_entropy_equals_softmax_backward_of_loss_gradient(lo
 
 def test_sparse_cross_entropy_by_hand():
     p = np.array([[0.25, 0.75], [0.5, 0.5]])
-    value = loss_forward(np, "sparse_categorical_crossentropy", p, np.array([1, 0]))
+    value = loss_forward(np, SCCE, p, np.array([1, 0]))
     assert float(value) == pytest.approx(-(math.log(0.75) + math.log(0.5)) / 2, abs=1e-15)
-    g = loss_backward(np, "sparse_categorical_crossentropy", p, np.array([[1], [0]]))
+    g = loss_backward(np, SCCE, p, np.array([[1], [0]]))
     np.testing.assert_allclose(g, [[0.0, -1 / 0.75 / 2], [-1 / 0.5 / 2, 0.0]], atol=1e-15)
 
 
 def test_unknown_loss_lists_valid_names():
     with pytest.raises(ConfigError, match="unknown loss 'hinge'.*categorical_crossentropy.*mean_squared_error_sum"):
-        loss_forward(np, "hinge", np.ones((2, 2)), np.ones((2, 2)))
-    with pytest.raises(ConfigError, match="not a cross-entropy"):
-        softmax_cross_entropy_backward(np, "mean_squared_error_avg", np.ones((2, 2)), np.ones((2, 2)))
+        LossType.parse("hinge")
+    with pytest.raises(ConfigError, match="'mean_squared_error_avg' is not a cross-entropy"):
+        softmax_cross_entropy_backward(np, LossType.LOSS_MEAN_SQUARED_ERROR_AVG_REDUCE, np.ones((2, 2)),
+                                       np.ones((2, 2)))
 
 
 @pytest.mark.parametrize("loss, labels, message", [
-    ("categorical_crossentropy", np.ones((4, 3)), r"output's shape \[4, 5\], got \[4, 3\]"),
-    ("mean_squared_error_avg", np.ones((5, 4)), r"\[4, 5\], got \[5, 4\]"),
-    ("sparse_categorical_crossentropy", np.zeros((4, 2), np.int32), r"\[4\] or \[4, 1\].*got \[4, 2\]"),
-    ("sparse_categorical_crossentropy", np.zeros(4), "integer class ids, got dtype float64"),
-    ("sparse_categorical_crossentropy", np.full(4, 5), r"in \[0, 5\), got range \[5, 5\]"),
+    (CCE, np.ones((4, 3)), r"output's shape \[4, 5\], got \[4, 3\]"),
+    (LossType.LOSS_MEAN_SQUARED_ERROR_AVG_REDUCE, np.ones((5, 4)), r"\[4, 5\], got \[5, 4\]"),
+    (SCCE, np.zeros((4, 2), np.int32), r"\[4\] or \[4, 1\].*got \[4, 2\]"),
+    (SCCE, np.zeros(4), "integer class ids, got dtype float64"),
+    (SCCE, np.full(4, 5), r"in \[0, 5\), got range \[5, 5\]"),
 ])
 def test_loss_label_mismatch_is_shape_error(loss, labels, message):
     out = np.full((4, 5), 0.2)
@@ -149,28 +157,29 @@ def test_loss_label_mismatch_is_shape_error(loss, labels, message):
 def test_metrics_by_hand_sparse_and_one_hot_labels():
     out = np.array([[0.7, 0.2, 0.1], [0.1, 0.3, 0.6], [0.5, 0.4, 0.1], [0.2, 0.2, 0.6]])
     ids = np.array([0, 2, 1, 2])
-    m = compute_metrics(np, ["accuracy", "sparse_categorical_crossentropy"], out, ids)
+    m = compute_metrics(np, _metrics("accuracy", "sparse_categorical_crossentropy"), out, ids)
     assert m["accuracy"] == pytest.approx(75.0)
     assert m["sparse_categorical_crossentropy"] == pytest.approx(
         -(math.log(0.7) + math.log(0.6) + math.log(0.4) + math.log(0.6)) / 4)
     onehot = np.eye(3)[ids]
-    m2 = compute_metrics(np, ["accuracy", "categorical_crossentropy"], out, onehot)
+    m2 = compute_metrics(np, _metrics("accuracy", "categorical_crossentropy"), out, onehot)
     assert m2["accuracy"] == pytest.approx(75.0)
     assert m2["categorical_crossentropy"] == pytest.approx(m["sparse_categorical_crossentropy"])
-    assert compute_metrics(np, ["accuracy"], out, ids.reshape(4, 1))["accuracy"] == pytest.approx(75.0)
+    assert compute_metrics(np, _metrics("accuracy"), out, ids.reshape(4, 1))["accuracy"] == pytest.approx(75.0)
 
 
 def test_regression_metrics_by_hand():
     out = np.array([[1.0, 2.0], [0.0, 0.0]])
     target = np.array([[1.0, 4.0], [3.0, -1.0]])
-    m = compute_metrics(np, ["mean_squared_error", "root_mean_squared_error", "mean_absolute_error"], out, target)
+    m = compute_metrics(np, _metrics("mean_squared_error", "root_mean_squared_error", "mean_absolute_error"), out,
+                        target)
     assert m["mean_squared_error"] == pytest.approx((2.0 + 5.0) / 2)       # rows: (0+4)/2, (9+1)/2
     assert m["root_mean_squared_error"] == pytest.approx((math.sqrt(2.0) + math.sqrt(5.0)) / 2)
     assert m["mean_absolute_error"] == pytest.approx((1.0 + 2.0) / 2)      # rows: (0+2)/2, (3+1)/2
 
 
 def test_metrics_accumulator_averages_over_samples_of_every_batch():
-    acc = MetricsAccumulator(["accuracy", "mean_absolute_error"])
+    acc = MetricsAccumulator(_metrics("accuracy", "mean_absolute_error"))
     acc.update(np, np.array([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]]), np.array([[1.0, 0.0], [0.0, 1.0], [0.0, 1.0]]))
     acc.update(np, np.array([[0.1, 0.9]]), np.array([[1.0, 0.0]]))
     assert acc.samples == 4
@@ -179,14 +188,15 @@ def test_metrics_accumulator_averages_over_samples_of_every_batch():
     acc.reset()
     assert acc.result() == {"accuracy": 0.0, "mean_absolute_error": 0.0}
     with pytest.raises(ConfigError, match="accuracy is not among"):
-        MetricsAccumulator(["mean_squared_error"]).get_accuracy()
+        MetricsAccumulator(_metrics("mean_squared_error")).get_accuracy()
 
 
 def test_unknown_metric_and_bad_labels_raise():
-    with pytest.raises(ConfigError, match="unknown metric.*'f1'.*valid: " + ", ".join(METRICS)):
-        compute_metrics(np, ["accuracy", "f1"], np.ones((2, 2)), np.zeros(2, np.int32))
+    valid = ", ".join(m.short_name for m in MetricsType)
+    with pytest.raises(ConfigError, match=f"unknown metric 'f1'; valid: {valid}"):
+        MetricsType.parse("f1")
     with pytest.raises(ShapeError, match=r"\[2\] or \[2, 1\].*got \[3\]"):
-        compute_metrics(np, ["accuracy"], np.ones((2, 2)), np.zeros(3, np.int32))
+        compute_metrics(np, _metrics("accuracy"), np.ones((2, 2)), np.zeros(3, np.int32))
 
 
 # --- optimizers -----------------------------------------------------------------------------------
@@ -251,10 +261,28 @@ def test_optimizers_keep_float32_and_reject_mismatched_gradients():
 
 def test_state_factor_agrees_with_simulator():
     from flexrt.simulator.simulate import OPTIMIZER_STATE
-    assert {n: state_factor(n) for n in OPTIMIZER_STATE} == OPTIMIZER_STATE
-    assert state_bytes("adam", 1000) == 2000 and state_bytes("sgd") == 0
+    assert {k: state_factor(k) for k in OPTIMIZER_STATE} == OPTIMIZER_STATE
+    assert state_bytes(OptimizerKind.ADAM, 1000) == 2000 and state_bytes(OptimizerKind.SGD) == 0
     with pytest.raises(ConfigError, match="unknown optimizer 'rmsprop'; valid: sgd, momentum, adam"):
-        state_factor("rmsprop")
+        OptimizerKind.parse("rmsprop")
+
+
+
+def test_kinds_keep_flexflow_values_and_parse_members_or_names():
+    from flexrt.core import LossType as CoreLossType, MetricsType as CoreMetricsType
+    assert CoreLossType is LossType and CoreMetricsType is MetricsType  # re-exported, defined once
+    assert SCCE.value == 51 and MetricsType.METRICS_MEAN_ABSOLUTE_ERROR.value == 1032
+    assert LossType.LOSS_MEAN_SQUARED_ERROR_AVG_REDUCE.short_name == "mean_squared_error_avg"
+    for kind in (OptimizerKind, LossType, MetricsType):
+        for m in kind:
+            assert kind.parse(m) is m and kind.parse(m.short_name) is m
+    runtime = (OptimizerKind.SGD, OptimizerKind.ADAM)
+    with pytest.raises(ConfigError, match="unknown optimizer 'momentum'; valid: sgd, adam"):
+        OptimizerKind.parse(OptimizerKind.MOMENTUM, runtime)
+    with pytest.raises(ShapeError, match="unknown optimizer 'SGD'; valid: sgd, adam"):
+        OptimizerKind.parse("SGD", runtime, ShapeError)
+    with pytest.raises(ConfigError, match="unknown loss 51; valid: categorical_crossentropy"):
+        LossType.parse(51)  # FlexFlow's number is not a name
 
 
 # --- initializers ---------------------------------------------------------------------------------

@@ -6,7 +6,9 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from flexrt.errors import ConfigError
 from flexrt.ir.registry import AxisKind
+from flexrt.machine import load_machine
 from flexrt.search import SearchRequest, accept, mcmc, search
 from flexrt.strategy import OpChoices, SearchSpace
 from flexrt.simulator.simulate import simulate
@@ -103,6 +105,23 @@ def test_lazy_and_back_sync_give_the_same_chain(mlp, p100, cost):
     b = mcmc(mlp, p100, cost, budget=40, seed=9, space=SearchSpace.full(), sync="back")
     assert [e.current_cost_s for e in a.log.entries] == pytest.approx([e.current_cost_s for e in b.log.entries],
                                                                       rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", [2, 11])
+def test_delta_and_full_simulation_give_the_same_search(mlp, cost, seed):
+    """Delta simulation equals full simulation exactly, so a search scoring every proposal by full
+    simulation (FlexFlow's Fig. 11 baseline) takes exactly the same steps."""
+    machine = load_machine("flexflow_p100", nodes=2)
+    a = mcmc(mlp, machine, cost, budget=60, seed=seed, space=SearchSpace.full())
+    b = mcmc(mlp, machine, cost, budget=60, seed=seed, space=SearchSpace.full(), simulation="full")
+    assert a.log.notes["simulation"] == "delta" and b.log.notes["simulation"] == "full"
+    assert [e.current_cost_s for e in a.log.entries] == [e.current_cost_s for e in b.log.entries]
+    assert a.cost_s == b.cost_s and a.strategy.configs == b.strategy.configs
+
+
+def test_unknown_simulation_is_a_clear_error(mlp, p100, cost):
+    with pytest.raises(ConfigError, match="simulation must be one of delta, full, got 'exact'"):
+        mcmc(mlp, p100, cost, budget=5, simulation="exact")
 
 
 def test_interrupt_returns_the_best_so_far(mlp, p100, cost):

@@ -14,10 +14,11 @@ from flexrt.errors import ConfigError
 from flexrt.ir import DataType, OpType, TensorShape
 from flexrt.ir.ops import (ElementBinaryAttrs, ElementUnaryAttrs, EmbeddingAttrs, GatherAttrs, InputAttrs,
                            LinearAttrs, RepartitionAttrs)
+from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.machine.machine import DeviceSpec, Link, LinkType
 from flexrt.simulator import profiling
-from flexrt.simulator.cost_model import (MIN_TASK_S, AnalyticCostModel, OpTimes, ProfiledCostModel,
-                                         transfer_time)
+from flexrt.simulator.cost_model import (MIN_TASK_S, OPTIMIZER_FLOPS_PER_ELEMENT, OPTIMIZER_PASSES, AnalyticCostModel,
+                                         OpTimes, ProfiledCostModel, transfer_time)
 from flexrt.simulator.profile_cache import (ENV_VAR, SCHEMA_VERSION, ProfileCache, ProfileCacheWarning,
                                             default_cache_path)
 
@@ -102,11 +103,10 @@ def test_analytic_update_time_scales_with_bytes_and_optimizer():
     w = TensorShape((4096, 4096))
     sgd = model.update_time(w, V100)
     assert sgd == pytest.approx(5e-6 + 3 * w.size_bytes / 900e9, rel=1e-12)
-    assert model.update_time(w, V100, "adam") == pytest.approx(5e-6 + 7 * w.size_bytes / 900e9, rel=1e-12)
+    assert model.update_time(w, V100, OptimizerKind.ADAM) == pytest.approx(5e-6 + 7 * w.size_bytes / 900e9, rel=1e-12)
     big = model.update_time(TensorShape((8192, 4096)), V100)
     assert big - 5e-6 == pytest.approx(2 * (sgd - 5e-6), rel=1e-12)
-    with pytest.raises(ConfigError, match="unknown optimizer 'rmsprop'; valid: sgd, momentum, adam"):
-        model.update_time(w, V100, "rmsprop")
+    assert set(OPTIMIZER_PASSES) == set(OPTIMIZER_FLOPS_PER_ELEMENT) == set(OptimizerKind)  # every kind is costed
 
 
 def test_analytic_reduce_time_reads_n_writes_one():
