@@ -12,7 +12,7 @@ once. Pieces are numbered in row-major order of the operator's axes, the order
 same configurations many times. ``ReshardPlan`` (``flexrt.strategy.reshard``) is built from two
 layouts.
 
-Entry points: ``OperatorLayout``, ``Layouts``.
+Entry points: ``OperatorLayout``, ``operator_layout`` (``layout_on``), ``Layouts``.
 """
 
 from __future__ import annotations
@@ -112,16 +112,25 @@ def operator_layout(machine: Machine, wiring: Wiring, name: str, shapes: OpShape
     """The layout of compute operator ``name`` of ``wiring``'s model under ``shapes`` and ``view``.
     ``tensors`` keeps the pieces of each distinct (region plan, degrees, tensor shape, halo)
     across calls: operators of one shape share them (their lists are shared, never changed)."""
-    node = wiring.nodes[name]
-    axes, degree = shapes.axes, shapes.degree_map
     devices = list(view_devices(machine, view, tuple(d for _, d in shapes.degree)))
     if len(set(devices)) != len(devices):
         raise StrategyError(f"operator '{name}': its view {view} puts two pieces on one device")
+    return layout_on(wiring.nodes[name], wiring.operand_full[name], wiring.output_full[name], shapes, devices,
+                     tensors)
+
+
+def layout_on(node: Node, full, outs, shapes: OpShapes, devices: list[int],
+              tensors: dict | None = None) -> OperatorLayout:
+    """The layout of compute operator ``node`` under ``shapes`` with piece p on ``devices[p]``: the
+    one derivation of pieces, regions and piece classes (``operator_layout`` for a model's operator
+    and a machine view; Unity's cost estimates for operators of its candidate graphs). ``full`` and
+    ``outs`` are the full shapes of its operands (data, then weights) and outputs."""
+    axes, degree = shapes.axes, shapes.degree_map
     count = len(devices)
     opdef = op_def(node.op_type)
-    full = list(wiring.operand_full[name])
+    full = list(full)
     data_full = full[:len(full) - opdef.num_weights(node.attrs)]
-    outs = list(wiring.output_full[name])
+    outs = list(outs)
     names = [a.name for a in axes]
     codes: list[list[int]] = []  # per tensor, each piece's distinct-shape index
 

@@ -59,11 +59,11 @@ from flexrt.search.unity.reshard import (
     seq_sum,
 )
 from flexrt.strategy import OpConfig, all_axes, op_shapes, resharding_steps
-from flexrt.strategy.config import _check_degrees, data_shapes
+from flexrt.strategy.config import OpShapes, _check_degrees, data_shapes
+from flexrt.strategy.layout import OperatorLayout, layout_on
 
 from flexrt.errors import ShapeError, StrategyError
 from flexrt.ir.op_type import OpType
-from flexrt.ir.parallel_axes import axis_coordinates, plan_region, region_plan
 from flexrt.ir.parallel_tensor import ParallelTensorShape, divisors
 from flexrt.ir.pcg import PCG, Node
 from flexrt.ir.registry import AxisKind, SlotKind, op_def
@@ -90,17 +90,40 @@ class Block:
 
 @dataclass
 class _Part:
-    """What a configuration's degrees imply wherever it is placed: regions, shapes, piece coordinates,
-    and (built when first asked for) each tensor's boxes and the node cost's per-piece inputs."""
+    """What a configuration's degrees imply wherever it is placed: the operator's layout
+    (``flexrt.strategy.layout.layout_on``, the one derivation of pieces, regions and piece classes;
+    built on the first placement asked for: ``_Layout.devices`` says where each placement's pieces
+    run), its parallel shapes, and (built when first asked for) each tensor's boxes and the node
+    cost's per-piece inputs."""
 
-    operand_regions: list[list]                 # operand -> piece -> Region
-    output_regions: list[list]
-    operand_shapes: list[TensorShape]
-    out_shapes: list[ParallelTensorShape]       # parallel shapes of the outputs
-    target_shapes: list[ParallelTensorShape]    # what each data operand must arrive as
-    coords: list[dict]                          # each piece's coordinate per axis
-    degree: dict[str, int]
+    layout: OperatorLayout
+    shapes: OpShapes
+    num_data: int                               # data operands (the weights follow)
     cache: dict = field(default_factory=dict)
+
+    @property
+    def operand_regions(self) -> list[list]:    # operand -> piece -> Region
+        return self.layout.operand_regions
+
+    @property
+    def output_regions(self) -> list[list]:
+        return self.layout.output_regions
+
+    @property
+    def operand_shapes(self) -> list[TensorShape]:
+        return self.layout.operand_shapes
+
+    @property
+    def out_shapes(self) -> tuple:              # parallel shapes of the outputs
+        return self.shapes.outputs
+
+    @property
+    def target_shapes(self) -> tuple:           # what each data operand must arrive as
+        return self.shapes.operands[:self.num_data]
+
+    @property
+    def degree(self) -> dict[str, int]:
+        return self.shapes.degree_map
 
     def _tensor(self, what: str, j: int) -> tuple[list, TensorShape]:
         if what == "out":
@@ -181,7 +204,7 @@ class LocalCosts:
         self._degrees: dict = {}
         self._shapes_of: dict = {}     # (signature, degrees) -> OpShapes, None when invalid
         self._parts: dict = {}
-        self._region_plans: dict = {}
+        self._tensors: dict = {}       # pieces of each distinct tensor cut (``layout_on``'s memo)
         self._layouts: dict = {}
         self._node: dict = {}
         self._compute: dict = {}
@@ -308,44 +331,26 @@ class LocalCosts:
         key = (sig, cfg)
         lay = self._layouts.get(key)
         if lay is None:
-            part = self._part(pcg, node, sig, cfg.degrees)
-            degs = tuple(part.degree.values())
-            lay = self._layouts[key] = _Layout(part, tuple(view_devices(self.machine, cfg.view, degs)))
+            shapes = self._config_shapes(pcg, node, sig, cfg.degrees)
+            devices = tuple(view_devices(self.machine, cfg.view, tuple(d for _, d in shapes.degree)))
+            lay = self._layouts[key] = _Layout(self._part(pcg, node, sig, cfg.degrees, shapes, devices), devices)
         return lay
 
-    def _part(self, pcg: PCG, node: Node, sig: int, degrees: tuple) -> _Part:
+    def _config_shapes(self, pcg: PCG, node: Node, sig: int, degrees: tuple) -> OpShapes:
+        shapes = self._shapes_of.get((sig, tuple(sorted(degrees))))
+        if shapes is None:
+            axes = all_axes(pcg, node)
+            shapes = op_shapes(node, data_shapes(pcg, node), _check_degrees(node, axes, dict(degrees)))
+        return shapes
+
+    def _part(self, pcg: PCG, node: Node, sig: int, degrees: tuple, shapes: OpShapes, devices: tuple) -> _Part:
         key = (sig, degrees)
         part = self._parts.get(key)
-        if part is not None:
-            return part
-        opdef = op_def(node.op_type)
-        nw = opdef.num_weights(node.attrs)
-        full = [pcg.shape(r).tensor_shape for r in node.inputs]
-        data_full = full[:len(full) - nw]
-        axes, operand_plans, output_plans = self._plans(node, sig, full, data_full)
-        deg = _check_degrees(node, axes, dict(degrees))
-        shapes = self._shapes_of.get((sig, degrees)) or op_shapes(node, data_full, deg)
-        coords = axis_coordinates(axes, deg)
-        outs = [o.tensor_shape for o in shapes.outputs]
-        operand_regions = [[plan_region(plan, i, deg, c, s, opdef, node.attrs, data_full, outs[0]) for c in coords]
-                           for i, (plan, s) in enumerate(zip(operand_plans, full))]
-        output_regions = [[plan_region(plan, k, deg, c, s) for c in coords]
-                          for k, (plan, s) in enumerate(zip(output_plans, outs))]
-        part = self._parts[key] = _Part(operand_regions, output_regions, full, list(shapes.outputs),
-                                        list(shapes.operands[:len(data_full)]), coords, deg)
+        if part is None:
+            full = [pcg.shape(r).tensor_shape for r in node.inputs]
+            lay = layout_on(node, full, [o.tensor_shape for o in shapes.outputs], shapes, list(devices), self._tensors)
+            part = self._parts[key] = _Part(lay, shapes, len(full) - op_def(node.op_type).num_weights(node.attrs))
         return part
-
-    def _plans(self, node: Node, sig: int, full: list, data_full: list) -> tuple:
-        """The operator's axes and ``region_plan`` of every operand and output (they depend on the
-        signature, not on the degrees)."""
-        hit = self._region_plans.get(sig)
-        if hit is None:
-            opdef = op_def(node.op_type)
-            axes = opdef.parallel_axes(node.attrs, data_full)
-            outs = opdef.output_shapes(node.attrs, data_full)
-            hit = self._region_plans[sig] = (axes, [region_plan(axes, i, s.rank, False) for i, s in enumerate(full)],
-                                             [region_plan(axes, k, s.rank, True) for k, s in enumerate(outs)])
-        return hit
 
     # ---- transfers -----------------------------------------------------------------------------
     def transfer(self, src: int, dst: int, num_bytes: int) -> float:
@@ -421,31 +426,12 @@ class LocalCosts:
 
     def _piece_work(self, node: Node, part: _Part) -> tuple:
         """Per piece, what it computes: the distinct (attributes, input piece shapes, output piece
-        shapes), each piece's index among them, and per weight (dtype, [(piece dims, the pieces
-        holding that region), ...]) in first-appearance order."""
+        shapes) (the layout's classes), each piece's index among them, and per weight (dtype,
+        [(piece dims, the pieces holding that region), ...]) in first-appearance order."""
         hit = part.cache.get("work")
         if hit is not None:
             return hit
-        opdef = op_def(node.op_type)
-        nw = opdef.num_weights(node.attrs)
-        kinds: dict = {}
-        piece_kind = []
-        made: dict = {}
-
-        def shape(ranges, dtype) -> TensorShape:
-            key = (tuple(b - a for a, b in ranges), dtype)
-            hit = made.get(key)
-            if hit is None:
-                hit = made[key] = TensorShape(*key)
-            return hit
-
-        for p in range(len(part.coords)):
-            ins = tuple(shape(r[p].ranges, s.dtype) for r, s in zip(part.operand_regions, part.operand_shapes))
-            outs = tuple(shape(r[p].ranges, s.dtype) for r, s in zip(part.output_regions, part.out_shapes))
-            attrs = node.attrs
-            if opdef.piece_call is not None:  # e.g. a conv piece runs without the padding its halo holds
-                attrs, _ = opdef.piece_call(node.attrs, part.coords[p], part.degree)
-            piece_kind.append(kinds.setdefault((attrs, ins, outs), len(kinds)))
+        nw = op_def(node.op_type).num_weights(node.attrs)
         weight_groups = []
         for i in range(len(part.operand_shapes) - nw, len(part.operand_shapes)):
             groups: dict = {}
@@ -453,7 +439,7 @@ class LocalCosts:
                 groups.setdefault(r.ranges, []).append(p)
             weight_groups.append((part.operand_shapes[i].dtype,
                                   [(tuple(b - a for a, b in ranges), pieces) for ranges, pieces in groups.items()]))
-        hit = part.cache["work"] = (list(kinds), piece_kind, weight_groups)
+        hit = part.cache["work"] = (part.layout.classes, part.layout.piece_class, weight_groups)
         return hit
 
     def node_vector(self, pcg: PCG, node: Node, block: Block) -> np.ndarray:

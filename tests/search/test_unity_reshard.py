@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from flexrt.core import ActiMode, DataType, FFConfig, FFModel
 from flexrt.errors import ShapeError, StrategyError
+from flexrt.ir.parallel_axes import axis_coordinates
 from flexrt.ir.parallel_tensor import divisors
 from flexrt.ir.registry import AxisKind, SlotKind, op_def
 from flexrt.ir.tensor_shape import TensorShape
@@ -247,13 +248,14 @@ def _reference_node_cost(costs: LocalCosts, pcg, node, cfg) -> float:
     """The slowest piece's forward + backward, plus per weight the slowest group's AllReduce + update."""
     lay = costs.layout(pcg, node, cfg)
     part, opdef = lay.part, op_def(node.op_type)
+    coords = axis_coordinates(part.shapes.axes, part.degree)
     compute = 0.0
     for p, dev in enumerate(lay.devices):
         ins = [TensorShape(tuple(b - a for a, b in r[p].ranges), s.dtype)
                for r, s in zip(part.operand_regions, part.operand_shapes)]
         outs = [TensorShape(tuple(b - a for a, b in r[p].ranges), s.dtype)
                 for r, s in zip(part.output_regions, part.out_shapes)]
-        attrs = opdef.piece_call(node.attrs, part.coords[p], part.degree)[0] if opdef.piece_call else node.attrs
+        attrs = opdef.piece_call(node.attrs, coords[p], part.degree)[0] if opdef.piece_call else node.attrs
         t = COST.op_times(attrs, ins, outs, costs.machine.devices[dev].spec)
         compute = max(compute, t.forward_s + t.backward_s)
     sync = 0.0
