@@ -127,9 +127,7 @@ class OpChoices:
     def degrees(self, node: Node) -> list[dict[str, int]]:
         """Degree assignments of the node whose split axes are all of an allowed kind."""
         if node.id not in self._degrees:
-            kind = {a.name: a.kind for a in self.axes(node)}
-            self._degrees[node.id] = [d for d in valid_configs(self.base, node, self.machine)
-                                      if all(kind[a] in self.space.kinds for a, v in d.items() if v > 1)]
+            self._degrees[node.id] = valid_configs(self.base, node, self.machine, kinds=self.space.kinds)
         return self._degrees[node.id]
 
     def views(self, node: Node, degrees: dict[str, int]) -> list:

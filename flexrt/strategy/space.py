@@ -61,12 +61,16 @@ def data_parallel(base: PCG, machine: Machine, degree: Optional[int] = None) -> 
     return ConfigStrategy(base, configs)
 
 
-def valid_configs(base: PCG, node: Node, machine: Machine, max_degree: Optional[int] = None) -> list[dict[str, int]]:
+def valid_configs(base: PCG, node: Node, machine: Machine, max_degree: Optional[int] = None,
+                  kinds: Optional[frozenset] = None) -> list[dict[str, int]]:
     """Every SOAP degree assignment of ``node`` with a total degree up to the number of devices that
-    its shapes allow (degrees divide the number of devices)."""
+    its shapes allow (degrees divide the number of devices), in enumeration order; with ``kinds``,
+    only those that split no axis of another kind (the same assignments, in the same order, as
+    filtering the whole list, without trying the others)."""
     limit = max_degree or machine.num_devices
     axes = soap_axes(base, node)
-    choices = divisors(machine.num_devices)
+    every = divisors(machine.num_devices)
+    choices = [every if kinds is None or a.kind in kinds else (1,) for a in axes]
     out = []
 
     def rec(i, acc, total):
@@ -77,7 +81,7 @@ def valid_configs(base: PCG, node: Node, machine: Machine, max_degree: Optional[
                 return
             out.append(dict(acc))
             return
-        for d in choices:
+        for d in choices[i]:
             if total * d > limit:
                 break
             acc[axes[i].name] = d
