@@ -30,7 +30,7 @@ BASE, IR, MACHINE, STRATEGY, KERNELS, SIMULATOR, SEARCH, RUNTIME, TOP = (
 # Module prefix -> layer; the longest matching prefix wins. ``flexrt`` itself matches exactly only,
 # so a new top-level module must be placed here on purpose.
 LAYER_OF = {
-    "flexrt": BASE, "flexrt.errors": BASE, "flexrt.paths": BASE,
+    "flexrt": BASE, "flexrt.errors": BASE, "flexrt.paths": BASE, "flexrt.inputs": BASE,
     "flexrt.ir": IR, "flexrt.machine": MACHINE, "flexrt.strategy": STRATEGY, "flexrt.kernels": KERNELS,
     "flexrt.simulator": SIMULATOR, "flexrt.search": SEARCH, "flexrt.runtime": RUNTIME,
     "flexrt.model": TOP, "flexrt.cli": TOP, "flexrt.core": TOP, "flexrt.examples": TOP, "flexrt.__main__": TOP,

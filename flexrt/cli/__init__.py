@@ -15,8 +15,9 @@
     flexrt substitutions generate | verify | stats | show N [--file F] [--json]   the PCG substitution library
 
 Model flags (FlexFlow's: ``-b 64``, ``--budget 100``, ``-ll:gpu 4`` ...) follow MODEL and pass to
-``FFConfig``. Exit codes: 0 success, 1 a flexrt error (``flexrt: error: ...`` on stderr, no
-traceback), 2 a usage error (unknown subcommand or flag).
+``FFConfig``. Exit codes: 0 success, 1 a flexrt error (``flexrt: error: ...`` on stderr, one line,
+no traceback), 2 a usage error (unknown subcommand or flag), 70 an internal error (a bug in flexrt:
+one line; ``flexrt --traceback ...`` shows the traceback), 130 interrupted.
 
 Entry point: ``main`` (the console script).
 """
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
 from typing import Optional, Sequence
 
 from flexrt import __version__
@@ -43,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="flexrt", allow_abbrev=False,
         description="Find fast parallelization strategies for DNN training (FlexFlow, Unity, DisCo) and run them.")
     parser.add_argument("--version", action="version", version=f"flexrt {__version__}")
+    parser.add_argument("--traceback", action="store_true",
+                        help="on an internal error (a bug in flexrt), show the Python traceback")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for cmd in COMMANDS:
         p = sub.add_parser(cmd.NAME, help=cmd.HELP, description=cmd.HELP, allow_abbrev=False)
@@ -54,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the ``flexrt`` command line; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    show_traceback = "--traceback" in argv  # anywhere on the line, also after the subcommand
+    argv = [a for a in argv if a != "--traceback"]
     parser = build_parser()
     try:
         args, extra = parser.parse_known_args(argv)
@@ -70,11 +76,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"flexrt {e.command}: error: {e}", file=sys.stderr)
         return 2
     except FlexrtError as e:
-        comm = mpi.active_world()
-        if comm is not None:  # one rank's error would leave the others waiting: end the whole job
-            print(f"flexrt rank {comm.Get_rank()}/{comm.Get_size()}: error: {e}", file=sys.stderr, flush=True)
-            comm.Abort(1)
-        print(f"flexrt: error: {e}", file=sys.stderr)
+        _abort_world(f"error: {e}", 1)
+        print(f"flexrt: error: {_one_line(str(e))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("flexrt: interrupted", file=sys.stderr)
@@ -85,3 +88,30 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except (OSError, ValueError):  # stdout is not a real file (captured in tests)
             pass
         return 141
+    except Exception as e:  # a bug: one line, the traceback only when asked for
+        if show_traceback:
+            traceback.print_exc()
+        _abort_world(f"internal error: {type(e).__name__}: {e}", INTERNAL_ERROR)
+        print(f"flexrt: internal error: {type(e).__name__}: {_one_line(str(e))}; this is a bug in flexrt"
+              + ("" if show_traceback else "; rerun with --traceback to see where"), file=sys.stderr)
+        return INTERNAL_ERROR
+
+
+INTERNAL_ERROR = 70  # sysexits' EX_SOFTWARE: distinct from a user error (1) and a usage error (2)
+MESSAGE_LIMIT = 2000  # characters of an error message shown; the rest is cut
+
+
+def _one_line(message: str) -> str:
+    """An error message on one line, at most ``MESSAGE_LIMIT`` characters."""
+    message = " ".join(message.split("\n")) if "\n" in message else message
+    if len(message) > MESSAGE_LIMIT:
+        message = f"{message[:MESSAGE_LIMIT]}... ({len(message) - MESSAGE_LIMIT} more characters)"
+    return message
+
+
+def _abort_world(message: str, status: int) -> None:
+    """Under MPI, one rank's failure would leave the others waiting: say it and end the whole job."""
+    comm = mpi.active_world()
+    if comm is not None:
+        print(f"flexrt rank {comm.Get_rank()}/{comm.Get_size()}: {_one_line(message)}", file=sys.stderr, flush=True)
+        comm.Abort(status)

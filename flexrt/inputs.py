@@ -1,0 +1,281 @@
+"""Reading what users give flexrt: the one place every reader goes through.
+
+Machine YAML and FlexFlow machine files, strategy JSON and FlexFlow strategy text, substitution
+rule JSON, model scripts and caches are all read with these functions, so every bad input gets the
+same kind of error: what was wrong, where (file, line, field), what is valid, in one short line,
+as the reader's own error type (``error=``: a ``FlexrtError`` subclass).
+
+- ``read_text(path, what)``: refuses a path that does not exist, a directory, or anything that is
+  not a regular file (a FIFO, a device: reading one could block or never end); refuses a file over
+  ``max_bytes`` without reading more than that; decodes UTF-8 and names the byte offset of the first
+  bad byte. ``source=True`` decodes Python source as Python does (a PEP 263 coding line).
+- ``parse_json(text, where)``: JSON whose objects have no repeated key, nested at most
+  ``MAX_DEPTH`` deep, without NaN or Infinity, with file:line:column in every message.
+- ``parse_yaml(text, where, loader)``: YAML through a ``yaml.SafeLoader`` (sub)class, nested at
+  most ``MAX_DEPTH`` deep and with at most ``MAX_YAML_NODES`` nodes once aliases are expanded
+  (the "billion laughs" file is refused before it is built).
+- ``short(value)``: a repr never longer than ``limit`` characters, for messages.
+- Field checks: ``check_keys``, ``check_type``, ``check_int``, ``check_number``; each names the
+  field, the bad value (shortened) and what is valid.
+
+Entry points: the functions above, ``MAX_BYTES``, ``MAX_DEPTH``, ``MAX_YAML_NODES``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import stat
+import tokenize
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional
+
+from flexrt.errors import ConfigError, FlexrtError
+
+MAX_BYTES = 64 * 1024 * 1024    # no file flexrt reads is larger; a cache of profiles stays far below
+MAX_DEPTH = 64                  # nesting of JSON and YAML documents (flexrt's own need at most 8)
+MAX_YAML_NODES = 1_000_000      # YAML nodes once aliases are expanded
+MESSAGE_VALUE = 80              # characters of a value shown in a message
+
+
+def short(value: Any, limit: int = MESSAGE_VALUE) -> str:
+    """``repr(value)`` cut to ``limit`` characters (with "..." and the full length where cut)."""
+    try:
+        text = repr(value)
+    except Exception:  # a hostile __repr__ must not turn a message into a traceback
+        text = f"<{type(value).__name__}>"
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit - 3]}... ({len(text)} characters)"
+
+
+def read_bytes(path, what: str, error: type = ConfigError, max_bytes: int = MAX_BYTES) -> bytes:
+    """The bytes of the regular file ``path`` (``what`` names it in messages: "machine file")."""
+    p = Path(path)
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise error(f"{what} {p} does not exist") from None
+    except OSError as e:
+        raise error(f"cannot read {what} {p}: {e.strerror or e}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise error(f"{what} {p} is a directory, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise error(f"{what} {p} is not a regular file (a FIFO, socket or device); give a file")
+    if st.st_size > max_bytes:
+        raise error(f"{what} {p} is {st.st_size} bytes; the limit is {max_bytes}")
+    try:
+        with open(p, "rb") as f:
+            data = f.read(max_bytes + 1)
+    except OSError as e:
+        raise error(f"cannot read {what} {p}: {e.strerror or e}") from None
+    if len(data) > max_bytes:  # it grew while we looked
+        raise error(f"{what} {p} is over {max_bytes} bytes, the limit")
+    return data
+
+
+def decode(data: bytes, where: str, error: type = ConfigError, source: bool = False) -> str:
+    """``data`` as text: UTF-8, or for Python source (``source``) the PEP 263 coding it declares."""
+    encoding = "utf-8"
+    if source:
+        try:
+            encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        except SyntaxError as e:
+            raise error(f"{where}: {e.msg if hasattr(e, 'msg') else e}") from None
+    try:
+        text = data.decode(encoding)
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise error(f"{where}:{line}: not valid {encoding.upper()} text: byte {data[e.start]:#04x} at offset "
+                    f"{e.start} ({e.reason})") from None
+    except LookupError:
+        raise error(f"{where}:1: unknown source encoding {encoding!r}") from None
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def read_text(path, what: str, error: type = ConfigError, max_bytes: int = MAX_BYTES, source: bool = False) -> str:
+    """The text of the regular file ``path`` (see the module doc)."""
+    return decode(read_bytes(path, what, error, max_bytes), str(path), error, source)
+
+
+def _depth(value: Any, limit: int) -> int:
+    """Nesting depth of lists and dicts, stopping past ``limit`` (iterative: no recursion limit)."""
+    stack, deepest = [(value, 1)], 0
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict):
+            items = v.values()
+        elif isinstance(v, (list, tuple)):
+            items = v
+        else:
+            continue
+        deepest = max(deepest, d)
+        if deepest > limit:
+            return deepest
+        stack.extend((x, d + 1) for x in items)
+    return deepest
+
+
+def _no_repeats(where: str, error: type):
+    def hook(pairs):
+        out = {}
+        for k, v in pairs:
+            if k in out:
+                raise error(f"{where}: key {short(k)} appears twice in one object; give it once")
+            out[k] = v
+        return out
+    return hook
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def parse_json(text: str, where: str, error: type = ConfigError, max_depth: int = MAX_DEPTH) -> Any:
+    """A JSON document (see the module doc); ``where`` names the file in messages."""
+    # nesting is checked on the text first: json.loads itself recurses once per level
+    depth = level = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            level += 1
+            depth = max(depth, level)
+            if depth > max_depth:
+                raise error(f"{where}: nested more than {max_depth} levels deep; flexrt's files need far fewer")
+        elif ch in "]}":
+            level -= 1
+    try:
+        return json.loads(text, object_pairs_hook=_no_repeats(where, error), parse_constant=_no_constant)
+    except json.JSONDecodeError as e:
+        raise error(f"{where}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
+    except FlexrtError:
+        raise
+    except ValueError as e:  # NaN / Infinity
+        raise error(f"{where}: invalid JSON: {e}") from None
+
+
+def parse_yaml(text: str, where: str, loader, error: type = ConfigError, max_depth: int = MAX_DEPTH,
+               max_nodes: int = MAX_YAML_NODES) -> Any:
+    """A YAML document through ``loader`` (a ``yaml.SafeLoader`` subclass), its node graph checked for
+    depth and alias expansion before any Python value is built (see the module doc)."""
+    import yaml  # lazily: the IR layer, which imports nothing of YAML, may import this module
+
+    try:
+        node = yaml.compose(text, Loader=loader)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        detail = e.problem or "invalid YAML"
+        raise error(f"{where}:{mark.line + 1 if mark else 1}: invalid YAML: {detail}") from None
+    except yaml.YAMLError as e:
+        raise error(f"{where}:1: invalid YAML: {short(str(e), 200)}") from None
+    if node is None:
+        return None
+    # count nodes as the constructor would visit them: an alias re-visits its whole subtree
+    sizes: dict = {}
+    open_: set = set()  # nodes whose subtree is being counted: reaching one again is a cycle
+    stack = [(node, 1, False)]
+    while stack:
+        n, d, done = stack.pop()
+        if d > max_depth:
+            raise error(f"{where}:{n.start_mark.line + 1}: nested more than {max_depth} levels deep")
+        children = [c for kv in n.value for c in kv] if isinstance(n, yaml.MappingNode) else (
+            n.value if isinstance(n, yaml.SequenceNode) else [])
+        if done:
+            open_.discard(id(n))
+            sizes[id(n)] = 1 + sum(sizes[id(c)] for c in children)
+            if sizes[id(n)] > max_nodes:
+                raise error(f"{where}:{n.start_mark.line + 1}: the document expands to more than {max_nodes} "
+                            f"values (aliases repeated inside aliases); write it out plainly")
+            continue
+        if id(n) in sizes:
+            continue
+        if id(n) in open_:
+            raise error(f"{where}:{n.start_mark.line + 1}: an alias refers to a value that contains it "
+                        f"(a recursive document); flexrt's files are trees")
+        open_.add(id(n))
+        stack.append((n, d, True))
+        stack.extend((c, d + 1, False) for c in children if id(c) not in sizes)
+    try:
+        return loader(text).construct_document(node)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        raise error(f"{where}:{mark.line + 1 if mark else 1}: invalid YAML: {e.problem or e}") from None
+
+
+# ---- fields ---------------------------------------------------------------------------------------
+
+_TYPE_NAMES = {dict: "a mapping", list: "a list", str: "a string", int: "an integer", float: "a number",
+               bool: "true or false"}
+
+
+def type_name(types) -> str:
+    types = types if isinstance(types, tuple) else (types,)
+    return " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in types)
+
+
+def check_type(value: Any, types, where: str, error: type = ConfigError):
+    """``value`` when it is one of ``types`` (a bool is not an int here), else ``error``."""
+    ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in (
+        types if isinstance(types, tuple) else (types,)))
+    if not ok:
+        raise error(f"{where} must be {type_name(types)}, got {short(value)} ({type(value).__name__})")
+    return value
+
+
+def check_keys(mapping: Mapping, allowed: Iterable[str], where: str, error: type = ConfigError,
+               required: Iterable[str] = ()) -> None:
+    """Every key of ``mapping`` is one of ``allowed`` and every ``required`` one is there."""
+    allowed = list(allowed)
+    unknown = [k for k in mapping if k not in allowed]
+    if unknown:
+        raise error(f"{where}: unknown key {short(unknown[0])}; valid keys: {', '.join(allowed)}")
+    missing = [k for k in required if k not in mapping]
+    if missing:
+        raise error(f"{where}: missing key {missing[0]!r}")
+
+
+def check_int(value: Any, where: str, error: type = ConfigError, minimum: Optional[int] = None,
+              maximum: Optional[int] = None) -> int:
+    """An integer (an integral float such as ``4.0`` from YAML too) within [minimum, maximum]."""
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise error(f"{where} must be an integer, got {short(value)}")
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        raise error(f"{where} must be {_range(minimum, maximum)}, got {short(value)}")
+    return value
+
+
+def check_number(value: Any, where: str, error: type = ConfigError, minimum: Optional[float] = None,
+                 maximum: Optional[float] = None, positive: bool = False) -> float:
+    """A finite real number within [minimum, maximum] (``positive``: > 0)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise error(f"{where} must be a number, got {short(value)}")
+    try:
+        x = float(value)
+    except OverflowError:
+        raise error(f"{where} must be a finite number, got an integer of {len(str(value))} digits") from None
+    if not math.isfinite(x):
+        raise error(f"{where} must be a finite number, got {short(value)}")
+    if positive and not x > 0:
+        raise error(f"{where} must be > 0, got {short(value)}")
+    if (minimum is not None and x < minimum) or (maximum is not None and x > maximum):
+        raise error(f"{where} must be {_range(minimum, maximum)}, got {short(value)}")
+    return x
+
+
+def _range(lo, hi) -> str:
+    if lo is not None and hi is not None:
+        return f"between {lo} and {hi}"
+    return f">= {lo}" if lo is not None else f"<= {hi}"
