@@ -32,7 +32,7 @@ from typing import Optional, Sequence
 
 from flexrt import __version__
 from flexrt.cli import _calibrate, _machines, _models, _search, _show, _simulate, _substitutions, _train
-from flexrt.cli._common import UsageError
+from flexrt.cli._common import Parser, UsageError
 from flexrt.errors import FlexrtError
 from flexrt.runtime import mpi
 
@@ -41,7 +41,7 @@ COMMANDS = (_models, _show, _machines, _simulate, _search, _train, _calibrate, _
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="flexrt", allow_abbrev=False,
         description="Find fast parallelization strategies for DNN training (FlexFlow, Unity, DisCo) and run them.")
     parser.add_argument("--version", action="version", version=f"flexrt {__version__}")
@@ -73,7 +73,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except SystemExit as e:  # argparse's --help / --version (0) and usage errors (2)
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except UsageError as e:
-        print(f"flexrt {e.command}: error: {e}", file=sys.stderr)
+        print(f"flexrt{' ' + e.command if e.command else ''}: error: {_one_line(str(e))}", file=sys.stderr)
         return 2
     except FlexrtError as e:
         _abort_world(f"error: {e}", 1)

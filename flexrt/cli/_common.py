@@ -1,14 +1,23 @@
-"""Helpers shared by the subcommands: JSON output, file writing, model flags."""
+"""Helpers shared by the subcommands: the parser, flag value types, JSON output, file writing,
+model flags (which of FlexFlow's flags a command honours), and the warnings a command gives.
+
+Entry points: ``Parser``, ``UsageError``, ``count``, ``number``, ``check_model_flags``,
+``warn_data_parallel``, ``add_json_flag``, ``emit_json``, ``write_text``.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from flexrt.errors import ConfigError
+from flexrt.inputs import short
 from flexrt.model import FFConfig
+from flexrt.model.flags import FLAGS, LEGION_SWITCHES, LEGION_VALUE_FLAGS
 from flexrt.model.loader import script_build_model, script_options, split_script_flags
 
 
@@ -18,6 +27,45 @@ class UsageError(Exception):
     def __init__(self, command: str, message: str) -> None:
         super().__init__(message)
         self.command = command
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line (``UsageError``), not the usage text and an exit."""
+
+    def error(self, message: str):
+        raise UsageError(self.prog.partition(" ")[2], message)
+
+
+def count(minimum: int = 0, maximum: Optional[int] = None):
+    """An argparse type: an integer in [minimum, maximum]."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {short(text)}") from None
+        if value < minimum or (maximum is not None and value > maximum):
+            rule = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+            raise argparse.ArgumentTypeError(f"expected an integer {rule}, got {value}")
+        return value
+    return parse
+
+
+def number(minimum: Optional[float] = None, above: Optional[float] = None, maximum: Optional[float] = None):
+    """An argparse type: a finite number >= ``minimum`` (or > ``above``) and <= ``maximum``."""
+    rule = " and ".join(r for r in (f">= {minimum:g}" if minimum is not None else "",
+                                    f"> {above:g}" if above is not None else "",
+                                    f"<= {maximum:g}" if maximum is not None else "") if r)
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or (minimum is not None and value < minimum) or \
+                (above is not None and not value > above) or (maximum is not None and value > maximum):
+            raise argparse.ArgumentTypeError(f"expected a finite number{' ' + rule if rule else ''}, got {short(text)}")
+        return value
+    return parse
 
 
 def add_json_flag(parser) -> None:
@@ -38,13 +86,67 @@ def write_text(path: str, text: str, what: str) -> str:
     return path
 
 
-def check_model_flags(command: str, model: str, flags: Sequence[str]) -> FFConfig:
-    """Parse the model flags now (FFConfig's and the script's own), so that a typo is a usage error."""
+# Where FlexFlow's flags take effect in flexrt, for the refusal of a flag a command does not use.
+_FLAG_HOME = {
+    "search_budget": "flexrt search and a script's compile", "search_alpha": "flexrt search and a script's compile",
+    "search_algorithm": "a script's compile (flexrt search takes --algo)",
+    "only_data_parallel": "flexrt search and a script's compile",
+    "enable_parameter_parallel": "flexrt search and a script's compile",
+    "enable_attribute_parallel": "flexrt search and a script's compile",
+    "import_strategy_file": "flexrt search (flexrt simulate/train take --strategy) and a script's compile",
+    "export_strategy_file": "flexrt search and a script's compile",
+    "search_num_nodes": "flexrt search", "search_num_workers": "flexrt search",
+    "workers_per_node": "a script run with python (here --machine and --nodes give the devices)",
+    "num_nodes": "a script run with python (here give --nodes)",
+    "machine_file": "a script run with python (here give --machine)",
+    "epochs": "a script's fit()", "learning_rate": "a script's optimizer (flexrt train takes --lr)",
+    "weight_decay": "a script's optimizer", "print_frequency": "a script's fit()",
+    "dataset_path": "a script's data loaders",
+}
+
+
+def check_model_flags(command: str, model: str, flags: Sequence[str],
+                      honours: Optional[frozenset] = frozenset()) -> FFConfig:
+    """Parse the model flags now (FFConfig's and the script's own), so that a typo is a usage error.
+    Of FlexFlow's flags the command uses the batch size, the script's own flags and ``honours``
+    (FFConfig attribute names; None: every flag, for a command that shows the configuration); any
+    other FlexFlow or Legion flag is refused, saying where it applies, instead of being accepted
+    and ignored."""
     build_model = script_build_model(model)
     options = script_options(build_model) if build_model else {}
     try:
         rest = split_script_flags(build_model, flags)[0] if build_model else list(flags)
-        return FFConfig(rest)
+        cfg = FFConfig(rest)
     except ConfigError as e:
         own = f"; {model}'s own flags: {', '.join(options)}" if options else ""
         raise UsageError(command, f"{e}{own} (model flags follow MODEL)") from None
+    if honours is None:
+        return cfg
+    by_name = {name: f for f in FLAGS for name in f.names}
+    used = {"batch_size"} | set(honours)
+    for token in rest:
+        name = token.split("=", 1)[0]
+        if name in LEGION_VALUE_FLAGS or name in LEGION_SWITCHES:
+            raise UsageError(command, f"{name} is a Legion runtime flag; flexrt {command} has no use for it (it is "
+                                      f"accepted by scripts run with python, for FlexFlow's command lines)")
+        flag = by_name.get(name)
+        if flag is not None and flag.attr not in used:
+            home = _FLAG_HOME.get(flag.attr)
+            where = f"it applies to {home}" if home else "flexrt does not implement it"
+            raise UsageError(command, f"{name}: flexrt {command} does not use this FlexFlow flag; {where}")
+    return cfg
+
+
+def warn_data_parallel(base, machine) -> None:
+    """Say so on stderr when data parallelism cannot use every device: the batch does not divide
+    over them, so ``data_parallel`` uses the largest divisor of the batch that divides the devices."""
+    from flexrt.ir.op_type import OpType
+    from flexrt.ir.parallel_tensor import divisors
+    batches = {n.attrs.shape.dims[0] for n in base.nodes if n.op_type is OpType.INPUT and n.attrs.shape.dims}
+    n = machine.num_devices
+    for batch in sorted(batches):
+        d = max(k for k in divisors(n) if batch % k == 0)
+        if d < n:
+            print(f"flexrt: warning: batch {batch} does not divide over {n} devices; data parallelism uses {d} "
+                  f"of them (the largest count that divides both)", file=sys.stderr)
+            return

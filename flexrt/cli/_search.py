@@ -13,7 +13,7 @@ Every strategy here, the chosen algorithm's and the baselines it is compared wit
 
 from __future__ import annotations
 
-from flexrt.cli._common import add_json_flag, check_model_flags, emit_json
+from flexrt.cli._common import add_json_flag, check_model_flags, count, emit_json, number
 from flexrt.errors import ConfigError
 from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.machine import load_machine
@@ -28,6 +28,10 @@ HELP = "search for a parallelization strategy (MCMC, exhaustive, or a baseline) 
 ACCEPTS_MODEL_FLAGS = True
 ALGOS = ("mcmc", "exhaustive", "unity", "sequential", "data-parallel", "model-parallel", "expert")
 SEARCHES = ("mcmc", "exhaustive", "unity", "sequential")
+# FlexFlow's flags (among the model flags) this command honours, beside the batch size.
+HONOURED = frozenset({"search_budget", "search_alpha", "only_data_parallel", "enable_parameter_parallel",
+                      "enable_attribute_parallel", "import_strategy_file", "export_strategy_file",
+                      "search_num_nodes", "search_num_workers"})
 # The flag of each algorithm option this command sets (only where given, so that an algorithm's
 # own default applies and a flag the algorithm does not take is an error, not ignored).
 OPTION_FLAGS = {"alpha": "--alpha", "split_size": "--split-size", "cache": "--no-cache", "devices": "--devices",
@@ -37,16 +41,16 @@ OPTION_FLAGS = {"alpha": "--alpha", "split_size": "--split-size", "cache": "--no
 def add_arguments(parser) -> None:
     parser.add_argument("model", metavar="MODEL", help="zoo name (see `flexrt models`) or path to a .py script")
     parser.add_argument("--machine", required=True, help="preset name (see `flexrt machines`) or machine YAML")
-    parser.add_argument("--nodes", type=int, help="scale the machine to this many nodes")
+    parser.add_argument("--nodes", type=count(1), help="scale the machine to this many nodes")
     parser.add_argument("--algo", choices=ALGOS, default="mcmc")
-    parser.add_argument("--budget", type=int, help="MCMC proposals / exhaustive leaves (default: FFConfig's, 1000)")
-    parser.add_argument("--alpha", type=float, help="MCMC: inverse temperature per percent of the data-parallel "
+    parser.add_argument("--budget", type=count(0), help="MCMC proposals / exhaustive leaves (default: FFConfig's, 1000)")
+    parser.add_argument("--alpha", type=number(above=0.0), help="MCMC: inverse temperature per percent of the data-parallel "
                         "time; unity: the pruning threshold (candidates over alpha x best are dropped; default 1.05)")
-    parser.add_argument("--split-size", type=int, default=None,
+    parser.add_argument("--split-size", type=count(0), default=None,
                         help="unity: minimum operators per subgraph when splitting large graphs (default 10; 0: off)")
     parser.add_argument("--no-cache", action="store_true", help="unity: no machine-mapping cache across candidates")
-    parser.add_argument("--devices", type=int, help="unity: use only the machine's first N devices")
-    parser.add_argument("--min-degree", type=int,
+    parser.add_argument("--devices", type=count(1), help="unity: use only the machine's first N devices")
+    parser.add_argument("--min-degree", type=count(1),
                         help="unity: every operator on at least this many devices (default 1)")
     parser.add_argument("--enable-pipeline", action="store_true",
                         help="unity: pipeline parallelism (not implemented yet: refused with an error)")
@@ -56,7 +60,7 @@ def add_arguments(parser) -> None:
                         help="let proposals split parameter and reduction axes")
     parser.add_argument("--enable-attribute-parallel", action="store_true", default=None,
                         help="let proposals split attribute axes (e.g. image height and width)")
-    parser.add_argument("--search-num-nodes", type=int, help="search for a machine with this many nodes")
+    parser.add_argument("--search-num-nodes", type=count(1), help="search for a machine with this many nodes")
     parser.add_argument("--import", dest="import_file", metavar="FILE",
                         help="a strategy file (JSON, or FlexFlow text if .txt) used as an initial candidate")
     parser.add_argument("--export", metavar="FILE", help="write the best strategy (FlexFlow text format if .txt)")
@@ -113,6 +117,9 @@ def _options(args, cfg, model_name: str) -> dict:
              "split_size": args.split_size, "cache": False if args.no_cache else None, "devices": args.devices,
              "min_degree": args.min_degree, "enable_pipeline": True if args.enable_pipeline else None}
     options = {k: v for k, v in given.items() if v is not None}
+    if args.algo in ("unity", "sequential") and options.get("alpha", 1.0) < 1.0:
+        raise ConfigError(f"--alpha {options['alpha']:g}: for --algo {args.algo} alpha is the pruning threshold "
+                          f"(candidates over alpha x the best are dropped); give a number >= 1")
     takes = algorithm(args.algo).options
     wrong = [OPTION_FLAGS[k] for k in options if k not in takes]
     if wrong:
@@ -122,6 +129,17 @@ def _options(args, cfg, model_name: str) -> dict:
     if args.algo == "expert":
         options["model"] = model_name
     return options
+
+
+def _check_against_machine(args, machine) -> None:
+    """Flags whose valid range depends on the machine: --devices and --min-degree at most its devices."""
+    n = machine.num_devices
+    for flag, value in (("--devices", args.devices), ("--min-degree", args.min_degree)):
+        if value is not None and value > n:
+            raise ConfigError(f"{flag} {value}: the machine {machine.name} has {n} devices; give 1..{n}")
+    if args.devices is not None and args.min_degree is not None and args.min_degree > args.devices:
+        raise ConfigError(f"--min-degree {args.min_degree} exceeds --devices {args.devices}; give at most "
+                          f"{args.devices}")
 
 
 def _initial(args, expert, given: list) -> tuple:
@@ -134,12 +152,13 @@ def _initial(args, expert, given: list) -> tuple:
 
 
 def run(args, extra) -> int:
-    cfg = check_model_flags(NAME, args.model, extra)
+    cfg = check_model_flags(NAME, args.model, extra, HONOURED)
     if cfg.search_num_workers is not None:
         raise ConfigError("--search-num-workers: machine presets fix the devices per node; describe another "
                           "machine in YAML (--machine FILE) and use --nodes / --search-num-nodes for the node count")
     nodes = args.search_num_nodes or cfg.search_num_nodes or args.nodes
     machine = load_machine(args.machine, nodes=nodes)
+    _check_against_machine(args, machine)
     loaded = load_model(args.model, extra)
     base = loaded.model.pcg
     budget = args.budget if args.budget is not None else cfg.search_budget

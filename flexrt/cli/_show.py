@@ -20,7 +20,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args, extra) -> int:
-    check_model_flags(NAME, args.model, extra)
+    check_model_flags(NAME, args.model, extra, honours=None)  # the configuration is part of what it shows
     loaded = load_model(args.model, extra)
     pcg = loaded.model.pcg
     files = {}

@@ -3,7 +3,7 @@ the iteration time, compute vs communication, data moved, link traffic and memor
 
 from __future__ import annotations
 
-from flexrt.cli._common import add_json_flag, check_model_flags, emit_json, write_text
+from flexrt.cli._common import add_json_flag, check_model_flags, count, emit_json, warn_data_parallel, write_text
 from flexrt.errors import ConfigError
 from flexrt.machine import load_machine
 from flexrt.model import load_model
@@ -21,11 +21,11 @@ ACCEPTS_MODEL_FLAGS = True
 def add_arguments(parser) -> None:
     parser.add_argument("model", metavar="MODEL", help="zoo name (see `flexrt models`) or path to a .py script")
     parser.add_argument("--machine", required=True, help="preset name (see `flexrt machines`) or machine YAML")
-    parser.add_argument("--nodes", type=int, help="scale the machine to this many nodes")
+    parser.add_argument("--nodes", type=count(1), help="scale the machine to this many nodes")
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--strategy", metavar="FILE", help="strategy JSON (from --export or a search)")
     which.add_argument("--data-parallel", action="store_true", help="data parallelism over every device (default)")
-    which.add_argument("--random-strategy", type=int, metavar="SEED", help="a random valid strategy")
+    which.add_argument("--random-strategy", type=count(0), metavar="SEED", help="a random valid strategy")
     parser.add_argument("--method", choices=("full", "delta"), default="full",
                         help="full simulation, or delta: reach the strategy from data parallelism one operator "
                              "at a time by delta simulation (same final result)")
@@ -41,6 +41,7 @@ def _strategy(args, base, machine):
         return load_strategy(args.strategy, base, machine)
     if args.random_strategy is not None:
         return random_strategy(base, machine, args.random_strategy)
+    warn_data_parallel(base, machine)
     return data_parallel(base, machine)
 
 

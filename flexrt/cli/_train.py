@@ -10,7 +10,8 @@ import io
 import json
 import statistics
 
-from flexrt.cli._common import add_json_flag, check_model_flags, emit_json, write_text
+from flexrt.cli._common import (add_json_flag, check_model_flags, count, emit_json, number, warn_data_parallel,
+                                write_text)
 from flexrt.errors import ConfigError
 from flexrt.ir.summary import format_count
 from flexrt.kernels.losses import CROSS_ENTROPIES, LossType
@@ -36,20 +37,20 @@ GPU_INSTALL = 'pip install -e ".[gpu]"'
 def add_arguments(parser) -> None:
     parser.add_argument("model", metavar="MODEL", help="zoo name (see `flexrt models`) or path to a .py script")
     parser.add_argument("--machine", required=True, help="preset name (see `flexrt machines`) or machine YAML")
-    parser.add_argument("--nodes", type=int, help="scale the machine to this many nodes")
+    parser.add_argument("--nodes", type=count(1), help="scale the machine to this many nodes")
     parser.add_argument("--strategy", metavar="FILE",
                         help="strategy JSON (from --export or a search); default: data parallelism over every device")
-    parser.add_argument("--random-strategy", type=int, metavar="SEED",
+    parser.add_argument("--random-strategy", type=count(0), metavar="SEED",
                         help="train a random valid strategy (every operator a random SOAP configuration and view)")
     parser.add_argument("--backend", default="numpy", help=f"array backend: {' or '.join(BACKENDS)} (default numpy)")
     parser.add_argument("--mode", default="serial", help=f"executor: {' or '.join(MODES)} (default serial)")
-    parser.add_argument("--steps", type=int, default=10, help="training iterations to run (default 10)")
+    parser.add_argument("--steps", type=count(1), default=10, help="training iterations to run (default 10)")
     parser.add_argument("--optimizer", choices=[k.short_name for k in OPTIMIZER_PARAMS], default="sgd")
-    parser.add_argument("--lr", type=float, default=0.01, help="learning rate (SGD lr, Adam alpha)")
+    parser.add_argument("--lr", type=number(above=0.0), default=0.01, help="learning rate (SGD lr, Adam alpha)")
     parser.add_argument("--loss", choices=LOSSES, default=LOSSES[0])
     parser.add_argument("--cost", choices=("analytic", "profiled"), default="analytic",
                         help="cost model of the simulated times (profiled: time the NumPy kernels here)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the initial weights and the synthetic data")
+    parser.add_argument("--seed", type=count(0), default=0, help="seed of the initial weights and the synthetic data")
     parser.add_argument("--trace", metavar="FILE", help="write the last step as Chrome trace JSON (Perfetto)")
     add_json_flag(parser)
 
@@ -78,8 +79,6 @@ def _session(args, strategy, machine, optimizer: OptimizerKind, loss: LossType) 
 
 
 def run(args, extra) -> int:
-    if args.steps < 1:
-        raise ConfigError(f"--steps must be >= 1, got {args.steps}")
     if args.mode not in MODES:
         raise ConfigError(f"unknown mode {args.mode!r}; valid: {', '.join(MODES)}")
     _check_backend(args.backend)
@@ -95,6 +94,7 @@ def run(args, extra) -> int:
         strategy, described = random_strategy(base, machine, args.random_strategy), \
             f"random strategy (seed {args.random_strategy})"
     else:
+        warn_data_parallel(base, machine)
         strategy, described = data_parallel(base, machine), "data parallel"
     loss = LossType.parse(args.loss)
     session = _session(args, strategy, machine, OptimizerKind.parse(args.optimizer), loss)

@@ -120,6 +120,8 @@ def _check_value(flag, attr: str, value: Any) -> None:
     if not ok:
         raise ConfigError(f"FFConfig.{attr} (flag {flag.spelling}) got {value!r}; valid: "
                           f"{'True or False' if kind is Kind.SWITCH else flag.valid}")
+    if flag.choices and value not in flag.choices:
+        raise ConfigError(f"FFConfig.{attr} (flag {flag.spelling}) got {value!r}; valid: {flag.valid}")
     check_range(flag, f"{flag.spelling} (FFConfig.{attr})", value)
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from flexrt.errors import ConfigError
+from flexrt.inputs import short
 
 
 class Kind(enum.Enum):
@@ -41,12 +42,15 @@ class Flag:
     help: str
     low: Optional[float] = None
     low_open: bool = False
+    choices: tuple = ()    # the valid values of a TEXT flag (empty: any)
 
     @property
     def valid(self) -> str:
         """What a value must be, in words: 'an integer >= 1'."""
         if self.kind is Kind.SWITCH:
             return "no value"
+        if self.choices:
+            return f"one of {', '.join(self.choices)}"
         if self.kind in (Kind.PATH, Kind.TEXT):
             return f"a {self.kind.value}"
         article = "an" if self.kind is Kind.INT else "a"
@@ -60,9 +64,12 @@ class Flag:
         return "/".join(self.names)
 
 
-def _f(names, attr, kind, default, help, low=None, low_open=False) -> Flag:
-    return Flag(tuple(names.split("|")), attr, kind, default, help, low, low_open)
+def _f(names, attr, kind, default, help, low=None, low_open=False, choices=()) -> Flag:
+    return Flag(tuple(names.split("|")), attr, kind, default, help, low, low_open, tuple(choices))
 
+
+# The searches compile can run (flexrt.search's algorithms that search a space; a test keeps them equal).
+SEARCH_ALGORITHMS = ("mcmc", "unity", "sequential", "exhaustive")
 
 # FlexFlow's flags (config.cc / FFConfig::parse_args), defaults as FlexFlow's except where noted.
 FLAGS: tuple[Flag, ...] = (
@@ -77,7 +84,9 @@ FLAGS: tuple[Flag, ...] = (
     # Unity's relaxation factor (§5); FlexFlow's MCMC reads it as its temperature.
     _f("--alpha|--search-alpha", "search_alpha", Kind.FLOAT, 1.05, "search alpha", 0.0, True),
     # flexrt's: which search compile runs when it searches (FlexFlow's MCMC or Unity's, §5)
-    _f("--search-algorithm", "search_algorithm", Kind.TEXT, "mcmc", "search compile runs: a registered search algorithm (mcmc, unity, sequential, exhaustive)"),
+    _f("--search-algorithm", "search_algorithm", Kind.TEXT, "mcmc",
+       "search compile runs: a registered search algorithm (mcmc, unity, sequential, exhaustive)",
+       choices=SEARCH_ALGORITHMS),
     _f("--only-data-parallel", "only_data_parallel", Kind.SWITCH, False, "use data parallelism only"),
     _f("--enable-parameter-parallel", "enable_parameter_parallel", Kind.SWITCH, False,
        "let the search partition parameters"),
@@ -134,6 +143,8 @@ def _convert(flag: Flag, name: str, raw: str) -> Any:
     if flag.kind in (Kind.PATH, Kind.TEXT):
         if raw == "":
             raise ConfigError(f"flag {name} got an empty value; valid: {flag.valid}")
+        if flag.choices and raw not in flag.choices:
+            raise ConfigError(f"flag {name} got {short(raw)}; valid: {flag.valid}")
         return raw
     try:
         value = int(raw) if flag.kind is Kind.INT else float(raw)
@@ -164,7 +175,8 @@ def _unknown(name: str) -> ConfigError:
     spellings = list(_BY_NAME) + list(LEGION_VALUE_FLAGS) + list(LEGION_SWITCHES)
     close = difflib.get_close_matches(name, spellings, n=1)
     hint = f" (did you mean {close[0]}?)" if close else ""
-    return ConfigError(f"unknown flag {name!r}{hint}; known flags: {known_flags_text()}")
+    ours = " ".join(f.names[-1] for f in FLAGS)  # one spelling each: the message stays one short line
+    return ConfigError(f"unknown flag {short(name)}{hint}; known flags: {ours}, and Legion's -ll:*/-lg:* flags")
 
 
 def parse_flags(argv: Sequence[str]) -> tuple[dict[str, Any], dict[str, Optional[str]]]:

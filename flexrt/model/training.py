@@ -241,7 +241,12 @@ class TrainingMixin:
         cfg = self.ffconfig
         if not self.inputs:
             raise ConfigError("compile: the model has no inputs (create_tensor) to train on")
-        machine = load_machine(cfg.machine_file or "local", nodes=cfg.num_nodes if cfg.num_nodes > 1 else None)
+        if cfg.machine_file and cfg.machine_model_file:
+            raise ConfigError(f"compile: --machine {cfg.machine_file} and --machine-model-file "
+                              f"{cfg.machine_model_file} both name the machine; give one")
+        # --machine-model-file is FlexFlow's machine file, which load_machine reads too
+        machine = load_machine(cfg.machine_file or cfg.machine_model_file or "local",
+                               nodes=cfg.num_nodes if cfg.num_nodes > 1 else None)
         if cfg.import_strategy_file:
             strategy = load_strategy(cfg.import_strategy_file, self.pcg, machine)
         elif _search_requested(cfg):
@@ -269,12 +274,26 @@ class TrainingMixin:
                 raise
             raise ConfigError(f"compile: the cupy backend cannot be loaded ({e}); CuPy installs with "
                               f'pip install -e ".[gpu]"') from None
+        self._write_graphs(cfg)
         self.strategy, self.machine = strategy, machine
         self._loss = loss
         self._dirty = False
         self._batch = {}
         self._phase = "idle"
         self.history = []
+
+    def _write_graphs(self, cfg) -> None:
+        """FlexFlow's --compgraph FILE and --taskgraph FILE: the computation graph and the simulated
+        task graph of one iteration, as Graphviz dot."""
+        for path, what, text in ((cfg.compgraph_file, "--compgraph", lambda: self.pcg.to_dot()),
+                                 (cfg.taskgraph_file, "--taskgraph",
+                                  lambda: self.session.simulator.lowering.graph.to_dot())):
+            if path:
+                try:
+                    with open(path, "w", encoding="utf-8") as f:
+                        f.write(text())
+                except OSError as e:
+                    raise ConfigError(f"compile: cannot write {what} {path}: {e.strerror or e}") from None
 
     def _make_label_tensor(self, loss: LossType) -> None:
         from flexrt.ir.datatype import DataType

@@ -72,7 +72,12 @@ class SearchSpace:
     def from_flags(cls, only_data_parallel: bool = False, enable_parameter_parallel: bool = False,
                    enable_attribute_parallel: bool = False) -> "SearchSpace":
         """The space of FlexFlow's flags (module docstring): the sample axis, plus parameter and
-        reduction axes and/or attribute axes, unless ``only_data_parallel``."""
+        reduction axes and/or attribute axes, unless ``only_data_parallel`` (which contradicts
+        them: a ConfigError)."""
+        if only_data_parallel and (enable_parameter_parallel or enable_attribute_parallel):
+            given = [f for f, on in (("--enable-parameter-parallel", enable_parameter_parallel),
+                                     ("--enable-attribute-parallel", enable_attribute_parallel)) if on]
+            raise ConfigError(f"--only-data-parallel contradicts {' and '.join(given)}: give one or the other")
         kinds = {AxisKind.SAMPLE}
         if not only_data_parallel:
             if enable_parameter_parallel:

@@ -40,8 +40,8 @@ def test_train_errors(capsys, monkeypatch):
     assert "unknown backend 'jax'; valid: numpy, cupy" in capsys.readouterr().err
     assert main(["train", "mlp_unity_fig2", "--machine", "local", "--mode", "fast"]) == 1
     assert "unknown mode 'fast'; valid: serial, threads" in capsys.readouterr().err
-    assert main(["train", "mlp_unity_fig2", "--machine", "local", "--steps", "0"]) == 1
-    assert "--steps must be >= 1" in capsys.readouterr().err
+    assert main(["train", "mlp_unity_fig2", "--machine", "local", "--steps", "0"]) == 2
+    assert "argument --steps: expected an integer >= 1, got 0" in capsys.readouterr().err
     assert main(["train", "mlp_unity_fig2", "--machine", "local", "--strategy", "/nonexistent.json"]) == 1
     assert "cannot read strategy file /nonexistent.json" in capsys.readouterr().err
     assert main(["train", "mlp_unity_fig2", "--machine", "local", "--bogus-flag"]) == 2
