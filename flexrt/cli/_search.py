@@ -13,7 +13,7 @@ Every strategy here, the chosen algorithm's and the baselines it is compared wit
 
 from __future__ import annotations
 
-from flexrt.cli._common import add_json_flag, check_model_flags, count, emit_json, number
+from flexrt.cli._common import add_json_flag, check_model_flags, count, emit_json, number, warn_data_parallel
 from flexrt.errors import ConfigError
 from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.machine import load_machine
@@ -169,6 +169,7 @@ def run(args, extra) -> int:
     given = [_import(imported, base, machine)] if imported else []
     optimizer = OptimizerKind.parse(args.optimizer)
 
+    warn_data_parallel(base, machine)  # the baseline compared with
     # the baselines compared with, then the requested algorithm: all through search()
     fixed = SearchRequest(base, machine, cost, budget=0, seed=args.seed, optimizer=optimizer, progress=False)
     dp = search("data-parallel", fixed)
