@@ -14,7 +14,8 @@ as the reader's own error type (``error=``: a ``FlexrtError`` subclass).
 - ``parse_yaml(text, where, loader)``: YAML through a ``yaml.SafeLoader`` (sub)class, nested at
   most ``MAX_DEPTH`` deep and with at most ``MAX_YAML_NODES`` nodes once aliases are expanded
   (the "billion laughs" file is refused before it is built).
-- ``short(value)``: a repr never longer than ``limit`` characters, for messages.
+- ``short(value)``: a repr never longer than ``limit`` characters, for messages; ``clip(text,
+  limit)`` the same for a text (an error message quoted in another).
 - Field checks: ``check_keys``, ``check_type``, ``check_int``, ``check_number``; each names the
   field, the bad value (shortened) and what is valid.
 
@@ -27,6 +28,7 @@ import io
 import json
 import math
 import os
+import re
 import stat
 import tokenize
 from pathlib import Path
@@ -38,6 +40,12 @@ MAX_BYTES = 64 * 1024 * 1024    # no file flexrt reads is larger; a cache of pro
 MAX_DEPTH = 64                  # nesting of JSON and YAML documents (flexrt's own need at most 8)
 MAX_YAML_NODES = 1_000_000      # YAML nodes once aliases are expanded
 MESSAGE_VALUE = 80              # characters of a value shown in a message
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` on one line (runs of white space made one space), cut to ``limit`` characters."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else f"{text[:limit - 3]}... ({len(text)} characters)"
 
 
 def short(value: Any, limit: int = MESSAGE_VALUE) -> str:
@@ -82,8 +90,13 @@ def decode(data: bytes, where: str, error: type = ConfigError, source: bool = Fa
     if source:
         try:
             encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-        except SyntaxError as e:
-            raise error(f"{where}: {e.msg if hasattr(e, 'msg') else e}") from None
+        except SyntaxError as e:  # a bad coding line, or a bad byte in the first two lines
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError:
+                pass  # name the byte below, as for any UTF-8 text
+            else:
+                raise error(f"{where}: {e.msg if hasattr(e, 'msg') else e}") from None
     try:
         text = data.decode(encoding)
     except UnicodeDecodeError as e:
@@ -133,28 +146,28 @@ def _no_constant(name: str):
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-def parse_json(text: str, where: str, error: type = ConfigError, max_depth: int = MAX_DEPTH) -> Any:
-    """A JSON document (see the module doc); ``where`` names the file in messages."""
-    # nesting is checked on the text first: json.loads itself recurses once per level
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def _bracket_depth(text: str) -> int:
+    """The deepest nesting of JSON arrays and objects in ``text`` (strings skipped)."""
     depth = level = 0
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
+    for m in _BRACKETS.finditer(_JSON_STRING.sub('""', text)):
+        if m.group() in "[{":
             level += 1
             depth = max(depth, level)
-            if depth > max_depth:
-                raise error(f"{where}: nested more than {max_depth} levels deep; flexrt's files need far fewer")
-        elif ch in "]}":
+        else:
             level -= 1
+    return depth
+
+
+def parse_json(text: str, where: str, error: type = ConfigError, max_depth: int = MAX_DEPTH) -> Any:
+    """A JSON document (see the module doc); ``where`` names the file in messages."""
+    # nesting is checked on the text first (json.loads itself recurses once per level): strings are
+    # cut out, then the brackets left are counted
+    if _bracket_depth(text) > max_depth:
+        raise error(f"{where}: nested more than {max_depth} levels deep; flexrt's files need far fewer")
     try:
         return json.loads(text, object_pairs_hook=_no_repeats(where, error), parse_constant=_no_constant)
     except json.JSONDecodeError as e:

@@ -14,7 +14,8 @@ Format (JSON, one file)::
          "forward_s": 1.2e-05, "backward_s": 2.4e-05, "backward": "derived",
          "repeats": 5, "warmup": 1, "measured_at": "2025-01-01T00:00:00Z"}}}
 
-The cache never makes a run fail. A file that is not valid JSON, an entry with wrong types, a
+The cache never makes a run fail. A file that cannot be read (a directory, a FIFO, a device, over
+``flexrt.inputs.MAX_BYTES``, not UTF-8), that is not valid JSON, an entry with wrong types, a
 negative, zero or NaN time, a key that does not match its hash, or an entry written by another
 flexrt version or schema is reported once (``ProfileCacheWarning``) and ignored, so the operator is
 measured again; ignored entries are dropped at the next write. Writes go to a temporary file in the
@@ -48,6 +49,8 @@ from pathlib import Path
 from typing import Any, Iterator, Optional, Union
 
 from flexrt import __version__
+from flexrt.errors import ConfigError
+from flexrt.inputs import read_text
 from flexrt.paths import CACHE_DIR_ENV_VAR, cache_dir
 
 SCHEMA_VERSION = 1
@@ -122,8 +125,8 @@ def _parse_entry(name: str, raw: Any) -> Union[tuple[dict, CacheEntry], str]:
     try:
         if key_hash(key) != name:
             return "has a key that does not match its hash"
-    except (TypeError, ValueError) as e:
-        return f"has a key that is not plain JSON ({e})"
+    except (TypeError, ValueError, RecursionError) as e:
+        return f"has a key that is not plain JSON ({type(e).__name__})"
     for field in ("forward_s", "backward_s"):
         problem = _bad_time(raw.get(field))
         if problem:
@@ -158,16 +161,18 @@ def _file_text(entries: dict[str, dict]) -> str:
 def read_cache_file(path: Path) -> tuple[dict[str, dict], dict[str, CacheEntry], list[str]]:
     """Read ``path`` tolerantly: (name -> key, name -> entry, problems). A missing file is empty and
     no problem; nothing here raises on bad contents."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    if not path.exists():
         return {}, {}, []
-    except (OSError, UnicodeDecodeError) as e:
-        return {}, {}, [f"cannot be read ({type(e).__name__}: {e}); profiling without it"]
-    try:
+    try:  # through flexrt.inputs: a FIFO, a device or a huge file is refused, never read
+        text = read_text(path, "file", ConfigError)
+    except ConfigError as e:
+        return {}, {}, [f"cannot be read ({e}); profiling without it"]
+    try:  # not inputs.parse_json: a NaN or a repeated entry spoils one entry here, not the whole file
         data = json.loads(text)
     except ValueError as e:
         return {}, {}, [f"is not valid JSON ({e}); ignoring it, it will be rewritten"]
+    except RecursionError:
+        return {}, {}, ["is nested too deeply to be a profile cache; ignoring it, it will be rewritten"]
     if not isinstance(data, dict) or not isinstance(data.get("entries"), dict):
         return {}, {}, ["is not a profile cache (expected an object with 'entries'); ignoring it, "
                         "it will be rewritten"]

@@ -34,6 +34,7 @@ from flexrt import __version__
 from flexrt.cli import _calibrate, _machines, _models, _search, _show, _simulate, _substitutions, _train
 from flexrt.cli._common import Parser, UsageError
 from flexrt.errors import FlexrtError
+from flexrt.inputs import clip
 from flexrt.runtime import mpi
 
 # Each command module gives NAME, HELP, ACCEPTS_MODEL_FLAGS, add_arguments(parser) and run(args, extra) -> int.
@@ -103,10 +104,7 @@ MESSAGE_LIMIT = 2000  # characters of an error message shown; the rest is cut
 
 def _one_line(message: str) -> str:
     """An error message on one line, at most ``MESSAGE_LIMIT`` characters."""
-    message = " ".join(message.split("\n")) if "\n" in message else message
-    if len(message) > MESSAGE_LIMIT:
-        message = f"{message[:MESSAGE_LIMIT]}... ({len(message) - MESSAGE_LIMIT} more characters)"
-    return message
+    return clip(message, MESSAGE_LIMIT)
 
 
 def _abort_world(message: str, status: int) -> None:

@@ -62,23 +62,13 @@ def add_arguments(parser) -> None:
                         help="let proposals split attribute axes (e.g. image height and width)")
     parser.add_argument("--search-num-nodes", type=count(1), help="search for a machine with this many nodes")
     parser.add_argument("--import", dest="import_file", metavar="FILE",
-                        help="a strategy file (JSON, or FlexFlow text if .txt) used as an initial candidate")
+                        help="a strategy file (JSON or FlexFlow text) used as an initial candidate")
     parser.add_argument("--export", metavar="FILE", help="write the best strategy (FlexFlow text format if .txt)")
     parser.add_argument("--plot", metavar="FILE", help="draw the best strategy as PNG")
     parser.add_argument("--cost", choices=("analytic", "profiled"), default="analytic")
     parser.add_argument("--optimizer", choices=[k.short_name for k in OptimizerKind], default="sgd")
     parser.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     add_json_flag(parser)
-
-
-def _import(path: str, base, machine):
-    if path.endswith(".txt"):
-        try:
-            from flexrt.strategy import load_text_strategy
-        except ImportError as e:
-            raise ConfigError(f"FlexFlow text strategies cannot be read here: {e}") from None
-        return load_text_strategy(path, base, machine)
-    return load_strategy(path, base, machine)
 
 
 def export_strategy(path: str, strategy, machine) -> str:
@@ -166,7 +156,7 @@ def run(args, extra) -> int:
     options = _options(args, cfg, loaded.name)
     cost = AnalyticCostModel() if args.cost == "analytic" else ProfiledCostModel()
     imported = args.import_file or cfg.import_strategy_file
-    given = [_import(imported, base, machine)] if imported else []
+    given = [load_strategy(imported, base, machine)] if imported else []  # JSON or FlexFlow text
     optimizer = OptimizerKind.parse(args.optimizer)
 
     warn_data_parallel(base, machine)  # the baseline compared with

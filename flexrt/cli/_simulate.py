@@ -23,7 +23,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--machine", required=True, help="preset name (see `flexrt machines`) or machine YAML")
     parser.add_argument("--nodes", type=count(1), help="scale the machine to this many nodes")
     which = parser.add_mutually_exclusive_group()
-    which.add_argument("--strategy", metavar="FILE", help="strategy JSON (from --export or a search)")
+    which.add_argument("--strategy", metavar="FILE",
+                       help="strategy file, JSON or FlexFlow text (from --export or a search)")
     which.add_argument("--data-parallel", action="store_true", help="data parallelism over every device (default)")
     which.add_argument("--random-strategy", type=count(0), metavar="SEED", help="a random valid strategy")
     parser.add_argument("--method", choices=("full", "delta"), default="full",

@@ -1,7 +1,9 @@
 """``flexrt substitutions generate | verify | stats | show N``: the PCG substitution library (Unity §4).
 
 - ``generate [--max-ops 3] [--degree 2] [--seed 0] [--output FILE] [--no-verify]``: enumerate and
-  fingerprint candidate rules, verify them with Z3, write the proved ones (FlexFlow's JSON format).
+  fingerprint candidate rules, verify them with Z3, write the proved ones (FlexFlow's JSON format) to
+  ``--output`` or, by default, ``substitutions/library.json`` in the user's cache folder
+  (``flexrt.paths.cache_dir``); never into the installed package, whose library stays as shipped.
 - ``verify [--file F] [--dims outermost]``: re-verify a library (ours by default); on FlexFlow's file
   (whose dimensions count from the outermost: ``--dims outermost``), counts of proved, refuted,
   unknown and unusable rules (unusable: the destination reads inputs the source lacks).
@@ -15,11 +17,11 @@ from __future__ import annotations
 import inspect
 import sys
 import time
-from importlib import resources
 from pathlib import Path
 
-from flexrt.cli._common import add_json_flag, emit_json
+from flexrt.cli._common import add_json_flag, count, emit_json, number
 from flexrt.errors import ConfigError, NotYetAvailableError
+from flexrt.paths import cache_dir
 
 NAME = "substitutions"
 HELP = "generate, verify, summarize or print PCG substitution rules (`flexrt substitutions stats`)"
@@ -30,19 +32,19 @@ def add_arguments(parser) -> None:
     sub = parser.add_subparsers(dest="subst_command", metavar="ACTION", required=True)
     gen = sub.add_parser("generate", help="enumerate, fingerprint and verify rules; write the library",
                          allow_abbrev=False)
-    gen.add_argument("--max-ops", type=int, default=3, metavar="N", help="operators per side (default 3)")
-    gen.add_argument("--degree", type=int, default=2, metavar="D", help="degree of parallel operators (default 2)")
-    gen.add_argument("--seed", type=int, default=0, help="seed of the fingerprint inputs (default 0)")
-    gen.add_argument("--output", metavar="FILE", help="where to write the library (default: the shipped "
-                                                      "configs/substitutions/library.json)")
+    gen.add_argument("--max-ops", type=count(1, MAX_OPS), default=3, metavar="N",
+                     help=f"operators per side, 1..{MAX_OPS} (default 3)")
+    gen.add_argument("--degree", type=int, choices=DEGREES, default=2, metavar="D",
+                     help=f"degree of parallel operators, one of {', '.join(map(str, DEGREES))} (default 2)")
+    gen.add_argument("--seed", type=count(0), default=0, help="seed of the fingerprint inputs (default 0)")
+    gen.add_argument("--output", metavar="FILE", help="where to write the library (default: "
+                                                      "substitutions/library.json in the cache folder)")
     gen.add_argument("--no-verify", action="store_true", help="write the candidates without Z3 verification")
-    gen.add_argument("--timeout", type=float, metavar="S", help="verifier time limit per rule, seconds")
-    gen.add_argument("--jobs", type=int, metavar="N", help="verifier child processes at a time")
+    _add_verifier_flags(gen)
     add_json_flag(gen)
     ver = sub.add_parser("verify", help="verify a rule library with Z3 (ours, or --file F)", allow_abbrev=False)
     ver.add_argument("--file", metavar="F", help="a rule file in FlexFlow's JSON format (default: our library)")
-    ver.add_argument("--timeout", type=float, metavar="S", help="verifier time limit per rule, seconds")
-    ver.add_argument("--jobs", type=int, metavar="N", help="verifier child processes at a time")
+    _add_verifier_flags(ver)
     _add_dims_flag(ver)
     add_json_flag(ver)
     st = sub.add_parser("stats", help="counts by size and operator kind", allow_abbrev=False)
@@ -56,11 +58,22 @@ def add_arguments(parser) -> None:
     add_json_flag(sh)
 
 
+MAX_OPS = 4          # operators per side the generator enumerates (TASO generates graphs of up to 4)
+DEGREES = (2, 4)     # parallel degrees that divide the generator's 4 x 4 inputs
+MAX_JOBS = 64
+
+
+def _add_verifier_flags(parser) -> None:
+    parser.add_argument("--timeout", type=number(above=0), metavar="S", help="verifier time limit per rule, seconds")
+    parser.add_argument("--jobs", type=count(1, MAX_JOBS), metavar="N",
+                        help=f"verifier child processes at a time, 1..{MAX_JOBS}")
+
+
 def _rules(file, dims: str = "innermost"):
     from flexrt.search.substitutions.library import load_library, to_innermost
     from flexrt.search.substitutions.rule import load_rules
     if file:
-        if not Path(file).is_file():
+        if not Path(file).exists():
             raise ConfigError(f"rule file {file} not found")
         rules = load_rules(file)
     else:
@@ -74,8 +87,15 @@ def _add_dims_flag(parser) -> None:
                              "default) or outermost first (FlexFlow's graph_subst_3_v2.json: pass --dims outermost)")
 
 
-def _default_output() -> Path:
-    return Path(str(resources.files("flexrt.configs"))) / "substitutions" / "library.json"
+def _output(args) -> Path:
+    """Where ``generate`` writes: ``--output``, else the cache folder (never the installed package);
+    refused before the long generation when it cannot be a file."""
+    path = Path(args.output) if args.output else cache_dir() / "substitutions" / "library.json"
+    if path.is_dir():
+        raise ConfigError(f"--output {path} is a directory; give a file name such as {path / 'library.json'}")
+    if path.exists() and not path.is_file():
+        raise ConfigError(f"--output {path} is not a regular file (a FIFO, socket or device); give a file")
+    return path
 
 
 def _lazy(module: str, name: str, who: str):
@@ -123,6 +143,7 @@ def _verify(rules, timeout, jobs=None):
 
 def _generate(args) -> int:
     from flexrt.search.substitutions.rule import save_rules
+    output = _output(args)
     generate = _lazy("generate", "generate", "generate")
     t0 = time.perf_counter()
     progress = None if args.json else (lambda line: print(line, file=sys.stderr, flush=True))
@@ -135,14 +156,18 @@ def _generate(args) -> int:
         for k in ("proved", "refuted", "unknown"):
             counts[k] = statuses.count(k)
         rules = [r for r, s in zip(rules, statuses) if s == "proved"]
-    out = save_rules(args.output or _default_output(), rules)
+    try:
+        out = save_rules(output, rules)
+    except OSError as e:
+        raise ConfigError(f"cannot write the rule library to {output}: {e.strerror or e}") from None
     doc = {"counts": counts, "written": len(rules), "output": str(out), "elapsed_s": time.perf_counter() - t0}
     if args.json:
         emit_json(doc)
     else:
         for k, v in counts.items():
             print(f"{k:>24}: {v}")
-        print(f"wrote {len(rules)} rules to {out} in {doc['elapsed_s']:.1f} s")
+        print(f"wrote {len(rules)} rules to {out} in {doc['elapsed_s']:.1f} s (read it with --file {out}; the "
+              f"installed library is left as shipped)")
     return 0
 
 

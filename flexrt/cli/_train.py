@@ -39,7 +39,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--machine", required=True, help="preset name (see `flexrt machines`) or machine YAML")
     parser.add_argument("--nodes", type=count(1), help="scale the machine to this many nodes")
     parser.add_argument("--strategy", metavar="FILE",
-                        help="strategy JSON (from --export or a search); default: data parallelism over every device")
+                        help="strategy file, JSON or FlexFlow text (from --export or a search); default: data "
+                             "parallelism over every device")
     parser.add_argument("--random-strategy", type=count(0), metavar="SEED",
                         help="train a random valid strategy (every operator a random SOAP configuration and view)")
     parser.add_argument("--backend", default="numpy", help=f"array backend: {' or '.join(BACKENDS)} (default numpy)")

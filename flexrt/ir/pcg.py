@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from flexrt.errors import FlexrtError, GraphError, ShapeError
+from flexrt.inputs import check_int, check_keys, check_type, parse_json, short
 from flexrt.ir import graph_algos
 from flexrt.ir.op_type import PARALLEL_OPS, SOURCE_OPS, OpType
 from flexrt.ir.parallel_axes import infer_parallel
@@ -312,60 +313,54 @@ class PCG:
 
     @classmethod
     def from_json(cls, data: dict, source: str = "<json>") -> "PCG":
-        """Rebuild a PCG; every node is re-inferred and must match the stored output shapes."""
+        """Rebuild a PCG; every node is re-inferred and must match the stored output shapes. GraphError
+        (ShapeError for a node its inputs do not fit) naming ``source``, the node and the field."""
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise GraphError(f"{source}: not a flexrt PCG file (missing \"format\": \"{FORMAT}\")")
-        if data.get("version") != VERSION:
-            raise GraphError(f"{source}: PCG format version {data.get('version')!r}; this flexrt reads {VERSION}")
+        check_keys(data, _PCG_KEYS, source, GraphError, required=("format", "version", "nodes"))
+        if data["version"] != VERSION or isinstance(data["version"], bool):
+            raise GraphError(f"{source}: PCG format version {short(data['version'])}; this flexrt reads {VERSION}")
         raw = {}
-        for i, nd in enumerate(data.get("nodes", [])):
-            where = f"{source}: nodes[{i}]"
-            try:
-                nid = int(nd["id"])
-                attrs = attrs_from_json(nd["op"], nd["attrs"], where + ".attrs")
-                inputs = tuple(TensorRef(int(a), int(b)) for a, b in nd["inputs"])
-                name = str(nd["name"])
-            except (KeyError, TypeError, ValueError) as e:
-                if isinstance(e, FlexrtError):
-                    raise
-                raise GraphError(f"{where}: malformed node ({e!r}); expected id, name, op, attrs, inputs") from None
+        for i, nd in enumerate(check_type(data["nodes"], list, f"{source}: nodes", GraphError)):
+            nid, attrs, inputs, name = _node_from_json(nd, source, i)
             if nid in raw:
-                raise GraphError(f"{where}: duplicate node id {nid}")
+                raise GraphError(f"{source}: nodes[{i}]: duplicate node id {nid}")
             raw[nid] = (attrs, inputs, name, nd.get("outputs"))
         ids = sorted(raw)
+        next_id = check_int(data.get("next_id", ids[-1] + 1 if ids else 0), f"{source}: next_id", GraphError,
+                            minimum=ids[-1] + 1 if ids else 0)
         index = {nid: i for i, nid in enumerate(ids)}
         succ: list[list[int]] = [[] for _ in ids]
         for nid, (_, inputs, name, _) in raw.items():
             for r in inputs:
                 if r.node not in index:
-                    raise GraphError(f"{source}: node {nid} '{name}' reads tensor {r} of a missing node")
+                    raise GraphError(f"{source}: node {nid} {short(name)} reads tensor {r} of a missing node")
                 succ[index[r.node]].append(index[nid])
         order = graph_algos.topo_order(succ)
         if order is None:
             stuck = sorted(ids[i] for i in range(len(ids)) if i not in set(graph_algos.py_topo_order_partial(succ)))
-            raise GraphError(f"{source}: the graph has a cycle through nodes {stuck}")
+            raise GraphError(f"{source}: the graph has a cycle through nodes {short(stuck)}")
         g = cls()
         for i in order:
             nid = ids[i]
             attrs, inputs, name, stored = raw[nid]
             g._next_id = nid
-            g.add_node(attrs, inputs, name)
+            try:
+                g.add_node(attrs, inputs, name)
+            except FlexrtError as e:
+                raise type(e)(f"{source}: node {nid}: {e}") from None
             if stored is not None:
                 got = [pshape_to_json(s) for s in g._shapes[nid]]
                 if got != stored:
-                    raise GraphError(f"{source}: node {nid} '{name}': stored output shapes {stored} differ "
-                                     f"from inferred {got}")
+                    raise GraphError(f"{source}: node {nid} {short(name)}: stored output shapes {short(stored)} "
+                                     f"differ from inferred {short(got)}")
         g._nodes = {k: g._nodes[k] for k in sorted(g._nodes)}
-        g._next_id = int(data.get("next_id", (max(ids) + 1) if ids else 0))
+        g._next_id = next_id
         return g
 
     @classmethod
     def loads(cls, text: str, source: str = "<json>") -> "PCG":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise GraphError(f"{source}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
-        return cls.from_json(data, source)
+        return cls.from_json(parse_json(text, source, GraphError), source)
 
     def to_dot(self, name: str = "pcg") -> str:
         """Graphviz source: operators as boxes, weights and inputs as ellipses, parallel ops as diamonds."""
@@ -385,6 +380,58 @@ class PCG:
                 lines.append(f"  n{r.node} -> n{n.id}" + (f' [label="{r.index}"]' if r.index else "") + ";")
         lines.append("}")
         return "\n".join(lines) + "\n"
+
+
+_PCG_KEYS = ("format", "version", "next_id", "nodes")
+_NODE_KEYS = ("id", "name", "op", "attrs", "inputs", "outputs")
+# what building attributes from untrusted values can raise besides flexrt's own errors
+_BAD_VALUE = (KeyError, TypeError, ValueError, AttributeError, IndexError, ArithmeticError)
+_OP_NAMES = [t.value for t in OpType]
+_OP_SET = frozenset(_OP_NAMES)
+_NODE_KEY_SET, _NODE_REQUIRED = frozenset(_NODE_KEYS), frozenset(_NODE_KEYS[:5])
+
+
+def _is_index(v: Any) -> bool:
+    return type(v) is int and v >= 0
+
+
+def _node_from_json(nd: Any, source: str, i: int) -> tuple[int, Any, tuple[TensorRef, ...], str]:
+    """(id, attributes, inputs, name) of entry ``i`` of a PCG file's ``nodes`` (checked at once: rewrites
+    rebuild graphs through here; ``_refuse_node`` says what is wrong)."""
+    if not (type(nd) is dict and _NODE_KEY_SET.issuperset(nd) and _NODE_REQUIRED.issubset(nd)
+            and _is_index(nd["id"]) and type(nd["name"]) is str and type(nd["op"]) is str and nd["op"] in _OP_SET
+            and type(nd["attrs"]) is dict and type(nd["inputs"]) is list
+            and all(type(r) is list and len(r) == 2 and _is_index(r[0]) and _is_index(r[1]) for r in nd["inputs"])):
+        _refuse_node(nd, f"{source}: nodes[{i}]")
+    where = f"{source}: nodes[{i}] ({short(nd['name'], 40)}).attrs"
+    try:
+        attrs = attrs_from_json(nd["op"], nd["attrs"], where)
+    except FlexrtError:
+        raise
+    except _BAD_VALUE as e:
+        raise GraphError(f"{where}: not valid attributes of a {short(nd['op'])} ({type(e).__name__}: "
+                         f"{short(str(e), 120)})") from None
+    return nd["id"], attrs, tuple(TensorRef(a, b) for a, b in nd["inputs"]), nd["name"]
+
+
+def _refuse_node(nd: Any, where: str) -> None:
+    """GraphError naming the first field of node entry ``nd`` that is missing, unknown or wrong."""
+    check_type(nd, dict, where, GraphError)
+    check_keys(nd, _NODE_KEYS, where, GraphError, required=_NODE_KEYS[:5])
+    check_int(nd["id"], f"{where}.id", GraphError, minimum=0)
+    name = check_type(nd["name"], str, f"{where}.name", GraphError)
+    op = check_type(nd["op"], str, f"{where}.op", GraphError)
+    where = f"{where} ({short(name, 40)})"
+    if op not in _OP_SET:
+        raise GraphError(f"{where}.op: unknown operator {short(op)}; valid: {', '.join(_OP_NAMES[:10])}, ... "
+                         f"({len(_OP_NAMES)} in all, see flexrt.ir.OpType)")
+    check_type(nd["attrs"], dict, f"{where}.attrs", GraphError)
+    for k, ref in enumerate(check_type(nd["inputs"], list, f"{where}.inputs", GraphError)):
+        if not isinstance(ref, list) or len(ref) != 2:
+            raise GraphError(f"{where}.inputs[{k}] must be a pair [node id, output index], got {short(ref)}")
+        for j in (0, 1):
+            check_int(ref[j], f"{where}.inputs[{k}][{j}]", GraphError, minimum=0)
+    raise GraphError(f"{where}: malformed node {short(nd)}")  # an integral float such as 1.0 where an int belongs
 
 
 def input_shapes_of(pcg: PCG, node: Node) -> list[TensorShape]:

@@ -8,6 +8,12 @@ example, runs as ``__main__`` in capture mode: its ``FFModel.compile`` call ends
 over the model; a script that never compiles gives the last ``FFModel`` it made. While a script
 runs, ``sys.argv`` holds the model flags (so ``FFConfig()`` parses them) and its stdout is dropped.
 
+A script is read through ``flexrt.inputs`` (a regular file, decoded as Python decodes source: UTF-8
+or the PEP 263 coding line it declares), parsed and compiled once, and run in a fresh module as
+``runpy.run_path`` would. Whatever goes wrong is one ``ConfigError`` (or the script's own flexrt
+error) naming the script's file and line: a bad byte (with its offset), a syntax error, or an
+exception its code raised (``m.py:3: the script raised ZeroDivisionError: division by zero``).
+
 Example:
     >>> loaded = load_model("mlp", ["-b", "64"])       # doctest: +SKIP
     >>> loaded.model.num_parameters()                  # doctest: +SKIP
@@ -22,15 +28,16 @@ import contextlib
 import inspect
 import io
 import os
-import runpy
 import sys
 import traceback
+import types
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 from flexrt.errors import ConfigError, FlexrtError
+from flexrt.inputs import clip, read_text, short
 from flexrt.model import _capture
 from flexrt.model.config import FFConfig
 from flexrt.model.ffmodel import FFModel
@@ -93,9 +100,7 @@ def _resolve(model: str) -> tuple[str, resources.abc.Traversable]:
         raise ConfigError(f"a model is a zoo name or a path to a .py script, got {model!r}")
     if _is_path(model):
         path = Path(model)
-        if not path.is_file():
-            raise ConfigError(f"model script {model} does not exist")
-        return path.stem, path
+        return path.stem, path  # reading it says what is wrong with it (missing, a directory, ...)
     zoo = _zoo_files()
     if model in zoo:
         return model, zoo[model]
@@ -115,6 +120,9 @@ def _script_env(path: Path, argv: Sequence[str]) -> Iterator[None]:
     finally:
         sys.argv = saved_argv
         sys.path[:] = saved_path
+
+
+MESSAGE_CHARS = 300  # of a script's exception message quoted in an error
 
 
 def _script_line(exc: BaseException, path: Path) -> str:
@@ -156,50 +164,112 @@ def split_script_flags(build_model, argv: Sequence[str]) -> tuple[list[str], dic
             continue
         if not inline:
             if i + 1 >= len(argv):
-                raise ConfigError(f"flag {flag} needs a value (default {param.default!r})")
+                raise ConfigError(f"flag {flag} needs a value (default {short(param.default)})")
             inline, i = argv[i + 1], i + 1
         try:
             kwargs[param.name] = type(param.default)(inline)
-        except ValueError:
+        except (ValueError, TypeError):  # TypeError: a default such as None, whose type takes no text
             kind = type(param.default).__name__
-            raise ConfigError(f"flag {flag} takes {'an' if kind[0] in 'aeiou' else 'a'} {kind}, got {inline!r}") from None
+            raise ConfigError(f"flag {flag} takes {'an' if kind[0] in 'aeiou' else 'a'} {kind}, got "
+                              f"{short(inline)}") from None
         i += 1
     return rest, kwargs
 
 
-def _parse(path: Path) -> ast.Module:
+@dataclass(frozen=True)
+class _Script:
+    """A script read, parsed and compiled: its path, syntax tree and code."""
+
+    path: Path
+    tree: ast.Module
+    code: types.CodeType
+
+
+def _read_script(path: Path) -> _Script:
+    """Read, parse and compile a script; ConfigError naming file:line for anything that stops it."""
+    text = read_text(path, "model script", ConfigError, source=True)
     try:
-        return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = ast.parse(text, filename=str(path))
+        return _Script(path, tree, compile(tree, str(path), "exec"))
     except SyntaxError as e:
-        raise ConfigError(f"{path}:{e.lineno}: syntax error: {e.msg}") from None
+        line = e.lineno or (text.count("\n", 0, text.find("\0")) + 1 if "\0" in text else 1)
+        raise ConfigError(f"{path}:{line}: syntax error: {e.msg}") from None
+    except (RecursionError, MemoryError):
+        raise ConfigError(f"{path}: the script is nested too deeply for Python to compile") from None
 
 
-def _build_model_of(path: Path):
-    return runpy.run_path(str(path), run_name="__flexrt_model__")["build_model"]
+def _exec(script: _Script, run_name: str) -> dict[str, Any]:
+    """Run the script in a fresh module named ``run_name`` (in ``sys.modules`` while it runs, as
+    ``runpy.run_path`` does) and return its globals."""
+    module = types.ModuleType(run_name)
+    module.__dict__.update(__file__=str(script.path), __cached__=None, __loader__=None, __package__="",
+                           __spec__=None)
+    saved = sys.modules.get(run_name)
+    sys.modules[run_name] = module
+    try:
+        exec(script.code, module.__dict__)
+    finally:
+        if saved is None:
+            sys.modules.pop(run_name, None)
+        else:
+            sys.modules[run_name] = saved
+    return dict(module.__dict__)
+
+
+@contextlib.contextmanager
+def _reported(name: str, path: Path) -> Iterator[None]:
+    """An exception of the running script as one error naming the script's file:line: its own flexrt
+    errors keep their type, anything else becomes a ConfigError."""
+    try:
+        yield
+    except FlexrtError as e:
+        raise type(e)(f"model {name} ({_script_line(e, path)}): {e}") from e
+    except ModuleNotFoundError as e:
+        if e.name and e.name.split(".")[0] == "flexflow":
+            raise ConfigError(f"{_script_line(e, path)}: the script imports {e.name}; change "
+                              f"`from flexflow.core import *` to `from flexrt.core import *`") from None
+        raise ConfigError(f"{_script_line(e, path)}: {clip(str(e), MESSAGE_CHARS)}") from e
+    except Exception as e:  # a bug in the script: say where, keep the cause for --traceback users
+        raise ConfigError(f"{_script_line(e, path)}: the script raised {type(e).__name__}: "
+                          f"{clip(str(e), MESSAGE_CHARS)}") from e
+
+
+def _build_model_of(script: _Script, name: str):
+    with _reported(name, script.path):
+        build_model = _exec(script, "__flexrt_model__").get("build_model")
+    if not callable(build_model):
+        raise ConfigError(f"{script.path}: build_model is {short(build_model)} after the script ran, not a function "
+                          f"build_model(ffconfig)")
+    return build_model
 
 
 def script_build_model(model: str):
     """The ``build_model`` function of a zoo name or script path, or None when it has none."""
-    _, entry = _resolve(model)
+    name, entry = _resolve(model)
     with resources.as_file(entry) as path:
-        path = Path(path)
-        tree = _parse(path)
-        if not _defines_build_model(tree):
+        script = _read_script(Path(path))
+        if not _defines_build_model(script.tree):
             return None
-        with _script_env(path, []):
-            return _build_model_of(path)
+        with _script_env(script.path, []):
+            try:
+                return _build_model_of(script, name)
+            except SystemExit as e:
+                raise ConfigError(f"model script {script.path} exited (status {short(e.code)}) before defining "
+                                  f"build_model") from None
 
 
-def _run(path: Path, argv: Sequence[str], uses_build_model: bool) -> Optional[FFModel]:
-    if uses_build_model:
-        build_model = _build_model_of(path)
+def _run(script: _Script, name: str, argv: Sequence[str], uses_build_model: bool) -> Optional[FFModel]:
+    if not uses_build_model:
+        with _reported(name, script.path):
+            _exec(script, "__main__")
+        return None
+    build_model = _build_model_of(script, name)
+    with _reported(name, script.path):
         rest, kwargs = split_script_flags(build_model, argv)
         result = build_model(FFConfig(rest), **kwargs)
-        if result is not None and not isinstance(result, FFModel):
-            raise ConfigError(f"{path}: build_model(ffconfig) must return an FFModel, got {type(result).__name__}")
-        return result
-    runpy.run_path(str(path), run_name="__main__")
-    return None
+    if result is not None and not isinstance(result, FFModel):
+        raise ConfigError(f"{script.path}: build_model(ffconfig) must return an FFModel, got {type(result).__name__}")
+    return result
 
 
 def load_model(model: str, argv: Sequence[str] = ()) -> LoadedModel:
@@ -211,27 +281,18 @@ def load_model(model: str, argv: Sequence[str] = ()) -> LoadedModel:
     name, entry = _resolve(model)
     argv = list(argv)
     with resources.as_file(entry) as path:
-        path = Path(path)
-        tree = _parse(path)
+        script = _read_script(Path(path))
+        path = script.path
         built: Optional[FFModel] = None
         with _capture.capturing() as state, _script_env(path, argv):
             try:
-                built = _run(path, argv, _defines_build_model(tree))
+                built = _run(script, name, argv, _defines_build_model(script.tree))
             except _capture.ModelCaptured as captured:
                 built = captured.model
-            except FlexrtError as e:
-                raise type(e)(f"model {name} ({_script_line(e, path)}): {e}") from e
             except SystemExit as e:
                 if not state.models:
-                    raise ConfigError(f"model script {path} exited (status {e.code}) before making an FFModel") \
-                        from None
-            except ModuleNotFoundError as e:
-                if e.name and e.name.split(".")[0] == "flexflow":
-                    raise ConfigError(f"{_script_line(e, path)}: the script imports {e.name}; change "
-                                      f"`from flexflow.core import *` to `from flexrt.core import *`") from None
-                raise ConfigError(f"{_script_line(e, path)}: {e}") from e
-            except Exception as e:  # a bug in the script: say where, keep the cause for --traceback users
-                raise ConfigError(f"model script {_script_line(e, path)} raised {type(e).__name__}: {e}") from e
+                    raise ConfigError(f"model script {path} exited (status {short(e.code)}) before making an "
+                                      f"FFModel") from None
         if built is None:
             if not state.models:
                 raise ConfigError(f"model script {path} made no FFModel (define build_model(ffconfig) or build one "

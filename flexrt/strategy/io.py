@@ -1,6 +1,22 @@
 """Strategy files (JSON): per-operator configurations over a model (``ConfigStrategy``, checked
 against the model's PCG hash) or a whole parallel PCG with views (``GraphStrategy``), each for the
-machine shape it was made for.
+machine shape it was made for. ``load_strategy`` also reads FlexFlow's text format (``text.py``),
+recognised by its content (a count where JSON has ``{``) or else by the ``.txt`` suffix.
+
+Reading checks every field before it is used, so a bad file gets one ``StrategyError`` naming the
+file, the field path (``operators[3] ('fc1').view.start``), the bad value and what is valid: unknown
+and missing keys, wrong types, non-integral or out-of-range numbers, operators listed twice or
+missing, views that fall off the machine or put two pieces on one device.
+
+The per-operator layout::
+
+    {"format": "flexrt.strategy", "version": 1, "model_hash": "<PCG hash>",
+     "machine": {"name": "dgx1_v100", "num_nodes": 1, "devices_per_node": 8},
+     "operators": [{"name": "fc1", "op": "linear", "degrees": {"dim0": 8},
+                    "view": {"start": 0, "strides": [1, 1], "projections": ["INTRA", "INTRA"]}}, ...]}
+
+A whole-PCG strategy has ``"pcg"`` (``PCG.to_json``) and ``"views"`` (operator name -> view) in place
+of ``model_hash`` and ``operators``.
 
 Entry points: ``save_strategy``, ``load_strategy``, ``strategy_to_json``, ``strategy_from_json``.
 """
@@ -8,29 +24,66 @@ Entry points: ``save_strategy``, ``load_strategy``, ``strategy_to_json``, ``stra
 from __future__ import annotations
 
 import json
-from typing import Optional
+import math
+from pathlib import Path
+from typing import Optional, Sequence
 
 from flexrt.errors import FlexrtError, StrategyError
-from flexrt.ir.pcg import PCG
+from flexrt.inputs import check_int, check_keys, check_type, parse_json, read_text, short
+from flexrt.ir.pcg import PCG, Node
 from flexrt.machine import Machine
-from flexrt.machine.views import MachineView, Projection
-from flexrt.strategy.config import ConfigStrategy, GraphStrategy, OpConfig, Strategy, is_compute
+from flexrt.machine.views import MachineView, Projection, view_devices
+from flexrt.strategy.config import ConfigStrategy, GraphStrategy, OpConfig, Strategy, is_compute, node_axes
+from flexrt.strategy.space import all_axes, apply_single
+from flexrt.strategy.text import name_list, strategy_from_text
 
 FORMAT = "flexrt.strategy"
 VERSION = 1
+_MACHINE_KEYS = ("name", "num_nodes", "devices_per_node")
+_CONFIG_KEYS = ("format", "version", "model_hash", "machine", "operators")
+_GRAPH_KEYS = ("format", "version", "machine", "pcg", "views")
+_OPERATOR_KEYS = ("name", "op", "degrees", "view")
+_VIEW_KEYS = ("start", "strides", "projections")
 
 
 def _view_json(v: MachineView) -> dict:
     return {"start": v.start, "strides": list(v.strides), "projections": [p.name for p in v.projections]}
 
 
-def _view_from_json(d, where: str) -> MachineView:
+def _view_from_json(d, where: str, machine: Machine, axes: Sequence[str]) -> MachineView:
+    """The view ``d`` (start, strides, projections) of an operator whose axes are ``axes``."""
+    check_type(d, dict, where, StrategyError)
+    check_keys(d, _VIEW_KEYS, where, StrategyError, required=_VIEW_KEYS)
+    start = check_int(d["start"], f"{where}.start", StrategyError, minimum=0)
+    if start >= machine.num_devices:
+        raise StrategyError(f"{where}.start is device {start} but machine {machine.name!r} has devices "
+                            f"0..{machine.num_devices - 1}")
+    lists = {k: check_type(d[k], list, f"{where}.{k}", StrategyError) for k in ("strides", "projections")}
+    for k, values in lists.items():
+        if len(values) != len(axes):
+            raise StrategyError(f"{where}.{k} has {len(values)} entries; give one per axis of the operator "
+                                f"({len(axes)}: {', '.join(axes)})")
+    strides = tuple(check_int(s, f"{where}.strides[{k}]", StrategyError, minimum=1)
+                    for k, s in enumerate(lists["strides"]))
+    valid = [p.name for p in Projection]
+    for k, p in enumerate(lists["projections"]):
+        if not isinstance(p, str) or p not in valid:
+            raise StrategyError(f"{where}.projections[{k}] is {short(p)}; valid: {', '.join(valid)}")
+    return MachineView(start, strides, tuple(Projection[p] for p in lists["projections"]))
+
+
+def _check_placement(machine: Machine, view: MachineView, degrees: tuple, where: str) -> None:
+    """The view puts each of the ``degrees`` pieces on its own device of ``machine``."""
+    pieces = math.prod(degrees)
+    if pieces > machine.num_devices:
+        raise StrategyError(f"{where}: degrees {list(degrees)} make {pieces} pieces but machine {machine.name!r} "
+                            f"has {machine.num_devices} devices")
     try:
-        return MachineView(int(d["start"]), tuple(int(s) for s in d["strides"]),
-                           tuple(Projection[p] for p in d["projections"]))
-    except (KeyError, TypeError, ValueError) as e:
-        raise StrategyError(f"{where}: malformed view {d!r} ({e!r}); expected start, strides, projections "
-                            f"(INTRA/INTER)") from None
+        devices = view_devices(machine, view, degrees)
+    except FlexrtError as e:
+        raise StrategyError(f"{where}: {e}") from None
+    if len(set(devices)) != len(devices):
+        raise StrategyError(f"{where}: view {view} puts two pieces on one device (devices {list(devices)})")
 
 
 def _machine_json(machine: Machine) -> dict:
@@ -57,54 +110,141 @@ def save_strategy(path: str, strategy: Strategy, machine: Machine) -> None:
         f.write("\n")
 
 
-def strategy_from_json(data: dict, base: Optional[PCG], machine: Machine, source: str = "<json>") -> Strategy:
-    """Rebuild a strategy; the model (by PCG hash) and the machine must be the ones it was made for."""
+def _check_header(data, machine: Machine, source: str) -> None:
+    """The format, version and machine of a strategy document, and its keys."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise StrategyError(f"{source}: not a flexrt strategy file (missing \"format\": \"{FORMAT}\")")
-    m = data.get("machine", {})
+        got = short(data.get("format")) if isinstance(data, dict) else f"a JSON {type(data).__name__}"
+        raise StrategyError(f"{source}: not a flexrt strategy file (\"format\" must be \"{FORMAT}\", got {got})")
+    keys = _GRAPH_KEYS if "pcg" in data else _CONFIG_KEYS
+    check_keys(data, keys, source, StrategyError, required=keys)
+    if data["version"] != VERSION or isinstance(data["version"], bool):
+        raise StrategyError(f"{source}: version is {short(data['version'])}; this flexrt reads strategy files of "
+                            f"version {VERSION}")
+    m = check_type(data["machine"], dict, f"{source}: machine", StrategyError)
+    check_keys(m, _MACHINE_KEYS, f"{source}: machine", StrategyError, required=_MACHINE_KEYS[1:])
+    name = check_type(m.get("name", ""), str, f"{source}: machine.name", StrategyError)
+    got = {k: check_int(m[k], f"{source}: machine.{k}", StrategyError, minimum=1) for k in _MACHINE_KEYS[1:]}
     here = _machine_json(machine)
-    diff = [f"{k} {m.get(k)!r} (file) vs {here[k]!r} (this machine)" for k in ("num_nodes", "devices_per_node")
-            if m.get(k) != here[k]]
+    diff = [f"{k} {got[k]} (file) vs {here[k]} (this machine)" for k in got if got[k] != here[k]]
     if diff:
-        raise StrategyError(f"{source}: the strategy was made for machine {m.get('name')!r} and does not fit "
+        raise StrategyError(f"{source}: the strategy was made for machine {short(name or None)} and does not fit "
                             f"{machine.name!r}: {'; '.join(diff)}")
-    if "pcg" in data:
-        pcg = PCG.from_json(data["pcg"], source)
-        views = {pcg.node_by_name(name).id: _view_from_json(v, f"{source}: views.{name}")
-                 for name, v in data.get("views", {}).items()}
-        s = GraphStrategy(pcg, views)
-        s.check_views(machine)
-        return s
+
+
+def _operator_config(op, where: str, base: PCG, machine: Machine) -> tuple[Node, OpConfig]:
+    """One entry of ``operators``: the model's node and its configuration."""
+    check_type(op, dict, where, StrategyError)
+    check_keys(op, _OPERATOR_KEYS, where, StrategyError, required=_OPERATOR_KEYS)
+    name = check_type(op["name"], str, f"{where}.name", StrategyError)
+    try:
+        node = base.node_by_name(name)
+    except FlexrtError:
+        node = None
+    if node is None or not is_compute(node):
+        ops = name_list([n.name for n in base.nodes if is_compute(n)])
+        if node is None:
+            raise StrategyError(f"{where}.name: no operator named {short(name)} in this model; its operators: {ops}")
+        raise StrategyError(f"{where}.name: {short(name)} is a {node.op_type.value} of this model, not an operator "
+                            f"a strategy configures; its operators: {ops}")
+    where = f"{where} ({short(name, 40)})"
+    if op["op"] != node.op_type.value:
+        raise StrategyError(f"{where}.op: '{node.name}' is a {node.op_type.value} here, {short(op['op'])} in the file")
+    axes = [a.name for a in all_axes(base, node)]
+    given = check_type(op["degrees"], dict, f"{where}.degrees", StrategyError)
+    degrees = {}
+    for axis, d in given.items():
+        if axis not in axes:
+            raise StrategyError(f"{where}.degrees: '{node.name}' ({node.op_type.value}) has no axis {short(axis)}; "
+                                f"its axes: {', '.join(axes)}")
+        degrees[axis] = check_int(d, f"{where}.degrees.{axis}", StrategyError, minimum=1)
+    view = _view_from_json(op["view"], f"{where}.view", machine, axes)
+    _check_placement(machine, view, tuple(degrees.get(a, 1) for a in axes), f"{where}.view")
+    try:
+        apply_single(base, node, degrees)
+    except FlexrtError as e:
+        raise StrategyError(f"{where}.degrees: {e}") from None
+    return node, OpConfig(tuple(degrees.items()), view)
+
+
+def _config_strategy(data: dict, base: Optional[PCG], machine: Machine, source: str) -> ConfigStrategy:
     if base is None:
         raise StrategyError(f"{source}: a per-operator strategy needs the model it was made for")
-    if data.get("model_hash") != base.structural_hash():
+    model_hash = check_type(data["model_hash"], str, f"{source}: model_hash", StrategyError)
+    if model_hash != base.structural_hash():
         raise StrategyError(f"{source}: the strategy was made for another model (PCG hash "
-                            f"{data.get('model_hash')} vs this model's {base.structural_hash()})")
-    configs = {}
-    for i, op in enumerate(data.get("operators", [])):
-        where = f"{source}: operators[{i}]"
-        try:
-            node = base.node_by_name(op["name"])
-        except (KeyError, FlexrtError):
-            raise StrategyError(f"{where}: no operator named {op.get('name')!r} in this model") from None
-        if op.get("op") != node.op_type.value:
-            raise StrategyError(f"{where}: '{node.name}' is a {node.op_type.value} here, {op.get('op')!r} in the file")
-        configs[node.id] = OpConfig(tuple(sorted((str(k), v) for k, v in op.get("degrees", {}).items())),
-                                    _view_from_json(op.get("view"), where))
+                            f"{short(model_hash)} vs this model's {base.structural_hash()})")
+    configs: dict[int, OpConfig] = {}
+    first: dict[int, int] = {}  # node id -> index of its entry
+    for i, op in enumerate(check_type(data["operators"], list, f"{source}: operators", StrategyError)):
+        node, cfg = _operator_config(op, f"{source}: operators[{i}]", base, machine)
+        if node.id in first:
+            raise StrategyError(f"{source}: operators[{i}]: operator '{node.name}' is listed twice (also "
+                                f"operators[{first[node.id]}]); give each operator once")
+        first[node.id], configs[node.id] = i, cfg
     missing = [n.name for n in base.nodes if is_compute(n) and n.id not in configs]
     if missing:
-        raise StrategyError(f"{source}: no configuration for {len(missing)} operator(s): {', '.join(missing[:5])}")
-    s = ConfigStrategy(base, configs)
-    s.check_views(machine)
-    return s
+        raise StrategyError(f"{source}: operators: no configuration for {len(missing)} operator(s): "
+                            f"{name_list(missing)}")
+    try:
+        return ConfigStrategy(base, configs)
+    except FlexrtError as e:
+        raise StrategyError(f"{source}: {e}") from None
+
+
+def _graph_strategy(data: dict, machine: Machine, source: str) -> GraphStrategy:
+    pcg = PCG.from_json(data["pcg"], f"{source}: pcg")
+    views = {}
+    for name, v in check_type(data["views"], dict, f"{source}: views", StrategyError).items():
+        where = f"{source}: views.{short(name, 40)}"
+        try:
+            node = pcg.node_by_name(name)
+        except FlexrtError:
+            node = None
+        if node is None or not is_compute(node):
+            ops = [n.name for n in pcg.nodes if is_compute(n)]
+            raise StrategyError(f"{where}: the file's pcg has no compute operator named {short(name)}; its "
+                                f"operators: {name_list(ops)}")
+        try:
+            axes, degree = node_axes(pcg, node)
+        except FlexrtError as e:
+            raise StrategyError(f"{where}: {e}") from None
+        view = _view_from_json(v, where, machine, [a.name for a in axes])
+        _check_placement(machine, view, tuple(degree[a.name] for a in axes), where)
+        views[node.id] = view
+    missing = [n.name for n in pcg.nodes if is_compute(n) and n.id not in views]
+    if missing:
+        raise StrategyError(f"{source}: views: no view for {len(missing)} operator(s): {name_list(missing)}")
+    try:
+        return GraphStrategy(pcg, views)
+    except FlexrtError as e:
+        raise StrategyError(f"{source}: {e}") from None
+
+
+def strategy_from_json(data: dict, base: Optional[PCG], machine: Machine, source: str = "<json>") -> Strategy:
+    """Rebuild a strategy; the model (by PCG hash) and the machine must be the ones it was made for.
+    StrategyError (GraphError for a malformed ``pcg``) naming the field when anything is off."""
+    _check_header(data, machine, source)
+    if "pcg" in data:
+        return _graph_strategy(data, machine, source)
+    return _config_strategy(data, base, machine, source)
+
+
+def _is_flexflow_text(path: str, text: str) -> bool:
+    """FlexFlow's text format starts with the number of operators, a JSON strategy with ``{``; a file
+    that starts with neither is read as its suffix says (``.txt``: FlexFlow's, else JSON)."""
+    first = text.lstrip()[:1]
+    if first and first in "{[":
+        return False
+    if first and first in "0123456789+-":
+        return True
+    return Path(path).suffix.lower() == ".txt"
 
 
 def load_strategy(path: str, base: Optional[PCG], machine: Machine) -> Strategy:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except OSError as e:
-        raise StrategyError(f"cannot read strategy file {path}: {e.strerror or e}") from None
-    except json.JSONDecodeError as e:
-        raise StrategyError(f"{path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
-    return strategy_from_json(data, base, machine, path)
+    """Read a strategy file: flexrt's JSON, or FlexFlow's text format (which needs ``base``)."""
+    text = read_text(path, "strategy file", StrategyError)
+    if _is_flexflow_text(str(path), text):
+        if base is None:
+            raise StrategyError(f"{path}: a FlexFlow text strategy needs the model it was made for")
+        return strategy_from_text(text, base, machine, str(path))
+    return strategy_from_json(parse_json(text, str(path), StrategyError), base, machine, str(path))

@@ -30,9 +30,11 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from dataclasses import dataclass
 
 from flexrt.errors import FlexrtError, StrategyError
+from flexrt.inputs import read_text, short
 from flexrt.ir.pcg import PCG, Node
 from flexrt.ir.registry import SlotKind
 from flexrt.machine import Machine
@@ -42,6 +44,7 @@ from flexrt.strategy.space import all_axes, apply_single, data_parallel
 
 DEVICE_TYPES = {"gpu": 0, "cpu": 1}
 _KIND_OF_TYPE = {v: k for k, v in DEVICE_TYPES.items()}
+_INT = re.compile(r"[-+]?[0-9]{1,18}")  # what FlexFlow's C++ reader takes as an integer field
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +66,12 @@ def _layout(base: PCG, node: Node) -> _Layout:
         dims.append(slots[0].dim if slots and slots[0].kind is SlotKind.SHARD else rank)
     soap = tuple(a.kind in SOAP_KINDS and not any(s.kind is SlotKind.SUM for _, s in a.operands) for a in axes)
     return _Layout(tuple(a.name for a in axes), tuple(dims), soap, rank)
+
+
+def name_list(names, limit: int = 6) -> str:
+    """Some names for a message: the first ``limit``, and how many there are in all."""
+    shown = ", ".join(short(n, 30) for n in names[:limit])
+    return shown + (f", ... ({len(names)} in all)" if len(names) > limit else "")
 
 
 def _device_type(machine: Machine, devices) -> int:
@@ -138,13 +147,13 @@ class _Reader:
 
     def ints(self, what: str, count: int | None = None) -> list[int]:
         text = self.line(what)
-        try:
-            values = [int(v) for v in text.split()]
-        except ValueError:
-            raise StrategyError(f"{self.where()}: {what} must be integers, got {text!r}") from None
+        words = text.split()
+        if not all(_INT.fullmatch(w) for w in words):  # int() would also take "1_0" and non-ASCII digits
+            raise StrategyError(f"{self.where()}: {what} must be integers, got {short(text)}")
+        values = [int(w) for w in words]
         if count is not None and len(values) != count:
             raise StrategyError(f"{self.where()}: expected {count} value(s) for {what}, got {len(values)} "
-                                f"({text!r})")
+                                f"({short(text)})")
         return values
 
 
@@ -156,8 +165,9 @@ def _read_operator(r: _Reader, base: PCG, machine: Machine) -> tuple[int, OpConf
     except FlexrtError:
         node = None
     if node is None or not is_compute(node):
-        raise StrategyError(f"{r.where(at)}: no operator named {name!r} in this model; the file was made for "
-                            f"another model")
+        ops = [n.name for n in base.nodes if is_compute(n)]
+        raise StrategyError(f"{r.where(at)}: no operator named {short(name)} in this model (its operators: "
+                            f"{name_list(ops)}); the file was made for another model")
     (dtype,) = r.ints(f"the device type of '{name}'", 1)
     if dtype not in _KIND_OF_TYPE:
         raise StrategyError(f"{r.where()}: device type {dtype} of '{name}' is neither 0 (GPU) nor 1 (CPU)")
@@ -174,7 +184,7 @@ def _read_operator(r: _Reader, base: PCG, machine: Machine) -> tuple[int, OpConf
     file_deg = list(reversed(legion[:lay.rank])) + legion[lay.rank:]
     (n,) = r.ints(f"the number of devices of '{name}'", 1)
     if n != math.prod(file_deg):
-        raise StrategyError(f"{r.where()}: '{name}' lists {n} devices but its degrees {legion} make "
+        raise StrategyError(f"{r.where()}: '{name}' lists {n} devices but its degrees {short(legion)} make "
                             f"{math.prod(file_deg)} pieces")
     ids = r.ints(f"the {n} device ids of '{name}'", n)
     ids_line = r.i
@@ -182,6 +192,9 @@ def _read_operator(r: _Reader, base: PCG, machine: Machine) -> tuple[int, OpConf
     if bad:
         raise StrategyError(f"{r.where()}: '{name}' uses device {bad[0]} but machine {machine.name!r} has devices "
                             f"0..{machine.num_devices - 1}; the file was made for another machine")
+    if n > machine.num_devices:
+        raise StrategyError(f"{r.where(ids_line)}: '{name}' is split into {n} pieces but machine {machine.name!r} "
+                            f"has {machine.num_devices} devices, one piece each at most")
     kinds = {machine.devices[d].spec.kind for d in ids}
     if kinds != {_KIND_OF_TYPE[dtype]}:
         raise StrategyError(f"{r.where(ids_line)}: '{name}' has device type {dtype} ({_KIND_OF_TYPE[dtype]}) but "
@@ -231,7 +244,7 @@ def strategy_from_text(text: str, base: PCG, machine: Machine, source: str = "<t
     rest = [k for k in range(r.i, len(r.lines)) if r.lines[k].strip()]
     if rest:
         raise StrategyError(f"{r.where(rest[0] + 1)}: text after the {count} operator(s) line 1 announces: "
-                            f"{r.lines[rest[0]].strip()!r}")
+                            f"{short(r.lines[rest[0]].strip())}")
     missing = [n for n in base.nodes if is_compute(n) and n.id not in configs]
     if missing:
         dp = data_parallel(base, machine).configs
@@ -246,9 +259,4 @@ def strategy_from_text(text: str, base: PCG, machine: Machine, source: str = "<t
 
 def load_text_strategy(path: str, base: PCG, machine: Machine) -> Strategy:
     """Read a FlexFlow r22.07 strategy file for the model ``base`` on ``machine``."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise StrategyError(f"cannot read strategy file {path}: {e.strerror or e}") from None
-    return strategy_from_text(text, base, machine, str(path))
+    return strategy_from_text(read_text(path, "strategy file", StrategyError), base, machine, str(path))

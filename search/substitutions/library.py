@@ -25,13 +25,12 @@ from flexrt.ir.ops import InputAttrs, RepartitionAttrs, ReplicateAttrs
 from flexrt.ir.pcg import PCG, TensorRef
 from flexrt.ir.tensor_shape import TensorShape
 from flexrt.search.substitutions.evaluate import evaluate
-from flexrt.search.substitutions.rule import OP_TYPES, PARALLEL_TYPES, OutputMap, PatternOp, Rule, Slot, load_rules
+from flexrt.search.substitutions.rule import (OP_SPECS, OP_TYPES, PARALLEL_TYPES, OutputMap, PatternOp, Rule, Slot,
+                                              load_rules)
 from flexrt.search.substitutions.semantics import ACTI, to_attrs
 
 DIM_KEYS = ("PM_AXIS", "PM_PARALLEL_DIM")
-REQUIRED = {"OP_CONCAT": ("PM_AXIS",), "OP_SPLIT": ("PM_AXIS",), "OP_PARTITION": ("PM_PARALLEL_DIM", "PM_PARALLEL_DEGREE"),
-            "OP_COMBINE": ("PM_PARALLEL_DIM", "PM_PARALLEL_DEGREE"), "OP_REPLICATE": ("PM_PARALLEL_DEGREE",),
-            "OP_REDUCE": ("PM_PARALLEL_DEGREE",)}
+REQUIRED = {t: spec.required for t, spec in OP_SPECS.items() if spec.required}
 
 
 def library_files() -> list[Path]:
@@ -42,13 +41,25 @@ def library_files() -> list[Path]:
     return sorted(Path(str(p)) for p in root.iterdir() if p.name.endswith(".json"))
 
 
+_SHIPPED: dict[tuple, tuple[Rule, ...]] = {}  # (file, mtime, size) -> its rules: each search reads the library
+
+
+def _shipped_rules(path: Path) -> list[Rule]:
+    """The rules of a shipped library file, read and checked once per process while it is unchanged."""
+    st = path.stat()
+    key = (str(path), st.st_mtime_ns, st.st_size)
+    if key not in _SHIPPED:
+        _SHIPPED[key] = tuple(load_rules(path))
+    return list(_SHIPPED[key])
+
+
 def load_library(paths: Optional[Sequence[str | Path]] = None) -> list[Rule]:
     """Every rule of the shipped library (or of ``paths``); ConfigError when there is none."""
     files = [Path(p) for p in paths] if paths else library_files()
     if not files:
         raise ConfigError("no substitution library is installed (configs/substitutions/*.json is empty or "
                           "missing); create one with `flexrt substitutions generate`, or pass --file FILE")
-    rules = [r for f in files for r in load_rules(f)]
+    rules = [r for f in files for r in (load_rules(f) if paths else _shipped_rules(f))]
     if not rules:
         raise ConfigError(f"the substitution library {', '.join(map(str, files))} holds no rules; "
                           f"regenerate it with `flexrt substitutions generate`")
@@ -153,7 +164,7 @@ def load_flexflow_rules(path: str | Path, dims: str = "outermost") -> FlexFlowRe
     path = Path(path)
     if dims not in ("innermost", "outermost"):
         raise ConfigError(f"dims must be 'innermost' or 'outermost', got {dims!r}")
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(f"FlexFlow rule file {path} not found (FlexFlow ships it as "
                           f"substitutions/graph_subst_3_v2.json in the flexflow-train repository)")
     raw = load_rules(path)

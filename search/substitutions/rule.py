@@ -8,7 +8,15 @@ parameters (``PM_*`` keys, integer values) and inputs: ``Slot(op, ts)`` is outpu
 operator ``op`` of the same side, or, for ``op < 0``, the external input ``-op - 1`` (FlexFlow
 numbers external inputs -1, -2, ...; the same number on both sides is the same tensor).
 
-Entry points: ``Slot``, ``PatternOp``, ``OutputMap``, ``Rule``, ``load_rules``, ``save_rules``.
+``load_rules`` reads a file through ``flexrt.inputs`` and checks every rule before returning any:
+fields and their types (``Rule.from_json``: unknown or missing keys, non-integral numbers, inputs
+that are not earlier operators, output maps outside the rule), then the rule language
+(``check_rule_ops``: operator types, their number of inputs, the parameters each type takes and
+their ranges, output indices, unique rule names). Each error is one ``GraphError`` naming the file,
+the field path (``rule[3] ('r').srcOp[1].para``) and what is valid.
+
+Entry points: ``Slot``, ``PatternOp``, ``OutputMap``, ``Rule``, ``OP_SPECS``, ``check_rule_ops``,
+``load_rules``, ``save_rules``.
 
 Example:
     >>> r = Rule("relu_idem", (PatternOp("OP_RELU", (Slot(-1, 0),)), PatternOp("OP_RELU", (Slot(0, 0),))),
@@ -22,13 +30,52 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from flexrt.errors import GraphError
+from flexrt.inputs import check_int, check_keys, check_type, parse_json, read_text, short
 
-OP_TYPES = ("OP_LINEAR", "OP_RELU", "OP_EW_ADD", "OP_EW_MUL", "OP_CONCAT", "OP_SPLIT", "OP_TRANSPOSE",
-            "OP_SCALAR_MULTIPLY", "OP_PARTITION", "OP_COMBINE", "OP_REPLICATE", "OP_REDUCE")
+
+@dataclass(frozen=True, slots=True)
+class OpSpec:
+    """What a rule operator type takes: its inputs, outputs, the parameters it may carry and those it
+    must carry."""
+
+    inputs: int
+    outputs: int = 1
+    params: tuple = ()
+    required: tuple = ()
+
+
+_DIM, _DEGREE = "PM_PARALLEL_DIM", "PM_PARALLEL_DEGREE"
+OP_SPECS = {
+    "OP_LINEAR": OpSpec(2, params=("PM_ACTI",)),
+    "OP_RELU": OpSpec(1),
+    "OP_EW_ADD": OpSpec(2),
+    "OP_EW_MUL": OpSpec(2),
+    "OP_CONCAT": OpSpec(2, params=("PM_AXIS", "PM_NUM_INPUTS", "PM_NUMDIM"), required=("PM_AXIS",)),
+    "OP_SPLIT": OpSpec(1, 2, ("PM_AXIS", "PM_NUM_OUTPUTS"), ("PM_AXIS",)),
+    "OP_TRANSPOSE": OpSpec(1),
+    "OP_SCALAR_MULTIPLY": OpSpec(1, params=("PM_SCALAR",)),
+    "OP_PARTITION": OpSpec(1, params=(_DIM, _DEGREE), required=(_DIM, _DEGREE)),
+    "OP_COMBINE": OpSpec(1, params=(_DIM, _DEGREE), required=(_DIM, _DEGREE)),
+    "OP_REPLICATE": OpSpec(1, params=(_DEGREE, _DIM), required=(_DEGREE,)),  # DIM: FlexFlow's replica dimension
+    "OP_REDUCE": OpSpec(1, params=(_DEGREE, _DIM), required=(_DEGREE,)),
+}
+OP_TYPES = tuple(OP_SPECS)
 PARALLEL_TYPES = ("OP_PARTITION", "OP_COMBINE", "OP_REPLICATE", "OP_REDUCE")
+MAX_RANK = 8  # dimensions a rule's tensors may have (FlexFlow's rules use 3)
+# parameter -> (least, greatest value) (None: unbounded), and what it means for messages
+PARAM_RANGES = {
+    "PM_ACTI": (0, 3, "TASO's activation: 0 none, 1 sigmoid, 2 relu, 3 tanh"),
+    "PM_AXIS": (0, MAX_RANK - 1, "a dimension"),
+    "PM_PARALLEL_DIM": (0, MAX_RANK - 1, "a dimension"),
+    "PM_PARALLEL_DEGREE": (2, None, "a parallel degree"),
+    "PM_NUM_INPUTS": (2, 2, "the number of inputs"),
+    "PM_NUM_OUTPUTS": (2, 2, "the number of outputs"),
+    "PM_NUMDIM": (1, MAX_RANK, "the number of dimensions"),
+    "PM_SCALAR": (None, None, "an integer factor"),
+}
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -113,28 +160,143 @@ class Rule:
 
     @classmethod
     def from_json(cls, d: dict, where: str = "<json>") -> "Rule":
+        """A rule from FlexFlow's JSON; GraphError naming ``where`` and the field when a field is missing,
+        unknown or of the wrong type, or an operator reads one that is not earlier on its side."""
+        _object(d, "Rule", where)
+        name = check_type(d["name"], str, f"{where}.name", GraphError)
+        where = f"{where} ({short(name, 40)})"
+        src = _side_from_json(d["srcOp"], f"{where}.srcOp")
+        dst = _side_from_json(d["dstOp"], f"{where}.dstOp")
+        outputs = []
+        keys, ops = _FIELDS["MapOutput"][0], {"srcOpId": len(src), "dstOpId": len(dst)}  # operator ids' ranges
+        for k, m in enumerate(check_type(d["mappedOutput"], list, f"{where}.mappedOutput", GraphError)):
+            at = f"{where}.mappedOutput[{k}]"
+            _object(m, "MapOutput", at)
+            for key in ops:
+                if not ops[key]:
+                    raise GraphError(f"{at}.{key}: the {'source' if key == 'srcOpId' else 'destination'} has "
+                                     f"no operators")
+            outputs.append(OutputMap(*(check_int(m[k], f"{at}.{k}", GraphError, 0, ops[k] - 1 if k in ops else None)
+                                       for k in keys)))
         try:
-            def ops(side):
-                return tuple(PatternOp(o["type"], tuple(Slot(int(t["opId"]), int(t["tsId"])) for t in o["input"]),
-                                       tuple((p["key"], int(p["value"])) for p in o.get("para", ()))) for o in side)
-            return cls(str(d["name"]), ops(d["srcOp"]), ops(d["dstOp"]),
-                       tuple(OutputMap(int(m["srcOpId"]), int(m["srcTsId"]), int(m["dstOpId"]), int(m["dstTsId"]))
-                             for m in d["mappedOutput"]))
-        except (KeyError, TypeError, ValueError) as e:
-            raise GraphError(f"{where}: not a FlexFlow rule ({type(e).__name__}: {e})") from None
+            return cls(name, src, dst, tuple(outputs))
+        except GraphError as e:
+            raise GraphError(f"{where}: {e}") from None
+
+
+# FlexFlow's object tags -> (the keys besides "_t", those required)
+_FIELDS = {"Rule": (("name", "srcOp", "dstOp", "mappedOutput"),) * 2,
+           "Operator": (("type", "input", "para"), ("type", "input")),
+           "Tensor": (("opId", "tsId"),) * 2,
+           "Parameter": (("key", "value"),) * 2,
+           "MapOutput": (("srcOpId", "srcTsId", "dstOpId", "dstTsId"),) * 2}
+_KEY_SETS = {tag: (frozenset(("_t", *keys)), frozenset(required)) for tag, (keys, required) in _FIELDS.items()}
+
+
+def _object(d: Any, tag: str, where: str) -> dict:
+    """``d`` as a JSON object of FlexFlow's ``tag`` (its optional ``"_t"``) with that tag's keys."""
+    allowed, required = _KEY_SETS[tag]
+    if type(d) is dict and allowed.issuperset(d) and required.issubset(d) and d.get("_t", tag) == tag:
+        return d  # the common case, checked at once (a library holds tens of thousands of objects)
+    keys, required = _FIELDS[tag]
+    check_type(d, dict, where, GraphError)
+    check_keys(d, ("_t", *keys), where, GraphError, required=required)
+    if d.get("_t", tag) != tag:
+        raise GraphError(f"{where}._t is {short(d['_t'])}; here FlexFlow's format has {tag!r}")
+    return d
+
+
+def _side_from_json(side: Any, where: str) -> tuple:
+    """The pattern operators of one side (``srcOp`` or ``dstOp``)."""
+    ops = []
+    for i, o in enumerate(check_type(side, list, where, GraphError)):
+        at = f"{where}[{i}]"
+        _object(o, "Operator", at)
+        kind = check_type(o["type"], str, f"{at}.type", GraphError)
+        inputs = []
+        for k, t in enumerate(check_type(o["input"], list, f"{at}.input", GraphError)):
+            _object(t, "Tensor", f"{at}.input[{k}]")
+            op = t["opId"] if type(t["opId"]) is int else check_int(t["opId"], f"{at}.input[{k}].opId", GraphError)
+            if op >= i:
+                raise GraphError(f"{at}.input[{k}].opId is {op}; valid: an earlier operator of this side "
+                                 f"({'0..' + str(i - 1) if i else 'none'}) or -1, -2, ... (an external input)")
+            ts = t["tsId"]
+            inputs.append(Slot(op, ts if type(ts) is int and ts >= 0 else
+                               check_int(ts, f"{at}.input[{k}].tsId", GraphError, minimum=0)))
+        params = {}
+        for k, p in enumerate(check_type(o.get("para", []), list, f"{at}.para", GraphError)):
+            _object(p, "Parameter", f"{at}.para[{k}]")
+            key = check_type(p["key"], str, f"{at}.para[{k}].key", GraphError)
+            if key in params:
+                raise GraphError(f"{at}.para[{k}]: parameter {short(key)} appears twice; give it once")
+            value = p["value"]
+            params[key] = value if type(value) is int else check_int(value, f"{at}.para[{k}].value", GraphError)
+        ops.append(PatternOp(kind, tuple(inputs), tuple(params.items())))
+    return tuple(ops)
+
+
+def _check_op(op: PatternOp, ops: tuple, where: str) -> None:
+    """One operator of a side in the rule language: type, inputs and parameters (see ``OP_SPECS``)."""
+    spec = OP_SPECS.get(op.type)
+    if spec is None:
+        raise GraphError(f"{where}.type is {short(op.type)}; valid: {', '.join(OP_SPECS)}")
+    where = f"{where} ({op.type})"
+    if len(op.inputs) != spec.inputs:
+        raise GraphError(f"{where}.input: {op.type} takes {spec.inputs} input(s), got {len(op.inputs)}")
+    for k, s in enumerate(op.inputs):
+        outs = 1 if s.external else OP_SPECS[ops[s.op].type].outputs
+        if s.ts >= outs:
+            of = "an external input" if s.external else f"operator {s.op} ({ops[s.op].type})"
+            raise GraphError(f"{where}.input[{k}].tsId is {s.ts}; {of} has {outs} output(s) (valid: 0..{outs - 1})")
+    for key, value in op.params:
+        if key not in spec.params:
+            raise GraphError(f"{where}.para: {op.type} takes no parameter {short(key)}; valid: "
+                             f"{', '.join(spec.params) or 'none'}")
+        lo, hi, meaning = PARAM_RANGES[key]
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            rng = f"{lo}..{hi}" if lo is not None and hi is not None else f">= {lo}"
+            raise GraphError(f"{where}.para: {key} is {short(value)}; valid: {rng} ({meaning})")
+    missing = [k for k in spec.required if op.param(k) is None]
+    if missing:
+        raise GraphError(f"{where}.para: {op.type} needs {', '.join(missing)}")
+
+
+def check_rule_ops(rule: Rule, where: str) -> None:
+    """GraphError (naming ``where`` and the field) unless every operator of ``rule`` is in the rule
+    language (``OP_SPECS``) and every output index exists."""
+    for side_name, ops in (("srcOp", rule.src), ("dstOp", rule.dst)):
+        for i, op in enumerate(ops):
+            _check_op(op, ops, f"{where}.{side_name}[{i}]")
+    if not rule.outputs:
+        raise GraphError(f"{where}.mappedOutput is empty; map at least one source output to a destination output")
+    for k, m in enumerate(rule.outputs):
+        for key, ops, op, ts in (("srcTsId", rule.src, m.src_op, m.src_ts), ("dstTsId", rule.dst, m.dst_op, m.dst_ts)):
+            outs = OP_SPECS[ops[op].type].outputs
+            if ts >= outs:
+                raise GraphError(f"{where}.mappedOutput[{k}].{key} is {ts}; operator {op} ({ops[op].type}) has "
+                                 f"{outs} output(s) (valid: 0..{outs - 1})")
 
 
 def load_rules(path: str | Path) -> list[Rule]:
-    """Every rule of a FlexFlow ``RuleCollection`` JSON file."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as e:
-        raise GraphError(f"cannot read rule file {path}: {e.strerror or e}") from None
-    except json.JSONDecodeError as e:
-        raise GraphError(f"{path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
+    """Every rule of a FlexFlow ``RuleCollection`` JSON file, each checked (see the module doc)."""
+    data = parse_json(read_text(path, "rule file", GraphError), str(path), GraphError)
     if not isinstance(data, dict) or not isinstance(data.get("rule"), list):
-        raise GraphError(f"{path}: not a FlexFlow RuleCollection (expected {{\"_t\": \"RuleCollection\", \"rule\": [...]}})")
-    return [Rule.from_json(r, f"{path}: rule[{i}]") for i, r in enumerate(data["rule"])]
+        raise GraphError(f"{path}: not a FlexFlow RuleCollection (expected {{\"_t\": \"RuleCollection\", "
+                         f"\"rule\": [...]}})")
+    check_keys(data, ("_t", "rule"), str(path), GraphError)
+    if data.get("_t", "RuleCollection") != "RuleCollection":
+        raise GraphError(f"{path}: _t is {short(data['_t'])}; here FlexFlow's format has 'RuleCollection'")
+    rules, first = [], {}
+    for i, d in enumerate(data["rule"]):
+        where = f"{path}: rule[{i}]"
+        rule = Rule.from_json(d, where)
+        check_rule_ops(rule, f"{where} ({short(rule.name, 40)})")
+        if rule.name in first:
+            raise GraphError(f"{where}.name: {short(rule.name)} is also the name of rule[{first[rule.name]}]; "
+                             f"names must be unique")
+        first[rule.name] = i
+        rules.append(rule)
+    return rules
 
 
 def save_rules(path: str | Path, rules: Iterable[Rule]) -> Path:

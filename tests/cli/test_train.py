@@ -43,5 +43,5 @@ def test_train_errors(capsys, monkeypatch):
     assert main(["train", "mlp_unity_fig2", "--machine", "local", "--steps", "0"]) == 2
     assert "argument --steps: expected an integer >= 1, got 0" in capsys.readouterr().err
     assert main(["train", "mlp_unity_fig2", "--machine", "local", "--strategy", "/nonexistent.json"]) == 1
-    assert "cannot read strategy file /nonexistent.json" in capsys.readouterr().err
+    assert "strategy file /nonexistent.json does not exist" in capsys.readouterr().err
     assert main(["train", "mlp_unity_fig2", "--machine", "local", "--bogus-flag"]) == 2

@@ -290,7 +290,7 @@ def test_load_script_without_compile_takes_last_model(tmp_path):
     ("x = 1\n", ConfigError, "made no FFModel"),
     ("def f(:\n", ConfigError, "bad.py:1: syntax error"),
     ("from flexrt.core import *\nm = FFModel(FFConfig())\n1 / 0\n", ConfigError,
-     "bad.py:3 raised ZeroDivisionError"),
+     "bad.py:3: the script raised ZeroDivisionError: division by zero"),
     ("from flexrt.core import *\nm = FFModel(FFConfig())\nx = m.create_tensor([4, 8])\n"
      "m.add(x, m.create_tensor([4, 3]))\n", ShapeError, "bad.py:4): add 'add_1': add: shapes [4, 8] and [4, 3]"),
 ])
@@ -300,6 +300,25 @@ def test_load_bad_scripts_say_where(tmp_path, body, error, fragment):
     with pytest.raises(error) as e:
         load_model(str(path))
     assert fragment in str(e.value)
+
+
+@pytest.mark.parametrize("head", [b"# -*- coding: latin-1 -*-\n", b"\xef\xbb\xbf"], ids=["pep263", "bom"])
+def test_load_script_decodes_as_python_does(tmp_path, head):
+    """A PEP 263 coding line is honoured (and a UTF-8 byte order mark skipped), as `python m.py` would."""
+    name = "caf\xe9".encode("latin-1" if b"coding" in head else "utf-8")
+    path = tmp_path / "coded.py"
+    path.write_bytes(head + b"from flexrt.core import *\nm = FFModel(FFConfig())\n"
+                     b"m.relu(m.create_tensor([2, 3]), name='" + name + b"')\n")
+    assert [n.name for n in load_model(str(path)).model.pcg.nodes][-1] == "caf\xe9"
+
+
+def test_load_script_that_is_not_a_file(tmp_path):
+    (tmp_path / "d.py").mkdir()
+    with pytest.raises(ConfigError, match=r"model script .*d\.py is a directory, not a file"):
+        load_model(str(tmp_path / "d.py"))
+    (tmp_path / "bad.py").write_bytes(b"x = 1\ny = '\xe9'\n")
+    with pytest.raises(ConfigError, match=r"bad\.py:2: not valid UTF-8 text: byte 0xe9 at offset 11"):
+        load_model(str(tmp_path / "bad.py"))
 
 
 def test_load_unknown_model_names_valid_models():

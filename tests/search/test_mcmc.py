@@ -71,7 +71,9 @@ def test_proposals_stay_in_the_space(mlp, p100, cost):
 def test_space_flags_gate_axis_kinds():
     assert SearchSpace.from_flags().kinds == {AxisKind.SAMPLE}
     assert SearchSpace.from_flags(enable_attribute_parallel=True).kinds == {AxisKind.SAMPLE, AxisKind.ATTRIBUTE}
-    assert SearchSpace.from_flags(only_data_parallel=True, enable_parameter_parallel=True).kinds == {AxisKind.SAMPLE}
+    assert SearchSpace.from_flags(only_data_parallel=True).kinds == {AxisKind.SAMPLE}
+    with pytest.raises(ConfigError, match="--only-data-parallel contradicts --enable-parameter-parallel"):
+        SearchSpace.from_flags(only_data_parallel=True, enable_parameter_parallel=True)
     assert AxisKind.REDUCTION in SearchSpace.from_flags(enable_parameter_parallel=True).kinds
 
 

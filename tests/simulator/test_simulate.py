@@ -143,7 +143,7 @@ def test_strategy_file_round_trip_and_mismatches(dgx1, tmp_path):
         load_strategy(str(path), base, dgx1)
     data["operators"][0]["degrees"] = {"nosuchaxis": 2}
     path.write_text(json.dumps(data))
-    with pytest.raises(StrategyError, match="has no axis nosuchaxis"):
+    with pytest.raises(StrategyError, match="has no axis 'nosuchaxis'"):
         load_strategy(str(path), base, dgx1)
     path.write_text("{broken")
     with pytest.raises(StrategyError, match=r"s.json:1:2: invalid JSON"):
