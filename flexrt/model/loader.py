@@ -234,12 +234,27 @@ def _reported(name: str, path: Path) -> Iterator[None]:
                           f"{clip(str(e), MESSAGE_CHARS)}") from e
 
 
+_BUILD_MODELS: dict = {}  # (path, mtime, size) -> build_model: a command runs a script's top level once
+
+
 def _build_model_of(script: _Script, name: str):
+    try:
+        st = os.stat(script.path)
+        key: Optional[tuple] = (str(script.path.resolve()), st.st_mtime_ns, st.st_size)
+    except OSError:
+        key = None
+    hit = _BUILD_MODELS.get(key) if key is not None else None
+    if hit is not None:
+        return hit
     with _reported(name, script.path):
         build_model = _exec(script, "__flexrt_model__").get("build_model")
     if not callable(build_model):
         raise ConfigError(f"{script.path}: build_model is {short(build_model)} after the script ran, not a function "
                           f"build_model(ffconfig)")
+    if key is not None:
+        if len(_BUILD_MODELS) > 64:
+            _BUILD_MODELS.clear()
+        _BUILD_MODELS[key] = build_model
     return build_model
 
 

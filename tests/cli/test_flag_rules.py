@@ -55,3 +55,19 @@ def test_compile_honours_flexflow_graph_and_machine_files(tmp_path):
 def test_compile_refuses_two_machines(tmp_path):
     with pytest.raises(ConfigError, match="both name the machine; give one"):
         _compile(["--machine", "dgx1_v100", "--machine-model-file", str(tmp_path / "m.txt")])
+
+
+def test_a_script_runs_once_per_command(tmp_path, capsys):
+    counter = tmp_path / "runs.txt"
+    script = tmp_path / "counted.py"
+    script.write_text(f'''from pathlib import Path
+p = Path({str(counter)!r})
+p.write_text(str(int(p.read_text()) + 1) if p.exists() else "1")
+from flexrt.core import *
+def build_model(ffconfig):
+    m = FFModel(ffconfig)
+    m.softmax(m.dense(m.create_tensor([ffconfig.batch_size, 16], DataType.DT_FLOAT), 4))
+    return m
+''')
+    assert main(["simulate", str(script), "-b", "8", "--machine", "dgx1_v100"]) == 0
+    assert counter.read_text() == "1"
