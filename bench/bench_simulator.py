@@ -29,7 +29,6 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 
 from flexrt.machine import load_machine
 from flexrt.model import load_model

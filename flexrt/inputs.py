@@ -185,6 +185,16 @@ def parse_yaml(text: str, where: str, loader, error: type = ConfigError, max_dep
     import yaml  # lazily: the IR layer, which imports nothing of YAML, may import this module
 
     try:
+        # the composer recurses once per level: the depth is checked on the event stream first
+        depth = 0
+        for event in yaml.parse(text, Loader=loader):
+            if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+                depth += 1
+                if depth > max_depth:
+                    raise error(f"{where}:{event.start_mark.line + 1}: nested more than {max_depth} levels deep; "
+                                f"flexrt's files need far fewer")
+            elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+                depth -= 1
         node = yaml.compose(text, Loader=loader)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
@@ -224,6 +234,10 @@ def parse_yaml(text: str, where: str, loader, error: type = ConfigError, max_dep
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         raise error(f"{where}:{mark.line + 1 if mark else 1}: invalid YAML: {e.problem or e}") from None
+    except FlexrtError:
+        raise
+    except (ValueError, OverflowError) as e:  # a constructor's own: a date 2020-13-45, a huge number
+        raise error(f"{where}: invalid YAML value: {clip(str(e), 200)}") from None
 
 
 # ---- fields ---------------------------------------------------------------------------------------

@@ -8,9 +8,12 @@ import dataclasses
 import os
 
 from flexrt.cli._common import add_json_flag, emit_json
-from flexrt.machine import calibrated_local_path, load_machine
+from flexrt.errors import MachineSpecError
+from flexrt.machine import calibrated_local_path
+from flexrt.machine.limits import MAX_DEVICES_PER_NODE
 from flexrt.runtime import mpi
-from flexrt.runtime.calibrate import calibrate, mpi_point_to_point, write_machine_yaml
+from flexrt.runtime.calibrate import (calibrate, check_devices, check_output_path, mpi_point_to_point,
+                                      write_machine_yaml)
 from flexrt.runtime.mpi import comm_wait
 
 NAME = "calibrate"
@@ -20,7 +23,7 @@ ACCEPTS_MODEL_FLAGS = False
 
 def add_arguments(parser) -> None:
     parser.add_argument("--devices", type=int, default=4, metavar="N",
-                        help="workers the host is split into (default 4)")
+                        help=f"workers the host is split into (default 4; 1..{MAX_DEVICES_PER_NODE})")
     parser.add_argument("--quick", action="store_true", help="small sizes and few repeats (rough, ~1 s)")
     parser.add_argument("--output", metavar="FILE",
                         help=f"machine YAML to write (default {calibrated_local_path()}, "
@@ -33,8 +36,13 @@ def _rate(x: float, unit: str) -> str:
 
 
 def run(args, extra) -> int:
-    if args.devices < 1:
-        args._parser.error(f"--devices must be a positive integer, got {args.devices}")
+    # every flag is checked before anything is measured
+    try:
+        check_devices(args.devices, "--devices")
+    except MachineSpecError as e:
+        args._parser.error(str(e))
+    output = check_output_path(args.output or calibrated_local_path(),
+                               "--output" if args.output else "the calibrated machine's path (FLEXRT_CACHE_DIR)")
     comm = mpi.world()
     if comm is None:
         result = calibrate(args.devices, quick=args.quick)
@@ -47,8 +55,7 @@ def run(args, extra) -> int:
             return 0
         result = dataclasses.replace(result, mpi_bandwidth=bandwidth, mpi_latency_s=latency,
                                      ranks=int(os.environ.get("MPI_LOCALNRANKS") or comm.Get_size()))
-    path = write_machine_yaml(result, args.output or calibrated_local_path(), args.devices)
-    load_machine(path)  # what was written must load; a MachineSpecError names the file and line
+    path = write_machine_yaml(result, output, args.devices)  # loads the text first: a bad file is never written
     if args.json:
         emit_json({"machine_file": str(path), "devices": args.devices, "host": result.to_json()})
         return 0

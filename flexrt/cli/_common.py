@@ -38,13 +38,14 @@ class Parser(argparse.ArgumentParser):
 
 def count(minimum: int = 0, maximum: Optional[int] = None):
     """An argparse type: an integer in [minimum, maximum]."""
+    rule = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {short(text)}") from None
+            raise argparse.ArgumentTypeError(f"expected an integer {rule}, got {short(text)}") from None
         if value < minimum or (maximum is not None and value > maximum):
-            rule = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
             raise argparse.ArgumentTypeError(f"expected an integer {rule}, got {value}")
         return value
     return parse

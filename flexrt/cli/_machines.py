@@ -3,8 +3,9 @@ devices, links and the routes from device 0, as tables or ``--json``."""
 
 from __future__ import annotations
 
-from flexrt.cli._common import add_json_flag, emit_json
+from flexrt.cli._common import add_json_flag, count, emit_json
 from flexrt.machine import Machine, load_machine, load_spec, preset_names
+from flexrt.machine.limits import MAX_NODES
 
 NAME = "machines"
 HELP = "list the machine presets, or show one machine (`flexrt machines show NAME --nodes N`)"
@@ -17,7 +18,8 @@ def add_arguments(parser) -> None:
     show = sub.add_parser("show", help="devices, links and routes of a machine", allow_abbrev=False,
                           description="devices, links and routes of a preset or a machine file")
     show.add_argument("machine", metavar="NAME", help="preset name (see `flexrt machines`) or path to a machine file")
-    show.add_argument("--nodes", type=int, metavar="N", help="scale the machine to N nodes")
+    show.add_argument("--nodes", type=count(1, MAX_NODES), metavar="N",
+                      help=f"scale the machine to N nodes (1..{MAX_NODES})")
     add_json_flag(show)
 
 

@@ -9,7 +9,9 @@
 
 Machines come from presets (``configs/machines/*.yaml``: :func:`preset_names`), machine YAML files
 (format in :mod:`flexrt.machine.yaml_format`) or FlexFlow's key = value machine model files
-(:mod:`flexrt.machine.flexflow_format`). Machine views (Unity §3.2) are in :mod:`flexrt.machine.views`.
+(:mod:`flexrt.machine.flexflow_format`); a string is a file when it has a ``/`` or a file suffix
+(``.yaml``, ``.txt``, ...), else a preset name. Sizes and physical values are held to
+:mod:`flexrt.machine.limits`. Machine views (Unity §3.2) are in :mod:`flexrt.machine.views`.
 This layer imports only ``flexrt.ir`` and ``flexrt.errors``.
 """
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from flexrt.errors import MachineSpecError
 from flexrt.ir.datatype import DataType
+from flexrt.machine.limits import check_size
 from flexrt.machine.routing import Router, check_connected
 
 GPU, CPU = "gpu", "cpu"
@@ -369,8 +370,10 @@ def _rename(endpoint: str, node: int) -> str:
 
 def instantiate(name: str, num_nodes: int, devices: tuple[DeviceTemplate, ...],
                 links: tuple[LinkTemplate, ...]) -> Machine:
-    """A machine of ``num_nodes`` copies of one node; devices and links are numbered node by node."""
+    """A machine of ``num_nodes`` copies of one node; devices and links are numbered node by node.
+    Its size is checked against :mod:`flexrt.machine.limits` before anything is allocated."""
     per_node = len(devices)
+    check_size(name, num_nodes, per_node, len(links))
     all_devices = tuple(Device(node * per_node + local, node, socket, local, spec)
                         for node in range(num_nodes) for socket, local, spec in devices)
     all_links = []

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from flexrt.paths import cache_dir
 from flexrt.errors import MachineSpecError
+from flexrt.inputs import short
 from flexrt.machine.spec import MachineSpec
 from flexrt.machine.yaml_format import parse_yaml_spec
 
@@ -52,7 +53,7 @@ def preset_names() -> tuple[str, ...]:
 def preset_spec(name: str) -> MachineSpec:
     """The validated description of preset ``name``; a MachineSpecError listing the presets otherwise."""
     if name not in preset_names():
-        raise MachineSpecError(f"unknown machine preset {name!r}; presets: {', '.join(preset_names())} "
+        raise MachineSpecError(f"unknown machine preset {short(name)}; presets: {', '.join(preset_names())} "
                                f"(or give the path of a machine file)")
     resource = _folder() / f"{name}{SUFFIX}"
     return parse_yaml_spec(resource.read_text(encoding="utf-8"), f"{PACKAGE}/{FOLDER}/{name}{SUFFIX}")

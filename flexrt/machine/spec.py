@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from flexrt.errors import MachineSpecError
+from flexrt.inputs import read_text, short
+from flexrt.machine.limits import MAX_FILE_BYTES, check_links, check_size
 from flexrt.machine.machine import (CPU, NETWORK_ENDPOINT, DeviceSpec, DeviceTemplate, LinkTemplate, LinkType,
                                     Machine, instantiate)
 
@@ -98,13 +99,14 @@ class MachineSpec:
     inter_node: InterNodeSpec | None = None
     source: str = field(default="", compare=False)
     description: str = field(default="", compare=False)
+    nodes_where: str = field(default="", compare=False)   # "file:line: field 'nodes'", for size errors
 
     def kind(self, name: str) -> DeviceSpec:
         for spec in self.device_kinds:
             if spec.name == name:
                 return spec
-        raise MachineSpecError(f"{self.source}: unknown device kind {name!r}; "
-                               f"known: {', '.join(k.name for k in self.device_kinds)}")
+        raise MachineSpecError(f"{self.source}: unknown device kind {short(name)}; "
+                               f"known: {listing(k.name for k in self.device_kinds)}")
 
     def link(self, type_: LinkType, where: str) -> LinkSpec:
         for spec in self.links:
@@ -116,6 +118,25 @@ class MachineSpec:
 
 def _fail(where: str, message: str) -> MachineSpecError:
     return MachineSpecError(f"{where}: {message}" if where else message)
+
+
+def shown(text: str, limit: int = 200) -> str:
+    """A path or name for a message: as it is when short and printable, else shortened and quoted."""
+    return text if len(text) <= limit and text.isprintable() else short(text, limit)
+
+
+def listing(items, limit: int = 200) -> str:
+    """``"a, b, c"``, cut to about ``limit`` characters (``", ... (40 in all)"``), for messages."""
+    items = [str(i) for i in items]
+    text = ", ".join(items)
+    if len(text) <= limit:
+        return text
+    kept: list[str] = []
+    for item in items:
+        if len(", ".join(kept + [item])) > limit:
+            break
+        kept.append(item)
+    return ", ".join(kept + [f"... ({len(items)} in all)"])
 
 
 class _NodeBuilder:
@@ -145,6 +166,7 @@ class _NodeBuilder:
 
     def duplex(self, a: str, b: str, type_: LinkType, lanes: int, where: str) -> None:
         spec = self.spec.link(type_, where)
+        check_links(len(self.links) + 2, where, f"this {type_.value} connection")
         bandwidth, latency = spec.bandwidth_gbs * GB * lanes, spec.latency_us * US
         self.links.append((type_, bandwidth, latency, a, b))
         self.links.append((type_, bandwidth, latency, b, a))
@@ -170,8 +192,10 @@ class _NodeBuilder:
         for i in group:
             self.check_local(i, entry.where, entry.topology.value)
         if len(set(group)) != len(group):
-            raise _fail(entry.where, f"{entry.topology.value}: device indices {list(group)} repeat")
+            raise _fail(entry.where, f"{entry.topology.value}: device indices {short(list(group))} repeat")
         if entry.topology is Topology.ALL_TO_ALL:
+            check_links(len(self.links) + len(group) * (len(group) - 1), entry.where,
+                        f"all_to_all over {len(group)} devices")
             for x, a in enumerate(group):
                 for b in group[x + 1:]:
                     self.duplex(self.dev(a), self.dev(b), entry.link, entry.lanes, entry.where)
@@ -196,8 +220,8 @@ class _NodeBuilder:
                 self.check_local(i, to_cpu.where, "to_cpu.switches")
             sockets = {self.socket_of[i] for i in group}
             if len(sockets) != 1:
-                raise _fail(to_cpu.where, f"to_cpu.switches: devices {list(group)} hang off different sockets "
-                                          f"{sorted(sockets)}; a switch serves one socket")
+                raise _fail(to_cpu.where, f"to_cpu.switches: devices {short(list(group))} hang off different "
+                                          f"sockets {short(sorted(sockets))}; a switch serves one socket")
             covered += group
             switch = self.new_switch()
             for i in group:
@@ -205,10 +229,11 @@ class _NodeBuilder:
             self.duplex(switch, self.cpu(sockets.pop()), to_cpu.link, to_cpu.lanes, to_cpu.where)
         if sorted(covered) != list(range(len(self.devices))):
             raise _fail(to_cpu.where, f"to_cpu.switches must list every device of the node once "
-                                      f"(0..{len(self.devices) - 1}), got {sorted(covered)}")
+                                      f"(0..{len(self.devices) - 1}), got {short(sorted(covered))}")
 
     def socket_links(self, type_: LinkType, where: str) -> None:
         cpus = [s for s, socket in enumerate(self.spec.sockets) if socket.cpu is not None]
+        check_links(len(self.links) + len(cpus) * (len(cpus) - 1), where, f"between_sockets over {len(cpus)} CPUs")
         for x, a in enumerate(cpus):
             for b in cpus[x + 1:]:
                 self.duplex(self.cpu(a), self.cpu(b), type_, 1, where)
@@ -242,13 +267,18 @@ def _check_names(spec: MachineSpec) -> None:
 
 
 def build_machine(spec: MachineSpec, nodes: int | None = None) -> Machine:
-    """The machine ``spec`` describes, with ``nodes`` nodes (default: ``spec.nodes``)."""
+    """The machine ``spec`` describes, with ``nodes`` nodes (default: ``spec.nodes``; given, it is
+    ``--nodes`` and the messages say so). Its size is checked against :mod:`flexrt.machine.limits`
+    before anything is allocated."""
     n = spec.nodes if nodes is None else nodes
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise MachineSpecError(f"machine {spec.name!r}: the number of nodes must be a positive integer, got {n!r}")
+        raise MachineSpecError(f"machine {short(spec.name)}: the number of nodes must be a positive integer, "
+                               f"got {short(n)}")
+    where = "" if nodes is not None else spec.nodes_where or spec.source
+    check_size(spec.name, n, sum(len(socket.devices) for socket in spec.sockets), 0, where, nodes is not None)
     b = _NodeBuilder(spec)
     if not b.devices:
-        raise _fail(spec.source, f"machine {spec.name!r}: node.sockets list no devices")
+        raise _fail(spec.source, f"machine {short(spec.name)}: node.sockets list no devices")
     _check_names(spec)
     intra = spec.intra_node
     for entry in intra.devices:
@@ -260,8 +290,9 @@ def build_machine(spec: MachineSpec, nodes: int | None = None) -> Machine:
     if spec.inter_node is not None and spec.inter_node.nics:
         b.nic_links(spec.inter_node)
     elif n > 1:
-        raise _fail(spec.source, f"machine {spec.name!r} has {n} nodes but no inter_node section (NICs), "
+        raise _fail(spec.source, f"machine {short(spec.name)} has {n} nodes but no inter_node section (NICs), "
                                  f"so its nodes cannot reach each other")
+    check_size(spec.name, n, len(b.devices), len(b.links), where, nodes is not None)
     try:
         return instantiate(spec.name, n, tuple(b.devices), tuple(b.links))
     except MachineSpecError as e:  # a disconnected layout: say where the topology was described
@@ -269,8 +300,6 @@ def build_machine(spec: MachineSpec, nodes: int | None = None) -> Machine:
 
 
 def read_machine_file(path) -> str:
-    """The text of a machine description file; an unreadable file is a MachineSpecError naming it."""
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except OSError as e:
-        raise MachineSpecError(f"cannot read machine file {path}: {e.strerror or e}") from None
+    """The text of a machine description file (a regular file of at most ``MAX_FILE_BYTES``, UTF-8);
+    anything else is a MachineSpecError naming the file (and the line and byte of a bad byte)."""
+    return read_text(path, "machine file", MachineSpecError, max_bytes=MAX_FILE_BYTES)

@@ -49,9 +49,17 @@ connection becomes two directional links with ``lanes * bandwidth``. A NIC has a
 what it attaches to and a ``network`` link to the fabric (``net``), so a transfer between nodes
 crosses ``... nic, network, network, nic ...``.
 
-The file is read with ``yaml.SafeLoader`` semantics (a subclass that also records the line of every
-key) into frozen dataclasses. Every error is a :class:`~flexrt.errors.MachineSpecError` of the form
-``FILE:LINE: field 'links.nvlink.bandwidth': expected a positive number (GB/s), got 'fast'``.
+Sizes and values have limits (:mod:`flexrt.machine.limits`): at most 4096 nodes, 1024 devices per
+node and 65,536 in all, 256 sockets and 1024 NICs per node, 64 lanes, 65,536 directional links per
+node (an ``all_to_all`` of more than 256 devices needs a ``switch``) and 524,288 in all; FLOP/s
+1e-9..1e6 TFLOP/s, bandwidths 0.001..1e6 GB/s, memory 1e-6..1e6 GiB, latencies and launch overheads
+0..1e6 us, efficiency 0.001..1. The counts are checked before any list is made.
+
+The file (a regular UTF-8 file of at most 128 KiB) is read through ``flexrt.inputs.parse_yaml``
+(nesting and alias expansion capped) with a ``yaml.SafeLoader`` subclass that also records the line
+of every key, into frozen dataclasses. Every error is a :class:`~flexrt.errors.MachineSpecError` of
+the form ``FILE:LINE: field 'links.nvlink.bandwidth': expected a positive number (GB/s), got 'fast';
+valid: between 0.001 and 1e+06``, with values in messages shortened.
 
 Entry points: :func:`load_yaml_spec` (file -> MachineSpec), :func:`parse_yaml_spec` (text).
 """
@@ -64,10 +72,13 @@ from typing import Any
 import yaml
 
 from flexrt.errors import MachineSpecError
+from flexrt.inputs import parse_yaml, short
 from flexrt.ir.datatype import DataType
+from flexrt.machine import limits
+from flexrt.machine.limits import named
 from flexrt.machine.machine import CPU, DEVICE_KINDS, DeviceSpec, LinkType
-from flexrt.machine.spec import (read_machine_file, CpuLinks, DeviceLinks, InterNodeSpec, IntraNodeSpec, LinkSpec, MachineSpec,
-                                 NicAttach, SocketSpec, Topology)
+from flexrt.machine.spec import (read_machine_file, listing, shown, CpuLinks, DeviceLinks, InterNodeSpec, IntraNodeSpec,
+                                 LinkSpec, MachineSpec, NicAttach, SocketSpec, Topology)
 
 DTYPE_NAMES = {"float32": DataType.DT_FLOAT, "float16": DataType.DT_HALF, "bfloat16": DataType.DT_BFLOAT16,
                "float64": DataType.DT_DOUBLE, "int32": DataType.DT_INT32, "int64": DataType.DT_INT64}
@@ -92,7 +103,26 @@ class _Seq(list):
 
 
 class _LineLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` whose mappings and sequences carry line numbers; duplicate keys are errors."""
+    """``yaml.SafeLoader`` whose mappings and sequences carry line numbers; duplicate keys are errors,
+    and so is a scalar that PyYAML's own constructors would fail on with a plain Python error (a
+    ``2020-13-45`` date, an integer of more than ``MAX_INT_DIGITS`` digits): a ConstructorError at
+    its line."""
+
+    def construct_object(self, node, deep=False):
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, OverflowError, TypeError) as e:
+            raise yaml.constructor.ConstructorError(None, None, f"cannot read {short(node.value, 40)} as "
+                                                    f"{node.tag.rpartition(':')[2]}: {shown(str(e), 80)}",
+                                                    node.start_mark) from None
+
+
+def _construct_int(loader: _LineLoader, node: yaml.ScalarNode) -> int:
+    digits = sum(c.isdigit() for c in node.value)
+    if digits > limits.MAX_INT_DIGITS:
+        raise yaml.constructor.ConstructorError(None, None, f"an integer of {digits} digits; machine files "
+                                                f"need at most {named('MAX_INT_DIGITS')}", node.start_mark)
+    return yaml.SafeLoader.construct_yaml_int(loader, node)
 
 
 def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> _Map:
@@ -108,7 +138,7 @@ def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> _Map:
                                                     "found an unhashable key", key_node.start_mark) from None
         if key in m:
             raise yaml.constructor.ConstructorError("while constructing a mapping", node.start_mark,
-                                                    f"found duplicate key {key!r}", key_node.start_mark)
+                                                    f"found duplicate key {short(key)}", key_node.start_mark)
         m[key] = loader.construct_object(value_node, deep=True)
         m.key_lines[key] = key_node.start_mark.line + 1
     return m
@@ -122,26 +152,27 @@ def _construct_sequence(loader: _LineLoader, node: yaml.SequenceNode) -> _Seq:
 
 _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
+_LineLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 
 def _load_yaml(text: str, source: str) -> Any:
-    try:
-        return yaml.load(text, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        line = mark.line + 1 if mark is not None else 1
-        detail = e.problem or "invalid YAML"
-        if e.context:
-            detail = f"{detail} ({e.context}" + (f" at line {e.context_mark.line + 1})" if e.context_mark else ")")
-        raise MachineSpecError(f"{source}:{line}: invalid YAML: {detail}") from None
-    except yaml.YAMLError as e:
-        raise MachineSpecError(f"{source}:1: invalid YAML: {e}") from None
+    """The document of ``text`` through ``flexrt.inputs.parse_yaml`` (depth and alias-expansion caps)."""
+    return parse_yaml(text, source, _LineLoader, MachineSpecError)
 
 
 # --- validation helpers ---
 
 def _show(value: Any) -> str:
-    return "null" if value is None else repr(value)
+    return "null" if value is None else short(value)
+
+
+def _seg(key: Any) -> str:
+    """A mapping key as a segment of a field path: the key itself, or shortened."""
+    return key if isinstance(key, str) and len(key) <= 40 and key.isprintable() else short(key, 40)
+
+
+def _at(path: str, key: Any) -> str:
+    return f"{path}.{_seg(key)}" if path else _seg(key)
 
 
 class _Reader:
@@ -173,32 +204,50 @@ class _Reader:
         valid = required + optional
         for key in m:
             if key not in valid:
-                raise self.error(self.line(m, key), f"{path}.{key}" if path else str(key),
-                                 f"unknown key {key!r}; valid keys: {', '.join(valid)}")
+                raise self.error(self.line(m, key), _at(path, key),
+                                 f"unknown key {short(key)}; valid keys: {', '.join(valid)}")
         for key in required:
             if key not in m:
                 raise self.error(m.line, path or "<top level>", f"missing key {key!r}")
 
-    def number(self, m: _Map, key: str, path: str, unit: str, *, allow_zero: bool = False) -> float:
-        value = m[key]
+    def number(self, m: _Map, key: str, path: str, unit: str, bounds: tuple[float, float]) -> float:
+        """``m[key]``, a number of ``unit`` within ``bounds`` (a lowest of 0 allows zero; else it must be > 0)."""
+        value, (lo, hi) = m[key], bounds
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (
-            value >= 0 if allow_zero else value > 0) and value != float("inf")
+            value >= 0 if lo == 0 else value > 0)
+        if ok and not lo <= value <= hi:
+            raise self.error(self.line(m, key), _at(path, key),
+                             f"expected a number between {lo:g} and {hi:g} ({unit}), got {_show(value)}")
         if not ok:
-            what = "a non-negative" if allow_zero else "a positive"
-            raise self.error(self.line(m, key), f"{path}.{key}", f"expected {what} number ({unit}), got {_show(value)}")
+            what = "a non-negative" if lo == 0 else "a positive"
+            raise self.error(self.line(m, key), _at(path, key), f"expected {what} number ({unit}), got {_show(value)}; "
+                                                                f"valid: between {lo:g} and {hi:g}")
         return float(value)
 
-    def integer(self, value: Any, line: int, path: str, *, minimum: int) -> int:
+    def integer(self, value: Any, line: int, path: str, *, minimum: int, limit: str | None = None) -> int:
+        """``value``, an integer >= ``minimum`` and, with ``limit`` (a name in :mod:`flexrt.machine.limits`),
+        at most that limit."""
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-            raise self.error(line, path, f"expected {what}, got {_show(value)}")
+            valid = f"; valid: {minimum}..{getattr(limits, limit)}" if limit else ""
+            raise self.error(line, path, f"expected {what}, got {_show(value)}{valid}")
+        if limit is not None and value > getattr(limits, limit):
+            raise self.error(line, path, f"{_show(value)} is over the limit of {named(limit)}")
         return value
 
     def name(self, m: _Map, key: str, path: str) -> str:
         value = m[key]
         if not isinstance(value, str) or not value.strip():
-            raise self.error(self.line(m, key), f"{path}.{key}" if path else key,
-                             f"expected a non-empty string, got {_show(value)}")
+            raise self.error(self.line(m, key), _at(path, key), f"expected a non-empty string, got {_show(value)}")
+        return value
+
+    def label(self, value: Any, line: int, path: str, what: str) -> str:
+        """A name that appears in messages and endpoints: one line of at most ``MAX_NAME_CHARS``."""
+        if not isinstance(value, str) or not value.strip():
+            raise self.error(line, path, f"{what} must be a non-empty string, got {_show(value)}")
+        if len(value) > limits.MAX_NAME_CHARS or not value.isprintable():
+            raise self.error(line, path, f"{what} must be one line of at most {named('MAX_NAME_CHARS')} "
+                                         f"characters, got {_show(value)}")
         return value
 
     def link_type(self, value: Any, line: int, path: str) -> LinkType:
@@ -211,12 +260,11 @@ class _Reader:
 # --- sections ---
 
 def _device_kind(r: _Reader, name: Any, m: Any, line: int, path: str) -> DeviceSpec:
-    if not isinstance(name, str) or not name:
-        raise r.error(line, path, f"device kind names must be non-empty strings, got {_show(name)}")
+    r.label(name, line, path, "a device kind name")
     m = r.mapping(m, line, path, "a mapping of kind, peak_flops, memory_bandwidth, memory, launch_overhead_us")
     r.keys(m, path, ("kind", "peak_flops", "memory_bandwidth", "memory", "launch_overhead_us"), ("efficiency",))
     kind = m["kind"]
-    if kind not in DEVICE_KINDS:
+    if not isinstance(kind, str) or kind not in DEVICE_KINDS:
         raise r.error(r.line(m, "kind"), f"{path}.kind",
                       f"expected one of {', '.join(DEVICE_KINDS)}, got {_show(kind)}")
     flops_map = r.mapping(m["peak_flops"], r.line(m, "peak_flops"), f"{path}.peak_flops",
@@ -226,40 +274,51 @@ def _device_kind(r: _Reader, name: Any, m: Any, line: int, path: str) -> DeviceS
     flops = {}
     for dtype_name in flops_map:
         if dtype_name not in DTYPE_NAMES:
-            raise r.error(r.line(flops_map, dtype_name), f"{path}.peak_flops.{dtype_name}",
+            raise r.error(r.line(flops_map, dtype_name), _at(f"{path}.peak_flops", dtype_name),
                           f"unknown dtype {_show(dtype_name)}; valid dtypes: {', '.join(DTYPE_NAMES)}")
-        flops[DTYPE_NAMES[dtype_name]] = r.number(flops_map, dtype_name, f"{path}.peak_flops", "TFLOP/s") * TFLOPS
+        flops[DTYPE_NAMES[dtype_name]] = r.number(flops_map, dtype_name, f"{path}.peak_flops", "TFLOP/s",
+                                                  limits.PEAK_TFLOPS) * TFLOPS
     efficiency = 0.8
     if "efficiency" in m:
-        efficiency = r.number(m, "efficiency", path, "fraction of peak")
-        if efficiency > 1:
-            raise r.error(r.line(m, "efficiency"), f"{path}.efficiency",
-                          f"expected a fraction of peak in (0, 1], got {efficiency:g}")
-    return DeviceSpec(name, kind, flops, r.number(m, "memory_bandwidth", path, "GB/s") * GB,
-                      int(round(r.number(m, "memory", path, "GiB") * GIB)),
-                      r.number(m, "launch_overhead_us", path, "microseconds", allow_zero=True) * US, efficiency)
+        efficiency = r.number(m, "efficiency", path, "fraction of peak", limits.EFFICIENCY)
+    return DeviceSpec(name, kind, flops, r.number(m, "memory_bandwidth", path, "GB/s", limits.BANDWIDTH_GBS) * GB,
+                      int(round(r.number(m, "memory", path, "GiB", limits.MEMORY_GIB) * GIB)),
+                      r.number(m, "launch_overhead_us", path, "microseconds", limits.LATENCY_US) * US, efficiency)
 
 
-def _socket(r: _Reader, m: Any, line: int, path: str, kinds: dict[str, DeviceSpec]) -> SocketSpec:
+def _device_counts(r: _Reader, value: _Map, path: str, before: int) -> tuple[list, list[int]]:
+    """The device names and their lines of the mapping form ``{name: count}``, counted against
+    ``MAX_DEVICES_PER_NODE`` (``before`` devices are in earlier sockets) before any list is made."""
+    total = before
+    for name in value:
+        count = r.integer(value[name], r.line(value, name), _at(path, name), minimum=0, limit="MAX_DEVICES_PER_NODE")
+        total += count
+        if total > limits.MAX_DEVICES_PER_NODE:
+            raise r.error(r.line(value, name), _at(path, name), f"{count} devices bring the node to {total} "
+                          f"devices, over the limit of {named('MAX_DEVICES_PER_NODE')} devices per node")
+    names = [name for name in value for _ in range(value[name])]
+    return names, [r.line(value, name) for name in value for _ in range(value[name])]
+
+
+def _socket(r: _Reader, m: Any, line: int, path: str, kinds: dict[str, DeviceSpec], before: int) -> SocketSpec:
     m = r.mapping(m, line, path, "a mapping with cpu and devices")
     r.keys(m, path, ("devices",), ("cpu",))
     cpu = m.get("cpu")
-    if cpu is not None and (not isinstance(cpu, str) or not cpu.strip()):
-        raise r.error(r.line(m, "cpu"), f"{path}.cpu", f"expected a CPU label or null, got {_show(cpu)}")
+    if cpu is not None:
+        r.label(cpu, r.line(m, "cpu"), f"{path}.cpu", "a CPU label (or null)")
     value, dline, dpath = m["devices"], r.line(m, "devices"), f"{path}.devices"
-    names: list[str] = []
     if isinstance(value, _Map):
-        for name in value:
-            count = r.integer(value[name], r.line(value, name), f"{dpath}.{name}", minimum=0)
-            names += [name] * count
-        lines = [r.line(value, name) for name in value for _ in range(value[name])]
+        names, lines = _device_counts(r, value, dpath, before)
     else:
         value = r.sequence(value, dline, dpath, "a list of device kind names or a mapping name -> count")
+        if before + len(value) > limits.MAX_DEVICES_PER_NODE:
+            raise r.error(value.line, dpath, f"{len(value)} devices bring the node to {before + len(value)} devices, "
+                                             f"over the limit of {named('MAX_DEVICES_PER_NODE')} devices per node")
         names, lines = list(value), value.item_lines
     for i, (name, item_line) in enumerate(zip(names, lines)):
-        if name not in kinds:
+        if not isinstance(name, str) or name not in kinds:
             raise r.error(item_line, f"{dpath}[{i}]", f"unknown device kind {_show(name)}; "
-                                                      f"device_kinds defines: {', '.join(kinds)}")
+                                                      f"device_kinds defines: {listing(kinds)}")
         if cpu is not None and kinds[name].kind == CPU:
             raise r.error(r.line(m, "cpu"), f"{path}.cpu", "a socket cpu cannot be given when its devices are of "
                                                            "kind 'cpu' (the devices are the host); use cpu: null")
@@ -270,17 +329,19 @@ def _links(r: _Reader, m: Any, line: int) -> dict[LinkType, LinkSpec]:
     m = r.mapping(m, line, "links", "a mapping link type -> {bandwidth, latency_us}")
     links = {}
     for name in m:
-        type_ = r.link_type(name, r.line(m, name), f"links.{name}")
-        entry = r.mapping(m[name], r.line(m, name), f"links.{name}", "a mapping with bandwidth and latency_us")
-        r.keys(entry, f"links.{name}", ("bandwidth", "latency_us"))
-        links[type_] = LinkSpec(type_, r.number(entry, "bandwidth", f"links.{name}", "GB/s"),
-                                r.number(entry, "latency_us", f"links.{name}", "microseconds", allow_zero=True))
+        path = _at("links", name)
+        type_ = r.link_type(name, r.line(m, name), path)
+        entry = r.mapping(m[name], r.line(m, name), path, "a mapping with bandwidth and latency_us")
+        r.keys(entry, path, ("bandwidth", "latency_us"))
+        links[type_] = LinkSpec(type_, r.number(entry, "bandwidth", path, "GB/s", limits.BANDWIDTH_GBS),
+                                r.number(entry, "latency_us", path, "microseconds", limits.LATENCY_US))
     return links
 
 
 class _IntraReader:
     def __init__(self, r: _Reader, links: dict[LinkType, LinkSpec], devices: int, socket_of: list[int]) -> None:
         self.r, self.links, self.n, self.socket_of = r, links, devices, socket_of
+        self.all = tuple(range(devices))  # one tuple for every "all", however many entries say it
 
     def link(self, m: _Map, key: str, path: str) -> LinkType:
         type_ = self.r.link_type(m[key], self.r.line(m, key), f"{path}.{key}")
@@ -296,17 +357,22 @@ class _IntraReader:
 
     def group(self, value: Any, line: int, path: str) -> tuple[int, ...]:
         if value == "all":
-            return tuple(range(self.n))
+            return self.all
         seq = self.r.sequence(value, line, path, "a list of device indices or 'all'")
+        if len(seq) > self.n:
+            raise self.r.error(seq.line, path, f"a group of {len(seq)} devices in a node of {self.n} devices; "
+                                               f"give at most {self.n} indices 0..{self.n - 1}, each once")
         group = tuple(self.index(v, seq.item_lines[i], f"{path}[{i}]") for i, v in enumerate(seq))
         if len(set(group)) != len(group):
-            raise self.r.error(seq.line, path, f"device indices repeat: {list(group)}")
+            raise self.r.error(seq.line, path, f"device indices repeat: {short(list(group))}")
         if not group:
             raise self.r.error(seq.line, path, "expected at least one device index")
         return group
 
     def lanes(self, m: _Map, path: str) -> int:
-        return self.r.integer(m["lanes"], self.r.line(m, "lanes"), f"{path}.lanes", minimum=1) if "lanes" in m else 1
+        if "lanes" not in m:
+            return 1
+        return self.r.integer(m["lanes"], self.r.line(m, "lanes"), f"{path}.lanes", minimum=1, limit="MAX_LANES")
 
     def entry(self, m: Any, line: int, path: str) -> DeviceLinks:
         r = self.r
@@ -323,13 +389,14 @@ class _IntraReader:
             return DeviceLinks(topology, link, self.group(m[key], r.line(m, key), f"{path}.{key}"),
                                lanes=self.lanes(m, path), where=where)
         seq = r.sequence(m[key], r.line(m, key), f"{path}.pairs", "a list of [a, b] or [a, b, lanes]")
+        limits.check_links(2 * len(seq), r.where(seq.line, f"{path}.pairs"), f"a list of {len(seq)} pairs")
         pairs, seen = [], set()
         for i, item in enumerate(seq):
             ipath, iline = f"{path}.pairs[{i}]", seq.item_lines[i]
             if not isinstance(item, _Seq) or len(item) not in (2, 3):
                 raise r.error(iline, ipath, f"expected [a, b] or [a, b, lanes], got {_show(item)}")
             a, b = (self.index(v, iline, ipath) for v in item[:2])
-            lanes = r.integer(item[2], iline, ipath + "[2]", minimum=1) if len(item) == 3 else 1
+            lanes = r.integer(item[2], iline, ipath + "[2]", minimum=1, limit="MAX_LANES") if len(item) == 3 else 1
             if a == b or (min(a, b), max(a, b)) in seen:
                 raise r.error(iline, ipath, f"[{a}, {b}] " + ("joins a device to itself" if a == b else
                                                               "is listed twice; give a lane count instead"))
@@ -356,12 +423,12 @@ class _IntraReader:
                 switches = tuple(self.group(g, seq.item_lines[i], f"{spath}[{i}]") for i, g in enumerate(seq))
                 for i, g in enumerate(switches):
                     if len({self.socket_of[d] for d in g}) != 1:
-                        raise r.error(seq.item_lines[i], f"{spath}[{i}]", f"devices {list(g)} hang off different "
-                                      f"sockets; a switch serves one socket")
+                        raise r.error(seq.item_lines[i], f"{spath}[{i}]", f"devices {short(list(g))} hang off "
+                                      f"different sockets; a switch serves one socket")
                 covered = sorted(d for g in switches for d in g)
                 if covered != list(range(self.n)):
                     raise r.error(sline, spath, f"expected every device 0..{self.n - 1} in exactly one switch, "
-                                                f"got {covered}")
+                                                f"got {short(covered)}")
         return CpuLinks(self.link(m, "link", path), switches, self.lanes(m, path), r.where(line, path))
 
 
@@ -387,11 +454,11 @@ def _inter_node(r: _Reader, m: Any, line: int, links: dict[LinkType, LinkSpec],
     path = "inter_node"
     m = r.mapping(m, line, path, "a mapping with nics and attach")
     r.keys(m, path, ("nics",), ("attach",))
-    nics = r.integer(m["nics"], r.line(m, "nics"), f"{path}.nics", minimum=0)
+    nics = r.integer(m["nics"], r.line(m, "nics"), f"{path}.nics", minimum=0, limit="MAX_NICS_PER_NODE")
     attach = NicAttach.SOCKETS
     if "attach" in m:
         valid = {a.value: a for a in NicAttach}
-        if m["attach"] not in valid:
+        if not isinstance(m["attach"], str) or m["attach"] not in valid:
             raise r.error(r.line(m, "attach"), f"{path}.attach", f"expected one of {', '.join(valid)}, "
                                                                  f"got {_show(m['attach'])}")
         attach = valid[m["attach"]]
@@ -412,27 +479,50 @@ def _inter_node(r: _Reader, m: Any, line: int, links: dict[LinkType, LinkSpec],
     return InterNodeSpec(nics, attach, r.where(line, path))
 
 
+def _nodes(r: _Reader, top: _Map, devices: int) -> int:
+    """``nodes`` (default 1), within ``MAX_NODES`` and, with ``devices`` per node, ``MAX_DEVICES``."""
+    if "nodes" not in top:
+        return 1
+    line = r.line(top, "nodes")
+    nodes = r.integer(top["nodes"], line, "nodes", minimum=1, limit="MAX_NODES")
+    if nodes * devices > limits.MAX_DEVICES:
+        raise r.error(line, "nodes", f"{nodes} nodes x {devices} devices = {nodes * devices} devices, over the limit "
+                                     f"of {named('MAX_DEVICES')}; give at most {limits.MAX_DEVICES // devices} nodes")
+    return nodes
+
+
+def _sockets(r: _Reader, node: _Map, kinds: dict[str, DeviceSpec]) -> tuple[SocketSpec, ...]:
+    seq = r.sequence(node["sockets"], r.line(node, "sockets"), "node.sockets", "a list of sockets")
+    if len(seq) > limits.MAX_SOCKETS_PER_NODE:
+        raise r.error(seq.line, "node.sockets", f"{len(seq)} sockets, over the limit of "
+                                                f"{named('MAX_SOCKETS_PER_NODE')} per node")
+    sockets: list[SocketSpec] = []
+    for i, s in enumerate(seq):
+        before = sum(len(socket.devices) for socket in sockets)
+        sockets.append(_socket(r, s, seq.item_lines[i], f"node.sockets[{i}]", kinds, before))
+    if not any(socket.devices for socket in sockets):
+        raise r.error(seq.line, "node.sockets", "expected at least one device in some socket")
+    return tuple(sockets)
+
+
 def parse_yaml_spec(text: str, source: str = "<string>") -> MachineSpec:
     """Validate machine YAML ``text``; ``source`` names it in errors (``FILE:LINE: field ...``)."""
     doc = _load_yaml(text, source)
     r = _Reader(source)
     top = r.mapping(doc, 1, "<top level>", "a mapping with name, device_kinds, node, links")
     r.keys(top, "", ("name", "device_kinds", "node", "links"), ("description", "nodes", "intra_node", "inter_node"))
-    name = r.name(top, "name", "")
+    name = r.label(top["name"], r.line(top, "name"), "name", "the machine's name")
     description = r.name(top, "description", "") if "description" in top else ""
-    nodes = r.integer(top["nodes"], r.line(top, "nodes"), "nodes", minimum=1) if "nodes" in top else 1
     kinds_map = r.mapping(top["device_kinds"], r.line(top, "device_kinds"), "device_kinds",
                           "a mapping name -> device kind")
     if not kinds_map:
         raise r.error(kinds_map.line, "device_kinds", "expected at least one device kind")
-    kinds = {k: _device_kind(r, k, kinds_map[k], r.line(kinds_map, k), f"device_kinds.{k}") for k in kinds_map}
+    kinds = {k: _device_kind(r, k, kinds_map[k], r.line(kinds_map, k), _at("device_kinds", k)) for k in kinds_map}
     node = r.mapping(top["node"], r.line(top, "node"), "node", "a mapping with sockets")
     r.keys(node, "node", ("sockets",))
-    seq = r.sequence(node["sockets"], r.line(node, "sockets"), "node.sockets", "a list of sockets")
-    sockets = tuple(_socket(r, s, seq.item_lines[i], f"node.sockets[{i}]", kinds) for i, s in enumerate(seq))
+    sockets = _sockets(r, node, kinds)
     devices = sum(len(s.devices) for s in sockets)
-    if not devices:
-        raise r.error(seq.line, "node.sockets", "expected at least one device in some socket")
+    nodes = _nodes(r, top, devices)
     links = _links(r, top["links"], r.line(top, "links"))
     if "intra_node" in top:
         intra = _intra_node(r, top["intra_node"], r.line(top, "intra_node"), links, sockets)
@@ -444,7 +534,7 @@ def parse_yaml_spec(text: str, source: str = "<string>") -> MachineSpec:
     if nodes > 1 and (inter is None or not inter.nics):
         raise r.error(r.line(top, "nodes"), "nodes", f"{nodes} nodes need an inter_node section with nics > 0")
     return MachineSpec(name, nodes, tuple(kinds.values()), sockets, tuple(links.values()), intra, inter,
-                       source=source, description=description)
+                       source=source, description=description, nodes_where=r.where(r.line(top, "nodes"), "nodes"))
 
 
 def load_yaml_spec(path: str | Path) -> MachineSpec:

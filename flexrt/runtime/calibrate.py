@@ -20,7 +20,12 @@ the peak. The ``nic``/``network`` links (between ranks) keep the built-in estima
 others sleep, with the BLAS threads of one rank's share of the cores, then ranks 0 and 1 measure
 MPI point-to-point latency and bandwidth (:func:`mpi_point_to_point`).
 
-Entry points: :func:`calibrate`, :func:`write_machine_yaml`.
+The file is checked before it is written (it must load as a machine) and written atomically (a
+temporary file in the same folder, then ``os.replace``), so a failed run never leaves an unloadable
+``local.yaml`` behind; :func:`check_output_path` refuses a path that cannot take it before anything
+is measured.
+
+Entry points: :func:`calibrate`, :func:`check_devices`, :func:`check_output_path`, :func:`write_machine_yaml`.
 
 Example:
     >>> result = calibrate(devices=4, quick=True)              # doctest: +SKIP
@@ -34,6 +39,7 @@ import math
 import os
 import platform
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,15 +47,19 @@ from pathlib import Path
 
 import numpy as np
 
-from flexrt.errors import MachineSpecError
+from flexrt.errors import ConfigError, MachineSpecError
+from flexrt.inputs import short
 from flexrt.ir.op_type import OpType
 from flexrt.ir.ops.conv2d import Conv2DAttrs
 from flexrt.ir.ops.element_unary import ElementUnaryAttrs
 from flexrt.ir.ops.linear import LinearAttrs
 from flexrt.ir.ops.reduce import ReduceAttrs
 from flexrt.kernels import run_forward
+from flexrt.machine.limits import MAX_DEVICES_PER_NODE, named
 from flexrt.machine.machine import LinkType
 from flexrt.machine.presets import LOCAL, preset_spec
+from flexrt.machine.spec import build_machine, shown
+from flexrt.machine.yaml_format import parse_yaml_spec
 
 DEVICE_KIND = "host-cpu"   # the built-in preset's name, which flexflow_format also uses
 MB = 2**20
@@ -238,6 +248,18 @@ def _host_memory_bytes() -> int:
         return 16 * 2**30
 
 
+def check_devices(devices: int, flag: str = "the number of local devices") -> int:
+    """``devices`` when it is an integer 1..``MAX_DEVICES_PER_NODE`` (the workers are one node's
+    devices); a MachineSpecError naming ``flag`` and the limit otherwise."""
+    if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
+        raise MachineSpecError(f"{flag} must be a positive integer, got {short(devices)}; valid: "
+                               f"1..{MAX_DEVICES_PER_NODE}")
+    if devices > MAX_DEVICES_PER_NODE:
+        raise MachineSpecError(f"{flag} must be at most {named('MAX_DEVICES_PER_NODE')}, the devices of one "
+                               f"node, got {devices}")
+    return devices
+
+
 def calibrate(devices: int = 4, quick: bool = False) -> CalibrationResult:
     """Measure this host (whole-host numbers; :func:`write_machine_yaml` splits them among ``devices``).
 
@@ -248,8 +270,7 @@ def calibrate(devices: int = 4, quick: bool = False) -> CalibrationResult:
         >>> r.flops("float32") > 0
         True
     """
-    if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
-        raise MachineSpecError(f"the number of local devices must be a positive integer, got {devices!r}")
+    check_devices(devices)
     s = QUICK if quick else FULL
     t0 = time.perf_counter()
     peak = _peak_flops(s)
@@ -270,8 +291,7 @@ def _g(x: float) -> str:
 def machine_yaml(result: CalibrationResult, devices: int) -> str:
     """The machine YAML of the calibrated ``local`` machine with ``devices`` workers (see the module
     docstring for how the host's numbers are shared)."""
-    if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
-        raise MachineSpecError(f"the number of local devices must be a positive integer, got {devices!r}")
+    check_devices(devices)
     estimate = {link.type: link for link in preset_spec(LOCAL).links}
     nic, network = estimate[LinkType.NIC], estimate[LinkType.NETWORK]
     if result.mpi_bandwidth > 0:
@@ -331,19 +351,58 @@ inter_node:
 """
 
 
+def check_output_path(path: str | Path, flag: str = "the calibrated machine's path") -> Path:
+    """``path`` (``~`` expanded) when the machine YAML can be written there: it ends in ``.yaml`` or
+    ``.yml`` (so ``--machine PATH`` reads it as a file), is not a folder or another non-regular file,
+    and its nearest existing folder is a folder that takes a new file (tried with a temporary one). A
+    ConfigError naming ``flag`` otherwise."""
+    p = Path(path).expanduser()
+    where = f"{flag} {shown(str(path))}"
+    if p.suffix.lower() not in (".yaml", ".yml"):
+        raise ConfigError(f"{where}: a machine file must end in .yaml or .yml")
+    folder = p.parent
+    while not os.path.lexists(folder) and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise ConfigError(f"{where}: {shown(str(folder))} is not a folder")
+    if os.path.lexists(p) and (p.is_symlink() or not p.is_file()):
+        what = "a folder" if p.is_dir() else "a link" if p.is_symlink() else "not a regular file"
+        raise ConfigError(f"{where}: it is {what}; give the path of a .yaml file")
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".flexrt-calibrate.", suffix=".tmp")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise ConfigError(f"{where}: cannot write in {shown(str(folder))}: {e.strerror or e}") from None
+    return p
+
+
 def write_machine_yaml(result: CalibrationResult, path: str | Path, devices: int) -> Path:
     """Write :func:`machine_yaml` to ``path`` (creating its folder); returns the path.
 
+    The text is loaded as a machine first (a MachineSpecError naming the line, and nothing written,
+    when a measured number is outside what machine files accept), then written atomically.
     ``flexrt.machine.load_machine(path)`` loads it; written to
     ``flexrt.machine.calibrated_local_path()``, it becomes ``load_machine("local")``.
     """
-    path = Path(path).expanduser()
+    path = check_output_path(path)
     text = machine_yaml(result, devices)
     try:
+        build_machine(parse_yaml_spec(text, str(path)))
+    except MachineSpecError as e:
+        raise MachineSpecError(f"the calibrated machine would not load, so nothing was written: {e}") from None
+    tmp = None
+    try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-        tmp.write_text(text, encoding="utf-8")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        umask = os.umask(0o22)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's file is private; the machine file is an ordinary one
         os.replace(tmp, path)  # a reader never sees half a file
     except OSError as e:
+        if tmp is not None and os.path.lexists(tmp):
+            os.unlink(tmp)
         raise MachineSpecError(f"cannot write the calibrated machine to {path}: {e.strerror or e}") from None
     return path

@@ -133,7 +133,6 @@ def reshard_plan(producer: OperatorLayout, k_out: int, consumer: OperatorLayout,
     wants = consumer.operand_boxes[i]
     hits = _overlaps(wants, pieces)
     for p, region in enumerate(consumer.operand_regions[i]):
-        want = wants[p]
         dev = consumer.devices[p]
         for ranges, box in hits[p]:
             if k == 1:

@@ -414,7 +414,7 @@ GENERATE_FLAGS = [
     case("generate-max-ops-zero", f"{GENERATE} --max-ops 0",
          r"flexrt substitutions generate: error: argument --max-ops: expected an integer between 1 and 4, got 0"),
     case("generate-max-ops-five", f"{GENERATE} --max-ops 5", r"argument --max-ops: expected an integer between 1 and 4, got 5"),
-    case("generate-max-ops-text", f"{GENERATE} --max-ops x", r"argument --max-ops: expected an integer >= 1, got 'x'"),
+    case("generate-max-ops-text", f"{GENERATE} --max-ops x", r"argument --max-ops: expected an integer between 1 and 4, got 'x'"),
     case("generate-degree-three", f"{GENERATE} --degree 3", r"argument --degree: invalid choice: 3 \(choose from 2, 4\)"),
     case("generate-degree-zero", f"{GENERATE} --degree 0", r"argument --degree: invalid choice: 0 \(choose from 2, 4\)"),
     case("generate-seed-negative", f"{GENERATE} --seed -1", r"argument --seed: expected an integer >= 0, got -1"),

@@ -17,3 +17,7 @@ def test_bad_input_gets_one_clear_line(c, tmp_path, monkeypatch):
     assert r.kind == "clear", (f"{c.id}: {r.kind} (exit {r.status})\nargv: {' '.join(c.argv)}\nexpected: {c.expect}\n"
                                f"stderr: {r.stderr[-2000:]}")
 
+
+
+def test_the_corpus_is_large():
+    assert len(CASES) >= 200, len(CASES)

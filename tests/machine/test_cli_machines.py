@@ -83,6 +83,8 @@ def test_machines_show_errors(capsys, tmp_path):
     code, _, err = run(capsys, "machines", "show", str(bad))
     assert code == 1 and err == f"flexrt: error: {bad}:1: field '<top level>': missing key 'device_kinds'\n"
     code, _, err = run(capsys, "machines", "show", "summit", "--nodes", "two")
-    assert code == 2 and "invalid int value" in err
+    assert code == 2 and "argument --nodes: expected an integer" in err and "'two'" in err
+    code, _, err = run(capsys, "machines", "show", "summit", "--nodes", "10000000")
+    assert code == 2 and "argument --nodes: expected an integer between 1 and 4096, got 10000000" in err
     code, _, err = run(capsys, "machines", "--bogus")
     assert code == 2 and "unrecognized arguments: --bogus" in err

@@ -1,6 +1,5 @@
 """ExecPlan: a lowered task graph made ready to run (order, dependencies, buffers, parts, aliases)."""
 
-import random
 
 import pytest
 from hypothesis import given, settings

@@ -14,7 +14,7 @@ from flexrt.core import DataType
 from flexrt.errors import StrategyError
 from flexrt.machine import load_machine
 from flexrt.machine.views import MachineView, Projection
-from flexrt.strategy import OpConfig, GraphStrategy, Strategy, data_parallel, is_compute, random_strategy
+from flexrt.strategy import OpConfig, GraphStrategy, data_parallel, is_compute, random_strategy
 from flexrt.strategy import (load_text_strategy, save_text_strategy, strategy_from_text,
                                             strategy_to_text)
 from tests.runtime.test_central_law import MODELS

@@ -1,6 +1,5 @@
 """The task graph as a struct of arrays: the engine built from it, kept in step by change sets."""
 
-import numpy as np
 
 from flexrt.simulator.engine import Engine, ReferenceEngine
 from flexrt.simulator.task_graph import CATEGORY_CODE, Category, TaskGraph, TaskKind
