@@ -63,6 +63,15 @@ def is_compute(node: Node) -> bool:
     return node.op_type not in SOURCE_OPS and node.op_type not in PARALLEL_OPS
 
 
+def compute_node(pcg: PCG, name: str) -> Optional[Node]:
+    """The compute operator named ``name`` in ``pcg``, or None (no such node, or an input or weight)."""
+    try:
+        node = pcg.node_by_name(name)
+    except FlexrtError:
+        return None
+    return node if is_compute(node) else None
+
+
 def node_axes(pcg: PCG, node: Node):
     """The parallel axes of a compute node and their degrees, read from its data inputs' shapes."""
     opdef = op_def(node.op_type)

@@ -33,7 +33,8 @@ from flexrt.inputs import check_int, check_keys, check_type, parse_json, read_te
 from flexrt.ir.pcg import PCG, Node
 from flexrt.machine import Machine
 from flexrt.machine.views import MachineView, Projection, view_devices
-from flexrt.strategy.config import ConfigStrategy, GraphStrategy, OpConfig, Strategy, is_compute, node_axes
+from flexrt.strategy.config import (ConfigStrategy, GraphStrategy, OpConfig, Strategy, compute_node, is_compute,
+                                    node_axes)
 from flexrt.strategy.space import all_axes, apply_single
 from flexrt.strategy.text import name_list, strategy_from_text
 
@@ -196,11 +197,8 @@ def _graph_strategy(data: dict, machine: Machine, source: str) -> GraphStrategy:
     views = {}
     for name, v in check_type(data["views"], dict, f"{source}: views", StrategyError).items():
         where = f"{source}: views.{short(name, 40)}"
-        try:
-            node = pcg.node_by_name(name)
-        except FlexrtError:
-            node = None
-        if node is None or not is_compute(node):
+        node = compute_node(pcg, name)
+        if node is None:
             ops = [n.name for n in pcg.nodes if is_compute(n)]
             raise StrategyError(f"{where}: the file's pcg has no compute operator named {short(name)}; its "
                                 f"operators: {name_list(ops)}")

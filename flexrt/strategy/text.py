@@ -39,7 +39,7 @@ from flexrt.ir.pcg import PCG, Node
 from flexrt.ir.registry import SlotKind
 from flexrt.machine import Machine
 from flexrt.machine.views import view_devices, view_from_device_ids
-from flexrt.strategy.config import SOAP_KINDS, ConfigStrategy, OpConfig, Strategy, is_compute
+from flexrt.strategy.config import SOAP_KINDS, ConfigStrategy, OpConfig, Strategy, compute_node, is_compute
 from flexrt.strategy.space import all_axes, apply_single, data_parallel
 
 DEVICE_TYPES = {"gpu": 0, "cpu": 1}
@@ -160,11 +160,8 @@ class _Reader:
 def _read_operator(r: _Reader, base: PCG, machine: Machine) -> tuple[int, OpConfig]:
     name = r.line("an operator name")
     at = r.i
-    try:
-        node = base.node_by_name(name)
-    except FlexrtError:
-        node = None
-    if node is None or not is_compute(node):
+    node = compute_node(base, name)
+    if node is None:
         ops = [n.name for n in base.nodes if is_compute(n)]
         raise StrategyError(f"{r.where(at)}: no operator named {short(name)} in this model (its operators: "
                             f"{name_list(ops)}); the file was made for another model")

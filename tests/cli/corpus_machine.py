@@ -7,38 +7,10 @@ the file and line (or the flag), the field, the bad value and what is valid."""
 import os
 
 from .badinput import case
+from ..machine.test_yaml_format import GOOD as MACHINE_YAML
 
 # A valid two-node machine; the cases below change one thing in it (the line numbers are the file's).
-GOOD = """\
-name: tiny
-nodes: 2
-device_kinds:
-  G:
-    kind: gpu
-    peak_flops: {float32: 10, float16: 20}
-    memory_bandwidth: 500
-    memory: 8
-    launch_overhead_us: 4
-node:
-  sockets:
-    - cpu: X
-      devices: [G, G]
-    - cpu: X
-      devices: {G: 2}
-links:
-  nvlink: {bandwidth: 20, latency_us: 1}
-  pcie: {bandwidth: 10, latency_us: 2}
-  xbus: {bandwidth: 15, latency_us: 0.5}
-  nic: {bandwidth: 10, latency_us: 0.5}
-  network: {bandwidth: 5, latency_us: 1}
-intra_node:
-  devices:
-    - {pairs: [[0, 1, 2], [2, 3]], link: nvlink}
-  to_cpu: {link: pcie}
-  between_sockets: xbus
-inter_node:
-  nics: 1
-"""
+GOOD = MACHINE_YAML.replace("name: two_by_two", "name: tiny")  # tests/machine/test_yaml_format.py's
 KINDS = GOOD[GOOD.index("device_kinds:"):GOOD.index("node:")]
 NODE = GOOD[GOOD.index("node:"):GOOD.index("links:")]
 SOCKETS = NODE[NODE.index("  sockets:"):]
