@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from flexrt.errors import ConfigError, ShapeError
+from flexrt.ir.ops import SoftmaxAttrs
 from flexrt.kernels.kinds import NamedKind
 
 
@@ -104,9 +105,15 @@ def _onehot(xp, ids, classes: int, dtype):
     return eye
 
 
+def _log(xp, probs):
+    """log p with p at least the dtype's smallest normal number: a probability that underflowed to 0
+    costs a large finite loss (about 87 in float32), not inf."""
+    return xp.log(xp.maximum(probs, probs.dtype.type(xp.finfo(probs.dtype).tiny)))
+
+
 def _cce_forward(xp, probs, labels):
     t = _dense_labels(xp, "categorical_crossentropy", probs, labels)
-    return -xp.sum(t * xp.log(probs)) / probs.dtype.type(_batch(probs))
+    return -xp.sum(t * _log(xp, probs)) / probs.dtype.type(_batch(probs))
 
 
 def _cce_backward(xp, probs, labels):
@@ -118,7 +125,7 @@ def _scce_forward(xp, probs, labels):
     ids = _sparse_labels(xp, "sparse_categorical_crossentropy", probs, labels)
     p2 = probs.reshape(-1, probs.shape[-1])
     picked = p2[xp.arange(p2.shape[0]), ids]
-    return -xp.sum(xp.log(picked)) / probs.dtype.type(_batch(probs))
+    return -xp.sum(_log(xp, picked)) / probs.dtype.type(_batch(probs))
 
 
 def _scce_backward(xp, probs, labels):
@@ -183,6 +190,15 @@ def loss_forward(xp, loss: LossType, outputs, labels):
 def loss_backward(xp, loss: LossType, outputs, labels):
     """Gradient of ``loss_forward`` with respect to ``outputs`` (same shape and dtype)."""
     return get_loss(loss).backward(xp, outputs, labels)
+
+
+def fuses_with_softmax(loss: LossType, attrs, rank: int) -> bool:
+    """Whether the gradient of ``loss`` over the output of an operator with ``attrs`` (its output of
+    ``rank`` dimensions) is taken w.r.t. the softmax's input directly (``softmax_cross_entropy_backward``):
+    a cross-entropy over a softmax along the last axis. The executors and the reference trainer
+    then skip the softmax's backward: ``-onehot / p`` overflows where a float32 probability
+    underflows to 0, and its softmax backward turns that into NaN."""
+    return loss in CROSS_ENTROPIES and isinstance(attrs, SoftmaxAttrs) and attrs.axis % rank == rank - 1
 
 
 def softmax_cross_entropy_backward(xp, loss: LossType, probs, labels):

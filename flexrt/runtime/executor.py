@@ -30,7 +30,8 @@ from typing import Callable
 import numpy as np
 
 from flexrt.errors import FlexrtError, ShapeError, StrategyError
-from flexrt.kernels.losses import LossType, loss_backward, loss_forward
+from flexrt.kernels.losses import (LossType, fuses_with_softmax, loss_backward, loss_forward,
+                                   softmax_cross_entropy_backward)
 from flexrt.kernels.metrics import MetricsAccumulator, MetricsType
 from flexrt.kernels.optimizers import OptimizerKind, adam_update, sgd_update
 from flexrt.kernels.registry import backward_kernel, forward_kernel
@@ -69,6 +70,16 @@ def _slices(ranges, box) -> tuple:
     return tuple(slice(lo - o, hi - o) for (lo, hi), (o, _) in zip(box, ranges))
 
 
+def _fused_softmax(plan: ExecPlan, loss: LossType):
+    """The name of the loss operator when its loss fuses with it (``fuses_with_softmax``), else None."""
+    scored = {t.action.output.key.name for t in plan.tasks if isinstance(t.action, Loss)}
+    for t in plan.tasks:
+        a = t.action
+        if isinstance(a, Backward) and a.node in scored:
+            return a.node if fuses_with_softmax(loss, a.attrs, len(a.outputs[0].ranges)) else None
+    return None
+
+
 class Executor:
     def __init__(self, plan: ExecPlan, backend, update: Callable, loss: LossType | str, metrics=(),
                  mode: str = "serial") -> None:
@@ -92,6 +103,7 @@ class Executor:
         for t in plan.tasks:
             if isinstance(t.action, RingStep):
                 self._ring_members[t.action.group.id].append(t.index)
+        self.fused_softmax = _fused_softmax(plan, self.loss)
 
     # ---- memory ------------------------------------------------------------------------------
     def _alloc(self, bid, arr) -> None:
@@ -186,7 +198,10 @@ class Executor:
                for i, b in enumerate(a.operands)]
         outs = [self.get((b.key, b.device)) for b in a.outputs]
         gouts = [self.get((b.key, b.device)) for b in a.grad_outputs]
-        grads = backward_kernel(a.attrs.op_type)(self.xp, a.attrs, ops, outs, gouts)
+        if a.node == self.fused_softmax:  # the loss handed back d loss / d logits already
+            grads = [gouts[0].copy()]
+        else:
+            grads = backward_kernel(a.attrs.op_type)(self.xp, a.attrs, ops, outs, gouts)
         for i, b in enumerate(a.grad_operands):
             if b is None:
                 continue
@@ -219,7 +234,8 @@ class Executor:
         labels = self.backend.upload(self.labels[lo:hi], a.output.device)
         share = out.size / a.full_elements
         value = loss_forward(self.xp, self.loss, out, labels) * share  # a device scalar: no host sync here
-        grad = loss_backward(self.xp, self.loss, out, labels) * out.dtype.type(share)
+        backward = softmax_cross_entropy_backward if self.fused_softmax else loss_backward
+        grad = backward(self.xp, self.loss, out, labels) * out.dtype.type(share)
         self._alloc((a.grad.key, a.grad.device), grad)
         with self._lock:
             st.loss += value

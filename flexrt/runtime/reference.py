@@ -16,7 +16,8 @@ import numpy as np
 from flexrt.errors import StrategyError
 from flexrt.ir.op_type import OpType
 from flexrt.ir.pcg import PCG, TensorRef
-from flexrt.kernels.losses import LossType, loss_backward, loss_forward
+from flexrt.kernels.losses import (LossType, fuses_with_softmax, loss_backward, loss_forward,
+                                   softmax_cross_entropy_backward)
 from flexrt.kernels.registry import run_backward, run_forward
 
 
@@ -58,10 +59,14 @@ class ReferenceTrainer:
         out = values[out_ref]
         labels = np.asarray(labels)
         value = float(loss_forward(np, self.loss, out, labels))
-        grads: dict[TensorRef, np.ndarray] = {out_ref: loss_backward(np, self.loss, out, labels)}
+        out_node = pcg.node(out_ref.node)
+        fused = fuses_with_softmax(self.loss, out_node.attrs, out.ndim)
+        grads: dict[TensorRef, np.ndarray] = (  # fused: d loss / d logits, the softmax's backward skipped
+            {out_node.inputs[0]: softmax_cross_entropy_backward(np, self.loss, out, labels)} if fused
+            else {out_ref: loss_backward(np, self.loss, out, labels)})
         for nid in reversed(order):
             node = pcg.node(nid)
-            if node.op_type in (OpType.INPUT, OpType.WEIGHT):
+            if node.op_type in (OpType.INPUT, OpType.WEIGHT) or (fused and nid == out_node.id):
                 continue
             outs = [values[TensorRef(nid, k)] for k in range(len(pcg.output_shapes(nid)))]
             gouts = [grads.get(TensorRef(nid, k), np.zeros_like(o)) for k, o in enumerate(outs)]
