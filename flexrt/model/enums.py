@@ -20,3 +20,5 @@ __all__ = ["ActiMode", "AggrMode", "CompMode", "DataType", "LossType", "MetricsT
 class CompMode(enum.Enum):
     COMP_MODE_TRAINING = 70
     COMP_MODE_INFERENCE = 71
+    TRAINING = 70       # FlexFlow's Python spelling (aliases of the members above)
+    INFERENCE = 71

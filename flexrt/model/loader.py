@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import importlib.util
 import inspect
 import io
 import os
+import re
 import sys
 import traceback
 import types
@@ -125,14 +127,20 @@ def _script_env(path: Path, argv: Sequence[str]) -> Iterator[None]:
 MESSAGE_CHARS = 300  # of a script's exception message quoted in an error
 
 
-def _script_line(exc: BaseException, path: Path) -> str:
-    """``file:line`` of the innermost frame of ``exc``'s traceback inside the script."""
-    where = str(path)
+def _script_frame(exc: BaseException, path: Path):
+    """The innermost frame of ``exc``'s traceback inside the script, or None."""
     target = os.path.realpath(path)
+    found = None
     for frame in traceback.extract_tb(exc.__traceback__):
         if os.path.realpath(frame.filename) == target:
-            where = f"{path}:{frame.lineno}"
-    return where
+            found = frame
+    return found
+
+
+def _script_line(exc: BaseException, path: Path) -> str:
+    """``file:line`` of the innermost frame of ``exc``'s traceback inside the script."""
+    frame = _script_frame(exc, path)
+    return f"{path}:{frame.lineno}" if frame is not None else str(path)
 
 
 def _defines_build_model(tree: ast.Module) -> bool:
@@ -216,6 +224,23 @@ def _exec(script: _Script, run_name: str) -> dict[str, Any]:
     return dict(module.__dict__)
 
 
+def _flexflow_hint(exc: ModuleNotFoundError, path: Path) -> str:
+    """What to do about a script importing one of FlexFlow's modules: import flexrt's counterpart
+    where there is one, else say there is none. (Python names only the missing top package,
+    ``flexflow``; the statement names the module.)"""
+    frame = _script_frame(exc, path)
+    found = re.search(r"\b(?:from|import)\s+(flexflow(?:\.\w+)*)", frame.line or "") if frame else None
+    module = found.group(1) if found else exc.name
+    ours = "flexrt" + module[len("flexflow"):]
+    try:
+        found = importlib.util.find_spec(ours) is not None
+    except ImportError:  # its parent package is missing
+        found = False
+    if found:
+        return f"the script imports {module}; import {ours} instead (e.g. `from flexrt.core import *`)"
+    return f"the script imports {module}, which flexrt does not provide ({ours} does not exist)"
+
+
 @contextlib.contextmanager
 def _reported(name: str, path: Path) -> Iterator[None]:
     """An exception of the running script as one error naming the script's file:line: its own flexrt
@@ -226,8 +251,7 @@ def _reported(name: str, path: Path) -> Iterator[None]:
         raise type(e)(f"model {name} ({_script_line(e, path)}): {e}") from e
     except ModuleNotFoundError as e:
         if e.name and e.name.split(".")[0] == "flexflow":
-            raise ConfigError(f"{_script_line(e, path)}: the script imports {e.name}; change "
-                              f"`from flexflow.core import *` to `from flexrt.core import *`") from None
+            raise ConfigError(f"{_script_line(e, path)}: {_flexflow_hint(e, path)}") from None
         raise ConfigError(f"{_script_line(e, path)}: {clip(str(e), MESSAGE_CHARS)}") from e
     except Exception as e:  # a bug in the script: say where, keep the cause for --traceback users
         raise ConfigError(f"{_script_line(e, path)}: the script raised {type(e).__name__}: "

@@ -455,8 +455,8 @@ SCRIPTS = [
            r"m\.py:2: syntax error: too many nested parentheses"),
     script("return-outside-function", MODEL + "return 3\n", r"m\.py:2: syntax error: 'return' outside function"),
     script("flexflow-import", "from flexflow.core import *\n",
-           r"m\.py:1: the script imports flexflow; change `from flexflow\.core import \*` to "
-           r"`from flexrt\.core import \*`"),
+           r"m\.py:1: the script imports flexflow\.core; import flexrt\.core instead \(e\.g\. "
+           r"`from flexrt\.core import \*`\)"),
     script("missing-module", "import nosuchmodule_xyz\n", r"m\.py:1: No module named 'nosuchmodule_xyz'"),
     script("no-model", "x = 1\n", r"model script .*m\.py made no FFModel \(define build_model\(ffconfig\)"),
     script("exits", "import sys\nsys.exit(3)\n", r"model script .*m\.py exited \(status 3\) before making an FFModel"),

@@ -286,7 +286,9 @@ def test_load_script_without_compile_takes_last_model(tmp_path):
 
 
 @pytest.mark.parametrize("body, error, fragment", [
-    ("from flexflow.core import *\n", ConfigError, "change `from flexflow.core import *` to `from flexrt.core"),
+    ("from flexflow.core import *\n", ConfigError, "imports flexflow.core; import flexrt.core instead"),
+    ("from flexflow.keras.datasets import mnist\n", ConfigError,
+     "imports flexflow.keras.datasets, which flexrt does not provide (flexrt.keras.datasets does not exist)"),
     ("x = 1\n", ConfigError, "made no FFModel"),
     ("def f(:\n", ConfigError, "bad.py:1: syntax error"),
     ("from flexrt.core import *\nm = FFModel(FFConfig())\n1 / 0\n", ConfigError,
