@@ -15,7 +15,8 @@ as the reader's own error type (``error=``: a ``FlexrtError`` subclass).
   most ``MAX_DEPTH`` deep and with at most ``MAX_YAML_NODES`` nodes once aliases are expanded
   (the "billion laughs" file is refused before it is built).
 - ``short(value)``: a repr never longer than ``limit`` characters, for messages; ``clip(text,
-  limit)`` the same for a text (an error message quoted in another).
+  limit)`` the same for a text (an error message quoted in another); ``listing(items)`` a list of
+  names cut to about 200 characters.
 - Field checks: ``check_keys``, ``check_type``, ``check_int``, ``check_number``; each names the
   field, the bad value (shortened) and what is valid.
 
@@ -46,6 +47,20 @@ def clip(text: str, limit: int) -> str:
     """``text`` on one line (runs of white space made one space), cut to ``limit`` characters."""
     text = " ".join(text.split())
     return text if len(text) <= limit else f"{text[:limit - 3]}... ({len(text)} characters)"
+
+
+def listing(items, limit: int = 200) -> str:
+    """``"a, b, c"``, cut to about ``limit`` characters (``", ... (40 in all)"``), for messages."""
+    items = [str(i) for i in items]
+    text = ", ".join(items)
+    if len(text) <= limit:
+        return text
+    kept: list[str] = []
+    for item in items:
+        if len(", ".join(kept + [item])) > limit:
+            break
+        kept.append(item)
+    return ", ".join(kept + [f"... ({len(items)} in all)"])
 
 
 def short(value: Any, limit: int = MESSAGE_VALUE) -> str:

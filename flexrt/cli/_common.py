@@ -17,7 +17,7 @@ from typing import Any, Optional, Sequence
 from flexrt.errors import ConfigError
 from flexrt.inputs import short
 from flexrt.model import FFConfig
-from flexrt.model.flags import FLAGS, LEGION_SWITCHES, LEGION_VALUE_FLAGS
+from flexrt.model.flags import FLAG_BY_NAME, LEGION_SWITCHES, LEGION_VALUE_FLAGS
 from flexrt.model.loader import script_build_model, script_options, split_script_flags
 
 
@@ -123,14 +123,13 @@ def check_model_flags(command: str, model: str, flags: Sequence[str],
         raise UsageError(command, f"{e}{own} (model flags follow MODEL)") from None
     if honours is None:
         return cfg
-    by_name = {name: f for f in FLAGS for name in f.names}
     used = {"batch_size"} | set(honours)
     for token in rest:
         name = token.split("=", 1)[0]
         if name in LEGION_VALUE_FLAGS or name in LEGION_SWITCHES:
             raise UsageError(command, f"{name} is a Legion runtime flag; flexrt {command} has no use for it (it is "
                                       f"accepted by scripts run with python, for FlexFlow's command lines)")
-        flag = by_name.get(name)
+        flag = FLAG_BY_NAME.get(name)
         if flag is not None and flag.attr not in used:
             home = _FLAG_HOME.get(flag.attr)
             where = f"it applies to {home}" if home else "flexrt does not implement it"
@@ -142,11 +141,11 @@ def warn_data_parallel(base, machine) -> None:
     """Say so on stderr when data parallelism cannot use every device: the batch does not divide
     over them, so ``data_parallel`` uses the largest divisor of the batch that divides the devices."""
     from flexrt.ir.op_type import OpType
-    from flexrt.ir.parallel_tensor import divisors
+    from flexrt.strategy import data_parallel_degree
     batches = {n.attrs.shape.dims[0] for n in base.nodes if n.op_type is OpType.INPUT and n.attrs.shape.dims}
     n = machine.num_devices
     for batch in sorted(batches):
-        d = max(k for k in divisors(n) if batch % k == 0)
+        d = data_parallel_degree(batch, n)
         if d < n:
             print(f"flexrt: warning: batch {batch} does not divide over {n} devices; data parallelism uses {d} "
                   f"of them (the largest count that divides both)", file=sys.stderr)

@@ -12,7 +12,7 @@ import enum
 from dataclasses import dataclass, field
 
 from flexrt.errors import MachineSpecError
-from flexrt.inputs import read_text, short
+from flexrt.inputs import listing, read_text, short
 from flexrt.machine.limits import MAX_FILE_BYTES, check_links, check_size
 from flexrt.machine.machine import (CPU, NETWORK_ENDPOINT, DeviceSpec, DeviceTemplate, LinkTemplate, LinkType,
                                     Machine, instantiate)
@@ -123,20 +123,6 @@ def _fail(where: str, message: str) -> MachineSpecError:
 def shown(text: str, limit: int = 200) -> str:
     """A path or name for a message: as it is when short and printable, else shortened and quoted."""
     return text if len(text) <= limit and text.isprintable() else short(text, limit)
-
-
-def listing(items, limit: int = 200) -> str:
-    """``"a, b, c"``, cut to about ``limit`` characters (``", ... (40 in all)"``), for messages."""
-    items = [str(i) for i in items]
-    text = ", ".join(items)
-    if len(text) <= limit:
-        return text
-    kept: list[str] = []
-    for item in items:
-        if len(", ".join(kept + [item])) > limit:
-            break
-        kept.append(item)
-    return ", ".join(kept + [f"... ({len(items)} in all)"])
 
 
 class _NodeBuilder:

@@ -72,12 +72,12 @@ from typing import Any
 import yaml
 
 from flexrt.errors import MachineSpecError
-from flexrt.inputs import parse_yaml, short
+from flexrt.inputs import listing, parse_yaml, short
 from flexrt.ir.datatype import DataType
 from flexrt.machine import limits
 from flexrt.machine.limits import named
 from flexrt.machine.machine import CPU, DEVICE_KINDS, DeviceSpec, LinkType
-from flexrt.machine.spec import (read_machine_file, listing, shown, CpuLinks, DeviceLinks, InterNodeSpec, IntraNodeSpec,
+from flexrt.machine.spec import (read_machine_file, shown, CpuLinks, DeviceLinks, InterNodeSpec, IntraNodeSpec,
                                  LinkSpec, MachineSpec, NicAttach, SocketSpec, Topology)
 
 DTYPE_NAMES = {"float32": DataType.DT_FLOAT, "float16": DataType.DT_HALF, "bfloat16": DataType.DT_BFLOAT16,

@@ -5,7 +5,7 @@ sets, its kind, default and valid range. ``parse_flags`` turns an argv list into
 every problem is a ``ConfigError`` that names the flag and says what is valid (never argparse's
 ``SystemExit``, so a definition script loaded by the CLI cannot end the process).
 
-Entry points: ``parse_flags``, ``FLAGS``, ``known_flags_text``.
+Entry points: ``parse_flags``, ``FLAGS`` (``FLAG_BY_NAME``), ``known_flags_text``.
 """
 
 from __future__ import annotations
@@ -124,8 +124,8 @@ LEGION_SWITCHES: tuple[str, ...] = (
     "-ll:force_kthreads", "-ll:show_rsrv",
 )
 
-_BY_NAME: dict[str, Flag] = {name: flag for flag in FLAGS for name in flag.names}
-assert len(_BY_NAME) == sum(len(f.names) for f in FLAGS), "a flag spelling is listed twice"
+FLAG_BY_NAME: dict[str, Flag] = {name: flag for flag in FLAGS for name in flag.names}
+assert len(FLAG_BY_NAME) == sum(len(f.names) for f in FLAGS), "a flag spelling is listed twice"
 
 
 def defaults() -> dict[str, Any]:
@@ -172,7 +172,7 @@ def flag_for(attr: str) -> Flag:
 
 
 def _unknown(name: str) -> ConfigError:
-    spellings = list(_BY_NAME) + list(LEGION_VALUE_FLAGS) + list(LEGION_SWITCHES)
+    spellings = list(FLAG_BY_NAME) + list(LEGION_VALUE_FLAGS) + list(LEGION_SWITCHES)
     close = difflib.get_close_matches(name, spellings, n=1)
     hint = f" (did you mean {close[0]}?)" if close else ""
     ours = " ".join(f.names[-1] for f in FLAGS)  # one spelling each: the message stays one short line
@@ -210,7 +210,7 @@ def parse_flags(argv: Sequence[str]) -> tuple[dict[str, Any], dict[str, Optional
                 raise ConfigError(f"flag {name} takes no value, got {inline!r}")
             legion[name] = None
             continue
-        flag = _BY_NAME.get(name)
+        flag = FLAG_BY_NAME.get(name)
         if flag is None and name not in LEGION_VALUE_FLAGS:
             raise _unknown(name)
         if flag is not None and flag.kind is Kind.SWITCH:

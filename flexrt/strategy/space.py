@@ -1,7 +1,7 @@
 """The SOAP search space of one operator and of a model: which configurations are valid, random
 ones, data parallelism (FlexFlow §4).
 
-Entry points: ``data_parallel``, ``valid_configs``, ``apply_single``, ``random_config``,
+Entry points: ``data_parallel`` (``data_parallel_degree``), ``valid_configs``, ``apply_single``, ``random_config``,
 ``random_strategy``, ``all_axes``, ``soap_axes``, ``embed_view``.
 """
 
@@ -42,6 +42,12 @@ def embed_view(view: MachineView, axis: int, num_axes: int) -> MachineView:
     return MachineView(view.start, tuple(strides), tuple(projections))
 
 
+def data_parallel_degree(batch: int, devices: int) -> int:
+    """The devices data parallelism uses for ``batch`` samples on ``devices``: the largest count
+    dividing both (fewer than ``devices`` where the batch does not divide over them)."""
+    return max(k for k in divisors(devices) if batch % k == 0)
+
+
 def data_parallel(base: PCG, machine: Machine, degree: Optional[int] = None) -> ConfigStrategy:
     """Every operator split along its sample axis over ``degree`` devices (default: all that divide
     the batch), the view spanning devices 0..degree-1."""
@@ -54,8 +60,7 @@ def data_parallel(base: PCG, machine: Machine, degree: Optional[int] = None) -> 
         sample = [a for a in axes if a.kind is AxisKind.SAMPLE]
         d = 1
         if sample:
-            batch = base.shape(node.inputs[0]).sizes[0]
-            d = max(k for k in divisors(n) if batch % k == 0)
+            d = data_parallel_degree(base.shape(node.inputs[0]).sizes[0], n)
         view = embed_view(data_parallel_view(machine, d), axes.index(sample[0]) if sample else 0, len(axes))
         configs[node.id] = OpConfig(((sample[0].name, d),) if sample and d > 1 else (), view)
     return ConfigStrategy(base, configs)

@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass
 
 from flexrt.errors import FlexrtError, StrategyError
-from flexrt.inputs import read_text, short
+from flexrt.inputs import listing, read_text, short
 from flexrt.ir.pcg import PCG, Node
 from flexrt.ir.registry import SlotKind
 from flexrt.machine import Machine
@@ -68,10 +68,9 @@ def _layout(base: PCG, node: Node) -> _Layout:
     return _Layout(tuple(a.name for a in axes), tuple(dims), soap, rank)
 
 
-def name_list(names, limit: int = 6) -> str:
-    """Some names for a message: the first ``limit``, and how many there are in all."""
-    shown = ", ".join(short(n, 30) for n in names[:limit])
-    return shown + (f", ... ({len(names)} in all)" if len(names) > limit else "")
+def name_list(names) -> str:
+    """Operator names for a message, quoted and shortened (``flexrt.inputs.listing``)."""
+    return listing(short(n, 30) for n in names)
 
 
 def _device_type(machine: Machine, devices) -> int:

@@ -135,7 +135,7 @@ CASES = [
     case("show-unknown-model", "show nosuchmodel", r"nosuchmodel"),
     case("show-search-algorithm-bogus", "show mlp --search-algorithm annealing",
          r"flag --search-algorithm got 'annealing'; valid: one of mcmc, unity, sequential, exhaustive"),
-    case("show-only-dp-contradiction", "show mlp --lr -1", r"flag --lr got -1.0; valid: a number > 0"),
+    case("show-lr-negative", "show mlp --lr -1", r"flag --lr got -1.0; valid: a number > 0"),
     case("top-unknown-command", "bogus", r"flexrt: error: argument COMMAND: invalid choice: 'bogus'"),
     case("top-flag-before-command", "--nodes 3", r"flexrt: error: argument COMMAND: invalid choice: '3' \(choose from 'models'"),
     case("models-extra-argument", "models extra", r"unrecognized arguments: extra"),
