@@ -11,13 +11,14 @@ import argparse
 import json
 import math
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from flexrt.errors import ConfigError
 from flexrt.inputs import short
 from flexrt.model import FFConfig
-from flexrt.model.flags import FLAG_BY_NAME, LEGION_SWITCHES, LEGION_VALUE_FLAGS
+from flexrt.model.flags import FLAG_BY_NAME, IGNORED_BY_NAME, LEGION_SWITCHES, LEGION_VALUE_FLAGS, FlagWarning
 from flexrt.model.loader import script_build_model, script_options, split_script_flags
 
 
@@ -117,7 +118,10 @@ def check_model_flags(command: str, model: str, flags: Sequence[str],
     options = script_options(build_model) if build_model else {}
     try:
         rest = split_script_flags(build_model, flags)[0] if build_model else list(flags)
-        cfg = FFConfig(rest)
+        with warnings.catch_warnings():
+            if honours is not None:  # every ignored FlexFlow flag is refused below: no warning first
+                warnings.simplefilter("ignore", FlagWarning)
+            cfg = FFConfig(rest)
     except ConfigError as e:
         own = f"; {model}'s own flags: {', '.join(options)}" if options else ""
         raise UsageError(command, f"{e}{own} (model flags follow MODEL)") from None
@@ -129,6 +133,8 @@ def check_model_flags(command: str, model: str, flags: Sequence[str],
         if name in LEGION_VALUE_FLAGS or name in LEGION_SWITCHES:
             raise UsageError(command, f"{name} is a Legion runtime flag; flexrt {command} has no use for it (it is "
                                       f"accepted by scripts run with python, for FlexFlow's command lines)")
+        if name in IGNORED_BY_NAME:
+            raise UsageError(command, f"{name}: flexrt ignores this FlexFlow flag ({IGNORED_BY_NAME[name].help})")
         flag = FLAG_BY_NAME.get(name)
         if flag is not None and flag.attr not in used:
             home = _FLAG_HOME.get(flag.attr)

@@ -26,6 +26,7 @@ class OpType(enum.Enum):
     SPLIT = "split"
     RESHAPE = "reshape"
     TRANSPOSE = "transpose"
+    REVERSE = "reverse"
     FLAT = "flat"
     GATHER = "gather"
     CAST = "cast"

@@ -13,9 +13,12 @@ from flexrt.model import _check
 class DenseLayers:
     """Mixin of ``FFModel``; every method adds one layer through ``FFModel._add_layer``."""
 
-    def dense(self, input, out_dim, activation=ActiMode.AC_MODE_NONE, use_bias=True, datatype=DataType.DT_FLOAT,
+    def dense(self, input, out_dim, activation=ActiMode.AC_MODE_NONE, use_bias=True, datatype=DataType.DT_NONE,
               shared_op=None, kernel_initializer=None, bias_initializer=None, kernel_regularizer=None, name=None):
-        """y = activation(x @ kernel + bias); x [..., in] -> [..., out_dim]. Weights: kernel [in, out_dim], bias."""
+        """y = activation(x @ kernel + bias); x [..., in] -> [..., out_dim]. Weights: kernel [in, out_dim], bias.
+
+        ``datatype`` is kept as an option: the output and weights have the input's type (DT_NONE,
+        FlexFlow's default, means exactly that)."""
         w = "dense"
         attrs = LinearAttrs(_check.integer(w, "out_dim", out_dim, 1), _check.flag(w, "use_bias", use_bias),
                             _check.member(w, "activation", activation, ActiMode))
@@ -28,8 +31,14 @@ class DenseLayers:
     def conv2d(self, input, out_channels, kernel_h, kernel_w, stride_h, stride_w, padding_h, padding_w,
                activation=ActiMode.AC_MODE_NONE, groups=1, use_bias=True, shared_op=None, kernel_initializer=None,
                bias_initializer=None, name=None):
-        """2-D convolution of an NCHW tensor."""
+        """2-D convolution of an NCHW tensor.
+
+        ``groups=True`` counts as 1, as in FlexFlow, whose C API reads the bool as an int: FlexFlow's
+        own scripts pass ``ActiMode.AC_MODE_RELU, True`` meaning activation and use_bias.
+        """
         w = "conv2d"
+        if groups is True:
+            groups = 1
         attrs = Conv2DAttrs(
             _check.integer(w, "out_channels", out_channels, 1), _check.integer(w, "kernel_h", kernel_h, 1),
             _check.integer(w, "kernel_w", kernel_w, 1), _check.integer(w, "stride_h", stride_h, 1),
@@ -50,10 +59,10 @@ class DenseLayers:
             _check.member(w, "pool_type", pool_type, PoolType), _check.member(w, "activation", activation, ActiMode))
         return self._add_layer(w, attrs, [input], name).outputs[0]
 
-    def embedding(self, input, num_embeddings, embedding_dim, aggr, shared_op=None, kernel_initializer=None,
-                  name=None, dtype=DataType.DT_FLOAT):
+    def embedding(self, input, num_embeddings, embedding_dim, aggr, dtype=DataType.DT_FLOAT, shared_op=None,
+                  kernel_initializer=None, name=None):
         """Rows of a [num_embeddings, embedding_dim] table for integer indices (``aggr`` sums or averages a
-        bag); ``dtype`` (keyword, as in later FlexFlow) is the table's and the output's type."""
+        bag); ``dtype`` is the table's and the output's type."""
         w = "embedding"
         attrs = EmbeddingAttrs(_check.integer(w, "num_embeddings", num_embeddings, 1),
                                _check.integer(w, "embedding_dim", embedding_dim, 1),
@@ -66,12 +75,14 @@ class DenseLayers:
         attrs = BatchNormAttrs(relu=_check.flag("batch_norm", "relu", relu))
         return self._add_layer("batch_norm", attrs, [input], name).outputs[0]
 
-    def layer_norm(self, input, axes, elementwise_affine=True, eps=1e-5, name=None):
-        """Layer normalization over ``axes``."""
+    def layer_norm(self, input, axes, elementwise_affine=True, eps=1e-5, use_bias=True, name=None):
+        """Layer normalization over ``axes``; with ``elementwise_affine`` a scale (gamma) and, when
+        ``use_bias``, a shift (beta) of the normalized dimensions' shape."""
         w = "layer_norm"
         attrs = LayerNormAttrs(_check.int_tuple(w, "axes", axes, allow_int=True),
                                _check.flag(w, "elementwise_affine", elementwise_affine),
-                               _check.number(w, "eps", eps, low=0.0, low_open=True))
+                               _check.number(w, "eps", eps, low=0.0, low_open=True),
+                               _check.flag(w, "use_bias", use_bias))
         return self._add_layer(w, attrs, [input], name).outputs[0]
 
     def multihead_attention(self, query, key, value, embed_dim, num_heads, kdim=0, vdim=0, dropout=0.0, bias=True,

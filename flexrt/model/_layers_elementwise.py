@@ -17,9 +17,11 @@ class ElementwiseLayers:
                                options=(("inplace_a", inplace_a),)).outputs[0]
 
     def _unary(self, kind, op_type, input, inplace, name, scalar=0.0):
-        _check.flag(kind, "inplace", inplace)
-        return self._add_layer(kind, ElementUnaryAttrs(op_type, scalar), [input], name,
-                               options=(("inplace", inplace),)).outputs[0]
+        """``inplace`` None: the layer method has no such argument (FlexFlow's sigmoid, exp, ...)."""
+        if inplace is not None:
+            _check.flag(kind, "inplace", inplace)
+        options = () if inplace is None else (("inplace", inplace),)
+        return self._add_layer(kind, ElementUnaryAttrs(op_type, scalar), [input], name, options=options).outputs[0]
 
     def add(self, x, y, inplace_a=False, name=None):
         """x + y, element-wise with broadcasting."""
@@ -77,33 +79,34 @@ class ElementwiseLayers:
         """elu(x), element-wise."""
         return self._unary("elu", OpType.ELU, input, inplace, name)
 
-    def sigmoid(self, input, inplace=True, name=None):
+    # FlexFlow's sigmoid, tanh, exp, sin, cos, rsqrt and identity take no ``inplace``.
+    def sigmoid(self, input, name=None):
         """sigmoid(x), element-wise."""
-        return self._unary("sigmoid", OpType.SIGMOID, input, inplace, name)
+        return self._unary("sigmoid", OpType.SIGMOID, input, None, name)
 
-    def tanh(self, input, inplace=True, name=None):
+    def tanh(self, input, name=None):
         """tanh(x), element-wise."""
-        return self._unary("tanh", OpType.TANH, input, inplace, name)
+        return self._unary("tanh", OpType.TANH, input, None, name)
 
-    def exp(self, input, inplace=True, name=None):
+    def exp(self, x, name=None):
         """exp(x), element-wise."""
-        return self._unary("exp", OpType.EXP, input, inplace, name)
+        return self._unary("exp", OpType.EXP, x, None, name)
 
-    def sin(self, input, inplace=True, name=None):
+    def sin(self, x, name=None):
         """sin(x), element-wise."""
-        return self._unary("sin", OpType.SIN, input, inplace, name)
+        return self._unary("sin", OpType.SIN, x, None, name)
 
-    def cos(self, input, inplace=True, name=None):
+    def cos(self, x, name=None):
         """cos(x), element-wise."""
-        return self._unary("cos", OpType.COS, input, inplace, name)
+        return self._unary("cos", OpType.COS, x, None, name)
 
-    def rsqrt(self, input, inplace=True, name=None):
+    def rsqrt(self, input, name=None):
         """rsqrt(x), element-wise."""
-        return self._unary("rsqrt", OpType.RSQRT, input, inplace, name)
+        return self._unary("rsqrt", OpType.RSQRT, input, None, name)
 
-    def identity(self, input, inplace=True, name=None):
+    def identity(self, input, name=None):
         """identity(x), element-wise."""
-        return self._unary("identity", OpType.IDENTITY, input, inplace, name)
+        return self._unary("identity", OpType.IDENTITY, input, None, name)
 
     def pow(self, input, exponent, name=None):
         """x ** exponent."""

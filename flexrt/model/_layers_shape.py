@@ -1,4 +1,4 @@
-"""FFModel layers that move or reduce data: concat, split, reshape, transpose, flat, gather,
+"""FFModel layers that move or reduce data: concat, split, reshape, transpose, reverse, flat, gather,
 reduce_sum, mean, softmax, dropout, cast. Signatures are FlexFlow's."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from flexrt.errors import ConfigError, ShapeError
 from flexrt.ir.datatype import DataType
 from flexrt.ir.op_type import OpType
 from flexrt.ir.ops import (CastAttrs, ConcatAttrs, DropoutAttrs, FlatAttrs, GatherAttrs, ReduceAttrs, ReshapeAttrs,
-                           SoftmaxAttrs, SplitAttrs, TransposeAttrs)
+                           ReverseAttrs, SoftmaxAttrs, SplitAttrs, TransposeAttrs)
 from flexrt.ir.parallel_tensor import divisors
 from flexrt.ir.tensor_shape import normalize_axis
 from flexrt.model import _check
@@ -51,6 +51,11 @@ class ShapeLayers:
         """Permute the dimensions by ``perm``."""
         attrs = TransposeAttrs(_check.int_tuple("transpose", "perm", perm))
         return self._add_layer("transpose", attrs, [input], name).outputs[0]
+
+    def reverse(self, input, axis, name=None):
+        """Reverse the order of the elements along ``axis`` (np.flip)."""
+        attrs = ReverseAttrs(_check.integer("reverse", "axis", axis))
+        return self._add_layer("reverse", attrs, [input], name).outputs[0]
 
     def flat(self, input, name=None):
         """[N, C, H, W] -> [N, C*H*W]."""

@@ -17,16 +17,20 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping, Optional, Sequence
 
 from flexrt.errors import ConfigError
-from flexrt.model.flags import FLAGS, Kind, check_range, defaults, flag_for, parse_flags
+from flexrt.model.flags import FLAGS, IGNORED_FLAGS, Kind, check_range, defaults, flag_for, parse_argv
 
 
 @dataclass(frozen=True, init=False)
 class FFConfig:
     """FlexFlow's ``FFConfig``: every setting from FlexFlow's flags, with FlexFlow's Python names.
 
-    ``FFConfig()`` parses ``sys.argv[1:]`` (as FlexFlow's does); ``FFConfig(argv)`` parses the given
-    list. Unknown flags and bad values raise ``ConfigError`` naming the flag and what is valid.
-    The value is immutable; ``with_values(batch_size=128)`` gives a changed copy.
+    ``FFConfig()`` parses ``sys.argv[1:]`` as FlexFlow's does: it reads the flags it knows and leaves
+    every other token to the script (``unknown_args``; the script's own argparse flags such as ``-a``),
+    warning only about a token that looks like a mistyped flag. ``FFConfig(argv)`` (the CLI, tests)
+    parses the given list strictly: an unknown token is a ``ConfigError``. Either way a bad value of a
+    known flag raises ``ConfigError`` naming the flag and what is valid, and FlexFlow's flags that
+    flexrt does not act on (``IGNORED_FLAGS``) are accepted with one ``FlagWarning`` each and kept in
+    ``ignored_flags``. The value is immutable; ``with_values(batch_size=128)`` gives a changed copy.
     """
 
     batch_size: int
@@ -57,17 +61,25 @@ class FFConfig:
     cpus_per_node: int
     legion_flags: Mapping[str, Optional[str]] = field(compare=False)
     argv: tuple[str, ...] = field(compare=False)
+    # FlexFlow's flags flexrt ignores, by FlexFlow's setting name (only those given)
+    ignored_flags: Mapping[str, Any] = field(compare=False)
+    # tokens of sys.argv[1:] left to the script (always empty for an explicit argv)
+    unknown_args: tuple[str, ...] = field(compare=False)
 
     def __init__(self, argv: Optional[Sequence[str]] = None) -> None:
+        tolerant = argv is None
         argv = tuple(sys.argv[1:] if argv is None else argv)
-        values, legion = parse_flags(argv)
-        self._set(values, legion, argv)
+        parsed = parse_argv(argv, tolerant=tolerant)
+        self._set(parsed.values, parsed.legion, argv, parsed.ignored, parsed.unknown)
 
-    def _set(self, values: dict[str, Any], legion: Mapping[str, Optional[str]], argv: tuple[str, ...]) -> None:
+    def _set(self, values: dict[str, Any], legion: Mapping[str, Optional[str]], argv: tuple[str, ...],
+             ignored: Mapping[str, Any], unknown: tuple[str, ...]) -> None:
         for name, value in values.items():
             object.__setattr__(self, name, value)
         object.__setattr__(self, "legion_flags", types.MappingProxyType(dict(legion)))
         object.__setattr__(self, "argv", argv)
+        object.__setattr__(self, "ignored_flags", types.MappingProxyType(dict(ignored)))
+        object.__setattr__(self, "unknown_args", tuple(unknown))
 
     def with_values(self, **changes: Any) -> "FFConfig":
         """A copy with some settings changed, each checked as its flag would be.
@@ -82,7 +94,7 @@ class FFConfig:
             _check_value(flag, attr, value)
             values[attr] = value
         new = object.__new__(FFConfig)
-        new._set(values, self.legion_flags, self.argv)
+        new._set(values, self.legion_flags, self.argv, self.ignored_flags, self.unknown_args)
         return new
 
     # FlexFlow's FFConfig methods ---------------------------------------------------------------
@@ -95,6 +107,34 @@ class FFConfig:
 
     def end_trace(self, trace_id: int) -> None:
         """Legion tracing hint; nothing to do here."""
+
+    def _ignored(self, attr: str) -> Any:
+        return self.ignored_flags.get(attr, _IGNORED_DEFAULTS[attr])
+
+    # FlexFlow's read-only FFConfig properties for flags flexrt ignores (FlexFlow's defaults)
+    @property
+    def enable_control_replication(self) -> bool:
+        return not self._ignored("disable_control_replication")
+
+    @property
+    def data_parallelism_degree(self) -> int:
+        return self._ignored("data_parallelism_degree")
+
+    @property
+    def tensor_parallelism_degree(self) -> int:
+        return self._ignored("tensor_parallelism_degree")
+
+    @property
+    def pipeline_parallelism_degree(self) -> int:
+        return self._ignored("pipeline_parallelism_degree")
+
+    @property
+    def python_data_loader_type(self) -> int:
+        return self._ignored("python_data_loader_type")
+
+    @property
+    def cpu_offload(self) -> bool:
+        return self._ignored("cpu_offload")
 
     @property
     def total_workers(self) -> int:
@@ -125,6 +165,9 @@ def _check_value(flag, attr: str, value: Any) -> None:
     check_range(flag, f"{flag.spelling} (FFConfig.{attr})", value)
 
 
+_IGNORED_DEFAULTS = {f.attr: f.default for f in IGNORED_FLAGS}
+
 # Every flag sets a declared field, and every declared setting has a flag.
-assert {f.attr for f in FLAGS} == {f.name for f in fields(FFConfig)} - {"legion_flags", "argv"}
+assert {f.attr for f in FLAGS} == {f.name for f in fields(FFConfig)} - {"legion_flags", "argv", "ignored_flags",
+                                                                        "unknown_args"}
 assert set(defaults()) == {f.attr for f in FLAGS}

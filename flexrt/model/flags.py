@@ -5,7 +5,13 @@ sets, its kind, default and valid range. ``parse_flags`` turns an argv list into
 every problem is a ``ConfigError`` that names the flag and says what is valid (never argparse's
 ``SystemExit``, so a definition script loaded by the CLI cannot end the process).
 
-Entry points: ``parse_flags``, ``FLAGS`` (``FLAG_BY_NAME``), ``known_flags_text``.
+``IGNORED_FLAGS`` lists FlexFlow's flags that flexrt parses but does not act on (each says why);
+``parse_flags`` warns once per such flag (``FlagWarning``). ``parse_flags(argv, tolerant=True)`` is
+FlexFlow's own parser: it leaves every token it does not know to the script (FlexFlow's scripts read
+``-a``, ``--seq-length`` with argparse), warning only where a token looks like a typo of a known flag.
+
+Entry points: ``parse_flags``, ``FLAGS`` (``FLAG_BY_NAME``), ``IGNORED_FLAGS`` (``IGNORED_BY_NAME``),
+``known_flags_text``.
 """
 
 from __future__ import annotations
@@ -13,11 +19,16 @@ from __future__ import annotations
 import difflib
 import enum
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from flexrt.errors import ConfigError
 from flexrt.inputs import short
+
+
+class FlagWarning(UserWarning):
+    """A FlexFlow flag flexrt ignores, or a token left to the script that looks like a mistyped flag."""
 
 
 class Kind(enum.Enum):
@@ -124,8 +135,57 @@ LEGION_SWITCHES: tuple[str, ...] = (
     "-ll:force_kthreads", "-ll:show_rsrv",
 )
 
+_SERVE = "a FlexFlow Serve (inference) setting; flexrt trains and does not serve"
+_SEARCH = "flexrt's strategy comes from its search (--budget, --only-data-parallel, --import)"
+
+# FlexFlow's flags (FFConfig::parse_args, ff_arg_to_sysarg) that flexrt accepts and ignores; ``help``
+# says why, ``attr`` is FlexFlow's name of the setting. Parsed and checked like FLAGS; values are
+# kept in ``FFConfig.ignored_flags``.
+IGNORED_FLAGS: tuple[Flag, ...] = (
+    _f("--memory-search", "perform_memory_search", Kind.SWITCH, False,
+       "flexrt's search does not do FlexFlow's memory-aware search"),
+    _f("--overlap", "search_overlap_backward_update", Kind.SWITCH, False,
+       "flexrt's simulator always orders each weight update after its backward pass"),
+    _f("--simulator-workspace-size", "simulator_workspace_size", Kind.INT, None,
+       "flexrt's simulator needs no device workspace", 0),
+    _f("--simulator-segment-size", "simulator_segment_size", Kind.INT, 16777216,
+       "flexrt's communication model does not cut transfers into segments", 1),
+    _f("--simulator-max-num-segments", "simulator_max_num_segments", Kind.INT, 1,
+       "flexrt's communication model does not cut transfers into segments", 1),
+    _f("--machine-model-version", "machine_model_version", Kind.INT, 0,
+       "flexrt's machine model is its YAML (--machine) or FlexFlow's file (--machine-model-file)", 0),
+    _f("--disable-control-replication", "disable_control_replication", Kind.SWITCH, False,
+       "flexrt has no Legion runtime, so no control replication"),
+    _f("--enable-propagation", "enable_propagation", Kind.SWITCH, False,
+       "flexrt's MCMC does not do FlexFlow's propagation of parallel configurations"),
+    _f("--enable-inplace-optimization|--enable-inplace-optimizations", "enable_inplace_optimizations",
+       Kind.SWITCH, False, "flexrt's kernels always write fresh outputs"),
+    _f("--allow-tensor-op-math-conversion", "allow_tensor_op_math_conversion", Kind.SWITCH, False,
+       "flexrt's kernels do not convert to Tensor Core math"),
+    _f("--include-costs-dot-graph", "include_costs_dot_graph", Kind.SWITCH, False,
+       "flexrt's dot exports (--taskgraph, --compgraph) carry no cost annotations"),
+    _f("--base-optimize-threshold", "base_optimize_threshold", Kind.INT, 10,
+       "a knob of FlexFlow's graph optimizer; flexrt's Unity search takes --budget", 0),
+    _f("--python-data-loader-type", "python_data_loader_type", Kind.INT, 2, "flexrt has one data loader", 1),
+    _f("--benchmarking", "benchmarking", Kind.SWITCH, False,
+       "flexrt has no benchmarking mode (it always runs the real data)"),
+    _f("--inference-debugging", "inference_debugging", Kind.SWITCH, False, _SERVE),
+    _f("-data-parallelism-degree", "data_parallelism_degree", Kind.INT, 1, f"{_SERVE}; {_SEARCH}", 1),
+    _f("-tensor-parallelism-degree", "tensor_parallelism_degree", Kind.INT, 1, f"{_SERVE}; {_SEARCH}", 1),
+    _f("-pipeline-parallelism-degree", "pipeline_parallelism_degree", Kind.INT, 1, f"{_SERVE}; {_SEARCH}", 1),
+    _f("-offload", "cpu_offload", Kind.SWITCH, False, _SERVE),
+    _f("-offload-reserve-space-size", "offload_reserve_space_size", Kind.INT, None, _SERVE, 0),
+    _f("--4bit-quantization", "use_4bit_quantization", Kind.SWITCH, False, _SERVE),
+    _f("--8bit-quantization", "use_8bit_quantization", Kind.SWITCH, False, _SERVE),
+    _f("-enable-peft", "enable_peft", Kind.SWITCH, False, _SERVE),
+    _f("-peft-activation-reserve-space-size", "peft_activation_reserve_space_size", Kind.INT, None, _SERVE, 0),
+    _f("-peft-weight-reserve-space-size", "peft_weight_reserve_space_size", Kind.INT, None, _SERVE, 0),
+)
+
 FLAG_BY_NAME: dict[str, Flag] = {name: flag for flag in FLAGS for name in flag.names}
 assert len(FLAG_BY_NAME) == sum(len(f.names) for f in FLAGS), "a flag spelling is listed twice"
+IGNORED_BY_NAME: dict[str, Flag] = {name: flag for flag in IGNORED_FLAGS for name in flag.names}
+assert not set(IGNORED_BY_NAME) & set(FLAG_BY_NAME), "a flag is both used and ignored"
 
 
 def defaults() -> dict[str, Any]:
@@ -171,27 +231,73 @@ def flag_for(attr: str) -> Flag:
     raise ConfigError(f"FFConfig has no setting '{attr}'; valid: {', '.join(f.attr for f in FLAGS)}")
 
 
+def _spellings() -> list[str]:
+    return list(FLAG_BY_NAME) + list(IGNORED_BY_NAME) + list(LEGION_VALUE_FLAGS) + list(LEGION_SWITCHES)
+
+
 def _unknown(name: str) -> ConfigError:
-    spellings = list(FLAG_BY_NAME) + list(LEGION_VALUE_FLAGS) + list(LEGION_SWITCHES)
-    close = difflib.get_close_matches(name, spellings, n=1)
+    close = difflib.get_close_matches(name, _spellings(), n=1)
     hint = f" (did you mean {close[0]}?)" if close else ""
     ours = " ".join(f.names[-1] for f in FLAGS)  # one spelling each: the message stays one short line
     return ConfigError(f"unknown flag {short(name)}{hint}; known flags: {ours}, and Legion's -ll:*/-lg:* flags")
 
 
-def parse_flags(argv: Sequence[str]) -> tuple[dict[str, Any], dict[str, Optional[str]]]:
-    """Parse ``argv`` (without the program name) into (attribute values, Legion/Realm flags).
+# A token left to the script is reported only when it is this close to a known spelling (difflib's
+# ratio): '--epoch' (0.93 to '--epochs') is a typo, a script's own '--seq-length' is not.
+_TYPO_CUTOFF = 0.8
+
+
+def _warn(message: str, depth: int = 0) -> None:
+    # stacklevel 4: parse_argv <- FFConfig.__init__ <- the script's FFConfig() call (plus helpers between)
+    warnings.warn(message, FlagWarning, stacklevel=4 + depth)
+
+
+def _left_to_script(token: str) -> None:
+    """Warn when a token FlexFlow's parser would skip looks like a mistyped flexrt flag."""
+    name = token.split("=", 1)[0]
+    if not name.startswith("-") or name == "-":
+        return
+    close = difflib.get_close_matches(name, _spellings(), n=1, cutoff=_TYPO_CUTOFF)
+    if close:
+        _warn(f"flexrt: {short(name)} is not a flag FFConfig knows (did you mean {close[0]}?); left to the script",
+              depth=1)
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedArgs:
+    """What ``parse_argv`` found: attribute values (every FLAGS attribute), Legion/Realm flags, the
+    values of ignored FlexFlow flags (by FlexFlow's setting name) and the tokens left to the script."""
+
+    values: dict
+    legion: dict
+    ignored: dict
+    unknown: tuple[str, ...]
+
+
+def _value(flag: Optional[Flag], name: str, inline: Optional[str], args: list, i: int) -> tuple[Any, int]:
+    """The converted value of valued flag ``name`` (None: a Legion flag), and the next position."""
+    if inline is None:
+        if i >= len(args):
+            raise ConfigError(f"flag {name} needs a value ({flag.valid if flag is not None else 'a value'})")
+        inline = args[i]
+        i += 1
+    return _convert(flag or Flag((name,), "", Kind.TEXT, None, ""), name, inline), i
+
+
+def parse_argv(argv: Sequence[str], tolerant: bool = False) -> ParsedArgs:
+    """Parse ``argv`` (without the program name).
 
     Values accept ``--flag value`` and ``--flag=value``; a repeated flag keeps its last value, as
-    FlexFlow's parser does. Legion switches map to None in the second dict.
+    FlexFlow's parser does. A flag of ``IGNORED_FLAGS`` is checked and warned about (``FlagWarning``).
+    ``tolerant=False``: any other token is a ConfigError; ``tolerant=True`` (FlexFlow's behaviour):
+    it is left to the script in ``unknown``, with a warning only where it looks like a typo.
 
     Example:
-        >>> values, legion = parse_flags(["-b", "32", "-ll:gpu", "4", "-ll:fsize", "14000"])
-        >>> values["batch_size"], values["workers_per_node"], legion
-        (32, 4, {'-ll:fsize': '14000'})
+        >>> parse_argv(["-b", "32", "--seq-length", "8"], tolerant=True).unknown
+        ('--seq-length', '8')
     """
-    values = defaults()
-    legion: dict[str, Optional[str]] = {}
+    out = ParsedArgs(defaults(), {}, {}, ())
+    unknown: list[str] = []
     args = list(argv)
     i = 0
     while i < len(args):
@@ -199,33 +305,43 @@ def parse_flags(argv: Sequence[str]) -> tuple[dict[str, Any], dict[str, Optional
         if not isinstance(token, str):
             raise ConfigError(f"command-line arguments must be strings, got {token!r} at position {i}")
         i += 1
-        if not token.startswith("-") or token == "-":
-            raise ConfigError(f"unexpected argument {token!r}; flags start with '-' (known flags: "
-                              f"{known_flags_text()})")
         name, inline = token, None
         if token.startswith("--") and "=" in token:
             name, inline = token.split("=", 1)
-        if name in LEGION_SWITCHES:
-            if inline is not None:
-                raise ConfigError(f"flag {name} takes no value, got {inline!r}")
-            legion[name] = None
+        flag = FLAG_BY_NAME.get(name) or IGNORED_BY_NAME.get(name)
+        if flag is None and name not in LEGION_SWITCHES and name not in LEGION_VALUE_FLAGS:
+            if not tolerant:
+                if not token.startswith("-") or token == "-":
+                    raise ConfigError(f"unexpected argument {token!r}; flags start with '-' (known flags: "
+                                      f"{known_flags_text()})")
+                raise _unknown(name)
+            _left_to_script(token)
+            unknown.append(token)
             continue
-        flag = FLAG_BY_NAME.get(name)
-        if flag is None and name not in LEGION_VALUE_FLAGS:
-            raise _unknown(name)
-        if flag is not None and flag.kind is Kind.SWITCH:
+        if name in LEGION_SWITCHES or (flag is not None and flag.kind is Kind.SWITCH):
             if inline is not None:
                 raise ConfigError(f"flag {name} is a switch and takes no value, got {inline!r}")
-            values[flag.attr] = True
-            continue
-        if inline is None:
-            if i >= len(args):
-                valid = flag.valid if flag is not None else "a value"
-                raise ConfigError(f"flag {name} needs a value ({valid})")
-            inline = args[i]
-            i += 1
-        if flag is None:
-            legion[name] = _convert(Flag((name,), "", Kind.TEXT, None, ""), name, inline)
+            value = True
         else:
-            values[flag.attr] = _convert(flag, name, inline)
-    return values, legion
+            value, i = _value(flag, name, inline, args, i)
+        if flag is None:
+            out.legion[name] = None if value is True else value
+        elif flag.attr in out.values:
+            out.values[flag.attr] = value
+        else:
+            if flag.attr not in out.ignored:
+                _warn(f"flexrt: {name}: {flag.help}; ignored")
+            out.ignored[flag.attr] = value
+    return ParsedArgs(out.values, out.legion, out.ignored, tuple(unknown))
+
+
+def parse_flags(argv: Sequence[str]) -> tuple[dict[str, Any], dict[str, Optional[str]]]:
+    """Parse ``argv`` strictly into (attribute values, Legion/Realm flags); see ``parse_argv``.
+
+    Example:
+        >>> values, legion = parse_flags(["-b", "32", "-ll:gpu", "4", "-ll:fsize", "14000"])
+        >>> values["batch_size"], values["workers_per_node"], legion
+        (32, 4, {'-ll:fsize': '14000'})
+    """
+    parsed = parse_argv(argv)
+    return parsed.values, parsed.legion

@@ -1,8 +1,8 @@
 """Weight initializers with FlexFlow's names and arguments: configuration values the runtime reads.
 
 Example:
-    >>> UniformInitializer(seed=7, min=-0.1, max=0.1)
-    UniformInitializer(seed=7, min=-0.1, max=0.1)
+    >>> UniformInitializer(7, -0.1, 0.1)
+    UniformInitializer(seed=7, minv=-0.1, maxv=0.1)
 
 Entry points: ``GlorotUniformInitializer``, ``ZeroInitializer``, ``UniformInitializer``, ``NormInitializer``.
 """
@@ -37,18 +37,26 @@ class ZeroInitializer(Initializer):
 
 @dataclass(frozen=True, slots=True)
 class UniformInitializer(Initializer):
-    """Uniform in [min, max)."""
+    """Uniform in [minv, maxv) (FlexFlow's names; ``min`` and ``max`` read the same values)."""
 
     seed: int
-    min: float
-    max: float
+    minv: float
+    maxv: float
 
     def __post_init__(self):
         _check.integer("UniformInitializer", "seed", self.seed)
-        lo = _check.number("UniformInitializer", "min", self.min)
-        hi = _check.number("UniformInitializer", "max", self.max, low=lo)
-        object.__setattr__(self, "min", lo)
-        object.__setattr__(self, "max", hi)
+        lo = _check.number("UniformInitializer", "minv", self.minv)
+        hi = _check.number("UniformInitializer", "maxv", self.maxv, low=lo)
+        object.__setattr__(self, "minv", lo)
+        object.__setattr__(self, "maxv", hi)
+
+    @property
+    def min(self) -> float:
+        return self.minv
+
+    @property
+    def max(self) -> float:
+        return self.maxv
 
 
 @dataclass(frozen=True, slots=True)

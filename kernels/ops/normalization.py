@@ -34,7 +34,9 @@ def layer_norm_forward(xp, attrs, operands):
     axes = tuple(sorted(a % r for a in attrs.axes))
     y = _normalize(xp, x, axes, attrs.eps)
     if attrs.elementwise_affine:
-        y = y * operands[1] + operands[2]  # gamma, beta have the trailing (normalized) shape
+        y = y * operands[1]  # gamma (and beta) have the trailing (normalized) shape
+        if attrs.use_bias:
+            y = y + operands[2]
     return (y,)
 
 
@@ -77,9 +79,12 @@ def layer_norm_backward(xp, attrs, operands, outputs, grad_outputs):
     axes = tuple(sorted(a % x.ndim for a in attrs.axes))
     if not attrs.elementwise_affine:
         return (_normalize_backward(xp, x, axes, attrs.eps, dy)[0],)
-    gamma, beta = operands[1], operands[2]
+    gamma = operands[1]
     dx, xhat = _normalize_backward(xp, x, axes, attrs.eps, dy * gamma)
-    return dx, unbroadcast(xp, dy * xhat, gamma.shape), unbroadcast(xp, dy, beta.shape)
+    dgamma = unbroadcast(xp, dy * xhat, gamma.shape)
+    if not attrs.use_bias:
+        return dx, dgamma
+    return dx, dgamma, unbroadcast(xp, dy, operands[2].shape)
 
 
 @register_backward(OpType.SOFTMAX)

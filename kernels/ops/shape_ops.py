@@ -1,4 +1,5 @@
-"""Forwards and backwards of the shape operators: concat, split, reshape, transpose, flat, cast, gather.
+"""Forwards and backwards of the shape operators: concat, split, reshape, transpose, reverse, flat, cast,
+gather.
 
 Each returns fresh arrays (never views of its operands), so that a runtime may free or overwrite
 an operand after the call.
@@ -41,6 +42,12 @@ def reshape_forward(xp, attrs, operands):
 def transpose_forward(xp, attrs, operands):
     (x,) = operands
     return (xp.ascontiguousarray(xp.transpose(x, attrs.perm)),)
+
+
+@register_forward(OpType.REVERSE)
+def reverse_forward(xp, attrs, operands):
+    (x,) = operands
+    return (xp.flip(x, axis=attrs.axis % x.ndim).copy(),)
 
 
 @register_forward(OpType.FLAT)
@@ -120,6 +127,12 @@ def transpose_backward(xp, attrs, x, g):
     for i, p in enumerate(attrs.perm):
         inv[p % x.ndim] = i
     return xp.ascontiguousarray(xp.transpose(g, inv))
+
+
+@register_backward(OpType.REVERSE)
+@_float_or_none
+def reverse_backward(xp, attrs, x, g):
+    return xp.flip(g, axis=attrs.axis % x.ndim).copy()  # reversal is its own inverse and linear
 
 
 @register_backward(OpType.CAST)

@@ -1,5 +1,5 @@
-"""Every FFModel method and API class has FlexFlow's parameter names, order and defaults
-(REFERENCE.md, "FlexFlow's Python API"), so that FlexFlow scripts run unchanged."""
+"""Every FFModel method and API class has FlexFlow's parameter names, order and defaults (FlexFlow's
+current flexflow_cffi.py; REFERENCE.md lists an older master), so that FlexFlow scripts run unchanged."""
 
 import inspect
 
@@ -12,14 +12,17 @@ from flexrt.model import (AdamOptimizer, FFConfig, FFModel, GlorotUniformInitial
 R = inspect.Parameter.empty  # a required parameter
 NONE = ActiMode.AC_MODE_NONE
 
-UNARY = ["relu", "gelu", "elu", "sigmoid", "tanh", "exp", "sin", "cos", "rsqrt", "identity"]
+UNARY_INPLACE = ["relu", "gelu", "elu"]
+UNARY_INPUT = ["sigmoid", "tanh", "rsqrt", "identity"]  # FlexFlow's take no inplace
+UNARY_X = ["exp", "sin", "cos"]  # FlexFlow names their argument x
+UNARY = UNARY_INPLACE + UNARY_INPUT + UNARY_X
 BINARY = ["add", "subtract", "multiply", "divide", "max", "min"]
 SCALAR = ["scalar_add", "scalar_sub", "scalar_multiply", "scalar_true_divide"]
 
 # method -> [(parameter, default)] after self, in order.
 FFMODEL = {
     "create_tensor": [("dims", R), ("data_type", DataType.DT_FLOAT), ("create_grad", True)],
-    "dense": [("input", R), ("out_dim", R), ("activation", NONE), ("use_bias", True), ("datatype", DataType.DT_FLOAT),
+    "dense": [("input", R), ("out_dim", R), ("activation", NONE), ("use_bias", True), ("datatype", DataType.DT_NONE),
               ("shared_op", None), ("kernel_initializer", None), ("bias_initializer", None),
               ("kernel_regularizer", None), ("name", None)],
     "conv2d": [("input", R), ("out_channels", R), ("kernel_h", R), ("kernel_w", R), ("stride_h", R), ("stride_w", R),
@@ -27,20 +30,21 @@ FFMODEL = {
                ("shared_op", None), ("kernel_initializer", None), ("bias_initializer", None), ("name", None)],
     "pool2d": [("input", R), ("kernel_h", R), ("kernel_w", R), ("stride_h", R), ("stride_w", R), ("padding_h", R),
                ("padding_w", R), ("pool_type", PoolType.POOL_MAX), ("activation", NONE), ("name", None)],
-    "embedding": [("input", R), ("num_embeddings", R), ("embedding_dim", R), ("aggr", R), ("shared_op", None),
-                  ("kernel_initializer", None), ("name", None),
-                  ("dtype", DataType.DT_FLOAT)],  # an addition after FlexFlow's list, keyword in practice
+    "embedding": [("input", R), ("num_embeddings", R), ("embedding_dim", R), ("aggr", R), ("dtype", DataType.DT_FLOAT),
+                  ("shared_op", None), ("kernel_initializer", None), ("name", None)],
     "concat": [("tensors", R), ("axis", R), ("name", None)],
     "split": [("input", R), ("sizes", R), ("axis", R), ("name", None)],
     "multihead_attention": [("query", R), ("key", R), ("value", R), ("embed_dim", R), ("num_heads", R), ("kdim", 0),
                             ("vdim", 0), ("dropout", 0.0), ("bias", True), ("add_bias_kv", False),
                             ("add_zero_attn", False), ("kernel_initializer", None), ("name", None)],
     "batch_norm": [("input", R), ("relu", True), ("name", None)],
-    "layer_norm": [("input", R), ("axes", R), ("elementwise_affine", True), ("eps", 1e-5), ("name", None)],
+    "layer_norm": [("input", R), ("axes", R), ("elementwise_affine", True), ("eps", 1e-5), ("use_bias", True),
+                   ("name", None)],
     "batch_matmul": [("A", R), ("B", R), ("a_seq_length_dim", None), ("b_seq_length_dim", None), ("name", None)],
     "softmax": [("input", R), ("axis", -1), ("name", None)],
     "reshape": [("input", R), ("shape", R), ("name", None)],
     "transpose": [("input", R), ("perm", R), ("name", None)],
+    "reverse": [("input", R), ("axis", R), ("name", None)],
     "flat": [("input", R), ("name", None)],
     "dropout": [("input", R), ("rate", R), ("seed", R), ("name", None)],
     "gather": [("input", R), ("index", R), ("dim", R), ("name", None)],
@@ -51,7 +55,9 @@ FFMODEL = {
     "lstm": [("input", R), ("hx", R), ("cx", R), ("hidden_size", R), ("shared_op", None), ("name", None)],
     **{m: [("x", R), ("y", R), ("inplace_a", False), ("name", None)] for m in BINARY},
     **{m: [("input", R), ("scalar", R), ("inplace", True), ("name", None)] for m in SCALAR},
-    **{m: [("input", R), ("inplace", True), ("name", None)] for m in UNARY},
+    **{m: [("input", R), ("inplace", True), ("name", None)] for m in UNARY_INPLACE},
+    **{m: [("input", R), ("name", None)] for m in UNARY_INPUT},
+    **{m: [("x", R), ("name", None)] for m in UNARY_X},
     # training calls (they land with the runtime; the signatures are fixed now)
     "compile": [("optimizer", None), ("loss_type", None), ("metrics", None), ("comp_mode", None)],
     "fit": [("x", None), ("y", None), ("batch_size", None), ("epochs", 1)],
@@ -69,7 +75,7 @@ CLASSES = {
                     ("epsilon", 1e-8)],
     GlorotUniformInitializer: [("seed", R)],
     ZeroInitializer: [],
-    UniformInitializer: [("seed", R), ("min", R), ("max", R)],
+    UniformInitializer: [("seed", R), ("minv", R), ("maxv", R)],
     NormInitializer: [("seed", R), ("mean", R), ("stddev", R)],
 }
 
@@ -93,7 +99,7 @@ def test_class_signature_matches_flexflow(cls):
 
 def test_every_reference_layer_method_is_listed():
     reference = {"create_tensor", "dense", "conv2d", "pool2d", "embedding", "concat", "split", "multihead_attention",
-                 "batch_norm", "layer_norm", "batch_matmul", "softmax", "reshape", "transpose", "flat", "dropout",
+                 "batch_norm", "layer_norm", "batch_matmul", "softmax", "reshape", "transpose", "reverse", "flat", "dropout",
                  "gather", "reduce_sum", "mean", "pow", "cast", "lstm", *UNARY, *BINARY, *SCALAR}
     assert reference <= set(FFMODEL)
 

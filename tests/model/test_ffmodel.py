@@ -208,7 +208,7 @@ def test_optimizers_and_initializers_validate():
         SGDOptimizer(0.01)
     with pytest.raises(ConfigError, match="beta1 must be a number >= 0 and < 1"):
         AdamOptimizer(m, beta1=1.0)
-    with pytest.raises(ConfigError, match="UniformInitializer: max must be a number >= 1"):
+    with pytest.raises(ConfigError, match="UniformInitializer: maxv must be a number >= 1"):
         UniformInitializer(0, 1.0, 0.5)
     with pytest.raises(ConfigError, match="stddev must be a number >= 0"):
         NormInitializer(0, 0.0, -1.0)
@@ -288,7 +288,9 @@ def test_load_script_without_compile_takes_last_model(tmp_path):
 @pytest.mark.parametrize("body, error, fragment", [
     ("from flexflow.core import *\n", ConfigError, "imports flexflow.core; import flexrt.core instead"),
     ("from flexflow.keras.datasets import mnist\n", ConfigError,
-     "imports flexflow.keras.datasets, which flexrt does not provide (flexrt.keras.datasets does not exist)"),
+     "imports flexflow.keras.datasets; import flexrt.keras.datasets instead"),
+    ("import flexflow.serve as ff\n", ConfigError,
+     "imports flexflow.serve, which flexrt does not provide (flexrt.serve does not exist)"),
     ("x = 1\n", ConfigError, "made no FFModel"),
     ("def f(:\n", ConfigError, "bad.py:1: syntax error"),
     ("from flexrt.core import *\nm = FFModel(FFConfig())\n1 / 0\n", ConfigError,

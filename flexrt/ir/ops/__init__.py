@@ -2,7 +2,8 @@
 
 from flexrt.ir.ops import (  # noqa: F401  (import registers)
     attention, batch_matmul, batch_norm, cast, concat, conv2d, dropout, element_binary, element_unary, embedding,
-    flat, gather, layer_norm, linear, lstm, parallel, pool2d, reduce, reshape, softmax, source, split, transpose,
+    flat, gather, layer_norm, linear, lstm, parallel, pool2d, reduce, reshape, reverse, softmax, source, split,
+    transpose,
 )
 from flexrt.ir.ops.attention import MultiHeadAttentionAttrs
 from flexrt.ir.ops.batch_matmul import BatchMatmulAttrs
@@ -24,6 +25,7 @@ from flexrt.ir.ops.parallel import (AllReduceAttrs, BatchAttrs, CombineAttrs, Pi
 from flexrt.ir.ops.pool2d import Pool2DAttrs
 from flexrt.ir.ops.reduce import ReduceAttrs
 from flexrt.ir.ops.reshape import ReshapeAttrs
+from flexrt.ir.ops.reverse import ReverseAttrs
 from flexrt.ir.ops.softmax import SoftmaxAttrs
 from flexrt.ir.ops.source import InputAttrs, WeightAttrs
 from flexrt.ir.ops.split import SplitAttrs
@@ -56,6 +58,7 @@ __all__ = [
     "RepartitionAttrs",
     "ReplicateAttrs",
     "ReshapeAttrs",
+    "ReverseAttrs",
     "SoftmaxAttrs",
     "SplitAttrs",
     "TransposeAttrs",

@@ -2,7 +2,8 @@
 
 y = (x - mean) / sqrt(var + eps) * gamma + beta, mean and (biased) var taken over ``axes``, which
 must be the trailing dimensions of x (any order, negative allowed: -1 and rank-1 are the same);
-gamma and beta have the shape of those dimensions.
+gamma and beta have the shape of those dimensions. ``use_bias=False`` (FlexFlow's) drops beta:
+y = xhat * gamma.
 
 Parallel axes: every dimension that is not normalized (sample / attribute; gamma and beta
 replicated) and ``replica``. A normalized dimension cannot be cut: each piece would use the
@@ -36,6 +37,7 @@ class LayerNormAttrs:
     axes: tuple[int, ...]
     elementwise_affine: bool = True
     eps: float = 1e-5
+    use_bias: bool = True  # beta; only with elementwise_affine
 
     def __post_init__(self):
         try:
@@ -50,6 +52,8 @@ class LayerNormAttrs:
         if not isinstance(self.eps, (int, float)) or isinstance(self.eps, bool) or not self.eps > 0:
             raise ShapeError(f"layer_norm: eps must be a number > 0, got {self.eps!r}")
         object.__setattr__(self, "eps", float(self.eps))
+        if not isinstance(self.use_bias, bool):
+            raise ShapeError(f"layer_norm: use_bias must be a bool, got {self.use_bias!r}")
 
 
 def normalized_axes(attrs: LayerNormAttrs, x: TensorShape) -> tuple[int, ...]:
@@ -80,20 +84,20 @@ def output_shapes(attrs: LayerNormAttrs, inputs):
 def weight_shapes(attrs: LayerNormAttrs, inputs):
     (x,) = inputs
     axes = normalized_axes(attrs, x)
-    if not attrs.elementwise_affine:
-        return ()
     w = TensorShape(tuple(x.dims[a] for a in axes), x.dtype)
-    return (w, w)
+    return (w,) * len(weight_names(attrs))
 
 
 def weight_names(attrs: LayerNormAttrs):
-    return ("gamma", "beta") if attrs.elementwise_affine else ()
+    if not attrs.elementwise_affine:
+        return ()
+    return ("gamma", "beta") if attrs.use_bias else ("gamma",)
 
 
 def parallel_axes(attrs: LayerNormAttrs, inputs):
     (x,) = inputs
     axes = normalized_axes(attrs, x)
-    nw = 2 if attrs.elementwise_affine else 0
+    nw = len(weight_names(attrs))
     weights = tuple((1 + i, COPY) for i in range(nw))
     result = [ParallelAxis(f"dim{d}", dim_kind(d), ((0, shard(d)),) + weights, ((0, shard(d)),))
               for d in range(x.rank) if d not in axes]
