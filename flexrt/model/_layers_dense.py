@@ -77,9 +77,19 @@ class DenseLayers:
 
     def layer_norm(self, input, axes, elementwise_affine=True, eps=1e-5, use_bias=True, name=None):
         """Layer normalization over ``axes``; with ``elementwise_affine`` a scale (gamma) and, when
-        ``use_bias``, a shift (beta) of the normalized dimensions' shape."""
+        ``use_bias``, a shift (beta) of the normalized dimensions' shape.
+
+        ``axes`` are the trailing dimensions, in NumPy's numbering (``[1, 2]`` of a 3-D input) or in
+        FlexFlow's current one, where indices count from the last dimension (``[0, 1]``: the last two;
+        FlexFlow requires exactly ``0 .. k-1``). The two never conflict: ``0 .. k-1`` are trailing
+        NumPy dimensions only when ``k`` is the rank, where both mean every dimension."""
         w = "layer_norm"
-        attrs = LayerNormAttrs(_check.int_tuple(w, "axes", axes, allow_int=True),
+        axes = _check.int_tuple(w, "axes", axes, allow_int=True)
+        dims = getattr(input, "dims", None)
+        rank = len(dims) if isinstance(dims, tuple) else 0  # a non-tensor input is refused below
+        if axes and 0 < len(axes) < rank and sorted(axes) == list(range(len(axes))):
+            axes = tuple(rank - 1 - a for a in sorted(axes, reverse=True))
+        attrs = LayerNormAttrs(axes,
                                _check.flag(w, "elementwise_affine", elementwise_affine),
                                _check.number(w, "eps", eps, low=0.0, low_open=True),
                                _check.flag(w, "use_bias", use_bias))

@@ -82,3 +82,20 @@ def test_uniform_initializer_flexflow_names():
     assert UniformInitializer(12, -1, 1) == init
     with pytest.raises(ConfigError, match="UniformInitializer: maxv must be a number >= 1"):
         UniformInitializer(0, 1.0, 0.5)
+
+
+@pytest.mark.parametrize("dims, axes, normalized", [
+    ((4, 5, 6), [2], (2,)),            # NumPy's numbering: the last dimension
+    ((4, 5, 6), [1, 2], (1, 2)),
+    ((4, 5, 6), [-1], (2,)),
+    ((4, 5, 6), [0], (2,)),            # FlexFlow's current numbering, from the last dimension
+    ((4, 5, 6), [0, 1], (1, 2)),
+    ((4, 5, 6, 7), [1, 0], (2, 3)),
+    ((4, 5, 6), [0, 1, 2], (0, 1, 2)),  # every dimension: both numberings agree
+])
+def test_layer_norm_axes_in_either_numbering(dims, axes, normalized):
+    from flexrt.ir.ops.layer_norm import normalized_axes
+    m = FFModel(FFConfig(["-b", str(dims[0])]))
+    t = m.layer_norm(m.create_tensor(list(dims)), axes)
+    layer = m.get_layers()[-1] if isinstance(m.get_layers(), list) else list(m.get_layers().values())[-1]
+    assert normalized_axes(layer.attrs, t.get_shape()) == normalized
