@@ -3,9 +3,9 @@
 Every layer method has FlexFlow's name, argument names, defaults and order, so a FlexFlow script
 runs after changing ``from flexflow.core import *`` to ``from flexrt.core import *``. The layer
 methods live in mixins by family (``_layers_dense``, ``_layers_shape``, ``_layers_elementwise``);
-this module holds the model itself: inputs, the shared layer-building step, lookups, the summary
-and ``compile``; the other training calls (``fit``, ``eval``, data loaders, the manual loop) are in
-``flexrt.model.training``.
+this module holds the model itself: inputs and constants, the shared layer-building step, lookups
+(layers, weights as ``Parameter``), the summary, ``set_optimizer`` and ``compile``; the other
+training calls (``fit``, ``eval``, data loaders, the manual loop) are in ``flexrt.model.training``.
 
 Example:
     >>> from flexrt.model import FFConfig, FFModel, ActiMode
@@ -40,8 +40,8 @@ from flexrt.model.initializers import Initializer
 from flexrt.model.layer import Layer, Weight
 from flexrt.model.optimizers import Optimizer, SGDOptimizer
 from flexrt.model.report import format_table
-from flexrt.model.tensor import Tensor
-from flexrt.model.training import TrainingMixin, resolve_loss, resolve_metrics
+from flexrt.model.tensor import Parameter, Tensor
+from flexrt.model.training import TrainingMixin, optimizer_args, resolve_loss, resolve_metrics
 
 class FFModel(DenseLayers, ShapeLayers, ElementwiseLayers, TrainingMixin):
     """A model under construction: ``pcg`` holds its graph, ``get_layers()`` its layers in call order.
@@ -55,7 +55,7 @@ class FFModel(DenseLayers, ShapeLayers, ElementwiseLayers, TrainingMixin):
             raise ConfigError(f"FFModel: ffconfig must be an FFConfig, got {ffconfig!r} (FFModel(FFConfig()))")
         self.ffconfig = ffconfig
         self.pcg = PCG()
-        self.optimizer: Optional[Optimizer] = None
+        self._optimizer: Optional[Optimizer] = None
         self.loss_type: Optional[LossType] = None
         self.metrics: tuple[MetricsType, ...] = ()
         self.comp_mode: Optional[CompMode] = None
@@ -65,6 +65,7 @@ class FFModel(DenseLayers, ShapeLayers, ElementwiseLayers, TrainingMixin):
         self._by_name: dict[str, Layer] = {}
         self._counters: dict[str, int] = {}
         self._metric_types: tuple[MetricsType, ...] = ()
+        self._constants: dict[str, float] = {}   # constant input name -> its value
         self._init_training()
         state = _capture.active()
         if state is not None:
@@ -86,6 +87,26 @@ class FFModel(DenseLayers, ShapeLayers, ElementwiseLayers, TrainingMixin):
         layer = Layer(len(self._inputs), name, "input", attrs, nid, (), (out,), (), (("create_grad", create_grad),))
         self._inputs.append(layer)
         self._named("input", layer, True)
+        return out
+
+    def create_constant(self, dims, value, data_type=DataType.DT_FLOAT) -> Tensor:
+        """A tensor of sizes ``dims`` holding ``value`` everywhere (FlexFlow's ``create_constant``),
+        named ``constant_{n}``: an input the model feeds itself, not among ``inputs``."""
+        where = "create_constant"
+        sizes = _check.int_tuple(where, "dims", dims, low=1)
+        if not sizes:
+            raise ConfigError(f"{where}: dims must name at least one dimension, got {dims!r}")
+        _check.member(where, "data_type", data_type, DataType)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: value must be a number, got {value!r}")
+        attrs = InputAttrs(TensorShape(sizes, data_type))
+        name = self._layer_name("constant", None)
+        nid = self.pcg.add_node(attrs, (), name=name)
+        out = Tensor(self, TensorRef(nid), attrs.shape, name)
+        layer = Layer(len(self._inputs), name, "constant", attrs, nid, (), (out,), (), (("value", value),))
+        self._inputs.append(layer)
+        self._constants[name] = value
+        self._named("constant", layer, True)
         return out
 
     # ---- the one way a layer is added ---------------------------------------------------------
@@ -220,10 +241,54 @@ class FFModel(DenseLayers, ShapeLayers, ElementwiseLayers, TrainingMixin):
             raise ConfigError(f"no layer named {layer_name!r}; layers: "
                               f"{', '.join(self._by_name) or 'none'}") from None
 
+    def get_last_layer(self) -> Layer:
+        """The layer added last (FlexFlow's ``get_last_layer``)."""
+        if not self._layers:
+            raise ConfigError("get_last_layer: the model has no layers yet")
+        return self._layers[-1]
+
+    def parameters(self) -> list[Parameter]:
+        """Every weight as a ``Parameter``, in the order the layers created them."""
+        return [layer.get_parameter_by_id(i) for layer in self._layers for i, w in enumerate(layer.weights)
+                if w.owner == layer.name]
+
+    def get_tensor_by_id(self, id: int) -> Parameter:
+        """Weight ``id`` of the model, counting every layer's weights in order (FlexFlow's
+        ``get_tensor_by_id``: its parameters by id)."""
+        params = self.parameters()
+        if isinstance(id, bool) or not isinstance(id, int) or not 0 <= id < len(params):
+            raise ConfigError(f"get_tensor_by_id: no weight {id!r}; the model has {len(params)} "
+                              f"({', '.join(p.name for p in params[:8])}{', ...' if len(params) > 8 else ''})")
+        return params[id]
+
     @property
     def inputs(self) -> tuple[Tensor, ...]:
-        """Every tensor made by ``create_tensor``, in order."""
-        return tuple(layer.outputs[0] for layer in self._inputs)
+        """Every tensor made by ``create_tensor``, in order (constants are not inputs)."""
+        return tuple(layer.outputs[0] for layer in self._inputs if layer.name not in self._constants)
+
+    # ---- the optimizer ------------------------------------------------------------------------
+    @property
+    def optimizer(self) -> Optional[Optimizer]:
+        return self._optimizer
+
+    @optimizer.setter
+    def optimizer(self, optimizer) -> None:
+        self.set_optimizer(optimizer)
+
+    def set_optimizer(self, optimizer) -> None:
+        """The optimizer of the next updates (FlexFlow's ``set_optimizer``; ``ffmodel.optimizer = ...``
+        too); after ``compile`` the running session switches to it (another kind of optimizer starts
+        its state afresh)."""
+        if optimizer is not None and not isinstance(optimizer, Optimizer):
+            raise ConfigError(f"set_optimizer: optimizer must be SGDOptimizer(...) or AdamOptimizer(...), "
+                              f"got {optimizer!r}")
+        if optimizer is not None and optimizer.ffmodel is not self:
+            raise ConfigError("set_optimizer: the optimizer was made for another FFModel")
+        self._optimizer = optimizer
+        session = getattr(self, "session", None)
+        if session is not None and optimizer is not None:
+            kind, params = optimizer_args(optimizer)
+            session.set_optimizer(kind, **params)
 
     def num_parameters(self) -> int:
         """Elements of every weight, each shared weight counted once."""
@@ -256,8 +321,8 @@ class FFModel(DenseLayers, ShapeLayers, ElementwiseLayers, TrainingMixin):
         metric_types = resolve_metrics(metrics)
         if comp_mode is not None:
             _check.member(where, "comp_mode", comp_mode, CompMode)
-        self.optimizer = optimizer if optimizer is not None else (
-            self.optimizer or SGDOptimizer(self, self.ffconfig.learning_rate))
+        self._optimizer = optimizer if optimizer is not None else (
+            self._optimizer or SGDOptimizer(self, self.ffconfig.learning_rate))
         self.loss_type = None if loss_type is None else loss
         self.metrics = metric_types
         self.comp_mode = comp_mode if comp_mode is not None else CompMode.COMP_MODE_TRAINING

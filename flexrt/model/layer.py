@@ -9,9 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from flexrt.errors import ConfigError
 from flexrt.ir.op_type import OpType
+from flexrt.ir.pcg import TensorRef
 from flexrt.ir.tensor_shape import TensorShape
-from flexrt.model.tensor import Tensor
+from flexrt.model.tensor import Parameter, Tensor
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,3 +78,39 @@ class Layer:
 
     def get_number_inputs(self) -> int:
         return len(self.inputs)
+
+    def get_input_tensor_by_id(self, id: int) -> Tensor:
+        return self._pick("get_input_tensor_by_id", "input", self.inputs, id)
+
+    def get_output_tensor_by_id(self, id: int) -> Tensor:
+        return self._pick("get_output_tensor_by_id", "output", self.outputs, id)
+
+    get_input_by_id = get_input_tensor_by_id
+    get_output_by_id = get_output_tensor_by_id
+
+    def get_number_parameters(self) -> int:
+        return len(self.weights)
+
+    def get_parameter_by_id(self, id: int) -> Parameter:
+        """Weight ``id`` (0: the kernel, 1: the bias where there is one) as a ``Parameter``."""
+        w = self._pick("get_parameter_by_id", "weight", self.weights, id)
+        model = self.outputs[0].model
+        return Parameter(model, TensorRef(w.node, 0), w.shape, w.owner, w.node_name)
+
+    def get_weight_tensor(self) -> Parameter:
+        """The kernel (FlexFlow's ``get_parameter_by_id(0)``)."""
+        return self.get_parameter_by_id(0)
+
+    def get_bias_tensor(self) -> Parameter:
+        """The bias (FlexFlow's ``get_parameter_by_id(1)``)."""
+        names = [w.name for w in self.weights]
+        if len(names) < 2:
+            raise ConfigError(f"get_bias_tensor: layer '{self.name}' ({self.kind}) has no bias; its weights: "
+                              f"{', '.join(names) or 'none'}")
+        return self.get_parameter_by_id(1)
+
+    def _pick(self, where: str, what: str, items, i):
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(items):
+            raise ConfigError(f"{where}: layer '{self.name}' ({self.kind}) has no {what} {i!r}; valid: "
+                              f"{', '.join(map(str, range(len(items)))) or 'none'}")
+        return items[i]

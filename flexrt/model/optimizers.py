@@ -1,7 +1,8 @@
 """Optimizers with FlexFlow's names and arguments: configuration values the runtime reads.
 
 The model is the first argument, as in FlexFlow (``SGDOptimizer(ffmodel, 0.01)``); it is kept but
-takes no part in equality.
+takes no part in equality. ``set_learning_rate`` changes the rate, as FlexFlow's does, for the next
+updates of the model's running session when this is the model's optimizer.
 
 Entry points: ``SGDOptimizer``, ``AdamOptimizer``.
 """
@@ -20,6 +21,14 @@ class Optimizer:
 
     __slots__ = ()
 
+    def _set_rate(self, field_name: str, learning_rate) -> None:
+        where = f"{type(self).__name__}.set_learning_rate"
+        value = _check.number(where, "learning_rate", learning_rate, low=0.0, low_open=True)
+        object.__setattr__(self, field_name, value)
+        model = self.ffmodel
+        if getattr(model, "optimizer", None) is self:
+            model.set_optimizer(self)
+
 
 def _check_model(where: str, ffmodel: Any) -> None:
     from flexrt.model.ffmodel import FFModel  # the model module imports this one
@@ -28,7 +37,7 @@ def _check_model(where: str, ffmodel: Any) -> None:
                           f"(FlexFlow's form: {where}(ffmodel, ...))")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SGDOptimizer(Optimizer):
     """Stochastic gradient descent with optional (Nesterov) momentum and weight decay."""
 
@@ -48,8 +57,12 @@ class SGDOptimizer(Optimizer):
         object.__setattr__(self, "weight_decay",
                            _check.number("SGDOptimizer", "weight_decay", self.weight_decay, low=0.0))
 
+    def set_learning_rate(self, learning_rate: float) -> None:
+        """The rate of the next updates (FlexFlow's ``set_learning_rate``)."""
+        self._set_rate("lr", learning_rate)
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True)
 class AdamOptimizer(Optimizer):
     """Adam (Kingma and Ba, 2015); ``alpha`` is the learning rate."""
 
@@ -68,3 +81,7 @@ class AdamOptimizer(Optimizer):
         object.__setattr__(self, "beta2", _check.number(w, "beta2", self.beta2, low=0.0, high=1.0, high_open=True))
         object.__setattr__(self, "weight_decay", _check.number(w, "weight_decay", self.weight_decay, low=0.0))
         object.__setattr__(self, "epsilon", _check.number(w, "epsilon", self.epsilon, low=0.0, low_open=True))
+
+    def set_learning_rate(self, learning_rate: float) -> None:
+        """The rate (``alpha``) of the next updates (FlexFlow's ``set_learning_rate``)."""
+        self._set_rate("alpha", learning_rate)

@@ -1,22 +1,31 @@
 """FlexFlow's training calls on ``FFModel``: compile, init_layers, data loaders, fit, eval, the manual
 loop (forward / zero_gradients / backward / update) and get_perf_metrics, on flexrt's runtime.
 
-``compile`` picks the strategy (``--import FILE``, else data parallelism over the devices the
-config asks for: ``-ll:gpu`` per node times ``--nodes``, capped at the machine's devices; the
-machine is ``--machine`` or the ``local`` preset), writes it when ``--export FILE`` is given, and
-builds a ``flexrt.runtime.session.Session``: the strategy simulated, checked against device memory,
-planned, the weights placed. ``ffmodel.strategy`` and ``ffmodel.session`` keep them.
+``compile`` picks the strategy (``--import FILE``; else ``--budget`` searches; else data
+parallelism over the devices the config asks for: ``-ll:gpu`` per node times ``--nodes``, capped
+at the machine's devices), writes it when ``--export FILE`` is given (FlexFlow's text format for a
+``.txt`` name, as ``flexrt search --export``), and builds a ``flexrt.runtime.session.Session``: the
+strategy simulated, checked against device memory, planned, the weights placed.
+``ffmodel.strategy`` and ``ffmodel.session`` keep them. The machine is ``--machine`` (or
+``--machine-model-file``); without one, the ``local`` machine with ``-ll:gpu`` devices per node and
+``--nodes`` nodes when ``-ll:gpu`` is given (so that a search searches over those devices), else
+the ``local`` preset.
 
 How this differs from FlexFlow, honestly:
 
-- The runtime runs a whole training iteration (forward, loss, backward, gradient
-  synchronization, update) as one task graph. In the manual loop the iteration therefore
-  executes at ``update()``; ``forward()`` and ``backward()`` only check the order of the calls
-  (``ConfigError`` when out of order), and ``zero_gradients()`` discards a ``backward()`` already
-  recorded. Gradients are never accumulated across iterations, so there is nothing else to zero.
-- ``eval`` runs the forward pass of the base graph on one device (the single-device reference,
-  with the session's current weights), not the parallel strategy: the runtime has no forward-only
-  task graph. Dropout, where a model has it, runs as in training.
+- The runtime runs a training iteration (forward, loss, backward, gradient synchronization,
+  update) as one task graph. ``forward()`` runs its forward phase at once (no labels needed:
+  FlexFlow's per-operator scripts read outputs after it with ``get_array``); the rest runs at
+  ``update()``, with the labels the label tensor holds then. ``backward()`` only checks the order
+  of the calls (``ConfigError`` when out of order) and ``zero_gradients()`` discards a
+  ``backward()`` already recorded: gradients are never accumulated across iterations.
+- ``forward(seq_length)``: FlexFlow hands ``seq_length`` to batch matmuls built with a
+  sequence-length dimension (incremental decoding), which then compute only that many positions;
+  every other operator ignores it. flexrt always computes the whole sequence: ``seq_length`` may
+  be None, -1 or any integer for a model without such a batch matmul (ignored, as FlexFlow
+  ignores it there); with one, only None, -1 or the full length.
+- ``eval`` runs the strategy's forward pass on each batch (the session's current weights) and
+  scores it on the host. Dropout, where a model has it, runs as in training.
 - ``fit``/``eval`` without data train on deterministic synthetic data (FlexFlow does too):
   ``SYNTHETIC_BATCHES`` batches of random inputs and labels valid for the loss.
 
@@ -33,6 +42,7 @@ from typing import Any, Optional
 import numpy as np
 
 from flexrt.errors import ConfigError
+from flexrt.ir.ops import BatchMatmulAttrs
 from flexrt.ir.op_type import OpType
 from flexrt.ir.pcg import PCG, TensorRef
 from flexrt.kernels.initializers import fans, initialize
@@ -218,7 +228,8 @@ class TrainingMixin:
         self.runtime_options = {"backend": "numpy", "mode": "serial", "seed": 0}
         self._loss = None
         self._output_shape = None
-        self._batch: dict = {}
+        self._batch: dict = {}         # input name (or "label") -> its batch: what forward / update use
+        self._mapped: dict = {}        # tensor -> its array while inline_map'ed or attached
         self._phase = "idle"           # manual loop: idle -> forward -> backward -> (update) idle
         self._initial: Optional[dict] = None
         self._dirty = False            # weights changed since they were placed
@@ -236,17 +247,12 @@ class TrainingMixin:
 
     # ---- compile ------------------------------------------------------------------------------
     def _compile_runtime(self, loss: LossType, metrics: tuple[MetricsType, ...]) -> None:
-        from flexrt.machine import load_machine
-        from flexrt.strategy import data_parallel, load_strategy, save_strategy
+        from flexrt.cli._search import export_strategy  # the CLI's writer: JSON, or FlexFlow's text for .txt
+        from flexrt.strategy import data_parallel, load_strategy
         cfg = self.ffconfig
         if not self.inputs:
             raise ConfigError("compile: the model has no inputs (create_tensor) to train on")
-        if cfg.machine_file and cfg.machine_model_file:
-            raise ConfigError(f"compile: --machine {cfg.machine_file} and --machine-model-file "
-                              f"{cfg.machine_model_file} both name the machine; give one")
-        # --machine-model-file is FlexFlow's machine file, which load_machine reads too
-        machine = load_machine(cfg.machine_file or cfg.machine_model_file or "local",
-                               nodes=cfg.num_nodes if cfg.num_nodes > 1 else None)
+        machine = _script_machine(cfg)
         if cfg.import_strategy_file:
             strategy = load_strategy(cfg.import_strategy_file, self.pcg, machine)
         elif _search_requested(cfg):
@@ -255,10 +261,9 @@ class TrainingMixin:
             strategy = data_parallel(self.pcg, machine, min(cfg.total_workers, machine.num_devices))
         if cfg.export_strategy_file:
             try:
-                save_strategy(cfg.export_strategy_file, strategy, machine)
-            except OSError as e:
-                raise ConfigError(f"compile: cannot write the strategy to {cfg.export_strategy_file} "
-                                  f"(--export): {e.strerror or e}") from None
+                export_strategy(cfg.export_strategy_file, strategy, machine)
+            except ConfigError as e:
+                raise ConfigError(f"compile (--export): {e}") from None
         opt_kind, params = optimizer_args(self.optimizer)
         out = loss_output(self.pcg)
         self._output_shape = self.pcg.shape(TensorRef(self.pcg.node_by_name(out).id, 0)).tensor_shape
@@ -278,7 +283,8 @@ class TrainingMixin:
         self.strategy, self.machine = strategy, machine
         self._loss = loss
         self._dirty = False
-        self._batch = {}
+        self._batch.pop(LABEL, None)  # inputs set before compile stay (FlexFlow's bert_proxy_native.py)
+        self._mapped = {t: a for t, a in self._mapped.items() if t.owner_layer != LABEL}
         self._phase = "idle"
         self.history = []
 
@@ -342,7 +348,6 @@ class TrainingMixin:
 
     def _set_batch(self, name: str, arr) -> None:
         self._batch[name] = arr
-        self._phase = "idle"
 
     def current_batch(self, name: str):
         """The batch the last ``next_batch`` handed over for input ``name`` (or ``"label"``)."""
@@ -389,12 +394,31 @@ class TrainingMixin:
         if missing:
             raise ConfigError(f"no current batch for {', '.join(missing)}; call each data loader's "
                               f"next_batch(ffmodel) first")
-        return {t.owner_layer: self._batch[t.owner_layer] for t in self.inputs}, self._batch[LABEL]
+        return self._forward_inputs("forward"), self._batch[LABEL]
 
-    def _train_step(self, epoch: int) -> dict:
+    def _forward_inputs(self, where: str) -> dict:
+        """Every input's current batch, and the constants' values, by input name."""
+        missing = [t.owner_layer for t in self.inputs if t.owner_layer not in self._batch]
+        if missing:
+            also = [LABEL] if LABEL not in self._batch and self.comp_mode is not CompMode.COMP_MODE_INFERENCE else []
+            raise ConfigError(f"{where}: no current batch for {', '.join(missing + also)}; call each data loader's "
+                              f"next_batch(ffmodel) first (or give the tensor a value: set_tensor, "
+                              f"attach_numpy_array)")
+        out = {t.owner_layer: self._batch[t.owner_layer] for t in self.inputs}
+        for name, value in self._constants.items():
+            shape = self._by_name[name].attrs.shape
+            out[name] = np.full(shape.dims, value, dtype=batch_dtype(shape.dtype))
+        return out
+
+    def _train_step(self, epoch: int, labels=None) -> dict:
+        """One iteration: a whole one on the current batch, or (``labels`` given) the rest of the one
+        ``forward()`` began."""
         s = self.session
-        inputs, labels = self._step_batch()
-        r = s.step(inputs, labels)
+        if labels is None:
+            inputs, labels = self._step_batch()
+            r = s.step(inputs, labels)
+        else:
+            r = s.finish(labels)
         self._dirty = True
         self._iteration += 1
         rec = {"epoch": epoch, "iteration": self._iteration, "loss": r.loss, "metrics": dict(r.metrics),
@@ -433,12 +457,11 @@ class TrainingMixin:
         self._phase = "idle"
 
     def eval(self, x=None, y=None, batch_size=None) -> PerfMetrics:
-        """Forward and metrics over the dataset without updating, on one device (the base graph,
+        """Forward and metrics over the dataset without updating (the strategy's forward pass with
         the session's current weights); prints and returns the metrics (also ``get_perf_metrics``)."""
         loaders = self._loaders("eval", x, y, batch_size)
         iterations = min(dl.num_batches for dl in loaders)
         s = self.session
-        weights = s.weights()
         acc = MetricsAccumulator(list(self._metric_types))
         losses = []
         for dl in loaders:
@@ -447,7 +470,8 @@ class TrainingMixin:
             for dl in loaders:
                 dl.next_batch(self)
             inputs, labels = self._step_batch()
-            out = forward_output(self.pcg, weights, inputs, s.loss_output)
+            s.forward(inputs)
+            out = s.output(s.loss_output)
             losses.append(float(loss_forward(np, self._loss, out, labels)))
             acc.update(np, out, labels)
         self._perf = PerfMetrics(acc.result(), float(np.mean(losses)) if losses else None)
@@ -463,10 +487,13 @@ class TrainingMixin:
         self._need_session("reset_metrics").reset_metrics()
         self._perf = None
 
-    def forward(self) -> None:
-        """Check that a batch is ready and record the forward pass; the iteration runs at ``update()``."""
-        self._need_session("forward")
-        self._step_batch()
+    def forward(self, seq_length=None) -> None:
+        """Run the forward pass now on the inputs' current batches (no labels needed); every tensor's
+        value can then be read (``get_array``, ``get_tensor``). ``update()`` completes the iteration.
+        ``seq_length``: see the module doc (None, -1, or what FlexFlow would ignore)."""
+        s = self._need_session("forward")
+        self._check_seq_length("forward", seq_length)
+        s.forward(self._forward_inputs("forward"))
         self._phase = "forward"
 
     def zero_gradients(self) -> None:
@@ -476,24 +503,47 @@ class TrainingMixin:
         if self._phase == "backward":
             self._phase = "forward"
 
-    def backward(self) -> None:
-        """Record the backward pass (after ``forward()``); the iteration runs at ``update()``."""
+    def backward(self, seq_length=None) -> None:
+        """Record the backward pass (after ``forward()``); it runs at ``update()``, with the labels
+        ``label_tensor`` holds then."""
         self._need_session("backward")
+        self._check_seq_length("backward", seq_length)
+        if self.comp_mode is CompMode.COMP_MODE_INFERENCE:
+            raise ConfigError("backward: the model was compiled with comp_mode=COMP_MODE_INFERENCE")
         if self._phase != "forward":
             raise ConfigError("backward: call forward() first (after the loaders' next_batch(ffmodel)); order: "
                               "forward(), zero_gradients(), backward(), update()")
         self._phase = "backward"
 
     def update(self) -> None:
-        """Run the whole training iteration (forward, loss, backward, gradient sync, update) on the
-        current batch; needs ``forward()`` and ``backward()`` since the last ``next_batch``."""
+        """Run the rest of the iteration ``forward()`` began (loss, backward, gradient sync, update)
+        with the current labels; needs ``forward()`` and ``backward()`` first."""
         self._need_session("update")
         if self._phase != "backward":
             raise ConfigError(f"update: call forward() and backward() first (state: "
                               f"{'nothing recorded' if self._phase == 'idle' else 'forward() only'}); order: "
                               f"forward(), zero_gradients(), backward(), update()")
-        self._train_step(0)
+        if LABEL not in self._batch:
+            raise ConfigError("update: no labels; give ffmodel.label_tensor a batch (its data loader's "
+                              "next_batch(ffmodel), set_tensor or attach_numpy_array)")
         self._phase = "idle"
+        self._train_step(0, labels=self._batch[LABEL])
+
+    def _check_seq_length(self, where: str, seq_length) -> None:
+        if seq_length is None or seq_length == -1:
+            return
+        if isinstance(seq_length, bool) or not isinstance(seq_length, int):
+            raise ConfigError(f"{where}: seq_length must be an integer or None, got {seq_length!r}")
+        for node in self.pcg.nodes:
+            if not isinstance(node.attrs, BatchMatmulAttrs):
+                continue
+            for ref, dim in zip(node.inputs, (node.attrs.a_seq_length_dim, node.attrs.b_seq_length_dim)):
+                dims = self.pcg.shape(ref).tensor_shape.dims
+                if dim is not None and 0 <= dim < len(dims) and dims[dim] != seq_length:
+                    raise ConfigError(f"{where}: seq_length={seq_length}: batch_matmul '{node.name}' has a "
+                                      f"sequence of {dims[dim]} along dimension {dim}; FlexFlow would compute only "
+                                      f"the first {seq_length} positions, flexrt computes whole sequences; valid: "
+                                      f"None, -1 or {dims[dim]}")
 
     def get_perf_metrics(self) -> PerfMetrics:
         """The metrics since the last reset (of the last fit/update iterations, or of the last eval)."""
@@ -503,7 +553,30 @@ class TrainingMixin:
         return self._perf
 
 
-# ---- search in compile (FlexFlow: compile searches when --budget is given) -----------------------
+# ---- the machine and the search of compile ----------------------------------------------------------
+
+def _gpus_given(cfg) -> bool:
+    from flexrt.model.flags import defaults
+    return any(a == "-ll:gpu" or a.startswith("-ll:gpu=") for a in cfg.argv) or \
+        cfg.workers_per_node != defaults()["workers_per_node"]
+
+
+def _script_machine(cfg):
+    """``--machine`` (or FlexFlow's ``--machine-model-file``) scaled to ``--nodes``; without one, the
+    ``local`` machine with ``-ll:gpu`` devices per node and ``--nodes`` nodes when ``-ll:gpu`` is
+    given, else the ``local`` preset."""
+    from flexrt.machine import load_machine, local_machine
+    if cfg.machine_file and cfg.machine_model_file:
+        raise ConfigError(f"compile: --machine {cfg.machine_file} and --machine-model-file "
+                          f"{cfg.machine_model_file} both name the machine; give one")
+    nodes = cfg.num_nodes if cfg.num_nodes > 1 else None
+    path = cfg.machine_file or cfg.machine_model_file
+    if path:
+        return load_machine(path, nodes=nodes)
+    if _gpus_given(cfg):
+        return local_machine(cfg.workers_per_node, nodes=cfg.num_nodes)
+    return load_machine("local", nodes=nodes)
+
 
 def _search_requested(cfg) -> bool:
     """FlexFlow's behaviour: ``compile`` searches when the script got ``--budget`` (or a config set a

@@ -15,6 +15,13 @@ between device memories and adds, leaving every member the same sum. Buffers are
 written and freed after their last reader; live and peak bytes are kept per device. Every task's
 real start and end are recorded (seconds from the start of the iteration).
 
+An iteration runs whole (``run``: inputs and labels given at once) or in two parts: ``forward``
+runs the plan's forward phase (``ExecPlan.forward_phase``: no label needed) and keeps every
+operator's output pieces until the next pass, so that ``read_output`` can gather any activation;
+``finish`` then runs the rest (loss, backward, gradient synchronization, update) with the labels.
+Both orders run the same tasks on the same data, so they compute the same values. ``weight``,
+``set_weight`` read and write one weight's full array through its instances (replicas included).
+
 Entry points: ``Executor``, ``IterationResult``.
 """
 
@@ -25,17 +32,17 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 
 from flexrt.errors import FlexrtError, ShapeError, StrategyError
-from flexrt.kernels.losses import (LossType, fuses_with_softmax, loss_backward, loss_forward,
-                                   softmax_cross_entropy_backward)
+from flexrt.kernels.losses import LossType, fuses_with_softmax, loss_forward
 from flexrt.kernels.metrics import MetricsAccumulator, MetricsType
 from flexrt.kernels.optimizers import OptimizerKind, adam_update, sgd_update
 from flexrt.kernels.registry import backward_kernel, forward_kernel
 from flexrt.runtime.plan import ExecPlan
+from flexrt.runtime.reference import loss_gradient
 from flexrt.simulator.actions import HOST, Backward, Buf, Forward, Key, Loss, Move, RingStep, Sum, Update
 
 MODES = ("serial", "threads")
@@ -64,6 +71,9 @@ class _State:
     arrived: dict = field(default_factory=lambda: defaultdict(int))
     loss: float = 0.0
     t0: float = 0.0
+    done: list = field(default_factory=list)     # per task: it has run (a pass runs in phases)
+    local_remaining: Optional[dict] = None       # SPMD: this rank's predecessor counts, across phases
+    wall_s: float = 0.0                          # time spent in the phases run so far
 
 
 def _slices(ranges, box) -> tuple:
@@ -78,6 +88,16 @@ def _fused_softmax(plan: ExecPlan, loss: LossType):
         if isinstance(a, Backward) and a.node in scored:
             return a.node if fuses_with_softmax(loss, a.attrs, len(a.outputs[0].ranges)) else None
     return None
+
+
+def _loss_backward(plan: ExecPlan, loss: LossType) -> Callable:
+    """The loss tasks' gradient function (``reference.loss_gradient``'s rule for the scored operator)."""
+    scored = {t.action.output.key.name for t in plan.tasks if isinstance(t.action, Loss)}
+    for t in plan.tasks:
+        a = t.action
+        if isinstance(a, (Forward, Backward)) and a.node in scored:
+            return loss_gradient(loss, a.attrs, len(a.outputs[0].ranges))[0]
+    return loss_gradient(loss, None, 0)[0]
 
 
 class Executor:
@@ -104,6 +124,10 @@ class Executor:
             if isinstance(t.action, RingStep):
                 self._ring_members[t.action.group.id].append(t.index)
         self.fused_softmax = _fused_softmax(plan, self.loss)
+        self.loss_backward = _loss_backward(plan, self.loss)
+        self._pass = None                 # the _State of a forward pass whose rest has not run
+        self._held: frozenset = frozenset()  # buffers kept for reading until the next pass
+        self._has_pass = False            # a forward pass has run since the weights were placed
 
     # ---- memory ------------------------------------------------------------------------------
     def _alloc(self, bid, arr) -> None:
@@ -234,8 +258,7 @@ class Executor:
         labels = self.backend.upload(self.labels[lo:hi], a.output.device)
         share = out.size / a.full_elements
         value = loss_forward(self.xp, self.loss, out, labels) * share  # a device scalar: no host sync here
-        backward = softmax_cross_entropy_backward if self.fused_softmax else loss_backward
-        grad = backward(self.xp, self.loss, out, labels) * out.dtype.type(share)
+        grad = self.loss_backward(self.xp, self.loss, out, labels) * out.dtype.type(share)
         self._alloc((a.grad.key, a.grad.device), grad)
         with self._lock:
             st.loss += value
@@ -298,13 +321,13 @@ class Executor:
     def _release(self, task, st: _State) -> None:
         plan = self.plan
         for w in task.writes:
-            if st.readers.get(w, 0) == 0 and w not in plan.persistent:
+            if st.readers.get(w, 0) == 0 and w not in plan.persistent and w not in self._held:
                 self._free(w)
         for r in task.reads:
             with self._lock:
                 st.readers[r] -= 1
                 last = st.readers[r] == 0
-            if last and r not in plan.persistent:
+            if last and r not in plan.persistent and r not in self._held:
                 self._free(r)
 
     def _members(self, task) -> list:
@@ -316,6 +339,30 @@ class Executor:
     # ---- one iteration ---------------------------------------------------------------------------
     def run(self, inputs: dict, labels) -> IterationResult:
         """Execute every task with the batch ``inputs`` (input name -> array) and ``labels``."""
+        st = self._begin(inputs, hold=False)
+        self._set_labels(labels)
+        self._phase(st, None)
+        return self._result(st)
+
+    def forward(self, inputs: dict) -> None:
+        """Run the forward phase on ``inputs`` (no labels needed), keeping every operator's output
+        pieces for ``read_output`` until the next pass; ``finish`` runs the rest of the iteration."""
+        st = self._begin(inputs, hold=True)
+        self._phase(st, self.plan.forward_phase)
+        self._pass = st
+
+    def finish(self, labels) -> IterationResult:
+        """The rest of the iteration begun by ``forward`` (loss, backward, synchronization, update)."""
+        st = self._pass
+        if st is None:
+            raise StrategyError("finish: no forward pass to complete; run forward(inputs) first")
+        self._set_labels(labels)
+        self._pass = None
+        st.t0 = time.perf_counter() - st.wall_s  # the time between the two calls is not the iteration's
+        self._phase(st, [not f for f in self.plan.forward_phase])
+        return self._result(st)
+
+    def _begin(self, inputs: dict, hold: bool) -> _State:
         plan = self.plan
         for name, b in plan.inputs.items():
             if name not in inputs:
@@ -324,31 +371,111 @@ class Executor:
             want = tuple(hi for _, hi in b.ranges)
             if arr.shape != want:
                 raise ShapeError(f"input '{name}': batch of shape {list(arr.shape)}, expected {list(want)}")
-            self.mem[HOST][Key.input(name)] = arr
-        self.labels = None if labels is None else np.asarray(labels)
-        if self.labels is None and any(t.kind.value == "loss" for t in plan.tasks):
-            raise StrategyError("training needs labels for the loss")
+        self.discard()
+        for name in plan.inputs:
+            self.mem[HOST][Key.input(name)] = np.asarray(inputs[name])
+        self._held = plan.forward_outputs if hold else frozenset()
+        self._has_pass = hold
         n = plan.num_tasks
-        st = _State(plan.num_preds.tolist(), dict(plan.readers), [0.0] * n, [0.0] * n)
+        st = _State(plan.num_preds.tolist(), dict(plan.readers), [0.0] * n, [0.0] * n, done=[False] * n)
         for dev in list(self.peak):
             self.peak[dev] = self.live[dev]
-        st.t0 = time.perf_counter()
+        return st
+
+    def _set_labels(self, labels) -> None:
+        self.labels = None if labels is None else np.asarray(labels)
+        if self.labels is None and any(t.kind.value == "loss" for t in self.plan.tasks):
+            raise StrategyError("training needs labels for the loss")
+
+    def _phase(self, st: _State, phase) -> None:
+        """Run the tasks of ``phase`` (per task: in it; None: every task) whose turn has come."""
+        st.t0 = time.perf_counter() - st.wall_s
         if self.mode == "serial":
-            self._run_serial(st)
+            self._run_serial(st, phase)
         else:
-            self._run_threads(st)
+            self._run_threads(st, phase)
         self.backend.synchronize()
+        st.wall_s = time.perf_counter() - st.t0
+
+    def _result(self, st: _State) -> IterationResult:
         st.loss = float(st.loss)
-        wall = time.perf_counter() - st.t0
-        return IterationResult(st.loss, self.metrics.result(), wall, np.array(st.start), np.array(st.end),
+        return IterationResult(st.loss, self.metrics.result(), st.wall_s, np.array(st.start), np.array(st.end),
                                dict(self.peak))
 
-    def _run_serial(self, st: _State) -> None:
+    def discard(self) -> None:
+        """Drop what a pass left (a forward pass whose rest never ran, outputs kept for reading):
+        every buffer but the weights and the host batch."""
+        self._pass = None
+        self._held = frozenset()
+        self._has_pass = False
+        for dev, bufs in list(self.mem.items()):
+            for key in [k for k in bufs if (k, dev) not in self.plan.persistent]:
+                self._free((key, dev))
+
+    # ---- reading and writing whole tensors -----------------------------------------------------
+    def read_output(self, node: str, k: int = 0) -> np.ndarray:
+        """The full value of output ``k`` of operator ``node`` from the last forward pass, gathered
+        from its pieces (replica 0 of each region; partial sums added)."""
+        pieces = self.plan.output_pieces.get((node, k))
+        if pieces is None:
+            ops = sorted({n for n, _ in self.plan.output_pieces})
+            raise StrategyError(f"operator '{node}' has no output {k} in this strategy's task graph; operators: "
+                                f"{', '.join(ops)}")
+        if not self._has_pass:
+            raise StrategyError(f"output {k} of '{node}' is read before a forward pass computed it (since the "
+                                f"last compile or weight placement); run a forward pass first")
+        return self._join([(b.ranges, add) for b, add in pieces], self._collect([b for b, _ in pieces]),
+                          pieces.dims, np.dtype(pieces.pieces[0][0].dtype))
+
+    def weight(self, name: str) -> np.ndarray:
+        """One weight's full array, joined from its instances."""
+        bufs = [b for b in self.plan.weight_instances if b.key.name == name]
+        if not bufs:
+            raise StrategyError(f"no weight '{name}' in this strategy; weights: "
+                                f"{', '.join(sorted(self.plan.weight_shapes)) or 'none'}")
+        return self._join([(b.ranges, False) for b in bufs], self._collect(bufs),
+                          self.plan.weight_shapes[name].dims, np.dtype(bufs[0].dtype))
+
+    def set_weight(self, name: str, full) -> None:
+        """Write one weight's full array into every instance (this process's) in place; the
+        optimizer's state is kept."""
+        if name not in self.plan.weight_shapes:
+            raise StrategyError(f"no weight '{name}' in this strategy; weights: "
+                                f"{', '.join(sorted(self.plan.weight_shapes)) or 'none'}")
+        arr = np.asarray(full)
+        for b in self._local_weight_instances():
+            if b.key.name != name:
+                continue
+            piece = np.ascontiguousarray(arr[_slices(((0, 0),) * arr.ndim, b.ranges)], dtype=b.dtype)
+            with self.backend.on(b.device):
+                self.backend.put(self.get((b.key, b.device)), self.backend.upload(piece, b.device), False)
+        self.backend.synchronize()
+
+    def _local_weight_instances(self) -> list:
+        return self.plan.weight_instances
+
+    def _collect(self, bufs) -> list:
+        """The host copy of each buffer (every process gets every one: see the SPMD executor)."""
+        return [np.asarray(self.backend.to_host(self.get((b.key, b.device)))) for b in bufs]
+
+    @staticmethod
+    def _join(boxes, arrays, dims, dtype) -> np.ndarray:
+        out = np.zeros(dims, dtype=dtype)
+        for (ranges, add), arr in zip(boxes, arrays):
+            sl = _slices(((0, 0),) * len(dims), ranges)
+            if add:
+                out[sl] += arr
+            else:
+                out[sl] = arr
+        return out
+
+    def _run_serial(self, st: _State, phase=None) -> None:
         plan = self.plan
-        heap = [i for i in range(plan.num_tasks) if st.remaining[i] == 0]
+        mine = (lambda i: True) if phase is None else phase.__getitem__
+        heap = [i for i in range(plan.num_tasks) if st.remaining[i] == 0 and not st.done[i] and mine(i)]
         heapq.heapify(heap)
         clock = time.perf_counter
-        done = 0
+        done, want = 0, sum(1 for i in range(plan.num_tasks) if mine(i))
         while heap:
             i = heapq.heappop(heap)
             task = plan.tasks[i]
@@ -369,16 +496,17 @@ class Executor:
                 if m != i:
                     st.start[m] = st.start[i]
                 self._release(plan.tasks[m], st)
+                st.done[m] = True
                 done += 1
                 for s in plan.succ[m]:
                     st.remaining[s] -= 1
-                    if st.remaining[s] == 0:
+                    if st.remaining[s] == 0 and mine(s):
                         heapq.heappush(heap, s)
-        if done != plan.num_tasks:
-            raise StrategyError(f"the task graph did not run to the end: {plan.num_tasks - done} tasks never "
+        if done != want:
+            raise StrategyError(f"the task graph did not run to the end: {want - done} tasks never "
                                 f"became ready (a dependency cycle?)")
 
-    def _run_threads(self, st: _State) -> None:
+    def _run_threads(self, st: _State, phase=None) -> None:
         """One worker per device running its ready tasks, earliest in the predicted order first (the
         predicted order itself whenever its next task is ready). Readiness is kept under one
         scheduling lock, one heap and one condition per worker: finishing a task hands the
@@ -391,13 +519,15 @@ class Executor:
             self._per_device = defaultdict(list)
             for t in plan.tasks:
                 self._per_device[t.device].append(t.index)
-        per_device = self._per_device
+        mine = (lambda i: True) if phase is None else phase.__getitem__
+        counts = {d: sum(1 for i in ts if mine(i)) for d, ts in self._per_device.items()}
+        per_device = {d: n for d, n in counts.items() if n}
         sched = threading.Lock()
         cond = {d: threading.Condition(sched) for d in per_device}
         owner = [t.device for t in plan.tasks]
         ready_heap: dict[int, list[int]] = {d: [] for d in per_device}
         for i, r in enumerate(st.remaining):
-            if r == 0:
+            if r == 0 and not st.done[i] and mine(i):
                 ready_heap[owner[i]].append(i)
         for h in ready_heap.values():
             heapq.heapify(h)
@@ -411,11 +541,12 @@ class Executor:
                 st.end[m] = end
                 st.start[m] = start_i
                 self._release(plan.tasks[m], st)
+                st.done[m] = True
             with sched:
                 for m in members:
                     for s in plan.succ[m]:
                         st.remaining[s] -= 1
-                        if st.remaining[s] == 0:
+                        if st.remaining[s] == 0 and mine(s):
                             heapq.heappush(ready_heap[owner[s]], s)
                             woken.add(owner[s])
                 for d in woken:
@@ -423,7 +554,7 @@ class Executor:
 
         def worker(dev: int) -> None:
             c, heap = cond[dev], ready_heap[dev]
-            for _ in range(len(per_device[dev])):
+            for _ in range(per_device[dev]):
                 with sched:
                     while not heap and not errors:
                         c.wait(0.5)

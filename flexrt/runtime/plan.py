@@ -9,7 +9,12 @@ derives what the executor needs on every iteration:
 - aliases: a buffer assembled from one part that is exactly another buffer on the same device is
   that buffer (a consumer reading its local producer's piece makes no copy);
 - per buffer, how many tasks read it, so that the executor frees it after its last use; weight
-  instances and the host batch persist.
+  instances and the host batch persist;
+- the forward phase: the tasks that need no label, loss or gradient (every task but the loss,
+  backward and update tasks and what follows them), closed under predecessors, so that a forward
+  pass can run alone and the rest of the iteration after it (``forward_phase``);
+- per operator output, the pieces that hold it (replica 0 of each region; partial sums flagged),
+  so that its full value can be gathered after a forward pass (``output_pieces``).
 
 Entry point: ``ExecPlan``.
 """
@@ -26,7 +31,7 @@ from flexrt.errors import StrategyError
 from flexrt.simulator.actions import (HOST, Backward, Buf, BufKind, Forward, Key, Loss, Move, RingStep, Sum, Update,
                                       gathered)
 from flexrt.simulator.simulate import Schedule
-from flexrt.simulator.task_graph import TaskGraph, TaskKind
+from flexrt.simulator.task_graph import Access, TaskGraph, TaskKind
 
 BufId = tuple  # (key, device)
 
@@ -153,6 +158,10 @@ class ExecPlan:
         self.persistent = {bid for bid in self.decl if bid[0].kind is BufKind.WEIGHT or bid[1] == HOST}
         self.weight_instances = sorted({(a.weight.key, a.weight.device): a.weight for t in planned
                                         if isinstance((a := t.action), Update)}.values(), key=lambda b: repr(b.key))
+        self.forward_phase = forward_phase(planned, self.succ)
+        self.output_pieces = output_pieces(tasks)
+        self.forward_outputs = frozenset((b.key, b.device) for pieces in self.output_pieces.values()
+                                         for b, _ in pieces)
 
     # ---- helpers ---------------------------------------------------------------------------
     def _declare(self, b: Buf) -> None:
@@ -209,3 +218,72 @@ class ExecPlan:
     @property
     def num_tasks(self) -> int:
         return len(self.tasks)
+
+
+@dataclass(frozen=True, slots=True)
+class OutputPieces:
+    """The pieces that hold one output of one operator: their buffers and whether they are partial
+    sums to add (else disjoint boxes to copy); ``dims`` is the whole tensor's shape."""
+
+    pieces: tuple           # (Buf, add) per piece, in piece order
+    dims: tuple
+
+    def __iter__(self):
+        return iter(self.pieces)
+
+
+def output_pieces(tasks) -> dict[tuple[str, int], OutputPieces]:
+    """(operator, output index) -> the pieces of every replica 0 that hold it, from the forward tasks'
+    actions and write regions (a replica holds the same values; a region with a partial-sum index
+    is one addend of the value)."""
+    found: dict = defaultdict(list)
+    for t in tasks:
+        a = t.action
+        if not isinstance(a, Forward):
+            continue
+        writes = [r.region for r in t.regions if r.access is Access.WRITE]
+        for k, b in enumerate(a.outputs):
+            region = writes[k] if k < len(writes) else None
+            copy, summed = (region.copy_index, region.sum_index) if region is not None else (0, 0)
+            found[(a.node, k)].append((b.key.piece, copy, summed, b))
+    out = {}
+    for key, entries in found.items():
+        entries.sort(key=lambda e: e[0])
+        add = any(s > 0 for _, _, s, _ in entries)
+        pieces = tuple((b, add) for _, copy, _, b in entries if copy == 0)
+        dims = tuple(max(b.ranges[d][1] for _, _, _, b in entries) for d in range(len(entries[0][3].ranges)))
+        out[key] = OutputPieces(pieces, dims)
+    return out
+
+
+def forward_phase(tasks, succ) -> list[bool]:
+    """Per task: whether it belongs to the forward pass, i.e. it is no loss, backward or update task
+    and every task it depends on belongs too. A ring collective whose members would straddle the
+    two phases goes wholly to the second (with what follows it)."""
+    n = len(tasks)
+    preds: list[list[int]] = [[] for _ in range(n)]
+    for p, ss in enumerate(succ):
+        for s in ss:
+            preds[s].append(p)
+    order, ready = [], [i for i in range(n) if not preds[i]]
+    left = [len(ps) for ps in preds]
+    while ready:
+        i = ready.pop()
+        order.append(i)
+        for s in succ[i]:
+            left[s] -= 1
+            if left[s] == 0:
+                ready.append(s)
+    excluded = {i for i, t in enumerate(tasks) if isinstance(t.action, (Loss, Backward, Update))}
+    groups: dict[int, list[int]] = defaultdict(list)
+    for i, t in enumerate(tasks):
+        if isinstance(t.action, RingStep):
+            groups[t.action.group.id].append(i)
+    while True:
+        fwd = [False] * n
+        for i in order:
+            fwd[i] = i not in excluded and all(fwd[p] for p in preds[i])
+        mixed = [ms for ms in groups.values() if len({fwd[m] for m in ms}) > 1]
+        if not mixed:
+            return fwd
+        excluded.update(m for ms in mixed for m in ms)

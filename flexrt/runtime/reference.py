@@ -4,7 +4,11 @@ Walks the base PCG in topological order with the full arrays (no pieces, no task
 the output like the runtime's loss tasks, back-propagates in reverse order and updates the weights.
 The central law of the runtime (tests/runtime) compares every strategy with this.
 
-Entry point: ``ReferenceTrainer``.
+A cross-entropy scoring an output that is not a softmax is trained as FlexFlow trains it: its loss
+kernels write ``(output - onehot) / batch`` as the output's gradient whatever the last operator is
+(as if a softmax were fused); ``loss_gradient`` is that rule, shared with the executors.
+
+Entry points: ``ReferenceTrainer``, ``loss_gradient``, ``loss_output``.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import numpy as np
 from flexrt.errors import StrategyError
 from flexrt.ir.op_type import OpType
 from flexrt.ir.pcg import PCG, TensorRef
-from flexrt.kernels.losses import (LossType, fuses_with_softmax, loss_backward, loss_forward,
+from flexrt.kernels.losses import (CROSS_ENTROPIES, LossType, fuses_with_softmax, loss_backward, loss_forward,
                                    softmax_cross_entropy_backward)
 from flexrt.kernels.registry import run_backward, run_forward
 
@@ -28,6 +32,19 @@ def loss_output(pcg: PCG) -> str:
     if not sinks:
         raise StrategyError("the model has no operator whose output could be scored by a loss")
     return max(sinks, key=lambda n: n.id).name
+
+
+def loss_gradient(loss: LossType, attrs, rank: int) -> tuple[Callable, bool]:
+    """(the gradient function the loss hands back, whether it is taken w.r.t. the softmax's input)
+    for a loss scoring the output (of ``rank`` dimensions) of an operator with ``attrs`` (None: not
+    known): the fused softmax cross-entropy (``fuses_with_softmax``); FlexFlow's
+    ``(output - onehot) / batch`` for a cross-entropy over an output that is not a softmax; else the
+    loss's own gradient."""
+    if attrs is not None and fuses_with_softmax(loss, attrs, rank):
+        return softmax_cross_entropy_backward, True
+    if loss in CROSS_ENTROPIES and attrs is not None and attrs.op_type is not OpType.SOFTMAX:
+        return softmax_cross_entropy_backward, False
+    return loss_backward, False
 
 
 class ReferenceTrainer:
@@ -60,10 +77,10 @@ class ReferenceTrainer:
         labels = np.asarray(labels)
         value = float(loss_forward(np, self.loss, out, labels))
         out_node = pcg.node(out_ref.node)
-        fused = fuses_with_softmax(self.loss, out_node.attrs, out.ndim)
+        backward, fused = loss_gradient(self.loss, out_node.attrs, out.ndim)
         grads: dict[TensorRef, np.ndarray] = (  # fused: d loss / d logits, the softmax's backward skipped
-            {out_node.inputs[0]: softmax_cross_entropy_backward(np, self.loss, out, labels)} if fused
-            else {out_ref: loss_backward(np, self.loss, out, labels)})
+            {out_node.inputs[0]: backward(np, self.loss, out, labels)} if fused
+            else {out_ref: backward(np, self.loss, out, labels)})
         for nid in reversed(order):
             node = pcg.node(nid)
             if node.op_type in (OpType.INPUT, OpType.WEIGHT) or (fused and nid == out_node.id):

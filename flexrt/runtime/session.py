@@ -5,6 +5,14 @@
 plans the execution, places the initial weights on their devices, and then runs training
 iterations, each returning the loss, the metrics, the measured time and the per-device peak memory
 beside the simulator's predictions. ``chrome_trace`` writes a run in the simulator's trace layout.
+``forward`` runs a forward pass alone (no labels) and ``finish`` the rest of its iteration;
+``output`` gathers any operator's output of the last forward pass, ``weight`` / ``set_weight``
+read and write one weight's full array, ``set_optimizer`` changes the optimizer (or its learning
+rate) for the next updates.
+
+A cross-entropy loss over an output that is not a softmax trains as FlexFlow trains it (its loss
+kernels hand back ``(output - onehot) / batch`` whatever the last operator is); the session warns
+once on standard error that this is not a true cross-entropy.
 
 Example:
     >>> import numpy as np
@@ -26,6 +34,7 @@ Entry points: ``Session``, ``initial_weights``.
 
 from __future__ import annotations
 
+import sys
 from typing import Optional
 
 import numpy as np
@@ -48,6 +57,13 @@ from flexrt.strategy import ConfigStrategy, Strategy
 
 OPTIMIZER_PARAMS = {OptimizerKind.SGD: ("lr", "momentum", "nesterov", "weight_decay"),
                     OptimizerKind.ADAM: ("alpha", "beta1", "beta2", "epsilon", "weight_decay")}
+_WARNED: set = set()   # warnings already printed by this process
+
+
+def _warn_once(text: str) -> None:
+    if text not in _WARNED:
+        _WARNED.add(text)
+        print(f"flexrt: warning: {text}", file=sys.stderr)
 
 
 def initial_weights(pcg: PCG, seed: int = 0, initializers: Optional[dict] = None) -> dict:
@@ -74,6 +90,18 @@ def initial_weights(pcg: PCG, seed: int = 0, initializers: Optional[dict] = None
     return out
 
 
+def _check_optimizer_params(optimizer: OptimizerKind, params: dict) -> None:
+    bad = sorted(set(params) - set(OPTIMIZER_PARAMS[optimizer]))
+    if bad:
+        raise ConfigError(f"optimizer {optimizer.short_name!r} takes "
+                          f"{', '.join(OPTIMIZER_PARAMS[optimizer])}; got {', '.join(bad)}")
+
+
+def _is_root(comm) -> bool:
+    comm = comm if comm is not None else mpi.world()
+    return comm is None or comm.Get_rank() == 0
+
+
 class Session:
     def __init__(self, strategy: Strategy, machine: Machine, *, cost_model=None, backend: str = "numpy",
                  mode: str = "serial", optimizer: OptimizerKind | str = OptimizerKind.SGD,
@@ -85,10 +113,8 @@ class Session:
         optimizer = OptimizerKind.parse(optimizer, OPTIMIZER_PARAMS)
         loss = LossType.parse(loss)
         metrics = [MetricsType.parse(m) for m in metrics]
-        bad = sorted(set(optimizer_params) - set(OPTIMIZER_PARAMS[optimizer]))
-        if bad:
-            raise ConfigError(f"optimizer {optimizer.short_name!r} takes "
-                              f"{', '.join(OPTIMIZER_PARAMS[optimizer])}; got {', '.join(bad)}")
+        _check_optimizer_params(optimizer, optimizer_params)
+        self.optimizer = optimizer
         self.strategy = strategy
         self.machine = machine
         self.base = strategy.base if isinstance(strategy, ConfigStrategy) else strategy.pcg  # weights and inputs are named alike
@@ -99,10 +125,10 @@ class Session:
         self.predicted: SimResult = self.simulator.full(strategy)
         self.loss_output = self.simulator.lowering.loss_node
         out_type = strategy.wiring().nodes[self.loss_output].op_type
-        if loss in CROSS_ENTROPIES and out_type is not OpType.SOFTMAX:
-            raise ConfigError(f"loss {loss.short_name!r} scores softmax probabilities (FlexFlow's convention), but "
-                              f"the model's output operator '{self.loss_output}' is a {out_type.value}; end the "
-                              f"model with a softmax or use mean_squared_error_avg / mean_squared_error_sum")
+        if loss in CROSS_ENTROPIES and out_type is not OpType.SOFTMAX and _is_root(comm):
+            _warn_once(f"loss {loss.short_name!r} scores the model's output operator '{self.loss_output}' "
+                       f"({out_type.value}), which is not a softmax: training uses FlexFlow's gradient "
+                       f"(output - onehot) / batch, so the loss is not a true cross-entropy")
         if check_memory and self.predicted.over_capacity:
             d = self.predicted.over_capacity[0]
             need, have = self.predicted.memory_bytes[d]["total"], self.predicted.memory_capacity[d]
@@ -126,6 +152,17 @@ class Session:
             self.executor = SpmdExecutor(self.plan, self.backend, update, loss, metrics, self.comm, self.layout)
         self.executor.load_weights(weights if weights is not None else initial_weights(self.base, seed))
         self.last: Optional[IterationResult] = None
+
+    def set_optimizer(self, optimizer: OptimizerKind | str, **optimizer_params) -> None:
+        """The optimizer of the next updates (a new learning rate, or another optimizer: then each
+        weight's optimizer state starts afresh). The simulator's prediction is not redone."""
+        optimizer = OptimizerKind.parse(optimizer, OPTIMIZER_PARAMS)
+        _check_optimizer_params(optimizer, optimizer_params)
+        self.executor.update_fn = optimizer_step(optimizer, **optimizer_params)
+        if optimizer is not self.optimizer:
+            for state in self.executor.opt_state.values():
+                state.clear()
+        self.optimizer = optimizer
 
     @property
     def predicted_time_s(self) -> float:
@@ -151,8 +188,30 @@ class Session:
         self.last = self.executor.run(inputs, labels)
         return self.last
 
+    def forward(self, inputs: dict) -> None:
+        """The forward pass alone on the batch; ``output`` reads what it computed, ``finish`` completes
+        the iteration (a later ``forward`` or ``step`` abandons it)."""
+        self.executor.forward(inputs)
+
+    def finish(self, labels) -> IterationResult:
+        """The rest of the iteration ``forward`` began: loss, backward, gradient sync, update."""
+        self.last = self.executor.finish(labels)
+        return self.last
+
+    def output(self, node: str, k: int = 0) -> np.ndarray:
+        """Output ``k`` of operator ``node`` of the last forward pass, whole (gathered from its pieces)."""
+        return self.executor.read_output(node, k)
+
     def weights(self) -> dict:
         return self.executor.weights()
+
+    def weight(self, name: str) -> np.ndarray:
+        """One weight's current full array."""
+        return self.executor.weight(name)
+
+    def set_weight(self, name: str, value) -> None:
+        """Write one weight's full array into its instances; the next iteration uses it."""
+        self.executor.set_weight(name, value)
 
     def reset_metrics(self) -> None:
         self.executor.metrics.reset()

@@ -18,7 +18,11 @@ A dependency from a task on another rank is carried by the message that task's d
 a dependency on a remote ring member becomes one on the local members of that ring. Any other
 cross-rank dependency is a lowering bug and is reported when the plan is split. The dispatch loop
 runs ready local tasks in predicted order and, when none is ready, waits for any pending message.
-At the end of an iteration the loss, metrics, and peak memory are combined over ranks.
+At the end of an iteration the loss, metrics, and peak memory are combined over ranks. A forward
+pass and the rest of its iteration run as two phases (``Executor.forward`` / ``finish``): each rank
+posts the receives and ring exchanges of a phase's tasks only. Reading a whole tensor
+(``read_output``, ``weight``) gathers every rank's pieces on every rank (an ``allgather``), so
+every rank must make the same reads.
 
 Entry point: ``SpmdExecutor``.
 """
@@ -152,10 +156,13 @@ class SpmdExecutor(Executor):
         self.plan = plan
 
     # ---- one iteration -----------------------------------------------------------------------
-    def _run_serial(self, st: _State) -> None:
+    def _run_serial(self, st: _State, phase=None) -> None:
         plan, MPI, comm = self.plan, self.MPI, self.comm
         clock = time.perf_counter
-        remaining = dict(self.local_preds)
+        mine = (lambda i: True) if phase is None else phase.__getitem__
+        if st.local_remaining is None:
+            st.local_remaining = dict(self.local_preds)
+        remaining = st.local_remaining
         pending: list = []          # MPI requests
         callbacks: list = []
         sends: list = []
@@ -166,10 +173,11 @@ class SpmdExecutor(Executor):
         def complete(i: int, start: float) -> None:
             st.start[i] = start
             st.end[i] = clock() - st.t0
+            st.done[i] = True
             self._release(plan.tasks[i], st)
             for s in self.local_succ[i]:
                 remaining[s] -= 1
-                if remaining[s] == 0 and self.role[s] != RECV:
+                if remaining[s] == 0 and self.role[s] != RECV and mine(s):
                     heapq.heappush(heap, s)
 
         def post_recv(i: int) -> None:
@@ -237,12 +245,13 @@ class SpmdExecutor(Executor):
             finish_group(g)
 
         for i, r in sorted(self.role.items()):
-            if r == RECV:
+            if r == RECV and mine(i):
                 post_recv(i)
         for g in sorted(self.group_ranks):
-            post_group(g)
+            if mine(self.members[g][0]):
+                post_group(g)
         for i, n in remaining.items():
-            if n == 0 and self.role[i] != RECV:
+            if n == 0 and self.role[i] != RECV and not st.done[i] and mine(i):
                 heap.append(i)
         heapq.heapify(heap)
         while heap or pending:
@@ -277,14 +286,17 @@ class SpmdExecutor(Executor):
                 raise TaskFailed(f"rank {self.layout.rank}: task '{task.name}' (device {task.device}) failed: "
                                  f"{type(e).__name__}: {e}") from e
         MPI.Request.Waitall([r for r, _ in sends])
-        unfinished = [plan.tasks[i].name for i, n in remaining.items() if n > 0]
+        unfinished = [plan.tasks[i].name for i, n in remaining.items() if n > 0 and mine(i)]
         if unfinished:
             raise StrategyError(f"rank {self.layout.rank}: {len(unfinished)} tasks never became ready, e.g. "
                                 f"'{unfinished[0]}'")
 
-    def run(self, inputs: dict, labels) -> IterationResult:
+    def _begin(self, inputs: dict, hold: bool) -> _State:
         self.comm.Barrier()  # a common start, so the ranks' timelines line up
-        r = super().run(inputs, labels)
+        return super()._begin(inputs, hold)
+
+    def _result(self, st: _State) -> IterationResult:
+        r = super()._result(st)
         comm = self.comm
         loss = comm.allreduce(r.loss)
         names = self.metrics.names
@@ -304,6 +316,18 @@ class SpmdExecutor(Executor):
         comm.Allreduce(end, end_all)
         wall = comm.allreduce(r.wall_s, op=self.MPI.MAX)
         return IterationResult(loss, metrics, wall, start_all, end_all, peak)
+
+    def _local_weight_instances(self) -> list:
+        return [b for b in self.plan.weight_instances if self.layout.owns(b.device)]
+
+    def _collect(self, bufs) -> list:
+        """Every buffer's host copy on every rank: each rank sends the ones on its devices."""
+        local = {i: np.asarray(self.backend.to_host(self.get((b.key, b.device))))
+                 for i, b in enumerate(bufs) if self.layout.owns(b.device)}
+        out: dict = {}
+        for part in self.comm.allgather(local):
+            out.update(part)
+        return [out[i] for i in range(len(bufs))]
 
     def _local_instances(self) -> list:
         return [(b.key.name, b.ranges, b.device, self.backend.to_host(self.get((b.key, b.device))))

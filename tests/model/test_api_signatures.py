@@ -62,7 +62,7 @@ FFMODEL = {
     "compile": [("optimizer", None), ("loss_type", None), ("metrics", None), ("comp_mode", None)],
     "fit": [("x", None), ("y", None), ("batch_size", None), ("epochs", 1)],
     "eval": [("x", None), ("y", None), ("batch_size", None)],
-    "init_layers": [], "forward": [], "backward": [], "zero_gradients": [], "update": [], "get_perf_metrics": [],
+    "init_layers": [], "forward": [("seq_length", None)], "backward": [("seq_length", None)], "zero_gradients": [], "update": [], "get_perf_metrics": [],
     "create_data_loader": [("batch_tensor", R), ("full_array", R)],
     "get_layers": [], "summary": [("file", None)], "print_layers": [("id", -1)], "num_parameters": [],
 }
