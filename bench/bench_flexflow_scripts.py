@@ -1,0 +1,153 @@
+"""FlexFlow's own example scripts on flexrt: each run with only its ``flexflow`` imports renamed.
+
+Given a checkout of FlexFlow (``git clone https://github.com/flexflow/FlexFlow``), this copies
+``examples/python/native/*.py`` and ``examples/python/native/ops/*.py`` into a scratch folder,
+renames ``flexflow`` to ``flexrt`` in their import lines and nothing else, writes the data sets they
+load in Keras' formats into a scratch Keras cache (``KERAS_HOME``: random pixels and labels of the
+real shapes; the point is that the scripts run, not what they learn), runs each with FlexFlow's
+CI flags (``-ll:gpu N -ll:fsize 14048 -ll:zsize 12192 -b BATCH --epochs 1``) under a time limit,
+and prints one row per script: ``ok``, ``timeout`` (it was still running; the last line it printed
+is shown) or the last line of its error.
+
+    python bench/bench_flexflow_scripts.py --flexflow ~/FlexFlow [--gpus 1] [--batch 64]
+        [--timeout 300] [--only mnist_mlp,ops/add] [--jobs 2] [--markdown]
+
+Scripts that need what flexrt leaves out (FlexFlow Serve's inference-only operators) are still run
+and their error shown; ``OUT_OF_SCOPE`` names them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import os
+import pickle
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+# FlexFlow Serve's incremental-decoding and sampling operators: inference-only, out of scope.
+OUT_OF_SCOPE = {
+    "ops/arg_top_k", "ops/argmax", "ops/beam_top_k", "ops/sampling",
+    "ops/inc_multihead_self_attention", "ops/inc_multihead_self_attention_verify",
+    "ops/inc_multiquery_self_attention", "ops/inc_multiquery_self_attention_verify",
+    "ops/spec_inc_multihead_self_attention", "ops/spec_inc_multiquery_self_attention",
+}
+IMPORT = re.compile(r"^(\s*)(from|import)(\s+)flexflow\b", re.M)
+
+
+def rename_imports(text: str) -> str:
+    """``flexflow`` -> ``flexrt`` in import statements only (``import flexflow.core`` also names
+    the module in annotations such as ``flexflow.core.Tensor``: those follow the import)."""
+    text = IMPORT.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}flexrt", text)
+    if re.search(r"^\s*import flexrt\b", text, re.M):
+        text = re.sub(r"\bflexflow\.(core|keras)\b", r"flexrt.\1", text)
+    return text
+
+
+def write_datasets(home: Path, seed: int = 0) -> None:
+    """MNIST, CIFAR-10 and Reuters in the files and formats Keras caches (random contents)."""
+    rng = np.random.default_rng(seed)
+    d = home / "datasets"
+    d.mkdir(parents=True, exist_ok=True)
+    np.savez(d / "mnist.npz", x_train=rng.integers(0, 256, (60000, 28, 28), dtype=np.uint8),
+             y_train=rng.integers(0, 10, 60000, dtype=np.uint8),
+             x_test=rng.integers(0, 256, (10000, 28, 28), dtype=np.uint8),
+             y_test=rng.integers(0, 10, 10000, dtype=np.uint8))
+    c = d / "cifar-10-batches-py"
+    c.mkdir(exist_ok=True)
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        batch = {b"data": rng.integers(0, 256, (10000, 3072), dtype=np.uint8),
+                 b"labels": rng.integers(0, 10, 10000).tolist()}
+        with open(c / name, "wb") as f:
+            pickle.dump(batch, f, protocol=2)
+
+
+def collect(flexflow: Path, only: set[str] | None) -> list[tuple[str, Path]]:
+    native = flexflow / "examples" / "python" / "native"
+    if not native.is_dir():
+        sys.exit(f"bench_flexflow_scripts: {native} is not a folder; --flexflow takes a FlexFlow checkout")
+    scripts = [(p.stem, p) for p in sorted(native.glob("*.py")) if p.stem not in ("__init__", "accuracy")]
+    scripts += [(f"ops/{p.stem}", p) for p in sorted((native / "ops").glob("*.py"))]
+    if only:
+        scripts = [(n, p) for n, p in scripts if n in only]
+    return scripts
+
+
+def stage(scripts, native: Path, work: Path) -> None:
+    """Copy the scripts (and their helper modules) with renamed imports."""
+    for src in list(native.glob("*.py")) + list((native / "ops").glob("*.py")):
+        dst = work / src.relative_to(native)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.write_text(rename_imports(src.read_text(encoding="utf-8")), encoding="utf-8")
+
+
+def run_one(name: str, script: Path, args: list[str], env: dict, timeout: float) -> tuple[str, str, float]:
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run([sys.executable, script.name, *args], cwd=script.parent, env=env, capture_output=True,
+                           text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        last = [ln for ln in out.splitlines() if ln.strip()]
+        return "timeout", (last[-1][:100] if last else "no output"), time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    if p.returncode == 0:
+        return "ok", "", wall
+    lines = [ln for ln in (p.stderr or p.stdout).splitlines() if ln.strip()]
+    return f"exit {p.returncode}", (lines[-1][:140] if lines else "no output"), wall
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--flexflow", type=Path, required=True, help="a checkout of FlexFlow")
+    ap.add_argument("--gpus", type=int, default=1, help="-ll:gpu (flexrt's simulated devices on this host)")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per script")
+    ap.add_argument("--only", default="", help="comma-separated names (mnist_mlp,ops/add)")
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    a = ap.parse_args(argv)
+    only = set(filter(None, a.only.split(","))) or None
+    scripts = collect(a.flexflow, only)
+    work = Path(tempfile.mkdtemp(prefix="flexflow_scripts_"))
+    try:
+        native = a.flexflow / "examples" / "python" / "native"
+        stage(scripts, native, work / "native")
+        write_datasets(work / "keras")
+        env = dict(os.environ, KERAS_HOME=str(work / "keras"), MPLBACKEND="Agg")
+        env.pop("FLEXRT_DATA_DIR", None)
+        args = ["-ll:gpu", str(a.gpus), "-ll:fsize", "14048", "-ll:zsize", "12192", "-b", str(a.batch),
+                "--epochs", "1"]
+        jobs = {}
+        with cf.ThreadPoolExecutor(max_workers=a.jobs) as pool:
+            for name, src in scripts:
+                dst = work / "native" / src.relative_to(native)
+                jobs[name] = pool.submit(run_one, name, dst, args, env, a.timeout)
+        rows = [(name, *jobs[name].result()) for name, _ in scripts]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    ok = sum(r[1] == "ok" for r in rows)
+    if a.markdown:
+        print("| script | result | s | note |\n|---|---|---|---|")
+        for name, res, msg, wall in rows:
+            note = ("out of scope (FlexFlow Serve, inference only); " if name in OUT_OF_SCOPE else "") + msg
+            print(f"| {name} | {res} | {wall:.1f} | {note.replace('|', '/')} |")
+    else:
+        for name, res, msg, wall in rows:
+            scope = " [out of scope]" if name in OUT_OF_SCOPE else ""
+            print(f"{name:<45}{res:<9}{wall:>7.1f}s  {msg}{scope}")
+    print(f"\n{ok} of {len(rows)} ran to completion ({len(OUT_OF_SCOPE & {r[0] for r in rows})} out of scope); "
+          f"-ll:gpu {a.gpus}, batch {a.batch}, timeout {a.timeout:.0f} s; load average "
+          f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
