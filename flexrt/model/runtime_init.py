@@ -62,8 +62,11 @@ _initialized = False
 
 
 def flexflow_python_binding() -> str:
-    """FlexFlow's binding name; flexrt's API follows FlexFlow's cffi binding (``Tensor.get_array`` etc.)."""
-    return "cffi"
+    """FlexFlow's binding name (``"cffi"`` or ``"pybind11"`` there); here ``"flexrt"``, neither.
+
+    flexrt's API has the cffi binding's names (``Tensor.get_array`` etc.) but not its C handles, so a
+    script that asks for ``"cffi"`` to reach handles (``t.handle.impl``) takes its other branch."""
+    return "flexrt"
 
 
 def flexflow_already_initialized() -> bool:

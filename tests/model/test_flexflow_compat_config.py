@@ -177,8 +177,9 @@ def test_init_twice_warns_and_changes_nothing(argv):
     assert sys.argv[1:] == ["--batch-size", "8"]
 
 
-def test_flexflow_python_binding_is_cffi():
-    assert flexflow_python_binding() == "cffi"
+def test_flexflow_python_binding_is_neither_of_flexflows():
+    """Scripts branch on == "cffi" to reach C handles flexrt does not have (FlexFlow's split.py)."""
+    assert flexflow_python_binding() == "flexrt"
 
 
 # ---- get_configs, NetConfig, DLRMConfig --------------------------------------------------------
