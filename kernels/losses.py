@@ -105,7 +105,7 @@ def _onehot(xp, ids, classes: int, dtype):
     return eye
 
 
-def _log(xp, probs):
+def safe_log(xp, probs):
     """log p with p at least the dtype's smallest normal number: a probability that underflowed to 0
     costs a large finite loss (about 87 in float32), not inf."""
     return xp.log(xp.maximum(probs, probs.dtype.type(xp.finfo(probs.dtype).tiny)))
@@ -113,7 +113,7 @@ def _log(xp, probs):
 
 def _cce_forward(xp, probs, labels):
     t = _dense_labels(xp, "categorical_crossentropy", probs, labels)
-    return -xp.sum(t * _log(xp, probs)) / probs.dtype.type(_batch(probs))
+    return -xp.sum(t * safe_log(xp, probs)) / probs.dtype.type(_batch(probs))
 
 
 def _cce_backward(xp, probs, labels):
@@ -125,7 +125,7 @@ def _scce_forward(xp, probs, labels):
     ids = _sparse_labels(xp, "sparse_categorical_crossentropy", probs, labels)
     p2 = probs.reshape(-1, probs.shape[-1])
     picked = p2[xp.arange(p2.shape[0]), ids]
-    return -xp.sum(_log(xp, picked)) / probs.dtype.type(_batch(probs))
+    return -xp.sum(safe_log(xp, picked)) / probs.dtype.type(_batch(probs))
 
 
 def _scce_backward(xp, probs, labels):

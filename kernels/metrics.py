@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from flexrt.kernels.kinds import NamedKind
-from flexrt.kernels.losses import _dense_labels, _sparse_labels
+from flexrt.kernels.losses import _dense_labels, _sparse_labels, safe_log
 
 from flexrt.errors import ConfigError
 
@@ -66,13 +66,13 @@ def _accuracy(xp, out, labels):
 
 def _cce(xp, out, labels):
     t = _dense_labels(xp, "categorical_crossentropy", out, labels)
-    return -xp.sum(t * xp.log(out))
+    return -xp.sum(t * safe_log(xp, out))
 
 
 def _scce(xp, out, labels):
     ids = _sparse_labels(xp, "sparse_categorical_crossentropy", out, labels)
     p = _rows(out)
-    return -xp.sum(xp.log(p[xp.arange(p.shape[0]), ids]))
+    return -xp.sum(safe_log(xp, p[xp.arange(p.shape[0]), ids]))
 
 
 def _sq(xp, where, out, labels):

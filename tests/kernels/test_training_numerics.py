@@ -331,3 +331,17 @@ def test_initializer_bad_names_and_parameters():
         initialize(np, "uniform", (2, 2), np.float32, stddev=1.0)
     with pytest.raises(ConfigError, match="positive fan_in and fan_out"):
         initialize(np, "glorot_uniform", (2, 2), np.float32)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+def test_cross_entropy_metrics_stay_finite_when_a_probability_underflows(dtype):
+    """A softmax probability of exactly 0 for the true class costs -log(smallest normal), as the loss
+    does (FlexFlow's mnist_mlp on uniform inputs printed an infinite metric in its first epoch)."""
+    probs = np.array([[0.0, 1.0], [0.5, 0.5]], dtype=dtype)
+    sparse = compute_metrics(np, [MetricsType.METRICS_SPARSE_CATEGORICAL_CROSSENTROPY], probs,
+                             np.array([[0], [1]], dtype=np.int32))
+    dense = compute_metrics(np, [MetricsType.METRICS_CATEGORICAL_CROSSENTROPY], probs,
+                            np.array([[1, 0], [0, 1]], dtype=dtype))
+    worst = -np.log(np.finfo(dtype).tiny)
+    for got in (sparse["sparse_categorical_crossentropy"], dense["categorical_crossentropy"]):
+        assert np.isfinite(got) and got == pytest.approx((worst + np.log(2)) / 2, rel=1e-3)
