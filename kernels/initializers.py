@@ -44,11 +44,17 @@ def _normal(rng, shape, fan_in, fan_out, mean: float = 0.0, stddev: float = 1.0)
     return rng.normal(mean, stddev, size=shape)
 
 
+def _one(rng, shape, fan_in, fan_out):
+    return np.ones(shape)
+
+
 # kind -> (sampler, accepted keyword parameters); FlexFlow's GlorotUniformInitializer, ZeroInitializer,
-# UniformInitializer(min, max) and NormInitializer(mean, stddev).
+# UniformInitializer(min, max) and NormInitializer(mean, stddev); "one" is the start of normalization
+# scales (FlexFlow's batch and layer norm set their scale to ones).
 INITIALIZERS = {
     "glorot_uniform": (_glorot, ()),
     "zero": (_zero, ()),
+    "one": (_one, ()),
     "uniform": (_uniform, ("min", "max")),
     "normal": (_normal, ("mean", "stddev")),
 }

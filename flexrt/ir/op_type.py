@@ -13,10 +13,12 @@ class OpType(enum.Enum):
     WEIGHT = "weight"
     # dense and convolutional
     LINEAR = "linear"
+    BIAS_ADD = "bias_add"
     CONV2D = "conv2d"
     POOL2D = "pool2d"
     BATCH_NORM = "batch_norm"
     LAYER_NORM = "layer_norm"
+    RMS_NORM = "rms_norm"
     EMBEDDING = "embedding"
     BATCH_MATMUL = "batch_matmul"
     MULTIHEAD_ATTENTION = "multihead_attention"

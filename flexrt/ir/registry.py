@@ -95,6 +95,9 @@ class OpDef:
     num_inputs: Optional[int] = 1                     # data inputs; None = variadic (at least 1)
     weight_shapes: Optional[Callable[[Any, Sequence[TensorShape]], tuple[TensorShape, ...]]] = None
     weight_names: Callable[[Any], tuple[str, ...]] = lambda attrs: ()
+    # The default initializer of each weight by name of kind ("one", "zero", "glorot_uniform"), where
+    # the operator has one; () leaves the runtime's rule (Glorot uniform, zeros for rank-1 biases).
+    weight_inits: Callable[[Any], tuple[str, ...]] = lambda attrs: ()
     parallel_axes: Optional[Callable[[Any, Sequence[TensorShape]], tuple[ParallelAxis, ...]]] = None
     parallel_rule: Optional[Callable[[Any, Sequence[Any]], tuple[Any, ...]]] = None
     backward_flops: Optional[Callable[[Any, Sequence[TensorShape], Sequence[TensorShape]], int]] = None

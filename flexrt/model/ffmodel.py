@@ -33,6 +33,7 @@ from flexrt.ir.tensor_shape import TensorShape
 from flexrt.model import _capture, _check
 from flexrt.model._layers_dense import DenseLayers
 from flexrt.model._layers_elementwise import ElementwiseLayers
+from flexrt.model._layers_fused import FusedLayers
 from flexrt.model._layers_shape import ShapeLayers
 from flexrt.model.config import FFConfig
 from flexrt.model.enums import CompMode, LossType, MetricsType
@@ -43,7 +44,7 @@ from flexrt.model.report import format_table
 from flexrt.model.tensor import Parameter, Tensor
 from flexrt.model.training import TrainingMixin, optimizer_args, resolve_loss, resolve_metrics
 
-class FFModel(DenseLayers, ShapeLayers, ElementwiseLayers, TrainingMixin):
+class FFModel(DenseLayers, ShapeLayers, ElementwiseLayers, FusedLayers, TrainingMixin):
     """A model under construction: ``pcg`` holds its graph, ``get_layers()`` its layers in call order.
 
     Layer names default to ``{method}_{n}`` (``dense_1``, ``dense_2``, ``relu_1``) and must be

@@ -42,6 +42,7 @@ import numpy as np
 from flexrt.errors import ConfigError, StrategyError
 from flexrt.ir.op_type import OpType
 from flexrt.ir.pcg import PCG
+from flexrt.ir.registry import op_def
 from flexrt.kernels.initializers import fans, initialize
 from flexrt.kernels.losses import CROSS_ENTROPIES, LossType
 from flexrt.kernels.metrics import MetricsType
@@ -66,10 +67,25 @@ def _warn_once(text: str) -> None:
         print(f"flexrt: warning: {text}", file=sys.stderr)
 
 
+def default_initializer(pcg: PCG, weight) -> str:
+    """The initializer kind of a weight node that names none: its operator's (``OpDef.weight_inits``:
+    normalization scales start at one), else Glorot uniform for matrices and kernels and zeros for
+    rank-1 biases (FlexFlow's defaults)."""
+    for c in pcg.consumers(weight.id):
+        user = pcg.node(c)
+        opdef = op_def(user.op_type)
+        kinds = opdef.weight_inits(user.attrs) if opdef.op_type is not OpType.WEIGHT else ()
+        if kinds:
+            first = len(user.inputs) - opdef.num_weights(user.attrs)  # weights follow the data inputs
+            slots = [i - first for i, r in enumerate(user.inputs) if r.node == weight.id and i >= first]
+            if slots and slots[0] < len(kinds):
+                return kinds[slots[0]]
+    return "zero" if len(weight.attrs.shape.dims) == 1 else "glorot_uniform"
+
+
 def initial_weights(pcg: PCG, seed: int = 0, initializers: Optional[dict] = None) -> dict:
     """Full initial arrays of every weight: ``initializers`` (weight name -> (kind, params)) where
-    given, else Glorot uniform for matrices and kernels and zeros for biases (FlexFlow's defaults);
-    weight ``k`` (in graph order) draws from ``seed + k``."""
+    given, else ``default_initializer``; weight ``k`` (in graph order) draws from ``seed + k``."""
     out = {}
     k = 0
     for node in pcg.nodes:
@@ -78,7 +94,7 @@ def initial_weights(pcg: PCG, seed: int = 0, initializers: Optional[dict] = None
         shape = node.attrs.shape
         kind, params = (initializers or {}).get(node.name, (None, {}))
         if kind is None:
-            kind = "zero" if len(shape.dims) == 1 else "glorot_uniform"
+            kind = default_initializer(pcg, node)
         fan_in = fan_out = None
         if kind == "glorot_uniform":
             dims = shape.dims

@@ -1,4 +1,4 @@
-"""BatchNorm (training-mode batch statistics), LayerNorm and Softmax forwards and backwards,
+"""BatchNorm (training-mode batch statistics), LayerNorm, RMSNorm and Softmax forwards and backwards,
 array-module generic."""
 
 from __future__ import annotations
@@ -38,6 +38,17 @@ def layer_norm_forward(xp, attrs, operands):
         if attrs.use_bias:
             y = y + operands[2]
     return (y,)
+
+
+def _inverse_rms(xp, x, eps: float):
+    """1 / sqrt(mean(x^2 over the last dimension) + eps), one per row (kept as a trailing size-1 axis)."""
+    return 1.0 / xp.sqrt(xp.mean(x * x, axis=-1, keepdims=True) + x.dtype.type(eps))
+
+
+@register_forward(OpType.RMS_NORM)
+def rms_norm_forward(xp, attrs, operands):
+    x, gamma = operands
+    return (x * _inverse_rms(xp, x, attrs.eps) * gamma,)
 
 
 @register_forward(OpType.SOFTMAX)
@@ -85,6 +96,18 @@ def layer_norm_backward(xp, attrs, operands, outputs, grad_outputs):
     if not attrs.use_bias:
         return dx, dgamma
     return dx, dgamma, unbroadcast(xp, dy, operands[2].shape)
+
+
+@register_backward(OpType.RMS_NORM)
+def rms_norm_backward(xp, attrs, operands, outputs, grad_outputs):
+    """With r = 1 / sqrt(mean(x^2) + eps) and g = dy * gamma: dx = r * g - x * r^3 * mean(g * x)
+    (r depends on every x of the row), dgamma = sum of dy * x * r over every row."""
+    x, gamma = operands
+    (dy,) = grad_outputs
+    r = _inverse_rms(xp, x, attrs.eps)
+    g = dy * gamma
+    dx = r * g - x * (r * r * r) * xp.mean(g * x, axis=-1, keepdims=True)
+    return dx, unbroadcast(xp, dy * (x * r), gamma.shape)
 
 
 @register_backward(OpType.SOFTMAX)

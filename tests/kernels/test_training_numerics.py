@@ -325,7 +325,7 @@ def test_fans_dense_and_conv_layouts():
 
 
 def test_initializer_bad_names_and_parameters():
-    with pytest.raises(ConfigError, match="unknown initializer 'he'; valid: glorot_uniform, zero, uniform, normal"):
+    with pytest.raises(ConfigError, match="unknown initializer 'he'; valid: glorot_uniform, zero, one, uniform, normal"):
         initialize(np, "he", (2, 2), np.float32)
     with pytest.raises(ConfigError, match=r"takes parameters \(min, max\), got stddev"):
         initialize(np, "uniform", (2, 2), np.float32, stddev=1.0)

@@ -1,13 +1,14 @@
 """Every operator's attributes and rules; importing this package registers them all."""
 
 from flexrt.ir.ops import (  # noqa: F401  (import registers)
-    attention, batch_matmul, batch_norm, cast, concat, conv2d, dropout, element_binary, element_unary, embedding,
-    flat, gather, layer_norm, linear, lstm, parallel, pool2d, reduce, reshape, reverse, softmax, source, split,
-    transpose,
+    attention, batch_matmul, batch_norm, bias_add, cast, concat, conv2d, dropout, element_binary, element_unary,
+    embedding, flat, gather, layer_norm, linear, lstm, parallel, pool2d, reduce, reshape, reverse, rms_norm, softmax,
+    source, split, transpose,
 )
 from flexrt.ir.ops.attention import MultiHeadAttentionAttrs
 from flexrt.ir.ops.batch_matmul import BatchMatmulAttrs
 from flexrt.ir.ops.batch_norm import BatchNormAttrs
+from flexrt.ir.ops.bias_add import BiasAddAttrs
 from flexrt.ir.ops.cast import CastAttrs
 from flexrt.ir.ops.concat import ConcatAttrs
 from flexrt.ir.ops.conv2d import Conv2DAttrs
@@ -26,6 +27,7 @@ from flexrt.ir.ops.pool2d import Pool2DAttrs
 from flexrt.ir.ops.reduce import ReduceAttrs
 from flexrt.ir.ops.reshape import ReshapeAttrs
 from flexrt.ir.ops.reverse import ReverseAttrs
+from flexrt.ir.ops.rms_norm import RMSNormAttrs
 from flexrt.ir.ops.softmax import SoftmaxAttrs
 from flexrt.ir.ops.source import InputAttrs, WeightAttrs
 from flexrt.ir.ops.split import SplitAttrs
@@ -36,6 +38,7 @@ __all__ = [
     "BatchAttrs",
     "BatchMatmulAttrs",
     "BatchNormAttrs",
+    "BiasAddAttrs",
     "CastAttrs",
     "CombineAttrs",
     "ConcatAttrs",
@@ -53,6 +56,7 @@ __all__ = [
     "MultiHeadAttentionAttrs",
     "PipelineAttrs",
     "Pool2DAttrs",
+    "RMSNormAttrs",
     "ReduceAttrs",
     "ReductionAttrs",
     "RepartitionAttrs",

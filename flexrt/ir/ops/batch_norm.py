@@ -102,5 +102,6 @@ def extra_memory_bytes(attrs: BatchNormAttrs, ins, outs) -> int:
 
 
 register_op(OpDef(OpType.BATCH_NORM, BatchNormAttrs, output_shapes=output_shapes, flops=flops, num_inputs=1,
-                  weight_shapes=weight_shapes, weight_names=weight_names, parallel_axes=parallel_axes,
+                  weight_shapes=weight_shapes, weight_names=weight_names,
+                  weight_inits=lambda attrs: ("one", "zero"), parallel_axes=parallel_axes,
                   backward_flops=backward_flops, extra_memory_bytes=extra_memory_bytes))

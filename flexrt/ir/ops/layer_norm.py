@@ -94,6 +94,11 @@ def weight_names(attrs: LayerNormAttrs):
     return ("gamma", "beta") if attrs.use_bias else ("gamma",)
 
 
+def weight_inits(attrs: LayerNormAttrs):
+    """gamma starts at one and beta at zero (FlexFlow's, PyTorch's): the identity transform."""
+    return ("one", "zero")[:len(weight_names(attrs))]
+
+
 def parallel_axes(attrs: LayerNormAttrs, inputs):
     (x,) = inputs
     axes = normalized_axes(attrs, x)
@@ -125,5 +130,5 @@ def extra_memory_bytes(attrs: LayerNormAttrs, ins, outs) -> int:
 
 
 register_op(OpDef(OpType.LAYER_NORM, LayerNormAttrs, output_shapes=output_shapes, flops=flops, num_inputs=1,
-                  weight_shapes=weight_shapes, weight_names=weight_names, parallel_axes=parallel_axes,
-                  backward_flops=backward_flops, extra_memory_bytes=extra_memory_bytes))
+                  weight_shapes=weight_shapes, weight_names=weight_names, weight_inits=weight_inits,
+                  parallel_axes=parallel_axes, backward_flops=backward_flops, extra_memory_bytes=extra_memory_bytes))
