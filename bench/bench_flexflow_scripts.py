@@ -59,6 +59,11 @@ NOTES = {
                      "two-argument call; FlexFlow's attach_numpy_array asserts the same shape",
     "ops/gather": "the script's bug: FlexFlow's gather asserts index and input have one rank ([64] vs [64,5,10,10])",
     "ops/transpose": "the script's bug: it passes the output shape as perm; FlexFlow's transpose asserts a permutation",
+    "ops/rms_norm": "the script's bug: dim=1 for a last dimension of 20; FlexFlow makes a 1-element gamma and its "
+                    "kernel reads gamma[i % 20], past its end; flexrt refuses dim != the last dimension",
+    "ops/residual_rms_norm": "the script's bug: dim=1 for a last dimension of 20 (see ops/rms_norm)",
+    "ops/residual_layer_norm": "the script's bug: axes [1, 2] of a 4-D input (see ops/layer_norm)",
+    "ops/add_bias_residual_layer_norm": "the script's bug: axes [1, 2] of a 4-D input (see ops/layer_norm)",
     "ops/layer_norm": "the script's bug: axes [1, 2] of a 4-D input; FlexFlow asserts axes == 0..k-1 (the last k "
                       "dimensions), which flexrt accepts too",
 }
