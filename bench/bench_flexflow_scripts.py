@@ -52,8 +52,6 @@ NOTES = {
     "alexnet": "trains (229x229 images, 61M parameters): an epoch of 10,000 images takes longer than the limit on a CPU",
     "inception": "trains (Inception-v3 at 299x299): an epoch takes longer than the limit on a CPU",
     "resnet": "run at -b 16: at -b 64 flexrt refuses, predicting 9.2 GB per device over the local worker's 4 GB",
-    "bert_proxy_native": "forward(seq_length=it) asks batch_matmul for the first `it` positions only (FlexFlow's "
-                         "iteration config); flexrt computes whole sequences and refuses any other length",
     "multi_head_attention": "the script's bug: it names `label`, which it never defines (fails in FlexFlow too)",
     "tensor_attach": "the script attaches a (10,10,3,8) array to an [8,3,10,10] tensor with FlexFlow's old "
                      "two-argument call; FlexFlow's attach_numpy_array asserts the same shape",

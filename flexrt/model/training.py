@@ -20,10 +20,12 @@ How this differs from FlexFlow, honestly:
   of the calls (``ConfigError`` when out of order) and ``zero_gradients()`` discards a
   ``backward()`` already recorded: gradients are never accumulated across iterations.
 - ``forward(seq_length)``: FlexFlow hands ``seq_length`` to batch matmuls built with a
-  sequence-length dimension (incremental decoding), which then compute only that many positions;
-  every other operator ignores it. flexrt always computes the whole sequence: ``seq_length`` may
-  be None, -1 or any integer for a model without such a batch matmul (ignored, as FlexFlow
-  ignores it there); with one, only None, -1 or the full length.
+  sequence-length dimension, which then compute only that many positions. FlexFlow numbers those
+  dimensions from the last (Fortran order) and acts only on 0 and 1 (its kernels; other values are
+  asserted against in debug builds and ignored in release ones, so FlexFlow's BERT proxy, which
+  passes 2 and 3, computes whole sequences). flexrt always computes the whole sequence:
+  ``seq_length`` may be None, -1 or any integer where FlexFlow would ignore it; for a batch matmul
+  with a sequence dimension 0 or 1, only None, -1 or that dimension's full length.
 - ``eval`` runs the strategy's forward pass on each batch (the session's current weights) and
   scores it on the host. Dropout, where a model has it, runs as in training.
 - ``fit``/``eval`` without data train on deterministic synthetic data (FlexFlow does too):
@@ -539,11 +541,14 @@ class TrainingMixin:
                 continue
             for ref, dim in zip(node.inputs, (node.attrs.a_seq_length_dim, node.attrs.b_seq_length_dim)):
                 dims = self.pcg.shape(ref).tensor_shape.dims
-                if dim is not None and 0 <= dim < len(dims) and dims[dim] != seq_length:
+                if dim not in (0, 1):  # FlexFlow acts on Fortran dimensions 0 and 1 only
+                    continue
+                size = dims[len(dims) - 1 - dim]
+                if seq_length != size:
                     raise ConfigError(f"{where}: seq_length={seq_length}: batch_matmul '{node.name}' has a "
-                                      f"sequence of {dims[dim]} along dimension {dim}; FlexFlow would compute only "
-                                      f"the first {seq_length} positions, flexrt computes whole sequences; valid: "
-                                      f"None, -1 or {dims[dim]}")
+                                      f"sequence of {size} along dimension {dim} (from the last); FlexFlow would "
+                                      f"compute only the first {seq_length} positions, flexrt computes whole "
+                                      f"sequences; valid: None, -1 or {size}")
 
     def get_perf_metrics(self) -> PerfMetrics:
         """The metrics since the last reset (of the last fit/update iterations, or of the last eval)."""

@@ -320,3 +320,26 @@ def test_demo_gather_pattern_attaches_int64_ids_and_trains_alike():
         np.testing.assert_allclose(results[1][name], w, rtol=1e-5, atol=1e-7, err_msg=name)
     with pytest.raises(ShapeError, match="needs dtype int32, got int64"):
         index.set_tensor(ffmodel, np.full((4, 6, 5), 2**40))
+
+
+@pytest.mark.parametrize("a_dim, b_dim, acts", [(2, 3, False), (None, None, False), (1, 0, True), (0, 1, True)])
+def test_seq_length_acts_only_on_fortran_dimensions_0_and_1(a_dim, b_dim, acts):
+    """FlexFlow's kernels act on sequence dimensions 0 and 1 counted from the last; its BERT proxy
+    passes 2 and 3, which FlexFlow ignores: forward(seq_length=0) then runs whole sequences."""
+    m = FFModel(FFConfig(["-b", "2"]))
+    a = m.create_tensor([2, 6, 5], DataType.DT_FLOAT)
+    b = m.create_tensor([2, 5, 6], DataType.DT_FLOAT)
+    out = m.batch_matmul(a, b, a_seq_length_dim=a_dim, b_seq_length_dim=b_dim)
+    m.compile(loss_type=LossType.LOSS_MEAN_SQUARED_ERROR_AVG_REDUCE)
+    rng = np.random.default_rng(0)
+    xa, xb = rng.standard_normal((2, 6, 5)).astype(np.float32), rng.standard_normal((2, 5, 6)).astype(np.float32)
+    a.set_tensor(m, xa)
+    b.set_tensor(m, xb)
+    full = 5 if (a_dim, b_dim) == (0, 1) else 6
+    if acts:
+        with pytest.raises(ConfigError, match=f"valid: None, -1 or {full}"):
+            m.forward(seq_length=3)
+        m.forward(seq_length=full)
+    else:
+        m.forward(seq_length=0)
+    np.testing.assert_allclose(out.get_tensor(m), xa @ xb, rtol=1e-5)
