@@ -13,14 +13,9 @@ from flexrt.core import ActiMode, DataType, FFConfig, FFModel
 from flexrt.ir.op_type import OpType
 from flexrt.machine import load_machine
 from flexrt.machine.views import enumerate_views
-from flexrt.runtime.executor import optimizer_step, relative_error
-from flexrt.runtime.reference import ReferenceTrainer
-from flexrt.runtime.session import Session, initial_weights
 from flexrt.strategy import OpConfig, Strategy, all_axes, data_parallel, is_compute, random_strategy
+from tests.runtime._mse_law import train_like_one_device
 
-STEPS = 3
-TOL = 1e-10
-SGD = {"lr": 0.05, "momentum": 0.9}
 FUSED = (OpType.RMS_NORM, OpType.BIAS_ADD, OpType.LAYER_NORM)
 
 
@@ -63,23 +58,9 @@ def partitioned_strategy(pcg, machine) -> Strategy:
 
 
 def train_and_compare(pcg, strategy, machine):
-    rng = np.random.default_rng(0)
-    w0 = {k: v + (rng.uniform(0.5, 1.5, v.shape) if v.ndim == 1 else 0.1)
-          for k, v in initial_weights(pcg, seed=1).items()}
-    inputs = {n.name: rng.standard_normal(n.attrs.shape.dims) for n in pcg.nodes if n.op_type is OpType.INPUT}
-    labels = rng.standard_normal((8, 4, 4))
-    loss = "mean_squared_error_avg"
-    ref = ReferenceTrainer(pcg, w0, optimizer_step("sgd", **SGD), loss)
-    session = Session(strategy, machine, optimizer="sgd", loss=loss, weights=w0, **SGD)
-    for step in range(STEPS):
-        want = ref.step(inputs, labels)
-        got = session.step(inputs, labels).loss
-        assert abs(got - want) <= TOL * max(1.0, abs(want)), (step, got, want)
-    got_w = session.weights()
-    for name, w in ref.weights.items():
-        assert relative_error(got_w[name], w) <= TOL, name
-        assert not np.array_equal(w, w0[name]), f"{name} did not train"
-    return session
+    def perturb(w, rng):
+        return {k: v + (rng.uniform(0.5, 1.5, v.shape) if v.ndim == 1 else 0.1) for k, v in w.items()}
+    return train_like_one_device(pcg, strategy, machine, (8, 4, 4), perturb, must_train=True)
 
 
 def test_model_uses_every_fused_layer():

@@ -3,16 +3,12 @@ under data parallelism, an attribute-partitioned strategy and random valid strat
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from flexrt.core import ActiMode, DataType, FFConfig, FFModel
 from flexrt.ir.op_type import OpType
 from flexrt.machine import load_machine
 from flexrt.machine.views import enumerate_views
-from flexrt.runtime.executor import optimizer_step, relative_error
-from flexrt.runtime.reference import ReferenceTrainer
-from flexrt.runtime.session import Session, initial_weights
 from flexrt.strategy import (
     OpConfig,
     Strategy,
@@ -21,10 +17,7 @@ from flexrt.strategy import (
     is_compute,
     random_strategy,
 )
-
-STEPS = 3
-TOL = 1e-10
-SGD = {"lr": 0.05, "momentum": 0.9}
+from tests.runtime._mse_law import train_like_one_device
 
 
 @pytest.fixture(scope="module")
@@ -65,21 +58,7 @@ def attribute_strategy(pcg, machine) -> Strategy:
 
 
 def train_and_compare(pcg, strategy, machine):
-    w0 = {k: v + 0.1 for k, v in initial_weights(pcg, seed=1).items()}
-    rng = np.random.default_rng(0)
-    inputs = {n.name: rng.standard_normal(n.attrs.shape.dims) for n in pcg.nodes if n.op_type is OpType.INPUT}
-    labels = rng.standard_normal((8, 4, 4))
-    loss = "mean_squared_error_avg"
-    ref = ReferenceTrainer(pcg, w0, optimizer_step("sgd", **SGD), loss)
-    session = Session(strategy, machine, optimizer="sgd", loss=loss, weights=w0, **SGD)
-    for step in range(STEPS):
-        want = ref.step(inputs, labels)
-        got = session.step(inputs, labels).loss
-        assert abs(got - want) <= TOL * max(1.0, abs(want)), (step, got, want)
-    got_w = session.weights()
-    for name, w in ref.weights.items():
-        assert relative_error(got_w[name], w) <= TOL, name
-    return session
+    return train_like_one_device(pcg, strategy, machine, (8, 4, 4))
 
 
 def test_reverse_model_trains_like_one_device_data_parallel(machine):
