@@ -19,7 +19,7 @@ from flexrt.machine.routing import Router
 NVLINK, PCIE, XBUS, NIC, NETWORK, MEMBUS, SWITCH = (LinkType.NVLINK, LinkType.PCIE, LinkType.XBUS, LinkType.NIC,
                                                      LinkType.NETWORK, LinkType.MEMBUS, LinkType.SWITCH)
 PRESETS = {  # name -> (default nodes, devices per node, device kind)
-    "summit": (1, 6, "V100-SXM2-16GB"), "flexflow_p100": (4, 4, "P100-SXM2-16GB"),
+    "summit": (1, 6, "V100-SXM2-16GB"), "disco_a": (6, 2, "GTX-1080Ti-11GB"), "disco_b": (8, 8, "T4-16GB"), "flexflow_p100": (4, 4, "P100-SXM2-16GB"),
     "flexflow_k80": (16, 4, "K80-GK210"), "dgx1_v100": (1, 8, "V100-SXM2-16GB"),
     "dgx_a100": (1, 8, "A100-SXM4-80GB"), "dgx_h100": (1, 8, "H100-SXM5-80GB"), "local": (1, 4, "host-cpu"),
 }
