@@ -21,7 +21,7 @@ from flexrt.model import load_model
 from flexrt.search import SearchRequest, algorithm, describe, search
 from flexrt.search.baselines import expert_name
 from flexrt.simulator.cost_model import AnalyticCostModel, ProfiledCostModel
-from flexrt.strategy import SearchSpace, load_strategy, save_strategy
+from flexrt.strategy import SearchSpace, export_strategy, load_strategy
 
 NAME = "search"
 HELP = "search for a parallelization strategy (MCMC, exhaustive, or a baseline) and compare it with the baselines"
@@ -69,21 +69,6 @@ def add_arguments(parser) -> None:
     parser.add_argument("--optimizer", choices=[k.short_name for k in OptimizerKind], default="sgd")
     parser.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     add_json_flag(parser)
-
-
-def export_strategy(path: str, strategy, machine) -> str:
-    """JSON, or FlexFlow's text format when the file name ends in .txt."""
-    try:
-        if path.endswith(".txt"):
-            from flexrt.strategy import save_text_strategy
-            save_text_strategy(path, strategy, machine)
-        else:
-            save_strategy(path, strategy, machine)
-    except ImportError as e:
-        raise ConfigError(f"cannot write FlexFlow text strategies: {e}") from None
-    except OSError as e:
-        raise ConfigError(f"cannot write the strategy to {path}: {e.strerror or e}") from None
-    return path
 
 
 def _space(args, cfg) -> SearchSpace:

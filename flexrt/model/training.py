@@ -43,7 +43,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from flexrt.errors import ConfigError
+from flexrt.errors import ConfigError, StrategyError
 from flexrt.ir.ops import BatchMatmulAttrs
 from flexrt.ir.op_type import OpType
 from flexrt.ir.pcg import PCG, TensorRef
@@ -249,8 +249,7 @@ class TrainingMixin:
 
     # ---- compile ------------------------------------------------------------------------------
     def _compile_runtime(self, loss: LossType, metrics: tuple[MetricsType, ...]) -> None:
-        from flexrt.cli._search import export_strategy  # the CLI's writer: JSON, or FlexFlow's text for .txt
-        from flexrt.strategy import data_parallel, load_strategy
+        from flexrt.strategy import data_parallel, export_strategy, load_strategy
         cfg = self.ffconfig
         if not self.inputs:
             raise ConfigError("compile: the model has no inputs (create_tensor) to train on")
@@ -264,7 +263,7 @@ class TrainingMixin:
         if cfg.export_strategy_file:
             try:
                 export_strategy(cfg.export_strategy_file, strategy, machine)
-            except ConfigError as e:
+            except StrategyError as e:
                 raise ConfigError(f"compile (--export): {e}") from None
         opt_kind, params = optimizer_args(self.optimizer)
         out = loss_output(self.pcg)

@@ -17,14 +17,14 @@ from flexrt.strategy.config import (SOAP_KINDS, ConfigStrategy, GraphStrategy, O
                                     Strategy, Wiring, apply_configs, axis_degrees, is_compute, node_axes,
                                     op_shapes, resharding_steps, wiring_of)
 from flexrt.strategy.choices import OpChoices, SearchSpace
-from flexrt.strategy.io import load_strategy, save_strategy, strategy_from_json, strategy_to_json
+from flexrt.strategy.io import export_strategy, load_strategy, save_strategy, strategy_from_json, strategy_to_json
 from flexrt.strategy.space import (all_axes, apply_single, data_parallel, data_parallel_degree, embed_view,
                                    random_config, random_strategy, soap_axes, valid_configs)
 from flexrt.strategy.text import load_text_strategy, save_text_strategy, strategy_from_text, strategy_to_text
 
 __all__ = ["SOAP_KINDS", "ConfigStrategy", "GraphStrategy", "OpConfig", "OpShapes", "Producer", "Strategy", "Wiring",
            "apply_configs", "axis_degrees", "is_compute", "node_axes", "op_shapes", "resharding_steps", "wiring_of",
-           "load_strategy", "save_strategy", "strategy_from_json", "strategy_to_json", "all_axes", "apply_single",
+           "export_strategy", "load_strategy", "save_strategy", "strategy_from_json", "strategy_to_json", "all_axes", "apply_single",
            "data_parallel", "data_parallel_degree", "embed_view", "random_config", "random_strategy", "soap_axes", "valid_configs",
            "load_text_strategy", "save_text_strategy", "strategy_from_text", "strategy_to_text", "OpChoices",
            "SearchSpace"]

@@ -36,7 +36,7 @@ from flexrt.machine.views import MachineView, Projection, view_devices
 from flexrt.strategy.config import (ConfigStrategy, GraphStrategy, OpConfig, Strategy, compute_node, is_compute,
                                     node_axes)
 from flexrt.strategy.space import all_axes, apply_single
-from flexrt.strategy.text import name_list, strategy_from_text
+from flexrt.strategy.text import name_list, save_text_strategy, strategy_from_text
 
 FORMAT = "flexrt.strategy"
 VERSION = 1
@@ -109,6 +109,19 @@ def save_strategy(path: str, strategy: Strategy, machine: Machine) -> None:
     with open(path, "w", encoding="utf-8") as f:
         json.dump(strategy_to_json(strategy, machine), f, indent=1)
         f.write("\n")
+
+
+def export_strategy(path: str, strategy: Strategy, machine: Machine) -> str:
+    """Write ``strategy`` where a user asked (``--export``): FlexFlow's text format when the file name
+    ends in ``.txt``, else flexrt's JSON; StrategyError naming the file when it cannot be written."""
+    try:
+        if path.endswith(".txt"):
+            save_text_strategy(path, strategy, machine)
+        else:
+            save_strategy(path, strategy, machine)
+    except OSError as e:
+        raise StrategyError(f"cannot write the strategy to {path}: {e.strerror or e}") from None
+    return path
 
 
 def _check_header(data, machine: Machine, source: str) -> None:
