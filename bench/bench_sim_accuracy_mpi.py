@@ -85,7 +85,7 @@ def rank_sums(session: Session, ranks: int) -> list[float]:
     """Per rank, the summed simulated durations of the tasks that rank's serial loop runs itself:
     compute tasks on its devices, and every hop of a transfer or ring whose ends all lie on it.
     Transfers and rings between ranks are MPI messages (they overlap the compute) and count for none."""
-    graph = session.simulator.lowering.graph
+    graph = session.simulator.graph
     d = graph.num_compute_devices
     owner = session.layout.owner if session.layout is not None else (0,) * d
     ends: dict[int, set] = {}  # transfer id -> the ranks it touches

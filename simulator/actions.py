@@ -29,7 +29,7 @@ of its source into the same ``box`` of the buffer being assembled. Lowering reco
 assembles; the runtime joins them.
 
 Entry points: ``Key`` (with ``BufKind``), ``Buf``, ``Part``, and the actions ``Forward``, ``Backward``, ``Move``, ``Sum``,
-``Update``, ``Loss``, ``RingStep`` (with ``RingGroup``).
+``Update``, ``Loss``, ``RingStep`` (with ``RingGroup``), ``Fused``.
 """
 
 from __future__ import annotations
@@ -203,14 +203,52 @@ class Loss:
 
 @dataclass(frozen=True, slots=True)
 class RingGroup:
+    """A ring AllReduce's members. With ``segments`` > 1 (a gradient bucket) each member holds that
+    many buffers (member-major in ``buffers``), summed as one flat concatenation."""
+
     id: int
-    buffers: tuple             # Buf per member: assembled from parts, then summed in place across members
+    buffers: tuple             # Buf per member and segment: assembled from parts, then summed in place across members
+    segments: int = 1
+
+    @property
+    def num_members(self) -> int:
+        return len(self.buffers) // self.segments
+
+    def member_buffers(self, i: int) -> tuple:
+        return self.buffers[i * self.segments:(i + 1) * self.segments]
+
+    def device(self, i: int) -> int:
+        return self.buffers[i * self.segments].device
 
 
 @dataclass(frozen=True, slots=True)
 class RingStep:
     group: RingGroup
     member: int
+
+
+@dataclass(frozen=True, slots=True)
+class Fused:
+    """One task running a fusion group's members on one piece (``flexrt.strategy.fusion``): their
+    ``Forward`` actions (a forward group) or ``Backward`` actions (a backward group), in the order they
+    run. ``recomputed[m]`` marks a duplicated member: it is computed again inside the task from what
+    it reads, and its operands and outputs are the task's own (never device buffers), so the members
+    after it read its result from inside the task."""
+
+    group: int
+    members: tuple
+    recomputed: tuple          # bool per member
+
+    @property
+    def private(self) -> frozenset:
+        """(key, device) of the buffers only this task holds: the recomputed members' operands and outputs."""
+        return frozenset((b.key, b.device) for m, r in zip(self.members, self.recomputed) if r
+                         for b in m.operands + m.outputs)
+
+    @property
+    def shared(self) -> tuple:
+        """The members that are not recomputed."""
+        return tuple(m for m, r in zip(self.members, self.recomputed) if not r)
 
 
 Action = Optional[object]
@@ -228,4 +266,6 @@ def gathered(action) -> tuple:
         return (action.grad,) if action.gather_grad else ()
     if isinstance(action, Loss):
         return (action.output,)
+    if isinstance(action, Fused):
+        return tuple(b for m in action.shared for b in gathered(m))
     return ()

@@ -13,7 +13,7 @@ Every time is in seconds and strictly positive (the engine rejects zero-time tas
 device's launch overhead, and never below ``MIN_TASK_S``.
 
 Entry points: ``CostModel``, ``OpTimes``, ``AnalyticCostModel``, ``ProfiledCostModel``,
-``transfer_time``.
+``transfer_time``, ``FusedMember`` and ``fused_traffic`` (the cost of a fused task).
 
 Example:
     >>> from flexrt.ir import TensorShape
@@ -97,6 +97,43 @@ class CostModel(Protocol):
     def reduce_time(self, shape: TensorShape, n: int, device: "DeviceSpec") -> float: ...
 
     def transfer_time(self, link: "Link", num_bytes: int) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class FusedMember:
+    """One operator piece inside a fused task (a fusion group, ``flexrt.strategy.fusion``): its
+    attributes and piece shapes, which operands it reads from another member inside the task
+    (``internal``: operand indices), and whether it is a recomputed duplicate (its outputs then stay
+    inside the task)."""
+
+    attrs: object
+    inputs: tuple
+    outputs: tuple
+    internal: tuple = ()
+    recomputed: bool = False
+
+
+def fused_traffic(members: Sequence[FusedMember], phase: str) -> tuple[float, float, DataType]:
+    """(FLOPs, bytes moved to and from device memory, compute dtype) of one fused task: every member's
+    work in one pass. Forward: an operand another member produced is read on chip (its bytes are
+    saved), and a recomputed member's outputs are never written (the task keeps them). Backward:
+    reads and writes as ``BACKWARD_BYTES_FACTOR`` times forward's, less each internal edge's gradient
+    written by one member and read by another (twice its bytes)."""
+    flops = moved = saved = 0.0
+    dtype = None
+    for m in members:
+        cost = op_cost(m.attrs, m.inputs, m.outputs)
+        dtype = dtype or compute_dtype(m.inputs, m.outputs)
+        internal = sum(m.inputs[i].size_bytes for i in m.internal)
+        if phase == "forward":
+            flops += cost.forward_flops
+            moved += cost.bytes_read + cost.bytes_written
+            saved += internal + (cost.bytes_written if m.recomputed else 0)
+        else:
+            flops += cost.backward_flops
+            moved += BACKWARD_BYTES_FACTOR * (cost.bytes_read + cost.bytes_written)
+            saved += 2 * internal
+    return flops, max(moved - saved, 0.0), dtype or DataType.DT_FLOAT
 
 
 def has_linear_transfers(cost_model) -> bool:
@@ -204,6 +241,12 @@ class AnalyticCostModel:
         return OpTimes(_roofline(device, cost.forward_flops, moved, dtype, eff),
                        _roofline(device, cost.backward_flops, BACKWARD_BYTES_FACTOR * moved, dtype, eff),
                        self.name)
+
+    def fused_time(self, members: Sequence[FusedMember], phase: str, device: "DeviceSpec") -> float:
+        """One fused task (DisCo's fused operator): one launch, and the roofline of the members' summed
+        FLOPs against the bytes the fused task moves (``fused_traffic``: intermediates stay on chip)."""
+        flops, moved, dtype = fused_traffic(members, phase)
+        return _roofline(device, flops, moved, dtype, self.efficiency(device))
 
     def update_time(self, weight: TensorShape, device: "DeviceSpec",
                     optimizer: OptimizerKind = OptimizerKind.SGD) -> float:

@@ -92,6 +92,21 @@ class _EdgeEnds:
         return Key.grad_operand(self.cname, self.i, p)
 
 
+@dataclass(frozen=True)
+class WeightRing:
+    """One ring AllReduce of a weight instance's gradient: its members' devices, per member the first
+    hop of its send to the next member and the REDUCE after which it holds the sum, the elements
+    summed, their dtype, the members' buffer key and the instance's box."""
+
+    devices: tuple
+    firsts: tuple
+    done: tuple
+    elements: int
+    dtype: object
+    key: object
+    box: tuple
+
+
 @contextmanager
 def _no_gc():
     """Lowering makes many small acyclic objects: the cyclic collector's passes over them (and
@@ -136,6 +151,7 @@ class Lowering:
         self.oids: dict[tuple, int] = {}  # owner key -> the graph's owner id
         self.op_tasks: dict[str, tuple[range, range]] = {}  # operator -> (forward ids, backward ids) by piece
         self.parts = self.graph.parts  # owner -> (buffer key, device, part)
+        self.rings: dict[str, list[WeightRing]] = {}  # weight -> its gradients' ring AllReduces (fusion merges them)
         self._group_ids = 0
 
     # ---- strategy context -----------------------------------------------------------------
@@ -202,6 +218,8 @@ class Lowering:
             self.graph.drop(oid)
         if owner.kind is OwnerKind.OP:
             self.op_tasks.pop(owner.name, None)
+        elif owner.kind is OwnerKind.WEIGHT:
+            self.rings.pop(owner.name, None)
 
     def _mem(self, owner, device: int, kind: str, num_bytes: int) -> None:
         self.core.memory(self._oid(owner), device, _MEMORY_CODE[kind], num_bytes)
@@ -301,6 +319,9 @@ class Lowering:
         reduce_exe = self._per_kind(devices, f"{name} sum", lambda spec: self.cost.reduce_time(adds, 2, spec))
         done, firsts = self.core.ring(self._oid(owner), devices, ready, elements, dtype.size_bytes,
                                       CATEGORY_CODE[category], reduce_exe)
+        if owner.kind is OwnerKind.WEIGHT:
+            self.rings.setdefault(owner.name, []).append(WeightRing(tuple(devices), tuple(firsts), tuple(done),
+                                                                    elements, dtype, key, tuple(box)))
         if self.detail:
             group = RingGroup(key.index, tuple(Buf(key, d, tuple(box), dtype.numpy_name) for d in devices))
             for i in range(n):

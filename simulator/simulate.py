@@ -19,7 +19,9 @@ import numpy as np
 
 from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.machine import Machine
+from flexrt.simulator.fusion import FusedGraph
 from flexrt.simulator.lowering import Lowering
+from flexrt.strategy.fusion import fusion_of
 from flexrt.strategy import Strategy
 from flexrt.simulator.task_graph import CATEGORIES, TRANSFER_CODE, Category, TaskKind
 
@@ -90,6 +92,16 @@ class Simulator:
         self.optimizer = optimizer
         self.lowering = Lowering(machine, cost_model, optimizer, loss_output=loss_output, detail=detail,
                                  incremental=incremental)
+        self.fused: Optional[FusedGraph] = None  # the last strategy's task graph with its fusion plan applied
+
+    @property
+    def graph(self):
+        """The task graph last simulated: the lowering's, or with the strategy's fusion plan applied."""
+        return self.fused if self.fused is not None else self.lowering.graph
+
+    @property
+    def engine(self):
+        return self._fused_engine if self.fused is not None else self.lowering.engine
 
     def full(self, strategy: Strategy) -> SimResult:
         """Lower the whole strategy and run Algorithm 1."""
@@ -105,12 +117,17 @@ class Simulator:
         """``full`` without the result's statistics: the simulated iteration time only (what a
         search asks for)."""
         self.lowering.build(strategy)
-        self.lowering.engine.simulate_full()
+        plan = fusion_of(strategy)
+        self.fused = FusedGraph(self.lowering, plan) if plan else None
+        if self.fused is not None:
+            self._fused_engine = self.fused.engine(self.lowering.engine_cls)
+        self.engine.simulate_full()
         return self.iteration_time()
 
     def time_delta(self, strategy: Strategy, changed: set[str]) -> float:
         """``delta`` without the result's statistics: the simulated iteration time only."""
-        if self.lowering.strategy is None or not self.lowering.incremental:
+        if self.lowering.strategy is None or not self.lowering.incremental or self.fused is not None \
+                or fusion_of(strategy):
             return self.time_full(strategy)
         self.lowering.update(strategy, changed)
         self.lowering.engine.simulate_delta()
@@ -118,18 +135,18 @@ class Simulator:
 
     def schedule(self) -> Schedule:
         """The predicted order of the last simulated task graph (what the runtime follows)."""
-        ids, _, _, start, end = self.lowering.engine.timeline()
-        prio = self.lowering.graph.columns()["priority"][ids]
+        ids, _, _, start, end = self.engine.timeline()
+        prio = self.graph.columns()["priority"][ids]
         order = np.lexsort((ids, prio, start))
         return Schedule(tuple(int(t) for t in ids[order]), start[order], end[order])
 
     def iteration_time(self) -> float:
-        return float(self.lowering.engine.makespan())
+        return float(self.engine.makespan())
 
     def result(self) -> SimResult:
         low, machine = self.lowering, self.machine
-        ids, device, ready, start, end = low.engine.timeline()
-        g = low.graph
+        ids, device, ready, start, end = self.engine.timeline()
+        g = self.graph
         col = g.columns()
         live, exe, devs = col["alive"], col["exe"], col["device"]
         xfer = live & (col["kind"] == TRANSFER_CODE)
@@ -160,7 +177,7 @@ class Simulator:
         for cat in (Category.ACTIVATION, Category.WEIGHT_SYNC):
             moved_e.setdefault(cat.value, 0)
             moved_b.setdefault(cat.value, 0)
-        memory = low.memory_by_device()
+        memory = g.memory_by_device()
         factor = OPTIMIZER_STATE[self.optimizer]
         capacity, over = {}, []
         for d in range(machine.num_devices):
@@ -179,7 +196,7 @@ class Simulator:
     def chrome_trace(self, result: SimResult) -> dict:
         """The timeline as Chrome trace events: one track per device and per link (Perfetto opens it)."""
         tl = result.timeline
-        return chrome_trace(self.machine, self.lowering.graph.tasks, tl["ids"], tl["device"], tl["start"], tl["end"],
+        return chrome_trace(self.machine, self.graph.tasks, tl["ids"], tl["device"], tl["start"], tl["end"],
                             {"iteration_time_s": result.iteration_time_s, "source": "simulator"})
 
 

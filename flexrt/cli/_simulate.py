@@ -84,7 +84,7 @@ def run(args, extra) -> int:
         import json
         files["trace"] = write_text(args.trace, json.dumps(sim.chrome_trace(result)), "trace")
     if args.taskgraph:
-        files["taskgraph"] = write_text(args.taskgraph, sim.lowering.graph.to_dot(), "task graph")
+        files["taskgraph"] = write_text(args.taskgraph, sim.graph.to_dot(), "task graph")
     if args.json:
         emit_json({"model": loaded.name, "machine": machine.name, "num_devices": machine.num_devices,
                    "method": args.method, "delta_steps": steps, "cost": args.cost, **result.to_json(),

@@ -294,7 +294,7 @@ class TrainingMixin:
         task graph of one iteration, as Graphviz dot."""
         for path, what, text in ((cfg.compgraph_file, "--compgraph", lambda: self.pcg.to_dot()),
                                  (cfg.taskgraph_file, "--taskgraph",
-                                  lambda: self.session.simulator.lowering.graph.to_dot())):
+                                  lambda: self.session.simulator.graph.to_dot())):
             if path:
                 try:
                     with open(path, "w", encoding="utf-8") as f:

@@ -152,7 +152,7 @@ class Session:
                                 f"({', '.join(f'{k} {v / 2**20:.1f}' for k, v in self.predicted.memory_bytes[d].items() if k != 'total')}) "
                                 f"but has {have / 2**20:.1f} MiB; devices over capacity: "
                                 f"{', '.join(map(str, self.predicted.over_capacity))}")
-        self.plan = ExecPlan(self.simulator.lowering.graph, self.simulator.schedule())
+        self.plan = ExecPlan(self.simulator.graph, self.simulator.schedule())
         self.backend = get_backend(backend, machine.num_devices)
         update = optimizer_step(optimizer, **optimizer_params)
         self.comm = comm if comm is not None else mpi.world()
@@ -193,7 +193,7 @@ class Session:
     def predicted_summed_s(self) -> float:
         """Every task's simulated time added up: what one worker running all devices' tasks one
         after the other (the serial executor in one process) should take."""
-        return float(sum(t.exe_s for t in self.simulator.lowering.graph.tasks.values()))
+        return float(sum(t.exe_s for t in self.simulator.graph.tasks.values()))
 
     @property
     def input_names(self) -> list[str]:
@@ -247,7 +247,7 @@ class Session:
         result = result or self.last
         if result is None:
             raise StrategyError("chrome_trace: no iteration has run yet")
-        tasks = {t.id: self.simulator.lowering.graph.tasks[t.id] for t in self.plan.tasks}
+        tasks = {t.id: self.simulator.graph.tasks[t.id] for t in self.plan.tasks}
         ids = [t.id for t in self.plan.tasks]
         devices = [t.device for t in self.plan.tasks]
         return chrome_trace(self.machine, tasks, ids, devices, result.start, result.end,

@@ -20,6 +20,8 @@ Entry points: ``OpConfig``, ``ConfigStrategy``, ``GraphStrategy``, ``Strategy``,
 
 from __future__ import annotations
 
+import copy
+
 import math
 import weakref
 from dataclasses import dataclass
@@ -355,6 +357,13 @@ class Strategy:
             if len(set(devices)) != len(devices):
                 raise StrategyError(f"operator '{name}': view {view} puts two pieces on one device")
 
+    def with_fusion(self, plan) -> "Strategy":
+        """The same strategy with a fusion plan (``flexrt.strategy.fusion``; None or an empty plan:
+        none). The plan is checked against the strategy when it is lowered (``check_fusion``)."""
+        out = copy.copy(self)
+        out.fusion = plan or None
+        return out
+
     @classmethod
     def from_configs(cls, base: PCG, configs: Mapping[int, OpConfig]) -> "ConfigStrategy":
         """Shorthand for ``ConfigStrategy(base, configs)``."""
@@ -376,12 +385,13 @@ class ConfigStrategy(Strategy):
     configuration valid, every edge reshardable); ``with_config`` re-checks only what changed. The
     parallel PCG (``pcg``, ``views``, ``origin``) is built by ``apply_configs`` when first asked for."""
 
-    __slots__ = ("base", "configs", "_wiring", "_names", "_pcg", "_views", "_origin", "_shapes")
+    __slots__ = ("base", "configs", "_wiring", "_names", "_pcg", "_views", "_origin", "_shapes", "fusion")
 
     def __init__(self, base: PCG, configs: Mapping[int, OpConfig], _check: Optional[set] = None,
                  _wiring: Optional[Wiring] = None, _shapes: Optional[dict] = None) -> None:
         self.base = base
         self.configs = dict(configs)
+        self.fusion = None  # a FusionPlan (``with_fusion``)
         self._wiring = _wiring or wiring_of(base)
         self._names: dict[str, int] = {name: self._wiring.nodes[name].id for name in self._wiring.ops}
         self._pcg = self._views = self._origin = None
@@ -457,7 +467,8 @@ class ConfigStrategy(Strategy):
         return self._origin
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, ConfigStrategy) and self.base is other.base and self.configs == other.configs
+        return isinstance(other, ConfigStrategy) and self.base is other.base and self.configs == other.configs \
+            and self.fusion == other.fusion
 
     __hash__ = None
 
@@ -465,11 +476,12 @@ class ConfigStrategy(Strategy):
 class GraphStrategy(Strategy):
     """A whole parallel PCG and a machine view per compute operator (by node id)."""
 
-    __slots__ = ("pcg", "views", "_wiring", "_ids", "_shapes")
+    __slots__ = ("pcg", "views", "_wiring", "_ids", "_shapes", "fusion")
 
     def __init__(self, pcg: PCG, views: Mapping[int, MachineView]) -> None:
         self.pcg = pcg
         self.views = dict(views)
+        self.fusion = None  # a FusionPlan (``with_fusion``)
         self._wiring = Wiring(pcg)
         self._ids = {name: self._wiring.nodes[name].id for name in self._wiring.ops}
         self._shapes: dict[str, OpShapes] = {}

@@ -16,7 +16,9 @@ The per-operator layout::
                     "view": {"start": 0, "strides": [1, 1], "projections": ["INTRA", "INTRA"]}}, ...]}
 
 A whole-PCG strategy has ``"pcg"`` (``PCG.to_json``) and ``"views"`` (operator name -> view) in place
-of ``model_hash`` and ``operators``.
+of ``model_hash`` and ``operators``. Either may carry ``"fusion"``: a fusion plan
+(``flexrt.strategy.fusion``: operator groups per phase, gradient buckets), checked against the
+strategy when read.
 
 Entry points: ``save_strategy``, ``load_strategy``, ``strategy_to_json``, ``strategy_from_json``.
 """
@@ -35,6 +37,7 @@ from flexrt.machine import Machine
 from flexrt.machine.views import MachineView, Projection, view_devices
 from flexrt.strategy.config import (ConfigStrategy, GraphStrategy, OpConfig, Strategy, compute_node, is_compute,
                                     node_axes)
+from flexrt.strategy.fusion import FusionPlan, check_fusion
 from flexrt.strategy.space import all_axes, apply_single
 from flexrt.strategy.text import name_list, save_text_strategy, strategy_from_text
 
@@ -92,6 +95,14 @@ def _machine_json(machine: Machine) -> dict:
 
 
 def strategy_to_json(strategy: Strategy, machine: Machine) -> dict:
+    out = _body_json(strategy, machine)
+    plan = getattr(strategy, "fusion", None)
+    if plan:
+        out["fusion"] = plan.to_json()
+    return out
+
+
+def _body_json(strategy: Strategy, machine: Machine) -> dict:
     if not isinstance(strategy, ConfigStrategy):
         return {"format": FORMAT, "version": VERSION, "machine": _machine_json(machine),
                 "pcg": strategy.pcg.to_json(),
@@ -114,6 +125,9 @@ def save_strategy(path: str, strategy: Strategy, machine: Machine) -> None:
 def export_strategy(path: str, strategy: Strategy, machine: Machine) -> str:
     """Write ``strategy`` where a user asked (``--export``): FlexFlow's text format when the file name
     ends in ``.txt``, else flexrt's JSON; StrategyError naming the file when it cannot be written."""
+    if path.endswith(".txt") and getattr(strategy, "fusion", None):
+        raise StrategyError(f"cannot write {path}: FlexFlow's text format has no fusion plans; export to a "
+                            f".json file to keep the plan")
     try:
         if path.endswith(".txt"):
             save_text_strategy(path, strategy, machine)
@@ -130,7 +144,7 @@ def _check_header(data, machine: Machine, source: str) -> None:
         got = short(data.get("format")) if isinstance(data, dict) else f"a JSON {type(data).__name__}"
         raise StrategyError(f"{source}: not a flexrt strategy file (\"format\" must be \"{FORMAT}\", got {got})")
     keys = _GRAPH_KEYS if "pcg" in data else _CONFIG_KEYS
-    check_keys(data, keys, source, StrategyError, required=keys)
+    check_keys(data, keys + ("fusion",), source, StrategyError, required=keys)
     if data["version"] != VERSION or isinstance(data["version"], bool):
         raise StrategyError(f"{source}: version is {short(data['version'])}; this flexrt reads strategy files of "
                             f"version {VERSION}")
@@ -235,9 +249,13 @@ def strategy_from_json(data: dict, base: Optional[PCG], machine: Machine, source
     """Rebuild a strategy; the model (by PCG hash) and the machine must be the ones it was made for.
     StrategyError (GraphError for a malformed ``pcg``) naming the field when anything is off."""
     _check_header(data, machine, source)
-    if "pcg" in data:
-        return _graph_strategy(data, machine, source)
-    return _config_strategy(data, base, machine, source)
+    strategy = _graph_strategy(data, machine, source) if "pcg" in data else _config_strategy(data, base, machine,
+                                                                                             source)
+    if "fusion" not in data:
+        return strategy
+    plan = FusionPlan.from_json(data["fusion"], f"{source}: fusion")
+    check_fusion(strategy, plan, machine)
+    return strategy.with_fusion(plan)
 
 
 def _is_flexflow_text(path: str, text: str) -> bool:
