@@ -114,7 +114,7 @@ class FusedGraph:
             if self.detail:
                 acts = tuple(self.base.info[low.op_tasks[o][phase][p]][3] for o in order)
                 action = Fused(gi, acts, tuple(o in g.duplicate for o in order))
-            name = f"fused {g.phase[:3]} g{gi}({'+'.join(order[:3])}{'+...' if len(order) > 3 else ''})[{p}]"
+            name = f"fused {'fwd' if phase == 0 else 'bwd'} g{gi}({'+'.join(order[:3])}{'+...' if len(order) > 3 else ''})[{p}]"
             self._add(_FWD if phase == 0 else _BWD, dev, exe, ids, -1, action, name)
 
     def _add(self, kind, device, exe, ids, xfer, action, name) -> int:

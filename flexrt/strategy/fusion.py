@@ -177,8 +177,11 @@ def check_fusion(strategy, plan: FusionPlan, machine: Machine, layouts=None, res
             if g.phase != "forward":
                 raise FusionError(f"{where}: duplicate fusion recomputes forward operators; a backward group "
                                   f"cannot duplicate {short(d)}")
-            outside = [c for c, _ in wiring.consumers.get(d, ()) if c not in g.ops]
-            if not outside:
+            users = [c for c, _ in wiring.consumers.get(d, ())]
+            if not any(c in g.ops for c in users):
+                raise FusionError(f"{where}: {short(d)} feeds no member of the group; duplicate fusion recomputes a "
+                                  f"producer inside the group of its consumers")
+            if all(c in g.ops for c in users):
                 raise FusionError(f"{where}: {short(d)} has no consumer outside the group: fuse it without "
                                   f"duplicating it")
         for o in g.owned:
