@@ -24,7 +24,7 @@ Entry points: ``FusedGraph``, ``fused_piece_time``.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 
@@ -38,6 +38,22 @@ from flexrt.strategy.fusion import FusionPlan, check_fusion
 _FWD, _BWD = KIND_CODE[TaskKind.FORWARD], KIND_CODE[TaskKind.BACKWARD]
 _REDUCE, _TRANSFER = KIND_CODE[TaskKind.REDUCE], KIND_CODE[TaskKind.TRANSFER]
 _ANALYTIC = AnalyticCostModel()
+
+
+class _Merge(NamedTuple):
+    """One task of the fused graph made of the lowering's tasks ``ids``: its kind, device and time, the
+    transfer row it opens ((elements, bytes, category)) or -1 for a later hop of the same transfer or
+    None for a computation, its action and name (with detail), and the duplicated members' tasks
+    whose predecessors it takes over."""
+
+    kind: int
+    device: int
+    exe: float
+    ids: tuple
+    xfer: object
+    action: object
+    name: str
+    dups: tuple
 
 
 def fused_piece_time(cost, members: list, phase: str, unfused: list, spec) -> float:
@@ -68,23 +84,33 @@ class FusedGraph:
         self.num_devices, self.link_types = base.num_devices, base.link_types
         self.parts, self.inputs, self.weight_shapes = base.parts, base.inputs, base.weight_shapes
         self.loss_node = base.loss_node
-        col = base.columns()
-        n = len(col["alive"])
-        self._rep = np.arange(n, dtype=np.int64)
-        self._new: list = []           # per merged task: (kind, device, exe, priority, transfer, members, action, name)
-        self._new_xfer: list = []      # per merged transfer: (elements, bytes, category)
-        self._dups: list = []          # (duplicated member's task, the merged task it feeds)
-        self._col, self._n, self._xn = col, n, len(col["xfer_bytes"])
+        self._col = col = lowering.fusion_cache.setdefault("columns", None) or base.columns()
+        lowering.fusion_cache["columns"] = col
+        self._n, self._xn = len(col["alive"]), len(col["xfer_bytes"])
         self._lowering = lowering
+        merges: list[_Merge] = []
         for gi, g in enumerate(plan.groups):
-            self._merge_group(gi, g)
+            merges += self._cached(("group", g.ops, g.phase, g.duplicate, gi), lambda: self._merge_group(gi, g))
         for bi, bucket in enumerate(plan.buckets):
-            self._merge_bucket(bi, bucket)
-        self._contract()
+            merges += self._cached(("bucket", bucket, bi), lambda: self._merge_bucket(bi, bucket))
+        self._merges = merges
+        self._contract(check)
         del self._lowering
 
+    def _cached(self, key, make) -> list:
+        """Merges depend on the lowered graph and the group or bucket only (names and actions also on
+        its index): a search asking again for one gets them from the lowering's cache."""
+        if self.detail:
+            return make()
+        cache = self._lowering.fusion_cache
+        key = key[:-1]
+        hit = cache.get(key)
+        if hit is None:
+            hit = cache[key] = make()
+        return hit
+
     # ---- groups -----------------------------------------------------------------------------------
-    def _merge_group(self, gi: int, g) -> None:
+    def _merge_group(self, gi: int, g) -> list:
         low, col = self._lowering, self._col
         phase = 0 if g.phase == "forward" else 1
         wiring = low.wiring
@@ -93,123 +119,141 @@ class FusedGraph:
             order.reverse()
         members = set(g.ops)
         lays = {o: low.layout(o) for o in order}
+        times_of: dict = {}
+        out = []
         for p, dev in enumerate(lays[order[0]].devices):
-            ids, fused, times = [], [], []
+            ids, dups, times = [], [], []
+            classes = tuple(lays[o].piece_class[p] for o in order)
             for o in order:
-                lay = lays[o]
-                attrs, ins, outs = lay.classes[lay.piece_class[p]]
-                internal = tuple(i for i in range(len(lay.node.inputs)) if wiring.producer[(o, i)].name in members)
-                dup = o in g.duplicate
-                fused.append(FusedMember(attrs, tuple(ins), tuple(outs), internal, dup))
                 tid = low.op_tasks[o][phase][p]
                 times.append(float(col["exe"][tid]))
-                if dup:
-                    self._dups.append((tid, len(self._new) + self._n))
-                else:
-                    ids.append(tid)
-            exe = fused_piece_time(low.cost, fused, g.phase, times, low._spec(dev))
-            if not exe > 0:
-                raise StrategyError(f"fusion group {gi}: the cost model gave a non-positive time {exe!r}")
-            action = None
+                (dups if o in g.duplicate else ids).append(tid)
+            key = (classes, low._spec_names[dev])
+            exe = times_of.get(key)
+            if exe is None:
+                fused = []
+                for o in order:
+                    attrs, ins, outs = lays[o].classes[lays[o].piece_class[p]]
+                    internal = tuple(i for i in range(len(lays[o].node.inputs))
+                                     if wiring.producer[(o, i)].name in members)
+                    fused.append(FusedMember(attrs, tuple(ins), tuple(outs), internal, o in g.duplicate))
+                exe = times_of[key] = fused_piece_time(low.cost, fused, g.phase, times, low._spec(dev))
+                if not exe > 0:
+                    raise StrategyError(f"fusion group {gi}: the cost model gave a non-positive time {exe!r}")
+            action, name = None, ""
             if self.detail:
                 acts = tuple(self.base.info[low.op_tasks[o][phase][p]][3] for o in order)
                 action = Fused(gi, acts, tuple(o in g.duplicate for o in order))
-            name = f"fused {'fwd' if phase == 0 else 'bwd'} g{gi}({'+'.join(order[:3])}{'+...' if len(order) > 3 else ''})[{p}]"
-            self._add(_FWD if phase == 0 else _BWD, dev, exe, ids, -1, action, name)
-
-    def _add(self, kind, device, exe, ids, xfer, action, name) -> int:
-        new = self._n + len(self._new)
-        prio = int(self._col["priority"][ids].min())
-        self._rep[ids] = new
-        self._new.append((kind, device, exe, prio, xfer, action, name))
-        return new
+                name = (f"fused {'fwd' if phase == 0 else 'bwd'} g{gi}({'+'.join(order[:3])}"
+                        f"{'+...' if len(order) > 3 else ''})[{p}]")
+            out.append(_Merge(_FWD if phase == 0 else _BWD, dev, exe, tuple(ids), None, action, name, tuple(dups)))
+        return out
 
     # ---- buckets ----------------------------------------------------------------------------------
-    def _merge_bucket(self, bi: int, bucket) -> None:
+    def _merge_bucket(self, bi: int, bucket) -> list:
         low = self._lowering
         by_devices: dict = {}
         for w in bucket:
             for ring in low.rings.get(w, ()):
                 by_devices.setdefault(ring.devices, []).append(ring)
+        out = []
         for devices, rings in by_devices.items():
             if len(rings) != len(bucket):
                 raise StrategyError(f"gradient bucket {bi}: its weights are not all synchronized over devices "
                                     f"{list(devices)}")
-            self._merge_rings(bi, devices, rings)
+            out += self._merge_rings(bi, devices, rings)
+        return out
 
-    def _merge_rings(self, bi: int, devices: tuple, rings: list) -> None:
+    def _merge_rings(self, bi: int, devices: tuple, rings: list) -> list:
         low, col, core = self._lowering, self._col, self.base.core
         n, dtype = len(devices), rings[0].dtype
         elements = sum(r.elements for r in rings)
         total = 2 * (n - 1) * elements
-        gid = low._new_group()
         group = None
         if self.detail:
-            group = RingGroup(gid, tuple(Buf(r.key, d, r.box, dtype.numpy_name) for d in devices for r in rings),
-                              len(rings))
+            group = RingGroup(low._new_group(), tuple(Buf(r.key, d, r.box, dtype.numpy_name) for d in devices
+                                                      for r in rings), len(rings))
         category = int(col["xfer_category"][col["transfer"][rings[0].firsts[0]]])
+        out = []
         for i in range(n):
             j = (i + 1) % n
             share = total // n + (1 if i < total % n else 0)
             hop_devs, hop_times = low._hops(devices[i], devices[j], share * dtype.size_bytes)
-            hops = [list(core.hops(r.firsts[i])) for r in rings]
+            hops = [core.hops(r.firsts[i]) for r in rings]
             if any(len(h) != len(hop_devs) for h in hops):
                 raise StrategyError(f"gradient bucket {bi}: its rings take different routes")
-            xid = self._xn + len(self._new_xfer)
-            self._new_xfer.append((share, share * dtype.size_bytes, category))
+            row = (share, share * dtype.size_bytes, category)
             for k, (dev, t) in enumerate(zip(hop_devs, hop_times)):
                 action = RingStep(group, i) if self.detail and k == 0 else None
-                self._add(_TRANSFER, dev, t, [h[k] for h in hops], xid, action,
-                          f"bucket {bi} ring {i}->{j} hop {k}")
+                out.append(_Merge(_TRANSFER, dev, t, tuple(h[k] for h in hops), row if k == 0 else -1, action,
+                                  f"bucket {bi} ring {i}->{j} hop {k}" if self.detail else "", ()))
         adds = TensorShape((max(1, (n - 1) * elements // n),), dtype)
+        exe = low._per_kind(list(devices), f"bucket {bi} sum", lambda spec: low.cost.reduce_time(adds, 2, spec))
         for j in range(n):
-            exe = low.cost.reduce_time(adds, 2, low._spec(devices[j]))
-            self._add(_REDUCE, devices[j], exe, [r.done[j] for r in rings], -1, None,
-                      f"bucket {bi} ring sum @{devices[j]}")
+            out.append(_Merge(_REDUCE, devices[j], exe[j], tuple(r.done[j] for r in rings), None, None,
+                              f"bucket {bi} ring sum @{devices[j]}" if self.detail else "", ()))
+        return out
 
     # ---- the contracted arrays ------------------------------------------------------------------
-    def _contract(self) -> None:
-        col, rep, n = self._col, self._rep, self._n
+    def _contract(self, check: bool) -> None:
+        col, n, merges = self._col, self._n, self._merges
+        m = len(merges)
+        sizes = np.fromiter((len(x.ids) for x in merges), dtype=np.int64, count=m)
+        flat = np.fromiter((t for x in merges for t in x.ids), dtype=np.int64, count=int(sizes.sum()))
+        rep = np.arange(n, dtype=np.int64)
+        rep[flat] = np.repeat(np.arange(n, n + m, dtype=np.int64), sizes)
+        prio = np.minimum.reduceat(col["priority"][flat], np.cumsum(sizes) - sizes) if m else np.zeros(0, np.int64)
+        # transfer rows: a merged transfer's first hop opens one, its other hops share it
+        xfer = np.full(m, -1, dtype=np.int64)
+        rows, current = [], -1
+        for k, x in enumerate(merges):
+            if isinstance(x.xfer, tuple):
+                rows.append(x.xfer)
+                current = self._xn + len(rows) - 1
+            if x.xfer is not None:
+                xfer[k] = current
+        self._new_xfer = rows
         src, dst = self.base.core.edge_arrays()
         src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
         s, d = rep[src], rep[dst]
         keep = s != d
-        extra_s, extra_d = [], []
-        if self._dups:
-            dup_of = {t: g for t, g in self._dups}
-            for t, g in self._dups:   # the duplicated member no longer feeds its group ...
-                keep &= ~((src == t) & (d == g))
-            dup_ids = np.fromiter(dup_of, dtype=np.int64)
-            into = np.isin(dst, dup_ids)
-            for a, t in zip(s[into].tolist(), dst[into].tolist()):  # ... the group waits for what it waits for
-                extra_s.append(a)
-                extra_d.append(dup_of[t])
-        s = np.concatenate([s[keep], np.asarray(extra_s, dtype=np.int64)])
-        d = np.concatenate([d[keep], np.asarray(extra_d, dtype=np.int64)])
-        m = len(self._new)
-        alive = np.concatenate([col["alive"] & (rep[:n] == np.arange(n)), np.ones(m, dtype=bool)])
+        dups = [(t, n + k) for k, x in enumerate(merges) for t in x.dups]
+        extra_s = extra_d = np.zeros(0, dtype=np.int64)
+        if dups:
+            dup_of = dict(dups)
+            dup_t = np.fromiter(dup_of, dtype=np.int64)
+            dup_g = np.fromiter(dup_of.values(), dtype=np.int64)
+            lookup = np.full(n, -1, dtype=np.int64)
+            lookup[dup_t] = dup_g
+            keep &= ~((lookup[src] >= 0) & (d == lookup[src]))      # the duplicated member no longer feeds its group
+            into = lookup[dst] >= 0                                  # ... the group waits for what it waits for
+            extra_s, extra_d = s[into], lookup[dst[into]]
+        s = np.concatenate([s[keep], extra_s])
+        d = np.concatenate([d[keep], extra_d])
+        alive = np.concatenate([col["alive"] & (rep == np.arange(n)), np.ones(m, dtype=bool)])
         ids = np.flatnonzero(alive)
         index = np.full(n + m, -1, dtype=np.int64)
         index[ids] = np.arange(len(ids))
-        s, d = index[s], index[d]
-        pairs = np.unique(np.stack([s, d], axis=1), axis=0) if len(s) else np.zeros((0, 2), dtype=np.int64)
-        self.src, self.dst = pairs[:, 0].copy(), pairs[:, 1].copy()
-        new = self._new
-        cat = lambda key, extra, dt: np.concatenate([col[key], np.asarray(extra, dtype=dt)])[ids]  # noqa: E731
+        num = len(ids)
+        key = np.sort(index[s] * num + index[d], kind="stable")  # nearly sorted already: timsort runs through
+        if key.size > 1:
+            key = key[np.concatenate([[True], key[1:] != key[:-1]])]
+        self.src, self.dst = key // num, key % num      # sorted by source, each edge once
+        cat = lambda k, extra, dt: np.concatenate([col[k], np.asarray(extra, dtype=dt)])[ids]  # noqa: E731
+        xrow = lambda i, dt: np.concatenate([col["xfer_" + i], np.asarray([r[("elements", "bytes", "category").index(i)]  # noqa: E731
+                                                                            for r in rows], dtype=dt)])
         self._cols = {
-            "kind": cat("kind", [x[0] for x in new], np.int8), "device": cat("device", [x[1] for x in new], np.int64),
-            "exe": cat("exe", [x[2] for x in new], np.float64), "priority": cat("priority", [x[3] for x in new], np.int64),
-            "transfer": cat("transfer", [x[4] for x in new], np.int64),
-            "owner": cat("owner", [-1] * m, np.int32), "alive": np.ones(len(ids), dtype=bool),
-            "xfer_elements": np.concatenate([col["xfer_elements"], np.asarray([x[0] for x in self._new_xfer],
-                                                                                dtype=np.int64)]),
-            "xfer_bytes": np.concatenate([col["xfer_bytes"], np.asarray([x[1] for x in self._new_xfer],
-                                                                          dtype=np.int64)]),
-            "xfer_category": np.concatenate([col["xfer_category"], np.asarray([x[2] for x in self._new_xfer],
-                                                                                dtype=np.int8)])}
+            "kind": cat("kind", [x.kind for x in merges], np.int8),
+            "device": cat("device", [x.device for x in merges], np.int64),
+            "exe": cat("exe", [x.exe for x in merges], np.float64), "priority": cat("priority", prio, np.int64),
+            "transfer": cat("transfer", xfer, np.int64), "owner": cat("owner", [-1] * m, np.int32),
+            "alive": np.ones(num, dtype=bool), "xfer_elements": xrow("elements", np.int64),
+            "xfer_bytes": xrow("bytes", np.int64), "xfer_category": xrow("category", np.int8)}
         self.origin = np.where(ids < n, ids, -1)
-        self._merged = {int(index[n + k]): new[k] for k in range(m)}
-        self._check_acyclic()
+        self._first_merged = num - m        # merged tasks come last, in the order of ``merges``
+        self._xfer = xfer
+        if check:
+            self._check_acyclic()
 
     def _check_acyclic(self) -> None:
         """A cycle would make the engine wait forever: refuse it (the plan's check should have)."""
@@ -250,7 +294,8 @@ class FusedGraph:
         o = int(self.origin[t])
         if o >= 0:
             return dataclasses.replace(self.base.task(o), id=t)
-        kind, device, exe, _, xfer, action, name = self._merged[t]
+        x, xfer = self._merges[t - self._first_merged], int(self._xfer[t - self._first_merged])
+        kind, device, exe, action, name = x.kind, x.device, x.exe, x.action, x.name
         if xfer >= 0:
             elements, nbytes, cat = self._new_xfer[xfer - self._xn]
             link_type = self.link_types[device - self.num_compute_devices]

@@ -152,6 +152,7 @@ class Lowering:
         self.op_tasks: dict[str, tuple[range, range]] = {}  # operator -> (forward ids, backward ids) by piece
         self.parts = self.graph.parts  # owner -> (buffer key, device, part)
         self.rings: dict[str, list[WeightRing]] = {}  # weight -> its gradients' ring AllReduces (fusion merges them)
+        self.fusion_cache: dict = {}  # what ``FusedGraph`` derives from this graph, kept across fusion plans
         self._group_ids = 0
 
     # ---- strategy context -----------------------------------------------------------------
@@ -719,6 +720,7 @@ class Lowering:
             self.build(strategy)
             return
         self._set_strategy(strategy)
+        self.fusion_cache.clear()
         ops = set(changed)
         edges, weights = set(), set()
         for name in changed:
