@@ -3,7 +3,8 @@
 ``search(name, SearchRequest(pcg, machine, cost_model, budget=, seed=, ...))`` runs a registered
 algorithm and returns a ``SearchResult`` (strategy, simulated cost, log). Importing this package
 registers every algorithm: FlexFlow's "mcmc", "exhaustive", Unity's "unity" and its "sequential"
-baseline, and the fixed baselines ("data-parallel", "model-parallel", "expert", ...; see
+baseline, DisCo's fusion search "disco" (its fusion policies: ``flexrt.search.fusion_policies``),
+and the fixed baselines ("data-parallel", "model-parallel", "expert", ...; see
 ``flexrt.search.baselines``). ``algorithms()`` lists them; ``algorithm(name)`` says which options
 one takes. The search space (``SearchSpace``, ``OpChoices``) is in ``flexrt.strategy``.
 
@@ -18,7 +19,7 @@ from flexrt.search.api import (Algorithm, SearchLog, SearchRequest, SearchResult
                                fixed_result, register_algorithm, search)
 # Every algorithm module registers its algorithms when imported: import them all, so that every name
 # is known (a module executed again re-registers the same definitions, which is allowed).
-from flexrt.search import baselines, unity
+from flexrt.search import baselines, disco as _disco, unity
 from flexrt.search.exhaustive import exhaustive
 from flexrt.search.mcmc import accept, mcmc
 

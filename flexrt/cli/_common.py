@@ -2,7 +2,8 @@
 model flags (which of FlexFlow's flags a command honours), and the warnings a command gives.
 
 Entry points: ``Parser``, ``UsageError``, ``count``, ``number``, ``check_model_flags``,
-``warn_data_parallel``, ``add_json_flag``, ``emit_json``, ``write_text``.
+``warn_data_parallel``, ``add_json_flag``, ``emit_json``, ``write_text``, ``add_fusion_flag``,
+``fused_result``, ``fusion_arg``.
 """
 
 from __future__ import annotations
@@ -72,6 +73,37 @@ def number(minimum: Optional[float] = None, above: Optional[float] = None, maxim
 
 def add_json_flag(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as one JSON document on stdout")
+
+
+FUSION_CHOICES = ("off", "none", "xla", "combiner", "horovod", "ddp", "jax")
+
+
+def add_fusion_flag(parser, what: str) -> None:
+    """``--fusion POLICY``; FlexFlow's bare ``--fusion`` switch is refused by ``fusion_arg``."""
+    def policy(text: str) -> str:
+        if text and text not in FUSION_CHOICES:   # "": the bare switch, refused by fusion_arg
+            raise argparse.ArgumentTypeError(f"unknown fusion policy {short(text)}; valid: {', '.join(FUSION_CHOICES)}")
+        return text
+    parser.add_argument("--fusion", type=policy, nargs="?", const="", default="off", metavar="POLICY",
+                        help=f"apply a named fusion policy to {what}: {', '.join(FUSION_CHOICES[1:])} "
+                             f"(none: strip any plan); off (default): leave the strategy as it is")
+
+
+def fusion_arg(args, command: str) -> str:
+    """The ``--fusion`` policy; FlexFlow's bare ``--fusion`` switch (no policy) is a usage error."""
+    if args.fusion == "":
+        raise UsageError(command, f"--fusion: flexrt {command} does not use this FlexFlow flag as a switch; give "
+                                  f"a fusion policy: --fusion {{{','.join(FUSION_CHOICES)}}}")
+    return args.fusion
+
+
+def fused_result(policy: str, result, machine, cost, optimizer):
+    """``result`` with policy ``policy``'s fusion plan on its strategy, scored by full simulation."""
+    from flexrt.search import SearchResult
+    from flexrt.search.fusion_policies import apply_policy
+    from flexrt.simulator.simulate import Simulator
+    strategy = apply_policy(policy, result.strategy, machine, cost)
+    return SearchResult(strategy, Simulator(machine, cost, optimizer, detail=False).time_full(strategy), result.log)
 
 
 def emit_json(doc: Any) -> None:

@@ -6,6 +6,10 @@ FlexFlow's search flags (``--budget``, ``--alpha``, ``--only-data-parallel``,
 ``--search-num-workers``, ``--import``, ``--export``) work here as in a definition script.
 Ctrl-C stops the search and keeps (and exports) the best strategy so far.
 
+``--algo disco`` searches the fusion plan of data parallelism (or of the ``--import``ed strategy);
+``--fusion POLICY`` applies a named fusion policy (``flexrt.search.fusion_policies``) to the found
+strategy, or with ``--algo disco`` gives the plan the search starts from.
+
 Every strategy here, the chosen algorithm's and the baselines it is compared with, comes from
 ``flexrt.search.search`` with a ``SearchRequest``; a flag the chosen algorithm does not take
 (``--split-size`` with ``--algo mcmc``, ``--import`` with ``--algo unity``) is an error.
@@ -13,21 +17,25 @@ Every strategy here, the chosen algorithm's and the baselines it is compared wit
 
 from __future__ import annotations
 
-from flexrt.cli._common import add_json_flag, check_model_flags, count, emit_json, number, warn_data_parallel
+from flexrt.cli._common import (add_fusion_flag, add_json_flag, check_model_flags, count, emit_json, fused_result,
+                                fusion_arg, number, warn_data_parallel)
 from flexrt.errors import ConfigError
 from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.machine import load_machine
 from flexrt.model import load_model
 from flexrt.search import SearchRequest, algorithm, describe, search
 from flexrt.search.baselines import expert_name
+from flexrt.search.fusion_policies import apply_policy
 from flexrt.simulator.cost_model import AnalyticCostModel, ProfiledCostModel
-from flexrt.strategy import SearchSpace, export_strategy, load_strategy
+from flexrt.strategy import SearchSpace, data_parallel, export_strategy, load_strategy
 
 NAME = "search"
-HELP = "search for a parallelization strategy (MCMC, exhaustive, or a baseline) and compare it with the baselines"
+HELP = ("search for a parallelization strategy (MCMC, exhaustive, Unity, DisCo's fusion search, or a baseline) and "
+        "compare it with the baselines")
 ACCEPTS_MODEL_FLAGS = True
-ALGOS = ("mcmc", "exhaustive", "unity", "sequential", "data-parallel", "model-parallel", "expert")
-SEARCHES = ("mcmc", "exhaustive", "unity", "sequential")
+ALGOS = ("mcmc", "exhaustive", "unity", "sequential", "disco", "data-parallel", "model-parallel", "expert")
+SEARCHES = ("mcmc", "exhaustive", "unity", "sequential", "disco")
+FUSIONS = ("off", "none", "xla", "combiner", "horovod", "ddp", "jax")
 # FlexFlow's flags (among the model flags) this command honours, beside the batch size.
 HONOURED = frozenset({"search_budget", "search_alpha", "only_data_parallel", "enable_parameter_parallel",
                       "enable_attribute_parallel", "import_strategy_file", "export_strategy_file",
@@ -35,7 +43,8 @@ HONOURED = frozenset({"search_budget", "search_alpha", "only_data_parallel", "en
 # The flag of each algorithm option this command sets (only where given, so that an algorithm's
 # own default applies and a flag the algorithm does not take is an error, not ignored).
 OPTION_FLAGS = {"alpha": "--alpha", "split_size": "--split-size", "cache": "--no-cache", "devices": "--devices",
-                "min_degree": "--min-degree", "enable_pipeline": "--enable-pipeline"}
+                "min_degree": "--min-degree", "enable_pipeline": "--enable-pipeline", "beta": "--beta",
+                "patience": "--patience", "methods": "--methods"}
 
 
 def add_arguments(parser) -> None:
@@ -45,7 +54,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--algo", choices=ALGOS, default="mcmc")
     parser.add_argument("--budget", type=count(0), help="MCMC proposals / exhaustive leaves (default: FFConfig's, 1000)")
     parser.add_argument("--alpha", type=number(above=0.0), help="MCMC: inverse temperature per percent of the data-parallel "
-                        "time; unity: the pruning threshold (candidates over alpha x best are dropped; default 1.05)")
+                        "time; unity, disco: the pruning threshold (candidates over alpha x best are dropped; default 1.05)")
     parser.add_argument("--split-size", type=count(0), default=None,
                         help="unity: minimum operators per subgraph when splitting large graphs (default 10; 0: off)")
     parser.add_argument("--no-cache", action="store_true", help="unity: no machine-mapping cache across candidates")
@@ -54,6 +63,12 @@ def add_arguments(parser) -> None:
                         help="unity: every operator on at least this many devices (default 1)")
     parser.add_argument("--enable-pipeline", action="store_true",
                         help="unity: pipeline parallelism (not implemented yet: refused with an error)")
+    parser.add_argument("--beta", type=count(1), help="disco: each method is applied up to BETA times per candidate "
+                        "(default 10)")
+    parser.add_argument("--patience", type=count(1), help="disco: stop after this many candidates without "
+                        "improvement (default 1000)")
+    parser.add_argument("--methods", help="disco: comma-separated subset of op,dup,allreduce (default all)")
+    add_fusion_flag(parser, "the found strategy; with --algo disco, the plan the search starts from")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only-data-parallel", action="store_true", default=None)
     parser.add_argument("--enable-parameter-parallel", action="store_true", default=None,
@@ -90,9 +105,10 @@ def _options(args, cfg, model_name: str) -> dict:
     alpha_given = any(a.split("=")[0] in ("--alpha", "--search-alpha") for a in cfg.argv)
     given = {"alpha": args.alpha if args.alpha is not None else (cfg.search_alpha if alpha_given else None),
              "split_size": args.split_size, "cache": False if args.no_cache else None, "devices": args.devices,
-             "min_degree": args.min_degree, "enable_pipeline": True if args.enable_pipeline else None}
+             "min_degree": args.min_degree, "enable_pipeline": True if args.enable_pipeline else None,
+             "beta": args.beta, "patience": args.patience, "methods": args.methods}
     options = {k: v for k, v in given.items() if v is not None}
-    if args.algo in ("unity", "sequential") and options.get("alpha", 1.0) < 1.0:
+    if args.algo in ("unity", "sequential", "disco") and options.get("alpha", 1.0) < 1.0:
         raise ConfigError(f"--alpha {options['alpha']:g}: for --algo {args.algo} alpha is the pruning threshold "
                           f"(candidates over alpha x the best are dropped); give a number >= 1")
     takes = algorithm(args.algo).options
@@ -123,11 +139,14 @@ def _initial(args, expert, given: list) -> tuple:
     if given and not takes:
         raise ConfigError(f"--import: --algo {args.algo} takes no initial strategy; algorithms that do: "
                           f"{', '.join(a for a in SEARCHES if 'initial' in algorithm(a).fields)}")
+    if args.algo == "disco":  # DisCo searches the fusion of one strategy: the imported one, else data parallelism
+        return tuple(given)
     return tuple(s for s in ((expert.strategy if expert and takes else None), *given) if s is not None)
 
 
 def run(args, extra) -> int:
     cfg = check_model_flags(NAME, args.model, extra, HONOURED)
+    fusion_arg(args, NAME)
     if cfg.search_num_workers is not None:
         raise ConfigError("--search-num-workers: machine presets fix the devices per node; describe another "
                           "machine in YAML (--machine FILE) and use --nodes / --search-num-nodes for the node count")
@@ -152,10 +171,17 @@ def run(args, extra) -> int:
     expert = search("expert", SearchRequest(base, machine, cost, budget=0, seed=args.seed, optimizer=optimizer,
                                             progress=False, options={"model": loaded.name})) if has_expert else None
     takes_space = "space" in algorithm(args.algo).fields
+    initial = _initial(args, expert, given)
+    if args.algo == "disco" and args.fusion != "off":  # the policy's plan is where the search starts
+        initial = (apply_policy(args.fusion, initial[0] if initial else data_parallel(base, machine), machine, cost),)
     request = SearchRequest(base, machine, cost, budget=budget, seed=args.seed, space=space if takes_space else None,
-                            initial=_initial(args, expert, given), optimizer=optimizer,
+                            initial=initial, optimizer=optimizer,
                             progress=False if (args.no_progress or args.json) else None, options=options)
     result = search(args.algo, request)
+    unfused_s = None
+    if args.algo != "disco" and args.fusion != "off":
+        unfused_s = result.cost_s
+        result = fused_result(args.fusion, result, machine, cost, optimizer)
 
     files = {}
     export = args.export or cfg.export_strategy_file
@@ -171,6 +197,7 @@ def run(args, extra) -> int:
     if args.json:
         emit_json({"model": loaded.name, "machine": machine.name, "num_devices": machine.num_devices,
                    "algorithm": args.algo, "space": str(space), "budget": budget, "seed": args.seed,
+                   "fusion": args.fusion, "unfused_s": unfused_s,
                    "iteration_time_s": result.cost_s, "data_parallel_s": dp.cost_s,
                    "expert_s": expert.cost_s if expert else None,
                    "speedup_over_data_parallel": dp.cost_s / result.cost_s,
@@ -193,6 +220,15 @@ def _print_text(args, model_name: str, machine, space, budget: int, result, dp, 
                                                   f"{n['dp_cache_misses']} misses; " if "dp_cache_hits" in n else "")
               + f"graph {'rewritten' if n.get('rewritten') else 'unchanged'}; chosen: {n.get('chosen')}"
               + ("; INTERRUPTED, keeping the best so far" if log.interrupted else ""))
+    if args.algo == "disco":
+        n = log.notes
+        print(f"search: {log.proposals} fusion plans in {log.elapsed_s:.1f} s ({log.stop_reason}; "
+              f"{n['candidates_per_s']:.1f} candidates/s); improvements by method {n['improvements']}; "
+              f"best plan: {n['groups']} groups, {n['buckets']} buckets"
+              + ("; INTERRUPTED, keeping the best so far" if log.interrupted else ""))
+    if args.fusion != "off":
+        print(f"fusion policy {args.fusion}" + (" (the search's start)" if args.algo == "disco" else
+                                               " applied to the found strategy"))
     if args.algo in ("mcmc", "exhaustive"):
         print(f"search: {log.proposals} {'proposals' if args.algo == 'mcmc' else 'strategies simulated'} in "
               f"{log.elapsed_s:.1f} s ({log.stop_reason}"

@@ -3,7 +3,8 @@ the iteration time, compute vs communication, data moved, link traffic and memor
 
 from __future__ import annotations
 
-from flexrt.cli._common import add_json_flag, check_model_flags, count, emit_json, warn_data_parallel, write_text
+from flexrt.cli._common import (add_fusion_flag, add_json_flag, check_model_flags, count, emit_json, fusion_arg,
+                                warn_data_parallel, write_text)
 from flexrt.errors import ConfigError
 from flexrt.machine import load_machine
 from flexrt.model import load_model
@@ -30,6 +31,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--method", choices=("full", "delta"), default="full",
                         help="full simulation, or delta: reach the strategy from data parallelism one operator "
                              "at a time by delta simulation (same final result)")
+    add_fusion_flag(parser, "the strategy before simulating it")
     parser.add_argument("--cost", choices=("analytic", "profiled"), default="analytic")
     parser.add_argument("--optimizer", choices=[k.short_name for k in OptimizerKind], default="sgd")
     parser.add_argument("--trace", metavar="FILE", help="write the timeline as Chrome trace JSON (Perfetto)")
@@ -63,12 +65,19 @@ def _delta_walk(sim: Simulator, base, machine, target):
 
 def run(args, extra) -> int:
     check_model_flags(NAME, args.model, extra)
+    fusion_arg(args, NAME)
     machine = load_machine(args.machine, nodes=args.nodes)
     loaded = load_model(args.model, extra)
     base = loaded.model.pcg
     strategy = _strategy(args, base, machine)
     cost = AnalyticCostModel() if args.cost == "analytic" else ProfiledCostModel()
     optimizer = OptimizerKind.parse(args.optimizer)
+    if args.fusion != "off":
+        from flexrt.search.fusion_policies import apply_policy
+        if args.method == "delta":
+            raise ConfigError(f"--fusion {args.fusion}: delta simulation walks per-operator changes without fusion; "
+                              f"use --method full")
+        strategy = apply_policy(args.fusion, strategy, machine, cost)
     sim = Simulator(machine, cost, optimizer, detail=bool(args.trace or args.taskgraph),
                     incremental=args.method == "delta")
     steps = None
@@ -87,13 +96,15 @@ def run(args, extra) -> int:
         files["taskgraph"] = write_text(args.taskgraph, sim.graph.to_dot(), "task graph")
     if args.json:
         emit_json({"model": loaded.name, "machine": machine.name, "num_devices": machine.num_devices,
-                   "method": args.method, "delta_steps": steps, "cost": args.cost, **result.to_json(),
+                   "method": args.method, "delta_steps": steps, "cost": args.cost, "fusion": args.fusion,
+                   **result.to_json(),
                    "files": files})
         return 0
     print(f"model {loaded.name} (batch {loaded.config.batch_size}) on {machine.name}: {machine.num_nodes} node(s), "
           f"{machine.num_devices} devices; {args.method} simulation, {args.cost} costs"
           + (f" ({steps} delta steps from data parallelism)" if steps is not None else "")
-          + ("; the strategy file holds its own PCG" if not isinstance(strategy, ConfigStrategy) else ""))
+          + ("; the strategy file holds its own PCG" if not isinstance(strategy, ConfigStrategy) else "")
+          + (f"; fusion policy {args.fusion}" if args.fusion != "off" else ""))
     print(f"iteration time     {result.iteration_time_s * 1e3:.3f} ms   ({result.num_tasks} tasks)")
     print(f"compute / comm     {result.compute_time_s * 1e3:.3f} ms / {result.communication_time_s * 1e3:.3f} ms "
           f"(summed task times)")

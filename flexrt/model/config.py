@@ -57,6 +57,7 @@ class FFConfig:
     num_nodes: int
     profiling: bool
     perform_fusion: bool
+    fusion_policy: str
     workers_per_node: int
     cpus_per_node: int
     legion_flags: Mapping[str, Optional[str]] = field(compare=False)

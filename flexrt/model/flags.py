@@ -81,6 +81,8 @@ def _f(names, attr, kind, default, help, low=None, low_open=False, choices=()) -
 
 # The searches compile can run (flexrt.search's algorithms that search a space; a test keeps them equal).
 SEARCH_ALGORITHMS = ("mcmc", "unity", "sequential", "exhaustive")
+# flexrt's fusion policies (``flexrt.search.fusion_policies``) and DisCo's search
+FUSION_POLICIES = ("off", "xla", "combiner", "horovod", "ddp", "jax", "disco")
 
 # FlexFlow's flags (config.cc / FFConfig::parse_args), defaults as FlexFlow's except where noted.
 FLAGS: tuple[Flag, ...] = (
@@ -115,7 +117,11 @@ FLAGS: tuple[Flag, ...] = (
     _f("--substitution-json", "substitution_json", Kind.PATH, None, "substitution rule file"),
     _f("--nodes", "num_nodes", Kind.INT, 1, "nodes", 1),
     _f("--profiling", "profiling", Kind.SWITCH, False, "profile every operator"),
-    _f("--fusion", "perform_fusion", Kind.SWITCH, False, "fuse operators"),
+    _f("--fusion", "perform_fusion", Kind.SWITCH, False, "fuse operators (flexrt: the xla policy)"),
+    # flexrt's: how compile fuses the chosen strategy (DisCo): a named policy, or disco's search
+    _f("--fusion-policy", "fusion_policy", Kind.TEXT, "off",
+       "fusion of the strategy: off, xla, combiner, horovod, ddp, jax, or disco (DisCo's search)",
+       choices=FUSION_POLICIES),
     # Legion's processor counts, which FlexFlow reads as devices per node.
     _f("-ll:gpu", "workers_per_node", Kind.INT, 1, "devices (GPUs) per node", 1),
     _f("-ll:cpu", "cpus_per_node", Kind.INT, 1, "CPU processors per node", 0),

@@ -260,6 +260,7 @@ class TrainingMixin:
             strategy = _search_strategy(self.pcg, machine, cfg)
         else:
             strategy = data_parallel(self.pcg, machine, min(cfg.total_workers, machine.num_devices))
+        strategy = _fused_strategy(strategy, machine, cfg)
         if cfg.export_strategy_file:
             try:
                 export_strategy(cfg.export_strategy_file, strategy, machine)
@@ -580,6 +581,26 @@ def _script_machine(cfg):
     if _gpus_given(cfg):
         return local_machine(cfg.workers_per_node, nodes=cfg.num_nodes)
     return load_machine("local", nodes=nodes)
+
+
+def _fused_strategy(strategy, machine, cfg):
+    """The strategy fused as ``--fusion-policy`` says (FlexFlow's bare ``--fusion``: the xla policy,
+    greedy fusion of operators with one layout): a named policy, or ``disco``: DisCo's search from
+    the strategy (bounded by ``--budget``). A strategy read with its own plan keeps it unless a policy
+    is asked for."""
+    policy = cfg.fusion_policy
+    if policy == "off" and cfg.perform_fusion:
+        policy = "xla"
+    if policy == "off":
+        return strategy
+    from flexrt.search import SearchRequest, search
+    from flexrt.search.fusion_policies import apply_policy
+    from flexrt.simulator.cost_model import AnalyticCostModel
+    if policy != "disco":
+        return apply_policy(policy, strategy, machine, AnalyticCostModel())
+    base = strategy.base if hasattr(strategy, "base") else strategy.pcg
+    request = SearchRequest(base, machine, AnalyticCostModel(), budget=cfg.search_budget, initial=(strategy,))
+    return search("disco", request).strategy
 
 
 def _search_requested(cfg) -> bool:

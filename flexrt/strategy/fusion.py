@@ -21,7 +21,8 @@ is not replicated, is replicated on other devices, has another dtype, or is not 
 
 Plans are values: ``to_json`` / ``from_json`` (inside a strategy file, see ``io``) round-trip them.
 
-Entry points: ``FusionGroup``, ``FusionPlan``, ``check_fusion``, ``gradient_order``, ``FusionError``.
+Entry points: ``FusionGroup``, ``FusionPlan``, ``check_fusion`` (with its parts ``check_group_layout``,
+``check_acyclic``, ``ring_device_sets``, which a search reuses), ``gradient_order``, ``FusionError``.
 """
 
 from __future__ import annotations
@@ -189,12 +190,12 @@ def check_fusion(strategy, plan: FusionPlan, machine: Machine, layouts=None, res
             if prev is not None:
                 raise FusionError(f"{where}: operator {short(o)} is already in {g.phase} group {prev}")
             owner_of[(o, g.phase)] = gi
-        _check_same_layout(g, where, wiring, lay, reshards, strategy)
-    _check_acyclic(plan, wiring)
+        check_group_layout(g, where, wiring, lay, reshards, strategy)
+    check_acyclic(plan, wiring)
     _check_buckets(plan, strategy, wiring, lay, reshards)
 
 
-def _check_same_layout(g: FusionGroup, where: str, wiring, lay, reshards, strategy) -> None:
+def check_group_layout(g: FusionGroup, where: str, wiring, lay, reshards, strategy) -> None:
     first = lay(g.ops[0])
     for o in g.ops[1:]:
         if lay(o).devices != first.devices:
@@ -217,7 +218,7 @@ def _check_same_layout(g: FusionGroup, where: str, wiring, lay, reshards, strate
                                       f"{pc} (device {pdev}); a group cannot cross devices or piece layouts")
 
 
-def _check_acyclic(plan: FusionPlan, wiring) -> None:
+def check_acyclic(plan: FusionPlan, wiring) -> None:
     """The (operator, phase) graph with each group's owned members contracted into one node, and each
     duplicated member feeding its group from its own producers, has no cycle."""
     ops = set(wiring.ops)
@@ -268,7 +269,7 @@ def _check_acyclic(plan: FusionPlan, wiring) -> None:
                           f"back, or two groups wait on each other); split them")
 
 
-def _ring_sets(wname: str, wiring, lay, reshards) -> list[tuple]:
+def ring_device_sets(wname: str, wiring, lay, reshards) -> list[tuple]:
     users = sorted(wiring.consumers.get(wname, []), key=lambda u: wiring.position[u[0]])
     plan = reshards.weight([(lay(c), i) for c, i in users])
     return sorted(tuple(d for _, d in reps) for _, reps in plan.instances)
@@ -291,7 +292,7 @@ def _check_buckets(plan: FusionPlan, strategy, wiring, lay, reshards) -> None:
             if w in seen:
                 raise FusionError(f"{where}: weight {short(w)} is already in bucket {seen[w]}")
             seen[w] = bi
-            rings = _ring_sets(w, wiring, lay, reshards)
+            rings = ring_device_sets(w, wiring, lay, reshards)
             if all(len(r) < 2 for r in rings):
                 raise FusionError(f"{where}: weight {short(w)} is not replicated (no gradient to synchronize)")
             if sets is not None and rings != sets:

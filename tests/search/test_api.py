@@ -12,7 +12,7 @@ from flexrt.search import SearchRequest, SearchResult, algorithm, algorithms, re
 from flexrt.search import api
 from flexrt.strategy import SearchSpace, data_parallel
 
-EVERY_ALGORITHM = {"mcmc", "exhaustive", "unity", "sequential", "data-parallel", "model-parallel", "expert",
+EVERY_ALGORITHM = {"mcmc", "disco", "exhaustive", "unity", "sequential", "data-parallel", "model-parallel", "expert",
                    "one-weird-trick", "wu-rnn", "megatron", "neo-dlrm"}
 
 
@@ -140,7 +140,7 @@ def test_an_option_the_algorithm_does_not_take_is_an_error(mlp, p100, cost, name
 
 def test_a_request_field_the_algorithm_does_not_take_is_an_error(mlp, p100, cost):
     dp = data_parallel(mlp, p100)
-    with pytest.raises(ConfigError, match="'unity' takes no initial .*1 strategies.*that do: exhaustive, mcmc"):
+    with pytest.raises(ConfigError, match="'unity' takes no initial .*1 strategies.*that do: disco, exhaustive, mcmc"):
         search("unity", SearchRequest(mlp, p100, cost, initial=(dp,)))
     with pytest.raises(ConfigError, match="'model-parallel' takes no space"):
         search("model-parallel", SearchRequest(mlp, p100, cost, space=SearchSpace.full()))
