@@ -11,9 +11,19 @@ depends on has finished. Two dispatchers share the task semantics:
 
 A ring AllReduce runs as one collective (as NCCL's is) once each member's transfer is ready: the
 members' buffers are assembled, then summed by the ring algorithm, 2(n-1) steps of chunk copies
-between device memories and adds, leaving every member the same sum. Buffers are allocated when
-written and freed after their last reader; live and peak bytes are kept per device. Every task's
-real start and end are recorded (seconds from the start of the iteration).
+between device memories and adds, leaving every member the same sum. A gradient bucket's ring
+(``RingGroup.segments`` > 1) gives each member one flat buffer: each segment is assembled into its
+view of it, the view is that segment's buffer (the updates read it: nothing is copied out), and
+the ring sums the flat buffers. Buffers are allocated when written and freed after their last
+reader (a flat buffer when its last segment is); live and peak bytes are kept per device. Every
+task's real start and end are recorded (seconds from the start of the iteration).
+
+A fused task (``Fused``) runs its members one after the other. A recomputed (duplicated) member
+works on the task's own buffers: its operands are assembled into a dict local to the task and its
+outputs kept there, and the members after it read them from there. A forward chain of element-wise
+operators whose intermediates no other task reads (``ExecPlan.chains``) is evaluated as one
+expression instead (``flexrt.kernels.fused``: numexpr on NumPy, one kernel on CuPy), its
+intermediates never written; ``chain_runs`` counts those evaluations.
 
 An iteration runs whole (``run``: inputs and labels given at once) or in two parts: ``forward``
 runs the plan's forward phase (``ExecPlan.forward_phase``: no label needed) and keeps every
@@ -28,6 +38,7 @@ Entry points: ``Executor``, ``IterationResult``.
 from __future__ import annotations
 
 import heapq
+import math
 import threading
 import time
 from collections import defaultdict
@@ -40,10 +51,11 @@ from flexrt.errors import FlexrtError, ShapeError, StrategyError
 from flexrt.kernels.losses import LossType, fuses_with_softmax, loss_forward
 from flexrt.kernels.metrics import MetricsAccumulator, MetricsType
 from flexrt.kernels.optimizers import OptimizerKind, adam_update, sgd_update
+from flexrt.kernels.fused import backward_reads
 from flexrt.kernels.registry import backward_kernel, forward_kernel
 from flexrt.runtime.plan import ExecPlan
 from flexrt.runtime.reference import loss_gradient
-from flexrt.simulator.actions import HOST, Backward, Buf, Forward, Key, Loss, Move, RingStep, Sum, Update
+from flexrt.simulator.actions import HOST, Backward, Buf, Forward, Fused, Key, Loss, Move, RingStep, Sum, Update
 
 MODES = ("serial", "threads")
 
@@ -78,6 +90,10 @@ class _State:
 
 def _slices(ranges, box) -> tuple:
     return tuple(slice(lo - o, hi - o) for (lo, hi), (o, _) in zip(box, ranges))
+
+
+def _shape(b: Buf) -> tuple:
+    return tuple(hi - lo for lo, hi in b.ranges)
 
 
 def _fused_softmax(plan: ExecPlan, loss: LossType):
@@ -128,25 +144,49 @@ class Executor:
         self._pass = None                 # the _State of a forward pass whose rest has not run
         self._held: frozenset = frozenset()  # buffers kept for reading until the next pass
         self._has_pass = False            # a forward pass has run since the weights were placed
+        self._views: dict = {}            # a bucket segment's buffer -> [live views, bytes] of its flat buffer
+        self.chain_runs = 0               # fused element-wise chains evaluated as one expression
 
     # ---- memory ------------------------------------------------------------------------------
     def _alloc(self, bid, arr) -> None:
         key, dev = bid
         with self._lock:
-            old = self.mem[dev].get(key)
-            if old is not None:
-                self.live[dev] -= old.nbytes
+            self._drop(bid)
             self.mem[dev][key] = arr
             self.live[dev] += arr.nbytes
             if self.live[dev] > self.peak[dev]:
                 self.peak[dev] = self.live[dev]
 
-    def _free(self, bid) -> None:
-        key, dev = bid
+    def _alloc_views(self, views: list, dev: int, nbytes: int) -> None:
+        """Register ``views`` ((buffer id, view) on ``dev``) of one flat buffer of ``nbytes``: the flat
+        buffer counts once, until its last view is freed."""
+        record = [len(views), nbytes]
         with self._lock:
-            arr = self.mem[dev].pop(key, None)
-            if arr is not None:
-                self.live[dev] -= arr.nbytes
+            for bid, v in views:
+                self._drop(bid)
+                self.mem[dev][bid[0]] = v
+                self._views[bid] = record
+            self.live[dev] += nbytes
+            if self.live[dev] > self.peak[dev]:
+                self.peak[dev] = self.live[dev]
+
+    def _drop(self, bid) -> None:
+        """Forget buffer ``bid`` and its bytes (the caller holds the lock)."""
+        key, dev = bid
+        arr = self.mem[dev].pop(key, None)
+        if arr is None:
+            return
+        record = self._views.pop(bid, None)
+        if record is None:
+            self.live[dev] -= arr.nbytes
+            return
+        record[0] -= 1
+        if record[0] == 0:
+            self.live[dev] -= record[1]
+
+    def _free(self, bid) -> None:
+        with self._lock:
+            self._drop(bid)
 
     def get(self, bid):
         key, dev = self.plan.canonical(bid)
@@ -190,37 +230,88 @@ class Executor:
                 for b in self.plan.weight_instances}
 
     # ---- actions -------------------------------------------------------------------------------
-    def _assemble(self, b: Buf) -> None:
+    def _source(self, bid, box, local: Optional[dict]):
+        """The ``box`` of buffer ``bid``: from a fused task's ``local`` buffers when it is one of
+        them, else from device memory."""
+        if local is not None and bid in local:
+            return local[bid][_slices(self.plan.decl[bid].ranges, box)]
+        return self.view(bid, box)
+
+    def _assemble(self, b: Buf, local: Optional[dict] = None, keep: bool = False, out=None) -> None:
+        """Assemble ``b`` from its parts into device memory (an alias is its source already). A fused
+        task passes its ``local`` buffers (parts whose source is there read it) and ``keep`` to
+        hold ``b`` there instead (a recomputed member's operand); ``out`` is the (zeroed) array to
+        assemble into, registered by the caller (a bucket's segment view)."""
         bid = (b.key, b.device)
+        parts = self.plan.parts.get(bid, ())
         if bid in self.plan.alias:
+            if keep:
+                (p,) = parts
+                local[bid] = self._source((p.src, p.device), p.box, local)
             return
-        arr = self.backend.full(tuple(hi - lo for lo, hi in b.ranges), b.dtype, b.fill, b.device)
-        for p in self.plan.parts.get(bid, ()):
-            src = self.view((p.src, p.device), p.box)
+        if out is None:
+            arr = self.backend.full(_shape(b), b.dtype, b.fill, b.device)
+        else:
+            arr = out
+            if b.fill != 0.0:
+                arr[...] = b.fill
+        for p in parts:
+            src = self._source((p.src, p.device), p.box, local)
             if p.device == HOST:
                 src = self.backend.upload(src, b.device)
             self.backend.put(arr[_slices(b.ranges, p.box)], src, p.add)
-        self._alloc(bid, arr)
+        if keep:
+            local[bid] = arr
+        elif out is None:
+            self._alloc(bid, arr)
 
-    def _forward(self, a: Forward) -> None:
+    def _forward(self, a: Forward, local: Optional[dict] = None, keep: bool = False) -> None:
+        """Run one forward piece; inside a fused task with ``local`` buffers, and with ``keep`` (a
+        recomputed member) on and into them only."""
         for b in a.operands:
-            self._assemble(b)
-        args = [self.xp.zeros_like(self.get((b.key, b.device))) if i in a.zeroed else self.get((b.key, b.device))
+            self._assemble(b, local, keep)
+        get = (lambda bid: local[bid]) if keep else self.get
+        args = [self.xp.zeros_like(get((b.key, b.device))) if i in a.zeroed else get((b.key, b.device))
                 for i, b in enumerate(a.operands)]
         results = forward_kernel(a.attrs.op_type)(self.xp, a.attrs, args)
         for b, r in zip(a.outputs, results):
-            want = tuple(hi - lo for lo, hi in b.ranges)
-            if tuple(r.shape) != want:
+            if tuple(r.shape) != _shape(b):
                 raise ShapeError(f"{a.attrs.op_type.value} '{a.node}': piece computed shape {list(r.shape)}, "
-                                 f"expected {list(want)}")
-            self._alloc((b.key, b.device), r)
+                                 f"expected {list(_shape(b))}")
+            if keep:
+                local[(b.key, b.device)] = r
+            else:
+                self._alloc((b.key, b.device), r)
+
+    def _fused(self, a: Fused, index: int) -> None:
+        """Run a fused task's members in order (a backward group's gradients flow between them
+        through device memory), or its element-wise chain as one expression."""
+        if isinstance(a.members[0], Backward):
+            for m in a.members:
+                self._backward(m)
+            return
+        local: dict = {}
+        chain = self.plan.chains.get(index)
+        if chain is None or chain.internal & self._held:  # a forward pass keeps every output: compute them
+            for m, r in zip(a.members, a.recomputed):
+                self._forward(m, local, r)
+            return
+        args = []
+        for k, j in chain.inputs:
+            b = a.members[k].operands[j]
+            self._assemble(b, local, a.recomputed[k])
+            args.append(local[(b.key, b.device)] if a.recomputed[k] else self.get((b.key, b.device)))
+        out = a.members[-1].outputs[0]
+        self._alloc((out.key, out.device), chain.chain.evaluate(self.xp, args))
+        with self._lock:
+            self.chain_runs += 1
 
     def _backward(self, a: Backward) -> None:
         for b in a.grad_outputs:
             self._assemble(b)
-        ops = [self.xp.zeros_like(self.get((b.key, b.device))) if i in a.zeroed else self.get((b.key, b.device))
-               for i, b in enumerate(a.operands)]
-        outs = [self.get((b.key, b.device)) for b in a.outputs]
+        read_ops, read_outs = backward_reads(a.attrs.op_type, len(a.operands), len(a.outputs))
+        ops = [self._backward_arg(b, i in read_ops, i in a.zeroed) for i, b in enumerate(a.operands)]
+        outs = [self._backward_arg(b, k in read_outs, False) for k, b in enumerate(a.outputs)]
         gouts = [self.get((b.key, b.device)) for b in a.grad_outputs]
         if a.node == self.fused_softmax:  # the loss handed back d loss / d logits already
             grads = [gouts[0].copy()]
@@ -233,6 +324,15 @@ class Executor:
             if g is None or i in a.zeroed:
                 g = self.xp.zeros_like(ops[i])
             self._alloc((b.key, b.device), g)
+
+    def _backward_arg(self, b: Buf, read: bool, zeroed: bool):
+        """An operand or output as a backward kernel takes it: its value where the kernel reads it
+        (zeros where the piece zeroes it), else a stand-in of its shape and dtype holding no memory
+        (the plan does not keep what no backward reads)."""
+        if read:
+            arr = self.get((b.key, b.device))
+            return self.xp.zeros_like(arr) if zeroed else arr
+        return self.xp.broadcast_to(self.xp.zeros((), dtype=b.dtype), _shape(b))
 
     def _move(self, a: Move) -> None:
         src = self.view((a.src, a.src_device), a.dst.ranges)
@@ -266,12 +366,32 @@ class Executor:
                 self.metrics.update(self.xp, out, labels)
 
     def _ring(self, group) -> None:
-        """The collective: assemble every member's buffer, then ring reduce-scatter and all-gather."""
-        for b in group.buffers:
-            with self.backend.on(b.device):
+        """The collective: assemble every member's buffers, then ring reduce-scatter and all-gather."""
+        n = group.num_members
+        self._ring_sum([self._member_flat(group, i) for i in range(n)], [group.device(i) for i in range(n)])
+
+    def _member_flat(self, group, i: int):
+        """Member ``i``'s buffers of a ring, assembled, as one flat array the ring sums in place: its
+        one buffer, or (a bucket) a flat buffer whose views are its segments' buffers."""
+        bufs, dev = group.member_buffers(i), group.device(i)
+        with self.backend.on(dev):
+            if group.segments == 1:
+                b = bufs[0]
                 self._assemble(b)
-        flat = [self.get((b.key, b.device)).reshape(-1) for b in group.buffers]
-        devs = [b.device for b in group.buffers]
+                return self.get((b.key, b.device)).reshape(-1)
+            sizes = [math.prod(_shape(b)) for b in bufs]
+            flat = self.backend.full((sum(sizes),), bufs[0].dtype, 0.0, dev)
+            views, off = [], 0
+            for b, size in zip(bufs, sizes):
+                v = flat[off:off + size].reshape(_shape(b))
+                off += size
+                self._assemble(b, out=v)
+                views.append(((b.key, b.device), v))
+            self._alloc_views(views, dev, flat.nbytes)
+            return flat
+
+    def _ring_sum(self, flat: list, devs: list) -> None:
+        """Ring reduce-scatter then all-gather of the members' flat arrays (on ``devs``), in place."""
         n = len(flat)
         size = flat[0].size
         cuts = [size * c // n for c in range(n + 1)]
@@ -295,7 +415,7 @@ class Executor:
         if isinstance(a, RingStep):
             with self._lock:
                 st.arrived[a.group.id] += 1
-                last = st.arrived[a.group.id] == len(a.group.buffers)
+                last = st.arrived[a.group.id] == a.group.num_members
             if not last:
                 return False
             self._ring(a.group)
@@ -310,6 +430,8 @@ class Executor:
                 self._forward(a)
             elif isinstance(a, Backward):
                 self._backward(a)
+            elif isinstance(a, Fused):
+                self._fused(a, task.index)
             elif isinstance(a, Sum):
                 self._assemble(a.dst)
             elif isinstance(a, Update):

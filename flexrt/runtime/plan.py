@@ -16,6 +16,15 @@ derives what the executor needs on every iteration:
 - per operator output, the pieces that hold it (replica 0 of each region; partial sums flagged),
   so that its full value can be gathered after a forward pass (``output_pieces``).
 
+A fused task (``Fused``: a fusion group's members on one piece) reads what its members' parts read
+except the task's private buffers (a recomputed member's operands and outputs, which live inside
+the task only), and writes what its non-recomputed members write; a buffer it assembles from a
+private source is never an alias (its value exists only inside the task). A gradient bucket's ring
+(``RingGroup.segments`` > 1) has several buffers per member, assembled into one flat buffer by the
+executor, so they are never aliases either. A backward reads only the operands and outputs its
+kernel reads (``flexrt.kernels.fused.backward_reads``), so that an intermediate no backward reads
+can stay inside a fused forward task.
+
 Entry point: ``ExecPlan``.
 """
 
@@ -28,8 +37,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from flexrt.errors import StrategyError
-from flexrt.simulator.actions import (HOST, Backward, Buf, BufKind, Forward, Key, Loss, Move, RingStep, Sum, Update,
-                                      gathered)
+from typing import Optional
+
+from flexrt.kernels.fused import CHAIN_OPS, ChainStep, ElementwiseChain, backward_reads
+from flexrt.simulator.actions import (HOST, Backward, Buf, BufKind, Forward, Fused, Key, Loss, Move, RingStep, Sum,
+                                      Update, gathered)
 from flexrt.simulator.simulate import Schedule
 from flexrt.simulator.task_graph import Access, TaskGraph, TaskKind
 
@@ -47,6 +59,18 @@ class PlannedTask:
     reads: tuple            # canonical buffer ids this task is the reader of (freed after their last reader)
     writes: tuple           # canonical buffer ids this task allocates
     transfer: int = -1      # the transfer its hop belongs to (-1: not a transfer)
+
+
+@dataclass(frozen=True, slots=True)
+class FusedChain:
+    """A fused forward task that runs as one element-wise expression: ``chain``'s inputs are the
+    operand buffers ``inputs`` ((member index, operand index) each), its result the last member's
+    output; ``internal`` are the intermediates (buffer ids) that no other task reads and that the
+    expression never writes."""
+
+    chain: ElementwiseChain
+    inputs: tuple
+    internal: frozenset
 
 
 def _box_bytes(buf: Buf) -> int:
@@ -111,17 +135,47 @@ class ExecPlan:
         if missing:
             raise StrategyError(f"plan: parts of {missing[0][0]} read buffers no task writes")
 
-        # aliases: one exact part on the same device, never for buffers summed in place (ring members)
-        # unless their source has no other reader
+        self.alias = self._aliases(assembled, tasks)
+
+        # readers and writers, by canonical buffer
+        self.tasks = self._plan_tasks(tasks)
+        planned = self.tasks
+        self.persistent = {bid for bid in self.decl if bid[0].kind is BufKind.WEIGHT or bid[1] == HOST}
+        self.weight_instances = sorted({(a.weight.key, a.weight.device): a.weight for t in planned
+                                        if isinstance((a := t.action), Update)}.values(), key=lambda b: repr(b.key))
+        self.chains: dict[int, FusedChain] = {}
+        for t in planned:
+            chain = self._chain(t)
+            if chain is not None:
+                self.chains[t.index] = chain
+        self.forward_phase = forward_phase(planned, self.succ)
+        self.output_pieces = output_pieces(tasks, _member_regions(graph, tasks))
+        self.forward_outputs = frozenset((b.key, b.device) for pieces in self.output_pieces.values()
+                                         for b, _ in pieces)
+
+    # ---- helpers ---------------------------------------------------------------------------
+    def _aliases(self, assembled: dict, tasks) -> dict:
+        """One exact part on the same device makes a buffer its source; never for buffers summed in
+        place (ring members) unless their source has no other reader, for a bucket's segments (they
+        live in one flat buffer), nor for a buffer a fused task assembles from its private buffers."""
         uses: dict[BufId, int] = defaultdict(int)
         for ps in self.parts.values():
             for p in ps:
                 uses[(p.src, p.device)] += 1
-        self.alias: dict[BufId, BufId] = {}
+        never = set()
+        for t in tasks:
+            a = t.action
+            if isinstance(a, RingStep) and a.group.segments > 1:
+                never.update((b.key, b.device) for b in a.group.buffers)
+            elif isinstance(a, Fused) and any(r for r in a.recomputed):
+                private = a.private
+                never.update((b.key, b.device) for b in gathered(a)
+                             if any((p.src, p.device) in private for p in self.parts.get((b.key, b.device), ())))
+        alias: dict[BufId, BufId] = {}
         for bid in assembled:
             ps = self.parts.get(bid, [])
             b = self.decl[bid]
-            if len(ps) != 1:
+            if len(ps) != 1 or bid in never:
                 continue
             p = ps[0]
             src = self.decl[(p.src, p.device)]
@@ -130,16 +184,17 @@ class ExecPlan:
                 continue
             if bid[0].kind is BufKind.RING and uses[(p.src, p.device)] != 1:
                 continue
-            self.alias[bid] = (p.src, p.device)
+            alias[bid] = (p.src, p.device)
+        return alias
 
-        # readers and writers, by canonical buffer
+    def _plan_tasks(self, tasks) -> list:
+        """Per task its reads and writes by canonical buffer, and every buffer's reader count."""
         planned = []
         self.readers: dict[BufId, int] = defaultdict(int)
         for i, t in enumerate(tasks):
             reads = set()
-            for b in self._assembled_by(t.action):
-                for p in self.parts.get((b.key, b.device), []):
-                    reads.add(self.canonical((p.src, p.device)))
+            for src in self._part_sources(t.action):
+                reads.add(self.canonical(src))
             for b in self._read(t.action):
                 reads.add(self.canonical((b.key, b.device)))
             writes = set()
@@ -154,16 +209,64 @@ class ExecPlan:
                 self.readers[r] += 1
             planned.append(PlannedTask(i, t.id, t.kind, t.device, t.name, t.action, reads,
                                        tuple(sorted(writes, key=repr)), t.transfer))
-        self.tasks = planned
-        self.persistent = {bid for bid in self.decl if bid[0].kind is BufKind.WEIGHT or bid[1] == HOST}
-        self.weight_instances = sorted({(a.weight.key, a.weight.device): a.weight for t in planned
-                                        if isinstance((a := t.action), Update)}.values(), key=lambda b: repr(b.key))
-        self.forward_phase = forward_phase(planned, self.succ)
-        self.output_pieces = output_pieces(tasks)
-        self.forward_outputs = frozenset((b.key, b.device) for pieces in self.output_pieces.values()
-                                         for b, _ in pieces)
+        return planned
 
-    # ---- helpers ---------------------------------------------------------------------------
+    def _chain(self, t: PlannedTask) -> Optional[FusedChain]:
+        """``t`` as one element-wise expression, or None: every member of a forward fused task is a
+        chainable element-wise operator (``CHAIN_OPS``) with one output, no zeroed operand, and
+        operands and output of one box and floating dtype; a member's operand from another member
+        is that member's output exactly; one member, the last and not recomputed, is the result;
+        and no task but ``t`` reads an intermediate (a recomputed member's are the task's own)."""
+        a = t.action
+        if not isinstance(a, Fused) or not isinstance(a.members[0], Forward):
+            return None
+        first = a.members[0].outputs[0]
+        if np.dtype(first.dtype).kind != "f":
+            return None
+        step_of: dict = {}
+        steps, inputs, internal = [], [], set()
+        for k, (m, r) in enumerate(zip(a.members, a.recomputed)):
+            if m.attrs.op_type not in CHAIN_OPS or m.zeroed or len(m.outputs) != 1 or \
+                    any(b.ranges != first.ranges or b.dtype != first.dtype for b in m.operands + m.outputs):
+                return None
+            args = []
+            for j, b in enumerate(m.operands):
+                ps = self.parts.get((b.key, b.device), ())
+                inner = [p for p in ps if (p.src, p.device) in step_of]
+                if not inner:
+                    args.append(("in", len(inputs)))
+                    inputs.append((k, j))
+                    continue
+                p = ps[0]
+                if len(ps) != 1 or p.box != b.ranges or (p.add and b.fill != 0.0):
+                    return None
+                args.append(("step", step_of[(p.src, p.device)]))
+                if not r:
+                    internal.add((b.key, b.device))
+            step_of[(m.outputs[0].key, m.outputs[0].device)] = k
+            steps.append(ChainStep(m.attrs, tuple(args)))
+            if not r and k < len(a.members) - 1:
+                internal.add((m.outputs[0].key, m.outputs[0].device))
+        used = {j for s in steps for kind, j in s.args if kind == "step"}
+        if used != set(range(len(steps) - 1)) or a.recomputed[-1]:
+            return None
+        canon = {self.canonical(bid) for bid in internal}
+        if any(self.readers.get(c, 0) != (1 if c in t.reads else 0) for c in canon):
+            return None
+        chain = ElementwiseChain(tuple(steps))
+        return FusedChain(chain, tuple(inputs), frozenset(internal | canon)) if chain.fits() else None
+
+    def _part_sources(self, a) -> list:
+        """The sources of the parts of every buffer ``a`` assembles; for a fused task those of every
+        member (recomputed ones included: the task assembles their operands itself) but its private
+        buffers."""
+        if isinstance(a, Fused):
+            private = a.private
+            bufs = [b for m in a.members for b in gathered(m)]
+            return [(p.src, p.device) for b in bufs for p in self.parts.get((b.key, b.device), ())
+                    if (p.src, p.device) not in private]
+        return [(p.src, p.device) for b in self._assembled_by(a) for p in self.parts.get((b.key, b.device), ())]
+
     def _declare(self, b: Buf) -> None:
         bid = (b.key, b.device)
         old = self.decl.get(bid)
@@ -174,6 +277,8 @@ class ExecPlan:
 
     @staticmethod
     def _written(a) -> tuple:
+        if isinstance(a, Fused):
+            return tuple(b for m in a.shared for b in ExecPlan._written(m))
         if isinstance(a, Forward):
             return a.outputs
         if isinstance(a, Backward):
@@ -194,7 +299,9 @@ class ExecPlan:
         if isinstance(a, Forward):
             return a.operands
         if isinstance(a, Backward):
-            return a.operands + a.outputs + a.grad_outputs
+            return backward_buffers(a) + a.grad_outputs
+        if isinstance(a, Fused):
+            return tuple(b for m in a.shared for b in self._read(m))
         if isinstance(a, Move):
             return (self.decl[(a.src, a.src_device)],)
         if isinstance(a, Sum):
@@ -220,6 +327,28 @@ class ExecPlan:
         return len(self.tasks)
 
 
+def backward_buffers(a: Backward) -> tuple:
+    """The operands and outputs of ``a`` whose values its backward kernel reads (the others are
+    passed as stand-ins of their shape and dtype)."""
+    ops, outs = backward_reads(a.attrs.op_type, len(a.operands), len(a.outputs))
+    return tuple(a.operands[i] for i in ops) + tuple(a.outputs[k] for k in outs)
+
+
+def _member_regions(graph, tasks) -> dict:
+    """(operator, piece) -> the write regions of its forward task in the graph a fused graph
+    contracted (``graph.base``), for the forward members of fused tasks; empty without any."""
+    wanted = {(m.node, m.outputs[0].key.piece) for t in tasks if isinstance(t.action, Fused)
+              for m in t.action.shared if isinstance(m, Forward) and m.outputs}
+    base = getattr(graph, "base", None)
+    if not wanted or base is None:
+        return {}
+    out = {}
+    for node, piece, regions, action in base.info.values():
+        if isinstance(action, Forward) and action.outputs and (node, action.outputs[0].key.piece) in wanted:
+            out[(node, action.outputs[0].key.piece)] = regions
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class OutputPieces:
     """The pieces that hold one output of one operator: their buffers and whether they are partial
@@ -232,20 +361,28 @@ class OutputPieces:
         return iter(self.pieces)
 
 
-def output_pieces(tasks) -> dict[tuple[str, int], OutputPieces]:
+def output_pieces(tasks, member_regions=None) -> dict[tuple[str, int], OutputPieces]:
     """(operator, output index) -> the pieces of every replica 0 that hold it, from the forward tasks'
     actions and write regions (a replica holds the same values; a region with a partial-sum index
-    is one addend of the value)."""
+    is one addend of the value). The forward members of fused tasks count too, with their regions
+    from ``member_regions`` ((operator, piece) -> regions); recomputed members do not (their own
+    task holds their output)."""
     found: dict = defaultdict(list)
     for t in tasks:
         a = t.action
-        if not isinstance(a, Forward):
+        if isinstance(a, Forward):
+            members = [(a, t.regions)]
+        elif isinstance(a, Fused):
+            members = [(m, (member_regions or {}).get((m.node, m.outputs[0].key.piece), ()))
+                       for m in a.shared if isinstance(m, Forward) and m.outputs]
+        else:
             continue
-        writes = [r.region for r in t.regions if r.access is Access.WRITE]
-        for k, b in enumerate(a.outputs):
-            region = writes[k] if k < len(writes) else None
-            copy, summed = (region.copy_index, region.sum_index) if region is not None else (0, 0)
-            found[(a.node, k)].append((b.key.piece, copy, summed, b))
+        for m, regions in members:
+            writes = [r.region for r in regions if r.access is Access.WRITE]
+            for k, b in enumerate(m.outputs):
+                region = writes[k] if k < len(writes) else None
+                copy, summed = (region.copy_index, region.sum_index) if region is not None else (0, 0)
+                found[(m.node, k)].append((b.key.piece, copy, summed, b))
     out = {}
     for key, entries in found.items():
         entries.sort(key=lambda e: e[0])
@@ -274,7 +411,8 @@ def forward_phase(tasks, succ) -> list[bool]:
             left[s] -= 1
             if left[s] == 0:
                 ready.append(s)
-    excluded = {i for i, t in enumerate(tasks) if isinstance(t.action, (Loss, Backward, Update))}
+    excluded = {i for i, t in enumerate(tasks) if isinstance(t.action, (Loss, Backward, Update))
+                or (isinstance(t.action, Fused) and isinstance(t.action.members[0], Backward))}
     groups: dict[int, list[int]] = defaultdict(list)
     for i, t in enumerate(tasks):
         if isinstance(t.action, RingStep):

@@ -12,7 +12,9 @@ Every rank holds the same plan (the lowering is deterministic). A rank keeps:
   ranks sums its local members, exchanges that partial sum with every other participating rank
   (tag ``2 * group id + 1``) and adds the partials in rank order, so every rank holds bitwise the
   same sum. (An exchange of partials, O(ranks) messages per rank: right for a few ranks per group;
-  a hierarchical ring would scale further.)
+  a hierarchical ring would scale further.) A gradient bucket's ring sums each member's flat
+  buffer (``Executor._member_flat``: its segments are views of it) the same way;
+- fused tasks run where their device is, like any compute task (a fused task lives on one device).
 
 A dependency from a task on another rank is carried by the message that task's data travels in;
 a dependency on a remote ring member becomes one on the local members of that ring. Any other
@@ -74,7 +76,7 @@ class SpmdExecutor(Executor):
                 if s or r:
                     role[t.index] = RUN if s and r else (SEND if s else RECV)
             elif isinstance(a, RingStep):
-                if own(a.group.buffers[a.member].device):
+                if own(a.group.device(a.member)):
                     role[t.index] = RING
         for t in plan.tasks:  # the other hops of a transfer: no-ops wherever its first hop runs
             if t.device >= d and t.action is None and role.get(hop0.get(t.transfer, -1)):
@@ -168,6 +170,7 @@ class SpmdExecutor(Executor):
         sends: list = []
         arrived: dict[int, int] = {}
         partials: dict[int, dict[int, np.ndarray]] = {g: {} for g in self.group_ranks}
+        flats: dict[int, list] = {}  # group -> this rank's (device, flat buffer) per local member
         heap: list[int] = []
 
         def complete(i: int, start: float) -> None:
@@ -198,21 +201,19 @@ class SpmdExecutor(Executor):
             total = partials[g][ranks[0]].copy()
             for r in ranks[1:]:
                 total += partials[g][r]
-            group = plan.tasks[ms[0]].action.group
-            for b in group.buffers:
-                if self.layout.owns(b.device):
-                    self.backend.put(self.get((b.key, b.device)), self.backend.upload(total, b.device), False)
+            for dev, flat in flats.pop(g):
+                self.backend.put(flat, self.backend.upload(total, dev), False)
             t = clock() - st.t0
             for m in ms:
                 complete(m, t)
 
         def post_group(g: int) -> None:
             group = plan.tasks[self.members[g][0]].action.group
-            b0 = group.buffers[0]
+            size = sum(int(np.prod(_box_shape(b.ranges))) for b in group.member_buffers(0))
             for r in self.group_ranks[g]:
                 if r == self.layout.rank:
                     continue
-                buf = np.empty(_box_shape(b0.ranges), dtype=b0.dtype)
+                buf = np.empty((size,), dtype=group.buffers[0].dtype)
                 pending.append(comm.Irecv(buf, source=r, tag=2 * g + 1))
 
                 def done(r=r, buf=buf):
@@ -232,12 +233,12 @@ class SpmdExecutor(Executor):
                 for m in self.members[g]:
                     complete(m, t)
                 return
-            local = [b for b in group.buffers if self.layout.owns(b.device)]
-            for b in local:
-                self._assemble(b)
-            partial = np.array(self.backend.to_host(self.get((local[0].key, local[0].device))), copy=True)
-            for b in local[1:]:
-                partial += self.backend.to_host(self.get((b.key, b.device)))
+            local = [(group.device(m), self._member_flat(group, m)) for m in range(group.num_members)
+                     if self.layout.owns(group.device(m))]
+            flats[g] = local
+            partial = np.array(self.backend.to_host(local[0][1]), copy=True)
+            for _, flat in local[1:]:
+                partial += self.backend.to_host(flat)
             partials[g][self.layout.rank] = partial
             for r in self.group_ranks[g]:
                 if r != self.layout.rank:

@@ -328,10 +328,13 @@ def check_ring_groups_have_one_step_per_member(L: Lowered) -> None:
             assert plan.ring_groups[t.action.group.id] == t.action.group
     assert set(members) == set(plan.ring_groups)
     for gid, group in plan.ring_groups.items():
-        assert sorted(members[gid]) == list(range(len(group.buffers)))
-        assert len(group.buffers) >= 2
-        assert len({b.device for b in group.buffers}) == len(group.buffers), "two members on one device"
-        assert len({math.prod(hi - lo for lo, hi in b.ranges) for b in group.buffers}) == 1
+        n = group.num_members
+        assert sorted(members[gid]) == list(range(n)) and len(group.buffers) == n * group.segments
+        assert n >= 2
+        assert len({group.device(i) for i in range(n)}) == n, "two members on one device"
+        assert all(b.device == group.device(i) for i in range(n) for b in group.member_buffers(i))
+        sizes = {tuple(math.prod(hi - lo for lo, hi in b.ranges) for b in group.member_buffers(i)) for i in range(n)}
+        assert len(sizes) == 1, "members hold different segment sizes"
         assert len({b.dtype for b in group.buffers}) == 1
 
 
