@@ -113,27 +113,24 @@ class FusedMember:
     recomputed: bool = False
 
 
-def fused_traffic(members: Sequence[FusedMember], phase: str) -> tuple[float, float, DataType]:
-    """(FLOPs, bytes moved to and from device memory, compute dtype) of one fused task: every member's
-    work in one pass. Forward: an operand another member produced is read on chip (its bytes are
-    saved), and a recomputed member's outputs are never written (the task keeps them). Backward:
-    reads and writes as ``BACKWARD_BYTES_FACTOR`` times forward's, less each internal edge's gradient
-    written by one member and read by another (twice its bytes)."""
-    flops = moved = saved = 0.0
-    dtype = None
+def fused_traffic(members: Sequence[FusedMember], phase: str) -> list[tuple[float, float, DataType]]:
+    """Per member of one fused task: (FLOPs, bytes it moves to and from device memory, compute dtype).
+    Forward: an operand another member produced is read on chip (its bytes are saved), and a
+    recomputed member's outputs are never written (the task keeps them). Backward: reads and writes as
+    ``BACKWARD_BYTES_FACTOR`` times forward's, less each internal edge's gradient written by one member
+    and read by another (twice its bytes)."""
+    out = []
     for m in members:
         cost = op_cost(m.attrs, m.inputs, m.outputs)
-        dtype = dtype or compute_dtype(m.inputs, m.outputs)
         internal = sum(m.inputs[i].size_bytes for i in m.internal)
         if phase == "forward":
-            flops += cost.forward_flops
-            moved += cost.bytes_read + cost.bytes_written
-            saved += internal + (cost.bytes_written if m.recomputed else 0)
+            moved = cost.bytes_read + cost.bytes_written - internal - (cost.bytes_written if m.recomputed else 0)
+            flops = cost.forward_flops
         else:
-            flops += cost.backward_flops
-            moved += BACKWARD_BYTES_FACTOR * (cost.bytes_read + cost.bytes_written)
-            saved += 2 * internal
-    return flops, max(moved - saved, 0.0), dtype or DataType.DT_FLOAT
+            moved = BACKWARD_BYTES_FACTOR * (cost.bytes_read + cost.bytes_written) - 2 * internal
+            flops = cost.backward_flops
+        out.append((float(flops), float(max(moved, 0)), compute_dtype(m.inputs, m.outputs)))
+    return out
 
 
 def has_linear_transfers(cost_model) -> bool:
@@ -243,10 +240,13 @@ class AnalyticCostModel:
                        self.name)
 
     def fused_time(self, members: Sequence[FusedMember], phase: str, device: "DeviceSpec") -> float:
-        """One fused task (DisCo's fused operator): one launch, and the roofline of the members' summed
-        FLOPs against the bytes the fused task moves (``fused_traffic``: intermediates stay on chip)."""
-        flops, moved, dtype = fused_traffic(members, phase)
-        return _roofline(device, flops, moved, dtype, self.efficiency(device))
+        """One fused task (DisCo's fused operator): one launch, then each member's roofline on the bytes
+        it still moves (``fused_traffic``: intermediates stay on chip). Members run one after the other
+        inside the kernel: one member's memory time does not hide behind another's FLOPs."""
+        eff = self.efficiency(device)
+        busy = sum(_roofline(device, f, b, dt, eff) - device.launch_overhead_s for f, b, dt in
+                   fused_traffic(members, phase))
+        return max(device.launch_overhead_s + busy, MIN_TASK_S)
 
     def update_time(self, weight: TensorShape, device: "DeviceSpec",
                     optimizer: OptimizerKind = OptimizerKind.SGD) -> float:
