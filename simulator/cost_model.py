@@ -111,6 +111,7 @@ class FusedMember:
     outputs: tuple
     internal: tuple = ()
     recomputed: bool = False
+    sources: tuple = ()     # per operand: the earlier member (its output 0) it reads inside the task, or -1
 
 
 def fused_traffic(members: Sequence[FusedMember], phase: str) -> list[tuple[float, float, DataType]]:
@@ -272,6 +273,7 @@ class AnalyticCostModel:
 
 
 _DEFAULT_FALLBACK = AnalyticCostModel()
+_ANALYTIC_FUSED = _DEFAULT_FALLBACK
 
 
 class ProfiledCostModel:
@@ -376,6 +378,48 @@ class ProfiledCostModel:
         if entry.backward == "derived":
             backward = entry.forward_s * self._backward_ratio(attrs, inputs, outputs, device)
         return OpTimes(entry.forward_s, max(backward, MIN_TASK_S), self.name)
+
+    def fused_time(self, members: Sequence[FusedMember], phase: str, device: "DeviceSpec") -> float:
+        """A fused task measured: its members' forward kernels run as the runtime runs the fused task
+        (one numexpr expression for an element-wise chain, else one after the other, internal operands
+        fed from the members that make them), cached like single operators. Backward is derived by
+        the analytic fused backward / forward ratio. What cannot be measured here goes to the
+        fallback's ``fused_time`` (or its members' times scaled by the analytic fusion ratio)."""
+        reason = next((r for r in (self._why_not_measured(m.attrs, device) for m in members) if r), None)
+        if reason is None:
+            try:
+                key = {"fused": [{"op": m.attrs.op_type.value, "attrs": attrs_to_json(m.attrs),
+                                  "inputs": [[list(x.dims), x.dtype.name] for x in m.inputs],
+                                  "outputs": [[list(x.dims), x.dtype.name] for x in m.outputs],
+                                  "sources": list(m.sources), "recomputed": m.recomputed} for m in members],
+                       "backend": self.backend, "device": {"kind": device.kind, "name": device.name}}
+                memo_key = canonical_json(key)
+            except (FlexrtError, TypeError, ValueError) as e:
+                reason = f"attributes are not JSON ({e})"
+        if reason is not None:
+            log.info("%s: fused task not measured: %s", self.name, reason)
+            if hasattr(self.fallback, "fused_time"):
+                return self.fallback.fused_time(members, phase, device)
+            return _ANALYTIC_FUSED.fused_time(members, phase, device)
+        entry = self._memo.get(memo_key) or self.cache.get(key)
+        if entry is None:
+            be = profiling.backend(self.backend)
+            try:
+                samples = profiling.time_fused(be, members, self.repeats, self.warmup)
+            except Exception as e:  # a member kernel that rejects these shapes must not stop a search
+                log.info("%s: fused task failed (%s: %s); analytic time", self.name, type(e).__name__, e)
+                return self._analytic.fused_time(members, phase, device)
+            self.measurements += 1
+            forward = max(profiling.median(samples), MIN_TASK_S)
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            entry = CacheEntry(forward, forward, "derived", self.repeats, self.warmup, stamp)
+            self.cache.put(key, entry)
+        self._memo[memo_key] = entry
+        if phase == "forward":
+            return entry.forward_s
+        ratio = self._analytic.fused_time(members, "backward", device) / \
+            self._analytic.fused_time(members, "forward", device)
+        return max(entry.forward_s * ratio, MIN_TASK_S)
 
     def update_time(self, weight: TensorShape, device: "DeviceSpec",
                     optimizer: OptimizerKind = OptimizerKind.SGD) -> float:

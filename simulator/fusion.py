@@ -134,9 +134,11 @@ class FusedGraph:
                 fused = []
                 for o in order:
                     attrs, ins, outs = lays[o].classes[lays[o].piece_class[p]]
-                    internal = tuple(i for i in range(len(lays[o].node.inputs))
-                                     if wiring.producer[(o, i)].name in members)
-                    fused.append(FusedMember(attrs, tuple(ins), tuple(outs), internal, o in g.duplicate))
+                    producers = [wiring.producer[(o, i)] for i in range(len(lays[o].node.inputs))]
+                    internal = tuple(i for i, pr in enumerate(producers) if pr.name in members)
+                    sources = tuple(order.index(pr.name) if pr.name in members and pr.index == 0 else -1
+                                    for pr in producers)
+                    fused.append(FusedMember(attrs, tuple(ins), tuple(outs), internal, o in g.duplicate, sources))
                 exe = times_of[key] = fused_piece_time(low.cost, fused, g.phase, times, low._spec(dev))
                 if not exe > 0:
                     raise StrategyError(f"fusion group {gi}: the cost model gave a non-positive time {exe!r}")

@@ -6,7 +6,7 @@ flips, integer operands in [0, 8), and index operands in range for the operator 
 (embedding indices in [0, number of table rows), gather indices in [0, input size along ``dim``)).
 Only the shapes and dtypes matter for the time (FlexFlow's assumption A1).
 
-Entry points: ``Backend``, ``backend``, ``make_operands``, ``time_forward``.
+Entry points: ``Backend``, ``backend``, ``make_operands``, ``time_forward``, ``time_fused``.
 
 Example:
     >>> from flexrt.ir import DataType, TensorShape
@@ -97,6 +97,52 @@ def time_forward(be: Backend, attrs, operands: Sequence, repeats: int, warmup: i
     for _ in range(repeats):
         start = time.perf_counter()
         run_forward(be.xp, attrs, operands)
+        be.synchronize()
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+def time_fused(be: Backend, members: Sequence, repeats: int, warmup: int) -> list[float]:
+    """Seconds of each of ``repeats`` runs of a fused task (``FusedMember``s) after ``warmup``: one
+    numexpr / CuPy expression when every member is a chainable element-wise operator on one shape
+    (``kernels.fused.ElementwiseChain``), else the members' forward kernels one after the other, each
+    internal operand being the output of the member it comes from (``FusedMember.sources``)."""
+    from flexrt.kernels.fused import CHAIN_OPS, ChainStep, ElementwiseChain
+    operands = [make_operands(be, m.attrs, m.inputs, SEED + k) for k, m in enumerate(members)]
+    chain = None
+    if all(m.attrs.op_type in CHAIN_OPS and len(m.outputs) == 1 and m.outputs[0].dtype.is_floating
+           and all(x.dims == m.outputs[0].dims for x in m.inputs) for m in members) and \
+            len({m.outputs[0] for m in members}) == 1:
+        ins, steps = [], []
+        for k, m in enumerate(members):
+            args = []
+            for i, src in enumerate(m.sources or (-1,) * len(m.inputs)):
+                if 0 <= src < k:
+                    args.append(("step", src))
+                else:
+                    args.append(("in", len(ins)))
+                    ins.append(operands[k][i])
+            steps.append(ChainStep(m.attrs, tuple(args)))
+        chain = ElementwiseChain(tuple(steps))
+        chain = chain if chain.fits() else None
+
+    def run():
+        if chain is not None:
+            return chain.evaluate(be.xp, ins)
+        outs: list = []
+        for k, m in enumerate(members):
+            args = [outs[src][0] if 0 <= src < k and outs[src][0].shape == operands[k][i].shape
+                    else operands[k][i] for i, src in enumerate(m.sources or (-1,) * len(m.inputs))]
+            outs.append(run_forward(be.xp, m.attrs, args))
+        return outs
+
+    for _ in range(warmup):
+        run()
+    be.synchronize()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
         be.synchronize()
         samples.append(time.perf_counter() - start)
     return samples

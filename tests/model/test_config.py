@@ -19,6 +19,7 @@ FLAG_CASES = [
     (["--budget", "20"], "search_budget", 20), (["--search-budget", "20"], "search_budget", 20),
     (["--alpha", "1.2"], "search_alpha", 1.2), (["--search-alpha", "1.2"], "search_alpha", 1.2),
     (["--search-algorithm", "unity"], "search_algorithm", "unity"),
+    (["--fusion-policy", "disco"], "fusion_policy", "disco"),
     (["--only-data-parallel"], "only_data_parallel", True),
     (["--enable-parameter-parallel"], "enable_parameter_parallel", True),
     (["--enable-attribute-parallel"], "enable_attribute_parallel", True),

@@ -195,3 +195,49 @@ def test_profiled_like_cost_models_scale_members_by_the_analytic_ratio(dgx):
     fa = [a.graph.task(t).exe_s for t in a.graph.ids() if isinstance(a.graph.task(t).action, Fused)]
     fb = [b.graph.task(t).exe_s for t in b.graph.ids() if isinstance(b.graph.task(t).action, Fused)]
     assert np.allclose(fb, [2 * x for x in fa], rtol=1e-12)
+
+
+# ---- profiled fused tasks ------------------------------------------------------------------------
+
+def test_profiled_fused_task_runs_the_real_fused_kernel_once_then_caches(tmp_path, monkeypatch):
+    from flexrt.ir.op_type import OpType
+    from flexrt.ir.ops import ElementBinaryAttrs, ElementUnaryAttrs
+    from flexrt.ir.tensor_shape import TensorShape
+    from flexrt.kernels import fused as fused_kernels
+    from flexrt.simulator import profiling
+    from flexrt.simulator.cost_model import ProfiledCostModel
+    from tests.simulator.test_cost_model import CPU
+
+    s = TensorShape((64, 128))
+    add, relu = ElementBinaryAttrs(OpType.EW_ADD), ElementUnaryAttrs(OpType.RELU)
+    chain = [FusedMember(add, (s, s), (s,), (), False, (-1, -1)), FusedMember(relu, (s,), (s,), (0,), False, (0,))]
+    evaluated, kernels = [], []
+    real_eval, real_fwd = fused_kernels.ElementwiseChain.evaluate, profiling.run_forward
+    monkeypatch.setattr(fused_kernels.ElementwiseChain, "evaluate",
+                        lambda self, xp, ins: evaluated.append(1) or real_eval(self, xp, ins))
+    monkeypatch.setattr(profiling, "run_forward", lambda xp, a, ops: kernels.append(a.op_type) or real_fwd(xp, a, ops))
+    model = ProfiledCostModel(cache_path=tmp_path / "p.json", repeats=3, warmup=1, flush_interval_s=0)
+    t = model.fused_time(chain, "forward", CPU)
+    assert t > 0 and model.measurements == 1 and len(evaluated) == 4 and not kernels   # one numexpr pass per run
+    assert model.fused_time(chain, "forward", CPU) == t and model.measurements == 1    # cached
+    ratio = COST.fused_time(chain, "backward", CPU) / COST.fused_time(chain, "forward", CPU)
+    assert model.fused_time(chain, "backward", CPU) == pytest.approx(t * ratio)
+    again = ProfiledCostModel(cache_path=tmp_path / "p.json")
+    assert again.fused_time(chain, "forward", CPU) == t and again.measurements == 0    # on disk
+    # a group that is not one element-wise chain runs its members' kernels one after the other
+    lin = FusedMember(*_linear(), (), False, (-1, -1))
+    model.fused_time([lin, FusedMember(relu, (s,), (s,), (0,), False, (0,))], "forward", CPU)
+    assert kernels[:2] == [OpType.LINEAR, OpType.RELU]
+
+
+def _linear():
+    from flexrt.ir.ops import LinearAttrs
+    from flexrt.ir.tensor_shape import TensorShape
+    return LinearAttrs(128, use_bias=False), (TensorShape((64, 32)), TensorShape((32, 128))), (TensorShape((64, 128)),)
+
+
+def test_a_gpu_machine_falls_back_to_the_analytic_fused_time(tmp_path, dgx):
+    from flexrt.simulator.cost_model import ProfiledCostModel
+    s = data_parallel(mlp(), dgx, 2).with_fusion(FusionPlan((FusionGroup(("fc1", "r1")),)))
+    a, p = Simulator(dgx, COST), Simulator(dgx, ProfiledCostModel(cache_path=tmp_path / "p.json"))
+    assert a.time_full(s) == p.time_full(s)
