@@ -299,17 +299,22 @@ cdef class GraphCore:
             self._mem(oid, d, 2, act_bytes[p])
         return base
 
-    def ring(self, int oid, devices, ready, i64 elements, i64 itemsize, int category, reduce_exe):
+    def ring(self, int oid, devices, ready, i64 elements, i64 itemsize, int category, reduce_exe, step_latency=None):
         """Ring AllReduce of ``elements`` over ``devices``: member i sends 2(n-1)/n of the data to
         i + 1 after ``ready[i]`` and ``ready[i + 1]``, then member i + 1 sums (``reduce_exe``).
+        ``step_latency[i]`` (per hop of member i's send) is added to each hop: the latencies of the
+        ring's other 2(n-1) - 1 steps, which the one pipelined transfer per member stands for.
         Returns (per member the task after which it holds the sum, per member its send's first hop)."""
-        cdef i64 n = len(devices), total = 2 * (n - 1) * elements, i, j, share, first, r, a
+        cdef i64 n = len(devices), total = 2 * (n - 1) * elements, i, j, share, first, r, a, h
         firsts = [0] * n
         done = [0] * n
         for i in range(n):
             j = (i + 1) % n
             share = total // n + (1 if i < total % n else 0)
             first = self._emit_transfer(oid, devices[i], devices[j], share, itemsize, category)
+            if step_latency is not None:
+                for h, extra in enumerate(step_latency[i]):
+                    self.exe_[first + h] += <double>extra
             for a in ready[i]:
                 self._after(oid, a, first)
             for a in ready[j]:

@@ -181,6 +181,7 @@ class FusedGraph:
             j = (i + 1) % n
             share = total // n + (1 if i < total % n else 0)
             hop_devs, hop_times = low._hops(devices[i], devices[j], share * dtype.size_bytes)
+            hop_times = [t + x for t, x in zip(hop_times, low.ring_step_latency(devices[i], devices[j], n))]
             hops = [core.hops(r.firsts[i]) for r in rings]
             if any(len(h) != len(hop_devs) for h in hops):
                 raise StrategyError(f"gradient bucket {bi}: its rings take different routes")

@@ -319,7 +319,8 @@ class Lowering:
         adds = TensorShape((max(1, (n - 1) * elements // n),), dtype)
         reduce_exe = self._per_kind(devices, f"{name} sum", lambda spec: self.cost.reduce_time(adds, 2, spec))
         done, firsts = self.core.ring(self._oid(owner), devices, ready, elements, dtype.size_bytes,
-                                      CATEGORY_CODE[category], reduce_exe)
+                                      CATEGORY_CODE[category], reduce_exe,
+                                      [self.ring_step_latency(devices[i], devices[(i + 1) % n], n) for i in range(n)])
         if owner.kind is OwnerKind.WEIGHT:
             self.rings.setdefault(owner.name, []).append(WeightRing(tuple(devices), tuple(firsts), tuple(done),
                                                                     elements, dtype, key, tuple(box)))
@@ -330,6 +331,18 @@ class Lowering:
                 self._name_hops(self.core.hops(firsts[i]), f"{name} ring {i}->{j}", (), RingStep(group, i))
                 self.graph.annotate(done[j], f"{name} ring sum @{devices[j]}")
         return [[t] for t in done], key
+
+    def ring_step_latency(self, src: int, dst: int, n: int) -> tuple:
+        """Per hop of a ring member's send src -> dst, the latency of the ring's other 2(n-1) - 1 steps:
+        a ring AllReduce of n members takes 2(n-1) steps, each paying the route's latency (NCCL's and
+        DisCo's T = C x + D: the constant grows with the ring), while the lowering sends one pipelined
+        transfer per member that pays it once."""
+        key = ("ring", src, dst, n)
+        hit = self._routes.get(key)
+        if hit is None:
+            _, zero = self._hops(src, dst, 0)   # each hop's time for no data: the route's latency
+            hit = self._routes[key] = tuple((2 * (n - 1) - 1) * t for t in zero)
+        return hit
 
     # ---- owners -----------------------------------------------------------------------------
     def _op_time(self, attrs, ins, outs, device: int):
