@@ -64,8 +64,8 @@ LOOP_FUSIBLE = ELEMENT_UNARY | ELEMENT_BINARY | frozenset({OpType.DROPOUT, OpTyp
 EXPENSIVE = frozenset({OpType.EXP, OpType.TANH, OpType.SIGMOID, OpType.GELU, OpType.ELU, OpType.SIN, OpType.COS,
                        OpType.RSQRT, OpType.POW, OpType.EW_DIV, OpType.SCALAR_TRUE_DIV})
 CHEAP = LOOP_FUSIBLE - EXPENSIVE
-LIBRARY = frozenset({OpType.CONV2D, OpType.LINEAR, OpType.BATCH_MATMUL, OpType.MULTIHEAD_ATTENTION, OpType.LSTM,
-                     OpType.EMBEDDING})
+LIBRARY = frozenset({OpType.CONV2D, OpType.LINEAR, OpType.BATCH_MATMUL, OpType.MULTIHEAD_ATTENTION,
+                     OpType.LSH_SELF_ATTENTION, OpType.LSTM, OpType.EMBEDDING})
 
 
 @dataclass(frozen=True)

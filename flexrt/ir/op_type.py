@@ -22,6 +22,7 @@ class OpType(enum.Enum):
     EMBEDDING = "embedding"
     BATCH_MATMUL = "batch_matmul"
     MULTIHEAD_ATTENTION = "multihead_attention"
+    LSH_SELF_ATTENTION = "lsh_self_attention"
     LSTM = "lstm"
     # shape manipulation
     CONCAT = "concat"

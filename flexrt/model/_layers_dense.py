@@ -1,12 +1,14 @@
 """FFModel layers with weights or matrix products: dense, conv2d, pool2d, embedding, batch_norm,
-layer_norm, multihead_attention, batch_matmul, lstm. Signatures are FlexFlow's."""
+layer_norm, multihead_attention, lsh_self_attention, batch_matmul, lstm. Signatures are FlexFlow's
+(lsh_self_attention, which FlexFlow lacks, follows multihead_attention's conventions)."""
 
 from __future__ import annotations
 
 from flexrt.ir.datatype import DataType
 from flexrt.ir.enums import ActiMode, AggrMode, PoolType
 from flexrt.ir.ops import (BatchMatmulAttrs, BatchNormAttrs, Conv2DAttrs, EmbeddingAttrs, LayerNormAttrs,
-                           LinearAttrs, LSTMAttrs, MultiHeadAttentionAttrs, Pool2DAttrs)
+                           LinearAttrs, LSHSelfAttentionAttrs, LSTMAttrs, MultiHeadAttentionAttrs,
+                           Pool2DAttrs)
 from flexrt.model import _check
 
 
@@ -106,6 +108,25 @@ class DenseLayers:
             _check.flag(w, "add_bias_kv", add_bias_kv), _check.flag(w, "add_zero_attn", add_zero_attn))
         return self._add_layer(w, attrs, [query, key, value], name,
                                kernel_initializer=kernel_initializer).outputs[0]
+
+    def lsh_self_attention(self, input, embed_dim, num_heads, n_buckets, n_hashes, chunk_size, causal=False, seed=0,
+                           kernel_initializer=None, name=None):
+        """Reformer's LSH self-attention with shared query/key projections: [N, L, E] -> [N, L, E].
+
+        Each head hashes its vectors into ``n_buckets`` (1, or even) by random rotations drawn from
+        ``seed``, ``n_hashes`` times; positions sorted by bucket attend within chunks of
+        ``chunk_size`` and the previous chunk (``causal``: never to later positions). Weights:
+        wqk, wv, wo [E, E], no biases. Semantics: ``flexrt.ir.ops.lsh_attention``.
+
+        Example: ``ffmodel.lsh_self_attention(x, 512, 8, n_buckets=64, n_hashes=2, chunk_size=64)``.
+        """
+        w = "lsh_self_attention"
+        attrs = LSHSelfAttentionAttrs(
+            _check.integer(w, "embed_dim", embed_dim, 1), _check.integer(w, "num_heads", num_heads, 1),
+            _check.integer(w, "n_buckets", n_buckets, 1), _check.integer(w, "n_hashes", n_hashes, 1),
+            _check.integer(w, "chunk_size", chunk_size, 1), _check.flag(w, "causal", causal),
+            _check.integer(w, "seed", seed, 0))
+        return self._add_layer(w, attrs, [input], name, kernel_initializer=kernel_initializer).outputs[0]
 
     def batch_matmul(self, A, B, a_seq_length_dim=None, b_seq_length_dim=None, name=None):
         """[..., m, k] x [..., k, n] -> [..., m, n]."""

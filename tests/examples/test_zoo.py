@@ -99,9 +99,13 @@ EXACT_PARAMETERS = {
     # Shared token embedding, 512 learned positions, 6 + 6 layers, untied output projection without bias.
     "transformer": (32_000 * 512 + 512 * 512 + 6 * encoder_layer(512, 2048) + 6 * decoder_layer(512, 2048)
                     + 512 * 32_000),
+    # Byte embedding and 4096 learned positions of 1024; 12 reversible layers on halves of 512 (LSH
+    # attention's wqk, wv, wo without biases, two LayerNorms, the FFN); final LayerNorm; output layer.
+    "reformer": (256 * 1024 + 4096 * 1024 + 12 * (3 * 512 * 512 + 2 * layer_norm(512) + dense(512, 2048)
+                                                  + dense(2048, 512)) + layer_norm(1024) + dense(1024, 256)),
 }
 
-SEQUENCE_MODELS = ("bert_large", "transformer", "rnntc", "rnnlm", "nmt")
+SEQUENCE_MODELS = ("bert_large", "transformer", "reformer", "rnntc", "rnnlm", "nmt")
 
 
 def module(name: str):

@@ -2,8 +2,8 @@
 
 from flexrt.ir.ops import (  # noqa: F401  (import registers)
     attention, batch_matmul, batch_norm, bias_add, cast, concat, conv2d, dropout, element_binary, element_unary,
-    embedding, flat, gather, layer_norm, linear, lstm, parallel, pool2d, reduce, reshape, reverse, rms_norm, softmax,
-    source, split, transpose,
+    embedding, flat, gather, layer_norm, linear, lsh_attention, lstm, parallel, pool2d, reduce, reshape, reverse,
+    rms_norm, softmax, source, split, transpose,
 )
 from flexrt.ir.ops.attention import MultiHeadAttentionAttrs
 from flexrt.ir.ops.batch_matmul import BatchMatmulAttrs
@@ -20,6 +20,7 @@ from flexrt.ir.ops.flat import FlatAttrs
 from flexrt.ir.ops.gather import GatherAttrs
 from flexrt.ir.ops.layer_norm import LayerNormAttrs
 from flexrt.ir.ops.linear import LinearAttrs
+from flexrt.ir.ops.lsh_attention import LSHSelfAttentionAttrs
 from flexrt.ir.ops.lstm import LSTMAttrs
 from flexrt.ir.ops.parallel import (AllReduceAttrs, BatchAttrs, CombineAttrs, PipelineAttrs, ReductionAttrs,
                                     RepartitionAttrs, ReplicateAttrs, backward_partner, inverse)
@@ -50,6 +51,7 @@ __all__ = [
     "FlatAttrs",
     "GatherAttrs",
     "InputAttrs",
+    "LSHSelfAttentionAttrs",
     "LSTMAttrs",
     "LayerNormAttrs",
     "LinearAttrs",
