@@ -1,8 +1,9 @@
 """DisCo on this host's runtime (never part of the test run): one model trained with and without the
 fusion plan DisCo's search finds, measured time beside simulated time, and the central law.
 
-The model is an MLP whose layers end in element-wise chains (bias add, GELU-free activations,
-residual adds: what fusion removes launches and memory passes from), data parallel over ``local``
+The model is an MLP whose layers end in element-wise chains (scale, residual add, shift, ReLU: what
+fusion removes launches and memory passes from; none of the chain's intermediates is read by a
+backward kernel, so the runtime evaluates it as one numexpr pass), data parallel over ``local``
 workers (``flexrt.machine.local_machine``: this host split into equal devices). The search scores
 plans with the profiled cost model, so a fused task's time is its real fused kernel measured here
 (numexpr for element-wise chains). Each plan then trains for real (``Session.step``, NumPy
@@ -11,8 +12,8 @@ beside the simulated iteration (devices in parallel) and the summed task times (
 executor should take). The law: float64, three SGD steps, both plans against the one-device
 reference (relative error of the losses and weights).
 
-    python bench/bench_disco_runtime.py [--devices 2] [--batch 512] [--hidden 1024] [--layers 4]
-                                        [--budget 300] [--steps 20] [--repeat 3]
+    python bench/bench_disco_runtime.py [--devices 2] [--batch 2048] [--hidden 1024] [--layers 4]
+                                        [--budget 300] [--steps 20] [--repeat 3] [--cost profiled|analytic]
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from flexrt.runtime.executor import optimizer_step, relative_error
 from flexrt.runtime.reference import ReferenceTrainer
 from flexrt.runtime.session import Session, initial_weights
 from flexrt.search import SearchRequest, search
-from flexrt.simulator.cost_model import ProfiledCostModel
+from flexrt.simulator.cost_model import AnalyticCostModel, ProfiledCostModel
 from flexrt.strategy import data_parallel
 
 
@@ -46,9 +47,9 @@ def model(batch: int, hidden: int, layers: int, dtype):
     for i in range(layers):
         h = m.dense(t, hidden, use_bias=False, name=f"fc{i}")
         h = m.scalar_multiply(h, 0.5, name=f"scale{i}")
-        h = m.relu(h, name=f"relu{i}")
         h = m.add(h, t, name=f"res{i}")
-        t = m.tanh(h, name=f"tanh{i}")
+        h = m.scalar_add(h, 0.1, name=f"shift{i}")
+        t = m.relu(h, name=f"relu{i}")
     t = m.dense(t, 16, name="head")
     m.softmax(t, name="softmax")
     return m.pcg
@@ -87,15 +88,17 @@ def law(plan, args, machine) -> float:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--devices", type=int, default=2)
-    p.add_argument("--batch", type=int, default=512)
+    p.add_argument("--batch", type=int, default=2048)
     p.add_argument("--hidden", type=int, default=1024)
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--budget", type=int, default=300)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--cost", choices=("profiled", "analytic"), default="profiled")
     args = p.parse_args(argv)
     machine = local_machine(args.devices)
-    cost = ProfiledCostModel(cache_path=os.path.join(tempfile.mkdtemp(), "profile.json"))
+    cost = ProfiledCostModel(cache_path=os.path.join(tempfile.mkdtemp(), "profile.json")) \
+        if args.cost == "profiled" else AnalyticCostModel()
     pcg = model(args.batch, args.hidden, args.layers, DataType.DT_FLOAT)
     dp = data_parallel(pcg, machine)
     found = search("disco", SearchRequest(pcg, machine, cost, budget=args.budget, seed=0, initial=(dp,),

@@ -62,6 +62,10 @@ _TEMPLATES = {
 }
 # GELU needs erf, which numexpr lacks: a chain holding it runs member by member.
 CHAIN_OPS = frozenset(_TEMPLATES)
+# Transcendental steps: NumPy's own loops are vectorized (SIMD), numexpr's are scalar libm calls unless
+# it was built with Intel's VML, so on NumPy a chain holding one pays only with VML.
+TRANSCENDENTAL = frozenset({OpType.SIGMOID, OpType.TANH, OpType.ELU, OpType.EXP, OpType.SIN, OpType.COS,
+                            OpType.POW})
 assert CHAIN_OPS == (ELEMENT_UNARY | ELEMENT_BINARY) - {OpType.GELU}
 _SCALAR_OPS = frozenset({OpType.POW, OpType.SCALAR_ADD, OpType.SCALAR_SUB, OpType.SCALAR_MUL,
                          OpType.SCALAR_TRUE_DIV})
@@ -135,6 +139,16 @@ class ElementwiseChain:
             done.append("(" + _TEMPLATES[s.attrs.op_type][col].format(*args, s=f"c{k}") + ")")
         out = done[-1]
         return out[1:-1] if out.startswith("(") and out.endswith(")") else out
+
+    def one_pass_pays(self, xp) -> bool:
+        """Whether evaluating the chain as one expression on ``xp`` beats running its kernels: always
+        on CuPy (one kernel instead of several); on NumPy unless a transcendental step would go through
+        numexpr without VML (measured here: tanh of 1 MB 15x slower than NumPy's)."""
+        if xp is not np:
+            return True
+        import numexpr
+        return bool(getattr(numexpr, "use_vml", False)) or not any(s.attrs.op_type in TRANSCENDENTAL
+                                                                   for s in self.steps)
 
     def fits(self) -> bool:
         """Whether the chain is small enough to evaluate as one expression."""

@@ -292,7 +292,8 @@ class Executor:
             return
         local: dict = {}
         chain = self.plan.chains.get(index)
-        if chain is None or chain.internal & self._held:  # a forward pass keeps every output: compute them
+        # a forward pass keeps every output (compute them); a chain NumPy runs faster goes member by member
+        if chain is None or chain.internal & self._held or not chain.chain.one_pass_pays(self.xp):
             for m, r in zip(a.members, a.recomputed):
                 self._forward(m, local, r)
             return

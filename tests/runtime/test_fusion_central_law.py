@@ -231,7 +231,15 @@ def test_bucket_segments_are_written_by_the_collective_before_their_updates():
     assert readers == len(segment_of)  # each segment is read by its weight instance's update
 
 
-def test_fused_threads_mode_trains_like_one_device():
+@pytest.fixture
+def vml(monkeypatch):
+    """numexpr as if built with VML: its transcendental loops then pay, so tanh chains run as one
+    expression whatever this host's numexpr build (``ElementwiseChain.one_pass_pays``)."""
+    import numexpr
+    monkeypatch.setattr(numexpr, "use_vml", True, raising=False)
+
+
+def test_fused_threads_mode_trains_like_one_device(vml):
     strategy = data_parallel(pcg_of("mlp"), MACHINE, 4)
     session = train_like_one_device("mlp", strategy.with_fusion(plan_of("mlp", "everything", strategy)),
                                     mode="threads")
@@ -319,7 +327,14 @@ def _chain_session(plan):
     return train_like_one_device("mlp", strategy.with_fusion(plan))
 
 
-def test_elementwise_chain_runs_as_one_numexpr_expression():
+def test_without_vml_a_transcendental_chain_runs_member_by_member(monkeypatch):
+    import numexpr
+    monkeypatch.setattr(numexpr, "use_vml", False, raising=False)
+    session = _chain_session(FusionPlan((G(("s1", "s2", "t1")),)))
+    assert session.plan.chains and session.executor.chain_runs == 0   # NumPy's SIMD tanh beats numexpr's libm
+
+
+def test_elementwise_chain_runs_as_one_numexpr_expression(vml):
     session = _chain_session(FusionPlan((G(("s1", "s2", "t1")),)))
     tasks = fused_tasks(session)
     assert {t.index for t in tasks} == set(session.plan.chains)  # every piece's task is one expression
