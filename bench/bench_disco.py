@@ -15,8 +15,7 @@ applied to that strategy and simulated with the analytic cost model:
   AllReduce fusion) on cluster A: each method's contribution.
 
 Batch sizes per GPU follow the models' usual training (DisCo uses the largest that fits). Search
-times are this host's wall time; the load average is printed. Reformer (DisCo's sixth model) is not in
-flexrt's zoo yet.
+times are this host's wall time; the load average is printed. Reformer runs at sequence length 1024.
 
     python bench/bench_disco.py table1 [--clusters disco_a,disco_b] [--models vgg19,resnet50,...]
                                        [--patience N] [--budget N] [--seed S] [--out FILE.json]
@@ -42,7 +41,7 @@ from flexrt.strategy import data_parallel
 
 # model -> (per-GPU batch, extra script flags)
 MODELS = {"vgg19": (32, []), "resnet50": (64, []), "transformer": (32, []), "rnnlm": (64, []),
-          "bert_large": (8, [])}
+          "bert_large": (8, []), "reformer": (4, ["--seq-length", "1024"])}
 BASELINES = ("none", "xla", "combiner", "ddp", "jax", "horovod")
 COST = AnalyticCostModel()
 

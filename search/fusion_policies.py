@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from flexrt.errors import ConfigError
-from flexrt.ir.op_type import ELEMENT_BINARY, ELEMENT_UNARY, OpType
+from flexrt.ir.op_type import LOOP_FUSIBLE, OpType
 from flexrt.machine import Machine
 from flexrt.strategy.fusion import (FusionError, FusionGroup, FusionPlan, check_acyclic, check_group_layout,
                                     ring_device_sets, gradient_order)
@@ -59,8 +59,6 @@ HOROVOD_CYCLE_S = 5e-3              # HOROVOD_CYCLE_TIME
 DDP_BUCKET_BYTES = 25 * MiB         # bucket_cap_mb
 DDP_FIRST_BUCKET_BYTES = 1 * MiB    # dist._DEFAULT_FIRST_BUCKET_BYTES
 
-LOOP_FUSIBLE = ELEMENT_UNARY | ELEMENT_BINARY | frozenset({OpType.DROPOUT, OpType.CAST, OpType.RESHAPE,
-                                                            OpType.FLAT, OpType.TRANSPOSE})
 EXPENSIVE = frozenset({OpType.EXP, OpType.TANH, OpType.SIGMOID, OpType.GELU, OpType.ELU, OpType.SIN, OpType.COS,
                        OpType.RSQRT, OpType.POW, OpType.EW_DIV, OpType.SCALAR_TRUE_DIV})
 CHEAP = LOOP_FUSIBLE - EXPENSIVE

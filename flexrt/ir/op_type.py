@@ -77,6 +77,10 @@ ELEMENT_UNARY = frozenset({
     OpType.RELU, OpType.SIGMOID, OpType.TANH, OpType.GELU, OpType.ELU, OpType.EXP, OpType.SIN, OpType.COS,
     OpType.IDENTITY, OpType.RSQRT, OpType.POW}) | SCALAR_OPS
 REDUCE_OPS = frozenset({OpType.REDUCE_SUM, OpType.MEAN})
+# Loop fusion (XLA's): operators that compute each output element from the same element of their
+# operands (or move elements), so a fused kernel feeds them tile by tile, on chip.
+LOOP_FUSIBLE = ELEMENT_UNARY | ELEMENT_BINARY | frozenset({OpType.DROPOUT, OpType.CAST, OpType.RESHAPE, OpType.FLAT,
+                                                           OpType.TRANSPOSE})
 # Linear in their (only / every) input: f(a1 + a2) = f(a1) + f(a2), so partial sums pass through.
 LINEAR_UNARY = frozenset({OpType.IDENTITY, OpType.SCALAR_MUL, OpType.SCALAR_TRUE_DIV})
 # Sum of partial sums is still a sum: (a1 + a2) + (b1 + b2) = (a1 + b1) + (a2 + b2).
