@@ -12,8 +12,8 @@ from flexrt.errors import MachineSpecError
 from flexrt.machine import calibrated_local_path
 from flexrt.machine.limits import MAX_DEVICES_PER_NODE
 from flexrt.runtime import mpi
-from flexrt.runtime.calibrate import (calibrate, check_devices, check_output_path, mpi_point_to_point,
-                                      write_machine_yaml)
+from flexrt.runtime.calibrate import (calibrate, check_devices, check_output_path, fit_linear, mpi_allreduce,
+                                      mpi_point_to_point, write_machine_yaml)
 from flexrt.runtime.mpi import comm_wait
 
 NAME = "calibrate"
@@ -51,10 +51,12 @@ def run(args, extra) -> int:
             result = calibrate(args.devices, quick=args.quick)
         comm_wait(comm)  # the other ranks sleep meanwhile (a busy barrier would steal the cores measured)
         bandwidth, latency = mpi_point_to_point(comm, quick=args.quick)
+        allreduce = mpi_allreduce(comm, quick=args.quick)
         if comm.Get_rank() != 0:
             return 0
         result = dataclasses.replace(result, mpi_bandwidth=bandwidth, mpi_latency_s=latency,
-                                     ranks=int(os.environ.get("MPI_LOCALNRANKS") or comm.Get_size()))
+                                     ranks=int(os.environ.get("MPI_LOCALNRANKS") or comm.Get_size()),
+                                     allreduce=allreduce, allreduce_ranks=comm.Get_size())
     path = write_machine_yaml(result, output, args.devices)  # loads the text first: a bad file is never written
     if args.json:
         emit_json({"machine_file": str(path), "devices": args.devices, "host": result.to_json()})
@@ -67,6 +69,10 @@ def run(args, extra) -> int:
     if result.mpi_bandwidth:
         rows += [("MPI bandwidth", _rate(result.mpi_bandwidth, "B/s")),
                  ("MPI latency", f"{result.mpi_latency_s * 1e6:10.2f} us")]
+    if len(result.allreduce) >= 2:
+        c, d, r2 = fit_linear(*zip(*result.allreduce))
+        rows += [(f"AllReduce fit ({result.allreduce_ranks} ranks)",
+                  f"T = {c * 1e9:.4g} ns/B x + {d * 1e6:.4g} us (r2 {r2:.4f}, {len(result.allreduce)} sizes)")]
     rows += [(f"{t.op_class}", f"{_rate(t.rate, t.unit)}  {t.shape}") for t in result.throughput]
     width = max(len(name) for name, _ in rows)
     print(f"host ({result.cpu_count} CPUs{', quick' if result.quick else ''}; {result.elapsed_s:.1f} s):")

@@ -25,7 +25,14 @@ temporary file in the same folder, then ``os.replace``), so a failed run never l
 ``local.yaml`` behind; :func:`check_output_path` refuses a path that cannot take it before anything
 is measured.
 
-Entry points: :func:`calibrate`, :func:`check_devices`, :func:`check_output_path`, :func:`write_machine_yaml`.
+Under ``mpiexec`` the ranks also time ``MPI.Allreduce`` from 8 B to 16 MB (:func:`mpi_allreduce`) and fit
+DisCo's collective model T = C x + D (:func:`fit_linear`); the machine file's ``nic``/``network``
+links are then the ones that make flexrt's ring AllReduce over that many ranks take exactly
+C x + D (:func:`ring_link`: 2(n-1) steps, each paying the latency, and 2(n-1)/n of the data per
+member).
+
+Entry points: :func:`calibrate`, :func:`check_devices`, :func:`check_output_path`, :func:`write_machine_yaml`,
+:func:`mpi_allreduce`, :func:`fit_linear`, :func:`ring_link`.
 
 Example:
     >>> result = calibrate(devices=4, quick=True)              # doctest: +SKIP
@@ -113,6 +120,8 @@ class CalibrationResult:
     mpi_bandwidth: float = 0.0                  # bytes/s between two MPI ranks (0: not measured)
     mpi_latency_s: float = 0.0
     ranks: int = 1                              # MPI ranks sharing this host when measured
+    allreduce: tuple = ()                       # (bytes, seconds) of MPI AllReduces over ``allreduce_ranks``
+    allreduce_ranks: int = 0
 
     def __post_init__(self):
         numbers = [f for _, f in self.peak_flops] + [self.memory_bandwidth, self.launch_overhead_s,
@@ -130,7 +139,10 @@ class CalibrationResult:
                 "cpu_count": self.cpu_count, "quick": self.quick, "elapsed_s": self.elapsed_s,
                 "throughput": [{"op_class": t.op_class, "shape": t.shape, "rate": t.rate, "unit": t.unit}
                                for t in self.throughput],
-                "mpi_bandwidth": self.mpi_bandwidth, "mpi_latency_s": self.mpi_latency_s, "ranks": self.ranks}
+                "mpi_bandwidth": self.mpi_bandwidth, "mpi_latency_s": self.mpi_latency_s, "ranks": self.ranks,
+                "allreduce": [list(x) for x in self.allreduce], "allreduce_ranks": self.allreduce_ranks,
+                "allreduce_fit": dict(zip(("c_s_per_byte", "d_s", "r2"), fit_linear(*zip(*self.allreduce))))
+                if len(self.allreduce) >= 2 else None}
 
 
 def mpi_point_to_point(comm, quick: bool = False) -> tuple[float, float]:
@@ -158,6 +170,48 @@ def mpi_point_to_point(comm, quick: bool = False) -> tuple[float, float]:
     latency = max(times[0], 1e-9)
     bandwidth = big.nbytes / max(times[1] - latency, 1e-12)
     return comm.bcast((bandwidth, latency), root=0)
+
+
+def mpi_allreduce(comm, quick: bool = False) -> tuple[tuple[int, float], ...]:
+    """(bytes, seconds) of ``MPI.Allreduce`` (sum) of float64 buffers over every rank, from 8 bytes to
+    16 MB (4 MB quick), each the median of repeats of the slowest rank's time: the samples DisCo's
+    collective model T = C x + D is fitted to (``fit_linear``). Every rank calls it."""
+    from mpi4py import MPI
+    sizes = [8, 64 << 10, 1 << 20, 4 << 20] if quick else [8, 4 << 10, 64 << 10, 512 << 10, 2 << 20, 8 << 20,
+                                                             16 << 20]
+    out = []
+    for size in sizes:
+        send, recv = np.ones(size // 8), np.empty(size // 8)
+        samples = []
+        for _ in range(3 if quick else (20 if size <= 64 << 10 else 5)):
+            comm.Barrier()
+            t = time.perf_counter()
+            comm.Allreduce(send, recv, op=MPI.SUM)
+            samples.append(comm.allreduce(time.perf_counter() - t, op=MPI.MAX))
+        out.append((size, statistics.median(samples)))
+    return tuple(out)
+
+
+def fit_linear(sizes, times) -> tuple[float, float, float]:
+    """DisCo's linear model of a collective, T = C x + D, fitted by least squares to (bytes, seconds):
+    (C in s/byte, D in s, r squared)."""
+    x, y = np.asarray(sizes, dtype=float), np.asarray(times, dtype=float)
+    if len(x) < 2 or np.ptp(x) == 0:
+        raise MachineSpecError(f"fitting T = C x + D needs two or more message sizes, got {list(sizes)}")
+    c, d = np.polyfit(x, y, 1)
+    resid = y - (c * x + d)
+    total = float(np.sum((y - y.mean()) ** 2))
+    return float(c), float(d), (1.0 - float(np.sum(resid ** 2)) / total) if total > 0 else 1.0
+
+
+def ring_link(c: float, d: float, ranks: int) -> tuple[float, float]:
+    """(bandwidth bytes/s, latency s) of the link between two ranks that makes flexrt's ring AllReduce
+    of ``ranks`` members take T = C x + D: the ring's 2(n-1) steps each pay the latency, and each
+    member sends 2(n-1)/n of the data, so bandwidth = 2(n-1) / (n C) and latency = D / (2(n-1))."""
+    if ranks < 2:
+        raise MachineSpecError(f"a collective fit needs at least 2 ranks, got {ranks}")
+    steps = 2 * (ranks - 1)
+    return steps / (ranks * max(c, 1e-15)), max(d, 1e-9) / steps
 
 
 # --- timing ---
@@ -294,7 +348,18 @@ def machine_yaml(result: CalibrationResult, devices: int) -> str:
     check_devices(devices)
     estimate = {link.type: link for link in preset_spec(LOCAL).links}
     nic, network = estimate[LinkType.NIC], estimate[LinkType.NETWORK]
-    if result.mpi_bandwidth > 0:
+    if len(result.allreduce) >= 2:
+        # DisCo's collective model: T = C x + D fitted to measured AllReduces over the ranks, turned into
+        # the network link that makes the ring lowering take exactly that for that many ranks
+        c, d, r2 = fit_linear(*zip(*result.allreduce))
+        bandwidth, latency = ring_link(c, d, result.allreduce_ranks)
+        nic_bw, nic_lat = bandwidth / 1e9, 0.001
+        net_bw, net_lat = bandwidth / 1e9, max((latency * 1e6 - 2 * nic_lat) / 2, 0.001)
+        between = (f"nic and network fit MPI AllReduces over {result.allreduce_ranks} ranks measured here, "
+                   f"T = C x + D with C = {_g(c * 1e9)} ns/B, D = {_g(d * 1e6)} us (r2 {r2:.4f}), as a ring of "
+                   f"{result.allreduce_ranks} ranks takes them; point to point: {_g(result.mpi_bandwidth / 1e9)} "
+                   f"GB/s, {_g(result.mpi_latency_s * 1e6)} us; run with --nodes R under mpiexec -n R.")
+    elif result.mpi_bandwidth > 0:
         # between processes the route is nic, network (up to the switch), network (down), nic; the
         # measured message cost goes on the two network links, the NICs only pass it on (cut-through
         # adds the route's latencies, so the route's total is the measured latency)

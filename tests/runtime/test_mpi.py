@@ -59,10 +59,14 @@ def test_calibrate_under_mpiexec_measures_messages_between_ranks(tmp_path):
                        env=env, capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "MPI latency" in r.stdout and "this rank's share (2 ranks on the host)" in r.stdout
+    assert "AllReduce fit (2 ranks)" in r.stdout
     from flexrt.machine import load_machine
     m = load_machine(str(tmp_path / "local.yaml"), 2)
     text = (tmp_path / "local.yaml").read_text()
-    assert "MPI messages between two ranks measured here" in text
-    measured_us = float(text.split("GB/s, ")[1].split(" us)")[0])
+    # DisCo's T = C x + D, fitted to the AllReduces, sets the links between ranks: a ring of 2 ranks takes
+    # 2 steps, each paying the route's latency D / 2
+    assert "fit MPI AllReduces over 2 ranks measured here" in text
+    d_us = float(text.split("D = ")[1].split(" us")[0])
     route = m.route(0, 2)  # device 0 of rank 0 to device 0 of rank 1
-    assert sum(m.links[link].latency_s for link in route) * 1e6 == pytest.approx(measured_us, rel=1e-3)
+    if d_us / 2 > 0.01:  # a fit whose constant is not positive gets the smallest latency instead
+        assert sum(m.links[link].latency_s for link in route) * 1e6 == pytest.approx(d_us / 2, rel=1e-3)
