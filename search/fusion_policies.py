@@ -44,6 +44,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+import numpy as np
+
 from flexrt.errors import ConfigError
 from flexrt.ir.op_type import LOOP_FUSIBLE, OpType
 from flexrt.machine import Machine
@@ -369,7 +371,6 @@ def fully_overlapped(source) -> float:
         comps = [v for k, v in source.busy_s.items() if not k.startswith("link")]
         return max([0.0] + links + comps)
     graph = source.graph if hasattr(source, "lowering") else source
-    import numpy as np
     col = graph.columns()
     live = col["alive"]
     busy = np.bincount(col["device"][live], weights=col["exe"][live], minlength=graph.num_devices)
