@@ -10,8 +10,10 @@ simulated cost:
 - a valid ``H'`` (``check_fusion``) is simulated; cheaper than the best: it becomes the best and
   the unchanged counter is reset, else the counter grows by one; ``cost(H') <= alpha x best``:
   ``H'`` is enqueued (once: plans are deduplicated by value);
-- stop when ``Q`` is empty, after ``patience`` (1000 in the paper) candidates in a row without
-  improvement, or when ``budget`` candidates have been made.
+- stop after ``patience`` (1000 in the paper) candidates in a row without improvement, or when
+  ``budget`` candidates have been made. When ``Q`` runs empty first (every enqueued plan expanded,
+  which happens quickly with one method alone), the best plan is expanded again: its moves are
+  random, so the search goes on until patience or budget rather than stopping early.
 
 The three methods (DisCo §4.5; each application picks at random and is skipped where it would
 break a rule; DisCo has no splitting move, and neither has this search):
@@ -261,14 +263,16 @@ def disco(pcg: PCG, machine: Machine, cost_model, budget: int = 1000, seed: int 
     bar = Progress(progress_default() if progress is None else progress, budget, "disco")
     state = {"made": 0, "unchanged": 0, "pushed": 1, "best": (cost0, plan0)}   # kept here: Ctrl-C mid-step
     try:
-        while queue and state["unchanged"] < patience and state["made"] < budget:
+        while state["unchanged"] < patience and state["made"] < budget:
+            if not queue:  # every enqueued plan expanded: expand the best again (its moves are random)
+                state["pushed"] += 1
+                heapq.heappush(queue, (state["best"][0], state["pushed"], state["best"][1]))
             cost, _, plan = heapq.heappop(queue)
             _step(plan, methods, beta, moves, ev, alpha, queue, seen, state, log, on_candidate, budget)
             log.record(state["made"], t0, cost, state["best"][0])
             bar.update(state["made"], state["best"][0], log.acceptance_rate)
         log.stop_reason = ("budget spent" if state["made"] >= budget else
-                           f"no improvement in {patience} candidates" if state["unchanged"] >= patience else
-                           "queue empty")
+                           f"no improvement in {patience} candidates")
     except KeyboardInterrupt:
         log.interrupted = True
         log.stop_reason = "interrupted"
