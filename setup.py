@@ -13,7 +13,7 @@ SUBPACKAGE_DIRS = {"kernels": "flexrt.kernels", "simulator": "flexrt.simulator",
                    "examples": "flexrt.examples", "configs": "flexrt.configs"}
 # Folders of data files (no __init__.py) inside a subpackage, installed with their files.
 DATA_PACKAGES = {"flexrt.configs.machines": ["*.yaml", "*.md"], "flexrt.configs.substitutions": ["*.json", "*.md"],
-                 "flexrt.examples.strategies": ["*.json"]}
+                 "flexrt.examples.strategies": ["*.json"], "flexrt.configs.fusion_model": ["*.npz", "*.md"]}
 
 packages = find_packages(include=["flexrt", "flexrt.*"])
 package_dir = {"flexrt": "flexrt"}

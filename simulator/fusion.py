@@ -18,7 +18,7 @@ what is simulated is what runs (DESIGN.md "One task graph, two consumers"):
 Ring AllReduces of one device group share their links: the engine runs each link's transfers one at
 a time in the order they become ready (DisCo §4.4's one channel per group), overlapping computation.
 
-Entry points: ``FusedGraph``, ``fused_piece_time``.
+Entry points: ``FusedGraph``, ``fused_piece_time``, ``fused_members``.
 """
 
 from __future__ import annotations
@@ -64,6 +64,23 @@ def fused_piece_time(cost, members: list, phase: str, unfused: list, spec) -> fl
     which = "forward_s" if phase == "forward" else "backward_s"
     alone = sum(getattr(_ANALYTIC.op_times(m.attrs, list(m.inputs), list(m.outputs), spec), which) for m in members)
     return float(sum(unfused) * _ANALYTIC.fused_time(members, phase, spec) / alone)
+
+
+def fused_members(lowering, order: list, group, piece: int) -> list:
+    """The ``FusedMember``s of ``group``'s task on piece ``piece`` of ``lowering``'s strategy, members in
+    ``order`` (the order they run): each piece's attributes and shapes, the operands it reads from
+    another member (``internal``; ``sources``: from an earlier member's output 0) and whether it is a
+    recomputed duplicate. What a cost model's ``fused_time`` is asked about."""
+    wiring, members = lowering.wiring, set(group.ops)
+    out = []
+    for o in order:
+        lay = lowering.layout(o)
+        attrs, ins, outs = lay.classes[lay.piece_class[piece]]
+        producers = [wiring.producer[(o, i)] for i in range(len(lay.node.inputs))]
+        internal = tuple(i for i, pr in enumerate(producers) if pr.name in members)
+        sources = tuple(order.index(pr.name) if pr.name in members and pr.index == 0 else -1 for pr in producers)
+        out.append(FusedMember(attrs, tuple(ins), tuple(outs), internal, o in group.duplicate, sources))
+    return out
 
 
 class FusedGraph:
@@ -117,7 +134,6 @@ class FusedGraph:
         order = sorted(g.ops, key=wiring.position.__getitem__)
         if phase == 1:
             order.reverse()
-        members = set(g.ops)
         lays = {o: low.layout(o) for o in order}
         times_of: dict = {}
         out = []
@@ -131,14 +147,7 @@ class FusedGraph:
             key = (classes, low._spec_names[dev])
             exe = times_of.get(key)
             if exe is None:
-                fused = []
-                for o in order:
-                    attrs, ins, outs = lays[o].classes[lays[o].piece_class[p]]
-                    producers = [wiring.producer[(o, i)] for i in range(len(lays[o].node.inputs))]
-                    internal = tuple(i for i, pr in enumerate(producers) if pr.name in members)
-                    sources = tuple(order.index(pr.name) if pr.name in members and pr.index == 0 else -1
-                                    for pr in producers)
-                    fused.append(FusedMember(attrs, tuple(ins), tuple(outs), internal, o in g.duplicate, sources))
+                fused = fused_members(low, order, g, p)
                 exe = times_of[key] = fused_piece_time(low.cost, fused, g.phase, times, low._spec(dev))
                 if not exe > 0:
                     raise StrategyError(f"fusion group {gi}: the cost model gave a non-positive time {exe!r}")

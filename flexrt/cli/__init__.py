@@ -5,7 +5,8 @@
     flexrt machines [--json]                    the machine presets
     flexrt machines show NAME [--nodes N] [--json]   devices, links, routes of a machine
     flexrt simulate MODEL --machine M [--strategy FILE | --data-parallel | --random-strategy SEED]
-                    [--method full|delta] [--cost analytic|profiled] [--trace FILE] [--taskgraph FILE] [--json]
+                    [--method full|delta] [--cost analytic|profiled]
+                    [--fused-cost analytic|profiled|learned[:PATH]] [--trace FILE] [--taskgraph FILE] [--json]
     flexrt search MODEL --machine M [--algo mcmc|exhaustive|data-parallel|model-parallel|expert] [--budget N]
                   [--seed S] [--alpha A] [--enable-parameter-parallel] [--enable-attribute-parallel]
                   [--import FILE] [--export FILE] [--plot FILE] [--json]   find a strategy, compare with baselines
@@ -13,6 +14,7 @@
                  [--steps N] [--seed S] [--trace FILE] [--json]   run it: measured beside simulated
     flexrt calibrate [--devices N] [--quick] [--output FILE] [--json]   measure this host, write the `local` machine
     flexrt substitutions generate | verify | stats | show N [--file F] [--json]   the PCG substitution library
+    flexrt fusion-model collect | train | evaluate [...]   the learned fused-operator cost model (DisCo)
 
 Model flags (FlexFlow's: ``-b 64``, ``--budget 100``, ``-ll:gpu 4`` ...) follow MODEL and pass to
 ``FFConfig``. Exit codes: 0 success, 1 a flexrt error (``flexrt: error: ...`` on stderr, one line,
@@ -31,14 +33,14 @@ import traceback
 from typing import Optional, Sequence
 
 from flexrt import __version__
-from flexrt.cli import _calibrate, _machines, _models, _search, _show, _simulate, _substitutions, _train
+from flexrt.cli import _calibrate, _fusion_model, _machines, _models, _search, _show, _simulate, _substitutions, _train
 from flexrt.cli._common import Parser, UsageError
 from flexrt.errors import FlexrtError
 from flexrt.inputs import clip
 from flexrt.runtime import mpi
 
 # Each command module gives NAME, HELP, ACCEPTS_MODEL_FLAGS, add_arguments(parser) and run(args, extra) -> int.
-COMMANDS = (_models, _show, _machines, _simulate, _search, _train, _calibrate, _substitutions)
+COMMANDS = (_models, _show, _machines, _simulate, _search, _train, _calibrate, _substitutions, _fusion_model)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -3,7 +3,7 @@ model flags (which of FlexFlow's flags a command honours), and the warnings a co
 
 Entry points: ``Parser``, ``UsageError``, ``count``, ``number``, ``check_model_flags``,
 ``warn_data_parallel``, ``add_json_flag``, ``emit_json``, ``write_text``, ``add_fusion_flag``,
-``fused_result``, ``fusion_arg``.
+``fused_result``, ``fusion_arg``, ``add_fused_cost_flag``, ``fused_cost_model``.
 """
 
 from __future__ import annotations
@@ -104,6 +104,94 @@ def fused_result(policy: str, result, machine, cost, optimizer):
     from flexrt.simulator.simulate import Simulator
     strategy = apply_policy(policy, result.strategy, machine, cost)
     return SearchResult(strategy, Simulator(machine, cost, optimizer, detail=False).time_full(strategy), result.log)
+
+
+FUSED_COSTS = ("analytic", "profiled", "learned")
+
+
+def add_fused_cost_flag(parser) -> None:
+    """``--fused-cost analytic|profiled|learned[:PATH]``: how a fusion group's task is timed."""
+    def choice(text: str) -> str:
+        if text.partition(":")[0] not in FUSED_COSTS or (text.startswith(("analytic:", "profiled:"))) \
+                or text == "learned:":
+            raise argparse.ArgumentTypeError(f"unknown fused cost {short(text)}; valid: analytic, profiled, "
+                                             f"learned or learned:PATH (a model from `flexrt fusion-model train`)")
+        return text
+    parser.add_argument("--fused-cost", type=choice, metavar="{analytic,profiled,learned[:PATH]}",
+                        help="how fused tasks are timed: analytic (the members' times x the analytic fusion "
+                             "ratio), profiled (measured on this host; needs --cost profiled), learned (DisCo's "
+                             "learned model; PATH, else the packaged configs/fusion_model/local.npz); default: "
+                             "the --cost model's own")
+
+
+def packaged_fusion_model() -> Path:
+    """Where the packaged learned fused-operator model lives (it may be absent)."""
+    from importlib import resources
+    return Path(str(resources.files("flexrt.configs") / "fusion_model" / "local.npz"))
+
+
+def fused_cost_model(args, cost):
+    """``cost`` with its fused tasks timed as ``--fused-cost`` says (``cost`` itself when not given)."""
+    from flexrt.simulator.cost_model import AnalyticCostModel, ProfiledCostModel
+    choice = getattr(args, "fused_cost", None)
+    if choice is None:
+        return cost
+    kind, _, path = choice.partition(":")
+    if kind == "analytic":
+        return cost if isinstance(cost, AnalyticCostModel) else _ScaledFusion(cost)
+    if kind == "profiled":
+        if not isinstance(cost, ProfiledCostModel):
+            raise ConfigError("--fused-cost profiled measures fused tasks on this host; it needs --cost profiled "
+                              "(their operators measured too)")
+        return cost
+    from flexrt.simulator.fused_model import LearnedCostModel, LearnedFusedModel
+    if not path:
+        packaged = packaged_fusion_model()
+        if not packaged.is_file():
+            raise ConfigError(f"--fused-cost learned: no packaged model at {packaged}; train one with `flexrt "
+                              f"fusion-model collect --output S.jsonl` and `flexrt fusion-model train --samples "
+                              f"S.jsonl --output M.npz`, then give --fused-cost learned:M.npz")
+        path = str(packaged)
+    elif not Path(path).is_file():
+        raise ConfigError(f"--fused-cost learned:{path}: no such model file; train one with `flexrt fusion-model "
+                          f"train --samples S.jsonl --output {path}`")
+    return LearnedCostModel(cost, LearnedFusedModel.load(path))
+
+
+class _ScaledFusion:
+    """``base`` without its own ``fused_time``: a fused task then costs its members' own times scaled
+    by the analytic model's fused / unfused ratio (``simulator.fusion.fused_piece_time``)."""
+
+    linear_transfers = False
+
+    def __new__(cls, base):
+        from flexrt.simulator.cost_model import has_linear_transfers
+        return super().__new__(_LinearScaledFusion if has_linear_transfers(base) else cls)
+
+    def __init__(self, base) -> None:
+        self.base = base
+        self.name = f"{getattr(base, 'name', type(base).__name__)}+analytic-fusion"
+
+    def __getattr__(self, name):
+        if name in ("base", "fused_time"):
+            raise AttributeError(name)
+        return getattr(self.base, name)   # flush, cache, measurements, ...
+
+    def op_times(self, attrs, inputs, outputs, device):
+        return self.base.op_times(attrs, inputs, outputs, device)
+
+    def update_time(self, weight, device, *args, **kwargs):
+        return self.base.update_time(weight, device, *args, **kwargs)
+
+    def reduce_time(self, shape, n, device):
+        return self.base.reduce_time(shape, n, device)
+
+    def transfer_time(self, link, num_bytes):
+        return self.base.transfer_time(link, num_bytes)
+
+
+class _LinearScaledFusion(_ScaledFusion):
+    linear_transfers = True
 
 
 def emit_json(doc: Any) -> None:

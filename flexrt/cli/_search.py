@@ -17,8 +17,8 @@ Every strategy here, the chosen algorithm's and the baselines it is compared wit
 
 from __future__ import annotations
 
-from flexrt.cli._common import (add_fusion_flag, add_json_flag, check_model_flags, count, emit_json, fused_result,
-                                fusion_arg, number, warn_data_parallel)
+from flexrt.cli._common import (add_fused_cost_flag, add_fusion_flag, add_json_flag, check_model_flags, count,
+                                emit_json, fused_cost_model, fused_result, fusion_arg, number, warn_data_parallel)
 from flexrt.errors import ConfigError
 from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.machine import load_machine
@@ -81,6 +81,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--export", metavar="FILE", help="write the best strategy (FlexFlow text format if .txt)")
     parser.add_argument("--plot", metavar="FILE", help="draw the best strategy as PNG")
     parser.add_argument("--cost", choices=("analytic", "profiled"), default="analytic")
+    add_fused_cost_flag(parser)
     parser.add_argument("--optimizer", choices=[k.short_name for k in OptimizerKind], default="sgd")
     parser.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     add_json_flag(parser)
@@ -158,7 +159,7 @@ def run(args, extra) -> int:
     budget = args.budget if args.budget is not None else cfg.search_budget
     space = _space(args, cfg)
     options = _options(args, cfg, loaded.name)
-    cost = AnalyticCostModel() if args.cost == "analytic" else ProfiledCostModel()
+    cost = fused_cost_model(args, AnalyticCostModel() if args.cost == "analytic" else ProfiledCostModel())
     imported = args.import_file or cfg.import_strategy_file
     given = [load_strategy(imported, base, machine)] if imported else []  # JSON or FlexFlow text
     optimizer = OptimizerKind.parse(args.optimizer)
@@ -197,7 +198,7 @@ def run(args, extra) -> int:
     if args.json:
         emit_json({"model": loaded.name, "machine": machine.name, "num_devices": machine.num_devices,
                    "algorithm": args.algo, "space": str(space), "budget": budget, "seed": args.seed,
-                   "fusion": args.fusion, "unfused_s": unfused_s,
+                   "fusion": args.fusion, "fused_cost": args.fused_cost, "unfused_s": unfused_s,
                    "iteration_time_s": result.cost_s, "data_parallel_s": dp.cost_s,
                    "expert_s": expert.cost_s if expert else None,
                    "speedup_over_data_parallel": dp.cost_s / result.cost_s,

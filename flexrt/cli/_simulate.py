@@ -3,8 +3,8 @@ the iteration time, compute vs communication, data moved, link traffic and memor
 
 from __future__ import annotations
 
-from flexrt.cli._common import (add_fusion_flag, add_json_flag, check_model_flags, count, emit_json, fusion_arg,
-                                warn_data_parallel, write_text)
+from flexrt.cli._common import (add_fused_cost_flag, add_fusion_flag, add_json_flag, check_model_flags, count,
+                                emit_json, fused_cost_model, fusion_arg, warn_data_parallel, write_text)
 from flexrt.errors import ConfigError
 from flexrt.machine import load_machine
 from flexrt.model import load_model
@@ -33,6 +33,7 @@ def add_arguments(parser) -> None:
                              "at a time by delta simulation (same final result)")
     add_fusion_flag(parser, "the strategy before simulating it")
     parser.add_argument("--cost", choices=("analytic", "profiled"), default="analytic")
+    add_fused_cost_flag(parser)
     parser.add_argument("--optimizer", choices=[k.short_name for k in OptimizerKind], default="sgd")
     parser.add_argument("--trace", metavar="FILE", help="write the timeline as Chrome trace JSON (Perfetto)")
     parser.add_argument("--taskgraph", metavar="FILE", help="write the task graph as Graphviz dot")
@@ -70,7 +71,7 @@ def run(args, extra) -> int:
     loaded = load_model(args.model, extra)
     base = loaded.model.pcg
     strategy = _strategy(args, base, machine)
-    cost = AnalyticCostModel() if args.cost == "analytic" else ProfiledCostModel()
+    cost = fused_cost_model(args, AnalyticCostModel() if args.cost == "analytic" else ProfiledCostModel())
     optimizer = OptimizerKind.parse(args.optimizer)
     if args.fusion != "off":
         from flexrt.search.fusion_policies import apply_policy
@@ -97,6 +98,7 @@ def run(args, extra) -> int:
     if args.json:
         emit_json({"model": loaded.name, "machine": machine.name, "num_devices": machine.num_devices,
                    "method": args.method, "delta_steps": steps, "cost": args.cost, "fusion": args.fusion,
+                   "fused_cost": args.fused_cost,
                    **result.to_json(),
                    "files": files})
         return 0
@@ -104,7 +106,8 @@ def run(args, extra) -> int:
           f"{machine.num_devices} devices; {args.method} simulation, {args.cost} costs"
           + (f" ({steps} delta steps from data parallelism)" if steps is not None else "")
           + ("; the strategy file holds its own PCG" if not isinstance(strategy, ConfigStrategy) else "")
-          + (f"; fusion policy {args.fusion}" if args.fusion != "off" else ""))
+          + (f"; fusion policy {args.fusion}" if args.fusion != "off" else "")
+          + (f"; fused tasks timed {args.fused_cost}" if args.fused_cost else ""))
     print(f"iteration time     {result.iteration_time_s * 1e3:.3f} ms   ({result.num_tasks} tasks)")
     print(f"compute / comm     {result.compute_time_s * 1e3:.3f} ms / {result.communication_time_s * 1e3:.3f} ms "
           f"(summed task times)")

@@ -1,0 +1,529 @@
+"""The learned fused-operator cost model: DisCo's GNN-based Fused Op Estimator (§4.3, §5.2, §6.5).
+
+A fused task's time is predicted from its members: their operator types, sizes, FLOPs, bytes, their
+own measured times and the data dependencies between them (a small graph). The network (multi-head
+graph attention, Eq. 1; a summed embedding, Eq. 2; three dense layers) lives in
+``flexrt.simulator._fused_gat``, forward and backward written in NumPy; it is trained with Adam on
+the squared error of logarithms (Eq. 3).
+
+- ``FusedSample``: one labelled fused task (members, their own times, the fused time, the model it
+  came from), JSON round trip; ``save_samples`` / ``load_samples`` (JSON lines).
+- ``sample_arrays``: a sample's member features and adjacency.
+- ``LearnedFusedModel``: ``fit``, ``predict``, ``save`` / ``load`` (``.npz``).
+- Baselines: ``sum_baseline`` (the members' times added), ``analytic_baseline`` (the analytic fused
+  model on a device), ``LinearFusedModel`` (least squares on aggregate features).
+- ``evaluate`` (DisCo's prediction error |predicted - measured| / measured) and ``plot_cdf`` (Fig. 9).
+- ``LearnedCostModel``: a cost model whose fused tasks are predicted by a ``LearnedFusedModel``.
+
+Entry points: ``LearnedFusedModel``, ``LearnedCostModel``, ``evaluate``.
+
+Example:
+    >>> model = LearnedFusedModel(seed=0)                                      # doctest: +SKIP
+    >>> model.fit(train, epochs=60)                                            # doctest: +SKIP
+    >>> evaluate(model.predict, test)["share_within_14pct"]                    # doctest: +SKIP
+    0.93
+    >>> model.save("fused.npz")                                                # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import zipfile
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
+
+import numpy as np
+
+from flexrt.errors import ConfigError, FlexrtError
+from flexrt.ir.costs import op_cost
+from flexrt.ir.datatype import DataType
+from flexrt.ir.op_type import PARALLEL_OPS, SOURCE_OPS, OpType
+from flexrt.ir.serialize import attrs_from_json, attrs_to_json
+from flexrt.ir.tensor_shape import TensorShape
+from flexrt.simulator import _fused_gat as gat
+from flexrt.simulator.cost_model import MIN_TASK_S, AnalyticCostModel, FusedMember, has_linear_transfers
+
+if TYPE_CHECKING:
+    from flexrt.machine import DeviceSpec, Link
+
+FORMAT_VERSION = 1
+# Operators that can be members of a fused task (compute operators), then a slot for the rest.
+OP_VOCAB: tuple[str, ...] = tuple(t.value for t in OpType if t not in PARALLEL_OPS and t not in SOURCE_OPS) + ("other",)
+NUMERIC_FEATURES = ("log_input_elements", "log_output_elements", "log_flops", "log_bytes", "log_time_s",
+                    "internal", "recomputed", "log_internal_bytes")
+_ANALYTIC = AnalyticCostModel()
+
+
+# ---- samples -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class FusedSample:
+    """One labelled fused task: its members (``FusedMember``, in the order the task runs them), each
+    member's own forward time (seconds, measured alone), the fused task's forward time, and the name
+    of the model it came from.
+
+    Example:
+        >>> FusedSample((relu_member,), (2e-5,), 1.9e-5, "mlp").to_json()["time_s"]   # doctest: +SKIP
+        1.9e-05
+    """
+
+    members: tuple
+    member_times: tuple
+    time_s: float
+    model: str
+
+    def __post_init__(self):
+        object.__setattr__(self, "members", tuple(self.members))
+        object.__setattr__(self, "member_times", tuple(float(t) for t in self.member_times))
+        if not self.members:
+            raise ConfigError("FusedSample: a fused task needs at least one member")
+        if len(self.member_times) != len(self.members):
+            raise ConfigError(f"FusedSample: {len(self.member_times)} member times for {len(self.members)} members")
+        for what, t in [("time_s", self.time_s)] + [(f"member_times[{i}]", t) for i, t in enumerate(self.member_times)]:
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or not (math.isfinite(t) and t > 0):
+                raise ConfigError(f"FusedSample ({self.model}): {what} is {t!r}; expected seconds, finite and > 0")
+
+    def to_json(self) -> dict:
+        return {"model": self.model, "time_s": self.time_s, "member_times": list(self.member_times),
+                "members": [_member_to_json(m) for m in self.members]}
+
+    @staticmethod
+    def from_json(data: dict, where: str = "sample") -> "FusedSample":
+        """The sample ``to_json`` wrote; ``ConfigError`` naming ``where`` if it is not one."""
+        try:
+            members = tuple(_member_from_json(m, f"{where}.members[{i}]") for i, m in enumerate(data["members"]))
+            return FusedSample(members, tuple(data["member_times"]), data["time_s"], str(data["model"]))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            if isinstance(e, ConfigError):
+                raise ConfigError(f"{where}: {e}") from None
+            raise ConfigError(f"{where}: not a fused sample ({type(e).__name__}: {e}); expected keys model, "
+                              f"time_s, member_times, members") from None
+
+
+def _shape_to_json(s: TensorShape) -> dict:
+    return {"dims": list(s.dims), "dtype": s.dtype.name}
+
+
+def _shape_from_json(d: dict, where: str) -> TensorShape:
+    try:
+        return TensorShape(tuple(int(x) for x in d["dims"]), DataType[d["dtype"]])
+    except KeyError as e:
+        raise ConfigError(f"{where}: missing or unknown {e} (a shape is {{'dims': [...], 'dtype': 'DT_FLOAT'}})") from None
+
+
+def _member_to_json(m: FusedMember) -> dict:
+    return {"op": m.attrs.op_type.value, "attrs": attrs_to_json(m.attrs),
+            "inputs": [_shape_to_json(s) for s in m.inputs], "outputs": [_shape_to_json(s) for s in m.outputs],
+            "internal": list(m.internal), "recomputed": bool(m.recomputed), "sources": list(m.sources)}
+
+
+def _member_from_json(d: dict, where: str) -> FusedMember:
+    try:
+        attrs = attrs_from_json(d["op"], d["attrs"], f"{where}.attrs")
+    except FlexrtError as e:
+        raise ConfigError(str(e)) from None
+    return FusedMember(attrs, tuple(_shape_from_json(s, f"{where}.inputs") for s in d["inputs"]),
+                       tuple(_shape_from_json(s, f"{where}.outputs") for s in d["outputs"]),
+                       tuple(int(i) for i in d["internal"]), bool(d["recomputed"]),
+                       tuple(int(i) for i in d["sources"]))
+
+
+def save_samples(path, samples: Sequence[FusedSample]) -> None:
+    """Write ``samples`` as JSON lines (one sample a line)."""
+    with open(path, "w") as f:
+        for s in samples:
+            f.write(json.dumps(s.to_json(), separators=(",", ":")) + "\n")
+
+
+def load_samples(path) -> list[FusedSample]:
+    """The samples of a JSON-lines file (``save_samples``); ``ConfigError`` with file:line on a bad line."""
+    if not os.path.exists(path):
+        raise ConfigError(f"{path}: no such samples file (write one with `flexrt fusion-model collect`)")
+    out = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ConfigError(f"{path}:{n}: not JSON ({e.msg})") from None
+            out.append(FusedSample.from_json(data, f"{path}:{n}"))
+    return out
+
+
+# ---- features ------------------------------------------------------------------------------------
+
+def sample_arrays(members: Sequence[FusedMember], member_times: Sequence[float],
+                  vocab: Sequence[str] = OP_VOCAB) -> tuple[np.ndarray, np.ndarray]:
+    """Per member (DisCo §4.3.1): a one-hot operator type over ``vocab`` (its last slot takes operators
+    outside it), then ``NUMERIC_FEATURES``: log input and output elements, log FLOPs, log bytes moved,
+    log of its own time, whether it reads operands from other members, whether it is recomputed,
+    log bytes of those operands. The adjacency [m, m] links each member with itself and with the
+    members it reads from or that read from it (``sources``; neighbours either way).
+
+    Example:
+        >>> X, A = sample_arrays(sample.members, sample.member_times)    # doctest: +SKIP
+        >>> X.shape, A.shape                                              # doctest: +SKIP
+        ((2, 54), (2, 2))
+    """
+    index = {name: i for i, name in enumerate(vocab)}
+    other = len(vocab) - 1
+    m, v = len(members), len(vocab)
+    X = np.zeros((m, v + len(NUMERIC_FEATURES)))
+    A = np.eye(m)
+    for k, (mem, t) in enumerate(zip(members, member_times)):
+        X[k, index.get(mem.attrs.op_type.value, other)] = 1.0
+        cost = op_cost(mem.attrs, mem.inputs, mem.outputs)
+        internal_bytes = sum(mem.inputs[i].size_bytes for i in mem.internal if i < len(mem.inputs))
+        X[k, v:] = (np.log1p(sum(s.num_elements for s in mem.inputs)),
+                    np.log1p(sum(s.num_elements for s in mem.outputs)),
+                    np.log1p(cost.forward_flops), np.log1p(cost.bytes_read + cost.bytes_written),
+                    np.log(max(float(t), MIN_TASK_S)), float(bool(mem.internal)), float(mem.recomputed),
+                    np.log1p(internal_bytes))
+        for j in mem.sources:
+            if 0 <= j < m and j != k:
+                A[k, j] = A[j, k] = 1.0
+    return X, A
+
+
+def _log_sum_times(sample: FusedSample) -> float:
+    return math.log(sum(sample.member_times))
+
+
+def _batch(arrays: Sequence[tuple[np.ndarray, np.ndarray]], mean: np.ndarray, std: np.ndarray):
+    """Padded (X [B, M, F] normalized, adj [B, M, M] bool, mask [B, M]); padding attends to itself."""
+    B, M, F = len(arrays), max(len(x) for x, _ in arrays), len(mean)
+    X, mask = np.zeros((B, M, F)), np.zeros((B, M))
+    adj = np.broadcast_to(np.eye(M, dtype=bool), (B, M, M)).copy()
+    for b, (x, a) in enumerate(arrays):
+        m = len(x)
+        X[b, :m], mask[b, :m], adj[b, :m, :m] = (x - mean) / std, 1.0, a > 0
+    return X, adj, mask
+
+
+# ---- the model -----------------------------------------------------------------------------------
+
+class LearnedFusedModel:
+    """DisCo's Fused Op Estimator: graph attention over a fused task's members, a summed embedding,
+    three dense layers; predicts log(fused forward time).
+
+    With ``residual`` (default) the network's output is added to log(Σ member times): Eq. 3's loss is
+    unchanged (the offset is a fixed input), the network learns what fusion changes.
+
+    Args:
+        depth, heads, width: attention layers (DisCo: 6), heads per layer, embedding width (a
+            multiple of ``heads``).
+        seed: weights and batch order; training is deterministic for it.
+        residual: predict relative to the members' summed times.
+        vocab: operator names of the one-hot type (the last slot takes the rest).
+        host: where the training times were measured (saved with the weights).
+
+    Example:
+        >>> model = LearnedFusedModel(depth=3, heads=4, width=32, seed=0)    # doctest: +SKIP
+        >>> losses = model.fit(samples, epochs=60)                           # doctest: +SKIP
+        >>> model.predict(samples[:2])                                       # doctest: +SKIP
+        array([2.1e-05, 4.4e-04])
+    """
+
+    def __init__(self, depth: int = 3, heads: int = 4, width: int = 32, seed: int = 0, residual: bool = True,
+                 vocab: Sequence[str] = OP_VOCAB, host: Optional[str] = None):
+        for what, v in (("depth", depth), ("heads", heads), ("width", width)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"LearnedFusedModel: {what} is {v!r}; expected an int >= 1")
+        if width % heads:
+            raise ConfigError(f"LearnedFusedModel: width {width} does not divide into {heads} heads")
+        self.depth, self.heads, self.width, self.seed, self.residual = depth, heads, width, seed, bool(residual)
+        self.vocab = tuple(vocab)
+        if not self.vocab or self.vocab[-1] != "other":
+            raise ConfigError(f"LearnedFusedModel: the vocabulary must end with 'other'; got {self.vocab[-3:]}")
+        self.host = host if host is not None else f"{platform.node()} {platform.machine()} {platform.processor()}".strip()
+        self.num_features = len(self.vocab) + len(NUMERIC_FEATURES)
+        self.params = gat.init_params(self.num_features, depth, heads, width, seed)
+        self.feat_mean = np.zeros(self.num_features)
+        self.feat_std = np.ones(self.num_features)
+        self.target_mean, self.target_std = 0.0, 1.0
+        self.trained = False
+
+    def __repr__(self) -> str:
+        return (f"LearnedFusedModel(depth={self.depth}, heads={self.heads}, width={self.width}, seed={self.seed}, "
+                f"residual={self.residual}, host={self.host!r}, trained={self.trained})")
+
+    def _arrays(self, samples: Sequence[FusedSample]) -> list:
+        return [sample_arrays(s.members, s.member_times, self.vocab) for s in samples]
+
+    def _offsets(self, samples: Sequence[FusedSample]) -> np.ndarray:
+        return np.array([_log_sum_times(s) if self.residual else 0.0 for s in samples])
+
+    def fit(self, samples: Sequence[FusedSample], epochs: int = 60, batch_size: int = 32, lr: float = 3e-3,
+            progress: Optional[Callable[[int, float], None]] = None) -> list[float]:
+        """Train on ``samples`` (features and target normalized on them first) with Adam on Eq. 3;
+        returns the mean training loss (squared error of log seconds) of each epoch.
+        ``progress(epoch, loss)`` is called after each epoch."""
+        if not samples:
+            raise ConfigError("LearnedFusedModel.fit: no samples")
+        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+            raise ConfigError(f"LearnedFusedModel.fit: epochs is {epochs!r}; expected an int >= 1")
+        arrays = self._arrays(samples)
+        rows = np.concatenate([x for x, _ in arrays])
+        v = len(self.vocab)
+        self.feat_mean = np.concatenate([np.zeros(v), rows[:, v:].mean(axis=0)])
+        std = rows[:, v:].std(axis=0)
+        self.feat_std = np.concatenate([np.ones(v), np.where(std > 1e-9, std, 1.0)])
+        target = np.log([s.time_s for s in samples]) - self._offsets(samples)
+        self.target_mean = float(target.mean())
+        self.target_std = float(target.std()) if target.std() > 1e-9 else 1.0
+        scaled = (target - self.target_mean) / self.target_std
+        rng = np.random.default_rng(self.seed)
+        opt = gat.Adam(self.params, lr=lr)
+        losses = []
+        for epoch in range(epochs):
+            order, total = rng.permutation(len(samples)), 0.0
+            for start in range(0, len(order), batch_size):
+                idx = order[start:start + batch_size]
+                X, adj, mask = _batch([arrays[i] for i in idx], self.feat_mean, self.feat_std)
+                out, cache = gat.forward(self.params, X, adj, mask)
+                err = out - scaled[idx]
+                total += float((err ** 2).sum())
+                opt.step(self.params, gat.backward(self.params, cache, 2 * err / len(idx)))
+            losses.append(total / len(samples) * self.target_std ** 2)
+            if progress is not None:
+                progress(epoch, losses[-1])
+        self.trained = True
+        return losses
+
+    def predict_log(self, samples: Sequence[FusedSample], batch_size: int = 256) -> np.ndarray:
+        """log(predicted forward seconds) per sample."""
+        arrays, out = self._arrays(samples), []
+        for start in range(0, len(arrays), batch_size):
+            X, adj, mask = _batch(arrays[start:start + batch_size], self.feat_mean, self.feat_std)
+            out.append(gat.forward(self.params, X, adj, mask)[0])
+        scaled = np.concatenate(out) if out else np.zeros(0)
+        return scaled * self.target_std + self.target_mean + self._offsets(samples)
+
+    def predict(self, samples: Sequence[FusedSample]) -> np.ndarray:
+        """Predicted forward seconds per sample (``samples``' labels are not read)."""
+        return np.exp(self.predict_log(samples))
+
+    def predict_members(self, members: Sequence[FusedMember], member_times: Sequence[float]) -> float:
+        """Predicted forward seconds of one fused task."""
+        return float(self.predict([FusedSample(tuple(members), tuple(member_times), 1.0, "")])[0])
+
+    # ---- files ----------------------------------------------------------------------------------
+    def save(self, path) -> None:
+        """Write weights, feature and target normalization, vocabulary, host and configuration to
+        ``path`` (``.npz``, written as named)."""
+        config = {"depth": self.depth, "heads": self.heads, "width": self.width, "seed": self.seed,
+                  "residual": self.residual, "trained": self.trained}
+        arrays = {f"param/{k}": v for k, v in self.params.items()}
+        arrays.update(version=np.array(FORMAT_VERSION), config=np.array(json.dumps(config)),
+                      vocab=np.array(self.vocab), host=np.array(self.host), feat_mean=self.feat_mean,
+                      feat_std=self.feat_std, target=np.array([self.target_mean, self.target_std]))
+        with open(path, "wb") as f:
+            np.savez(f, **arrays)
+
+    @classmethod
+    def load(cls, path) -> "LearnedFusedModel":
+        """The model ``save`` wrote; ``ConfigError`` for a missing, corrupt or other-version file."""
+        if not os.path.exists(path):
+            raise ConfigError(f"{path}: no such learned fused model (train one with `flexrt fusion-model train`)")
+        try:
+            with np.load(path, allow_pickle=False) as f:
+                data = {k: f[k] for k in f.files}
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+            raise ConfigError(f"{path}: not a learned fused model file ({type(e).__name__}: {e})") from None
+        missing = {"version", "config", "vocab", "host", "feat_mean", "feat_std", "target"} - set(data)
+        if missing:
+            raise ConfigError(f"{path}: not a learned fused model file (missing {', '.join(sorted(missing))})")
+        version = int(data["version"])
+        if version != FORMAT_VERSION:
+            raise ConfigError(f"{path}: learned fused model format version {version}; this flexrt reads version "
+                              f"{FORMAT_VERSION} (train the model again)")
+        try:
+            config = json.loads(str(data["config"]))
+            model = cls(config["depth"], config["heads"], config["width"], config["seed"], config["residual"],
+                        tuple(str(v) for v in data["vocab"]), str(data["host"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ConfigError(f"{path}: bad model configuration ({type(e).__name__}: {e})") from None
+        for k, want in model.params.items():
+            got = data.get(f"param/{k}")
+            if got is None or got.shape != want.shape:
+                raise ConfigError(f"{path}: weight {k} is {None if got is None else got.shape}; the configuration "
+                                  f"{config} needs {want.shape}")
+            model.params[k] = got.astype(np.float64)
+        if data["feat_mean"].shape != (model.num_features,) or data["feat_std"].shape != (model.num_features,):
+            raise ConfigError(f"{path}: feature normalization has {data['feat_mean'].shape} entries; expected "
+                              f"{model.num_features}")
+        model.feat_mean, model.feat_std = data["feat_mean"].astype(np.float64), data["feat_std"].astype(np.float64)
+        model.target_mean, model.target_std = (float(x) for x in data["target"])
+        model.trained = bool(config.get("trained", True))
+        return model
+
+
+# ---- baselines -----------------------------------------------------------------------------------
+
+def sum_baseline(samples: Sequence[FusedSample]) -> np.ndarray:
+    """The members' own times added (no fusion effect)."""
+    return np.array([sum(s.member_times) for s in samples])
+
+
+def analytic_baseline(device: "DeviceSpec") -> Callable[[Sequence[FusedSample]], np.ndarray]:
+    """The analytic fused model (``AnalyticCostModel.fused_time``, forward) on ``device``."""
+    return lambda samples: np.array([_ANALYTIC.fused_time(s.members, "forward", device) for s in samples])
+
+
+def aggregate_features(sample: FusedSample) -> np.ndarray:
+    """[1, log Σ member seconds, log(1 + Σ FLOPs), log(1 + Σ bytes), member count]."""
+    flops = nbytes = 0
+    for m in sample.members:
+        c = op_cost(m.attrs, m.inputs, m.outputs)
+        flops, nbytes = flops + c.forward_flops, nbytes + c.bytes_read + c.bytes_written
+    return np.array([1.0, _log_sum_times(sample), math.log1p(flops), math.log1p(nbytes), len(sample.members)])
+
+
+class LinearFusedModel:
+    """Least squares of log(fused seconds) on ``aggregate_features``.
+
+    Example:
+        >>> LinearFusedModel().fit(train).predict(test)     # doctest: +SKIP
+    """
+
+    def __init__(self):
+        self.coef: Optional[np.ndarray] = None
+
+    def fit(self, samples: Sequence[FusedSample]) -> "LinearFusedModel":
+        if not samples:
+            raise ConfigError("LinearFusedModel.fit: no samples")
+        X = np.stack([aggregate_features(s) for s in samples])
+        y = np.log([s.time_s for s in samples])
+        self.coef = np.linalg.lstsq(X, y, rcond=None)[0]
+        return self
+
+    def predict(self, samples: Sequence[FusedSample]) -> np.ndarray:
+        if self.coef is None:
+            raise ConfigError("LinearFusedModel.predict: fit it first")
+        return np.exp(np.stack([aggregate_features(s) for s in samples]) @ self.coef)
+
+
+# ---- evaluation ----------------------------------------------------------------------------------
+
+def evaluate(predict: Callable[[Sequence[FusedSample]], Sequence[float]], samples: Sequence[FusedSample]) -> dict:
+    """DisCo §6.5's prediction error, |predicted - measured| / measured, per sample of ``samples``
+    (``predict`` maps a list of samples to predicted seconds): the share within 10 % and 14 %, the
+    median, and every error (``errors``, a NumPy array)."""
+    if not samples:
+        raise ConfigError("evaluate: no samples")
+    pred = np.asarray(predict(samples), dtype=np.float64)
+    if pred.shape != (len(samples),):
+        raise ConfigError(f"evaluate: the predictor gave shape {pred.shape} for {len(samples)} samples")
+    true = np.array([s.time_s for s in samples])
+    errors = np.abs(pred - true) / true
+    return {"share_within_10pct": float(np.mean(errors <= 0.10)), "share_within_14pct": float(np.mean(errors <= 0.14)),
+            "median_rel_error": float(np.median(errors)), "errors": errors}
+
+
+def plot_cdf(results: dict, path, title: str = "Fused operator time: prediction error") -> None:
+    """DisCo's Fig. 9 for each predictor: the PDF and the CDF of its relative errors, side by side, with
+    the 14 % mark; ``results`` maps a name to its errors."""
+    import matplotlib
+    matplotlib.use("Agg")  # files only, never a window
+    from matplotlib import pyplot as plt
+
+    fig, (pdf, cdf) = plt.subplots(1, 2, figsize=(10, 4))
+    top = max([0.5] + [float(np.quantile(e, 0.95)) for e in results.values() if len(e)])
+    bins = np.linspace(0, top, 40)
+    for name, errors in results.items():
+        e = np.sort(np.asarray(errors, dtype=np.float64))
+        if not len(e):
+            continue
+        pdf.hist(np.minimum(e, top), bins=bins, density=True, histtype="step", label=name)
+        cdf.plot(e, np.arange(1, len(e) + 1) / len(e), label=f"{name} ({np.mean(e <= 0.14):.0%} <= 14%)")
+    for ax, label in ((pdf, "probability density"), (cdf, "cumulative share")):
+        ax.axvline(0.14, color="grey", linestyle=":")
+        ax.set_xlabel("|predicted - measured| / measured")
+        ax.set_ylabel(label)
+        ax.set_xlim(0, top)
+        ax.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# ---- as a cost model -----------------------------------------------------------------------------
+
+class LearnedCostModel:
+    """``base``'s cost model with its fused tasks predicted by ``model``: the forward time from the
+    members' own forward times (``base.op_times``), the backward by the analytic fused backward /
+    forward ratio (as ``ProfiledCostModel`` derives it). Everything else is ``base``'s, including
+    whether its transfers are linear (``has_linear_transfers``).
+
+    Example:
+        >>> cost = LearnedCostModel(ProfiledCostModel(), LearnedFusedModel.load("fused.npz"))  # doctest: +SKIP
+        >>> Simulator(machine, cost).time_full(strategy.with_fusion(plan))                    # doctest: +SKIP
+    """
+
+    linear_transfers = False
+
+    def __new__(cls, base, model=None):
+        if cls is LearnedCostModel and has_linear_transfers(base):
+            cls = _LinearLearnedCostModel
+        return super().__new__(cls)
+
+    def __init__(self, base, model: LearnedFusedModel):
+        if not isinstance(model, LearnedFusedModel):
+            raise ConfigError(f"LearnedCostModel: model is {type(model).__name__}; expected a LearnedFusedModel")
+        self.base, self.model = base, model
+        self.name = f"learned:{getattr(base, 'name', type(base).__name__)}"
+        self._memo: dict = {}
+
+    def __repr__(self) -> str:
+        return f"LearnedCostModel({self.base!r}, {self.model!r})"
+
+    def __reduce__(self):  # pickle through the constructor: it picks the class from the base
+        return LearnedCostModel, (self.base, self.model)
+
+    def __getattr__(self, name):
+        if name in ("base", "model", "_memo"):
+            raise AttributeError(name)
+        return getattr(self.base, name)   # flush, cache, measurements, ...
+
+    def fused_time(self, members: Sequence[FusedMember], phase: str, device: "DeviceSpec") -> float:
+        if phase not in ("forward", "backward"):
+            raise ConfigError(f"LearnedCostModel.fused_time: phase is {phase!r}; valid: forward, backward")
+        key = (tuple(members), device)
+        try:
+            forward = self._memo.get(key)
+        except TypeError:      # unhashable attributes: no memo
+            key, forward = None, None
+        if forward is None:
+            times = [self.base.op_times(m.attrs, list(m.inputs), list(m.outputs), device).forward_s for m in members]
+            forward = max(self.model.predict_members(members, times), MIN_TASK_S)
+            if key is not None:
+                self._memo[key] = forward
+        if phase == "forward":
+            return forward
+        ratio = _ANALYTIC.fused_time(members, "backward", device) / _ANALYTIC.fused_time(members, "forward", device)
+        return max(forward * ratio, MIN_TASK_S)
+
+    def op_times(self, attrs, inputs, outputs, device: "DeviceSpec"):
+        return self.base.op_times(attrs, inputs, outputs, device)
+
+    def update_time(self, weight: TensorShape, device: "DeviceSpec", *args, **kwargs) -> float:
+        return self.base.update_time(weight, device, *args, **kwargs)
+
+    def reduce_time(self, shape: TensorShape, n: int, device: "DeviceSpec") -> float:
+        return self.base.reduce_time(shape, n, device)
+
+    def transfer_time(self, link: "Link", num_bytes: int) -> float:
+        return self.base.transfer_time(link, num_bytes)
+
+
+class _LinearLearnedCostModel(LearnedCostModel):
+    """A ``LearnedCostModel`` over a base whose transfers are linear (the lowering times hops itself)."""
+
+    linear_transfers = True
+

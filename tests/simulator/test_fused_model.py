@@ -1,0 +1,286 @@
+"""The learned fused-operator cost model (``simulator/fused_model.py``, DisCo §4.3): hand-written
+gradients against finite differences, training beats the summed-times baseline on synthetic fused
+tasks, save/load and sample JSON round trips, the linear baseline, the cost-model wrapper inside the
+simulator, and clear errors for bad files."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from flexrt.errors import ConfigError
+from flexrt.ir.op_type import OpType
+from flexrt.ir.ops import ElementBinaryAttrs, ElementUnaryAttrs, LinearAttrs
+from flexrt.ir.tensor_shape import TensorShape
+from flexrt.machine import load_machine
+from flexrt.simulator import _fused_gat as gat
+from flexrt.simulator.actions import Fused
+from flexrt.simulator.cost_model import AnalyticCostModel, FusedMember, has_linear_transfers
+from flexrt.simulator.fused_model import (
+    FORMAT_VERSION, NUMERIC_FEATURES, OP_VOCAB, FusedSample, LearnedCostModel, LearnedFusedModel, LinearFusedModel,
+    aggregate_features, analytic_baseline, evaluate, load_samples, plot_cdf, sample_arrays, save_samples, sum_baseline)
+from flexrt.simulator.simulate import Simulator
+from flexrt.strategy import data_parallel
+from flexrt.strategy.fusion import FusionGroup, FusionPlan
+
+COST = AnalyticCostModel()
+ELEMENTWISE_SHARE = 0.2   # synthetic label: an element-wise member fed by the previous one costs 20 % of its own time
+
+
+def _member(kind: str, b: int, h: int, feeds: bool) -> FusedMember:
+    s = TensorShape((b, h))
+    src = (0,) if feeds else ()
+    if kind == "linear":
+        return FusedMember(LinearAttrs(h, use_bias=False), (s, TensorShape((h, h))), (s,), src, False,
+                           (-1, -1) if not feeds else (0, -1))
+    if kind == "add":
+        return FusedMember(ElementBinaryAttrs(OpType.EW_ADD), (s, s), (s,), src, False, (-1, -1) if not feeds else (0, -1))
+    op = OpType.RELU if kind == "relu" else OpType.SIGMOID
+    return FusedMember(ElementUnaryAttrs(op), (s,), (s,), src, False, (-1,) if not feeds else (0,))
+
+
+def _chain_sources(member: FusedMember, k: int) -> FusedMember:
+    """The member with its fed operand reading member ``k - 1``."""
+    sources = tuple(k - 1 if s == 0 else s for s in member.sources)
+    return FusedMember(member.attrs, member.inputs, member.outputs, member.internal, member.recomputed, sources)
+
+
+def synthetic(n: int, seed: int) -> list[FusedSample]:
+    """Chains of 1-5 members (linear, relu, sigmoid, add). Member times: a roofline-like function of
+    the size with 10 % noise. Label: linears and the first member cost their own time, a later
+    element-wise member ``ELEMENTWISE_SHARE`` of it (loop fusion), with 2 % noise."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        b, h = int(rng.choice([16, 64, 256])), int(rng.choice([32, 128, 512]))
+        members, times, label = [], [], 0.0
+        for k in range(int(rng.integers(1, 6))):
+            kind = str(rng.choice(["linear", "relu", "sigmoid", "add"]))
+            m = _chain_sources(_member(kind, b, h, k > 0), k)
+            base = (2 * b * h * h / 2e10 if kind == "linear" else 3 * b * h * 4 / 2e10) + 5e-6
+            t = base * float(np.exp(rng.normal(0, 0.1)))
+            members.append(m)
+            times.append(t)
+            label += t * (ELEMENTWISE_SHARE if k > 0 and kind != "linear" else 1.0)
+        out.append(FusedSample(tuple(members), tuple(times), label * float(np.exp(rng.normal(0, 0.02))), "synthetic"))
+    return out
+
+
+# ---- the network ---------------------------------------------------------------------------------
+
+def test_gat_backward_matches_finite_differences():
+    rng = np.random.default_rng(0)
+    B, M, F = 3, 4, 5
+    X = rng.normal(size=(B, M, F))
+    mask = np.array([[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0]], dtype=np.float64)
+    adj = np.broadcast_to(np.eye(M, dtype=bool), (B, M, M)).copy()
+    for b in range(B):
+        for i in range(1, int(mask[b].sum())):
+            adj[b, i, i - 1] = adj[b, i - 1, i] = True
+    params = gat.init_params(F, depth=2, heads=2, width=6, seed=1)
+    for k in params:   # biases away from 0 so every path carries gradient
+        params[k] = params[k] + rng.normal(scale=0.3, size=params[k].shape)
+    y = rng.normal(size=B)
+
+    def loss():
+        out, cache = gat.forward(params, X, adj, mask)
+        return 0.5 * float(((out - y) ** 2).sum()), out, cache
+
+    _, out, cache = loss()
+    grads = gat.backward(params, cache, out - y)
+    assert set(grads) == set(params)
+    eps = 1e-6
+    for name, value in params.items():
+        numeric = np.zeros_like(value)
+        for idx in np.ndindex(value.shape):
+            old = value[idx]
+            value[idx] = old + eps
+            up = loss()[0]
+            value[idx] = old - eps
+            down = loss()[0]
+            value[idx] = old
+            numeric[idx] = (up - down) / (2 * eps)
+        scale = max(np.abs(numeric).max(), 1e-8)
+        assert np.abs(numeric - grads[name]).max() / scale < 1e-5, name
+
+
+def test_padding_does_not_change_a_graphs_output():
+    params = gat.init_params(4, depth=2, heads=2, width=4, seed=3)
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(1, 2, 4))
+    adj = np.ones((1, 2, 2), dtype=bool)
+    alone, _ = gat.forward(params, x, adj, np.ones((1, 2)))
+    padded_x = np.concatenate([x, rng.normal(size=(1, 3, 4))], axis=1)
+    padded_adj = np.eye(5, dtype=bool)[None].copy()
+    padded_adj[0, :2, :2] = True
+    padded, _ = gat.forward(params, padded_x, padded_adj, np.array([[1, 1, 0, 0, 0.0]]))
+    assert padded[0] == pytest.approx(alone[0], rel=1e-12)
+
+
+# ---- features and samples -----------------------------------------------------------------------
+
+def test_sample_arrays_one_hot_logs_and_edges_both_ways():
+    s = synthetic(1, 0)[0]
+    members = (_member("linear", 64, 128, False), _chain_sources(_member("relu", 64, 128, True), 1))
+    X, A = sample_arrays(members, (3e-5, 2e-6))
+    v = len(OP_VOCAB)
+    assert X.shape == (2, v + len(NUMERIC_FEATURES)) and s.members
+    assert X[0, OP_VOCAB.index("linear")] == 1 and X[1, OP_VOCAB.index("relu")] == 1 and X[:, :v].sum() == 2
+    col = {n: v + i for i, n in enumerate(NUMERIC_FEATURES)}
+    assert X[1, col["log_time_s"]] == pytest.approx(np.log(2e-6))
+    assert X[0, col["log_flops"]] == pytest.approx(np.log1p(2 * 64 * 128 * 128), rel=0.01)
+    assert (X[:, col["internal"]] == [0, 1]).all() and X[1, col["log_internal_bytes"]] == pytest.approx(np.log1p(64 * 128 * 4))
+    assert (A == [[1, 1], [1, 1]]).all()
+    X, _ = sample_arrays(members, (3e-5, 2e-6), vocab=("linear", "other"))
+    assert (X[:, :2] == [[1, 0], [0, 1]]).all()     # relu falls in "other"
+
+
+def test_samples_round_trip_through_json_lines(tmp_path):
+    samples = synthetic(5, 1)
+    path = tmp_path / "s.jsonl"
+    save_samples(path, samples)
+    assert load_samples(path) == samples
+    assert FusedSample.from_json(json.loads(json.dumps(samples[0].to_json()))) == samples[0]
+    path.write_text(path.read_text().splitlines()[0] + "\n{\"model\": 1}\n")
+    with pytest.raises(ConfigError, match=r"s\.jsonl:2"):
+        load_samples(path)
+    with pytest.raises(ConfigError, match="no such samples file"):
+        load_samples(tmp_path / "missing.jsonl")
+    with pytest.raises(ConfigError, match="member times"):
+        FusedSample(samples[0].members, (), 1e-5, "x")
+    with pytest.raises(ConfigError, match="time_s"):
+        FusedSample(samples[0].members, samples[0].member_times, 0.0, "x")
+
+
+# ---- training and baselines ----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def trained():
+    train, test = synthetic(300, 10), synthetic(120, 11)
+    model = LearnedFusedModel(depth=2, heads=2, width=16, seed=0)
+    losses = model.fit(train, epochs=40, batch_size=32, lr=1e-2)
+    return model, losses, train, test
+
+
+def test_training_reduces_the_loss_and_beats_the_summed_times(trained):
+    model, losses, _, test = trained
+    assert losses[-1] < 0.2 * losses[0]
+    learned, summed = evaluate(model.predict, test), evaluate(sum_baseline, test)
+    assert learned["median_rel_error"] < 0.5 * summed["median_rel_error"]
+    assert learned["share_within_14pct"] > summed["share_within_14pct"]
+    assert learned["share_within_14pct"] > 0.9 and learned["median_rel_error"] < 0.05   # labels carry 2 % noise
+    linear = evaluate(LinearFusedModel().fit(trained[2]).predict, test)
+    assert learned["median_rel_error"] < linear["median_rel_error"]    # aggregates cannot see which members fuse
+    assert len(learned["errors"]) == len(test)
+
+
+def test_training_is_deterministic_for_a_seed():
+    train = synthetic(40, 3)
+    a, b = LearnedFusedModel(depth=1, heads=2, width=8, seed=5), LearnedFusedModel(depth=1, heads=2, width=8, seed=5)
+    assert a.fit(train, epochs=3) == b.fit(train, epochs=3)
+    assert (a.predict(train) == b.predict(train)).all()
+
+
+def test_save_and_load_give_identical_predictions(trained, tmp_path):
+    model, _, _, test = trained
+    path = tmp_path / "fused.npz"
+    model.save(path)
+    again = LearnedFusedModel.load(path)
+    assert (again.predict(test) == model.predict(test)).all()
+    assert again.vocab == model.vocab and again.host == model.host and again.trained
+    assert (again.depth, again.heads, again.width) == (2, 2, 16)
+
+
+def test_bad_model_files_raise_config_errors(trained, tmp_path):
+    model = trained[0]
+    with pytest.raises(ConfigError, match="no such learned fused model"):
+        LearnedFusedModel.load(tmp_path / "missing.npz")
+    garbage = tmp_path / "garbage.npz"
+    garbage.write_bytes(b"not a zip file")
+    with pytest.raises(ConfigError, match="not a learned fused model file"):
+        LearnedFusedModel.load(garbage)
+    good = tmp_path / "good.npz"
+    model.save(good)
+    with np.load(good) as f:
+        data = {k: f[k] for k in f.files}
+    for name, edit, match in (("old", {"version": np.array(FORMAT_VERSION + 1)}, "format version"),
+                              ("shape", {"param/dense0.W": np.zeros((3, 3))}, "weight dense0.W"),
+                              ("norm", {"feat_mean": np.zeros(3)}, "feature normalization")):
+        path = tmp_path / f"{name}.npz"
+        with open(path, "wb") as f:
+            np.savez(f, **{**data, **edit})
+        with pytest.raises(ConfigError, match=match):
+            LearnedFusedModel.load(path)
+    path = tmp_path / "partial.npz"
+    with open(path, "wb") as f:
+        np.savez(f, **{k: v for k, v in data.items() if k != "host"})
+    with pytest.raises(ConfigError, match="missing host"):
+        LearnedFusedModel.load(path)
+
+
+def test_linear_baseline_recovers_a_known_relation():
+    samples = synthetic(60, 4)
+    truth = np.array([0.3, 0.9, 0.02, 0.05, -0.1])
+    exact = [FusedSample(s.members, s.member_times, float(np.exp(aggregate_features(s) @ truth)), s.model)
+             for s in samples]
+    lin = LinearFusedModel().fit(exact)
+    assert lin.coef == pytest.approx(truth, abs=1e-8)
+    assert evaluate(lin.predict, exact)["median_rel_error"] < 1e-9
+
+
+def test_baselines_and_the_cdf_plot(trained, tmp_path):
+    model, _, train, test = trained
+    spec = load_machine("dgx1_v100").devices[0].spec
+    analytic = analytic_baseline(spec)(test[:3])
+    assert analytic == pytest.approx([COST.fused_time(s.members, "forward", spec) for s in test[:3]])
+    assert sum_baseline(test[:2]) == pytest.approx([sum(s.member_times) for s in test[:2]])
+    results = {"learned": evaluate(model.predict, test)["errors"], "sum": evaluate(sum_baseline, test)["errors"],
+               "linear": evaluate(LinearFusedModel().fit(train).predict, test)["errors"]}
+    path = tmp_path / "fig9.png"
+    plot_cdf(results, path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ConfigError, match="shape"):
+        evaluate(lambda s: [1.0], test[:2])
+
+
+# ---- as a cost model -----------------------------------------------------------------------------
+
+def test_learned_cost_model_times_fused_tasks_in_the_simulator(trained):
+    from tests.simulator.test_fusion_sim import mlp
+    model = trained[0]
+    dgx = load_machine("dgx1_v100")
+    cost = LearnedCostModel(COST, model)
+    assert has_linear_transfers(cost) and cost.name == "learned:analytic"
+    s = data_parallel(mlp(), dgx, 2).with_fusion(FusionPlan((FusionGroup(("fc1", "r1")),)))
+    sim = Simulator(dgx, cost)
+    assert sim.time_full(s) > 0
+    fused = [sim.graph.task(t) for t in sim.graph.ids() if isinstance(sim.graph.task(t).action, Fused)]
+    assert len(fused) == 2
+    low = sim.lowering
+    lay1, lay2 = low.layout("fc1"), low.layout("r1")
+    a1, i1, o1 = lay1.classes[lay1.piece_class[0]]
+    a2, i2, o2 = lay2.classes[lay2.piece_class[0]]
+    spec = dgx.devices[0].spec
+    members = [FusedMember(a1, tuple(i1), tuple(o1), (), False, (-1, -1, -1)),
+               FusedMember(a2, tuple(i2), tuple(o2), (0,), False, (0,))]
+    times = [COST.op_times(m.attrs, list(m.inputs), list(m.outputs), spec).forward_s for m in members]
+    assert fused[0].exe_s == pytest.approx(model.predict_members(members, times), rel=1e-9)
+    ratio = COST.fused_time(members, "backward", spec) / COST.fused_time(members, "forward", spec)
+    assert cost.fused_time(members, "backward", spec) == pytest.approx(fused[0].exe_s * ratio, rel=1e-9)
+    # everything else is the base's
+    w = TensorShape((256, 256))
+    assert cost.update_time(w, spec) == COST.update_time(w, spec)
+    assert cost.reduce_time(w, 2, spec) == COST.reduce_time(w, 2, spec)
+
+
+def test_learned_cost_model_keeps_a_nonlinear_base_nonlinear(trained):
+    class Slow(AnalyticCostModel):
+        def transfer_time(self, link, num_bytes):
+            return 2 * super().transfer_time(link, num_bytes)
+
+    slow = Slow()
+    assert not has_linear_transfers(slow) and not has_linear_transfers(LearnedCostModel(slow, trained[0]))
+    with pytest.raises(ConfigError, match="LearnedFusedModel"):
+        LearnedCostModel(COST, object())
