@@ -13,7 +13,7 @@ executor should take). The law: float64, three SGD steps, both plans against the
 reference (relative error of the losses and weights).
 
     python bench/bench_disco_runtime.py [--devices 2] [--batch 2048] [--hidden 1024] [--layers 4]
-                                        [--budget 300] [--steps 20] [--repeat 3] [--cost profiled|analytic]
+                                        [--budget 300] [--steps 20] [--repeat 3] [--cost profiled|analytic|learned[:MODEL.npz]]
 """
 
 from __future__ import annotations
@@ -38,6 +38,10 @@ from flexrt.runtime.session import Session, initial_weights
 from flexrt.search import SearchRequest, search
 from flexrt.simulator.cost_model import AnalyticCostModel, ProfiledCostModel
 from flexrt.strategy import data_parallel
+
+
+DEFAULT_MODEL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "fusion_model",
+                             "local.npz")
 
 
 def model(batch: int, hidden: int, layers: int, dtype):
@@ -94,11 +98,18 @@ def main(argv=None) -> int:
     p.add_argument("--budget", type=int, default=300)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--cost", choices=("profiled", "analytic"), default="profiled")
+    p.add_argument("--cost", default="profiled",
+                   help="profiled, analytic, or learned[:MODEL.npz] (the learned fused cost over profiled times)")
     args = p.parse_args(argv)
     machine = local_machine(args.devices)
-    cost = ProfiledCostModel(cache_path=os.path.join(tempfile.mkdtemp(), "profile.json")) \
-        if args.cost == "profiled" else AnalyticCostModel()
+    profiled = ProfiledCostModel(cache_path=os.path.join(tempfile.mkdtemp(), "profile.json"))
+    if args.cost == "analytic":
+        cost = AnalyticCostModel()
+    elif args.cost.startswith("learned"):
+        from flexrt.simulator.fused_model import LearnedCostModel, LearnedFusedModel
+        cost = LearnedCostModel(profiled, LearnedFusedModel.load(args.cost.partition(":")[2] or DEFAULT_MODEL))
+    else:
+        cost = profiled
     pcg = model(args.batch, args.hidden, args.layers, DataType.DT_FLOAT)
     dp = data_parallel(pcg, machine)
     found = search("disco", SearchRequest(pcg, machine, cost, budget=args.budget, seed=0, initial=(dp,),

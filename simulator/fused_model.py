@@ -259,23 +259,28 @@ class LearnedFusedModel:
         return np.array([_log_sum_times(s) if self.residual else 0.0 for s in samples])
 
     def fit(self, samples: Sequence[FusedSample], epochs: int = 60, batch_size: int = 32, lr: float = 3e-3,
-            progress: Optional[Callable[[int, float], None]] = None) -> list[float]:
+            progress: Optional[Callable[[int, float], None]] = None, fine_tune: bool = False) -> list[float]:
         """Train on ``samples`` (features and target normalized on them first) with Adam on Eq. 3;
         returns the mean training loss (squared error of log seconds) of each epoch.
-        ``progress(epoch, loss)`` is called after each epoch."""
+        ``progress(epoch, loss)`` is called after each epoch. ``fine_tune`` (DisCo §5.2: a trained
+        model adapted to operator types or a host it has not seen) keeps the trained weights and their
+        normalization and goes on training from them on ``samples``."""
         if not samples:
             raise ConfigError("LearnedFusedModel.fit: no samples")
         if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
             raise ConfigError(f"LearnedFusedModel.fit: epochs is {epochs!r}; expected an int >= 1")
+        if fine_tune and not self.trained:
+            raise ConfigError("LearnedFusedModel.fit: fine-tuning needs a trained model (load one first)")
         arrays = self._arrays(samples)
-        rows = np.concatenate([x for x, _ in arrays])
-        v = len(self.vocab)
-        self.feat_mean = np.concatenate([np.zeros(v), rows[:, v:].mean(axis=0)])
-        std = rows[:, v:].std(axis=0)
-        self.feat_std = np.concatenate([np.ones(v), np.where(std > 1e-9, std, 1.0)])
         target = np.log([s.time_s for s in samples]) - self._offsets(samples)
-        self.target_mean = float(target.mean())
-        self.target_std = float(target.std()) if target.std() > 1e-9 else 1.0
+        if not fine_tune:
+            rows = np.concatenate([x for x, _ in arrays])
+            v = len(self.vocab)
+            self.feat_mean = np.concatenate([np.zeros(v), rows[:, v:].mean(axis=0)])
+            std = rows[:, v:].std(axis=0)
+            self.feat_std = np.concatenate([np.ones(v), np.where(std > 1e-9, std, 1.0)])
+            self.target_mean = float(target.mean())
+            self.target_std = float(target.std()) if target.std() > 1e-9 else 1.0
         scaled = (target - self.target_mean) / self.target_std
         rng = np.random.default_rng(self.seed)
         opt = gat.Adam(self.params, lr=lr)

@@ -52,6 +52,8 @@ def add_arguments(parser) -> None:
     tr.add_argument("--epochs", type=count(1), metavar="E", help="training epochs (default: the model's)")
     tr.add_argument("--seed", type=count(0), default=0, help="seed of the split and the initial weights (default 0)")
     tr.add_argument("--output", required=True, metavar="MODEL", help="the model file to write (.npz)")
+    tr.add_argument("--init", metavar="MODEL", help="fine-tune this trained model (DisCo 5.2: operator types or a "
+                    "host it has not seen) instead of training a new one")
     add_json_flag(tr)
     ev = sub.add_parser("evaluate", help="prediction errors of the learned model and the baselines",
                         allow_abbrev=False)
@@ -187,9 +189,12 @@ def _train(args) -> int:
     samples = _load(args.samples, "--samples")
     output = _writable(args.output, "--output")
     train, held = _split(samples, args.seed)
-    model = fm.LearnedFusedModel(seed=args.seed)
+    if args.init:
+        model = fm.LearnedFusedModel.load(_existing(args.init, "--init", "train one with `flexrt fusion-model train`"))
+    else:
+        model = fm.LearnedFusedModel(seed=args.seed)
     t0 = time.perf_counter()
-    losses = model.fit(train, **({"epochs": args.epochs} if args.epochs else {}))
+    losses = model.fit(train, fine_tune=bool(args.init), **({"epochs": args.epochs} if args.epochs else {}))
     elapsed = time.perf_counter() - t0
     try:
         model.save(output)

@@ -284,3 +284,17 @@ def test_learned_cost_model_keeps_a_nonlinear_base_nonlinear(trained):
     assert not has_linear_transfers(slow) and not has_linear_transfers(LearnedCostModel(slow, trained[0]))
     with pytest.raises(ConfigError, match="LearnedFusedModel"):
         LearnedCostModel(COST, object())
+
+
+def test_fine_tuning_keeps_the_normalization_and_learns_new_samples(trained, tmp_path):
+    path = tmp_path / "m.npz"
+    trained[0].save(path)
+    model = LearnedFusedModel.load(path)
+    mean, std = model.feat_mean.copy(), model.target_std
+    new = synthetic(60, seed=9)
+    before = evaluate(model.predict, new)["median_rel_error"]
+    model.fit(new, epochs=20, fine_tune=True)
+    assert np.array_equal(model.feat_mean, mean) and model.target_std == std
+    assert evaluate(model.predict, new)["median_rel_error"] <= before
+    with pytest.raises(ConfigError, match="fine-tuning needs a trained model"):
+        LearnedFusedModel(seed=0).fit(new, epochs=1, fine_tune=True)
