@@ -42,6 +42,8 @@ def add_arguments(parser) -> None:
                      help="global batch size, split over the devices (default 4: small pieces, quick to measure)")
     col.add_argument("--devices", type=count(1, 64), default=4, metavar="D",
                      help="local devices data parallelism splits the batch over (default 4)")
+    col.add_argument("--repeats", type=count(1, 1000), default=5, metavar="R",
+                     help="timed runs per measurement, the median kept (default 5; more: less noisy labels)")
     col.add_argument("--max-size", type=count(2, 64), default=6, metavar="K",
                      help="operators per group at most (default 6)")
     col.add_argument("--output", required=True, metavar="FILE", help="the samples file to write (JSON lines)")
@@ -127,7 +129,7 @@ def _collect(args) -> int:
     fm = _fused_model()
     machine = local_machine(args.devices)
     spec = machine.devices[0].spec
-    cost = ProfiledCostModel()
+    cost = ProfiledCostModel(repeats=args.repeats)
     t0 = time.perf_counter()
     bar = _bar(args.count * len(names), args.no_progress or args.json)
     samples, per_model = [], {}
