@@ -284,7 +284,14 @@ class AnalyticCostModel:
 
 
 _DEFAULT_FALLBACK = AnalyticCostModel()
-_ANALYTIC_FUSED = _DEFAULT_FALLBACK
+
+
+def derived_fused_backward(forward_s: float, members: Sequence[FusedMember], device: "DeviceSpec") -> float:
+    """A fused task's backward time from its known (measured or predicted) forward time: scaled by the
+    analytic model's fused backward / forward ratio, as single operators' backward times are."""
+    ratio = _DEFAULT_FALLBACK.fused_time(members, "backward", device) / \
+        _DEFAULT_FALLBACK.fused_time(members, "forward", device)
+    return max(forward_s * ratio, MIN_TASK_S)
 
 
 class ProfiledCostModel:
@@ -411,7 +418,7 @@ class ProfiledCostModel:
             log.info("%s: fused task not measured: %s", self.name, reason)
             if hasattr(self.fallback, "fused_time"):
                 return self.fallback.fused_time(members, phase, device)
-            return _ANALYTIC_FUSED.fused_time(members, phase, device)
+            return self._analytic.fused_time(members, phase, device)
         entry = self._memo.get(memo_key) or self.cache.get(key)
         if entry is None:
             be = profiling.backend(self.backend)
@@ -426,11 +433,7 @@ class ProfiledCostModel:
             entry = CacheEntry(forward, forward, "derived", self.repeats, self.warmup, stamp)
             self.cache.put(key, entry)
         self._memo[memo_key] = entry
-        if phase == "forward":
-            return entry.forward_s
-        ratio = self._analytic.fused_time(members, "backward", device) / \
-            self._analytic.fused_time(members, "forward", device)
-        return max(entry.forward_s * ratio, MIN_TASK_S)
+        return entry.forward_s if phase == "forward" else derived_fused_backward(entry.forward_s, members, device)
 
     def update_time(self, weight: TensorShape, device: "DeviceSpec",
                     optimizer: OptimizerKind = OptimizerKind.SGD) -> float:

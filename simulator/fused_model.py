@@ -44,7 +44,8 @@ from flexrt.ir.op_type import PARALLEL_OPS, SOURCE_OPS, OpType
 from flexrt.ir.serialize import attrs_from_json, attrs_to_json
 from flexrt.ir.tensor_shape import TensorShape
 from flexrt.simulator import _fused_gat as gat
-from flexrt.simulator.cost_model import MIN_TASK_S, AnalyticCostModel, FusedMember, has_linear_transfers
+from flexrt.simulator.cost_model import (MIN_TASK_S, AnalyticCostModel, FusedMember, derived_fused_backward,
+                                         has_linear_transfers)
 
 if TYPE_CHECKING:
     from flexrt.machine import DeviceSpec, Link
@@ -509,10 +510,7 @@ class LearnedCostModel:
             forward = max(self.model.predict_members(members, times), MIN_TASK_S)
             if key is not None:
                 self._memo[key] = forward
-        if phase == "forward":
-            return forward
-        ratio = _ANALYTIC.fused_time(members, "backward", device) / _ANALYTIC.fused_time(members, "forward", device)
-        return max(forward * ratio, MIN_TASK_S)
+        return forward if phase == "forward" else derived_fused_backward(forward, members, device)
 
     def op_times(self, attrs, inputs, outputs, device: "DeviceSpec"):
         return self.base.op_times(attrs, inputs, outputs, device)

@@ -24,7 +24,7 @@ Entry points: ``FusedGraph``, ``fused_piece_time``, ``fused_members``.
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import numpy as np
 
@@ -32,7 +32,7 @@ from flexrt.errors import StrategyError
 from flexrt.ir.tensor_shape import TensorShape
 from flexrt.simulator.actions import Buf, Fused, RingGroup, RingStep
 from flexrt.simulator.cost_model import AnalyticCostModel, FusedMember, fused_traffic
-from flexrt.simulator.task_graph import CATEGORIES, KIND_CODE, Task, TaskGraph, TaskKind, _KINDS
+from flexrt.simulator.task_graph import CATEGORIES, KIND_CODE, Task, TaskGraph, TaskKind, _KINDS, _TaskView
 from flexrt.strategy.fusion import FusionPlan, check_fusion
 
 _FWD, _BWD = KIND_CODE[TaskKind.FORWARD], KIND_CODE[TaskKind.BACKWARD]
@@ -89,7 +89,9 @@ class FusedGraph:
     Tasks are numbered 0..n-1 afresh (``origin[t]``: the lowering's id, -1 for a merged task). It
     offers what the engine, the simulator's reports and the runtime read from a ``TaskGraph``:
     ``columns``, ``engine``, ``ids``, ``task``, ``tasks``, ``successors``, ``parts``, ``inputs``,
-    ``weight_shapes``, ``loss_node``, ``memory_by_device``."""
+    ``weight_shapes``, ``loss_node``, ``memory_by_device``. ``check`` runs ``check_fusion`` (a search
+    that checked the plan already passes False); a cycle the plan would make is the engine's
+    ``GraphError`` either way."""
 
     def __init__(self, lowering, plan: FusionPlan, check: bool = True) -> None:
         strategy = lowering.strategy
@@ -111,7 +113,7 @@ class FusedGraph:
         for bi, bucket in enumerate(plan.buckets):
             merges += self._cached(("bucket", bucket, bi), lambda: self._merge_bucket(bi, bucket))
         self._merges = merges
-        self._contract(check)
+        self._contract()
         del self._lowering
 
     def _cached(self, key, make) -> list:
@@ -207,7 +209,7 @@ class FusedGraph:
         return out
 
     # ---- the contracted arrays ------------------------------------------------------------------
-    def _contract(self, check: bool) -> None:
+    def _contract(self) -> None:
         col, n, merges = self._col, self._n, self._merges
         m = len(merges)
         sizes = np.fromiter((len(x.ids) for x in merges), dtype=np.int64, count=m)
@@ -264,29 +266,6 @@ class FusedGraph:
         self.origin = np.where(ids < n, ids, -1)
         self._first_merged = num - m        # merged tasks come last, in the order of ``merges``
         self._xfer = xfer
-        if check:
-            self._check_acyclic()
-
-    def _check_acyclic(self) -> None:
-        """A cycle would make the engine wait forever: refuse it (the plan's check should have)."""
-        num = len(self.origin)
-        indeg = np.bincount(self.dst, minlength=num)
-        order = np.argsort(self.src, kind="stable")
-        starts = np.searchsorted(self.src[order], np.arange(num + 1))
-        stack = list(np.flatnonzero(indeg == 0))
-        seen = 0
-        dsts = self.dst[order]
-        indeg = indeg.copy()
-        while stack:
-            t = stack.pop()
-            seen += 1
-            for b in dsts[starts[t]:starts[t + 1]].tolist():
-                indeg[b] -= 1
-                if indeg[b] == 0:
-                    stack.append(b)
-        if seen != num:
-            raise StrategyError("the fusion plan makes the task graph cyclic (a group waits for its own result); "
-                                "split the groups")
 
     # ---- what the consumers read --------------------------------------------------------------------
     def __len__(self) -> int:
@@ -317,8 +296,11 @@ class FusedGraph:
         return Task(t, _KINDS[kind], device, exe, name, node=node, action=action)
 
     @property
-    def tasks(self):
-        return _Tasks(self)
+    def tasks(self) -> _TaskView:
+        return _TaskView(self)
+
+    def has_task(self, t: int) -> bool:
+        return 0 <= t < len(self.origin)
 
     def successors(self) -> dict[int, list[int]]:
         out: dict[int, list[int]] = {t: [] for t in range(len(self.origin))}
@@ -330,25 +312,3 @@ class FusedGraph:
         return self.base.memory_by_device()
 
     to_dot = TaskGraph.to_dot
-
-
-class _Tasks:
-    def __init__(self, g: FusedGraph) -> None:
-        self._g = g
-
-    def __getitem__(self, t: int):
-        return self._g.task(t)
-
-    def __len__(self) -> int:
-        return len(self._g)
-
-    def __iter__(self):
-        return iter(range(len(self._g)))
-
-    def values(self):
-        return [self._g.task(t) for t in range(len(self._g))]
-
-
-def fused_or_base(lowering, plan: Optional[FusionPlan]):
-    """The graph the consumers take: the lowering's own, or it with ``plan`` applied."""
-    return FusedGraph(lowering, plan) if plan else lowering.graph

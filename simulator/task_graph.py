@@ -136,7 +136,8 @@ MEMORY_KINDS = _MEMORY_KINDS  # memory record kinds, by code
 
 
 class _TaskView:
-    """Read-only mapping task id -> ``Task`` over the live tasks (each ``Task`` made on access)."""
+    """Read-only mapping task id -> ``Task`` over the live tasks (each ``Task`` made on access) of a
+    ``TaskGraph`` (or a ``FusedGraph``: anything with ``task``, ``ids``, ``has_task`` and a length)."""
 
     def __init__(self, graph: "TaskGraph") -> None:
         self._g = graph
@@ -145,7 +146,7 @@ class _TaskView:
         return self._g.task(tid)
 
     def __contains__(self, tid) -> bool:
-        return self._g.core.is_alive(tid)
+        return self._g.has_task(tid)
 
     def __iter__(self):
         return iter(self._g.ids())
@@ -239,6 +240,9 @@ class TaskGraph:
 
     def ids(self) -> list[int]:
         return np.flatnonzero(self.core.columns()["alive"]).tolist()
+
+    def has_task(self, tid: int) -> bool:
+        return self.core.is_alive(tid)
 
     def columns(self) -> dict:
         """NumPy copies of the columns (see ``GraphCore.columns``)."""

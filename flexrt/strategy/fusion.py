@@ -134,14 +134,11 @@ def gradient_order(wiring) -> list[tuple[str, int]]:
 
 
 def _op_kind(wiring, name: str) -> str:
+    """What a name a plan gives is, where it is not a compute operator: a weight, an input, or unknown."""
     node = wiring.nodes.get(name)
     if node is None:
         return "unknown"
-    if node.op_type is OpType.WEIGHT:
-        return "weight"
-    if node.op_type is OpType.INPUT:
-        return "input"
-    return "operator" if name in wiring.position and name in set(wiring.ops) else node.op_type.value
+    return {OpType.WEIGHT: "weight", OpType.INPUT: "input"}.get(node.op_type, node.op_type.value)
 
 
 def check_fusion(strategy, plan: FusionPlan, machine: Machine, layouts=None, reshards=None) -> None:

@@ -121,8 +121,17 @@ def test_fused_cost_usage_error(capsys):
     assert "unknown fused cost" in capsys.readouterr().err
 
 
-def test_learned_without_packaged_model(capsys):
-    if packaged_fusion_model().is_file():
-        pytest.skip("a packaged model is installed")
+def test_learned_without_packaged_model(capsys, monkeypatch, tmp_path):
+    from flexrt.cli import _common
+    monkeypatch.setattr(_common, "packaged_fusion_model", lambda: tmp_path / "none.npz")
     assert main(["simulate", "lenet", "--machine", "local", "-b", "8", "--fused-cost", "learned"]) == 1
     assert "flexrt fusion-model train" in capsys.readouterr().err
+
+
+def test_the_packaged_model_times_fused_tasks(capsys):
+    assert packaged_fusion_model().is_file()
+    assert main(["simulate", "lenet", "--machine", "local", "-b", "8", "--data-parallel", "--fusion", "xla",
+                 "--fused-cost", "learned", "--json"]) == 0
+    import json
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["iteration_time_s"] > 0

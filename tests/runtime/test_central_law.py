@@ -165,20 +165,25 @@ def strategy_of(kind: str, pcg, machine) -> Strategy:
 def train_and_compare(model: str, dt, strategy_fn, machine, optimizer="sgd", params=SGD, mode="serial"):
     m, loss = MODELS[model](dt)
     pcg = m.pcg
-    strategy = strategy_fn(pcg)
-    w0 = weights_for(pcg, dt)
+    return compare_with_one_device(model, pcg, strategy_fn(pcg), machine, loss, TOL[dt], weights_for(pcg, dt),
+                                   optimizer, params, mode)
+
+
+def compare_with_one_device(label: str, pcg, strategy, machine, loss, tol, w0, optimizer="sgd", params=SGD,
+                            mode="serial"):
+    """``STEPS`` steps under ``strategy`` against the one-device reference from weights ``w0``: the
+    losses, the weights and every replica of each weight agree within ``tol``. Returns the session."""
     inputs, labels = batch(pcg, loss)
     ref = ReferenceTrainer(pcg, w0, optimizer_step(optimizer, **params), loss)
     session = Session(strategy, machine, optimizer=optimizer, loss=loss, weights=w0, mode=mode, **params)
-    tol = TOL[dt]
     for step in range(STEPS):
         want = ref.step(inputs, labels)
         got = session.step(inputs, labels).loss
-        assert abs(got - want) <= tol * max(1.0, abs(want)), (model, step, got, want)
+        assert abs(got - want) <= tol * max(1.0, abs(want)), (label, step, got, want)
     got_w = session.weights()
     for name, w in ref.weights.items():
         err = relative_error(got_w[name], w)
-        assert err <= tol, f"{model}: weight {name} differs by {err:.3g} relative after {STEPS} steps"
+        assert err <= tol, f"{label}: weight {name} differs by {err:.3g} relative after {STEPS} steps"
     # every replica of a weight holds the same value
     for (name, ranges, dev), arr in session.executor.weight_replicas().items():
         sl = tuple(slice(a, b) for a, b in ranges)

@@ -28,8 +28,6 @@ from hypothesis import strategies as st
 from flexrt.core import ActiMode, DataType, FFConfig, FFModel, PoolType
 from flexrt.errors import StrategyError
 from flexrt.machine import load_machine
-from flexrt.runtime.executor import optimizer_step, relative_error
-from flexrt.runtime.reference import ReferenceTrainer
 from flexrt.runtime.session import Session
 from flexrt.simulator.actions import Fused, RingStep
 from flexrt.strategy import data_parallel
@@ -37,7 +35,7 @@ from flexrt.strategy.fusion import FusionGroup, FusionPlan, check_fusion, gradie
 
 if __name__ == "__main__":  # run by mpiexec (``_mpi_law``): the repository root holds ``tests``
     sys.path.insert(0, str(Path(__file__).parents[2]))
-from tests.runtime.test_central_law import batch, strategy_of, weights_for  # noqa: E402
+from tests.runtime.test_central_law import batch, compare_with_one_device, strategy_of, weights_for  # noqa: E402
 from tests.runtime.test_plan_laws import (Lowered, ancestors, check_aliases_are_exact_same_device_pieces,  # noqa: E402
                                           check_each_transient_buffer_written_once_before_its_readers)
 
@@ -113,21 +111,7 @@ def all_weights(strategy) -> tuple:
 
 def train_like_one_device(model: str, strategy, mode: str = "serial") -> Session:
     pcg = pcg_of(model)
-    w0 = weights_for(pcg, DT)
-    inputs, labels = batch(pcg, LOSS)
-    ref = ReferenceTrainer(pcg, w0, optimizer_step("sgd", **SGD), LOSS)
-    session = Session(strategy, MACHINE, optimizer="sgd", loss=LOSS, weights=w0, mode=mode, **SGD)
-    for step in range(STEPS):
-        want = ref.step(inputs, labels)
-        got = session.step(inputs, labels).loss
-        assert abs(got - want) <= TOL * max(1.0, abs(want)), (model, step, got, want)
-    got_w = session.weights()
-    for name, w in ref.weights.items():
-        err = relative_error(got_w[name], w)
-        assert err <= TOL, f"{model}: weight {name} differs by {err:.3g} relative after {STEPS} steps"
-    for (name, ranges, _), arr in session.executor.weight_replicas().items():
-        assert relative_error(arr, got_w[name][tuple(slice(a, b) for a, b in ranges)]) <= TOL
-    return session
+    return compare_with_one_device(model, pcg, strategy, MACHINE, LOSS, TOL, weights_for(pcg, DT), "sgd", SGD, mode)
 
 
 def fused_tasks(session) -> list:
