@@ -50,7 +50,7 @@ from flexrt.simulator.cost_model import (MIN_TASK_S, AnalyticCostModel, FusedMem
 if TYPE_CHECKING:
     from flexrt.machine import DeviceSpec, Link
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2          # 2: an ensemble of weight sets and the held-out choice of predictor; 1 read too
 # Operators that can be members of a fused task (compute operators), then a slot for the rest.
 OP_VOCAB: tuple[str, ...] = tuple(t.value for t in OpType if t not in PARALLEL_OPS and t not in SOURCE_OPS) + ("other",)
 NUMERIC_FEATURES = ("log_input_elements", "log_output_elements", "log_flops", "log_bytes", "log_time_s",
@@ -215,11 +215,20 @@ class LearnedFusedModel:
     With ``residual`` (default) the network's output is added to log(Σ member times): Eq. 3's loss is
     unchanged (the offset is a fixed input), the network learns what fusion changes.
 
+    With ``ensemble`` K > 1 the model is K networks of one architecture trained from seeds ``seed``,
+    ``seed + 1``, ... on the same samples; the prediction is the mean of their log-times (a deep
+    ensemble: it averages out what each network fits of the labels' measurement noise).
+
+    ``choose(train, held_out)`` records which predictor the held-out samples say is best (this
+    network, the members' summed times, or least squares on aggregate features, fitted on
+    ``train``); ``predict_chosen`` and ``LearnedCostModel`` use that one.
+
     Args:
         depth, heads, width: attention layers (DisCo: 6), heads per layer, embedding width (a
             multiple of ``heads``).
         seed: weights and batch order; training is deterministic for it.
         residual: predict relative to the members' summed times.
+        ensemble: networks averaged.
         vocab: operator names of the one-hot type (the last slot takes the rest).
         host: where the training times were measured (saved with the weights).
 
@@ -231,8 +240,8 @@ class LearnedFusedModel:
     """
 
     def __init__(self, depth: int = 3, heads: int = 4, width: int = 32, seed: int = 0, residual: bool = True,
-                 vocab: Sequence[str] = OP_VOCAB, host: Optional[str] = None):
-        for what, v in (("depth", depth), ("heads", heads), ("width", width)):
+                 vocab: Sequence[str] = OP_VOCAB, host: Optional[str] = None, ensemble: int = 1):
+        for what, v in (("depth", depth), ("heads", heads), ("width", width), ("ensemble", ensemble)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"LearnedFusedModel: {what} is {v!r}; expected an int >= 1")
         if width % heads:
@@ -243,15 +252,19 @@ class LearnedFusedModel:
             raise ConfigError(f"LearnedFusedModel: the vocabulary must end with 'other'; got {self.vocab[-3:]}")
         self.host = host if host is not None else f"{platform.node()} {platform.machine()} {platform.processor()}".strip()
         self.num_features = len(self.vocab) + len(NUMERIC_FEATURES)
-        self.params = gat.init_params(self.num_features, depth, heads, width, seed)
+        self.ensemble = [gat.init_params(self.num_features, depth, heads, width, seed + k) for k in range(ensemble)]
         self.feat_mean = np.zeros(self.num_features)
         self.feat_std = np.ones(self.num_features)
         self.target_mean, self.target_std = 0.0, 1.0
         self.trained = False
+        self.chosen = "learned"            # the predictor ``choose`` found best on held-out samples
+        self.held_out: dict = {}           # predictor -> its held-out scores (``evaluate`` without errors)
+        self.linear: Optional[LinearFusedModel] = None
 
     def __repr__(self) -> str:
         return (f"LearnedFusedModel(depth={self.depth}, heads={self.heads}, width={self.width}, seed={self.seed}, "
-                f"residual={self.residual}, host={self.host!r}, trained={self.trained})")
+                f"residual={self.residual}, ensemble={len(self.ensemble)}, host={self.host!r}, "
+                f"trained={self.trained}, chosen={self.chosen!r})")
 
     def _arrays(self, samples: Sequence[FusedSample]) -> list:
         return [sample_arrays(s.members, s.member_times, self.vocab) for s in samples]
@@ -283,22 +296,31 @@ class LearnedFusedModel:
             self.target_mean = float(target.mean())
             self.target_std = float(target.std()) if target.std() > 1e-9 else 1.0
         scaled = (target - self.target_mean) / self.target_std
-        rng = np.random.default_rng(self.seed)
-        opt = gat.Adam(self.params, lr=lr)
+        per_member = [self._fit_one(params, self.seed + k, arrays, scaled, epochs, batch_size, lr)
+                      for k, params in enumerate(self.ensemble)]
+        losses = [float(np.mean(epoch)) for epoch in zip(*per_member)]
+        if progress is not None:
+            for epoch, loss in enumerate(losses):
+                progress(epoch, loss)
+        self.trained = True
+        return losses
+
+    def _fit_one(self, params: dict, seed: int, arrays: list, scaled: np.ndarray, epochs: int, batch_size: int,
+                 lr: float) -> list[float]:
+        """Adam on Eq. 3 for one network of the ensemble; its per-epoch training losses (log seconds²)."""
+        rng = np.random.default_rng(seed)
+        opt = gat.Adam(params, lr=lr)
         losses = []
-        for epoch in range(epochs):
-            order, total = rng.permutation(len(samples)), 0.0
+        for _ in range(epochs):
+            order, total = rng.permutation(len(arrays)), 0.0
             for start in range(0, len(order), batch_size):
                 idx = order[start:start + batch_size]
                 X, adj, mask = _batch([arrays[i] for i in idx], self.feat_mean, self.feat_std)
-                out, cache = gat.forward(self.params, X, adj, mask)
+                out, cache = gat.forward(params, X, adj, mask)
                 err = out - scaled[idx]
                 total += float((err ** 2).sum())
-                opt.step(self.params, gat.backward(self.params, cache, 2 * err / len(idx)))
-            losses.append(total / len(samples) * self.target_std ** 2)
-            if progress is not None:
-                progress(epoch, losses[-1])
-        self.trained = True
+                opt.step(params, gat.backward(params, cache, 2 * err / len(idx)))
+            losses.append(total / len(arrays) * self.target_std ** 2)
         return losses
 
     def predict_log(self, samples: Sequence[FusedSample], batch_size: int = 256) -> np.ndarray:
@@ -306,7 +328,7 @@ class LearnedFusedModel:
         arrays, out = self._arrays(samples), []
         for start in range(0, len(arrays), batch_size):
             X, adj, mask = _batch(arrays[start:start + batch_size], self.feat_mean, self.feat_std)
-            out.append(gat.forward(self.params, X, adj, mask)[0])
+            out.append(np.mean([gat.forward(params, X, adj, mask)[0] for params in self.ensemble], axis=0))
         scaled = np.concatenate(out) if out else np.zeros(0)
         return scaled * self.target_std + self.target_mean + self._offsets(samples)
 
@@ -315,16 +337,43 @@ class LearnedFusedModel:
         return np.exp(self.predict_log(samples))
 
     def predict_members(self, members: Sequence[FusedMember], member_times: Sequence[float]) -> float:
-        """Predicted forward seconds of one fused task."""
-        return float(self.predict([FusedSample(tuple(members), tuple(member_times), 1.0, "")])[0])
+        """Predicted forward seconds of one fused task, by the chosen predictor (``choose``)."""
+        return float(self.predict_chosen([FusedSample(tuple(members), tuple(member_times), 1.0, "")])[0])
+
+    def predictors(self) -> dict[str, Callable[[Sequence[FusedSample]], np.ndarray]]:
+        """The predictors ``choose`` picks from: this network, the members' summed times, and the
+        least-squares baseline (once ``choose`` has fitted it)."""
+        out = {"learned": self.predict, "sum of members": sum_baseline}
+        if self.linear is not None:
+            out["linear"] = self.linear.predict
+        return out
+
+    def choose(self, train: Sequence[FusedSample], held_out: Sequence[FusedSample]) -> str:
+        """Score every predictor on ``held_out`` (the linear one fitted on ``train``) and keep the best:
+        the largest share within 10 %, then the smaller median error. Returns its name."""
+        if not held_out:
+            raise ConfigError("LearnedFusedModel.choose: no held-out samples to choose with")
+        self.linear = LinearFusedModel().fit(train) if train else None
+        self.held_out = {name: {k: v for k, v in evaluate(p, held_out).items() if k != "errors"}
+                         for name, p in self.predictors().items()}
+        self.chosen = max(self.held_out, key=lambda n: (self.held_out[n]["share_within_10pct"],
+                                                        -self.held_out[n]["median_rel_error"]))
+        return self.chosen
+
+    def predict_chosen(self, samples: Sequence[FusedSample]) -> np.ndarray:
+        """Predicted forward seconds per sample by the predictor ``choose`` kept (this network until then)."""
+        return self.predictors()[self.chosen](samples)
 
     # ---- files ----------------------------------------------------------------------------------
     def save(self, path) -> None:
         """Write weights, feature and target normalization, vocabulary, host and configuration to
         ``path`` (``.npz``, written as named)."""
         config = {"depth": self.depth, "heads": self.heads, "width": self.width, "seed": self.seed,
-                  "residual": self.residual, "trained": self.trained}
-        arrays = {f"param/{k}": v for k, v in self.params.items()}
+                  "residual": self.residual, "trained": self.trained, "ensemble": len(self.ensemble),
+                  "chosen": self.chosen, "held_out": self.held_out}
+        arrays = {f"param/{i}/{k}": v for i, params in enumerate(self.ensemble) for k, v in params.items()}
+        if self.linear is not None:
+            arrays["linear_coef"] = self.linear.coef
         arrays.update(version=np.array(FORMAT_VERSION), config=np.array(json.dumps(config)),
                       vocab=np.array(self.vocab), host=np.array(self.host), feat_mean=self.feat_mean,
                       feat_std=self.feat_std, target=np.array([self.target_mean, self.target_std]))
@@ -345,21 +394,33 @@ class LearnedFusedModel:
         if missing:
             raise ConfigError(f"{path}: not a learned fused model file (missing {', '.join(sorted(missing))})")
         version = int(data["version"])
-        if version != FORMAT_VERSION:
-            raise ConfigError(f"{path}: learned fused model format version {version}; this flexrt reads version "
-                              f"{FORMAT_VERSION} (train the model again)")
+        if version not in (1, FORMAT_VERSION):
+            raise ConfigError(f"{path}: learned fused model format version {version}; this flexrt reads versions 1 "
+                              f"and {FORMAT_VERSION} (train the model again)")
         try:
             config = json.loads(str(data["config"]))
             model = cls(config["depth"], config["heads"], config["width"], config["seed"], config["residual"],
-                        tuple(str(v) for v in data["vocab"]), str(data["host"]))
+                        tuple(str(v) for v in data["vocab"]), str(data["host"]), int(config.get("ensemble", 1)))
+            chosen, held_out = str(config.get("chosen", "learned")), dict(config.get("held_out", {}))
         except (KeyError, TypeError, ValueError) as e:
             raise ConfigError(f"{path}: bad model configuration ({type(e).__name__}: {e})") from None
-        for k, want in model.params.items():
-            got = data.get(f"param/{k}")
-            if got is None or got.shape != want.shape:
-                raise ConfigError(f"{path}: weight {k} is {None if got is None else got.shape}; the configuration "
-                                  f"{config} needs {want.shape}")
-            model.params[k] = got.astype(np.float64)
+        for i, params in enumerate(model.ensemble):
+            for k, want in params.items():
+                name = f"param/{k}" if version == 1 else f"param/{i}/{k}"
+                got = data.get(name)
+                if got is None or got.shape != want.shape:
+                    raise ConfigError(f"{path}: weight {name} is {None if got is None else got.shape}; the "
+                                      f"configuration {config} needs {want.shape}")
+                params[k] = got.astype(np.float64)
+        if "linear_coef" in data:
+            if data["linear_coef"].shape != (len(AGGREGATE_FEATURES),):
+                raise ConfigError(f"{path}: linear_coef has shape {data['linear_coef'].shape}; expected "
+                                  f"({len(AGGREGATE_FEATURES)},)")
+            model.linear = LinearFusedModel()
+            model.linear.coef = data["linear_coef"].astype(np.float64)
+        if chosen not in model.predictors():
+            raise ConfigError(f"{path}: the chosen predictor {chosen!r} is not one of {', '.join(model.predictors())}")
+        model.chosen, model.held_out = chosen, held_out
         if data["feat_mean"].shape != (model.num_features,) or data["feat_std"].shape != (model.num_features,):
             raise ConfigError(f"{path}: feature normalization has {data['feat_mean'].shape} entries; expected "
                               f"{model.num_features}")
@@ -381,8 +442,11 @@ def analytic_baseline(device: "DeviceSpec") -> Callable[[Sequence[FusedSample]],
     return lambda samples: np.array([_ANALYTIC.fused_time(s.members, "forward", device) for s in samples])
 
 
+AGGREGATE_FEATURES = ("1", "log sum of member seconds", "log(1 + FLOPs)", "log(1 + bytes)", "members")
+
+
 def aggregate_features(sample: FusedSample) -> np.ndarray:
-    """[1, log Σ member seconds, log(1 + Σ FLOPs), log(1 + Σ bytes), member count]."""
+    """``AGGREGATE_FEATURES``: [1, log Σ member seconds, log(1 + Σ FLOPs), log(1 + Σ bytes), member count]."""
     flops = nbytes = 0
     for m in sample.members:
         c = op_cost(m.attrs, m.inputs, m.outputs)

@@ -27,6 +27,7 @@ HELP = "collect fused-operator samples, train and evaluate the learned fused-ope
 ACCEPTS_MODEL_FLAGS = False
 DEFAULT_MODELS = ("resnet50", "vgg19", "transformer", "rnnlm", "bert_large")   # DisCo §5.2, less Reformer (slow here)
 MAX_COUNT = 1_000_000
+DEFAULT_ENSEMBLE = 5
 
 
 def add_arguments(parser) -> None:
@@ -53,6 +54,9 @@ def add_arguments(parser) -> None:
     tr.add_argument("--samples", required=True, metavar="FILE", help="samples from `flexrt fusion-model collect`")
     tr.add_argument("--epochs", type=count(1), metavar="E", help="training epochs (default: the model's)")
     tr.add_argument("--seed", type=count(0), default=0, help="seed of the split and the initial weights (default 0)")
+    tr.add_argument("--ensemble", type=count(1, 64), default=DEFAULT_ENSEMBLE, metavar="K",
+                    help=f"networks trained from K seeds and averaged (default {DEFAULT_ENSEMBLE}; a fine-tuned "
+                         f"model keeps its own)")
     tr.add_argument("--output", required=True, metavar="MODEL", help="the model file to write (.npz)")
     tr.add_argument("--init", metavar="MODEL", help="fine-tune this trained model (DisCo 5.2: operator types or a "
                     "host it has not seen) instead of training a new one")
@@ -194,29 +198,39 @@ def _train(args) -> int:
     if args.init:
         model = fm.LearnedFusedModel.load(_existing(args.init, "--init", "train one with `flexrt fusion-model train`"))
     else:
-        model = fm.LearnedFusedModel(seed=args.seed)
+        model = fm.LearnedFusedModel(seed=args.seed, ensemble=args.ensemble)
     t0 = time.perf_counter()
     losses = model.fit(train, fine_tune=bool(args.init), **({"epochs": args.epochs} if args.epochs else {}))
     elapsed = time.perf_counter() - t0
+    if held:
+        model.choose(train, held)
     try:
         model.save(output)
     except OSError as e:
         raise ConfigError(f"cannot write the model to {output}: {e.strerror or e}") from None
-    result = fm.evaluate(model.predict, held) if held else None
     doc = {"output": str(output), "train_samples": len(train), "held_out_samples": len(held),
-           "epochs": len(losses), "final_loss": losses[-1], "train_time_s": elapsed,
-           "held_out": {k: v for k, v in result.items() if k != "errors"} if result else None}
+           "ensemble": len(model.ensemble), "epochs": len(losses), "final_loss": losses[-1], "train_time_s": elapsed,
+           "held_out": model.held_out or None, "chosen": model.chosen}
     if args.json:
         emit_json(doc)
         return 0
-    print(f"trained on {len(train)} samples, {len(losses)} epochs in {elapsed:.1f} s (final loss {losses[-1]:.4g})")
-    if result:
-        print(f"held-out ({len(held)} samples): {result['share_within_10pct']:.1%} within 10 %, "
-              f"{result['share_within_14pct']:.1%} within 14 %, median error {result['median_rel_error']:.1%}")
+    print(f"trained {len(model.ensemble)} network(s) on {len(train)} samples, {len(losses)} epochs in "
+          f"{elapsed:.1f} s (final loss {losses[-1]:.4g})")
+    if held:
+        _print_table(f"held out ({len(held)} samples)", model.held_out)
+        print(f"the simulator will use: {model.chosen} (best share within 10 % on the held-out samples)")
     else:
-        print("held-out: none (fewer than 5 samples)")
+        print("held-out: none (fewer than 5 samples); the simulator will use the learned network")
     print(f"wrote the model to {output}")
     return 0
+
+
+def _print_table(title: str, table: dict) -> None:
+    print(f"{title}; prediction error |predicted - measured| / measured")
+    print(f"{'predictor':<18} {'<= 10 %':>8} {'<= 14 %':>8} {'median':>8}")
+    for name, r in table.items():
+        print(f"{name:<18} {r['share_within_10pct']:>8.1%} {r['share_within_14pct']:>8.1%} "
+              f"{r['median_rel_error']:>8.1%}")
 
 
 def _linear_cross_fit(fm, samples: list):
@@ -250,14 +264,11 @@ def _evaluate(args) -> int:
             raise ConfigError(f"cannot write the CDF plot to {cdf}: {e.strerror or e}") from None
     table = {name: {k: v for k, v in r.items() if k != "errors"} for name, r in results.items()}
     if args.json:
-        emit_json({"samples": len(samples), "model": str(model_path), "predictors": table,
+        emit_json({"samples": len(samples), "model": str(model_path), "predictors": table, "chosen": model.chosen,
                    "cdf": str(cdf) if cdf else None})
         return 0
-    print(f"{len(samples)} samples from {args.samples}; prediction error |predicted - measured| / measured")
-    print(f"{'predictor':<18} {'<= 10 %':>8} {'<= 14 %':>8} {'median':>8}")
-    for name, r in table.items():
-        print(f"{name:<18} {r['share_within_10pct']:>8.1%} {r['share_within_14pct']:>8.1%} "
-              f"{r['median_rel_error']:>8.1%}")
+    _print_table(f"{len(samples)} samples from {args.samples}", table)
+    print(f"the model file's choice for the simulator: {model.chosen}")
     if cdf is not None:
         print(f"wrote the error CDFs to {cdf}")
     return 0

@@ -32,7 +32,8 @@ def test_collect_train_evaluate(tmp_path, capsys):
     assert "wrote 30 samples" in out and len(samples.read_text().splitlines()) == 30
     assert main(["fusion-model", "train", "--samples", str(samples), "--epochs", "3", "--output", str(model)]) == 0
     out = capsys.readouterr().out
-    assert "trained on 24 samples, 3 epochs" in out and "held-out (6 samples)" in out and model.is_file()
+    assert "trained 5 network(s) on 24 samples, 3 epochs" in out and "held out (6 samples)" in out and model.is_file()
+    assert "the simulator will use:" in out
     assert main(["fusion-model", "evaluate", "--samples", str(samples), "--model", str(model), "--cdf", str(cdf)]) == 0
     out = capsys.readouterr().out
     for name in ("learned", "sum of members", "analytic", "linear (2-fold)"):
@@ -49,6 +50,20 @@ def test_collect_again_reads_the_profile_cache(trained, tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["measurements"] == 0 and doc["samples"] == 30
     assert again.read_text() == samples.read_text()
+
+
+def test_train_chooses_the_best_predictor_on_held_out_samples(trained, tmp_path, capsys):
+    from flexrt.simulator.fused_model import LearnedFusedModel
+    _, samples, _ = trained
+    out = tmp_path / "m2.npz"
+    assert main(["fusion-model", "train", "--samples", str(samples), "--epochs", "2", "--ensemble", "2",
+                 "--output", str(out), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ensemble"] == 2 and set(doc["held_out"]) == {"learned", "sum of members", "linear"}
+    best = max(doc["held_out"].values(), key=lambda r: (r["share_within_10pct"], -r["median_rel_error"]))
+    assert doc["held_out"][doc["chosen"]] == best
+    model = LearnedFusedModel.load(out)
+    assert model.chosen == doc["chosen"] and model.held_out == doc["held_out"] and len(model.ensemble) == 2
 
 
 def test_evaluate_json(trained, capsys):

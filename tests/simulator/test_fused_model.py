@@ -183,6 +183,38 @@ def test_training_is_deterministic_for_a_seed():
     assert (a.predict(train) == b.predict(train)).all()
 
 
+def test_an_ensemble_predicts_the_mean_log_time_of_its_networks():
+    train, test = synthetic(60, 4), synthetic(20, 5)
+    both = LearnedFusedModel(depth=1, heads=2, width=8, seed=3, ensemble=2)
+    both.fit(train, epochs=4)
+    singles = []
+    for seed in (3, 4):     # the ensemble's k-th network is the single network of seed + k, same normalization
+        one = LearnedFusedModel(depth=1, heads=2, width=8, seed=seed)
+        one.fit(train, epochs=4)
+        one.feat_mean, one.feat_std = both.feat_mean, both.feat_std
+        singles.append(one.predict_log(test))
+    assert np.allclose(both.predict_log(test), np.mean(singles, axis=0), rtol=0, atol=1e-12)
+
+
+def test_choose_keeps_the_predictor_best_on_held_out_samples_and_the_cost_model_uses_it(tmp_path):
+    train, held = synthetic(60, 6), synthetic(30, 7)
+    model = LearnedFusedModel(depth=1, heads=2, width=8, seed=0)
+    model.fit(train, epochs=1)                  # barely trained: a baseline should win
+    chosen = model.choose(train, held)
+    scores = {n: evaluate(p, held) for n, p in model.predictors().items()}
+    assert set(scores) == {"learned", "sum of members", "linear"}
+    assert scores[chosen]["share_within_10pct"] == max(r["share_within_10pct"] for r in scores.values())
+    assert chosen != "learned"
+    assert np.array_equal(model.predict_chosen(held), model.predictors()[chosen](held))
+    s = held[0]
+    assert model.predict_members(s.members, s.member_times) == pytest.approx(
+        float(model.predictors()[chosen]([s])[0]), rel=1e-12)
+    model.save(tmp_path / "m.npz")
+    again = LearnedFusedModel.load(tmp_path / "m.npz")
+    assert again.chosen == chosen and again.held_out == model.held_out
+    assert np.array_equal(again.predict_chosen(held), model.predict_chosen(held))
+
+
 def test_save_and_load_give_identical_predictions(trained, tmp_path):
     model, _, _, test = trained
     path = tmp_path / "fused.npz"
@@ -206,7 +238,7 @@ def test_bad_model_files_raise_config_errors(trained, tmp_path):
     with np.load(good) as f:
         data = {k: f[k] for k in f.files}
     for name, edit, match in (("old", {"version": np.array(FORMAT_VERSION + 1)}, "format version"),
-                              ("shape", {"param/dense0.W": np.zeros((3, 3))}, "weight dense0.W"),
+                              ("shape", {"param/0/dense0.W": np.zeros((3, 3))}, "weight param/0/dense0.W"),
                               ("norm", {"feat_mean": np.zeros(3)}, "feature normalization")):
         path = tmp_path / f"{name}.npz"
         with open(path, "wb") as f:
