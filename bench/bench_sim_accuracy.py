@@ -11,8 +11,7 @@ simulator *ranks* strategies as the runs do. This does the same with flexrt's ru
 - compute costs: ``ProfiledCostModel(backend="numpy")``, which times the real NumPy forward kernel
   of every piece shape (cached on disk); backward is derived, updates, reductions and transfers are
   analytic from the machine file;
-- models: a small MLP, a small CNN (conv, pool, dense), a DLRM-like model (embeddings, dense,
-  concat) and a small attention block (multi-head attention, layer norm, dense);
+- models: ``flexrt.model.accuracy.MODELS`` (an MLP, a CNN, a DLRM, a transformer block, an RNN);
 - strategies: data parallel over 1, 2 and 4 workers, ``random_strategy`` seeds, and hand-made ones
   (operators placed round-robin one per worker, dense layers split on their output channels,
   sample x output hybrids);
@@ -69,7 +68,6 @@ if __name__ == "__main__":
 import argparse
 import copy
 import dataclasses
-import math
 import statistics
 import tempfile
 import time
@@ -77,105 +75,20 @@ from pathlib import Path
 
 import numpy as np
 
-from flexrt.core import ActiMode, AggrMode, DataType, FFConfig, FFModel
 from flexrt.machine import calibrated_local_path, load_machine
-from flexrt.machine.views import enumerate_views
+from flexrt.model.accuracy import MODELS, batch_for, hand_made, kendall_tau, kind_sums
+from flexrt.model.accuracy import timed_steps as _timed_steps
 from flexrt.runtime.calibrate import calibrate, write_machine_yaml
 from flexrt.runtime.executor import Executor, optimizer_step
 from flexrt.runtime.session import Session
-from flexrt.simulator.actions import RingStep
 from flexrt.simulator.cost_model import ProfiledCostModel
-from flexrt.strategy import (OpConfig, Strategy, all_axes, data_parallel, is_compute, random_strategy,
-                                       valid_configs)
+from flexrt.strategy import Strategy, data_parallel, random_strategy
 
 LOCAL_DEVICES = 4
-CLASSES = 10
 DISPATCH_DOMINATED = 0.5
 
 
-# ---- models ----------------------------------------------------------------------------------
-
-def mlp_model(batch: int):
-    m = FFModel(FFConfig([]))
-    x = m.create_tensor([batch, 256], DataType.DT_FLOAT)
-    t = m.dense(x, 512, ActiMode.AC_MODE_RELU, name="fc1")
-    t = m.dense(t, 512, ActiMode.AC_MODE_RELU, name="fc2")
-    m.softmax(m.dense(t, CLASSES, name="head"), name="sm")
-    return m.pcg
-
-
-def cnn_model(batch: int):
-    m = FFModel(FFConfig([]))
-    x = m.create_tensor([batch, 3, 32, 32], DataType.DT_FLOAT)
-    t = m.conv2d(x, 16, 3, 3, 1, 1, 1, 1, ActiMode.AC_MODE_RELU, name="conv1")
-    t = m.pool2d(t, 2, 2, 2, 2, 0, 0, name="pool1")
-    t = m.conv2d(t, 32, 3, 3, 1, 1, 1, 1, ActiMode.AC_MODE_RELU, name="conv2")
-    t = m.pool2d(t, 2, 2, 2, 2, 0, 0, name="pool2")
-    t = m.flat(t, name="flat")
-    t = m.dense(t, 128, ActiMode.AC_MODE_RELU, name="fc1")
-    m.softmax(m.dense(t, CLASSES, name="head"), name="sm")
-    return m.pcg
-
-
-def dlrm_model(batch: int):
-    m = FFModel(FFConfig([]))
-    dense = m.create_tensor([batch, 13], DataType.DT_FLOAT)
-    sparse = [m.create_tensor([batch, 1], DataType.DT_INT64) for _ in range(4)]
-    t = m.dense(dense, 128, ActiMode.AC_MODE_RELU, name="bot0")
-    t = m.dense(t, 32, ActiMode.AC_MODE_RELU, name="bot1")
-    embs = [m.embedding(s, 2000, 32, AggrMode.AGGR_MODE_SUM, name=f"emb{i}") for i, s in enumerate(sparse)]
-    z = m.concat([t] + embs, 1, name="interaction")
-    z = m.dense(z, 256, ActiMode.AC_MODE_RELU, name="top0")
-    m.softmax(m.dense(z, CLASSES, name="top1"), name="sm")
-    return m.pcg
-
-
-def attention_model(batch: int):
-    m = FFModel(FFConfig([]))
-    seq, d = 32, 64
-    x = m.create_tensor([batch, seq, d], DataType.DT_FLOAT)
-    a = m.multihead_attention(x, x, x, d, 4, name="attn")
-    t = m.layer_norm(m.add(a, x, name="res1"), [2], name="ln1")
-    f = m.dense(m.dense(t, 128, ActiMode.AC_MODE_RELU, name="ffn1"), d, name="ffn2")
-    t = m.layer_norm(m.add(f, t, name="res2"), [2], name="ln2")
-    t = m.flat(t, name="flat")
-    m.softmax(m.dense(t, CLASSES, name="head"), name="sm")
-    return m.pcg
-
-
-MODELS = {"mlp": (mlp_model, 64), "cnn": (cnn_model, 16), "dlrm": (dlrm_model, 256), "attn": (attention_model, 8)}
-
-
-# ---- strategies --------------------------------------------------------------------------------
-
-def _config(base, node, machine, degrees: dict, device: int = 0) -> OpConfig:
-    """``degrees`` (axis name -> degree; unknown axes ignored) if valid for ``node``, else the node
-    unsplit; the view starting at ``device`` where there is one."""
-    names = [a.name for a in all_axes(base, node)]
-    want = {k: v for k, v in degrees.items() if k in names and v > 1}
-    valid = [{k: v for k, v in c.items() if v > 1} for c in valid_configs(base, node, machine)]
-    if want not in valid:
-        want = {}
-    views = enumerate_views(machine, tuple(want.get(n, 1) for n in names))
-    view = next((v for v in views if v.start == device), views[0])
-    return OpConfig(tuple(want.items()), view)
-
-
-def hand_made(base, machine, rule) -> Strategy:
-    """``rule(k, node)`` -> (degrees, start device) for the k-th compute operator."""
-    configs = {}
-    k = 0
-    for node in base.nodes:
-        if is_compute(node):
-            degrees, device = rule(k, node)
-            configs[node.id] = _config(base, node, machine, degrees, device % machine.num_devices)
-            k += 1
-    return Strategy.from_configs(base, configs)
-
-
-def _is_dense(node) -> bool:
-    return node.op_type.value == "linear"
-
+# ---- models and strategies: flexrt.model.accuracy's (what `flexrt accuracy` runs) ------------------
 
 def strategies(base, machine, seeds) -> list[tuple[str, Strategy]]:
     n = machine.num_devices
@@ -183,57 +96,17 @@ def strategies(base, machine, seeds) -> list[tuple[str, Strategy]]:
     out += [(f"rand{s}", random_strategy(base, machine, s)) for s in seeds]
     out.append(("roundrobin", hand_made(base, machine, lambda k, node: ({}, k))))
     out.append(("dense-out2", hand_made(base, machine, lambda k, node: (
-        {"out": 2} if _is_dense(node) else {"sample": 2, "dim0": 2}, 0))))
+        {"out": 2} if node.op_type.value == "linear" else {"sample": 2, "dim0": 2}, 0))))
     if n >= 4:
         out.append(("dense-s2xout2", hand_made(base, machine, lambda k, node: (
-            {"dim0": 2, "out": 2} if _is_dense(node) else {"sample": 2, "dim0": 2}, 0))))
+            {"dim0": 2, "out": 2} if node.op_type.value == "linear" else {"sample": 2, "dim0": 2}, 0))))
     return out
-
-
-# ---- measurement -------------------------------------------------------------------------------
-
-def batch_for(plan, batch: int, seed: int = 0):
-    """Random inputs (indices in range for int inputs) and class labels."""
-    rng = np.random.default_rng(seed)
-    inputs = {}
-    for name, b in plan.inputs.items():
-        shape = tuple(hi for _, hi in b.ranges)
-        if np.issubdtype(np.dtype(b.dtype), np.integer):
-            inputs[name] = rng.integers(0, 1000, size=shape).astype(b.dtype)
-        else:
-            inputs[name] = rng.standard_normal(shape).astype(b.dtype)
-    return inputs, rng.integers(0, CLASSES, size=(batch, 1)).astype(np.int32)
 
 
 def timed_steps(session: Session, inputs, labels, repeat: int):
-    """(median wall seconds, the median iteration's result) over ``repeat`` steps after a warm-up
-    (the per-task times of one iteration add up to its wall time; medians per task would not)."""
-    session.step(inputs, labels)  # warm-up
-    results = sorted((session.step(inputs, labels) for _ in range(repeat)), key=lambda r: r.wall_s)
-    mid = results[(len(results) - 1) // 2]
-    return statistics.median(r.wall_s for r in results), mid
-
-
-def kind_sums(plan, measured) -> dict:
-    """Task kind -> [measured seconds, predicted seconds], each task counted once; a ring collective
-    ("allreduce": its hops and sum steps) runs as one task whose time every member records, so a
-    member's measured time is divided by the group's size."""
-    size: dict = {}
-    for t in plan.tasks:
-        if isinstance(t.action, RingStep):
-            size[t.action.group.id] = size.get(t.action.group.id, 0) + 1
-    out: dict = {}
-    predicted = plan.predicted_end - plan.predicted_start
-    for t, m, p in zip(plan.tasks, measured, predicted):
-        ring = isinstance(t.action, RingStep)
-        share = size[t.action.group.id] if ring else 1
-        # a ring's hops (transfer tasks) run the whole collective; its sum steps (reduce tasks)
-        # carry no action of their own: both are the collective
-        kind = "allreduce" if ring or (t.kind.value == "reduce" and t.action is None) else t.kind.value
-        acc = out.setdefault(kind, [0.0, 0.0])
-        acc[0] += float(m) / share
-        acc[1] += float(p)
-    return out
+    """(median wall seconds, the median iteration's result)."""
+    wall, results = _timed_steps(session, inputs, labels, repeat)
+    return wall, results[(len(results) - 1) // 2]
 
 
 def noop_dispatch_s(session: Session, inputs, labels, repeat: int = 3) -> float:
@@ -244,27 +117,6 @@ def noop_dispatch_s(session: Session, inputs, labels, repeat: int = 3) -> float:
                   (), "serial")
     ex.run(inputs, labels)
     return statistics.median(ex.run(inputs, labels).wall_s for _ in range(repeat))
-
-
-def kendall_tau(x, y) -> float:
-    """Kendall's tau-b of two sequences (ties in either count as neither concordant nor discordant)."""
-    n = len(x)
-    conc = disc = tx = ty = 0
-    for i in range(n):
-        for j in range(i + 1, n):
-            dx, dy = x[i] - x[j], y[i] - y[j]
-            if dx == 0 and dy == 0:
-                continue
-            if dx == 0:
-                tx += 1
-            elif dy == 0:
-                ty += 1
-            elif (dx > 0) == (dy > 0):
-                conc += 1
-            else:
-                disc += 1
-    denom = math.sqrt((conc + disc + tx) * (conc + disc + ty))
-    return (conc - disc) / denom if denom else float("nan")
 
 
 def tau(x, y) -> tuple[float, str]:

@@ -57,9 +57,7 @@ import importlib.util
 import json
 import re
 import statistics
-import subprocess
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -203,36 +201,8 @@ def worker(args) -> int:
 
 # ---- the driver --------------------------------------------------------------------------------
 
-def _flexrt_cli() -> list[str]:
-    here = Path(sys.executable).parent / "flexrt"
-    return [str(here)] if here.is_file() else [sys.executable, "-m", "flexrt.cli"]
-
-
 def _launch(ranks: int, cmd: list[str], env: dict, timeout: float, echo: bool) -> str:
-    """Run ``cmd`` (under ``mpiexec -n ranks`` when ranks > 1); its output, echoed as it comes when ``echo``."""
-    if ranks > 1:
-        mpiexec = mpi.find_mpiexec()
-        if mpiexec is None:
-            raise SystemExit("mpiexec not found (pip install -e \".[mpi]\" puts MPICH's in the virtual environment)")
-        cmd = [mpiexec, "-n", str(ranks)] + cmd
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    timer = threading.Timer(timeout, proc.kill)
-    timer.start()
-    lines = []
-    try:
-        for line in proc.stdout:
-            lines.append(line)
-            if echo:
-                sys.stdout.write(line)
-                sys.stdout.flush()
-        rc = proc.wait()
-    finally:
-        timer.cancel()
-    if rc != 0:
-        if not echo:
-            sys.stdout.write("".join(lines))
-        raise SystemExit(f"failed (exit {rc}{', timed out' if rc < 0 else ''}): {' '.join(cmd)}")
-    return "".join(lines)
+    return mpi.launch(ranks, cmd, env, timeout, echo)
 
 
 def driver(args) -> int:
@@ -273,7 +243,7 @@ def driver(args) -> int:
                 for v in _SET_HERE:
                     env_r.pop(v, None)
             t0 = time.perf_counter()
-            _launch(r, _flexrt_cli() + ["calibrate", "--quick", "--devices", str(per_rank), "--output", str(yaml)],
+            _launch(r, mpi.flexrt_command() + ["calibrate", "--quick", "--devices", str(per_rank), "--output", str(yaml)],
                     env_r, args.timeout, echo=False)
             head = " ".join(ln.lstrip("# ").strip() for ln in yaml.read_text().splitlines() if ln.startswith("#"))
             between = head[head.find("nic and network"):head.find(" Host:")]

@@ -13,6 +13,9 @@ time, end to end, measured in one run with ratios beside the absolute figures.
    the iteration time only, as a search's scorer asks. FlexFlow reports 2.2-6.9x.
 4. FlexFlow's Fig. 11 comparison at 64 devices: one MCMC search per model, run with delta and with
    full simulation of every proposal (the same steps, checked), whole-search wall times.
+5. Peak memory along the simulated timeline (``flexrt.simulator.memory``: buffers derived from the
+   detailed task graph, then replayed) for ResNet-50 and BERT-large data parallel on 4 devices,
+   against the detailed simulation itself (it runs only with detail, never in a search's scorer).
 
 Each timing is the median of ``--repeat`` runs; the host load is printed.
 
@@ -163,6 +166,27 @@ def bench_search_delta_vs_full(models, n: int, budget: int):
         print(f"{name:<14}{len(sim.lowering.graph):>10}{f:>9.2f}{d:>9.2f}{f / d:>8.1f}x", flush=True)
 
 
+def bench_peak_memory(repeat: int):
+    """The cost of the per-device peak of live buffers against the detailed simulation it replays."""
+    machine = load_machine("dgx1_v100")
+    print("\npeak memory replay vs detailed simulation, data parallel on 4 devices (dgx1_v100), batch 64:")
+    for name in ("resnet50", "bert_large"):
+        strategy = data_parallel(load_model(name, ["-b", "64"]).model.pcg, machine, 4)
+        sims, peaks = [], []
+        for _ in range(repeat):
+            sim = Simulator(machine, AnalyticCostModel(), incremental=False)
+            t0 = time.perf_counter()
+            sim.time_full(strategy)
+            t1 = time.perf_counter()
+            ids, _, _, start, end = sim.engine.timeline()
+            peak = sim.memory_timeline(ids, start, end).peak_bytes
+            peaks.append(time.perf_counter() - t1)
+            sims.append(t1 - t0)
+        s, p = statistics.median(sims), statistics.median(peaks)
+        print(f"  {name:<11}{len(sim.graph):>7} tasks: simulation {s * 1e3:.0f} ms, peak {p * 1e3:.0f} ms "
+              f"({p / s:.1f}x); peak {max(peak.values()) / 2**30:.2f} GiB per device")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="AlexNet and RNNTC on 4 and 16 devices, 3 proposals")
@@ -178,12 +202,14 @@ def main(argv=None):
     print(_load())
     if args.quick:
         bench_grid(["alexnet", "rnntc"], [4, 16], 3, warmup=2)
+        bench_peak_memory(1)
         return 0
     bench_inception_64(args.repeat)
     bench_mcmc_nmt(args.mcmc_budget)
     print()
     bench_grid(args.models.split(","), [int(x) for x in args.devices.split(",")], args.proposals, args.warmup)
     bench_search_delta_vs_full(args.models.split(","), 64, args.search_budget)
+    bench_peak_memory(args.repeat)
     print(_load())
     return 0
 

@@ -99,6 +99,18 @@ class CostModel(Protocol):
     def transfer_time(self, link: "Link", num_bytes: int) -> float: ...
 
 
+def loss_time(cost, piece: TensorShape, device: "DeviceSpec") -> float:
+    """A loss piece's time: ``cost.loss_time`` where the model has one (``MeasuredCostModel``), else
+    the forward and backward of a softmax over it (the same passes: exp/log, a row reduction, the
+    element-wise gradient; measured where ``cost`` profiles)."""
+    own = getattr(cost, "loss_time", None)
+    if own is not None:
+        return own(piece, device)
+    from flexrt.ir.ops.softmax import SoftmaxAttrs
+    t = cost.op_times(SoftmaxAttrs(-1), [piece], [piece], device)
+    return t.forward_s + t.backward_s
+
+
 @dataclass(frozen=True, slots=True)
 class FusedMember:
     """One operator piece inside a fused task (a fusion group, ``flexrt.strategy.fusion``): its

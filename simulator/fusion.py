@@ -187,12 +187,15 @@ class FusedGraph:
             group = RingGroup(low._new_group(), tuple(Buf(r.key, d, r.box, dtype.numpy_name) for d in devices
                                                       for r in rings), len(rings))
         category = int(col["xfer_category"][col["transfer"][rings[0].firsts[0]]])
+        adds = TensorShape((max(1, (n - 1) * elements // n),), dtype)
+        exe = low._per_kind(list(devices), f"bucket {bi} sum", lambda spec: low.cost.reduce_time(adds, 2, spec))
+        extras = low.ring_extras(list(devices), elements, dtype.size_bytes, exe)  # the comm cost's, as unfused
         out = []
         for i in range(n):
             j = (i + 1) % n
             share = total // n + (1 if i < total % n else 0)
             hop_devs, hop_times = low._hops(devices[i], devices[j], share * dtype.size_bytes)
-            hop_times = [t + x for t, x in zip(hop_times, low.ring_step_latency(devices[i], devices[j], n))]
+            hop_times = [t + x for t, x in zip(hop_times, extras[i])]
             hops = [core.hops(r.firsts[i]) for r in rings]
             if any(len(h) != len(hop_devs) for h in hops):
                 raise StrategyError(f"gradient bucket {bi}: its rings take different routes")
@@ -201,8 +204,6 @@ class FusedGraph:
                 action = RingStep(group, i) if self.detail and k == 0 else None
                 out.append(_Merge(_TRANSFER, dev, t, tuple(h[k] for h in hops), row if k == 0 else -1, action,
                                   f"bucket {bi} ring {i}->{j} hop {k}" if self.detail else "", ()))
-        adds = TensorShape((max(1, (n - 1) * elements // n),), dtype)
-        exe = low._per_kind(list(devices), f"bucket {bi} sum", lambda spec: low.cost.reduce_time(adds, 2, spec))
         for j in range(n):
             out.append(_Merge(_REDUCE, devices[j], exe[j], tuple(r.done[j] for r in rings), None, None,
                               f"bucket {bi} ring sum @{devices[j]}" if self.detail else "", ()))

@@ -30,6 +30,9 @@ Work is grouped by owner (``Owner``): an operator's pieces, an operand edge, a w
 operator's configuration re-lowers only the owners it touches (``Lowering.update``), and the
 engine's delta simulation re-times only what changed (FlexFlow §5.3).
 
+How a ring AllReduce is timed (its links, or the machine's measured T = C x + D per device group)
+is the lowering's ``comm_cost`` (``flexrt.simulator.collectives``); the task graph is the same.
+
 Entry point: ``Lowering``.
 """
 
@@ -44,7 +47,6 @@ from typing import Optional
 from flexrt.errors import StrategyError
 from flexrt.ir.costs import op_cost
 from flexrt.ir.op_type import OpType
-from flexrt.ir.ops import SoftmaxAttrs
 from flexrt.ir.pcg import TensorRef
 from flexrt.ir.registry import op_def
 from flexrt.ir.tensor_shape import TensorShape
@@ -52,7 +54,8 @@ from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.machine import Machine
 from flexrt.simulator.actions import (HOST, Backward, Buf, Forward, Key, Loss, Move, Part, RingGroup, RingStep,
                                       Sum, Update)
-from flexrt.simulator.cost_model import has_linear_transfers
+from flexrt.simulator.cost_model import has_linear_transfers, loss_time
+from flexrt.simulator.collectives import CommCost, RingFits, comm_cost_of
 from flexrt.simulator.engine import Engine
 from flexrt.strategy import Strategy
 from flexrt.strategy.layout import Layouts, OperatorLayout
@@ -124,9 +127,14 @@ class Lowering:
     """Builds and incrementally updates the task graph of a strategy."""
 
     def __init__(self, machine: Machine, cost_model, optimizer: OptimizerKind = OptimizerKind.SGD, engine_cls=Engine,
-                 loss_output: Optional[str] = None, detail: bool = True, incremental: bool = True) -> None:
+                 loss_output: Optional[str] = None, detail: bool = True, incremental: bool = True,
+                 comm_cost: CommCost | str | None = None) -> None:
+        """``comm_cost`` (default: what ``cost_model`` carries, else analytic) times ring AllReduces
+        from the links or from the machine's measured fits (a ConfigError when it has none)."""
         self.machine = machine
         self.cost = cost_model
+        self.comm_cost = comm_cost_of(cost_model) if comm_cost is None else CommCost.parse(comm_cost)
+        self.ring_fits = RingFits(machine) if self.comm_cost is CommCost.MEASURED else None
         self.optimizer = optimizer
         self.num_compute = machine.num_devices
         self._spec_names = [d.spec.name for d in machine.devices]  # device -> its kind's name
@@ -320,7 +328,7 @@ class Lowering:
         reduce_exe = self._per_kind(devices, f"{name} sum", lambda spec: self.cost.reduce_time(adds, 2, spec))
         done, firsts = self.core.ring(self._oid(owner), devices, ready, elements, dtype.size_bytes,
                                       CATEGORY_CODE[category], reduce_exe,
-                                      [self.ring_step_latency(devices[i], devices[(i + 1) % n], n) for i in range(n)])
+                                      self.ring_extras(devices, elements, dtype.size_bytes, reduce_exe))
         if owner.kind is OwnerKind.WEIGHT:
             self.rings.setdefault(owner.name, []).append(WeightRing(tuple(devices), tuple(firsts), tuple(done),
                                                                     elements, dtype, key, tuple(box)))
@@ -331,6 +339,16 @@ class Lowering:
                 self._name_hops(self.core.hops(firsts[i]), f"{name} ring {i}->{j}", (), RingStep(group, i))
                 self.graph.annotate(done[j], f"{name} ring sum @{devices[j]}")
         return [[t] for t in done], key
+
+    def ring_extras(self, devices, elements: int, itemsize: int, reduce_exe) -> list[tuple]:
+        """Per ring member i, the time added to each hop of its send to member i + 1: the latencies of
+        the ring's other steps (analytic), or what makes the ring take the machine's measured
+        C x + D for its group (measured: ``RingFits.extras``). ``_routes`` keeps only what both share
+        (link times) and the analytic step latencies (keyed "ring"); measured extras are not cached."""
+        n = len(devices)
+        if self.ring_fits is None:
+            return [self.ring_step_latency(devices[i], devices[(i + 1) % n], n) for i in range(n)]
+        return self.ring_fits.extras(devices, elements, itemsize, reduce_exe, self._hops)
 
     def ring_step_latency(self, src: int, dst: int, n: int) -> tuple:
         """Per hop of a ring member's send src -> dst, the latency of the ring's other 2(n-1) - 1 steps:
@@ -604,10 +622,7 @@ class Lowering:
         return grad_parts
 
     def _loss_time(self, piece: TensorShape, device: int) -> float:
-        """A loss piece is timed as the forward and backward of a softmax over it: the same passes
-        (exp/log, a row reduction, the element-wise gradient), with a profiled cost model measured."""
-        times, _ = self._op_time(SoftmaxAttrs(-1), [piece], [piece], device)
-        return times.forward_s + times.backward_s
+        return loss_time(self.cost, piece, self._spec(device))
 
     def _lower_loss(self, name: str) -> None:
         """The loss scores the model's output where it is computed when each piece holds whole rows

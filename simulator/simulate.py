@@ -4,7 +4,10 @@
 and link, compute vs communication time, data moved between devices (each transfer once, however
 many hops it crosses; split into activations and weight synchronization), bytes per link type,
 and memory per device (weights, gradients, optimizer state, activations kept for backward) with
-devices over capacity flagged. ``chrome_trace`` writes the timeline for Perfetto.
+devices over capacity flagged. With detail (a task graph with actions) it also replays the buffers'
+lifetimes along the simulated timeline (``flexrt.simulator.memory``): the peak bytes live at once
+per device (``peak_bytes``) and their course (``memory_timeline``). ``chrome_trace`` writes the
+timeline for Perfetto, live bytes as one counter track per device.
 
 Entry points: ``Simulator``, ``simulate``, ``SimResult``, ``chrome_trace``.
 """
@@ -19,8 +22,10 @@ import numpy as np
 
 from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.machine import Machine
+from flexrt.simulator.collectives import CommCost
 from flexrt.simulator.fusion import FusedGraph
 from flexrt.simulator.lowering import Lowering
+from flexrt.simulator.memory import MemoryTimeline, memory_timeline
 from flexrt.strategy.fusion import fusion_of
 from flexrt.strategy import Strategy
 from flexrt.simulator.task_graph import CATEGORIES, TRANSFER_CODE, Category, TaskKind
@@ -53,6 +58,11 @@ class SimResult:
     memory_capacity: dict[int, int]
     over_capacity: list[int] = field(default_factory=list)
     timeline: dict = field(default_factory=dict, repr=False)
+    # with detail: per device the peak bytes of buffers live at once over the iteration (weights and
+    # optimizer state included), and their course. ``memory_bytes``' total is no bound of it: it
+    # leaves out operand copies, activation gradients and each consumer's weight-gradient contribution
+    peak_bytes: dict[int, int] = field(default_factory=dict)
+    memory_timeline: Optional[MemoryTimeline] = field(default=None, repr=False)
 
     @property
     def total_moved_elements(self) -> int:
@@ -66,7 +76,8 @@ class SimResult:
                 "busy_s": self.busy_s,
                 "memory_bytes": {str(d): m for d, m in sorted(self.memory_bytes.items())},
                 "memory_capacity_bytes": {str(d): c for d, c in sorted(self.memory_capacity.items())},
-                "over_capacity": self.over_capacity}
+                "over_capacity": self.over_capacity,
+                **({"peak_bytes": {str(d): p for d, p in sorted(self.peak_bytes.items())}} if self.peak_bytes else {})}
 
 
 def _device_name(machine: Machine, device: int) -> str:
@@ -82,16 +93,19 @@ class Simulator:
     """Holds a lowered strategy so that single-operator changes can be delta-simulated."""
 
     def __init__(self, machine: Machine, cost_model, optimizer: OptimizerKind | str = OptimizerKind.SGD,
-                 loss_output: Optional[str] = None, detail: bool = True, incremental: bool = True) -> None:
+                 loss_output: Optional[str] = None, detail: bool = True, incremental: bool = True,
+                 comm_cost: CommCost | str | None = None) -> None:
         """``optimizer`` is an ``OptimizerKind`` or its name ("sgd", "momentum", "adam"). ``detail``
         keeps each task's name, regions and action (traces, the runtime); a search needs only times
         and dependencies. ``incremental`` keeps what delta simulation needs (each owner's tasks and
-        dependencies, counted); without it ``delta`` simulates in full, with less memory."""
+        dependencies, counted); without it ``delta`` simulates in full, with less memory.
+        ``comm_cost`` ("analytic" or "measured"; default: what ``cost_model`` carries, see
+        ``flexrt.simulator.collectives.with_comm_cost``) says how ring AllReduces are timed."""
         optimizer = OptimizerKind.parse(optimizer)
         self.machine = machine
         self.optimizer = optimizer
         self.lowering = Lowering(machine, cost_model, optimizer, loss_output=loss_output, detail=detail,
-                                 incremental=incremental)
+                                 incremental=incremental, comm_cost=comm_cost)
         self.fused: Optional[FusedGraph] = None  # the last strategy's task graph with its fusion plan applied
 
     @property
@@ -190,19 +204,31 @@ class Simulator:
             if m["total"] > capacity[d]:
                 over.append(d)
         timeline = {"ids": ids, "device": device, "ready": ready, "start": start, "end": end}
+        live = self.memory_timeline(ids, start, end) if g.detail else None
         return SimResult(float(end.max()) if len(end) else 0.0, len(ids), compute, comm, dict(busy), dict(moved_e),
-                         dict(moved_b), dict(link_bytes), memory, capacity, over, timeline)
+                         dict(moved_b), dict(link_bytes), memory, capacity, over, timeline,
+                         dict(live.peak_bytes) if live else {}, live)
+
+    def memory_timeline(self, ids, start, end) -> MemoryTimeline:
+        """Live bytes per device along the timeline ``start``, ``end`` (per task of ``ids``) of the last
+        simulated task graph, every iteration's optimizer state held (``flexrt.simulator.memory``)."""
+        ids = np.asarray(ids).tolist()
+        return memory_timeline(self.graph, dict(zip(ids, np.asarray(start).tolist())),
+                               dict(zip(ids, np.asarray(end).tolist())), OPTIMIZER_STATE[self.optimizer])
 
     def chrome_trace(self, result: SimResult) -> dict:
         """The timeline as Chrome trace events: one track per device and per link (Perfetto opens it)."""
         tl = result.timeline
         return chrome_trace(self.machine, self.graph.tasks, tl["ids"], tl["device"], tl["start"], tl["end"],
-                            {"iteration_time_s": result.iteration_time_s, "source": "simulator"})
+                            {"iteration_time_s": result.iteration_time_s, "source": "simulator"},
+                            result.memory_timeline)
 
 
-def chrome_trace(machine: Machine, tasks: dict, ids, devices, starts, ends, other: dict) -> dict:
+def chrome_trace(machine: Machine, tasks: dict, ids, devices, starts, ends, other: dict,
+                 memory: Optional[MemoryTimeline] = None) -> dict:
     """Chrome trace events of a timeline (seconds), one track per device and per link; the simulator
-    and the runtime both write this layout, so the two open side by side in Perfetto."""
+    and the runtime both write this layout, so the two open side by side in Perfetto. ``memory``
+    adds one counter track per device: the bytes live on it over time."""
     d = machine.num_devices
     events = []
     for dev in sorted(set(int(x) for x in devices)):
@@ -217,13 +243,26 @@ def chrome_trace(machine: Machine, tasks: dict, ids, devices, starts, ends, othe
             args.update(bytes=t.num_bytes, category=t.category.value)
         events.append({"ph": "X", "name": t.name, "cat": t.kind.value, "pid": 0 if dev < d else 1,
                        "tid": int(dev), "ts": float(s) * 1e6, "dur": float(e - s) * 1e6, "args": args})
+    if memory is not None:
+        events += _memory_counters(machine, memory)
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {**other, "machine": machine.name}}
 
 
+def _memory_counters(machine: Machine, memory: MemoryTimeline) -> list:
+    """Counter events ("ph": "C"): per device a track of its live bytes, one sample per change (the
+    last of several at one instant holds; what is live before the first task is drawn at time 0)."""
+    events = []
+    for dev in sorted(memory.times):
+        name = f"live bytes {_device_name(machine, dev)}" if 0 <= dev < machine.num_devices else f"live bytes {dev}"
+        for t, v in zip(memory.times[dev].tolist(), memory.live_bytes[dev].tolist()):
+            events.append({"ph": "C", "name": name, "pid": 0, "ts": max(t, 0.0) * 1e6, "args": {"bytes": v}})
+    return events
+
+
 def simulate(strategy: Strategy, machine: Machine, cost_model,
-             optimizer: OptimizerKind | str = OptimizerKind.SGD) -> SimResult:
+             optimizer: OptimizerKind | str = OptimizerKind.SGD, comm_cost: CommCost | str | None = None) -> SimResult:
     """Full simulation of one training iteration of ``strategy`` on ``machine``."""
-    return Simulator(machine, cost_model, optimizer, incremental=False).full(strategy)
+    return Simulator(machine, cost_model, optimizer, incremental=False, comm_cost=comm_cost).full(strategy)
 
 
 def timelines_equal(a: SimResult, b: SimResult) -> bool:

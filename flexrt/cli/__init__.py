@@ -13,6 +13,7 @@
     flexrt train MODEL --machine M [--strategy FILE] [--backend numpy|cupy] [--mode serial|threads]
                  [--steps N] [--seed S] [--trace FILE] [--json]   run it: measured beside simulated
     flexrt calibrate [--devices N] [--quick] [--output FILE] [--json]   measure this host, write the `local` machine
+    flexrt accuracy [--ranks R] [--models ...] [--quick] [--output DIR] [--json]   simulator vs real runs, one process per device
     flexrt substitutions generate | verify | stats | show N [--file F] [--json]   the PCG substitution library
     flexrt fusion-model collect | train | evaluate [...]   the learned fused-operator cost model (DisCo)
 
@@ -33,14 +34,15 @@ import traceback
 from typing import Optional, Sequence
 
 from flexrt import __version__
-from flexrt.cli import _calibrate, _fusion_model, _machines, _models, _search, _show, _simulate, _substitutions, _train
+from flexrt.cli import _accuracy, _calibrate, _fusion_model, _machines, _models, _search, _show, _simulate, _substitutions, _train
 from flexrt.cli._common import Parser, UsageError
 from flexrt.errors import FlexrtError
 from flexrt.inputs import clip
 from flexrt.runtime import mpi
 
 # Each command module gives NAME, HELP, ACCEPTS_MODEL_FLAGS, add_arguments(parser) and run(args, extra) -> int.
-COMMANDS = (_models, _show, _machines, _simulate, _search, _train, _calibrate, _substitutions, _fusion_model)
+COMMANDS = (_models, _show, _machines, _simulate, _search, _train, _calibrate, _accuracy, _substitutions,
+            _fusion_model)
 
 
 def build_parser() -> argparse.ArgumentParser:

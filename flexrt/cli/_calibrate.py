@@ -1,6 +1,11 @@
 """``flexrt calibrate [--devices N] [--quick] [--output FILE] [--json]``: measure this host with NumPy,
 print the numbers and write the calibrated ``local`` machine (default
-``flexrt.machine.calibrated_local_path()``, which ``load_machine("local")`` then uses)."""
+``flexrt.machine.calibrated_local_path()``, which ``load_machine("local")`` then uses).
+
+Under ``mpiexec -n R`` it also times MPI messages and ``MPI.Allreduce`` between the ranks: over all R
+(the links between ranks) and per device group g = 2..R (the first g ranks, one device each), whose
+fits T_g = C_g x + D_g (DisCo) go into the machine file's ``collectives`` section for
+``--comm-cost measured``."""
 
 from __future__ import annotations
 
@@ -13,18 +18,21 @@ from flexrt.machine import calibrated_local_path
 from flexrt.machine.limits import MAX_DEVICES_PER_NODE
 from flexrt.runtime import mpi
 from flexrt.runtime.calibrate import (calibrate, check_devices, check_output_path, fit_linear, mpi_allreduce,
-                                      mpi_point_to_point, write_machine_yaml)
+                                      mpi_allreduce_groups, mpi_point_to_point, write_machine_yaml)
 from flexrt.runtime.mpi import comm_wait
 
 NAME = "calibrate"
-HELP = "measure this host (FLOP/s, memory and copy bandwidth, launch overhead) and write the `local` machine"
+HELP = ("measure this host (FLOP/s, memory and copy bandwidth, launch overhead) and write the `local` machine; "
+        "under `mpiexec -n R` also MPI messages and AllReduce per device group 2..R (DisCo's T = C x + D, for "
+        "--comm-cost measured)")
 ACCEPTS_MODEL_FLAGS = False
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--devices", type=int, default=4, metavar="N",
                         help=f"workers the host is split into (default 4; 1..{MAX_DEVICES_PER_NODE})")
-    parser.add_argument("--quick", action="store_true", help="small sizes and few repeats (rough, ~1 s)")
+    parser.add_argument("--quick", action="store_true", help="small sizes and few repeats (rough, ~1 s; under "
+                        "mpiexec 4 AllReduce sizes, 8 B..4 MB, 3 repeats per group)")
     parser.add_argument("--output", metavar="FILE",
                         help=f"machine YAML to write (default {calibrated_local_path()}, "
                              f"which `--machine local` then uses)")
@@ -52,11 +60,12 @@ def run(args, extra) -> int:
         comm_wait(comm)  # the other ranks sleep meanwhile (a busy barrier would steal the cores measured)
         bandwidth, latency = mpi_point_to_point(comm, quick=args.quick)
         allreduce = mpi_allreduce(comm, quick=args.quick)
+        groups = mpi_allreduce_groups(comm, quick=args.quick, world=allreduce)  # g = 2..R; R reuses the above
         if comm.Get_rank() != 0:
             return 0
         result = dataclasses.replace(result, mpi_bandwidth=bandwidth, mpi_latency_s=latency,
                                      ranks=int(os.environ.get("MPI_LOCALNRANKS") or comm.Get_size()),
-                                     allreduce=allreduce, allreduce_ranks=comm.Get_size())
+                                     allreduce=allreduce, allreduce_ranks=comm.Get_size(), allreduce_groups=groups)
     path = write_machine_yaml(result, output, args.devices)  # loads the text first: a bad file is never written
     if args.json:
         emit_json({"machine_file": str(path), "devices": args.devices, "host": result.to_json()})
@@ -73,6 +82,10 @@ def run(args, extra) -> int:
         c, d, r2 = fit_linear(*zip(*result.allreduce))
         rows += [(f"AllReduce fit ({result.allreduce_ranks} ranks)",
                   f"T = {c * 1e9:.4g} ns/B x + {d * 1e6:.4g} us (r2 {r2:.4f}, {len(result.allreduce)} sizes)")]
+    for f in result.group_fits():
+        rows += [(f"AllReduce {f.devices} devices, {f.nodes} node{'s' if f.nodes > 1 else ''}",
+                  f"T = {f.c_s_per_byte * 1e9:.4g} ns/B x + {f.d_s * 1e6:.4g} us (r2 {f.r2:.4f}, max error "
+                  f"{f.max_rel_error:.1%}, median {f.median_rel_error:.1%}, {f.sizes} sizes)")]
     rows += [(f"{t.op_class}", f"{_rate(t.rate, t.unit)}  {t.shape}") for t in result.throughput]
     width = max(len(name) for name, _ in rows)
     print(f"host ({result.cpu_count} CPUs{', quick' if result.quick else ''}; {result.elapsed_s:.1f} s):")

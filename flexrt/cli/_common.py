@@ -3,7 +3,8 @@ model flags (which of FlexFlow's flags a command honours), and the warnings a co
 
 Entry points: ``Parser``, ``UsageError``, ``count``, ``number``, ``check_model_flags``,
 ``warn_data_parallel``, ``add_json_flag``, ``emit_json``, ``write_text``, ``add_fusion_flag``,
-``fused_result``, ``fusion_arg``, ``add_fused_cost_flag``, ``fused_cost_model``.
+``fused_result``, ``fusion_arg``, ``add_fused_cost_flag``, ``fused_cost_model``, ``add_comm_cost_flag``,
+``check_comm_cost``, ``comm_cost_model``.
 """
 
 from __future__ import annotations
@@ -156,6 +157,32 @@ def fused_cost_model(args, cost):
         raise ConfigError(f"--fused-cost learned:{path}: no such model file; train one with `flexrt fusion-model "
                           f"train --samples S.jsonl --output {path}`")
     return LearnedCostModel(cost, LearnedFusedModel.load(path))
+
+
+COMM_COSTS = ("analytic", "measured")
+
+
+def add_comm_cost_flag(parser) -> None:
+    """``--comm-cost analytic|measured``: how ring AllReduces are timed."""
+    parser.add_argument("--comm-cost", choices=COMM_COSTS, default="analytic",
+                        help="how ring AllReduces are timed: analytic (default: each hop's link latency and "
+                             "bandwidth), measured (DisCo's T = C x + D per device group, from the machine's "
+                             "collectives section, which `mpiexec -n N flexrt calibrate` writes)")
+
+
+def check_comm_cost(args, machine) -> None:
+    """With ``--comm-cost measured``, a ConfigError (saying how to measure them) when ``machine`` has no
+    measured AllReduce fits; called as soon as the machine is loaded."""
+    if getattr(args, "comm_cost", "analytic") == "measured":
+        from flexrt.simulator.collectives import require_fits
+        require_fits(machine, "--comm-cost measured")
+
+
+def comm_cost_model(args, cost):
+    """``cost`` carrying ``--comm-cost`` (``flexrt.simulator.collectives.with_comm_cost``), so every
+    simulator built from it, a search's and a training session's too, times rings alike."""
+    from flexrt.simulator.collectives import with_comm_cost
+    return with_comm_cost(cost, getattr(args, "comm_cost", "analytic"))
 
 
 class _ScaledFusion:

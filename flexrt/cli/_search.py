@@ -17,8 +17,9 @@ Every strategy here, the chosen algorithm's and the baselines it is compared wit
 
 from __future__ import annotations
 
-from flexrt.cli._common import (add_fused_cost_flag, add_fusion_flag, add_json_flag, check_model_flags, count,
-                                emit_json, fused_cost_model, fused_result, fusion_arg, number, warn_data_parallel)
+from flexrt.cli._common import (add_comm_cost_flag, add_fused_cost_flag, add_fusion_flag, add_json_flag,
+                                check_comm_cost, check_model_flags, comm_cost_model, count, emit_json,
+                                fused_cost_model, fused_result, fusion_arg, number, warn_data_parallel)
 from flexrt.errors import ConfigError
 from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.machine import load_machine
@@ -82,6 +83,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--plot", metavar="FILE", help="draw the best strategy as PNG")
     parser.add_argument("--cost", choices=("analytic", "profiled"), default="analytic")
     add_fused_cost_flag(parser)
+    add_comm_cost_flag(parser)
     parser.add_argument("--optimizer", choices=[k.short_name for k in OptimizerKind], default="sgd")
     parser.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     add_json_flag(parser)
@@ -154,12 +156,14 @@ def run(args, extra) -> int:
     nodes = args.search_num_nodes or cfg.search_num_nodes or args.nodes
     machine = load_machine(args.machine, nodes=nodes)
     _check_against_machine(args, machine)
+    check_comm_cost(args, machine)
     loaded = load_model(args.model, extra)
     base = loaded.model.pcg
     budget = args.budget if args.budget is not None else cfg.search_budget
     space = _space(args, cfg)
     options = _options(args, cfg, loaded.name)
-    cost = fused_cost_model(args, AnalyticCostModel() if args.cost == "analytic" else ProfiledCostModel())
+    cost = comm_cost_model(args, fused_cost_model(args, AnalyticCostModel() if args.cost == "analytic"
+                                                  else ProfiledCostModel()))
     imported = args.import_file or cfg.import_strategy_file
     given = [load_strategy(imported, base, machine)] if imported else []  # JSON or FlexFlow text
     optimizer = OptimizerKind.parse(args.optimizer)
@@ -198,7 +202,8 @@ def run(args, extra) -> int:
     if args.json:
         emit_json({"model": loaded.name, "machine": machine.name, "num_devices": machine.num_devices,
                    "algorithm": args.algo, "space": str(space), "budget": budget, "seed": args.seed,
-                   "fusion": args.fusion, "fused_cost": args.fused_cost, "unfused_s": unfused_s,
+                   "fusion": args.fusion, "fused_cost": args.fused_cost, "comm_cost": args.comm_cost,
+                   "unfused_s": unfused_s,
                    "iteration_time_s": result.cost_s, "data_parallel_s": dp.cost_s,
                    "expert_s": expert.cost_s if expert else None,
                    "speedup_over_data_parallel": dp.cost_s / result.cost_s,
@@ -213,7 +218,8 @@ def run(args, extra) -> int:
 def _print_text(args, model_name: str, machine, space, budget: int, result, dp, expert, files: dict) -> None:
     log = result.log
     print(f"model {model_name} on {machine.name}: {machine.num_nodes} node(s), {machine.num_devices} devices; "
-          f"{args.algo} over {space}" + (f", budget {budget}, seed {args.seed}" if args.algo in SEARCHES else ""))
+          f"{args.algo} over {space}" + (f", budget {budget}, seed {args.seed}" if args.algo in SEARCHES else "")
+          + ("; AllReduces timed by the machine's measured T = C x + D" if args.comm_cost == "measured" else ""))
     if args.algo in ("unity", "sequential"):
         n = log.notes
         print(f"search: {log.proposals} candidate graphs costed in {log.elapsed_s:.1f} s ({log.stop_reason}); "

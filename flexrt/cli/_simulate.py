@@ -3,8 +3,9 @@ the iteration time, compute vs communication, data moved, link traffic and memor
 
 from __future__ import annotations
 
-from flexrt.cli._common import (add_fused_cost_flag, add_fusion_flag, add_json_flag, check_model_flags, count,
-                                emit_json, fused_cost_model, fusion_arg, warn_data_parallel, write_text)
+from flexrt.cli._common import (add_comm_cost_flag, add_fused_cost_flag, add_fusion_flag, add_json_flag,
+                                check_comm_cost, check_model_flags, comm_cost_model, count, emit_json,
+                                fused_cost_model, fusion_arg, warn_data_parallel, write_text)
 from flexrt.errors import ConfigError
 from flexrt.machine import load_machine
 from flexrt.model import load_model
@@ -34,6 +35,7 @@ def add_arguments(parser) -> None:
     add_fusion_flag(parser, "the strategy before simulating it")
     parser.add_argument("--cost", choices=("analytic", "profiled"), default="analytic")
     add_fused_cost_flag(parser)
+    add_comm_cost_flag(parser)
     parser.add_argument("--optimizer", choices=[k.short_name for k in OptimizerKind], default="sgd")
     parser.add_argument("--trace", metavar="FILE", help="write the timeline as Chrome trace JSON (Perfetto)")
     parser.add_argument("--taskgraph", metavar="FILE", help="write the task graph as Graphviz dot")
@@ -64,14 +66,25 @@ def _delta_walk(sim: Simulator, base, machine, target):
     return result, steps
 
 
+def _fits_used(sim: Simulator) -> list | None:
+    """The device groups whose rings ``--comm-cost measured`` timed, with their fits (None: analytic)."""
+    fits = sim.lowering.ring_fits
+    if fits is None:
+        return None
+    return [{"devices": g, "nodes": k, "measured": measured, "c_s_per_byte": fits.fit_of(g, k).c_s_per_byte,
+             "d_s": fits.fit_of(g, k).d_s} for (g, k), measured in sorted(fits.used.items())]
+
+
 def run(args, extra) -> int:
     check_model_flags(NAME, args.model, extra)
     fusion_arg(args, NAME)
     machine = load_machine(args.machine, nodes=args.nodes)
+    check_comm_cost(args, machine)
     loaded = load_model(args.model, extra)
     base = loaded.model.pcg
     strategy = _strategy(args, base, machine)
-    cost = fused_cost_model(args, AnalyticCostModel() if args.cost == "analytic" else ProfiledCostModel())
+    cost = comm_cost_model(args, fused_cost_model(args, AnalyticCostModel() if args.cost == "analytic"
+                                                  else ProfiledCostModel()))
     optimizer = OptimizerKind.parse(args.optimizer)
     if args.fusion != "off":
         from flexrt.search.fusion_policies import apply_policy
@@ -98,7 +111,8 @@ def run(args, extra) -> int:
     if args.json:
         emit_json({"model": loaded.name, "machine": machine.name, "num_devices": machine.num_devices,
                    "method": args.method, "delta_steps": steps, "cost": args.cost, "fusion": args.fusion,
-                   "fused_cost": args.fused_cost,
+                   "fused_cost": args.fused_cost, "comm_cost": args.comm_cost,
+                   "allreduce_fits": _fits_used(sim),
                    **result.to_json(),
                    "files": files})
         return 0
@@ -108,6 +122,9 @@ def run(args, extra) -> int:
           + ("; the strategy file holds its own PCG" if not isinstance(strategy, ConfigStrategy) else "")
           + (f"; fusion policy {args.fusion}" if args.fusion != "off" else "")
           + (f"; fused tasks timed {args.fused_cost}" if args.fused_cost else ""))
+    if sim.lowering.ring_fits is not None:
+        from flexrt.simulator.collectives import describe_used
+        print(f"AllReduces timed by measured T = C x + D: {describe_used(sim.lowering.ring_fits.used)}")
     print(f"iteration time     {result.iteration_time_s * 1e3:.3f} ms   ({result.num_tasks} tasks)")
     print(f"compute / comm     {result.compute_time_s * 1e3:.3f} ms / {result.communication_time_s * 1e3:.3f} ms "
           f"(summed task times)")

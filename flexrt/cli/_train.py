@@ -10,8 +10,8 @@ import io
 import json
 import statistics
 
-from flexrt.cli._common import (add_json_flag, check_model_flags, count, emit_json, number, warn_data_parallel,
-                                write_text)
+from flexrt.cli._common import (add_comm_cost_flag, add_json_flag, check_comm_cost, check_model_flags,
+                                comm_cost_model, count, emit_json, number, warn_data_parallel, write_text)
 from flexrt.errors import ConfigError
 from flexrt.ir.summary import format_count
 from flexrt.kernels.losses import CROSS_ENTROPIES, LossType
@@ -51,6 +51,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--loss", choices=LOSSES, default=LOSSES[0])
     parser.add_argument("--cost", choices=("analytic", "profiled"), default="analytic",
                         help="cost model of the simulated times (profiled: time the NumPy kernels here)")
+    add_comm_cost_flag(parser)
     parser.add_argument("--seed", type=count(0), default=0, help="seed of the initial weights and the synthetic data")
     parser.add_argument("--trace", metavar="FILE", help="write the last step as Chrome trace JSON (Perfetto)")
     add_json_flag(parser)
@@ -67,7 +68,7 @@ def _check_backend(name: str) -> None:
 def _session(args, strategy, machine, optimizer: OptimizerKind, loss: LossType) -> Session:
     params = {"lr": args.lr} if optimizer is OptimizerKind.SGD else {"alpha": args.lr}
     try:
-        cost = AnalyticCostModel() if args.cost == "analytic" else ProfiledCostModel()
+        cost = comm_cost_model(args, AnalyticCostModel() if args.cost == "analytic" else ProfiledCostModel())
         return Session(strategy, machine, cost_model=cost, backend=args.backend, mode=args.mode,
                        optimizer=optimizer,
                        loss=loss, metrics=(MetricsType.METRICS_ACCURACY,) if loss in CROSS_ENTROPIES else (),
@@ -85,6 +86,7 @@ def run(args, extra) -> int:
     _check_backend(args.backend)
     check_model_flags(NAME, args.model, extra)
     machine = load_machine(args.machine, nodes=args.nodes)
+    check_comm_cost(args, machine)
     loaded = load_model(args.model, extra)
     base = loaded.model.pcg
     if args.strategy and args.random_strategy is not None:
@@ -118,7 +120,8 @@ def _train(args, loaded, machine, session, described, loss: LossType) -> int:
     if not args.json:
         print(f"model {loaded.name} (batch {batch}) on {machine.name}: {machine.num_devices} devices; "
               f"{described}; backend {args.backend}, "
-              f"{args.mode} executor; {args.optimizer} lr {args.lr}, {args.loss}")
+              f"{args.mode} executor; {args.optimizer} lr {args.lr}, {args.loss}"
+              + ("; simulated AllReduces timed by measured T = C x + D" if args.comm_cost == "measured" else ""))
     steps = []
     result = None
     for i in range(1, args.steps + 1):
@@ -134,7 +137,8 @@ def _train(args, loaded, machine, session, described, loss: LossType) -> int:
         files["trace"] = write_text(args.trace, json.dumps(session.chrome_trace(result)), "trace")
     if args.json:
         emit_json({"model": loaded.name, "machine": machine.name, "num_devices": machine.num_devices,
-                   "backend": args.backend, "mode": args.mode, "steps": steps, "median_measured_ms": median,
+                   "backend": args.backend, "mode": args.mode, "comm_cost": args.comm_cost, "steps": steps,
+                   "median_measured_ms": median,
                    "simulated_ms": predicted_ms, "simulated_summed_ms": summed_ms,
                    "ratio": median / predicted_ms if predicted_ms else None,
                    "memory": {str(d): v for d, v in memory.items()}, "files": files})

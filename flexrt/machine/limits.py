@@ -7,6 +7,8 @@ The sizes are generous (a machine of 65,536 devices builds in a few seconds and 
 and safe: nothing a file or a flag says can make flexrt allocate without bound. The ranges of
 physical values keep simulated times well inside float64 (FLOP/s from 1 kFLOP/s, bandwidths from
 1 MB/s, latencies up to 1 s): a ``bandwidth: 1.0e-300`` is refused at load, with its file and line.
+Measured collectives (a machine file's ``collectives`` section) have their own ranges (``FIT_*``) and
+counts (``MAX_COLLECTIVE_FITS``, ``MAX_FIT_SIZES``).
 
 Entry points: the constants, :func:`named`, :func:`check_size`, :func:`check_links`.
 """
@@ -28,6 +30,8 @@ MAX_LINKS_PER_NODE = 65536       # directional links of one node (an all_to_all 
 MAX_LINKS = 524288               # directional links of the whole machine (a DGX-1 of 4096 nodes has 335,872)
 MAX_NAME_CHARS = 200             # a machine's or a device kind's name
 MAX_INT_DIGITS = 30              # digits of an integer in a machine file (no limit here has more than 6)
+MAX_COLLECTIVE_FITS = 4096       # entries of one collective in a machine file's ``collectives`` section
+MAX_FIT_SIZES = 10000            # message sizes a collective fit says it was fitted to
 
 # --- physical values, in the units of machine YAML: (lowest, highest) ---
 PEAK_TFLOPS = (1e-9, 1e6)        # TFLOP/s per dtype: 1 kFLOP/s .. 1 EFLOP/s
@@ -35,6 +39,10 @@ BANDWIDTH_GBS = (1e-3, 1e6)      # GB/s, links (one lane, one direction) and dev
 MEMORY_GIB = (1e-6, 1e6)         # GiB of device memory: about 1 KiB .. 1 PiB
 LATENCY_US = (0.0, 1e6)          # microseconds, link latencies and kernel launch overheads: 0 .. 1 s
 EFFICIENCY = (1e-3, 1.0)         # fraction of peak a large kernel reaches
+FIT_NS_PER_BYTE = (0.0, 1e6)     # C of a collective's T = C x + D, ns per byte: 0 .. 1 ms per byte
+FIT_US = (0.0, 1e6)              # D of a collective's T = C x + D, microseconds: 0 .. 1 s
+FIT_R2 = (-1e6, 1.0)             # r squared of a fit (negative: worse than the mean)
+FIT_REL_ERROR = (0.0, 1e6)       # relative error of a fit over its measured sizes (0.08: 8%)
 
 
 def named(limit: str) -> str:

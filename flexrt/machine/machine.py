@@ -12,12 +12,18 @@ A :class:`Machine` is ``num_nodes`` identical nodes. Its compute devices are num
 Every link is one direction of a connection and a FIFO device of its own (FlexFlow §5.1): a
 full-duplex connection is two links. :meth:`Machine.route` gives the links a transfer crosses.
 
-Entry points: :class:`Machine` (usually from ``flexrt.machine.load_machine``), :meth:`Machine.route`.
+A machine may also carry measured collectives (:class:`CollectiveFit`: DisCo's T = C x + D of an
+AllReduce over a group of devices, from ``flexrt calibrate`` under ``mpiexec`` or a machine file's
+``collectives`` section), which ``--comm-cost measured`` times ring AllReduces with.
+
+Entry points: :class:`Machine` (usually from ``flexrt.machine.load_machine``), :meth:`Machine.route`,
+:class:`CollectiveFit`.
 """
 
 from __future__ import annotations
 
 import enum
+import math
 import operator
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -212,6 +218,87 @@ class Link:
         return self.latency_s + nbytes / self.bandwidth
 
 
+class Collective(enum.Enum):
+    """A collective whose measured cost a machine can carry; the value is its name in machine YAML."""
+
+    ALLREDUCE = "allreduce"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def _optional_number(value: Any, what: str, low: float, high: float) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                              or not math.isfinite(value) or not low <= value <= high):
+        raise MachineSpecError(f"{what} must be a number in [{low:g}, {high:g}] or None, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveFit:
+    """DisCo's linear model of one collective over one group of devices, T = C x + D (x bytes, T
+    seconds): the group is ``devices`` devices spanning ``nodes`` nodes. ``r2``, ``max_rel_error`` and
+    ``median_rel_error`` say how well the line fits the ``sizes`` message sizes it was fitted to
+    (None where a machine file does not say).
+
+    Example:
+        >>> fit = CollectiveFit(Collective.ALLREDUCE, 2, 1, 0.2e-9, 15e-6)
+        >>> round(fit.time_s(1_000_000) * 1e6, 3)
+        215.0
+    """
+
+    collective: Collective
+    devices: int
+    nodes: int
+    c_s_per_byte: float
+    d_s: float
+    r2: float | None = None
+    max_rel_error: float | None = None
+    median_rel_error: float | None = None
+    sizes: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.collective, Collective):
+            raise MachineSpecError(f"a collective fit's collective must be a Collective, got {self.collective!r}")
+        for name, low in (("devices", 2), ("nodes", 1)):
+            value = getattr(self, name)
+            if as_int(value) is None or value < low:
+                raise MachineSpecError(f"{self.collective} fit: {name} must be an integer >= {low}, got {value!r}")
+        if self.nodes > self.devices:
+            raise MachineSpecError(f"{self.collective} fit: a group of {self.devices} devices cannot span "
+                                   f"{self.nodes} nodes; nodes must be 1..{self.devices}")
+        for name in ("c_s_per_byte", "d_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise MachineSpecError(f"{self.collective} fit over {self.devices} devices: {name} must be a finite "
+                                       f"number >= 0, got {value!r}")
+        _optional_number(self.r2, f"{self.collective} fit: r2", -math.inf, 1.0)
+        _optional_number(self.max_rel_error, f"{self.collective} fit: max_rel_error", 0.0, math.inf)
+        _optional_number(self.median_rel_error, f"{self.collective} fit: median_rel_error", 0.0, math.inf)
+        if self.sizes is not None and (as_int(self.sizes) is None or self.sizes < 2):
+            raise MachineSpecError(f"{self.collective} fit: sizes (message sizes fitted) must be an integer >= 2 "
+                                   f"or None, got {self.sizes!r}")
+
+    @property
+    def key(self) -> tuple[Collective, int, int]:
+        """(collective, devices, nodes): one fit per key on a machine."""
+        return self.collective, self.devices, self.nodes
+
+    def time_s(self, num_bytes: float) -> float:
+        """C x + D: seconds of the collective over ``num_bytes`` bytes."""
+        return self.c_s_per_byte * num_bytes + self.d_s
+
+
+def _check_collectives(name: str, fits: tuple) -> None:
+    seen = set()
+    for fit in fits:
+        if not isinstance(fit, CollectiveFit):
+            raise MachineSpecError(f"machine {name!r}: collectives must be CollectiveFit values, got {fit!r}")
+        if fit.key in seen:
+            raise MachineSpecError(f"machine {name!r}: two {fit.collective} fits for {fit.devices} devices on "
+                                   f"{fit.nodes} node(s); give one per group")
+        seen.add(fit.key)
+
+
 @dataclass(frozen=True, slots=True)
 class MachineShape:
     """A machine without its devices (JAX's ``AbstractMesh``): hashable, cheap, for caches."""
@@ -239,11 +326,14 @@ class Machine(_PicklesWithoutCache):
     num_nodes: int
     devices: tuple[Device, ...]
     links: tuple[Link, ...]
+    collectives: tuple[CollectiveFit, ...] = ()   # measured collectives (``--comm-cost measured``)
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "devices", tuple(self.devices))
         object.__setattr__(self, "links", tuple(self.links))
+        object.__setattr__(self, "collectives", tuple(self.collectives))
+        _check_collectives(self.name, self.collectives)
         if isinstance(self.num_nodes, bool) or not isinstance(self.num_nodes, int) or self.num_nodes < 1:
             raise MachineSpecError(f"machine {self.name!r}: num_nodes must be a positive integer, "
                                    f"got {self.num_nodes!r}")
@@ -277,8 +367,12 @@ class Machine(_PicklesWithoutCache):
     def __hash__(self) -> int:
         h = self._cache.get("hash")
         if h is None:
-            h = self._cache["hash"] = hash((self.name, self.num_nodes, self.devices, self.links))
+            h = self._cache["hash"] = hash((self.name, self.num_nodes, self.devices, self.links, self.collectives))
         return h
+
+    def fits(self, collective: Collective = Collective.ALLREDUCE) -> tuple[CollectiveFit, ...]:
+        """The machine's measured fits of ``collective`` (``()`` when it has none)."""
+        return tuple(f for f in self.collectives if f.collective is collective)
 
     def device(self, device_id: int) -> Device:
         """The device with id ``device_id`` (any integer type, NumPy's too); a MachineSpecError
@@ -330,7 +424,7 @@ class Machine(_PicklesWithoutCache):
         if n > 1 and not any(NETWORK_ENDPOINT in (t[3], t[4]) for t in template[1]):
             raise MachineSpecError(f"machine {self.name!r} has no network (no NIC links to '{NETWORK_ENDPOINT}'), "
                                    f"so it cannot span {n} nodes; describe inter_node in its YAML")
-        return instantiate(self.name, n, *template)
+        return instantiate(self.name, n, *template, collectives=self.collectives)
 
 
 # --- node templates: what with_nodes and the builders share ---
@@ -369,9 +463,10 @@ def _rename(endpoint: str, node: int) -> str:
 
 
 def instantiate(name: str, num_nodes: int, devices: tuple[DeviceTemplate, ...],
-                links: tuple[LinkTemplate, ...]) -> Machine:
+                links: tuple[LinkTemplate, ...], collectives: tuple[CollectiveFit, ...] = ()) -> Machine:
     """A machine of ``num_nodes`` copies of one node; devices and links are numbered node by node.
-    Its size is checked against :mod:`flexrt.machine.limits` before anything is allocated."""
+    Its size is checked against :mod:`flexrt.machine.limits` before anything is allocated. The
+    ``collectives`` fits are the machine's whatever its node count (a fit names its group's size)."""
     per_node = len(devices)
     check_size(name, num_nodes, per_node, len(links))
     all_devices = tuple(Device(node * per_node + local, node, socket, local, spec)
@@ -380,4 +475,4 @@ def instantiate(name: str, num_nodes: int, devices: tuple[DeviceTemplate, ...],
     for node in range(num_nodes):
         for type_, bandwidth, latency, src, dst in links:
             all_links.append(Link(len(all_links), type_, bandwidth, latency, _rename(src, node), _rename(dst, node)))
-    return Machine(name, num_nodes, all_devices, tuple(all_links))
+    return Machine(name, num_nodes, all_devices, tuple(all_links), tuple(collectives))

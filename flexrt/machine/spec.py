@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from flexrt.errors import MachineSpecError
 from flexrt.inputs import listing, read_text, short
 from flexrt.machine.limits import MAX_FILE_BYTES, check_links, check_size
-from flexrt.machine.machine import (CPU, NETWORK_ENDPOINT, DeviceSpec, DeviceTemplate, LinkTemplate, LinkType,
-                                    Machine, instantiate)
+from flexrt.machine.machine import (CPU, NETWORK_ENDPOINT, CollectiveFit, DeviceSpec, DeviceTemplate, LinkTemplate,
+                                    LinkType, Machine, instantiate)
 
 GB = 1e9     # link and memory bandwidths: GB/s
 US = 1e-6    # latencies: microseconds
@@ -100,6 +100,7 @@ class MachineSpec:
     source: str = field(default="", compare=False)
     description: str = field(default="", compare=False)
     nodes_where: str = field(default="", compare=False)   # "file:line: field 'nodes'", for size errors
+    collectives: tuple[CollectiveFit, ...] = ()          # measured collectives, kept on the Machine
 
     def kind(self, name: str) -> DeviceSpec:
         for spec in self.device_kinds:
@@ -280,7 +281,7 @@ def build_machine(spec: MachineSpec, nodes: int | None = None) -> Machine:
                                  f"so its nodes cannot reach each other")
     check_size(spec.name, n, len(b.devices), len(b.links), where, nodes is not None)
     try:
-        return instantiate(spec.name, n, tuple(b.devices), tuple(b.links))
+        return instantiate(spec.name, n, tuple(b.devices), tuple(b.links), spec.collectives)
     except MachineSpecError as e:  # a disconnected layout: say where the topology was described
         raise _fail(intra.where or spec.source, str(e)) from None
 

@@ -42,6 +42,13 @@ FLOP/s in TFLOP/s (1e12), bandwidths in GB/s (1e9 bytes/s) *per direction*, devi
       nics: 2                         # network adapters per node
       attach: sockets                 # sockets: NIC k on socket k mod #sockets' CPU;
                                       # devices: NIC k on devices [k*g, (k+1)*g), g = devices / NICs
+    collectives:                      # optional: measured collectives (`flexrt calibrate` under mpiexec
+      allreduce:                      # writes them), used by --comm-cost measured
+        # DisCo's T = C x + D per device group: `devices` devices spanning `nodes` nodes (one entry
+        # per group); r2, max_rel_error, median_rel_error and sizes (how well the line fits the
+        # message sizes measured) are optional
+        - {devices: 2, nodes: 1, c_ns_per_byte: 0.17, d_us: 14.7, r2: 0.999, max_rel_error: 0.08,
+           median_rel_error: 0.02, sizes: 7}
 
 Link types: nvlink, pcie, xbus (X-Bus / UPI / QPI), nic (host or device <-> adapter), network
 (adapter port <-> fabric), membus (memory bus), switch (NVSwitch / PCIe switch port). Each
@@ -53,7 +60,9 @@ Sizes and values have limits (:mod:`flexrt.machine.limits`): at most 4096 nodes,
 node and 65,536 in all, 256 sockets and 1024 NICs per node, 64 lanes, 65,536 directional links per
 node (an ``all_to_all`` of more than 256 devices needs a ``switch``) and 524,288 in all; FLOP/s
 1e-9..1e6 TFLOP/s, bandwidths 0.001..1e6 GB/s, memory 1e-6..1e6 GiB, latencies and launch overheads
-0..1e6 us, efficiency 0.001..1. The counts are checked before any list is made.
+0..1e6 us, efficiency 0.001..1; a collective fit's C 0..1e6 ns per byte, D 0..1e6 us, r2 at most 1,
+relative errors 0..1e6, at most 4096 fits per collective. The counts are checked before any list is
+made.
 
 The file (a regular UTF-8 file of at most 128 KiB) is read through ``flexrt.inputs.parse_yaml``
 (nesting and alias expansion capped) with a ``yaml.SafeLoader`` subclass that also records the line
@@ -76,7 +85,7 @@ from flexrt.inputs import listing, parse_yaml, short
 from flexrt.ir.datatype import DataType
 from flexrt.machine import limits
 from flexrt.machine.limits import named
-from flexrt.machine.machine import CPU, DEVICE_KINDS, DeviceSpec, LinkType
+from flexrt.machine.machine import CPU, DEVICE_KINDS, Collective, CollectiveFit, DeviceSpec, LinkType
 from flexrt.machine.spec import (read_machine_file, shown, CpuLinks, DeviceLinks, InterNodeSpec, IntraNodeSpec,
                                  LinkSpec, MachineSpec, NicAttach, SocketSpec, Topology)
 
@@ -479,6 +488,58 @@ def _inter_node(r: _Reader, m: Any, line: int, links: dict[LinkType, LinkSpec],
     return InterNodeSpec(nics, attach, r.where(line, path))
 
 
+FIT_KEYS, FIT_OPTIONAL = ("devices", "nodes", "c_ns_per_byte", "d_us"), ("r2", "max_rel_error", "median_rel_error",
+                                                                        "sizes")
+
+
+def _collective_fit(r: _Reader, collective: Collective, m: Any, line: int, path: str) -> CollectiveFit:
+    m = r.mapping(m, line, path, f"a mapping with {', '.join(FIT_KEYS)} (and {', '.join(FIT_OPTIONAL)})")
+    r.keys(m, path, FIT_KEYS, FIT_OPTIONAL)
+    devices = r.integer(m["devices"], r.line(m, "devices"), f"{path}.devices", minimum=2, limit="MAX_DEVICES")
+    nodes = r.integer(m["nodes"], r.line(m, "nodes"), f"{path}.nodes", minimum=1, limit="MAX_NODES")
+    if nodes > devices:
+        raise r.error(r.line(m, "nodes"), f"{path}.nodes", f"a group of {devices} devices spans at most {devices} "
+                                                           f"nodes, got {nodes}; valid: 1..{devices}")
+    c = r.number(m, "c_ns_per_byte", path, "ns per byte", limits.FIT_NS_PER_BYTE) * 1e-9
+    d = r.number(m, "d_us", path, "microseconds", limits.FIT_US) * US
+    r2 = None
+    if "r2" in m:
+        value, (lo, hi) = m["r2"], limits.FIT_R2
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
+            raise r.error(r.line(m, "r2"), f"{path}.r2", f"expected a number between {lo:g} and {hi:g} (r squared of "
+                                                         f"the fit), got {_show(value)}")
+        r2 = float(value)
+    errors = [r.number(m, k, path, "relative error, 0.08 = 8%", limits.FIT_REL_ERROR) if k in m else None
+              for k in ("max_rel_error", "median_rel_error")]
+    sizes = r.integer(m["sizes"], r.line(m, "sizes"), f"{path}.sizes", minimum=2,
+                      limit="MAX_FIT_SIZES") if "sizes" in m else None
+    return CollectiveFit(collective, devices, nodes, c, d, r2, errors[0], errors[1], sizes)
+
+
+def _collectives(r: _Reader, value: Any, line: int) -> tuple[CollectiveFit, ...]:
+    """``collectives``: per collective a list of fits, one per (devices, nodes) group."""
+    valid = {c.value: c for c in Collective}
+    m = r.mapping(value, line, "collectives", f"a mapping collective -> list of fits ({', '.join(valid)})")
+    fits: list[CollectiveFit] = []
+    for name in m:
+        path = _at("collectives", name)
+        if name not in valid:
+            raise r.error(r.line(m, name), path, f"unknown collective {_show(name)}; valid: {', '.join(valid)}")
+        seq = r.sequence(m[name], r.line(m, name), path, "a list of fits {devices, nodes, c_ns_per_byte, d_us}")
+        if len(seq) > limits.MAX_COLLECTIVE_FITS:
+            raise r.error(seq.line, path, f"{len(seq)} fits, over the limit of {named('MAX_COLLECTIVE_FITS')}")
+        first: dict[tuple, int] = {}
+        for i, item in enumerate(seq):
+            fit = _collective_fit(r, valid[name], item, seq.item_lines[i], f"{path}[{i}]")
+            if fit.key in first:
+                raise r.error(seq.item_lines[i], f"{path}[{i}]", f"a second fit for {fit.devices} devices on "
+                                                                 f"{fit.nodes} node(s) (the first is on line "
+                                                                 f"{first[fit.key]}); give one per group")
+            first[fit.key] = seq.item_lines[i]
+            fits.append(fit)
+    return tuple(fits)
+
+
 def _nodes(r: _Reader, top: _Map, devices: int) -> int:
     """``nodes`` (default 1), within ``MAX_NODES`` and, with ``devices`` per node, ``MAX_DEVICES``."""
     if "nodes" not in top:
@@ -510,7 +571,8 @@ def parse_yaml_spec(text: str, source: str = "<string>") -> MachineSpec:
     doc = _load_yaml(text, source)
     r = _Reader(source)
     top = r.mapping(doc, 1, "<top level>", "a mapping with name, device_kinds, node, links")
-    r.keys(top, "", ("name", "device_kinds", "node", "links"), ("description", "nodes", "intra_node", "inter_node"))
+    r.keys(top, "", ("name", "device_kinds", "node", "links"),
+           ("description", "nodes", "intra_node", "inter_node", "collectives"))
     name = r.label(top["name"], r.line(top, "name"), "name", "the machine's name")
     description = r.name(top, "description", "") if "description" in top else ""
     kinds_map = r.mapping(top["device_kinds"], r.line(top, "device_kinds"), "device_kinds",
@@ -533,8 +595,10 @@ def parse_yaml_spec(text: str, source: str = "<string>") -> MachineSpec:
         inter = _inter_node(r, top["inter_node"], r.line(top, "inter_node"), links, sockets, devices)
     if nodes > 1 and (inter is None or not inter.nics):
         raise r.error(r.line(top, "nodes"), "nodes", f"{nodes} nodes need an inter_node section with nics > 0")
+    collectives = _collectives(r, top["collectives"], r.line(top, "collectives")) if "collectives" in top else ()
     return MachineSpec(name, nodes, tuple(kinds.values()), sockets, tuple(links.values()), intra, inter,
-                       source=source, description=description, nodes_where=r.where(r.line(top, "nodes"), "nodes"))
+                       source=source, description=description, nodes_where=r.where(r.line(top, "nodes"), "nodes"),
+                       collectives=collectives)
 
 
 def load_yaml_spec(path: str | Path) -> MachineSpec:

@@ -31,8 +31,17 @@ links are then the ones that make flexrt's ring AllReduce over that many ranks t
 C x + D (:func:`ring_link`: 2(n-1) steps, each paying the latency, and 2(n-1)/n of the data per
 member).
 
+They also time it per device group (DisCo §4): for every g = 2..R, the first g ranks (a
+sub-communicator; the other ranks sleep meanwhile) time ``MPI.Allreduce`` over the same sizes
+(:func:`mpi_allreduce_groups`), and T_g = C_g x + D_g is fitted per group with its error: r2 and the
+largest and median relative error over the sizes measured (:func:`fit_collective`). A group is one
+device per rank, keyed by (g devices, the hosts its ranks run on); the fits go into the machine
+file's ``collectives.allreduce`` section, which ``--comm-cost measured`` times ring AllReduces with
+(``flexrt.simulator.collectives``).
+
 Entry points: :func:`calibrate`, :func:`check_devices`, :func:`check_output_path`, :func:`write_machine_yaml`,
-:func:`mpi_allreduce`, :func:`fit_linear`, :func:`ring_link`.
+:func:`mpi_allreduce`, :func:`mpi_allreduce_groups`, :func:`fit_linear`, :func:`fit_collective`,
+:func:`ring_link`.
 
 Example:
     >>> result = calibrate(devices=4, quick=True)              # doctest: +SKIP
@@ -62,8 +71,8 @@ from flexrt.ir.ops.element_unary import ElementUnaryAttrs
 from flexrt.ir.ops.linear import LinearAttrs
 from flexrt.ir.ops.reduce import ReduceAttrs
 from flexrt.kernels import run_forward
-from flexrt.machine.limits import MAX_DEVICES_PER_NODE, named
-from flexrt.machine.machine import LinkType
+from flexrt.machine.limits import FIT_R2, FIT_REL_ERROR, MAX_DEVICES_PER_NODE, named
+from flexrt.machine.machine import Collective, CollectiveFit, LinkType
 from flexrt.machine.presets import LOCAL, preset_spec
 from flexrt.machine.spec import build_machine, shown
 from flexrt.machine.yaml_format import parse_yaml_spec
@@ -122,6 +131,7 @@ class CalibrationResult:
     ranks: int = 1                              # MPI ranks sharing this host when measured
     allreduce: tuple = ()                       # (bytes, seconds) of MPI AllReduces over ``allreduce_ranks``
     allreduce_ranks: int = 0
+    allreduce_groups: tuple = ()                # per device group: (devices, nodes, ((bytes, seconds), ...))
 
     def __post_init__(self):
         numbers = [f for _, f in self.peak_flops] + [self.memory_bandwidth, self.launch_overhead_s,
@@ -142,7 +152,16 @@ class CalibrationResult:
                 "mpi_bandwidth": self.mpi_bandwidth, "mpi_latency_s": self.mpi_latency_s, "ranks": self.ranks,
                 "allreduce": [list(x) for x in self.allreduce], "allreduce_ranks": self.allreduce_ranks,
                 "allreduce_fit": dict(zip(("c_s_per_byte", "d_s", "r2"), fit_linear(*zip(*self.allreduce))))
-                if len(self.allreduce) >= 2 else None}
+                if len(self.allreduce) >= 2 else None,
+                "allreduce_groups": [{"devices": f.devices, "nodes": f.nodes, "c_s_per_byte": f.c_s_per_byte,
+                                      "d_s": f.d_s, "r2": f.r2, "max_rel_error": f.max_rel_error,
+                                      "median_rel_error": f.median_rel_error, "sizes": f.sizes,
+                                      "samples": [list(x) for x in samples]}
+                                     for f, (_, _, samples) in zip(self.group_fits(), self.allreduce_groups)]}
+
+    def group_fits(self) -> tuple[CollectiveFit, ...]:
+        """T = C x + D of each measured device group (:func:`fit_collective`)."""
+        return tuple(fit_collective(*zip(*samples), devices=g, nodes=k) for g, k, samples in self.allreduce_groups)
 
 
 def mpi_point_to_point(comm, quick: bool = False) -> tuple[float, float]:
@@ -190,6 +209,64 @@ def mpi_allreduce(comm, quick: bool = False) -> tuple[tuple[int, float], ...]:
             samples.append(comm.allreduce(time.perf_counter() - t, op=MPI.MAX))
         out.append((size, statistics.median(samples)))
     return tuple(out)
+
+
+def mpi_allreduce_groups(comm, quick: bool = False, world=None) -> tuple:
+    """Per device group g = 2..R, the first g ranks' ``MPI.Allreduce`` samples (:func:`mpi_allreduce` over a
+    sub-communicator made with ``comm.Split``; the other ranks sleep in ``comm_wait`` meanwhile, so they
+    take no core from it): ``((g, nodes, ((bytes, seconds), ...)), ...)`` on every rank, ``nodes`` the
+    hosts (MPI processor names) the g ranks run on. ``world``: the whole world's samples when
+    already measured, reused for g = R. Every rank calls it."""
+    from mpi4py import MPI
+    from flexrt.runtime.mpi import comm_wait
+    size, rank = comm.Get_size(), comm.Get_rank()
+    hosts = comm.allgather(MPI.Get_processor_name())
+    out = []
+    for g in range(2, size + 1):
+        if g == size and world is not None:
+            samples = tuple(world)
+        else:
+            sub = comm.Split(0 if rank < g else MPI.UNDEFINED, rank)
+            samples = None
+            if sub != MPI.COMM_NULL:
+                samples = mpi_allreduce(sub, quick)
+                sub.Free()
+            comm_wait(comm)
+            samples = comm.bcast(samples, root=0)
+        out.append((g, len(set(hosts[:g])), tuple(samples)))
+    return tuple(out)
+
+
+def fit_collective(sizes, times, devices: int = 2, nodes: int = 1) -> CollectiveFit:
+    """DisCo's T = C x + D of one device group (``devices`` devices on ``nodes`` nodes), fitted to
+    (bytes, seconds) by least squares of the *relative* error, so that 8 B and 16 MB count alike (D is
+    set by the small messages, C by the large), with C and D kept >= 0 (a negative one is fixed at 0
+    and the other refitted). Its error over the samples: r2 (of the seconds), the largest and the
+    median relative error |C x + D - T| / T.
+
+    Example:
+        >>> f = fit_collective([8, 1 << 20, 16 << 20], [10e-6 + 1e-9 * x for x in (8, 1 << 20, 16 << 20)])
+        >>> round(f.c_s_per_byte * 1e9, 6), round(f.d_s * 1e6, 6), f.max_rel_error < 1e-9
+        (1.0, 10.0, True)
+    """
+    x, y = np.asarray(sizes, dtype=float), np.asarray(times, dtype=float)
+    if len(x) < 2 or np.ptp(x) == 0:
+        raise MachineSpecError(f"fitting T = C x + D needs two or more message sizes, got {list(sizes)}")
+    if not np.all(np.isfinite(y) & (y > 0)):
+        raise MachineSpecError(f"fitting T = C x + D needs positive times, got {list(times)}")
+    a = np.stack([x / y, 1.0 / y], axis=1)        # (C x + D) / T = 1, for every sample
+    c, d = np.linalg.lstsq(a, np.ones_like(y), rcond=None)[0]
+    if d < 0:
+        c, d = float(a[:, 0].sum() / (a[:, 0] ** 2).sum()), 0.0
+    elif c < 0:
+        c, d = 0.0, float(a[:, 1].sum() / (a[:, 1] ** 2).sum())
+    predicted = c * x + d
+    rel = np.abs(predicted - y) / y
+    total = float(np.sum((y - y.mean()) ** 2))
+    r2 = 1.0 - float(np.sum((y - predicted) ** 2)) / total if total > 0 else 1.0
+    return CollectiveFit(Collective.ALLREDUCE, devices, nodes, float(c), float(d), max(r2, FIT_R2[0]),
+                         min(float(rel.max()), FIT_REL_ERROR[1]), min(float(np.median(rel)), FIT_REL_ERROR[1]),
+                         len(x))
 
 
 def fit_linear(sizes, times) -> tuple[float, float, float]:
@@ -413,7 +490,25 @@ intra_node:
 inter_node:
   nics: 1
   attach: devices
-"""
+""" + _collectives_yaml(result)
+
+
+def _collectives_yaml(result: CalibrationResult) -> str:
+    """The ``collectives`` section of the measured device groups ("" when none were measured)."""
+    fits = result.group_fits()
+    if not fits:
+        return ""
+    ranks = max(f.devices for f in fits)
+    rows = "".join(f"    - {{devices: {f.devices}, nodes: {f.nodes}, c_ns_per_byte: {_g(f.c_s_per_byte * 1e9)}, "
+                   f"d_us: {_g(f.d_s * 1e6)}, r2: {_g(f.r2)}, max_rel_error: {_g(f.max_rel_error)}, "
+                   f"median_rel_error: {_g(f.median_rel_error)}, sizes: {f.sizes}}}\n" for f in fits)
+    return f"""
+# DisCo's T = C x + D (x bytes) of MPI.Allreduce per device group: the first g of the {ranks} ranks, one device
+# each, on `nodes` hosts; fitted to the relative error over `sizes` message sizes. --comm-cost measured
+# times a ring AllReduce of g devices on k nodes with the fit for (g, k), or derives one from these.
+collectives:
+  allreduce:
+{rows}"""
 
 
 def check_output_path(path: str | Path, flag: str = "the calibrated machine's path") -> Path:

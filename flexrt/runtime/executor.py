@@ -56,6 +56,7 @@ from flexrt.kernels.registry import backward_kernel, forward_kernel
 from flexrt.runtime.plan import ExecPlan
 from flexrt.runtime.reference import loss_gradient
 from flexrt.simulator.actions import HOST, Backward, Buf, Forward, Fused, Key, Loss, Move, RingStep, Sum, Update
+from flexrt.simulator.memory import ReadyQueue, released
 
 MODES = ("serial", "threads")
 
@@ -135,10 +136,7 @@ class Executor:
         self.peak: dict[int, int] = defaultdict(int)
         self.labels = None
         self._lock = threading.Lock()
-        self._ring_members: dict[int, list[int]] = defaultdict(list)  # ring group -> its member tasks
-        for t in plan.tasks:
-            if isinstance(t.action, RingStep):
-                self._ring_members[t.action.group.id].append(t.index)
+        self._ring_members = plan.buffers.ring_members  # ring group -> its member tasks
         self.fused_softmax = _fused_softmax(plan, self.loss)
         self.loss_backward = _loss_backward(plan, self.loss)
         self._pass = None                 # the _State of a forward pass whose rest has not run
@@ -292,8 +290,7 @@ class Executor:
             return
         local: dict = {}
         chain = self.plan.chains.get(index)
-        # a forward pass keeps every output (compute them); a chain NumPy runs faster goes member by member
-        if chain is None or chain.internal & self._held or not chain.chain.one_pass_pays(self.xp):
+        if chain is None or not self._runs_chain(chain, self._held):
             for m, r in zip(a.members, a.recomputed):
                 self._forward(m, local, r)
             return
@@ -306,6 +303,16 @@ class Executor:
         self._alloc((out.key, out.device), chain.chain.evaluate(self.xp, args))
         with self._lock:
             self.chain_runs += 1
+
+    def _runs_chain(self, chain, held: frozenset) -> bool:
+        """Whether a fused chain runs as one expression: not in a forward pass that keeps (``held``)
+        its intermediates (compute them), nor where NumPy runs its kernels faster (member by member)."""
+        return not chain.internal & held and chain.chain.one_pass_pays(self.xp)
+
+    def unmaterialized(self) -> frozenset:
+        """The buffers a whole iteration (``run``) never allocates: the intermediates of the fused
+        chains it evaluates as one expression (what the memory replay leaves out)."""
+        return frozenset(b for c in self.plan.chains.values() if self._runs_chain(c, frozenset()) for b in c.internal)
 
     def _backward(self, a: Backward) -> None:
         for b in a.grad_outputs:
@@ -442,16 +449,8 @@ class Executor:
         return True
 
     def _release(self, task, st: _State) -> None:
-        plan = self.plan
-        for w in task.writes:
-            if st.readers.get(w, 0) == 0 and w not in plan.persistent and w not in self._held:
-                self._free(w)
-        for r in task.reads:
-            with self._lock:
-                st.readers[r] -= 1
-                last = st.readers[r] == 0
-            if last and r not in plan.persistent and r not in self._held:
-                self._free(r)
+        for bid in released(task.reads, task.writes, st.readers, self.plan.persistent, self._held, self._lock):
+            self._free(bid)
 
     def _members(self, task) -> list:
         a = task.action
@@ -595,12 +594,12 @@ class Executor:
     def _run_serial(self, st: _State, phase=None) -> None:
         plan = self.plan
         mine = (lambda i: True) if phase is None else phase.__getitem__
-        heap = [i for i in range(plan.num_tasks) if st.remaining[i] == 0 and not st.done[i] and mine(i)]
-        heapq.heapify(heap)
+        queue = ReadyQueue(plan.succ, st.remaining, [i for i in range(plan.num_tasks)
+                                                     if st.remaining[i] == 0 and not st.done[i] and mine(i)], mine)
         clock = time.perf_counter
         done, want = 0, sum(1 for i in range(plan.num_tasks) if mine(i))
-        while heap:
-            i = heapq.heappop(heap)
+        while queue:
+            i = queue.pop()
             task = plan.tasks[i]
             t = clock()
             try:
@@ -621,10 +620,7 @@ class Executor:
                 self._release(plan.tasks[m], st)
                 st.done[m] = True
                 done += 1
-                for s in plan.succ[m]:
-                    st.remaining[s] -= 1
-                    if st.remaining[s] == 0 and mine(s):
-                        heapq.heappush(heap, s)
+                queue.finish(m)
         if done != want:
             raise StrategyError(f"the task graph did not run to the end: {want - done} tasks never "
                                 f"became ready (a dependency cycle?)")

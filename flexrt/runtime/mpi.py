@@ -41,6 +41,70 @@ def find_mpiexec() -> Optional[str]:
     return here if os.access(here, os.X_OK) else shutil.which("mpiexec")
 
 
+BLAS_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+def flexrt_command() -> list[str]:
+    """How to start the ``flexrt`` command with this Python (the console script next to it, else
+    ``python -m flexrt.cli``)."""
+    here = os.path.join(os.path.dirname(sys.executable), "flexrt")
+    return [here] if os.path.isfile(here) else [sys.executable, "-m", "flexrt.cli"]
+
+
+def launch(ranks: int, cmd: list[str], env: Optional[dict] = None, timeout_s: float = 3600.0,
+           echo: bool = True) -> str:
+    """Run ``cmd`` as ``ranks`` MPI processes on this host (``mpiexec -n ranks``; one rank: a plain
+    process), one BLAS thread per rank unless ``env`` sets them, the launcher variables of an
+    enclosing MPI job removed. Returns its output (echoed line by line when ``echo``); a
+    ``ConfigError`` when there is no ``mpiexec``, the command fails or runs past ``timeout_s``."""
+    import subprocess
+    import threading
+    env = dict(os.environ if env is None else env)
+    for v in _LAUNCHER_VARS:
+        env.pop(v, None)
+    for v in BLAS_VARS:
+        env.setdefault(v, "1")
+    if ranks > 1:
+        mpiexec = find_mpiexec()
+        if mpiexec is None:
+            raise ConfigError(f"running {ranks} processes needs mpiexec; install MPI with pip install -e \".[mpi]\" "
+                              f"(mpi4py and the mpich wheel)")
+        cmd = [mpiexec, "-n", str(ranks)] + list(cmd)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    timer = threading.Timer(timeout_s, proc.kill)
+    timer.start()
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if echo:
+                sys.stdout.write(line)
+                sys.stdout.flush()
+        rc = proc.wait()
+    except KeyboardInterrupt:
+        proc.kill()
+        raise
+    finally:
+        timer.cancel()
+    if rc != 0:
+        tail = "".join(lines[-20:]).strip()
+        raise ConfigError(f"{' '.join(cmd)} failed (exit {rc}{', killed after ' + str(timeout_s) + ' s' if rc < 0 else ''})"
+                          + (f": {tail.splitlines()[-1]}" if tail else ""))
+    return "".join(lines)
+
+
+def pin_to_core(rank: int) -> Optional[int]:
+    """Pin this process to core ``rank`` mod the cores it may use, where the OS allows (Linux);
+    returns the core, or None where it cannot."""
+    try:
+        cores = sorted(os.sched_getaffinity(0))
+        core = cores[rank % len(cores)]
+        os.sched_setaffinity(0, {core})
+        return core
+    except (AttributeError, OSError):
+        return None
+
+
 def launched_by_mpi() -> bool:
     return any(v in os.environ for v in _LAUNCHER_VARS)
 

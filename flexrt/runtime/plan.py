@@ -5,47 +5,39 @@ derives what the executor needs on every iteration:
 
 - the tasks in the simulated order (each device runs its tasks in the order the simulator predicted;
   the executor still waits for every dependency), with successor lists and predecessor counts;
-- every buffer's declaration (device, ranges, dtype, fill) and its parts;
-- aliases: a buffer assembled from one part that is exactly another buffer on the same device is
-  that buffer (a consumer reading its local producer's piece makes no copy);
-- per buffer, how many tasks read it, so that the executor frees it after its last use; weight
-  instances and the host batch persist;
+- its buffers (``flexrt.simulator.memory.Buffers``, which the simulator's memory replay shares):
+  every buffer's declaration (device, ranges, dtype, fill) and its parts; aliases (a buffer
+  assembled from one part that is exactly another buffer on the same device is that buffer: a
+  consumer reading its local producer's piece makes no copy); per task the buffers it reads and
+  allocates; per buffer how many tasks read it, so that the executor frees it after its last use;
+  weight instances and the host batch persist;
 - the forward phase: the tasks that need no label, loss or gradient (every task but the loss,
   backward and update tasks and what follows them), closed under predecessors, so that a forward
   pass can run alone and the rest of the iteration after it (``forward_phase``);
 - per operator output, the pieces that hold it (replica 0 of each region; partial sums flagged),
   so that its full value can be gathered after a forward pass (``output_pieces``).
 
-A fused task (``Fused``: a fusion group's members on one piece) reads what its members' parts read
-except the task's private buffers (a recomputed member's operands and outputs, which live inside
-the task only), and writes what its non-recomputed members write; a buffer it assembles from a
-private source is never an alias (its value exists only inside the task). A gradient bucket's ring
-(``RingGroup.segments`` > 1) has several buffers per member, assembled into one flat buffer by the
-executor, so they are never aliases either. A backward reads only the operands and outputs its
-kernel reads (``flexrt.kernels.fused.backward_reads``), so that an intermediate no backward reads
-can stay inside a fused forward task.
+A fused forward task whose members form one element-wise chain, with intermediates no other task
+reads, may run as one expression (``chains``). How fused tasks, bucket rings and backward tasks
+read and write buffers: see ``flexrt.simulator.memory``.
 
 Entry point: ``ExecPlan``.
 """
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
 from flexrt.errors import StrategyError
-from typing import Optional
-
-from flexrt.kernels.fused import CHAIN_OPS, ChainStep, ElementwiseChain, backward_reads
-from flexrt.simulator.actions import (HOST, Backward, Buf, BufKind, Forward, Fused, Key, Loss, Move, RingStep, Sum,
-                                      Update, gathered)
+from flexrt.kernels.fused import CHAIN_OPS, ChainStep, ElementwiseChain
+from flexrt.simulator.actions import Backward, Forward, Fused, Loss, RingStep, Update
+from flexrt.simulator.memory import Buffers
 from flexrt.simulator.simulate import Schedule
 from flexrt.simulator.task_graph import Access, TaskGraph, TaskKind
-
-BufId = tuple  # (key, device)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,13 +65,11 @@ class FusedChain:
     internal: frozenset
 
 
-def _box_bytes(buf: Buf) -> int:
-    return math.prod(hi - lo for lo, hi in buf.ranges) * np.dtype(buf.dtype).itemsize
-
-
 class ExecPlan:
     """What the executors run: built from a lowered ``TaskGraph`` (with detail: actions and parts)
-    and the simulator's ``Schedule`` (the predicted order), nothing else."""
+    and the simulator's ``Schedule`` (the predicted order), nothing else. Its buffers (declarations,
+    parts, aliases, reads and writes, readers, persistent ones) are ``buffers``
+    (``flexrt.simulator.memory.Buffers``), which the simulator's memory replay reads too."""
 
     def __init__(self, graph: TaskGraph, schedule: Schedule) -> None:
         if not graph.detail:
@@ -99,50 +89,15 @@ class ExecPlan:
         self.weight_shapes = graph.weight_shapes
         self.loss_node = graph.loss_node
 
-        # parts of every assembled buffer
-        self.parts: dict[BufId, list] = defaultdict(list)
-        for entries in graph.parts.values():
-            for key, dev, part in entries:
-                self.parts[(key, dev)].append(part)
-
-        # declarations: what each task assembles and writes
-        self.decl: dict[BufId, Buf] = {}
-        assembled: dict[BufId, int] = {}     # buffer -> assembling task
-        written: dict[BufId, int] = {}
-        self.ring_groups: dict[int, object] = {}
-        for i, t in enumerate(tasks):
-            a = t.action
-            for b in gathered(a):
-                self._declare(b)
-                assembled[(b.key, b.device)] = i
-            if isinstance(a, RingStep):
-                self.ring_groups[a.group.id] = a.group
-                for b in a.group.buffers:
-                    self._declare(b)
-                    assembled.setdefault((b.key, b.device), i)
-            for b in self._written(a):
-                self._declare(b)
-                written[(b.key, b.device)] = i
-            if isinstance(a, Update):
-                self._declare(a.weight)
-                if not a.gather_grad:
-                    self._declare(a.grad)
-        for name, shape in graph.inputs.items():
-            self.decl[(Key.input(name), HOST)] = Buf(Key.input(name), HOST, tuple((0, n) for n in shape.dims),
-                                                     shape.dtype.numpy_name)
-        self.inputs = {k[0].name: b for k, b in self.decl.items() if k[0].kind is BufKind.INPUT}
-        missing = [bid for bid, ps in self.parts.items() for p in ps if (p.src, p.device) not in self.decl]
-        if missing:
-            raise StrategyError(f"plan: parts of {missing[0][0]} read buffers no task writes")
-
-        self.alias = self._aliases(assembled, tasks)
-
-        # readers and writers, by canonical buffer
-        self.tasks = self._plan_tasks(tasks)
+        self.buffers = b = Buffers(graph, tasks)
+        self.parts, self.decl, self.alias, self.inputs = b.parts, b.decl, b.alias, b.inputs
+        self.ring_groups, self.readers, self.persistent = b.ring_groups, b.readers, b.persistent
+        self.weight_instances = b.weight_instances
+        self.canonical = b.canonical          # (key, device) -> the buffer it is (an alias's source)
+        self.buffer_bytes = b.buffer_bytes
+        self.tasks = [PlannedTask(i, t.id, t.kind, t.device, t.name, t.action, b.reads[i], b.writes[i], t.transfer)
+                      for i, t in enumerate(tasks)]
         planned = self.tasks
-        self.persistent = {bid for bid in self.decl if bid[0].kind is BufKind.WEIGHT or bid[1] == HOST}
-        self.weight_instances = sorted({(a.weight.key, a.weight.device): a.weight for t in planned
-                                        if isinstance((a := t.action), Update)}.values(), key=lambda b: repr(b.key))
         self.chains: dict[int, FusedChain] = {}
         for t in planned:
             chain = self._chain(t)
@@ -154,63 +109,6 @@ class ExecPlan:
                                          for b, _ in pieces)
 
     # ---- helpers ---------------------------------------------------------------------------
-    def _aliases(self, assembled: dict, tasks) -> dict:
-        """One exact part on the same device makes a buffer its source; never for buffers summed in
-        place (ring members) unless their source has no other reader, for a bucket's segments (they
-        live in one flat buffer), nor for a buffer a fused task assembles from its private buffers."""
-        uses: dict[BufId, int] = defaultdict(int)
-        for ps in self.parts.values():
-            for p in ps:
-                uses[(p.src, p.device)] += 1
-        never = set()
-        for t in tasks:
-            a = t.action
-            if isinstance(a, RingStep) and a.group.segments > 1:
-                never.update((b.key, b.device) for b in a.group.buffers)
-            elif isinstance(a, Fused) and any(r for r in a.recomputed):
-                private = a.private
-                never.update((b.key, b.device) for b in gathered(a)
-                             if any((p.src, p.device) in private for p in self.parts.get((b.key, b.device), ())))
-        alias: dict[BufId, BufId] = {}
-        for bid in assembled:
-            ps = self.parts.get(bid, [])
-            b = self.decl[bid]
-            if len(ps) != 1 or bid in never:
-                continue
-            p = ps[0]
-            src = self.decl[(p.src, p.device)]
-            if p.device != b.device or p.device == HOST or src.ranges != b.ranges or p.box != b.ranges \
-                    or src.dtype != b.dtype:
-                continue
-            if bid[0].kind is BufKind.RING and uses[(p.src, p.device)] != 1:
-                continue
-            alias[bid] = (p.src, p.device)
-        return alias
-
-    def _plan_tasks(self, tasks) -> list:
-        """Per task its reads and writes by canonical buffer, and every buffer's reader count."""
-        planned = []
-        self.readers: dict[BufId, int] = defaultdict(int)
-        for i, t in enumerate(tasks):
-            reads = set()
-            for src in self._part_sources(t.action):
-                reads.add(self.canonical(src))
-            for b in self._read(t.action):
-                reads.add(self.canonical((b.key, b.device)))
-            writes = set()
-            for b in self._assembled_by(t.action):
-                bid = (b.key, b.device)
-                if bid not in self.alias:
-                    writes.add(bid)
-            for b in self._written(t.action):
-                writes.add((b.key, b.device))
-            reads = tuple(sorted(reads, key=repr))
-            for r in reads:
-                self.readers[r] += 1
-            planned.append(PlannedTask(i, t.id, t.kind, t.device, t.name, t.action, reads,
-                                       tuple(sorted(writes, key=repr)), t.transfer))
-        return planned
-
     def _chain(self, t: PlannedTask) -> Optional[FusedChain]:
         """``t`` as one element-wise expression, or None: every member of a forward fused task is a
         chainable element-wise operator (``CHAIN_OPS``) with one output, no zeroed operand, and
@@ -256,82 +154,9 @@ class ExecPlan:
         chain = ElementwiseChain(tuple(steps))
         return FusedChain(chain, tuple(inputs), frozenset(internal | canon)) if chain.fits() else None
 
-    def _part_sources(self, a) -> list:
-        """The sources of the parts of every buffer ``a`` assembles; for a fused task those of every
-        member (recomputed ones included: the task assembles their operands itself) but its private
-        buffers."""
-        if isinstance(a, Fused):
-            private = a.private
-            bufs = [b for m in a.members for b in gathered(m)]
-            return [(p.src, p.device) for b in bufs for p in self.parts.get((b.key, b.device), ())
-                    if (p.src, p.device) not in private]
-        return [(p.src, p.device) for b in self._assembled_by(a) for p in self.parts.get((b.key, b.device), ())]
-
-    def _declare(self, b: Buf) -> None:
-        bid = (b.key, b.device)
-        old = self.decl.get(bid)
-        if old is not None and (old.ranges != b.ranges or old.dtype != b.dtype):
-            raise StrategyError(f"plan: buffer {b.key} on device {b.device} declared twice differently: "
-                                f"{old.ranges} {old.dtype} and {b.ranges} {b.dtype}")
-        self.decl[bid] = b
-
-    @staticmethod
-    def _written(a) -> tuple:
-        if isinstance(a, Fused):
-            return tuple(b for m in a.shared for b in ExecPlan._written(m))
-        if isinstance(a, Forward):
-            return a.outputs
-        if isinstance(a, Backward):
-            return tuple(b for b in a.grad_operands if b is not None)
-        if isinstance(a, Move):
-            return (a.dst,)
-        if isinstance(a, Loss):
-            return (a.grad,)
-        return ()
-
-    @staticmethod
-    def _assembled_by(a) -> tuple:
-        if isinstance(a, RingStep):
-            return a.group.buffers if a.member == 0 else ()
-        return gathered(a)
-
-    def _read(self, a) -> tuple:
-        if isinstance(a, Forward):
-            return a.operands
-        if isinstance(a, Backward):
-            return backward_buffers(a) + a.grad_outputs
-        if isinstance(a, Fused):
-            return tuple(b for m in a.shared for b in self._read(m))
-        if isinstance(a, Move):
-            return (self.decl[(a.src, a.src_device)],)
-        if isinstance(a, Sum):
-            return ()
-        if isinstance(a, Update):
-            return (a.grad,)
-        if isinstance(a, Loss):
-            return (a.output,)
-        if isinstance(a, RingStep) and a.member == 0:
-            return a.group.buffers
-        return ()
-
-    def canonical(self, bid: BufId) -> BufId:
-        while bid in self.alias:
-            bid = self.alias[bid]
-        return bid
-
-    def buffer_bytes(self, bid: BufId) -> int:
-        return _box_bytes(self.decl[bid])
-
     @property
     def num_tasks(self) -> int:
         return len(self.tasks)
-
-
-def backward_buffers(a: Backward) -> tuple:
-    """The operands and outputs of ``a`` whose values its backward kernel reads (the others are
-    passed as stand-ins of their shape and dtype)."""
-    ops, outs = backward_reads(a.attrs.op_type, len(a.operands), len(a.outputs))
-    return tuple(a.operands[i] for i in ops) + tuple(a.outputs[k] for k in outs)
 
 
 def _member_regions(graph, tasks) -> dict:

@@ -50,6 +50,22 @@ def _box_shape(box) -> tuple:
     return tuple(hi - lo for lo, hi in box)
 
 
+def _poll(MPI, pending: list, callbacks: list) -> None:
+    """Between two tasks: let MPI move messages (MPICH progresses a transfer only inside MPI calls,
+    so without this a large message waits until the rank runs out of ready tasks) and complete the
+    ones that arrived, in posting order."""
+    done = MPI.Request.Testsome(pending)
+    if not done:
+        return
+    done = sorted(done)
+    fire = [callbacks[k] for k in done]
+    for k in reversed(done):
+        del pending[k]
+        del callbacks[k]
+    for cb in fire:
+        cb()
+
+
 class SpmdExecutor(Executor):
     def __init__(self, plan, backend, update, loss, metrics, comm, layout: RankLayout) -> None:
         super().__init__(plan, backend, update, loss, metrics, mode="serial")
@@ -203,9 +219,8 @@ class SpmdExecutor(Executor):
                 total += partials[g][r]
             for dev, flat in flats.pop(g):
                 self.backend.put(flat, self.backend.upload(total, dev), False)
-            t = clock() - st.t0
-            for m in ms:
-                complete(m, t)
+            for m in ms:     # a member's time runs from its arrival to the sum
+                complete(m, st.start[m])
 
         def post_group(g: int) -> None:
             group = plan.tasks[self.members[g][0]].action.group
@@ -229,9 +244,8 @@ class SpmdExecutor(Executor):
                 return
             if g not in self.group_ranks:  # every member here: the local ring
                 self._ring(group)
-                t = clock() - st.t0
                 for m in self.members[g]:
-                    complete(m, t)
+                    complete(m, st.start[m])
                 return
             local = [(group.device(m), self._member_flat(group, m)) for m in range(group.num_members)
                      if self.layout.owns(group.device(m))]
@@ -261,6 +275,8 @@ class SpmdExecutor(Executor):
                 pending.pop(k)
                 callbacks.pop(k)()
                 continue
+            if pending:
+                _poll(MPI, pending, callbacks)
             i = heapq.heappop(heap)
             task, role = plan.tasks[i], self.role[i]
             t0 = clock() - st.t0

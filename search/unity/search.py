@@ -206,7 +206,7 @@ def _strategy(pcg: PCG, original: PCG, configs) -> Strategy:
 def _finish(machine: Machine, cost_model, optimizer: OptimizerKind, candidates: list, log: SearchLog,
             t0: float) -> SearchResult:
     """Simulate the finalists as full task graphs; the fastest wins."""
-    sim = Simulator(machine, cost_model, optimizer)
+    sim = Simulator(machine, cost_model, optimizer, detail=False)   # times only: no names, actions or memory replay
     scored = []
     seen = set()
     for label, strategy in candidates:

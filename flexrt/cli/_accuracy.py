@@ -1,0 +1,177 @@
+"""``flexrt accuracy``: how well the simulator predicts real parallel runs on this host.
+
+    flexrt accuracy [--ranks R] [--machine FILE] [--models mlp,cnn,...] [--seeds N] [--calibration N]
+                    [--repeat N] [--quick] [--output DIR] [--json]
+
+The ``local`` machine runs one process per device: ``R`` MPI ranks (default: this host's cores),
+one BLAS thread each, each pinned to a core where the OS allows. Without ``--machine`` the host is
+first calibrated that way (``mpiexec -n R flexrt calibrate --devices 1``: every rank a node of one
+device, MPI messages between them). Then, under ``mpiexec -n R`` (``flexrt.model.accuracy``):
+
+1. **calibration**: per model, the calibration strategies run (warm-up, then ``--repeat``
+   iterations) and every task's traced duration fills a ``MeasuredTimes`` table keyed as the
+   lowering asks its cost model (``flexrt.simulator.measured_costs``), written to
+   ``DIR/measured_times.json``;
+2. **validation**: per model, the validation strategies (disjoint from the calibration ones) are
+   simulated with the measured costs (and, for comparison, with kernel-profiled costs) and run;
+   measured vs predicted iteration time, per task kind, and peak memory per device.
+
+The report: median and max |error|, Kendall's tau overall and within each model, top-1 regret,
+before (profiled kernels) and after (measured tasks); per task kind measured / predicted; which
+strategies calibrated and which were scored. ``DIR`` gets ``accuracy.json`` (every row),
+``scatter.png`` (measured vs predicted) and ``traces/MODEL-STRATEGY.json`` (measured and simulated
+timelines side by side: open in https://ui.perfetto.dev).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+from flexrt.cli._common import add_json_flag, count, emit_json
+from flexrt.errors import ConfigError
+from flexrt.runtime import mpi
+
+NAME = "accuracy"
+HELP = "measure real parallel runs on this host beside the simulator's predictions (one process per device)"
+ACCEPTS_MODEL_FLAGS = False
+
+
+def add_arguments(parser) -> None:
+    from flexrt.model.accuracy import MODELS
+    parser.add_argument("--ranks", type=count(1, 64), metavar="R",
+                        help=f"processes = devices of the local machine (default: this host's cores, {os.cpu_count()})")
+    parser.add_argument("--machine", metavar="FILE",
+                        help="a machine YAML of one device per rank from `mpiexec -n R flexrt calibrate --devices 1` "
+                             "(default: calibrate now, into DIR)")
+    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
+    parser.add_argument("--seeds", type=count(0, 100), default=2, metavar="N",
+                        help="random validation strategies per model (default 2)")
+    parser.add_argument("--calibration", type=count(0, 100), default=3, metavar="N",
+                        help="random calibration strategies per model, beside one device (default 3)")
+    parser.add_argument("--repeat", type=count(1, 1000), default=5, metavar="N",
+                        help="timed iterations per strategy after a warm-up (default 5; the median is scored)")
+    parser.add_argument("--quick", action="store_true", help="quick calibration of the host, 3 timed iterations")
+    parser.add_argument("--output", default="flexrt-accuracy", metavar="DIR",
+                        help="where the results, the scatter plot and the traces go (default ./flexrt-accuracy)")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    add_json_flag(parser)
+
+
+def _models(text: str) -> list[str]:
+    from flexrt.model.accuracy import MODELS
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in MODELS]
+    if not names or bad:
+        raise ConfigError(f"--models: {'unknown model ' + ', '.join(bad) if bad else 'empty'}; valid: {', '.join(MODELS)}")
+    return names
+
+
+def run(args, extra) -> int:
+    models = _models(args.models)
+    if args.worker:
+        from flexrt.cli._accuracy_worker import worker
+        return worker(args, models)
+    if mpi.launched_by_mpi():
+        raise ConfigError("run `flexrt accuracy` without mpiexec: it starts its own processes (--ranks R)")
+    return _driver(args, models)
+
+
+def _driver(args, models: list[str]) -> int:
+    ranks = args.ranks or os.cpu_count() or 1
+    out = Path(args.output)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--output {out} is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, FLEXRT_CACHE_DIR=str(out.resolve() / "cache"))
+    t0 = time.perf_counter()
+    if args.machine:
+        machine = Path(args.machine)
+        if not machine.is_file():
+            raise ConfigError(f"--machine {machine}: no such file; write one with `mpiexec -n {ranks} flexrt calibrate "
+                              f"--devices 1 --output {machine}`")
+    else:
+        machine = out / "local.yaml"
+        mpi.launch(ranks, mpi.flexrt_command() + ["calibrate", "--devices", "1", "--output", str(machine)]
+                   + (["--quick"] if args.quick else []), env, echo=False)
+        if not args.json:
+            print(f"calibrated this host as {ranks} processes of one device each ({time.perf_counter() - t0:.0f} s): "
+                  f"{machine}")
+    cmd = mpi.flexrt_command() + ["accuracy", "--worker", "--ranks", str(ranks), "--machine", str(machine),
+                                  "--models", ",".join(models), "--seeds", str(args.seeds), "--calibration",
+                                  str(args.calibration), "--repeat", str(3 if args.quick else args.repeat),
+                                  "--output", str(out)]
+    mpi.launch(ranks, cmd, env, echo=not args.json)
+    doc = json.loads((out / "accuracy.json").read_text())
+    doc["elapsed_s"] = time.perf_counter() - t0
+    _scatter(doc["rows"], out / "scatter.png")
+    if args.json:
+        emit_json(doc)
+        return 0
+    _report(doc, out)
+    return 0
+
+
+def _scores(rows, key):
+    from flexrt.model.accuracy import scores
+    return scores(rows, key)
+
+
+def _report(doc: dict, out: Path) -> None:
+    rows, meta = doc["rows"], doc["meta"]
+    print(f"\n{len(rows)} validation strategies over {len(meta['models'])} models on {meta['ranks']} processes "
+          f"(one device each; load average {meta['load_before']:.2f} before, {meta['load_after']:.2f} after); "
+          f"calibrated on {len(meta['calibration'])} other strategies: {', '.join(meta['calibration'])}")
+    print(f"{'cost model':<34}{'median':>8}{'max':>8}{'tau':>7}{'regret':>8}")
+    for key, what in (("profiled_s", "profiled kernels (before)"), ("predicted_s", "measured tasks (after)")):
+        s = _scores(rows, key)
+        print(f"{what:<34}{s['median_error']:>8.1%}{s['max_error']:>8.1%}{s['tau']:>+7.2f}{s['max_regret']:>8.1%}")
+    s = _scores(rows, "predicted_s")
+    print("within each model (after): " + "; ".join(
+        f"{m} tau {v['tau']:+.2f}, regret {v['regret']:.1%} ({v['predicted_best']} vs {v['measured_best']})"
+        for m, v in s["per_model"].items()))
+    kinds: dict = {}
+    for r in rows:
+        for k, (m, p) in r["kinds"].items():
+            acc = kinds.setdefault(k, [0.0, 0.0])
+            acc[0] += m
+            acc[1] += p
+    print("per task kind, measured / predicted (after): " + ", ".join(
+        f"{k} {m / p:.2f}x" for k, (m, p) in sorted(kinds.items()) if p > 0))
+    mem = [abs(v["measured_peak"] - v["predicted_peak"]) / v["measured_peak"]
+           for r in rows for v in r.get("memory", {}).values() if v.get("measured_peak") and "predicted_peak" in v]
+    if mem:
+        print(f"peak memory per device: median |error| {statistics.median(mem):.1%}, max {max(mem):.1%} "
+              f"({len(mem)} device-strategies)")
+    hits = sum(r["hits"] for r in rows)
+    total = hits + sum(r["misses"] for r in rows)
+    print(f"measured-cost coverage: {hits} of {total} cost questions answered from the table "
+          f"({hits / max(total, 1):.0%}); the rest scaled per kind {meta['ratios']}")
+    print(f"wrote {out / 'accuracy.json'}, {out / 'scatter.png'}, {out / 'traces'}/ (measured beside simulated); "
+          f"{doc['elapsed_s']:.0f} s")
+
+
+def _scatter(rows: list, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    meas = [r["measured_s"] * 1e3 for r in rows]
+    for key, label, marker in (("profiled_s", "profiled kernels (before)", "x"), ("predicted_s", "measured tasks", "o")):
+        ax.scatter(meas, [r[key] * 1e3 for r in rows], marker=marker, label=label, alpha=0.8)
+    lo, hi = min(meas + [r["predicted_s"] * 1e3 for r in rows]) * 0.8, max(meas) * 1.5
+    ax.plot([lo, hi], [lo, hi], color="grey", lw=1)
+    ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="grey", alpha=0.15, label="±10 %")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured iteration (ms)")
+    ax.set_ylabel("predicted iteration (ms)")
+    ax.legend(fontsize=8)
+    ax.set_title("flexrt simulator vs real runs")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

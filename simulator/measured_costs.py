@@ -1,0 +1,341 @@
+"""Costs measured as the runtime executes tasks: per task key, the median of runtime-traced durations.
+
+The profiled model (``ProfiledCostModel``) times a kernel alone. What a runtime task costs is more:
+the task assembles its operands from their parts, allocates its outputs, runs the kernel (the
+backward one too, which the profiled model only derives), releases what it read, and the executor
+dispatches it. ``MeasuredTimes`` collects those durations from real iterations
+(``harvest``: a lowered strategy, its runtime trace), keyed as the lowering asks its cost model:
+
+- ``forward`` / ``backward``: (operator attributes, piece shapes, device kind);
+- ``update``: (weight piece shape, optimizer, device kind);
+- ``reduce``: (summed shape, number of addends, device kind);
+- ``loss``: (scored piece shape, device kind);
+- ``fused-forward`` / ``fused-backward``: (the members' attributes, shapes and wiring, device kind).
+
+``MeasuredCostModel(base, times)`` answers from the table and, for a key never measured, gives the
+base model's time times the median measured / base ratio of that task kind (fitted on the harvested
+tasks, ``MeasuredTimes.fit_ratios``). Transfers and collectives stay the base's: their costs come
+from the machine's calibrated links (``flexrt calibrate``: point to point and AllReduce under MPI).
+The table is one JSON file (``save`` / ``load``) that records its backend, host and the strategies
+it was harvested from (what calibrates is never what is scored).
+
+Entry points: ``MeasuredTimes``, ``MeasuredCostModel``, ``harvest``.
+
+Example:
+    >>> times = MeasuredTimes(backend="numpy")                               # doctest: +SKIP
+    >>> harvest(times, session.simulator, session.plan.tasks, durations, "sgd")   # doctest: +SKIP
+    >>> times.fit_ratios(ProfiledCostModel(), machine)                        # doctest: +SKIP
+    >>> cost = MeasuredCostModel(ProfiledCostModel(), times)                  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import tempfile
+from collections import defaultdict
+from typing import TYPE_CHECKING, Iterable, Optional, Sequence
+
+from flexrt.errors import ConfigError, FlexrtError
+from flexrt.ir.serialize import attrs_to_json
+from flexrt.ir.tensor_shape import TensorShape
+from flexrt.kernels.optimizers import OptimizerKind
+from flexrt.simulator.actions import Backward, Forward, Fused, Loss, Sum, Update
+from flexrt.simulator.cost_model import MIN_TASK_S, OpTimes, has_linear_transfers, loss_time
+from flexrt.simulator.profile_cache import canonical_json
+
+if TYPE_CHECKING:
+    from flexrt.machine import DeviceSpec, Link
+
+FORMAT = 1
+KINDS = ("forward", "backward", "update", "reduce", "loss", "fused-forward", "fused-backward")
+
+
+# ---- keys: how the lowering asks, as canonical JSON ----------------------------------------------
+
+def _shapes(shapes: Sequence[TensorShape]) -> list:
+    return [[list(s.dims), s.dtype.name] for s in shapes]
+
+
+def op_key(kind: str, attrs, inputs: Sequence[TensorShape], outputs: Sequence[TensorShape], device: str) -> str:
+    return canonical_json({"kind": kind, "op": attrs.op_type.value, "attrs": attrs_to_json(attrs),
+                           "inputs": _shapes(inputs), "outputs": _shapes(outputs), "device": device})
+
+
+def update_key(weight: TensorShape, optimizer, device: str) -> str:
+    return canonical_json({"kind": "update", "weight": _shapes([weight])[0], "optimizer": OptimizerKind(optimizer).value,
+                           "device": device})
+
+
+def reduce_key(shape: TensorShape, n: int, device: str) -> str:
+    return canonical_json({"kind": "reduce", "shape": _shapes([shape])[0], "n": int(n), "device": device})
+
+
+def loss_key(piece: TensorShape, device: str) -> str:
+    return canonical_json({"kind": "loss", "shape": _shapes([piece])[0], "device": device})
+
+
+def fused_key(members, phase: str, device: str) -> str:
+    return canonical_json({"kind": f"fused-{phase}", "device": device, "members": [
+        {"op": m.attrs.op_type.value, "attrs": attrs_to_json(m.attrs), "inputs": _shapes(m.inputs),
+         "outputs": _shapes(m.outputs), "sources": list(m.sources), "recomputed": m.recomputed} for m in members]})
+
+
+def _kind_of(key: str) -> str:
+    return json.loads(key)["kind"]
+
+
+# ---- the table ------------------------------------------------------------------------------------
+
+class MeasuredTimes:
+    """Runtime-traced task durations per key (seconds; the median is the task's time), per task kind
+    the fitted measured / base ratio for keys never measured, and the per-task dispatch cost.
+
+    Args:
+        backend: the runtime backend the durations were measured on ("numpy", "cupy").
+        host: where (default: this host's name and CPU).
+    """
+
+    def __init__(self, backend: str = "numpy", host: Optional[str] = None):
+        self.backend = backend
+        self.host = host if host is not None else f"{platform.node()} {platform.machine()}".strip()
+        self.samples: dict[str, list[float]] = defaultdict(list)
+        self.ratios: dict[str, float] = {}
+        self.strategies: list[str] = []      # what the durations were harvested from
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def add(self, key: str, seconds: float) -> None:
+        if not seconds >= 0:
+            raise ConfigError(f"MeasuredTimes.add: {seconds!r} seconds for {key}")
+        self.samples[key].append(float(seconds))
+
+    def get(self, key: str) -> Optional[float]:
+        got = self.samples.get(key)
+        return max(statistics.median(got), MIN_TASK_S) if got else None
+
+    def fit_ratios(self, base, machine) -> dict[str, float]:
+        """Per task kind, the median over measured keys of measured / ``base``'s time for the same
+        question (on ``machine``'s device kinds): what a key never measured is scaled by."""
+        specs = {d.spec.name: d.spec for d in machine.devices}
+        per_kind: dict[str, list[float]] = defaultdict(list)
+        for key in self.samples:
+            q = json.loads(key)
+            spec = specs.get(q["device"])
+            if spec is None:
+                continue
+            predicted = _base_time(base, q, spec)
+            if predicted and predicted > 0:
+                per_kind[q["kind"]].append(self.get(key) / predicted)
+        self.ratios = {k: statistics.median(v) for k, v in per_kind.items()}
+        return self.ratios
+
+    # ---- file ----------------------------------------------------------------------------------
+    def to_json(self) -> dict:
+        return {"format": FORMAT, "backend": self.backend, "host": self.host, "strategies": list(self.strategies),
+                "ratios": dict(self.ratios), "samples": {k: v for k, v in sorted(self.samples.items())}}
+
+    def save(self, path) -> None:
+        """Write the table (atomically: a temporary file in the same folder, then a rename)."""
+        folder = os.path.dirname(os.path.abspath(path))
+        fd, tmp = tempfile.mkstemp(prefix=".measured-", suffix=".json", dir=folder)
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(self.to_json(), f, indent=0)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+    @classmethod
+    def load(cls, path) -> "MeasuredTimes":
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: no such measured-times file (write one with `flexrt accuracy` or "
+                              f"`MeasuredTimes.save`)") from None
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{path}: not a measured-times file ({type(e).__name__}: {e})") from None
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise ConfigError(f"{path}: not a measured-times file of format {FORMAT}")
+        try:
+            out = cls(str(data["backend"]), str(data["host"]))
+            out.strategies = [str(s) for s in data.get("strategies", [])]
+            out.ratios = {str(k): float(v) for k, v in data.get("ratios", {}).items()}
+            for k, v in data["samples"].items():
+                for x in v:
+                    out.add(str(k), float(x))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise ConfigError(f"{path}: bad measured-times entry ({type(e).__name__}: {e})") from None
+        return out
+
+
+def _base_time(base, q: dict, spec) -> Optional[float]:
+    """``base``'s answer to the question a key records (None where it cannot be rebuilt)."""
+    from flexrt.ir.datatype import DataType
+    from flexrt.ir.serialize import attrs_from_json
+
+    def shape(s):
+        return TensorShape(tuple(s[0]), DataType[s[1]])
+    kind = q["kind"]
+    try:
+        if kind in ("forward", "backward"):
+            attrs = attrs_from_json(q["op"], q["attrs"])
+            t = base.op_times(attrs, [shape(s) for s in q["inputs"]], [shape(s) for s in q["outputs"]], spec)
+            return t.forward_s if kind == "forward" else t.backward_s
+        if kind == "update":
+            return base.update_time(shape(q["weight"]), spec, OptimizerKind(q["optimizer"]))
+        if kind == "reduce":
+            return base.reduce_time(shape(q["shape"]), int(q["n"]), spec)
+        if kind == "loss":
+            return loss_time(base, shape(q["shape"]), spec)
+    except (FlexrtError, KeyError, TypeError, ValueError):
+        return None
+    return None    # fused keys: their ratio is the forward / backward one
+
+
+# ---- harvest --------------------------------------------------------------------------------------
+
+def harvest(times: MeasuredTimes, simulator, tasks: Iterable, durations: Sequence[float], optimizer,
+            label: str = "") -> int:
+    """Add the runtime-measured ``durations`` (seconds, per task of ``tasks``, a plan's tasks whose
+    ``id`` is the task's id in ``simulator.graph``) under the keys the lowering asked its cost model
+    for them. Transfers, ring steps and tasks without an action are left out. Returns how many were
+    added; ``label`` names the strategy in ``times.strategies``."""
+    from flexrt.simulator.fusion import fused_members, FusedGraph
+    low, graph = simulator.lowering, simulator.graph
+    specs = [d.spec for d in simulator.machine.devices]
+    parts = defaultdict(int)
+    for entries in low.graph.parts.values():
+        for key, device, _ in entries:
+            parts[(key, device)] += 1
+    added = 0
+    for t, seconds in zip(tasks, durations):
+        a = t.action
+        if a is None or not 0 <= t.device < len(specs) or not seconds > 0:
+            continue
+        spec = specs[t.device].name
+        task = graph.task(t.id)
+        key = None
+        if isinstance(a, (Forward, Backward)) and task.node:
+            lay = low.layout(task.node)
+            attrs, ins, outs = lay.classes[lay.piece_class[task.piece]]
+            key = op_key("forward" if isinstance(a, Forward) else "backward", attrs, ins, outs, spec)
+        elif isinstance(a, Update):
+            key = update_key(_buf_shape(a.weight), optimizer, spec)
+        elif isinstance(a, Sum):
+            key = reduce_key(_buf_shape(a.dst), parts[(a.dst.key, a.dst.device)], spec)
+        elif isinstance(a, Loss):
+            key = loss_key(_buf_shape(a.output), spec)
+        elif isinstance(a, Fused) and isinstance(graph, FusedGraph):
+            group = graph.plan.groups[a.group]
+            members = fused_members(low, [m.node for m in a.members], group, task.piece)
+            key = fused_key(members, group.phase, spec)
+        if key is not None:
+            times.add(key, float(seconds))
+            added += 1
+    if label:
+        times.strategies.append(label)
+    return added
+
+
+def _buf_shape(buf) -> TensorShape:
+    from flexrt.ir.datatype import DataType
+    dtype = next(d for d in DataType if d.numpy_name == buf.dtype)
+    return TensorShape(tuple(hi - lo for lo, hi in buf.ranges), dtype)
+
+
+# ---- the cost model -------------------------------------------------------------------------------
+
+class MeasuredCostModel:
+    """``base`` with every task time a runtime-traced median where ``times`` has its key, else
+    ``base``'s time x ``times.ratios`` of its kind (1 where none was fitted). Transfers are
+    ``base``'s (calibrated links); ``linear_transfers`` is the base's.
+
+    Example:
+        >>> cost = MeasuredCostModel(ProfiledCostModel(), MeasuredTimes.load("times.json"))  # doctest: +SKIP
+    """
+
+    linear_transfers = False
+
+    def __new__(cls, base, times=None):
+        if cls is MeasuredCostModel and has_linear_transfers(base):
+            cls = _LinearMeasuredCostModel
+        return super().__new__(cls)
+
+    def __init__(self, base, times: MeasuredTimes):
+        if not isinstance(times, MeasuredTimes):
+            raise ConfigError(f"MeasuredCostModel: times is {type(times).__name__}; expected MeasuredTimes")
+        self.base, self.times = base, times
+        self.name = f"measured:{getattr(base, 'name', type(base).__name__)}"
+        self.hits = self.misses = 0
+
+    def __repr__(self) -> str:
+        return f"MeasuredCostModel({self.base!r}, {len(self.times)} keys, ratios={self.times.ratios})"
+
+    def __reduce__(self):
+        return MeasuredCostModel, (self.base, self.times)
+
+    def __getattr__(self, name):
+        if name in ("base", "times"):
+            raise AttributeError(name)
+        return getattr(self.base, name)
+
+    def _answer(self, key: str, kind: str, base_time) -> float:
+        got = self.times.get(key)
+        if got is not None:
+            self.hits += 1
+            return got
+        self.misses += 1
+        return max(base_time() * self.times.ratios.get(kind, 1.0), MIN_TASK_S)
+
+    def op_times(self, attrs, inputs, outputs, device: "DeviceSpec") -> OpTimes:
+        base = None
+
+        def from_base():
+            nonlocal base
+            base = base or self.base.op_times(attrs, inputs, outputs, device)
+            return base
+        f = self._answer(op_key("forward", attrs, inputs, outputs, device.name), "forward",
+                         lambda: from_base().forward_s)
+        b = self._answer(op_key("backward", attrs, inputs, outputs, device.name), "backward",
+                         lambda: from_base().backward_s)
+        return OpTimes(f, b, "measured" if base is None else "measured+scaled")
+
+    def update_time(self, weight: TensorShape, device: "DeviceSpec", optimizer=OptimizerKind.SGD) -> float:
+        return self._answer(update_key(weight, optimizer, device.name), "update",
+                            lambda: self.base.update_time(weight, device, optimizer))
+
+    def reduce_time(self, shape: TensorShape, n: int, device: "DeviceSpec") -> float:
+        return self._answer(reduce_key(shape, n, device.name), "reduce", lambda: self.base.reduce_time(shape, n, device))
+
+    def loss_time(self, piece: TensorShape, device: "DeviceSpec") -> float:
+        return self._answer(loss_key(piece, device.name), "loss", lambda: loss_time(self.base, piece, device))
+
+    def fused_time(self, members, phase: str, device: "DeviceSpec") -> float:
+        def from_base():
+            own = getattr(self.base, "fused_time", None)
+            if own is not None:
+                return own(members, phase, device)
+            return sum(getattr(self.base.op_times(m.attrs, list(m.inputs), list(m.outputs), device), f"{phase}_s")
+                       for m in members)
+        got = self.times.get(fused_key(members, phase, device.name))
+        if got is not None:
+            self.hits += 1
+            return got
+        self.misses += 1     # a fused task never measured: its base time scaled as its phase's operators
+        return max(from_base() * self.times.ratios.get(phase, 1.0), MIN_TASK_S)
+
+    def transfer_time(self, link: "Link", num_bytes: int) -> float:
+        return self.base.transfer_time(link, num_bytes)
+
+
+class _LinearMeasuredCostModel(MeasuredCostModel):
+    """A ``MeasuredCostModel`` over a base whose transfers are linear (the lowering times hops itself)."""
+
+    linear_transfers = True

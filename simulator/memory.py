@@ -1,0 +1,445 @@
+"""The buffers of a lowered iteration, when each is live, and the device memory they take over time.
+
+The runtime (``flexrt.runtime``) executes a task graph lowered with detail on device buffers. This
+module derives, once for the runtime and the simulator alike, which buffers that takes and when
+each one lives:
+
+- ``Buffers``: from the tasks' actions (``flexrt.simulator.actions``) and the parts that assemble
+  them, every buffer's declaration (device, ranges, dtype, fill) and parts; aliases (a buffer
+  assembled from one part that is exactly another buffer on the same device is that buffer: a
+  consumer reading its local producer's piece makes no copy); per task the canonical buffers it
+  reads and the ones it allocates; per buffer how many tasks read it; the persistent buffers (weight
+  instances and the host batch); the ring collectives and their member tasks. The runtime's plan
+  (``flexrt.runtime.plan.ExecPlan``) is built on it.
+- The life of a buffer, which the executor follows as it runs and ``replay`` along a timeline: a
+  task allocates what it writes when it runs (a ring collective's buffers once its last member is
+  ready; a gradient bucket's segments as one flat buffer per member, freed with its last segment);
+  a buffer is freed when the last task reading it completes, or when its writer does if no task
+  reads it (``released``); weight instances (and the optimizer's state) persist.
+- ``ReadyQueue``: the serial executor's dispatch (of the ready tasks, the first in the predicted
+  order runs next); ``serial_times`` is the run it makes, step by step, as a timeline.
+- ``replay``: live bytes per device over a timeline (per task its start and end), their peak and
+  their course (``MemoryTimeline``). ``memory_timeline(graph, start, end)`` and
+  ``peak_memory(graph, start, end)`` replay a simulated timeline; the simulator reports the latter
+  as ``SimResult.peak_bytes``.
+
+A fused task (``Fused``: a fusion group's members on one piece) reads what its members' parts read
+except the task's private buffers (a recomputed member's operands and outputs, which live inside
+the task only), and writes what its non-recomputed members write; a buffer it assembles from a
+private source is never an alias (its value exists only inside the task). A gradient bucket's ring
+(``RingGroup.segments`` > 1) has several buffers per member, assembled into one flat buffer by the
+executor, so they are never aliases either. A backward reads only the operands and outputs its
+kernel reads (``flexrt.kernels.fused.backward_reads``), so that an intermediate no backward reads
+can stay inside a fused forward task.
+
+Example (Unity's Fig. 2 MLP, data parallel on two GPUs):
+    >>> sim = Simulator(load_machine("dgx1_v100"), AnalyticCostModel())           # doctest: +SKIP
+    >>> r = sim.full(data_parallel(pcg, sim.machine, 2))                         # doctest: +SKIP
+    >>> ids = r.timeline["ids"].tolist()                                          # doctest: +SKIP
+    >>> peak_memory(sim.graph, dict(zip(ids, r.timeline["start"])), dict(zip(ids, r.timeline["end"])))  # doctest: +SKIP
+    {0: 3483648, 1: 3483648}
+
+Entry points: ``Buffers``, ``released``, ``ReadyQueue``, ``serial_times``, ``replay``,
+``MemoryTimeline``, ``memory_timeline``, ``peak_memory``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from flexrt.errors import StrategyError
+from flexrt.kernels.fused import backward_reads
+from flexrt.simulator.actions import (HOST, Backward, Buf, BufKind, Forward, Fused, Key, Loss, Move, RingStep,
+                                      Update, gathered)
+
+BufId = tuple  # (key, device)
+_NO_LOCK = contextlib.nullcontext()
+
+
+def box_bytes(buf: Buf) -> int:
+    """Bytes of a buffer: its box's elements times its dtype's size."""
+    return math.prod(hi - lo for lo, hi in buf.ranges) * np.dtype(buf.dtype).itemsize
+
+
+def backward_buffers(a: Backward) -> tuple:
+    """The operands and outputs of ``a`` whose values its backward kernel reads (the others are
+    passed as stand-ins of their shape and dtype)."""
+    ops, outs = backward_reads(a.attrs.op_type, len(a.operands), len(a.outputs))
+    return tuple(a.operands[i] for i in ops) + tuple(a.outputs[k] for k in outs)
+
+
+class Buffers:
+    """Every buffer of a task graph lowered with detail (a ``TaskGraph`` or ``FusedGraph``), for
+    ``tasks`` (its ``Task`` values, in the order whose indices ``reads``, ``writes`` and
+    ``ring_members`` use). See the module doc."""
+
+    def __init__(self, graph, tasks: list) -> None:
+        if not graph.detail:
+            raise StrategyError("buffers need a task graph lowered with detail (actions and parts)")
+        self.parts: dict[BufId, list] = defaultdict(list)   # buffer -> the parts assembling it
+        for entries in graph.parts.values():
+            for key, dev, part in entries:
+                self.parts[(key, dev)].append(part)
+        self.decl: dict[BufId, Buf] = {}
+        assembled: dict[BufId, int] = {}     # buffer -> assembling task
+        self.ring_groups: dict[int, object] = {}
+        self.ring_members: dict[int, list[int]] = defaultdict(list)  # ring group -> its member tasks
+        for i, t in enumerate(tasks):
+            a = t.action
+            for b in gathered(a):
+                self._declare(b)
+                assembled[(b.key, b.device)] = i
+            if isinstance(a, RingStep):
+                self.ring_groups[a.group.id] = a.group
+                self.ring_members[a.group.id].append(i)
+                for b in a.group.buffers:
+                    self._declare(b)
+                    assembled.setdefault((b.key, b.device), i)
+            for b in _written(a):
+                self._declare(b)
+            if isinstance(a, Update):
+                self._declare(a.weight)
+                if not a.gather_grad:
+                    self._declare(a.grad)
+        for name, shape in graph.inputs.items():
+            self.decl[(Key.input(name), HOST)] = Buf(Key.input(name), HOST, tuple((0, n) for n in shape.dims),
+                                                     shape.dtype.numpy_name)
+        self.inputs = {k[0].name: b for k, b in self.decl.items() if k[0].kind is BufKind.INPUT}
+        missing = [bid for bid, ps in self.parts.items() for p in ps if (p.src, p.device) not in self.decl]
+        if missing:
+            raise StrategyError(f"plan: parts of {missing[0][0]} read buffers no task writes")
+        self.alias = self._aliases(assembled, tasks)
+        self._reads_and_writes(tasks)
+        self.persistent = {bid for bid in self.decl if bid[0].kind is BufKind.WEIGHT or bid[1] == HOST}
+        self.weight_instances = sorted({(a.weight.key, a.weight.device): a.weight for t in tasks
+                                        if isinstance((a := t.action), Update)}.values(), key=lambda b: repr(b.key))
+        self.updates = {(a.weight.key, a.weight.device): i for i, t in enumerate(tasks)
+                        if isinstance((a := t.action), Update)}  # weight instance -> its update task
+
+    def _aliases(self, assembled: dict, tasks) -> dict:
+        """One exact part on the same device makes a buffer its source; never for buffers summed in
+        place (ring members) unless their source has no other reader, for a bucket's segments (they
+        live in one flat buffer), nor for a buffer a fused task assembles from its private buffers."""
+        uses: dict[BufId, int] = defaultdict(int)
+        for ps in self.parts.values():
+            for p in ps:
+                uses[(p.src, p.device)] += 1
+        never = set()
+        for t in tasks:
+            a = t.action
+            if isinstance(a, RingStep) and a.group.segments > 1:
+                never.update((b.key, b.device) for b in a.group.buffers)
+            elif isinstance(a, Fused) and any(r for r in a.recomputed):
+                private = a.private
+                never.update((b.key, b.device) for b in gathered(a)
+                             if any((p.src, p.device) in private for p in self.parts.get((b.key, b.device), ())))
+        alias: dict[BufId, BufId] = {}
+        for bid in assembled:
+            ps = self.parts.get(bid, [])
+            b = self.decl[bid]
+            if len(ps) != 1 or bid in never:
+                continue
+            p = ps[0]
+            src = self.decl[(p.src, p.device)]
+            if p.device != b.device or p.device == HOST or src.ranges != b.ranges or p.box != b.ranges \
+                    or src.dtype != b.dtype:
+                continue
+            if bid[0].kind is BufKind.RING and uses[(p.src, p.device)] != 1:
+                continue
+            alias[bid] = (p.src, p.device)
+        return alias
+
+    def _reads_and_writes(self, tasks) -> None:
+        """Per task the canonical buffers it reads and allocates, and every buffer's reader count."""
+        self.reads: list[tuple] = []
+        self.writes: list[tuple] = []
+        self.readers: dict[BufId, int] = defaultdict(int)
+        for t in tasks:
+            a = t.action
+            reads = {self.canonical(src) for src in self._part_sources(a)}
+            reads.update(self.canonical((b.key, b.device)) for b in self._read(a))
+            writes = {(b.key, b.device) for b in _assembled_by(a) if (b.key, b.device) not in self.alias}
+            writes.update((b.key, b.device) for b in _written(a))
+            reads = tuple(sorted(reads, key=repr))
+            for r in reads:
+                self.readers[r] += 1
+            self.reads.append(reads)
+            self.writes.append(tuple(sorted(writes, key=repr)))
+
+    def _part_sources(self, a) -> list:
+        """The sources of the parts of every buffer ``a`` assembles; for a fused task those of every
+        member (recomputed ones included: the task assembles their operands itself) but its private
+        buffers."""
+        if isinstance(a, Fused):
+            private = a.private
+            bufs = [b for m in a.members for b in gathered(m)]
+            return [(p.src, p.device) for b in bufs for p in self.parts.get((b.key, b.device), ())
+                    if (p.src, p.device) not in private]
+        return [(p.src, p.device) for b in _assembled_by(a) for p in self.parts.get((b.key, b.device), ())]
+
+    def _declare(self, b: Buf) -> None:
+        bid = (b.key, b.device)
+        old = self.decl.get(bid)
+        if old is not None and (old.ranges != b.ranges or old.dtype != b.dtype):
+            raise StrategyError(f"plan: buffer {b.key} on device {b.device} declared twice differently: "
+                                f"{old.ranges} {old.dtype} and {b.ranges} {b.dtype}")
+        self.decl[bid] = b
+
+    def _read(self, a) -> tuple:
+        if isinstance(a, Forward):
+            return a.operands
+        if isinstance(a, Backward):
+            return backward_buffers(a) + a.grad_outputs
+        if isinstance(a, Fused):
+            return tuple(b for m in a.shared for b in self._read(m))
+        if isinstance(a, Move):
+            return (self.decl[(a.src, a.src_device)],)
+        if isinstance(a, Update):
+            return (a.grad,)
+        if isinstance(a, Loss):
+            return (a.output,)
+        if isinstance(a, RingStep) and a.member == 0:
+            return a.group.buffers
+        return ()   # Sum: its parts only
+
+    def canonical(self, bid: BufId) -> BufId:
+        """The buffer ``bid`` is (itself, or the source it aliases)."""
+        while bid in self.alias:
+            bid = self.alias[bid]
+        return bid
+
+    def buffer_bytes(self, bid: BufId) -> int:
+        return box_bytes(self.decl[bid])
+
+
+def _written(a) -> tuple:
+    """The buffers a task computes (as opposed to assembles from parts)."""
+    if isinstance(a, Fused):
+        return tuple(b for m in a.shared for b in _written(m))
+    if isinstance(a, Forward):
+        return a.outputs
+    if isinstance(a, Backward):
+        return tuple(b for b in a.grad_operands if b is not None)
+    if isinstance(a, Move):
+        return (a.dst,)
+    if isinstance(a, Loss):
+        return (a.grad,)
+    return ()
+
+
+def _assembled_by(a) -> tuple:
+    """The buffers a task assembles from parts (a ring's member 0 stands for its collective)."""
+    if isinstance(a, RingStep):
+        return a.group.buffers if a.member == 0 else ()
+    return gathered(a)
+
+
+def released(reads: tuple, writes: tuple, readers: dict, persistent, held=frozenset(), lock=_NO_LOCK) -> list:
+    """The buffers a task frees when it completes (the runtime's rule): those it allocates that no
+    task reads, and those whose last reader it is (``readers``, counted down here under ``lock``);
+    never a persistent or a held one."""
+    out = [w for w in writes if readers.get(w, 0) == 0 and w not in persistent and w not in held]
+    for r in reads:
+        with lock:
+            readers[r] -= 1
+            last = readers[r] == 0
+        if last and r not in persistent and r not in held:
+            out.append(r)
+    return out
+
+
+class ReadyQueue:
+    """The serial executor's dispatch: of the ready tasks, the one first in the predicted order
+    (lowest index) runs next; ``finish`` counts a completed task off its successors' predecessors
+    (``remaining``, shared with the caller) and queues those that became ready and are ``eligible``
+    (None: all)."""
+
+    __slots__ = ("_heap", "_succ", "_remaining", "_eligible")
+
+    def __init__(self, succ, remaining: list, ready, eligible=None) -> None:
+        self._heap = list(ready)
+        heapq.heapify(self._heap)
+        self._succ, self._remaining, self._eligible = succ, remaining, eligible
+
+    def __bool__(self) -> bool:
+        return bool(self._heap)
+
+    def pop(self) -> int:
+        return heapq.heappop(self._heap)
+
+    def finish(self, i: int) -> None:
+        remaining, eligible = self._remaining, self._eligible
+        for s in self._succ[i]:
+            remaining[s] -= 1
+            if remaining[s] == 0 and (eligible is None or eligible(s)):
+                heapq.heappush(self._heap, s)
+
+
+def serial_times(succ, num_preds, ring_members: dict) -> tuple[np.ndarray, np.ndarray]:
+    """The serial executor's run as a timeline (per task index, in steps): the k-th task dispatched
+    starts at step k and ends half a step later; a ring collective runs when its last member is
+    dispatched, and all its members start and end then."""
+    n = len(succ)
+    remaining = [int(x) for x in num_preds]
+    queue = ReadyQueue(succ, remaining, [i for i in range(n) if remaining[i] == 0])
+    group_of = {m: g for g, ms in ring_members.items() for m in ms}
+    arrived: dict[int, int] = defaultdict(int)
+    start, end = np.zeros(n), np.zeros(n)
+    step = 0
+    while queue:
+        i = queue.pop()
+        members = [i]
+        g = group_of.get(i)
+        if g is not None:
+            arrived[g] += 1
+            if arrived[g] < len(ring_members[g]):
+                step += 1
+                continue
+            members = ring_members[g]
+        for m in members:
+            start[m], end[m] = step, step + 0.5
+            queue.finish(m)
+        step += 1
+    return start, end
+
+
+@dataclass(frozen=True)
+class MemoryTimeline:
+    """Live bytes per device over one iteration: ``peak_bytes`` (device -> the most live at once),
+    per device the course, ``times[d]`` (seconds, or steps) and ``live_bytes[d]`` after each change
+    (the first entries: what is live before the first task), and ``allocated_bytes`` (device -> all
+    it ever holds: what is live before the first task and every allocation after, a bound of the
+    peak)."""
+
+    peak_bytes: dict
+    times: dict
+    live_bytes: dict
+    allocated_bytes: dict
+
+
+def _collective_times(ring_members: dict, start, end) -> tuple[np.ndarray, np.ndarray]:
+    """Per task start and end, a ring collective's members starting when the last is ready and
+    ending with the last (the runtime runs the collective once, when all members have arrived)."""
+    start, end = np.array(start, dtype=np.float64), np.array(end, dtype=np.float64)
+    for ms in ring_members.values():
+        start[ms], end[ms] = start[ms].max(), end[ms].max()
+    return start, end
+
+
+def _flat_units(buffers: Buffers) -> dict:
+    """A gradient bucket's segment buffer -> its member's flat buffer ((group, member))."""
+    unit = {}
+    for g in buffers.ring_groups.values():
+        if g.segments > 1:
+            for i in range(g.num_members):
+                for b in g.member_buffers(i):
+                    unit[(b.key, b.device)] = (g.id, i)
+    return unit
+
+
+class _Live:
+    """Live bytes per device as buffers come and go (a bucket's flat buffer counts once, until its
+    last segment goes), with their peak and course."""
+
+    def __init__(self, units: dict) -> None:
+        self.units = units
+        self.live: dict[int, int] = defaultdict(int)
+        self.peak: dict[int, int] = defaultdict(int)
+        self.held: dict = {}      # buffer -> (device, bytes, its flat buffer or None)
+        self.flat: dict = {}      # flat buffer -> [segments held, bytes]
+        self.course: dict[int, list] = defaultdict(list)
+        self.allocated: dict[int, int] = defaultdict(int)
+
+    def add(self, device: int, num_bytes: int, t: float) -> None:
+        if num_bytes > 0:
+            self.allocated[device] += num_bytes
+        self.live[device] += num_bytes
+        self.peak[device] = max(self.peak[device], self.live[device])
+        self.course[device].append((t, self.live[device]))
+
+    def alloc(self, bid, num_bytes: int, t: float) -> None:
+        self.drop(bid, t)
+        unit = self.units.get(bid)
+        self.held[bid] = (bid[1], num_bytes, unit)
+        if unit is not None:
+            record = self.flat.setdefault(unit, [0, 0])
+            record[0] += 1
+            record[1] += num_bytes
+        self.add(bid[1], num_bytes, t)
+
+    def drop(self, bid, t: float) -> None:
+        entry = self.held.pop(bid, None)
+        if entry is None:
+            return
+        device, num_bytes, unit = entry
+        if unit is not None:
+            record = self.flat[unit]
+            record[0] -= 1
+            if record[0]:
+                return
+            num_bytes = record[1]
+            del self.flat[unit]
+        self.add(device, -num_bytes, t)
+
+
+def replay(buffers: Buffers, start, end, optimizer_state: int = 0, state_held: bool = True,
+           unmaterialized=frozenset()) -> MemoryTimeline:
+    """Live bytes per device along a timeline: per task (by index) its ``start`` and ``end``. Each
+    task allocates what it writes at its start and frees (``released``) at its end; at one instant
+    tasks that ran until then free first, then tasks starting then allocate, then tasks taking no
+    time free. Weight instances are live throughout, and their optimizer state (``optimizer_state``
+    times their bytes: 0 for SGD, 1 with momentum, 2 for Adam) too when ``state_held`` (every
+    iteration but the first), else from their update on. Buffers in ``unmaterialized`` are never
+    allocated (the intermediates of a fused chain the executor evaluates as one expression)."""
+    start, end = _collective_times(buffers.ring_members, start, end)
+    n = len(buffers.reads)
+    mem = _Live(_flat_units(buffers))
+    t0 = float(min(0.0, start.min())) if n else 0.0
+    state_at: dict[int, tuple] = {}
+    for b in buffers.weight_instances:
+        nbytes = box_bytes(b)
+        mem.add(b.device, nbytes, t0)
+        state = optimizer_state * nbytes
+        if state and state_held:
+            mem.add(b.device, state, t0)
+        elif state:
+            state_at[buffers.updates[(b.key, b.device)]] = (b.device, state)
+    events = [(float(s), 1, i) for i, s in enumerate(start.tolist())]
+    events += [(float(e), 0 if e > s else 2, i) for i, (s, e) in enumerate(zip(start.tolist(), end.tolist()))]
+    events.sort()
+    readers = dict(buffers.readers)
+    decl, persistent = buffers.decl, buffers.persistent
+    for t, kind, i in events:
+        if kind == 1:
+            for w in buffers.writes[i]:
+                if w not in unmaterialized:
+                    mem.alloc(w, box_bytes(decl[w]), t)
+            if i in state_at:
+                mem.add(*state_at[i], t)
+        else:
+            for bid in released(buffers.reads[i], buffers.writes[i], readers, persistent):
+                mem.drop(bid, t)
+    devices = sorted(mem.course)
+    return MemoryTimeline({d: int(mem.peak[d]) for d in devices},
+                          {d: np.array([t for t, _ in mem.course[d]]) for d in devices},
+                          {d: np.array([v for _, v in mem.course[d]], dtype=np.int64) for d in devices},
+                          {d: int(mem.allocated[d]) for d in devices})
+
+
+def memory_timeline(graph, start, end, optimizer_state: int = 0, state_held: bool = True) -> MemoryTimeline:
+    """``replay`` of a simulated timeline of ``graph`` (lowered with detail): ``start`` and ``end``
+    map each task id to seconds (a dict, or an array indexed by task id)."""
+    ids = graph.ids()
+    buffers = Buffers(graph, [graph.task(t) for t in ids])
+    return replay(buffers, [start[t] for t in ids], [end[t] for t in ids], optimizer_state, state_held)
+
+
+def peak_memory(graph, start, end, optimizer_state: int = 0, state_held: bool = True) -> dict[int, int]:
+    """Per device, the peak bytes of live buffers over a simulated timeline (see ``memory_timeline``)."""
+    return memory_timeline(graph, start, end, optimizer_state, state_held).peak_bytes

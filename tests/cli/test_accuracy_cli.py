@@ -1,0 +1,78 @@
+"""``flexrt accuracy``: real runs beside predictions, calibration and validation strategies disjoint."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from flexrt.cli import main
+from flexrt.model.accuracy import MODELS, calibration_strategies, kendall_tau, scores, validation_strategies
+from flexrt.machine import local_machine
+
+
+def _check(doc, out, ranks):
+    rows, meta = doc["rows"], doc["meta"]
+    assert meta["ranks"] == ranks and rows
+    assert not set(meta["calibration"]) & set(meta["validation"])
+    for r in rows:
+        assert r["measured_s"] > 0 and r["predicted_s"] > 0 and r["profiled_s"] > 0
+        assert r["hits"] + r["misses"] > 0 and r["kinds"]
+        trace = json.loads((out / "traces" / f"{r['model']}-{r['strategy']}.json").read_text())
+        pids = {e["pid"] for e in trace["traceEvents"] if e.get("ph") == "X"}
+        assert 0 in pids and 2 in pids          # measured and simulated side by side
+    assert (out / "scatter.png").stat().st_size > 1000
+    assert (out / "measured_times.json").is_file()
+
+
+def test_accuracy_in_one_process(tmp_path, capsys):
+    out = tmp_path / "acc"
+    assert main(["accuracy", "--ranks", "1", "--models", "mlp", "--seeds", "1", "--calibration", "1", "--repeat", "1",
+                 "--quick", "--output", str(out), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    _check(doc, out, 1)
+    assert {r["strategy"] for r in doc["rows"]} == {label for label, _ in validation_strategies(
+        MODELS["mlp"][0](MODELS["mlp"][1]), local_machine(1), range(1))}
+
+
+@pytest.mark.mpi
+def test_accuracy_one_process_per_device_under_mpi(tmp_path, capsys):
+    out = tmp_path / "acc"
+    assert main(["accuracy", "--ranks", "2", "--models", "mlp,rnn", "--seeds", "1", "--calibration", "1",
+                 "--repeat", "1", "--quick", "--output", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "measured tasks (after)" in text and "profiled kernels (before)" in text
+    doc = json.loads((out / "accuracy.json").read_text())
+    _check(doc, out, 2)
+    assert {r["model"] for r in doc["rows"]} == {"mlp", "rnn"} and len(doc["rows"]) == 2 * 6   # 5 kinds + 1 random seed
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--models", "nosuch"], "unknown model nosuch"),
+    (["--models", ","], "--models: empty"),
+    (["--machine", "{d}/missing.yaml"], "no such file"),
+])
+def test_bad_arguments_are_clear_errors(tmp_path, capsys, argv, message):
+    argv = [a.replace("{d}", str(tmp_path)) for a in argv]
+    assert main(["accuracy", "--output", str(tmp_path / "o"), *argv]) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_strategy_sets_are_disjoint_and_cover_the_kinds():
+    machine = local_machine(2)
+    for name, (build, batch) in MODELS.items():
+        base = build(batch)
+        cal = {label for label, _ in calibration_strategies(base, machine, 3)}
+        val = dict(validation_strategies(base, machine, range(2)))
+        assert not cal & set(val)
+        assert {"data2", "model2", "reduction2", "hybrid", "roundrobin", "random0", "random1"} == set(val)
+        assert len({s for s in map(repr, val.values())}) >= 5, name   # mostly distinct strategies
+
+
+def test_scores_median_max_tau_and_regret():
+    rows = [{"model": "a", "strategy": s, "measured_s": m, "predicted_s": p}
+            for s, m, p in (("x", 1.0, 1.1), ("y", 2.0, 1.0), ("z", 3.0, 3.0))]
+    s = scores(rows)
+    assert s["median_error"] == pytest.approx(0.1) and s["max_error"] == pytest.approx(0.5)
+    assert s["per_model"]["a"]["predicted_best"] == "y" and s["per_model"]["a"]["regret"] == pytest.approx(1.0)
+    assert s["tau"] == pytest.approx(kendall_tau([1, 2, 3], [1.1, 1.0, 3.0])) == pytest.approx(1 / 3)

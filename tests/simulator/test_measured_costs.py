@@ -1,0 +1,140 @@
+"""The measured-cost model: runtime-traced task times, keyed as the lowering asks its cost model.
+
+Laws: every task whose key was harvested is simulated at exactly the median of its traced
+durations; a key never harvested gets the base model's time x its kind's fitted ratio; delta
+simulation equals full simulation with it; the table round-trips through its file exactly; bad
+files raise ConfigError."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flexrt.errors import ConfigError
+from flexrt.machine import local_machine
+from flexrt.model.accuracy import MODELS, batch_for, validation_strategies
+from flexrt.runtime.session import Session
+from flexrt.simulator.cost_model import AnalyticCostModel
+from flexrt.ir import TensorShape
+from flexrt.simulator.measured_costs import MeasuredCostModel, MeasuredTimes, harvest, op_key, update_key
+from flexrt.simulator.simulate import Simulator, timelines_equal
+from flexrt.simulator.task_graph import TaskKind
+from flexrt.strategy import data_parallel, is_compute, random_config
+
+BASE = AnalyticCostModel()
+MACHINE = local_machine(2)
+
+
+@pytest.fixture(scope="module")
+def harvested():
+    build, batch = MODELS["mlp"]
+    pcg = build(batch)
+    strategy = data_parallel(pcg, MACHINE, 2)
+    session = Session(strategy, MACHINE, cost_model=BASE, optimizer="sgd", lr=0.01)
+    inputs, labels = batch_for(session.plan, batch)
+    times = MeasuredTimes("numpy")
+    runs = [session.step(inputs, labels) for _ in range(3)]
+    for r in runs:
+        assert harvest(times, session.simulator, session.plan.tasks, r.end - r.start, session.optimizer) > 0
+    times.fit_ratios(BASE, MACHINE)
+    return pcg, strategy, session, runs, times
+
+
+def test_harvested_tasks_are_simulated_at_their_median_traced_time(harvested):
+    pcg, strategy, session, runs, times = harvested
+    sim = Simulator(MACHINE, MeasuredCostModel(BASE, times), "sgd")
+    sim.time_full(strategy)
+    by_key: dict = {}
+    for t, *durations in zip(session.plan.tasks, *[r.end - r.start for r in runs]):
+        task = session.simulator.graph.task(t.id)
+        if task.kind in (TaskKind.FORWARD, TaskKind.BACKWARD) and task.node:
+            lay = session.simulator.lowering.layout(task.node)
+            attrs, ins, outs = lay.classes[lay.piece_class[task.piece]]
+            key = op_key(task.kind.value, attrs, ins, outs, MACHINE.devices[0].spec.name)
+            by_key.setdefault((task.node, task.piece, task.kind), (key, []))[1].extend(durations)
+    assert by_key
+    checked = 0
+    for (node, piece, kind), (key, _) in by_key.items():
+        want = times.get(key)
+        low = sim.lowering
+        tasks = low.op_tasks[node][0 if kind is TaskKind.FORWARD else 1]
+        got = sim.graph.task(tasks[piece]).exe_s
+        assert got == pytest.approx(want, rel=1e-12)
+        checked += 1
+    assert checked >= 8
+
+
+def test_a_key_never_measured_is_the_base_time_times_its_kinds_ratio(harvested):
+    pcg, strategy, session, runs, times = harvested
+    assert {"forward", "backward", "update"} <= set(times.ratios)
+    cost = MeasuredCostModel(BASE, times)
+    other = validation_strategies(pcg, MACHINE, ())[1][1]          # model parallel: other piece shapes
+    low = Simulator(MACHINE, cost, "sgd")
+    low.time_full(other)
+    spec = MACHINE.devices[0].spec
+    lay = low.lowering.layout("fc1")
+    attrs, ins, outs = lay.classes[lay.piece_class[0]]
+    assert times.get(op_key("forward", attrs, ins, outs, spec.name)) is None
+    t = cost.op_times(attrs, ins, outs, spec)
+    base = BASE.op_times(attrs, ins, outs, spec)
+    assert t.forward_s == pytest.approx(base.forward_s * times.ratios["forward"], rel=1e-12)
+    assert t.backward_s == pytest.approx(base.backward_s * times.ratios["backward"], rel=1e-12)
+    assert t.source == "measured+scaled" and cost.misses > 0
+
+
+@settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_delta_simulation_equals_full_with_measured_costs(harvested, seed):
+    pcg, strategy, _, _, times = harvested
+    cost = MeasuredCostModel(BASE, times)
+    rng = random.Random(seed)
+    sim = Simulator(MACHINE, cost, "sgd")
+    sim.full(strategy)
+    ops = [n for n in pcg.nodes if is_compute(n)]
+    for _ in range(4):
+        node = rng.choice(ops)
+        strategy = strategy.with_config(node.id, random_config(pcg, node, MACHINE, rng))
+        assert timelines_equal(sim.delta(strategy, {node.name}), Simulator(MACHINE, cost, "sgd").full(strategy))
+
+
+def test_the_table_round_trips_through_its_file(harvested, tmp_path):
+    times = harvested[4]
+    times.strategies = ["mlp/data2"]
+    path = tmp_path / "times.json"
+    times.save(path)
+    again = MeasuredTimes.load(path)
+    assert again.to_json() == times.to_json()
+    assert all(again.get(k) == times.get(k) for k in times.samples)
+
+
+def test_fit_ratios_recovers_a_known_ratio():
+    times = MeasuredTimes("numpy")
+    spec = MACHINE.devices[0].spec
+    for n in (64, 128, 256, 512):
+        w = TensorShape((n, n))
+        times.add(update_key(w, "sgd", spec.name), 3.0 * BASE.update_time(w, spec))
+    ratios = times.fit_ratios(BASE, MACHINE)
+    assert ratios == {"update": pytest.approx(3.0, rel=1e-12)}
+
+
+@pytest.mark.parametrize("text, match", [
+    ("not json", "not a measured-times file"),
+    ('{"format": 99}', "format 1"),
+    ('{"format": 1, "backend": "numpy", "host": "h", "samples": {"k": ["x"]}}', "bad measured-times entry"),
+    ('{"format": 1, "backend": "numpy", "host": "h", "samples": {"k": [-1.0]}}', "bad measured-times entry|seconds"),
+])
+def test_bad_files_raise_config_errors(tmp_path, text, match):
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=match):
+        MeasuredTimes.load(path)
+    with pytest.raises(ConfigError, match="no such measured-times file"):
+        MeasuredTimes.load(tmp_path / "missing.json")
+
+
+def test_measured_cost_model_refuses_a_table_of_the_wrong_type():
+    with pytest.raises(ConfigError, match="expected MeasuredTimes"):
+        MeasuredCostModel(BASE, {"k": 1.0})
