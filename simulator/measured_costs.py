@@ -12,9 +12,10 @@ dispatches it. ``MeasuredTimes`` collects those durations from real iterations
 - ``loss``: (scored piece shape, device kind);
 - ``fused-forward`` / ``fused-backward``: (the members' attributes, shapes and wiring, device kind).
 
-``MeasuredCostModel(base, times)`` answers from the table and, for a key never measured, gives the
-base model's time times the median measured / base ratio of that task kind (fitted on the harvested
-tasks, ``MeasuredTimes.fit_ratios``). Transfers and collectives stay the base's: their costs come
+``MeasuredCostModel(base, times)`` answers from the table and, for a key never measured, gives
+``a + b x`` of the base model's time ``x``, fitted on the harvested tasks of the same kind and
+operator (``MeasuredTimes.fit``: least relative squares; ``a`` is what the runtime adds to every
+such task, ``b`` how its kernels compare with the base's), else of the same kind. Transfers and collectives stay the base's: their costs come
 from the machine's calibrated links (``flexrt calibrate``: point to point and AllReduce under MPI).
 The table is one JSON file (``save`` / ``load``) that records its backend, host and the strategies
 it was harvested from (what calibrates is never what is scored).
@@ -24,7 +25,7 @@ Entry points: ``MeasuredTimes``, ``MeasuredCostModel``, ``harvest``.
 Example:
     >>> times = MeasuredTimes(backend="numpy")                               # doctest: +SKIP
     >>> harvest(times, session.simulator, session.plan.tasks, durations, "sgd")   # doctest: +SKIP
-    >>> times.fit_ratios(ProfiledCostModel(), machine)                        # doctest: +SKIP
+    >>> times.fit(ProfiledCostModel(), machine)                               # doctest: +SKIP
     >>> cost = MeasuredCostModel(ProfiledCostModel(), times)                  # doctest: +SKIP
 """
 
@@ -102,7 +103,7 @@ class MeasuredTimes:
         self.backend = backend
         self.host = host if host is not None else f"{platform.node()} {platform.machine()}".strip()
         self.samples: dict[str, list[float]] = defaultdict(list)
-        self.ratios: dict[str, float] = {}
+        self.fits: dict[str, tuple[float, float]] = {}   # "kind" or "kind:op" -> (a s, b)
         self.strategies: list[str] = []      # what the durations were harvested from
 
     def __len__(self) -> int:
@@ -117,26 +118,35 @@ class MeasuredTimes:
         got = self.samples.get(key)
         return max(statistics.median(got), MIN_TASK_S) if got else None
 
-    def fit_ratios(self, base, machine) -> dict[str, float]:
-        """Per task kind, the median over measured keys of measured / ``base``'s time for the same
-        question (on ``machine``'s device kinds): what a key never measured is scaled by."""
+    def fit(self, base, machine) -> dict[str, tuple[float, float]]:
+        """Per task kind, and per kind and operator type, ``(a, b)`` with measured ~ a + b x, x the
+        ``base`` model's time for the same question (on ``machine``'s device kinds), minimizing the
+        squared relative error over the measured keys: what a key never measured is timed by. A
+        group of fewer than ``MIN_FIT`` keys, or whose fit needs a negative coefficient, gets the
+        median ratio (a = 0)."""
         specs = {d.spec.name: d.spec for d in machine.devices}
-        per_kind: dict[str, list[float]] = defaultdict(list)
+        groups: dict[str, list[tuple[float, float]]] = defaultdict(list)
         for key in self.samples:
             q = json.loads(key)
             spec = specs.get(q["device"])
-            if spec is None:
-                continue
-            predicted = _base_time(base, q, spec)
+            predicted = _base_time(base, q, spec) if spec is not None else None
             if predicted and predicted > 0:
-                per_kind[q["kind"]].append(self.get(key) / predicted)
-        self.ratios = {k: statistics.median(v) for k, v in per_kind.items()}
-        return self.ratios
+                groups[q["kind"]].append((predicted, self.get(key)))
+                if "op" in q:
+                    groups[f"{q['kind']}:{q['op']}"].append((predicted, self.get(key)))
+        self.fits = {name: _affine(pairs) for name, pairs in groups.items()}
+        return self.fits
+
+    def predict(self, kind: str, op: Optional[str], base_s: float) -> float:
+        """A never-measured task's time from its base time: the fit of its kind and operator, else
+        of its kind, else the base time."""
+        a, b = self.fits.get(f"{kind}:{op}") or self.fits.get(kind) or (0.0, 1.0)
+        return max(a + b * base_s, MIN_TASK_S)
 
     # ---- file ----------------------------------------------------------------------------------
     def to_json(self) -> dict:
         return {"format": FORMAT, "backend": self.backend, "host": self.host, "strategies": list(self.strategies),
-                "ratios": dict(self.ratios), "samples": {k: v for k, v in sorted(self.samples.items())}}
+                "fits": {k: list(v) for k, v in self.fits.items()}, "samples": {k: v for k, v in sorted(self.samples.items())}}
 
     def save(self, path) -> None:
         """Write the table (atomically: a temporary file in the same folder, then a rename)."""
@@ -166,13 +176,28 @@ class MeasuredTimes:
         try:
             out = cls(str(data["backend"]), str(data["host"]))
             out.strategies = [str(s) for s in data.get("strategies", [])]
-            out.ratios = {str(k): float(v) for k, v in data.get("ratios", {}).items()}
+            out.fits = {str(k): (float(a), float(b)) for k, (a, b) in data.get("fits", {}).items()}
             for k, v in data["samples"].items():
                 for x in v:
                     out.add(str(k), float(x))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise ConfigError(f"{path}: bad measured-times entry ({type(e).__name__}: {e})") from None
         return out
+
+
+MIN_FIT = 3
+
+
+def _affine(pairs: list[tuple[float, float]]) -> tuple[float, float]:
+    """(a, b) minimizing sum ((a + b x - y) / y)^2 over (x, y) pairs, both >= 0; the median ratio
+    y / x (a = 0) for fewer than ``MIN_FIT`` pairs or where a or b would be negative."""
+    import numpy as np
+    x, y = np.array(pairs).T
+    ratio = (0.0, float(np.median(y / x)))
+    if len(pairs) < MIN_FIT or np.ptp(x) == 0:
+        return ratio
+    (a, b), *_ = np.linalg.lstsq(np.stack([1 / y, x / y], axis=1), np.ones(len(y)), rcond=None)
+    return (float(a), float(b)) if a >= 0 and b > 0 else ratio
 
 
 def _base_time(base, q: dict, spec) -> Optional[float]:
@@ -254,7 +279,7 @@ def _buf_shape(buf) -> TensorShape:
 
 class MeasuredCostModel:
     """``base`` with every task time a runtime-traced median where ``times`` has its key, else
-    ``base``'s time x ``times.ratios`` of its kind (1 where none was fitted). Transfers are
+    ``times.predict`` of ``base``'s time (the fit of its kind and operator). Transfers are
     ``base``'s (calibrated links); ``linear_transfers`` is the base's.
 
     Example:
@@ -276,7 +301,7 @@ class MeasuredCostModel:
         self.hits = self.misses = 0
 
     def __repr__(self) -> str:
-        return f"MeasuredCostModel({self.base!r}, {len(self.times)} keys, ratios={self.times.ratios})"
+        return f"MeasuredCostModel({self.base!r}, {len(self.times)} keys, {len(self.times.fits)} fits)"
 
     def __reduce__(self):
         return MeasuredCostModel, (self.base, self.times)
@@ -286,13 +311,13 @@ class MeasuredCostModel:
             raise AttributeError(name)
         return getattr(self.base, name)
 
-    def _answer(self, key: str, kind: str, base_time) -> float:
+    def _answer(self, key: str, kind: str, base_time, op: Optional[str] = None) -> float:
         got = self.times.get(key)
         if got is not None:
             self.hits += 1
             return got
         self.misses += 1
-        return max(base_time() * self.times.ratios.get(kind, 1.0), MIN_TASK_S)
+        return self.times.predict(kind, op, base_time())
 
     def op_times(self, attrs, inputs, outputs, device: "DeviceSpec") -> OpTimes:
         base = None
@@ -301,10 +326,11 @@ class MeasuredCostModel:
             nonlocal base
             base = base or self.base.op_times(attrs, inputs, outputs, device)
             return base
+        op = attrs.op_type.value
         f = self._answer(op_key("forward", attrs, inputs, outputs, device.name), "forward",
-                         lambda: from_base().forward_s)
+                         lambda: from_base().forward_s, op)
         b = self._answer(op_key("backward", attrs, inputs, outputs, device.name), "backward",
-                         lambda: from_base().backward_s)
+                         lambda: from_base().backward_s, op)
         return OpTimes(f, b, "measured" if base is None else "measured+scaled")
 
     def update_time(self, weight: TensorShape, device: "DeviceSpec", optimizer=OptimizerKind.SGD) -> float:
@@ -328,8 +354,8 @@ class MeasuredCostModel:
         if got is not None:
             self.hits += 1
             return got
-        self.misses += 1     # a fused task never measured: its base time scaled as its phase's operators
-        return max(from_base() * self.times.ratios.get(phase, 1.0), MIN_TASK_S)
+        self.misses += 1     # a fused task never measured: its base time as its phase's operators
+        return self.times.predict(phase, None, from_base())
 
     def transfer_time(self, link: "Link", num_bytes: int) -> float:
         return self.base.transfer_time(link, num_bytes)

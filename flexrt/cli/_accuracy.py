@@ -150,7 +150,7 @@ def _report(doc: dict, out: Path) -> None:
     hits = sum(r["hits"] for r in rows)
     total = hits + sum(r["misses"] for r in rows)
     print(f"measured-cost coverage: {hits} of {total} cost questions answered from the table "
-          f"({hits / max(total, 1):.0%}); the rest scaled per kind {meta['ratios']}")
+          f"({hits / max(total, 1):.0%}); the rest from a + b x the profiled time, fitted per kind and operator")
     print(f"wrote {out / 'accuracy.json'}, {out / 'scatter.png'}, {out / 'traces'}/ (measured beside simulated); "
           f"{doc['elapsed_s']:.0f} s")
 

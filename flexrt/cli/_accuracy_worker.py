@@ -79,11 +79,12 @@ def worker(args, models) -> int:
         for r in results:
             harvest(times, session.simulator, session.plan.tasks, r.end - r.start, session.optimizer)
         times.strategies.append(f"{name}/{label}")
-    times.fit_ratios(profiled, machine)
+    times.fit(profiled, machine)
     if root:
         times.save(out / "measured_times.json")
-        print(f"calibrated: {len(times)} task keys from {len(cal)} strategies; ratios "
-              f"{ {k: round(v, 2) for k, v in times.ratios.items()} }", flush=True)
+        print(f"calibrated: {len(times)} task keys from {len(cal)} strategies; per kind, measured ~ a + b x "
+              f"profiled: " + ", ".join(f"{k} {a * 1e6:.0f} us + {b:.2f} x" for k, (a, b) in times.fits.items()
+                                         if ":" not in k), flush=True)
         (out / "traces").mkdir(exist_ok=True)
         print(f"{'model':<12}{'strategy':<14}{'tasks':>6}{'measured':>10}{'predicted':>10}{'err':>7}{'profiled':>10}"
               f"{'err':>7}", flush=True)
@@ -109,7 +110,7 @@ def worker(args, models) -> int:
     if root:
         meta = {"ranks": size, "models": models, "machine": str(args.machine), "repeat": args.repeat,
                 "calibration": list(times.strategies), "validation": [f"{r['model']}/{r['strategy']}" for r in rows],
-                "ratios": times.ratios, "load_before": load_before, "load_after": os.getloadavg()[0],
+                "fits": times.fits, "load_before": load_before, "load_after": os.getloadavg()[0],
                 "cpus": os.cpu_count(), "worker_s": time.perf_counter() - t0}
         (out / "accuracy.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     return 0

@@ -25,11 +25,11 @@ temporary file in the same folder, then ``os.replace``), so a failed run never l
 ``local.yaml`` behind; :func:`check_output_path` refuses a path that cannot take it before anything
 is measured.
 
-Under ``mpiexec`` the ranks also time ``MPI.Allreduce`` from 8 B to 16 MB (:func:`mpi_allreduce`) and fit
-DisCo's collective model T = C x + D (:func:`fit_linear`); the machine file's ``nic``/``network``
-links are then the ones that make flexrt's ring AllReduce over that many ranks take exactly
-C x + D (:func:`ring_link`: 2(n-1) steps, each paying the latency, and 2(n-1)/n of the data per
-member).
+The machine file's ``nic``/``network`` links (between ranks) are those point-to-point messages:
+what the runtime sends between ranks, a ring AllReduce spanning ranks included (its members
+exchange partial sums as messages). Under ``mpiexec`` the ranks also time ``MPI.Allreduce`` from
+8 B to 16 MB over all of them (:func:`mpi_allreduce`) and fit DisCo's collective model T = C x + D
+(:func:`fit_linear`, printed).
 
 They also time it per device group (DisCo §4): for every g = 2..R, the first g ranks (a
 sub-communicator; the other ranks sleep meanwhile) time ``MPI.Allreduce`` over the same sizes
@@ -40,8 +40,7 @@ file's ``collectives.allreduce`` section, which ``--comm-cost measured`` times r
 (``flexrt.simulator.collectives``).
 
 Entry points: :func:`calibrate`, :func:`check_devices`, :func:`check_output_path`, :func:`write_machine_yaml`,
-:func:`mpi_allreduce`, :func:`mpi_allreduce_groups`, :func:`fit_linear`, :func:`fit_collective`,
-:func:`ring_link`.
+:func:`mpi_allreduce`, :func:`mpi_allreduce_groups`, :func:`fit_linear`, :func:`fit_collective`.
 
 Example:
     >>> result = calibrate(devices=4, quick=True)              # doctest: +SKIP
@@ -281,18 +280,6 @@ def fit_linear(sizes, times) -> tuple[float, float, float]:
     return float(c), float(d), (1.0 - float(np.sum(resid ** 2)) / total) if total > 0 else 1.0
 
 
-def ring_link(c: float, d: float, ranks: int) -> tuple[float, float]:
-    """(bandwidth bytes/s, latency s) of the link between two ranks that makes flexrt's ring AllReduce
-    of ``ranks`` members take T = C x + D: the ring's 2(n-1) steps each pay the latency, and each
-    member sends 2(n-1)/n of the data, so bandwidth = 2(n-1) / (n C) and latency = D / (2(n-1))."""
-    if ranks < 2:
-        raise MachineSpecError(f"a collective fit needs at least 2 ranks, got {ranks}")
-    steps = 2 * (ranks - 1)
-    return steps / (ranks * max(c, 1e-15)), max(d, 1e-9) / steps
-
-
-# --- timing ---
-
 def _median_s(fn: Callable[[], object], repeats: int, inner: int = 1) -> float:
     """Median seconds of one call of ``fn`` over ``repeats`` batches of ``inner`` calls, after one
     warm-up batch (batches keep the timer's own cost out of tiny operations)."""
@@ -425,19 +412,11 @@ def machine_yaml(result: CalibrationResult, devices: int) -> str:
     check_devices(devices)
     estimate = {link.type: link for link in preset_spec(LOCAL).links}
     nic, network = estimate[LinkType.NIC], estimate[LinkType.NETWORK]
-    if len(result.allreduce) >= 2:
-        # DisCo's collective model: T = C x + D fitted to measured AllReduces over the ranks, turned into
-        # the network link that makes the ring lowering take exactly that for that many ranks
-        c, d, r2 = fit_linear(*zip(*result.allreduce))
-        bandwidth, latency = ring_link(c, d, result.allreduce_ranks)
-        nic_bw, nic_lat = bandwidth / 1e9, 0.001
-        net_bw, net_lat = bandwidth / 1e9, max((latency * 1e6 - 2 * nic_lat) / 2, 0.001)
-        between = (f"nic and network fit MPI AllReduces over {result.allreduce_ranks} ranks measured here, "
-                   f"T = C x + D with C = {_g(c * 1e9)} ns/B, D = {_g(d * 1e6)} us (r2 {r2:.4f}), as a ring of "
-                   f"{result.allreduce_ranks} ranks takes them; point to point: {_g(result.mpi_bandwidth / 1e9)} "
-                   f"GB/s, {_g(result.mpi_latency_s * 1e6)} us; run with --nodes R under mpiexec -n R.")
-    elif result.mpi_bandwidth > 0:
-        # between processes the route is nic, network (up to the switch), network (down), nic; the
+    if result.mpi_bandwidth > 0:
+        # what the runtime sends between ranks are point-to-point messages (a ring AllReduce spanning
+        # ranks too: its members exchange partial sums), so the links are the measured messages; the
+        # measured MPI AllReduces are the collectives section's fits (--comm-cost measured).
+        # Between processes the route is nic, network (up to the switch), network (down), nic; the
         # measured message cost goes on the two network links, the NICs only pass it on (cut-through
         # adds the route's latencies, so the route's total is the measured latency)
         nic_bw, nic_lat = result.mpi_bandwidth / 1e9, 0.001

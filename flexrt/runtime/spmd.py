@@ -19,7 +19,9 @@ Every rank holds the same plan (the lowering is deterministic). A rank keeps:
 A dependency from a task on another rank is carried by the message that task's data travels in;
 a dependency on a remote ring member becomes one on the local members of that ring. Any other
 cross-rank dependency is a lowering bug and is reported when the plan is split. The dispatch loop
-runs ready local tasks in predicted order and, when none is ready, waits for any pending message.
+runs ready local tasks, communication first (a send, a ring member's arrival: cheap, and another
+rank may be waiting for it), then compute in predicted order; between two tasks it lets MPI move
+messages, and when none is ready it waits for any pending message.
 At the end of an iteration the loss, metrics, and peak memory are combined over ranks. A forward
 pass and the rest of its iteration run as two phases (``Executor.forward`` / ``finish``): each rank
 posts the receives and ring exchanges of a phase's tasks only. Reading a whole tensor
@@ -34,6 +36,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import heapq
+import math
 import time
 
 import numpy as np
@@ -130,6 +133,10 @@ class SpmdExecutor(Executor):
             for p in ps:
                 self.local_succ[p].append(i)
         self.local_preds = {i: len(ps) for i, ps in preds.items()}
+        self.late = {i: 0 if r in (SEND, NOOP, RING) else plan.num_tasks for i, r in role.items()}
+        # what every iteration starts from, in index order: the receives to post, the tasks ready at once
+        self.recvs = sorted(i for i, r in role.items() if r == RECV)
+        self.ready0 = sorted(i for i, n in self.local_preds.items() if n == 0 and role[i] != RECV)
         self.members = members
         self.group_ranks = {}
         for g, ms in members.items():
@@ -137,6 +144,12 @@ class SpmdExecutor(Executor):
             ranks = sorted({self.layout.owner[b.device] for b in group.buffers})
             if len(ranks) > 1:
                 self.group_ranks[g] = ranks
+        self.groups = sorted(self.group_ranks)
+        self.group_size = {}     # group -> (elements of a member's flat buffer, dtype)
+        for g in self.groups:
+            group = plan.tasks[members[g][0]].action.group
+            self.group_size[g] = (sum(math.prod(_box_shape(b.ranges)) for b in group.member_buffers(0)),
+                                  group.buffers[0].dtype)
         for key in [t.action.dst.key.index for i, t in enumerate(plan.tasks) if role.get(i) in (SEND, RECV)] + \
                 list(self.group_ranks):
             if 2 * key + 1 > self.tag_ub:
@@ -187,7 +200,11 @@ class SpmdExecutor(Executor):
         arrived: dict[int, int] = {}
         partials: dict[int, dict[int, np.ndarray]] = {g: {} for g in self.group_ranks}
         flats: dict[int, list] = {}  # group -> this rank's (device, flat buffer) per local member
-        heap: list[int] = []
+        unsent: dict[int, int] = {}     # group -> sends of the flat buffer the sum goes into, not done
+        copied: set = set()              # groups whose partial sent is a copy
+        heap: list[int] = []        # task index, + n_tasks for compute: communication goes first
+        n_tasks = plan.num_tasks
+        late = self.late
 
         def complete(i: int, start: float) -> None:
             st.start[i] = start
@@ -197,7 +214,10 @@ class SpmdExecutor(Executor):
             for s in self.local_succ[i]:
                 remaining[s] -= 1
                 if remaining[s] == 0 and self.role[s] != RECV and mine(s):
-                    heapq.heappush(heap, s)
+                    if self.role[s] == NOOP:    # another hop of a transfer: done with it, nothing to dispatch
+                        complete(s, st.end[i])
+                    else:
+                        heapq.heappush(heap, s + late[s])
 
         def post_recv(i: int) -> None:
             a = plan.tasks[i].action
@@ -211,24 +231,30 @@ class SpmdExecutor(Executor):
 
         def finish_group(g: int) -> None:
             ms = self.members[g]
-            if arrived.get(g, 0) < len(ms) or len(partials[g]) < len(self.group_ranks[g]):
+            if arrived.get(g, 0) < len(ms) or len(partials[g]) < len(self.group_ranks[g]) or unsent.get(g):
                 return
             ranks = self.group_ranks[g]
-            total = partials[g][ranks[0]].copy()
-            for r in ranks[1:]:
-                total += partials[g][r]
-            for dev, flat in flats.pop(g):
-                self.backend.put(flat, self.backend.upload(total, dev), False)
+            if g not in copied:
+                # this rank's partial is its member's flat buffer, and its sends are done: sum into it
+                (_, flat), = flats.pop(g)
+                np.add(partials[g][ranks[0]], partials[g][ranks[1]], out=flat)   # the sum in rank order
+                for r in ranks[2:]:
+                    flat += partials[g][r]
+            else:
+                total = partials[g][ranks[0]].copy()
+                for r in ranks[1:]:
+                    total += partials[g][r]
+                for dev, flat in flats.pop(g):
+                    self.backend.put(flat, self.backend.upload(total, dev), False)
             for m in ms:     # a member's time runs from its arrival to the sum
                 complete(m, st.start[m])
 
         def post_group(g: int) -> None:
-            group = plan.tasks[self.members[g][0]].action.group
-            size = sum(int(np.prod(_box_shape(b.ranges))) for b in group.member_buffers(0))
+            size, dtype = self.group_size[g]
             for r in self.group_ranks[g]:
                 if r == self.layout.rank:
                     continue
-                buf = np.empty((size,), dtype=group.buffers[0].dtype)
+                buf = np.empty((size,), dtype=dtype)
                 pending.append(comm.Irecv(buf, source=r, tag=2 * g + 1))
 
                 def done(r=r, buf=buf):
@@ -250,24 +276,41 @@ class SpmdExecutor(Executor):
             local = [(group.device(m), self._member_flat(group, m)) for m in range(group.num_members)
                      if self.layout.owns(group.device(m))]
             flats[g] = local
-            partial = np.array(self.backend.to_host(local[0][1]), copy=True)
-            for _, flat in local[1:]:
-                partial += self.backend.to_host(flat)
+            partial = self.backend.to_host(local[0][1]) if len(local) == 1 else None
+            # one local member in host memory, among the first two ranks of the sum: its flat buffer is
+            # sent as it is and the sum is made into it (no copies); else a partial sum is sent
+            in_place = partial is local[0][1] and self.layout.rank in self.group_ranks[g][:2]
+            if not in_place:
+                copied.add(g)
+                partial = np.array(self.backend.to_host(local[0][1]), copy=True)
+                for _, flat in local[1:]:
+                    partial += self.backend.to_host(flat)
             partials[g][self.layout.rank] = partial
             for r in self.group_ranks[g]:
                 if r != self.layout.rank:
-                    sends.append((comm.Isend(partial, dest=r, tag=2 * g + 1), partial))
+                    req = comm.Isend(partial, dest=r, tag=2 * g + 1)
+                    if in_place:     # the sum waits for the send: it overwrites what is sent
+                        unsent[g] = unsent.get(g, 0) + 1
+                        pending.append(req)
+                        callbacks.append(lambda g=g: sent(g))
+                    else:
+                        sends.append((req, partial))
             finish_group(g)
 
-        for i, r in sorted(self.role.items()):
-            if r == RECV and mine(i):
+        def sent(g: int) -> None:
+            unsent[g] -= 1
+            finish_group(g)
+
+        for i in self.recvs:
+            if mine(i):
                 post_recv(i)
-        for g in sorted(self.group_ranks):
+        for g in self.groups:
             if mine(self.members[g][0]):
                 post_group(g)
-        for i, n in remaining.items():
-            if n == 0 and self.role[i] != RECV and not st.done[i] and mine(i):
-                heap.append(i)
+        ready = self.ready0 if phase is None else (i for i, n in remaining.items() if n == 0 and self.role[i] != RECV)
+        for i in ready:
+            if not st.done[i] and mine(i):
+                heap.append(i + late[i])
         heapq.heapify(heap)
         while heap or pending:
             if not heap:
@@ -275,9 +318,11 @@ class SpmdExecutor(Executor):
                 pending.pop(k)
                 callbacks.pop(k)()
                 continue
-            if pending:
-                _poll(MPI, pending, callbacks)
             i = heapq.heappop(heap)
+            if i >= n_tasks:     # compute: first let MPI move messages (and complete what arrived)
+                i -= n_tasks
+                if pending:
+                    _poll(MPI, pending, callbacks)
             task, role = plan.tasks[i], self.role[i]
             t0 = clock() - st.t0
             try:

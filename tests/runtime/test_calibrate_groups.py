@@ -62,7 +62,7 @@ def test_machine_file_carries_the_group_fits_and_loads_them_as_written(tmp_path)
     groups = [(g, 1, tuple((x, c * x + d) for x in SIZES)) for g, (c, d) in lines.items()]
     r = result(groups, groups[-1][2], ranks=3)
     text = machine_yaml(r, 1)
-    assert "fit MPI AllReduces over 3 ranks" in text       # the links between ranks, as before
+    assert "MPI messages between two ranks measured here" in text   # the links between ranks: point to point
     assert "collectives:\n  allreduce:\n    - {devices: 2, nodes: 1, c_ns_per_byte: 0.2, d_us: 15, r2: 1" in text
     path = tmp_path / "local.yaml"
     path.write_text(text)

@@ -63,10 +63,10 @@ def test_calibrate_under_mpiexec_measures_messages_between_ranks(tmp_path):
     from flexrt.machine import load_machine
     m = load_machine(str(tmp_path / "local.yaml"), 2)
     text = (tmp_path / "local.yaml").read_text()
-    # DisCo's T = C x + D, fitted to the AllReduces, sets the links between ranks: a ring of 2 ranks takes
-    # 2 steps, each paying the route's latency D / 2
-    assert "fit MPI AllReduces over 2 ranks measured here" in text
-    d_us = float(text.split("D = ")[1].split(" us")[0])
+    # the links between ranks are the measured point-to-point messages; the AllReduce fits are collectives
+    assert "MPI messages between two ranks measured here" in text and "collectives:" in text
+    gbs, us = (float(x) for x in text.split("MPI messages between two ranks measured here (")[1].split(")")[0]
+               .replace(" GB/s", "").replace(" us", "").split(", "))
     route = m.route(0, 2)  # device 0 of rank 0 to device 0 of rank 1
-    if d_us / 2 > 0.01:  # a fit whose constant is not positive gets the smallest latency instead
-        assert sum(m.links[link].latency_s for link in route) * 1e6 == pytest.approx(d_us / 2, rel=1e-3)
+    assert sum(m.links[link].latency_s for link in route) * 1e6 == pytest.approx(max(us, 0.004), rel=1e-3)
+    assert min(m.links[link].bandwidth for link in route) / 1e9 == pytest.approx(gbs, rel=1e-3)

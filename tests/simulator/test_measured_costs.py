@@ -39,7 +39,7 @@ def harvested():
     runs = [session.step(inputs, labels) for _ in range(3)]
     for r in runs:
         assert harvest(times, session.simulator, session.plan.tasks, r.end - r.start, session.optimizer) > 0
-    times.fit_ratios(BASE, MACHINE)
+    times.fit(BASE, MACHINE)
     return pcg, strategy, session, runs, times
 
 
@@ -69,7 +69,7 @@ def test_harvested_tasks_are_simulated_at_their_median_traced_time(harvested):
 
 def test_a_key_never_measured_is_the_base_time_times_its_kinds_ratio(harvested):
     pcg, strategy, session, runs, times = harvested
-    assert {"forward", "backward", "update"} <= set(times.ratios)
+    assert {"forward", "backward", "update", "forward:linear"} <= set(times.fits)
     cost = MeasuredCostModel(BASE, times)
     other = validation_strategies(pcg, MACHINE, ())[1][1]          # model parallel: other piece shapes
     low = Simulator(MACHINE, cost, "sgd")
@@ -80,8 +80,9 @@ def test_a_key_never_measured_is_the_base_time_times_its_kinds_ratio(harvested):
     assert times.get(op_key("forward", attrs, ins, outs, spec.name)) is None
     t = cost.op_times(attrs, ins, outs, spec)
     base = BASE.op_times(attrs, ins, outs, spec)
-    assert t.forward_s == pytest.approx(base.forward_s * times.ratios["forward"], rel=1e-12)
-    assert t.backward_s == pytest.approx(base.backward_s * times.ratios["backward"], rel=1e-12)
+    for phase, x in (("forward", base.forward_s), ("backward", base.backward_s)):
+        a, b = times.fits[f"{phase}:linear"]
+        assert getattr(t, f"{phase}_s") == pytest.approx(a + b * x, rel=1e-12)
     assert t.source == "measured+scaled" and cost.misses > 0
 
 
@@ -110,14 +111,27 @@ def test_the_table_round_trips_through_its_file(harvested, tmp_path):
     assert all(again.get(k) == times.get(k) for k in times.samples)
 
 
-def test_fit_ratios_recovers_a_known_ratio():
+@pytest.mark.parametrize("a, b", [(0.0, 3.0), (2e-5, 1.5), (1e-6, 0.7)])
+def test_fit_recovers_a_known_affine_relation(a, b):
     times = MeasuredTimes("numpy")
     spec = MACHINE.devices[0].spec
-    for n in (64, 128, 256, 512):
+    for n in (16, 64, 128, 256, 512):
         w = TensorShape((n, n))
-        times.add(update_key(w, "sgd", spec.name), 3.0 * BASE.update_time(w, spec))
-    ratios = times.fit_ratios(BASE, MACHINE)
-    assert ratios == {"update": pytest.approx(3.0, rel=1e-12)}
+        times.add(update_key(w, "sgd", spec.name), a + b * BASE.update_time(w, spec))
+    fits = times.fit(BASE, MACHINE)
+    assert set(fits) == {"update"}
+    assert fits["update"][0] == pytest.approx(a, abs=1e-12) and fits["update"][1] == pytest.approx(b, rel=1e-9)
+    w = TensorShape((1000, 3))
+    assert times.predict("update", None, BASE.update_time(w, spec)) == pytest.approx(a + b * BASE.update_time(w, spec))
+
+
+def test_few_keys_give_the_median_ratio():
+    times = MeasuredTimes("numpy")
+    spec = MACHINE.devices[0].spec
+    for n, r in ((16, 2.0), (64, 4.0)):
+        w = TensorShape((n, n))
+        times.add(update_key(w, "sgd", spec.name), r * BASE.update_time(w, spec))
+    assert times.fit(BASE, MACHINE) == {"update": (0.0, pytest.approx(3.0))}
 
 
 @pytest.mark.parametrize("text, match", [
