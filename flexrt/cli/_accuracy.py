@@ -53,8 +53,8 @@ def add_arguments(parser) -> None:
                         help="random validation strategies per model (default 2)")
     parser.add_argument("--calibration", type=count(0, 100), default=3, metavar="N",
                         help="random calibration strategies per model, beside one device (default 3)")
-    parser.add_argument("--repeat", type=count(1, 1000), default=5, metavar="N",
-                        help="timed iterations per strategy after a warm-up (default 5; the median is scored)")
+    parser.add_argument("--repeat", type=count(1, 1000), default=7, metavar="N",
+                        help="timed iterations per strategy after 3 untimed ones (default 7; the median is scored)")
     parser.add_argument("--quick", action="store_true", help="quick calibration of the host, 3 timed iterations")
     parser.add_argument("--output", default="flexrt-accuracy", metavar="DIR",
                         help="where the results, the scatter plot and the traces go (default ./flexrt-accuracy)")

@@ -15,6 +15,8 @@ from pathlib import Path
 from flexrt.errors import ConfigError
 from flexrt.runtime import mpi
 
+WARMUP = 3     # untimed iterations first: the first ones allocate, fault pages in and fill caches
+
 
 def _todo(models, machine, seeds: int, calibration: int):
     from flexrt.model.accuracy import MODELS, calibration_strategies, validation_strategies
@@ -72,19 +74,23 @@ def worker(args, models) -> int:
         print(f"{size} processes (rank 0 on core {core}); {len(cal)} calibration and {len(val)} validation strategies; "
               f"kernels profiled in {time.perf_counter() - t0:.1f} s", flush=True)
     times = MeasuredTimes("numpy")
+    walls = []
     for name, label, batch, strategy in cal:
         session = _session(strategy, machine, profiled)
         inputs, labels = batch_for(session.plan, batch)
-        _, results = timed_steps(session, inputs, labels, args.repeat)
+        wall, results = timed_steps(session, inputs, labels, args.repeat, WARMUP)
         for r in results:
             harvest(times, session.simulator, session.plan.tasks, r.end - r.start, session.optimizer)
         times.strategies.append(f"{name}/{label}")
+        walls.append((strategy, wall))
     times.fit(profiled, machine)
+    times.fit_dispatch(profiled, machine, walls)
     if root:
         times.save(out / "measured_times.json")
         print(f"calibrated: {len(times)} task keys from {len(cal)} strategies; per kind, measured ~ a + b x "
               f"profiled: " + ", ".join(f"{k} {a * 1e6:.0f} us + {b:.2f} x" for k, (a, b) in times.fits.items()
-                                         if ":" not in k), flush=True)
+                                         if ":" not in k) + f"; runtime per compute task {times.dispatch_s * 1e6:.0f} us",
+              flush=True)
         (out / "traces").mkdir(exist_ok=True)
         print(f"{'model':<12}{'strategy':<14}{'tasks':>6}{'measured':>10}{'predicted':>10}{'err':>7}{'profiled':>10}"
               f"{'err':>7}", flush=True)
@@ -94,7 +100,7 @@ def worker(args, models) -> int:
         cost = MeasuredCostModel(profiled, times)
         session = _session(strategy, machine, cost)
         inputs, labels = batch_for(session.plan, batch)
-        measured, results = timed_steps(session, inputs, labels, args.repeat)
+        measured, results = timed_steps(session, inputs, labels, args.repeat, WARMUP)
         mid = results[(len(results) - 1) // 2]
         row = {"model": name, "strategy": label, "tasks": session.plan.num_tasks, "measured_s": measured,
                "predicted_s": session.predicted_time_s, "profiled_s": before, "hits": cost.hits,
@@ -110,7 +116,7 @@ def worker(args, models) -> int:
     if root:
         meta = {"ranks": size, "models": models, "machine": str(args.machine), "repeat": args.repeat,
                 "calibration": list(times.strategies), "validation": [f"{r['model']}/{r['strategy']}" for r in rows],
-                "fits": times.fits, "load_before": load_before, "load_after": os.getloadavg()[0],
+                "fits": times.fits, "dispatch_s": times.dispatch_s, "load_before": load_before, "load_after": os.getloadavg()[0],
                 "cpus": os.cpu_count(), "worker_s": time.perf_counter() - t0}
         (out / "accuracy.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     return 0

@@ -22,7 +22,7 @@ from flexrt.ir import TensorShape
 from flexrt.simulator.measured_costs import MeasuredCostModel, MeasuredTimes, harvest, op_key, update_key
 from flexrt.simulator.simulate import Simulator, timelines_equal
 from flexrt.simulator.task_graph import TaskKind
-from flexrt.strategy import data_parallel, is_compute, random_config
+from flexrt.strategy import data_parallel, is_compute, random_config, random_strategy
 
 BASE = AnalyticCostModel()
 MACHINE = local_machine(2)
@@ -123,6 +123,20 @@ def test_fit_recovers_a_known_affine_relation(a, b):
     assert fits["update"][0] == pytest.approx(a, abs=1e-12) and fits["update"][1] == pytest.approx(b, rel=1e-9)
     w = TensorShape((1000, 3))
     assert times.predict("update", None, BASE.update_time(w, spec)) == pytest.approx(a + b * BASE.update_time(w, spec))
+
+
+def test_fit_dispatch_recovers_the_runtimes_time_per_task(harvested):
+    pcg, strategy, _, _, times = harvested
+    others = [random_strategy(pcg, MACHINE, seed) for seed in range(3)] + [strategy]
+    times.dispatch_s = 14e-6
+    truth = [(s, Simulator(MACHINE, MeasuredCostModel(BASE, times), "sgd").time_full(s)) for s in others]
+    times.dispatch_s = 0.0
+    assert times.fit_dispatch(BASE, MACHINE, truth) == pytest.approx(14e-6)
+    cost = MeasuredCostModel(BASE, times)
+    spec = MACHINE.devices[0].spec
+    w = TensorShape((300, 7))
+    assert cost.update_time(w, spec) == pytest.approx(times.predict("update", None, BASE.update_time(w, spec)) + 14e-6)
+    times.dispatch_s = 0.0
 
 
 def test_few_keys_give_the_median_ratio():
