@@ -99,6 +99,14 @@ class CostModel(Protocol):
     def transfer_time(self, link: "Link", num_bytes: int) -> float: ...
 
 
+def ring_sum_time(cost, shape: TensorShape, device: "DeviceSpec") -> float:
+    """A ring AllReduce member's sum of what it received into its own buffer (in place, two addends):
+    ``cost.ring_sum_time`` where the model has one (a measured model: a ring's in-place add is not a
+    partial sum assembled from parts), else ``cost.reduce_time(shape, 2, device)``."""
+    own = getattr(cost, "ring_sum_time", None)
+    return own(shape, device) if own is not None else cost.reduce_time(shape, 2, device)
+
+
 def loss_time(cost, piece: TensorShape, device: "DeviceSpec") -> float:
     """A loss piece's time: ``cost.loss_time`` where the model has one (``MeasuredCostModel``), else
     the forward and backward of a softmax over it (the same passes: exp/log, a row reduction, the

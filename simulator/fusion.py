@@ -31,7 +31,7 @@ import numpy as np
 from flexrt.errors import StrategyError
 from flexrt.ir.tensor_shape import TensorShape
 from flexrt.simulator.actions import Buf, Fused, RingGroup, RingStep
-from flexrt.simulator.cost_model import AnalyticCostModel, FusedMember, fused_traffic
+from flexrt.simulator.cost_model import AnalyticCostModel, FusedMember, fused_traffic, ring_sum_time
 from flexrt.simulator.task_graph import CATEGORIES, KIND_CODE, Task, TaskGraph, TaskKind, _KINDS, _TaskView
 from flexrt.strategy.fusion import FusionPlan, check_fusion
 
@@ -188,7 +188,7 @@ class FusedGraph:
                                                       for r in rings), len(rings))
         category = int(col["xfer_category"][col["transfer"][rings[0].firsts[0]]])
         adds = TensorShape((max(1, (n - 1) * elements // n),), dtype)
-        exe = low._per_kind(list(devices), f"bucket {bi} sum", lambda spec: low.cost.reduce_time(adds, 2, spec))
+        exe = low._per_kind(list(devices), f"bucket {bi} sum", lambda spec: ring_sum_time(low.cost, adds, spec))
         extras = low.ring_extras(list(devices), elements, dtype.size_bytes, exe)  # the comm cost's, as unfused
         out = []
         for i in range(n):

@@ -54,7 +54,7 @@ from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.machine import Machine
 from flexrt.simulator.actions import (HOST, Backward, Buf, Forward, Key, Loss, Move, Part, RingGroup, RingStep,
                                       Sum, Update)
-from flexrt.simulator.cost_model import has_linear_transfers, loss_time
+from flexrt.simulator.cost_model import has_linear_transfers, loss_time, ring_sum_time
 from flexrt.simulator.collectives import CommCost, RingFits, comm_cost_of
 from flexrt.simulator.engine import Engine
 from flexrt.strategy import Strategy
@@ -325,7 +325,7 @@ class Lowering:
         elements = numel(box)
         key = Key.ring(self._new_group())
         adds = TensorShape((max(1, (n - 1) * elements // n),), dtype)
-        reduce_exe = self._per_kind(devices, f"{name} sum", lambda spec: self.cost.reduce_time(adds, 2, spec))
+        reduce_exe = self._per_kind(devices, f"{name} sum", lambda spec: ring_sum_time(self.cost, adds, spec))
         done, firsts = self.core.ring(self._oid(owner), devices, ready, elements, dtype.size_bytes,
                                       CATEGORY_CODE[category], reduce_exe,
                                       self.ring_extras(devices, elements, dtype.size_bytes, reduce_exe))

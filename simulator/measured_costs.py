@@ -13,9 +13,9 @@ dispatches it. ``MeasuredTimes`` collects those durations from real iterations
 - ``fused-forward`` / ``fused-backward``: (the members' attributes, shapes and wiring, device kind).
 
 ``MeasuredCostModel(base, times)`` answers from the table and, for a key never measured, gives
-``a + b x`` of the base model's time ``x``, fitted on the harvested tasks of the same kind and
-operator (``MeasuredTimes.fit``: least relative squares; ``a`` is what the runtime adds to every
-such task, ``b`` how its kernels compare with the base's), else of the same kind. Transfers and collectives stay the base's: their costs come
+``a x^b`` of the base model's time ``x``, fitted in logs on the harvested tasks of the same kind
+and operator (``MeasuredTimes.fit``), else of the same kind. Every compute task also pays the
+runtime's own time per task (``MeasuredTimes.fit_dispatch``, fitted on the calibration runs). Transfers and collectives stay the base's: their costs come
 from the machine's calibrated links (``flexrt calibrate``: point to point and AllReduce under MPI).
 The table is one JSON file (``save`` / ``load``) that records its backend, host and the strategies
 it was harvested from (what calibrates is never what is scored).
@@ -32,7 +32,6 @@ Example:
 from __future__ import annotations
 
 import json
-import math
 import os
 import platform
 import statistics
@@ -104,7 +103,7 @@ class MeasuredTimes:
         self.backend = backend
         self.host = host if host is not None else f"{platform.node()} {platform.machine()}".strip()
         self.samples: dict[str, list[float]] = defaultdict(list)
-        self.fits: dict[str, tuple[float, float]] = {}   # "kind" or "kind:op" -> (a s, b)
+        self.fits: dict[str, tuple[float, float]] = {}   # "kind" or "kind:op" -> (a, b): a x^b
         self.dispatch_s = 0.0    # the runtime's own time per compute task beside it (``fit_dispatch``)
         self.strategies: list[str] = []      # what the durations were harvested from
 
@@ -121,11 +120,9 @@ class MeasuredTimes:
         return max(statistics.median(got), MIN_TASK_S) if got else None
 
     def fit(self, base, machine) -> dict[str, tuple[float, float]]:
-        """Per task kind, and per kind and operator type, ``(a, b)`` with measured ~ a + b x, x the
-        ``base`` model's time for the same question (on ``machine``'s device kinds), minimizing the
-        squared relative error over the measured keys: what a key never measured is timed by. A
-        group of fewer than ``MIN_FIT`` keys, or whose fit needs a negative coefficient, gets the
-        median ratio (a = 0)."""
+        """Per task kind, and per kind and operator type, ``(a, b)`` with measured ~ a x^b, x the
+        ``base`` model's time for the same question (on ``machine``'s device kinds), fitted in logs
+        over the measured keys (``_power``): what a key never measured is timed by."""
         specs = {d.spec.name: d.spec for d in machine.devices}
         groups: dict[str, list[tuple[float, float]]] = defaultdict(list)
         for key in self.samples:
@@ -136,31 +133,35 @@ class MeasuredTimes:
                 groups[q["kind"]].append((predicted, self.get(key)))
                 if "op" in q:
                     groups[f"{q['kind']}:{q['op']}"].append((predicted, self.get(key)))
-        self.fits = {name: _affine(pairs) for name, pairs in groups.items()}
+        self.fits = {name: _power(pairs) for name, pairs in groups.items()}
         return self.fits
 
     def predict(self, kind: str, op: Optional[str], base_s: float) -> float:
         """A never-measured task's time from its base time: the fit of its kind and operator, else
         of its kind, else the base time."""
-        a, b = self.fits.get(f"{kind}:{op}") or self.fits.get(kind) or (0.0, 1.0)
-        return max(a + b * base_s, MIN_TASK_S)
+        a, b = self.fits.get(f"{kind}:{op}") or self.fits.get(kind) or (1.0, 1.0)
+        return max(a * max(base_s, MIN_TASK_S) ** b, MIN_TASK_S)
 
-    def fit_dispatch(self, base, machine, runs: Sequence[tuple], optimizer="sgd",
-                     grid_s: Sequence[float] = tuple(x * 1e-6 for x in range(0, 101, 2))) -> float:
-        """The runtime's own time per compute task (dispatching it, polling for messages, handling
-        what arrived, releasing buffers) that makes the simulated iterations of ``runs`` ((strategy,
-        measured seconds) pairs: the calibration strategies, never the scored ones) closest to their
-        measured times (least squared relative error over ``grid_s``). Sets and returns it."""
+    def fit_dispatch(self, base, machine, runs: Sequence[tuple], optimizer="sgd", step_s: float = 1e-5) -> float:
+        """The runtime's own time per compute task beside the task itself (``dispatch_s``: dispatching
+        it, polling for messages and handling what arrived, sending, releasing buffers) that makes the
+        simulated iterations of ``runs`` ((strategy, measured seconds): the calibration strategies,
+        never the scored ones) closest to their measured times: each iteration's sensitivity to it is
+        simulated (one step of ``step_s``), then the least squared relative error, >= 0. Sets and
+        returns it."""
         from flexrt.simulator.simulate import Simulator
-        best, best_err = 0.0, math.inf
-        for d in grid_s:
+
+        def wall(d: float, strategy) -> float:
             self.dispatch_s = d
-            cost = MeasuredCostModel(base, self)
-            err = sum((Simulator(machine, cost, optimizer, detail=False).time_full(s) / m - 1) ** 2 for s, m in runs)
-            if err < best_err:
-                best, best_err = d, err
-        self.dispatch_s = best
-        return best
+            return Simulator(machine, MeasuredCostModel(base, self), optimizer, detail=False).time_full(strategy)
+        num = den = 0.0
+        for strategy, measured in runs:
+            w0 = wall(0.0, strategy)
+            slope = (wall(step_s, strategy) - w0) / step_s / measured
+            num += slope * (1.0 - w0 / measured)
+            den += slope * slope
+        self.dispatch_s = max(num / den, 0.0) if den > 0 else 0.0
+        return self.dispatch_s
 
     # ---- file ----------------------------------------------------------------------------------
     def to_json(self) -> dict:
@@ -210,16 +211,18 @@ class MeasuredTimes:
 MIN_FIT = 3
 
 
-def _affine(pairs: list[tuple[float, float]]) -> tuple[float, float]:
-    """(a, b) minimizing sum ((a + b x - y) / y)^2 over (x, y) pairs, both >= 0; the median ratio
-    y / x (a = 0) for fewer than ``MIN_FIT`` pairs or where a or b would be negative."""
+def _power(pairs: list[tuple[float, float]]) -> tuple[float, float]:
+    """(a, b) of measured ~ a x^b: least squares of log y on log x over (x, y) pairs (the relative error
+    of a task kind's time can grow with its size: a large kernel contends for the memory bandwidth
+    the other processes use, a small one pays mostly fixed costs); the median ratio y / x (b = 1) for
+    fewer than ``MIN_FIT`` pairs, sizes too alike, or an exponent outside [0.5, 1.5]."""
     import numpy as np
-    x, y = np.array(pairs).T
-    ratio = (0.0, float(np.median(y / x)))
-    if len(pairs) < MIN_FIT or np.ptp(x) == 0:
+    x, y = np.log(np.array(pairs)).T
+    ratio = (float(np.exp(np.median(y - x))), 1.0)
+    if len(pairs) < MIN_FIT or np.ptp(x) < 0.5:
         return ratio
-    (a, b), *_ = np.linalg.lstsq(np.stack([1 / y, x / y], axis=1), np.ones(len(y)), rcond=None)
-    return (float(a), float(b)) if a >= 0 and b > 0 else ratio
+    b, a = np.polyfit(x, y, 1)
+    return (float(np.exp(a)), float(b)) if 0.5 <= b <= 1.5 else ratio
 
 
 def _base_time(base, q: dict, spec) -> Optional[float]:
@@ -361,6 +364,11 @@ class MeasuredCostModel:
 
     def reduce_time(self, shape: TensorShape, n: int, device: "DeviceSpec") -> float:
         return self._answer(reduce_key(shape, n, device.name), "reduce", lambda: self.base.reduce_time(shape, n, device))
+
+    def ring_sum_time(self, shape: TensorShape, device: "DeviceSpec") -> float:
+        """A ring member's in-place add of what it received (the runtime does it as it handles the
+        arrival, no assembly from parts): the base's two-addend sum, plus the runtime's time per task."""
+        return max(self.base.reduce_time(shape, 2, device), MIN_TASK_S) + self.times.dispatch_s
 
     def loss_time(self, piece: TensorShape, device: "DeviceSpec") -> float:
         return self._answer(loss_key(piece, device.name), "loss", lambda: loss_time(self.base, piece, device))

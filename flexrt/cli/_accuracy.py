@@ -51,8 +51,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
     parser.add_argument("--seeds", type=count(0, 100), default=2, metavar="N",
                         help="random validation strategies per model (default 2)")
-    parser.add_argument("--calibration", type=count(0, 100), default=3, metavar="N",
-                        help="random calibration strategies per model, beside one device (default 3)")
+    parser.add_argument("--calibration", type=count(0, 100), default=6, metavar="N",
+                        help="random calibration strategies per model, beside one device (default 6)")
     parser.add_argument("--repeat", type=count(1, 1000), default=7, metavar="N",
                         help="timed iterations per strategy after 3 untimed ones (default 7; the median is scored)")
     parser.add_argument("--quick", action="store_true", help="quick calibration of the host, 3 timed iterations")
@@ -150,7 +150,7 @@ def _report(doc: dict, out: Path) -> None:
     hits = sum(r["hits"] for r in rows)
     total = hits + sum(r["misses"] for r in rows)
     print(f"measured-cost coverage: {hits} of {total} cost questions answered from the table "
-          f"({hits / max(total, 1):.0%}); the rest from a + b x the profiled time, fitted per kind and operator")
+          f"({hits / max(total, 1):.0%}); the rest from a x^b of the profiled time x, fitted per kind and operator")
     print(f"wrote {out / 'accuracy.json'}, {out / 'scatter.png'}, {out / 'traces'}/ (measured beside simulated); "
           f"{doc['elapsed_s']:.0f} s")
 

@@ -87,9 +87,9 @@ def worker(args, models) -> int:
     times.fit_dispatch(profiled, machine, walls)
     if root:
         times.save(out / "measured_times.json")
-        print(f"calibrated: {len(times)} task keys from {len(cal)} strategies; per kind, measured ~ a + b x "
-              f"profiled: " + ", ".join(f"{k} {a * 1e6:.0f} us + {b:.2f} x" for k, (a, b) in times.fits.items()
-                                         if ":" not in k) + f"; runtime per compute task {times.dispatch_s * 1e6:.0f} us",
+        print(f"calibrated: {len(times)} task keys from {len(cal)} strategies; per kind, measured ~ a x^b of "
+              f"profiled x: " + ", ".join(f"{k} {a:.3g} x^{b:.2f}" for k, (a, b) in times.fits.items()
+                                         if ":" not in k) + f"; runtime per compute task {times.dispatch_s * 1e6:.1f} us",
               flush=True)
         (out / "traces").mkdir(exist_ok=True)
         print(f"{'model':<12}{'strategy':<14}{'tasks':>6}{'measured':>10}{'predicted':>10}{'err':>7}{'profiled':>10}"

@@ -193,9 +193,9 @@ def timed_steps(session, inputs, labels, repeat: int, warmup: int = 1):
 
 
 def kind_sums(plan, measured) -> dict:
-    """Task kind -> [measured seconds, predicted seconds], each task counted once; a ring collective
-    ("allreduce": its hops and sum steps) runs as one task whose time every member records, so a
-    member's measured time is divided by the group's size."""
+    """Task kind -> [measured seconds, predicted seconds], each task counted once and a transfer once
+    (by its first hop); a ring collective ("allreduce": its hops and sum steps) runs as one task whose
+    time every member records, so a member's measured time is divided by the group's size."""
     size: dict = {}
     for t in plan.tasks:
         if isinstance(t.action, RingStep):
@@ -203,6 +203,8 @@ def kind_sums(plan, measured) -> dict:
     out: dict = {}
     predicted = plan.predicted_end - plan.predicted_start
     for t, m, p in zip(plan.tasks, measured, predicted):
+        if t.kind.value == "transfer" and t.action is None:
+            continue    # another hop of a transfer: the transfer counts once, by its first hop
         ring = isinstance(t.action, RingStep)
         share = size[t.action.group.id] if ring else 1
         kind = "allreduce" if ring or (t.kind.value == "reduce" and t.action is None) else t.kind.value

@@ -373,9 +373,13 @@ class SpmdExecutor(Executor):
         mine = np.array([i in self.role for i in range(self.plan.num_tasks)])
         start[~mine] = 0.0
         end[~mine] = 0.0
+        # a message between ranks runs from its send (the sender's start) to its arrival (the
+        # receiver's end): each side gives its half, the latest of each side's values is kept
+        start[[i for i, role in self.role.items() if role == RECV]] = 0.0
+        end[[i for i, role in self.role.items() if role == SEND]] = 0.0
         start_all, end_all = np.empty_like(start), np.empty_like(end)
-        comm.Allreduce(start, start_all)
-        comm.Allreduce(end, end_all)
+        comm.Allreduce(start, start_all, op=self.MPI.MAX)
+        comm.Allreduce(end, end_all, op=self.MPI.MAX)
         wall = comm.allreduce(r.wall_s, op=self.MPI.MAX)
         return IterationResult(loss, metrics, wall, start_all, end_all, peak)
 
