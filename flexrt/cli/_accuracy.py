@@ -126,6 +126,8 @@ def _report(doc: dict, out: Path) -> None:
     print(f"\n{len(rows)} validation strategies over {len(meta['models'])} models on {meta['ranks']} processes "
           f"(one device each; load average {meta['load_before']:.2f} before, {meta['load_after']:.2f} after); "
           f"calibrated on {len(meta['calibration'])} other strategies: {', '.join(meta['calibration'])}")
+    print(f"the runtime's own time per compute task {meta['dispatch_s'] * 1e6:.1f} us and per message "
+          f"{meta['message_s'] * 1e6:.1f} us (fitted on the calibration strategies)")
     print(f"{'cost model':<34}{'median':>8}{'max':>8}{'tau':>7}{'regret':>8}")
     for key, what in (("profiled_s", "profiled kernels (before)"), ("predicted_s", "measured tasks (after)")):
         s = _scores(rows, key)
@@ -147,10 +149,9 @@ def _report(doc: dict, out: Path) -> None:
     if mem:
         print(f"peak memory per device: median |error| {statistics.median(mem):.1%}, max {max(mem):.1%} "
               f"({len(mem)} device-strategies)")
-    hits = sum(r["hits"] for r in rows)
-    total = hits + sum(r["misses"] for r in rows)
+    hits, total = meta["hits"], meta["hits"] + meta["misses"]
     print(f"measured-cost coverage: {hits} of {total} cost questions answered from the table "
-          f"({hits / max(total, 1):.0%}); the rest from a x^b of the profiled time x, fitted per kind and operator")
+          f"({hits / max(total, 1):.0%}); the rest from a + b x^c of the profiled time x, fitted per kind and operator")
     print(f"wrote {out / 'accuracy.json'}, {out / 'scatter.png'}, {out / 'traces'}/ (measured beside simulated); "
           f"{doc['elapsed_s']:.0f} s")
 

@@ -52,9 +52,56 @@ def _session(strategy, machine, cost):
     return Session(strategy, machine, cost_model=cost, mode="serial", optimizer="sgd", lr=0.01)
 
 
+def _measure(items: list, machine, cost, repeat: int):
+    """Per (model, label, batch, strategy) item: (item, its session, its timed iterations sorted by
+    wall time). One session at a time, as training runs one: ``WARMUP`` untimed iterations, then
+    ``repeat`` timed ones back to back; the session is dropped before the next is built (holding
+    many at once slows the one that runs: measured 3.1 -> 5.3 ms for an MLP)."""
+    from flexrt.model.accuracy import batch_for
+    for item in items:
+        session = _session(item[3], machine, cost)
+        inputs, labels = batch_for(session.plan, item[2])
+        for _ in range(WARMUP):
+            session.step(inputs, labels)
+        yield item, session, sorted((session.step(inputs, labels) for _ in range(repeat)), key=lambda r: r.wall_s)
+
+
+def _median_wall(results: list) -> float:
+    return results[(len(results) - 1) // 2].wall_s if len(results) % 2 else \
+        (results[len(results) // 2 - 1].wall_s + results[len(results) // 2].wall_s) / 2
+
+
+def _print_calibration(times, strategies: int) -> None:
+    fits = ", ".join(f"{k} {a * 1e6:.0f} us + {b:.3g} x^{c:.2f}" for k, (a, b, c) in times.fits.items() if ":" not in k)
+    print(f"calibrated: {len(times)} task keys from {strategies} strategies; per kind, measured ~ a + b x^c of the "
+          f"profiled x: {fits}; the runtime's own time per compute task {times.dispatch_s * 1e6:.1f} us, per message "
+          f"{times.message_s * 1e6:.1f} us", flush=True)
+    print(f"{'model':<12}{'strategy':<14}{'tasks':>6}{'measured':>10}{'predicted':>10}{'err':>7}{'profiled':>10}"
+          f"{'err':>7}", flush=True)
+
+
+def _row(item, session, results: list, before: float, out) -> dict:
+    """One validation strategy's measured and predicted times; its trace written and a line printed
+    when ``out`` (the root rank)."""
+    from flexrt.model.accuracy import kind_sums, side_by_side
+    name, label = item[0], item[1]
+    measured = _median_wall(results)
+    mid = results[(len(results) - 1) // 2]
+    row = {"model": name, "strategy": label, "tasks": session.plan.num_tasks, "measured_s": measured,
+           "predicted_s": session.predicted_time_s, "profiled_s": before,
+           "kinds": kind_sums(session.plan, mid.end - mid.start),
+           "memory": {str(d): v for d, v in session.memory_report(mid).items()}}
+    if out is not None:
+        trace = side_by_side(session.chrome_trace(mid), session.simulator.chrome_trace(session.predicted))
+        (out / "traces" / f"{name}-{label}.json").write_text(json.dumps(trace))
+        print(f"{name:<12}{label:<14}{row['tasks']:>6}{measured * 1e3:>10.2f}{row['predicted_s'] * 1e3:>10.2f}"
+              f"{(row['predicted_s'] - measured) / measured:>+7.0%}{before * 1e3:>10.2f}"
+              f"{(before - measured) / measured:>+7.0%}", flush=True)
+    return row
+
+
 def worker(args, models) -> int:
     from flexrt.machine import load_machine
-    from flexrt.model.accuracy import batch_for, kind_sums, side_by_side, timed_steps
     from flexrt.simulator.measured_costs import MeasuredCostModel, MeasuredTimes, harvest
     from flexrt.simulator.simulate import Simulator
     comm = mpi.world()
@@ -75,48 +122,26 @@ def worker(args, models) -> int:
               f"kernels profiled in {time.perf_counter() - t0:.1f} s", flush=True)
     times = MeasuredTimes("numpy")
     walls = []
-    for name, label, batch, strategy in cal:
-        session = _session(strategy, machine, profiled)
-        inputs, labels = batch_for(session.plan, batch)
-        wall, results = timed_steps(session, inputs, labels, args.repeat, WARMUP)
+    for (name, label, _, strategy), session, results in _measure(cal, machine, profiled, args.repeat):
         for r in results:
             harvest(times, session.simulator, session.plan.tasks, r.end - r.start, session.optimizer)
         times.strategies.append(f"{name}/{label}")
-        walls.append((strategy, wall))
+        walls.append((strategy, _median_wall(results)))
     times.fit(profiled, machine)
-    times.fit_dispatch(profiled, machine, walls)
+    times.fit_overheads(profiled, machine, walls)
     if root:
         times.save(out / "measured_times.json")
-        print(f"calibrated: {len(times)} task keys from {len(cal)} strategies; per kind, measured ~ a x^b of "
-              f"profiled x: " + ", ".join(f"{k} {a:.3g} x^{b:.2f}" for k, (a, b) in times.fits.items()
-                                         if ":" not in k) + f"; runtime per compute task {times.dispatch_s * 1e6:.1f} us",
-              flush=True)
+        _print_calibration(times, len(cal))
         (out / "traces").mkdir(exist_ok=True)
-        print(f"{'model':<12}{'strategy':<14}{'tasks':>6}{'measured':>10}{'predicted':>10}{'err':>7}{'profiled':>10}"
-              f"{'err':>7}", flush=True)
-    rows = []
-    for name, label, batch, strategy in val:
-        before = Simulator(machine, profiled, "sgd").time_full(strategy)
-        cost = MeasuredCostModel(profiled, times)
-        session = _session(strategy, machine, cost)
-        inputs, labels = batch_for(session.plan, batch)
-        measured, results = timed_steps(session, inputs, labels, args.repeat, WARMUP)
-        mid = results[(len(results) - 1) // 2]
-        row = {"model": name, "strategy": label, "tasks": session.plan.num_tasks, "measured_s": measured,
-               "predicted_s": session.predicted_time_s, "profiled_s": before, "hits": cost.hits,
-               "misses": cost.misses, "kinds": kind_sums(session.plan, mid.end - mid.start),
-               "memory": {str(d): v for d, v in session.memory_report(mid).items()}}
-        rows.append(row)
-        if root:
-            trace = side_by_side(session.chrome_trace(mid), session.simulator.chrome_trace(session.predicted))
-            (out / "traces" / f"{name}-{label}.json").write_text(json.dumps(trace))
-            print(f"{name:<12}{label:<14}{row['tasks']:>6}{measured * 1e3:>10.2f}{row['predicted_s'] * 1e3:>10.2f}"
-                  f"{(row['predicted_s'] - measured) / measured:>+7.0%}{before * 1e3:>10.2f}"
-                  f"{(before - measured) / measured:>+7.0%}", flush=True)
+    cost = MeasuredCostModel(profiled, times)
+    rows = [_row(x, session, results, Simulator(machine, profiled, "sgd").time_full(x[3]), out if root else None)
+            for x, session, results in _measure(val, machine, cost, args.repeat)]
+    hits_misses = (cost.hits, cost.misses)
     if root:
         meta = {"ranks": size, "models": models, "machine": str(args.machine), "repeat": args.repeat,
                 "calibration": list(times.strategies), "validation": [f"{r['model']}/{r['strategy']}" for r in rows],
-                "fits": times.fits, "dispatch_s": times.dispatch_s, "load_before": load_before, "load_after": os.getloadavg()[0],
-                "cpus": os.cpu_count(), "worker_s": time.perf_counter() - t0}
+                "fits": times.fits, "dispatch_s": times.dispatch_s, "message_s": times.message_s,
+                "hits": hits_misses[0], "misses": hits_misses[1], "load_before": load_before,
+                "load_after": os.getloadavg()[0], "cpus": os.cpu_count(), "worker_s": time.perf_counter() - t0}
         (out / "accuracy.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     return 0

@@ -13,11 +13,11 @@ from flexrt.machine import local_machine
 
 def _check(doc, out, ranks):
     rows, meta = doc["rows"], doc["meta"]
-    assert meta["ranks"] == ranks and rows
+    assert meta["ranks"] == ranks and rows and meta["hits"] + meta["misses"] > 0
     assert not set(meta["calibration"]) & set(meta["validation"])
     for r in rows:
         assert r["measured_s"] > 0 and r["predicted_s"] > 0 and r["profiled_s"] > 0
-        assert r["hits"] + r["misses"] > 0 and r["kinds"]
+        assert r["kinds"] and r["memory"]
         trace = json.loads((out / "traces" / f"{r['model']}-{r['strategy']}.json").read_text())
         pids = {e["pid"] for e in trace["traceEvents"] if e.get("ph") == "X"}
         assert 0 in pids and 2 in pids          # measured and simulated side by side

@@ -17,7 +17,7 @@ from flexrt.errors import ConfigError
 from flexrt.machine import local_machine
 from flexrt.model.accuracy import MODELS, batch_for, validation_strategies
 from flexrt.runtime.session import Session
-from flexrt.simulator.cost_model import AnalyticCostModel
+from flexrt.simulator.cost_model import AnalyticCostModel, has_linear_transfers
 from flexrt.ir import TensorShape
 from flexrt.simulator.measured_costs import MeasuredCostModel, MeasuredTimes, harvest, op_key, update_key
 from flexrt.simulator.simulate import Simulator, timelines_equal
@@ -81,8 +81,8 @@ def test_a_key_never_measured_is_the_base_time_times_its_kinds_ratio(harvested):
     t = cost.op_times(attrs, ins, outs, spec)
     base = BASE.op_times(attrs, ins, outs, spec)
     for phase, x in (("forward", base.forward_s), ("backward", base.backward_s)):
-        a, b = times.fits[f"{phase}:linear"]
-        assert getattr(t, f"{phase}_s") == pytest.approx(a * x ** b, rel=1e-12)
+        a, b, c = times.fits[f"{phase}:linear"]
+        assert getattr(t, f"{phase}_s") == pytest.approx(a + b * x ** c, rel=1e-12)
     assert t.source == "measured+scaled" and cost.misses > 0
 
 
@@ -111,36 +111,40 @@ def test_the_table_round_trips_through_its_file(harvested, tmp_path):
     assert all(again.get(k) == times.get(k) for k in times.samples)
 
 
-@pytest.mark.parametrize("a, b", [(3.0, 1.0), (0.02, 0.7), (40.0, 1.3)])
-def test_fit_recovers_a_known_power_law(a, b):
+@pytest.mark.parametrize("a, b, c", [(0.0, 3.0, 1.0), (0.0, 0.02, 0.7), (0.0, 40.0, 1.3)])
+def test_fit_recovers_a_known_power_law(a, b, c):
     times = MeasuredTimes("numpy")
     spec = MACHINE.devices[0].spec
     for n in (16, 128, 512, 1024, 2048):
         w = TensorShape((n, n))
-        times.add(update_key(w, "sgd", spec.name), a * BASE.update_time(w, spec) ** b)
+        times.add(update_key(w, "sgd", spec.name), a + b * BASE.update_time(w, spec) ** c)
     fits = times.fit(BASE, MACHINE)
     assert set(fits) == {"update"}
-    assert fits["update"][0] == pytest.approx(a, rel=1e-6) and fits["update"][1] == pytest.approx(b, rel=1e-9)
+    assert fits["update"] == (pytest.approx(a, abs=1e-9), pytest.approx(b, rel=1e-6), pytest.approx(c, rel=1e-9))
     w = TensorShape((1000, 3))
-    assert times.predict("update", None, BASE.update_time(w, spec)) == pytest.approx(a * BASE.update_time(w, spec) ** b)
+    x = BASE.update_time(w, spec)
+    assert times.predict("update", None, x) == pytest.approx(a + b * x ** c)
 
 
-@pytest.mark.parametrize("dispatch", [0.0, 6e-6, 14e-6])
-def test_fit_dispatch_recovers_the_runtimes_time_per_task(harvested, dispatch):
+@pytest.mark.parametrize("dispatch, message", [(0.0, 0.0), (14e-6, 0.0), (6e-6, 30e-6), (0.0, 20e-6)])
+def test_fit_overheads_recovers_the_runtimes_time_per_task_and_message(harvested, dispatch, message):
     pcg, strategy, _, _, times = harvested
-    others = [random_strategy(pcg, MACHINE, seed) for seed in range(4)] + [strategy]
-    times.dispatch_s = dispatch
+    others = [random_strategy(pcg, MACHINE, seed) for seed in range(5)] + [strategy]
+    times.dispatch_s, times.message_s = dispatch, message
     truth = [(s, Simulator(MACHINE, MeasuredCostModel(BASE, times), "sgd").time_full(s)) for s in others]
-    times.dispatch_s = 0.0
-    # linearized (one simulated step): exact where the critical path keeps its tasks, close otherwise
-    got = times.fit_dispatch(BASE, MACHINE, truth)
-    assert got == pytest.approx(dispatch, abs=3e-7)
+    times.dispatch_s = times.message_s = 0.0
+    # linearized (one simulated step each): exact where the critical path keeps its tasks, close otherwise
+    got = times.fit_overheads(BASE, MACHINE, truth)
+    assert got == (pytest.approx(dispatch, abs=1e-6), pytest.approx(message, abs=3e-6))
     cost = MeasuredCostModel(BASE, times)
     spec = MACHINE.devices[0].spec
     w = TensorShape((300, 7))
-    assert cost.update_time(w, spec) == pytest.approx(times.predict("update", None, BASE.update_time(w, spec)) + got)
-    assert cost.ring_sum_time(w, spec) == pytest.approx(BASE.reduce_time(w, 2, spec) + got)
-    times.dispatch_s = 0.0
+    assert cost.update_time(w, spec) == pytest.approx(times.predict("update", None, BASE.update_time(w, spec)) + got[0])
+    assert cost.ring_sum_time(w, spec) == pytest.approx(BASE.reduce_time(w, 2, spec) + got[0])
+    link = MACHINE.links[0]
+    assert cost.transfer_time(link, 1000) == pytest.approx(BASE.transfer_time(link, 1000) + got[1])
+    assert has_linear_transfers(cost) == (got[1] == 0)
+    times.dispatch_s = times.message_s = 0.0
 
 
 def test_few_keys_give_the_median_ratio():
@@ -149,7 +153,7 @@ def test_few_keys_give_the_median_ratio():
     for n, r in ((16, 2.0), (64, 4.0)):
         w = TensorShape((n, n))
         times.add(update_key(w, "sgd", spec.name), r * BASE.update_time(w, spec))
-    assert times.fit(BASE, MACHINE) == {"update": (pytest.approx(8 ** 0.5), 1.0)}   # the geometric median of 2 and 4
+    assert times.fit(BASE, MACHINE) == {"update": (0.0, pytest.approx(8 ** 0.5), 1.0)}   # geometric median of 2, 4
 
 
 @pytest.mark.parametrize("text, match", [
