@@ -68,6 +68,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     try:
         args, extra = parser.parse_known_args(argv)
+        args._argv = argv     # the command line as given (a command that starts its own processes repeats it)
         if args.command is None:
             parser.print_help(sys.stderr)
             return 2

@@ -20,6 +20,7 @@ from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.machine import load_machine
 from flexrt.model import load_model
 from flexrt.model.training import synthetic_data
+from flexrt.runtime import mpi
 from flexrt.runtime.backend import BACKENDS
 from flexrt.runtime.executor import MODES
 from flexrt.runtime.session import OPTIMIZER_PARAMS, Session
@@ -80,12 +81,26 @@ def _session(args, strategy, machine, optimizer: OptimizerKind, loss: LossType) 
         raise
 
 
+def _launch_local(args, machine) -> int:
+    """The ``local`` machine of several processes (``mpiexec -n R flexrt calibrate`` wrote it: one
+    node per process on this host): start them, one MPI rank per node, each pinned to a core where
+    the OS allows, with this very command line, and pass on their output."""
+    ranks = machine.num_nodes
+    if mpi.find_mpiexec() is None:
+        raise ConfigError(f"--machine local is {ranks} processes on this host; start them with `mpiexec -n {ranks} "
+                          f"flexrt train ...` (no mpiexec here: pip install -e \".[mpi]\")")
+    mpi.launch(ranks, mpi.flexrt_command() + list(getattr(args, "_argv", ())), echo=True)
+    return 0
+
+
 def run(args, extra) -> int:
     if args.mode not in MODES:
         raise ConfigError(f"unknown mode {args.mode!r}; valid: {', '.join(MODES)}")
     _check_backend(args.backend)
     check_model_flags(NAME, args.model, extra)
     machine = load_machine(args.machine, nodes=args.nodes)
+    if machine.name == "local" and machine.num_nodes > 1 and not mpi.launched_by_mpi():
+        return _launch_local(args, machine)
     check_comm_cost(args, machine)
     loaded = load_model(args.model, extra)
     base = loaded.model.pcg
@@ -149,8 +164,9 @@ def _train(args, loaded, machine, session, described, loss: LossType) -> int:
     print(f"simulated task times summed over all devices: {summed_ms:.3f} ms (what one serial worker runs; "
           f"measured / summed {median / summed_ms:.2f}x)")
     for d, m in memory.items():
+        err = f"{m['relative_error']:+.1%}" if m.get("relative_error") is not None else "n/a"
         print(f"device {d:>2} peak memory measured {format_count(m['measured_peak'], 'B'):>10}  "
-              f"predicted {format_count(m['predicted'], 'B'):>10}")
+              f"predicted {format_count(m['predicted_peak'], 'B'):>10} ({err})")
     for what, path in files.items():
         print(f"wrote the {what} of the last step to {path}")
     return 0

@@ -406,6 +406,12 @@ def _g(x: float) -> str:
     return f"{x:.6g}"
 
 
+def _description(result: CalibrationResult, devices: int) -> str:
+    if result.ranks > 1:
+        return f"this host's CPU as {result.ranks} processes of {devices} NumPy worker(s)"
+    return f"this host's CPU as {devices} NumPy workers"
+
+
 def machine_yaml(result: CalibrationResult, devices: int) -> str:
     """The machine YAML of the calibrated ``local`` machine with ``devices`` workers (see the module
     docstring for how the host's numbers are shared)."""
@@ -441,8 +447,8 @@ def machine_yaml(result: CalibrationResult, devices: int) -> str:
 # Host: float32 {_g(result.flops('float32') / 1e9)} GFLOP/s, memory {_g(result.memory_bandwidth / 1e9)} GB/s.
 
 name: local
-description: "this host's CPU as {devices} NumPy workers (calibrated by `flexrt calibrate`{quick}, {when})"
-nodes: 1
+description: "{_description(result, devices)} (calibrated by `flexrt calibrate`{quick}, {when})"
+nodes: {result.ranks}                      # processes (MPI ranks) on this host; `flexrt train --machine local` starts them
 
 device_kinds:
   {DEVICE_KIND}:

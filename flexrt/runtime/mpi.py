@@ -54,8 +54,8 @@ def flexrt_command() -> list[str]:
 def launch(ranks: int, cmd: list[str], env: Optional[dict] = None, timeout_s: float = 3600.0,
            echo: bool = True) -> str:
     """Run ``cmd`` as ``ranks`` MPI processes on this host (``mpiexec -n ranks``; one rank: a plain
-    process), one BLAS thread per rank unless ``env`` sets them, the launcher variables of an
-    enclosing MPI job removed. Returns its output (echoed line by line when ``echo``); a
+    process), one BLAS thread per rank unless ``env`` sets them, each rank pinned to a core (where
+    the OS allows), the launcher variables of an enclosing MPI job removed. Returns its output (echoed line by line when ``echo``); a
     ``ConfigError`` when there is no ``mpiexec``, the command fails or runs past ``timeout_s``."""
     import subprocess
     import threading
@@ -64,6 +64,7 @@ def launch(ranks: int, cmd: list[str], env: Optional[dict] = None, timeout_s: fl
         env.pop(v, None)
     for v in BLAS_VARS:
         env.setdefault(v, "1")
+    env.setdefault(PIN_VAR, "1")     # each rank on its own core (``world`` pins it)
     if ranks > 1:
         mpiexec = find_mpiexec()
         if mpiexec is None:
@@ -91,6 +92,9 @@ def launch(ranks: int, cmd: list[str], env: Optional[dict] = None, timeout_s: fl
         raise ConfigError(f"{' '.join(cmd)} failed (exit {rc}{', killed after ' + str(timeout_s) + ' s' if rc < 0 else ''})"
                           + (f": {tail.splitlines()[-1]}" if tail else ""))
     return "".join(lines)
+
+
+PIN_VAR = "FLEXRT_PIN_CORES"   # set by ``launch``: each rank pins itself to a core when MPI starts
 
 
 def pin_to_core(rank: int) -> Optional[int]:
@@ -140,6 +144,8 @@ def world():
         return None
     sys.excepthook = _abort_hook(comm)
     _limit_blas_threads()
+    if os.environ.get(PIN_VAR) == "1":
+        pin_to_core(int(os.environ.get("MPI_LOCALRANKID", comm.Get_rank())))
     _WORLD = comm
     return comm
 

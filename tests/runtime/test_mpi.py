@@ -70,3 +70,20 @@ def test_calibrate_under_mpiexec_measures_messages_between_ranks(tmp_path):
     route = m.route(0, 2)  # device 0 of rank 0 to device 0 of rank 1
     assert sum(m.links[link].latency_s for link in route) * 1e6 == pytest.approx(max(us, 0.004), rel=1e-3)
     assert min(m.links[link].bandwidth for link in route) / 1e9 == pytest.approx(gbs, rel=1e-3)
+
+
+def test_train_on_the_local_machine_of_processes_starts_them_itself(tmp_path):
+    """`mpiexec -n 2 flexrt calibrate --devices 1` writes a `local` machine of 2 processes (nodes: 2);
+    `flexrt train --machine local`, run plainly, starts the 2 ranks itself."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "OMPI_"))}
+    env["FLEXRT_CACHE_DIR"] = str(tmp_path)
+    flexrt = os.path.join(os.path.dirname(sys.executable), "flexrt")
+    r = subprocess.run([find_mpiexec(), "-n", "2", flexrt, "calibrate", "--quick", "--devices", "1"], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "\nnodes: 2 " in (tmp_path / "local.yaml").read_text()
+    r = subprocess.run([flexrt, "train", "mlp_unity_fig2", "-b", "16", "--machine", "local", "--steps", "2"], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "on local: 2 devices" in r.stdout and r.stdout.count("step ") == 2
+    assert r.stdout.count("peak memory measured") == 2       # one report, by rank 0, for both devices
