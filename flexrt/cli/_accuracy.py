@@ -142,7 +142,8 @@ def _report(doc: dict, out: Path) -> None:
             acc = kinds.setdefault(k, [0.0, 0.0])
             acc[0] += m
             acc[1] += p
-    print("per task kind, measured / predicted (after): " + ", ".join(
+    print("per task kind, traced / predicted task time (after; a message from its send to its arrival, a ring "
+          "member from its arrival to its sum, both waits included): " + ", ".join(
         f"{k} {m / p:.2f}x" for k, (m, p) in sorted(kinds.items()) if p > 0))
     mem = [abs(v["measured_peak"] - v["predicted_peak"]) / v["measured_peak"]
            for r in rows for v in r.get("memory", {}).values() if v.get("measured_peak") and "predicted_peak" in v]

@@ -80,7 +80,7 @@ def _print_calibration(times, strategies: int) -> None:
           f"{'err':>7}", flush=True)
 
 
-def _row(item, session, results: list, before: float, out) -> dict:
+def _row(item, session, results: list, before: float, dispatch_s: float, out) -> dict:
     """One validation strategy's measured and predicted times; its trace written and a line printed
     when ``out`` (the root rank)."""
     from flexrt.model.accuracy import kind_sums, side_by_side
@@ -89,7 +89,7 @@ def _row(item, session, results: list, before: float, out) -> dict:
     mid = results[(len(results) - 1) // 2]
     row = {"model": name, "strategy": label, "tasks": session.plan.num_tasks, "measured_s": measured,
            "predicted_s": session.predicted_time_s, "profiled_s": before,
-           "kinds": kind_sums(session.plan, mid.end - mid.start),
+           "kinds": kind_sums(session.plan, mid.end - mid.start, dispatch_s),
            "memory": {str(d): v for d, v in session.memory_report(mid).items()}}
     if out is not None:
         trace = side_by_side(session.chrome_trace(mid), session.simulator.chrome_trace(session.predicted))
@@ -134,7 +134,8 @@ def worker(args, models) -> int:
         _print_calibration(times, len(cal))
         (out / "traces").mkdir(exist_ok=True)
     cost = MeasuredCostModel(profiled, times)
-    rows = [_row(x, session, results, Simulator(machine, profiled, "sgd").time_full(x[3]), out if root else None)
+    rows = [_row(x, session, results, Simulator(machine, profiled, "sgd").time_full(x[3]), times.dispatch_s,
+                 out if root else None)
             for x, session, results in _measure(val, machine, cost, args.repeat)]
     hits_misses = (cost.hits, cost.misses)
     if root:

@@ -192,10 +192,12 @@ def timed_steps(session, inputs, labels, repeat: int, warmup: int = 1):
     return statistics.median(r.wall_s for r in results), results
 
 
-def kind_sums(plan, measured) -> dict:
+def kind_sums(plan, measured, dispatch_s: float = 0.0) -> dict:
     """Task kind -> [measured seconds, predicted seconds], each task counted once and a transfer once
     (by its first hop); a ring collective ("allreduce": its hops and sum steps) runs as one task whose
-    time every member records, so a member's measured time is divided by the group's size."""
+    time every member records, so a member's measured time is divided by the group's size. A compute
+    task's prediction counts without ``dispatch_s`` (the runtime's time per task beside the task,
+    which its traced duration leaves out)."""
     size: dict = {}
     for t in plan.tasks:
         if isinstance(t.action, RingStep):
@@ -210,7 +212,7 @@ def kind_sums(plan, measured) -> dict:
         kind = "allreduce" if ring or (t.kind.value == "reduce" and t.action is None) else t.kind.value
         acc = out.setdefault(kind, [0.0, 0.0])
         acc[0] += float(m) / share
-        acc[1] += float(p)
+        acc[1] += float(p) - (dispatch_s if 0 <= t.device < plan.num_compute_devices else 0.0)
     return out
 
 

