@@ -44,7 +44,7 @@ from flexrt.errors import ConfigError
 from flexrt.inputs import short
 from flexrt.machine import Machine
 from flexrt.machine.machine import Collective, CollectiveFit
-from flexrt.simulator.cost_model import MIN_TASK_S
+from flexrt.simulator.cost_model import MIN_TASK_S, CostModelWrapper
 
 CALIBRATE_COMMAND = "mpiexec -n N flexrt calibrate"
 
@@ -168,47 +168,21 @@ def with_comm_cost(cost_model, comm_cost: CommCost | str):
     return base if comm_cost is CommCost.ANALYTIC else MeasuredComm(base)
 
 
-class MeasuredComm:
+class MeasuredComm(CostModelWrapper):
     """``base`` with ring AllReduces timed from the machine's measured fits (``--comm-cost measured``).
     Everything else (``fused_time`` where ``base`` has one, ``flush``, ...) is ``base``'s."""
 
     comm_cost = CommCost.MEASURED
-    linear_transfers = False
-
-    def __new__(cls, base):
-        from flexrt.simulator.cost_model import has_linear_transfers
-        return super().__new__(_LinearMeasuredComm if has_linear_transfers(base) else cls)
 
     def __init__(self, base) -> None:
         self.base = base
         self.name = f"{getattr(base, 'name', type(base).__name__)}+measured-comm"
-
-    def __getattr__(self, name):
-        if name == "base":  # not set yet (unpickling): no recursion
-            raise AttributeError(name)
-        return getattr(self.base, name)
 
     def __repr__(self) -> str:
         return f"MeasuredComm({self.base!r})"
 
     def __reduce__(self):
         return MeasuredComm, (self.base,)
-
-    def op_times(self, attrs, inputs, outputs, device):
-        return self.base.op_times(attrs, inputs, outputs, device)
-
-    def update_time(self, weight, device, *args, **kwargs):
-        return self.base.update_time(weight, device, *args, **kwargs)
-
-    def reduce_time(self, shape, n, device):
-        return self.base.reduce_time(shape, n, device)
-
-    def transfer_time(self, link, num_bytes):
-        return self.base.transfer_time(link, num_bytes)
-
-
-class _LinearMeasuredComm(MeasuredComm):
-    linear_transfers = True
 
 
 def describe_used(used: dict[tuple[int, int], bool]) -> str:

@@ -99,6 +99,72 @@ class CostModel(Protocol):
     def transfer_time(self, link: "Link", num_bytes: int) -> float: ...
 
 
+class CostModelWrapper:
+    """A cost model that answers as ``base`` except where a subclass says otherwise: the questions of
+    ``CostModel`` are passed on, any other attribute is read from ``base`` (``flush``, ``cache``,
+    ``measurements`` ...) unless the subclass lists it in ``not_delegated``. Its transfers are
+    linear (``has_linear_transfers``: the lowering then times hops itself) exactly when
+    ``linear_with(base, ...)`` says so (by default: when ``base``'s are): the instance is then of a
+    twin class that declares ``linear_transfers = True``. A subclass pickles through its constructor
+    (``__reduce__``), which picks the class again.
+
+    Example:
+        >>> class Slower(CostModelWrapper):                                   # doctest: +SKIP
+        ...     def op_times(self, attrs, inputs, outputs, device):
+        ...         t = self.base.op_times(attrs, inputs, outputs, device)
+        ...         return OpTimes(2 * t.forward_s, 2 * t.backward_s, "slower")
+    """
+
+    linear_transfers = False
+    not_delegated: ClassVar[tuple] = ()
+    _twins: ClassVar[dict] = {}
+
+    def __new__(cls, base, *args, **kwargs):
+        if cls.linear_with(base, *args, **kwargs):
+            twin = CostModelWrapper._twins.get(cls)
+            if twin is None:
+                twin = CostModelWrapper._twins[cls] = type(cls.__name__, (cls,), {
+                    "linear_transfers": True, "__module__": cls.__module__, "__qualname__": cls.__qualname__})
+            cls = twin
+        return super().__new__(cls)
+
+    @classmethod
+    def linear_with(cls, base, *args, **kwargs) -> bool:
+        return has_linear_transfers(base)
+
+    def __getattr__(self, name):
+        if name == "base" or name.startswith("_") or name in self.not_delegated:
+            raise AttributeError(name)   # (also: not set yet while unpickling)
+        return getattr(self.base, name)
+
+    def op_times(self, attrs, inputs, outputs, device: "DeviceSpec") -> OpTimes:
+        return self.base.op_times(attrs, inputs, outputs, device)
+
+    def update_time(self, weight: TensorShape, device: "DeviceSpec", *args, **kwargs) -> float:
+        return self.base.update_time(weight, device, *args, **kwargs)
+
+    def reduce_time(self, shape: TensorShape, n: int, device: "DeviceSpec") -> float:
+        return self.base.reduce_time(shape, n, device)
+
+    def transfer_time(self, link: "Link", num_bytes: int) -> float:
+        return self.base.transfer_time(link, num_bytes)
+
+
+class ScaledFusion(CostModelWrapper):
+    """``base`` without its own ``fused_time``: a fused task then costs its members' own times scaled
+    by the analytic model's fused / unfused ratio (``simulator.fusion.fused_piece_time``;
+    ``--fused-cost analytic`` over a measured model)."""
+
+    not_delegated = ("fused_time",)
+
+    def __init__(self, base) -> None:
+        self.base = base
+        self.name = f"{getattr(base, 'name', type(base).__name__)}+analytic-fusion"
+
+    def __reduce__(self):
+        return ScaledFusion, (self.base,)
+
+
 def ring_sum_time(cost, shape: TensorShape, device: "DeviceSpec") -> float:
     """A ring AllReduce member's sum of what it received into its own buffer (in place, two addends):
     ``cost.ring_sum_time`` where the model has one (a measured model: a ring's in-place add is not a

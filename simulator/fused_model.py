@@ -44,11 +44,11 @@ from flexrt.ir.op_type import PARALLEL_OPS, SOURCE_OPS, OpType
 from flexrt.ir.serialize import attrs_from_json, attrs_to_json
 from flexrt.ir.tensor_shape import TensorShape
 from flexrt.simulator import _fused_gat as gat
-from flexrt.simulator.cost_model import (MIN_TASK_S, AnalyticCostModel, FusedMember, derived_fused_backward,
-                                         has_linear_transfers)
+from flexrt.simulator.cost_model import (MIN_TASK_S, AnalyticCostModel, CostModelWrapper, FusedMember,
+                                         derived_fused_backward)
 
 if TYPE_CHECKING:
-    from flexrt.machine import DeviceSpec, Link
+    from flexrt.machine import DeviceSpec
 
 FORMAT_VERSION = 2          # 2: an ensemble of weight sets and the held-out choice of predictor; 1 read too
 # Operators that can be members of a fused task (compute operators), then a slot for the rest.
@@ -525,7 +525,7 @@ def plot_cdf(results: dict, path, title: str = "Fused operator time: prediction 
 
 # ---- as a cost model -----------------------------------------------------------------------------
 
-class LearnedCostModel:
+class LearnedCostModel(CostModelWrapper):
     """``base``'s cost model with its fused tasks predicted by ``model``: the forward time from the
     members' own forward times (``base.op_times``), the backward by the analytic fused backward /
     forward ratio (as ``ProfiledCostModel`` derives it). Everything else is ``base``'s, including
@@ -536,12 +536,7 @@ class LearnedCostModel:
         >>> Simulator(machine, cost).time_full(strategy.with_fusion(plan))                    # doctest: +SKIP
     """
 
-    linear_transfers = False
-
-    def __new__(cls, base, model=None):
-        if cls is LearnedCostModel and has_linear_transfers(base):
-            cls = _LinearLearnedCostModel
-        return super().__new__(cls)
+    not_delegated = ("model",)
 
     def __init__(self, base, model: LearnedFusedModel):
         if not isinstance(model, LearnedFusedModel):
@@ -555,11 +550,6 @@ class LearnedCostModel:
 
     def __reduce__(self):  # pickle through the constructor: it picks the class from the base
         return LearnedCostModel, (self.base, self.model)
-
-    def __getattr__(self, name):
-        if name in ("base", "model", "_memo"):
-            raise AttributeError(name)
-        return getattr(self.base, name)   # flush, cache, measurements, ...
 
     def fused_time(self, members: Sequence[FusedMember], phase: str, device: "DeviceSpec") -> float:
         if phase not in ("forward", "backward"):
@@ -575,22 +565,4 @@ class LearnedCostModel:
             if key is not None:
                 self._memo[key] = forward
         return forward if phase == "forward" else derived_fused_backward(forward, members, device)
-
-    def op_times(self, attrs, inputs, outputs, device: "DeviceSpec"):
-        return self.base.op_times(attrs, inputs, outputs, device)
-
-    def update_time(self, weight: TensorShape, device: "DeviceSpec", *args, **kwargs) -> float:
-        return self.base.update_time(weight, device, *args, **kwargs)
-
-    def reduce_time(self, shape: TensorShape, n: int, device: "DeviceSpec") -> float:
-        return self.base.reduce_time(shape, n, device)
-
-    def transfer_time(self, link: "Link", num_bytes: int) -> float:
-        return self.base.transfer_time(link, num_bytes)
-
-
-class _LinearLearnedCostModel(LearnedCostModel):
-    """A ``LearnedCostModel`` over a base whose transfers are linear (the lowering times hops itself)."""
-
-    linear_transfers = True
 

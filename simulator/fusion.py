@@ -31,7 +31,7 @@ import numpy as np
 from flexrt.errors import StrategyError
 from flexrt.ir.tensor_shape import TensorShape
 from flexrt.simulator.actions import Buf, Fused, RingGroup, RingStep
-from flexrt.simulator.cost_model import AnalyticCostModel, FusedMember, fused_traffic, ring_sum_time
+from flexrt.simulator.cost_model import AnalyticCostModel, FusedMember, ring_sum_time
 from flexrt.simulator.task_graph import CATEGORIES, KIND_CODE, Task, TaskGraph, TaskKind, _KINDS, _TaskView
 from flexrt.strategy.fusion import FusionPlan, check_fusion
 

@@ -45,7 +45,7 @@ from flexrt.ir.serialize import attrs_to_json
 from flexrt.ir.tensor_shape import TensorShape
 from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.simulator.actions import Backward, Forward, Fused, Loss, Sum, Update
-from flexrt.simulator.cost_model import MIN_TASK_S, OpTimes, has_linear_transfers, loss_time
+from flexrt.simulator.cost_model import MIN_TASK_S, CostModelWrapper, OpTimes, has_linear_transfers, loss_time
 from flexrt.simulator.profile_cache import canonical_json
 
 if TYPE_CHECKING:
@@ -325,23 +325,22 @@ def _buf_shape(buf) -> TensorShape:
 
 # ---- the cost model -------------------------------------------------------------------------------
 
-class MeasuredCostModel:
+class MeasuredCostModel(CostModelWrapper):
     """``base`` with every task time a runtime-traced median where ``times`` has its key, else
-    ``times.predict`` of ``base``'s time (the fit of its kind and operator). Transfers are
-    ``base``'s (calibrated links); ``linear_transfers`` is the base's.
+    ``times.predict`` of ``base``'s time (the fit of its kind and operator), each compute task plus
+    ``times.dispatch_s``. Transfers are ``base``'s (calibrated links) plus ``times.message_s``.
 
     Example:
         >>> cost = MeasuredCostModel(ProfiledCostModel(), MeasuredTimes.load("times.json"))  # doctest: +SKIP
     """
 
-    linear_transfers = False
+    not_delegated = ("times", "hits", "misses")
 
-    def __new__(cls, base, times=None):
+    @classmethod
+    def linear_with(cls, base, times=None) -> bool:
         # transfers stay latency + bytes / bandwidth (the lowering's fast path) unless a time per
         # message is added to them
-        if cls is MeasuredCostModel and has_linear_transfers(base) and not getattr(times, "message_s", 0.0):
-            cls = _LinearMeasuredCostModel
-        return super().__new__(cls)
+        return has_linear_transfers(base) and not getattr(times, "message_s", 0.0)
 
     def __init__(self, base, times: MeasuredTimes):
         if not isinstance(times, MeasuredTimes):
@@ -355,11 +354,6 @@ class MeasuredCostModel:
 
     def __reduce__(self):
         return MeasuredCostModel, (self.base, self.times)
-
-    def __getattr__(self, name):
-        if name in ("base", "times"):
-            raise AttributeError(name)
-        return getattr(self.base, name)
 
     def _answer(self, key: str, kind: str, base_time, op: Optional[str] = None) -> float:
         got = self.times.get(key)
@@ -411,9 +405,3 @@ class MeasuredCostModel:
         """The base's (the calibrated link), plus the runtime's time per message (``message_s``): every
         hop of a transfer is held at once, so the transfer takes that much longer."""
         return self.base.transfer_time(link, num_bytes) + self.times.message_s
-
-
-class _LinearMeasuredCostModel(MeasuredCostModel):
-    """A ``MeasuredCostModel`` over a base whose transfers are linear (the lowering times hops itself)."""
-
-    linear_transfers = True

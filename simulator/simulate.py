@@ -158,7 +158,7 @@ class Simulator:
         return float(self.engine.makespan())
 
     def result(self) -> SimResult:
-        low, machine = self.lowering, self.machine
+        machine = self.machine
         ids, device, ready, start, end = self.engine.timeline()
         g = self.graph
         col = g.columns()

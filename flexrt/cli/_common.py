@@ -133,13 +133,13 @@ def packaged_fusion_model() -> Path:
 
 def fused_cost_model(args, cost):
     """``cost`` with its fused tasks timed as ``--fused-cost`` says (``cost`` itself when not given)."""
-    from flexrt.simulator.cost_model import AnalyticCostModel, ProfiledCostModel
+    from flexrt.simulator.cost_model import AnalyticCostModel, ProfiledCostModel, ScaledFusion
     choice = getattr(args, "fused_cost", None)
     if choice is None:
         return cost
     kind, _, path = choice.partition(":")
     if kind == "analytic":
-        return cost if isinstance(cost, AnalyticCostModel) else _ScaledFusion(cost)
+        return cost if isinstance(cost, AnalyticCostModel) else ScaledFusion(cost)
     if kind == "profiled":
         if not isinstance(cost, ProfiledCostModel):
             raise ConfigError("--fused-cost profiled measures fused tasks on this host; it needs --cost profiled "
@@ -183,42 +183,6 @@ def comm_cost_model(args, cost):
     simulator built from it, a search's and a training session's too, times rings alike."""
     from flexrt.simulator.collectives import with_comm_cost
     return with_comm_cost(cost, getattr(args, "comm_cost", "analytic"))
-
-
-class _ScaledFusion:
-    """``base`` without its own ``fused_time``: a fused task then costs its members' own times scaled
-    by the analytic model's fused / unfused ratio (``simulator.fusion.fused_piece_time``)."""
-
-    linear_transfers = False
-
-    def __new__(cls, base):
-        from flexrt.simulator.cost_model import has_linear_transfers
-        return super().__new__(_LinearScaledFusion if has_linear_transfers(base) else cls)
-
-    def __init__(self, base) -> None:
-        self.base = base
-        self.name = f"{getattr(base, 'name', type(base).__name__)}+analytic-fusion"
-
-    def __getattr__(self, name):
-        if name in ("base", "fused_time"):
-            raise AttributeError(name)
-        return getattr(self.base, name)   # flush, cache, measurements, ...
-
-    def op_times(self, attrs, inputs, outputs, device):
-        return self.base.op_times(attrs, inputs, outputs, device)
-
-    def update_time(self, weight, device, *args, **kwargs):
-        return self.base.update_time(weight, device, *args, **kwargs)
-
-    def reduce_time(self, shape, n, device):
-        return self.base.reduce_time(shape, n, device)
-
-    def transfer_time(self, link, num_bytes):
-        return self.base.transfer_time(link, num_bytes)
-
-
-class _LinearScaledFusion(_ScaledFusion):
-    linear_transfers = True
 
 
 def emit_json(doc: Any) -> None:
