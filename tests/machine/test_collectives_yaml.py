@@ -3,13 +3,13 @@ it is scaled), and every bad entry is a MachineSpecError naming file:line and fi
 
 from __future__ import annotations
 
-import textwrap
 
 import pytest
 
 from flexrt.errors import MachineSpecError
 from flexrt.machine import load_machine, load_spec
 from flexrt.machine.machine import Collective, CollectiveFit
+from tests.machine.test_yaml_format import error_of, write
 
 BASE = """\
 name: fits
@@ -41,19 +41,6 @@ collectives:
     - {devices: 4, nodes: 1, c_ns_per_byte: 0.3, d_us: 45}
 """
 ENTRY_LINE = 24  # the first fit's line in GOOD
-
-
-def write(tmp_path, text, name="m.yaml"):
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(text))
-    return path
-
-
-def error_of(tmp_path, text) -> str:
-    path = write(tmp_path, text)
-    with pytest.raises(MachineSpecError) as info:
-        load_machine(str(path))
-    return str(info.value).replace(str(path), "FILE")
 
 
 def test_collectives_load_onto_the_machine_in_si_units(tmp_path):
