@@ -16,6 +16,7 @@ from flexrt.errors import ConfigError
 from flexrt.runtime import mpi
 
 WARMUP = 3     # untimed iterations first: the first ones allocate, fault pages in and fill caches
+SESSIONS = 2   # independent sessions per strategy, the timed iterations shared among them
 
 
 def _todo(models, machine, seeds: int, calibration: int):
@@ -53,17 +54,24 @@ def _session(strategy, machine, cost):
 
 
 def _measure(items: list, machine, cost, repeat: int):
-    """Per (model, label, batch, strategy) item: (item, its session, its timed iterations sorted by
-    wall time). One session at a time, as training runs one: ``WARMUP`` untimed iterations, then
-    ``repeat`` timed ones back to back; the session is dropped before the next is built (holding
-    many at once slows the one that runs: measured 3.1 -> 5.3 ms for an MLP)."""
+    """Per (model, label, batch, strategy) item: (item, its last session, its timed iterations sorted
+    by wall time). ``SESSIONS`` sessions one after the other, as training runs one: each ``WARMUP``
+    untimed iterations, then its share of the ``repeat`` timed ones back to back, and dropped
+    before the next is built (holding many at once slows the one that runs: measured 3.1 -> 5.3 ms
+    for an MLP; and one session's iterations can run 2x slower than another's of the same strategy,
+    measured 9.9 and 18.9 ms for one CNN strategy: their buffers land elsewhere, their messages are
+    noticed at other times)."""
     from flexrt.model.accuracy import batch_for
+    shares = [repeat // SESSIONS + (1 if k < repeat % SESSIONS else 0) for k in range(SESSIONS)]
     for item in items:
-        session = _session(item[3], machine, cost)
-        inputs, labels = batch_for(session.plan, item[2])
-        for _ in range(WARMUP):
-            session.step(inputs, labels)
-        yield item, session, sorted((session.step(inputs, labels) for _ in range(repeat)), key=lambda r: r.wall_s)
+        results: list = []
+        for share in (s for s in shares if s):
+            session = _session(item[3], machine, cost)
+            inputs, labels = batch_for(session.plan, item[2])
+            for _ in range(WARMUP):
+                session.step(inputs, labels)
+            results += [session.step(inputs, labels) for _ in range(share)]
+        yield item, session, sorted(results, key=lambda r: r.wall_s)
 
 
 def _median_wall(results: list) -> float:

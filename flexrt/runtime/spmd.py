@@ -200,8 +200,7 @@ class SpmdExecutor(Executor):
         arrived: dict[int, int] = {}
         partials: dict[int, dict[int, np.ndarray]] = {g: {} for g in self.group_ranks}
         flats: dict[int, list] = {}  # group -> this rank's (device, flat buffer) per local member
-        unsent: dict[int, int] = {}     # group -> sends of the flat buffer the sum goes into, not done
-        copied: set = set()              # groups whose partial sent is a copy
+        in_place: set = set()            # groups whose sum goes into this rank's member buffer
         heap: list[int] = []        # task index, + n_tasks for compute: communication goes first
         n_tasks = plan.num_tasks
         late = self.late
@@ -231,11 +230,10 @@ class SpmdExecutor(Executor):
 
         def finish_group(g: int) -> None:
             ms = self.members[g]
-            if arrived.get(g, 0) < len(ms) or len(partials[g]) < len(self.group_ranks[g]) or unsent.get(g):
+            if arrived.get(g, 0) < len(ms) or len(partials[g]) < len(self.group_ranks[g]):
                 return
             ranks = self.group_ranks[g]
-            if g not in copied:
-                # this rank's partial is its member's flat buffer, and its sends are done: sum into it
+            if g in in_place:    # this rank's partial is its member's flat buffer (a copy was sent): sum into it
                 (_, flat), = flats.pop(g)
                 np.add(partials[g][ranks[0]], partials[g][ranks[1]], out=flat)   # the sum in rank order
                 for r in ranks[2:]:
@@ -276,29 +274,22 @@ class SpmdExecutor(Executor):
             local = [(group.device(m), self._member_flat(group, m)) for m in range(group.num_members)
                      if self.layout.owns(group.device(m))]
             flats[g] = local
-            partial = self.backend.to_host(local[0][1]) if len(local) == 1 else None
-            # one local member in host memory, among the first two ranks of the sum: its flat buffer is
-            # sent as it is and the sum is made into it (no copies); else a partial sum is sent
-            in_place = partial is local[0][1] and self.layout.rank in self.group_ranks[g][:2]
-            if not in_place:
-                copied.add(g)
+            own = self.backend.to_host(local[0][1]) if len(local) == 1 else None
+            # one local member in host memory, among the first two ranks of the sum: a copy of its flat
+            # buffer is sent (the buffer can take the sum as soon as the others' partials arrive,
+            # whenever MPI is done with the send) and the sum is made into it; else a partial sum
+            if own is local[0][1] and self.layout.rank in self.group_ranks[g][:2]:
+                in_place.add(g)
+                partials[g][self.layout.rank] = own
+                partial = own.copy()
+            else:
                 partial = np.array(self.backend.to_host(local[0][1]), copy=True)
                 for _, flat in local[1:]:
                     partial += self.backend.to_host(flat)
-            partials[g][self.layout.rank] = partial
+                partials[g][self.layout.rank] = partial
             for r in self.group_ranks[g]:
                 if r != self.layout.rank:
-                    req = comm.Isend(partial, dest=r, tag=2 * g + 1)
-                    if in_place:     # the sum waits for the send: it overwrites what is sent
-                        unsent[g] = unsent.get(g, 0) + 1
-                        pending.append(req)
-                        callbacks.append(lambda g=g: sent(g))
-                    else:
-                        sends.append((req, partial))
-            finish_group(g)
-
-        def sent(g: int) -> None:
-            unsent[g] -= 1
+                    sends.append((comm.Isend(partial, dest=r, tag=2 * g + 1), partial))
             finish_group(g)
 
         for i in self.recvs:
