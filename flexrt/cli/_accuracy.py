@@ -51,8 +51,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
     parser.add_argument("--seeds", type=count(0, 100), default=2, metavar="N",
                         help="random validation strategies per model (default 2)")
-    parser.add_argument("--calibration", type=count(0, 100), default=6, metavar="N",
-                        help="random calibration strategies per model, beside one device (default 6)")
+    parser.add_argument("--calibration", type=count(0, 100), default=12, metavar="N",
+                        help="random calibration strategies per model, beside one device (default 12)")
     parser.add_argument("--repeat", type=count(1, 1000), default=7, metavar="N",
                         help="timed iterations per strategy after 3 untimed ones (default 7; the median is scored)")
     parser.add_argument("--quick", action="store_true", help="quick calibration of the host, 3 timed iterations")
@@ -125,7 +125,7 @@ def _report(doc: dict, out: Path) -> None:
     rows, meta = doc["rows"], doc["meta"]
     print(f"\n{len(rows)} validation strategies over {len(meta['models'])} models on {meta['ranks']} processes "
           f"(one device each; load average {meta['load_before']:.2f} before, {meta['load_after']:.2f} after); "
-          f"calibrated on {len(meta['calibration'])} other strategies: {', '.join(meta['calibration'])}")
+          f"calibrated on {len(meta['calibration'])} other strategies: {_per_model(meta['calibration'])}")
     print(f"the runtime's own time per compute task {meta['dispatch_s'] * 1e6:.1f} us and per message "
           f"{meta['message_s'] * 1e6:.1f} us (fitted on the calibration strategies)")
     print(f"{'cost model':<34}{'median':>8}{'max':>8}{'tau':>7}{'regret':>8}")
@@ -155,6 +155,20 @@ def _report(doc: dict, out: Path) -> None:
           f"({hits / max(total, 1):.0%}); the rest from a + b x^c of the profiled time x, fitted per kind and operator")
     print(f"wrote {out / 'accuracy.json'}, {out / 'scatter.png'}, {out / 'traces'}/ (measured beside simulated); "
           f"{doc['elapsed_s']:.0f} s")
+
+
+def _per_model(names: list) -> str:
+    """``["mlp/one-device", "mlp/calib1000", "mlp/calib1001"]`` -> ``"mlp: one-device, calib1000..1001"``."""
+    groups: dict = {}
+    for n in names:
+        model, _, label = n.partition("/")
+        groups.setdefault(model, []).append(label)
+
+    def short(labels: list) -> str:
+        seeds = [int(x[5:]) for x in labels if x.startswith("calib") and x[5:].isdigit()]
+        rest = [x for x in labels if not (x.startswith("calib") and x[5:].isdigit())]
+        return ", ".join(rest + ([f"calib{min(seeds)}..{max(seeds)}"] if seeds else []))
+    return "; ".join(f"{m}: {short(ls)}" for m, ls in groups.items())
 
 
 def _scatter(rows: list, path: Path) -> None:
