@@ -182,8 +182,12 @@ def _scatter(rows: list, path: Path) -> None:
     lo, hi = min(meas + [r["predicted_s"] * 1e3 for r in rows]) * 0.8, max(meas) * 1.5
     ax.plot([lo, hi], [lo, hi], color="grey", lw=1)
     ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="grey", alpha=0.15, label="±10 %")
+    from matplotlib.ticker import FuncFormatter, NullFormatter
     ax.set_xscale("log")
     ax.set_yscale("log")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        axis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("measured iteration (ms)")
     ax.set_ylabel("predicted iteration (ms)")
     ax.legend(fontsize=8)
