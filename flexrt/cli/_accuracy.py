@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -83,6 +84,9 @@ def run(args, extra) -> int:
 
 def _driver(args, models: list[str]) -> int:
     ranks = args.ranks or os.cpu_count() or 1
+    if ranks > (os.cpu_count() or 1):
+        print(f"flexrt accuracy: warning: {ranks} processes on {os.cpu_count()} cores share cores; the measured times "
+              f"include contention the simulator does not model", file=sys.stderr)
     out = Path(args.output)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--output {out} is not a directory")
