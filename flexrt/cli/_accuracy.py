@@ -54,8 +54,8 @@ def add_arguments(parser) -> None:
                         help="random validation strategies per model (default 2)")
     parser.add_argument("--calibration", type=count(0, 100), default=12, metavar="N",
                         help="random calibration strategies per model, beside one device (default 12)")
-    parser.add_argument("--repeat", type=count(1, 1000), default=7, metavar="N",
-                        help="timed iterations per strategy after 3 untimed ones (default 7; the median is scored)")
+    parser.add_argument("--repeat", type=count(1, 1000), default=9, metavar="N",
+                        help="timed iterations per strategy, shared among 3 sessions each after 3 untimed ones (default 9; the median is scored)")
     parser.add_argument("--quick", action="store_true", help="quick calibration of the host, 3 timed iterations")
     parser.add_argument("--output", default="flexrt-accuracy", metavar="DIR",
                         help="where the results, the scatter plot and the traces go (default ./flexrt-accuracy)")

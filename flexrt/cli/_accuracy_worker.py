@@ -16,7 +16,7 @@ from flexrt.errors import ConfigError
 from flexrt.runtime import mpi
 
 WARMUP = 3     # untimed iterations first: the first ones allocate, fault pages in and fill caches
-SESSIONS = 2   # independent sessions per strategy, the timed iterations shared among them
+SESSIONS = 3   # independent sessions per strategy, the timed iterations shared among them
 
 
 def _todo(models, machine, seeds: int, calibration: int):
