@@ -2,6 +2,12 @@
 print the numbers and write the calibrated ``local`` machine (default
 ``flexrt.machine.calibrated_local_path()``, which ``load_machine("local")`` then uses).
 
+Without ``--devices`` (and outside mpiexec) the host is calibrated as one process per core, one
+device each: the command starts ``mpiexec -n CORES flexrt calibrate --devices 1`` itself where mpiexec
+and mpi4py are installed (the machine file then has one node per process; ``flexrt train --machine
+local`` starts them), else this process calibrates one worker per core. ``--devices N``: one process
+of N workers.
+
 Under ``mpiexec -n R`` it also times MPI messages and ``MPI.Allreduce`` between the ranks: over all R
 (the links between ranks) and per device group g = 2..R (the first g ranks, one device each), whose
 fits T_g = C_g x + D_g (DisCo) go into the machine file's ``collectives`` section for
@@ -29,8 +35,10 @@ ACCEPTS_MODEL_FLAGS = False
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--devices", type=int, default=4, metavar="N",
-                        help=f"workers the host is split into (default 4; 1..{MAX_DEVICES_PER_NODE})")
+    parser.add_argument("--devices", type=int, metavar="N",
+                        help=f"workers per process (1..{MAX_DEVICES_PER_NODE}); without it the host is calibrated as "
+                             f"one process per core, one device each, started with mpiexec (where mpiexec and mpi4py "
+                             f"are installed; else one process of one worker per core)")
     parser.add_argument("--quick", action="store_true", help="small sizes and few repeats (rough, ~1 s; under "
                         "mpiexec 4 AllReduce sizes, 8 B..4 MB, 3 repeats per group)")
     parser.add_argument("--output", metavar="FILE",
@@ -43,14 +51,37 @@ def _rate(x: float, unit: str) -> str:
     return f"{x / 1e9:10.2f} G{unit}"
 
 
+def _as_processes(args, output) -> bool:
+    """Without ``--devices``, outside mpiexec: calibrate the host as one process per core (the ``local``
+    machine whose devices truly run in parallel) by starting ``mpiexec -n cores flexrt calibrate
+    --devices 1``. False where that cannot be (one core, or no mpiexec / mpi4py): then this process
+    calibrates one worker per core itself."""
+    import importlib.util
+    cores = os.cpu_count() or 1
+    if cores < 2 or mpi.find_mpiexec() is None or importlib.util.find_spec("mpi4py") is None:
+        return False
+    flags = ["--devices", "1", "--output", str(output)] + (["--quick"] if args.quick else []) + \
+        (["--json"] if args.json else [])
+    if not args.json:
+        print(f"calibrating this host as {cores} processes of one device each: mpiexec -n {cores} flexrt calibrate "
+              f"{' '.join(flags)} (give --devices N for one process of N workers)", flush=True)
+    mpi.launch(cores, mpi.flexrt_command() + ["calibrate"] + flags, echo=True)
+    return True
+
+
 def run(args, extra) -> int:
     # every flag is checked before anything is measured
     try:
-        check_devices(args.devices, "--devices")
+        if args.devices is not None:
+            check_devices(args.devices, "--devices")
     except MachineSpecError as e:
         args._parser.error(str(e))
     output = check_output_path(args.output or calibrated_local_path(),
                                "--output" if args.output else "the calibrated machine's path (FLEXRT_CACHE_DIR)")
+    if args.devices is None:
+        if not mpi.launched_by_mpi() and _as_processes(args, output):
+            return 0
+        args.devices = 1 if mpi.launched_by_mpi() else (os.cpu_count() or 1)
     comm = mpi.world()
     if comm is None:
         result = calibrate(args.devices, quick=args.quick)

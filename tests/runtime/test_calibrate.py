@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pytest
 
@@ -130,3 +131,14 @@ def test_the_collective_fit_recovers_a_linear_model_and_links_are_point_to_point
     route = m.route(0, 1)
     assert sum(m.links[link].latency_s for link in route) == pytest.approx(8e-6, rel=1e-3)
     assert min(m.links[link].bandwidth for link in route) == pytest.approx(5e9, rel=1e-3)
+
+
+def test_cli_calibrate_without_mpi_makes_one_worker_per_core(tmp_path, monkeypatch, capsys):
+    from flexrt.runtime import mpi
+    monkeypatch.setenv("FLEXRT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(mpi, "find_mpiexec", lambda: None)
+    monkeypatch.setattr(os, "cpu_count", lambda: 3)
+    assert main(["calibrate", "--quick"]) == 0
+    assert "calibrating this host as" not in capsys.readouterr().out
+    m = load_machine("local")
+    assert (m.num_nodes, m.num_devices) == (1, 3)

@@ -87,3 +87,14 @@ def test_train_on_the_local_machine_of_processes_starts_them_itself(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "on local: 2 devices" in r.stdout and r.stdout.count("step ") == 2
     assert r.stdout.count("peak memory measured") == 2       # one report, by rank 0, for both devices
+
+
+def test_calibrate_without_devices_calibrates_one_process_per_core(tmp_path, capsys, monkeypatch):
+    from flexrt.cli import main
+    monkeypatch.setenv("FLEXRT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert main(["calibrate", "--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "calibrating this host as 2 processes of one device each" in out
+    text = (tmp_path / "local.yaml").read_text()
+    assert "\nnodes: 2 " in text and "2 processes of 1 NumPy worker" in text
