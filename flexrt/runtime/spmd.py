@@ -188,161 +188,7 @@ class SpmdExecutor(Executor):
 
     # ---- one iteration -----------------------------------------------------------------------
     def _run_serial(self, st: _State, phase=None) -> None:
-        plan, MPI, comm = self.plan, self.MPI, self.comm
-        clock = time.perf_counter
-        mine = (lambda i: True) if phase is None else phase.__getitem__
-        if st.local_remaining is None:
-            st.local_remaining = dict(self.local_preds)
-        remaining = st.local_remaining
-        pending: list = []          # MPI requests
-        callbacks: list = []
-        sends: list = []
-        arrived: dict[int, int] = {}
-        partials: dict[int, dict[int, np.ndarray]] = {g: {} for g in self.group_ranks}
-        flats: dict[int, list] = {}  # group -> this rank's (device, flat buffer) per local member
-        in_place: set = set()            # groups whose sum goes into this rank's member buffer
-        heap: list[int] = []        # task index, + n_tasks for compute: communication goes first
-        n_tasks = plan.num_tasks
-        late = self.late
-
-        def complete(i: int, start: float) -> None:
-            st.start[i] = start
-            st.end[i] = clock() - st.t0
-            st.done[i] = True
-            self._release(plan.tasks[i], st)
-            for s in self.local_succ[i]:
-                remaining[s] -= 1
-                if remaining[s] == 0 and self.role[s] != RECV and mine(s):
-                    if self.role[s] == NOOP:    # another hop of a transfer: done with it, nothing to dispatch
-                        complete(s, st.end[i])
-                    else:
-                        heapq.heappush(heap, s + late[s])
-
-        def post_recv(i: int) -> None:
-            a = plan.tasks[i].action
-            buf = np.empty(_box_shape(a.dst.ranges), dtype=a.dst.dtype)
-            pending.append(comm.Irecv(buf, source=self.layout.owner[a.src_device], tag=2 * a.dst.key.index))
-
-            def done(t0=clock() - st.t0):
-                self._alloc((a.dst.key, a.dst.device), self.backend.upload(buf, a.dst.device))
-                complete(i, t0)
-            callbacks.append(done)
-
-        def finish_group(g: int) -> None:
-            ms = self.members[g]
-            if arrived.get(g, 0) < len(ms) or len(partials[g]) < len(self.group_ranks[g]):
-                return
-            ranks = self.group_ranks[g]
-            if g in in_place:    # this rank's partial is its member's flat buffer (a copy was sent): sum into it
-                (_, flat), = flats.pop(g)
-                np.add(partials[g][ranks[0]], partials[g][ranks[1]], out=flat)   # the sum in rank order
-                for r in ranks[2:]:
-                    flat += partials[g][r]
-            else:
-                total = partials[g][ranks[0]].copy()
-                for r in ranks[1:]:
-                    total += partials[g][r]
-                for dev, flat in flats.pop(g):
-                    self.backend.put(flat, self.backend.upload(total, dev), False)
-            for m in ms:     # a member's time runs from its arrival to the sum
-                complete(m, st.start[m])
-
-        def post_group(g: int) -> None:
-            size, dtype = self.group_size[g]
-            for r in self.group_ranks[g]:
-                if r == self.layout.rank:
-                    continue
-                buf = np.empty((size,), dtype=dtype)
-                pending.append(comm.Irecv(buf, source=r, tag=2 * g + 1))
-
-                def done(r=r, buf=buf):
-                    partials[g][r] = buf
-                    finish_group(g)
-                callbacks.append(done)
-
-        def ring_arrive(i: int) -> None:
-            group = plan.tasks[i].action.group
-            g = group.id
-            arrived[g] = arrived.get(g, 0) + 1
-            if arrived[g] < len(self.members[g]):
-                return
-            if g not in self.group_ranks:  # every member here: the local ring
-                self._ring(group)
-                for m in self.members[g]:
-                    complete(m, st.start[m])
-                return
-            local = [(group.device(m), self._member_flat(group, m)) for m in range(group.num_members)
-                     if self.layout.owns(group.device(m))]
-            flats[g] = local
-            own = self.backend.to_host(local[0][1]) if len(local) == 1 else None
-            # one local member in host memory, among the first two ranks of the sum: a copy of its flat
-            # buffer is sent (the buffer can take the sum as soon as the others' partials arrive,
-            # whenever MPI is done with the send) and the sum is made into it; else a partial sum
-            if own is local[0][1] and self.layout.rank in self.group_ranks[g][:2]:
-                in_place.add(g)
-                partials[g][self.layout.rank] = own
-                partial = own.copy()
-            else:
-                partial = np.array(self.backend.to_host(local[0][1]), copy=True)
-                for _, flat in local[1:]:
-                    partial += self.backend.to_host(flat)
-                partials[g][self.layout.rank] = partial
-            for r in self.group_ranks[g]:
-                if r != self.layout.rank:
-                    sends.append((comm.Isend(partial, dest=r, tag=2 * g + 1), partial))
-            finish_group(g)
-
-        for i in self.recvs:
-            if mine(i):
-                post_recv(i)
-        for g in self.groups:
-            if mine(self.members[g][0]):
-                post_group(g)
-        ready = self.ready0 if phase is None else (i for i, n in remaining.items() if n == 0 and self.role[i] != RECV)
-        for i in ready:
-            if not st.done[i] and mine(i):
-                heap.append(i + late[i])
-        heapq.heapify(heap)
-        while heap or pending:
-            if not heap:
-                k = MPI.Request.Waitany(pending)
-                pending.pop(k)
-                callbacks.pop(k)()
-                continue
-            i = heapq.heappop(heap)
-            if i >= n_tasks:     # compute: first let MPI move messages (and complete what arrived)
-                i -= n_tasks
-                if pending:
-                    _poll(MPI, pending, callbacks)
-            task, role = plan.tasks[i], self.role[i]
-            t0 = clock() - st.t0
-            try:
-                if role == RUN:
-                    self._execute(task, st)
-                    complete(i, t0)
-                elif role == SEND:
-                    a = task.action
-                    data = np.ascontiguousarray(self.backend.to_host(self.view((a.src, a.src_device),
-                                                                               a.dst.ranges)))
-                    sends.append((comm.Isend(data, dest=self.layout.owner[a.dst.device], tag=2 * a.dst.key.index),
-                                  data))
-                    complete(i, t0)
-                elif role == NOOP:
-                    complete(i, t0)
-                elif role == RING:
-                    st.start[i] = t0
-                    ring_arrive(i)
-            except FlexrtError as e:
-                raise TaskFailed(f"rank {self.layout.rank}: task '{task.name}' (device {task.device}) failed: "
-                                 f"{e}") from e
-            except Exception as e:  # noqa: BLE001  (a kernel's own error: name the task)
-                raise TaskFailed(f"rank {self.layout.rank}: task '{task.name}' (device {task.device}) failed: "
-                                 f"{type(e).__name__}: {e}") from e
-        MPI.Request.Waitall([r for r, _ in sends])
-        unfinished = [plan.tasks[i].name for i, n in remaining.items() if n > 0 and mine(i)]
-        if unfinished:
-            raise StrategyError(f"rank {self.layout.rank}: {len(unfinished)} tasks never became ready, e.g. "
-                                f"'{unfinished[0]}'")
+        _Iteration(self, st, phase).run()
 
     def _begin(self, inputs: dict, hold: bool) -> _State:
         self.comm.Barrier()  # a common start, so the ranks' timelines line up
@@ -410,3 +256,176 @@ class SpmdExecutor(Executor):
             super().load_weights(full)
         finally:
             self.plan.weight_instances = keep
+
+
+class _Iteration:
+    """One rank's run of the tasks of a phase (``SpmdExecutor._run_serial``): the receives and ring
+    exchanges posted at the start, then the dispatch loop (module docstring)."""
+
+    def __init__(self, ex: SpmdExecutor, st: _State, phase) -> None:
+        self.ex, self.st, self.plan, self.MPI, self.comm = ex, st, ex.plan, ex.MPI, ex.comm
+        self.mine = (lambda i: True) if phase is None else phase.__getitem__
+        self.phase = phase
+        if st.local_remaining is None:
+            st.local_remaining = dict(ex.local_preds)
+        self.remaining = st.local_remaining
+        self.pending: list = []          # MPI requests
+        self.callbacks: list = []        # per pending request, what to do when it completes
+        self.sends: list = []            # (request, buffer): waited for at the end
+        self.arrived: dict[int, int] = {}
+        self.partials: dict[int, dict[int, np.ndarray]] = {g: {} for g in ex.group_ranks}
+        self.flats: dict[int, list] = {}  # group -> this rank's (device, flat buffer) per local member
+        self.in_place: set = set()       # groups whose sum goes into this rank's member buffer
+        self.heap: list[int] = []        # task index, + n_tasks for compute: communication goes first
+
+    def now(self) -> float:
+        return time.perf_counter() - self.st.t0
+
+    def complete(self, i: int, start: float) -> None:
+        ex, st, remaining = self.ex, self.st, self.remaining
+        st.start[i] = start
+        st.end[i] = self.now()
+        st.done[i] = True
+        ex._release(self.plan.tasks[i], st)
+        for s in ex.local_succ[i]:
+            remaining[s] -= 1
+            if remaining[s] == 0 and ex.role[s] != RECV and self.mine(s):
+                if ex.role[s] == NOOP:    # another hop of a transfer: done with it, nothing to dispatch
+                    self.complete(s, st.end[i])
+                else:
+                    heapq.heappush(self.heap, s + ex.late[s])
+
+    def post_recv(self, i: int) -> None:
+        ex, a = self.ex, self.plan.tasks[i].action
+        buf = np.empty(_box_shape(a.dst.ranges), dtype=a.dst.dtype)
+        self.pending.append(self.comm.Irecv(buf, source=ex.layout.owner[a.src_device], tag=2 * a.dst.key.index))
+
+        def done(t0=self.now()):
+            ex._alloc((a.dst.key, a.dst.device), ex.backend.upload(buf, a.dst.device))
+            self.complete(i, t0)
+        self.callbacks.append(done)
+
+    def post_group(self, g: int) -> None:
+        ex = self.ex
+        size, dtype = ex.group_size[g]
+        for r in ex.group_ranks[g]:
+            if r == ex.layout.rank:
+                continue
+            buf = np.empty((size,), dtype=dtype)
+            self.pending.append(self.comm.Irecv(buf, source=r, tag=2 * g + 1))
+
+            def done(r=r, buf=buf):
+                self.partials[g][r] = buf
+                self.finish_group(g)
+            self.callbacks.append(done)
+
+    def finish_group(self, g: int) -> None:
+        ex, partials = self.ex, self.partials[g]
+        ms, ranks = ex.members[g], ex.group_ranks[g]
+        if self.arrived.get(g, 0) < len(ms) or len(partials) < len(ranks):
+            return
+        if g in self.in_place:    # this rank's partial is its member's flat buffer (a copy was sent): sum into it
+            (_, flat), = self.flats.pop(g)
+            np.add(partials[ranks[0]], partials[ranks[1]], out=flat)   # the sum in rank order
+            for r in ranks[2:]:
+                flat += partials[r]
+        else:
+            total = partials[ranks[0]].copy()
+            for r in ranks[1:]:
+                total += partials[r]
+            for dev, flat in self.flats.pop(g):
+                ex.backend.put(flat, ex.backend.upload(total, dev), False)
+        for m in ms:     # a member's time runs from its arrival to the sum
+            self.complete(m, self.st.start[m])
+
+    def ring_arrive(self, i: int) -> None:
+        ex = self.ex
+        group = self.plan.tasks[i].action.group
+        g = group.id
+        self.arrived[g] = self.arrived.get(g, 0) + 1
+        if self.arrived[g] < len(ex.members[g]):
+            return
+        if g not in ex.group_ranks:  # every member here: the local ring
+            ex._ring(group)
+            for m in ex.members[g]:
+                self.complete(m, self.st.start[m])
+            return
+        local = [(group.device(m), ex._member_flat(group, m)) for m in range(group.num_members)
+                 if ex.layout.owns(group.device(m))]
+        self.flats[g] = local
+        own = ex.backend.to_host(local[0][1]) if len(local) == 1 else None
+        # one local member in host memory, among the first two ranks of the sum: a copy of its flat
+        # buffer is sent (the buffer can take the sum as soon as the others' partials arrive,
+        # whenever MPI is done with the send) and the sum is made into it; else a partial sum
+        if own is local[0][1] and ex.layout.rank in ex.group_ranks[g][:2]:
+            self.in_place.add(g)
+            self.partials[g][ex.layout.rank] = own
+            partial = own.copy()
+        else:
+            partial = np.array(ex.backend.to_host(local[0][1]), copy=True)
+            for _, flat in local[1:]:
+                partial += ex.backend.to_host(flat)
+            self.partials[g][ex.layout.rank] = partial
+        for r in ex.group_ranks[g]:
+            if r != ex.layout.rank:
+                self.sends.append((self.comm.Isend(partial, dest=r, tag=2 * g + 1), partial))
+        self.finish_group(g)
+
+    def dispatch(self, i: int) -> None:
+        """Run task ``i`` as this rank's role for it says."""
+        ex, task, role, t0 = self.ex, self.plan.tasks[i], self.ex.role[i], self.now()
+        if role == RUN:
+            ex._execute(task, self.st)
+            self.complete(i, t0)
+        elif role == SEND:
+            a = task.action
+            data = np.ascontiguousarray(ex.backend.to_host(ex.view((a.src, a.src_device), a.dst.ranges)))
+            self.sends.append((self.comm.Isend(data, dest=ex.layout.owner[a.dst.device], tag=2 * a.dst.key.index),
+                               data))
+            self.complete(i, t0)
+        elif role == NOOP:
+            self.complete(i, t0)
+        elif role == RING:
+            self.st.start[i] = t0
+            self.ring_arrive(i)
+
+    def run(self) -> None:
+        ex, MPI, heap, pending, callbacks = self.ex, self.MPI, self.heap, self.pending, self.callbacks
+        n_tasks = self.plan.num_tasks
+        for i in ex.recvs:
+            if self.mine(i):
+                self.post_recv(i)
+        for g in ex.groups:
+            if self.mine(ex.members[g][0]):
+                self.post_group(g)
+        ready = ex.ready0 if self.phase is None else \
+            (i for i, n in self.remaining.items() if n == 0 and ex.role[i] != RECV)
+        for i in ready:
+            if not self.st.done[i] and self.mine(i):
+                heap.append(i + ex.late[i])
+        heapq.heapify(heap)
+        while heap or pending:
+            if not heap:
+                k = MPI.Request.Waitany(pending)
+                pending.pop(k)
+                callbacks.pop(k)()
+                continue
+            i = heapq.heappop(heap)
+            if i >= n_tasks:     # compute: first let MPI move messages (and complete what arrived)
+                i -= n_tasks
+                if pending:
+                    _poll(MPI, pending, callbacks)
+            task = self.plan.tasks[i]
+            try:
+                self.dispatch(i)
+            except FlexrtError as e:
+                raise TaskFailed(f"rank {ex.layout.rank}: task '{task.name}' (device {task.device}) failed: "
+                                 f"{e}") from e
+            except Exception as e:  # noqa: BLE001  (a kernel's own error: name the task)
+                raise TaskFailed(f"rank {ex.layout.rank}: task '{task.name}' (device {task.device}) failed: "
+                                 f"{type(e).__name__}: {e}") from e
+        MPI.Request.Waitall([r for r, _ in self.sends])
+        unfinished = [self.plan.tasks[i].name for i, n in self.remaining.items() if n > 0 and self.mine(i)]
+        if unfinished:
+            raise StrategyError(f"rank {ex.layout.rank}: {len(unfinished)} tasks never became ready, e.g. "
+                                f"'{unfinished[0]}'")
