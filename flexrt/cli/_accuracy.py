@@ -35,6 +35,7 @@ from pathlib import Path
 
 from flexrt.cli._common import add_json_flag, count, emit_json
 from flexrt.errors import ConfigError
+from flexrt.model.accuracy import scores
 from flexrt.runtime import mpi
 
 NAME = "accuracy"
@@ -120,11 +121,6 @@ def _driver(args, models: list[str]) -> int:
     return 0
 
 
-def _scores(rows, key):
-    from flexrt.model.accuracy import scores
-    return scores(rows, key)
-
-
 def _report(doc: dict, out: Path) -> None:
     rows, meta = doc["rows"], doc["meta"]
     print(f"\n{len(rows)} validation strategies over {len(meta['models'])} models on {meta['ranks']} processes "
@@ -134,9 +130,9 @@ def _report(doc: dict, out: Path) -> None:
           f"{meta['message_s'] * 1e6:.1f} us (fitted on the calibration strategies)")
     print(f"{'cost model':<34}{'median':>8}{'max':>8}{'tau':>7}{'regret':>8}")
     for key, what in (("profiled_s", "profiled kernels (before)"), ("predicted_s", "measured tasks (after)")):
-        s = _scores(rows, key)
+        s = scores(rows, key)
         print(f"{what:<34}{s['median_error']:>8.1%}{s['max_error']:>8.1%}{s['tau']:>+7.2f}{s['max_regret']:>8.1%}")
-    s = _scores(rows, "predicted_s")
+    s = scores(rows, "predicted_s")
     print("within each model (after): " + "; ".join(
         f"{m} tau {v['tau']:+.2f}, regret {v['regret']:.1%} ({v['predicted_best']} vs {v['measured_best']})"
         for m, v in s["per_model"].items()))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import time
 from pathlib import Path
 
@@ -74,11 +75,6 @@ def _measure(items: list, machine, cost, repeat: int):
         yield item, session, sorted(results, key=lambda r: r.wall_s)
 
 
-def _median_wall(results: list) -> float:
-    return results[(len(results) - 1) // 2].wall_s if len(results) % 2 else \
-        (results[len(results) // 2 - 1].wall_s + results[len(results) // 2].wall_s) / 2
-
-
 def _print_calibration(times, strategies: int) -> None:
     fits = ", ".join(f"{k} {a * 1e6:.0f} us + {b:.3g} x^{c:.2f}" for k, (a, b, c) in times.fits.items() if ":" not in k)
     print(f"calibrated: {len(times)} task keys from {strategies} strategies; per kind, measured ~ a + b x^c of the "
@@ -93,7 +89,7 @@ def _row(item, session, results: list, before: float, dispatch_s: float, out) ->
     when ``out`` (the root rank)."""
     from flexrt.model.accuracy import kind_sums, side_by_side
     name, label = item[0], item[1]
-    measured = _median_wall(results)
+    measured = statistics.median(r.wall_s for r in results)
     mid = results[(len(results) - 1) // 2]
     row = {"model": name, "strategy": label, "tasks": session.plan.num_tasks, "measured_s": measured,
            "predicted_s": session.predicted_time_s, "profiled_s": before,
@@ -134,7 +130,7 @@ def worker(args, models) -> int:
         for r in results:
             harvest(times, session.simulator, session.plan.tasks, r.end - r.start, session.optimizer)
         times.strategies.append(f"{name}/{label}")
-        walls.append((strategy, _median_wall(results)))
+        walls.append((strategy, statistics.median(r.wall_s for r in results)))
     times.fit(profiled, machine)
     times.fit_overheads(profiled, machine, walls)
     if root:
@@ -145,12 +141,11 @@ def worker(args, models) -> int:
     rows = [_row(x, session, results, Simulator(machine, profiled, "sgd").time_full(x[3]), times.dispatch_s,
                  out if root else None)
             for x, session, results in _measure(val, machine, cost, args.repeat)]
-    hits_misses = (cost.hits, cost.misses)
     if root:
         meta = {"ranks": size, "models": models, "machine": str(args.machine), "repeat": args.repeat,
                 "calibration": list(times.strategies), "validation": [f"{r['model']}/{r['strategy']}" for r in rows],
                 "fits": times.fits, "dispatch_s": times.dispatch_s, "message_s": times.message_s,
-                "hits": hits_misses[0], "misses": hits_misses[1], "load_before": load_before,
+                "hits": cost.hits, "misses": cost.misses, "load_before": load_before,
                 "load_after": os.getloadavg()[0], "cpus": os.cpu_count(), "worker_s": time.perf_counter() - t0}
         (out / "accuracy.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     return 0

@@ -51,13 +51,21 @@ def test_world_that_does_not_fit_the_machine_is_refused():
     assert "valid world sizes: 1, 2, 4, 8" in r.stderr
 
 
-def test_calibrate_under_mpiexec_measures_messages_between_ranks(tmp_path):
+FLEXRT = os.path.join(os.path.dirname(sys.executable), "flexrt")
+
+
+def calibrate_2_ranks(tmp_path, devices: int) -> tuple[subprocess.CompletedProcess, dict]:
+    """`mpiexec -n 2 flexrt calibrate --quick --devices N` into ``tmp_path``; (its run, its environment)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "OMPI_"))}
     env["FLEXRT_CACHE_DIR"] = str(tmp_path)
-    flexrt = os.path.join(os.path.dirname(sys.executable), "flexrt")
-    r = subprocess.run([find_mpiexec(), "-n", "2", flexrt, "calibrate", "--quick", "--devices", "2"], cwd=ROOT,
-                       env=env, capture_output=True, text=True, timeout=240)
+    r = subprocess.run([find_mpiexec(), "-n", "2", FLEXRT, "calibrate", "--quick", "--devices", str(devices)],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stdout + r.stderr
+    return r, env
+
+
+def test_calibrate_under_mpiexec_measures_messages_between_ranks(tmp_path):
+    r, _ = calibrate_2_ranks(tmp_path, 2)
     assert "MPI latency" in r.stdout and "this rank's share (2 ranks on the host)" in r.stdout
     assert "AllReduce fit (2 ranks)" in r.stdout
     from flexrt.machine import load_machine
@@ -75,14 +83,9 @@ def test_calibrate_under_mpiexec_measures_messages_between_ranks(tmp_path):
 def test_train_on_the_local_machine_of_processes_starts_them_itself(tmp_path):
     """`mpiexec -n 2 flexrt calibrate --devices 1` writes a `local` machine of 2 processes (nodes: 2);
     `flexrt train --machine local`, run plainly, starts the 2 ranks itself."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "OMPI_"))}
-    env["FLEXRT_CACHE_DIR"] = str(tmp_path)
-    flexrt = os.path.join(os.path.dirname(sys.executable), "flexrt")
-    r = subprocess.run([find_mpiexec(), "-n", "2", flexrt, "calibrate", "--quick", "--devices", "1"], cwd=ROOT,
-                       env=env, capture_output=True, text=True, timeout=240)
-    assert r.returncode == 0, r.stdout + r.stderr
+    _, env = calibrate_2_ranks(tmp_path, 1)
     assert "\nnodes: 2 " in (tmp_path / "local.yaml").read_text()
-    r = subprocess.run([flexrt, "train", "mlp_unity_fig2", "-b", "16", "--machine", "local", "--steps", "2"], cwd=ROOT,
+    r = subprocess.run([FLEXRT, "train", "mlp_unity_fig2", "-b", "16", "--machine", "local", "--steps", "2"], cwd=ROOT,
                        env=env, capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "on local: 2 devices" in r.stdout and r.stdout.count("step ") == 2
