@@ -8,8 +8,9 @@ one BLAS thread each, each pinned to a core where the OS allows. Without ``--mac
 first calibrated that way (``mpiexec -n R flexrt calibrate --devices 1``: every rank a node of one
 device, MPI messages between them). Then, under ``mpiexec -n R`` (``flexrt.model.accuracy``):
 
-1. **calibration**: per model, the calibration strategies run (warm-up, then ``--repeat``
-   iterations) and every task's traced duration fills a ``MeasuredTimes`` table keyed as the
+1. **calibration**: the calibration strategies run (``--repeat`` timed iterations each, in 5
+   sessions of a warm-up and their share; the sessions in rounds, each round one session of every
+   strategy, so that a slow spell of the host lands on all alike) and every task's traced duration fills a ``MeasuredTimes`` table keyed as the
    lowering asks its cost model (``flexrt.simulator.measured_costs``), written to
    ``DIR/measured_times.json``;
 2. **validation**: per model, the validation strategies (disjoint from the calibration ones) are
@@ -55,8 +56,9 @@ def add_arguments(parser) -> None:
                         help="random validation strategies per model (default 2)")
     parser.add_argument("--calibration", type=count(0, 100), default=12, metavar="N",
                         help="random calibration strategies per model, beside one device (default 12)")
-    parser.add_argument("--repeat", type=count(1, 1000), default=9, metavar="N",
-                        help="timed iterations per strategy, shared among 3 sessions each after 3 untimed ones (default 9; the median is scored)")
+    parser.add_argument("--repeat", type=count(1, 1000), default=15, metavar="N",
+                        help="timed iterations per strategy, shared among 5 sessions each after 3 untimed ones; the "
+                             "sessions run in rounds interleaved across strategies (default 15; the median is scored)")
     parser.add_argument("--quick", action="store_true", help="quick calibration of the host, 3 timed iterations")
     parser.add_argument("--output", default="flexrt-accuracy", metavar="DIR",
                         help="where the results, the scatter plot and the traces go (default ./flexrt-accuracy)")

@@ -17,7 +17,7 @@ from flexrt.errors import ConfigError
 from flexrt.runtime import mpi
 
 WARMUP = 3     # untimed iterations first: the first ones allocate, fault pages in and fill caches
-SESSIONS = 3   # independent sessions per strategy, the timed iterations shared among them
+ROUNDS = 5     # sessions per strategy, interleaved across strategies, the timed iterations shared among them
 
 
 def _todo(models, machine, seeds: int, calibration: int):
@@ -54,25 +54,33 @@ def _session(strategy, machine, cost):
     return Session(strategy, machine, cost_model=cost, mode="serial", optimizer="sgd", lr=0.01)
 
 
-def _measure(items: list, machine, cost, repeat: int):
+def _measure(items: list, machine, cost, repeat: int, rounds: int = ROUNDS):
     """Per (model, label, batch, strategy) item: (item, its last session, its timed iterations sorted
-    by wall time). ``SESSIONS`` sessions one after the other, as training runs one: each ``WARMUP``
-    untimed iterations, then its share of the ``repeat`` timed ones back to back, and dropped
-    before the next is built (holding many at once slows the one that runs: measured 3.1 -> 5.3 ms
-    for an MLP; and one session's iterations can run 2x slower than another's of the same strategy,
-    measured 9.9 and 18.9 ms for one CNN strategy: their buffers land elsewhere, their messages are
-    noticed at other times)."""
+    by wall time), yielded in the last round.
+
+    The ``repeat`` timed iterations of an item are shared among ``rounds`` sessions, and the rounds
+    are interleaved: round r runs one session of every item before round r+1 starts. A slow spell
+    of a shared host then lands on every strategy alike instead of on whichever ran during it
+    (measured over three runs of 35 strategies run one after the other: the same strategy's median
+    varied up to 47 %, e.g. a CNN's data parallel at 6.8, 5.7 and 8.3 ms). Each session runs
+    ``WARMUP`` untimed iterations, then its share back to back, and is dropped before the next is
+    built (holding many at once slows the one that runs: measured 3.1 -> 5.3 ms for an MLP; and one
+    session's iterations can run 2x slower than another's of the same strategy, measured 9.9 and
+    18.9 ms for one CNN strategy: their buffers land elsewhere, their messages are noticed at other
+    times)."""
     from flexrt.model.accuracy import batch_for
-    shares = [repeat // SESSIONS + (1 if k < repeat % SESSIONS else 0) for k in range(SESSIONS)]
-    for item in items:
-        results: list = []
-        for share in (s for s in shares if s):
+    shares = [s for s in (repeat // rounds + (1 if k < repeat % rounds else 0) for k in range(rounds)) if s]
+    results: list[list] = [[] for _ in items]
+    for r, share in enumerate(shares):
+        last = r == len(shares) - 1
+        for i, item in enumerate(items):
             session = _session(item[3], machine, cost)
             inputs, labels = batch_for(session.plan, item[2])
             for _ in range(WARMUP):
                 session.step(inputs, labels)
-            results += [session.step(inputs, labels) for _ in range(share)]
-        yield item, session, sorted(results, key=lambda r: r.wall_s)
+            results[i] += [session.step(inputs, labels) for _ in range(share)]
+            if last:
+                yield item, session, sorted(results[i], key=lambda x: x.wall_s)
 
 
 def _print_calibration(times, strategies: int) -> None:

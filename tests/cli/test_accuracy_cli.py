@@ -76,3 +76,32 @@ def test_scores_median_max_tau_and_regret():
     assert s["median_error"] == pytest.approx(0.1) and s["max_error"] == pytest.approx(0.5)
     assert s["per_model"]["a"]["predicted_best"] == "y" and s["per_model"]["a"]["regret"] == pytest.approx(1.0)
     assert s["tau"] == pytest.approx(kendall_tau([1, 2, 3], [1.1, 1.0, 3.0])) == pytest.approx(1 / 3)
+
+
+def test_measurements_run_in_rounds_interleaved_across_strategies(monkeypatch):
+    """Round r runs one session of every strategy before round r+1; each strategy's timed iterations
+    are shared among the rounds and all come back with it, sorted by wall time."""
+    from types import SimpleNamespace
+
+    from flexrt.cli import _accuracy_worker as worker
+    from flexrt.model import accuracy
+
+    order, clock = [], iter(range(1000, 0, -1))
+
+    class FakeSession:
+        def __init__(self, strategy):
+            self.strategy, self.plan = strategy, None
+            order.append(strategy)
+
+        def step(self, inputs, labels):
+            return SimpleNamespace(wall_s=next(clock), strategy=self.strategy)
+
+    monkeypatch.setattr(worker, "_session", lambda strategy, machine, cost: FakeSession(strategy))
+    monkeypatch.setattr(accuracy, "batch_for", lambda plan, batch: (None, None))
+    items = [("m", label, 4, label) for label in "abc"]
+    out = list(worker._measure(items, None, None, repeat=7, rounds=3))
+    assert order == list("abc") * 3
+    assert [item[1] for item, _, _ in out] == list("abc")
+    for item, session, results in out:
+        assert len(results) == 7 and {r.strategy for r in results} == {item[3]}
+        assert [r.wall_s for r in results] == sorted(r.wall_s for r in results)
