@@ -90,6 +90,7 @@ class Buffers:
         assembled: dict[BufId, int] = {}     # buffer -> assembling task
         self.ring_groups: dict[int, object] = {}
         self.ring_members: dict[int, list[int]] = defaultdict(list)  # ring group -> its member tasks
+        self.tasks_member: dict[int, int] = {}                       # member task -> its index in the group
         for i, t in enumerate(tasks):
             a = t.action
             for b in gathered(a):
@@ -98,6 +99,7 @@ class Buffers:
             if isinstance(a, RingStep):
                 self.ring_groups[a.group.id] = a.group
                 self.ring_members[a.group.id].append(i)
+                self.tasks_member[i] = a.member
                 for b in a.group.buffers:
                     self._declare(b)
                     assembled.setdefault((b.key, b.device), i)
@@ -323,12 +325,35 @@ class MemoryTimeline:
     allocated_bytes: dict
 
 
-def _collective_times(ring_members: dict, start, end) -> tuple[np.ndarray, np.ndarray]:
-    """Per task start and end, a ring collective's members starting when the last is ready and
-    ending with the last (the runtime runs the collective once, when all members have arrived)."""
+def ready_times(succ, end) -> np.ndarray:
+    """Per task (by index) the time its last predecessor ends (0 for a task without one): when it
+    is ready, given each task's ``end`` and its successors ``succ``."""
+    ready = np.zeros(len(succ))
+    for p, ss in enumerate(succ):
+        if len(ss):
+            ready[ss] = np.maximum(ready[ss], end[p])
+    return ready
+
+
+def _collective_times(buffers: Buffers, start, end, rank_of=None, succ=None) -> tuple[np.ndarray, np.ndarray]:
+    """Per task start and end, a ring collective's members ending with the last. In one process
+    (``rank_of`` None) they start when the last is ready: the runtime runs the collective once, when
+    all members have arrived. Over processes (``rank_of``: device -> rank; ``succ``: each task's
+    successors), the members a rank holds start when its last one is ready (``ready_times``, not
+    when the simulated links get to them): the rank assembles their buffers then and sends its
+    partial, and holds them until the others' partials have arrived and the sum is made."""
     start, end = np.array(start, dtype=np.float64), np.array(end, dtype=np.float64)
-    for ms in ring_members.values():
-        start[ms], end[ms] = start[ms].max(), end[ms].max()
+    ready = ready_times(succ, end) if rank_of is not None else None
+    for g, ms in buffers.ring_members.items():
+        end[ms] = end[ms].max()
+        if rank_of is None:
+            start[ms] = start[ms].max()
+            continue
+        group, by_rank = buffers.ring_groups[g], defaultdict(list)
+        for i in ms:
+            by_rank[rank_of[group.device(buffers.tasks_member[i])]].append(i)
+        for local in by_rank.values():
+            start[local] = ready[local].max()
     return start, end
 
 
@@ -389,15 +414,17 @@ class _Live:
 
 
 def replay(buffers: Buffers, start, end, optimizer_state: int = 0, state_held: bool = True,
-           unmaterialized=frozenset()) -> MemoryTimeline:
+           unmaterialized=frozenset(), rank_of=None, succ=None) -> MemoryTimeline:
     """Live bytes per device along a timeline: per task (by index) its ``start`` and ``end``. Each
     task allocates what it writes at its start and frees (``released``) at its end; at one instant
     tasks that ran until then free first, then tasks starting then allocate, then tasks taking no
     time free. Weight instances are live throughout, and their optimizer state (``optimizer_state``
     times their bytes: 0 for SGD, 1 with momentum, 2 for Adam) too when ``state_held`` (every
     iteration but the first), else from their update on. Buffers in ``unmaterialized`` are never
-    allocated (the intermediates of a fused chain the executor evaluates as one expression)."""
-    start, end = _collective_times(buffers.ring_members, start, end)
+    allocated (the intermediates of a fused chain the executor evaluates as one expression). With
+    ``rank_of`` (device -> MPI rank: the SPMD runtime) and ``succ`` (per task its successors), a ring
+    collective's buffers live on each rank from its own members' arrival (``_collective_times``)."""
+    start, end = _collective_times(buffers, start, end, rank_of, succ)
     n = len(buffers.reads)
     mem = _Live(_flat_units(buffers))
     t0 = float(min(0.0, start.min())) if n else 0.0

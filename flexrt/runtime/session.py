@@ -257,7 +257,9 @@ class Session:
                 start, end = plan.predicted_start, plan.predicted_end
             state = OPTIMIZER_STATE[self.simulator.optimizer]
             peak = self._predicted_peak = replay(plan.buffers, start, end, state,
-                                                 unmaterialized=self.executor.unmaterialized()).peak_bytes
+                                                 unmaterialized=self.executor.unmaterialized(),
+                                                 rank_of=None if self.layout is None else self.layout.owner,
+                                                 succ=plan.succ).peak_bytes
         report = {}
         for d in range(self.machine.num_devices):
             total = self.predicted.memory_bytes.get(d, {}).get("total", 0)

@@ -4,6 +4,8 @@
 3 steps across the ranks; rank 0 prints ``OK model kind loss_err weight_err`` or raises.
 ``... fail``: rank 1 raises during training; the job must end with its message.
 ``... world``: builds a session on dgx1_v100 (8 devices) whatever the world size.
+``... memory MODEL,...``: the accuracy models' validation strategies on a local machine of one
+device per rank; rank 0 prints ``PEAK model strategy device predicted measured`` per device.
 """
 
 from __future__ import annotations
@@ -61,5 +63,22 @@ def world() -> None:
     Session(strategy_of("data", m.pcg, machine), machine, loss=loss, **SGD)
 
 
+def memory(models: str) -> None:
+    from flexrt.machine import local_machine
+    from flexrt.model.accuracy import MODELS as ACCURACY_MODELS, batch_for, validation_strategies
+    comm = mpi.world()
+    machine = local_machine(1, nodes=comm.Get_size())
+    for model in models.split(","):
+        build, size = ACCURACY_MODELS[model]
+        for label, strategy in validation_strategies(build(size), machine, range(2)):
+            session = Session(strategy, machine, optimizer="sgd", lr=0.01)
+            inputs, labels = batch_for(session.plan, size)
+            for _ in range(3):
+                result = session.step(inputs, labels)
+            for d, v in session.memory_report(result).items():
+                if comm.Get_rank() == 0:
+                    print(f"PEAK {model} {label} {d} {v['predicted_peak']} {v['measured_peak']}", flush=True)
+
+
 if __name__ == "__main__":
-    {"law": law, "fail": fail, "world": world}[sys.argv[1]](*sys.argv[2:])
+    {"law": law, "fail": fail, "world": world, "memory": memory}[sys.argv[1]](*sys.argv[2:])
