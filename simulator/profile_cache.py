@@ -5,9 +5,9 @@ Where: the ``path`` argument, else ``$FLEXRT_CACHE_DIR/profile.json``, else
 
 Format (JSON, one file)::
 
-    {"schema": 1, "flexrt_version": "0.1.0",
+    {"schema": 2, "flexrt_version": "0.1.0",
      "entries": {"<sha256 of key + version + schema, 32 hex>": {
-         "schema": 1, "flexrt_version": "0.1.0",
+         "schema": 2, "flexrt_version": "0.1.0",
          "key": {"op": "linear", "attrs": {...}, "inputs": [[[64, 784], "DT_FLOAT"], ...],
                  "outputs": [...], "dtype": "DT_FLOAT", "backend": "numpy",
                  "device": {"kind": "cpu", "name": "cpu0"}},
@@ -53,7 +53,7 @@ from flexrt.errors import ConfigError
 from flexrt.inputs import read_text
 from flexrt.paths import CACHE_DIR_ENV_VAR, cache_dir
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2     # 2: timed with glibc keeping freed memory (flexrt.MALLOC_TUNED); schema-1 times were up to 5x slower
 ENV_VAR = CACHE_DIR_ENV_VAR
 FILE_NAME = "profile.json"
 BACKWARD_KINDS = ("derived", "measured")
