@@ -15,8 +15,10 @@ dispatches it. ``MeasuredTimes`` collects those durations from real iterations
 ``MeasuredCostModel(base, times)`` answers from the table and, for a key never measured, gives
 ``a + b x^c`` of the base model's time ``x``, fitted on the harvested tasks of the same kind and
 operator (``MeasuredTimes.fit``: a power law in logs), else of the kind. Every compute task also pays the
-runtime's own time per task, and every transfer its time per message (``MeasuredTimes.fit_overheads``,
-fitted on the calibration runs). Transfers and collectives are the base's (plus the runtime's time per message): their costs come
+runtime's own time per task, and every transfer its time per message, and more for a message large
+enough that MPI moves it only when the receiver polls (``RENDEZVOUS_BYTES``; all three from
+``MeasuredTimes.fit_overheads``, fitted on the calibration runs). Transfers and collectives are the
+base's (plus those times per message): their costs come
 from the machine's calibrated links (``flexrt calibrate``: point to point and AllReduce under MPI).
 The table is one JSON file (``save`` / ``load``) that records its backend, host and the strategies
 it was harvested from (what calibrates is never what is scored).
@@ -52,6 +54,16 @@ if TYPE_CHECKING:
     from flexrt.machine import DeviceSpec, Link
 
 FORMAT = 1
+# MPI moves a message of at least this many bytes between processes only when the receiver calls
+# into MPI (rendezvous; MPICH's single-copy threshold between processes of one host, its
+# MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD): measured on this project's host, 16 KiB reached an idle
+# receiver in 6 us and one busy computing for 2 ms in 2,099 us. Below it a message is sent eagerly.
+def _rendezvous_bytes(default: int = 8192) -> int:
+    value = os.environ.get("MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD", "")
+    return int(value) if value.strip().isdigit() else default
+
+
+RENDEZVOUS_BYTES = _rendezvous_bytes()
 KINDS = ("forward", "backward", "update", "reduce", "loss", "fused-forward", "fused-backward")
 
 
@@ -107,6 +119,7 @@ class MeasuredTimes:
         self.fits: dict[str, tuple] = {}   # "kind" or "kind:op" -> (a, b, c): a + b x^c
         self.dispatch_s = 0.0    # the runtime's own time per compute task beside it (``fit_overheads``)
         self.message_s = 0.0     # ... and per message between devices, on top of the link's time
+        self.rendezvous_s = 0.0  # ... and per message of RENDEZVOUS_BYTES or more: the wait for the receiver
         self.strategies: list[str] = []      # what the durations were harvested from
 
     def __len__(self) -> int:
@@ -145,42 +158,48 @@ class MeasuredTimes:
         return max(a + b * max(base_s, MIN_TASK_S) ** c, MIN_TASK_S)
 
     def fit_overheads(self, base, machine, runs: Sequence[tuple], optimizer="sgd",
-                      step_s: float = 1e-5) -> tuple[float, float]:
+                      step_s: float = 1e-5) -> tuple[float, float, float]:
         """The runtime's own time per compute task beside the task itself (``dispatch_s``: dispatching
-        it, polling for messages, releasing buffers) and per message (``message_s``: a transfer's
-        send, its arrival handled, on top of the link's time) that make the simulated iterations of
-        ``runs`` ((strategy, measured seconds): the calibration strategies, never the scored ones)
-        closest to their measured times: each iteration's sensitivity to either is simulated (one
-        step of ``step_s``), then the least squared relative error, both >= 0. Sets and returns them."""
+        it, polling for messages, releasing buffers), per message (``message_s``: a transfer's send,
+        its arrival handled, on top of the link's time) and per message of ``RENDEZVOUS_BYTES`` or
+        more (``rendezvous_s``: the wait until the receiver next polls, see ``RENDEZVOUS_BYTES``) that
+        make the simulated iterations of ``runs`` ((strategy, measured seconds): the calibration
+        strategies, never the scored ones) closest to their measured times: each iteration's
+        sensitivity to each is simulated (one step of ``step_s``), then the least squared relative
+        error, all >= 0. Sets and returns them."""
+        import itertools
+
         import numpy as np
         from flexrt.simulator.simulate import Simulator
 
-        def wall(d: float, m: float, strategy) -> float:
-            self.dispatch_s, self.message_s = d, m
+        def wall(x, strategy) -> float:
+            self.dispatch_s, self.message_s, self.rendezvous_s = x
             return Simulator(machine, MeasuredCostModel(base, self), optimizer, detail=False).time_full(strategy)
+        unknowns = 3
         rows, rhs = [], []
         for strategy, measured in runs:
-            w0 = wall(0.0, 0.0, strategy)
-            rows.append([(wall(step_s, 0.0, strategy) - w0) / step_s / measured,
-                         (wall(0.0, step_s, strategy) - w0) / step_s / measured])
+            w0 = wall((0.0,) * unknowns, strategy)
+            rows.append([(wall(tuple(step_s if j == k else 0.0 for j in range(unknowns)), strategy) - w0) / step_s
+                         / measured for k in range(unknowns)])
             rhs.append(1.0 - w0 / measured)
         A, y = np.array(rows), np.array(rhs)
-        best, best_err = (0.0, 0.0), float(np.sum(y ** 2))
-        for cols in ((0, 1), (0,), (1,)):    # non-negative least squares over two unknowns
-            x = np.linalg.lstsq(A[:, cols], y, rcond=None)[0]
-            full = np.zeros(2)
-            full[list(cols)] = x
-            err = float(np.sum((A @ full - y) ** 2))
-            if (x >= 0).all() and err < best_err:
-                best, best_err = (float(full[0]), float(full[1])), err
-        self.dispatch_s, self.message_s = best
-        return best
+        best, best_err = np.zeros(unknowns), float(np.sum(y ** 2))
+        for size in range(1, unknowns + 1):      # non-negative least squares over the subsets of unknowns
+            for cols in itertools.combinations(range(unknowns), size):
+                x = np.linalg.lstsq(A[:, cols], y, rcond=None)[0]
+                full = np.zeros(unknowns)
+                full[list(cols)] = x
+                err = float(np.sum((A @ full - y) ** 2))
+                if (x >= 0).all() and err < best_err:
+                    best, best_err = full, err
+        self.dispatch_s, self.message_s, self.rendezvous_s = (float(v) for v in best)
+        return self.dispatch_s, self.message_s, self.rendezvous_s
 
     # ---- file ----------------------------------------------------------------------------------
     def to_json(self) -> dict:
         return {"format": FORMAT, "backend": self.backend, "host": self.host, "strategies": list(self.strategies),
                 "fits": {k: list(v) for k, v in self.fits.items()}, "dispatch_s": self.dispatch_s,
-                "message_s": self.message_s, "samples": {k: v for k, v in sorted(self.samples.items())}}
+                "message_s": self.message_s, "rendezvous_s": self.rendezvous_s, "samples": {k: v for k, v in sorted(self.samples.items())}}
 
     def save(self, path) -> None:
         """Write the table (atomically: a temporary file in the same folder, then a rename)."""
@@ -213,9 +232,11 @@ class MeasuredTimes:
             out.fits = {str(k): tuple(float(v) for v in f) for k, f in data.get("fits", {}).items()}
             if any(len(f) != 3 for f in out.fits.values()):
                 raise ValueError("every fit is [a, b, c]")
-            out.dispatch_s, out.message_s = float(data.get("dispatch_s", 0.0)), float(data.get("message_s", 0.0))
-            if not (out.dispatch_s >= 0 and out.message_s >= 0):
-                raise ValueError(f"dispatch_s {out.dispatch_s} and message_s {out.message_s} must be >= 0")
+            for name in ("dispatch_s", "message_s", "rendezvous_s"):
+                value = float(data.get(name, 0.0))
+                if not value >= 0:
+                    raise ValueError(f"{name} is {value}; it must be >= 0")
+                setattr(out, name, value)
             for k, v in data["samples"].items():
                 for x in v:
                     out.add(str(k), float(x))
@@ -340,7 +361,8 @@ class MeasuredCostModel(CostModelWrapper):
     def linear_with(cls, base, times=None) -> bool:
         # transfers stay latency + bytes / bandwidth (the lowering's fast path) unless a time per
         # message is added to them
-        return has_linear_transfers(base) and not getattr(times, "message_s", 0.0)
+        return (has_linear_transfers(base) and not getattr(times, "message_s", 0.0)
+                and not getattr(times, "rendezvous_s", 0.0))
 
     def __init__(self, base, times: MeasuredTimes):
         if not isinstance(times, MeasuredTimes):
@@ -402,6 +424,8 @@ class MeasuredCostModel(CostModelWrapper):
         return self._answer(fused_key(members, phase, device.name), phase, from_base)
 
     def transfer_time(self, link: "Link", num_bytes: int) -> float:
-        """The base's (the calibrated link), plus the runtime's time per message (``message_s``): every
-        hop of a transfer is held at once, so the transfer takes that much longer."""
-        return self.base.transfer_time(link, num_bytes) + self.times.message_s
+        """The base's (the calibrated link), plus the runtime's time per message (``message_s``), plus
+        ``rendezvous_s`` for a message of ``RENDEZVOUS_BYTES`` or more: every hop of a transfer is held
+        at once, so the transfer takes that much longer."""
+        extra = self.times.message_s + (self.times.rendezvous_s if num_bytes >= RENDEZVOUS_BYTES else 0.0)
+        return self.base.transfer_time(link, num_bytes) + extra

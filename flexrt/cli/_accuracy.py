@@ -129,7 +129,8 @@ def _report(doc: dict, out: Path) -> None:
           f"(one device each; load average {meta['load_before']:.2f} before, {meta['load_after']:.2f} after); "
           f"calibrated on {len(meta['calibration'])} other strategies: {_per_model(meta['calibration'])}")
     print(f"the runtime's own time per compute task {meta['dispatch_s'] * 1e6:.1f} us and per message "
-          f"{meta['message_s'] * 1e6:.1f} us (fitted on the calibration strategies)")
+          f"{meta['message_s'] * 1e6:.1f} us, {meta.get('rendezvous_s', 0.0) * 1e6:.1f} us more per message of "
+          f"{meta.get('rendezvous_bytes', 0)} bytes or more (fitted on the calibration strategies)")
     print(f"{'cost model':<34}{'median':>8}{'max':>8}{'tau':>7}{'regret':>8}")
     for key, what in (("profiled_s", "profiled kernels (before)"), ("predicted_s", "measured tasks (after)")):
         s = scores(rows, key)
