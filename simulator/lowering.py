@@ -59,6 +59,7 @@ from flexrt.simulator.collectives import CommCost, RingFits, comm_cost_of
 from flexrt.simulator.engine import Engine
 from flexrt.strategy import Strategy
 from flexrt.strategy.layout import Layouts, OperatorLayout
+from flexrt.strategy.pipeline import device_order
 from flexrt.strategy.reshard import Reshards, numel, overlap
 from flexrt.simulator.task_graph import (CATEGORY_CODE, KIND_CODE, Access, Category, Owner, OwnerKind,
                                          RegionRequirement, TaskGraph, TaskKind)
@@ -167,6 +168,7 @@ class Lowering:
     def _set_strategy(self, strategy: Strategy) -> None:
         wiring = strategy.wiring()
         self.strategy = strategy
+        self.pipeline = getattr(strategy, "pipeline", None)
         if wiring is getattr(self, "wiring", None):
             return  # one model: producers, consumers and ranks stay
         self.wiring = wiring
@@ -183,6 +185,10 @@ class Lowering:
         self.producer = wiring.producer
         self._release = self._release_plan()  # for one-shot builds
         sinks = wiring.sinks
+        if self.pipeline is not None:     # every micro-batch's copy of the output is scored on its rows
+            self.loss_rows = {c: self.pipeline.loss_rows(c) for c in self.pipeline.model.losses}
+            self.loss_node = list(self.loss_rows)[-1]
+            return
         if self.loss_output is not None:
             if self.loss_output not in wiring.ops:
                 raise StrategyError(f"loss output '{self.loss_output}' is not a compute operator of the model; "
@@ -190,6 +196,7 @@ class Lowering:
             self.loss_node = self.loss_output
         else:
             self.loss_node = sinks[-1] if sinks else None
+        self.loss_rows = {self.loss_node: None} if self.loss_node is not None else {}
 
     def layout(self, name: str) -> OperatorLayout:
         return self._layouts.get(name, self.strategy.shapes(name), self.strategy.view(name))
@@ -633,6 +640,11 @@ class Lowering:
         lay = self.layout(name)
         full = lay.output_shapes[0]
         dtype = full.dtype
+        first, rows, total = self.loss_rows.get(name) or (0, full.dims[0], full.dims[0])
+        full_elements = full.num_elements // rows * total       # the whole batch's, over micro-batches too
+
+        def label_rows(box):
+            return ((box[0][0] + first, box[0][1] + first),)
         fwd, bwd = self.op_tasks[name]
         regions = lay.output_regions[0]
         scored = [p for p, r in enumerate(regions) if r.copy_index == 0]
@@ -648,7 +660,7 @@ class Lowering:
                 self._part(owner, key_in, dev, out_key(p), dev, ranges)
                 self._part(owner, gout_key(p), dev, key_grad, dev, ranges, add=True)
                 action = Loss(Buf(key_in, dev, ranges, dtype.numpy_name), Buf(key_grad, dev, ranges, dtype.numpy_name),
-                              ranges[:1], full.num_elements)
+                              label_rows(ranges), full_elements)
                 t = self._task(owner, TaskKind.LOSS, dev, self._loss_time(piece, dev),
                                f"loss {name}[{p}]", node=name, piece=p, action=action)
                 self._edges(owner, [fwd[p]], [t])
@@ -669,7 +681,7 @@ class Lowering:
                 arrivals += hops
                 self._part(owner, key_in, target, xkey, target, box, add=True)
         action = Loss(Buf(key_in, target, all_box, dtype.numpy_name), Buf(key_grad, target, all_box, dtype.numpy_name),
-                      all_box[:1], full.num_elements)
+                      label_rows(all_box), full_elements)
         t = self._task(owner, TaskKind.LOSS, target, self._loss_time(full, target),
                        f"loss {name}@{target}", node=name, action=action)
         self._edges(owner, arrivals, [t])
@@ -703,10 +715,12 @@ class Lowering:
                     self._lower_edge(name, i)
                 for w in self._last_user_of.get(name, ()):
                     self._lower_weight(w)
-                if name == self.loss_node:
+                if name in self.loss_rows:
                     self._lower_loss(name)
                 for done in release.get(name, ()):
                     self._layouts.drop(done)
+            if self.pipeline is not None:
+                self._lower_schedule()
             self.engine = self.graph.engine(self.engine_cls)
 
     def _release_plan(self) -> dict[str, list[str]]:
@@ -744,8 +758,9 @@ class Lowering:
     def update(self, strategy: Strategy, changed: set[str]) -> None:
         """Re-lower what a change of the named compute operators' configurations touches and bring the
         engine in step (only the changed tasks and edges)."""
-        if self.strategy is None or strategy.wiring() is not self.wiring or not self.incremental:
-            self.build(strategy)
+        if self.strategy is None or strategy.wiring() is not self.wiring or not self.incremental \
+                or getattr(strategy, "pipeline", None) is not None or self.pipeline is not None:
+            self.build(strategy)   # a pipeline's schedule orders tasks of every stage: lowered whole
             return
         self._set_strategy(strategy)
         self.fusion_cache.clear()
@@ -764,7 +779,7 @@ class Lowering:
             self._drop(Owner.edge(*e))
         for w in weights:
             self._drop(Owner.weight(w))
-        losses = [self.loss_node] if self.loss_node in ops else []
+        losses = [name for name in self.loss_rows if name in ops]
         for name in losses:
             self._drop(Owner.loss(name))
         order = self.position
@@ -772,6 +787,39 @@ class Lowering:
                             sorted(weights, key=order.get), losses))
         self._describe_graph()
         self.graph.sync(self.engine)
+
+    def _lower_schedule(self) -> None:
+        """The pipeline's schedule as dependencies (``flexrt.strategy.pipeline.device_order``): on
+        every device, each unit (a stage's forward or backward tasks of one micro-batch there) after
+        the one before it in its block's order; edges go from the earlier unit's tasks that nothing
+        in it follows to the later unit's tasks that nothing in it precedes. Owned by the later
+        unit's first operator."""
+        plan = self.pipeline
+        units: dict[tuple, dict[int, list]] = defaultdict(lambda: defaultdict(list))  # unit -> device -> tasks
+        first_op: dict[tuple, str] = {}
+        for name in self.wiring.ops:
+            stage, j = plan.unit_of(name)
+            fwd, bwd = self.op_tasks[name]
+            for phase, ids in (("F", fwd), ("B", bwd)):
+                first_op.setdefault((phase, stage, j), name)
+                for t in ids:
+                    units[(phase, stage, j)][self.core.row(t)[1]].append(t)
+        src, dst = self.core.edge_arrays()
+        succ, pred = defaultdict(set), defaultdict(set)
+        for a, b in zip(src.tolist(), dst.tolist()):
+            succ[a].add(b)
+            pred[b].add(a)
+        for block in range(plan.stages):
+            order = device_order(plan.schedule, plan.stages, plan.micro_batches, plan.chunks, block)
+            for before, after in zip(order, order[1:]):
+                owner = Owner.op(first_op[after])
+                for dev, tasks in units[after].items():
+                    prev = units[before].get(dev)
+                    if prev:
+                        inside_b, inside_a = set(prev), set(tasks)
+                        sinks = [t for t in prev if not succ[t] & inside_b]
+                        sources = [t for t in tasks if not pred[t] & inside_a]
+                        self._edges(owner, sinks, sources)
 
     def memory_by_device(self) -> dict[int, dict[str, int]]:
         return self.graph.memory_by_device()

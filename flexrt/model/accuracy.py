@@ -30,9 +30,9 @@ from typing import Callable
 import numpy as np
 
 from flexrt.core import ActiMode, AggrMode, DataType, FFConfig, FFModel
-from flexrt.machine.views import enumerate_views
 from flexrt.simulator.actions import RingStep
-from flexrt.strategy import OpConfig, Strategy, all_axes, data_parallel, is_compute, random_strategy, valid_configs
+from flexrt.strategy import Strategy, data_parallel, is_compute, random_strategy
+from flexrt.strategy.space import config_at
 
 CLASSES = 10
 
@@ -106,23 +106,6 @@ MODELS: dict[str, tuple[Callable, int]] = {"mlp": (mlp_model, 64), "cnn": (cnn_m
 
 # ---- strategies -------------------------------------------------------------------------------------
 
-def _config(base, node, machine, degrees, device: int = 0) -> OpConfig:
-    """The first of ``degrees`` (a dict axis name -> degree, or a list of such dicts: alternatives
-    in order; axes the operator lacks are ignored) valid for ``node``, else the node unsplit; the
-    view starting at ``device`` where there is one."""
-    names = [a.name for a in all_axes(base, node)]
-    valid = [{k: v for k, v in c.items() if v > 1} for c in valid_configs(base, node, machine)]
-    want = {}
-    for alternative in ([degrees] if isinstance(degrees, dict) else degrees):
-        ask = {k: v for k, v in alternative.items() if k in names and v > 1}
-        if ask and ask in valid:
-            want = ask
-            break
-    views = enumerate_views(machine, tuple(want.get(n, 1) for n in names))
-    view = next((v for v in views if v.start == device), views[0])
-    return OpConfig(tuple(want.items()), view)
-
-
 def hand_made(base, machine, rule) -> Strategy:
     """``rule(k, node)`` -> (degrees, start device) for the k-th compute operator."""
     configs = {}
@@ -130,7 +113,7 @@ def hand_made(base, machine, rule) -> Strategy:
     for node in base.nodes:
         if is_compute(node):
             degrees, device = rule(k, node)
-            configs[node.id] = _config(base, node, machine, degrees, device % machine.num_devices)
+            configs[node.id] = config_at(base, node, machine, degrees, device % machine.num_devices)
             k += 1
     return Strategy.from_configs(base, configs)
 

@@ -97,14 +97,12 @@ def _shape(b: Buf) -> tuple:
     return tuple(hi - lo for lo, hi in b.ranges)
 
 
-def _fused_softmax(plan: ExecPlan, loss: LossType):
-    """The name of the loss operator when its loss fuses with it (``fuses_with_softmax``), else None."""
+def _fused_softmax(plan: ExecPlan, loss: LossType) -> frozenset:
+    """The scored operators (the model's output; one per micro-batch when pipelined) whose loss fuses
+    with them (``fuses_with_softmax``)."""
     scored = {t.action.output.key.name for t in plan.tasks if isinstance(t.action, Loss)}
-    for t in plan.tasks:
-        a = t.action
-        if isinstance(a, Backward) and a.node in scored:
-            return a.node if fuses_with_softmax(loss, a.attrs, len(a.outputs[0].ranges)) else None
-    return None
+    return frozenset(a.node for t in plan.tasks if isinstance((a := t.action), Backward) and a.node in scored
+                     and fuses_with_softmax(loss, a.attrs, len(a.outputs[0].ranges)))
 
 
 def _loss_backward(plan: ExecPlan, loss: LossType) -> Callable:
@@ -321,7 +319,7 @@ class Executor:
         ops = [self._backward_arg(b, i in read_ops, i in a.zeroed) for i, b in enumerate(a.operands)]
         outs = [self._backward_arg(b, k in read_outs, False) for k, b in enumerate(a.outputs)]
         gouts = [self.get((b.key, b.device)) for b in a.grad_outputs]
-        if a.node == self.fused_softmax:  # the loss handed back d loss / d logits already
+        if a.node in self.fused_softmax:  # the loss handed back d loss / d logits already
             grads = [gouts[0].copy()]
         else:
             grads = backward_kernel(a.attrs.op_type)(self.xp, a.attrs, ops, outs, gouts)

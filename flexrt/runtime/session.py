@@ -56,6 +56,7 @@ from flexrt.simulator.cost_model import AnalyticCostModel
 from flexrt.simulator.memory import replay, serial_times
 from flexrt.simulator.simulate import OPTIMIZER_STATE, SimResult, Simulator, chrome_trace
 from flexrt.strategy import ConfigStrategy, Strategy
+from flexrt.strategy.pipeline import split_batch
 
 OPTIMIZER_PARAMS = {OptimizerKind.SGD: ("lr", "momentum", "nesterov", "weight_decay"),
                     OptimizerKind.ADAM: ("alpha", "beta1", "beta2", "epsilon", "weight_decay")}
@@ -200,15 +201,21 @@ class Session:
     def input_names(self) -> list[str]:
         return sorted(self.plan.inputs)
 
+    def _batch(self, inputs: dict) -> dict:
+        """A pipelined strategy's model reads each micro-batch's rows as inputs of their own
+        (``flexrt.strategy.pipeline.split_batch``); the whole batch is given by the model's names."""
+        plan = getattr(self.strategy, "pipeline", None)
+        return inputs if plan is None else split_batch(plan, inputs)
+
     def step(self, inputs: dict, labels) -> IterationResult:
         """One training iteration (forward, loss, backward, gradient sync, update) on the batch."""
-        self.last = self.executor.run(inputs, labels)
+        self.last = self.executor.run(self._batch(inputs), labels)
         return self.last
 
     def forward(self, inputs: dict) -> None:
         """The forward pass alone on the batch; ``output`` reads what it computed, ``finish`` completes
         the iteration (a later ``forward`` or ``step`` abandons it)."""
-        self.executor.forward(inputs)
+        self.executor.forward(self._batch(inputs))
 
     def finish(self, labels) -> IterationResult:
         """The rest of the iteration ``forward`` began: loss, backward, gradient sync, update."""

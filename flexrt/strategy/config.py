@@ -364,6 +364,13 @@ class Strategy:
         out.fusion = plan or None
         return out
 
+    def with_pipeline(self, plan) -> "Strategy":
+        """The same strategy, pipelined by ``plan`` (``flexrt.strategy.pipeline.PipelinePlan``, whose
+        micro-batched model must be this strategy's; None: not pipelined)."""
+        out = copy.copy(self)
+        out.pipeline = plan
+        return out
+
     @classmethod
     def from_configs(cls, base: PCG, configs: Mapping[int, OpConfig]) -> "ConfigStrategy":
         """Shorthand for ``ConfigStrategy(base, configs)``."""
@@ -385,13 +392,14 @@ class ConfigStrategy(Strategy):
     configuration valid, every edge reshardable); ``with_config`` re-checks only what changed. The
     parallel PCG (``pcg``, ``views``, ``origin``) is built by ``apply_configs`` when first asked for."""
 
-    __slots__ = ("base", "configs", "_wiring", "_names", "_pcg", "_views", "_origin", "_shapes", "fusion")
+    __slots__ = ("base", "configs", "_wiring", "_names", "_pcg", "_views", "_origin", "_shapes", "fusion", "pipeline")
 
     def __init__(self, base: PCG, configs: Mapping[int, OpConfig], _check: Optional[set] = None,
                  _wiring: Optional[Wiring] = None, _shapes: Optional[dict] = None) -> None:
         self.base = base
         self.configs = dict(configs)
         self.fusion = None  # a FusionPlan (``with_fusion``)
+        self.pipeline = None  # a PipelinePlan (``with_pipeline``)
         self._wiring = _wiring or wiring_of(base)
         self._names: dict[str, int] = {name: self._wiring.nodes[name].id for name in self._wiring.ops}
         self._pcg = self._views = self._origin = None
@@ -436,7 +444,9 @@ class ConfigStrategy(Strategy):
         changed operators and their edges only."""
         changed = {self.base.node(nid).name for nid in configs}
         shapes = {k: v for k, v in self._shapes.items() if k not in changed}
-        return ConfigStrategy(self.base, {**self.configs, **configs}, changed, self._wiring, shapes)
+        out = ConfigStrategy(self.base, {**self.configs, **configs}, changed, self._wiring, shapes)
+        out.pipeline = self.pipeline
+        return out
 
     def with_config(self, node_id: int, config: OpConfig) -> "ConfigStrategy":
         """The strategy with one operator's configuration replaced."""
@@ -468,7 +478,7 @@ class ConfigStrategy(Strategy):
 
     def __eq__(self, other) -> bool:
         return isinstance(other, ConfigStrategy) and self.base is other.base and self.configs == other.configs \
-            and self.fusion == other.fusion
+            and self.fusion == other.fusion and self.pipeline is other.pipeline
 
     __hash__ = None
 
@@ -476,12 +486,13 @@ class ConfigStrategy(Strategy):
 class GraphStrategy(Strategy):
     """A whole parallel PCG and a machine view per compute operator (by node id)."""
 
-    __slots__ = ("pcg", "views", "_wiring", "_ids", "_shapes", "fusion")
+    __slots__ = ("pcg", "views", "_wiring", "_ids", "_shapes", "fusion", "pipeline")
 
     def __init__(self, pcg: PCG, views: Mapping[int, MachineView]) -> None:
         self.pcg = pcg
         self.views = dict(views)
         self.fusion = None  # a FusionPlan (``with_fusion``)
+        self.pipeline = None  # a PipelinePlan (``with_pipeline``)
         self._wiring = Wiring(pcg)
         self._ids = {name: self._wiring.nodes[name].id for name in self._wiring.ops}
         self._shapes: dict[str, OpShapes] = {}

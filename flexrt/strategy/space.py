@@ -97,6 +97,23 @@ def valid_configs(base: PCG, node: Node, machine: Machine, max_degree: Optional[
     return out
 
 
+def config_at(base: PCG, node: Node, machine: Machine, degrees, device: int = 0) -> OpConfig:
+    """The first of ``degrees`` (a dict axis name -> degree, or a list of such dicts: alternatives in
+    order; axes the operator lacks are ignored) valid for ``node``, else the node unsplit; the view
+    starting at ``device`` where there is one."""
+    names = [a.name for a in all_axes(base, node)]
+    valid = [{k: v for k, v in c.items() if v > 1} for c in valid_configs(base, node, machine)]
+    want = {}
+    for alternative in ([degrees] if isinstance(degrees, Mapping) else degrees):
+        ask = {k: v for k, v in alternative.items() if k in names and v > 1}
+        if ask and ask in valid:
+            want = ask
+            break
+    views = enumerate_views(machine, tuple(want.get(n, 1) for n in names))
+    view = next((v for v in views if v.start == device), views[0])
+    return OpConfig(tuple(want.items()), view)
+
+
 def apply_single(base: PCG, node: Node, degrees: Mapping[str, int]) -> None:
     """Raise ShapeError/StrategyError when ``degrees`` is not a valid configuration of ``node``."""
     op_shapes(node, data_shapes(base, node), degrees)

@@ -1,0 +1,281 @@
+"""Pipeline parallelism as a strategy value (Unity §3.3 and §5; GPipe; PipeDream-Flush; Megatron-LM).
+
+A pipelined strategy cuts the model's operators into stages, puts each stage on a block of devices
+and splits the batch into ``m`` micro-batches that flow through the stages.
+
+**Micro-batches are copies of the model that share its weights** (``micro_batch_pcg``). Copy ``j``
+of every operator reads copy ``j`` of its operands and the model's own weight nodes, and its inputs
+are rows ``j*b .. (j+1)*b`` of the batch (``b = B / m``). Lowering therefore gives every stage a
+forward and a backward task per micro-batch and piece, and activation and gradient transfers
+between stages per micro-batch. A weight's gradient is the sum of its copies' contributions, which
+is exactly a gradient accumulated over micro-batches. It is synchronized and applied once per
+iteration, after the flush. Each copy of the model's output is scored by its own loss task, on its
+rows of the labels, weighted by its share of the whole batch, so the loss and every gradient are
+the whole batch's. A stage may itself be data, tensor or reduction parallel, since its operators'
+copies have ordinary configurations on its device block.
+
+**A schedule is an order of those tasks per device** (``device_order``), which the lowering turns
+into dependencies. The simulator and the runtime therefore run the same order:
+
+- ``gpipe``: all forwards, then all backwards;
+- ``1f1b`` (PipeDream-Flush): ``p - s - 1`` forwards to warm up stage ``s``, then one forward and one
+  backward in turn, then the remaining backwards. At most ``p - s`` micro-batches' activations are
+  live on stage ``s``, where GPipe holds ``m``;
+- ``interleaved`` (Megatron-LM): ``v`` chunks of stages per device (stage ``c * p + b`` on device
+  block ``b``), in Megatron's order. Needs ``m`` divisible by ``p``; the bubble is ``v`` times
+  smaller.
+
+Batch statistics (batch norm) are taken per micro-batch, as in GPipe and PyTorch, so a model with
+batch norm trains differently pipelined; every other operator trains to the same weights.
+
+Entry points: ``Schedule``, ``PipelinePlan``, ``micro_batch_pcg``, ``pipeline_strategy``,
+``device_order``, ``split_batch``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+from flexrt.errors import FlexrtError, StrategyError
+from flexrt.ir.costs import op_cost
+from flexrt.ir.op_type import OpType
+from flexrt.ir.ops import InputAttrs
+from flexrt.ir.pcg import PCG, TensorRef
+from flexrt.ir.tensor_shape import TensorShape
+from flexrt.machine import Machine
+from flexrt.strategy.config import ConfigStrategy, is_compute
+from flexrt.strategy.space import config_at
+
+SEP = ".mb"   # copy j of operator or input "x" is named "x.mb{j}"
+
+
+class Schedule(enum.Enum):
+    GPIPE = "gpipe"
+    ONE_F_ONE_B = "1f1b"
+    INTERLEAVED = "interleaved"
+
+    @classmethod
+    def parse(cls, value) -> "Schedule":
+        if isinstance(value, Schedule):
+            return value
+        try:
+            return cls(str(value).lower())
+        except ValueError:
+            raise StrategyError(f"unknown pipeline schedule {value!r}; valid: "
+                                f"{', '.join(s.value for s in cls)}") from None
+
+
+def copy_name(name: str, j: int) -> str:
+    return f"{name}{SEP}{j}"
+
+
+@dataclass(frozen=True)
+class MicroBatched:
+    """The micro-batched model: ``pcg``; per original compute operator its copies' names
+    (``copies``); per copied input its origin and rows (``inputs``: copy -> (input, first row, rows));
+    per copy of the model's output the label rows it scores (``losses``: copy -> (first row, rows)),
+    and the rows of the whole batch (``batch``)."""
+
+    pcg: PCG
+    micro_batches: int
+    copies: Mapping[str, tuple]
+    inputs: Mapping[str, tuple]
+    losses: Mapping[str, tuple]
+    batch: int
+
+
+def micro_batch_pcg(pcg: PCG, micro_batches: int, loss_output: Optional[str] = None) -> MicroBatched:
+    """``pcg`` (a sequential model) as ``micro_batches`` copies sharing its weights (see the module
+    doc). Every input's first dimension is the batch and must divide evenly; the model's output is
+    ``loss_output`` or its last operator nobody consumes."""
+    m = micro_batches
+    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+        raise StrategyError(f"micro-batches must be an integer >= 1, got {micro_batches!r}")
+    out, refs, copies, inputs = PCG(), {}, {}, {}
+    batch = None
+    for nid in pcg.topological_order():
+        node = pcg.node(nid)
+        if node.op_type is OpType.WEIGHT:
+            refs[nid] = [out.add_node(node.attrs, (), name=node.name)] * m
+        elif node.op_type is OpType.INPUT:
+            dims = node.attrs.shape.dims
+            if batch is None:
+                batch = dims[0]
+            if not dims or dims[0] != batch or batch % m:
+                raise StrategyError(f"input '{node.name}' {list(dims)}: its first dimension must be the batch "
+                                    f"({batch}) and divide into {m} micro-batches")
+            b = batch // m
+            shape = TensorShape((b,) + tuple(dims[1:]), node.attrs.shape.dtype)
+            refs[nid] = [out.add_node(InputAttrs(shape), (), name=copy_name(node.name, j)) for j in range(m)]
+            inputs.update({copy_name(node.name, j): (node.name, j * b, b) for j in range(m)})
+        elif not is_compute(node):
+            raise StrategyError(f"operator '{node.name}' ({node.op_type.value}): micro-batching takes a sequential "
+                                f"model (no parallelization operators)")
+        else:
+            ids = []
+            for j in range(m):
+                operands = [TensorRef(refs[r.node][j], r.index) for r in node.inputs]
+                try:
+                    ids.append(out.add_node(node.attrs, operands, name=copy_name(node.name, j)))
+                except FlexrtError as e:
+                    raise StrategyError(f"operator '{node.name}' cannot run on micro-batches of {batch // m} "
+                                        f"samples (its attributes fix the batch size?): {e}") from None
+            refs[nid] = ids
+            copies[node.name] = tuple(copy_name(node.name, j) for j in range(m))
+    if batch is None:
+        raise StrategyError("micro-batching needs a model with an input")
+    sinks = [n.name for n in pcg.operators() if not pcg.consumers(n.id)]
+    last = loss_output if loss_output is not None else (sinks[-1] if sinks else None)
+    if last not in copies:
+        raise StrategyError(f"loss output {last!r} is not a compute operator of the model")
+    rows = pcg.node_by_name(last)
+    total = pcg.shape(TensorRef(rows.id)).tensor_shape.dims[0]
+    if total % m:
+        raise StrategyError(f"the output of '{last}' has {total} rows: they do not divide into {m} micro-batches")
+    losses = {c: (j * (total // m), total // m) for j, c in enumerate(copies[last])}
+    return MicroBatched(out, m, copies, inputs, losses, batch)
+
+
+@dataclass(frozen=True, eq=False)
+class PipelinePlan:
+    """What makes a strategy pipelined: its micro-batched model (``model``), the schedule, ``stages``
+    (``p``: device blocks) and ``chunks`` (``v``: stages per block, interleaved), and per original
+    compute operator its stage index (``stage_of``, 0 .. p*v - 1)."""
+
+    model: MicroBatched
+    schedule: Schedule
+    stages: int
+    chunks: int
+    stage_of: Mapping[str, int]
+
+    @property
+    def micro_batches(self) -> int:
+        return self.model.micro_batches
+
+    def block_of(self, stage: int) -> int:
+        return stage % self.stages
+
+    def unit_of(self, copy: str) -> tuple[int, int]:
+        """(stage, micro-batch) of a compute operator's copy."""
+        name, _, j = copy.rpartition(SEP)
+        return self.stage_of[name], int(j)
+
+    def loss_rows(self, copy: str) -> Optional[tuple]:
+        """(first row, rows, rows of the whole batch) a copy of the output scores, or None."""
+        got = self.model.losses.get(copy)
+        return None if got is None else (got[0], got[1], got[1] * self.micro_batches)
+
+
+def device_order(schedule, stages: int, micro_batches: int, chunks: int = 1, block: int = 0) -> list[tuple]:
+    """The order in which device block ``block`` runs its units: ("F" or "B", stage, micro-batch)."""
+    p, m, v, b = stages, micro_batches, chunks, block
+    s = Schedule.parse(schedule)
+    if s is Schedule.INTERLEAVED:
+        if v < 2 or m % p:
+            raise StrategyError(f"the interleaved schedule needs 2 or more chunks per device and micro-batches "
+                                f"divisible by the {p} stages; got {v} chunks and {m} micro-batches")
+        total = m * v
+
+        def unit(phase: str, k: int) -> tuple:
+            c = (k // p) % v
+            return phase, (c if phase == "F" else v - 1 - c) * p + b, (k // (p * v)) * p + k % p
+        warm = min((p - b - 1) * 2 + (v - 1) * p, total)
+    else:
+        if v != 1:
+            raise StrategyError(f"the {s.value} schedule runs one chunk of stages per device; got {v} "
+                                f"(use the interleaved schedule)")
+        total = m
+
+        def unit(phase: str, k: int) -> tuple:
+            return phase, b, k
+        warm = m if s is Schedule.GPIPE else min(p - b - 1, m)
+    order = [unit("F", k) for k in range(warm)]
+    for k in range(total - warm):
+        order += [unit("F", warm + k), unit("B", k)]
+    order += [unit("B", k) for k in range(total - warm, total)]
+    return order
+
+
+def _balanced_stages(pcg: PCG, count: int) -> dict[str, int]:
+    """The compute operators in topological order cut into ``count`` contiguous stages of about
+    equal forward + backward FLOPs (every stage at least one operator)."""
+    ops = [pcg.node(n) for n in pcg.topological_order() if is_compute(pcg.node(n))]
+    if len(ops) < count:
+        raise StrategyError(f"{count} pipeline stages need at least {count} operators; the model has {len(ops)}")
+    weights = []
+    for node in ops:
+        ins = [pcg.shape(r).tensor_shape for r in node.inputs]
+        outs = [s.tensor_shape for s in pcg.output_shapes(node.id)]
+        c = op_cost(node.attrs, ins, outs)
+        weights.append(max(c.forward_flops + c.backward_flops, 1))
+    total, before, stage_of, prev = float(sum(weights)), 0.0, {}, -1
+    for i, (node, w) in enumerate(zip(ops, weights)):
+        want = int(count * (before + w / 2) / total)          # the stage its middle falls in
+        prev = stage_of[node.name] = max(min(want, prev + 1, count - 1), count - (len(ops) - i))
+        before += w
+    return stage_of
+
+
+def pipeline_strategy(pcg: PCG, machine: Machine, stages: int, micro_batches: int, schedule="1f1b",
+                      chunks: int = 1, stage_of: Optional[Mapping[str, int]] = None,
+                      degrees: Optional[Mapping[str, dict]] = None, loss_output: Optional[str] = None) -> ConfigStrategy:
+    """A pipelined strategy of ``pcg`` on ``machine``: ``stages`` (p) device blocks of n / p devices,
+    ``chunks`` (v) stages per block, ``micro_batches`` (m). ``stage_of`` (operator -> stage, 0 ..
+    p*v - 1, non-decreasing along the graph) defaults to stages of balanced FLOPs. Within a stage
+    every operator is data parallel over its block where its micro-batch divides (``degrees``:
+    operator -> degrees per axis, to choose otherwise)."""
+    sched = Schedule.parse(schedule)
+    n = machine.num_devices
+    if isinstance(stages, bool) or not isinstance(stages, int) or stages < 1 or n % stages:
+        raise StrategyError(f"{stages!r} pipeline stages do not divide the machine's {n} devices")
+    device_order(sched, stages, micro_batches, chunks)    # checks schedule, chunks and micro-batches
+    mb = micro_batch_pcg(pcg, micro_batches, loss_output)
+    count = stages * chunks
+    if stage_of is None:
+        stage_of = _balanced_stages(pcg, count)
+    else:
+        stage_of = dict(stage_of)
+        missing = [name for name in mb.copies if name not in stage_of]
+        bad = {k: v for k, v in stage_of.items() if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < count}
+        if missing or bad:
+            raise StrategyError(f"stage_of: {'no stage for ' + repr(missing[0]) if missing else f'bad stages {bad}'}; "
+                                f"every operator needs a stage 0..{count - 1}")
+    width = n // stages
+    configs = {}
+    for name, names in mb.copies.items():
+        start = (stage_of[name] % stages) * width
+        for c in names:
+            node = mb.pcg.node_by_name(c)
+            want = (degrees or {}).get(name)
+            configs[node.id] = config_at(mb.pcg, node, machine, want if want is not None else {"sample": width,
+                                                                                             "dim0": width}, start)
+    strategy = ConfigStrategy(mb.pcg, configs)
+    return strategy.with_pipeline(PipelinePlan(mb, sched, stages, chunks, stage_of))
+
+
+def split_batch(plan: PipelinePlan, inputs: Mapping[str, object]) -> dict:
+    """The micro-batched model's inputs from the whole batch's (by the original input names); inputs
+    already given per micro-batch pass through."""
+    out = {}
+    for copy, (name, first, rows) in plan.model.inputs.items():
+        if copy in inputs:
+            out[copy] = inputs[copy]
+        elif name in inputs:
+            out[copy] = inputs[name][first:first + rows]
+    return out
+
+
+def check_order(plan: PipelinePlan) -> None:
+    """Every stage's micro-batches appear once forward and once backward in its block's order."""
+    for b in range(plan.stages):
+        order = device_order(plan.schedule, plan.stages, plan.micro_batches, plan.chunks, b)
+        want = {(ph, s, j) for ph in "FB" for s in range(b, plan.stages * plan.chunks, plan.stages)
+                for j in range(plan.micro_batches)}
+        if sorted(order) != sorted(want):
+            raise StrategyError(f"schedule {plan.schedule.value}: block {b} runs {len(order)} units, expected {len(want)}")
+
+
+__all__ = ["Schedule", "PipelinePlan", "MicroBatched", "micro_batch_pcg", "pipeline_strategy", "device_order",
+           "split_batch", "copy_name", "check_order"]
