@@ -57,9 +57,9 @@ from flexrt.simulator.actions import (HOST, Backward, Buf, Forward, Key, Loss, M
 from flexrt.simulator.cost_model import has_linear_transfers, loss_time, ring_sum_time
 from flexrt.simulator.collectives import CommCost, RingFits, comm_cost_of
 from flexrt.simulator.engine import Engine
+from flexrt.simulator.pipeline_lowering import accumulate_micro_batches, lower_schedule
 from flexrt.strategy import Strategy
 from flexrt.strategy.layout import Layouts, OperatorLayout
-from flexrt.strategy.pipeline import device_order
 from flexrt.strategy.reshard import Reshards, numel, overlap
 from flexrt.simulator.task_graph import (CATEGORY_CODE, KIND_CODE, Access, Category, Owner, OwnerKind,
                                          RegionRequirement, TaskGraph, TaskKind)
@@ -586,6 +586,9 @@ class Lowering:
                 deps[ranges][src].extend(self.core.hops(bx))
         grad_parts = self._weight_parts(owner, wname, users, plan, fwd_first if plan.copies else (),
                                         back_first if plan.copies else (), np_dtype) if self.detail else {}
+        if self.pipeline is not None:
+            accumulate_micro_batches(self, owner, wname, users, plan, deps, grad_parts,
+                                     back_first if plan.copies else ())
         for ranges, reps in plan.instances:
             piece = TensorShape(tuple(b - a for a, b in ranges), dtype)
             devices = [d for _, d in reps]
@@ -720,7 +723,7 @@ class Lowering:
                 for done in release.get(name, ()):
                     self._layouts.drop(done)
             if self.pipeline is not None:
-                self._lower_schedule()
+                lower_schedule(self)
             self.engine = self.graph.engine(self.engine_cls)
 
     def _release_plan(self) -> dict[str, list[str]]:
@@ -787,39 +790,6 @@ class Lowering:
                             sorted(weights, key=order.get), losses))
         self._describe_graph()
         self.graph.sync(self.engine)
-
-    def _lower_schedule(self) -> None:
-        """The pipeline's schedule as dependencies (``flexrt.strategy.pipeline.device_order``): on
-        every device, each unit (a stage's forward or backward tasks of one micro-batch there) after
-        the one before it in its block's order; edges go from the earlier unit's tasks that nothing
-        in it follows to the later unit's tasks that nothing in it precedes. Owned by the later
-        unit's first operator."""
-        plan = self.pipeline
-        units: dict[tuple, dict[int, list]] = defaultdict(lambda: defaultdict(list))  # unit -> device -> tasks
-        first_op: dict[tuple, str] = {}
-        for name in self.wiring.ops:
-            stage, j = plan.unit_of(name)
-            fwd, bwd = self.op_tasks[name]
-            for phase, ids in (("F", fwd), ("B", bwd)):
-                first_op.setdefault((phase, stage, j), name)
-                for t in ids:
-                    units[(phase, stage, j)][self.core.row(t)[1]].append(t)
-        src, dst = self.core.edge_arrays()
-        succ, pred = defaultdict(set), defaultdict(set)
-        for a, b in zip(src.tolist(), dst.tolist()):
-            succ[a].add(b)
-            pred[b].add(a)
-        for block in range(plan.stages):
-            order = device_order(plan.schedule, plan.stages, plan.micro_batches, plan.chunks, block)
-            for before, after in zip(order, order[1:]):
-                owner = Owner.op(first_op[after])
-                for dev, tasks in units[after].items():
-                    prev = units[before].get(dev)
-                    if prev:
-                        inside_b, inside_a = set(prev), set(tasks)
-                        sinks = [t for t in prev if not succ[t] & inside_b]
-                        sources = [t for t in tasks if not pred[t] & inside_a]
-                        self._edges(owner, sinks, sources)
 
     def memory_by_device(self) -> dict[int, dict[str, int]]:
         return self.graph.memory_by_device()

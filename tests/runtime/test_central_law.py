@@ -23,6 +23,7 @@ from flexrt.runtime.reference import ReferenceTrainer
 from flexrt.runtime.session import Session, initial_weights
 from flexrt.strategy import (OpConfig, Strategy, all_axes, apply_single, data_parallel, is_compute,
                                       random_strategy)
+from flexrt.strategy.pipeline import pipeline_strategy
 
 STEPS = 3
 TOL = {DataType.DT_DOUBLE: 1e-10, DataType.DT_FLOAT: 1e-4}
@@ -132,10 +133,15 @@ def _axis(pcg, node, kind_names):
     return None
 
 
+PIPELINES = ("gpipe", "1f1b", "interleaved")
+
+
 def strategy_of(kind: str, pcg, machine) -> Strategy:
     """A named strategy kind; operators that cannot take it stay on one device."""
     if kind == "data":
         return data_parallel(pcg, machine, 4)
+    if kind in PIPELINES:       # 2 stages of 4 devices (data parallel within), 4 micro-batches
+        return pipeline_strategy(pcg, machine, 2, 4, kind, chunks=2 if kind == "interleaved" else 1)
     configs = {}
     ops = [n for n in pcg.nodes if is_compute(n)]
     for i, node in enumerate(ops):

@@ -28,6 +28,8 @@ def mpirun(n: int, *args: str, timeout: float = 240) -> subprocess.CompletedProc
     (2, "mlp,cnn", "data,model,reduction,hybrid"),
     (2, "transformer,dlrm", "data,hybrid"),
     (4, "mlp", "data,model,reduction,hybrid"),
+    (2, "mlp,transformer", "gpipe,1f1b,interleaved"),     # pipelines: stages on ranks
+    (4, "cnn", "1f1b"),
 ])
 def test_strategies_spanning_ranks_train_like_one_device(n, models, kinds):
     r = mpirun(n, "law", models, kinds)

@@ -1,0 +1,93 @@
+"""What a pipelined strategy (``flexrt.strategy.pipeline``) adds to the lowering (``Lowering``) of its
+micro-batched model, in both consumers of the task graph:
+
+- ``lower_schedule``: the schedule as dependencies. On every device, each unit (a stage's forward,
+  or backward, tasks of one micro-batch there) runs after the one before it in its device block's
+  order (``device_order``). Edges go from the earlier unit's tasks that nothing in it follows to
+  the later unit's tasks that nothing in it precedes, owned by the later unit's first operator.
+- ``accumulate_micro_batches``: gradient accumulation. A weight instance's gradient gets one
+  contribution per micro-batch; they are summed as they come (a REDUCE task adding contribution
+  ``j`` into the sum of those before it, on the instance's device), so that one contribution and
+  the running sum are live at a time, as in a framework that accumulates into ``.grad``. They are
+  not all held until the synchronization. Which micro-batches contribute first follows their index.
+
+Entry points: ``lower_schedule``, ``accumulate_micro_batches``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from flexrt.ir.tensor_shape import TensorShape
+from flexrt.simulator.actions import Buf, Key, Sum
+from flexrt.simulator.task_graph import Owner
+from flexrt.strategy.pipeline import device_order
+from flexrt.strategy.reshard import overlap
+
+
+def lower_schedule(low) -> None:
+    """The pipeline's schedule as dependencies between the units of each device (module doc)."""
+    plan = low.pipeline
+    units: dict[tuple, dict[int, list]] = defaultdict(lambda: defaultdict(list))  # unit -> device -> tasks
+    first_op: dict[tuple, str] = {}
+    for name in low.wiring.ops:
+        stage, j = plan.unit_of(name)
+        fwd, bwd = low.op_tasks[name]
+        for phase, ids in (("F", fwd), ("B", bwd)):
+            first_op.setdefault((phase, stage, j), name)
+            for t in ids:
+                units[(phase, stage, j)][low.core.row(t)[1]].append(t)
+    src, dst = low.core.edge_arrays()
+    succ, pred = defaultdict(set), defaultdict(set)
+    for a, b in zip(src.tolist(), dst.tolist()):
+        succ[a].add(b)
+        pred[b].add(a)
+    for block in range(plan.stages):
+        order = device_order(plan.schedule, plan.stages, plan.micro_batches, plan.chunks, block)
+        for before, after in zip(order, order[1:]):
+            owner = Owner.op(first_op[after])
+            for dev, tasks in units[after].items():
+                prev = units[before].get(dev)
+                if prev:
+                    inside_b, inside_a = set(prev), set(tasks)
+                    sinks = [t for t in prev if not succ[t] & inside_b]
+                    sources = [t for t in tasks if not pred[t] & inside_a]
+                    low._edges(owner, sinks, sources)
+
+
+def accumulate_micro_batches(low, owner, wname: str, users, plan, deps: dict, grad_parts: dict, back_first) -> None:
+    """Rewrites ``deps`` (instance ranges -> device -> the tasks its gradient waits for) and
+    ``grad_parts`` ((ranges, device) -> the (key, box) parts assembling it, with detail) of one
+    weight so that each instance's contributions are summed micro-batch by micro-batch (module doc)."""
+    unit_of = low.pipeline.unit_of
+    bwd = [low.op_tasks[c][1] for c, _ in users]
+    contrib: dict[tuple, dict[int, list]] = defaultdict(lambda: defaultdict(lambda: ([], [])))
+    for u, p, ranges, dev in plan.reads:
+        c, i = users[u]
+        tasks, parts = contrib[(ranges, dev)][unit_of(c)[1]]
+        tasks.append(bwd[u][p])
+        parts.append((Key.grad_operand(c, i, p), overlap(low.layout(c).operand_regions[i][p].ranges, ranges)))
+    for (u, p, ranges, src, dev, box), bx in zip(plan.copies, back_first):
+        tasks, parts = contrib[(ranges, src)][unit_of(users[u][0])[1]]
+        tasks.extend(low.core.hops(bx))
+        parts.append((Key.transfer(low.core.row(bx)[4]), box))
+    dtype = low.wiring.weight_shape[wname].dtype
+    for (ranges, dev), by_mb in contrib.items():
+        if len(by_mb) < 2:
+            continue
+        piece = TensorShape(tuple(b - a for a, b in ranges), dtype)
+        acc_tasks, acc_parts = None, None
+        for j in sorted(by_mb):
+            tasks, parts = by_mb[j]
+            if acc_tasks is None:
+                acc_tasks, acc_parts = tasks, parts
+                continue
+            key = Key.sum(low._new_group())
+            t = low._reduce(owner, dev, piece, 2, f"accumulate {wname}@{dev} mb{j}", acc_tasks + tasks,
+                            Sum(Buf(key, dev, ranges, dtype.numpy_name)))
+            for k, box in acc_parts + parts:
+                low._part(owner, key, dev, k, dev, box, add=True)
+            acc_tasks, acc_parts = [t], [(key, ranges)]
+        deps[ranges][dev] = acc_tasks
+        if low.detail:
+            grad_parts[(ranges, dev)] = acc_parts

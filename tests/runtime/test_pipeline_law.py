@@ -1,0 +1,44 @@
+"""The pipeline law: a pipelined strategy, whatever its schedule, stages and micro-batches, trains to
+the same losses and weights as one device (float64 to 1e-10: gradient accumulation over
+micro-batches is exact up to summation order), in the serial and the threaded executor."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from flexrt.core import DataType
+from flexrt.strategy.pipeline import pipeline_strategy
+from tests.runtime.test_central_law import (MODELS, PIPELINES, TOL, compare_with_one_device, machine, strategy_of,
+                                            train_and_compare, weights_for)
+
+__all__ = ["machine"]  # the fixture
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+@pytest.mark.parametrize("schedule", PIPELINES)
+def test_pipelined_strategies_train_like_one_device(model, schedule, machine):
+    train_and_compare(model, DataType.DT_DOUBLE, lambda pcg: strategy_of(schedule, pcg, machine), machine)
+
+
+@pytest.mark.parametrize("schedule", PIPELINES)
+def test_pipelined_strategies_with_threads_and_adam(schedule, machine):
+    train_and_compare("mlp", DataType.DT_DOUBLE, lambda pcg: strategy_of(schedule, pcg, machine), machine,
+                      optimizer="adam", params={"alpha": 0.01}, mode="threads")
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(model=st.sampled_from(["mlp", "cnn", "transformer"]), stages=st.sampled_from([1, 2, 4]),
+       micro_batches=st.sampled_from([1, 2, 4, 8]), schedule=st.sampled_from(["gpipe", "1f1b"]))
+def test_any_stages_and_micro_batches_train_like_one_device(model, stages, micro_batches, schedule, machine):
+    m, loss = MODELS[model](DataType.DT_DOUBLE)
+    rows = next(n for n in m.pcg.nodes if n.op_type.value == "input").attrs.shape.dims[0]
+    if rows % micro_batches:
+        return
+    ops = sum(1 for n in m.pcg.nodes if n.op_type.value not in ("input", "weight"))
+    if ops < stages:
+        return
+    strategy = pipeline_strategy(m.pcg, machine, stages, micro_batches, schedule)
+    compare_with_one_device(f"{model} {schedule} p={stages} m={micro_batches}", m.pcg, strategy, machine, loss,
+                            TOL[DataType.DT_DOUBLE], weights_for(m.pcg, DataType.DT_DOUBLE))

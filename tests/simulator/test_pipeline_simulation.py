@@ -1,0 +1,107 @@
+"""Pipelines in the simulator: the bubble laws and the activation-memory laws of the schedules."""
+
+from __future__ import annotations
+
+import pytest
+
+from flexrt.core import DataType, FFConfig, FFModel
+from flexrt.machine import local_machine
+from flexrt.simulator.cost_model import AnalyticCostModel, OpTimes
+from flexrt.simulator.simulate import Simulator
+from flexrt.simulator.task_graph import TaskKind
+from flexrt.strategy.pipeline import pipeline_strategy
+
+
+class UniformFree(AnalyticCostModel):
+    """Every operator the same forward and backward time; communication, loss and updates free."""
+
+    backward_ratio = 2.0
+
+    def op_times(self, attrs, inputs, outputs, device):
+        return OpTimes(1e-3, self.backward_ratio * 1e-3, "uniform")
+
+    def transfer_time(self, link, num_bytes):
+        return 1e-12
+
+    def loss_time(self, piece, device):
+        return 1e-12
+
+    def update_time(self, *args, **kwargs):
+        return 1e-12
+
+    def reduce_time(self, *args, **kwargs):
+        return 1e-12
+
+
+def chain(layers: int, batch: int, width: int = 32):
+    m = FFModel(FFConfig([]))
+    t = m.create_tensor([batch, width], DataType.DT_FLOAT)
+    for i in range(layers):
+        t = m.dense(t, width, name=f"fc{i}")
+    return m.pcg
+
+
+def idle_fractions(schedule: str, p: int, m: int, v: int = 1, ratio: float = 2.0) -> list[float]:
+    """Per device: the share of the pipeline's span (first forward to last backward) it is idle."""
+    machine = local_machine(p)
+    strategy = pipeline_strategy(chain(2 * p * v, 4 * m), machine, p, m, schedule, chunks=v)
+    cost = type("Uniform", (UniformFree,), {"backward_ratio": ratio})()
+    sim = Simulator(machine, cost, "sgd")
+    tl = sim.full(strategy).timeline
+    spans = [(int(d), float(a), float(b)) for t, d, a, b in zip(tl["ids"], tl["device"], tl["start"], tl["end"])
+             if sim.graph.task(int(t)).kind in (TaskKind.FORWARD, TaskKind.BACKWARD)]
+    t0, t1 = min(a for _, a, _ in spans), max(b for _, _, b in spans)
+    busy = [0.0] * p
+    for d, a, b in spans:
+        busy[d] += b - a
+    return [1 - x / (t1 - t0) for x in busy]
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("p, m", [(2, 4), (4, 8), (4, 16), (3, 5)])
+def test_bubble_is_p_minus_1_over_m_plus_p_minus_1(schedule, p, m):
+    for f in idle_fractions(schedule, p, m):
+        assert f == pytest.approx((p - 1) / (m + p - 1), abs=1e-6)
+
+
+@pytest.mark.parametrize("p, m, v", [(2, 4, 2), (4, 8, 2), (4, 8, 4), (2, 6, 3)])
+@pytest.mark.parametrize("ratio", [1.0, 2.0])
+def test_interleaved_bubble_is_v_times_smaller(p, m, v, ratio):
+    """Bubble over busy time: (p - 1) / m for 1F1B, (p - 1) / (v m) interleaved (Megatron-LM)."""
+    for f in idle_fractions("interleaved", p, m, v, ratio):
+        assert f / (1 - f) == pytest.approx((p - 1) / (v * m), abs=1e-6)
+    plain = idle_fractions("1f1b", p, m, 1, ratio)[0]
+    assert plain / (1 - plain) == pytest.approx(v * (p - 1) / (v * m), abs=1e-6)
+
+
+def peaks(schedule: str, p: int, m: int) -> list[int]:
+    machine = local_machine(p)
+    strategy = pipeline_strategy(chain(2 * p, 16 * m, 64), machine, p, m, schedule)
+    r = Simulator(machine, AnalyticCostModel(), "sgd").full(strategy)
+    return [r.peak_bytes[d] for d in range(p)]
+
+
+def test_activation_memory_gpipe_holds_m_micro_batches_1f1b_at_most_p():
+    p = 4
+    per_mb = 3 * 16 * 64 * 4    # a stage's operand, output and next operand of one micro-batch (float32)
+    g8, g16 = peaks("gpipe", p, 8), peaks("gpipe", p, 16)
+    assert all(b - a == 8 * per_mb for a, b in zip(g8[:-1], g16[:-1]))   # GPipe: m micro-batches live
+    o8, o16, o32 = peaks("1f1b", p, 8), peaks("1f1b", p, 16), peaks("1f1b", p, 32)
+    assert o8 == o16 == o32                                              # 1F1B: bounded, whatever m
+    assert all(o < g for o, g in zip(o16, g16))
+    # stage s holds p - s micro-batches at most: the first stage the most, each later one less
+    assert o16 == sorted(o16, reverse=True) and o16[0] > o16[-1]
+
+
+def test_gradients_accumulate_as_micro_batches_finish():
+    """One REDUCE per weight instance and micro-batch after the first, each after that micro-batch's
+    backward; the synchronization and update run once."""
+    p, m = 2, 4
+    machine = local_machine(p)
+    strategy = pipeline_strategy(chain(2 * p, 8 * m), machine, p, m, "1f1b")
+    sim = Simulator(machine, AnalyticCostModel(), "sgd")
+    sim.full(strategy)
+    tasks = [sim.graph.task(t) for t in sim.graph.ids()]
+    weights = 2 * (2 * p)       # kernel and bias per layer
+    assert sum(t.kind is TaskKind.REDUCE and t.name.startswith("accumulate") for t in tasks) == weights * (m - 1)
+    assert sum(t.kind is TaskKind.UPDATE for t in tasks) == weights

@@ -1,0 +1,104 @@
+"""Pipelined strategies as values: micro-batched models, stages and the schedules' orders."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flexrt.core import ActiMode, DataType, FFConfig, FFModel
+from flexrt.errors import StrategyError
+from flexrt.ir.op_type import OpType
+from flexrt.machine import load_machine
+from flexrt.strategy.pipeline import (Schedule, device_order, micro_batch_pcg, pipeline_strategy, split_batch)
+
+
+def mlp(batch=16, layers=4):
+    m = FFModel(FFConfig([]))
+    t = m.create_tensor([batch, 8], DataType.DT_FLOAT)
+    for i in range(layers):
+        t = m.dense(t, 8, ActiMode.AC_MODE_RELU, name=f"fc{i}")
+    m.softmax(t, name="sm")
+    return m.pcg
+
+
+def test_micro_batched_model_shares_weights_and_splits_inputs():
+    pcg = mlp()
+    mb = micro_batch_pcg(pcg, 4)
+    weights = [n for n in mb.pcg.nodes if n.op_type is OpType.WEIGHT]
+    assert sorted(n.name for n in weights) == sorted(n.name for n in pcg.nodes if n.op_type is OpType.WEIGHT)
+    inputs = [n for n in mb.pcg.nodes if n.op_type is OpType.INPUT]
+    assert [n.attrs.shape.dims for n in inputs] == [(4, 8)] * 4
+    assert mb.copies["fc2"] == ("fc2.mb0", "fc2.mb1", "fc2.mb2", "fc2.mb3")
+    assert mb.losses == {"sm.mb0": (0, 4), "sm.mb1": (4, 4), "sm.mb2": (8, 4), "sm.mb3": (12, 4)}
+    w = next(n for n in weights if n.name.startswith("fc1"))
+    assert {mb.pcg.node(c).name for c in mb.pcg.consumers(w.id)} == set(mb.copies["fc1"])
+
+
+def test_micro_batches_must_divide_the_batch():
+    with pytest.raises(StrategyError, match="divide into 3 micro-batches"):
+        micro_batch_pcg(mlp(16), 3)
+    with pytest.raises(StrategyError, match="micro-batches must be an integer >= 1"):
+        micro_batch_pcg(mlp(16), 0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(p=st.integers(1, 6), m=st.integers(1, 12), sched=st.sampled_from(["gpipe", "1f1b"]))
+def test_every_block_runs_each_micro_batch_once_forward_then_backward(p, m, sched):
+    for b in range(p):
+        order = device_order(sched, p, m, 1, b)
+        assert sorted(order) == sorted((ph, b, j) for ph in "FB" for j in range(m))
+        assert all(order.index(("F", b, j)) < order.index(("B", b, j)) for j in range(m))
+        in_flight = max(sum(1 for u in order[:k + 1] if u[0] == "F") - sum(1 for u in order[:k + 1] if u[0] == "B")
+                        for k in range(len(order)))
+        assert in_flight == (m if sched == "gpipe" else min(p - b, m))
+
+
+@settings(max_examples=40, deadline=None)
+@given(p=st.integers(2, 4), groups=st.integers(1, 3), v=st.integers(2, 3))
+def test_interleaved_order_visits_every_chunk_and_micro_batch(p, groups, v):
+    m = p * groups
+    for b in range(p):
+        order = device_order("interleaved", p, m, v, b)
+        stages = range(b, p * v, p)
+        assert sorted(order) == sorted((ph, s, j) for ph in "FB" for s in stages for j in range(m))
+        for s in stages:     # each stage's micro-batches forward in order, backward in order
+            assert [j for ph, t, j in order if ph == "F" and t == s] == list(range(m))
+            assert [j for ph, t, j in order if ph == "B" and t == s] == list(range(m))
+
+
+def test_schedule_arguments_are_checked():
+    with pytest.raises(StrategyError, match="unknown pipeline schedule 'zb'; valid: gpipe, 1f1b, interleaved"):
+        Schedule.parse("zb")
+    with pytest.raises(StrategyError, match="micro-batches divisible by the 4 stages"):
+        device_order("interleaved", 4, 6, 2)
+    with pytest.raises(StrategyError, match="use the interleaved schedule"):
+        device_order("1f1b", 4, 8, 2)
+
+
+def test_pipeline_strategy_places_stages_on_device_blocks():
+    machine = load_machine("dgx1_v100")
+    s = pipeline_strategy(mlp(32), machine, 4, 4, "1f1b")
+    plan = s.pipeline
+    assert plan.micro_batches == 4 and plan.stages == 4
+    assert sorted(set(plan.stage_of.values())) == [0, 1, 2, 3]
+    order = [plan.stage_of[n] for n in ("fc0", "fc1", "fc2", "fc3", "sm")]
+    assert order == sorted(order)
+    for name in s.wiring().ops:
+        stage, _ = plan.unit_of(name)
+        start = s.view(name).start
+        assert start == (stage % 4) * 2           # block of 2 devices per stage
+        assert dict(s.configs[s.base.node_by_name(name).id].degrees).get("sample", 1) in (1, 2)
+    with pytest.raises(StrategyError, match="3 pipeline stages do not divide the machine's 8 devices"):
+        pipeline_strategy(mlp(32), machine, 3, 4)
+    with pytest.raises(StrategyError, match="need at least 6 operators"):
+        pipeline_strategy(mlp(32, layers=2), machine, 2, 4, "interleaved", chunks=3)
+
+
+def test_split_batch_gives_each_micro_batch_its_rows():
+    import numpy as np
+    s = pipeline_strategy(mlp(16), load_machine("dgx1_v100"), 2, 4)
+    x = np.arange(16 * 8).reshape(16, 8)
+    name = next(iter(s.pipeline.model.inputs.values()))[0]
+    got = split_batch(s.pipeline, {name: x})
+    assert [v.tolist() for v in got.values()] == [x[4 * j:4 * j + 4].tolist() for j in range(4)]
