@@ -417,8 +417,10 @@ def fixed_result(name: str, strategy: Strategy, machine: Machine, cost_model,
 def describe(strategy: Strategy, machine: Machine, limit: int = 6) -> list[str]:
     """Short lines saying what a strategy does (cf. FlexFlow §8.4), operators grouped by what their
     configuration splits: data parallel over every device; split on a parameter, attribute or
-    reduction axis; on fewer devices (with the devices they use)."""
+    reduction axis; on fewer devices (with the devices they use). A pipelined strategy's first line
+    is its pipeline (the operators are its micro-batches' copies)."""
     pcg = strategy.pcg
+    plan = getattr(strategy, "pipeline", None)
     groups: dict[str, list[str]] = {}
     devices: dict[str, set[int]] = {}
     for nid, view in sorted(strategy.views.items()):
@@ -442,7 +444,7 @@ def describe(strategy: Strategy, machine: Machine, limit: int = 6) -> list[str]:
         used = sorted(devices[key])
         where = "" if len(used) == machine.num_devices else f" [devices {', '.join(map(str, used))}]"
         lines.append(f"{len(names)} op(s) {key}{where}: {shown}")
-    return lines
+    return ([plan.describe()] if plan is not None else []) + lines
 
 
 def check_budget(budget: int, what: str) -> int:

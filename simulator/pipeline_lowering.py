@@ -11,11 +11,14 @@ micro-batched model, in both consumers of the task graph:
   the running sum are live at a time, as in a framework that accumulates into ``.grad``. They are
   not all held until the synchronization. Which micro-batches contribute first follows their index.
 
-Entry points: ``lower_schedule``, ``accumulate_micro_batches``.
+- ``idle_fractions``: the bubble, per device, of a simulated timeline.
+
+Entry points: ``lower_schedule``, ``accumulate_micro_batches``, ``idle_fractions``.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 from flexrt.ir.tensor_shape import TensorShape
@@ -91,3 +94,17 @@ def accumulate_micro_batches(low, owner, wname: str, users, plan, deps: dict, gr
         deps[ranges][dev] = acc_tasks
         if low.detail:
             grad_parts[(ranges, dev)] = acc_parts
+
+
+def idle_fractions(graph, timeline: dict) -> dict[int, float]:
+    """Per compute device running forward or backward tasks: the share of the pipeline's span (the
+    first forward's start to the last backward's end, over all devices) it spends idle: the bubble."""
+    from flexrt.simulator.task_graph import TaskKind
+    busy: dict[int, float] = defaultdict(float)
+    t0, t1 = math.inf, -math.inf
+    for t, d, a, b in zip(timeline["ids"].tolist(), timeline["device"].tolist(), timeline["start"].tolist(),
+                          timeline["end"].tolist()):
+        if graph.task(t).kind in (TaskKind.FORWARD, TaskKind.BACKWARD):
+            busy[d] += b - a
+            t0, t1 = min(t0, a), max(t1, b)
+    return {d: 1.0 - x / (t1 - t0) for d, x in sorted(busy.items())} if busy else {}

@@ -267,3 +267,30 @@ def warn_data_parallel(base, machine) -> None:
             print(f"flexrt: warning: batch {batch} does not divide over {n} devices; data parallelism uses {d} "
                   f"of them (the largest count that divides both)", file=sys.stderr)
             return
+
+
+def add_pipeline_flags(parser) -> None:
+    """``--pipeline P [--micro-batches M] [--schedule S] [--chunks V]``: a pipelined strategy
+    (``flexrt.strategy.pipeline``): P stages of balanced FLOPs on blocks of n / P devices, data
+    parallel within a stage."""
+    parser.add_argument("--pipeline", type=count(1), metavar="P",
+                        help="pipeline parallelism over P stages (device blocks of n/P devices, data parallel within)")
+    parser.add_argument("--micro-batches", type=count(1), metavar="M",
+                        help="micro-batches per iteration with --pipeline (default 4 P)")
+    parser.add_argument("--schedule", choices=("gpipe", "1f1b", "interleaved"), default="1f1b",
+                        help="pipeline schedule (default 1f1b; interleaved: --chunks stages per block)")
+    parser.add_argument("--chunks", type=count(1), metavar="V",
+                        help="stages per device block with --schedule interleaved (default 2)")
+
+
+def pipeline_arg(args, base, machine):
+    """The pipelined strategy ``add_pipeline_flags`` asks for, or None without ``--pipeline``; the
+    pipeline's other flags without it are a ConfigError."""
+    if args.pipeline is None:
+        if args.micro_batches is not None or args.chunks is not None or args.schedule != "1f1b":
+            raise ConfigError("--micro-batches, --schedule and --chunks shape a pipeline: give --pipeline P too")
+        return None
+    from flexrt.strategy.pipeline import pipeline_strategy
+    chunks = args.chunks if args.chunks is not None else (2 if args.schedule == "interleaved" else 1)
+    micro = args.micro_batches if args.micro_batches is not None else 4 * args.pipeline
+    return pipeline_strategy(base, machine, args.pipeline, micro, args.schedule, chunks=chunks)

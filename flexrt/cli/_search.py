@@ -63,7 +63,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--min-degree", type=count(1),
                         help="unity: every operator on at least this many devices (default 1)")
     parser.add_argument("--enable-pipeline", action="store_true",
-                        help="unity: pipeline parallelism (not implemented yet: refused with an error)")
+                        help="unity: pipelined strategies among the finalists (stages, micro-batches and schedule searched)")
     parser.add_argument("--beta", type=count(1), help="disco: each method is applied up to BETA times per candidate "
                         "(default 10)")
     parser.add_argument("--patience", type=count(1), help="disco: stop after this many candidates without "
@@ -227,6 +227,11 @@ def _print_text(args, model_name: str, machine, space, budget: int, result, dp, 
                                                   f"{n['dp_cache_misses']} misses; " if "dp_cache_hits" in n else "")
               + f"graph {'rewritten' if n.get('rewritten') else 'unchanged'}; chosen: {n.get('chosen')}"
               + ("; INTERRUPTED, keeping the best so far" if log.interrupted else ""))
+        if n.get("pipeline_candidates_s"):
+            pipes = n["pipeline_candidates_s"]
+            label = min(pipes, key=pipes.get)
+            print(f"pipelines: {len(pipes)} candidates simulated, the best {label} at {pipes[label] * 1e3:.3f} ms, "
+                  f"then {n.get('pipeline_refine_simulations', 0)} stage-boundary moves tried")
     if args.algo == "disco":
         n = log.notes
         print(f"search: {log.proposals} fusion plans in {log.elapsed_s:.1f} s ({log.stop_reason}; "

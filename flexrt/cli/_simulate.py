@@ -4,8 +4,9 @@ the iteration time, compute vs communication, data moved, link traffic and memor
 from __future__ import annotations
 
 from flexrt.cli._common import (add_comm_cost_flag, add_fused_cost_flag, add_fusion_flag, add_json_flag,
-                                check_comm_cost, check_model_flags, comm_cost_model, count, emit_json,
-                                fused_cost_model, fusion_arg, warn_data_parallel, write_text)
+                                add_pipeline_flags, check_comm_cost, check_model_flags, comm_cost_model, count,
+                                emit_json, fused_cost_model, fusion_arg, pipeline_arg,
+                                warn_data_parallel, write_text)
 from flexrt.errors import ConfigError
 from flexrt.machine import load_machine
 from flexrt.model import load_model
@@ -32,6 +33,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--method", choices=("full", "delta"), default="full",
                         help="full simulation, or delta: reach the strategy from data parallelism one operator "
                              "at a time by delta simulation (same final result)")
+    add_pipeline_flags(parser)
     add_fusion_flag(parser, "the strategy before simulating it")
     parser.add_argument("--cost", choices=("analytic", "profiled"), default="analytic")
     add_fused_cost_flag(parser)
@@ -43,6 +45,14 @@ def add_arguments(parser) -> None:
 
 
 def _strategy(args, base, machine):
+    pipelined = pipeline_arg(args, base, machine)
+    if pipelined is not None:
+        if args.strategy or args.random_strategy is not None or args.data_parallel:
+            raise ConfigError("--pipeline builds its own strategy: leave out --strategy, --random-strategy and "
+                              "--data-parallel")
+        if args.method == "delta" or args.fusion != "off":
+            raise ConfigError("--pipeline: simulate it with --method full and without --fusion")
+        return pipelined
     if args.strategy:
         return load_strategy(args.strategy, base, machine)
     if args.random_strategy is not None:
@@ -64,6 +74,19 @@ def _delta_walk(sim: Simulator, base, machine, target):
             result = sim.delta(current, {base.node(nid).name})
             steps += 1
     return result, steps
+
+
+def _pipeline_report(sim: Simulator, result, strategy, batch: int) -> dict | None:
+    """A pipelined strategy's stages, micro-batches, schedule, bubble and throughput (None otherwise)."""
+    plan = getattr(strategy, "pipeline", None)
+    if plan is None:
+        return None
+    from flexrt.simulator.pipeline_lowering import idle_fractions
+    idle = idle_fractions(sim.graph, result.timeline)
+    return {"stages": plan.stages, "chunks": plan.chunks, "micro_batches": plan.micro_batches,
+            "schedule": plan.schedule.value, "stage_of": dict(plan.stage_of),
+            "bubble": sum(idle.values()) / len(idle) if idle else 0.0,
+            "samples_per_s": batch / result.iteration_time_s}
 
 
 def _fits_used(sim: Simulator) -> list | None:
@@ -108,8 +131,10 @@ def run(args, extra) -> int:
         files["trace"] = write_text(args.trace, json.dumps(sim.chrome_trace(result)), "trace")
     if args.taskgraph:
         files["taskgraph"] = write_text(args.taskgraph, sim.graph.to_dot(), "task graph")
+    pipeline = _pipeline_report(sim, result, strategy, loaded.config.batch_size)
     if args.json:
         emit_json({"model": loaded.name, "machine": machine.name, "num_devices": machine.num_devices,
+                   "pipeline": pipeline,
                    "method": args.method, "delta_steps": steps, "cost": args.cost, "fusion": args.fusion,
                    "fused_cost": args.fused_cost, "comm_cost": args.comm_cost,
                    "allreduce_fits": _fits_used(sim),
@@ -125,6 +150,10 @@ def run(args, extra) -> int:
     if sim.lowering.ring_fits is not None:
         from flexrt.simulator.collectives import describe_used
         print(f"AllReduces timed by measured T = C x + D: {describe_used(sim.lowering.ring_fits.used)}")
+    if pipeline is not None:
+        print(strategy.pipeline.describe())
+        print(f"bubble             {pipeline['bubble']:.1%} of the pipeline's span idle (mean over devices); "
+              f"{pipeline['samples_per_s']:,.0f} samples/s")
     print(f"iteration time     {result.iteration_time_s * 1e3:.3f} ms   ({result.num_tasks} tasks)")
     print(f"compute / comm     {result.compute_time_s * 1e3:.3f} ms / {result.communication_time_s * 1e3:.3f} ms "
           f"(summed task times)")

@@ -10,8 +10,9 @@ import io
 import json
 import statistics
 
-from flexrt.cli._common import (add_comm_cost_flag, add_json_flag, check_comm_cost, check_model_flags,
-                                comm_cost_model, count, emit_json, number, warn_data_parallel, write_text)
+from flexrt.cli._common import (add_comm_cost_flag, add_json_flag, add_pipeline_flags, check_comm_cost,
+                                check_model_flags, comm_cost_model, count, emit_json, number,
+                                pipeline_arg, warn_data_parallel, write_text)
 from flexrt.errors import ConfigError
 from flexrt.ir.summary import format_count
 from flexrt.kernels.losses import CROSS_ENTROPIES, LossType
@@ -44,6 +45,7 @@ def add_arguments(parser) -> None:
                              "parallelism over every device")
     parser.add_argument("--random-strategy", type=count(0), metavar="SEED",
                         help="train a random valid strategy (every operator a random SOAP configuration and view)")
+    add_pipeline_flags(parser)
     parser.add_argument("--backend", default="numpy", help=f"array backend: {' or '.join(BACKENDS)} (default numpy)")
     parser.add_argument("--mode", default="serial", help=f"executor: {' or '.join(MODES)} (default serial)")
     parser.add_argument("--steps", type=count(1), default=10, help="training iterations to run (default 10)")
@@ -104,9 +106,12 @@ def run(args, extra) -> int:
     check_comm_cost(args, machine)
     loaded = load_model(args.model, extra)
     base = loaded.model.pcg
-    if args.strategy and args.random_strategy is not None:
-        raise ConfigError("give --strategy FILE or --random-strategy SEED, not both")
-    if args.strategy:
+    if sum(x is not None and x is not False for x in (args.strategy, args.random_strategy, args.pipeline)) > 1:
+        raise ConfigError("give one of --strategy FILE, --random-strategy SEED and --pipeline P")
+    pipelined = pipeline_arg(args, base, machine)
+    if pipelined is not None:
+        strategy, described = pipelined, pipelined.pipeline.describe()
+    elif args.strategy:
         strategy, described = load_strategy(args.strategy, base, machine), f"strategy {args.strategy}"
     elif args.random_strategy is not None:
         strategy, described = random_strategy(base, machine, args.random_strategy), \
@@ -126,7 +131,8 @@ def run(args, extra) -> int:
 def _train(args, loaded, machine, session, described, loss: LossType) -> int:
     base = loaded.model.pcg
     batch = next(n.attrs.shape.dims[0] for n in base.nodes if n.op_type.value == "input")
-    xs, labels = synthetic_data(session.base, loss, batch, args.seed)
+    model = base if getattr(session.strategy, "pipeline", None) is not None else session.base  # not micro-batches
+    xs, labels = synthetic_data(model, loss, batch, args.seed)
     inputs = {name: xs[name] for name in session.input_names}
     predicted_ms = session.predicted_time_s * 1e3
     # a serial executor in one process runs every device's tasks one after the other: its fair

@@ -199,6 +199,10 @@ class Session:
 
     @property
     def input_names(self) -> list[str]:
+        """The model's inputs the batch is given by (a pipelined model's, not its micro-batches')."""
+        plan = getattr(self.strategy, "pipeline", None)
+        if plan is not None:
+            return sorted({name for name, _, _ in plan.model.inputs.values()})
         return sorted(self.plan.inputs)
 
     def _batch(self, inputs: dict) -> dict:

@@ -18,7 +18,9 @@ The per-operator layout::
 A whole-PCG strategy has ``"pcg"`` (``PCG.to_json``) and ``"views"`` (operator name -> view) in place
 of ``model_hash`` and ``operators``. Either may carry ``"fusion"``: a fusion plan
 (``flexrt.strategy.fusion``: operator groups per phase, gradient buckets), checked against the
-strategy when read.
+strategy when read. A pipelined strategy has ``"pipeline"`` (stages, micro-batches, schedule, chunks,
+each operator's stage and its copies' degrees: ``flexrt.strategy.pipeline.pipeline_to_json``) in
+place of ``operators``, and is rebuilt on the model ``model_hash`` names.
 
 Entry points: ``save_strategy``, ``load_strategy``, ``strategy_to_json``, ``strategy_from_json``.
 """
@@ -46,6 +48,7 @@ VERSION = 1
 _MACHINE_KEYS = ("name", "num_nodes", "devices_per_node")
 _CONFIG_KEYS = ("format", "version", "model_hash", "machine", "operators")
 _GRAPH_KEYS = ("format", "version", "machine", "pcg", "views")
+_PIPELINE_KEYS = ("format", "version", "model_hash", "machine", "pipeline")
 _OPERATOR_KEYS = ("name", "op", "degrees", "view")
 _VIEW_KEYS = ("start", "strides", "projections")
 
@@ -95,6 +98,10 @@ def _machine_json(machine: Machine) -> dict:
 
 
 def strategy_to_json(strategy: Strategy, machine: Machine) -> dict:
+    if getattr(strategy, "pipeline", None) is not None:   # the model's hash and the plan that rebuilds it
+        from flexrt.strategy.pipeline import pipeline_to_json
+        return {"format": FORMAT, "version": VERSION, "model_hash": strategy.pipeline.model.source_hash,
+                "machine": _machine_json(machine), "pipeline": pipeline_to_json(strategy)}
     out = _body_json(strategy, machine)
     plan = getattr(strategy, "fusion", None)
     if plan:
@@ -125,6 +132,8 @@ def save_strategy(path: str, strategy: Strategy, machine: Machine) -> None:
 def export_strategy(path: str, strategy: Strategy, machine: Machine) -> str:
     """Write ``strategy`` where a user asked (``--export``): FlexFlow's text format when the file name
     ends in ``.txt``, else flexrt's JSON; StrategyError naming the file when it cannot be written."""
+    if path.endswith(".txt") and getattr(strategy, "pipeline", None) is not None:
+        raise StrategyError(f"cannot write {path}: FlexFlow's text format has no pipelines; export to a .json file")
     if path.endswith(".txt") and getattr(strategy, "fusion", None):
         raise StrategyError(f"cannot write {path}: FlexFlow's text format has no fusion plans; export to a "
                             f".json file to keep the plan")
@@ -143,8 +152,8 @@ def _check_header(data, machine: Machine, source: str) -> None:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         got = short(data.get("format")) if isinstance(data, dict) else f"a JSON {type(data).__name__}"
         raise StrategyError(f"{source}: not a flexrt strategy file (\"format\" must be \"{FORMAT}\", got {got})")
-    keys = _GRAPH_KEYS if "pcg" in data else _CONFIG_KEYS
-    check_keys(data, keys + ("fusion",), source, StrategyError, required=keys)
+    keys = _GRAPH_KEYS if "pcg" in data else _PIPELINE_KEYS if "pipeline" in data else _CONFIG_KEYS
+    check_keys(data, keys + (() if "pipeline" in data else ("fusion",)), source, StrategyError, required=keys)
     if data["version"] != VERSION or isinstance(data["version"], bool):
         raise StrategyError(f"{source}: version is {short(data['version'])}; this flexrt reads strategy files of "
                             f"version {VERSION}")
@@ -249,6 +258,12 @@ def strategy_from_json(data: dict, base: Optional[PCG], machine: Machine, source
     """Rebuild a strategy; the model (by PCG hash) and the machine must be the ones it was made for.
     StrategyError (GraphError for a malformed ``pcg``) naming the field when anything is off."""
     _check_header(data, machine, source)
+    if "pipeline" in data:
+        from flexrt.strategy.pipeline import pipeline_from_json
+        if base is None or data.get("model_hash") != base.structural_hash():
+            raise StrategyError(f"{source}: made for another model (model_hash {short(data.get('model_hash'))}"
+                                + (f" vs this model's {base.structural_hash()})" if base is not None else ")"))
+        return pipeline_from_json(data["pipeline"], base, machine, f"{source}: pipeline")
     strategy = _graph_strategy(data, machine, source) if "pcg" in data else _config_strategy(data, base, machine,
                                                                                              source)
     if "fusion" not in data:

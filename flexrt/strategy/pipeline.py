@@ -29,11 +29,12 @@ Batch statistics (batch norm) are taken per micro-batch, as in GPipe and PyTorch
 batch norm trains differently pipelined; every other operator trains to the same weights.
 
 Entry points: ``Schedule``, ``PipelinePlan``, ``micro_batch_pcg``, ``pipeline_strategy``,
-``device_order``, ``split_batch``.
+``device_order``, ``split_batch``, ``pipeline_to_json`` / ``pipeline_from_json`` (strategy files).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 from typing import Mapping, Optional
@@ -76,7 +77,7 @@ class MicroBatched:
     """The micro-batched model: ``pcg``; per original compute operator its copies' names
     (``copies``); per copied input its origin and rows (``inputs``: copy -> (input, first row, rows));
     per copy of the model's output the label rows it scores (``losses``: copy -> (first row, rows)),
-    and the rows of the whole batch (``batch``)."""
+    the rows of the whole batch (``batch``) and the structural hash of the model (``source_hash``)."""
 
     pcg: PCG
     micro_batches: int
@@ -84,6 +85,15 @@ class MicroBatched:
     inputs: Mapping[str, tuple]
     losses: Mapping[str, tuple]
     batch: int
+    source_hash: str
+
+
+def _per_micro_batch(attrs, m: int):
+    """Attributes that name the batch's size, for a micro-batch: a reshape's target keeps its batch
+    (merged or not) in its first dimension, which is divided by ``m`` (an inferred -1 stays -1)."""
+    if attrs.op_type is OpType.RESHAPE and attrs.shape and attrs.shape[0] > 0 and attrs.shape[0] % m == 0:
+        return dataclasses.replace(attrs, shape=(attrs.shape[0] // m,) + tuple(attrs.shape[1:]))
+    return attrs
 
 
 def micro_batch_pcg(pcg: PCG, micro_batches: int, loss_output: Optional[str] = None) -> MicroBatched:
@@ -115,10 +125,11 @@ def micro_batch_pcg(pcg: PCG, micro_batches: int, loss_output: Optional[str] = N
                                 f"model (no parallelization operators)")
         else:
             ids = []
+            attrs = _per_micro_batch(node.attrs, m)
             for j in range(m):
                 operands = [TensorRef(refs[r.node][j], r.index) for r in node.inputs]
                 try:
-                    ids.append(out.add_node(node.attrs, operands, name=copy_name(node.name, j)))
+                    ids.append(out.add_node(attrs, operands, name=copy_name(node.name, j)))
                 except FlexrtError as e:
                     raise StrategyError(f"operator '{node.name}' cannot run on micro-batches of {batch // m} "
                                         f"samples (its attributes fix the batch size?): {e}") from None
@@ -135,7 +146,7 @@ def micro_batch_pcg(pcg: PCG, micro_batches: int, loss_output: Optional[str] = N
     if total % m:
         raise StrategyError(f"the output of '{last}' has {total} rows: they do not divide into {m} micro-batches")
     losses = {c: (j * (total // m), total // m) for j, c in enumerate(copies[last])}
-    return MicroBatched(out, m, copies, inputs, losses, batch)
+    return MicroBatched(out, m, copies, inputs, losses, batch, pcg.structural_hash())
 
 
 @dataclass(frozen=True, eq=False)
@@ -161,6 +172,16 @@ class PipelinePlan:
         """(stage, micro-batch) of a compute operator's copy."""
         name, _, j = copy.rpartition(SEP)
         return self.stage_of[name], int(j)
+
+    def describe(self) -> str:
+        """One line: device blocks, chunks, micro-batches, schedule and each stage's operators."""
+        stages: dict = {}
+        for name, s in self.stage_of.items():
+            stages.setdefault(s, []).append(name)
+        spans = "; ".join(f"{s}: {ops[0]}" + (f"..{ops[-1]}" if len(ops) > 1 else "")
+                          for s, ops in sorted(stages.items()))
+        return (f"pipeline of {self.stages} device blocks x {self.chunks} chunk(s), {self.micro_batches} "
+                f"micro-batches, schedule {self.schedule.value}; stages {spans}")
 
     def loss_rows(self, copy: str) -> Optional[tuple]:
         """(first row, rows, rows of the whole batch) a copy of the output scores, or None."""
@@ -255,6 +276,38 @@ def pipeline_strategy(pcg: PCG, machine: Machine, stages: int, micro_batches: in
     return strategy.with_pipeline(PipelinePlan(mb, sched, stages, chunks, stage_of))
 
 
+def pipeline_to_json(strategy) -> dict:
+    """A pipelined strategy's plan as JSON: what ``pipeline_from_json`` rebuilds it from, with the
+    model (``pipeline_strategy``): stages, micro-batches, schedule, chunks, each operator's stage and
+    the degrees of its copies."""
+    plan = strategy.pipeline
+    degrees = {}
+    for name, copies in plan.model.copies.items():
+        got = dict(strategy.configs[plan.model.pcg.node_by_name(copies[0]).id].degrees)
+        degrees[name] = got
+    return {"stages": plan.stages, "micro_batches": plan.micro_batches, "schedule": plan.schedule.value,
+            "chunks": plan.chunks, "stage_of": dict(plan.stage_of), "degrees": degrees}
+
+
+def pipeline_from_json(data, base: PCG, machine: Machine, where: str) -> ConfigStrategy:
+    """The strategy ``pipeline_to_json`` described, rebuilt on ``base``; StrategyError naming
+    ``where`` and the field when it is not one."""
+    if not isinstance(data, dict):
+        raise StrategyError(f"{where}: expected an object with stages, micro_batches, schedule, chunks, stage_of, "
+                            f"degrees; got {type(data).__name__}")
+    missing = [k for k in ("stages", "micro_batches", "schedule", "chunks", "stage_of", "degrees") if k not in data]
+    if missing:
+        raise StrategyError(f"{where}: missing {', '.join(missing)}")
+    degrees = data["degrees"]
+    if not isinstance(degrees, dict) or not all(isinstance(v, dict) for v in degrees.values()):
+        raise StrategyError(f"{where}.degrees: expected operator -> {{axis: degree}}")
+    try:
+        return pipeline_strategy(base, machine, data["stages"], data["micro_batches"], data["schedule"],
+                                 chunks=data["chunks"], stage_of=data["stage_of"], degrees=degrees)
+    except FlexrtError as e:
+        raise StrategyError(f"{where}: {e}") from None
+
+
 def split_batch(plan: PipelinePlan, inputs: Mapping[str, object]) -> dict:
     """The micro-batched model's inputs from the whole batch's (by the original input names); inputs
     already given per micro-batch pass through."""
@@ -278,4 +331,4 @@ def check_order(plan: PipelinePlan) -> None:
 
 
 __all__ = ["Schedule", "PipelinePlan", "MicroBatched", "micro_batch_pcg", "pipeline_strategy", "device_order",
-           "split_batch", "copy_name", "check_order"]
+           "split_batch", "copy_name", "check_order", "pipeline_to_json", "pipeline_from_json"]

@@ -50,6 +50,7 @@ from flexrt.search.api import (
     progress_default,
     register_algorithm,
 )
+from flexrt.search.pipelines import best_pipeline
 from flexrt.search.substitutions.library import activation_fusion_rules, load_library
 from flexrt.search.substitutions.match import find_matches, node_patterns, try_apply
 from flexrt.search.substitutions.rule import PARALLEL_TYPES, Rule
@@ -233,11 +234,11 @@ def unity(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUDGET, 
     """Unity's joint search (module doc). ``budget`` bounds the candidate graphs costed; ``split_size``
     None or 0 turns graph splitting off; ``cache=False`` clears the DP's memo for every candidate;
     ``devices`` limits the search to the first devices of the machine; ``min_degree`` makes every
-    operator use at least that many devices."""
+    operator use at least that many devices. ``enable_pipeline`` adds the best pipelined strategy
+    (``flexrt.search.pipelines``) to the finalists."""
     _check(budget, alpha, split_size, devices, machine)
-    if enable_pipeline:
-        raise ConfigError("pipeline parallelism is not implemented in flexrt's Unity search yet "
-                          "(the runtime has no micro-batch pipeline to run it); drop --enable-pipeline")
+    if enable_pipeline and devices is not None and devices < machine.num_devices:
+        raise ConfigError("--enable-pipeline places pipelines on every device of the machine; leave out --devices")
     sp = _space(space)
     t0 = time.perf_counter()
     n = devices or machine.num_devices
@@ -266,6 +267,8 @@ def unity(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUDGET, 
     if best_pcg is not pcg:
         finalists.append(("input graph mapped", _strategy(pcg, pcg, state["input_mapping"].configs)))
     finalists.append(("data-parallel", data_parallel(pcg, machine, n if n < machine.num_devices else None)))
+    if enable_pipeline:      # pipelined finalists: stages, micro-batches and schedule searched (search.pipelines)
+        finalists += best_pipeline(pcg, machine, cost_model, optimizer, log_notes=log.notes)
     return _finish(machine, cost_model, optimizer, finalists, log, t0)
 
 

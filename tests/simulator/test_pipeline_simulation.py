@@ -7,6 +7,7 @@ import pytest
 from flexrt.core import DataType, FFConfig, FFModel
 from flexrt.machine import local_machine
 from flexrt.simulator.cost_model import AnalyticCostModel, OpTimes
+from flexrt.simulator.pipeline_lowering import idle_fractions as idle_fractions_of
 from flexrt.simulator.simulate import Simulator
 from flexrt.simulator.task_graph import TaskKind
 from flexrt.strategy.pipeline import pipeline_strategy
@@ -47,14 +48,10 @@ def idle_fractions(schedule: str, p: int, m: int, v: int = 1, ratio: float = 2.0
     strategy = pipeline_strategy(chain(2 * p * v, 4 * m), machine, p, m, schedule, chunks=v)
     cost = type("Uniform", (UniformFree,), {"backward_ratio": ratio})()
     sim = Simulator(machine, cost, "sgd")
-    tl = sim.full(strategy).timeline
-    spans = [(int(d), float(a), float(b)) for t, d, a, b in zip(tl["ids"], tl["device"], tl["start"], tl["end"])
-             if sim.graph.task(int(t)).kind in (TaskKind.FORWARD, TaskKind.BACKWARD)]
-    t0, t1 = min(a for _, a, _ in spans), max(b for _, _, b in spans)
-    busy = [0.0] * p
-    for d, a, b in spans:
-        busy[d] += b - a
-    return [1 - x / (t1 - t0) for x in busy]
+    timeline = sim.full(strategy).timeline
+    got = idle_fractions_of(sim.graph, timeline)
+    assert sorted(got) == list(range(p))
+    return list(got.values())
 
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])

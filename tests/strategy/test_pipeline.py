@@ -102,3 +102,21 @@ def test_split_batch_gives_each_micro_batch_its_rows():
     name = next(iter(s.pipeline.model.inputs.values()))[0]
     got = split_batch(s.pipeline, {name: x})
     assert [v.tolist() for v in got.values()] == [x[4 * j:4 * j + 4].tolist() for j in range(4)]
+
+
+def test_pipelined_strategy_files_round_trip(tmp_path):
+    from flexrt.strategy import load_strategy, save_strategy
+    machine = load_machine("dgx1_v100")
+    pcg = mlp(32)
+    stage_of = {"fc0": 0, "fc1": 0, "fc2": 0, "fc3": 1, "sm": 1}
+    s = pipeline_strategy(pcg, machine, 2, 8, "gpipe", stage_of=stage_of,
+                          degrees={"fc0": {"sample": 2}, "fc1": {"sample": 2}})
+    path = tmp_path / "p.json"
+    save_strategy(str(path), s, machine)
+    back = load_strategy(str(path), pcg, machine)
+    plan = back.pipeline
+    assert (plan.stages, plan.micro_batches, plan.schedule, plan.chunks) == (2, 8, Schedule.GPIPE, 1)
+    assert dict(plan.stage_of) == stage_of
+    assert back.configs == s.configs
+    with pytest.raises(StrategyError, match="made for another model"):
+        load_strategy(str(path), mlp(16), machine)

@@ -1,0 +1,53 @@
+"""``--pipeline P`` on flexrt simulate and flexrt train: a pipelined strategy, its bubble and throughput."""
+
+import json
+
+from flexrt.cli import main
+
+
+def test_simulate_pipeline_reports_stages_bubble_and_throughput(capsys):
+    args = ["simulate", "mlp_unity_fig2", "-b", "64", "--machine", "dgx1_v100", "--pipeline", "2",
+            "--micro-batches", "8", "--json"]
+    assert main(args) == 0
+    doc = json.loads(capsys.readouterr().out)["pipeline"]
+    assert doc["stages"] == 2 and doc["micro_batches"] == 8 and doc["schedule"] == "1f1b"
+    assert sorted(set(doc["stage_of"].values())) == [0, 1]
+    assert 0 < doc["bubble"] < 1 and doc["samples_per_s"] > 0
+    assert main(args[:-1] + ["--schedule", "gpipe"]) == 0
+    out = capsys.readouterr().out
+    assert "pipeline of 2 device blocks x 1 chunk(s), 8 micro-batches, schedule gpipe" in out and "bubble" in out
+
+
+def test_pipeline_flags_are_checked(capsys):
+    base = ["simulate", "mlp_unity_fig2", "--machine", "dgx1_v100"]
+    assert main(base + ["--micro-batches", "4"]) == 1
+    assert "give --pipeline P too" in capsys.readouterr().err
+    assert main(base + ["--pipeline", "3"]) == 1
+    assert "3 pipeline stages do not divide the machine's 8 devices" in capsys.readouterr().err
+    assert main(base + ["--pipeline", "2", "--random-strategy", "1"]) == 1
+    assert "--pipeline builds its own strategy" in capsys.readouterr().err
+    assert main(base + ["--pipeline", "2", "--schedule", "interleaved", "--micro-batches", "3"]) == 1
+    assert "micro-batches divisible by the 2 stages" in capsys.readouterr().err
+
+
+def test_train_pipeline_runs_and_learns(capsys):
+    assert main(["train", "mlp_unity_fig2", "-b", "16", "--machine", "local", "--pipeline", "2", "--micro-batches",
+                 "4", "--steps", "3", "--lr", "0.1", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    losses = [s["loss"] for s in doc["steps"]]
+    assert len(losses) == 3 and losses[2] < losses[0]
+
+
+def test_search_unity_enable_pipeline_weighs_pipelines_among_the_finalists(tmp_path, capsys):
+    out = tmp_path / "best.json"
+    assert main(["search", "mlp_unity_fig2", "-b", "64", "--machine", "dgx1_v100", "--algo", "unity", "--budget", "5",
+                 "--enable-pipeline", "--no-progress", "--export", str(out), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    notes = doc["log"]["notes"] if "log" in doc else doc["notes"]
+    candidates = notes["pipeline_candidates_s"]
+    assert candidates and all(t > 0 for t in candidates.values())
+    assert any(label.startswith("pipeline p=") for label in notes["finalists_s"])
+    assert min(notes["finalists_s"].values()) <= min(candidates.values())
+    assert main(["simulate", "mlp_unity_fig2", "-b", "64", "--machine", "dgx1_v100", "--strategy", str(out),
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["iteration_time_s"] > 0
