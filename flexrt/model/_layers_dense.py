@@ -98,14 +98,16 @@ class DenseLayers:
         return self._add_layer(w, attrs, [input], name).outputs[0]
 
     def multihead_attention(self, query, key, value, embed_dim, num_heads, kdim=0, vdim=0, dropout=0.0, bias=True,
-                            add_bias_kv=False, add_zero_attn=False, kernel_initializer=None, name=None):
-        """Multi-head attention: query [N, Lq, E], key [N, Lk, kdim], value [N, Lk, vdim] -> [N, Lq, E]."""
+                            add_bias_kv=False, add_zero_attn=False, kernel_initializer=None, name=None, *, causal=False):
+        """Multi-head attention: query [N, Lq, E], key [N, Lk, kdim], value [N, Lk, vdim] -> [N, Lq, E].
+        ``causal`` (a flexrt extension, keyword only): query i attends to keys 0..i."""
         w = "multihead_attention"
         attrs = MultiHeadAttentionAttrs(
             _check.integer(w, "embed_dim", embed_dim, 1), _check.integer(w, "num_heads", num_heads, 1),
             _check.integer(w, "kdim", kdim, 0), _check.integer(w, "vdim", vdim, 0),
             _check.number(w, "dropout", dropout, low=0.0, high=1.0, high_open=True), _check.flag(w, "bias", bias),
-            _check.flag(w, "add_bias_kv", add_bias_kv), _check.flag(w, "add_zero_attn", add_zero_attn))
+            _check.flag(w, "add_bias_kv", add_bias_kv), _check.flag(w, "add_zero_attn", add_zero_attn),
+            _check.flag(w, "causal", causal))
         return self._add_layer(w, attrs, [query, key, value], name,
                                kernel_initializer=kernel_initializer).outputs[0]
 

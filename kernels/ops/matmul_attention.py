@@ -19,6 +19,17 @@ def _softmax_last(xp, s):
     return e / xp.sum(e, axis=-1, keepdims=True)
 
 
+def _masked(xp, attrs, scores):
+    """Causal attention: query i (of the whole sequence: a piece's first query is ``query_offset``
+    times its length) sees keys 0..i; the others get -inf before the softmax (probability 0)."""
+    if not getattr(attrs, "causal", False):
+        return scores
+    lq, lk = scores.shape[-2], scores.shape[-1]
+    first = attrs.query_offset * lq
+    hidden = xp.arange(lk)[None, :] > (xp.arange(lq)[:, None] + first)
+    return xp.where(hidden, scores.dtype.type(-xp.inf), scores)
+
+
 @register_forward(OpType.MULTIHEAD_ATTENTION)
 def multihead_attention_forward(xp, attrs, operands):
     """Scaled dot-product attention over the heads this call's weights hold.
@@ -40,7 +51,7 @@ def multihead_attention_forward(xp, attrs, operands):
     q = q.reshape(n, lq, heads, d).transpose(0, 2, 1, 3)     # [N, h, Lq, D]
     k = k.reshape(n, lk, heads, d).transpose(0, 2, 3, 1)     # [N, h, D, Lk]
     v = v.reshape(n, lk, heads, d).transpose(0, 2, 1, 3)     # [N, h, Lk, D]
-    scores = xp.matmul(q, k) * q.dtype.type(1.0 / math.sqrt(d))
+    scores = _masked(xp, attrs, xp.matmul(q, k) * q.dtype.type(1.0 / math.sqrt(d)))
     ctx = xp.matmul(_softmax_last(xp, scores), v)              # [N, h, Lq, D]
     ctx = ctx.transpose(0, 2, 1, 3).reshape(n, lq, width)
     out = xp.matmul(ctx, wo)
@@ -89,7 +100,7 @@ def multihead_attention_backward(xp, attrs, operands, outputs, grad_outputs):
     kh = k.reshape(n, lk, heads, d).transpose(0, 2, 1, 3)     # [N, h, Lk, D]
     vh = v.reshape(n, lk, heads, d).transpose(0, 2, 1, 3)     # [N, h, Lk, D]
     scale = q.dtype.type(1.0 / math.sqrt(d))
-    p = _softmax_last(xp, xp.matmul(qh, kh.transpose(0, 1, 3, 2)) * scale)   # [N, h, Lq, Lk]
+    p = _softmax_last(xp, _masked(xp, attrs, xp.matmul(qh, kh.transpose(0, 1, 3, 2)) * scale))   # [N, h, Lq, Lk]
     ctx = xp.matmul(p, vh).transpose(0, 2, 1, 3).reshape(n, lq, width)
 
     g2 = gout.reshape(-1, gout.shape[-1])

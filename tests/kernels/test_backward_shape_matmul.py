@@ -314,3 +314,31 @@ def test_lstm_backward_matches_torch_lstm_cell(n, inp, hid):
     for i, (ours, r) in enumerate(zip(grads, ref)):
         np.testing.assert_allclose(ours, r.numpy(), rtol=1e-10, atol=1e-12, err_msg=f"operand {i}")
     np.testing.assert_allclose(grads[5], cell.bias_hh.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_causal_attention_backward_matches_finite_differences(bias):
+    rng = np.random.default_rng(9)
+    attrs = MultiHeadAttentionAttrs(6, 3, bias=bias, causal=True)
+    ops = _mha_operands(rng, 2, 4, 4, 6, 6, 6, bias)
+    check_gradients(attrs, ops, rng)
+
+
+def test_causal_attention_sees_only_earlier_keys_and_pieces_know_their_offset():
+    """Changing key/value at position j changes no output before j; a piece of the queries with
+    ``query_offset`` gives the rows of the whole."""
+    from flexrt.kernels.registry import run_forward
+    rng = np.random.default_rng(10)
+    attrs = MultiHeadAttentionAttrs(6, 2, bias=True, causal=True)
+    ops = _mha_operands(rng, 2, 6, 6, 6, 6, 6, True)
+    (whole,) = run_forward(np, attrs, ops)
+    changed = [o.copy() for o in ops]
+    changed[1][:, 4:] += 1.0
+    changed[2][:, 4:] += 1.0
+    (after,) = run_forward(np, attrs, changed)
+    assert np.array_equal(after[:, :4], whole[:, :4]) and not np.allclose(after[:, 4:], whole[:, 4:])
+    import dataclasses
+    for k in range(3):          # 3 pieces of 2 queries each
+        piece = dataclasses.replace(attrs, query_offset=k)
+        (got,) = run_forward(np, piece, [ops[0][:, 2 * k:2 * k + 2]] + ops[1:])
+        assert np.allclose(got, whole[:, 2 * k:2 * k + 2], rtol=1e-12, atol=1e-12)

@@ -80,16 +80,21 @@ CLASSES = {
 }
 
 
-def _params(fn, skip_self: bool):
+# flexrt's own additions: keyword-only, after every FlexFlow parameter, so FlexFlow calls are unchanged
+EXTENSIONS = {"multihead_attention": [("causal", False)]}
+
+
+def _params(fn, skip_self: bool, keyword_only: bool = False):
     params = list(inspect.signature(fn).parameters.values())
     if skip_self:
         params = params[1:]
-    return [(p.name, p.default) for p in params]
+    return [(p.name, p.default) for p in params if (p.kind is p.KEYWORD_ONLY) == keyword_only]
 
 
 @pytest.mark.parametrize("method", sorted(FFMODEL))
 def test_ffmodel_method_signature_matches_flexflow(method):
     assert _params(getattr(FFModel, method), skip_self=True) == FFMODEL[method]
+    assert _params(getattr(FFModel, method), skip_self=True, keyword_only=True) == EXTENSIONS.get(method, [])
 
 
 @pytest.mark.parametrize("cls", list(CLASSES), ids=lambda c: c.__name__)

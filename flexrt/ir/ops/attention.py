@@ -27,6 +27,8 @@ Parallel axes (operands: query, key, value, then the weights in ``weight_names``
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -52,6 +54,8 @@ class MultiHeadAttentionAttrs:
     bias: bool = True
     add_bias_kv: bool = False
     add_zero_attn: bool = False
+    causal: bool = False          # query i attends to keys 0..i only (GPT); needs Lq == Lk
+    query_offset: int = 0         # a piece cut along "seq": its first query's position (set per piece)
 
     def __post_init__(self):
         for name in ("embed_dim", "num_heads"):
@@ -69,7 +73,9 @@ class MultiHeadAttentionAttrs:
         if not isinstance(self.dropout, (int, float)) or isinstance(self.dropout, bool) or not 0 <= self.dropout < 1:
             raise ShapeError(f"multihead_attention: dropout must be a number in [0, 1), got {self.dropout!r}")
         object.__setattr__(self, "dropout", float(self.dropout))
-        for name in ("bias", "add_bias_kv", "add_zero_attn"):
+        if not isinstance(self.query_offset, int) or isinstance(self.query_offset, bool) or self.query_offset < 0:
+            raise ShapeError(f"multihead_attention: query_offset must be an int >= 0, got {self.query_offset!r}")
+        for name in ("bias", "add_bias_kv", "add_zero_attn", "causal"):
             if not isinstance(getattr(self, name), bool):
                 raise ShapeError(f"multihead_attention: {name} must be a bool, got {getattr(self, name)!r}")
         for name in ("add_bias_kv", "add_zero_attn"):
@@ -93,6 +99,9 @@ def _check(attrs: MultiHeadAttentionAttrs, inputs) -> None:
     if not q.dims[0] == k.dims[0] == v.dims[0]:
         raise ShapeError(f"multihead_attention: batch sizes differ: query {list(q.dims)}, key {list(k.dims)}, "
                          f"value {list(v.dims)}; dimension 0 must be equal")
+    if attrs.causal and q.dims[1] != k.dims[1]:
+        raise ShapeError(f"multihead_attention: causal attention needs as many queries as keys; query "
+                         f"{list(q.dims)}, key {list(k.dims)}")
     if k.dims[1] != v.dims[1]:
         raise ShapeError(f"multihead_attention: key {list(k.dims)} and value {list(v.dims)} have different "
                          f"lengths ({k.dims[1]} vs {v.dims[1]}); dimension 1 must be equal")
@@ -146,6 +155,10 @@ def check_degrees(attrs: MultiHeadAttentionAttrs, inputs, degrees):
 
 
 def piece_call(attrs: MultiHeadAttentionAttrs, coords, degrees):
+    """A causal piece cut along the queries learns its first query's position (as the piece index
+    times the piece's length, ``query_offset`` holds the index and the kernel multiplies)."""
+    if attrs.causal and coords.get("seq", 0):
+        attrs = dataclasses.replace(attrs, query_offset=coords["seq"])
     if attrs.bias and coords.get("heads", 0):
         return attrs, frozenset({10})  # this group's partial sum must not add bo again
     return attrs, frozenset()
@@ -179,5 +192,5 @@ def extra_memory_bytes(attrs: MultiHeadAttentionAttrs, ins, outs):
 register_op(OpDef(OpType.MULTIHEAD_ATTENTION, MultiHeadAttentionAttrs, output_shapes=output_shapes, flops=flops,
                   num_inputs=3, weight_shapes=weight_shapes, weight_names=weight_names,
                   parallel_axes=parallel_axes, backward_flops=backward_flops,
-                  extra_memory_bytes=extra_memory_bytes, piece_call=piece_call, piece_call_axes=("heads",),
+                  extra_memory_bytes=extra_memory_bytes, piece_call=piece_call, piece_call_axes=("heads", "seq"),
                   check_degrees=check_degrees))

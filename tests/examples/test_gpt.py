@@ -1,0 +1,70 @@
+"""The GPT zoo model: named sizes, causal attention, and training like one device, pipelined or not."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from flexrt.core import DataType, FFConfig
+from flexrt.errors import FlexrtError
+from flexrt.machine import load_machine
+from flexrt.model import load_model
+from flexrt.strategy import data_parallel, random_strategy
+from flexrt.strategy.space import config_at
+from flexrt.strategy.pipeline import pipeline_strategy
+from flexrt.runtime.executor import optimizer_step, relative_error
+from flexrt.runtime.reference import ReferenceTrainer
+from flexrt.runtime.session import Session
+from tests.runtime.test_central_law import SGD, TOL, weights_for
+
+
+@pytest.mark.parametrize("config, params", [("gpt2", 124_439_808 + 50257 * 768), ("gpt2-medium", 354_823_168 + 50257 * 1024)])
+def test_named_sizes_have_the_published_parameter_counts_plus_the_untied_head(config, params):
+    loaded = load_model("gpt", ["-b", "1", "--config", config, "--seq-length", "1024"])
+    assert loaded.model.num_parameters() == params
+
+
+def test_every_attention_is_causal_and_flags_override_the_configuration():
+    loaded = load_model("gpt", ["-b", "2", "--config", "gpt2", "--layers", "3", "--hidden", "64", "--heads", "4",
+                                "--seq-length", "8", "--vocab", "100"])
+    attn = [n for n in loaded.model.pcg.nodes if n.op_type.value == "multihead_attention"]
+    assert len(attn) == 3 and all(n.attrs.causal and n.attrs.embed_dim == 64 for n in attn)
+    with pytest.raises(FlexrtError, match="unknown --config 'gpt5'"):
+        load_model("gpt", ["--config", "gpt5"])
+
+
+def _tiny():
+    from flexrt.examples.gpt import build_model
+    return build_model(FFConfig(["-b", "4"]), config="gpt-tiny", dropout=0.0)
+
+
+@pytest.mark.parametrize("kind", ["data", "1f1b", "interleaved", "seq", "random0", "random1", "random2"])
+def test_gpt_tiny_trains_like_one_device(kind):
+    """Next-token labels at every position; losses and weights as one device's within float32's 1e-4."""
+    machine = load_machine("dgx1_v100")
+    m = _tiny()
+    if kind == "data":
+        strategy = data_parallel(m.pcg, machine, 4)
+    elif kind == "seq":           # causal attention cut along its queries: each piece knows its offset
+        strategy = data_parallel(m.pcg, machine, 1)
+        for n in m.pcg.nodes:
+            if n.op_type.value == "multihead_attention":
+                strategy = strategy.with_config(n.id, config_at(m.pcg, n, machine, {"seq": 4}, 0))
+    elif kind.startswith("random"):
+        strategy = random_strategy(m.pcg, machine, int(kind[6:]))
+    else:
+        strategy = pipeline_strategy(m.pcg, machine, 2, 2, kind, chunks=2 if kind == "interleaved" else 1)
+    rng = np.random.default_rng(0)
+    b, seq, vocab = 4, 16, 64
+    tokens = rng.integers(0, vocab, size=(b, seq))
+    names = sorted(n.name for n in m.pcg.nodes if n.op_type.value == "input")    # tokens first, then positions
+    inputs = {names[0]: tokens, names[1]: np.tile(np.arange(seq), (b, 1))}
+    labels = np.concatenate([tokens[:, 1:], tokens[:, :1]], axis=1)[..., None].astype(np.int32)
+    w0 = weights_for(m.pcg, DataType.DT_FLOAT)
+    ref = ReferenceTrainer(m.pcg, w0, optimizer_step("sgd", **SGD), "sparse_categorical_crossentropy")
+    session = Session(strategy, machine, loss="sparse_categorical_crossentropy", weights=w0, **SGD)
+    for _ in range(3):
+        want, got = ref.step(inputs, labels), session.step(inputs, labels).loss
+        assert abs(got - want) <= TOL[DataType.DT_FLOAT] * max(1.0, abs(want))
+    got_w = session.weights()
+    assert max(relative_error(got_w[k], w) for k, w in ref.weights.items()) <= TOL[DataType.DT_FLOAT]
