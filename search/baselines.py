@@ -15,6 +15,9 @@ can be simulated, trained, saved, plotted and used as a search's starting point:
 - ``megatron`` (Shoeybi et al. 2019): attention heads split over a node's devices, the two
   feed-forward linears split column-wise (parameter) then row-wise (reduction), other linears
   column-wise, the operators between them replicated within a node; data parallel across nodes;
+- ``megatron_lm`` (Narayanan et al. 2021): Megatron-LM's 3-D parallelism with its degrees as
+  arguments: tensor parallel within a node, a pipeline across nodes (``flexrt.strategy.pipeline``),
+  data parallel over the rest, optionally sequence parallel;
 - ``neo_dlrm`` (Mudigere et al. 2021): embedding tables whole and distributed round-robin over the
   devices (model parallel), every other operator data parallel.
 
@@ -36,6 +39,7 @@ Example:
 from __future__ import annotations
 
 import itertools
+from typing import Optional
 from collections.abc import Callable, Iterable, Sequence
 
 from flexrt.errors import ConfigError, ShapeError, StrategyError
@@ -49,6 +53,7 @@ from flexrt.machine import Machine
 from flexrt.machine.views import view_from_device_ids
 from flexrt.search.api import SearchResult, fixed_result, register_algorithm
 from flexrt.strategy import OpConfig, Strategy, all_axes, apply_single, data_parallel, is_compute
+from flexrt.strategy.pipeline import pipeline_strategy
 
 __all__ = [
     "BASELINES",
@@ -57,6 +62,7 @@ __all__ = [
     "expert_result",
     "expert_strategy",
     "megatron",
+    "megatron_lm",
     "model_parallel",
     "neo_dlrm",
     "one_weird_trick",
@@ -277,6 +283,94 @@ def megatron(base: PCG, machine: Machine) -> Strategy:
     return plan.strategy()
 
 
+def megatron_lm(base: PCG, machine: Machine, tensor: Optional[int] = None, pipeline: int = 1,
+                micro_batches: Optional[int] = None, schedule: str = "1f1b", chunks: int = 1,
+                sequence_parallel: bool = False) -> Strategy:
+    """Megatron-LM's 3-D parallelism (Narayanan et al., SC'21): ``tensor`` (t, default a node's
+    devices) tensor parallel within a node, ``pipeline`` (p) stages across nodes, each a block of
+    n / p devices, and data parallel over the remaining d = n / (t p).
+
+    Tensor parallelism is ``megatron``'s: attention split on its heads, the feed-forward's first
+    linear on its outputs and the second on its inputs (partial sums all-reduced), other linears
+    on their outputs; piece k of a tensor-parallel group on device block start + k, the group
+    repeated d times with stride t. The operators between (LayerNorm, residual adds, dropout) are
+    replicated over the group, or with ``sequence_parallel`` split over it (on the sample axis: the
+    communication volume of splitting the sequence). Pipelines: ``pipeline_strategy`` with
+    ``micro_batches`` (default 4p), ``schedule`` and ``chunks``. Where shapes forbid a split the
+    operator is data parallel over its block."""
+    t = machine.devices_per_node if tensor is None else tensor
+    n = machine.num_devices
+    if isinstance(t, bool) or not isinstance(t, int) or t < 1 or machine.devices_per_node % t:
+        raise StrategyError(f"megatron: tensor parallel degree {tensor!r} must divide the {machine.devices_per_node} "
+                            f"devices of a node")
+    if isinstance(pipeline, bool) or not isinstance(pipeline, int) or pipeline < 1 or n % (t * pipeline):
+        raise StrategyError(f"megatron: tensor {t} x pipeline {pipeline!r} does not divide the machine's {n} devices")
+    d = n // (t * pipeline)
+    m = micro_batches or 4 * pipeline
+    splits = _megatron_splits(base, machine, t, d, sequence_parallel)
+
+    def place(pcg: PCG, node: Node, start: int) -> Optional[OpConfig]:
+        name = node.name.rpartition(".mb")[0] if pipeline > 1 else node.name
+        return _placed(pcg, node, machine, start, splits[name])
+
+    if pipeline == 1:
+        configs = {node.id: place(base, node, 0) or data_parallel(base, machine).configs[node.id]
+                   for node in _compute(base)}
+        return Strategy.from_configs(base, configs)
+    return pipeline_strategy(base, machine, pipeline, m, schedule, chunks=chunks, place=place)
+
+
+def _megatron_splits(base: PCG, machine: Machine, t: int, d: int, sequence_parallel: bool) -> dict[str, list]:
+    """Per operator of ``base`` the splits ``megatron_lm`` gives it on a block starting at device 0:
+    tensor-parallel operators first, then the others, last to first, replicated over the tensor
+    group only where every consumer takes copies (a tensor-parallel operator of the group's full
+    degree on its heads or outputs, or another replicated one), else data parallel over the block."""
+    _, second = _ffn_pairs(base)
+    out: dict[str, list] = {}
+    takes_copies: set[int] = set()
+    for node in _compute(base):
+        sample = _sample_axis(base, node)
+        data = [(sample, d, t)] if sample and d > 1 else []
+        if node.op_type is OpType.MULTIHEAD_ATTENTION:
+            axis = "heads"
+        elif node.op_type is OpType.LINEAR:
+            axis = "in" if node.id in second else "out"
+        else:
+            continue
+        for k in _falling(t):            # smaller tensor degrees where shapes need, else data parallel on the block
+            tried = [(axis, k, 1)] + data
+            if _placed(base, node, machine, 0, tried) is not None:
+                out[node.name] = tried
+                if k == t and axis != "in":
+                    takes_copies.add(node.id)
+                break
+        else:
+            out[node.name] = _data_split(base, node, machine, t * d)
+    consumers = _consumers(base)
+    for node in reversed(_compute(base)):
+        if node.name in out:
+            continue
+        sample = _sample_axis(base, node)
+        replica = [("replica", t, 1)] + ([(sample, d, t)] if sample and d > 1 else [])
+        after = consumers[node.id]
+        if not sequence_parallel and t > 1 and any(a.name == "replica" for a in all_axes(base, node)) and after \
+                and all(c.id in takes_copies for c in after) and _placed(base, node, machine, 0, replica) is not None:
+            out[node.name] = replica
+            takes_copies.add(node.id)
+        else:
+            out[node.name] = _data_split(base, node, machine, t * d)
+    return out
+
+
+def _data_split(base: PCG, node: Node, machine: Machine, width: int) -> list:
+    """The sample axis split over the most of ``width`` devices its shapes allow (none: unsplit)."""
+    sample = _sample_axis(base, node)
+    for k in _falling(width) if sample else ():
+        if _placed(base, node, machine, 0, [(sample, k, 1)]) is not None:
+            return [(sample, k, 1)]
+    return []
+
+
 def neo_dlrm(base: PCG, machine: Machine) -> Strategy:
     """Neo's DLRM placement: embedding table ``i`` whole on device ``i mod devices`` (model parallel),
     the MLPs, interaction and everything else data parallel."""
@@ -297,6 +391,7 @@ BASELINES: dict[str, Callable[[PCG, Machine], Strategy]] = {
     "one_weird_trick": one_weird_trick,
     "wu_rnn": wu_rnn,
     "megatron": megatron,
+    "megatron_lm": megatron_lm,
     "neo_dlrm": neo_dlrm,
 }
 

@@ -272,7 +272,8 @@ def warn_data_parallel(base, machine) -> None:
 def add_pipeline_flags(parser) -> None:
     """``--pipeline P [--micro-batches M] [--schedule S] [--chunks V]``: a pipelined strategy
     (``flexrt.strategy.pipeline``): P stages of balanced FLOPs on blocks of n / P devices, data
-    parallel within a stage."""
+    parallel within a stage; with ``--megatron [--tensor-parallel T] [--sequence-parallel]``,
+    Megatron-LM's 3-D parallelism (``flexrt.search.baselines.megatron_lm``) instead."""
     parser.add_argument("--pipeline", type=count(1), metavar="P",
                         help="pipeline parallelism over P stages (device blocks of n/P devices, data parallel within)")
     parser.add_argument("--micro-batches", type=count(1), metavar="M",
@@ -281,11 +282,26 @@ def add_pipeline_flags(parser) -> None:
                         help="pipeline schedule (default 1f1b; interleaved: --chunks stages per block)")
     parser.add_argument("--chunks", type=count(1), metavar="V",
                         help="stages per device block with --schedule interleaved (default 2)")
+    parser.add_argument("--megatron", action="store_true",
+                        help="Megatron-LM's strategy: tensor parallel within a node, --pipeline P stages across "
+                             "nodes (default 1), data parallel over the rest")
+    parser.add_argument("--tensor-parallel", type=count(1), metavar="T",
+                        help="with --megatron: tensor parallel degree (default: a node's devices)")
+    parser.add_argument("--sequence-parallel", action="store_true",
+                        help="with --megatron: split LayerNorm, dropout and residual adds over the tensor group")
 
 
 def pipeline_arg(args, base, machine):
-    """The pipelined strategy ``add_pipeline_flags`` asks for, or None without ``--pipeline``; the
-    pipeline's other flags without it are a ConfigError."""
+    """The strategy ``add_pipeline_flags`` asks for (pipelined, or Megatron-LM's), or None; the
+    pipeline's other flags without ``--pipeline`` (or ``--megatron``) are a ConfigError."""
+    if args.megatron:
+        from flexrt.search.baselines import megatron_lm
+        return megatron_lm(base, machine, tensor=args.tensor_parallel, pipeline=args.pipeline or 1,
+                           micro_batches=args.micro_batches, schedule=args.schedule,
+                           chunks=args.chunks or (2 if args.schedule == "interleaved" else 1),
+                           sequence_parallel=args.sequence_parallel)
+    if args.tensor_parallel is not None or args.sequence_parallel:
+        raise ConfigError("--tensor-parallel and --sequence-parallel shape Megatron-LM's strategy: give --megatron too")
     if args.pipeline is None:
         if args.micro_batches is not None or args.chunks is not None or args.schedule != "1f1b":
             raise ConfigError("--micro-batches, --schedule and --chunks shape a pipeline: give --pipeline P too")

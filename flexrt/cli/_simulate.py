@@ -48,9 +48,9 @@ def _strategy(args, base, machine):
     pipelined = pipeline_arg(args, base, machine)
     if pipelined is not None:
         if args.strategy or args.random_strategy is not None or args.data_parallel:
-            raise ConfigError("--pipeline builds its own strategy: leave out --strategy, --random-strategy and "
-                              "--data-parallel")
-        if args.method == "delta" or args.fusion != "off":
+            raise ConfigError("--pipeline and --megatron build their own strategy: leave out --strategy, "
+                              "--random-strategy and --data-parallel")
+        if getattr(pipelined, "pipeline", None) is not None and (args.method == "delta" or args.fusion != "off"):
             raise ConfigError("--pipeline: simulate it with --method full and without --fusion")
         return pipelined
     if args.strategy:

@@ -106,11 +106,15 @@ def run(args, extra) -> int:
     check_comm_cost(args, machine)
     loaded = load_model(args.model, extra)
     base = loaded.model.pcg
-    if sum(x is not None and x is not False for x in (args.strategy, args.random_strategy, args.pipeline)) > 1:
-        raise ConfigError("give one of --strategy FILE, --random-strategy SEED and --pipeline P")
+    if sum(x is not None and x is not False for x in (args.strategy, args.random_strategy,
+                                                      args.pipeline or args.megatron or None)) > 1:
+        raise ConfigError("give one of --strategy FILE, --random-strategy SEED and --pipeline P (or --megatron)")
     pipelined = pipeline_arg(args, base, machine)
     if pipelined is not None:
-        strategy, described = pipelined, pipelined.pipeline.describe()
+        plan = getattr(pipelined, "pipeline", None)
+        strategy = pipelined
+        described = ("Megatron-LM, " if args.megatron else "") + (plan.describe() if plan is not None else
+                                                                 "tensor and data parallel")
     elif args.strategy:
         strategy, described = load_strategy(args.strategy, base, machine), f"strategy {args.strategy}"
     elif args.random_strategy is not None:

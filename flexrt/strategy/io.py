@@ -101,7 +101,7 @@ def strategy_to_json(strategy: Strategy, machine: Machine) -> dict:
     if getattr(strategy, "pipeline", None) is not None:   # the model's hash and the plan that rebuilds it
         from flexrt.strategy.pipeline import pipeline_to_json
         return {"format": FORMAT, "version": VERSION, "model_hash": strategy.pipeline.model.source_hash,
-                "machine": _machine_json(machine), "pipeline": pipeline_to_json(strategy)}
+                "machine": _machine_json(machine), "pipeline": pipeline_to_json(strategy, _view_json)}
     out = _body_json(strategy, machine)
     plan = getattr(strategy, "fusion", None)
     if plan:
@@ -263,7 +263,7 @@ def strategy_from_json(data: dict, base: Optional[PCG], machine: Machine, source
         if base is None or data.get("model_hash") != base.structural_hash():
             raise StrategyError(f"{source}: made for another model (model_hash {short(data.get('model_hash'))}"
                                 + (f" vs this model's {base.structural_hash()})" if base is not None else ")"))
-        return pipeline_from_json(data["pipeline"], base, machine, f"{source}: pipeline")
+        return pipeline_from_json(data["pipeline"], base, machine, f"{source}: pipeline", _view_from_json)
     strategy = _graph_strategy(data, machine, source) if "pcg" in data else _config_strategy(data, base, machine,
                                                                                              source)
     if "fusion" not in data:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 from flexrt.errors import FlexrtError, StrategyError
 from flexrt.ir.costs import op_cost
@@ -241,12 +241,15 @@ def _balanced_stages(pcg: PCG, count: int) -> dict[str, int]:
 
 def pipeline_strategy(pcg: PCG, machine: Machine, stages: int, micro_batches: int, schedule="1f1b",
                       chunks: int = 1, stage_of: Optional[Mapping[str, int]] = None,
-                      degrees: Optional[Mapping[str, dict]] = None, loss_output: Optional[str] = None) -> ConfigStrategy:
+                      degrees: Optional[Mapping[str, dict]] = None, loss_output: Optional[str] = None,
+                      place: Optional[Callable] = None) -> ConfigStrategy:
     """A pipelined strategy of ``pcg`` on ``machine``: ``stages`` (p) device blocks of n / p devices,
     ``chunks`` (v) stages per block, ``micro_batches`` (m). ``stage_of`` (operator -> stage, 0 ..
     p*v - 1, non-decreasing along the graph) defaults to stages of balanced FLOPs. Within a stage
-    every operator is data parallel over its block where its micro-batch divides (``degrees``:
-    operator -> degrees per axis, to choose otherwise)."""
+    every operator is data parallel over its block where its micro-batch divides; ``degrees``
+    (operator -> degrees per axis) chooses otherwise, and ``place(pcg, node, block start)`` -> an
+    ``OpConfig`` or None places an operator exactly (``node`` is its first micro-batch's copy in
+    the micro-batched ``pcg``; every copy gets the same configuration)."""
     sched = Schedule.parse(schedule)
     n = machine.num_devices
     if isinstance(stages, bool) or not isinstance(stages, int) or stages < 1 or n % stages:
@@ -267,45 +270,65 @@ def pipeline_strategy(pcg: PCG, machine: Machine, stages: int, micro_batches: in
     configs = {}
     for name, names in mb.copies.items():
         start = (stage_of[name] % stages) * width
-        for c in names:
-            node = mb.pcg.node_by_name(c)
+        first = mb.pcg.node_by_name(names[0])
+        cfg = place(mb.pcg, first, start) if place is not None else None
+        if cfg is None:
             want = (degrees or {}).get(name)
-            configs[node.id] = config_at(mb.pcg, node, machine, want if want is not None else {"sample": width,
-                                                                                             "dim0": width}, start)
+            cfg = config_at(mb.pcg, first, machine, want if want is not None else {"sample": width, "dim0": width},
+                            start)
+        for c in names:
+            configs[mb.pcg.node_by_name(c).id] = cfg
     strategy = ConfigStrategy(mb.pcg, configs)
     return strategy.with_pipeline(PipelinePlan(mb, sched, stages, chunks, stage_of))
 
 
-def pipeline_to_json(strategy) -> dict:
+def pipeline_to_json(strategy, view_json: Callable) -> dict:
     """A pipelined strategy's plan as JSON: what ``pipeline_from_json`` rebuilds it from, with the
-    model (``pipeline_strategy``): stages, micro-batches, schedule, chunks, each operator's stage and
-    the degrees of its copies."""
+    model (``pipeline_strategy``): stages, micro-batches, schedule, chunks, each operator's stage,
+    and the configuration its copies share (degrees and ``view_json`` of the view)."""
     plan = strategy.pipeline
-    degrees = {}
+    ops = {}
     for name, copies in plan.model.copies.items():
-        got = dict(strategy.configs[plan.model.pcg.node_by_name(copies[0]).id].degrees)
-        degrees[name] = got
+        cfg = strategy.configs[plan.model.pcg.node_by_name(copies[0]).id]
+        ops[name] = {"degrees": dict(cfg.degrees), "view": view_json(cfg.view)}
     return {"stages": plan.stages, "micro_batches": plan.micro_batches, "schedule": plan.schedule.value,
-            "chunks": plan.chunks, "stage_of": dict(plan.stage_of), "degrees": degrees}
+            "chunks": plan.chunks, "stage_of": dict(plan.stage_of), "operators": ops}
 
 
-def pipeline_from_json(data, base: PCG, machine: Machine, where: str) -> ConfigStrategy:
-    """The strategy ``pipeline_to_json`` described, rebuilt on ``base``; StrategyError naming
-    ``where`` and the field when it is not one."""
+_PIPELINE_FIELDS = ("stages", "micro_batches", "schedule", "chunks", "stage_of", "operators")
+
+
+def pipeline_from_json(data, base: PCG, machine: Machine, where: str, view_from_json: Callable) -> ConfigStrategy:
+    """The strategy ``pipeline_to_json`` described, rebuilt on ``base``; ``view_from_json(d, where,
+    machine, axes)`` reads a view. StrategyError naming ``where`` and the field when it is not one."""
     if not isinstance(data, dict):
-        raise StrategyError(f"{where}: expected an object with stages, micro_batches, schedule, chunks, stage_of, "
-                            f"degrees; got {type(data).__name__}")
-    missing = [k for k in ("stages", "micro_batches", "schedule", "chunks", "stage_of", "degrees") if k not in data]
-    if missing:
-        raise StrategyError(f"{where}: missing {', '.join(missing)}")
-    degrees = data["degrees"]
-    if not isinstance(degrees, dict) or not all(isinstance(v, dict) for v in degrees.values()):
-        raise StrategyError(f"{where}.degrees: expected operator -> {{axis: degree}}")
+        raise StrategyError(f"{where}: expected an object with {', '.join(_PIPELINE_FIELDS)}; got "
+                            f"{type(data).__name__}")
+    missing = [k for k in _PIPELINE_FIELDS if k not in data]
+    unknown = [k for k in data if k not in _PIPELINE_FIELDS]
+    if missing or unknown:
+        raise StrategyError(f"{where}: {'missing ' + ', '.join(missing) if missing else 'unknown key ' + unknown[0]}; "
+                            f"valid keys: {', '.join(_PIPELINE_FIELDS)}")
+    ops = data["operators"]
+    if not isinstance(ops, dict) or not all(isinstance(v, dict) and set(v) == {"degrees", "view"} and
+                                            isinstance(v["degrees"], dict) for v in ops.values()):
+        raise StrategyError(f"{where}.operators: expected operator -> {{\"degrees\": {{axis: degree}}, \"view\": ...}}")
+    from flexrt.strategy.config import OpConfig
+    from flexrt.strategy.space import all_axes
+
+    def place(pcg, node, start):
+        name = node.name.rpartition(SEP)[0]
+        if name not in ops:
+            raise StrategyError(f"{where}.operators: no configuration for operator '{name}'")
+        axes = [a.name for a in all_axes(pcg, node)]
+        view = view_from_json(ops[name]["view"], f"{where}.operators['{name}'].view", machine, axes)
+        return OpConfig(tuple(ops[name]["degrees"].items()), view)
     try:
         return pipeline_strategy(base, machine, data["stages"], data["micro_batches"], data["schedule"],
-                                 chunks=data["chunks"], stage_of=data["stage_of"], degrees=degrees)
+                                 chunks=data["chunks"], stage_of=data["stage_of"], place=place)
     except FlexrtError as e:
-        raise StrategyError(f"{where}: {e}") from None
+        msg = str(e)
+        raise StrategyError(msg if msg.startswith(where) else f"{where}: {msg}") from None
 
 
 def split_batch(plan: PipelinePlan, inputs: Mapping[str, object]) -> dict:

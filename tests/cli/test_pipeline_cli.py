@@ -25,7 +25,7 @@ def test_pipeline_flags_are_checked(capsys):
     assert main(base + ["--pipeline", "3"]) == 1
     assert "3 pipeline stages do not divide the machine's 8 devices" in capsys.readouterr().err
     assert main(base + ["--pipeline", "2", "--random-strategy", "1"]) == 1
-    assert "--pipeline builds its own strategy" in capsys.readouterr().err
+    assert "--pipeline and --megatron build their own strategy" in capsys.readouterr().err
     assert main(base + ["--pipeline", "2", "--schedule", "interleaved", "--micro-batches", "3"]) == 1
     assert "micro-batches divisible by the 2 stages" in capsys.readouterr().err
 
@@ -51,3 +51,15 @@ def test_search_unity_enable_pipeline_weighs_pipelines_among_the_finalists(tmp_p
     assert main(["simulate", "mlp_unity_fig2", "-b", "64", "--machine", "dgx1_v100", "--strategy", str(out),
                  "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["iteration_time_s"] > 0
+
+
+def test_simulate_megatron_3d_with_its_degrees(capsys):
+    args = ["simulate", "gpt", "-b", "8", "--config", "gpt-tiny", "--machine", "dgx1_v100", "--nodes", "2",
+            "--megatron", "--tensor-parallel", "4", "--pipeline", "2", "--micro-batches", "4", "--json"]
+    assert main(args) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["pipeline"]["stages"] == 2 and doc["iteration_time_s"] > 0
+    assert main(args[:-5] + ["--json"]) == 0                  # tensor parallel 4 x data parallel 4, no pipeline
+    assert json.loads(capsys.readouterr().out)["pipeline"] is None
+    assert main(["simulate", "gpt", "--config", "gpt-tiny", "--machine", "dgx1_v100", "--tensor-parallel", "4"]) == 1
+    assert "give --megatron too" in capsys.readouterr().err

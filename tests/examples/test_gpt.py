@@ -40,7 +40,6 @@ def _tiny():
 
 @pytest.mark.parametrize("kind", ["data", "1f1b", "interleaved", "seq", "random0", "random1", "random2"])
 def test_gpt_tiny_trains_like_one_device(kind):
-    """Next-token labels at every position; losses and weights as one device's within float32's 1e-4."""
     machine = load_machine("dgx1_v100")
     m = _tiny()
     if kind == "data":
@@ -54,6 +53,11 @@ def test_gpt_tiny_trains_like_one_device(kind):
         strategy = random_strategy(m.pcg, machine, int(kind[6:]))
     else:
         strategy = pipeline_strategy(m.pcg, machine, 2, 2, kind, chunks=2 if kind == "interleaved" else 1)
+    _train_like_one_device(m, strategy, machine)
+
+
+def _train_like_one_device(m, strategy, machine):
+    """Next-token labels at every position; losses and weights as one device's within float32's 1e-4."""
     rng = np.random.default_rng(0)
     b, seq, vocab = 4, 16, 64
     tokens = rng.integers(0, vocab, size=(b, seq))
@@ -68,3 +72,18 @@ def test_gpt_tiny_trains_like_one_device(kind):
         assert abs(got - want) <= TOL[DataType.DT_FLOAT] * max(1.0, abs(want))
     got_w = session.weights()
     assert max(relative_error(got_w[k], w) for k, w in ref.weights.items()) <= TOL[DataType.DT_FLOAT]
+
+
+def test_megatron_lm_defaults_are_megatron_and_its_3d_strategy_trains_like_one_device():
+    from flexrt.search.baselines import megatron, megatron_lm
+    machine = load_machine("dgx1_v100", nodes=2)          # 16 devices, 8 per node
+    m = _tiny()
+    assert megatron_lm(m.pcg, machine).configs == megatron(m.pcg, machine).configs
+    for kw in ({"tensor": 4, "pipeline": 2, "micro_batches": 2}, {"tensor": 4, "sequence_parallel": True},
+               {"tensor": 4, "pipeline": 2, "micro_batches": 2, "schedule": "interleaved", "chunks": 2}):
+        s = megatron_lm(m.pcg, machine, **kw)
+        attn = [n for n in s.base.nodes if n.op_type.value == "multihead_attention"]
+        assert attn and all(dict(s.configs[n.id].degrees).get("heads") == kw["tensor"] for n in attn)
+        _train_like_one_device(m, s, machine)
+    with pytest.raises(FlexrtError, match="tensor parallel degree 3 must divide the 8 devices of a node"):
+        megatron_lm(m.pcg, machine, tensor=3)
