@@ -403,6 +403,8 @@ class Lowering:
     def _lower_op(self, name: str) -> None:
         lay = self.layout(name)
         fx, bx, act = self._piece_times(lay)
+        if self.pipeline is not None and not self.pipeline.holds_activations(name):
+            act = [0] * len(act)       # a micro-batch beyond those a stage holds at once
         base = self.core.pieces(self._oid(Owner.op(name)), lay.devices, fx, bx, act)
         n = len(lay.devices)
         fwd, bwd = range(base, base + 2 * n, 2), range(base + 1, base + 2 * n, 2)

@@ -173,6 +173,27 @@ class PipelinePlan:
         name, _, j = copy.rpartition(SEP)
         return self.stage_of[name], int(j)
 
+    def in_flight(self, stage: int) -> int:
+        """The most micro-batches whose activations stage ``stage`` holds at once under the schedule
+        (forwards run minus backwards run, over its block's order): m for GPipe, at most p - s for
+        1F1B."""
+        cache = self.__dict__.setdefault("_in_flight", {})
+        if stage not in cache:
+            order = device_order(self.schedule, self.stages, self.micro_batches, self.chunks, self.block_of(stage))
+            live = most = 0
+            for phase, s, _ in order:
+                if s == stage:
+                    live += 1 if phase == "F" else -1
+                    most = max(most, live)
+            cache[stage] = most
+        return cache[stage]
+
+    def holds_activations(self, copy: str) -> bool:
+        """Whether a copy's activations count in the stage's static memory: the first ``in_flight``
+        micro-batches' do, as many as are ever live at once (the timeline replay is exact)."""
+        stage, j = self.unit_of(copy)
+        return j < self.in_flight(stage)
+
     def describe(self) -> str:
         """One line: device blocks, chunks, micro-batches, schedule and each stage's operators."""
         stages: dict = {}

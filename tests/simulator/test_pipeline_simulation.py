@@ -102,3 +102,19 @@ def test_gradients_accumulate_as_micro_batches_finish():
     weights = 2 * (2 * p)       # kernel and bias per layer
     assert sum(t.kind is TaskKind.REDUCE and t.name.startswith("accumulate") for t in tasks) == weights * (m - 1)
     assert sum(t.kind is TaskKind.UPDATE for t in tasks) == weights
+
+
+def test_static_activation_memory_counts_the_micro_batches_in_flight():
+    """What the simulator checks against device memory before running: the activations of as many
+    micro-batches as the schedule holds at once (GPipe m, 1F1B p - s on stage s), not all m."""
+    p, m = 4, 16
+    machine = local_machine(p)
+    acts = {}
+    for schedule in ("gpipe", "1f1b"):
+        strategy = pipeline_strategy(chain(2 * p, 16 * m, 64), machine, p, m, schedule)
+        r = Simulator(machine, AnalyticCostModel(), "sgd").full(strategy)
+        acts[schedule] = [r.memory_bytes[d]["activations"] for d in range(p)]
+        assert [strategy.pipeline.in_flight(s) for s in range(p)] == ([m] * p if schedule == "gpipe"
+                                                                     else [p - s for s in range(p)])
+    per_mb = acts["gpipe"][0] // m
+    assert acts["1f1b"] == [(p - s) * per_mb for s in range(p)]
