@@ -164,34 +164,37 @@ class MeasuredTimes:
         its arrival handled, on top of the link's time) and per message of ``RENDEZVOUS_BYTES`` or
         more (``rendezvous_s``: the wait until the receiver next polls, see ``RENDEZVOUS_BYTES``) that
         make the simulated iterations of ``runs`` ((strategy, measured seconds): the calibration
-        strategies, never the scored ones) closest to their measured times: each iteration's
-        sensitivity to each is simulated (one step of ``step_s``), then the least squared relative
-        error, all >= 0. Sets and returns them."""
-        import itertools
-
+        strategies, never the scored ones) closest to their measured times, all >= 0 (least squared
+        relative error). Gauss-Newton: each iteration's sensitivity to each is simulated (a step of
+        ``step_s``) around the current values, the linear non-negative problem solved, and the step
+        kept while the simulated error falls (the walls are piecewise linear in them: a longer
+        message moves the critical path). Sets and returns them."""
         import numpy as np
         from flexrt.simulator.simulate import Simulator
 
         def wall(x, strategy) -> float:
-            self.dispatch_s, self.message_s, self.rendezvous_s = x
+            self.dispatch_s, self.message_s, self.rendezvous_s = (float(v) for v in x)
             return Simulator(machine, MeasuredCostModel(base, self), optimizer, detail=False).time_full(strategy)
-        unknowns = 3
-        rows, rhs = [], []
-        for strategy, measured in runs:
-            w0 = wall((0.0,) * unknowns, strategy)
-            rows.append([(wall(tuple(step_s if j == k else 0.0 for j in range(unknowns)), strategy) - w0) / step_s
-                         / measured for k in range(unknowns)])
-            rhs.append(1.0 - w0 / measured)
-        A, y = np.array(rows), np.array(rhs)
-        best, best_err = np.zeros(unknowns), float(np.sum(y ** 2))
-        for size in range(1, unknowns + 1):      # non-negative least squares over the subsets of unknowns
-            for cols in itertools.combinations(range(unknowns), size):
-                x = np.linalg.lstsq(A[:, cols], y, rcond=None)[0]
-                full = np.zeros(unknowns)
-                full[list(cols)] = x
-                err = float(np.sum((A @ full - y) ** 2))
-                if (x >= 0).all() and err < best_err:
-                    best, best_err = full, err
+
+        def linearized(x):
+            rows, rhs = [], []
+            for strategy, measured in runs:
+                w0 = wall(x, strategy)
+                rows.append([(wall(x + step_s * np.eye(3)[k], strategy) - w0) / step_s / measured for k in range(3)])
+                rhs.append(1.0 - w0 / measured + float(np.dot(rows[-1], x)))
+            return np.array(rows), np.array(rhs)
+
+        def error(x) -> float:
+            return float(sum((wall(x, strategy) / measured - 1.0) ** 2 for strategy, measured in runs))
+
+        best = np.zeros(3)
+        best_err = error(best)
+        for _ in range(4):
+            x = _nonnegative_least_squares(*linearized(best))
+            err = error(x)
+            if not err < best_err * (1 - 1e-9):
+                break
+            best, best_err = x, err
         self.dispatch_s, self.message_s, self.rendezvous_s = (float(v) for v in best)
         return self.dispatch_s, self.message_s, self.rendezvous_s
 
@@ -342,6 +345,25 @@ def _buf_shape(buf) -> TensorShape:
     from flexrt.ir.datatype import DataType
     dtype = next(d for d in DataType if d.numpy_name == buf.dtype)
     return TensorShape(tuple(hi - lo for lo, hi in buf.ranges), dtype)
+
+
+def _nonnegative_least_squares(A, y):
+    """argmin |A x - y| over x >= 0 for a few unknowns: least squares on every subset of columns,
+    the best whose solution is non-negative (zero for the columns left out)."""
+    import itertools
+
+    import numpy as np
+    n = A.shape[1]
+    best, best_err = np.zeros(n), float(np.sum(y ** 2))
+    for size in range(1, n + 1):
+        for cols in itertools.combinations(range(n), size):
+            x = np.linalg.lstsq(A[:, cols], y, rcond=None)[0]
+            full = np.zeros(n)
+            full[list(cols)] = x
+            err = float(np.sum((A @ full - y) ** 2))
+            if (x >= 0).all() and err < best_err:
+                best, best_err = full, err
+    return best
 
 
 # ---- the cost model -------------------------------------------------------------------------------
