@@ -1,6 +1,6 @@
-"""GPT: a decoder-only transformer language model (GPT-2, GPT-3 sizes), for pipelines and large models.
+"""GPT: decoder-only transformer, causal attention; GPT-2 small by default, GPT-3 by --config: 163.0 M parameters.
 
-Sources: Radford et al. 2019 (GPT-2: 12/24/36/48 layers, hidden 768/1024/1280/1600, 1,024
+Source: Radford et al. 2019 (GPT-2: 12/24/36/48 layers, hidden 768/1024/1280/1600, 1,024
 positions, vocabulary 50,257) and Brown et al. 2020, Table 2.1 (GPT-3: 96 layers, hidden 12,288,
 96 heads, context 2,048; Megatron-LM's 175B runs use the same shape).
 

@@ -241,7 +241,8 @@ def _ffn_pairs(base: PCG) -> tuple[set[int], set[int]]:
 
 
 def megatron(base: PCG, machine: Machine) -> Strategy:
-    """Megatron-LM's tensor model parallelism within a node and data parallelism across nodes.
+    """Megatron-LM's tensor model parallelism within a node and data parallelism across nodes
+    (``megatron_lm`` with its defaults: a node's devices tensor parallel, no pipeline).
 
     Attention: heads split over a node's devices (each device computes its heads and a partial
     output projection, all-reduced). Feed-forward: the first linear split column-wise (``out``),
@@ -252,35 +253,7 @@ def megatron(base: PCG, machine: Machine) -> Strategy:
     one): copies only multiply, so an operator feeding anything else is data parallel instead.
     Smaller degrees where shapes require.
     """
-    per_node = machine.devices_per_node
-    plan = _Plan(base, machine)
-    _, second = _ffn_pairs(base)
-    takes_copies: set[int] = set()      # split over the node with the sample axis over nodes: input copies
-    for node in _compute(base):
-        nodes = _across_nodes(base, node, machine)
-        if node.op_type is OpType.MULTIHEAD_ATTENTION:
-            axis = "heads"
-        elif node.op_type is OpType.LINEAR:
-            axis = "in" if node.id in second else "out"
-        else:
-            continue
-        cfg = plan.set(node, [(0, nodes + [(axis, d, 1)]) for d in _falling(per_node)])
-        if axis != "in" and cfg.degree_map == {**{a: d for a, d, _ in nodes}, axis: per_node}:
-            takes_copies.add(node.id)
-    consumers = _consumers(base)
-    for node in reversed(_compute(base)):
-        if node.id in plan.configs or per_node == 1:
-            continue
-        if not any(a.name == "replica" for a in all_axes(base, node)):
-            continue
-        after = consumers[node.id]
-        if after and all(c.id in takes_copies for c in after):
-            nodes = _across_nodes(base, node, machine)
-            cfg = _placed(base, node, machine, 0, nodes + [("replica", per_node, 1)])
-            if cfg is not None and cfg.degree_map == {**{a: d for a, d, _ in nodes}, "replica": per_node}:
-                plan.configs[node.id] = cfg
-                takes_copies.add(node.id)
-    return plan.strategy()
+    return megatron_lm(base, machine)
 
 
 def megatron_lm(base: PCG, machine: Machine, tensor: Optional[int] = None, pipeline: int = 1,

@@ -81,6 +81,8 @@ EXACT_PARAMETERS = {
     "bert_large": (30522 * 1024 + 512 * 1024 + 2 * 1024 + layer_norm(1024) + 24 * encoder_layer(1024, 4096)
                    + dense(1024, 1024) + dense(1024, 2)),
     "mlp_unity_fig2": 784 * 512 + 512 * 10,
+    # GPT-2 small as published (124,439,808 with the head tied to the token embedding), plus the untied head
+    "gpt": 124_439_808 + 50257 * 768,
     "mlp": 2 * mlp([1024] + [8192] * 8, bias=False),
     # 26 Criteo Kaggle tables, 6,432,181 rows of 16; bottom MLP on 13 dense features; top MLP on 16 + 26 x 16.
     "dlrm": 6_432_181 * 16 + mlp([13, 512, 256, 64, 16]) + mlp([16 + 26 * 16, 512, 256, 1]),
