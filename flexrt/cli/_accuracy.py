@@ -1,7 +1,7 @@
 """``flexrt accuracy``: how well the simulator predicts real parallel runs on this host.
 
     flexrt accuracy [--ranks R] [--machine FILE] [--models mlp,cnn,...] [--seeds N] [--calibration N]
-                    [--repeat N] [--quick] [--output DIR] [--json]
+                    [--repeat N] [--quick] [--pipelines] [--output DIR] [--json]
 
 The ``local`` machine runs one process per device: ``R`` MPI ranks (default: this host's cores),
 one BLAS thread each, each pinned to a core where the OS allows. Without ``--machine`` the host is
@@ -60,6 +60,9 @@ def add_arguments(parser) -> None:
                         help="timed iterations per strategy, shared among 5 sessions each after 3 untimed ones; the "
                              "sessions run in rounds interleaved across strategies (default 15; the median is scored)")
     parser.add_argument("--quick", action="store_true", help="quick calibration of the host, 3 timed iterations")
+    parser.add_argument("--pipelines", action="store_true",
+                        help="also validate GPipe and 1F1B pipelines (2 stages, 4 micro-batches), calibrated on a "
+                             "one-device pipeline of 4 micro-batches")
     parser.add_argument("--output", default="flexrt-accuracy", metavar="DIR",
                         help="where the results, the scatter plot and the traces go (default ./flexrt-accuracy)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -111,7 +114,7 @@ def _driver(args, models: list[str]) -> int:
     cmd = mpi.flexrt_command() + ["accuracy", "--worker", "--ranks", str(ranks), "--machine", str(machine),
                                   "--models", ",".join(models), "--seeds", str(args.seeds), "--calibration",
                                   str(args.calibration), "--repeat", str(3 if args.quick else args.repeat),
-                                  "--output", str(out)]
+                                  "--output", str(out)] + (["--pipelines"] if args.pipelines else [])
     mpi.launch(ranks, cmd, env, echo=not args.json)
     doc = json.loads((out / "accuracy.json").read_text())
     doc["elapsed_s"] = time.perf_counter() - t0

@@ -20,14 +20,14 @@ WARMUP = 3     # untimed iterations first: the first ones allocate, fault pages 
 ROUNDS = 5     # sessions per strategy, interleaved across strategies, the timed iterations shared among them
 
 
-def _todo(models, machine, seeds: int, calibration: int):
+def _todo(models, machine, seeds: int, calibration: int, pipelines: bool = False):
     from flexrt.model.accuracy import MODELS, calibration_strategies, validation_strategies
     cal, val = [], []
     for name in models:
         build, batch = MODELS[name]
         base = build(batch)
-        cal += [(name, label, batch, s) for label, s in calibration_strategies(base, machine, calibration)]
-        val += [(name, label, batch, s) for label, s in validation_strategies(base, machine, range(seeds))]
+        cal += [(name, label, batch, s) for label, s in calibration_strategies(base, machine, calibration, pipelines)]
+        val += [(name, label, batch, s) for label, s in validation_strategies(base, machine, range(seeds), pipelines)]
     return cal, val
 
 
@@ -128,7 +128,7 @@ def worker(args, models) -> int:
                           f"device needs one (write it with `mpiexec -n {size} flexrt calibrate --devices 1`)")
     out = Path(args.output)
     load_before = os.getloadavg()[0]
-    cal, val = _todo(models, machine, args.seeds, args.calibration)
+    cal, val = _todo(models, machine, args.seeds, args.calibration, args.pipelines)
     t0 = time.perf_counter()
     profiled = _profiled(comm, out, machine, [x[3] for x in cal + val])
     if root:

@@ -32,6 +32,7 @@ import numpy as np
 from flexrt.core import ActiMode, AggrMode, DataType, FFConfig, FFModel
 from flexrt.simulator.actions import RingStep
 from flexrt.strategy import Strategy, data_parallel, is_compute, random_strategy
+from flexrt.strategy.pipeline import pipeline_strategy
 from flexrt.strategy.space import config_at
 
 CLASSES = 10
@@ -129,9 +130,12 @@ def _batch_split(n: int) -> dict:
     return {a: n for a in _BATCH_AXES}
 
 
-def validation_strategies(base, machine, seeds=range(2)) -> list[tuple[str, Strategy]]:
-    """Data, model, reduction, hybrid, placement and random strategies over ``machine``'s devices."""
+def validation_strategies(base, machine, seeds=range(2), pipelines: bool = False) -> list[tuple[str, Strategy]]:
+    """Data, model, reduction, hybrid, placement and random strategies over ``machine``'s devices;
+    with ``pipelines``, GPipe and 1F1B over 2 stages of 4 micro-batches too."""
     n = machine.num_devices
+    pipes = [(f"{s}2x4", pipeline_strategy(base, machine, 2, 4, s)) for s in ("gpipe", "1f1b")] \
+        if pipelines and n % 2 == 0 else []
     out = [(f"data{n}", data_parallel(base, machine, n))]
     out.append((f"model{n}", hand_made(base, machine, lambda k, node: ([{"out": n}, {"heads": n}], 0))))
     out.append((f"reduction{n}", hand_made(base, machine, lambda k, node: ([{"in": n}, _batch_split(n)], 0))))
@@ -139,16 +143,19 @@ def validation_strategies(base, machine, seeds=range(2)) -> list[tuple[str, Stra
         {"out": n} if _dense(node) and k % 2 else _batch_split(n), 0))))
     out.append(("roundrobin", hand_made(base, machine, lambda k, node: ({}, k))))
     out += [(f"random{s}", random_strategy(base, machine, s)) for s in seeds]
-    return out
+    return out + pipes
 
 
 CALIBRATION_SEED = 1000
 
 
-def calibration_strategies(base, machine, count: int = 3) -> list[tuple[str, Strategy]]:
-    """One device, and random strategies of seeds ``CALIBRATION_SEED``.. (never validated)."""
+def calibration_strategies(base, machine, count: int = 3, pipelines: bool = False) -> list[tuple[str, Strategy]]:
+    """One device, and random strategies of seeds ``CALIBRATION_SEED``.. (never validated); with
+    ``pipelines``, a 1F1B pipeline of 4 micro-batches on one device (its micro-batch pieces timed)."""
+    pipes = [("calib-1f1b1x4", pipeline_strategy(base, machine, 1, 4, "1f1b"))] if pipelines else []
     return [("one-device", data_parallel(base, machine, 1))] + [
-        (f"calib{CALIBRATION_SEED + s}", random_strategy(base, machine, CALIBRATION_SEED + s)) for s in range(count)]
+        (f"calib{CALIBRATION_SEED + s}", random_strategy(base, machine, CALIBRATION_SEED + s))
+        for s in range(count)] + pipes
 
 
 # ---- measurement ------------------------------------------------------------------------------------

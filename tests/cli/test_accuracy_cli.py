@@ -69,6 +69,19 @@ def test_strategy_sets_are_disjoint_and_cover_the_kinds():
         assert len({s for s in map(repr, val.values())}) >= 5, name   # mostly distinct strategies
 
 
+def test_pipelines_join_the_validation_and_calibration_sets_on_request():
+    machine = local_machine(2)
+    for name, (build, batch) in MODELS.items():
+        base = build(batch)
+        cal = dict(calibration_strategies(base, machine, 1, pipelines=True))
+        val = dict(validation_strategies(base, machine, range(1), pipelines=True))
+        assert not set(cal) & set(val)
+        pipes = {label: s.pipeline for label, s in val.items() if getattr(s, "pipeline", None) is not None}
+        assert {label: (p.stages, p.micro_batches, p.schedule.value) for label, p in pipes.items()} == {
+            "gpipe2x4": (2, 4, "gpipe"), "1f1b2x4": (2, 4, "1f1b")}, name
+        assert cal["calib-1f1b1x4"].pipeline.micro_batches == 4
+
+
 def test_scores_median_max_tau_and_regret():
     rows = [{"model": "a", "strategy": s, "measured_s": m, "predicted_s": p}
             for s, m, p in (("x", 1.0, 1.1), ("y", 2.0, 1.0), ("z", 3.0, 3.0))]
