@@ -10,11 +10,20 @@ stage boundaries are moved one operator at a time, in either direction, while th
 (``refine``), so the stages are whatever segments of the graph the simulator says balance best,
 communication included.
 
-Entry points: ``pipeline_candidates``, ``refine``, ``best_pipeline``.
+``pipeline_mcmc`` (``--algo pipeline``) searches the same space by Metropolis-Hastings (FlexFlow's
+Eq. 1 on the simulated time, in percent of the data-parallel time): a proposal moves one stage
+boundary by one operator (the stage-boundary move), or changes the micro-batches (halved or
+doubled), the schedule, or the number of device blocks (stages then re-balanced by FLOPs). It is
+bounded by ``budget`` proposals, deterministic for a seed, and returns the best plan so far on
+Ctrl-C.
+
+Entry points: ``pipeline_candidates``, ``refine``, ``best_pipeline``, ``pipeline_mcmc``.
 """
 
 from __future__ import annotations
 
+import random
+import time
 from typing import Optional
 
 from flexrt.errors import StrategyError
@@ -22,7 +31,9 @@ from flexrt.ir.parallel_tensor import divisors
 from flexrt.ir.pcg import PCG
 from flexrt.machine import Machine
 from flexrt.simulator.simulate import Simulator
-from flexrt.strategy import is_compute
+from flexrt.kernels.optimizers import OptimizerKind
+from flexrt.search.api import Progress, SearchLog, SearchResult, progress_default, register_algorithm
+from flexrt.strategy import data_parallel, is_compute
 from flexrt.strategy.pipeline import pipeline_strategy
 
 MICRO_BATCH_FACTORS = (1, 2, 4, 8)
@@ -110,3 +121,91 @@ def best_pipeline(pcg: PCG, machine: Machine, cost_model, optimizer, budget: int
         log_notes["pipeline_candidates_s"] = {lab: c for c, lab, _ in scored}
         log_notes["pipeline_refine_simulations"] = tried
     return [(label + (" (stages refined)" if tried and t < scored[0][0] else ""), strategy)]
+
+
+def _propose(rng: random.Random, kwargs: dict, stage_of: dict, order: list, batch: int, n: int, ops: int):
+    """A neighbour of (kwargs, stage_of): a stage-boundary move (half the time), or another count of
+    micro-batches, schedule or device blocks. None when the move does not apply."""
+    kw, stages = dict(kwargs), dict(stage_of)
+    move = rng.random()
+    if move < 0.5:                                     # the stage-boundary move
+        bounds = [k for k in range(1, len(order)) if stages[order[k - 1]] != stages[order[k]]]
+        if not bounds:
+            return None
+        k = rng.choice(bounds)
+        a, b = order[k - 1], order[k]
+        moved, to = (b, stages[a]) if rng.random() < 0.5 else (a, stages[b])
+        stages[moved] = to
+        if sorted(set(stages.values())) != sorted(set(stage_of.values())):
+            return None                                # a stage would be empty
+        return kw, stages
+    if move < 0.7:
+        m = kw["micro_batches"] * 2 if rng.random() < 0.5 else kw["micro_batches"] // 2
+        if m < 1 or batch % m or (kw["schedule"] == "interleaved" and m % kw["stages"]):
+            return None
+        kw["micro_batches"] = m
+        return kw, stages
+    if move < 0.85:
+        kw["schedule"], kw["chunks"] = rng.choice([("gpipe", 1), ("1f1b", 1), ("interleaved", 2)])
+        if kw["schedule"] == "interleaved" and (kw["micro_batches"] % kw["stages"] or 2 * kw["stages"] > ops):
+            return None
+        return kw, None if kw["chunks"] != kwargs["chunks"] else stages
+    p = rng.choice([d for d in divisors(n) if 2 <= d <= ops])
+    if batch % kw["micro_batches"] or (kw["schedule"] == "interleaved" and
+                                       (kw["micro_batches"] % p or 2 * p > ops)):
+        return None
+    kw["stages"] = p
+    return kw, None                                    # stages re-balanced by FLOPs
+
+
+def pipeline_mcmc(pcg: PCG, machine: Machine, cost_model, budget: int = 200, seed: int = 0, alpha: float = 1.05,
+                  optimizer: OptimizerKind = OptimizerKind.SGD, progress: Optional[bool] = None) -> SearchResult:
+    """Metropolis-Hastings over pipelined strategies (module doc), from the best of
+    ``pipeline_candidates``' balanced starting points with 1F1B; ``alpha`` per percent of the
+    data-parallel time, as ``mcmc``."""
+    from flexrt.search.mcmc import accept
+    t0 = time.perf_counter()
+    rng = random.Random(seed)
+    sim = Simulator(machine, cost_model, optimizer, detail=False, incremental=False)
+    log = SearchLog("pipeline", budget, seed)
+    starts = [kw for _, kw in pipeline_candidates(pcg, machine) if kw["schedule"] == "1f1b"]
+    if not starts:
+        raise StrategyError("no pipeline fits this model and machine: it needs 2 or more operators and devices")
+    scale = _time(sim, data_parallel(pcg, machine)) / 100.0           # one percent of data parallelism
+    scored = sorted(((_time(sim, pipeline_strategy(pcg, machine, **kw)), i) for i, kw in enumerate(starts)))
+    kwargs = starts[scored[0][1]]
+    current = pipeline_strategy(pcg, machine, **kwargs)
+    cur_t = best_t = scored[0][0]
+    best = current
+    order = [n.name for n in (pcg.node(i) for i in pcg.topological_order()) if is_compute(n)]
+    ops, batch = len(order), _batch(pcg)
+    bar = Progress(progress_default() if progress is None else progress, budget, "pipeline MCMC")
+    log.record(0, t0, cur_t, best_t)
+    try:
+        for it in range(1, budget + 1):
+            prop = _propose(rng, kwargs, dict(current.pipeline.stage_of), order, batch, machine.num_devices, ops)
+            log.proposals += 1
+            if prop is not None:
+                try:
+                    cand = pipeline_strategy(pcg, machine, stage_of=prop[1], **prop[0])
+                except StrategyError:
+                    cand = None
+                if cand is not None:
+                    t = _time(sim, cand)
+                    if accept((t - cur_t) / scale, alpha, rng):
+                        kwargs, current, cur_t = prop[0], cand, t
+                        log.accepted += 1
+                        if t < best_t:
+                            best, best_t = cand, t
+            log.record(it, t0, cur_t, best_t)
+            bar.update(it, best_t, log.acceptance_rate)
+    except KeyboardInterrupt:
+        log.interrupted = True
+    finally:
+        bar.close()
+    log.stop_reason = "interrupted" if log.interrupted else "budget spent"
+    log.notes["chosen"] = best.pipeline.describe()
+    return SearchResult(best, best_t, log)
+
+
+register_algorithm("pipeline", pipeline_mcmc)

@@ -34,8 +34,8 @@ NAME = "search"
 HELP = ("search for a parallelization strategy (MCMC, exhaustive, Unity, DisCo's fusion search, or a baseline) and "
         "compare it with the baselines")
 ACCEPTS_MODEL_FLAGS = True
-ALGOS = ("mcmc", "exhaustive", "unity", "sequential", "disco", "data-parallel", "model-parallel", "expert")
-SEARCHES = ("mcmc", "exhaustive", "unity", "sequential", "disco")
+ALGOS = ("mcmc", "exhaustive", "unity", "sequential", "disco", "pipeline", "data-parallel", "model-parallel", "expert")
+SEARCHES = ("mcmc", "exhaustive", "unity", "sequential", "disco", "pipeline")
 FUSIONS = ("off", "none", "xla", "combiner", "horovod", "ddp", "jax")
 # FlexFlow's flags (among the model flags) this command honours, beside the batch size.
 HONOURED = frozenset({"search_budget", "search_alpha", "only_data_parallel", "enable_parameter_parallel",

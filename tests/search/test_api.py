@@ -13,7 +13,7 @@ from flexrt.search import api
 from flexrt.strategy import SearchSpace, data_parallel
 
 EVERY_ALGORITHM = {"mcmc", "disco", "exhaustive", "unity", "sequential", "data-parallel", "model-parallel", "expert",
-                   "one-weird-trick", "wu-rnn", "megatron", "megatron-lm", "neo-dlrm"}
+                   "one-weird-trick", "wu-rnn", "megatron", "megatron-lm", "neo-dlrm", "pipeline"}
 
 
 @pytest.fixture

@@ -120,3 +120,18 @@ def test_pipelined_strategy_files_round_trip(tmp_path):
     assert back.configs == s.configs
     with pytest.raises(StrategyError, match="made for another model"):
         load_strategy(str(path), mlp(16), machine)
+
+
+def test_pipeline_mcmc_moves_stage_boundaries_deterministically_and_keeps_the_best():
+    from flexrt.search import SearchRequest, search
+    from flexrt.simulator.cost_model import AnalyticCostModel
+    machine = load_machine("dgx1_v100")
+    pcg = mlp(64, layers=6)
+    runs = [search("pipeline", SearchRequest(pcg, machine, AnalyticCostModel(), budget=30, seed=3))
+            for _ in range(2)]
+    a, b = runs
+    assert a.cost_s == b.cost_s and a.strategy.pipeline.describe() == b.strategy.pipeline.describe()
+    best = [e.best_cost_s for e in a.log.entries]
+    assert len(best) == 31 and best == sorted(best, reverse=True) and a.cost_s == best[-1]
+    assert a.log.proposals == 30 and 0 < a.log.accepted <= 30
+    assert a.strategy.pipeline is not None and a.cost_s > 0
