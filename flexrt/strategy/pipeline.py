@@ -210,10 +210,24 @@ class PipelinePlan:
         return None if got is None else (got[0], got[1], got[1] * self.micro_batches)
 
 
+MAX_UNITS = 1 << 20      # micro-batches x chunks one block orders at most
+
+
+def _count(what: str, value, minimum: int = 1, maximum: Optional[int] = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum or \
+            (maximum is not None and value > maximum):
+        bound = f"{minimum}..{maximum}" if maximum is not None else f">= {minimum}"
+        raise StrategyError(f"{what} must be an integer {bound}, got {value!r}")
+    return value
+
+
 def device_order(schedule, stages: int, micro_batches: int, chunks: int = 1, block: int = 0) -> list[tuple]:
     """The order in which device block ``block`` runs its units: ("F" or "B", stage, micro-batch)."""
-    p, m, v, b = stages, micro_batches, chunks, block
     s = Schedule.parse(schedule)
+    p, m, v = _count("stages", stages), _count("micro-batches", micro_batches), _count("chunks", chunks)
+    b = _count("block", block, 0, p - 1)
+    if m * v > MAX_UNITS:
+        raise StrategyError(f"{m} micro-batches x {v} chunks is more than the {MAX_UNITS} units a device orders")
     if s is Schedule.INTERLEAVED:
         if v < 2 or m % p:
             raise StrategyError(f"the interleaved schedule needs 2 or more chunks per device and micro-batches "
@@ -275,12 +289,14 @@ def pipeline_strategy(pcg: PCG, machine: Machine, stages: int, micro_batches: in
     n = machine.num_devices
     if isinstance(stages, bool) or not isinstance(stages, int) or stages < 1 or n % stages:
         raise StrategyError(f"{stages!r} pipeline stages do not divide the machine's {n} devices")
-    device_order(sched, stages, micro_batches, chunks)    # checks schedule, chunks and micro-batches
-    mb = micro_batch_pcg(pcg, micro_batches, loss_output)
+    mb = micro_batch_pcg(pcg, micro_batches, loss_output)    # micro-batches: an integer dividing the batch
+    device_order(sched, stages, micro_batches, chunks)      # checks schedule and chunks
     count = stages * chunks
     if stage_of is None:
         stage_of = _balanced_stages(pcg, count)
     else:
+        if not isinstance(stage_of, Mapping):
+            raise StrategyError(f"stage_of: expected operator -> stage, got {type(stage_of).__name__}")
         stage_of = dict(stage_of)
         missing = [name for name in mb.copies if name not in stage_of]
         bad = {k: v for k, v in stage_of.items() if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < count}
@@ -331,8 +347,10 @@ def pipeline_from_json(data, base: PCG, machine: Machine, where: str, view_from_
         raise StrategyError(f"{where}: {'missing ' + ', '.join(missing) if missing else 'unknown key ' + unknown[0]}; "
                             f"valid keys: {', '.join(_PIPELINE_FIELDS)}")
     ops = data["operators"]
-    if not isinstance(ops, dict) or not all(isinstance(v, dict) and set(v) == {"degrees", "view"} and
-                                            isinstance(v["degrees"], dict) for v in ops.values()):
+    if not isinstance(ops, dict) or not all(
+            isinstance(v, dict) and set(v) == {"degrees", "view"} and isinstance(v["degrees"], dict)
+            and all(isinstance(a, str) and isinstance(d, int) and not isinstance(d, bool) and d >= 1
+                    for a, d in v["degrees"].items()) for v in ops.values()):
         raise StrategyError(f"{where}.operators: expected operator -> {{\"degrees\": {{axis: degree}}, \"view\": ...}}")
     from flexrt.strategy.config import OpConfig
     from flexrt.strategy.space import all_axes

@@ -135,3 +135,31 @@ def test_pipeline_mcmc_moves_stage_boundaries_deterministically_and_keeps_the_be
     assert len(best) == 31 and best == sorted(best, reverse=True) and a.cost_s == best[-1]
     assert a.log.proposals == 30 and 0 < a.log.accepted <= 30
     assert a.strategy.pipeline is not None and a.cost_s > 0
+
+
+BAD_VALUES = [None, "x", -1, 0, 3.5, True, [], {}, {"a": 1}, 10**9, "1f1b", 2, 8, 16]
+
+
+@pytest.mark.parametrize("path", [("stages",), ("micro_batches",), ("schedule",), ("chunks",), ("stage_of",),
+                                  ("operators",), ("stage_of", "fc0"), ("operators", "fc0"),
+                                  ("operators", "fc0", "degrees"), ("operators", "fc0", "view"),
+                                  ("operators", "fc0", "view", "start"), ("operators", "fc0", "view", "strides"),
+                                  ("operators", "fc0", "degrees", "sample")])
+def test_a_bad_pipeline_in_a_strategy_file_raises_only_our_error(path):
+    import copy
+
+    from flexrt.errors import FlexrtError
+    from flexrt.strategy import strategy_from_json, strategy_to_json
+    machine = load_machine("dgx1_v100")
+    pcg = mlp(32)
+    doc = strategy_to_json(pipeline_strategy(pcg, machine, 2, 4), machine)
+    for value in BAD_VALUES:
+        d = copy.deepcopy(doc)
+        target = d["pipeline"]
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+        try:
+            strategy_from_json(d, pcg, machine, "p.json")
+        except FlexrtError as e:
+            assert "p.json" in str(e) or "stage" in str(e) or "micro" in str(e), (path, value, str(e))
