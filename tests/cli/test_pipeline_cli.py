@@ -26,8 +26,10 @@ def test_pipeline_flags_are_checked(capsys):
     assert "3 pipeline stages do not divide the machine's 8 devices" in capsys.readouterr().err
     assert main(base + ["--pipeline", "2", "--random-strategy", "1"]) == 1
     assert "--pipeline and --megatron build their own strategy" in capsys.readouterr().err
-    assert main(base + ["--pipeline", "2", "--schedule", "interleaved", "--micro-batches", "3"]) == 1
-    assert "micro-batches divisible by the 2 stages" in capsys.readouterr().err
+    assert main(base + ["--pipeline", "4", "--schedule", "interleaved", "--micro-batches", "2"]) == 1
+    assert "micro-batches divisible by the 4 stages" in capsys.readouterr().err
+    assert main(base + ["--pipeline", "2", "--micro-batches", "3"]) == 1
+    assert "divide into 3 micro-batches" in capsys.readouterr().err
 
 
 def test_train_pipeline_runs_and_learns(capsys):
