@@ -1,0 +1,66 @@
+"""How fast pipelined strategies simulate, and how the cost grows with micro-batches and layers.
+
+    python bench/bench_pipeline.py [--repeat 3] [--quick]
+
+For GPT under Megatron-LM's 3-D strategy (``megatron_lm``: tensor parallel 8 within a DGX-A100 node,
+a pipeline across nodes, 1F1B), it prints per configuration:
+- the task count;
+- the median wall time of building the strategy and of one full simulation, and the simulated
+  iteration time;
+- the ratio to the first row measured in this run.
+
+These numbers show how far a 1,024-GPU GPT-3 iteration is from simulating in a minute without
+exploiting symmetric replicas. The host is shared: the load average is printed beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+from flexrt.machine import load_machine
+from flexrt.model import load_model
+from flexrt.search.baselines import megatron_lm
+from flexrt.simulator.cost_model import AnalyticCostModel
+from flexrt.simulator.simulate import Simulator
+
+
+def measure(layers: int, nodes: int, pipeline: int, micro: int, repeat: int) -> tuple:
+    model = load_model("gpt", ["-b", str(4 * micro), "--config", "gpt2-medium", "--layers", str(layers),
+                               "--seq-length", "512", "--vocab", "50304"]).model
+    machine = load_machine("dgx_a100", nodes=nodes)
+    builds, sims, result = [], [], None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        strategy = megatron_lm(model.pcg, machine, tensor=8, pipeline=pipeline, micro_batches=micro)
+        builds.append(time.perf_counter() - t)
+        sim = Simulator(machine, AnalyticCostModel(), "adam", detail=False, incremental=False)
+        t = time.perf_counter()
+        result = sim.full(strategy)
+        sims.append(time.perf_counter() - t)
+    return result.num_tasks, statistics.median(builds), statistics.median(sims), result.iteration_time_s
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="the first three configurations only")
+    args = parser.parse_args()
+    configs = [(8, 2, 2, 4), (8, 2, 2, 8), (8, 2, 2, 16), (16, 4, 4, 16), (24, 4, 4, 32)]
+    if args.quick:
+        configs = configs[:3]
+    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; median of {args.repeat}")
+    print(f"{'layers':>6} {'GPUs':>5} {'p':>3} {'m':>4} {'tasks':>9} {'build s':>8} {'simulate s':>10} "
+          f"{'iteration ms':>13} {'sim / first':>11}")
+    first = None
+    for layers, nodes, p, m in configs:
+        tasks, build, sim, it = measure(layers, nodes, p, m, args.repeat)
+        first = first or sim
+        print(f"{layers:>6} {8 * nodes:>5} {p:>3} {m:>4} {tasks:>9,} {build:>8.2f} {sim:>10.2f} {it * 1e3:>13.2f} "
+              f"{sim / first:>10.1f}x")
+
+
+if __name__ == "__main__":
+    main()
