@@ -135,12 +135,25 @@ def _sample_class():
     return FusedSample
 
 
+MIN_LABEL_S = 1e-9     # a measured time of 0 (a timer's resolution) still labels a sample
+
+
+def _measurable(cost, members, spec) -> bool:
+    """Whether ``cost`` profiles every member here (a ``ProfiledCostModel`` whose backend runs them)."""
+    why = getattr(cost, "_why_not_measured", None)
+    return why is not None and hasattr(cost, "backend") and all(why(m.attrs, spec) is None for m in members)
+
+
 def collect(strategy, machine, cost, spec, count: int, seed: int, model_name: str,
-            max_size: int = MAX_SIZE, progress: Optional[Callable[[int], None]] = None, sample_cls=None) -> list:
+            max_size: int = MAX_SIZE, progress: Optional[Callable[[int], None]] = None, sample_cls=None,
+            paired: bool = False) -> list:
     """Up to ``count`` ``FusedSample``s of ``strategy`` on ``machine``: random groups (``random_groups``
     with ``random.Random(seed)``), piece 0 of each, labelled by ``cost.fused_time(members, "forward",
-    spec)``, with each member's ``cost.op_times(...).forward_s``. ``progress(n)`` is called after each
-    sample. ``sample_cls`` replaces ``FusedSample`` (tests)."""
+    spec)``, with each member's ``cost.op_times(...).forward_s``. With ``paired`` (and a profiling
+    ``cost``: its backend, repeats and warmup) the members and the fused task are instead timed
+    back to back in rounds (``profiling.time_group``), not taken from the profile cache, so that a
+    sample's two sides see the same host state. ``progress(n)`` is called after each sample.
+    ``sample_cls`` replaces ``FusedSample`` (tests)."""
     from flexrt.simulator.cost_model import AnalyticCostModel
     from flexrt.simulator.lowering import Lowering
     make = sample_cls or _sample_class()
@@ -150,8 +163,16 @@ def collect(strategy, machine, cost, spec, count: int, seed: int, model_name: st
     out = []
     for g in groups:
         members = tuple(group_members(low, g))
-        times = tuple(float(cost.op_times(m.attrs, list(m.inputs), list(m.outputs), spec).forward_s) for m in members)
-        label = float(cost.fused_time(members, "forward", spec))
+        if paired and _measurable(cost, members, spec):
+            from flexrt.simulator import profiling
+            member_times, label = profiling.time_group(profiling.backend(cost.backend), members, cost.repeats,
+                                                      cost.warmup)
+            times = tuple(max(t, MIN_LABEL_S) for t in member_times)
+            label = max(label, MIN_LABEL_S)
+        else:
+            times = tuple(float(cost.op_times(m.attrs, list(m.inputs), list(m.outputs), spec).forward_s)
+                          for m in members)
+            label = float(cost.fused_time(members, "forward", spec))
         if not label > 0:
             raise ConfigError(f"the cost model gave a non-positive fused time {label!r} for {', '.join(g.ops)}")
         out.append(make(members=members, member_times=times, time_s=label, model=model_name))

@@ -102,11 +102,12 @@ def time_forward(be: Backend, attrs, operands: Sequence, repeats: int, warmup: i
     return samples
 
 
-def time_fused(be: Backend, members: Sequence, repeats: int, warmup: int) -> list[float]:
-    """Seconds of each of ``repeats`` runs of a fused task (``FusedMember``s) after ``warmup``: one
-    numexpr / CuPy expression when every member is a chainable element-wise operator on one shape
-    (``kernels.fused.ElementwiseChain``), else the members' forward kernels one after the other, each
-    internal operand being the output of the member it comes from (``FusedMember.sources``)."""
+def _fused_runner(be: Backend, members: Sequence) -> tuple[Callable, list]:
+    """(run, per member its own operands): ``run()`` executes a fused task (``FusedMember``s) as
+    the runtime does: one numexpr / CuPy expression when every member is a chainable element-wise
+    operator on one shape (``kernels.fused.ElementwiseChain``), else the members' forward kernels
+    one after the other, each internal operand being the output of the member it comes from
+    (``FusedMember.sources``)."""
     from flexrt.kernels.fused import CHAIN_OPS, ChainStep, ElementwiseChain
     operands = [make_operands(be, m.attrs, m.inputs, SEED + k) for k, m in enumerate(members)]
     chain = None
@@ -135,17 +136,44 @@ def time_fused(be: Backend, members: Sequence, repeats: int, warmup: int) -> lis
                     else operands[k][i] for i, src in enumerate(m.sources or (-1,) * len(m.inputs))]
             outs.append(run_forward(be.xp, m.attrs, args))
         return outs
+    return run, operands
 
+
+def _timed(be: Backend, fn: Callable) -> float:
+    start = time.perf_counter()
+    fn()
+    be.synchronize()
+    return time.perf_counter() - start
+
+
+def time_fused(be: Backend, members: Sequence, repeats: int, warmup: int) -> list[float]:
+    """Seconds of each of ``repeats`` runs of a fused task (``_fused_runner``) after ``warmup``."""
+    run, _ = _fused_runner(be, members)
     for _ in range(warmup):
         run()
     be.synchronize()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+    return [_timed(be, run) for _ in range(repeats)]
+
+
+def time_group(be: Backend, members: Sequence, repeats: int, warmup: int) -> tuple[list[float], float]:
+    """(per member its median forward seconds, the fused task's median): each of ``repeats``
+    rounds times every member alone and then the fused task, back to back, on the same operands,
+    so that the two sides of a fused/members ratio see the same state of the host (timed in
+    separate processes or minutes apart, their ratios scattered by tens of percent)."""
+    run, operands = _fused_runner(be, members)
+    alone = [functools.partial(run_forward, be.xp, m.attrs, operands[k]) for k, m in enumerate(members)]
+    for _ in range(warmup):
+        for fn in alone:
+            fn()
         run()
-        be.synchronize()
-        samples.append(time.perf_counter() - start)
-    return samples
+    be.synchronize()
+    member_samples: list[list[float]] = [[] for _ in members]
+    fused_samples = []
+    for _ in range(repeats):
+        for k, fn in enumerate(alone):
+            member_samples[k].append(_timed(be, fn))
+        fused_samples.append(_timed(be, run))
+    return [median(x) for x in member_samples], median(fused_samples)
 
 
 def median(samples: Sequence[float]) -> float:

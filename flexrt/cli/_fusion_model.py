@@ -47,6 +47,9 @@ def add_arguments(parser) -> None:
                      help="timed runs per measurement, the median kept (default 5; more: less noisy labels)")
     col.add_argument("--max-size", type=count(2, 64), default=6, metavar="K",
                      help="operators per group at most (default 6)")
+    col.add_argument("--paired", action="store_true",
+                     help="time each group's members and its fused task back to back in rounds, not through the "
+                          "profile cache (both sides of a sample see the same host state)")
     col.add_argument("--output", required=True, metavar="FILE", help="the samples file to write (JSON lines)")
     col.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     add_json_flag(col)
@@ -142,7 +145,7 @@ def _collect(args) -> int:
             pcg = load_model(name, ["-b", str(args.batch)]).model.pcg
             strategy = data_parallel(pcg, machine, args.devices)
             got = collect(strategy, machine, cost, spec, args.count, args.seed, name, max_size=args.max_size,
-                          progress=bar.update if bar is not None else None)
+                          progress=bar.update if bar is not None else None, paired=args.paired)
             per_model[name] = len(got)
             samples += got
             if bar is not None:

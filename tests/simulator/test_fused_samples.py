@@ -98,3 +98,37 @@ def test_collect_labels_come_from_the_profile_cache(setup, tmp_path):
     assert again.measurements == 0
     assert [(s.members, s.time_s, s.member_times) for s in same] == \
         [(s.members, s.time_s, s.member_times) for s in samples]
+
+
+def test_paired_collection_times_members_and_fused_task_back_to_back(setup, tmp_path, monkeypatch):
+    """``paired``: every label comes from ``profiling.time_group`` (members alone, then the fused
+    task, in rounds), none from the profile cache; the same groups as an unpaired collection."""
+    from flexrt.simulator import profiling
+    strategy, machine = setup
+    spec = machine.devices[0].spec
+    calls = []
+    real = profiling.time_group
+
+    def spy(be, members, repeats, warmup):
+        calls.append(len(members))
+        return real(be, members, repeats, warmup)
+    monkeypatch.setattr(profiling, "time_group", spy)
+    cost = ProfiledCostModel(cache_path=tmp_path / "profile.json", repeats=2)
+    paired = collect(strategy, machine, cost, spec, 6, 0, "cnn", paired=True)
+    assert calls == [len(s.members) for s in paired] and cost.measurements == 0
+    assert all(s.time_s > 0 and min(s.member_times) > 0 for s in paired)
+    plain = collect(strategy, machine, AnalyticCostModel(), spec, 6, 0, "cnn", paired=True)   # nothing to profile
+    assert [s.members for s in plain] == [s.members for s in paired]
+
+
+def test_time_group_times_every_member_and_the_fused_task():
+    from flexrt.simulator import profiling
+    from flexrt.simulator.lowering import Lowering
+    machine = local_machine(1)
+    strategy = data_parallel(small_cnn(), machine, 1)
+    low = Lowering(machine, AnalyticCostModel(), detail=False, incremental=False)
+    low.build(strategy)
+    g = next(g for g in random_groups(strategy, machine, random.Random(2), 20, 3) if len(g.ops) >= 2)
+    members = group_members(low, g)
+    alone, fused = profiling.time_group(profiling.backend("numpy"), members, 3, 1)
+    assert len(alone) == len(members) and all(t > 0 for t in alone) and fused > 0
