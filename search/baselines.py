@@ -53,7 +53,7 @@ from flexrt.machine import Machine
 from flexrt.machine.views import view_from_device_ids
 from flexrt.search.api import SearchResult, fixed_result, register_algorithm
 from flexrt.strategy import OpConfig, Strategy, all_axes, apply_single, data_parallel, is_compute
-from flexrt.strategy.pipeline import pipeline_strategy
+from flexrt.strategy.pipeline import pipeline_strategy, source_of
 
 __all__ = [
     "BASELINES",
@@ -283,7 +283,7 @@ def megatron_lm(base: PCG, machine: Machine, tensor: Optional[int] = None, pipel
     splits = _megatron_splits(base, machine, t, d, sequence_parallel)
 
     def place(pcg: PCG, node: Node, start: int) -> Optional[OpConfig]:
-        name = node.name.rpartition(".mb")[0] if pipeline > 1 else node.name
+        name = source_of(node.name)[0] if pipeline > 1 else node.name
         return _placed(pcg, node, machine, start, splits[name])
 
     if pipeline == 1:

@@ -33,7 +33,7 @@ from flexrt.machine import Machine
 from flexrt.simulator.simulate import Simulator
 from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.search.api import Progress, SearchLog, SearchResult, progress_default, register_algorithm
-from flexrt.strategy import data_parallel, is_compute
+from flexrt.strategy import data_parallel, is_compute, wiring_of
 from flexrt.strategy.pipeline import pipeline_strategy
 
 MICRO_BATCH_FACTORS = (1, 2, 4, 8)
@@ -76,7 +76,7 @@ def refine(pcg: PCG, machine: Machine, sim: Simulator, kwargs: dict, budget: int
     Returns (strategy, its time, simulations)."""
     best = pipeline_strategy(pcg, machine, **kwargs)
     best_t, tried = _time(sim, best), 0
-    order = [n.name for n in (pcg.node(i) for i in pcg.topological_order()) if is_compute(n)]
+    order = wiring_of(pcg).ops
     stage_of = dict(best.pipeline.stage_of)
     improved = True
     while improved and tried < budget:
@@ -177,7 +177,7 @@ def pipeline_mcmc(pcg: PCG, machine: Machine, cost_model, budget: int = 200, see
     current = pipeline_strategy(pcg, machine, **kwargs)
     cur_t = best_t = scored[0][0]
     best = current
-    order = [n.name for n in (pcg.node(i) for i in pcg.topological_order()) if is_compute(n)]
+    order = wiring_of(pcg).ops
     ops, batch = len(order), _batch(pcg)
     bar = Progress(progress_default() if progress is None else progress, budget, "pipeline MCMC")
     log.record(0, t0, cur_t, best_t)

@@ -18,7 +18,6 @@ Entry points: ``lower_schedule``, ``accumulate_micro_batches``, ``idle_fractions
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 
 from flexrt.ir.tensor_shape import TensorShape
@@ -99,12 +98,15 @@ def accumulate_micro_batches(low, owner, wname: str, users, plan, deps: dict, gr
 def idle_fractions(graph, timeline: dict) -> dict[int, float]:
     """Per compute device running forward or backward tasks: the share of the pipeline's span (the
     first forward's start to the last backward's end, over all devices) it spends idle: the bubble."""
-    from flexrt.simulator.task_graph import TaskKind
-    busy: dict[int, float] = defaultdict(float)
-    t0, t1 = math.inf, -math.inf
-    for t, d, a, b in zip(timeline["ids"].tolist(), timeline["device"].tolist(), timeline["start"].tolist(),
-                          timeline["end"].tolist()):
-        if graph.task(t).kind in (TaskKind.FORWARD, TaskKind.BACKWARD):
-            busy[d] += b - a
-            t0, t1 = min(t0, a), max(t1, b)
-    return {d: 1.0 - x / (t1 - t0) for d, x in sorted(busy.items())} if busy else {}
+    import numpy as np
+    from flexrt.simulator.task_graph import KIND_CODE, TaskKind
+    ids = np.asarray(timeline["ids"])
+    kinds = graph.columns()["kind"][ids]
+    mask = (kinds == KIND_CODE[TaskKind.FORWARD]) | (kinds == KIND_CODE[TaskKind.BACKWARD])
+    if not mask.any():
+        return {}
+    dev, start, end = np.asarray(timeline["device"])[mask], np.asarray(timeline["start"])[mask], \
+        np.asarray(timeline["end"])[mask]
+    span = float(end.max() - start.min())
+    busy = np.bincount(dev, weights=end - start)
+    return {int(d): 1.0 - float(busy[d]) / span for d in np.unique(dev).tolist()}

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional
 
@@ -46,7 +47,7 @@ from flexrt.ir.ops import InputAttrs
 from flexrt.ir.pcg import PCG, TensorRef
 from flexrt.ir.tensor_shape import TensorShape
 from flexrt.machine import Machine
-from flexrt.strategy.config import ConfigStrategy, is_compute
+from flexrt.strategy.config import ConfigStrategy, is_compute, wiring_of
 from flexrt.strategy.space import config_at
 
 SEP = ".mb"   # copy j of operator or input "x" is named "x.mb{j}"
@@ -72,19 +73,24 @@ def copy_name(name: str, j: int) -> str:
     return f"{name}{SEP}{j}"
 
 
+def source_of(copy: str) -> tuple[str, int]:
+    """(original operator, micro-batch) of a copy's name (``copy_name``)."""
+    name, _, j = copy.rpartition(SEP)
+    return name, int(j)
+
+
 @dataclass(frozen=True)
 class MicroBatched:
     """The micro-batched model: ``pcg``; per original compute operator its copies' names
     (``copies``); per copied input its origin and rows (``inputs``: copy -> (input, first row, rows));
     per copy of the model's output the label rows it scores (``losses``: copy -> (first row, rows)),
-    the rows of the whole batch (``batch``) and the structural hash of the model (``source_hash``)."""
+    and the structural hash of the model (``source_hash``)."""
 
     pcg: PCG
     micro_batches: int
     copies: Mapping[str, tuple]
     inputs: Mapping[str, tuple]
     losses: Mapping[str, tuple]
-    batch: int
     source_hash: str
 
 
@@ -146,7 +152,7 @@ def micro_batch_pcg(pcg: PCG, micro_batches: int, loss_output: Optional[str] = N
     if total % m:
         raise StrategyError(f"the output of '{last}' has {total} rows: they do not divide into {m} micro-batches")
     losses = {c: (j * (total // m), total // m) for j, c in enumerate(copies[last])}
-    return MicroBatched(out, m, copies, inputs, losses, batch, pcg.structural_hash())
+    return MicroBatched(out, m, copies, inputs, losses, pcg.structural_hash())
 
 
 @dataclass(frozen=True, eq=False)
@@ -165,28 +171,16 @@ class PipelinePlan:
     def micro_batches(self) -> int:
         return self.model.micro_batches
 
-    def block_of(self, stage: int) -> int:
-        return stage % self.stages
-
     def unit_of(self, copy: str) -> tuple[int, int]:
         """(stage, micro-batch) of a compute operator's copy."""
-        name, _, j = copy.rpartition(SEP)
-        return self.stage_of[name], int(j)
+        name, j = source_of(copy)
+        return self.stage_of[name], j
 
     def in_flight(self, stage: int) -> int:
         """The most micro-batches whose activations stage ``stage`` holds at once under the schedule
         (forwards run minus backwards run, over its block's order): m for GPipe, at most p - s for
         1F1B."""
-        cache = self.__dict__.setdefault("_in_flight", {})
-        if stage not in cache:
-            order = device_order(self.schedule, self.stages, self.micro_batches, self.chunks, self.block_of(stage))
-            live = most = 0
-            for phase, s, _ in order:
-                if s == stage:
-                    live += 1 if phase == "F" else -1
-                    most = max(most, live)
-            cache[stage] = most
-        return cache[stage]
+        return _in_flight(self.schedule, self.stages, self.micro_batches, self.chunks, stage)
 
     def holds_activations(self, copy: str) -> bool:
         """Whether a copy's activations count in the stage's static memory: the first ``in_flight``
@@ -219,6 +213,16 @@ def _count(what: str, value, minimum: int = 1, maximum: Optional[int] = None) ->
         bound = f"{minimum}..{maximum}" if maximum is not None else f">= {minimum}"
         raise StrategyError(f"{what} must be an integer {bound}, got {value!r}")
     return value
+
+
+@functools.lru_cache(maxsize=4096)
+def _in_flight(schedule, stages: int, micro_batches: int, chunks: int, stage: int) -> int:
+    live = most = 0
+    for phase, s, _ in device_order(schedule, stages, micro_batches, chunks, stage % stages):
+        if s == stage:
+            live += 1 if phase == "F" else -1
+            most = max(most, live)
+    return most
 
 
 def device_order(schedule, stages: int, micro_batches: int, chunks: int = 1, block: int = 0) -> list[tuple]:
@@ -257,7 +261,8 @@ def device_order(schedule, stages: int, micro_batches: int, chunks: int = 1, blo
 def _balanced_stages(pcg: PCG, count: int) -> dict[str, int]:
     """The compute operators in topological order cut into ``count`` contiguous stages of about
     equal forward + backward FLOPs (every stage at least one operator)."""
-    ops = [pcg.node(n) for n in pcg.topological_order() if is_compute(pcg.node(n))]
+    wiring = wiring_of(pcg)
+    ops = [wiring.nodes[name] for name in wiring.ops]
     if len(ops) < count:
         raise StrategyError(f"{count} pipeline stages need at least {count} operators; the model has {len(ops)}")
     weights = []
@@ -356,7 +361,7 @@ def pipeline_from_json(data, base: PCG, machine: Machine, where: str, view_from_
     from flexrt.strategy.space import all_axes
 
     def place(pcg, node, start):
-        name = node.name.rpartition(SEP)[0]
+        name = source_of(node.name)[0]
         if name not in ops:
             raise StrategyError(f"{where}.operators: no configuration for operator '{name}'")
         axes = [a.name for a in all_axes(pcg, node)]
@@ -382,15 +387,5 @@ def split_batch(plan: PipelinePlan, inputs: Mapping[str, object]) -> dict:
     return out
 
 
-def check_order(plan: PipelinePlan) -> None:
-    """Every stage's micro-batches appear once forward and once backward in its block's order."""
-    for b in range(plan.stages):
-        order = device_order(plan.schedule, plan.stages, plan.micro_batches, plan.chunks, b)
-        want = {(ph, s, j) for ph in "FB" for s in range(b, plan.stages * plan.chunks, plan.stages)
-                for j in range(plan.micro_batches)}
-        if sorted(order) != sorted(want):
-            raise StrategyError(f"schedule {plan.schedule.value}: block {b} runs {len(order)} units, expected {len(want)}")
-
-
 __all__ = ["Schedule", "PipelinePlan", "MicroBatched", "micro_batch_pcg", "pipeline_strategy", "device_order",
-           "split_batch", "copy_name", "check_order", "pipeline_to_json", "pipeline_from_json"]
+           "split_batch", "copy_name", "source_of", "pipeline_to_json", "pipeline_from_json"]
