@@ -58,6 +58,7 @@ from flexrt.simulator.cost_model import has_linear_transfers, loss_time, ring_su
 from flexrt.simulator.collectives import CommCost, RingFits, comm_cost_of
 from flexrt.simulator.engine import Engine
 from flexrt.simulator.pipeline_lowering import accumulate_micro_batches, lower_schedule
+from flexrt.simulator.recompute_lowering import lower_recompute, recompute_copies
 from flexrt.strategy import Strategy
 from flexrt.strategy.layout import Layouts, OperatorLayout
 from flexrt.strategy.reshard import Reshards, numel, overlap
@@ -169,6 +170,7 @@ class Lowering:
         wiring = strategy.wiring()
         self.strategy = strategy
         self.pipeline = getattr(strategy, "pipeline", None)
+        self.recompute = recompute_copies(strategy)
         if wiring is getattr(self, "wiring", None):
             return  # one model: producers, consumers and ranks stay
         self.wiring = wiring
@@ -405,6 +407,8 @@ class Lowering:
         fx, bx, act = self._piece_times(lay)
         if self.pipeline is not None and not self.pipeline.holds_activations(name):
             act = [0] * len(act)       # a micro-batch beyond those a stage holds at once
+        if name in self.recompute:
+            act = [0] * len(act)       # dropped after the forward: one segment's count is charged instead
         base = self.core.pieces(self._oid(Owner.op(name)), lay.devices, fx, bx, act)
         n = len(lay.devices)
         fwd, bwd = range(base, base + 2 * n, 2), range(base + 1, base + 2 * n, 2)
@@ -724,6 +728,7 @@ class Lowering:
                     self._lower_loss(name)
                 for done in release.get(name, ()):
                     self._layouts.drop(done)
+            lower_recompute(self)
             if self.pipeline is not None:
                 lower_schedule(self)
             self.engine = self.graph.engine(self.engine_cls)
@@ -764,8 +769,9 @@ class Lowering:
         """Re-lower what a change of the named compute operators' configurations touches and bring the
         engine in step (only the changed tasks and edges)."""
         if self.strategy is None or strategy.wiring() is not self.wiring or not self.incremental \
-                or getattr(strategy, "pipeline", None) is not None or self.pipeline is not None:
-            self.build(strategy)   # a pipeline's schedule orders tasks of every stage: lowered whole
+                or getattr(strategy, "pipeline", None) is not None or self.pipeline is not None \
+                or getattr(strategy, "recompute", None) or self.recompute:
+            self.build(strategy)   # a pipeline's schedule and recomputation order tasks of many owners: lowered whole
             return
         self._set_strategy(strategy)
         self.fusion_cache.clear()

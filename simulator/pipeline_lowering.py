@@ -2,7 +2,7 @@
 micro-batched model, in both consumers of the task graph:
 
 - ``lower_schedule``: the schedule as dependencies. On every device, each unit (a stage's forward,
-  or backward, tasks of one micro-batch there) runs after the one before it in its device block's
+  or backward and recompute, tasks of one micro-batch there) runs after the one before it in its device block's
   order (``device_order``). Edges go from the earlier unit's tasks that nothing in it follows to
   the later unit's tasks that nothing in it precedes, owned by the later unit's first operator.
 - ``accumulate_micro_batches``: gradient accumulation. A weight instance's gradient gets one
@@ -35,7 +35,7 @@ def lower_schedule(low) -> None:
     for name in low.wiring.ops:
         stage, j = plan.unit_of(name)
         fwd, bwd = low.op_tasks[name]
-        for phase, ids in (("F", fwd), ("B", bwd)):
+        for phase, ids in (("F", fwd), ("B", list(low.recompute_tasks.get(name, ())) + list(bwd))):
             first_op.setdefault((phase, stage, j), name)
             for t in ids:
                 units[(phase, stage, j)][low.core.row(t)[1]].append(t)
@@ -102,7 +102,7 @@ def idle_fractions(graph, timeline: dict) -> dict[int, float]:
     from flexrt.simulator.task_graph import KIND_CODE, TaskKind
     ids = np.asarray(timeline["ids"])
     kinds = graph.columns()["kind"][ids]
-    mask = (kinds == KIND_CODE[TaskKind.FORWARD]) | (kinds == KIND_CODE[TaskKind.BACKWARD])
+    mask = np.isin(kinds, [KIND_CODE[TaskKind.FORWARD], KIND_CODE[TaskKind.BACKWARD], KIND_CODE[TaskKind.RECOMPUTE]])
     if not mask.any():
         return {}
     dev, start, end = np.asarray(timeline["device"])[mask], np.asarray(timeline["start"])[mask], \

@@ -38,6 +38,7 @@ class TaskKind(enum.Enum):
     REDUCE = "reduce"       # sums partial pieces (or gradient contributions) on one device
     LOSS = "loss"           # scores the model's output rows and seeds their gradient
     TRANSFER = "transfer"   # one hop of a transfer, on a link
+    RECOMPUTE = "recompute"  # a forward run again before the backward that needs its activations
 
 
 class Category(enum.Enum):

@@ -289,6 +289,18 @@ def add_pipeline_flags(parser) -> None:
                         help="with --megatron: tensor parallel degree (default: a node's devices)")
     parser.add_argument("--sequence-parallel", action="store_true",
                         help="with --megatron: split LayerNorm, dropout and residual adds over the tensor group")
+    parser.add_argument("--recompute", choices=("none", "full", "selective"), default="none",
+                        help="activation recomputation: full (all but checkpoints at the model's cuts, about "
+                             "sqrt(n) operators a segment) or selective (only memory-bound operators); default none")
+
+
+def recompute_arg(args, base, strategy):
+    """``strategy`` recomputing what ``--recompute`` asks for (``flexrt.strategy.recompute``)."""
+    if getattr(args, "recompute", "none") == "none":
+        return strategy
+    from flexrt.strategy.config import wiring_of
+    from flexrt.strategy.recompute import recompute_set
+    return strategy.with_recompute(recompute_set(wiring_of(base), args.recompute))
 
 
 def pipeline_arg(args, base, machine):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from flexrt.cli._common import (add_comm_cost_flag, add_fused_cost_flag, add_fusion_flag, add_json_flag,
                                 add_pipeline_flags, check_comm_cost, check_model_flags, comm_cost_model, count,
-                                emit_json, fused_cost_model, fusion_arg, pipeline_arg,
+                                emit_json, fused_cost_model, fusion_arg, pipeline_arg, recompute_arg,
                                 warn_data_parallel, write_text)
 from flexrt.errors import ConfigError
 from flexrt.machine import load_machine
@@ -45,6 +45,13 @@ def add_arguments(parser) -> None:
 
 
 def _strategy(args, base, machine):
+    strategy = _chosen(args, base, machine)
+    if args.recompute != "none" and args.fusion != "off":
+        raise ConfigError("--recompute and --fusion are not combined yet: give one of them")
+    return recompute_arg(args, base, strategy)
+
+
+def _chosen(args, base, machine):
     pipelined = pipeline_arg(args, base, machine)
     if pipelined is not None:
         if args.strategy or args.random_strategy is not None or args.data_parallel:
@@ -132,9 +139,10 @@ def run(args, extra) -> int:
     if args.taskgraph:
         files["taskgraph"] = write_text(args.taskgraph, sim.graph.to_dot(), "task graph")
     pipeline = _pipeline_report(sim, result, strategy, loaded.config.batch_size)
+    recomputed = sorted(getattr(strategy, "recompute", ()))
     if args.json:
         emit_json({"model": loaded.name, "machine": machine.name, "num_devices": machine.num_devices,
-                   "pipeline": pipeline,
+                   "pipeline": pipeline, "recompute": {"granularity": args.recompute, "operators": recomputed},
                    "method": args.method, "delta_steps": steps, "cost": args.cost, "fusion": args.fusion,
                    "fused_cost": args.fused_cost, "comm_cost": args.comm_cost,
                    "allreduce_fits": _fits_used(sim),
@@ -154,6 +162,9 @@ def run(args, extra) -> int:
         print(strategy.pipeline.describe())
         print(f"bubble             {pipeline['bubble']:.1%} of the pipeline's span idle (mean over devices); "
               f"{pipeline['samples_per_s']:,.0f} samples/s")
+    if recomputed:
+        print(f"recompute          {args.recompute}: activations of {len(recomputed)} of {len(base.operators())} "
+              f"operators recomputed before their backward")
     print(f"iteration time     {result.iteration_time_s * 1e3:.3f} ms   ({result.num_tasks} tasks)")
     print(f"compute / comm     {result.compute_time_s * 1e3:.3f} ms / {result.communication_time_s * 1e3:.3f} ms "
           f"(summed task times)")

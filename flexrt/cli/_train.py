@@ -12,7 +12,7 @@ import statistics
 
 from flexrt.cli._common import (add_comm_cost_flag, add_json_flag, add_pipeline_flags, check_comm_cost,
                                 check_model_flags, comm_cost_model, count, emit_json, number,
-                                pipeline_arg, warn_data_parallel, write_text)
+                                pipeline_arg, recompute_arg, warn_data_parallel, write_text)
 from flexrt.errors import ConfigError
 from flexrt.ir.summary import format_count
 from flexrt.kernels.losses import CROSS_ENTROPIES, LossType
@@ -123,6 +123,9 @@ def run(args, extra) -> int:
     else:
         warn_data_parallel(base, machine)
         strategy, described = data_parallel(base, machine), "data parallel"
+    strategy = recompute_arg(args, base, strategy)
+    if args.recompute != "none":
+        described += f", {args.recompute} recomputation"
     loss = LossType.parse(args.loss)
     session = _session(args, strategy, machine, OptimizerKind.parse(args.optimizer), loss)
     if not session.is_root:  # under MPI every rank trains; rank 0 reports and writes files

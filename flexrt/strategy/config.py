@@ -371,6 +371,15 @@ class Strategy:
         out.pipeline = plan
         return out
 
+    def with_recompute(self, names) -> "Strategy":
+        """The same strategy recomputing the activations of the named original compute operators
+        (``flexrt.strategy.recompute``; empty: none)."""
+        from flexrt.strategy.recompute import recomputed
+        ops = list(self.pipeline.model.copies) if self.pipeline is not None else self.wiring().ops
+        out = copy.copy(self)
+        out.recompute = recomputed(names, ops)
+        return out
+
     @classmethod
     def from_configs(cls, base: PCG, configs: Mapping[int, OpConfig]) -> "ConfigStrategy":
         """Shorthand for ``ConfigStrategy(base, configs)``."""
@@ -392,7 +401,8 @@ class ConfigStrategy(Strategy):
     configuration valid, every edge reshardable); ``with_config`` re-checks only what changed. The
     parallel PCG (``pcg``, ``views``, ``origin``) is built by ``apply_configs`` when first asked for."""
 
-    __slots__ = ("base", "configs", "_wiring", "_names", "_pcg", "_views", "_origin", "_shapes", "fusion", "pipeline")
+    __slots__ = ("base", "configs", "_wiring", "_names", "_pcg", "_views", "_origin", "_shapes", "fusion", "pipeline",
+                 "recompute")
 
     def __init__(self, base: PCG, configs: Mapping[int, OpConfig], _check: Optional[set] = None,
                  _wiring: Optional[Wiring] = None, _shapes: Optional[dict] = None) -> None:
@@ -400,6 +410,7 @@ class ConfigStrategy(Strategy):
         self.configs = dict(configs)
         self.fusion = None  # a FusionPlan (``with_fusion``)
         self.pipeline = None  # a PipelinePlan (``with_pipeline``)
+        self.recompute = frozenset()  # original operators whose activations are recomputed (``with_recompute``)
         self._wiring = _wiring or wiring_of(base)
         self._names: dict[str, int] = {name: self._wiring.nodes[name].id for name in self._wiring.ops}
         self._pcg = self._views = self._origin = None
@@ -446,6 +457,7 @@ class ConfigStrategy(Strategy):
         shapes = {k: v for k, v in self._shapes.items() if k not in changed}
         out = ConfigStrategy(self.base, {**self.configs, **configs}, changed, self._wiring, shapes)
         out.pipeline = self.pipeline
+        out.recompute = self.recompute
         return out
 
     def with_config(self, node_id: int, config: OpConfig) -> "ConfigStrategy":
@@ -478,7 +490,8 @@ class ConfigStrategy(Strategy):
 
     def __eq__(self, other) -> bool:
         return isinstance(other, ConfigStrategy) and self.base is other.base and self.configs == other.configs \
-            and self.fusion == other.fusion and self.pipeline is other.pipeline
+            and self.fusion == other.fusion and self.pipeline is other.pipeline \
+            and self.recompute == other.recompute
 
     __hash__ = None
 
@@ -486,13 +499,14 @@ class ConfigStrategy(Strategy):
 class GraphStrategy(Strategy):
     """A whole parallel PCG and a machine view per compute operator (by node id)."""
 
-    __slots__ = ("pcg", "views", "_wiring", "_ids", "_shapes", "fusion", "pipeline")
+    __slots__ = ("pcg", "views", "_wiring", "_ids", "_shapes", "fusion", "pipeline", "recompute")
 
     def __init__(self, pcg: PCG, views: Mapping[int, MachineView]) -> None:
         self.pcg = pcg
         self.views = dict(views)
         self.fusion = None  # a FusionPlan (``with_fusion``)
         self.pipeline = None  # a PipelinePlan (``with_pipeline``)
+        self.recompute = frozenset()  # original operators whose activations are recomputed (``with_recompute``)
         self._wiring = Wiring(pcg)
         self._ids = {name: self._wiring.nodes[name].id for name in self._wiring.ops}
         self._shapes: dict[str, OpShapes] = {}

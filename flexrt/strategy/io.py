@@ -20,7 +20,8 @@ of ``model_hash`` and ``operators``. Either may carry ``"fusion"``: a fusion pla
 (``flexrt.strategy.fusion``: operator groups per phase, gradient buckets), checked against the
 strategy when read. A pipelined strategy has ``"pipeline"`` (stages, micro-batches, schedule, chunks,
 each operator's stage and its copies' degrees: ``flexrt.strategy.pipeline.pipeline_to_json``) in
-place of ``operators``, and is rebuilt on the model ``model_hash`` names.
+place of ``operators``, and is rebuilt on the model ``model_hash`` names. Any of them may carry
+``"recompute"``: the model's operators whose activations are recomputed (``flexrt.strategy.recompute``).
 
 Entry points: ``save_strategy``, ``load_strategy``, ``strategy_to_json``, ``strategy_from_json``.
 """
@@ -100,12 +101,15 @@ def _machine_json(machine: Machine) -> dict:
 def strategy_to_json(strategy: Strategy, machine: Machine) -> dict:
     if getattr(strategy, "pipeline", None) is not None:   # the model's hash and the plan that rebuilds it
         from flexrt.strategy.pipeline import pipeline_to_json
-        return {"format": FORMAT, "version": VERSION, "model_hash": strategy.pipeline.model.source_hash,
-                "machine": _machine_json(machine), "pipeline": pipeline_to_json(strategy, _view_json)}
-    out = _body_json(strategy, machine)
+        out = {"format": FORMAT, "version": VERSION, "model_hash": strategy.pipeline.model.source_hash,
+               "machine": _machine_json(machine), "pipeline": pipeline_to_json(strategy, _view_json)}
+    else:
+        out = _body_json(strategy, machine)
     plan = getattr(strategy, "fusion", None)
     if plan:
         out["fusion"] = plan.to_json()
+    if getattr(strategy, "recompute", None):
+        out["recompute"] = sorted(strategy.recompute)
     return out
 
 
@@ -153,7 +157,8 @@ def _check_header(data, machine: Machine, source: str) -> None:
         got = short(data.get("format")) if isinstance(data, dict) else f"a JSON {type(data).__name__}"
         raise StrategyError(f"{source}: not a flexrt strategy file (\"format\" must be \"{FORMAT}\", got {got})")
     keys = _GRAPH_KEYS if "pcg" in data else _PIPELINE_KEYS if "pipeline" in data else _CONFIG_KEYS
-    check_keys(data, keys + (() if "pipeline" in data else ("fusion",)), source, StrategyError, required=keys)
+    check_keys(data, keys + (("recompute",) if "pipeline" in data else ("fusion", "recompute")), source,
+               StrategyError, required=keys)
     if data["version"] != VERSION or isinstance(data["version"], bool):
         raise StrategyError(f"{source}: version is {short(data['version'])}; this flexrt reads strategy files of "
                             f"version {VERSION}")
@@ -263,14 +268,23 @@ def strategy_from_json(data: dict, base: Optional[PCG], machine: Machine, source
         if base is None or data.get("model_hash") != base.structural_hash():
             raise StrategyError(f"{source}: made for another model (model_hash {short(data.get('model_hash'))}"
                                 + (f" vs this model's {base.structural_hash()})" if base is not None else ")"))
-        return pipeline_from_json(data["pipeline"], base, machine, f"{source}: pipeline", _view_from_json)
-    strategy = _graph_strategy(data, machine, source) if "pcg" in data else _config_strategy(data, base, machine,
-                                                                                             source)
-    if "fusion" not in data:
+        strategy = pipeline_from_json(data["pipeline"], base, machine, f"{source}: pipeline", _view_from_json)
+    else:
+        strategy = _graph_strategy(data, machine, source) if "pcg" in data else _config_strategy(data, base, machine,
+                                                                                                 source)
+    if "fusion" in data:
+        plan = FusionPlan.from_json(data["fusion"], f"{source}: fusion")
+        check_fusion(strategy, plan, machine)
+        strategy = strategy.with_fusion(plan)
+    if "recompute" not in data:
         return strategy
-    plan = FusionPlan.from_json(data["fusion"], f"{source}: fusion")
-    check_fusion(strategy, plan, machine)
-    return strategy.with_fusion(plan)
+    names = check_type(data["recompute"], list, f"{source}: recompute", StrategyError)
+    for i, n in enumerate(names):
+        check_type(n, str, f"{source}: recompute[{i}]", StrategyError)
+    try:
+        return strategy.with_recompute(names)
+    except FlexrtError as e:
+        raise StrategyError(f"{source}: recompute: {e}") from None
 
 
 def _is_flexflow_text(path: str, text: str) -> bool:

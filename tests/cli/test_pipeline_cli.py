@@ -65,3 +65,23 @@ def test_simulate_megatron_3d_with_its_degrees(capsys):
     assert json.loads(capsys.readouterr().out)["pipeline"] is None
     assert main(["simulate", "gpt", "--config", "gpt-tiny", "--machine", "dgx1_v100", "--tensor-parallel", "4"]) == 1
     assert "give --megatron too" in capsys.readouterr().err
+
+
+def test_recompute_flag_on_simulate_and_train(capsys):
+    base = ["simulate", "transformer", "-b", "16", "--machine", "dgx1_v100", "--json"]
+    assert main(base) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert plain["recompute"] == {"granularity": "none", "operators": []}
+    assert main(base + ["--recompute", "full", "--pipeline", "2"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["recompute"]["granularity"] == "full" and len(doc["recompute"]["operators"]) > 3
+    assert main(base + ["--recompute", "full"]) == 0
+    full = json.loads(capsys.readouterr().out)
+    assert full["compute_time_s"] > plain["compute_time_s"]
+    assert max(d["activations"] for d in full["memory_bytes"].values()) < \
+        max(d["activations"] for d in plain["memory_bytes"].values())
+    assert main(base[:-1] + ["--recompute", "selective", "--fusion", "xla"]) == 1
+    assert "--recompute and --fusion are not combined yet" in capsys.readouterr().err
+    assert main(["train", "mlp_unity_fig2", "-b", "16", "--machine", "local", "--recompute", "full", "--steps", "2",
+                 "--lr", "0.1"]) == 0
+    assert "full recomputation" in capsys.readouterr().out

@@ -1,0 +1,183 @@
+"""What activation recomputation (``flexrt.strategy.recompute``) adds to a lowering (``Lowering``),
+in both consumers of the task graph.
+
+Every piece of a recomputed operator ``x`` gets a RECOMPUTE task on its device: its forward again,
+writing ``Key.output("x@r", k, p)`` from operands ``Key.operand("x@r", i, p)`` assembled like the
+forward's, except that a part read from a recomputed producer's output on the same device reads
+that producer's recomputed output instead. Anything else (a checkpoint's output, a received
+transfer, the batch, a weight) is read where the forward read it, so it stays alive until the
+recomputation: that is what a checkpoint is. The backward of ``x`` then reads the recomputed
+buffers, and the forward's own outputs die once the forward's consumers have read them.
+
+Order (dependencies):
+- the forward piece before its recomputation (what it reads exists), a recomputed producer's piece
+  before its consumer's, and the recomputation before the backward piece;
+- a *segment* (recomputed operators connected through each other, per micro-batch) starts
+  recomputing only once the backward of every consumer outside it has run (one that feeds back
+  into the segment excepted: its backward waits for the segment's), as a framework recomputes a
+  checkpointed block when back-propagation reaches it. One segment's activations are
+  therefore live at a time on a device, which is what the static memory count charges.
+
+Recomputing ops are lowered whole (no delta); recomputation and a fusion plan are not combined yet.
+
+Entry points: ``recompute_copies``, ``lower_recompute``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from flexrt.errors import NotYetAvailableError
+from flexrt.simulator.actions import Backward, Buf, BufKind, Forward, Key
+from flexrt.simulator.task_graph import Owner, TaskKind
+from flexrt.strategy.pipeline import source_of
+
+SUFFIX = "@r"
+
+
+def recompute_copies(strategy) -> frozenset:
+    """The compute operators of the strategy's (possibly micro-batched) model that are recomputed."""
+    names = getattr(strategy, "recompute", frozenset())
+    if not names:
+        return frozenset()
+    if getattr(strategy, "fusion", None):
+        raise NotYetAvailableError("a strategy with both a fusion plan and activation recomputation: the fused "
+                                   "task graph does not carry recompute tasks yet; drop one of the two")
+    if getattr(strategy, "pipeline", None) is None:
+        return frozenset(names)
+    return frozenset(c for c in strategy.wiring().ops if source_of(c)[0] in names)
+
+
+def _renamed(b: Buf) -> Buf:
+    return Buf(Key(b.key.kind, b.key.name + SUFFIX, b.key.index, b.key.piece), b.device, b.ranges, b.dtype, b.fill)
+
+
+def _segments(low, ops) -> list[list[str]]:
+    """Connected components of the recomputed operators through producer -> consumer edges."""
+    parent = {name: name for name in ops}
+
+    def root(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+    for c in ops:
+        for i in range(len(low.wiring.nodes[c].inputs)):
+            p = low.producer[(c, i)].name
+            if p in parent:
+                parent[root(p)] = root(c)
+    groups: dict[str, list[str]] = defaultdict(list)
+    for name in low.wiring.ops:
+        if name in parent:
+            groups[root(name)].append(name)
+    return list(groups.values())
+
+
+def lower_recompute(low) -> None:
+    """Add the recompute tasks, parts and dependencies of ``low.recompute`` (module doc); records
+    ``low.recompute_tasks`` (operator -> its recompute task per piece)."""
+    ops = low.recompute
+    low.recompute_tasks = {}
+    if not ops:
+        return
+    operand_parts: dict[Key, list] = defaultdict(list)
+    if low.detail:
+        for plist in low.parts.values():
+            for key, dev, part in plist:
+                if key.kind is BufKind.OPERAND and key.name in ops:
+                    operand_parts[key].append((dev, part))
+    chained: set = set()
+    for name in low.wiring.ops:
+        if name in ops:
+            _recompute_op(low, name, operand_parts, chained)
+    for seg in _segments(low, ops):
+        _trigger(low, seg, chained)
+    _working_set(low)
+
+
+def _recompute_op(low, name: str, operand_parts: dict, chained: set) -> None:
+    """The recompute task of each piece of ``name``; ``chained`` collects those that wait for a
+    recomputed producer's task."""
+    owner = Owner.op(name)
+    lay = low.layout(name)
+    fx, _, _ = low._piece_times(lay)
+    fwd, bwd = low.op_tasks[name]
+    tasks = []
+    for p, dev in enumerate(lay.devices):
+        fa, ba = low._piece_actions(name, lay, p, dev)
+        ra = Forward(name, fa.attrs, fa.zeroed, tuple(_renamed(b) for b in fa.operands),
+                     tuple(_renamed(b) for b in fa.outputs)) if low.detail else None
+        rid = low._task(owner, TaskKind.RECOMPUTE, dev, fx[p], f"recompute {name}[{p}]", node=name, piece=p,
+                        action=ra)
+        tasks.append(rid)
+        low._edge(owner, fwd[p], rid)
+        low._edge(owner, rid, bwd[p])
+        for i, b in enumerate(fa.operands):
+            for d, part in operand_parts.get(b.key, ()):
+                s = part.src
+                if s.kind is BufKind.OUTPUT and s.name in low.recompute and part.device == d:
+                    low._edge(owner, low.recompute_tasks[s.name][s.piece], rid)
+                    chained.add(rid)
+                    s = Key(s.kind, s.name + SUFFIX, s.index, s.piece)
+                low._part(owner, ra.operands[i].key, d, s, part.device, part.box, part.add)
+        if low.detail:
+            low.graph.annotate(bwd[p], f"bwd {name}[{p}]", name, p, (),
+                               Backward(name, ba.attrs, ba.zeroed, ra.operands, ra.outputs, ba.grad_outputs,
+                                        ba.grad_operands))
+    if not low.detail:   # without parts, a recomputed producer still precedes its consumer
+        for i in range(len(low.wiring.nodes[name].inputs)):
+            p = low.producer[(name, i)].name
+            if p in low.recompute:
+                low._edges(owner, list(low.recompute_tasks[p]), tasks)
+                chained.update(tasks)
+    low.recompute_tasks[name] = tasks
+
+
+def _trigger(low, seg: list[str], chained: set) -> None:
+    """The segment's recomputation waits for every gradient entering its backward from outside: its
+    recompute tasks that wait for no other one wait for the backward of each consumer outside the
+    segment whose own backward does not wait for the segment (one that feeds back into it)."""
+    members = set(seg)
+    outside = []
+    for name in seg:
+        for c, _ in low.consumers.get(name, ()):
+            if c not in members and not _reaches(low, c, members):
+                outside.extend(low.op_tasks[c][1])
+    sources = [t for name in seg for t in low.recompute_tasks[name] if t not in chained]
+    if outside and sources:
+        low._edges(Owner.op(seg[0]), sorted(set(outside)), sources)
+
+
+def _reaches(low, start: str, targets: set) -> bool:
+    """Whether a path of operators leads from ``start`` to one of ``targets`` (searched no further
+    than the last target in graph order)."""
+    pos = low.position
+    limit = max(pos[t] for t in targets)
+    seen, stack = {start}, [start]
+    while stack:
+        x = stack.pop()
+        for c, _ in low.consumers.get(x, ()):
+            if c in targets:
+                return True
+            if c not in seen and pos[c] < limit:
+                seen.add(c)
+                stack.append(c)
+    return False
+
+
+def _working_set(low) -> None:
+    """Static memory: per device, the largest segment's recomputed activations (one segment is live
+    at a time), charged to that segment's first operator."""
+    best: dict[int, tuple[int, str]] = {}
+    for seg in _segments(low, low.recompute):
+        per_dev: dict[int, int] = defaultdict(int)
+        for name in seg:
+            lay = low.layout(name)
+            _, _, act = low._piece_times(lay)
+            for dev, a in zip(lay.devices, act):
+                per_dev[dev] += a
+        for dev, total in per_dev.items():
+            if total > best.get(dev, (0, ""))[0]:
+                best[dev] = (total, seg[0])
+    for dev, (total, name) in best.items():
+        low._mem(Owner.op(name), dev, "activations", total)
