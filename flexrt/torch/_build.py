@@ -1,0 +1,556 @@
+"""Build FFModel layers from ``IRNode``s: the one mapping of the PyTorch and ONNX front ends.
+
+``flexrt.torch`` turns a torch.fx trace (or FlexFlow's text file) into IR nodes and
+``flexrt.onnx`` turns an ONNX graph into the same nodes; ``build`` walks them in order and calls
+FFModel's layer methods. A node's value is a ``Tensor``, a Python number or tuple (sizes, shapes),
+a list of Tensors (split), or a tuple ``(Tensor, None)`` (attention: output, unused weights). Layer
+names are the node names (``{name}.{part}`` for the extra layers of one node); an operator with
+no FFModel equivalent raises ``ConfigError`` naming the node and where it came from.
+
+Entry points: ``build``, ``DTYPES``, ``node_error``.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any, Callable, Optional, Sequence
+
+from flexrt.errors import ConfigError, FlexrtError, ShapeError
+from flexrt.ir.datatype import DataType
+from flexrt.ir.enums import ActiMode, AggrMode, PoolType
+from flexrt.model.tensor import Tensor
+from flexrt.torch._ir import IRNode, Ref
+
+# torch / NumPy dtype names -> FFModel's
+DTYPES = {"torch.float32": DataType.DT_FLOAT, "torch.float": DataType.DT_FLOAT, "float32": DataType.DT_FLOAT,
+          "torch.float64": DataType.DT_DOUBLE, "torch.double": DataType.DT_DOUBLE, "float64": DataType.DT_DOUBLE,
+          "torch.int32": DataType.DT_INT32, "torch.int": DataType.DT_INT32, "int32": DataType.DT_INT32,
+          "torch.int64": DataType.DT_INT64, "torch.long": DataType.DT_INT64, "int64": DataType.DT_INT64,
+          "torch.bool": DataType.DT_BOOLEAN, "bool": DataType.DT_BOOLEAN}
+_FLOATS = (DataType.DT_FLOAT, DataType.DT_DOUBLE, DataType.DT_HALF, DataType.DT_BFLOAT16)
+
+
+def node_error(node: IRNode, message: str, kind: type = ConfigError) -> FlexrtError:
+    where = f" at {node.origin}" if node.origin else ""
+    return kind(f"node '{node.name}' ({node.op}){where}: {message}")
+
+
+class _Builder:
+    def __init__(self, ffmodel, inputs: Sequence[Any]) -> None:
+        self.ff = ffmodel
+        self.inputs = list(inputs)
+        self.next_input = 0
+        self.values: dict[str, Any] = {}
+        self.outputs: list[Any] = []
+
+    # ---- values ---------------------------------------------------------------------------
+    def value(self, node: IRNode, name: str) -> Any:
+        if name not in self.values:
+            raise node_error(node, f"reads '{name}', which no earlier node defines; nodes must come in "
+                                   f"topological order")
+        return self.values[name]
+
+    def resolve(self, node: IRNode, v: Any) -> Any:
+        if isinstance(v, Ref):
+            return self.value(node, v.name)
+        if isinstance(v, tuple):
+            return tuple(self.resolve(node, x) for x in v)
+        return v
+
+    def args(self, node: IRNode) -> tuple[list, list]:
+        """(input values, resolved positional fields)."""
+        return [self.value(node, n) for n in node.inputs], [self.resolve(node, f) for f in node.fields]
+
+    def tensor(self, node: IRNode, v: Any, what: str = "its input") -> Tensor:
+        if not isinstance(v, Tensor):
+            raise node_error(node, f"{what} must be a tensor, got {_describe(v)}")
+        return v
+
+
+def _describe(v: Any) -> str:
+    if v is None:
+        return "None (a value no FFModel layer computes, such as attention weights)"
+    if isinstance(v, Tensor):
+        return f"tensor {list(v.dims)}"
+    return f"{type(v).__name__} {v!r}"
+
+
+def _axis(node: IRNode, d: Any, rank: int) -> int:
+    if isinstance(d, bool) or not isinstance(d, int) or not -rank <= d < rank:
+        raise node_error(node, f"dimension {d!r} is out of range for rank {rank}; valid: {-rank}..{rank - 1}",
+                         ShapeError)
+    return d % rank
+
+
+def shape_with_inferred(node: IRNode, numel: int, shape: Sequence[Any]) -> list[int]:
+    """``shape`` (ints, at most one -1) with its -1 filled in for ``numel`` elements."""
+    shape = list(shape)
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = list(shape[0])
+    if any(isinstance(s, bool) or not isinstance(s, int) for s in shape):
+        raise node_error(node, f"shape {shape} must hold integers (sizes or -1)", ShapeError)
+    known = math.prod(s for s in shape if s != -1)
+    if shape.count(-1) > 1 or any(s < -1 or s == 0 for s in shape):
+        raise node_error(node, f"shape {shape}: sizes must be >= 1 with at most one -1", ShapeError)
+    if -1 in shape:
+        if known == 0 or numel % known:
+            raise node_error(node, f"shape {shape} is invalid for {numel} elements", ShapeError)
+        shape[shape.index(-1)] = numel // known
+    if math.prod(shape) != numel:
+        raise node_error(node, f"shape {shape} is invalid for {numel} elements", ShapeError)
+    return shape
+
+
+def split_sizes(node: IRNode, size: int, *, split_size=None, sections=None, chunks=None, pieces=None) -> list[int]:
+    """The piece sizes of torch.split (``split_size`` or ``sections``), torch.chunk (``chunks``) or
+    FlexFlow's equal ``pieces`` of a dimension of ``size``."""
+    if sections is not None:
+        sections = list(sections)
+        if sum(sections) != size or any(s < 1 for s in sections):
+            raise node_error(node, f"sections {sections} must be >= 1 and sum to the dimension's size {size}",
+                             ShapeError)
+        return sections
+    if chunks is not None:
+        split_size = -(-size // chunks)
+    if split_size is not None:
+        if split_size < 1:
+            raise node_error(node, f"split size {split_size} must be >= 1", ShapeError)
+        return [min(split_size, size - lo) for lo in range(0, size, split_size)]
+    if pieces is None or pieces < 1 or size % pieces:
+        raise node_error(node, f"cannot split a dimension of size {size} into {pieces} equal pieces", ShapeError)
+    return [size // pieces] * pieces
+
+
+# ---- handlers: (builder, node, inputs, fields) -> value ------------------------------------------
+def _shared(b: _Builder, node: IRNode) -> Optional[str]:
+    return node.kw("shares")
+
+
+def _linear(b, node, ins, f):
+    x = b.tensor(node, ins[0])
+    out_dim, acti, use_bias = (list(f) + [None, ActiMode.AC_MODE_NONE.value, 1])[:3]
+    return b.ff.dense(x, out_dim, ActiMode(acti), bool(use_bias), shared_op=_shared(b, node), name=node.name)
+
+
+def _conv2d(b, node, ins, f):
+    x = b.tensor(node, ins[0])
+    if len(f) < 10:
+        raise node_error(node, f"needs 10 fields (out_channels, kernel_h, kernel_w, stride_h, stride_w, padding_h, "
+                               f"padding_w, activation, groups, use_bias), got {len(f)}")
+    oc, kh, kw, sh, sw, ph, pw, acti, groups, use_bias = f[:10]
+    return b.ff.conv2d(x, oc, kh, kw, sh, sw, ph, pw, ActiMode(acti), groups, bool(use_bias),
+                       shared_op=_shared(b, node), name=node.name)
+
+
+def _pool_size(node, size, k, s, p, ceil):
+    floor_out = (size + 2 * p - k) // s + 1
+    if ceil and -(-(size + 2 * p - k) // s) + 1 != floor_out:
+        raise node_error(node, f"ceil_mode=True gives another output size than FFModel.pool2d's floor rounding "
+                               f"for input size {size} (kernel {k}, stride {s}, padding {p}); use ceil_mode=False "
+                               f"or an input size where both agree", ShapeError)
+
+
+def _pool2d(b, node, ins, f):
+    x = b.tensor(node, ins[0])
+    if x.num_dims != 4:
+        raise node_error(node, f"pooling needs an NCHW input, got {list(x.dims)}", ShapeError)
+    pool_type = PoolType(f[3]) if len(f) > 3 else PoolType.POOL_MAX
+    acti = ActiMode(f[4]) if len(f) > 4 else ActiMode.AC_MODE_NONE
+    h, w = x.dims[2:]
+    out = node.kw("output_size")
+    if out is not None:   # adaptive pooling: only where windows tile the input evenly
+        oh, ow = (out, out) if isinstance(out, int) else (out[0] or h, out[1] or w)
+        if h % oh or w % ow:
+            raise node_error(node, f"adaptive pooling to {oh}x{ow} of a {h}x{w} input has uneven windows, which "
+                                   f"FFModel.pool2d cannot express; valid output sizes divide {h} and {w}", ShapeError)
+        kh, kw, sh, sw, ph, pw = h // oh, w // ow, h // oh, w // ow, 0, 0
+    else:
+        kh, sh, ph = f[0], f[1], f[2]
+        kw, sw, pw = node.kw("kernel_w", kh), node.kw("stride_w", sh), node.kw("padding_w", ph)
+        _pool_size(node, h, kh, sh, ph, node.kw("ceil_mode", False))
+        _pool_size(node, w, kw, sw, pw, node.kw("ceil_mode", False))
+    return b.ff.pool2d(x, kh, kw, sh, sw, ph, pw, pool_type, acti, name=node.name)
+
+
+def _batch_norm(b, node, ins, f):
+    x = b.tensor(node, ins[0])
+    eps = node.kw("eps", 1e-5)
+    if abs(eps - 1e-5) > 1e-12:
+        raise node_error(node, f"eps={eps}: FFModel.batch_norm normalizes with eps 1e-05 only (PyTorch's default)")
+    return b.ff.batch_norm(x, relu=False, name=node.name)
+
+
+def _layer_norm(b, node, ins, f):
+    x = b.tensor(node, ins[0])
+    shape = node.kw("shape", (x.dims[-1],))
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    if tuple(x.dims[len(x.dims) - len(shape):]) != shape:
+        raise node_error(node, f"normalized shape {list(shape)} is not the trailing shape of input {list(x.dims)}",
+                         ShapeError)
+    axes = list(range(x.num_dims - len(shape), x.num_dims))
+    return b.ff.layer_norm(x, axes, bool(node.kw("affine", True)), node.kw("eps", 1e-5),
+                           bool(node.kw("bias", True)), name=node.name)
+
+
+def _embedding(b, node, ins, f):
+    x = b.tensor(node, ins[0])
+    if x.data_type not in (DataType.DT_INT32, DataType.DT_INT64):
+        raise node_error(node, f"embedding indices must be integers (DT_INT32 or DT_INT64), got {x.data_type.name}")
+    return b.ff.embedding(x, f[0], f[1], AggrMode.AGGR_MODE_NONE, shared_op=_shared(b, node), name=node.name)
+
+
+def _softmax(b, node, ins, f):
+    x = b.tensor(node, ins[0])
+    return b.ff.softmax(x, _axis(node, node.kw("dim", -1), x.num_dims), name=node.name)
+
+
+def _dropout(b, node, ins, f):
+    return b.ff.dropout(b.tensor(node, ins[0]), float(f[0]) if f else 0.5, node.kw("seed", 0), name=node.name)
+
+
+def _flat(b, node, ins, f):
+    x = b.tensor(node, ins[0])
+    r = x.num_dims
+    start, end = _axis(node, node.kw("start_dim", 1), r), _axis(node, node.kw("end_dim", -1), r)
+    if start == 1 and end == r - 1 and r == 4:
+        return b.ff.flat(x, name=node.name)
+    if start >= end:
+        return x
+    dims = list(x.dims[:start]) + [math.prod(x.dims[start:end + 1])] + list(x.dims[end + 1:])
+    return b.ff.reshape(x, dims, name=node.name)
+
+
+_UNARY = {"RELU": "relu", "IDENTITY": "identity", "GELU": "gelu", "SIGMOID": "sigmoid", "TANH": "tanh",
+          "ELU": "elu", "EXP": "exp", "SIN": "sin", "COS": "cos", "RSQRT": "rsqrt"}
+_PY_UNARY = {"RELU": lambda v: max(v, 0), "IDENTITY": lambda v: v, "EXP": math.exp, "SIN": math.sin,
+             "COS": math.cos, "TANH": math.tanh, "RSQRT": lambda v: 1 / math.sqrt(v)}
+
+
+def _unary(b, node, ins, f):
+    x = ins[0] if ins else None
+    if isinstance(x, (int, float)) and node.op in _PY_UNARY:
+        return _PY_UNARY[node.op](x)
+    return getattr(b.ff, _UNARY[node.op])(b.tensor(node, x), name=node.name)
+
+
+# binary op -> (FFModel method, Python operator, scalar method, reversed scalar form)
+_BINARY = {"ADD": ("add", operator.add), "SUBTRACT": ("subtract", operator.sub), "MULTIPLY": ("multiply", operator.mul),
+           "DIVIDE": ("divide", operator.truediv), "MAX": ("max", max), "MIN": ("min", min)}
+_SCALAR = {"SCALAR_ADD": "ADD", "SCALAR_SUB": "SUBTRACT", "SCALAR_MULTIPLY": "MULTIPLY", "SCALAR_TRUEDIV": "DIVIDE",
+           "SCALAR_FLOORDIV": "FLOORDIV"}
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _scalar_op(b, node, op: str, x, s, reverse: bool):
+    """``x op s`` (``s op x`` when ``reverse``) for a tensor ``x`` and a number ``s``."""
+    if op == "FLOORDIV":
+        raise node_error(node, "floor division of a tensor has no FFModel layer; valid: floor division of sizes")
+    ff = b.ff
+    if op == "ADD":
+        return ff.scalar_add(x, s, name=node.name)
+    if op == "MULTIPLY":
+        return ff.scalar_multiply(x, s, name=node.name)
+    if op == "SUBTRACT" and not reverse:
+        return ff.scalar_sub(x, s, name=node.name)
+    if op == "SUBTRACT":   # s - x = (-1) * x + s
+        return ff.scalar_add(ff.scalar_multiply(x, -1.0, name=f"{node.name}.neg"), s, name=node.name)
+    if op == "DIVIDE" and not reverse:
+        return ff.scalar_true_divide(x, s, name=node.name)
+    if op == "DIVIDE":     # s / x = s * x^-1
+        return ff.scalar_multiply(ff.pow(x, -1.0, name=f"{node.name}.reciprocal"), s, name=node.name)
+    raise node_error(node, f"{op} of a tensor and a number has no FFModel layer")
+
+
+def _binary(b, node, ins, f):
+    scalar = node.op in _SCALAR
+    op = _SCALAR[node.op] if scalar else node.op
+    if scalar:
+        if len(ins) != 1 or len(f) != 1:
+            raise node_error(node, f"takes one input and one scalar field, got {len(ins)} input(s), fields {f}")
+        x, y = ins[0], f[0]
+        if node.kw("reverse", False):
+            x, y = y, x
+    else:
+        if len(ins) != 2:
+            raise node_error(node, f"takes two inputs, got {len(ins)}")
+        x, y = ins
+    if _is_number(x) and _is_number(y):
+        py = operator.floordiv if op == "FLOORDIV" else _BINARY[op][1]
+        return py(x, y)
+    if isinstance(x, Tensor) and isinstance(y, Tensor):
+        if op == "FLOORDIV":
+            raise node_error(node, "floor division of tensors has no FFModel layer")
+        return getattr(b.ff, _BINARY[op][0])(x, y, name=node.name)
+    if isinstance(x, Tensor) and _is_number(y):
+        return _scalar_op(b, node, op, x, float(y), False)
+    if _is_number(x) and isinstance(y, Tensor):
+        if op in ("ADD", "MULTIPLY"):
+            return _scalar_op(b, node, op, y, float(x), False)
+        return _scalar_op(b, node, op, y, float(x), True)
+    raise node_error(node, f"operands must be tensors or numbers, got {_describe(x)} and {_describe(y)}")
+
+
+def _concat(b, node, ins, f):
+    ts = [b.tensor(node, t, f"input {i}") for i, t in enumerate(ins)]
+    axis = f[0] if f else 1
+    return b.ff.concat(ts, _axis(node, axis, ts[0].num_dims), name=node.name)
+
+
+def _split(b, node, ins, f):
+    x = b.tensor(node, ins[0])
+    axis = _axis(node, f[0] if f else 0, x.num_dims)
+    size = x.dims[axis]
+    sizes = split_sizes(node, size, split_size=node.kw("split_size"), sections=node.kw("sections"),
+                        chunks=node.kw("chunks"), pieces=len(node.outputs))
+    if len(sizes) == 1:
+        return [x]
+    return b.ff.split(x, sizes, axis, name=node.name)
+
+
+def _getitem(b, node, ins, f):
+    x = ins[0]
+    index = f[0] if len(f) == 1 else tuple(f)
+    if isinstance(x, (list, tuple)):
+        if not isinstance(index, int) or not -len(x) <= index < len(x):
+            raise node_error(node, f"index {index!r} is out of range for a value of {len(x)} items")
+        v = x[index]
+        if v is None:
+            raise node_error(node, "reads a value no FFModel layer computes (attention weights: call "
+                                   "MultiheadAttention with need_weights=False or leave its second output unused)")
+        return v
+    return _slice_tensor(b, node, b.tensor(node, x), index if isinstance(index, tuple) else (index,))
+
+
+def _slice_tensor(b, node, x: Tensor, index: tuple) -> Tensor:
+    """Basic indexing of a tensor: ``:``, ``None`` (a new dimension), ``...``, ints and unit-step slices."""
+    if index.count(Ellipsis) > 1:
+        raise node_error(node, "at most one ... in an index")
+    used = sum(1 for i in index if i is not None and i is not Ellipsis)
+    if used > x.num_dims:
+        raise node_error(node, f"index {index} has {used} entries for a tensor of rank {x.num_dims}", ShapeError)
+    if Ellipsis in index:
+        k = index.index(Ellipsis)
+        index = index[:k] + (slice(None),) * (x.num_dims - used) + index[k + 1:]
+    index = index + (slice(None),) * (x.num_dims - used)
+    out, dim, shape, parts = x, 0, [], 0
+    for item in index:
+        if item is None:
+            shape.append(1)
+            continue
+        size = x.dims[dim]
+        if isinstance(item, int) and not isinstance(item, bool):
+            if not -size <= item < size:
+                raise node_error(node, f"index {item} is out of range for dimension {dim} of size {size}", ShapeError)
+            lo, hi, keep = item % size, item % size + 1, False
+        elif isinstance(item, slice) and item.step in (None, 1):
+            lo, hi, _ = item.indices(size)
+            keep = True
+            if hi <= lo:
+                raise node_error(node, f"slice {item} of dimension {dim} (size {size}) is empty", ShapeError)
+        else:
+            raise node_error(node, f"index item {item!r} is not supported; valid: :, None, ..., ints, "
+                                   f"slices with step 1")
+        if (lo, hi) != (0, size):
+            sizes = [s for s in (lo, hi - lo, size - hi) if s]
+            parts += 1
+            pieces = b.ff.split(out, sizes, dim, name=f"{node.name}.slice{parts}")
+            out = pieces[1 if lo else 0]
+        if keep:
+            shape.append(hi - lo)
+        dim += 1
+    if list(out.dims) != shape:
+        out = b.ff.reshape(out, shape, name=node.name)
+    return out
+
+
+def _batch_matmul(b, node, ins, f):
+    x, y = (b.tensor(node, t, f"input {i}") for i, t in enumerate(ins[:2]))
+    if x.num_dims == 2 and y.num_dims == 2:
+        r = b.ff.batch_matmul(b.ff.reshape(x, [1, *x.dims], name=f"{node.name}.a"),
+                              b.ff.reshape(y, [1, *y.dims], name=f"{node.name}.b"), name=f"{node.name}.bmm")
+        return b.ff.reshape(r, [x.dims[0], y.dims[1]], name=node.name)
+    return b.ff.batch_matmul(x, y, name=node.name)
+
+
+def _getattr(b, node, ins, f):
+    x = ins[0]
+    attr = f[0] if f else "shape"
+    if attr in ("shape", "size") and isinstance(x, Tensor):
+        if len(f) > 1 and f[1] is not None:
+            return x.dims[_axis(node, f[1], x.num_dims)]
+        return tuple(x.dims)
+    if attr == "ndim" and isinstance(x, Tensor):
+        return x.num_dims
+    if attr == "dtype" and isinstance(x, Tensor):
+        return next(k for k, v in DTYPES.items() if v is x.data_type)
+    raise node_error(node, f"attribute {attr!r} of {_describe(x)} is not supported; valid: shape, size, ndim, dtype")
+
+
+def _transpose(b, node, ins, f):
+    x = b.tensor(node, ins[0])
+    d0, d1 = (_axis(node, d, x.num_dims) for d in f[:2])
+    perm = list(range(x.num_dims))
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    return b.ff.transpose(x, perm, name=node.name)
+
+
+def _permute(b, node, ins, f):
+    x = b.tensor(node, ins[0])
+    dims = list(f[0]) if len(f) == 1 and isinstance(f[0], tuple) else list(f)
+    return b.ff.transpose(x, [_axis(node, d, x.num_dims) for d in dims], name=node.name)
+
+
+def _reshape(b, node, ins, f):
+    x = b.tensor(node, ins[0])
+    if len(ins) == 2 and isinstance(ins[1], Tensor):      # FlexFlow's reshape_as
+        f = list(ins[1].dims)
+    shape = shape_with_inferred(node, math.prod(x.dims), f)
+    if shape == list(x.dims):
+        return x
+    return b.ff.reshape(x, shape, name=node.name)
+
+
+def _unsqueeze(b, node, ins, f):
+    x = b.tensor(node, ins[0])
+    d = _axis(node, f[0], x.num_dims + 1)
+    return b.ff.reshape(x, list(x.dims[:d]) + [1] + list(x.dims[d:]), name=node.name)
+
+
+def _squeeze(b, node, ins, f):
+    x = b.tensor(node, ins[0])
+    dims = {_axis(node, d, x.num_dims) for d in f} if f else set(range(x.num_dims))
+    shape = [s for i, s in enumerate(x.dims) if not (i in dims and s == 1)]
+    return x if shape == list(x.dims) else b.ff.reshape(x, shape, name=node.name)
+
+
+def _expand(b, node, ins, f):
+    x = b.tensor(node, ins[0])
+    sizes = list(f[0]) if len(f) == 1 and isinstance(f[0], tuple) else list(f)
+    if len(ins) == 2 and isinstance(ins[1], Tensor):       # expand_as
+        sizes = list(ins[1].dims)
+    lead = len(sizes) - x.num_dims
+    if lead < 0:
+        raise node_error(node, f"expand to {sizes} has fewer dimensions than input {list(x.dims)}", ShapeError)
+    target = [x.dims[i - lead] if s == -1 else s for i, s in enumerate(sizes)]
+    for i, s in enumerate(x.dims):
+        if s != 1 and s != target[i + lead]:
+            raise node_error(node, f"cannot expand dimension {i} of size {s} to {target[i + lead]}", ShapeError)
+    if target == list(x.dims):
+        return x
+    ones = b.ff.create_constant(target, 1.0, x.data_type)   # x * ones broadcasts x: expand, with summed gradients
+    return b.ff.multiply(x, ones, name=node.name)
+
+
+def _convert(b, node, ins, f):
+    x = ins[0]
+    if node.op == "TYPE_AS":
+        want = b.tensor(node, ins[1], "its second input").data_type
+    elif node.op == "FLOAT":
+        want = DataType.DT_FLOAT
+    else:
+        name = f[0] if f else node.kw("dtype")
+        if name is None or isinstance(name, Tensor):
+            return x                                          # .to(device) or .to(other): the values stay
+        if name not in DTYPES:
+            return x if isinstance(name, str) and not name.startswith("torch.") else _bad_dtype(node, name)
+        want = DTYPES[name]
+    if not isinstance(x, Tensor) or x.data_type is want:
+        return x
+    return b.ff.cast(x, want, name=node.name)
+
+
+def _bad_dtype(node, name):
+    raise node_error(node, f"dtype {name!r} is not supported; valid: {', '.join(sorted(DTYPES))}")
+
+
+def _pass(b, node, ins, f):
+    return ins[0]
+
+
+def _pow(b, node, ins, f):
+    x, e = ins[0], f[0]
+    if _is_number(x):
+        return x ** e
+    if not _is_number(e):
+        raise node_error(node, f"the exponent must be a number, got {_describe(e)}")
+    return b.ff.pow(b.tensor(node, x), float(e), name=node.name)
+
+
+def _reduce(b, node, ins, f):
+    x = b.tensor(node, ins[0])
+    dims = [d for d in f if not isinstance(d, bool)]
+    dims = list(dims[0]) if len(dims) == 1 and isinstance(dims[0], tuple) else dims
+    keep = node.kw("keepdim", any(d is True for d in f))
+    axes = [_axis(node, d, x.num_dims) for d in dims] if dims else list(range(x.num_dims))
+    if node.op == "MEAN":
+        return b.ff.mean(x, axes, bool(keep), name=node.name)
+    return b.ff.reduce_sum(x, axes, bool(keep), name=node.name)
+
+
+def _attention(b, node, ins, f):
+    q, k, v = (b.tensor(node, t, f"input {i}") for i, t in enumerate(ins[:3]))
+    embed_dim, num_heads, kdim, vdim, dropout, bias = f[:6]
+    if not node.kw("batch_first", True):   # [L, N, E] -> [N, L, E] and back
+        q, k, v = (b.ff.transpose(t, [1, 0, 2], name=f"{node.name}.{p}_t") for t, p in zip((q, k, v), "qkv"))
+    out = b.ff.multihead_attention(q, k, v, embed_dim, num_heads, kdim, vdim, dropout, bool(bias),
+                                   name=node.name if node.kw("batch_first", True) else f"{node.name}.attn",
+                                   causal=bool(node.kw("causal", False)))
+    if not node.kw("batch_first", True):
+        out = b.ff.transpose(out, [1, 0, 2], name=node.name)
+    return (out, None)
+
+
+def _attribute(b, node, ins, f):
+    raise node_error(node, "reads a parameter or buffer of the module directly; FFModel has no free-standing "
+                           "weight, so only parameters inside supported modules (Linear, Conv2d, ...) map")
+
+
+HANDLERS: dict[str, Callable] = {
+    "LINEAR": _linear, "CONV2D": _conv2d, "POOL2D": _pool2d, "BATCH_NORM": _batch_norm, "LAYER_NORM": _layer_norm,
+    "EMBEDDING": _embedding, "SOFTMAX": _softmax, "DROPOUT": _dropout, "FLAT": _flat, "CONCAT": _concat,
+    "SPLIT": _split, "GETITEM": _getitem, "BATCH_MATMUL": _batch_matmul, "GETATTR": _getattr,
+    "TRANSPOSE": _transpose, "PERMUTE": _permute, "RESHAPE": _reshape, "VIEW": _reshape, "UNSQUEEZE": _unsqueeze,
+    "SQUEEZE": _squeeze, "EXPAND": _expand, "TO": _convert, "FLOAT": _convert, "TYPE_AS": _convert,
+    "CONTIGUOUS": _pass, "POW": _pow, "MEAN": _reduce, "REDUCE_SUM": _reduce,
+    "MULTIHEAD_ATTENTION": _attention, "ATTRIBUTE": _attribute,
+    **{op: _unary for op in _UNARY}, **{op: _binary for op in _BINARY}, **{op: _binary for op in _SCALAR},
+    "FLOOR_DIVIDE": _binary,
+}
+_SCALAR["FLOOR_DIVIDE"] = "FLOORDIV"
+
+
+def build(ffmodel, nodes: Sequence[IRNode], input_tensors: Sequence[Any]) -> list:
+    """Add the layers of ``nodes`` to ``ffmodel``; the INPUT nodes take ``input_tensors`` in order;
+    returns the values the OUTPUT node lists."""
+    b = _Builder(ffmodel, input_tensors)
+    n_inputs = sum(1 for n in nodes if n.op == "INPUT")
+    if n_inputs != len(b.inputs):
+        raise ConfigError(f"the model takes {n_inputs} input(s) "
+                          f"({', '.join(n.name for n in nodes if n.op == 'INPUT')}), got {len(b.inputs)} "
+                          f"input tensor(s)")
+    for node in nodes:
+        if node.op == "INPUT":
+            b.values[node.name] = b.inputs[b.next_input]
+            b.next_input += 1
+            continue
+        if node.op == "OUTPUT":
+            b.outputs.extend(b.value(node, n) for n in node.inputs)
+            continue
+        handler = HANDLERS.get(node.op)
+        if handler is None:
+            raise node_error(node, f"operator {node.op} has no FFModel mapping; supported: "
+                                   f"{', '.join(sorted(HANDLERS))}")
+        ins, fields = b.args(node)
+        try:
+            b.values[node.name] = handler(b, node, ins, fields)
+        except FlexrtError as e:
+            if str(e).startswith(f"node '{node.name}'"):
+                raise
+            raise node_error(node, str(e), type(e)) from None
+        except (TypeError, ValueError, IndexError) as e:
+            raise node_error(node, f"invalid fields {fields} or inputs ({e})") from None
+    return b.outputs

@@ -1,0 +1,354 @@
+"""torch.fx graph -> ``IRNode``s (FlexFlow's text format, ``flexrt.torch._ir``). Imports torch.
+
+Modules with an FFModel layer stay leaves of the trace (``Linear``, ``Conv2d``, ...) and map to one
+node; ``TransformerEncoderLayer`` and ``TransformerEncoder`` (whose own forward cannot be traced)
+map to the nodes of their computation (attention, residual adds, norms, feed-forward); every other
+module is traced through. Functions and methods map by target (``operator.add``, ``torch.cat``,
+``Tensor.view``, ``F.relu`` ...). Anything else raises ``ConfigError`` naming the fx node, its
+target and the source line of the module's forward.
+
+Entry points: ``trace``, ``to_ir`` (nodes, and per layer the module whose parameters it takes).
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+import torch.fx as fx
+import torch.nn as nn
+import torch.nn.functional as F
+
+from flexrt.errors import ConfigError
+from flexrt.ir.enums import ActiMode, PoolType
+from flexrt.torch._ir import IRNode, Ref
+
+_NONE = ActiMode.AC_MODE_NONE.value
+
+
+@dataclass(frozen=True)
+class WeightSource:
+    """The torch module whose parameters fill FFModel layer ``layer`` (``kind``: ``ff_layout``'s)."""
+
+    layer: str
+    kind: str
+    module: nn.Module
+
+
+class _Tracer(fx.Tracer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.record_stack_traces = True
+
+    def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
+        return type(m) in MODULES or super().is_leaf_module(m, qualname)
+
+
+def trace(module: nn.Module) -> fx.GraphModule:
+    try:
+        graph = _Tracer().trace(module)
+    except Exception as e:  # fx raises many kinds; say which module and why
+        raise ConfigError(f"torch.fx cannot trace {type(module).__name__}: {type(e).__name__}: {e} (data-dependent "
+                          f"control flow and Proxy arguments to C functions cannot be traced)") from None
+    return fx.GraphModule(module, graph)
+
+
+def origin(node: fx.Node) -> str:
+    """The target and the innermost source line of ``node`` (from fx's recorded stack trace)."""
+    target = node.target if isinstance(node.target, str) else getattr(node.target, "__qualname__", node.target)
+    mod = getattr(node.target, "__module__", None)
+    where = f"{node.op} {mod + '.' if mod and not isinstance(node.target, str) else ''}{target}"
+    lines = [ln.strip() for ln in (node.stack_trace or "").strip().splitlines()]
+    files = [i for i, ln in enumerate(lines) if ln.startswith("File ")]
+    if files:
+        i = files[-1]
+        loc = lines[i].replace("File ", "", 1).replace('", line ', ":").replace('"', "").split(",")[0]
+        code = lines[i + 1] if i + 1 < len(lines) else ""
+        where += f", {loc}" + (f": {code}" if code else "")
+    return where
+
+
+class _Ctx:
+    def __init__(self, gm: fx.GraphModule) -> None:
+        self.gm = gm
+        self.modules = dict(gm.named_modules())
+        self.nodes: list[IRNode] = []
+        self.weights: list[WeightSource] = []
+        self.first_layer: dict[int, str] = {}     # id(module) -> the layer that owns its weights
+
+    def error(self, node: fx.Node, message: str) -> ConfigError:
+        return ConfigError(f"torch node '{node.name}' ({origin(node)}): {message}")
+
+    def add(self, node: fx.Node, op: str, inputs, fields=(), keywords=(), name: Optional[str] = None,
+            users: Optional[tuple] = None) -> str:
+        name = name or node.name
+        outs = users if users is not None else tuple(u.name for u in node.users)
+        self.nodes.append(IRNode(name, tuple(inputs), outs, op, tuple(fields), tuple(keywords), origin(node)))
+        return name
+
+    def layer(self, node: fx.Node, op: str, module: nn.Module, kind: str, inputs, fields=(), keywords=(),
+              name: Optional[str] = None, users: Optional[tuple] = None) -> str:
+        """A node with weights: the first use of ``module`` owns them, later uses share them."""
+        name = name or node.name
+        owner = self.first_layer.get(id(module))
+        if owner is None:
+            self.first_layer[id(module)] = name
+            self.weights.append(WeightSource(name, kind, module))
+        else:
+            keywords = tuple(keywords) + (("shares", owner),)
+        return self.add(node, op, inputs, fields, keywords, name, users)
+
+
+def _ref(v: Any) -> Any:
+    if isinstance(v, fx.Node):
+        return Ref(v.name)
+    if isinstance(v, (tuple, list)):
+        return tuple(_ref(x) for x in v)
+    if isinstance(v, torch.dtype):
+        return str(v)
+    if isinstance(v, torch.device):
+        return None
+    return v
+
+
+def _bind(ctx: _Ctx, node: fx.Node, names: list[str], defaults: dict, skip: int = 0) -> dict:
+    """The call's arguments by name (positional first, ``skip`` leading ones dropped)."""
+    out = dict(defaults)
+    args = node.args[skip:]
+    if len(args) > len(names):
+        raise ctx.error(node, f"takes at most {len(names)} argument(s) after the tensor, got {len(args)}")
+    out.update(zip(names, args))
+    for k, v in node.kwargs.items():
+        if k not in names and k not in defaults:
+            raise ctx.error(node, f"keyword argument {k}={v!r} is not supported; supported: {', '.join(names)}")
+        out[k] = v
+    return out
+
+
+def _pair(v) -> tuple[int, int]:
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+# ---- modules -------------------------------------------------------------------------------------
+def _m_linear(ctx, node, m: nn.Linear):
+    ctx.layer(node, "LINEAR", m, "dense", [node.args[0].name], [m.out_features, _NONE, int(m.bias is not None)])
+
+
+def _m_conv2d(ctx, node, m: nn.Conv2d):
+    if _pair(m.dilation) != (1, 1) or m.padding_mode != "zeros":
+        raise ctx.error(node, f"Conv2d with dilation={m.dilation}, padding_mode={m.padding_mode!r}: FFModel.conv2d "
+                              f"has dilation 1 and zero padding only")
+    kh, kw = _pair(m.kernel_size)
+    if m.padding == "same":
+        if kh % 2 == 0 or kw % 2 == 0:
+            raise ctx.error(node, f"padding='same' with an even kernel {kh}x{kw} pads unevenly; FFModel.conv2d pads "
+                                  f"both sides equally")
+        ph, pw = kh // 2, kw // 2
+    else:
+        ph, pw = (0, 0) if m.padding == "valid" else _pair(m.padding)
+    sh, sw = _pair(m.stride)
+    ctx.layer(node, "CONV2D", m, "conv2d", [node.args[0].name],
+              [m.out_channels, kh, kw, sh, sw, ph, pw, _NONE, m.groups, int(m.bias is not None)])
+
+
+def _pool_fields(ctx, node, kernel, stride, padding, dilation, ceil, pool: PoolType):
+    kh, kw = _pair(kernel)
+    sh, sw = _pair(stride if stride not in (None, ()) else kernel)
+    ph, pw = _pair(padding)
+    if _pair(dilation) != (1, 1):
+        raise ctx.error(node, f"pooling with dilation={dilation}: FFModel.pool2d has dilation 1 only")
+    kws = [(k, v) for k, v, h in (("kernel_w", kw, kh), ("stride_w", sw, sh), ("padding_w", pw, ph)) if v != h]
+    if ceil:
+        kws.append(("ceil_mode", True))
+    return [kh, sh, ph, pool.value, _NONE], kws
+
+
+def _m_pool(pool: PoolType):
+    def convert(ctx, node, m):
+        if pool is PoolType.POOL_AVG and (not m.count_include_pad and _pair(m.padding) != (0, 0)
+                                          or m.divisor_override is not None):
+            raise ctx.error(node, "AvgPool2d with count_include_pad=False or divisor_override: FFModel.pool2d "
+                                  "divides by the whole window, padding included")
+        if pool is PoolType.POOL_MAX and m.return_indices:
+            raise ctx.error(node, "MaxPool2d(return_indices=True): FFModel.pool2d returns no indices")
+        fields, kws = _pool_fields(ctx, node, m.kernel_size, m.stride, m.padding, getattr(m, "dilation", 1),
+                                   m.ceil_mode, pool)
+        ctx.add(node, "POOL2D", [node.args[0].name], fields, kws)
+    return convert
+
+
+def _m_adaptive(pool: PoolType):
+    def convert(ctx, node, m):
+        ctx.add(node, "POOL2D", [node.args[0].name], [3, 1, 0, pool.value, _NONE],
+                [("output_size", _pair(m.output_size))])
+    return convert
+
+
+def _m_batch_norm(ctx, node, m):
+    if not m.affine:
+        raise ctx.error(node, f"{type(m).__name__}(affine=False): FFModel.batch_norm always learns a scale and "
+                              f"a bias; valid: affine=True")
+    if not m.training and m.track_running_stats:
+        raise ctx.error(node, f"{type(m).__name__} in eval mode normalizes with running statistics; FFModel.batch_norm "
+                              f"normalizes with the batch's statistics (training mode): call module.train()")
+    ctx.layer(node, "BATCH_NORM", m, "batch_norm", [node.args[0].name], [], [("eps", m.eps)] if m.eps != 1e-5 else [])
+
+
+def _m_layer_norm(ctx, node, m: nn.LayerNorm):
+    kws = [("shape", tuple(m.normalized_shape)), ("eps", m.eps)]
+    if not m.elementwise_affine:
+        kws.append(("affine", False))
+    elif m.bias is None:
+        kws.append(("bias", False))
+    if m.elementwise_affine:
+        ctx.layer(node, "LAYER_NORM", m, "layer_norm", [node.args[0].name], [], kws)
+    else:
+        ctx.add(node, "LAYER_NORM", [node.args[0].name], [], kws)
+
+
+def _m_embedding(ctx, node, m: nn.Embedding):
+    if m.padding_idx is not None or m.max_norm is not None or m.sparse:
+        raise ctx.error(node, f"Embedding with padding_idx={m.padding_idx}, max_norm={m.max_norm}, sparse={m.sparse}: "
+                              f"FFModel.embedding has none of these")
+    ctx.layer(node, "EMBEDDING", m, "embedding", [node.args[0].name], [m.num_embeddings, m.embedding_dim])
+
+
+def _m_softmax(ctx, node, m):
+    dim = m.dim
+    ctx.add(node, "SOFTMAX", [node.args[0].name], [], [("dim", dim)] if dim is not None else [])
+
+
+def _m_dropout(ctx, node, m):
+    ctx.add(node, "DROPOUT", [node.args[0].name], [float(m.p)])
+
+
+def _m_flatten(ctx, node, m: nn.Flatten):
+    kws = [(k, v) for k, v, d in (("start_dim", m.start_dim, 1), ("end_dim", m.end_dim, -1)) if v != d]
+    ctx.add(node, "FLAT", [node.args[0].name], [], kws)
+
+
+def _m_unary(op: str, check: Optional[Callable] = None):
+    def convert(ctx, node, m):
+        if check is not None:
+            problem = check(m)
+            if problem:
+                raise ctx.error(node, problem)
+        ctx.add(node, op, [node.args[0].name])
+    return convert
+
+
+def _attention_fields(ctx, node, m: nn.MultiheadAttention, a: dict):
+    for arg in ("key_padding_mask", "attn_mask"):
+        if a.get(arg) is not None:
+            raise ctx.error(node, f"MultiheadAttention with {arg}: FFModel.multihead_attention takes no mask (only "
+                                  f"is_causal=True, as flexrt's causal attention)")
+    if m.bias_k is not None or m.add_zero_attn:
+        raise ctx.error(node, "MultiheadAttention(add_bias_kv=True or add_zero_attn=True) is not supported")
+    fields = [m.embed_dim, m.num_heads, m.kdim, m.vdim, float(m.dropout), int(m.in_proj_bias is not None)]
+    return fields, [("batch_first", bool(m.batch_first))] + ([("causal", True)] if a.get("is_causal") else [])
+
+
+def _m_attention(ctx, node, m):
+    a = _bind(ctx, node, ["query", "key", "value", "key_padding_mask", "need_weights", "attn_mask",
+                          "average_attn_weights", "is_causal"], {})
+    fields, kws = _attention_fields(ctx, node, m, a)
+    ctx.layer(node, "MULTIHEAD_ATTENTION", m, "multihead_attention",
+              [a["query"].name, a["key"].name, a["value"].name], fields, kws)
+
+
+def _activation_op(ctx, node, act) -> str:
+    if act in (F.relu, torch.relu) or isinstance(act, nn.ReLU) or act == "relu":
+        return "RELU"
+    if act in (F.gelu,) or (isinstance(act, nn.GELU) and act.approximate == "none") or act == "gelu":
+        return "GELU"
+    raise ctx.error(node, f"feed-forward activation {act!r} is not supported; valid: relu, gelu")
+
+
+def _encoder_layer(ctx, node, m: nn.TransformerEncoderLayer, x: str, prefix: str, users) -> str:
+    """The nodes of one TransformerEncoderLayer on ``x``; returns the name of its output."""
+    def name(part):
+        return f"{prefix}.{part}"
+
+    def dropout(src, part, p):
+        return ctx.add(node, "DROPOUT", [src], [float(p)], name=name(part), users=()) if p > 0 else src
+
+    def block_sa(src):
+        fields, kws = _attention_fields(ctx, node, m.self_attn, {})
+        att = ctx.layer(node, "MULTIHEAD_ATTENTION", m.self_attn, "multihead_attention", [src, src, src], fields, kws,
+                        name=name("self_attn"), users=())
+        out = ctx.add(node, "GETITEM", [att], [0], name=name("self_attn_out"), users=())
+        return dropout(out, "dropout1", m.dropout1.p)
+
+    def block_ff(src):
+        h = ctx.layer(node, "LINEAR", m.linear1, "dense", [src], [m.linear1.out_features, _NONE,
+                      int(m.linear1.bias is not None)], name=name("linear1"), users=())
+        h = ctx.add(node, _activation_op(ctx, node, m.activation), [h], name=name("activation"), users=())
+        h = dropout(h, "dropout", m.dropout.p)
+        h = ctx.layer(node, "LINEAR", m.linear2, "dense", [h], [m.linear2.out_features, _NONE,
+                      int(m.linear2.bias is not None)], name=name("linear2"), users=())
+        return dropout(h, "dropout2", m.dropout2.p)
+
+    def norm(src, part, mod):
+        kws = [("shape", tuple(mod.normalized_shape)), ("eps", mod.eps)] + ([("bias", False)] if mod.bias is None
+                                                                            else [])
+        return ctx.layer(node, "LAYER_NORM", mod, "layer_norm", [src], [], kws, name=name(part), users=())
+
+    def add(a, b_, part):
+        return ctx.add(node, "ADD", [a, b_], name=name(part), users=())
+
+    if m.norm_first:
+        h = add(x, block_sa(norm(x, "norm1", m.norm1)), "add1")
+        return add(h, block_ff(norm(h, "norm2", m.norm2)), "add2")
+    h = norm(add(x, block_sa(x), "add1"), "norm1", m.norm1)
+    return norm(add(h, block_ff(h), "add2"), "norm2", m.norm2)
+
+
+def _check_masks(ctx, node, a: dict) -> None:
+    for arg in ("src_mask", "mask", "src_key_padding_mask"):
+        if a.get(arg) is not None:
+            raise ctx.error(node, f"{arg} is not supported (FFModel.multihead_attention takes no mask)")
+
+
+def _m_encoder_layer(ctx, node, m):
+    a = _bind(ctx, node, ["src", "src_mask", "src_key_padding_mask", "is_causal"], {})
+    _check_masks(ctx, node, a)
+    if m.norm1.elementwise_affine is False or m.norm2.elementwise_affine is False:
+        raise ctx.error(node, "TransformerEncoderLayer norms without elementwise_affine are not supported")
+    out = _encoder_layer(ctx, node, m, a["src"].name, node.name, ())
+    ctx.add(node, "IDENTITY", [out])
+
+
+def _m_encoder(ctx, node, m: nn.TransformerEncoder):
+    a = _bind(ctx, node, ["src", "mask", "src_key_padding_mask", "is_causal"], {})
+    _check_masks(ctx, node, a)
+    x = a["src"].name
+    for i, layer in enumerate(m.layers):
+        x = _encoder_layer(ctx, node, layer, x, f"{node.name}.layers_{i}", ())
+    if m.norm is not None:
+        x = ctx.layer(node, "LAYER_NORM", m.norm, "layer_norm", [x], [],
+                      [("shape", tuple(m.norm.normalized_shape)), ("eps", m.norm.eps)], name=f"{node.name}.norm",
+                      users=())
+    ctx.add(node, "IDENTITY", [x])
+
+
+def _gelu_check(m):
+    return None if m.approximate == "none" else f"GELU(approximate={m.approximate!r}): FFModel.gelu is the exact GELU"
+
+
+def _elu_check(m):
+    return None if m.alpha == 1.0 else f"ELU(alpha={m.alpha}): FFModel.elu has alpha 1 only"
+
+
+MODULES: dict[type, Callable] = {
+    nn.Linear: _m_linear, nn.Conv2d: _m_conv2d, nn.MaxPool2d: _m_pool(PoolType.POOL_MAX),
+    nn.AvgPool2d: _m_pool(PoolType.POOL_AVG), nn.AdaptiveAvgPool2d: _m_adaptive(PoolType.POOL_AVG),
+    nn.AdaptiveMaxPool2d: _m_adaptive(PoolType.POOL_MAX), nn.BatchNorm2d: _m_batch_norm,
+    nn.BatchNorm1d: _m_batch_norm, nn.LayerNorm: _m_layer_norm, nn.Embedding: _m_embedding,
+    nn.Softmax: _m_softmax, nn.Dropout: _m_dropout, nn.Flatten: _m_flatten, nn.ReLU: _m_unary("RELU"),
+    nn.GELU: _m_unary("GELU", _gelu_check), nn.Sigmoid: _m_unary("SIGMOID"), nn.Tanh: _m_unary("TANH"),
+    nn.ELU: _m_unary("ELU", _elu_check), nn.Identity: _m_unary("IDENTITY"),
+    nn.MultiheadAttention: _m_attention, nn.TransformerEncoderLayer: _m_encoder_layer,
+    nn.TransformerEncoder: _m_encoder,
+}

@@ -1,0 +1,79 @@
+"""Weights in PyTorch's (and ONNX's) layouts, converted to FFModel's and written into a compiled
+model; shared by ``flexrt.torch`` and ``flexrt.onnx``. NumPy only.
+
+Layouts: a PyTorch ``Linear`` weight (and an ONNX ``Gemm`` B with transB=1) is [out, in], FFModel's
+dense kernel is [in, out]; ``Conv2d`` weights are OIHW on both sides; BatchNorm's weight/bias are
+FFModel's scale/bias; LayerNorm's weight/bias its gamma/beta; an embedding table is [num, dim] on
+both sides; ``MultiheadAttention``'s ``in_proj_weight`` [3E, E] splits into wq, wk, wv (each
+transposed to [in, E]) and ``out_proj.weight`` transposes to wo.
+
+Entry points: ``ff_layout``, ``set_layer_weights``.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+import numpy as np
+
+from flexrt.errors import ConfigError, ShapeError
+from flexrt.model.dataloader import batch_dtype
+
+
+def ff_layout(kind: str, params: Mapping[str, Optional[np.ndarray]]) -> dict[str, np.ndarray]:
+    """FFModel's weights (by weight name) of a layer of ``kind`` from its source parameters:
+
+    - ``dense``: weight [out, in], bias -> kernel [in, out], bias
+    - ``conv2d``: weight OIHW, bias -> kernel, bias
+    - ``batch_norm``: weight, bias -> scale, bias; ``layer_norm``: weight, bias -> gamma, beta
+    - ``embedding``: weight -> table
+    - ``multihead_attention``: in_proj_weight [3E, E] (or q/k/v_proj_weight), in_proj_bias,
+      out_proj_weight, out_proj_bias -> wq, wk, wv, wo, bq, bk, bv, bo
+    """
+    p = {k: (None if v is None else np.asarray(v)) for k, v in params.items()}
+    if kind == "dense":
+        out = {"kernel": np.ascontiguousarray(p["weight"].T)}
+        return out | ({"bias": p["bias"]} if p.get("bias") is not None else {})
+    if kind == "conv2d":
+        return {"kernel": p["weight"]} | ({"bias": p["bias"]} if p.get("bias") is not None else {})
+    if kind == "batch_norm":
+        return {"scale": p["weight"], "bias": p["bias"]}
+    if kind == "layer_norm":
+        out = {"gamma": p["weight"]} if p.get("weight") is not None else {}
+        return out | ({"beta": p["bias"]} if p.get("bias") is not None else {})
+    if kind == "embedding":
+        return {"table": p["weight"]}
+    if kind == "multihead_attention":
+        return _attention(p)
+    raise ConfigError(f"no weight layout for layer kind {kind!r}")
+
+
+def _attention(p: Mapping[str, Optional[np.ndarray]]) -> dict[str, np.ndarray]:
+    w = p.get("in_proj_weight")
+    if w is not None:
+        wq, wk, wv = np.split(w, 3, axis=0)
+    else:
+        wq, wk, wv = p["q_proj_weight"], p["k_proj_weight"], p["v_proj_weight"]
+    out = {"wq": wq.T, "wk": wk.T, "wv": wv.T, "wo": p["out_proj_weight"].T}
+    if p.get("in_proj_bias") is not None:
+        bq, bk, bv = np.split(p["in_proj_bias"], 3)
+        out |= {"bq": bq, "bk": bk, "bv": bv, "bo": p["out_proj_bias"]}
+    return {k: np.ascontiguousarray(v) for k, v in out.items()}
+
+
+def set_layer_weights(ffmodel, layer_name: str, weights: Mapping[str, np.ndarray]) -> None:
+    """Write ``weights`` (FFModel's layout, by weight name) into layer ``layer_name`` of a compiled
+    ``ffmodel``, cast to each weight's dtype; every weight of the layer must be given."""
+    layer = ffmodel.get_layer_by_name(layer_name)
+    names = [w.name for w in layer.weights]
+    if set(names) != set(weights):
+        raise ConfigError(f"layer '{layer_name}' ({layer.kind}) has weights {', '.join(names) or 'none'}; the source "
+                          f"gives {', '.join(sorted(weights)) or 'none'}")
+    for i, w in enumerate(layer.weights):
+        param = layer.get_parameter_by_id(i)
+        arr = np.asarray(weights[w.name])
+        if tuple(arr.shape) != tuple(param.dims):
+            raise ShapeError(f"layer '{layer_name}': weight {w.name} is {list(param.dims)} in the FFModel, the source "
+                             f"gives {list(arr.shape)}")
+        want = batch_dtype(param.data_type)
+        param.set_weights(ffmodel, np.ascontiguousarray(arr, dtype=want))

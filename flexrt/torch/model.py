@@ -1,0 +1,165 @@
+"""``PyTorchModel``: a PyTorch module traced with torch.fx into FFModel layers (FlexFlow's
+``flexflow.torch.model``), and FlexFlow's text format of the trace, both ways.
+
+Example:
+    >>> import torch.nn as nn
+    >>> from flexrt.core import FFConfig, FFModel, DataType
+    >>> from flexrt.torch.model import PyTorchModel
+    >>> ffmodel = FFModel(FFConfig(["-b", "8"]))
+    >>> x = ffmodel.create_tensor([8, 784], DataType.DT_FLOAT)
+    >>> torch_model = PyTorchModel(nn.Sequential(nn.Linear(784, 10), nn.Softmax(dim=-1)))
+    >>> [t.dims for t in torch_model.torch_to_ff(ffmodel, [x])]
+    [(8, 10)]
+
+After ``ffmodel.compile(...)``, ``torch_model.load_weights(ffmodel)`` copies the module's parameters
+into the FFModel (layouts converted); ``torch_model.ff_weights()`` gives them by FFModel weight
+name, for comparing with ``ffmodel.get_weights()``. ``file_to_ff`` needs no torch.
+
+torch itself is imported only when a ``PyTorchModel`` is made; without it that raises ConfigError.
+
+Entry points: ``PyTorchModel``, ``file_to_ff``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from flexrt.errors import ConfigError
+from flexrt.torch._build import build
+from flexrt.torch._ir import IRNode, format_line, read_ir, write_ir
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        raise ConfigError("flexrt.torch needs PyTorch: pip install torch --index-url "
+                          "https://download.pytorch.org/whl/cpu") from None
+    return torch
+
+
+class PyTorchModel:
+    """FlexFlow's ``PyTorchModel(model, is_hf_model=False, input_names=None, batch_size=1,
+    seq_length=None)``: ``model`` is a ``torch.nn.Module``; the other arguments are FlexFlow's
+    HuggingFace tracing options (``is_hf_model=True`` needs the ``transformers`` package)."""
+
+    def __init__(self, model, is_hf_model: bool = False, input_names: Optional[Sequence[str]] = None,
+                 batch_size: int = 1, seq_length: Optional[Any] = None) -> None:
+        torch = _torch()
+        if not isinstance(model, torch.nn.Module):
+            raise ConfigError(f"PyTorchModel: model must be a torch.nn.Module, got {type(model).__name__}")
+        self.model = model
+        self.is_hf_model = bool(is_hf_model)
+        self.input_names = input_names
+        self.batch_size = batch_size
+        self.seq_length = seq_length
+
+    # ---- tracing -------------------------------------------------------------------------------
+    def _graph_module(self):
+        from flexrt.torch import _fx
+        if not self.is_hf_model:
+            return _fx.trace(self.model)
+        try:
+            from transformers.utils.fx import symbolic_trace
+        except ImportError:
+            raise ConfigError("PyTorchModel(is_hf_model=True) traces with HuggingFace's symbolic_trace: "
+                              "pip install transformers") from None
+        kwargs = {"input_names": self.input_names}
+        if self.seq_length is not None:
+            kwargs["sequence_length"] = self.seq_length
+        return symbolic_trace(self.model, batch_size=self.batch_size, **kwargs)
+
+    def _convert(self):
+        """(IR nodes, weight sources) of the traced module."""
+        from flexrt.torch import _fx
+        from flexrt.torch._fx_functions import convert_call
+        gm = self._graph_module()
+        ctx = _fx._Ctx(gm)
+        for node in gm.graph.nodes:
+            if node.op == "placeholder":
+                ctx.add(node, "INPUT", [])
+            elif node.op == "output":
+                ctx.add(node, "OUTPUT", [n.name for n in _output_nodes(node.args[0])], users=())
+            elif node.op == "call_module":
+                module = ctx.modules[node.target]
+                convert = _fx.MODULES.get(type(module))
+                if convert is None:
+                    raise ctx.error(node, f"module {type(module).__module__}.{type(module).__name__} has no FFModel "
+                                          f"mapping; supported modules: "
+                                          f"{', '.join(sorted(t.__name__ for t in _fx.MODULES))}")
+                convert(ctx, node, module)
+            elif node.op == "get_attr":
+                raise ctx.error(node, f"reads the module's parameter or buffer '{node.target}' directly; FFModel has "
+                                      f"no free-standing weight, so parameters map only inside supported modules "
+                                      f"(Linear, Conv2d, LayerNorm, ...)")
+            else:
+                convert_call(ctx, node)
+        return ctx.nodes, ctx.weights
+
+    def torch_to_string(self) -> list[str]:
+        """Every node of the trace as a line of FlexFlow's format, in topological order."""
+        return [format_line(n) for n in self._convert()[0]]
+
+    def torch_to_file(self, filename: str) -> None:
+        """Write ``torch_to_string()`` to ``filename``, one line per node."""
+        write_ir(filename, self._convert()[0])
+
+    def torch_to_ff(self, ffmodel, input_tensors: Sequence[Any], verbose: bool = False) -> list:
+        """Add the module's layers to ``ffmodel`` reading ``input_tensors`` (one per ``forward``
+        argument, in order); returns the output tensors (a list, as FlexFlow)."""
+        nodes, _ = self._convert()
+        if verbose:
+            for n in nodes:
+                print(format_line(n))
+        return build(ffmodel, nodes, list(input_tensors))
+
+    to_ff = torch_to_ff   # FlexFlow's mt5 README calls it so
+
+    @staticmethod
+    def file_to_ff(filename: str, ffmodel, input_tensors: Sequence[Any]) -> list:
+        """Add the layers of a ``torch_to_file`` file (flexrt's or FlexFlow's) to ``ffmodel``."""
+        return build(ffmodel, read_ir(filename), list(input_tensors))
+
+    # ---- weights -------------------------------------------------------------------------------
+    def ff_weights(self) -> dict:
+        """The module's current parameters in FFModel's layout, by FFModel weight name
+        (``linear1.kernel``), for the layers ``torch_to_ff`` makes."""
+        from flexrt.torch._weights import ff_layout
+        out = {}
+        for src in self._convert()[1]:
+            for wname, arr in ff_layout(src.kind, _params(src.kind, src.module)).items():
+                out[f"{src.layer}.{wname}"] = arr
+        return out
+
+    def load_weights(self, ffmodel) -> None:
+        """Copy the module's parameters into ``ffmodel`` (compiled, built by ``torch_to_ff``)."""
+        from flexrt.torch._weights import ff_layout, set_layer_weights
+        for src in self._convert()[1]:
+            set_layer_weights(ffmodel, src.layer, ff_layout(src.kind, _params(src.kind, src.module)))
+
+
+def _output_nodes(value) -> list:
+    import torch.fx as fx
+    if isinstance(value, fx.Node):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (tuple, list)):
+        return [n for v in value for n in _output_nodes(v)]
+    return []
+
+
+def _params(kind: str, module) -> dict:
+    def arr(t):
+        return None if t is None else t.detach().cpu().numpy()
+    if kind == "multihead_attention":
+        names = ("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias")
+        out = {n: arr(getattr(module, n, None)) for n in names}
+        return out | {"out_proj_weight": arr(module.out_proj.weight), "out_proj_bias": arr(module.out_proj.bias)}
+    return {"weight": arr(getattr(module, "weight", None)), "bias": arr(getattr(module, "bias", None))}
+
+
+# FlexFlow's module-level name: reading a file needs no torch
+file_to_ff = PyTorchModel.file_to_ff
+
+__all__ = ["IRNode", "PyTorchModel", "file_to_ff"]
