@@ -1,0 +1,20 @@
+"""FlexFlow's ``flexflow.keras.layers``: the Keras layers, each lowering to FFModel layers at compile.
+
+Entry points: ``Input``, ``Dense``, ``Conv2D``, ``MaxPooling2D``, ``AveragePooling2D``, ``Flatten``,
+``Activation``, ``Dropout``, ``BatchNormalization``, ``Embedding``, ``Reshape``, ``Permute``, the
+merge layers and their functions, ``Layer``.
+"""
+
+from flexrt.keras.layers.base_layer import Layer
+from flexrt.keras.layers.convolutional import Conv2D
+from flexrt.keras.layers.core import Activation, Dense, Dropout, Embedding, Flatten, Permute, Reshape
+from flexrt.keras.layers.input_layer import Input, InputLayer
+from flexrt.keras.layers.merge import (Add, Concatenate, Maximum, Minimum, Multiply, Subtract, add, concatenate,
+                                       maximum, minimum, multiply, subtract)
+from flexrt.keras.layers.normalization import BatchNormalization
+from flexrt.keras.layers.pool import AveragePooling2D, MaxPooling2D, Pooling2D
+
+__all__ = ["Activation", "Add", "AveragePooling2D", "BatchNormalization", "Concatenate", "Conv2D", "Dense", "Dropout",
+           "Embedding", "Flatten", "Input", "InputLayer", "Layer", "MaxPooling2D", "Maximum", "Minimum", "Multiply",
+           "Permute", "Pooling2D", "Reshape", "Subtract", "add", "concatenate", "maximum", "minimum", "multiply",
+           "subtract"]

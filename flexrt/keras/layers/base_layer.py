@@ -1,0 +1,218 @@
+"""``Layer``: the base of every Keras layer: calls on tensors, shape inference, weights.
+
+A layer is a description until a model using it is compiled. Calling it on tensors records a
+*node* (one call: its input and output tensors) and infers the output's shape and type by building
+the layer into a scratch one-sample ``FFModel``: the shape rules are the operators' own, and a call
+on incompatible tensors fails at once with the operator's ``ShapeError`` naming the layer. At
+``compile`` each node becomes FFModel layers (``lower``); a layer called more than once in one
+model shares its weights across those calls (Keras' shared layers; FFModel's ``shared_op``).
+
+Names follow FlexFlow's Keras: a layer's default name is its kind (``dense``, ``conv2d``, ``flat``,
+``maxpool2d``, the activation's name, ...), not numbered; ``Model.get_layer(name=...)`` returns the
+first layer of that name. In the FFModel, a name used twice is numbered (``dense``, ``dense_1``).
+
+FlexFlow-style weight access: ``get_weights(ffmodel)`` returns the weights (kernel, bias) of the
+layer in that compiled model; ``set_weights(ffmodel, kernel, bias)`` writes them. The Keras forms
+(``get_weights()``, ``set_weights([kernel, bias])``) use the model compiled last.
+
+Entry point: ``Layer``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from flexrt.errors import ConfigError, FlexrtError, NotYetAvailableError, ShapeError
+from flexrt.keras._tensor import Tensor, check_tensor, dtype_name, optional_name, shape_text
+from flexrt.model import FFConfig, FFModel
+
+_PROBE_CONFIG = FFConfig([])
+
+
+@dataclass(frozen=True, eq=False)
+class Node:
+    """One call of ``layer``: the tensors it read and the tensors it made."""
+
+    layer: Any
+    inputs: tuple
+    outputs: tuple
+
+
+class Layer:
+    """Base of the Keras layers. Subclasses set ``multi_input`` and implement ``lower``."""
+
+    multi_input = False        # takes a list of tensors (merge layers) rather than one tensor
+    shares_weights = True      # the FFModel method takes shared_op (a second call reuses the weights)
+
+    def __init__(self, default_name: str, layer_type: str, name: Optional[str] = None, input_shape=None,
+                 trainable: bool = True, **kwargs) -> None:
+        if kwargs:
+            raise ConfigError(f"{layer_type}: unknown argument(s) {', '.join(sorted(kwargs))}; every layer takes "
+                              f"name, input_shape and its own arguments (see help({layer_type}))")
+        if trainable is not True:
+            raise NotYetAvailableError(f"{layer_type}: trainable={trainable!r}: frozen layers are not available; "
+                                       f"every weight is trained")
+        self._name = optional_name(layer_type, name) or default_name
+        self._layer_type = layer_type
+        self.nodes: list[Node] = []
+        self.layer_id = -1
+        self._declared_input = self._input_shape_arg(input_shape)
+        self._weight_shapes: tuple = ()
+        self._built: dict = {}     # FFModel -> name of the FFModel layer holding this layer's weights
+        self._last_model: Optional[FFModel] = None
+
+    # ---- identity ---------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def layer_type(self) -> str:
+        return self._layer_type
+
+    def __repr__(self) -> str:
+        return f"<{self._layer_type} '{self._name}'>"
+
+    def _input_shape_arg(self, input_shape) -> Optional[tuple]:
+        """``input_shape`` without the batch (Keras' form), checked; None when not given."""
+        if input_shape is None:
+            return None
+        if not isinstance(input_shape, (list, tuple)) or not input_shape or \
+                any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in input_shape):
+            raise ConfigError(f"{self._layer_type} '{self._name}': input_shape must be a tuple of positive "
+                              f"integers without the batch dimension, e.g. (784,), got {input_shape!r}")
+        return tuple(input_shape)
+
+    @property
+    def input_shape(self) -> Optional[tuple]:
+        """The input's shape with the batch as None (of the latest call, else as declared)."""
+        if self.nodes:
+            shapes = [t.batch_shape for t in self.nodes[-1].inputs]
+            return shapes[0] if len(shapes) == 1 else shapes
+        return None if self._declared_input is None else (None,) + self._declared_input
+
+    @property
+    def output_shape(self) -> Optional[tuple]:
+        return self.nodes[-1].outputs[0].batch_shape if self.nodes else None
+
+    # ---- FlexFlow's connection views (of the latest call) -----------------------------------
+    @property
+    def input_tensors(self) -> list:
+        return list(self.nodes[-1].inputs) if self.nodes else []
+
+    @property
+    def output_tensors(self) -> list:
+        return list(self.nodes[-1].outputs) if self.nodes else []
+
+    @property
+    def input(self):
+        ts = self.input_tensors
+        return ts[0] if len(ts) == 1 else ts
+
+    @property
+    def output(self):
+        ts = self.output_tensors
+        return ts[0] if len(ts) == 1 else ts
+
+    @property
+    def prev_layers(self) -> list:
+        return [t.from_layer for t in self.input_tensors]
+
+    @property
+    def next_layers(self) -> list:
+        return [layer for t in self.output_tensors for layer in t.to_layers]
+
+    # ---- calls ------------------------------------------------------------------------------
+    def __call__(self, inputs):
+        tensors = self._call_inputs(inputs)
+        out_shape, out_dtype, weights = self._infer(tensors)
+        node = Node(self, tuple(tensors), ())
+        out = Tensor(out_shape, out_dtype, self, node)
+        object.__setattr__(node, "outputs", (out,))
+        self.nodes.append(node)
+        for t in tensors:
+            t.to_layers.append(self)
+        self._weight_shapes = weights
+        return out
+
+    def _call_inputs(self, inputs) -> list:
+        where = f"{self._layer_type} '{self._name}'"
+        if self.multi_input:
+            if not isinstance(inputs, (list, tuple)) or not inputs:
+                raise ConfigError(f"{where}: takes a list of tensors, got {inputs!r:.80}")
+            tensors = [check_tensor(where, t, f"input {i}") for i, t in enumerate(inputs)]
+            if len({id(t) for t in tensors}) != len(tensors):
+                raise ConfigError(f"{where}: the same tensor is given twice; FlexFlow's merge layers take distinct "
+                                  f"tensors")
+            return tensors
+        if isinstance(inputs, (list, tuple)) and len(inputs) == 1:
+            inputs = inputs[0]
+        tensor = check_tensor(where, inputs)
+        if self._declared_input is not None and tensor.sample_shape() != self._declared_input:
+            raise ShapeError(f"{where}: declared input_shape={self._declared_input} but called on a tensor of shape "
+                             f"{shape_text(tensor.batch_shape)}; the sample shapes must agree")
+        return [tensor]
+
+    def _infer(self, tensors: Sequence[Tensor]) -> tuple:
+        """(output shape with batch None, output dtype, weight shapes) by building a one-sample FFModel."""
+        probe = FFModel(_PROBE_CONFIG)
+        ins = [probe.create_tensor((1,) + t.sample_shape(), t.dtype) for t in tensors]
+        try:
+            out = self.lower(probe, ins, self._name, None)
+        except FlexrtError as e:
+            shapes = ", ".join(f"{shape_text(t.batch_shape)} {t.dtype_str}" for t in tensors)
+            raise type(e)(f"{self._layer_type} '{self._name}' called on {shapes}: {e}") from None
+        weights = tuple(tuple(w.shape.dims) for layer in probe.get_layers().values() for w in layer.weights)
+        return (None,) + tuple(out.dims[1:]), out.data_type, weights
+
+    def lower(self, ffmodel: FFModel, inputs: list, name: str, shared: Any):
+        """Add this layer's operators to ``ffmodel`` reading ``inputs`` (FFModel tensors); the operator
+        holding the weights is named ``name`` and reads ``shared``'s weights when given."""
+        raise NotImplementedError(type(self).__name__)
+
+    # ---- weights ----------------------------------------------------------------------------
+    def count_params(self) -> int:
+        """Elements of this layer's weights (as its latest call shapes them)."""
+        return int(sum(np.prod(s) for s in self._weight_shapes))
+
+    def _ff_layer(self, ffmodel, where: str):
+        if ffmodel is None:
+            ffmodel = self._last_model
+        if ffmodel is None or ffmodel not in self._built:
+            raise ConfigError(f"{where}: layer '{self._name}' is not part of "
+                              f"{'a compiled model' if ffmodel is None else 'that compiled model'}; "
+                              f"compile a model that uses it first")
+        return ffmodel, ffmodel.get_layer_by_name(self._built[ffmodel])
+
+    def get_weights(self, ffmodel=None) -> tuple:
+        """The weights' current arrays (kernel, bias) in ``ffmodel`` (default: the model compiled last)."""
+        ffmodel, layer = self._ff_layer(ffmodel, "get_weights")
+        return tuple(layer.get_parameter_by_id(i).get_weights(ffmodel) for i in range(len(layer.weights)))
+
+    def set_weights(self, ffmodel, *arrays) -> None:
+        """Write the weights: ``set_weights(ffmodel, kernel, bias)`` (FlexFlow's) or
+        ``set_weights([kernel, bias])`` (Keras', into the model compiled last)."""
+        if not isinstance(ffmodel, FFModel):
+            if arrays:
+                raise ConfigError("set_weights: give set_weights(ffmodel, kernel, bias) or set_weights([kernel, bias])")
+            ffmodel, arrays = None, tuple(ffmodel)
+        ffmodel, layer = self._ff_layer(ffmodel, "set_weights")
+        if len(arrays) != len(layer.weights):
+            raise ConfigError(f"set_weights: layer '{self._name}' has {len(layer.weights)} weight(s) "
+                              f"({', '.join(f'{w.name} {w.shape.dims}' for w in layer.weights)}), got {len(arrays)} "
+                              f"array(s)")
+        for i, (w, arr) in enumerate(zip(layer.weights, arrays)):
+            arr = np.asarray(arr)
+            if tuple(arr.shape) != tuple(w.shape.dims):
+                raise ShapeError(f"set_weights: layer '{self._name}' weight {w.name} has shape {w.shape.dims}, got an "
+                                 f"array of shape {arr.shape}")
+            layer.get_parameter_by_id(i).set_weights(ffmodel, arr.astype(dtype_name(w.shape.dtype), copy=False))
+
+    # ---- summary ----------------------------------------------------------------------------
+    def get_summary(self) -> str:
+        """FlexFlow's summary row: name (type), output shape, input shape, the layers it reads."""
+        prev = "".join(f"\t{layer.name}" for layer in self.prev_layers)
+        return f"{self._name + ' (' + self._layer_type + ')':25}{self.output_shape}\t\t{self.input_shape}{prev}\n"

@@ -1,0 +1,124 @@
+"""Merge layers, each called on a list of tensors: ``Concatenate``, ``Add``, ``Subtract``,
+``Multiply``, ``Maximum``, ``Minimum``, and the functions ``concatenate``, ``add``, ``subtract``,
+``multiply``, ``maximum``, ``minimum``.
+
+The element-wise ones broadcast (as FlexFlow's Keras does: ``(N, 10, 1) * (N, 1, 2)`` is
+``(N, 10, 2)``). ``Add``, ``Multiply``, ``Maximum`` and ``Minimum`` take two or more tensors (a
+chain of binary FFModel layers ``{name}.1``, ... ending in ``{name}``); ``Subtract`` takes two.
+``Concatenate(axis=-1)`` defaults to the last dimension (Keras); FlexFlow's function
+``concatenate(tensors, _axis=1)`` to dimension 1. The batch (dimension 0) cannot be an axis.
+
+Entry points: the classes and functions above.
+"""
+
+from __future__ import annotations
+
+from flexrt.errors import ConfigError, ShapeError
+from flexrt.keras.layers.base_layer import Layer
+
+
+class _Merge(Layer):
+    multi_input = True
+    shares_weights = False
+    method = ""            # the FFModel binary method
+    max_inputs = None      # None: any number >= 2
+
+    def __init__(self, default_name: str, layer_type: str, **kwargs) -> None:
+        super().__init__(default_name, layer_type, **kwargs)
+
+    def _call_inputs(self, inputs):
+        tensors = super()._call_inputs(inputs)
+        where = f"{self.layer_type} '{self.name}'"
+        if len(tensors) < 2 or (self.max_inputs is not None and len(tensors) > self.max_inputs):
+            valid = "exactly 2" if self.max_inputs == 2 else "2 or more"
+            raise ConfigError(f"{where}: takes {valid} tensors, got {len(tensors)}")
+        return tensors
+
+    def lower(self, ffmodel, inputs, name, shared):
+        out = inputs[0]
+        last = len(inputs) - 1
+        for i, t in enumerate(inputs[1:], start=1):
+            out = getattr(ffmodel, self.method)(out, t, name=name if i == last else f"{name}.{i}")
+        return out
+
+
+class Add(_Merge):
+    method = "add"
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__("add", "Add", **kwargs)
+
+
+class Subtract(_Merge):
+    method = "subtract"
+    max_inputs = 2
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__("subtract", "Subtract", **kwargs)
+
+
+class Multiply(_Merge):
+    method = "multiply"
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__("multiply", "Multiply", **kwargs)
+
+
+class Maximum(_Merge):
+    method = "max"
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__("maximum", "Maximum", **kwargs)
+
+
+class Minimum(_Merge):
+    method = "min"
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__("minimum", "Minimum", **kwargs)
+
+
+class Concatenate(_Merge):
+    """Join tensors along ``axis`` (every other dimension equal)."""
+
+    def __init__(self, axis=-1, **kwargs) -> None:
+        super().__init__("concatenate", "Concatenate", **kwargs)
+        if isinstance(axis, bool) or not isinstance(axis, int):
+            raise ConfigError(f"Concatenate '{self.name}': axis must be an integer, got {axis!r}")
+        self.axis = axis
+
+    def _call_inputs(self, inputs):
+        tensors = Layer._call_inputs(self, inputs)
+        rank = tensors[0].num_dims
+        if not -rank <= self.axis < rank or self.axis % rank == 0:
+            raise ShapeError(f"Concatenate '{self.name}': axis {self.axis} of rank-{rank} tensors; valid: 1..{rank - 1} "
+                             f"or -{rank - 1}..-1 (the batch, dimension 0, cannot be joined)")
+        return tensors
+
+    def lower(self, ffmodel, inputs, name, shared):
+        return ffmodel.concat(inputs, self.axis % inputs[0].num_dims, name=name)
+
+
+def concatenate(input_tensors, _axis=1, axis=None, **kwargs):
+    """``Concatenate(axis)(input_tensors)``; FlexFlow's default axis is 1."""
+    return Concatenate(axis=_axis if axis is None else axis, **kwargs)(input_tensors)
+
+
+def add(input_tensors, **kwargs):
+    return Add(**kwargs)(input_tensors)
+
+
+def subtract(input_tensors, **kwargs):
+    return Subtract(**kwargs)(input_tensors)
+
+
+def multiply(input_tensors, **kwargs):
+    return Multiply(**kwargs)(input_tensors)
+
+
+def maximum(input_tensors, **kwargs):
+    return Maximum(**kwargs)(input_tensors)
+
+
+def minimum(input_tensors, **kwargs):
+    return Minimum(**kwargs)(input_tensors)

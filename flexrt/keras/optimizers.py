@@ -1,0 +1,99 @@
+"""Keras optimizers (``SGD``, ``Adam``), each becoming a ``flexrt.model`` optimizer of the compiled
+model (``ffhandle``). ``set_learning_rate`` changes the rate of the next updates, as FlexFlow's.
+
+Example:
+    >>> opt = SGD(learning_rate=0.01, momentum=0.9)
+    >>> opt.lr, opt.momentum
+    (0.01, 0.9)
+
+Entry points: ``SGD``, ``Adam``, ``get``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flexrt.errors import ConfigError, NotYetAvailableError
+from flexrt.model import AdamOptimizer, SGDOptimizer
+
+
+def _rate(where: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(f"{where}: learning_rate must be a number > 0, got {value!r}")
+    return float(value)
+
+
+def _no_extras(where: str, kwargs: dict) -> None:
+    if kwargs:
+        raise NotYetAvailableError(f"{where}: {', '.join(sorted(kwargs))} not available (decay, clipping and "
+                                   f"schedules other than LearningRateScheduler are not implemented)")
+
+
+class Optimizer:
+    """Base class: ``lr`` and ``ffhandle`` (the FFModel optimizer of the last compile)."""
+
+    lr: float
+
+    def __init__(self) -> None:
+        self._ffhandle = None
+
+    @property
+    def ffhandle(self):
+        return self._ffhandle
+
+    @property
+    def learning_rate(self) -> float:
+        return self.lr
+
+    def create_ffhandle(self, ffmodel):
+        raise NotImplementedError
+
+    def set_learning_rate(self, learning_rate) -> None:
+        """The rate of the next updates (FlexFlow's)."""
+        self.lr = _rate(f"{type(self).__name__}.set_learning_rate", learning_rate)
+        if self._ffhandle is not None:
+            self._ffhandle.set_learning_rate(self.lr)
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent with optional (Nesterov) momentum."""
+
+    def __init__(self, learning_rate=0.01, momentum=0.0, nesterov=False, name="SGD", **kwargs) -> None:
+        super().__init__()
+        _no_extras("SGD", kwargs)
+        self.lr = _rate("SGD", learning_rate)
+        self.momentum, self.nesterov, self.name = momentum, nesterov, name
+
+    def create_ffhandle(self, ffmodel):
+        self._ffhandle = SGDOptimizer(ffmodel, self.lr, self.momentum, self.nesterov)
+        return self._ffhandle
+
+
+class Adam(Optimizer):
+    """Adam (Kingma and Ba); Keras' defaults (epsilon 1e-7)."""
+
+    def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-07, amsgrad=False, name="Adam",
+                 **kwargs) -> None:
+        super().__init__()
+        _no_extras("Adam", kwargs)
+        if amsgrad is not False:
+            raise NotYetAvailableError(f"Adam: amsgrad={amsgrad!r} is not available (only False)")
+        self.lr = _rate("Adam", learning_rate)
+        self.beta1, self.beta2, self.epsilon, self.amsgrad, self.name = beta_1, beta_2, epsilon, amsgrad, name
+
+    def create_ffhandle(self, ffmodel):
+        self._ffhandle = AdamOptimizer(ffmodel, self.lr, self.beta1, self.beta2, epsilon=self.epsilon)
+        return self._ffhandle
+
+
+_BY_NAME = {"sgd": SGD, "adam": Adam}
+
+
+def get(identifier: Any) -> Optimizer:
+    """An Optimizer, or a Keras name (``'sgd'``, ``'adam'``: the defaults) -> an Optimizer."""
+    if isinstance(identifier, Optimizer):
+        return identifier
+    if isinstance(identifier, str) and identifier.lower() in _BY_NAME:
+        return _BY_NAME[identifier.lower()]()
+    raise ConfigError(f"compile: unknown optimizer {identifier!r}; valid: SGD(...), Adam(...) or one of "
+                      f"{', '.join(repr(n) for n in _BY_NAME)}")
