@@ -10,8 +10,14 @@ prints one row per script: ``ok``, ``empty`` (the file is empty in FlexFlow), ``
 running at the limit; the last line it printed is shown) or the last line of its error, with
 ``NOTES``: what is known about a script that does not complete.
 
-    python bench/bench_flexflow_scripts.py --flexflow ~/FlexFlow [--gpus 1] [--batch 64]
-        [--timeout 300] [--only mnist_mlp,ops/add] [--jobs 2] [--markdown]
+    python bench/bench_flexflow_scripts.py --flexflow ~/FlexFlow [--suite native|keras] [--gpus 1]
+        [--batch 64] [--timeout 300] [--only mnist_mlp,ops/add] [--jobs 2] [--markdown]
+
+``--suite keras`` runs FlexFlow's Keras examples (``examples/python/keras/*.py`` and
+``candle_uno/candle_uno.py``; ``keras_exp``, which converts TensorFlow models, is listed with
+``--suite keras`` too) the same way. A Keras script trains for the epochs it names itself (FlexFlow's
+Keras ``fit`` takes ``epochs`` from its caller, not from ``--epochs``), stopping early where its
+``EpochVerifyMetrics`` callback sees the accuracy it asks for.
 
 Scripts that need what flexrt leaves out (FlexFlow Serve's inference-only operators) are still run
 and their error shown; ``OUT_OF_SCOPE`` names them.
@@ -71,6 +77,18 @@ NOTES = {
     "ops/layer_norm": "the script's bug: axes [1, 2] of a 4-D input; FlexFlow asserts axes == 0..k-1 (the last k "
                       "dimensions), which flexrt accepts too",
 }
+# Keras suite: why a script does not complete, where that is known and not flexrt's to change.
+KERAS_NOTES = {
+    "candle_uno/candle_uno": "needs pandas and scikit-learn and downloads the CANDLE Uno data sets (several GB) "
+                             "from ftp.mcs.anl.gov; neither the packages nor the network are available here",
+    "keras_exp/func_cifar10_cnn": "keras_exp converts a tensorflow.keras model; it imports TensorFlow, which "
+                                  "flexrt does not provide (out of scope: the TensorFlow front end)",
+    "keras_exp/func_cifar10_cnn_concat": "keras_exp: imports TensorFlow (see keras_exp/func_cifar10_cnn)",
+    "keras_exp/func_cifar10_cnn_nested": "keras_exp: imports TensorFlow (see keras_exp/func_cifar10_cnn)",
+    "keras_exp/func_mnist_mlp": "keras_exp: imports TensorFlow (see keras_exp/func_cifar10_cnn)",
+    "keras_exp/func_mnist_mlp_concat": "keras_exp: imports TensorFlow (see keras_exp/func_cifar10_cnn)",
+}
+KERAS_OUT_OF_SCOPE = {n for n in KERAS_NOTES if n.startswith("keras_exp/")}
 IMPORT = re.compile(r"^(\s*)(from|import)(\s+)flexflow\b", re.M)
 
 
@@ -91,7 +109,7 @@ def _images(rng, labels, shape) -> np.ndarray:
 
 
 def write_datasets(home: Path, seed: int = 0) -> None:
-    """MNIST and CIFAR-10 in the files and formats Keras caches. The contents are synthetic but
+    """MNIST, CIFAR-10 and Reuters in the files and formats Keras caches. The contents are synthetic but
     learnable (class templates plus noise), so that scripts asserting an accuracy can pass."""
     rng = np.random.default_rng(seed)
     d = home / "datasets"
@@ -106,25 +124,55 @@ def write_datasets(home: Path, seed: int = 0) -> None:
         batch = {b"data": _images(rng, labels, (3072,)), b"labels": labels.tolist()}
         with open(c / name, "wb") as f:
             pickle.dump(batch, f, protocol=2)
+    # Reuters: 11228 newswires over 46 topics; each topic favours its own 20 of the 1000 most common words.
+    topics = rng.integers(0, 46, 11228)
+    vocab = rng.integers(1, 990, (46, 20))
+    wires = np.empty(len(topics), dtype=object)
+    for i, t in enumerate(topics):
+        n = int(rng.integers(20, 120))
+        own = vocab[t][rng.integers(0, 20, n)]
+        wires[i] = [int(w) for w in np.where(rng.random(n) < 0.7, own, rng.integers(1, 5000, n))]
+    np.savez(d / "reuters.npz", x=wires, y=topics.astype(np.int64))
 
 
-def collect(flexflow: Path, only: set[str] | None) -> list[tuple[str, Path]]:
-    native = flexflow / "examples" / "python" / "native"
-    if not native.is_dir():
-        sys.exit(f"bench_flexflow_scripts: {native} is not a folder; --flexflow takes a FlexFlow checkout")
-    scripts = [(p.stem, p) for p in sorted(native.glob("*.py")) if p.stem not in ("__init__", "accuracy")]
-    scripts += [(f"ops/{p.stem}", p) for p in sorted((native / "ops").glob("*.py"))]
+def suite_root(flexflow: Path, suite: str) -> Path:
+    return flexflow / "examples" / "python" / suite
+
+
+def collect(flexflow: Path, only: set[str] | None, suite: str = "native") -> list[tuple[str, Path]]:
+    root = suite_root(flexflow, suite)
+    if not root.is_dir():
+        sys.exit(f"bench_flexflow_scripts: {root} is not a folder; --flexflow takes a FlexFlow checkout")
+    scripts = [(p.stem, p) for p in sorted(root.glob("*.py")) if p.stem not in ("__init__", "accuracy")]
+    if suite == "native":
+        scripts += [(f"ops/{p.stem}", p) for p in sorted((root / "ops").glob("*.py"))]
+    else:
+        uno = root / "candle_uno" / "candle_uno.py"
+        if uno.is_file():
+            scripts.append(("candle_uno/candle_uno", uno))
+        exp = root.parent / "keras_exp"
+        scripts += [(f"keras_exp/{p.stem}", p) for p in sorted(exp.glob("*.py")) if p.stem != "__init__"]
     if only:
         scripts = [(n, p) for n, p in scripts if n in only]
     return scripts
 
 
-def stage(scripts, native: Path, work: Path) -> None:
-    """Copy the scripts (and their helper modules) with renamed imports."""
-    for src in list(native.glob("*.py")) + list((native / "ops").glob("*.py")):
-        dst = work / src.relative_to(native)
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        dst.write_text(rename_imports(src.read_text(encoding="utf-8")), encoding="utf-8")
+def stage(scripts, root: Path, work: Path) -> dict:
+    """Copy the scripts (and the helper modules beside them) with renamed imports; returns each
+    script's staged path by name."""
+    staged = {}
+    folders = {p.parent for _, p in scripts}
+    for folder in folders:
+        for src in folder.glob("*.py"):
+            dst = work / src.relative_to(root.parent)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.write_text(rename_imports(src.read_text(encoding="utf-8")), encoding="utf-8")
+    for name, p in scripts:
+        staged[name] = work / p.relative_to(root.parent)
+    if (root / "accuracy.py").is_file():   # the Keras examples import it from beside them
+        for folder in {d.parent for d in staged.values()}:
+            shutil.copy(root / "accuracy.py", folder / "accuracy.py")
+    return staged
 
 
 def run_one(name: str, script: Path, args: list[str], env: dict, timeout: float) -> tuple[str, str, float]:
@@ -148,6 +196,8 @@ def run_one(name: str, script: Path, args: list[str], env: dict, timeout: float)
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--flexflow", type=Path, required=True, help="a checkout of FlexFlow")
+    ap.add_argument("--suite", choices=("native", "keras"), default="native",
+                    help="examples/python/native (FFModel scripts) or examples/python/keras")
     ap.add_argument("--gpus", type=int, default=1, help="-ll:gpu (flexrt's simulated devices on this host)")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per script")
@@ -156,11 +206,13 @@ def main(argv=None) -> int:
     ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     a = ap.parse_args(argv)
     only = set(filter(None, a.only.split(","))) or None
-    scripts = collect(a.flexflow, only)
+    scripts = collect(a.flexflow, only, a.suite)
+    keras = a.suite == "keras"
+    out_of_scope = KERAS_OUT_OF_SCOPE if keras else OUT_OF_SCOPE
+    notes = KERAS_NOTES if keras else NOTES
     work = Path(tempfile.mkdtemp(prefix="flexflow_scripts_"))
     try:
-        native = a.flexflow / "examples" / "python" / "native"
-        stage(scripts, native, work / "native")
+        staged = stage(scripts, suite_root(a.flexflow, a.suite), work / "scripts")
         write_datasets(work / "keras")
         env = dict(os.environ, KERAS_HOME=str(work / "keras"), MPLBACKEND="Agg")
         env.pop("FLEXRT_DATA_DIR", None)
@@ -168,9 +220,9 @@ def main(argv=None) -> int:
                 "--epochs", "1"]
         jobs = {}
         with cf.ThreadPoolExecutor(max_workers=a.jobs) as pool:
-            for name, src in scripts:
-                dst = work / "native" / src.relative_to(native)
-                jobs[name] = pool.submit(run_one, name, dst, args + SCRIPT_ARGS.get(name, []), env, a.timeout)
+            for name, _ in scripts:
+                extra = [] if keras else SCRIPT_ARGS.get(name, [])
+                jobs[name] = pool.submit(run_one, name, staged[name], args + extra, env, a.timeout)
         rows = [(name, *jobs[name].result()) for name, _ in scripts]
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -178,14 +230,15 @@ def main(argv=None) -> int:
     if a.markdown:
         print("| script | result | s | note |\n|---|---|---|---|")
     for name, res, msg, wall in rows:
-        note = " / ".join(filter(None, ["out of scope (FlexFlow Serve, inference only)" if name in OUT_OF_SCOPE
-                                        else "", NOTES.get(name, "") if res != "ok" else "", msg]))
+        scope = "out of scope (FlexFlow Serve, inference only)" if not keras else "out of scope"
+        note = " / ".join(filter(None, [scope if name in out_of_scope else "",
+                                        notes.get(name, "") if res != "ok" else "", msg]))
         if a.markdown:
             print(f"| {name} | {res} | {wall:.1f} | {note.replace('|', '/')} |")
         else:
             print(f"{name:<40}{res:<9}{wall:>7.1f}s  {note}")
-    print(f"\n{ok} of {len(rows)} ran to completion ({len(OUT_OF_SCOPE & {r[0] for r in rows})} out of scope); "
-          f"-ll:gpu {a.gpus}, batch {a.batch}, timeout {a.timeout:.0f} s; load average "
+    print(f"\n{ok} of {len(rows)} ran to completion ({len(out_of_scope & {r[0] for r in rows})} out of scope); "
+          f"suite {a.suite}, -ll:gpu {a.gpus}, batch {a.batch}, timeout {a.timeout:.0f} s; load average "
           f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     return 0
 
