@@ -127,8 +127,16 @@ def _shared(b: _Builder, node: IRNode) -> Optional[str]:
     return node.kw("shares")
 
 
+def _check_features(node, x: Tensor, key: str, dim: int) -> None:
+    want = node.kw(key)
+    if want is not None and x.dims[dim] != want:
+        raise node_error(node, f"the layer takes {key}={want}, but its input {list(x.dims)} has {x.dims[dim]}",
+                         ShapeError)
+
+
 def _linear(b, node, ins, f):
     x = b.tensor(node, ins[0])
+    _check_features(node, x, "in_features", -1)
     out_dim, acti, use_bias = (list(f) + [None, ActiMode.AC_MODE_NONE.value, 1])[:3]
     return b.ff.dense(x, out_dim, ActiMode(acti), bool(use_bias), shared_op=_shared(b, node), name=node.name)
 
@@ -139,6 +147,7 @@ def _conv2d(b, node, ins, f):
         raise node_error(node, f"needs 10 fields (out_channels, kernel_h, kernel_w, stride_h, stride_w, padding_h, "
                                f"padding_w, activation, groups, use_bias), got {len(f)}")
     oc, kh, kw, sh, sw, ph, pw, acti, groups, use_bias = f[:10]
+    _check_features(node, x, "in_channels", 1)
     return b.ff.conv2d(x, oc, kh, kw, sh, sw, ph, pw, ActiMode(acti), groups, bool(use_bias),
                        shared_op=_shared(b, node), name=node.name)
 
@@ -318,7 +327,7 @@ def _getitem(b, node, ins, f):
         if not isinstance(index, int) or not -len(x) <= index < len(x):
             raise node_error(node, f"index {index!r} is out of range for a value of {len(x)} items")
         v = x[index]
-        if v is None:
+        if v is None and node.outputs:
             raise node_error(node, "reads a value no FFModel layer computes (attention weights: call "
                                    "MultiheadAttention with need_weights=False or leave its second output unused)")
         return v
@@ -497,10 +506,9 @@ def _attention(b, node, ins, f):
     if not node.kw("batch_first", True):   # [L, N, E] -> [N, L, E] and back
         q, k, v = (b.ff.transpose(t, [1, 0, 2], name=f"{node.name}.{p}_t") for t, p in zip((q, k, v), "qkv"))
     out = b.ff.multihead_attention(q, k, v, embed_dim, num_heads, kdim, vdim, dropout, bool(bias),
-                                   name=node.name if node.kw("batch_first", True) else f"{node.name}.attn",
-                                   causal=bool(node.kw("causal", False)))
+                                   name=node.name, causal=bool(node.kw("causal", False)))
     if not node.kw("batch_first", True):
-        out = b.ff.transpose(out, [1, 0, 2], name=node.name)
+        out = b.ff.transpose(out, [1, 0, 2], name=f"{node.name}.out_t")
     return (out, None)
 
 

@@ -61,7 +61,8 @@ def origin(node: fx.Node) -> str:
     mod = getattr(node.target, "__module__", None)
     where = f"{node.op} {mod + '.' if mod and not isinstance(node.target, str) else ''}{target}"
     lines = [ln.strip() for ln in (node.stack_trace or "").strip().splitlines()]
-    files = [i for i, ln in enumerate(lines) if ln.startswith("File ")]
+    files = [i for i, ln in enumerate(lines) if ln.startswith("File ") and "/torch/fx/" not in ln
+             and "/torch/nn/modules/module.py" not in ln]
     if files:
         i = files[-1]
         loc = lines[i].replace("File ", "", 1).replace('", line ', ":").replace('"', "").split(",")[0]
@@ -133,7 +134,8 @@ def _pair(v) -> tuple[int, int]:
 
 # ---- modules -------------------------------------------------------------------------------------
 def _m_linear(ctx, node, m: nn.Linear):
-    ctx.layer(node, "LINEAR", m, "dense", [node.args[0].name], [m.out_features, _NONE, int(m.bias is not None)])
+    ctx.layer(node, "LINEAR", m, "dense", [node.args[0].name], [m.out_features, _NONE, int(m.bias is not None)],
+              [("in_features", m.in_features)])
 
 
 def _m_conv2d(ctx, node, m: nn.Conv2d):
@@ -150,7 +152,8 @@ def _m_conv2d(ctx, node, m: nn.Conv2d):
         ph, pw = (0, 0) if m.padding == "valid" else _pair(m.padding)
     sh, sw = _pair(m.stride)
     ctx.layer(node, "CONV2D", m, "conv2d", [node.args[0].name],
-              [m.out_channels, kh, kw, sh, sw, ph, pw, _NONE, m.groups, int(m.bias is not None)])
+              [m.out_channels, kh, kw, sh, sw, ph, pw, _NONE, m.groups, int(m.bias is not None)],
+              [("in_channels", m.in_channels)])
 
 
 def _pool_fields(ctx, node, kernel, stride, padding, dilation, ceil, pool: PoolType):

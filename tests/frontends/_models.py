@@ -1,0 +1,153 @@
+"""Small PyTorch models and the helpers the front-end tests share: an MLP, a CNN, a transformer
+encoder layer and a ResNet-18-style network; compiling an FFModel under a strategy; torch's SGD step."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="flexrt.torch tests need PyTorch (pip install torch)")
+nn = torch.nn
+
+from flexrt.machine import load_machine  # noqa: E402
+from flexrt.model import DataType, FFConfig, FFModel, LossType, SGDOptimizer  # noqa: E402
+from flexrt.strategy import random_strategy, save_strategy  # noqa: E402
+from flexrt.strategy.config import ConfigStrategy  # noqa: E402
+from flexrt.strategy.space import config_at  # noqa: E402
+
+BATCH = 4
+SCCE = LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2, self.fc3 = nn.Linear(12, 16), nn.Linear(16, 16), nn.Linear(16, 5)
+        self.act = nn.GELU()
+
+    def forward(self, x):
+        h = torch.relu(self.fc1(x))
+        h = self.act(self.fc2(h)) * 0.5 + h
+        return self.fc3(h)
+
+
+class CNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.conv2 = nn.Conv2d(3, 6, 3, 1, 1), nn.Conv2d(6, 8, 3, stride=2)
+        self.pool = nn.MaxPool2d(2, 2)
+        self.fc = nn.Linear(8 * 1 * 1 + 6, 5)
+
+    def forward(self, x):
+        y = torch.relu(self.conv1(x))
+        a = nn.functional.avg_pool2d(y, 2)                  # [N, 6, 4, 4]
+        y = self.pool(torch.tanh(self.conv2(y)))            # [N, 8, 1, 1]
+        z = torch.cat([torch.flatten(y, 1), a.mean(dim=(2, 3))], dim=1)
+        return self.fc(z)
+
+
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Linear(6, 8)
+        self.layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+        self.head = nn.Linear(8, 5)
+
+    def forward(self, x):
+        h = self.layer(self.embed(x))                       # [N, L, 8]
+        return self.head(h.mean(1))
+
+
+class Block(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.relu = nn.ReLU(inplace=True)
+        self.down = None if stride == 1 and cin == cout else nn.Sequential(
+            nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        identity = x if self.down is None else self.down(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        out += identity
+        return self.relu(out)
+
+
+class ResNet18(nn.Module):
+    """ResNet-18's structure (stem, 4 stages of 2 basic blocks, global average pool, fc), narrow."""
+
+    def __init__(self, width=4, classes=5):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, width, 3, 1, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        chans, layers, cin = [width, 2 * width, 4 * width, 8 * width], [], width
+        for i, c in enumerate(chans):
+            layers.append(nn.Sequential(Block(cin, c, 1 if i == 0 else 2), Block(c, c, 1)))
+            cin = c
+        self.layer1, self.layer2, self.layer3, self.layer4 = layers
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(cin, classes)
+
+    def forward(self, x):
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+# name -> (model factory, input shape without the batch)
+MODELS = {"mlp": (MLP, (12,)), "cnn": (CNN, (3, 8, 8)), "encoder": (Encoder, (5, 6)), "resnet18": (ResNet18, (3, 16, 16))}
+
+
+def make(name: str, seed: int = 0):
+    torch.manual_seed(seed)
+    factory, shape = MODELS[name]
+    model = factory()
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((BATCH, *shape)).astype(np.float32)
+    y = rng.integers(0, 5, (BATCH, 1)).astype(np.int32)
+    return model, x, y
+
+
+def build(pm, shape, argv=()):
+    ff = FFModel(FFConfig(["-b", str(BATCH), *argv]))
+    x = ff.create_tensor([BATCH, *shape], DataType.DT_FLOAT)
+    out = pm.torch_to_ff(ff, [x])[0]
+    ff.softmax(out, name="prob")
+    return ff, x, out
+
+
+def hybrid_strategy_file(pm, shape, tmp_path, seed: int = 1) -> str:
+    """A random strategy on 4 devices in which BatchNorm is cut along channels at most (its sample
+    axis is FlexFlow's per-device statistics, not one device's)."""
+    base, _, _ = build(pm, shape)
+    machine = load_machine("local")
+    rnd = random_strategy(base.pcg, machine, seed)
+    configs = dict(rnd.configs)
+    for node in base.pcg.nodes:
+        if node.id in configs and node.op_type.name == "BATCH_NORM":
+            configs[node.id] = config_at(base.pcg, node, machine, [{"channel": 2}, {}])
+    path = str(tmp_path / "hybrid.json")
+    save_strategy(path, ConfigStrategy(base.pcg, configs), machine)
+    return path
+
+
+def compiled(pm, shape, argv, lr=0.1):
+    ff, x, out = build(pm, shape, argv)
+    ff.compile(optimizer=SGDOptimizer(ff, lr), loss_type=SCCE)
+    pm.load_weights(ff)
+    return ff, x, out
+
+
+def torch_sgd_step(model, x, y, lr=0.1):
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    opt.zero_grad()
+    loss = nn.functional.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y[:, 0]).long())
+    loss.backward()
+    opt.step()
+    return float(loss.detach())

@@ -1,0 +1,214 @@
+"""flexrt.torch: PyTorch modules traced into FFModels. Laws: parameter counts equal torch's; the
+forward pass with torch's weights equals torch's under data parallelism and a hybrid strategy on
+several devices; one SGD step equals torch's SGD step; torch_to_file -> file_to_ff builds the same
+graph; what cannot map raises our error naming the node and its source line."""
+
+import numpy as np
+import pytest
+
+from tests.frontends._models import (BATCH, MODELS, build, compiled, hybrid_strategy_file, make, nn, torch,
+                                     torch_sgd_step)
+from flexrt.errors import ConfigError, FlexrtError
+from flexrt.model import DataType, FFConfig, FFModel
+from flexrt.torch import PyTorchModel, file_to_ff
+
+FAST = ["mlp", "cnn", "encoder"]
+# float32 forward tolerance: 1e-5; ResNet-18's 20 BatchNorms each divide by a standard deviation
+# taken over as few as 16 values, which amplifies float32 rounding to a few 1e-5
+TOL = {"mlp": 1e-5, "cnn": 1e-5, "encoder": 1e-5, "resnet18": 5e-5}
+ALL = FAST + [pytest.param("resnet18", marks=pytest.mark.slow)]
+
+
+def _strategies(name, pm, shape, tmp_path):
+    return [["-ll:gpu", "2"], ["--import", hybrid_strategy_file(pm, shape, tmp_path)]]
+
+
+def _reference_forward(model, name, x, argv):
+    """torch's output; with BatchNorm under data parallelism each device normalizes its own slice
+    (FlexFlow's and DDP's per-device statistics), so torch runs on each slice."""
+    with torch.no_grad():
+        if name == "resnet18" and argv[0] == "-ll:gpu":
+            k = int(argv[1])
+            return np.concatenate([model(torch.from_numpy(p)).numpy() for p in np.split(x, k)])
+        return model(torch.from_numpy(x)).numpy()
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn", "encoder", "resnet18"])
+def test_parameter_counts_equal_torch(name):
+    model, _, _ = make(name)
+    pm = PyTorchModel(model)
+    ff, _, _ = build(pm, MODELS[name][1])
+    assert ff.num_parameters() == sum(p.numel() for p in model.parameters())
+    assert set(pm.ff_weights()) == {n.name for n in ff.pcg.nodes if n.op_type.name == "WEIGHT"}
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_forward_with_torch_weights_equals_torch_under_dp_and_hybrid(name, tmp_path):
+    model, x, _ = make(name)
+    pm = PyTorchModel(model)
+    shape = MODELS[name][1]
+    for argv in _strategies(name, pm, shape, tmp_path):
+        ff, xt, out = compiled(pm, shape, argv)
+        assert len({t.device for t in ff.session.plan.tasks if t.device < ff.machine.num_devices}) >= 2
+        xt.set_tensor(ff, x)
+        ff.forward()
+        want = _reference_forward(model, name, x, argv)
+        np.testing.assert_allclose(out.get_tensor(ff), want, rtol=1e-5, atol=TOL[name], err_msg=f"{name} {argv}")
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_one_sgd_step_equals_torch_sgd(name, tmp_path):
+    model, x, y = make(name)
+    pm = PyTorchModel(model)
+    shape = MODELS[name][1]
+    argv = ["--import", hybrid_strategy_file(pm, shape, tmp_path)] if name != "resnet18" else ["-ll:gpu", "1"]
+    ff, _, _ = compiled(pm, shape, argv)
+    before = pm.ff_weights()
+    ff.fit(x=x, y=y, epochs=1)
+    loss = torch_sgd_step(model, x, y)
+    assert ff.history[0]["loss"] == pytest.approx(loss, rel=1e-5, abs=1e-6)
+    after = pm.ff_weights()
+    got = ff.get_weights()
+    still = []
+    for wname, want in after.items():
+        np.testing.assert_allclose(got[wname], want, rtol=1e-5, atol=2e-6, err_msg=wname)
+        if np.abs(before[wname] - want).max() <= 1e-5:
+            still.append(wname)
+    # every weight moved by more than the tolerance, so the comparison can fail; the key bias alone
+    # has a zero gradient (it adds the same score to every key of a query)
+    assert all(w.endswith(".bk") for w in still), still
+
+
+def test_file_round_trip_builds_the_same_graph(tmp_path):
+    model, x, _ = make("cnn")
+    pm = PyTorchModel(model)
+    path = str(tmp_path / "cnn.ff")
+    pm.torch_to_file(path)
+    lines = open(path).read().splitlines()
+    assert lines[0].endswith("; INPUT") and lines[-1].endswith("; OUTPUT")
+    assert "conv1; x,; relu,; CONV2D; 6; 3; 3; 1; 1; 1; 1; 10; 1; 1; in_channels=3" in lines
+    a, _, _ = build(pm, MODELS["cnn"][1])
+    b = FFModel(FFConfig(["-b", str(BATCH)]))
+    xb = b.create_tensor([BATCH, 3, 8, 8], DataType.DT_FLOAT)
+    b.softmax(file_to_ff(path, b, [xb])[0], name="prob")
+    sig = lambda m: [(n.name, n.attrs, str(m.pcg.shape(r)) if (r := None) else None) for n in m.pcg.nodes]  # noqa
+    assert sig(a) == sig(b)
+    assert [layer.outputs[0].dims for layer in a.get_layers().values()] == \
+        [layer.outputs[0].dims for layer in b.get_layers().values()]
+
+
+def test_module_applied_twice_shares_its_weights_through_the_file(tmp_path):
+    class Twice(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x, y):
+            return torch.cat((self.fc(x), self.fc(y)), 1)
+
+    pm = PyTorchModel(Twice())
+    path = str(tmp_path / "twice.ff")
+    pm.torch_to_file(path)
+    assert "fc_1; y,; cat,; LINEAR; 4; 10; 1; in_features=4; shares=fc" in open(path).read()
+    ff = FFModel(FFConfig(["-b", "2"]))
+    xs = [ff.create_tensor([2, 4], DataType.DT_FLOAT) for _ in range(2)]
+    out = file_to_ff(path, ff, xs)[0]
+    assert out.dims == (2, 8) and ff.num_parameters() == 20
+
+
+def test_reads_flexflow_written_lines(tmp_path):
+    """Lines as FlexFlow's own torch_to_file writes them (no flexrt keywords)."""
+    path = tmp_path / "mlp.ff"
+    path.write_text("x; ; linear1,; INPUT\nlinear1; x,; relu,; LINEAR; 512; 10; 1\nrelu; linear1,; linear2,; RELU\n"
+                    "linear2; relu,; softmax,; LINEAR; 10; 10; 0\nsoftmax; linear2,; output,; SOFTMAX\n"
+                    "output; softmax,; ; OUTPUT\n")
+    ff = FFModel(FFConfig(["-b", "8"]))
+    x = ff.create_tensor([8, 784], DataType.DT_FLOAT)
+    (out,) = PyTorchModel.file_to_ff(str(path), ff, [x])
+    assert out.dims == (8, 10) and ff.num_parameters() == 784 * 512 + 512 + 512 * 10
+
+
+def test_functional_and_method_forms_match_torch():
+    class Ops(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(10, 6)
+            self.attn = nn.MultiheadAttention(6, 2)         # sequence first
+            self.ln = nn.LayerNorm(6)
+
+        def forward(self, ids):
+            h = self.emb(ids)                                # [N, L, 6]
+            t = h.transpose(0, 1)                            # [L, N, 6]
+            a, _ = self.attn(t, t, t, need_weights=False)
+            h = self.ln(h + a.permute(1, 0, 2))
+            q, k = h.chunk(2, dim=-1)                        # [N, L, 3] each
+            s = torch.softmax(torch.matmul(q, k.transpose(1, 2)) / 2.0, dim=-1)
+            h = torch.bmm(s, k).reshape(h.shape[0], -1)      # [N, L*3]
+            h = 1.0 - torch.sigmoid(h[:, 1:])
+            return h.unsqueeze(1).squeeze(1).sum(dim=-1, keepdim=True) + h.pow(2).mean(-1, keepdim=True)
+
+    torch.manual_seed(0)
+    model = Ops()
+    pm = PyTorchModel(model)
+    ff = FFModel(FFConfig(["-b", "4", "-ll:gpu", "2"]))
+    ids = ff.create_tensor([4, 5], DataType.DT_INT32)
+    (out,) = pm.torch_to_ff(ff, [ids])
+    ff.compile(loss_type="mean_squared_error_avg")
+    pm.load_weights(ff)
+    x = np.random.default_rng(0).integers(0, 10, (4, 5)).astype(np.int32)
+    ids.set_tensor(ff, x)
+    ff.forward()
+    with torch.no_grad():
+        want = model(torch.from_numpy(x).long()).numpy()
+    np.testing.assert_allclose(out.get_tensor(ff), want, rtol=1e-5, atol=1e-5)
+
+
+def test_unsupported_function_names_the_node_and_source_line():
+    class Bad(nn.Module):
+        def forward(self, x):
+            return torch.cumsum(x, 1)
+
+    ff = FFModel(FFConfig(["-b", "2"]))
+    x = ff.create_tensor([2, 3], DataType.DT_FLOAT)
+    with pytest.raises(ConfigError) as e:
+        PyTorchModel(Bad()).torch_to_ff(ff, [x])
+    msg = str(e.value)
+    assert "torch node 'cumsum'" in msg and "torch.cumsum" in msg and "test_torch_frontend.py:" in msg
+    assert "return torch.cumsum(x, 1)" in msg and "supported functions" in msg
+
+
+def test_unsupported_module_and_arguments_raise_ours():
+    ff = FFModel(FFConfig(["-b", "2"]))
+    x = ff.create_tensor([2, 3, 8], DataType.DT_FLOAT)
+    with pytest.raises(ConfigError, match=r"torch node 'conv_1d'.*module torch.nn.modules.conv.Conv1d has no FFModel"):
+        PyTorchModel(_Named(nn.Conv1d(3, 3, 1))).torch_to_ff(ff, [x])
+    with pytest.raises(ConfigError, match="dilation"):
+        PyTorchModel(_Named(nn.Conv2d(3, 3, 3, dilation=2))).torch_to_string()
+    with pytest.raises(ConfigError, match="reads the module's parameter or buffer 'w'"):
+        PyTorchModel(_Param()).torch_to_string()
+    with pytest.raises(FlexrtError, match=r"node 'fc' \(LINEAR\) at call_module fc.*in_features=5.*has 8"):
+        PyTorchModel(_Named(nn.Linear(5, 2), "fc")).torch_to_ff(ff, [x])  # 8 features, not 5
+
+
+class _Named(nn.Module):
+    def __init__(self, m, name="conv_1d"):
+        super().__init__()
+        self.add_module(name, m)
+        self.name = name
+
+    def forward(self, x):
+        return getattr(self, self.name)(x)
+
+
+class _Param(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(3))
+
+    def forward(self, x):
+        return x * self.w
+
+
+def test_needs_a_module():
+    with pytest.raises(ConfigError, match="must be a torch.nn.Module"):
+        PyTorchModel(object())
