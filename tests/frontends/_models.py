@@ -114,9 +114,9 @@ def make(name: str, seed: int = 0):
     return model, x, y
 
 
-def build(pm, shape, argv=()):
+def build(pm, shape, argv=(), dtype=DataType.DT_FLOAT):
     ff = FFModel(FFConfig(["-b", str(BATCH), *argv]))
-    x = ff.create_tensor([BATCH, *shape], DataType.DT_FLOAT)
+    x = ff.create_tensor([BATCH, *shape], dtype)
     out = pm.torch_to_ff(ff, [x])[0]
     ff.softmax(out, name="prob")
     return ff, x, out
@@ -137,8 +137,8 @@ def hybrid_strategy_file(pm, shape, tmp_path, seed: int = 1) -> str:
     return path
 
 
-def compiled(pm, shape, argv, lr=0.1):
-    ff, x, out = build(pm, shape, argv)
+def compiled(pm, shape, argv, lr=0.1, dtype=DataType.DT_FLOAT):
+    ff, x, out = build(pm, shape, argv, dtype)
     ff.compile(optimizer=SGDOptimizer(ff, lr), loss_type=SCCE)
     pm.load_weights(ff)
     return ff, x, out

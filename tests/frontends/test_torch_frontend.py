@@ -61,8 +61,11 @@ def test_one_sgd_step_equals_torch_sgd(name, tmp_path):
     model, x, y = make(name)
     pm = PyTorchModel(model)
     shape = MODELS[name][1]
-    argv = ["--import", hybrid_strategy_file(pm, shape, tmp_path)] if name != "resnet18" else ["-ll:gpu", "1"]
-    ff, _, _ = compiled(pm, shape, argv)
+    argv = ["--import", hybrid_strategy_file(pm, shape, tmp_path)]
+    dtype, atol = DataType.DT_FLOAT, 2e-6
+    if name == "resnet18":   # float32 rounding through 20 BatchNorm backwards reaches 6e-5; float64 is exact
+        model, x, dtype, atol = model.double(), x.astype(np.float64), DataType.DT_DOUBLE, 1e-10
+    ff, _, _ = compiled(pm, shape, argv, dtype=dtype)
     before = pm.ff_weights()
     ff.fit(x=x, y=y, epochs=1)
     loss = torch_sgd_step(model, x, y)
@@ -71,7 +74,7 @@ def test_one_sgd_step_equals_torch_sgd(name, tmp_path):
     got = ff.get_weights()
     still = []
     for wname, want in after.items():
-        np.testing.assert_allclose(got[wname], want, rtol=1e-5, atol=2e-6, err_msg=wname)
+        np.testing.assert_allclose(got[wname], want, rtol=1e-5, atol=atol, err_msg=wname)
         if np.abs(before[wname] - want).max() <= 1e-5:
             still.append(wname)
     # every weight moved by more than the tolerance, so the comparison can fail; the key bias alone
