@@ -1,0 +1,204 @@
+"""flexrt.keras layers: output shapes and parameter counts equal Keras' formulas, on many inputs,
+both at call time (shape inference) and in the FFModel that compile builds."""
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flexrt.errors import ConfigError, NotYetAvailableError, ShapeError
+from flexrt.keras import backend as K
+from flexrt.keras.layers import (Activation, Add, AveragePooling2D, BatchNormalization, Concatenate, Conv2D, Dense,
+                                 Dropout, Embedding, Flatten, Input, MaxPooling2D, Multiply, Permute, Reshape,
+                                 Subtract, concatenate)
+from flexrt.keras.models import Model
+from flexrt.model import FFConfig
+
+FAST = settings(max_examples=25, deadline=None)
+dims = st.integers(1, 9)
+
+
+def _ff_model(x, y, batch=4):
+    """The FFModel compile builds for Model(x, y) (without training)."""
+    m = Model(x, y, ffconfig=FFConfig(["-b", str(batch)]))
+    m.compile("sgd", "mean_squared_error")
+    return m
+
+
+@FAST
+@given(st.lists(dims, min_size=1, max_size=3), dims, st.booleans())
+def test_dense_shape_and_params_follow_keras(shape, units, use_bias):
+    x = Input(shape=tuple(shape))
+    layer = Dense(units, use_bias=use_bias)
+    y = layer(x)
+    assert y.batch_shape == (None, *shape[:-1], units)
+    assert layer.count_params() == shape[-1] * units + (units if use_bias else 0)
+
+
+@FAST
+@given(dims, st.integers(5, 20), st.integers(5, 20), dims, st.integers(1, 5), st.integers(1, 5),
+       st.integers(1, 3), st.integers(1, 3), st.integers(0, 2))
+def test_conv2d_valid_and_explicit_padding_follow_the_formula(c, h, w, filters, kh, kw, sh, sw, p):
+    x = Input(shape=(c, h, w))
+    if kh > h + 2 * p or kw > w + 2 * p:
+        return
+    layer = Conv2D(filters, kernel_size=(kh, kw), strides=(sh, sw), padding=(p, p))
+    y = layer(x)
+    assert y.batch_shape == (None, filters, (h + 2 * p - kh) // sh + 1, (w + 2 * p - kw) // sw + 1)
+    assert layer.count_params() == filters * c * kh * kw + filters
+    if p == 0:
+        assert Conv2D(filters, kernel_size=(kh, kw), strides=(sh, sw), padding="valid")(x).batch_shape == y.batch_shape
+
+
+@FAST
+@given(st.integers(3, 20), st.integers(1, 5), st.integers(1, 3))
+def test_same_padding_gives_ceil_size_over_stride_or_refuses_uneven_padding(h, k, s):
+    x = Input(shape=(2, h, h))
+    total = max(k - s, 0) if h % s == 0 else max(k - h % s, 0)
+    if total % 2:
+        with pytest.raises(NotYetAvailableError, match="split unevenly"):
+            Conv2D(3, kernel_size=(k, k), strides=(s, s), padding="same")(x)
+        return
+    y = Conv2D(3, kernel_size=(k, k), strides=(s, s), padding="same")(x)
+    assert y.batch_shape == (None, 3, math.ceil(h / s), math.ceil(h / s))
+    if k >= s:
+        assert MaxPooling2D((k, k), strides=(s, s), padding="same")(x).batch_shape == (None, 2, math.ceil(h / s),
+                                                                                        math.ceil(h / s))
+
+
+@FAST
+@given(dims, st.integers(4, 16), st.integers(1, 4))
+def test_pooling_defaults_strides_to_pool_size(c, h, k):
+    x = Input(shape=(c, h, h))
+    for cls in (MaxPooling2D, AveragePooling2D):
+        layer = cls(pool_size=(k, k))
+        assert layer(x).batch_shape == (None, c, (h - k) // k + 1, (h - k) // k + 1)
+        assert layer.count_params() == 0
+
+
+@FAST
+@given(st.lists(dims, min_size=1, max_size=4), st.lists(dims, min_size=1, max_size=3))
+def test_concatenate_sums_the_axis(sizes, rest):
+    ts = [Input(shape=(n, *rest)) for n in sizes + [1]]
+    assert Concatenate(axis=1)(ts).batch_shape == (None, sum(sizes) + 1, *rest)
+    last = [Input(shape=(*rest, n)) for n in sizes + [2]]
+    assert concatenate(last, axis=-1).batch_shape == (None, *rest, sum(sizes) + 2)
+
+
+@FAST
+@given(st.lists(dims, min_size=1, max_size=4))
+def test_flatten_reshape_and_permute(shape):
+    x = Input(shape=tuple(shape))
+    size = math.prod(shape)
+    assert Flatten()(x).batch_shape == (None, size)
+    assert Reshape((-1,))(x).batch_shape == (None, size)
+    assert Reshape((size, 1))(x).batch_shape == (None, size, 1)
+    perm = tuple(range(len(shape), 0, -1))
+    assert Permute(dims=perm)(x).batch_shape == (None, *reversed(shape))
+    assert Permute((0, *perm))(x).batch_shape == (None, *reversed(shape))
+
+
+@FAST
+@given(st.integers(1, 50), st.integers(1, 8), st.integers(1, 6))
+def test_embedding_shape_and_params(vocab, dim, length):
+    x = Input(shape=(length,), dtype="int32")
+    layer = Embedding(vocab, dim, input_length=length)
+    assert layer(x).batch_shape == (None, length, dim)
+    assert layer.count_params() == vocab * dim
+
+
+@FAST
+@given(st.lists(dims, min_size=1, max_size=3), st.data())
+def test_elementwise_merges_broadcast(shape, data):
+    ones = [data.draw(st.booleans()) for _ in shape]
+    other = tuple(1 if o else d for o, d in zip(ones, shape))
+    a, b = Input(shape=tuple(shape)), Input(shape=other)
+    for cls in (Add, Subtract, Multiply):
+        assert cls()([a, b]).batch_shape == (None, *shape)
+        assert cls()([b, a]).batch_shape == (None, *shape)
+
+
+def test_batch_norm_activation_dropout_keep_the_shape():
+    x = Input(shape=(5, 6, 7))
+    bn = BatchNormalization()
+    assert bn(x).batch_shape == (None, 5, 6, 7) and bn.count_params() == 2 * 5   # gamma and beta
+    for layer in (Activation("relu"), Activation("softmax"), Activation("tanh"), Dropout(0.5)):
+        assert layer(x).batch_shape == (None, 5, 6, 7)
+
+
+def test_backend_functions():
+    a, b = Input(shape=(3, 4)), Input(shape=(4, 5))
+    assert K.batch_dot(a, b).batch_shape == (None, 3, 5)
+    assert (a @ b).batch_shape == (None, 3, 5)
+    assert K.sum(a, axis=1).batch_shape == (None, 4)
+    assert K.sum(a, axis=[1, 2], keepdims=True).batch_shape == (None, 1, 1)
+    assert K.sum(a).batch_shape == (None,)
+    assert K.exp(a).batch_shape == K.sin(a).batch_shape == K.pow(a, 2.0).batch_shape == (None, 3, 4)
+    assert (a ** 2).batch_shape == (a + K.exp(a)).batch_shape == (None, 3, 4)
+    with pytest.raises(ShapeError, match="is the batch"):
+        K.sum(a, axis=0)
+
+
+def test_compiled_ffmodel_has_the_inferred_shapes_and_parameters():
+    x = Input(shape=(3, 12, 12))
+    t = Conv2D(8, kernel_size=(3, 3), padding="same", activation="relu")(x)
+    t = MaxPooling2D((2, 2))(t)
+    t = Flatten()(t)
+    y = Activation("softmax")(Dense(5)(Dense(16, activation="tanh")(t)))
+    m = _ff_model(x, y, batch=6)
+    assert m.ffmodel.num_parameters() == m.count_params() == (8 * 3 * 9 + 8) + (8 * 36 * 16 + 16) + (16 * 5 + 5)
+    for layer, (name, kind) in zip(m.layers, [("conv2d", "conv2d"), ("maxpool2d", "pool2d"), ("flat", "flat"),
+                                              ("dense", "dense"), ("dense_1", "dense"), ("softmax", "softmax")]):
+        ff = m.ffmodel.get_layer_by_name(name)
+        assert ff.kind == kind
+        assert ff.outputs[0].dims == (6,) + layer.output_shape[1:]
+
+
+# ---- bad layer arguments and calls ----------------------------------------------------------------
+
+@pytest.mark.parametrize("make, error, match", [
+    (lambda: Dense(4, activation="swish"), ConfigError, "unknown activation 'swish'; valid: None, 'linear', 'relu'"),
+    (lambda: Activation("leaky"), ConfigError, "unknown activation 'leaky'"),
+    (lambda: Dense(0), ConfigError, "units must be a positive integer, got 0"),
+    (lambda: Dense(4, kernel_initializer="he_normal"), ConfigError, "unknown initializer 'he_normal'"),
+    (lambda: Dense(4, kernel_constraint="max_norm"), NotYetAvailableError, "kernel_constraint='max_norm'"),
+    (lambda: Conv2D(4, kernel_size=(3, 3), dilation_rate=(2, 2)), NotYetAvailableError, "dilation_rate"),
+    (lambda: Conv2D(4, kernel_size=(3, 3), data_format="channels_last"), NotYetAvailableError, "data_format"),
+    (lambda: Conv2D(4, kernel_size=(3,)), ConfigError, "kernel_size must be a positive integer or a pair"),
+    (lambda: Conv2D(4, kernel_size=3, padding="full"), ConfigError, "padding must be 'valid', 'same'"),
+    (lambda: Dropout(1.0), ConfigError, r"rate must be a number in \[0, 1\)"),
+    (lambda: Embedding(10, 4, mask_zero=True), NotYetAvailableError, "mask_zero=True"),
+    (lambda: BatchNormalization(center=False), NotYetAvailableError, "center=False"),
+    (lambda: BatchNormalization(axis=2), ShapeError, "axis=2"),
+    (lambda: Dense(4, frobnicate=1), ConfigError, "unknown argument"),
+    (lambda: Dense(4, trainable=False), NotYetAvailableError, "frozen layers"),
+    (lambda: Permute((1, 0, 2)), ShapeError, "keeping the batch"),
+    (lambda: Input(shape=(3,), dtype="complex64"), ConfigError, "dtype 'complex64' is not supported"),
+    (lambda: Input(), ConfigError, "shape is required"),
+])
+def test_bad_layer_arguments_raise_our_errors(make, error, match):
+    with pytest.raises(error, match=match):
+        make()
+
+
+def test_layer_called_on_incompatible_tensors_names_the_layer_and_the_shapes():
+    with pytest.raises(ShapeError, match=r"Add 'add' called on \(None, 3\) float32, \(None, 4\) float32"):
+        Add()([Input(shape=(3,)), Input(shape=(4,))])
+    with pytest.raises(ShapeError, match=r"Conv2D 'c' called on \(None, 10\) float32: the input must be \(N, C, H, W\)"):
+        Conv2D(2, kernel_size=3, name="c")(Input(shape=(10,)))
+    with pytest.raises(ShapeError, match=r"declared input_shape=\(784,\) but called on a tensor of shape \(None, 100\)"):
+        Dense(4, input_shape=(784,))(Input(shape=(100,)))
+    with pytest.raises(ShapeError, match="Concatenate 'concatenate' called on"):
+        Concatenate(axis=1)([Input(shape=(2, 3)), Input(shape=(2, 4))])
+    with pytest.raises(ShapeError, match="the batch, dimension 0, cannot be joined"):
+        Concatenate(axis=0)([Input(shape=(2,)), Input(shape=(2,))])
+    with pytest.raises(ShapeError, match="integer ids"):
+        Embedding(10, 3)(Input(shape=(4,)))
+    with pytest.raises(ConfigError, match="must be a Keras tensor"):
+        Dense(3)([[1.0, 2.0]])
+    with pytest.raises(ConfigError, match="takes exactly 2 tensors, got 3"):
+        Subtract()([Input(shape=(2,)) for _ in range(3)])
+    with pytest.raises(ConfigError, match="the same tensor is given twice"):
+        x = Input(shape=(2,))
+        Add()([x, x])
