@@ -122,10 +122,10 @@ def build(pm, shape, argv=(), dtype=DataType.DT_FLOAT):
     return ff, x, out
 
 
-def hybrid_strategy_file(pm, shape, tmp_path, seed: int = 1) -> str:
+def hybrid_strategy_file(pm, shape, tmp_path, seed: int = 1, dtype=DataType.DT_FLOAT) -> str:
     """A random strategy on 4 devices in which BatchNorm is cut along channels at most (its sample
     axis is FlexFlow's per-device statistics, not one device's)."""
-    base, _, _ = build(pm, shape)
+    base, _, _ = build(pm, shape, (), dtype)
     machine = load_machine("local")
     rnd = random_strategy(base.pcg, machine, seed)
     configs = dict(rnd.configs)

@@ -61,10 +61,10 @@ def test_one_sgd_step_equals_torch_sgd(name, tmp_path):
     model, x, y = make(name)
     pm = PyTorchModel(model)
     shape = MODELS[name][1]
-    argv = ["--import", hybrid_strategy_file(pm, shape, tmp_path)]
     dtype, atol = DataType.DT_FLOAT, 2e-6
     if name == "resnet18":   # float32 rounding through 20 BatchNorm backwards reaches 6e-5; float64 is exact
         model, x, dtype, atol = model.double(), x.astype(np.float64), DataType.DT_DOUBLE, 1e-10
+    argv = ["--import", hybrid_strategy_file(pm, shape, tmp_path, dtype=dtype)]
     ff, _, _ = compiled(pm, shape, argv, dtype=dtype)
     before = pm.ff_weights()
     ff.fit(x=x, y=y, epochs=1)
