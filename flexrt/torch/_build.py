@@ -417,6 +417,8 @@ def _reshape(b, node, ins, f):
     x = b.tensor(node, ins[0])
     if len(ins) == 2 and isinstance(ins[1], Tensor):      # FlexFlow's reshape_as
         f = list(ins[1].dims)
+    if node.kw("copy_zeros"):   # ONNX Reshape: a 0 keeps the input's size at that position
+        f = [x.dims[i] if s == 0 else s for i, s in enumerate(f)]
     shape = shape_with_inferred(node, math.prod(x.dims), f)
     if shape == list(x.dims):
         return x

@@ -1,0 +1,428 @@
+"""``ONNXModel``: an ONNX graph into FFModel layers (FlexFlow's ``flexflow.onnx.model``).
+
+Each ONNX node becomes ``IRNode``s of ``flexrt.torch._ir`` and goes through the builder the PyTorch
+front end uses (``flexrt.torch._build``), so both map operators the same way. Initializers are
+weights (copied in by ``load_weights`` after ``compile``) or constant arguments (a Reshape's
+shape, a scalar of Add/Mul); graphs exported with ``export_params=False`` (FlexFlow's examples)
+give weight shapes through their inputs. MatMul by a weight, plus an Add of a bias, is a dense
+layer (FlexFlow's fusion). An operator or attribute with no FFModel equivalent raises
+``ConfigError`` naming the node (name and op_type).
+
+Example:
+    >>> onnx_model = ONNXModel("mnist_mlp_pt.onnx")            # doctest: +SKIP
+    >>> t = onnx_model.apply(ffmodel, {"input.1": input_tensor})  # doctest: +SKIP
+
+Entry points: ``ONNXModel``, ``ONNXModelKeras``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+import numpy as np
+
+from flexrt.errors import ConfigError
+from flexrt.ir.enums import ActiMode, PoolType
+from flexrt.torch._build import build
+from flexrt.torch._ir import IRNode
+from flexrt.torch._weights import ff_layout, set_layer_weights
+
+_NONE = ActiMode.AC_MODE_NONE.value
+_DTYPES = {1: "torch.float32", 11: "torch.float64", 6: "torch.int32", 7: "torch.int64", 9: "torch.bool"}
+
+
+def _onnx():
+    try:
+        import onnx
+    except ImportError:
+        raise ConfigError("flexrt.onnx needs the onnx package: pip install onnx") from None
+    return onnx
+
+
+class ONNXModel:
+    """FlexFlow's ``ONNXModel(filename)``: ``filename`` is a path or an ``onnx.ModelProto``."""
+
+    def __init__(self, filename) -> None:
+        onnx = _onnx()
+        if isinstance(filename, str):
+            try:
+                model = onnx.load(filename)
+            except Exception as e:  # onnx raises DecodeError, OSError ...
+                raise ConfigError(f"ONNXModel: cannot load {filename}: {e}") from None
+        elif isinstance(filename, onnx.ModelProto):
+            model = filename
+        else:
+            raise ConfigError(f"ONNXModel: give a file name or an onnx.ModelProto, got {type(filename).__name__}")
+        self.model = model
+        self.numpy_helper = onnx.numpy_helper
+        self.constants: dict[str, np.ndarray] = {t.name: onnx.numpy_helper.to_array(t)
+                                                 for t in model.graph.initializer}
+        self.shapes: dict[str, tuple] = {i.name: tuple(d.dim_value for d in i.type.tensor_type.shape.dim)
+                                         for i in model.graph.input}
+        self.shapes.update({k: v.shape for k, v in self.constants.items()})
+        self.weights: list[tuple[str, str, dict]] = []   # (layer, kind, source names of its parameters)
+        self.symbol_table: dict[str, Any] = {}
+
+    # ---- graph -> IR ---------------------------------------------------------------------------
+    def _nodes(self, input_names: list[str]) -> list[IRNode]:
+        g = self.model.graph
+        for name in input_names:
+            if name not in self.shapes:
+                raise ConfigError(f"apply: the graph has no input {name!r}; its inputs: "
+                                  f"{', '.join(i.name for i in g.input if i.name not in self.constants)}")
+        self.weights = []
+        consumers: dict[str, list] = {}
+        for n in g.node:
+            for i in n.input:
+                consumers.setdefault(i, []).append(n)
+        conv = _Converter(self, consumers, set(input_names))
+        out = [IRNode(name, (), (), "INPUT") for name in input_names]
+        for i, node in enumerate(g.node):
+            out += conv.node(node, node.name or f"{node.op_type}_{i}")
+        out.append(IRNode("output", tuple(o.name for o in g.output), (), "OUTPUT"))
+        return out
+
+    def apply(self, ffmodel, input_dict: Mapping[str, Any]):
+        """Add the graph's layers to ``ffmodel``; ``input_dict`` maps graph input names to tensors.
+        Returns the tensor of the graph's first output (FlexFlow's return value)."""
+        if not isinstance(input_dict, Mapping) or not input_dict:
+            raise ConfigError("apply: input_dict must map graph input names to FFModel tensors")
+        names = list(input_dict)
+        outputs = build(ffmodel, self._nodes(names), [input_dict[n] for n in names])
+        self.symbol_table = dict(input_dict) | dict(zip((o.name for o in self.model.graph.output), outputs))
+        return outputs[0]
+
+    # ---- weights -------------------------------------------------------------------------------
+    def ff_weights(self) -> dict:
+        """The initializers in FFModel's layout, by FFModel weight name (after ``apply``)."""
+        out = {}
+        for layer, kind, params in self.weights:
+            for wname, arr in ff_layout(kind, self._arrays(layer, params)).items():
+                out[f"{layer}.{wname}"] = arr
+        return out
+
+    def load_weights(self, ffmodel) -> None:
+        """Copy the initializers into ``ffmodel`` (compiled, built by ``apply``)."""
+        for layer, kind, params in self.weights:
+            set_layer_weights(ffmodel, layer, ff_layout(kind, self._arrays(layer, params)))
+
+    def _arrays(self, layer: str, params: dict) -> dict:
+        out = {}
+        for key, (name, transpose) in params.items():
+            if name not in self.constants:
+                raise ConfigError(f"load_weights: layer '{layer}' takes its {key} from '{name}', which the file does "
+                                  f"not hold (exported with export_params=False?)")
+            arr = self.constants[name]
+            out[key] = arr.T if transpose else arr
+        return out
+
+
+class ONNXModelKeras(ONNXModel):
+    """FlexFlow's ``ONNXModelKeras(filename, ffconfig, ffmodel)`` for keras2onnx graphs: the same
+    mapping (MatMul + Add of a bias is a dense layer; Transpose is a real transpose)."""
+
+    def __init__(self, filename, ffconfig=None, ffmodel=None) -> None:
+        super().__init__(filename)
+
+
+class _Converter:
+    def __init__(self, model: ONNXModel, consumers: dict, inputs: set) -> None:
+        self.m = model
+        self.inputs = inputs
+        self.consumers = consumers
+        self.fused: dict[str, str] = {}    # Add output folded into a dense layer -> that layer's output
+
+    def is_weight(self, tensor: str) -> bool:
+        """An initializer, or a graph input that ``apply`` was not given (export_params=False)."""
+        return tensor in self.m.constants or tensor in self.m.shapes and tensor not in self.inputs
+
+    def error(self, node, name: str, message: str) -> ConfigError:
+        return ConfigError(f"ONNX node '{name}' ({node.op_type}): {message}")
+
+    def attrs(self, node) -> dict:
+        from onnx import helper
+        return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+    def const(self, node, name: str, i: int, what: str) -> np.ndarray:
+        if i >= len(node.input) or node.input[i] not in self.m.constants:
+            raise self.error(node, name, f"its {what} (input {i}) must be a constant (an initializer or a Constant "
+                                         f"node); FFModel takes it when the graph is built")
+        return self.m.constants[node.input[i]]
+
+    def shape(self, node, name: str, tensor: str) -> tuple:
+        if tensor not in self.m.shapes:
+            raise self.error(node, name, f"the shape of '{tensor}' is unknown (not an initializer or graph input)")
+        return self.m.shapes[tensor]
+
+    def node(self, node, name: str) -> list[IRNode]:
+        op = node.op_type
+        if node.output and node.output[0] in self.fused.values():
+            return []
+        handler = getattr(self, f"_{op}", None)
+        if handler is None:
+            raise self.error(node, name, f"operator {op} has no FFModel mapping; supported: "
+                                         f"{', '.join(sorted(k[1:] for k in dir(self) if k[1:2].isupper()))}")
+        out = handler(node, name, self.attrs(node))
+        return out
+
+    def ir(self, node, name, op, inputs, fields=(), keywords=(), output: Optional[str] = None) -> IRNode:
+        return IRNode(output or node.output[0], tuple(inputs), (), op, tuple(fields), tuple(keywords),
+                      f"ONNX node '{name}' ({node.op_type})")
+
+    def _layer(self, node, name, op, inputs, fields, keywords, kind, params) -> list[IRNode]:
+        """A node with weights: the FFModel layer is named after the ONNX node; its value is
+        published under the ONNX output name by an identity-free alias (a GETATTR-less rename)."""
+        self.m.weights.append((name, kind, params))
+        out = node.output[0]
+        n = IRNode(name, tuple(inputs), (), op, tuple(fields), tuple(keywords), f"ONNX node '{name}' ({node.op_type})")
+        return [n, IRNode(out, (name,), (), "CONTIGUOUS")] if out != name else [n]
+
+    # ---- dense and convolution -------------------------------------------------------------
+    def _Gemm(self, node, name, a):
+        if a.get("alpha", 1.0) != 1.0 or a.get("beta", 1.0) != 1.0 or a.get("transA", 0):
+            raise self.error(node, name, "Gemm with alpha, beta != 1 or transA is not supported")
+        b = self.shape(node, name, node.input[1])
+        trans = bool(a.get("transB", 0))
+        out_dim, in_dim = (b[0], b[1]) if trans else (b[1], b[0])
+        bias = len(node.input) > 2 and node.input[2] != ""
+        params = {"weight": (node.input[1], not trans)} | ({"bias": (node.input[2], False)} if bias else {})
+        return self._layer(node, name, "LINEAR", [node.input[0]], [out_dim, _NONE, int(bias)],
+                           [("in_features", in_dim)], "dense", params)
+
+    def _MatMul(self, node, name, a):
+        w = node.input[1]
+        if not self.is_weight(w) or len(self.m.shapes[w]) != 2:
+            return [self.ir(node, name, "BATCH_MATMUL", node.input[:2])]
+        in_dim, out_dim = self.m.shapes[w]
+        params = {"weight": (w, True)}
+        users = self.consumers.get(node.output[0], [])
+        if len(users) == 1 and users[0].op_type == "Add":
+            other = [i for i in users[0].input if i != node.output[0]]
+            if other and self.m.shapes.get(other[0]) == (out_dim,):
+                params["bias"] = (other[0], False)
+                self.fused[node.output[0]] = users[0].output[0]
+                nodes = self._layer(node, name, "LINEAR", [node.input[0]], [out_dim, _NONE, 1],
+                                    [("in_features", in_dim)], "dense", params)
+                return nodes + [IRNode(users[0].output[0], (nodes[-1].name,), (), "CONTIGUOUS")]
+        return self._layer(node, name, "LINEAR", [node.input[0]], [out_dim, _NONE, 0], [("in_features", in_dim)],
+                           "dense", params)
+
+    def _pads(self, node, name, a, kernel) -> tuple[int, int]:
+        auto = a.get("auto_pad", b"NOTSET")
+        auto = auto.decode() if isinstance(auto, bytes) else auto
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            if any(k % 2 == 0 for k in kernel) or any(s != 1 for s in a.get("strides", [1, 1])):
+                raise self.error(node, name, f"auto_pad={auto} with an even kernel or a stride pads unevenly")
+            return kernel[0] // 2, kernel[1] // 2
+        pads = list(a.get("pads", [0, 0, 0, 0])) if auto != "VALID" else [0, 0, 0, 0]
+        if pads[:2] != pads[2:]:
+            raise self.error(node, name, f"pads {pads} are uneven (begin != end); FFModel pads both sides equally")
+        return pads[0], pads[1]
+
+    def _Conv(self, node, name, a):
+        w = self.shape(node, name, node.input[1])
+        if len(w) != 4 or any(d != 1 for d in a.get("dilations", [1, 1])):
+            raise self.error(node, name, f"only 2-D convolutions without dilation map (weight {list(w)})")
+        kh, kw = a.get("kernel_shape", w[2:])
+        sh, sw = a.get("strides", [1, 1])
+        ph, pw = self._pads(node, name, a, (kh, kw))
+        groups = a.get("group", 1)
+        bias = len(node.input) > 2 and node.input[2] != ""
+        params = {"weight": (node.input[1], False)} | ({"bias": (node.input[2], False)} if bias else {})
+        return self._layer(node, name, "CONV2D", [node.input[0]],
+                           [w[0], kh, kw, sh, sw, ph, pw, _NONE, groups, int(bias)],
+                           [("in_channels", w[1] * groups)], "conv2d", params)
+
+    def _BatchNormalization(self, node, name, a):
+        if not a.get("training_mode", 0) and len(node.output) == 1:
+            raise self.error(node, name, "an inference-mode BatchNormalization normalizes with running statistics; "
+                                         "FFModel.batch_norm uses the batch's (export with "
+                                         "training=torch.onnx.TrainingMode.TRAINING, as FlexFlow's examples do)")
+        kws = [("eps", a["epsilon"])] if abs(a.get("epsilon", 1e-5) - 1e-5) > 1e-12 else []
+        return self._layer(node, name, "BATCH_NORM", [node.input[0]], [], kws, "batch_norm",
+                           {"weight": (node.input[1], False), "bias": (node.input[2], False)})
+
+    def _LayerNormalization(self, node, name, a):
+        axis = a.get("axis", -1)
+        x = self.shape(node, name, node.input[0]) if node.input[0] in self.m.shapes else None
+        scale = self.shape(node, name, node.input[1])
+        if x is not None and tuple(x[axis:]) != tuple(scale):
+            raise self.error(node, name, f"axis {axis} normalizes {list(x[axis:])}, the scale is {list(scale)}")
+        bias = len(node.input) > 2 and node.input[2] != ""
+        params = {"weight": (node.input[1], False)} | ({"bias": (node.input[2], False)} if bias else {})
+        kws = [("shape", tuple(scale)), ("eps", a.get("epsilon", 1e-5))] + ([] if bias else [("bias", False)])
+        return self._layer(node, name, "LAYER_NORM", [node.input[0]], [], kws, "layer_norm", params)
+
+    def _Gather(self, node, name, a):
+        data = node.input[0]
+        if self.is_weight(data) and len(self.m.shapes[data]) == 2 and a.get("axis", 0) == 0 \
+                and not self.is_weight(node.input[1]):
+            num, dim = self.m.shapes[data]
+            return self._layer(node, name, "EMBEDDING", [node.input[1]], [num, dim], [], "embedding",
+                               {"weight": (data, False)})
+        raise self.error(node, name, "only Gather of rows of a 2-D weight by computed indices (an embedding) maps")
+
+    # ---- pooling ---------------------------------------------------------------------------
+    def _pool(self, node, name, a, pool: PoolType):
+        kh, kw = a["kernel_shape"]
+        sh, sw = a.get("strides", [1, 1])
+        ph, pw = self._pads(node, name, a, (kh, kw))
+        if pool is PoolType.POOL_AVG and (ph or pw) and not a.get("count_include_pad", 0):
+            raise self.error(node, name, "AveragePool with padding and count_include_pad=0: FFModel.pool2d divides by "
+                                         "the whole window, padding included")
+        kws = [(k, v) for k, v, h in (("kernel_w", kw, kh), ("stride_w", sw, sh), ("padding_w", pw, ph)) if v != h]
+        kws += [("ceil_mode", True)] if a.get("ceil_mode", 0) else []
+        return [self.ir(node, name, "POOL2D", [node.input[0]], [kh, sh, ph, pool.value, _NONE], kws)]
+
+    def _MaxPool(self, node, name, a):
+        if len(node.output) > 1 and node.output[1]:
+            raise self.error(node, name, "MaxPool's indices output is not supported")
+        return self._pool(node, name, a, PoolType.POOL_MAX)
+
+    def _AveragePool(self, node, name, a):
+        return self._pool(node, name, a, PoolType.POOL_AVG)
+
+    def _GlobalAveragePool(self, node, name, a):
+        return [self.ir(node, name, "POOL2D", [node.input[0]], [3, 1, 0, PoolType.POOL_AVG.value, _NONE],
+                        [("output_size", (1, 1))])]
+
+    def _GlobalMaxPool(self, node, name, a):
+        return [self.ir(node, name, "POOL2D", [node.input[0]], [3, 1, 0, PoolType.POOL_MAX.value, _NONE],
+                        [("output_size", (1, 1))])]
+
+    # ---- element-wise ----------------------------------------------------------------------
+    def _unary(op):
+        def handler(self, node, name, a):
+            if node.op_type == "Elu" and a.get("alpha", 1.0) != 1.0:
+                raise self.error(node, name, f"Elu alpha={a['alpha']}: FFModel.elu has alpha 1 only")
+            if node.op_type == "Gelu" and a.get("approximate", "none") not in ("none", b"none"):
+                raise self.error(node, name, "Gelu approximate=tanh: FFModel.gelu is the exact GELU")
+            return [self.ir(node, name, op, [node.input[0]])]
+        return handler
+
+    _Relu, _Sigmoid, _Tanh, _Elu, _Gelu = _unary("RELU"), _unary("SIGMOID"), _unary("TANH"), _unary("ELU"), _unary("GELU")
+    _Exp, _Sin, _Cos, _Identity = _unary("EXP"), _unary("SIN"), _unary("COS"), _unary("IDENTITY")
+
+    def _binary(op, scalar_op):
+        def handler(self, node, name, a):
+            x, y = node.input[:2]
+            scal = {i: self.m.constants[t] for i, t in enumerate((x, y)) if t in self.m.constants}
+            for i, v in scal.items():
+                if v.size != 1:
+                    raise self.error(node, name, f"operand {i} is a constant of shape {list(v.shape)}; FFModel has "
+                                                 f"constants of one value only")
+            if not scal:
+                return [self.ir(node, name, op, [x, y])]
+            if len(scal) == 2:
+                raise self.error(node, name, "both operands are constants (fold them before export)")
+            i, v = next(iter(scal.items()))
+            tensor = y if i == 0 else x
+            rev = [("reverse", True)] if i == 0 and op in ("SUBTRACT", "DIVIDE") else []
+            return [self.ir(node, name, scalar_op, [tensor], [float(v.reshape(()))], rev)]
+        return handler
+
+    _Add = _binary("ADD", "SCALAR_ADD")
+    _Sub = _binary("SUBTRACT", "SCALAR_SUB")
+    _Mul = _binary("MULTIPLY", "SCALAR_MULTIPLY")
+    _Div = _binary("DIVIDE", "SCALAR_TRUEDIV")
+
+    def _Pow(self, node, name, a):
+        e = self.const(node, name, 1, "exponent")
+        return [self.ir(node, name, "POW", [node.input[0]], [float(e.reshape(()))])]
+
+    def _Sqrt(self, node, name, a):
+        return [self.ir(node, name, "POW", [node.input[0]], [0.5])]
+
+    def _Reciprocal(self, node, name, a):
+        return [self.ir(node, name, "POW", [node.input[0]], [-1.0])]
+
+    # ---- shapes ----------------------------------------------------------------------------
+    def _Softmax(self, node, name, a):
+        return [self.ir(node, name, "SOFTMAX", [node.input[0]], [], [("dim", a.get("axis", -1))])]
+
+    def _Dropout(self, node, name, a):
+        ratio = a.get("ratio", 0.5)
+        if len(node.input) > 1 and node.input[1]:
+            ratio = float(self.const(node, name, 1, "ratio").reshape(()))
+        if len(node.input) > 2 and node.input[2] and not bool(self.const(node, name, 2, "training_mode")):
+            return [self.ir(node, name, "IDENTITY", [node.input[0]])]
+        return [self.ir(node, name, "DROPOUT", [node.input[0]], [ratio])]
+
+    def _Flatten(self, node, name, a):
+        """ONNX Flatten at ``axis``: [prod(d[:axis]), prod(d[axis:])]."""
+        axis = a.get("axis", 1)
+        if axis == 0:
+            return [self.ir(node, name, "RESHAPE", [node.input[0]], [1, -1])]
+        if axis == 1:
+            return [self.ir(node, name, "FLAT", [node.input[0]])]
+        tail = IRNode(f"{node.output[0]}.tail", (node.input[0],), (), "FLAT", (), (("start_dim", axis),),
+                      f"ONNX node '{name}' (Flatten)")
+        return [tail, self.ir(node, name, "FLAT", [tail.name], [], [("start_dim", 0), ("end_dim", -2)])]
+
+    def _Reshape(self, node, name, a):
+        shape = [int(v) for v in self.const(node, name, 1, "shape")]
+        zeros = 0 in shape and not a.get("allowzero", 0)   # 0 copies the input's size (ONNX's rule)
+        return [self.ir(node, name, "RESHAPE", [node.input[0]], shape, [("copy_zeros", True)] if zeros else [])]
+
+    def _Transpose(self, node, name, a):
+        perm = a.get("perm")
+        if perm is None:
+            raise self.error(node, name, "Transpose without perm (a full reversal) is not supported")
+        return [self.ir(node, name, "PERMUTE", [node.input[0]], list(perm))]
+
+    def _Concat(self, node, name, a):
+        return [self.ir(node, name, "CONCAT", list(node.input), [a["axis"]])]
+
+    def _Split(self, node, name, a):
+        axis = a.get("axis", 0)
+        split = a.get("split")
+        if len(node.input) > 1 and node.input[1]:
+            split = [int(s) for s in self.const(node, name, 1, "split")]
+        kw = [("sections", tuple(split))] if split is not None else [("chunks", len(node.output))]
+        whole = f"{node.output[0]}.pieces"
+        nodes = [IRNode(whole, (node.input[0],), (), "SPLIT", (axis,), tuple(kw), f"ONNX node '{name}' (Split)")]
+        nodes += [IRNode(o, (whole,), ("used",), "GETITEM", (i,), (), nodes[0].origin) for i, o in enumerate(node.output)]
+        return nodes
+
+    def _axes(self, node, name, a):
+        if "axes" in a:
+            return list(a["axes"])
+        if len(node.input) > 1 and node.input[1]:
+            return [int(v) for v in self.const(node, name, 1, "axes")]
+        return []
+
+    def _Unsqueeze(self, node, name, a):
+        axes = sorted(self._axes(node, name, a))
+        nodes, src = [], node.input[0]
+        for i, ax in enumerate(axes):
+            out = node.output[0] if i == len(axes) - 1 else f"{node.output[0]}.{i}"
+            nodes.append(IRNode(out, (src,), (), "UNSQUEEZE", (ax,), (), f"ONNX node '{name}' (Unsqueeze)"))
+            src = out
+        return nodes
+
+    def _Squeeze(self, node, name, a):
+        return [self.ir(node, name, "SQUEEZE", [node.input[0]], self._axes(node, name, a))]
+
+    def _reduce(op):
+        def handler(self, node, name, a):
+            return [self.ir(node, name, op, [node.input[0]], self._axes(node, name, a),
+                            [("keepdim", bool(a.get("keepdims", 1)))])]
+        return handler
+
+    _ReduceMean, _ReduceSum = _reduce("MEAN"), _reduce("REDUCE_SUM")
+
+    def _Cast(self, node, name, a):
+        to = a.get("to")
+        if to not in _DTYPES:
+            raise self.error(node, name, f"cast to ONNX type {to} is not supported; valid: {sorted(_DTYPES)}")
+        return [self.ir(node, name, "TO", [node.input[0]], [_DTYPES[to]])]
+
+    def _Constant(self, node, name, a):
+        if "value" not in a:
+            raise self.error(node, name, "only Constant nodes with a 'value' tensor are supported")
+        arr = self.m.numpy_helper.to_array(a["value"])
+        self.m.constants[node.output[0]] = arr
+        self.m.shapes[node.output[0]] = arr.shape
+        return []
+
+    del _unary, _binary, _reduce
