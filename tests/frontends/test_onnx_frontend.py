@@ -1,0 +1,128 @@
+"""flexrt.onnx: ONNX graphs (exported from torch in the test) into FFModels. Laws as for
+flexrt.torch: parameter counts, forward with the initializers equal to torch's under data
+parallelism and a hybrid strategy, one SGD step equal to torch's; bad graphs raise ours."""
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx", reason="flexrt.onnx tests need the onnx package (pip install onnx)")
+from tests.frontends._models import BATCH, MODELS, SCCE, make, nn, torch, torch_sgd_step  # noqa: E402
+from flexrt.errors import ConfigError  # noqa: E402
+from flexrt.machine import load_machine  # noqa: E402
+from flexrt.model import DataType, FFConfig, FFModel, SGDOptimizer  # noqa: E402
+from flexrt.onnx import ONNXModel, ONNXModelKeras  # noqa: E402
+from flexrt.strategy import random_strategy, save_strategy  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
+ALL = ["mlp", "cnn", pytest.param("resnet18", marks=pytest.mark.slow)]
+TOL = {"mlp": 1e-5, "cnn": 1e-5, "resnet18": 5e-5}
+
+
+def export(model, x, path, params=True):
+    torch.onnx.export(model, (torch.from_numpy(x),), str(path), dynamo=False, input_names=["x"],
+                      export_params=params, training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+    return str(path)
+
+
+def build(om, shape, argv=()):
+    ff = FFModel(FFConfig(["-b", str(BATCH), *argv]))
+    x = ff.create_tensor([BATCH, *shape], DataType.DT_FLOAT)
+    out = om.apply(ff, {"x": x})
+    ff.softmax(out, name="prob")
+    return ff, x, out
+
+
+def strategies(path, shape, tmp_path):
+    base, _, _ = build(ONNXModel(path), shape)
+    machine = load_machine("local")
+    hybrid = str(tmp_path / "random.json")
+    save_strategy(hybrid, random_strategy(base.pcg, machine, 2), machine)
+    return [["-ll:gpu", "2"], ["--import", hybrid]]
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_onnx_forward_and_sgd_step_equal_torch(name, tmp_path):
+    model, x, y = make(name)
+    shape = MODELS[name][1]
+    path = export(model, x, tmp_path / f"{name}.onnx")
+    runs = strategies(path, shape, tmp_path) if name != "resnet18" else [["-ll:gpu", "2"]]
+    for argv in runs:
+        om = ONNXModel(path)
+        ff, xt, out = build(om, shape, argv)
+        assert ff.num_parameters() == sum(p.numel() for p in model.parameters())
+        ff.compile(optimizer=SGDOptimizer(ff, 0.1), loss_type=SCCE)
+        om.load_weights(ff)
+        xt.set_tensor(ff, x)
+        ff.forward()
+        with torch.no_grad():
+            k = 2 if name == "resnet18" else 1   # BatchNorm: per-device statistics under data parallelism
+            want = np.concatenate([model(torch.from_numpy(p)).numpy() for p in np.split(x, k)])
+        np.testing.assert_allclose(out.get_tensor(ff), want, rtol=1e-5, atol=TOL[name], err_msg=f"{argv}")
+    if name == "resnet18":
+        return
+    ff.fit(x=x, y=y, epochs=1)        # the last (hybrid) model
+    before = om.ff_weights()
+    torch_sgd_step(model, x, y)
+    after = ONNXModel(export(model, x, tmp_path / "after.onnx"))
+    build(after, shape)
+    for wname, want in after.ff_weights().items():
+        np.testing.assert_allclose(ff.get_weights()[wname], want, rtol=1e-5, atol=2e-6, err_msg=wname)
+        assert np.abs(want - before[wname]).max() > 1e-5, wname
+
+
+def test_export_without_params_builds_from_input_shapes(tmp_path):
+    model, x, _ = make("cnn")
+    om = ONNXModel(export(model, x, tmp_path / "noparams.onnx", params=False))
+    ff, _, out = build(om, MODELS["cnn"][1])
+    assert out.dims == (BATCH, 5) and ff.num_parameters() == sum(p.numel() for p in model.parameters())
+    ff.compile(loss_type=SCCE)
+    with pytest.raises(ConfigError, match="does not hold"):
+        om.load_weights(ff)
+
+
+def _graph(nodes, inits=(), shape=(2, 4)):
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], list(inits))
+    return helper.make_model(g)
+
+
+def test_matmul_add_is_a_dense_layer_and_split_concat_map():
+    w = np.arange(12, dtype=np.float32).reshape(4, 3) / 10
+    b = np.array([0.5, -1.0, 2.0], dtype=np.float32)
+    m = _graph([helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+                helper.make_node("Add", ["h", "b"], ["hb"], name="bias"),
+                helper.make_node("Split", ["hb"], ["s1", "s2"], axis=1, split=[1, 2], name="split"),
+                helper.make_node("Concat", ["s2", "s1"], ["c"], axis=1, name="cat"),
+                helper.make_node("Mul", ["c", "two"], ["y"], name="twice")],
+               [onnx.numpy_helper.from_array(w, "w"), onnx.numpy_helper.from_array(b, "b"),
+                onnx.numpy_helper.from_array(np.array(2.0, np.float32), "two")])
+    m.opset_import[0].version = 11
+    om = ONNXModelKeras(m, None, None)
+    ff = FFModel(FFConfig(["-b", "2"]))
+    xt = ff.create_tensor([2, 4], DataType.DT_FLOAT)
+    out = om.apply(ff, {"x": xt})
+    assert [layer.kind for layer in ff.get_layers().values()][0] == "dense"
+    ff.compile(loss_type="mean_squared_error_avg")
+    om.load_weights(ff)
+    x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+    xt.set_tensor(ff, x)
+    ff.forward()
+    h = x @ w + b
+    np.testing.assert_allclose(out.get_tensor(ff), 2 * np.concatenate([h[:, 1:], h[:, :1]], 1), rtol=1e-6)
+
+
+def test_unsupported_operator_and_attributes_name_the_node():
+    with pytest.raises(ConfigError, match=r"ONNX node 'pad1' \(Pad\): operator Pad has no FFModel mapping"):
+        ff = FFModel(FFConfig(["-b", "2"]))
+        ONNXModel(_graph([helper.make_node("Pad", ["x"], ["y"], name="pad1")])).apply(
+            ff, {"x": ff.create_tensor([2, 4], DataType.DT_FLOAT)})
+    ff = FFModel(FFConfig(["-b", "2"]))
+    x = ff.create_tensor([2, 3, 8, 8], DataType.DT_FLOAT)
+    pool = helper.make_node("MaxPool", ["x"], ["y"], name="mp", kernel_shape=[2, 2], pads=[0, 0, 1, 1])
+    with pytest.raises(ConfigError, match=r"ONNX node 'mp' \(MaxPool\): pads \[0, 0, 1, 1\] are uneven"):
+        ONNXModel(_graph([pool], shape=(2, 3, 8, 8))).apply(ff, {"x": x})
+    with pytest.raises(ConfigError, match="the graph has no input 'nope'"):
+        ONNXModel(_graph([pool], shape=(2, 3, 8, 8))).apply(ff, {"nope": x})
+    with pytest.raises(ConfigError, match="cannot load"):
+        ONNXModel("/nonexistent.onnx")
