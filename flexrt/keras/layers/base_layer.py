@@ -143,11 +143,9 @@ class Layer:
         if self.multi_input:
             if not isinstance(inputs, (list, tuple)) or not inputs:
                 raise ConfigError(f"{where}: takes a list of tensors, got {inputs!r:.80}")
-            tensors = [check_tensor(where, t, f"input {i}") for i, t in enumerate(inputs)]
-            if len({id(t) for t in tensors}) != len(tensors):
-                raise ConfigError(f"{where}: the same tensor is given twice; FlexFlow's merge layers take distinct "
-                                  f"tensors")
-            return tensors
+            # the same tensor may come twice (x * x; FlexFlow's Keras refuses it, Keras does not): its
+            # gradient sums both uses
+            return [check_tensor(where, t, f"input {i}") for i, t in enumerate(inputs)]
         if isinstance(inputs, (list, tuple)) and len(inputs) == 1:
             inputs = inputs[0]
         tensor = check_tensor(where, inputs)
