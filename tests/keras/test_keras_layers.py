@@ -119,6 +119,14 @@ def test_elementwise_merges_broadcast(shape, data):
         assert cls()([b, a]).batch_shape == (None, *shape)
 
 
+def test_same_average_pooling_that_pads_is_refused():
+    x = Input(shape=(2, 5, 5))
+    with pytest.raises(NotYetAvailableError, match="leaves the padding out of each window's count"):
+        AveragePooling2D((3, 3), strides=(1, 1), padding="same")(x)
+    assert MaxPooling2D((3, 3), strides=(1, 1), padding="same")(x).batch_shape == (None, 2, 5, 5)
+    assert AveragePooling2D((3, 3), strides=(1, 1), padding=(1, 1))(x).batch_shape == (None, 2, 5, 5)
+
+
 def test_batch_norm_activation_dropout_keep_the_shape():
     x = Input(shape=(5, 6, 7))
     bn = BatchNormalization()

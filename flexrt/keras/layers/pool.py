@@ -1,14 +1,16 @@
 """``MaxPooling2D`` and ``AveragePooling2D`` of channels-first ``(N, C, H, W)`` tensors.
 
 ``strides`` defaults to ``pool_size`` (Keras). ``padding``: 'valid', 'same' or an explicit pair,
-as ``Conv2D``'s.
+as ``Conv2D``'s. An average over padding counts the padded zeros (FlexFlow's, cuDNN's
+INCLUDE_PADDING); Keras' 'same' average leaves them out, so ``AveragePooling2D(padding='same')``
+where it pads raises ``NotYetAvailableError`` (explicit padding keeps FlexFlow's meaning).
 
 Entry points: ``Pooling2D``, ``MaxPooling2D``, ``AveragePooling2D``.
 """
 
 from __future__ import annotations
 
-from flexrt.errors import ShapeError
+from flexrt.errors import NotYetAvailableError, ShapeError
 from flexrt.keras.layers._common import padding_of, pair, refuse
 from flexrt.keras.layers.base_layer import Layer
 from flexrt.keras.layers.convolutional import resolve_padding
@@ -36,6 +38,11 @@ class Pooling2D(Layer):
         if x.num_dims != 4:
             raise ShapeError(f"the input must be (N, C, H, W), got shape {x.dims}")
         pad = resolve_padding(f"{self.layer_type} '{self.name}'", self.padding, x.dims, self.pool_size, self.strides)
+        if self.padding == "same" and self.pool_type is PoolType.POOL_AVG and any(pad):
+            raise NotYetAvailableError(
+                f"padding='same' pads {pad} here; Keras' average leaves the padding out of each window's count, "
+                f"flexrt's pool2d counts it (cuDNN's INCLUDE_PADDING, FlexFlow's); give explicit padding={pad} "
+                f"for that meaning")
         return ffmodel.pool2d(x, self.pool_size[0], self.pool_size[1], self.strides[0], self.strides[1], pad[0], pad[1],
                               self.pool_type, name=name)
 
