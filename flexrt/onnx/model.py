@@ -17,7 +17,8 @@ Entry points: ``ONNXModel``, ``ONNXModelKeras``.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -47,7 +48,7 @@ class ONNXModel:
         if isinstance(filename, str):
             try:
                 model = onnx.load(filename)
-            except Exception as e:  # onnx raises DecodeError, OSError ...
+            except Exception as e:  # noqa: BLE001 - onnx raises DecodeError, OSError ...
                 raise ConfigError(f"ONNXModel: cannot load {filename}: {e}") from None
         elif isinstance(filename, onnx.ModelProto):
             model = filename
@@ -165,7 +166,7 @@ class _Converter:
         out = handler(node, name, self.attrs(node))
         return out
 
-    def ir(self, node, name, op, inputs, fields=(), keywords=(), output: Optional[str] = None) -> IRNode:
+    def ir(self, node, name, op, inputs, fields=(), keywords=(), output: str | None = None) -> IRNode:
         return IRNode(output or node.output[0], tuple(inputs), (), op, tuple(fields), tuple(keywords),
                       f"ONNX node '{name}' ({node.op_type})")
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import Any, Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from flexrt.errors import ConfigError, FlexrtError, ShapeError
 from flexrt.ir.datatype import DataType
@@ -123,7 +124,7 @@ def split_sizes(node: IRNode, size: int, *, split_size=None, sections=None, chun
 
 
 # ---- handlers: (builder, node, inputs, fields) -> value ------------------------------------------
-def _shared(b: _Builder, node: IRNode) -> Optional[str]:
+def _shared(b: _Builder, node: IRNode) -> str | None:
     return node.kw("shares")
 
 

@@ -12,14 +12,13 @@ Entry points: ``trace``, ``to_ir`` (nodes, and per layer the module whose parame
 
 from __future__ import annotations
 
-import operator
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any
 
 import torch
-import torch.fx as fx
-import torch.nn as nn
 import torch.nn.functional as F
+from torch import fx, nn
 
 from flexrt.errors import ConfigError
 from flexrt.ir.enums import ActiMode, PoolType
@@ -49,7 +48,7 @@ class _Tracer(fx.Tracer):
 def trace(module: nn.Module) -> fx.GraphModule:
     try:
         graph = _Tracer().trace(module)
-    except Exception as e:  # fx raises many kinds; say which module and why
+    except Exception as e:  # noqa: BLE001 - fx raises many kinds; say which module and why
         raise ConfigError(f"torch.fx cannot trace {type(module).__name__}: {type(e).__name__}: {e} (data-dependent "
                           f"control flow and Proxy arguments to C functions cannot be traced)") from None
     return fx.GraphModule(module, graph)
@@ -82,15 +81,15 @@ class _Ctx:
     def error(self, node: fx.Node, message: str) -> ConfigError:
         return ConfigError(f"torch node '{node.name}' ({origin(node)}): {message}")
 
-    def add(self, node: fx.Node, op: str, inputs, fields=(), keywords=(), name: Optional[str] = None,
-            users: Optional[tuple] = None) -> str:
+    def add(self, node: fx.Node, op: str, inputs, fields=(), keywords=(), name: str | None = None,
+            users: tuple | None = None) -> str:
         name = name or node.name
         outs = users if users is not None else tuple(u.name for u in node.users)
         self.nodes.append(IRNode(name, tuple(inputs), outs, op, tuple(fields), tuple(keywords), origin(node)))
         return name
 
     def layer(self, node: fx.Node, op: str, module: nn.Module, kind: str, inputs, fields=(), keywords=(),
-              name: Optional[str] = None, users: Optional[tuple] = None) -> str:
+              name: str | None = None, users: tuple | None = None) -> str:
         """A node with weights: the first use of ``module`` owns them, later uses share them."""
         name = name or node.name
         owner = self.first_layer.get(id(module))
@@ -232,7 +231,7 @@ def _m_flatten(ctx, node, m: nn.Flatten):
     ctx.add(node, "FLAT", [node.args[0].name], [], kws)
 
 
-def _m_unary(op: str, check: Optional[Callable] = None):
+def _m_unary(op: str, check: Callable | None = None):
     def convert(ctx, node, m):
         if check is not None:
             problem = check(m)

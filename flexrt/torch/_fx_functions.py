@@ -9,15 +9,14 @@ Entry points: ``FUNCTIONS``, ``METHODS``, ``convert_call``.
 from __future__ import annotations
 
 import operator
-from typing import Callable
+from collections.abc import Callable
 
 import torch
-import torch.fx as fx
 import torch.nn.functional as F
+from torch import fx
 
 from flexrt.ir.enums import PoolType
-from flexrt.torch._fx import _Ctx, _bind, _pool_fields, _ref
-from flexrt.torch._ir import Ref
+from flexrt.torch._fx import _bind, _Ctx, _pool_fields, _ref
 
 _NUMBER = (int, float)
 

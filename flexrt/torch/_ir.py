@@ -23,14 +23,15 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from flexrt.errors import ConfigError
 
 IR_DELIMITER = "; "
 INOUT_NODE_DELIMITER = ","
-_KEYWORD = re.compile(r"^([A-Za-z_]\w*)=(.*)$", re.S)
+_KEYWORD = re.compile(r"^([A-Za-z_]\w*)=(.*)$", re.DOTALL)
 _REF = re.compile(r"%([A-Za-z_][\w.]*)")
 
 
@@ -165,8 +166,7 @@ def parse_line(line: str, where: str) -> IRNode:
 
 def write_ir(path: str, nodes: Iterable[IRNode]) -> None:
     with open(path, "w", encoding="utf-8") as f:
-        for node in nodes:
-            f.write(format_line(node) + "\n")
+        f.writelines(format_line(node) + "\n" for node in nodes)
 
 
 def read_ir(path: str) -> list[IRNode]:

@@ -12,7 +12,7 @@ Entry points: ``ff_layout``, ``set_layer_weights``.
 
 from __future__ import annotations
 
-from typing import Mapping, Optional
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -20,7 +20,7 @@ from flexrt.errors import ConfigError, ShapeError
 from flexrt.model.dataloader import batch_dtype
 
 
-def ff_layout(kind: str, params: Mapping[str, Optional[np.ndarray]]) -> dict[str, np.ndarray]:
+def ff_layout(kind: str, params: Mapping[str, np.ndarray | None]) -> dict[str, np.ndarray]:
     """FFModel's weights (by weight name) of a layer of ``kind`` from its source parameters:
 
     - ``dense``: weight [out, in], bias -> kernel [in, out], bias
@@ -48,7 +48,7 @@ def ff_layout(kind: str, params: Mapping[str, Optional[np.ndarray]]) -> dict[str
     raise ConfigError(f"no weight layout for layer kind {kind!r}")
 
 
-def _attention(p: Mapping[str, Optional[np.ndarray]]) -> dict[str, np.ndarray]:
+def _attention(p: Mapping[str, np.ndarray | None]) -> dict[str, np.ndarray]:
     w = p.get("in_proj_weight")
     if w is not None:
         wq, wk, wv = np.split(w, 3, axis=0)

@@ -22,7 +22,8 @@ Entry points: ``PyTorchModel``, ``file_to_ff``.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from flexrt.errors import ConfigError
 from flexrt.torch._build import build
@@ -43,8 +44,8 @@ class PyTorchModel:
     seq_length=None)``: ``model`` is a ``torch.nn.Module``; the other arguments are FlexFlow's
     HuggingFace tracing options (``is_hf_model=True`` needs the ``transformers`` package)."""
 
-    def __init__(self, model, is_hf_model: bool = False, input_names: Optional[Sequence[str]] = None,
-                 batch_size: int = 1, seq_length: Optional[Any] = None) -> None:
+    def __init__(self, model, is_hf_model: bool = False, input_names: Sequence[str] | None = None,
+                 batch_size: int = 1, seq_length: Any | None = None) -> None:
         torch = _torch()
         if not isinstance(model, torch.nn.Module):
             raise ConfigError(f"PyTorchModel: model must be a torch.nn.Module, got {type(model).__name__}")
@@ -139,7 +140,7 @@ class PyTorchModel:
 
 
 def _output_nodes(value) -> list:
-    import torch.fx as fx
+    from torch import fx
     if isinstance(value, fx.Node):
         return [value]
     if isinstance(value, dict):

@@ -9,11 +9,11 @@ import pytest
 torch = pytest.importorskip("torch", reason="flexrt.torch tests need PyTorch (pip install torch)")
 nn = torch.nn
 
-from flexrt.machine import load_machine  # noqa: E402
-from flexrt.model import DataType, FFConfig, FFModel, LossType, SGDOptimizer  # noqa: E402
-from flexrt.strategy import random_strategy, save_strategy  # noqa: E402
-from flexrt.strategy.config import ConfigStrategy  # noqa: E402
-from flexrt.strategy.space import config_at  # noqa: E402
+from flexrt.machine import load_machine
+from flexrt.model import DataType, FFConfig, FFModel, LossType, SGDOptimizer
+from flexrt.strategy import random_strategy, save_strategy
+from flexrt.strategy.config import ConfigStrategy
+from flexrt.strategy.space import config_at
 
 BATCH = 4
 SCCE = LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY

@@ -6,13 +6,14 @@ import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx", reason="flexrt.onnx tests need the onnx package (pip install onnx)")
-from tests.frontends._models import BATCH, MODELS, SCCE, make, nn, torch, torch_sgd_step  # noqa: E402
-from flexrt.errors import ConfigError  # noqa: E402
-from flexrt.machine import load_machine  # noqa: E402
-from flexrt.model import DataType, FFConfig, FFModel, SGDOptimizer  # noqa: E402
-from flexrt.onnx import ONNXModel, ONNXModelKeras  # noqa: E402
-from flexrt.strategy import random_strategy, save_strategy  # noqa: E402
-from onnx import TensorProto, helper  # noqa: E402
+from onnx import TensorProto, helper
+
+from flexrt.errors import ConfigError
+from flexrt.machine import load_machine
+from flexrt.model import DataType, FFConfig, FFModel, SGDOptimizer
+from flexrt.onnx import ONNXModel, ONNXModelKeras
+from flexrt.strategy import random_strategy, save_strategy
+from tests.frontends._models import BATCH, MODELS, SCCE, make, torch, torch_sgd_step
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
 ALL = ["mlp", "cnn", pytest.param("resnet18", marks=pytest.mark.slow)]
@@ -102,7 +103,7 @@ def test_matmul_add_is_a_dense_layer_and_split_concat_map():
     ff = FFModel(FFConfig(["-b", "2"]))
     xt = ff.create_tensor([2, 4], DataType.DT_FLOAT)
     out = om.apply(ff, {"x": xt})
-    assert [layer.kind for layer in ff.get_layers().values()][0] == "dense"
+    assert next(layer.kind for layer in ff.get_layers().values()) == "dense"
     ff.compile(loss_type="mean_squared_error_avg")
     om.load_weights(ff)
     x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)

@@ -6,11 +6,20 @@ graph; what cannot map raises our error naming the node and its source line."""
 import numpy as np
 import pytest
 
-from tests.frontends._models import (BATCH, MODELS, build, compiled, hybrid_strategy_file, make, nn, torch,
-                                     torch_sgd_step)
 from flexrt.errors import ConfigError, FlexrtError
 from flexrt.model import DataType, FFConfig, FFModel
 from flexrt.torch import PyTorchModel, file_to_ff
+from tests.frontends._models import (
+    BATCH,
+    MODELS,
+    build,
+    compiled,
+    hybrid_strategy_file,
+    make,
+    nn,
+    torch,
+    torch_sgd_step,
+)
 
 FAST = ["mlp", "cnn", "encoder"]
 # float32 forward tolerance: 1e-5; ResNet-18's 20 BatchNorms each divide by a standard deviation
@@ -83,18 +92,18 @@ def test_one_sgd_step_equals_torch_sgd(name, tmp_path):
 
 
 def test_file_round_trip_builds_the_same_graph(tmp_path):
-    model, x, _ = make("cnn")
+    model, _, _ = make("cnn")
     pm = PyTorchModel(model)
-    path = str(tmp_path / "cnn.ff")
-    pm.torch_to_file(path)
-    lines = open(path).read().splitlines()
+    path = tmp_path / "cnn.ff"
+    pm.torch_to_file(str(path))
+    lines = path.read_text().splitlines()
     assert lines[0].endswith("; INPUT") and lines[-1].endswith("; OUTPUT")
     assert "conv1; x,; relu,; CONV2D; 6; 3; 3; 1; 1; 1; 1; 10; 1; 1; in_channels=3" in lines
     a, _, _ = build(pm, MODELS["cnn"][1])
     b = FFModel(FFConfig(["-b", str(BATCH)]))
     xb = b.create_tensor([BATCH, 3, 8, 8], DataType.DT_FLOAT)
     b.softmax(file_to_ff(path, b, [xb])[0], name="prob")
-    sig = lambda m: [(n.name, n.attrs, str(m.pcg.shape(r)) if (r := None) else None) for n in m.pcg.nodes]  # noqa
+    sig = lambda m: [(n.name, n.attrs, str(m.pcg.shape(r)) if (r := None) else None) for n in m.pcg.nodes]
     assert sig(a) == sig(b)
     assert [layer.outputs[0].dims for layer in a.get_layers().values()] == \
         [layer.outputs[0].dims for layer in b.get_layers().values()]
@@ -110,12 +119,12 @@ def test_module_applied_twice_shares_its_weights_through_the_file(tmp_path):
             return torch.cat((self.fc(x), self.fc(y)), 1)
 
     pm = PyTorchModel(Twice())
-    path = str(tmp_path / "twice.ff")
-    pm.torch_to_file(path)
-    assert "fc_1; y,; cat,; LINEAR; 4; 10; 1; in_features=4; shares=fc" in open(path).read()
+    path = tmp_path / "twice.ff"
+    pm.torch_to_file(str(path))
+    assert "fc_1; y,; cat,; LINEAR; 4; 10; 1; in_features=4; shares=fc" in path.read_text()
     ff = FFModel(FFConfig(["-b", "2"]))
     xs = [ff.create_tensor([2, 4], DataType.DT_FLOAT) for _ in range(2)]
-    out = file_to_ff(path, ff, xs)[0]
+    out = file_to_ff(str(path), ff, xs)[0]
     assert out.dims == (2, 8) and ff.num_parameters() == 20
 
 
