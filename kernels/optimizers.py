@@ -12,7 +12,14 @@ Example:
     >>> w
     array([0.95, 0.95])
 
-Entry points: ``OptimizerKind``, ``sgd_update``, ``adam_update``, ``state_factor``, ``state_bytes``.
+Mixed precision (``flexrt.ir.precision``): a float16 weight is updated through a float32 master
+copy (``master_step``: the gradient cast up and unscaled, the step taken on the master and its
+float32 state, the weight set to the master rounded), and ``LossScaler`` scales the loss so that
+small float16 gradients do not flush to zero, backing off when a step overflows (the defaults of
+``torch.cuda.amp.GradScaler``).
+
+Entry points: ``OptimizerKind``, ``sgd_update``, ``adam_update``, ``state_factor``, ``state_bytes``,
+``master_step``, ``LossScaler``.
 """
 
 from __future__ import annotations
@@ -48,6 +55,14 @@ def state_factor(kind: OptimizerKind) -> int:
 def state_bytes(kind: OptimizerKind, weight_bytes: int = 1) -> int:
     """Bytes of optimizer state for ``weight_bytes`` bytes of weights (the factor when 1)."""
     return state_factor(kind) * weight_bytes
+
+
+def state_bytes_of(kind_factor: int, elements: int, itemsize: int) -> int:
+    """Bytes of optimizer state a weight of ``elements`` of ``itemsize`` bytes holds: ``kind_factor``
+    weight-sized arrays, and for a 16-bit weight a float32 master copy with float32 state."""
+    if itemsize == 2:
+        return (kind_factor + 1) * elements * 4
+    return kind_factor * elements * itemsize
 
 
 def allocated_state_bytes(state: dict) -> int:
@@ -101,3 +116,52 @@ def adam_update(xp, w, g, state: dict, alpha: float = 0.001, beta1: float = 0.9,
     step_size = alpha / (1.0 - beta1 ** step)
     denom = xp.sqrt(v) / t(math.sqrt(1.0 - beta2 ** step)) + t(epsilon)
     w -= t(step_size) * (m / denom)
+
+
+def master_step(update, xp, w, g, state: dict, inv_scale: float = 1.0) -> None:
+    """One step of ``update(xp, w, g, state)`` for a 16-bit weight ``w``: on its float32 master copy
+    (``state["master"]``, made from ``w`` at the first step) with the float32 gradient ``g *
+    inv_scale``; ``w`` then holds the master rounded to its type."""
+    master = state.get("master")
+    if master is None:
+        master = state["master"] = w.astype(xp.float32)
+    g32 = g.astype(xp.float32)
+    if inv_scale != 1.0:
+        g32 *= xp.float32(inv_scale)
+    update(xp, master, g32, state)
+    w[...] = master
+
+
+class LossScaler:
+    """Dynamic loss scaling: the loss's gradient is multiplied by ``scale``; a step whose gradients
+    hold an inf or NaN is skipped and the scale multiplied by ``backoff_factor``; after
+    ``growth_interval`` steps in a row without one it is multiplied by ``growth_factor``. A fixed
+    scale: ``dynamic=False``."""
+
+    def __init__(self, init_scale: float = 2.0 ** 16, growth_factor: float = 2.0, backoff_factor: float = 0.5,
+                 growth_interval: int = 2000, dynamic: bool = True) -> None:
+        if not (isinstance(init_scale, (int, float)) and math.isfinite(init_scale) and init_scale > 0):
+            raise ConfigError(f"loss scale must be a finite number > 0, got {init_scale!r}")
+        if not growth_factor > 1 or not 0 < backoff_factor < 1:
+            raise ConfigError(f"loss scaler: growth_factor must be > 1 and backoff_factor in (0, 1), got "
+                              f"{growth_factor!r} and {backoff_factor!r}")
+        if isinstance(growth_interval, bool) or not isinstance(growth_interval, int) or growth_interval < 1:
+            raise ConfigError(f"loss scaler: growth_interval must be an integer >= 1, got {growth_interval!r}")
+        self.scale = float(init_scale)
+        self.growth_factor, self.backoff_factor = float(growth_factor), float(backoff_factor)
+        self.growth_interval, self.dynamic = growth_interval, dynamic
+        self.good_steps = 0
+        self.skipped = 0
+
+    def update(self, found_inf: bool) -> None:
+        """After a step: ``found_inf`` says whether its gradients overflowed (and it was skipped)."""
+        if found_inf:
+            self.skipped += 1
+            self.good_steps = 0
+            if self.dynamic:
+                self.scale *= self.backoff_factor
+            return
+        self.good_steps += 1
+        if self.dynamic and self.good_steps >= self.growth_interval:
+            self.scale *= self.growth_factor
+            self.good_steps = 0

@@ -58,6 +58,7 @@ from flexrt.simulator.cost_model import has_linear_transfers, loss_time, ring_su
 from flexrt.simulator.collectives import CommCost, RingFits, comm_cost_of
 from flexrt.simulator.engine import Engine
 from flexrt.simulator.pipeline_lowering import accumulate_micro_batches, lower_schedule
+from flexrt.simulator.precision_lowering import has_half_weights, lower_overflow_check
 from flexrt.simulator.recompute_lowering import lower_recompute, recompute_copies
 from flexrt.strategy import Strategy
 from flexrt.strategy.layout import Layouts, OperatorLayout
@@ -174,6 +175,7 @@ class Lowering:
         if wiring is getattr(self, "wiring", None):
             return  # one model: producers, consumers and ranks stay
         self.wiring = wiring
+        self.half = has_half_weights(wiring)   # mixed precision: updates wait for the overflow check
         self._last_user_of = defaultdict(list)  # operator -> the weights it is the last user of
         for w in wiring.weights:
             users = wiring.consumers.get(w)
@@ -729,6 +731,8 @@ class Lowering:
                 for done in release.get(name, ()):
                     self._layouts.drop(done)
             lower_recompute(self)
+            if self.half:
+                lower_overflow_check(self)
             if self.pipeline is not None:
                 lower_schedule(self)
             self.engine = self.graph.engine(self.engine_cls)
@@ -770,7 +774,7 @@ class Lowering:
         engine in step (only the changed tasks and edges)."""
         if self.strategy is None or strategy.wiring() is not self.wiring or not self.incremental \
                 or getattr(strategy, "pipeline", None) is not None or self.pipeline is not None \
-                or getattr(strategy, "recompute", None) or self.recompute:
+                or getattr(strategy, "recompute", None) or self.recompute or self.half:
             self.build(strategy)   # a pipeline's schedule and recomputation order tasks of many owners: lowered whole
             return
         self._set_strategy(strategy)

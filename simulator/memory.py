@@ -55,6 +55,7 @@ import numpy as np
 
 from flexrt.errors import StrategyError
 from flexrt.kernels.fused import backward_reads
+from flexrt.kernels.optimizers import state_bytes_of
 from flexrt.simulator.actions import (HOST, Backward, Buf, BufKind, Forward, Fused, Key, Loss, Move, RingStep,
                                       Update, gathered)
 
@@ -419,7 +420,8 @@ def replay(buffers: Buffers, start, end, optimizer_state: int = 0, state_held: b
     task allocates what it writes at its start and frees (``released``) at its end; at one instant
     tasks that ran until then free first, then tasks starting then allocate, then tasks taking no
     time free. Weight instances are live throughout, and their optimizer state (``optimizer_state``
-    times their bytes: 0 for SGD, 1 with momentum, 2 for Adam) too when ``state_held`` (every
+    times their bytes: 0 for SGD, 1 with momentum, 2 for Adam; a float16 weight's in float32, with
+    its float32 master copy: ``state_bytes_of``) too when ``state_held`` (every
     iteration but the first), else from their update on. Buffers in ``unmaterialized`` are never
     allocated (the intermediates of a fused chain the executor evaluates as one expression). With
     ``rank_of`` (device -> MPI rank: the SPMD runtime) and ``succ`` (per task its successors), a ring
@@ -432,7 +434,8 @@ def replay(buffers: Buffers, start, end, optimizer_state: int = 0, state_held: b
     for b in buffers.weight_instances:
         nbytes = box_bytes(b)
         mem.add(b.device, nbytes, t0)
-        state = optimizer_state * nbytes
+        size = np.dtype(b.dtype).itemsize
+        state = state_bytes_of(optimizer_state, nbytes // size, size)
         if state and state_held:
             mem.add(b.device, state, t0)
         elif state:

@@ -20,7 +20,8 @@ from typing import Optional
 
 import numpy as np
 
-from flexrt.kernels.optimizers import OptimizerKind
+from flexrt.ir.precision import is_half
+from flexrt.kernels.optimizers import OptimizerKind, state_bytes_of
 from flexrt.machine import Machine
 from flexrt.simulator.collectives import CommCost
 from flexrt.simulator.fusion import FusedGraph
@@ -193,12 +194,14 @@ class Simulator:
             moved_b.setdefault(cat.value, 0)
         memory = g.memory_by_device()
         factor = OPTIMIZER_STATE[self.optimizer]
+        half = any(is_half(s.dtype) for s in (g.weight_shapes or {}).values())
         capacity, over = {}, []
         for d in range(machine.num_devices):
             m = memory.setdefault(d, {})
             for kind in ("weights", "gradients", "activations"):
                 m.setdefault(kind, 0)
-            m["optimizer_state"] = factor * m["weights"]
+            # 16-bit weights (mixed precision): a float32 master copy and float32 optimizer state
+            m["optimizer_state"] = state_bytes_of(factor, m["weights"] // 2, 2) if half else factor * m["weights"]
             m["total"] = sum(v for k, v in m.items() if k != "total")
             capacity[d] = machine.devices[d].spec.memory_bytes
             if m["total"] > capacity[d]:

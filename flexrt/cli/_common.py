@@ -294,6 +294,42 @@ def add_pipeline_flags(parser) -> None:
                              "sqrt(n) operators a segment) or selective (only memory-bound operators); default none")
 
 
+def add_precision_flags(parser, loss_scale: bool = False) -> None:
+    """``--precision fp32|fp16|bf16`` (mixed precision: ``flexrt.ir.precision``) and, for training,
+    ``--loss-scale dynamic|S``."""
+    parser.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32",
+                        help="fp16 / bf16: mixed precision (16-bit compute, activations and gradients at the devices' "
+                             "16-bit peaks; float32 master weights and optimizer state); default fp32")
+    if loss_scale:
+        parser.add_argument("--loss-scale", default="dynamic", metavar="dynamic|S",
+                            help="with --precision fp16: dynamic loss scaling (default; GradScaler's defaults) or a "
+                                 "fixed scale S")
+
+
+def precision_arg(args, base):
+    """The model in the precision ``--precision`` asks for."""
+    if getattr(args, "precision", "fp32") == "fp32":
+        return base
+    from flexrt.ir.precision import with_precision
+    return with_precision(base, args.precision)
+
+
+def loss_scale_arg(args):
+    """``--loss-scale``: "dynamic" or a number > 0 (ConfigError otherwise)."""
+    value = getattr(args, "loss_scale", "dynamic")
+    if value == "dynamic":
+        return None
+    try:
+        scale = float(value)
+    except ValueError:
+        scale = float("nan")
+    if not (scale > 0 and scale != float("inf")):
+        raise ConfigError(f"--loss-scale {value!r}: give dynamic or a number > 0")
+    if args.precision != "fp16":
+        raise ConfigError("--loss-scale applies to --precision fp16 (float32 and bfloat16 need no loss scaling)")
+    return scale
+
+
 def recompute_arg(args, base, strategy):
     """``strategy`` recomputing what ``--recompute`` asks for (``flexrt.strategy.recompute``)."""
     if getattr(args, "recompute", "none") == "none":

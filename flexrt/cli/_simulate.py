@@ -4,8 +4,9 @@ the iteration time, compute vs communication, data moved, link traffic and memor
 from __future__ import annotations
 
 from flexrt.cli._common import (add_comm_cost_flag, add_fused_cost_flag, add_fusion_flag, add_json_flag,
+                                add_precision_flags,
                                 add_pipeline_flags, check_comm_cost, check_model_flags, comm_cost_model, count,
-                                emit_json, fused_cost_model, fusion_arg, pipeline_arg, recompute_arg,
+                                emit_json, fused_cost_model, fusion_arg, pipeline_arg, precision_arg, recompute_arg,
                                 warn_data_parallel, write_text)
 from flexrt.errors import ConfigError
 from flexrt.machine import load_machine
@@ -34,6 +35,7 @@ def add_arguments(parser) -> None:
                         help="full simulation, or delta: reach the strategy from data parallelism one operator "
                              "at a time by delta simulation (same final result)")
     add_pipeline_flags(parser)
+    add_precision_flags(parser)
     add_fusion_flag(parser, "the strategy before simulating it")
     parser.add_argument("--cost", choices=("analytic", "profiled"), default="analytic")
     add_fused_cost_flag(parser)
@@ -111,7 +113,7 @@ def run(args, extra) -> int:
     machine = load_machine(args.machine, nodes=args.nodes)
     check_comm_cost(args, machine)
     loaded = load_model(args.model, extra)
-    base = loaded.model.pcg
+    base = precision_arg(args, loaded.model.pcg)
     strategy = _strategy(args, base, machine)
     cost = comm_cost_model(args, fused_cost_model(args, AnalyticCostModel() if args.cost == "analytic"
                                                   else ProfiledCostModel()))
@@ -143,6 +145,7 @@ def run(args, extra) -> int:
     if args.json:
         emit_json({"model": loaded.name, "machine": machine.name, "num_devices": machine.num_devices,
                    "pipeline": pipeline, "recompute": {"granularity": args.recompute, "operators": recomputed},
+                   "precision": args.precision,
                    "method": args.method, "delta_steps": steps, "cost": args.cost, "fusion": args.fusion,
                    "fused_cost": args.fused_cost, "comm_cost": args.comm_cost,
                    "allreduce_fits": _fits_used(sim),

@@ -10,7 +10,8 @@ import io
 import json
 import statistics
 
-from flexrt.cli._common import (add_comm_cost_flag, add_json_flag, add_pipeline_flags, check_comm_cost,
+from flexrt.cli._common import (add_comm_cost_flag, add_json_flag, add_pipeline_flags, add_precision_flags,
+                                check_comm_cost, loss_scale_arg, precision_arg,
                                 check_model_flags, comm_cost_model, count, emit_json, number,
                                 pipeline_arg, recompute_arg, warn_data_parallel, write_text)
 from flexrt.errors import ConfigError
@@ -46,6 +47,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--random-strategy", type=count(0), metavar="SEED",
                         help="train a random valid strategy (every operator a random SOAP configuration and view)")
     add_pipeline_flags(parser)
+    add_precision_flags(parser, loss_scale=True)
     parser.add_argument("--backend", default="numpy", help=f"array backend: {' or '.join(BACKENDS)} (default numpy)")
     parser.add_argument("--mode", default="serial", help=f"executor: {' or '.join(MODES)} (default serial)")
     parser.add_argument("--steps", type=count(1), default=10, help="training iterations to run (default 10)")
@@ -75,7 +77,7 @@ def _session(args, strategy, machine, optimizer: OptimizerKind, loss: LossType) 
         return Session(strategy, machine, cost_model=cost, backend=args.backend, mode=args.mode,
                        optimizer=optimizer,
                        loss=loss, metrics=(MetricsType.METRICS_ACCURACY,) if loss in CROSS_ENTROPIES else (),
-                       seed=args.seed, **params)
+                       seed=args.seed, loss_scale=loss_scale_arg(args), **params)
     except ModuleNotFoundError as e:
         if args.backend == "cupy":
             raise ConfigError(f"--backend cupy: the CuPy backend cannot be loaded ({e}); install it with "
@@ -105,7 +107,7 @@ def run(args, extra) -> int:
         return _launch_local(args, machine)
     check_comm_cost(args, machine)
     loaded = load_model(args.model, extra)
-    base = loaded.model.pcg
+    base = precision_arg(args, loaded.model.pcg)
     if sum(x is not None and x is not False for x in (args.strategy, args.random_strategy,
                                                       args.pipeline or args.megatron or None)) > 1:
         raise ConfigError("give one of --strategy FILE, --random-strategy SEED and --pipeline P (or --megatron)")
@@ -154,10 +156,14 @@ def _train(args, loaded, machine, session, described, loss: LossType) -> int:
     result = None
     for i in range(1, args.steps + 1):
         result = session.step(inputs, labels)
-        steps.append({"step": i, "loss": result.loss, "measured_ms": result.wall_s * 1e3, "metrics": result.metrics})
+        steps.append({"step": i, "loss": result.loss, "measured_ms": result.wall_s * 1e3, "metrics": result.metrics,
+                      "skipped": result.skipped})
         if not args.json:
+            scaler = session.executor.scaler
             print(f"step {i:>3}  loss {result.loss:.6f}  measured {result.wall_s * 1e3:9.3f} ms  "
-                  f"simulated {predicted_ms:9.3f} ms")
+                  f"simulated {predicted_ms:9.3f} ms"
+                  + (f"  loss scale {scaler.scale:g}" if scaler is not None else "")
+                  + ("  (gradients overflowed: step skipped)" if result.skipped else ""))
     median = statistics.median(s["measured_ms"] for s in steps)
     memory = session.memory_report(result)
     files = {}

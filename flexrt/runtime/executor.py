@@ -37,6 +37,7 @@ Entry points: ``Executor``, ``IterationResult``.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import math
 import threading
@@ -50,7 +51,7 @@ import numpy as np
 from flexrt.errors import FlexrtError, ShapeError, StrategyError
 from flexrt.kernels.losses import LossType, fuses_with_softmax, loss_forward
 from flexrt.kernels.metrics import MetricsAccumulator, MetricsType
-from flexrt.kernels.optimizers import OptimizerKind, adam_update, sgd_update
+from flexrt.kernels.optimizers import LossScaler, OptimizerKind, adam_update, master_step, sgd_update
 from flexrt.kernels.fused import backward_reads
 from flexrt.kernels.registry import backward_kernel, forward_kernel
 from flexrt.runtime.plan import ExecPlan
@@ -73,6 +74,7 @@ class IterationResult:
     start: np.ndarray            # per planned task, seconds from the iteration's start
     end: np.ndarray
     peak_bytes: dict             # device -> peak bytes live during the iteration (weights included)
+    skipped: bool = False        # mixed precision: the gradients overflowed and no weight was updated
 
 
 @dataclass
@@ -83,10 +85,12 @@ class _State:
     end: list
     arrived: dict = field(default_factory=lambda: defaultdict(int))
     loss: float = 0.0
+    losses: dict = field(default_factory=dict)   # loss task -> its share: summed in task order (threads finish in any)
     t0: float = 0.0
     done: list = field(default_factory=list)     # per task: it has run (a pass runs in phases)
     local_remaining: Optional[dict] = None       # SPMD: this rank's predecessor counts, across phases
     wall_s: float = 0.0                          # time spent in the phases run so far
+    skipped: bool = False                        # mixed precision: the updates were skipped (overflow)
 
 
 def _slices(ranges, box) -> tuple:
@@ -142,6 +146,10 @@ class Executor:
         self._has_pass = False            # a forward pass has run since the weights were placed
         self._views: dict = {}            # a bucket segment's buffer -> [live views, bytes] of its flat buffer
         self.chain_runs = 0               # fused element-wise chains evaluated as one expression
+        # mixed precision: float16 weights train through float32 masters with the loss scaled
+        half = any(np.dtype(b.dtype).itemsize == 2 for b in plan.weight_instances)
+        self.scaler: Optional[LossScaler] = LossScaler() if half else None
+        self._updates = [t.kind.value == "update" for t in plan.tasks]
 
     # ---- memory ------------------------------------------------------------------------------
     def _alloc(self, bid, arr) -> None:
@@ -350,24 +358,29 @@ class Executor:
         bid = (a.weight.key, a.weight.device)
         state = self.opt_state.setdefault(bid, {})
         before = sum(int(v.nbytes) for v in state.values() if hasattr(v, "nbytes"))
-        self.update_fn(self.xp, self.get(bid), self.get((a.grad.key, a.grad.device)), state)
+        w, g = self.get(bid), self.get((a.grad.key, a.grad.device))
+        if w.dtype.itemsize == 2:
+            master_step(self.update_fn, self.xp, w, g, state, 1.0 / self.scaler.scale if self.scaler else 1.0)
+        else:
+            self.update_fn(self.xp, w, g, state)
         after = sum(int(v.nbytes) for v in state.values() if hasattr(v, "nbytes"))
         if after != before:
             with self._lock:
                 self.live[a.weight.device] += after - before
                 self.peak[a.weight.device] = max(self.peak[a.weight.device], self.live[a.weight.device])
 
-    def _loss(self, a: Loss, st: _State) -> None:
+    def _loss(self, a: Loss, st: _State, index: int) -> None:
         self._assemble(a.output)
         out = self.get((a.output.key, a.output.device))
         (lo, hi), = a.rows
         labels = self.backend.upload(self.labels[lo:hi], a.output.device)
         share = out.size / a.full_elements
         value = loss_forward(self.xp, self.loss, out, labels) * share  # a device scalar: no host sync here
-        grad = self.loss_backward(self.xp, self.loss, out, labels) * out.dtype.type(share)
+        scale = self.scaler.scale if self.scaler is not None else 1.0
+        grad = self.loss_backward(self.xp, self.loss, out, labels) * out.dtype.type(share * scale)
         self._alloc((a.grad.key, a.grad.device), grad)
         with self._lock:
-            st.loss += value
+            st.losses[index] = value
             if self.metrics.names:
                 self.metrics.update(self.xp, out, labels)
 
@@ -431,7 +444,9 @@ class Executor:
         if isinstance(a, Move):  # a transfer orders itself between its two devices (copy_to)
             self._move(a)
             return True
-        with self.backend.on(task.device):
+        # mixed precision: an overflow is expected now and then (the step is skipped), not warned about
+        quiet = np.errstate(over="ignore", invalid="ignore") if self.scaler is not None else contextlib.nullcontext()
+        with self.backend.on(task.device), quiet:
             if isinstance(a, Forward):
                 self._forward(a)
             elif isinstance(a, Backward):
@@ -443,7 +458,7 @@ class Executor:
             elif isinstance(a, Update):
                 self._update(a)
             elif isinstance(a, Loss):
-                self._loss(a, st)
+                self._loss(a, st, task.index)
         return True
 
     def _release(self, task, st: _State) -> None:
@@ -461,7 +476,7 @@ class Executor:
         """Execute every task with the batch ``inputs`` (input name -> array) and ``labels``."""
         st = self._begin(inputs, hold=False)
         self._set_labels(labels)
-        self._phase(st, None)
+        self._scaled_phases(st, None)
         return self._result(st)
 
     def forward(self, inputs: dict) -> None:
@@ -479,8 +494,43 @@ class Executor:
         self._set_labels(labels)
         self._pass = None
         st.t0 = time.perf_counter() - st.wall_s  # the time between the two calls is not the iteration's
-        self._phase(st, [not f for f in self.plan.forward_phase])
+        self._scaled_phases(st, [not f for f in self.plan.forward_phase])
         return self._result(st)
+
+    def _scaled_phases(self, st: _State, phase) -> None:
+        """Run ``phase`` (None: every task). With a loss scaler, the updates run last and only if
+        no gradient they read overflowed anywhere (``_agree``); else they are skipped, every weight
+        keeps its value, and the scale backs off."""
+        if self.scaler is None:
+            self._phase(st, phase)
+            return
+        mine = [True] * self.plan.num_tasks if phase is None else phase
+        self._phase(st, [m and not u for m, u in zip(mine, self._updates)])
+        found = self._agree(self._overflowed())
+        if found:
+            for i, u in enumerate(self._updates):
+                if u and mine[i] and not st.done[i]:
+                    self._release(self.plan.tasks[i], st)
+                    st.done[i] = True
+        else:
+            self._phase(st, [m and u for m, u in zip(mine, self._updates)])
+        self.scaler.update(found)
+        st.skipped = found
+
+    def _overflowed(self) -> bool:
+        """Whether a floating buffer live on this process's devices (after the backward: the
+        gradients the updates read) holds an inf or a NaN."""
+        xp = self.xp
+        for dev, bufs in self.mem.items():
+            for key, arr in bufs.items():
+                if (key, dev) not in self.plan.persistent and arr.dtype.kind == "f" and \
+                        not bool(xp.isfinite(arr).all()):
+                    return True
+        return False
+
+    def _agree(self, found: bool) -> bool:
+        """Every process's verdict on overflow combined (one process: its own)."""
+        return found
 
     def _begin(self, inputs: dict, hold: bool) -> _State:
         plan = self.plan
@@ -518,9 +568,9 @@ class Executor:
         st.wall_s = time.perf_counter() - st.t0
 
     def _result(self, st: _State) -> IterationResult:
-        st.loss = float(st.loss)
+        st.loss = float(sum(st.losses[i] for i in sorted(st.losses))) if st.losses else 0.0
         return IterationResult(st.loss, self.metrics.result(), st.wall_s, np.array(st.start), np.array(st.end),
-                               dict(self.peak))
+                               dict(self.peak), st.skipped)
 
     def discard(self) -> None:
         """Drop what a pass left (a forward pass whose rest never ran, outputs kept for reading):

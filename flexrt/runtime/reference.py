@@ -22,6 +22,7 @@ from flexrt.ir.op_type import OpType
 from flexrt.ir.pcg import PCG, TensorRef
 from flexrt.kernels.losses import (CROSS_ENTROPIES, LossType, fuses_with_softmax, loss_backward, loss_forward,
                                    softmax_cross_entropy_backward)
+from flexrt.kernels.optimizers import LossScaler, master_step
 from flexrt.kernels.registry import run_backward, run_forward
 
 
@@ -49,14 +50,19 @@ def loss_gradient(loss: LossType, attrs, rank: int) -> tuple[Callable, bool]:
 
 class ReferenceTrainer:
     def __init__(self, pcg: PCG, weights: dict, update: Callable, loss: LossType | str,
-                 output: Optional[str] = None) -> None:
-        """``loss`` is a ``LossType`` or its name; ``update`` is ``optimizer_step(...)``'s."""
+                 output: Optional[str] = None, loss_scale: Optional[float] = None) -> None:
+        """``loss`` is a ``LossType`` or its name; ``update`` is ``optimizer_step(...)``'s. Float16
+        weights train as the runtime trains them: float32 masters, the loss scaled (dynamically, or by
+        a fixed ``loss_scale``), a step skipped when a gradient overflows."""
         self.pcg = pcg
         self.weights = {k: np.array(v, copy=True) for k, v in weights.items()}
         self.update = update
         self.loss = LossType.parse(loss)
         self.output = output or loss_output(pcg)
         self.state: dict = {name: {} for name in self.weights}
+        half = any(w.dtype.itemsize == 2 and w.dtype.kind == "f" for w in self.weights.values())
+        self.scaler = None if not half else LossScaler(loss_scale, dynamic=False) if loss_scale else LossScaler()
+        self.skipped = False
 
     def step(self, inputs: dict, labels) -> float:
         pcg = self.pcg
@@ -78,9 +84,11 @@ class ReferenceTrainer:
         value = float(loss_forward(np, self.loss, out, labels))
         out_node = pcg.node(out_ref.node)
         backward, fused = loss_gradient(self.loss, out_node.attrs, out.ndim)
+        seed = backward(np, self.loss, out, labels)
+        if self.scaler is not None:
+            seed = seed * seed.dtype.type(self.scaler.scale)
         grads: dict[TensorRef, np.ndarray] = (  # fused: d loss / d logits, the softmax's backward skipped
-            {out_node.inputs[0]: backward(np, self.loss, out, labels)} if fused
-            else {out_ref: backward(np, self.loss, out, labels)})
+            {out_node.inputs[0]: seed} if fused else {out_ref: seed})
         for nid in reversed(order):
             node = pcg.node(nid)
             if node.op_type in (OpType.INPUT, OpType.WEIGHT) or (fused and nid == out_node.id):
@@ -92,8 +100,23 @@ class ReferenceTrainer:
                 if g is None or pcg.node(r.node).op_type is OpType.INPUT:
                     continue
                 grads[r] = grads[r] + g if r in grads else g
-        for name, w in self.weights.items():
-            g = grads.get(TensorRef(pcg.node_by_name(name).id, 0))
-            if g is not None:
-                self.update(np, w, g, self.state[name])
+        self._apply({name: grads.get(TensorRef(pcg.node_by_name(name).id, 0)) for name in self.weights})
         return value
+
+    def _apply(self, grads: dict) -> None:
+        """The optimizer's step on every weight with a gradient (mixed precision: unless one overflowed)."""
+        inv_scale = 1.0
+        if self.scaler is not None:
+            self.skipped = any(g is not None and not np.isfinite(g).all() for g in grads.values())
+            inv_scale = 1.0 / self.scaler.scale
+            self.scaler.update(self.skipped)
+            if self.skipped:
+                return
+        for name, w in self.weights.items():
+            g = grads[name]
+            if g is None:
+                continue
+            if w.dtype.itemsize == 2:
+                master_step(self.update, np, w, g, self.state[name], inv_scale)
+            else:
+                self.update(np, w, g, self.state[name])

@@ -54,6 +54,7 @@ from flexrt.runtime.executor import Executor, IterationResult, optimizer_step
 from flexrt.runtime.plan import ExecPlan
 from flexrt.simulator.cost_model import AnalyticCostModel
 from flexrt.simulator.memory import replay, serial_times
+from flexrt.kernels.optimizers import LossScaler
 from flexrt.simulator.simulate import OPTIMIZER_STATE, SimResult, Simulator, chrome_trace
 from flexrt.strategy import ConfigStrategy, Strategy
 from flexrt.strategy.pipeline import split_batch
@@ -125,9 +126,12 @@ class Session:
                  mode: str = "serial", optimizer: OptimizerKind | str = OptimizerKind.SGD,
                  loss: LossType | str = LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY,
                  metrics=(), weights: Optional[dict] = None, seed: int = 0, loss_output: Optional[str] = None,
-                 check_memory: bool = True, comm=None, **optimizer_params) -> None:
+                 check_memory: bool = True, comm=None, loss_scale=None, **optimizer_params) -> None:
         """``optimizer`` (SGD or ADAM), ``loss`` and each of ``metrics`` are an ``OptimizerKind`` /
-        ``LossType`` / ``MetricsType`` or its name ("adam", "mean_squared_error_avg", "accuracy")."""
+        ``LossType`` / ``MetricsType`` or its name ("adam", "mean_squared_error_avg", "accuracy").
+        A model with float16 weights (``flexrt.ir.precision``) trains through float32 master weights
+        with its loss scaled: dynamically (``loss_scale`` None or "dynamic": torch's GradScaler
+        defaults) or by a fixed ``loss_scale``."""
         optimizer = OptimizerKind.parse(optimizer, OPTIMIZER_PARAMS)
         loss = LossType.parse(loss)
         metrics = [MetricsType.parse(m) for m in metrics]
@@ -168,8 +172,19 @@ class Session:
             from flexrt.runtime.spmd import SpmdExecutor
             self.layout = mpi.rank_layout(machine, self.comm.Get_size(), self.comm.Get_rank())
             self.executor = SpmdExecutor(self.plan, self.backend, update, loss, metrics, self.comm, self.layout)
+        self._set_loss_scale(loss_scale)
         self.executor.load_weights(weights if weights is not None else initial_weights(self.base, seed))
         self.last: Optional[IterationResult] = None
+
+    def _set_loss_scale(self, loss_scale) -> None:
+        if loss_scale is None or loss_scale == "dynamic":
+            return
+        if self.executor.scaler is None:
+            raise ConfigError(f"loss_scale {loss_scale!r}: loss scaling applies to models with float16 weights "
+                              f"(train with precision fp16)")
+        if isinstance(loss_scale, bool) or not isinstance(loss_scale, (int, float)):
+            raise ConfigError(f"loss_scale must be \"dynamic\" or a number > 0, got {loss_scale!r}")
+        self.executor.scaler = LossScaler(float(loss_scale), dynamic=False)
 
     def set_optimizer(self, optimizer: OptimizerKind | str, **optimizer_params) -> None:
         """The optimizer of the next updates (a new learning rate, or another optimizer: then each

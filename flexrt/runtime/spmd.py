@@ -218,7 +218,11 @@ class SpmdExecutor(Executor):
         comm.Allreduce(start, start_all, op=self.MPI.MAX)
         comm.Allreduce(end, end_all, op=self.MPI.MAX)
         wall = comm.allreduce(r.wall_s, op=self.MPI.MAX)
-        return IterationResult(loss, metrics, wall, start_all, end_all, peak)
+        return IterationResult(loss, metrics, wall, start_all, end_all, peak, r.skipped)
+
+    def _agree(self, found: bool) -> bool:
+        """Overflow anywhere skips the step everywhere (an allreduce of the ranks' verdicts)."""
+        return bool(self.comm.allreduce(int(found), op=self.MPI.MAX))
 
     def _local_weight_instances(self) -> list:
         return [b for b in self.plan.weight_instances if self.layout.owns(b.device)]
