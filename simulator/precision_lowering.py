@@ -9,7 +9,7 @@ waits for every device's check. The runtime's executor does the same: it runs ev
 updates, checks, agrees across processes, and then updates or skips
 (``flexrt.runtime.executor.Executor._scaled_phases``).
 
-Entry point: ``lower_overflow_check``.
+Entry points: ``lower_overflow_check``, ``is_overflow_check``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,15 @@ from flexrt.ir.datatype import DataType
 from flexrt.ir.precision import is_half
 from flexrt.ir.tensor_shape import TensorShape
 from flexrt.simulator.task_graph import KIND_CODE, Owner, TaskKind
+
+
+CHECK = "overflow check"
+
+
+def is_overflow_check(task) -> bool:
+    """Whether a (planned) task is a device's overflow check: across processes, what it hands the
+    updates is the executors' agreement on overflow (an allreduce), not a message."""
+    return task.kind is TaskKind.REDUCE and task.action is None and (task.name or "").startswith(CHECK)
 
 
 def has_half_weights(wiring) -> bool:
@@ -47,6 +56,6 @@ def lower_overflow_check(low) -> list[int]:
     for dev in sorted({int(devices[u]) for u in updates}):
         grad_bytes = memory.get(dev, {}).get("gradients", 0)
         piece = TensorShape((max(1, grad_bytes // 2),), DataType.DT_HALF)
-        checks.append(low._reduce(owner, dev, piece, 1, f"overflow check @{dev}", sorted(before[dev])))
+        checks.append(low._reduce(owner, dev, piece, 1, f"{CHECK} @{dev}", sorted(before[dev])))
     low._edges(owner, checks, updates)
     return checks

@@ -13,9 +13,10 @@ Order (dependencies):
 - the forward piece before its recomputation (what it reads exists), a recomputed producer's piece
   before its consumer's, and the recomputation before the backward piece;
 - a *segment* (recomputed operators connected through each other, per micro-batch) starts
-  recomputing only once the backward of every consumer outside it has run (one that feeds back
+  recomputing only once the gradient of every consumer outside it has reached its members' devices
+  (that consumer's backward there, or the transfer bringing its gradient; a consumer that feeds back
   into the segment excepted: its backward waits for the segment's), as a framework recomputes a
-  checkpointed block when back-propagation reaches it. One segment's activations are
+  checkpointed block when back-propagation reaches it. Across processes these are messages. One segment's activations are
   therefore live at a time on a device, which is what the static memory count charges.
 
 Recomputing ops are lowered whole (no delta); recomputation and a fusion plan are not combined yet.
@@ -29,7 +30,7 @@ from collections import defaultdict
 
 from flexrt.errors import NotYetAvailableError
 from flexrt.simulator.actions import Backward, Buf, BufKind, Forward, Key
-from flexrt.simulator.task_graph import Owner, TaskKind
+from flexrt.simulator.task_graph import Owner, OwnerKind, TaskKind
 from flexrt.strategy.pipeline import source_of
 
 SUFFIX = "@r"
@@ -86,12 +87,18 @@ def lower_recompute(low) -> None:
             for key, dev, part in plist:
                 if key.kind is BufKind.OPERAND and key.name in ops:
                     operand_parts[key].append((dev, part))
+    src, dst = low.core.edge_arrays()
+    back = {t for name in ops for t in low.op_tasks[name][1]}
+    preds: dict[int, list] = defaultdict(list)
+    for a, b in zip(src.tolist(), dst.tolist()):
+        if b in back:
+            preds[b].append(a)
     chained: set = set()
     for name in low.wiring.ops:
         if name in ops:
             _recompute_op(low, name, operand_parts, chained)
     for seg in _segments(low, ops):
-        _trigger(low, seg, chained)
+        _trigger(low, seg, chained, preds)
     _working_set(low)
 
 
@@ -133,19 +140,37 @@ def _recompute_op(low, name: str, operand_parts: dict, chained: set) -> None:
     low.recompute_tasks[name] = tasks
 
 
-def _trigger(low, seg: list[str], chained: set) -> None:
+def _trigger(low, seg: list[str], chained: set, preds: dict) -> None:
     """The segment's recomputation waits for every gradient entering its backward from outside: its
-    recompute tasks that wait for no other one wait for the backward of each consumer outside the
-    segment whose own backward does not wait for the segment (one that feeds back into it)."""
+    recompute tasks that wait for no other one wait for what its members' backwards on their device
+    wait for from a consumer outside the segment (that consumer's backward on the same device, or the transfer
+    bringing its gradient), unless that consumer's backward itself waits for the segment (it
+    feeds back into it)."""
     members = set(seg)
-    outside = []
+    keys = low.graph.owner_keys
+    verdict: dict[str, bool] = {}
+
+    def entering(t: int) -> bool:
+        owner = keys[low.core.row(t)[6]]
+        if owner.kind is OwnerKind.LOSS:
+            return True
+        if owner.kind not in (OwnerKind.OP, OwnerKind.EDGE) or owner.name in members:
+            return False
+        if owner.name not in verdict:
+            verdict[owner.name] = not _reaches(low, owner.name, members)
+        return verdict[owner.name]
+    outside: dict[int, set] = defaultdict(set)     # device -> what enters there
     for name in seg:
-        for c, _ in low.consumers.get(name, ()):
-            if c not in members and not _reaches(low, c, members):
-                outside.extend(low.op_tasks[c][1])
-    sources = [t for name in seg for t in low.recompute_tasks[name] if t not in chained]
-    if outside and sources:
-        low._edges(Owner.op(seg[0]), sorted(set(outside)), sources)
+        for t in low.op_tasks[name][1]:
+            outside[low.core.row(t)[1]].update(a for a in preds.get(t, ()) if entering(a))
+    sources: dict[int, list] = defaultdict(list)
+    for name in seg:
+        for t in low.recompute_tasks[name]:
+            if t not in chained:
+                sources[low.core.row(t)[1]].append(t)
+    for dev, ts in sources.items():
+        if outside.get(dev):
+            low._edges(Owner.op(seg[0]), sorted(outside[dev]), ts)
 
 
 def _reaches(low, start: str, targets: set) -> bool:

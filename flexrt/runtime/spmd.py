@@ -42,6 +42,7 @@ import time
 import numpy as np
 
 from flexrt.errors import FlexrtError, StrategyError
+from flexrt.simulator.precision_lowering import is_overflow_check
 from flexrt.runtime.executor import Executor, IterationResult, TaskFailed, _State
 from flexrt.runtime.mpi import RankLayout
 from flexrt.simulator.actions import Move, RingStep
@@ -123,6 +124,8 @@ class SpmdExecutor(Executor):
                 elif role[i] in (RECV, RING) or (role[i] == NOOP and role.get(hop0.get(plan.tasks[i].transfer, -1))
                                                    in (RECV, RING)):
                     continue  # carried by the message (or the ring exchange)
+                elif is_overflow_check(plan.tasks[p]):
+                    continue  # carried by the ranks' agreement on overflow before the updates (_agree)
                 else:
                     raise StrategyError(f"rank {self.layout.rank}: task '{plan.tasks[i].name}' depends on "
                                         f"'{plan.tasks[p].name}' on another rank without a message between them")
