@@ -4,7 +4,8 @@
 #   make demo      build a zoo model, simulate it data-parallel on a DGX-1 and write a Chrome trace;
 #                  then simulate Unity's Fig. 2b strategy; then search a strategy for an MLP on this
 #                  host (MCMC) and train it on the NumPy devices, measured time beside simulated
-#   make test      run the test suite (pass pytest flags with PYTEST_ARGS="-k graph -x")
+#   make test      run the test suite (pass pytest flags with PYTEST_ARGS="-k graph -x"); the first run
+#                  also installs torch (CPU build) and onnx for the front ends' tests
 #   make install   create .venv and install flexrt (re-run only when packaging or .pyx files change)
 #   make bench     compiled vs pure-Python graph algorithms and engine; delta vs full simulation (quick)
 #   make clean     remove build products (keeps .venv); `make distclean` removes .venv too
@@ -15,6 +16,11 @@ PY := $(VENV)/bin/python
 # Re-install when the packaging or a Cython source changes; the editable install builds the
 # extension in place, so an edited .pyx needs this too.
 STAMP := $(VENV)/.flexrt-install-stamp
+# The front ends' optional packages (flexrt.torch, flexrt.onnx), installed once for their tests: a CPU
+# build of torch and onnx. Without network to them the tests skip with a reason; FLEXRT_NO_FRONTENDS=1
+# leaves them out.
+FRONTENDS_STAMP := $(VENV)/.flexrt-frontends-stamp
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 INSTALL_DEPS := setup.py pyproject.toml $(shell find flexrt kernels simulator search -name '*.pyx' -o -name '*.pxd' -o -name '*.pxi' 2>/dev/null)
 PYTEST_ARGS ?=
 DEMO_MODEL ?= resnet50
@@ -32,7 +38,7 @@ demo: $(STAMP)
 	$(VENV)/bin/flexrt train mlp_unity_fig2 -b 64 --machine local --cost profiled --strategy demo_strategy.json --steps 5 --trace demo_train_trace.json
 
 # pytest exits 5 when it collects no tests; that alone is not a failure.
-test: $(STAMP)
+test: $(STAMP) $(FRONTENDS_STAMP)
 	@echo "$(PY) -m pytest -q $(PYTEST_ARGS)"
 	@$(PY) -m pytest -q $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit 5); not a failure"; exit 0; fi; \
@@ -46,6 +52,14 @@ $(PY):
 $(STAMP): $(INSTALL_DEPS) | $(PY)
 	@echo "make: installing flexrt into $(VENV) (pip install -e \".[test,mpi]\", builds the Cython extension)"
 	$(PY) -m pip install --disable-pip-version-check --progress-bar off -q -e ".[test,mpi]"
+	@touch $@
+
+$(FRONTENDS_STAMP): | $(STAMP)
+	@if [ -n "$(FLEXRT_NO_FRONTENDS)" ]; then echo "make: FLEXRT_NO_FRONTENDS set: torch and onnx not installed (their tests skip)"; \
+	else echo "make: installing torch (CPU build, $(TORCH_INDEX)) and onnx for the front ends' tests"; \
+	$(PY) -m pip install --disable-pip-version-check --progress-bar off -q torch --index-url $(TORCH_INDEX) \
+	  && $(PY) -m pip install --disable-pip-version-check --progress-bar off -q onnx \
+	  || echo "make: torch or onnx could not be installed: the front ends' tests will skip"; fi
 	@touch $@
 
 bench: $(STAMP)
