@@ -15,6 +15,8 @@ Entry points: ``Zeros``, ``Ones``, ``GlorotUniform``, ``RandomUniform``, ``Rando
 
 from __future__ import annotations
 
+import numbers
+
 import itertools
 from typing import Any, Optional
 
@@ -27,9 +29,9 @@ _seeds = itertools.count(1)
 def _seed(where: str, seed: Any) -> int:
     if seed is None:
         return next(_seeds)
-    if isinstance(seed, bool) or not isinstance(seed, int):
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
         raise ConfigError(f"{where}: seed must be an integer or None, got {seed!r}")
-    return seed
+    return int(seed)
 
 
 class Initializer:

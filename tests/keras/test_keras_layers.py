@@ -209,3 +209,13 @@ def test_layer_called_on_incompatible_tensors_names_the_layer_and_the_shapes():
         Subtract()([Input(shape=(2,)) for _ in range(3)])
     x = Input(shape=(2,))
     assert Add()([x, x]).batch_shape == (x * x).batch_shape == (None, 2)   # Keras allows one tensor twice
+
+
+def test_numpy_integers_are_sizes_too():
+    """FlexFlow's seq_reuters_mlp: Dense(np.max(y_train) + 1)."""
+    import numpy as np
+    x = Input(shape=(np.int64(8),))
+    assert Dense(np.int64(46))(x).batch_shape == (None, 46)
+    assert Reshape((np.int32(2), 4))(x).batch_shape == (None, 2, 4)
+    with pytest.raises(ConfigError, match="units must be a positive integer, got 2.5"):
+        Dense(2.5)

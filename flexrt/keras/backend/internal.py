@@ -6,6 +6,8 @@ Entry points: the layer classes, ``rsqrt``, ``gather``.
 
 from __future__ import annotations
 
+import numbers
+
 from flexrt.errors import ConfigError, ShapeError
 from flexrt.keras.layers.base_layer import Layer
 
@@ -88,14 +90,14 @@ class ReduceSum(Layer):
     def __init__(self, axis=None, keepdims=False, **kwargs) -> None:
         super().__init__("reduce_sum", "ReduceSum", **kwargs)
         where = f"ReduceSum '{self.name}'"
-        if isinstance(axis, int) and not isinstance(axis, bool):
+        if isinstance(axis, numbers.Integral) and not isinstance(axis, bool):
             axis = [axis]
         if axis is not None and (not isinstance(axis, (list, tuple)) or not axis or
-                                 any(isinstance(a, bool) or not isinstance(a, int) for a in axis)):
+                                 any(isinstance(a, bool) or not isinstance(a, numbers.Integral) for a in axis)):
             raise ConfigError(f"{where}: axis must be an integer, a list of them or None, got {axis!r}")
         if not isinstance(keepdims, bool):
             raise ConfigError(f"{where}: keepdims must be True or False, got {keepdims!r}")
-        self.axis = None if axis is None else tuple(axis)
+        self.axis = None if axis is None else tuple(int(a) for a in axis)
         self.keepdims = keepdims
 
     def lower(self, ffmodel, inputs, name, shared):
@@ -117,9 +119,9 @@ class Gather(Layer):
 
     def __init__(self, axis=0, **kwargs) -> None:
         super().__init__("gather", "Gather", **kwargs)
-        if isinstance(axis, bool) or not isinstance(axis, int):
+        if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
             raise ConfigError(f"Gather '{self.name}': axis must be an integer, got {axis!r}")
-        self.axis = axis
+        self.axis = int(axis)
 
     def _call_inputs(self, inputs):
         tensors = super()._call_inputs(inputs)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numbers
+
 from typing import Any, Optional
 
 from flexrt.errors import ConfigError, NotYetAvailableError
@@ -52,7 +54,7 @@ def pair(where: str, arg: str, value: Any) -> tuple[int, int]:
     if isinstance(value, int) and not isinstance(value, bool):
         value = (value, value)
     if not isinstance(value, (list, tuple)) or len(value) != 2 or \
-            any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in value):
+            any(isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1 for v in value):
         raise ConfigError(f"{where}: {arg} must be a positive integer or a pair of them, e.g. (3, 3), got {value!r}")
     return int(value[0]), int(value[1])
 

@@ -20,6 +20,8 @@ Entry point: ``Layer``.
 
 from __future__ import annotations
 
+import numbers
+
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -81,10 +83,10 @@ class Layer:
         if input_shape is None:
             return None
         if not isinstance(input_shape, (list, tuple)) or not input_shape or \
-                any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in input_shape):
+                any(isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 1 for d in input_shape):
             raise ConfigError(f"{self._layer_type} '{self._name}': input_shape must be a tuple of positive "
                               f"integers without the batch dimension, e.g. (784,), got {input_shape!r}")
-        return tuple(input_shape)
+        return tuple(int(d) for d in input_shape)
 
     @property
     def input_shape(self) -> Optional[tuple]:

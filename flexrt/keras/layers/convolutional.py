@@ -9,6 +9,8 @@ Entry point: ``Conv2D``.
 
 from __future__ import annotations
 
+import numbers
+
 from flexrt.errors import ConfigError, ShapeError
 from flexrt.keras.layers._common import (activation_of, check_regularizer, initializer_handle, lower_fused,
                                          padding_of, pair, refuse, same_padding)
@@ -31,9 +33,9 @@ class Conv2D(Layer):
                  kernel_constraint=None, bias_constraint=None, **kwargs) -> None:
         super().__init__("conv2d", "Conv2D", input_shape=_image_input_shape(input_shape), **kwargs)
         where = f"Conv2D '{self.name}'"
-        if isinstance(filters, bool) or not isinstance(filters, int) or filters < 1:
+        if isinstance(filters, bool) or not isinstance(filters, numbers.Integral) or filters < 1:
             raise ConfigError(f"{where}: filters must be a positive integer, got {filters!r}")
-        self.filters = self.out_channels = filters
+        self.filters = self.out_channels = int(filters)
         self.kernel_size = pair(where, "kernel_size", kernel_size)
         self.strides = self.stride = pair(where, "strides", strides)
         self.padding = padding_of(where, padding)
@@ -41,9 +43,9 @@ class Conv2D(Layer):
             refuse(where, data_format=(data_format, "channels_first"))
         if pair(where, "dilation_rate", dilation_rate) != (1, 1):
             refuse(where, dilation_rate=(dilation_rate, (1, 1)))
-        if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        if isinstance(groups, bool) or not isinstance(groups, numbers.Integral) or groups < 1:
             raise ConfigError(f"{where}: groups must be a positive integer, got {groups!r}")
-        self.groups = groups
+        self.groups = int(groups)
         self.activation = activation_of(where, activation)
         if not isinstance(use_bias, bool):
             raise ConfigError(f"{where}: use_bias must be True or False, got {use_bias!r}")

@@ -12,6 +12,8 @@ Entry points: the layer classes.
 
 from __future__ import annotations
 
+import numbers
+
 from typing import Optional
 
 from flexrt.errors import ConfigError, ShapeError
@@ -24,9 +26,9 @@ from flexrt.model import AggrMode
 
 
 def _positive(where: str, arg: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ConfigError(f"{where}: {arg} must be a positive integer, got {value!r}")
-    return value
+    return int(value)
 
 
 class Dense(Layer):
@@ -105,9 +107,9 @@ class Dropout(Layer):
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate < 1.0:
             raise ConfigError(f"{where}: rate must be a number in [0, 1), got {rate!r}")
         refuse(where, noise_shape=(noise_shape, None))
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
             raise ConfigError(f"{where}: seed must be an integer or None, got {seed!r}")
-        self.rate, self.seed = float(rate), 0 if seed is None else seed
+        self.rate, self.seed = float(rate), 0 if seed is None else int(seed)
 
     def lower(self, ffmodel, inputs, name, shared):
         return ffmodel.dropout(inputs[0], self.rate, self.seed, name=name)
@@ -124,11 +126,11 @@ class Reshape(Layer):
         if isinstance(target_shape, int) and not isinstance(target_shape, bool):
             target_shape = (target_shape,)
         if not isinstance(target_shape, (list, tuple)) or not target_shape or \
-                any(isinstance(d, bool) or not isinstance(d, int) or (d < 1 and d != -1) for d in target_shape) or \
+                any(isinstance(d, bool) or not isinstance(d, numbers.Integral) or (d < 1 and d != -1) for d in target_shape) or \
                 list(target_shape).count(-1) > 1:
             raise ConfigError(f"{where}: target_shape must be a tuple of positive integers (at most one -1) without "
                               f"the batch dimension, e.g. (28, 28), got {target_shape!r}")
-        self.target_shape = tuple(target_shape)
+        self.target_shape = tuple(int(d) for d in target_shape)
 
     def lower(self, ffmodel, inputs, name, shared):
         x = inputs[0]
@@ -149,10 +151,10 @@ class Permute(Layer):
                               f"without it: (2, 1)), exactly one")
         given = perm if perm is not None else dims
         if not isinstance(given, (list, tuple)) or \
-                any(isinstance(d, bool) or not isinstance(d, int) for d in given):
+                any(isinstance(d, bool) or not isinstance(d, numbers.Integral) for d in given):
             raise ConfigError(f"{where}: {'perm' if perm is not None else 'dims'} must be a tuple of integers, got "
                               f"{given!r}")
-        self.perm = tuple(perm) if perm is not None else (0,) + tuple(dims)
+        self.perm = tuple(int(d) for d in perm) if perm is not None else (0,) + tuple(int(d) for d in dims)
         if sorted(self.perm) != list(range(len(self.perm))) or self.perm[0] != 0:
             raise ShapeError(f"{where}: {self.perm} (as perm, the batch first) is not a permutation of "
                              f"0..{len(self.perm) - 1} keeping the batch (dimension 0) first")

@@ -12,6 +12,8 @@ Entry points: ``Input``, ``InputLayer``.
 
 from __future__ import annotations
 
+import numbers
+
 from typing import Optional
 
 from flexrt.errors import ConfigError, NotYetAvailableError
@@ -42,14 +44,14 @@ class InputLayer(Layer):
         if isinstance(shape, int) and not isinstance(shape, bool):
             shape = (shape,)
         if not isinstance(shape, (list, tuple)) or not shape or \
-                any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in shape):
+                any(isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 1 for d in shape):
             raise ConfigError(f"{where}: shape must be a tuple of positive integers without the batch dimension, "
                               f"e.g. (784,), got {shape!r}")
-        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
+        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral)
                                        or batch_size < 1):
             raise ConfigError(f"{where}: batch_size must be a positive integer or None, got {batch_size!r}")
-        self.batch_size = batch_size
-        out = Tensor((None,) + tuple(shape), dtype_of(where, dtype), self, None, name=self.name)
+        self.batch_size = None if batch_size is None else int(batch_size)
+        out = Tensor((None,) + tuple(int(d) for d in shape), dtype_of(where, dtype), self, None, name=self.name)
         self._output = out
 
     @property

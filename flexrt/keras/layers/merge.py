@@ -13,6 +13,8 @@ Entry points: the classes and functions above.
 
 from __future__ import annotations
 
+import numbers
+
 from flexrt.errors import ConfigError, ShapeError
 from flexrt.keras.layers.base_layer import Layer
 
@@ -83,9 +85,9 @@ class Concatenate(_Merge):
 
     def __init__(self, axis=-1, **kwargs) -> None:
         super().__init__("concatenate", "Concatenate", **kwargs)
-        if isinstance(axis, bool) or not isinstance(axis, int):
+        if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
             raise ConfigError(f"Concatenate '{self.name}': axis must be an integer, got {axis!r}")
-        self.axis = axis
+        self.axis = int(axis)
 
     def _call_inputs(self, inputs):
         tensors = Layer._call_inputs(self, inputs)

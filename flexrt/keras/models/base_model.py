@@ -25,6 +25,8 @@ Entry point: ``BaseModel`` (subclassed by ``Model`` and ``Sequential``).
 
 from __future__ import annotations
 
+import numbers
+
 import time
 from typing import Any, Optional
 
@@ -112,7 +114,7 @@ class BaseModel:
         """The layer at ``index`` (in ``layers``) or the first one called ``name``."""
         layers = self.layers
         if index is not None:
-            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(layers):
+            if isinstance(index, bool) or not isinstance(index, numbers.Integral) or not 0 <= index < len(layers):
                 raise ConfigError(f"get_layer: no layer at index {index!r}; the model has {len(layers)} "
                                   f"(0..{len(layers) - 1})")
             return layers[index]
@@ -248,7 +250,7 @@ class BaseModel:
                      initial_epoch=(initial_epoch, 0), steps_per_epoch=(steps_per_epoch, None),
                      validation_steps=(validation_steps, None), validation_batch_size=(validation_batch_size, None),
                      validation_freq=(validation_freq, 1))
-        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        if isinstance(epochs, bool) or not isinstance(epochs, numbers.Integral) or epochs < 1:
             raise ConfigError(f"{where}: epochs must be an integer >= 1, got {epochs!r}")
         if not isinstance(shuffle, bool):
             raise ConfigError(f"{where}: shuffle must be True or False, got {shuffle!r}")

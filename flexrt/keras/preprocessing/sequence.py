@@ -9,6 +9,8 @@ Entry point: ``pad_sequences``.
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from flexrt.errors import ConfigError
@@ -23,7 +25,7 @@ def pad_sequences(sequences, maxlen=None, dtype="int32", padding="pre", truncati
     seqs = [list(s) for s in sequences]
     if maxlen is None:
         maxlen = max((len(s) for s in seqs), default=0)
-    if isinstance(maxlen, bool) or not isinstance(maxlen, int) or maxlen < 0:
+    if isinstance(maxlen, bool) or not isinstance(maxlen, numbers.Integral) or maxlen < 0:
         raise ConfigError(f"pad_sequences: maxlen must be an integer >= 0 or None, got {maxlen!r}")
     out = np.full((len(seqs), maxlen), value, dtype=dtype)
     for i, s in enumerate(seqs):

@@ -10,6 +10,8 @@ Entry point: ``Tokenizer``.
 
 from __future__ import annotations
 
+import numbers
+
 import re
 from collections import Counter
 
@@ -25,7 +27,7 @@ class Tokenizer:
 
     def __init__(self, num_words=None, filters='!"#$%&()*+,-./:;<=>?@[\\]^_`{|}~\t\n', lower=True, split=" ",
                  char_level=False, oov_token=None) -> None:
-        if num_words is not None and (isinstance(num_words, bool) or not isinstance(num_words, int) or num_words < 1):
+        if num_words is not None and (isinstance(num_words, bool) or not isinstance(num_words, numbers.Integral) or num_words < 1):
             raise ConfigError(f"Tokenizer: num_words must be a positive integer or None, got {num_words!r}")
         self.num_words, self.filters, self.lower, self.split = num_words, filters, lower, split
         self.char_level, self.oov_token = char_level, oov_token
