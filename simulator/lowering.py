@@ -57,6 +57,7 @@ from flexrt.simulator.actions import (HOST, Backward, Buf, Forward, Key, Loss, M
 from flexrt.simulator.cost_model import has_linear_transfers, loss_time, ring_sum_time
 from flexrt.simulator.collectives import CommCost, RingFits, comm_cost_of
 from flexrt.simulator.engine import Engine
+from flexrt.simulator.folding import folded_allreduce, route_of
 from flexrt.simulator.pipeline_lowering import accumulate_micro_batches, lower_schedule
 from flexrt.simulator.precision_lowering import has_half_weights, lower_overflow_check
 from flexrt.simulator.recompute_lowering import lower_recompute, recompute_copies
@@ -131,9 +132,13 @@ class Lowering:
 
     def __init__(self, machine: Machine, cost_model, optimizer: OptimizerKind = OptimizerKind.SGD, engine_cls=Engine,
                  loss_output: Optional[str] = None, detail: bool = True, incremental: bool = True,
-                 comm_cost: CommCost | str | None = None) -> None:
+                 comm_cost: CommCost | str | None = None, fold=None) -> None:
         """``comm_cost`` (default: what ``cost_model`` carries, else analytic) times ring AllReduces
-        from the links or from the machine's measured fits (a ConfigError when it has none)."""
+        from the links or from the machine's measured fits (a ConfigError when it has none).
+        ``fold``: one of identical data-parallel replicas (``flexrt.simulator.folding``)."""
+        if fold is not None and (detail or fold.sub is not machine):
+            raise StrategyError("symmetric simulation lowers one replica on its own machine (fold.sub), without detail")
+        self.fold = fold
         self.machine = machine
         self.cost = cost_model
         self.comm_cost = comm_cost_of(cost_model) if comm_cost is None else CommCost.parse(comm_cost)
@@ -275,8 +280,13 @@ class Lowering:
                                 action if j == 0 else None)
 
     def _route(self, src: int, dst: int) -> tuple[tuple, tuple, tuple, float]:
-        """(engine devices, latencies, bandwidths, summed latency) of the hops from src to dst."""
-        route = self.machine.route(src, dst)
+        """(engine devices, latencies, bandwidths, summed latency) of the hops from src to dst (a
+        folded ring's send: ``folding.virtual``)."""
+        scale = 1
+        if dst >= self.num_compute * self.num_compute:
+            route, scale = route_of(self, src, dst)
+        else:
+            route = self.machine.route(src, dst)
         if not route:
             raise StrategyError(f"no route from device {src} to device {dst}")
         links = self.machine.links
@@ -285,7 +295,7 @@ class Lowering:
                 raise StrategyError(f"link {l} ({links[l].src} -> {links[l].dst}) has bandwidth "
                                     f"{links[l].bandwidth!r} bytes/s; it must be > 0")
         return (tuple(self.num_compute + l for l in route), tuple(links[l].latency_s for l in route),
-                tuple(links[l].bandwidth for l in route), sum(links[l].latency_s for l in route))
+                tuple(links[l].bandwidth for l in route), scale * sum(links[l].latency_s for l in route))
 
     def _hops(self, src: int, dst: int, num_bytes: int) -> tuple[tuple[int, ...], tuple[float, ...]]:
         """(engine devices, times) of the hops of a transfer; transfers of one size recur."""
@@ -599,10 +609,13 @@ class Lowering:
                                      back_first if plan.copies else ())
         for ranges, reps in plan.instances:
             piece = TensorShape(tuple(b - a for a, b in ranges), dtype)
-            devices = [d for _, d in reps]
+            devices = sorted(d for _, d in reps)   # a ring in device order: crosses nodes least (NCCL)
             self.core.memory_each(oid, devices, _MEMORY_CODE["weights"], piece.size_bytes)
             self.core.memory_each(oid, devices, _MEMORY_CODE["gradients"], piece.size_bytes)
-            if len(devices) > 1:
+            if self.fold is not None:   # one replica's image of the ring over every replica
+                done, gkey = folded_allreduce(self, owner, devices, [deps[ranges][d] for d in devices], ranges,
+                                              dtype, Category.WEIGHT_SYNC, f"allreduce {wname}"), None
+            elif len(devices) > 1:
                 done, gkey = self._allreduce(owner, devices, [deps[ranges][d] for d in devices], ranges,
                                              dtype, Category.WEIGHT_SYNC, f"allreduce {wname}")
             else:

@@ -95,18 +95,20 @@ class Simulator:
 
     def __init__(self, machine: Machine, cost_model, optimizer: OptimizerKind | str = OptimizerKind.SGD,
                  loss_output: Optional[str] = None, detail: bool = True, incremental: bool = True,
-                 comm_cost: CommCost | str | None = None) -> None:
+                 comm_cost: CommCost | str | None = None, fold=None) -> None:
         """``optimizer`` is an ``OptimizerKind`` or its name ("sgd", "momentum", "adam"). ``detail``
         keeps each task's name, regions and action (traces, the runtime); a search needs only times
         and dependencies. ``incremental`` keeps what delta simulation needs (each owner's tasks and
         dependencies, counted); without it ``delta`` simulates in full, with less memory.
         ``comm_cost`` ("analytic" or "measured"; default: what ``cost_model`` carries, see
-        ``flexrt.simulator.collectives.with_comm_cost``) says how ring AllReduces are timed."""
+        ``flexrt.simulator.collectives.with_comm_cost``) says how ring AllReduces are timed. ``fold``
+        (``flexrt.simulator.folding.Fold``, ``machine`` its ``sub``) simulates one of identical
+        data-parallel replicas for the whole machine (timing only: no ``detail``)."""
         optimizer = OptimizerKind.parse(optimizer)
         self.machine = machine
         self.optimizer = optimizer
         self.lowering = Lowering(machine, cost_model, optimizer, loss_output=loss_output, detail=detail,
-                                 incremental=incremental, comm_cost=comm_cost)
+                                 incremental=incremental, comm_cost=comm_cost, fold=fold)
         self.fused: Optional[FusedGraph] = None  # the last strategy's task graph with its fusion plan applied
 
     @property

@@ -3,11 +3,14 @@ the iteration time, compute vs communication, data moved, link traffic and memor
 
 from __future__ import annotations
 
+import time
+
 from flexrt.cli._common import (add_comm_cost_flag, add_fused_cost_flag, add_fusion_flag, add_json_flag,
                                 add_precision_flags,
                                 add_pipeline_flags, check_comm_cost, check_model_flags, comm_cost_model, count,
                                 emit_json, fused_cost_model, fusion_arg, pipeline_arg, precision_arg, recompute_arg,
                                 warn_data_parallel, write_text)
+from flexrt.cli._large import add_symmetric_flag, flops_report, own_cost, symmetric_simulation
 from flexrt.errors import ConfigError
 from flexrt.machine import load_machine
 from flexrt.model import load_model
@@ -35,6 +38,7 @@ def add_arguments(parser) -> None:
                         help="full simulation, or delta: reach the strategy from data parallelism one operator "
                              "at a time by delta simulation (same final result)")
     add_pipeline_flags(parser)
+    add_symmetric_flag(parser)
     add_precision_flags(parser)
     add_fusion_flag(parser, "the strategy before simulating it")
     parser.add_argument("--cost", choices=("analytic", "profiled"), default="analytic")
@@ -112,12 +116,17 @@ def run(args, extra) -> int:
     fusion_arg(args, NAME)
     machine = load_machine(args.machine, nodes=args.nodes)
     check_comm_cost(args, machine)
+    t0 = time.perf_counter()
     loaded = load_model(args.model, extra)
     base = precision_arg(args, loaded.model.pcg)
-    strategy = _strategy(args, base, machine)
     cost = comm_cost_model(args, fused_cost_model(args, AnalyticCostModel() if args.cost == "analytic"
                                                   else ProfiledCostModel()))
     optimizer = OptimizerKind.parse(args.optimizer)
+    if args.symmetric:
+        result, strategy, sim, replicas = symmetric_simulation(args, extra, loaded, machine, cost, optimizer,
+                                                               precision_arg, recompute_arg)
+        return _report(args, loaded, machine, base, strategy, sim, result, None, {}, t0, replicas)
+    strategy = _strategy(args, base, machine)
     if args.fusion != "off":
         from flexrt.search.fusion_policies import apply_policy
         if args.method == "delta":
@@ -140,12 +149,21 @@ def run(args, extra) -> int:
         files["trace"] = write_text(args.trace, json.dumps(sim.chrome_trace(result)), "trace")
     if args.taskgraph:
         files["taskgraph"] = write_text(args.taskgraph, sim.graph.to_dot(), "task graph")
+    return _report(args, loaded, machine, base, strategy, sim, result, steps, files, t0, 1)
+
+
+def _report(args, loaded, machine, base, strategy, sim, result, steps, files, t0, replicas: int) -> int:
+    """Print (or emit as JSON) what the simulation found; ``replicas`` > 1: ``sim`` simulated one of
+    that many identical data-parallel replicas (``--symmetric``)."""
     pipeline = _pipeline_report(sim, result, strategy, loaded.config.batch_size)
     recomputed = sorted(getattr(strategy, "recompute", ()))
+    flops = flops_report(base, strategy, result.iteration_time_s, machine.num_devices)
+    cost_of_run = own_cost(t0)
     if args.json:
         emit_json({"model": loaded.name, "machine": machine.name, "num_devices": machine.num_devices,
                    "pipeline": pipeline, "recompute": {"granularity": args.recompute, "operators": recomputed},
-                   "precision": args.precision,
+                   "precision": args.precision, "symmetric_replicas": replicas, **flops,
+                   "simulation_wall_s": cost_of_run["wall_s"], "simulation_peak_rss_bytes": cost_of_run["peak_rss_bytes"],
                    "method": args.method, "delta_steps": steps, "cost": args.cost, "fusion": args.fusion,
                    "fused_cost": args.fused_cost, "comm_cost": args.comm_cost,
                    "allreduce_fits": _fits_used(sim),
@@ -168,7 +186,12 @@ def run(args, extra) -> int:
     if recomputed:
         print(f"recompute          {args.recompute}: activations of {len(recomputed)} of {len(base.operators())} "
               f"operators recomputed before their backward")
+    if replicas > 1:
+        print(f"symmetric          {replicas} identical data-parallel replicas: one simulated on its "
+              f"{sim.machine.num_nodes} node(s), gradient AllReduces over all of them")
     print(f"iteration time     {result.iteration_time_s * 1e3:.3f} ms   ({result.num_tasks} tasks)")
+    print(f"achieved           {flops['model_tflops_per_gpu']:.1f} TFLOP/s per GPU (model), "
+          f"{flops['hardware_tflops_per_gpu']:.1f} with recomputation's forwards (hardware)")
     print(f"compute / comm     {result.compute_time_s * 1e3:.3f} ms / {result.communication_time_s * 1e3:.3f} ms "
           f"(summed task times)")
     for cat, n in result.moved_elements.items():
@@ -181,4 +204,5 @@ def run(args, extra) -> int:
           + (f"; OVER CAPACITY on devices {result.over_capacity}" if result.over_capacity else ""))
     for what, path in files.items():
         print(f"wrote the {what} to {path}")
+    print(f"simulation         {cost_of_run['wall_s']:.1f} s, peak memory {format_count(cost_of_run['peak_rss_bytes'], 'B')}")
     return 0

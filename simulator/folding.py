@@ -1,0 +1,122 @@
+"""Symmetric simulation: ``R`` identical data-parallel replicas simulated as one.
+
+Megatron-LM's layout (and any strategy made of one replica's strategy repeated over groups of
+nodes, data parallel across them) runs the same tasks on every replica, on isomorphic devices and
+links; only the gradient AllReduces join replicas. When the network treats nodes alike (every
+preset: each node's NICs reach one switch fabric), the replicas' timelines are identical, so one
+replica's timeline *is* the iteration's. ``Fold`` lowers one replica on the machine of its own nodes
+(``sub``) and replaces each weight's cross-replica ring AllReduce by its image in that replica:
+
+- a ring of ``n = k R`` members (``k`` instances per replica, device order: replica 0's ``k``,
+  then replica 1's, ...) has member ``i`` send ``2(n-1)/n`` of the data to member ``i + 1`` after
+  both are ready, and member ``i + 1`` sum; every member's send pays the route's latency for each of
+  the ring's ``2(n - 1)`` steps (the lowering's ring, ``Lowering._allreduce``);
+- replica 0's members ``0 .. k-2`` send inside the replica as there; member ``k - 1`` sends to member
+  ``k``, which is replica 1's first: by symmetry its readiness is member 0's, and the links its
+  transfer crosses on replica 1's node are the images of member 0's node's own (the transfer that
+  uses them there is replica ``R - 1``'s image of this one). The send therefore crosses the route
+  from member ``k - 1`` to member ``k`` in the whole machine (``full``) with every link of replica
+  1's nodes renamed to the same link of replica 0's, and member 0 sums what it brings.
+
+A test shows the folded iteration time equals the whole machine's (``tests/simulator/
+test_folding.py``). Folding is for timing only (no actions: the runtime runs whole strategies).
+
+Entry point: ``Fold``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from flexrt.errors import MachineSpecError, StrategyError
+from flexrt.ir.tensor_shape import TensorShape
+from flexrt.machine import Machine
+from flexrt.simulator.cost_model import ring_sum_time
+from flexrt.simulator.task_graph import CATEGORY_CODE, TaskKind
+from flexrt.strategy.reshard import numel
+
+_NODE = re.compile(r"\bn(\d+)\.")
+
+
+@dataclass
+class Fold:
+    """``replicas`` identical replicas of the strategy lowered on ``sub`` (the first
+    ``full.num_nodes / replicas`` nodes of ``full``)."""
+
+    replicas: int
+    full: Machine
+    sub: Machine
+    _links: dict = field(default_factory=dict, repr=False)   # full link id -> the sub machine's image
+
+    def __post_init__(self) -> None:
+        r, full, sub = self.replicas, self.full, self.sub
+        if isinstance(r, bool) or not isinstance(r, int) or r < 1:
+            raise StrategyError(f"symmetric simulation: replicas must be an integer >= 1, got {r!r}")
+        if full.num_nodes != r * sub.num_nodes or full.devices_per_node != sub.devices_per_node:
+            raise MachineSpecError(f"symmetric simulation: {r} replicas of {sub.num_nodes} node(s) do not make machine "
+                                   f"{full.name!r} of {full.num_nodes} nodes")
+        by_name = {(l.src, l.dst): l.id for l in sub.links}
+        for link in full.links:
+            key = (self._image(link.src), self._image(link.dst))
+            if key in by_name:
+                self._links[link.id] = by_name[key]
+
+    def _image(self, name: str) -> str:
+        return _NODE.sub(lambda m: f"n{int(m.group(1)) % self.sub.num_nodes}.", name)
+
+    def route(self, src: int, k: int) -> tuple[int, ...]:
+        """The links (of ``sub``) that replica 0's device ``src`` crosses to reach replica 1's device
+        ``k``, as their images in replica 0."""
+        out = []
+        for l in self.full.route(src, self.sub.num_devices + k):
+            image = self._links.get(l)
+            if image is None:
+                link = self.full.links[l]
+                raise MachineSpecError(f"symmetric simulation: link {link.src} -> {link.dst} of machine "
+                                       f"{self.full.name!r} has no image in one replica's nodes (the machine's "
+                                       f"nodes are not alike)")
+            out.append(image)
+        return tuple(out)
+
+
+def virtual(low, dst: int, n: int, wrap: bool) -> int:
+    """The route key of a folded ring send to ``dst`` in a ring of ``n`` members (to replica 1's
+    ``dst`` when ``wrap``): ``Lowering._route`` resolves it (``route_of``)."""
+    d = low.machine.num_devices
+    return d * d * (1 + (((n * d + dst) << 1) | int(wrap)))   # the graph caches routes by src * d + dst
+
+
+def route_of(low, src: int, key: int) -> tuple[tuple, float]:
+    """(the sub machine's links, the latency multiplier) of a virtual route key (``virtual``): a
+    ring send pays its route's latency once per ring step."""
+    d = low.machine.num_devices
+    code = key // (d * d) - 1
+    wrap, rest = code & 1, code >> 1
+    n, dst = divmod(rest, d)
+    links = low.fold.route(src, dst) if wrap else low.machine.route(src, dst)
+    return links, 2 * (n - 1)
+
+
+def folded_allreduce(low, owner, devices: list, ready: list, box, dtype, category, name: str) -> list:
+    """Replica 0's part of a weight's ring AllReduce over every replica (module doc); returns per
+    device the task after which it holds the sum."""
+    if getattr(low.strategy, "fusion", None):
+        raise StrategyError("symmetric simulation does not take fusion plans (gradient buckets join rings)")
+    k = len(devices)
+    n = k * low.fold.replicas
+    elements = numel(box)
+    total = 2 * (n - 1) * elements
+    adds = TensorShape((max(1, (n - 1) * elements // n),), dtype)
+    reduce_exe = low._per_kind(devices, f"{name} sum", lambda spec: ring_sum_time(low.cost, adds, spec))
+    oid = low._oid(owner)
+    done = [None] * k
+    for i in range(k):
+        j = (i + 1) % k
+        share = total // n + (1 if i < total % n else 0)
+        first = low.core.transfer(oid, devices[i], virtual(low, devices[j], n, i == k - 1), share, dtype.size_bytes,
+                                  CATEGORY_CODE[category], list(ready[i]) + list(ready[j]))
+        r = low._task(owner, TaskKind.REDUCE, devices[j], reduce_exe[j], f"{name} ring sum @{devices[j]}")
+        low._edges(owner, list(low.core.hops(first)), [r])
+        done[j] = r
+    return [[t] for t in done]
