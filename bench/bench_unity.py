@@ -8,6 +8,11 @@
                                                          of Unity over data parallelism, the expert strategy
                                                          and the sequential baseline, with search times;
                                                          BERT-Large against Megatron
+    python bench/bench_unity.py --fig15a                 BERT-Large at 6..48 GPUs, Unity's search with its dimensions
+                                                         added one at a time: data+model (sample splits and
+                                                         placement), +reduction, +attention-head (parameter
+                                                         axes: heads, and linears' outputs), +pipeline; speed-ups
+                                                         over data+model (Unity Fig. 15a: 1.0x, 1.2x, 1.4x)
     python bench/bench_unity.py --scaling                ResNeXt-50 on summit, 6..48 GPUs (1..8 nodes): median
                                                          search wall seconds over --repeat runs and the found
                                                          strategy's simulated iteration time (--save DIR writes
@@ -139,12 +144,35 @@ def fig14(models, devices, budget: int) -> None:
                 print(f"{'':<13} {'':>4} Megatron-LM {mg * 1e3:.2f} ms; Unity / Megatron time {r.cost_s / mg:.2f}")
 
 
+def fig15a(devices, budget: int) -> None:
+    S, R, P = AxisKind.SAMPLE, AxisKind.REDUCTION, AxisKind.PARAMETER
+    steps = (("data+model", {S}, False), ("+reduction", {S, R}, False), ("+attention head", {S, R, P}, False),
+             ("+pipeline", {S, R, P}, True))
+    print(f"Fig. 15a on summit: BERT-Large (per-GPU batch 4, sequence 512), Unity's search (budget {budget}) as its "
+          f"dimensions are added; iteration ms, speed-up over data+model, search s")
+    print(f"{'GPUs':>5} " + " ".join(f"{label:>22}" for label, _, _ in steps))
+    for n in devices:
+        machine = _machine(n)
+        base = _model("bert_large", n).model.pcg
+        cells, first = [], None
+        for label, kinds, pipe in steps:
+            t = time.perf_counter()
+            r = unity(base, machine, COST, budget=budget, space=SearchSpace(frozenset(kinds)), enable_pipeline=pipe,
+                      progress=False)
+            took = time.perf_counter() - t
+            first = first or r.cost_s
+            pipelined = " P" if getattr(r.strategy, "pipeline", None) is not None else ""
+            cells.append(f"{r.cost_s * 1e3:9.1f} {first / r.cost_s:4.2f}x {took:5.0f}s{pipelined}")
+        print(f"{n:>5} " + " ".join(f"{c:>22}" for c in cells), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fig2", action="store_true")
     ap.add_argument("--table2", action="store_true")
     ap.add_argument("--fig14", action="store_true")
     ap.add_argument("--scaling", action="store_true")
+    ap.add_argument("--fig15a", action="store_true")
     ap.add_argument("--repeat", type=int, default=3, help="--scaling: searches per size (the median is printed)")
     ap.add_argument("--save", metavar="DIR", help="--scaling: write each found strategy to DIR")
     ap.add_argument("--devices", type=int, nargs="+", default=list(DEVICES))
@@ -153,7 +181,7 @@ def main() -> None:
     ap.add_argument("--ablation-up-to", type=int, default=12,
                     help="--table2: run the slow ablations (no split, no cache) only up to this many GPUs")
     args = ap.parse_args()
-    if not (args.fig2 or args.table2 or args.fig14 or args.scaling):
+    if not (args.fig2 or args.table2 or args.fig14 or args.scaling or args.fig15a):
         args.fig2 = True
     if args.fig2:
         fig2()
@@ -163,6 +191,8 @@ def main() -> None:
         fig14(args.models, args.devices, args.budget)
     if args.scaling:
         scaling(args.devices, args.budget, args.repeat, args.save)
+    if args.fig15a:
+        fig15a(args.devices, args.budget)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 ``CommCost.ANALYTIC`` (the default) times a ring AllReduce from its links: one pipelined transfer
 per ring member carrying 2(n-1)/n of the data, each hop paying the route's latency once per ring
-step (``Lowering.ring_step_latency``), then the member's sum.
+step (``ring_step_latency``), then the member's sum.
 
 ``CommCost.MEASURED`` (``--comm-cost measured``) times it from the machine's measured collectives
 (``Machine.fits()``: ``flexrt calibrate`` under ``mpiexec`` fits ``MPI.Allreduce`` per device group,
@@ -190,3 +190,28 @@ def describe_used(used: dict[tuple[int, int], bool]) -> str:
     parts = [f"{g} devices on {k} node{'s' if k > 1 else ''} ({'measured' if m else 'derived'})"
              for (g, k), m in sorted(used.items())]
     return ", ".join(parts) if parts else "none (no ring AllReduce)"
+
+
+def ring_extras(low, devices, elements: int, itemsize: int, reduce_exe) -> list[tuple]:
+    """Per ring member i of a lowering's ring AllReduce, the time added to each hop of its send to
+    member i + 1: the latencies of the ring's other steps (analytic), or what makes the ring take the
+    machine's measured C x + D for its group (measured: ``RingFits.extras``). ``low._routes`` keeps
+    only what both share (link times) and the analytic step latencies (keyed "ring"); measured
+    extras are not cached."""
+    n = len(devices)
+    if low.ring_fits is None:
+        return [ring_step_latency(low, devices[i], devices[(i + 1) % n], n) for i in range(n)]
+    return low.ring_fits.extras(devices, elements, itemsize, reduce_exe, low._hops)
+
+
+def ring_step_latency(low, src: int, dst: int, n: int) -> tuple:
+    """Per hop of a ring member's send src -> dst, the latency of the ring's other 2(n-1) - 1 steps:
+    a ring AllReduce of n members takes 2(n-1) steps, each paying the route's latency (NCCL's and
+    DisCo's T = C x + D: the constant grows with the ring), while the lowering sends one pipelined
+    transfer per member that pays it once."""
+    key = ("ring", src, dst, n)
+    hit = low._routes.get(key)
+    if hit is None:
+        _, zero = low._hops(src, dst, 0)   # each hop's time for no data: the route's latency
+        hit = low._routes[key] = tuple((2 * (n - 1) - 1) * t for t in zero)
+    return hit

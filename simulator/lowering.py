@@ -55,7 +55,7 @@ from flexrt.machine import Machine
 from flexrt.simulator.actions import (HOST, Backward, Buf, Forward, Key, Loss, Move, Part, RingGroup, RingStep,
                                       Sum, Update)
 from flexrt.simulator.cost_model import has_linear_transfers, loss_time, ring_sum_time
-from flexrt.simulator.collectives import CommCost, RingFits, comm_cost_of
+from flexrt.simulator.collectives import CommCost, RingFits, comm_cost_of, ring_extras
 from flexrt.simulator.engine import Engine
 from flexrt.simulator.folding import folded_allreduce, route_of
 from flexrt.simulator.pipeline_lowering import accumulate_micro_batches, lower_schedule
@@ -136,12 +136,13 @@ class Lowering:
         """``comm_cost`` (default: what ``cost_model`` carries, else analytic) times ring AllReduces
         from the links or from the machine's measured fits (a ConfigError when it has none).
         ``fold``: one of identical data-parallel replicas (``flexrt.simulator.folding``)."""
-        if fold is not None and (detail or fold.sub is not machine):
-            raise StrategyError("symmetric simulation lowers one replica on its own machine (fold.sub), without detail")
         self.fold = fold
         self.machine = machine
         self.cost = cost_model
         self.comm_cost = comm_cost_of(cost_model) if comm_cost is None else CommCost.parse(comm_cost)
+        if fold is not None and (detail or fold.sub is not machine or self.comm_cost is CommCost.MEASURED):
+            raise StrategyError("symmetric simulation lowers one replica on its own machine (fold.sub), without "
+                                "detail, its rings timed from their links (comm cost analytic)")
         self.ring_fits = RingFits(machine) if self.comm_cost is CommCost.MEASURED else None
         self.optimizer = optimizer
         self.num_compute = machine.num_devices
@@ -362,26 +363,8 @@ class Lowering:
         return [[t] for t in done], key
 
     def ring_extras(self, devices, elements: int, itemsize: int, reduce_exe) -> list[tuple]:
-        """Per ring member i, the time added to each hop of its send to member i + 1: the latencies of
-        the ring's other steps (analytic), or what makes the ring take the machine's measured
-        C x + D for its group (measured: ``RingFits.extras``). ``_routes`` keeps only what both share
-        (link times) and the analytic step latencies (keyed "ring"); measured extras are not cached."""
-        n = len(devices)
-        if self.ring_fits is None:
-            return [self.ring_step_latency(devices[i], devices[(i + 1) % n], n) for i in range(n)]
-        return self.ring_fits.extras(devices, elements, itemsize, reduce_exe, self._hops)
-
-    def ring_step_latency(self, src: int, dst: int, n: int) -> tuple:
-        """Per hop of a ring member's send src -> dst, the latency of the ring's other 2(n-1) - 1 steps:
-        a ring AllReduce of n members takes 2(n-1) steps, each paying the route's latency (NCCL's and
-        DisCo's T = C x + D: the constant grows with the ring), while the lowering sends one pipelined
-        transfer per member that pays it once."""
-        key = ("ring", src, dst, n)
-        hit = self._routes.get(key)
-        if hit is None:
-            _, zero = self._hops(src, dst, 0)   # each hop's time for no data: the route's latency
-            hit = self._routes[key] = tuple((2 * (n - 1) - 1) * t for t in zero)
-        return hit
+        """Per ring member, the time added to each hop of its send (``collectives.ring_extras``)."""
+        return ring_extras(self, devices, elements, itemsize, reduce_exe)
 
     # ---- owners -----------------------------------------------------------------------------
     def _op_time(self, attrs, ins, outs, device: int):
