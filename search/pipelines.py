@@ -2,8 +2,8 @@
 finalists with ``--enable-pipeline`` (Unity §5, Fig. 15a).
 
 The space: ``p`` device blocks (every divisor of the devices from 2 up to the operators), ``m``
-micro-batches (``p``, ``2p``, ``4p`` and ``8p`` where they divide the batch), the schedules GPipe, 1F1B
-and interleaved 1F1B (2 chunks, where ``m`` is a multiple of ``p``), stages of balanced FLOPs, data
+micro-batches (``p``, ``2p``, ``4p`` and ``8p`` where they divide the batch), the schedules GPipe, 1F1B,
+interleaved 1F1B (2 chunks, where ``m`` is a multiple of ``p``) and ZB-H1, stages of balanced FLOPs, data
 parallel within each block. Every candidate is simulated whole. The objective is the iteration time
 of the whole batch, so the throughput (samples/s) is the batch over it. Then the best candidate's
 stage boundaries are moved one operator at a time, in either direction, while that makes it faster
@@ -57,7 +57,7 @@ def pipeline_candidates(pcg: PCG, machine: Machine) -> list[tuple[str, dict]]:
         for m in sorted({p * f for f in MICRO_BATCH_FACTORS}):
             if batch % m:
                 continue
-            for schedule, chunks in (("gpipe", 1), ("1f1b", 1), ("interleaved", 2)):
+            for schedule, chunks in (("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zb-h1", 1)):
                 if schedule == "interleaved" and (m % p or p * chunks > ops):
                     continue
                 out.append((f"pipeline p={p} m={m} {schedule}" + (f" v={chunks}" if chunks > 1 else ""),
@@ -146,7 +146,7 @@ def _propose(rng: random.Random, kwargs: dict, stage_of: dict, order: list, batc
         kw["micro_batches"] = m
         return kw, stages
     if move < 0.85:
-        kw["schedule"], kw["chunks"] = rng.choice([("gpipe", 1), ("1f1b", 1), ("interleaved", 2)])
+        kw["schedule"], kw["chunks"] = rng.choice([("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zb-h1", 1)])
         if kw["schedule"] == "interleaved" and (kw["micro_batches"] % kw["stages"] or 2 * kw["stages"] > ops):
             return None
         return kw, None if kw["chunks"] != kwargs["chunks"] else stages

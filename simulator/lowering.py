@@ -58,7 +58,8 @@ from flexrt.simulator.cost_model import has_linear_transfers, loss_time, ring_su
 from flexrt.simulator.collectives import CommCost, RingFits, comm_cost_of, ring_extras
 from flexrt.simulator.engine import Engine
 from flexrt.simulator.folding import folded_allreduce, route_of
-from flexrt.simulator.pipeline_lowering import accumulate_micro_batches, lower_schedule
+from flexrt.simulator.pipeline_lowering import (accumulate_micro_batches, lower_schedule, split_backward,
+                                                weight_grad_parts, weight_grad_times)
 from flexrt.simulator.precision_lowering import has_half_weights, lower_overflow_check
 from flexrt.simulator.recompute_lowering import lower_recompute, recompute_copies
 from flexrt.strategy import Strategy
@@ -167,6 +168,7 @@ class Lowering:
         self.core = self.graph.core
         self.oids: dict[tuple, int] = {}  # owner key -> the graph's owner id
         self.op_tasks: dict[str, tuple[range, range]] = {}  # operator -> (forward ids, backward ids) by piece
+        self.wgrad: dict[str, list] = {}  # operator -> its weight-gradient (W) task by piece, where split apart
         self.parts = self.graph.parts  # owner -> (buffer key, device, part)
         self.rings: dict[str, list[WeightRing]] = {}  # weight -> its gradients' ring AllReduces (fusion merges them)
         self.fusion_cache: dict = {}  # what ``FusedGraph`` derives from this graph, kept across fusion plans
@@ -244,6 +246,7 @@ class Lowering:
             self.graph.drop(oid)
         if owner.kind is OwnerKind.OP:
             self.op_tasks.pop(owner.name, None)
+            self.wgrad.pop(owner.name, None)
         elif owner.kind is OwnerKind.WEIGHT:
             self.rings.pop(owner.name, None)
 
@@ -404,7 +407,9 @@ class Lowering:
             act = [0] * len(act)       # a micro-batch beyond those a stage holds at once
         if name in self.recompute:
             act = [0] * len(act)       # dropped after the forward: one segment's count is charged instead
-        base = self.core.pieces(self._oid(Owner.op(name)), lay.devices, fx, bx, act)
+        wx = weight_grad_times(self, name, fx, bx)      # a zero-bubble schedule's W passes, else None
+        base = self.core.pieces(self._oid(Owner.op(name)), lay.devices, fx,
+                                bx if wx is None else [b - w for b, w in zip(bx, wx)], act)
         n = len(lay.devices)
         fwd, bwd = range(base, base + 2 * n, 2), range(base + 1, base + 2 * n, 2)
         self.op_tasks[name] = (fwd, bwd)
@@ -413,6 +418,8 @@ class Lowering:
                 fa, ba = self._piece_actions(name, lay, p, dev)
                 self.graph.annotate(fwd[p], f"fwd {name}[{p}]", name, p, self._piece_regions(lay, p, dev), fa)
                 self.graph.annotate(bwd[p], f"bwd {name}[{p}]", name, p, (), ba)
+        if wx is not None:
+            split_backward(self, name, lay, wx)
 
     @staticmethod
     def _piece_regions(lay: OperatorLayout, p: int, dev: int) -> tuple:
@@ -572,7 +579,7 @@ class Lowering:
         np_dtype = dtype.numpy_name
         layouts = [(self.layout(c), i) for c, i in users]
         plan = self._reshards.weight(layouts)
-        bwd = [self.op_tasks[c][1] for c, _ in users]
+        bwd = [self.wgrad.get(c) or self.op_tasks[c][1] for c, _ in users]   # what writes weight gradients
         # per instance the tasks its gradient waits for
         deps: dict[tuple, dict[int, list[int]]] = {ranges: {d: [] for _, d in reps} for ranges, reps in plan.instances}
         for u, p, ranges, dev in plan.reads:
@@ -726,6 +733,7 @@ class Lowering:
                     self._lower_loss(name)
                 for done in release.get(name, ()):
                     self._layouts.drop(done)
+            weight_grad_parts(self)
             lower_recompute(self)
             if self.half:
                 lower_overflow_check(self)

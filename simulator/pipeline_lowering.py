@@ -12,8 +12,16 @@ micro-batched model, in both consumers of the task graph:
   not all held until the synchronization. Which micro-batches contribute first follows their index.
 
 - ``idle_fractions``: the bubble, per device, of a simulated timeline.
+- zero-bubble schedules (``Schedule.splits_backward``): an operator with weights gets, per piece, a
+  B task (the gradients of its inputs: ``Backward`` with no weight gradient) and after it a W task
+  (its weights' gradients: ``Backward`` with no input gradient), which the schedule orders apart
+  (``split_backward``). W costs the forward's time (the same products: dW = X^T dY against
+  Y = X W), at most half the backward; B the rest. W assembles the output gradients again from
+  the parts B's came from, under its own keys (``weight_grad_parts``), so they live until W. The
+  NumPy runtime's W task runs the operator's backward kernel and keeps only the weight gradients.
 
-Entry points: ``lower_schedule``, ``accumulate_micro_batches``, ``idle_fractions``.
+Entry points: ``lower_schedule``, ``accumulate_micro_batches``, ``idle_fractions``,
+``weight_grad_times``, ``split_backward``, ``weight_grad_parts``.
 """
 
 from __future__ import annotations
@@ -21,8 +29,9 @@ from __future__ import annotations
 from collections import defaultdict
 
 from flexrt.ir.tensor_shape import TensorShape
-from flexrt.simulator.actions import Buf, Key, Sum
-from flexrt.simulator.task_graph import Owner
+from flexrt.ir.op_type import OpType
+from flexrt.simulator.actions import Backward, Buf, BufKind, Key, Sum
+from flexrt.simulator.task_graph import Owner, TaskKind
 from flexrt.strategy.pipeline import device_order
 from flexrt.strategy.reshard import overlap
 
@@ -35,7 +44,8 @@ def lower_schedule(low) -> None:
     for name in low.wiring.ops:
         stage, j = plan.unit_of(name)
         fwd, bwd = low.op_tasks[name]
-        for phase, ids in (("F", fwd), ("B", list(low.recompute_tasks.get(name, ())) + list(bwd))):
+        for phase, ids in (("F", fwd), ("B", list(low.recompute_tasks.get(name, ())) + list(bwd)),
+                           ("W", low.wgrad.get(name, ()))):
             first_op.setdefault((phase, stage, j), name)
             for t in ids:
                 units[(phase, stage, j)][low.core.row(t)[1]].append(t)
@@ -62,7 +72,7 @@ def accumulate_micro_batches(low, owner, wname: str, users, plan, deps: dict, gr
     ``grad_parts`` ((ranges, device) -> the (key, box) parts assembling it, with detail) of one
     weight so that each instance's contributions are summed micro-batch by micro-batch (module doc)."""
     unit_of = low.pipeline.unit_of
-    bwd = [low.op_tasks[c][1] for c, _ in users]
+    bwd = [low.wgrad.get(c) or low.op_tasks[c][1] for c, _ in users]
     contrib: dict[tuple, dict[int, list]] = defaultdict(lambda: defaultdict(lambda: ([], [])))
     for u, p, ranges, dev in plan.reads:
         c, i = users[u]
@@ -93,6 +103,58 @@ def accumulate_micro_batches(low, owner, wname: str, users, plan, deps: dict, gr
         deps[ranges][dev] = acc_tasks
         if low.detail:
             grad_parts[(ranges, dev)] = acc_parts
+
+
+WGRAD = "@w"   # the W task's own keys for the output gradients it reads
+
+
+def _weight_operands(low, name: str) -> list[int]:
+    node = low.wiring.nodes[name]
+    return [i for i in range(len(node.inputs)) if low.producer[(name, i)].op_type is OpType.WEIGHT
+            and low.wiring.needs_grad(name, i)]
+
+
+def weight_grad_times(low, name: str, fx: list, bx: list):
+    """Per piece the W pass's time of an operator with weights under a zero-bubble schedule (the
+    forward's, at most half the backward), else None."""
+    plan = low.pipeline
+    if plan is None or not plan.schedule.splits_backward or not _weight_operands(low, name):
+        return None
+    return [min(f, b / 2) for f, b in zip(fx, bx)]
+
+
+def split_backward(low, name: str, lay, wx: list) -> None:
+    """The W task of each piece (after its B, the backward task), and both tasks' actions."""
+    owner = Owner.op(name)
+    _, bwd = low.op_tasks[name]
+    weights = set(_weight_operands(low, name))
+    tasks = []
+    for p, dev in enumerate(lay.devices):
+        w = low._task(owner, TaskKind.BACKWARD, dev, wx[p], f"wgrad {name}[{p}]", node=name, piece=p)
+        low._edge(owner, bwd[p], w)
+        tasks.append(w)
+        if low.detail:
+            _, ba = low._piece_actions(name, lay, p, dev)
+            low.graph.annotate(bwd[p], f"bwd {name}[{p}]", name, p, (), Backward(
+                name, ba.attrs, ba.zeroed, ba.operands, ba.outputs, ba.grad_outputs,
+                tuple(None if i in weights else g for i, g in enumerate(ba.grad_operands))))
+            low.graph.annotate(w, f"wgrad {name}[{p}]", name, p, (), Backward(
+                name, ba.attrs, ba.zeroed, ba.operands, ba.outputs,
+                tuple(Buf(Key(b.key.kind, b.key.name + WGRAD, b.key.index, b.key.piece), b.device, b.ranges, b.dtype,
+                          b.fill) for b in ba.grad_outputs),
+                tuple(g if i in weights else None for i, g in enumerate(ba.grad_operands))))
+    low.wgrad[name] = tasks
+
+
+def weight_grad_parts(low) -> None:
+    """Each W task's output gradients assembled from the parts of its B's (module doc)."""
+    if not low.wgrad or not low.detail:
+        return
+    for plist in list(low.parts.values()):
+        for key, dev, part in list(plist):
+            if key.kind is BufKind.GRAD_OUTPUT and key.name in low.wgrad:
+                low._part(Owner.op(key.name), Key(key.kind, key.name + WGRAD, key.index, key.piece), dev, part.src,
+                          part.device, part.box, part.add)
 
 
 def idle_fractions(graph, timeline: dict) -> dict[int, float]:

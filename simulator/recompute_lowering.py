@@ -26,10 +26,11 @@ Entry points: ``recompute_copies``, ``lower_recompute``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 
 from flexrt.errors import NotYetAvailableError
-from flexrt.simulator.actions import Backward, Buf, BufKind, Forward, Key
+from flexrt.simulator.actions import Buf, BufKind, Forward, Key
 from flexrt.simulator.task_graph import Owner, OwnerKind, TaskKind
 from flexrt.strategy.pipeline import source_of
 
@@ -111,7 +112,7 @@ def _recompute_op(low, name: str, operand_parts: dict, chained: set) -> None:
     fwd, bwd = low.op_tasks[name]
     tasks = []
     for p, dev in enumerate(lay.devices):
-        fa, ba = low._piece_actions(name, lay, p, dev)
+        fa, _ = low._piece_actions(name, lay, p, dev)
         ra = Forward(name, fa.attrs, fa.zeroed, tuple(_renamed(b) for b in fa.operands),
                      tuple(_renamed(b) for b in fa.outputs)) if low.detail else None
         rid = low._task(owner, TaskKind.RECOMPUTE, dev, fx[p], f"recompute {name}[{p}]", node=name, piece=p,
@@ -127,10 +128,11 @@ def _recompute_op(low, name: str, operand_parts: dict, chained: set) -> None:
                     chained.add(rid)
                     s = Key(s.kind, s.name + SUFFIX, s.index, s.piece)
                 low._part(owner, ra.operands[i].key, d, s, part.device, part.box, part.add)
-        if low.detail:
-            low.graph.annotate(bwd[p], f"bwd {name}[{p}]", name, p, (),
-                               Backward(name, ba.attrs, ba.zeroed, ra.operands, ra.outputs, ba.grad_outputs,
-                                        ba.grad_operands))
+        if low.detail:   # the backward (and a zero-bubble schedule's W pass) read the recomputed buffers
+            for t in [bwd[p]] + ([low.wgrad[name][p]] if name in low.wgrad else []):
+                node, piece, regions, action = low.graph.info[t]
+                low.graph.annotate(t, low.graph.names[t], node, piece, regions,
+                                   dataclasses.replace(action, operands=ra.operands, outputs=ra.outputs))
     if not low.detail:   # without parts, a recomputed producer still precedes its consumer
         for i in range(len(low.wiring.nodes[name].inputs)):
             p = low.producer[(name, i)].name

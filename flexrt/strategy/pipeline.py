@@ -23,7 +23,10 @@ into dependencies. The simulator and the runtime therefore run the same order:
   live on stage ``s``, where GPipe holds ``m``;
 - ``interleaved`` (Megatron-LM): ``v`` chunks of stages per device (stage ``c * p + b`` on device
   block ``b``), in Megatron's order. Needs ``m`` divisible by ``p``; the bubble is ``v`` times
-  smaller.
+  smaller;
+- ``zb-h1`` (zero bubble, Qi et al. 2024): the backward split into input-gradient (B) and
+  weight-gradient (W) tasks, the W's deferred into what would be the bubble, at 1F1B's memory
+  (``_zero_bubble_order``).
 
 Batch statistics (batch norm) are taken per micro-batch, as in GPipe and PyTorch, so a model with
 batch norm trains differently pipelined; every other operator trains to the same weights.
@@ -57,6 +60,12 @@ class Schedule(enum.Enum):
     GPIPE = "gpipe"
     ONE_F_ONE_B = "1f1b"
     INTERLEAVED = "interleaved"
+    ZB_H1 = "zb-h1"
+
+    @property
+    def splits_backward(self) -> bool:
+        """Whether the schedule orders input-gradient (B) and weight-gradient (W) tasks apart."""
+        return self is Schedule.ZB_H1
 
     @classmethod
     def parse(cls, value) -> "Schedule":
@@ -217,21 +226,54 @@ def _count(what: str, value, minimum: int = 1, maximum: Optional[int] = None) ->
 
 @functools.lru_cache(maxsize=4096)
 def _in_flight(schedule, stages: int, micro_batches: int, chunks: int, stage: int) -> int:
+    frees = "W" if Schedule.parse(schedule).splits_backward else "B"   # the pass after which activations go
     live = most = 0
     for phase, s, _ in device_order(schedule, stages, micro_batches, chunks, stage % stages):
         if s == stage:
-            live += 1 if phase == "F" else -1
+            live += 1 if phase == "F" else -1 if phase == frees else 0
             most = max(most, live)
     return most
 
 
+def _zero_bubble_order(p: int, m: int, stage: int) -> list:
+    """ZB-H1 (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", §2.1) on stage ``i``: 1F1B's
+    p - 1 - i warm-up forwards, then one forward and one B (input gradient) in turn, each B followed
+    by a W (weight gradient) delayed by i micro-batches, so that every stage holds p micro-batches
+    in flight (the first stage's 1F1B count) and the B's, freed of the W's, reach the first stage
+    sooner; the delayed W's fill what is 1F1B's cool-down bubble. The bubble is (p-1)/(3m) of the
+    busy time when F, B and W take equal time (a third of 1F1B's)."""
+    i = stage
+    warm = min(p - 1 - i, m)
+    order = [("F", i, k) for k in range(warm)]
+    w = 0
+
+    def after_b(k: int) -> None:
+        nonlocal w
+        if k - i >= 0:
+            order.append(("W", i, w))
+            w += 1
+    for k in range(m - warm):
+        order += [("F", i, warm + k), ("B", i, k)]
+        after_b(k)
+    for k in range(m - warm, m):
+        order.append(("B", i, k))
+        after_b(k)
+    order += [("W", i, k) for k in range(w, m)]
+    return order
+
+
 def device_order(schedule, stages: int, micro_batches: int, chunks: int = 1, block: int = 0) -> list[tuple]:
-    """The order in which device block ``block`` runs its units: ("F" or "B", stage, micro-batch)."""
+    """The order in which device block ``block`` runs its units: ("F", "B" or "W", stage,
+    micro-batch); "W" (weight gradients apart) only where the schedule ``splits_backward``."""
     s = Schedule.parse(schedule)
     p, m, v = _count("stages", stages), _count("micro-batches", micro_batches), _count("chunks", chunks)
     b = _count("block", block, 0, p - 1)
     if m * v > MAX_UNITS:
         raise StrategyError(f"{m} micro-batches x {v} chunks is more than the {MAX_UNITS} units a device orders")
+    if s is Schedule.ZB_H1:
+        if v != 1:
+            raise StrategyError(f"the {s.value} schedule runs one chunk of stages per device; got {v}")
+        return _zero_bubble_order(p, m, b)
     if s is Schedule.INTERLEAVED:
         if v < 2 or m % p:
             raise StrategyError(f"the interleaved schedule needs 2 or more chunks per device and micro-batches "

@@ -133,7 +133,7 @@ def _axis(pcg, node, kind_names):
     return None
 
 
-PIPELINES = ("gpipe", "1f1b", "interleaved")
+PIPELINES = ("gpipe", "1f1b", "interleaved", "zb-h1")
 
 
 def strategy_of(kind: str, pcg, machine) -> Strategy:

@@ -30,7 +30,7 @@ def mpirun(n: int, *args: str, timeout: float = 240) -> subprocess.CompletedProc
     (4, "mlp", "data,model,reduction,hybrid"),
     (2, "mlp,transformer", "gpipe,1f1b,interleaved"),     # pipelines: stages on ranks
     (4, "cnn", "1f1b"),
-    (2, "mlp,transformer", "1f1b+recompute,hybrid+recompute,data+fp16,1f1b+fp16"),
+    (2, "mlp,transformer", "1f1b+recompute,hybrid+recompute,data+fp16,1f1b+fp16,zb-h1,zb-h1+recompute"),
 ])
 def test_strategies_spanning_ranks_train_like_one_device(n, models, kinds):
     r = mpirun(n, "law", models, kinds)

@@ -71,6 +71,32 @@ def test_interleaved_bubble_is_v_times_smaller(p, m, v, ratio):
     assert plain / (1 - plain) == pytest.approx(v * (p - 1) / (v * m), abs=1e-6)
 
 
+@pytest.mark.parametrize("p, m", [(2, 4), (4, 8), (4, 16), (3, 5), (8, 16), (4, 4)])
+def test_zero_bubble_h1_bubble_is_a_third_of_1f1b(p, m):
+    """F, B and W of equal time (the backward twice the forward, W the forward's): ZB-H1's bubble
+    over busy time is (p - 1) / (3m) (Qi et al. 2024, §2.1), a third of 1F1B's (p - 1) / m."""
+    zb = idle_fractions("zb-h1", p, m)
+    for f in zb:
+        assert f / (1 - f) == pytest.approx((p - 1) / (3 * m), abs=1e-6)
+    one = idle_fractions("1f1b", p, m)[0]
+    assert zb[0] < one
+
+
+def test_zero_bubble_splits_backward_of_weighted_operators_only():
+    machine = local_machine(2)
+    m = FFModel(FFConfig([]))
+    t = m.dense(m.create_tensor([16, 8], DataType.DT_FLOAT), 8, name="fc0")
+    m.softmax(m.relu(m.dense(t, 8, name="fc1"), name="act"), name="sm")
+    strategy = pipeline_strategy(m.pcg, machine, 2, 4, "zb-h1")
+    sim = Simulator(machine, UniformFree(), "sgd")
+    sim.full(strategy)
+    names = [t.name for t in sim.graph.tasks.values()]
+    assert sum(n.startswith("wgrad fc") for n in names) == 2 * 4          # 2 weighted operators x 4 micro-batches
+    assert not any(n.startswith(("wgrad act", "wgrad sm")) for n in names)
+    wgrad = [t for t in sim.graph.tasks.values() if t.name.startswith("wgrad fc0")]
+    assert all(t.exe_s == pytest.approx(1e-3) for t in wgrad)            # W: the forward's time, B the rest
+
+
 def peaks(schedule: str, p: int, m: int) -> list[int]:
     machine = local_machine(p)
     strategy = pipeline_strategy(chain(2 * p, 16 * m, 64), machine, p, m, schedule)
@@ -88,6 +114,11 @@ def test_activation_memory_gpipe_holds_m_micro_batches_1f1b_at_most_p():
     assert all(o < g for o, g in zip(o16, g16))
     # stage s holds p - s micro-batches at most: the first stage the most, each later one less
     assert o16 == sorted(o16, reverse=True) and o16[0] > o16[-1]
+    # ZB-H1: every stage holds p micro-batches (until their W), bounded whatever m; the first stage
+    # as under 1F1B, the later ones more (their W's keep what the backward reads: flexrt's W reads
+    # the whole backward's operands, where the paper counts only the weight operators' inputs)
+    z16, z32 = peaks("zb-h1", p, 16), peaks("zb-h1", p, 32)
+    assert z16 == z32 and z16[0] == o16[0] and all(z >= o for z, o in zip(z16, o16))
 
 
 def test_gradients_accumulate_as_micro_batches_finish():
