@@ -265,7 +265,8 @@ def megatron_lm(base: PCG, machine: Machine, tensor: Optional[int] = None, pipel
 
     Tensor parallelism is ``megatron``'s: attention split on its heads, the feed-forward's first
     linear on its outputs and the second on its inputs (partial sums all-reduced), other linears
-    on their outputs; piece k of a tensor-parallel group on device block start + k, the group
+    and embedding tables on their outputs (Megatron splits a table's rows and all-reduces partial
+    sums; the columns' all-gather moves as much); piece k of a tensor-parallel group on device block start + k, the group
     repeated d times with stride t. The operators between (LayerNorm, residual adds, dropout) are
     replicated over the group, or with ``sequence_parallel`` split over it (on the sample axis: the
     communication volume of splitting the sequence). Pipelines: ``pipeline_strategy`` with
@@ -308,6 +309,8 @@ def _megatron_splits(base: PCG, machine: Machine, t: int, d: int, sequence_paral
             axis = "heads"
         elif node.op_type is OpType.LINEAR:
             axis = "in" if node.id in second else "out"
+        elif node.op_type is OpType.EMBEDDING:
+            axis = "out"             # the table split over the group (Megatron splits its rows; same volume)
         else:
             continue
         for k in _falling(t):            # smaller tensor degrees where shapes need, else data parallel on the block
