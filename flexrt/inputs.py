@@ -287,6 +287,17 @@ def check_keys(mapping: Mapping, allowed: Iterable[str], where: str, error: type
         raise error(f"{where}: missing key {missing[0]!r}")
 
 
+def parse_enum(cls, value: Any, what: str, error: type = ConfigError):
+    """``value`` as a member of the string-valued enum ``cls`` (a member, or its value in any case);
+    else ``error`` naming ``what`` and the valid values."""
+    if isinstance(value, cls):
+        return value
+    try:
+        return cls(str(value).lower())
+    except ValueError:
+        raise error(f"unknown {what} {value!r}; valid: {', '.join(m.value for m in cls)}") from None
+
+
 def check_int(value: Any, where: str, error: type = ConfigError, minimum: Optional[int] = None,
               maximum: Optional[int] = None) -> int:
     """An integer (an integral float such as ``4.0`` from YAML too) within [minimum, maximum]."""

@@ -20,6 +20,7 @@ import dataclasses
 import enum
 
 from flexrt.errors import ConfigError
+from flexrt.inputs import parse_enum
 from flexrt.ir.datatype import DataType
 from flexrt.ir.pcg import PCG, TensorRef
 from flexrt.ir.tensor_shape import TensorShape
@@ -32,12 +33,7 @@ class Precision(enum.Enum):
 
     @classmethod
     def parse(cls, value) -> "Precision":
-        if isinstance(value, Precision):
-            return value
-        try:
-            return cls(str(value).lower())
-        except ValueError:
-            raise ConfigError(f"unknown precision {value!r}; valid: {', '.join(p.value for p in cls)}") from None
+        return parse_enum(cls, value, "precision", ConfigError)
 
     @property
     def dtype(self) -> DataType:

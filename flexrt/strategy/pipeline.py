@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Optional
 
 from flexrt.errors import FlexrtError, StrategyError
+from flexrt.inputs import parse_enum
 from flexrt.ir.costs import op_cost
 from flexrt.ir.op_type import OpType
 from flexrt.ir.ops import InputAttrs
@@ -69,13 +70,7 @@ class Schedule(enum.Enum):
 
     @classmethod
     def parse(cls, value) -> "Schedule":
-        if isinstance(value, Schedule):
-            return value
-        try:
-            return cls(str(value).lower())
-        except ValueError:
-            raise StrategyError(f"unknown pipeline schedule {value!r}; valid: "
-                                f"{', '.join(s.value for s in cls)}") from None
+        return parse_enum(cls, value, "pipeline schedule", StrategyError)
 
 
 def copy_name(name: str, j: int) -> str:

@@ -33,6 +33,7 @@ import math
 from typing import Iterable, Optional
 
 from flexrt.errors import StrategyError
+from flexrt.inputs import parse_enum
 from flexrt.ir.costs import op_cost
 
 # Forward FLOPs per byte of kept activation below which an operator is memory-bound: every device
@@ -47,13 +48,7 @@ class Granularity(enum.Enum):
 
     @classmethod
     def parse(cls, value) -> "Granularity":
-        if isinstance(value, Granularity):
-            return value
-        try:
-            return cls(str(value).lower())
-        except ValueError:
-            raise StrategyError(f"unknown recomputation {value!r}; valid: "
-                                f"{', '.join(g.value for g in cls)}") from None
+        return parse_enum(cls, value, "recomputation", StrategyError)
 
 
 def checkpoint_cuts(wiring) -> list[str]:

@@ -51,10 +51,14 @@ def chains(draw):
     return ElementwiseChain(tuple(steps))
 
 
-def member_by_member(chain: ElementwiseChain, inputs: list):
+def member_by_member(chain: ElementwiseChain, inputs: list, defined=None):
+    """The chain run one kernel at a time; ``defined`` (a boolean array) is cleared where a sin or
+    cos got an argument beyond 1e6, whose value no two roundings of it agree on."""
     done = []
     for s in chain.steps:
         args = [inputs[j] if kind == "in" else done[j] for kind, j in s.args]
+        if defined is not None and s.attrs.op_type in (OpType.SIN, OpType.COS):
+            defined &= ~(np.abs(args[0]) > 1e6)
         done.append(run_forward(np, s.attrs, args)[0])
     return done[-1]
 
@@ -64,9 +68,11 @@ def member_by_member(chain: ElementwiseChain, inputs: list):
 def test_chain_expression_gives_the_member_kernels_values(chain, seed):
     rng = np.random.default_rng(seed)
     inputs = [rng.standard_normal((5, 7)) for _ in range(chain.num_inputs)]
+    defined = np.ones((5, 7), dtype=bool)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        got, want = chain.evaluate(np, inputs), member_by_member(chain, inputs)
+        got, want = chain.evaluate(np, inputs), member_by_member(chain, inputs, defined)
     assert got.dtype == want.dtype and got.shape == want.shape
+    got, want = got[defined], want[defined]
     if all(s.attrs.op_type in ARITHMETIC for s in chain.steps):
         assert np.array_equal(got, want, equal_nan=True)   # 0/0 gives NaN in both
     else:
