@@ -101,7 +101,7 @@ class ResNet18(nn.Module):
 
 
 # name -> (model factory, input shape without the batch)
-MODELS = {"mlp": (MLP, (12,)), "cnn": (CNN, (3, 8, 8)), "encoder": (Encoder, (5, 6)), "resnet18": (ResNet18, (3, 16, 16))}
+MODELS = {"mlp": (MLP, (12,)), "cnn": (CNN, (3, 8, 8)), "encoder": (Encoder, (5, 6)), "resnet18": (ResNet18, (3, 32, 32))}
 
 
 def make(name: str, seed: int = 0):
