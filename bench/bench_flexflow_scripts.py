@@ -97,9 +97,6 @@ for _name in ("callback", "func_cifar10_alexnet", "func_cifar10_cnn", "func_cifa
     KERAS_NOTES[_name] = _CNN
 KERAS_NOTES["func_mnist_mlp_net2net"] = ("its teacher trains 10 full epochs (no early stop), about 25 s each here, "
                                          "before the student")
-KERAS_NOTES["identity_loss"] = "flexrt's runtime has no identity loss (LossType); refused with NotYetAvailableError"
-KERAS_NOTES["regularizer"] = ("flexrt's runtime has no per-weight L2 term; Dense(kernel_regularizer=...) is refused "
-                              "with NotYetAvailableError")
 KERAS_OUT_OF_SCOPE = {n for n in KERAS_NOTES if n.startswith("keras_exp/")}
 IMPORT = re.compile(r"^(\s*)(from|import)(\s+)flexflow\b", re.M)
 

@@ -11,7 +11,9 @@ gradient through the softmax backward gives the same array. The batch is every a
 
 The mean squared errors compare the output with labels of the same shape: ``avg`` reduces by the
 mean over every element, ``sum`` by the sum (``torch.nn.functional.mse_loss`` with
-``reduction="mean"`` / ``"sum"``).
+``reduction="mean"`` / ``"sum"``). The identity loss (FlexFlow's ``LOSS_IDENTITY``) takes the
+model's output as the loss: its sum over the batch (the first axis), gradient ``1 / batch``; labels
+are not read.
 
 Example:
     >>> import numpy as np
@@ -42,6 +44,7 @@ class LossType(NamedKind):
     LOSS_SPARSE_CATEGORICAL_CROSSENTROPY = 51
     LOSS_MEAN_SQUARED_ERROR_AVG_REDUCE = 52
     LOSS_MEAN_SQUARED_ERROR_SUM_REDUCE = 53
+    LOSS_IDENTITY = 54   # the model's output is the loss (summed, over the batch); labels unused
 
     @classmethod
     def noun(cls) -> str:
@@ -155,6 +158,15 @@ def _mse_sum_backward(xp, out, labels):
     return d * out.dtype.type(2.0)
 
 
+def _identity_forward(xp, out, labels):
+    return xp.sum(out) / out.dtype.type(max(out.shape[0], 1) if out.ndim else 1)
+
+
+def _identity_backward(xp, out, labels):
+    rows = max(out.shape[0], 1) if out.ndim else 1
+    return xp.full(out.shape, 1.0 / rows, dtype=out.dtype)   # FlexFlow: 1 x its scale factor 1 / batch
+
+
 @dataclass(frozen=True, slots=True)
 class Loss:
     """One loss: its forward (a 0-d array) and the gradient w.r.t. the model output."""
@@ -171,6 +183,7 @@ LOSSES: dict[LossType, Loss] = {l.kind: l for l in (
     Loss(LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, _scce_forward, _scce_backward, True),
     Loss(LossType.LOSS_MEAN_SQUARED_ERROR_AVG_REDUCE, _mse_avg_forward, _mse_avg_backward, False),
     Loss(LossType.LOSS_MEAN_SQUARED_ERROR_SUM_REDUCE, _mse_sum_forward, _mse_sum_backward, False),
+    Loss(LossType.LOSS_IDENTITY, _identity_forward, _identity_backward, False),
 )}
 
 

@@ -18,8 +18,12 @@ float32 state, the weight set to the master rounded), and ``LossScaler`` scales 
 small float16 gradients do not flush to zero, backing off when a step overflows (the defaults of
 ``torch.cuda.amp.GradScaler``).
 
+A weight may carry a penalty (FlexFlow's ``kernel_regularizer``): ``penalized`` adds its gradient,
+``factor * w`` (L2) or ``factor * sign(w)`` (L1), to the weight's gradient before the step, once per
+weight whatever the strategy.
+
 Entry points: ``OptimizerKind``, ``sgd_update``, ``adam_update``, ``state_factor``, ``state_bytes``,
-``master_step``, ``LossScaler``.
+``master_step``, ``LossScaler``, ``penalized``.
 """
 
 from __future__ import annotations
@@ -118,17 +122,18 @@ def adam_update(xp, w, g, state: dict, alpha: float = 0.001, beta1: float = 0.9,
     w -= t(step_size) * (m / denom)
 
 
-def master_step(update, xp, w, g, state: dict, inv_scale: float = 1.0) -> None:
+def master_step(update, xp, w, g, state: dict, inv_scale: float = 1.0, penalty=None) -> None:
     """One step of ``update(xp, w, g, state)`` for a 16-bit weight ``w``: on its float32 master copy
     (``state["master"]``, made from ``w`` at the first step) with the float32 gradient ``g *
-    inv_scale``; ``w`` then holds the master rounded to its type."""
+    inv_scale`` (and the master's ``penalty``, see ``penalized``); ``w`` then holds the master
+    rounded to its type."""
     master = state.get("master")
     if master is None:
         master = state["master"] = w.astype(xp.float32)
     g32 = g.astype(xp.float32)
     if inv_scale != 1.0:
         g32 *= xp.float32(inv_scale)
-    update(xp, master, g32, state)
+    update(xp, master, penalized(xp, g32, master, penalty), state)
     w[...] = master
 
 
@@ -165,3 +170,16 @@ class LossScaler:
         if self.dynamic and self.good_steps >= self.growth_interval:
             self.scale *= self.growth_factor
             self.good_steps = 0
+
+
+def penalized(xp, g, w, penalty):
+    """``g`` plus the gradient of the weight's ``penalty`` (None, or ("l2" | "l1", factor)): FlexFlow's
+    L2 adds ``factor * w`` (a loss term ``factor / 2 * sum(w ** 2)``), L1 ``factor * sign(w)``."""
+    if penalty is None:
+        return g
+    mode, factor = penalty
+    if mode == "l2":
+        return g + w * w.dtype.type(factor)
+    if mode == "l1":
+        return g + xp.sign(w) * w.dtype.type(factor)
+    raise ConfigError(f"weight penalty {mode!r}: valid: l1, l2")

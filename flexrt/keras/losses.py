@@ -2,8 +2,7 @@
 
 ``compile(loss=...)`` takes one of these or its name: ``'categorical_crossentropy'``,
 ``'sparse_categorical_crossentropy'``, ``'mean_squared_error'`` (``'mse'``). FlexFlow's
-``'identity'`` loss (the output itself is the loss) has no LossType in flexrt's runtime yet:
-``Identity()`` raises ``NotYetAvailableError``.
+``'identity'`` loss is FlexFlow's ``LOSS_IDENTITY``: the output itself is the loss.
 
 Entry points: the loss classes, ``get``.
 """
@@ -62,11 +61,13 @@ class MeanSquaredError(Loss):
 
 
 class Identity(Loss):
-    """FlexFlow's identity loss (the model's output is the loss): not in flexrt's runtime yet."""
+    """FlexFlow's identity loss: the model's output is the loss (summed over the batch, divided by
+    the batch); the labels ``fit`` is given are not read."""
+
+    type = LossType.LOSS_IDENTITY
 
     def __init__(self, reduction="auto", name="identity"):
-        raise NotYetAvailableError("loss 'identity': flexrt's runtime has no identity loss (LossType has "
-                                   f"{', '.join(m.name for m in LossType)}); train on one of those")
+        super().__init__(name, reduction)
 
 
 def _probabilities(loss: Loss, from_logits) -> None:

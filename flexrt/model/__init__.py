@@ -5,7 +5,8 @@ Entry points: ``FFConfig``, ``FFModel``, ``load_model``, ``zoo_models``.
 """
 
 from flexrt.model.config import FFConfig
-from flexrt.model.enums import ActiMode, AggrMode, CompMode, DataType, LossType, MetricsType, PoolType
+from flexrt.model.enums import (ActiMode, AggrMode, CompMode, DataType, LossType, MetricsType, PoolType,
+                                RegularizerMode)
 from flexrt.model.ffmodel import FFModel
 from flexrt.model.initializers import (GlorotUniformInitializer, Initializer, NormInitializer, UniformInitializer,
                                        ZeroInitializer)
@@ -19,7 +20,7 @@ from flexrt.model.tensor import Tensor
 __all__ = [
     "ActiMode", "AdamOptimizer", "AggrMode", "CompMode", "DLRMConfig", "DataType", "FFConfig", "FFModel",
     "GlorotUniformInitializer", "Initializer", "Layer", "LoadedModel", "LossType", "MetricsType", "NetConfig",
-    "NormInitializer", "Optimizer", "PoolType", "SGDOptimizer", "Tensor", "UniformInitializer", "Weight",
+    "NormInitializer", "Optimizer", "PoolType", "RegularizerMode", "SGDOptimizer", "Tensor", "UniformInitializer", "Weight",
     "ZeroInitializer", "ZooModel", "flexflow_already_initialized", "flexflow_python_binding", "get_configs",
     "init_flexflow_runtime", "load_model", "zoo_models",
 ]

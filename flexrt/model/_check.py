@@ -60,3 +60,22 @@ def _range_text(what: str, low, low_open, high, high_open) -> str:
     if high is not None:
         parts.append(f"{'<' if high_open else '<='} {high:g}")
     return what + (" " + " and ".join(parts) if parts else "")
+
+
+def regularizer(where: str, name: str, value: Any):
+    """FlexFlow's regularizer argument as a weight penalty: None (none, or REG_MODE_NONE), else
+    ("l1" | "l2", its ``_lambda``); an object without FlexFlow's ``type`` and ``_lambda`` is a
+    ConfigError."""
+    if value is None:
+        return None
+    from flexrt.model.enums import RegularizerMode
+    mode, factor = getattr(value, "type", None), getattr(value, "_lambda", None)
+    if isinstance(mode, str) and mode in RegularizerMode.__members__:
+        mode = RegularizerMode[mode]
+    if not isinstance(mode, RegularizerMode):
+        raise ConfigError(f"{where}: {name} must be None or a regularizer with FlexFlow's type (RegularizerMode) and "
+                          f"_lambda, got {value!r}")
+    if mode is RegularizerMode.REG_MODE_NONE:
+        return None
+    return ("l1" if mode is RegularizerMode.REG_MODE_L1 else "l2",
+            number(where, f"{name}._lambda", factor, 0.0))

@@ -20,8 +20,11 @@ class DenseLayers:
         """y = activation(x @ kernel + bias); x [..., in] -> [..., out_dim]. Weights: kernel [in, out_dim], bias.
 
         ``datatype`` is kept as an option: the output and weights have the input's type (DT_NONE,
-        FlexFlow's default, means exactly that)."""
+        FlexFlow's default, means exactly that). ``kernel_regularizer`` (FlexFlow's: ``type`` L1 or
+        L2 and ``_lambda``) adds ``_lambda * kernel`` (L2) or ``_lambda * sign(kernel)`` (L1) to the
+        kernel's gradient at every update, once whatever the strategy."""
         w = "dense"
+        kernel_regularizer = _check.regularizer(w, "kernel_regularizer", kernel_regularizer)
         attrs = LinearAttrs(_check.integer(w, "out_dim", out_dim, 1), _check.flag(w, "use_bias", use_bias),
                             _check.member(w, "activation", activation, ActiMode))
         _check.member(w, "datatype", datatype, DataType)

@@ -14,7 +14,16 @@ from flexrt.ir.enums import ActiMode, AggrMode, PoolType
 from flexrt.kernels.losses import LossType
 from flexrt.kernels.metrics import MetricsType
 
-__all__ = ["ActiMode", "AggrMode", "CompMode", "DataType", "LossType", "MetricsType", "PoolType"]
+__all__ = ["ActiMode", "AggrMode", "CompMode", "DataType", "LossType", "MetricsType", "PoolType", "RegularizerMode"]
+
+
+class RegularizerMode(enum.Enum):
+    """FlexFlow's weight regularizers (``dense(kernel_regularizer=...)``: an object with ``type`` and
+    ``_lambda``, as FlexFlow's Keras ``L1`` / ``L2``)."""
+
+    REG_MODE_NONE = 17
+    REG_MODE_L1 = 18
+    REG_MODE_L2 = 19
 
 
 class CompMode(enum.Enum):

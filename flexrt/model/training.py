@@ -275,7 +275,7 @@ class TrainingMixin:
         try:
             self.session = Session(strategy, machine, backend=opts["backend"], mode=opts["mode"],
                                    optimizer=opt_kind, loss=loss, metrics=metrics, weights=self._initial,
-                                   seed=opts["seed"], loss_output=out, **params)
+                                   seed=opts["seed"], loss_output=out, penalties=self._penalties(), **params)
         except ModuleNotFoundError as e:
             if opts["backend"] != "cupy":
                 raise
@@ -302,6 +302,15 @@ class TrainingMixin:
                         f.write(text())
                 except OSError as e:
                     raise ConfigError(f"compile: cannot write {what} {path}: {e.strerror or e}") from None
+
+    def _penalties(self) -> dict:
+        """Weight node name -> its penalty (``kernel_regularizer`` of the layer that made it)."""
+        out = {}
+        for layer in self._layers:
+            penalty = layer.option("kernel_regularizer")
+            if penalty is not None and layer.weights:
+                out[layer.weights[0].node_name] = penalty
+        return out
 
     def _make_label_tensor(self, loss: LossType) -> None:
         from flexrt.ir.datatype import DataType

@@ -51,7 +51,7 @@ import numpy as np
 from flexrt.errors import FlexrtError, ShapeError, StrategyError
 from flexrt.kernels.losses import LossType, fuses_with_softmax, loss_forward
 from flexrt.kernels.metrics import MetricsAccumulator, MetricsType
-from flexrt.kernels.optimizers import LossScaler, OptimizerKind, adam_update, master_step, sgd_update
+from flexrt.kernels.optimizers import LossScaler, OptimizerKind, adam_update, master_step, penalized, sgd_update
 from flexrt.kernels.fused import backward_reads
 from flexrt.kernels.registry import backward_kernel, forward_kernel
 from flexrt.runtime.plan import ExecPlan
@@ -150,6 +150,7 @@ class Executor:
         half = any(np.dtype(b.dtype).itemsize == 2 for b in plan.weight_instances)
         self.scaler: Optional[LossScaler] = LossScaler() if half else None
         self._updates = [t.kind.value == "update" for t in plan.tasks]
+        self.penalties: dict = {}         # weight name -> ("l1" | "l2", factor): added to its gradient
 
     # ---- memory ------------------------------------------------------------------------------
     def _alloc(self, bid, arr) -> None:
@@ -359,10 +360,12 @@ class Executor:
         state = self.opt_state.setdefault(bid, {})
         before = sum(int(v.nbytes) for v in state.values() if hasattr(v, "nbytes"))
         w, g = self.get(bid), self.get((a.grad.key, a.grad.device))
+        penalty = self.penalties.get(a.weight.key.name)
         if w.dtype.itemsize == 2:
-            master_step(self.update_fn, self.xp, w, g, state, 1.0 / self.scaler.scale if self.scaler else 1.0)
+            master_step(self.update_fn, self.xp, w, g, state, 1.0 / self.scaler.scale if self.scaler else 1.0,
+                        penalty)
         else:
-            self.update_fn(self.xp, w, g, state)
+            self.update_fn(self.xp, w, penalized(self.xp, g, w, penalty), state)
         after = sum(int(v.nbytes) for v in state.values() if hasattr(v, "nbytes"))
         if after != before:
             with self._lock:

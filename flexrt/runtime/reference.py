@@ -22,7 +22,7 @@ from flexrt.ir.op_type import OpType
 from flexrt.ir.pcg import PCG, TensorRef
 from flexrt.kernels.losses import (CROSS_ENTROPIES, LossType, fuses_with_softmax, loss_backward, loss_forward,
                                    softmax_cross_entropy_backward)
-from flexrt.kernels.optimizers import LossScaler, master_step
+from flexrt.kernels.optimizers import LossScaler, master_step, penalized
 from flexrt.kernels.registry import run_backward, run_forward
 
 
@@ -50,7 +50,8 @@ def loss_gradient(loss: LossType, attrs, rank: int) -> tuple[Callable, bool]:
 
 class ReferenceTrainer:
     def __init__(self, pcg: PCG, weights: dict, update: Callable, loss: LossType | str,
-                 output: Optional[str] = None, loss_scale: Optional[float] = None) -> None:
+                 output: Optional[str] = None, loss_scale: Optional[float] = None,
+                 penalties: Optional[dict] = None) -> None:
         """``loss`` is a ``LossType`` or its name; ``update`` is ``optimizer_step(...)``'s. Float16
         weights train as the runtime trains them: float32 masters, the loss scaled (dynamically, or by
         a fixed ``loss_scale``), a step skipped when a gradient overflows."""
@@ -63,6 +64,7 @@ class ReferenceTrainer:
         half = any(w.dtype.itemsize == 2 and w.dtype.kind == "f" for w in self.weights.values())
         self.scaler = None if not half else LossScaler(loss_scale, dynamic=False) if loss_scale else LossScaler()
         self.skipped = False
+        self.penalties = dict(penalties or {})   # weight name -> ("l1" | "l2", factor), as the runtime's
 
     def step(self, inputs: dict, labels) -> float:
         pcg = self.pcg
@@ -116,7 +118,8 @@ class ReferenceTrainer:
             g = grads[name]
             if g is None:
                 continue
+            penalty = self.penalties.get(name)
             if w.dtype.itemsize == 2:
-                master_step(self.update, np, w, g, self.state[name], inv_scale)
+                master_step(self.update, np, w, g, self.state[name], inv_scale, penalty)
             else:
-                self.update(np, w, g, self.state[name])
+                self.update(np, w, penalized(np, g, w, penalty), self.state[name])

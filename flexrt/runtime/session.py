@@ -126,12 +126,14 @@ class Session:
                  mode: str = "serial", optimizer: OptimizerKind | str = OptimizerKind.SGD,
                  loss: LossType | str = LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY,
                  metrics=(), weights: Optional[dict] = None, seed: int = 0, loss_output: Optional[str] = None,
-                 check_memory: bool = True, comm=None, loss_scale=None, **optimizer_params) -> None:
+                 check_memory: bool = True, comm=None, loss_scale=None, penalties: Optional[dict] = None,
+                 **optimizer_params) -> None:
         """``optimizer`` (SGD or ADAM), ``loss`` and each of ``metrics`` are an ``OptimizerKind`` /
         ``LossType`` / ``MetricsType`` or its name ("adam", "mean_squared_error_avg", "accuracy").
         A model with float16 weights (``flexrt.ir.precision``) trains through float32 master weights
         with its loss scaled: dynamically (``loss_scale`` None or "dynamic": torch's GradScaler
-        defaults) or by a fixed ``loss_scale``."""
+        defaults) or by a fixed ``loss_scale``. ``penalties`` (weight name -> ("l1" | "l2", factor),
+        FlexFlow's ``kernel_regularizer``) add their gradient to those weights' at every update."""
         optimizer = OptimizerKind.parse(optimizer, OPTIMIZER_PARAMS)
         loss = LossType.parse(loss)
         metrics = [MetricsType.parse(m) for m in metrics]
@@ -173,8 +175,15 @@ class Session:
             self.layout = mpi.rank_layout(machine, self.comm.Get_size(), self.comm.Get_rank())
             self.executor = SpmdExecutor(self.plan, self.backend, update, loss, metrics, self.comm, self.layout)
         self._set_loss_scale(loss_scale)
+        self.executor.penalties = self._checked_penalties(penalties or {})
         self.executor.load_weights(weights if weights is not None else initial_weights(self.base, seed))
         self.last: Optional[IterationResult] = None
+
+    def _checked_penalties(self, penalties: dict) -> dict:
+        unknown = sorted(set(penalties) - set(self.strategy.wiring().weight_shape))
+        if unknown:
+            raise ConfigError(f"penalties: {', '.join(map(repr, unknown[:5]))} not a weight of the model")
+        return dict(penalties)
 
     def _set_loss_scale(self, loss_scale) -> None:
         if loss_scale is None or loss_scale == "dynamic":

@@ -138,8 +138,6 @@ def test_compile_refuses_bad_names_and_options():
         model().compile("sgd", "mse", metrics=["accuracy", "auc"])
     with pytest.raises(ConfigError, match="loss is required"):
         model().compile("sgd")
-    with pytest.raises(NotYetAvailableError, match="identity"):
-        model().compile("adam", "identity")
     with pytest.raises(NotYetAvailableError, match="loss_weights"):
         model().compile("sgd", "mse", loss_weights=[1.0])
     with pytest.raises(NotYetAvailableError, match="amsgrad"):

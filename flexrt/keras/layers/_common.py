@@ -98,11 +98,15 @@ def initializer_handle(where: str, arg: str, value: Any):
     return initializers.get(value, f"{where}: {arg}").ffhandle
 
 
-def check_regularizer(where: str, arg: str, value: Optional[Any]) -> None:
+def check_regularizer(where: str, arg: str, value: Optional[Any], applied: bool = False):
+    """``value`` if it is a regularizer the runtime applies here (``applied``: a Dense kernel's), None
+    for None; a regularizer anywhere else is refused rather than trained without."""
     if value is None:
-        return
+        return None
     from flexrt.keras.regularizers import Regularizer
     if not isinstance(value, Regularizer):
         raise ConfigError(f"{where}: {arg} must be a regularizer (L1(...), L2(...)) or None, got {value!r}")
-    raise NotYetAvailableError(f"{where}: {arg}={value!r}: flexrt's runtime has no per-weight regularization term "
-                               f"yet (the loss would be trained without it); leave {arg}=None")
+    if applied:
+        return value
+    raise NotYetAvailableError(f"{where}: {arg}={value!r}: flexrt applies regularizers to Dense kernels only "
+                               f"(the loss would be trained without this one); leave {arg}=None")

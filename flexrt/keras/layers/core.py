@@ -46,7 +46,7 @@ class Dense(Layer):
         self.use_bias = use_bias
         self.kernel_initializer = initializer_handle(where, "kernel_initializer", kernel_initializer)
         self.bias_initializer = initializer_handle(where, "bias_initializer", bias_initializer)
-        check_regularizer(where, "kernel_regularizer", kernel_regularizer)
+        self.kernel_regularizer = check_regularizer(where, "kernel_regularizer", kernel_regularizer, applied=True)
         check_regularizer(where, "bias_regularizer", bias_regularizer)
         check_regularizer(where, "activity_regularizer", activity_regularizer)
         refuse(where, kernel_constraint=(kernel_constraint, None), bias_constraint=(bias_constraint, None))
@@ -55,7 +55,8 @@ class Dense(Layer):
         def build(mode):
             return ffmodel.dense(inputs[0], self.units, mode, self.use_bias, shared_op=shared,
                                  kernel_initializer=self.kernel_initializer,
-                                 bias_initializer=self.bias_initializer, name=name)
+                                 bias_initializer=self.bias_initializer, kernel_regularizer=self.kernel_regularizer,
+                                 name=name)
         return lower_fused(ffmodel, self.activation, build, name)
 
 
