@@ -53,6 +53,7 @@ from flexrt.kernels.losses import LossType, fuses_with_softmax, loss_forward
 from flexrt.kernels.metrics import MetricsAccumulator, MetricsType
 from flexrt.kernels.optimizers import LossScaler, OptimizerKind, adam_update, master_step, penalized, sgd_update
 from flexrt.kernels.fused import backward_reads
+from flexrt.ir.ops.dropout import at_step
 from flexrt.kernels.registry import backward_kernel, forward_kernel
 from flexrt.runtime.plan import ExecPlan
 from flexrt.runtime.reference import loss_gradient
@@ -151,6 +152,7 @@ class Executor:
         self.scaler: Optional[LossScaler] = LossScaler() if half else None
         self._updates = [t.kind.value == "update" for t in plan.tasks]
         self.penalties: dict = {}         # weight name -> ("l1" | "l2", factor): added to its gradient
+        self.step = -1                    # the training step running (dropout draws a mask per step)
 
     # ---- memory ------------------------------------------------------------------------------
     def _alloc(self, bid, arr) -> None:
@@ -278,7 +280,7 @@ class Executor:
         get = (lambda bid: local[bid]) if keep else self.get
         args = [self.xp.zeros_like(get((b.key, b.device))) if i in a.zeroed else get((b.key, b.device))
                 for i, b in enumerate(a.operands)]
-        results = forward_kernel(a.attrs.op_type)(self.xp, a.attrs, args)
+        results = forward_kernel(a.attrs.op_type)(self.xp, at_step(a.attrs, self.step), args)
         for b, r in zip(a.outputs, results):
             if tuple(r.shape) != _shape(b):
                 raise ShapeError(f"{a.attrs.op_type.value} '{a.node}': piece computed shape {list(r.shape)}, "
@@ -331,7 +333,7 @@ class Executor:
         if a.node in self.fused_softmax:  # the loss handed back d loss / d logits already
             grads = [gouts[0].copy()]
         else:
-            grads = backward_kernel(a.attrs.op_type)(self.xp, a.attrs, ops, outs, gouts)
+            grads = backward_kernel(a.attrs.op_type)(self.xp, at_step(a.attrs, self.step), ops, outs, gouts)
         for i, b in enumerate(a.grad_operands):
             if b is None:
                 continue
@@ -545,6 +547,7 @@ class Executor:
             if arr.shape != want:
                 raise ShapeError(f"input '{name}': batch of shape {list(arr.shape)}, expected {list(want)}")
         self.discard()
+        self.step += 1
         for name in plan.inputs:
             self.mem[HOST][Key.input(name)] = np.asarray(inputs[name])
         self._held = plan.forward_outputs if hold else frozenset()

@@ -20,6 +20,7 @@ import numpy as np
 from flexrt.errors import StrategyError
 from flexrt.ir.op_type import OpType
 from flexrt.ir.pcg import PCG, TensorRef
+from flexrt.ir.ops.dropout import at_step
 from flexrt.kernels.losses import (CROSS_ENTROPIES, LossType, fuses_with_softmax, loss_backward, loss_forward,
                                    softmax_cross_entropy_backward)
 from flexrt.kernels.optimizers import LossScaler, master_step, penalized
@@ -64,6 +65,7 @@ class ReferenceTrainer:
         half = any(w.dtype.itemsize == 2 and w.dtype.kind == "f" for w in self.weights.values())
         self.scaler = None if not half else LossScaler(loss_scale, dynamic=False) if loss_scale else LossScaler()
         self.skipped = False
+        self.steps = 0                            # dropout draws a mask per step (``at_step``)
         self.penalties = dict(penalties or {})   # weight name -> ("l1" | "l2", factor), as the runtime's
 
     def step(self, inputs: dict, labels) -> float:
@@ -77,7 +79,7 @@ class ReferenceTrainer:
             elif node.op_type is OpType.WEIGHT:
                 values[TensorRef(nid, 0)] = self.weights[node.name]
             else:
-                outs = run_forward(np, node.attrs, [values[r] for r in node.inputs])
+                outs = run_forward(np, at_step(node.attrs, self.steps), [values[r] for r in node.inputs])
                 for k, o in enumerate(outs):
                     values[TensorRef(nid, k)] = o
         out_ref = TensorRef(pcg.node_by_name(self.output).id, 0)
@@ -97,12 +99,13 @@ class ReferenceTrainer:
                 continue
             outs = [values[TensorRef(nid, k)] for k in range(len(pcg.output_shapes(nid)))]
             gouts = [grads.get(TensorRef(nid, k), np.zeros_like(o)) for k, o in enumerate(outs)]
-            gins = run_backward(np, node.attrs, [values[r] for r in node.inputs], outs, gouts)
+            gins = run_backward(np, at_step(node.attrs, self.steps), [values[r] for r in node.inputs], outs, gouts)
             for r, g in zip(node.inputs, gins):
                 if g is None or pcg.node(r.node).op_type is OpType.INPUT:
                     continue
                 grads[r] = grads[r] + g if r in grads else g
         self._apply({name: grads.get(TensorRef(pcg.node_by_name(name).id, 0)) for name in self.weights})
+        self.steps += 1
         return value
 
     def _apply(self, grads: dict) -> None:

@@ -65,6 +65,8 @@ def _torch_loss(loss, o, t):
         # cross_entropy log-softmaxes its input, the identity on log-probabilities for the value but
         # not for the gradient (it projects out the sum-to-one direction): differentiate -sum(t log p)
         return -(t * torch.log(o)).sum() / o.shape[0]
+    if loss is LossType.LOSS_IDENTITY:
+        return o.sum() / o.shape[0]
     return torch.nn.functional.mse_loss(o, t, reduction="mean" if loss.short_name.endswith("avg") else "sum")
 
 

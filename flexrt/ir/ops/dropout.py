@@ -1,8 +1,10 @@
-"""``Dropout`` with ``rate`` and a ``seed`` (deterministic masks per seed and piece).
+"""``Dropout`` with ``rate`` and a ``seed`` (deterministic masks per seed, piece and training step).
 
 Training mode: y = x * keep / (1 - rate), keep a Bernoulli(1 - rate) mask that is a pure function of
 (seed, shape of x): the same call gives the same mask (the kernel draws it from a NumPy Generator
-seeded with ``seed``).
+seeded with ``seed``). Training draws a new mask every step: the runtime and the reference trainer
+run step ``k``'s dropouts with ``at_step(attrs, k)`` (step 0 keeps the seed), the forward and its
+backward (and a recomputation) alike.
 
 Parallel axes: every dimension, ``replica`` and ``partial`` (for a fixed mask dropout is linear in x).
 A partitioned dropout draws an independent mask per piece, as FlexFlow does (it seeds cuRAND per
@@ -12,7 +14,7 @@ one position draw the same mask (replicas stay equal; partial sums still add up)
 along a dimension is therefore statistically equivalent to, not equal to, the unpartitioned run
 (exactly equal with rate 0, and for partitionings that cut no dimension).
 
-Entry points: ``DropoutAttrs``, ``piece_seed``; the rules register on import.
+Entry points: ``DropoutAttrs``, ``piece_seed``, ``at_step``; the rules register on import.
 """
 
 from __future__ import annotations
@@ -41,6 +43,14 @@ def piece_seed(seed: int, shard_index: int) -> int:
     if shard_index == 0:
         return seed
     return _splitmix64(seed ^ _splitmix64(shard_index)) >> 1  # a non-negative int below 2**63
+
+
+def at_step(attrs, step: int):
+    """``attrs`` as training step ``step`` runs it: a dropout's seed mixed with the step (a new mask
+    every step; step 0 keeps it); any other operator's attributes unchanged."""
+    if step == 0 or attrs.op_type is not OpType.DROPOUT or attrs.rate == 0.0:
+        return attrs
+    return dataclasses.replace(attrs, seed=_splitmix64(attrs.seed ^ _splitmix64((step << 1) | 1)) >> 1)
 
 
 @dataclass(frozen=True, slots=True)
