@@ -17,8 +17,8 @@ PY := $(VENV)/bin/python
 # extension in place, so an edited .pyx needs this too.
 STAMP := $(VENV)/.flexrt-install-stamp
 # The front ends' optional packages (flexrt.torch, flexrt.onnx), installed once for their tests: a CPU
-# build of torch and onnx. Without network to them the tests skip with a reason; FLEXRT_NO_FRONTENDS=1
-# leaves them out.
+# build of torch and onnx, failing fast (no retries) where an index is unreachable: a local wheel
+# still serves. Without any, the tests skip with a reason; FLEXRT_NO_FRONTENDS=1 leaves them out.
 FRONTENDS_STAMP := $(VENV)/.flexrt-frontends-stamp
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 INSTALL_DEPS := setup.py pyproject.toml $(shell find flexrt kernels simulator search -name '*.pyx' -o -name '*.pxd' -o -name '*.pxi' 2>/dev/null)
@@ -57,8 +57,9 @@ $(STAMP): $(INSTALL_DEPS) | $(PY)
 $(FRONTENDS_STAMP): | $(STAMP)
 	@if [ -n "$(FLEXRT_NO_FRONTENDS)" ]; then echo "make: FLEXRT_NO_FRONTENDS set: torch and onnx not installed (their tests skip)"; \
 	else echo "make: installing torch (CPU build, $(TORCH_INDEX)) and onnx for the front ends' tests"; \
-	$(PY) -m pip install --disable-pip-version-check --progress-bar off -q torch --index-url $(TORCH_INDEX) \
-	  && $(PY) -m pip install --disable-pip-version-check --progress-bar off -q onnx \
+	$(PY) -m pip install --disable-pip-version-check --progress-bar off -q --retries 0 --timeout 15 torch \
+	  --index-url $(TORCH_INDEX) \
+	  && $(PY) -m pip install --disable-pip-version-check --progress-bar off -q --retries 0 --timeout 15 onnx \
 	  || echo "make: torch or onnx could not be installed: the front ends' tests will skip"; fi
 	@touch $@
 
