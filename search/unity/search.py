@@ -61,6 +61,7 @@ from flexrt.strategy import GraphStrategy, Strategy, data_parallel, is_compute
 
 from flexrt.errors import ConfigError
 from flexrt.ir.pcg import PCG
+from flexrt.ir.registry import AxisKind
 from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.machine import Machine
 
@@ -267,6 +268,10 @@ def unity(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUDGET, 
     if best_pcg is not pcg:
         finalists.append(("input graph mapped", _strategy(pcg, pcg, state["input_mapping"].configs)))
     finalists.append(("data-parallel", data_parallel(pcg, machine, n if n < machine.num_devices else None)))
+    if sp.kinds != frozenset({AxisKind.SAMPLE}):   # a larger space never returns worse than data+model
+        sample = MappingDP(machine, LocalCosts(machine, cost_model, frozenset({AxisKind.SAMPLE}), optimizer,
+                                               min_degree), cache=cache, devices=n)
+        finalists.append(("data+model mapping", _strategy(best_pcg, pcg, sample.solve(best_pcg).configs)))
     if enable_pipeline:      # pipelined finalists: stages, micro-batches and schedule searched (search.pipelines)
         finalists += best_pipeline(pcg, machine, cost_model, optimizer, log_notes=log.notes)
     return _finish(machine, cost_model, optimizer, finalists, log, t0)

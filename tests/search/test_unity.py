@@ -323,3 +323,16 @@ def test_ctrl_c_keeps_the_best_graph_so_far(dgx1, monkeypatch):
     sim = Simulator(dgx1, COST)
     sim.full(r.strategy)
     assert sim.iteration_time() == pytest.approx(r.cost_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("name, flags, machine_name, nodes", [
+    ("transformer", ["-b", "12"], "summit", 2), ("mlp", ["-b", "48"], "summit", 1), ("dlrm", ["-b", "96"], "summit", 2)])
+def test_a_larger_space_never_returns_a_slower_strategy(name, flags, machine_name, nodes):
+    """Unity ranks its graphs by the mapping DP's estimate, which the simulation can disagree with;
+    the data+model mapping of the chosen graph is a finalist, so adding dimensions never loses."""
+    machine = load_machine(machine_name, nodes=nodes)
+    base = load_model(name, flags).model.pcg
+    small = unity(base, machine, AnalyticCostModel(), budget=30, space=SearchSpace(frozenset({AxisKind.SAMPLE})),
+                  progress=False)
+    big = unity(base, machine, AnalyticCostModel(), budget=30, space=SearchSpace.full(), progress=False)
+    assert big.cost_s <= small.cost_s * (1 + 1e-9), (big.log.notes["finalists_s"], small.cost_s)
