@@ -90,55 +90,59 @@ def lower_recompute(low) -> None:
                     operand_parts[key].append((dev, part))
     src, dst = low.core.edge_arrays()
     back = {t for name in ops for t in low.op_tasks[name][1]}
+    fwd_of = {t: (name, q) for name in ops for q, t in enumerate(low.op_tasks[name][0])}
     preds: dict[int, list] = defaultdict(list)
     for a, b in zip(src.tolist(), dst.tolist()):
-        if b in back:
+        if b in back or (b in fwd_of and a in fwd_of):
             preds[b].append(a)
     chained: set = set()
     for name in low.wiring.ops:
         if name in ops:
-            _recompute_op(low, name, operand_parts, chained)
-    for seg in _segments(low, ops):
+            _recompute_op(low, name, operand_parts, chained, [[fwd_of[a] for a in preds.get(t, ()) if a in fwd_of]
+                                                              for t in low.op_tasks[name][0]])
+    segments = _segments(low, ops)
+    for seg in segments:
         _trigger(low, seg, chained, preds)
-    _working_set(low)
+    _working_set(low, segments)
 
 
-def _recompute_op(low, name: str, operand_parts: dict, chained: set) -> None:
+def _recompute_op(low, name: str, operand_parts: dict, chained: set, local_producers: list) -> None:
     """The recompute task of each piece of ``name``; ``chained`` collects those that wait for a
-    recomputed producer's task."""
+    recomputed producer's task: per piece, ``local_producers`` are the recomputed (operator, piece)
+    whose forward hands it its operand on its own device (a direct forward edge, the same in the
+    graph with or without detail)."""
     owner = Owner.op(name)
     lay = low.layout(name)
     fx, _, _ = low._piece_times(lay)
     fwd, bwd = low.op_tasks[name]
     tasks = []
     for p, dev in enumerate(lay.devices):
-        fa, _ = low._piece_actions(name, lay, p, dev)
-        ra = Forward(name, fa.attrs, fa.zeroed, tuple(_renamed(b) for b in fa.operands),
-                     tuple(_renamed(b) for b in fa.outputs)) if low.detail else None
+        fa = ra = None
+        if low.detail:      # actions and parts: what the runtime needs, not a search
+            fa, _ = low._piece_actions(name, lay, p, dev)
+            ra = Forward(name, fa.attrs, fa.zeroed, tuple(_renamed(b) for b in fa.operands),
+                         tuple(_renamed(b) for b in fa.outputs))
         rid = low._task(owner, TaskKind.RECOMPUTE, dev, fx[p], f"recompute {name}[{p}]", node=name, piece=p,
                         action=ra)
         tasks.append(rid)
         low._edge(owner, fwd[p], rid)
         low._edge(owner, rid, bwd[p])
+        for producer, q in local_producers[p]:
+            low._edge(owner, low.recompute_tasks[producer][q], rid)
+            chained.add(rid)
+        if not low.detail:
+            continue
         for i, b in enumerate(fa.operands):
             for d, part in operand_parts.get(b.key, ()):
                 s = part.src
                 if s.kind is BufKind.OUTPUT and s.name in low.recompute and part.device == d:
-                    low._edge(owner, low.recompute_tasks[s.name][s.piece], rid)
-                    chained.add(rid)
                     s = Key(s.kind, s.name + SUFFIX, s.index, s.piece)
                 low._part(owner, ra.operands[i].key, d, s, part.device, part.box, part.add)
-        if low.detail:   # the backward (and a zero-bubble schedule's W pass) read the recomputed buffers
-            for t in [bwd[p]] + ([low.wgrad[name][p]] if name in low.wgrad else []):
-                node, piece, regions, action = low.graph.info[t]
-                low.graph.annotate(t, low.graph.names[t], node, piece, regions,
-                                   dataclasses.replace(action, operands=ra.operands, outputs=ra.outputs))
-    if not low.detail:   # without parts, a recomputed producer still precedes its consumer
-        for i in range(len(low.wiring.nodes[name].inputs)):
-            p = low.producer[(name, i)].name
-            if p in low.recompute:
-                low._edges(owner, list(low.recompute_tasks[p]), tasks)
-                chained.update(tasks)
+        # the backward (and a zero-bubble schedule's W pass) read the recomputed buffers
+        for t in [bwd[p]] + ([low.wgrad[name][p]] if name in low.wgrad else []):
+            node, piece, regions, action = low.graph.info[t]
+            low.graph.annotate(t, low.graph.names[t], node, piece, regions,
+                               dataclasses.replace(action, operands=ra.operands, outputs=ra.outputs))
     low.recompute_tasks[name] = tasks
 
 
@@ -192,11 +196,11 @@ def _reaches(low, start: str, targets: set) -> bool:
     return False
 
 
-def _working_set(low) -> None:
+def _working_set(low, segments: list) -> None:
     """Static memory: per device, the largest segment's recomputed activations (one segment is live
     at a time), charged to that segment's first operator."""
     best: dict[int, tuple[int, str]] = {}
-    for seg in _segments(low, low.recompute):
+    for seg in segments:
         per_dev: dict[int, int] = defaultdict(int)
         for name in seg:
             lay = low.layout(name)

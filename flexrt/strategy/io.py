@@ -284,7 +284,7 @@ def strategy_from_json(data: dict, base: Optional[PCG], machine: Machine, source
     try:
         return strategy.with_recompute(names)
     except FlexrtError as e:
-        raise StrategyError(f"{source}: recompute: {e}") from None
+        raise StrategyError(f"{source}: {e}") from None
 
 
 def _is_flexflow_text(path: str, text: str) -> bool:
