@@ -29,9 +29,10 @@ def _replica_argv(extra, batch: int) -> list:
     return list(extra) + ["-b", str(batch)]
 
 
-def symmetric_simulation(args, extra, loaded, machine, cost, optimizer, precision_arg, recompute_arg):
+def symmetric_simulation(args, extra, loaded, machine, cost, optimizer):
     """(result, the replica's strategy, the simulator, replicas) of ``--symmetric``: Megatron-LM's
     strategy for ``machine`` folded onto one data-parallel replica (ConfigError where it cannot be)."""
+    from flexrt.cli._common import precision_arg, recompute_arg
     from flexrt.search.baselines import megatron_lm
     from flexrt.simulator.folding import Fold
     from flexrt.simulator.simulate import Simulator

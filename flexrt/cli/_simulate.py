@@ -123,8 +123,7 @@ def run(args, extra) -> int:
                                                   else ProfiledCostModel()))
     optimizer = OptimizerKind.parse(args.optimizer)
     if args.symmetric:
-        result, strategy, sim, replicas = symmetric_simulation(args, extra, loaded, machine, cost, optimizer,
-                                                               precision_arg, recompute_arg)
+        result, strategy, sim, replicas = symmetric_simulation(args, extra, loaded, machine, cost, optimizer)
         return _report(args, loaded, machine, base, strategy, sim, result, None, {}, t0, replicas)
     strategy = _strategy(args, base, machine)
     if args.fusion != "off":

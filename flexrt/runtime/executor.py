@@ -151,6 +151,7 @@ class Executor:
         half = any(np.dtype(b.dtype).itemsize == 2 for b in plan.weight_instances)
         self.scaler: Optional[LossScaler] = LossScaler() if half else None
         self._updates = [t.kind.value == "update" for t in plan.tasks]
+        self._not_updates = [not u for u in self._updates]
         self.penalties: dict = {}         # weight name -> ("l1" | "l2", factor): added to its gradient
         self.step = -1                    # the training step running (dropout draws a mask per step)
 
@@ -509,16 +510,20 @@ class Executor:
         if self.scaler is None:
             self._phase(st, phase)
             return
-        mine = [True] * self.plan.num_tasks if phase is None else phase
-        self._phase(st, [m and not u for m, u in zip(mine, self._updates)])
+        if phase is None:
+            before, updates = self._not_updates, self._updates
+        else:
+            before = [m and not u for m, u in zip(phase, self._updates)]
+            updates = [m and u for m, u in zip(phase, self._updates)]
+        self._phase(st, before)
         found = self._agree(self._overflowed())
         if found:
-            for i, u in enumerate(self._updates):
-                if u and mine[i] and not st.done[i]:
+            for i, u in enumerate(updates):
+                if u and not st.done[i]:
                     self._release(self.plan.tasks[i], st)
                     st.done[i] = True
         else:
-            self._phase(st, [m and u for m, u in zip(mine, self._updates)])
+            self._phase(st, updates)
         self.scaler.update(found)
         st.skipped = found
 
