@@ -128,6 +128,11 @@ class Key(NamedTuple):
     def loss_grad(cls, op: str, piece: int) -> "Key":
         return cls(BufKind.LOSS_GRAD, op, -1, piece)
 
+    def own(self, suffix: str) -> "Key":
+        """The same buffer's own copy for a second task that makes it again (a recomputation's
+        ``"@r"``, a zero-bubble W pass's ``"@w"``): the name with ``suffix``."""
+        return self._replace(name=self.name + suffix)
+
 
 _REPR_FIELDS = {kind: fields for kinds, fields in (
     ((BufKind.OUTPUT, BufKind.OPERAND, BufKind.GRAD_OUTPUT, BufKind.GRAD_OPERAND), ("name", "index", "piece")),
@@ -144,6 +149,11 @@ class Buf:
     ranges: Box
     dtype: str          # numpy dtype name
     fill: float = 0.0   # value of elements no part writes (padding, absent gradient contributions)
+
+
+def own_buf(b: Buf, suffix: str) -> Buf:
+    """``b`` under its own copy's key (``Key.own``)."""
+    return Buf(b.key.own(suffix), b.device, b.ranges, b.dtype, b.fill)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@ from collections import defaultdict
 
 from flexrt.ir.tensor_shape import TensorShape
 from flexrt.ir.op_type import OpType
-from flexrt.simulator.actions import Backward, Buf, BufKind, Key, Sum
+from flexrt.simulator.actions import Backward, Buf, BufKind, Key, Sum, own_buf
 from flexrt.simulator.task_graph import Owner, TaskKind
 from flexrt.strategy.pipeline import device_order
 from flexrt.strategy.reshard import overlap
@@ -140,8 +140,7 @@ def split_backward(low, name: str, lay, wx: list) -> None:
                 tuple(None if i in weights else g for i, g in enumerate(ba.grad_operands))))
             low.graph.annotate(w, f"wgrad {name}[{p}]", name, p, (), Backward(
                 name, ba.attrs, ba.zeroed, ba.operands, ba.outputs,
-                tuple(Buf(Key(b.key.kind, b.key.name + WGRAD, b.key.index, b.key.piece), b.device, b.ranges, b.dtype,
-                          b.fill) for b in ba.grad_outputs),
+                tuple(own_buf(b, WGRAD) for b in ba.grad_outputs),
                 tuple(g if i in weights else None for i, g in enumerate(ba.grad_operands))))
     low.wgrad[name] = tasks
 
@@ -153,7 +152,7 @@ def weight_grad_parts(low) -> None:
     for plist in list(low.parts.values()):
         for key, dev, part in list(plist):
             if key.kind is BufKind.GRAD_OUTPUT and key.name in low.wgrad:
-                low._part(Owner.op(key.name), Key(key.kind, key.name + WGRAD, key.index, key.piece), dev, part.src,
+                low._part(Owner.op(key.name), key.own(WGRAD), dev, part.src,
                           part.device, part.box, part.add)
 
 

@@ -30,7 +30,7 @@ import dataclasses
 from collections import defaultdict
 
 from flexrt.errors import NotYetAvailableError
-from flexrt.simulator.actions import Buf, BufKind, Forward, Key
+from flexrt.simulator.actions import BufKind, Forward, Key, own_buf
 from flexrt.simulator.task_graph import Owner, OwnerKind, TaskKind
 from flexrt.strategy.pipeline import source_of
 
@@ -48,10 +48,6 @@ def recompute_copies(strategy) -> frozenset:
     if getattr(strategy, "pipeline", None) is None:
         return frozenset(names)
     return frozenset(c for c in strategy.wiring().ops if source_of(c)[0] in names)
-
-
-def _renamed(b: Buf) -> Buf:
-    return Buf(Key(b.key.kind, b.key.name + SUFFIX, b.key.index, b.key.piece), b.device, b.ranges, b.dtype, b.fill)
 
 
 def _segments(low, ops) -> list[list[str]]:
@@ -120,8 +116,8 @@ def _recompute_op(low, name: str, operand_parts: dict, chained: set, local_produ
         fa = ra = None
         if low.detail:      # actions and parts: what the runtime needs, not a search
             fa, _ = low._piece_actions(name, lay, p, dev)
-            ra = Forward(name, fa.attrs, fa.zeroed, tuple(_renamed(b) for b in fa.operands),
-                         tuple(_renamed(b) for b in fa.outputs))
+            ra = Forward(name, fa.attrs, fa.zeroed, tuple(own_buf(b, SUFFIX) for b in fa.operands),
+                         tuple(own_buf(b, SUFFIX) for b in fa.outputs))
         rid = low._task(owner, TaskKind.RECOMPUTE, dev, fx[p], f"recompute {name}[{p}]", node=name, piece=p,
                         action=ra)
         tasks.append(rid)
@@ -136,7 +132,7 @@ def _recompute_op(low, name: str, operand_parts: dict, chained: set, local_produ
             for d, part in operand_parts.get(b.key, ()):
                 s = part.src
                 if s.kind is BufKind.OUTPUT and s.name in low.recompute and part.device == d:
-                    s = Key(s.kind, s.name + SUFFIX, s.index, s.piece)
+                    s = s.own(SUFFIX)
                 low._part(owner, ra.operands[i].key, d, s, part.device, part.box, part.add)
         # the backward (and a zero-bubble schedule's W pass) read the recomputed buffers
         for t in [bwd[p]] + ([low.wgrad[name][p]] if name in low.wgrad else []):
