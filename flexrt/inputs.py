@@ -13,14 +13,15 @@ as the reader's own error type (``error=``: a ``FlexrtError`` subclass).
   ``MAX_DEPTH`` deep, without NaN or Infinity, with file:line:column in every message.
 - ``parse_yaml(text, where, loader)``: YAML through a ``yaml.SafeLoader`` (sub)class, nested at
   most ``MAX_DEPTH`` deep and with at most ``MAX_YAML_NODES`` nodes once aliases are expanded
-  (the "billion laughs" file is refused before it is built).
+  (the "billion laughs" file is refused before it is built). ``line_loader()`` is such a loader
+  whose mappings and sequences (``LineMap``, ``LineSeq``) carry their lines, for file:line errors.
 - ``short(value)``: a repr never longer than ``limit`` characters, for messages; ``clip(text,
   limit)`` the same for a text (an error message quoted in another); ``listing(items)`` a list of
   names cut to about 200 characters.
 - Field checks: ``check_keys``, ``check_type``, ``check_int``, ``check_number``; each names the
   field, the bad value (shortened) and what is valid.
 
-Entry points: the functions above, ``MAX_BYTES``, ``MAX_DEPTH``, ``MAX_YAML_NODES``.
+Entry points: the functions above, ``LineMap``, ``LineSeq``, ``MAX_BYTES``, ``MAX_DEPTH``, ``MAX_YAML_NODES``.
 """
 
 from __future__ import annotations
@@ -253,6 +254,76 @@ def parse_yaml(text: str, where: str, loader, error: type = ConfigError, max_dep
         raise
     except (ValueError, OverflowError) as e:  # a constructor's own: a date 2020-13-45, a huge number
         raise error(f"{where}: invalid YAML value: {clip(str(e), 200)}") from None
+
+
+# ---- YAML with line numbers --------------------------------------------------------------------------
+
+class LineMap(dict):
+    """A YAML mapping with the line of the mapping (``line``) and of each key (``key_lines``), 1-based."""
+
+    line: int
+    key_lines: dict
+
+
+class LineSeq(list):
+    """A YAML sequence with its line (``line``) and the line of each item (``item_lines``), 1-based."""
+
+    line: int
+    item_lines: list
+
+
+_LINE_LOADER = None
+
+
+def line_loader():
+    """A ``yaml.SafeLoader`` subclass whose mappings are :class:`LineMap` and sequences :class:`LineSeq`;
+    a repeated key is an error, and so is a scalar PyYAML's own constructors fail on with a plain Python
+    error (a ``2020-13-45`` date): a ConstructorError at its line. Built on first use (this module
+    imports no YAML at import time); subclass it to add constructors."""
+    global _LINE_LOADER
+    if _LINE_LOADER is None:
+        _LINE_LOADER = _make_line_loader()
+    return _LINE_LOADER
+
+
+def _make_line_loader():
+    import yaml
+
+    class LineLoader(yaml.SafeLoader):
+        def construct_object(self, node, deep=False):
+            try:
+                return super().construct_object(node, deep=deep)
+            except (ValueError, OverflowError, TypeError) as e:
+                raise yaml.constructor.ConstructorError(None, None, f"cannot read {short(node.value, 40)} as "
+                                                        f"{node.tag.rpartition(':')[2]}: {clip(str(e), 80)}",
+                                                        node.start_mark) from None
+
+    def mapping(loader, node):
+        loader.flatten_mapping(node)
+        m = LineMap()
+        m.line, m.key_lines = node.start_mark.line + 1, {}
+        for key_node, value_node in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            try:
+                hash(key)
+            except TypeError:
+                raise yaml.constructor.ConstructorError("while constructing a mapping", node.start_mark,
+                                                        "found an unhashable key", key_node.start_mark) from None
+            if key in m:
+                raise yaml.constructor.ConstructorError("while constructing a mapping", node.start_mark,
+                                                        f"found duplicate key {short(key)}", key_node.start_mark)
+            m[key] = loader.construct_object(value_node, deep=True)
+            m.key_lines[key] = key_node.start_mark.line + 1
+        return m
+
+    def sequence(loader, node):
+        s = LineSeq(loader.construct_object(child, deep=True) for child in node.value)
+        s.line, s.item_lines = node.start_mark.line + 1, [child.start_mark.line + 1 for child in node.value]
+        return s
+
+    LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, sequence)
+    return LineLoader
 
 
 # ---- fields ---------------------------------------------------------------------------------------

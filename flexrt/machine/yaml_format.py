@@ -81,12 +81,12 @@ from typing import Any
 import yaml
 
 from flexrt.errors import MachineSpecError
-from flexrt.inputs import listing, parse_yaml, short
+from flexrt.inputs import LineMap, LineSeq, line_loader, listing, parse_yaml, short
 from flexrt.ir.datatype import DataType
 from flexrt.machine import limits
 from flexrt.machine.limits import named
 from flexrt.machine.machine import CPU, DEVICE_KINDS, Collective, CollectiveFit, DeviceSpec, LinkType
-from flexrt.machine.spec import (read_machine_file, shown, CpuLinks, DeviceLinks, InterNodeSpec, IntraNodeSpec,
+from flexrt.machine.spec import (read_machine_file, CpuLinks, DeviceLinks, InterNodeSpec, IntraNodeSpec,
                                  LinkSpec, MachineSpec, NicAttach, SocketSpec, Topology)
 
 DTYPE_NAMES = {"float32": DataType.DT_FLOAT, "float16": DataType.DT_HALF, "bfloat16": DataType.DT_BFLOAT16,
@@ -97,33 +97,12 @@ TFLOPS, GB, GIB, US = 1e12, 1e9, 2**30, 1e-6
 
 # --- a SafeLoader that remembers lines ---
 
-class _Map(dict):
-    """A YAML mapping with the line of the mapping and of each key (1-based)."""
-
-    line: int
-    key_lines: dict
+_Map, _Seq = LineMap, LineSeq
 
 
-class _Seq(list):
-    """A YAML sequence with its line and the line of each item."""
-
-    line: int
-    item_lines: list
-
-
-class _LineLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` whose mappings and sequences carry line numbers; duplicate keys are errors,
-    and so is a scalar that PyYAML's own constructors would fail on with a plain Python error (a
-    ``2020-13-45`` date, an integer of more than ``MAX_INT_DIGITS`` digits): a ConstructorError at
-    its line."""
-
-    def construct_object(self, node, deep=False):
-        try:
-            return super().construct_object(node, deep=deep)
-        except (ValueError, OverflowError, TypeError) as e:
-            raise yaml.constructor.ConstructorError(None, None, f"cannot read {short(node.value, 40)} as "
-                                                    f"{node.tag.rpartition(':')[2]}: {shown(str(e), 80)}",
-                                                    node.start_mark) from None
+class _LineLoader(line_loader()):
+    """The shared line-numbering loader (:func:`flexrt.inputs.line_loader`), with integers of more than
+    ``MAX_INT_DIGITS`` digits refused at their line."""
 
 
 def _construct_int(loader: _LineLoader, node: yaml.ScalarNode) -> int:
@@ -134,33 +113,6 @@ def _construct_int(loader: _LineLoader, node: yaml.ScalarNode) -> int:
     return yaml.SafeLoader.construct_yaml_int(loader, node)
 
 
-def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> _Map:
-    loader.flatten_mapping(node)
-    m = _Map()
-    m.line, m.key_lines = node.start_mark.line + 1, {}
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        try:
-            hash(key)
-        except TypeError:
-            raise yaml.constructor.ConstructorError("while constructing a mapping", node.start_mark,
-                                                    "found an unhashable key", key_node.start_mark) from None
-        if key in m:
-            raise yaml.constructor.ConstructorError("while constructing a mapping", node.start_mark,
-                                                    f"found duplicate key {short(key)}", key_node.start_mark)
-        m[key] = loader.construct_object(value_node, deep=True)
-        m.key_lines[key] = key_node.start_mark.line + 1
-    return m
-
-
-def _construct_sequence(loader: _LineLoader, node: yaml.SequenceNode) -> _Seq:
-    s = _Seq(loader.construct_object(child, deep=True) for child in node.value)
-    s.line, s.item_lines = node.start_mark.line + 1, [child.start_mark.line + 1 for child in node.value]
-    return s
-
-
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
 _LineLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 
