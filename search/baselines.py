@@ -62,6 +62,7 @@ __all__ = [
     "expert_result",
     "expert_strategy",
     "megatron",
+    "megatron_best",
     "megatron_lm",
     "model_parallel",
     "neo_dlrm",
@@ -242,7 +243,8 @@ def _ffn_pairs(base: PCG) -> tuple[set[int], set[int]]:
 
 def megatron(base: PCG, machine: Machine) -> Strategy:
     """Megatron-LM's tensor model parallelism within a node and data parallelism across nodes
-    (``megatron_lm`` with its defaults: a node's devices tensor parallel, no pipeline).
+    (``megatron_lm`` with its defaults: the largest tensor degree that divides a node's devices and
+    the attention heads, no pipeline; ``megatron_best`` tries every supported configuration).
 
     Attention: heads split over a node's devices (each device computes its heads and a partial
     output projection, all-reduced). Feed-forward: the first linear split column-wise (``out``),
@@ -258,9 +260,9 @@ def megatron(base: PCG, machine: Machine) -> Strategy:
 
 def megatron_lm(base: PCG, machine: Machine, tensor: Optional[int] = None, pipeline: int = 1,
                 micro_batches: Optional[int] = None, schedule: str = "1f1b", chunks: int = 1,
-                sequence_parallel: bool = False) -> Strategy:
-    """Megatron-LM's 3-D parallelism (Narayanan et al., SC'21): ``tensor`` (t, default a node's
-    devices) tensor parallel within a node, ``pipeline`` (p) stages across nodes, each a block of
+                sequence_parallel: bool = False, data: Optional[int] = None) -> Strategy:
+    """Megatron-LM's 3-D parallelism (Narayanan et al., SC'21): ``tensor`` (t, default the largest
+    ``tensor_degrees``: a node's devices where they divide the attention heads) tensor parallel within a node, ``pipeline`` (p) stages across nodes, each a block of
     n / p devices, and data parallel over the remaining d = n / (t p).
 
     Tensor parallelism is ``megatron``'s: attention split on its heads, the feed-forward's first
@@ -271,15 +273,26 @@ def megatron_lm(base: PCG, machine: Machine, tensor: Optional[int] = None, pipel
     replicated over the group, or with ``sequence_parallel`` split over it (on the sample axis: the
     communication volume of splitting the sequence). Pipelines: ``pipeline_strategy`` with
     ``micro_batches`` (default 4p), ``schedule`` and ``chunks``. Where shapes forbid a split the
-    operator is data parallel over its block."""
-    t = machine.devices_per_node if tensor is None else tensor
+    operator is data parallel over its block. ``data`` (d, default n / (t p)) smaller than that uses
+    only the first t p d devices (Megatron-LM's weak-scaling runs: one tensor group, no data
+    parallelism, ``data=1``); it needs ``pipeline=1``."""
+    t = tensor_degrees(base, machine)[0] if tensor is None else tensor
     n = machine.num_devices
     if isinstance(t, bool) or not isinstance(t, int) or t < 1 or machine.devices_per_node % t:
         raise StrategyError(f"megatron: tensor parallel degree {tensor!r} must divide the {machine.devices_per_node} "
                             f"devices of a node")
+    heads = _attention_heads(base)
+    if any(h % t for h in heads):
+        raise StrategyError(f"megatron: tensor parallel degree {t} must divide the attention heads ({sorted(heads)}), as "
+                            f"Megatron-LM requires; valid here: {', '.join(map(str, tensor_degrees(base, machine)))}")
     if isinstance(pipeline, bool) or not isinstance(pipeline, int) or pipeline < 1 or n % (t * pipeline):
         raise StrategyError(f"megatron: tensor {t} x pipeline {pipeline!r} does not divide the machine's {n} devices")
     d = n // (t * pipeline)
+    if data is not None:
+        if isinstance(data, bool) or not isinstance(data, int) or not 1 <= data <= d or d % data or pipeline > 1:
+            raise StrategyError(f"megatron: data parallel degree {data!r} must divide {d} (the machine's devices / "
+                                f"(tensor {t} x pipeline {pipeline})) and needs pipeline 1")
+        d = data
     m = micro_batches or 4 * pipeline
     splits = _megatron_splits(base, machine, t, d, sequence_parallel)
 
@@ -292,6 +305,45 @@ def megatron_lm(base: PCG, machine: Machine, tensor: Optional[int] = None, pipel
                    for node in _compute(base)}
         return Strategy.from_configs(base, configs)
     return pipeline_strategy(base, machine, pipeline, m, schedule, chunks=chunks, place=place)
+
+
+def _attention_heads(base: PCG) -> set[int]:
+    return {n.attrs.num_heads for n in base.nodes if n.op_type is OpType.MULTIHEAD_ATTENTION}
+
+
+def tensor_degrees(base: PCG, machine: Machine) -> list[int]:
+    """Megatron-LM's valid tensor-parallel degrees of ``base`` on ``machine``, largest first: the
+    divisors of a node's devices that divide every attention's heads (Megatron-LM asserts
+    ``num_attention_heads % tensor_model_parallel_size == 0``)."""
+    heads = _attention_heads(base)
+    return [t for t in sorted(divisors(machine.devices_per_node), reverse=True) if not any(h % t for h in heads)]
+
+
+def megatron_best(base: PCG, machine: Machine, cost_model, optimizer: OptimizerKind = OptimizerKind.SGD,
+                  pipelines: bool = True) -> SearchResult:
+    """Megatron-LM at its best on ``base``: every supported (tensor t, pipeline p) configuration
+    (``tensor_degrees``; p a divisor of the machine's devices / t, with Megatron's default 4p
+    micro-batches where they divide the batch) scored by full simulation, the fastest returned,
+    as Unity's evaluation reports Megatron (§6.2: "we explore different combinations of the
+    supported parallelism degrees and report the best"). ``log.notes['configurations']`` holds
+    every (t, p) tried and its simulated seconds."""
+    tried: dict[str, float] = {}
+    best: Optional[SearchResult] = None
+    for t in tensor_degrees(base, machine):
+        for p in (divisors(machine.num_devices // t) if pipelines else [1]):
+            try:
+                r = fixed_result("megatron", megatron_lm(base, machine, tensor=t, pipeline=p), machine, cost_model,
+                                 optimizer)
+            except (StrategyError, ShapeError):
+                continue                  # micro-batches or stages the model's shapes cannot take
+            tried[f"t{t} p{p}"] = r.cost_s
+            if best is None or r.cost_s < best.cost_s:
+                best = r
+    if best is None:
+        raise StrategyError("megatron: no tensor/pipeline configuration fits this model and machine")
+    best.log.notes["configurations"] = tried
+    best.log.notes["chosen"] = min(tried, key=tried.get)
+    return best
 
 
 def _megatron_splits(base: PCG, machine: Machine, t: int, d: int, sequence_parallel: bool) -> dict[str, list]:

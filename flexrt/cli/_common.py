@@ -286,7 +286,8 @@ def add_pipeline_flags(parser) -> None:
                         help="Megatron-LM's strategy: tensor parallel within a node, --pipeline P stages across "
                              "nodes (default 1), data parallel over the rest")
     parser.add_argument("--tensor-parallel", type=count(1), metavar="T",
-                        help="with --megatron: tensor parallel degree (default: a node's devices)")
+                        help="with --megatron: tensor parallel degree (default: the largest that divides a node's devices and "
+                             "the attention heads, as Megatron-LM requires)")
     parser.add_argument("--sequence-parallel", action="store_true",
                         help="with --megatron: split LayerNorm, dropout and residual adds over the tensor group")
     parser.add_argument("--recompute", choices=("none", "full", "selective"), default="none",

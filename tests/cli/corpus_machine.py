@@ -96,7 +96,7 @@ def _deep_block(levels: int) -> str:
     return "".join(f"{' ' * i}k{i}:\n" for i in range(levels)) + " " * levels + "x: 1\n"
 
 
-PRESETS = r"presets: dgx1_v100, dgx_a100, dgx_h100, disco_a, disco_b, flexflow_k80, flexflow_p100, local, summit"
+PRESETS = r"presets: dgx1_v100, dgx2h, dgx_a100, dgx_h100, disco_a, disco_b, flexflow_k80, flexflow_p100, local, summit"
 NUMBER = r"expected a number between {lo} and {hi} \({unit}\), got {value}"
 POSITIVE = r"expected a positive number \({unit}\), got {value}; valid: between {lo} and {hi}"
 TFLOPS, GBS, GIB, US = ("1e-09", "1e\\+06", "TFLOP/s"), ("0.001", "1e\\+06", "GB/s"), \

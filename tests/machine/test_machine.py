@@ -21,7 +21,7 @@ NVLINK, PCIE, XBUS, NIC, NETWORK, MEMBUS, SWITCH = (LinkType.NVLINK, LinkType.PC
 PRESETS = {  # name -> (default nodes, devices per node, device kind)
     "summit": (1, 6, "V100-SXM2-16GB"), "disco_a": (6, 2, "GTX-1080Ti-11GB"), "disco_b": (8, 8, "T4-16GB"), "flexflow_p100": (4, 4, "P100-SXM2-16GB"),
     "flexflow_k80": (16, 4, "K80-GK210"), "dgx1_v100": (1, 8, "V100-SXM2-16GB"),
-    "dgx_a100": (1, 8, "A100-SXM4-80GB"), "dgx_h100": (1, 8, "H100-SXM5-80GB"), "local": (1, 4, "host-cpu"),
+    "dgx2h": (1, 16, "V100-SXM3-32GB"), "dgx_a100": (1, 8, "A100-SXM4-80GB"), "dgx_h100": (1, 8, "H100-SXM5-80GB"), "local": (1, 4, "host-cpu"),
 }
 
 
@@ -136,6 +136,10 @@ def test_dgx_a100_and_h100_nvswitch_and_gpudirect_nics():
         assert types(m, 0, 7) == ["switch", "switch"] and m.route_bandwidth(0, 7) == switch
         assert types(m, 0, 11) == ["nic", "network", "network", "nic"] and m.route_bandwidth(0, 11) == network
         assert [m.links[i].dst for i in m.route(0, 11)] == ["n0.nic0", "net", "n1.nic3", "n1.gpu3"]
+    m = load_machine("dgx2h", nodes=2)        # 16 GPUs a node, a NIC per pair
+    assert types(m, 0, 15) == ["switch", "switch"] and m.route_bandwidth(0, 15) == 150e9
+    assert types(m, 3, 19) == ["nic", "network", "network", "nic"] and m.route_bandwidth(3, 19) == 12.5e9
+    assert [m.links[i].dst for i in m.route(3, 19)] == ["n0.nic1", "net", "n1.nic1", "n1.gpu3"]
 
 
 def test_k80_neighbours_share_a_switch_and_all_reach_the_cpu_through_one():

@@ -155,7 +155,7 @@ def test_every_preset_is_valid_and_documented():
 
 
 def test_unknown_preset_lists_the_presets():
-    with pytest.raises(MachineSpecError, match=r"unknown machine preset 'summmit'; presets: dgx1_v100, dgx_a100"):
+    with pytest.raises(MachineSpecError, match=r"unknown machine preset 'summmit'; presets: dgx1_v100, dgx2h, dgx_a100"):
         load_machine("summmit")
     with pytest.raises(MachineSpecError, match=r"machine file nowhere/m.yaml does not exist"):
         load_machine("nowhere/m.yaml")

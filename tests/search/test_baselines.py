@@ -267,3 +267,26 @@ def test_baselines_round_trip_through_flexflow_text(baseline):
         s = BASELINES[baseline](pcg, machine)
         text = strategy_to_text(s, machine)
         assert strategy_from_text(text, pcg, machine).configs == s.configs
+
+
+def test_megatron_tensor_degree_must_divide_the_heads_and_its_best_is_the_fastest_supported():
+    from flexrt.errors import StrategyError
+    from flexrt.search.baselines import megatron_best, megatron_lm, tensor_degrees
+    machine = load_machine("summit")                 # 6 devices a node; the transformer's heads: 8
+    pcg = zoo_pcg("transformer", 12)
+    heads = {n.attrs.num_heads for n in compute(pcg, OpType.MULTIHEAD_ATTENTION)}
+    assert tensor_degrees(pcg, machine) == [t for t in (6, 3, 2, 1) if all(h % t == 0 for h in heads)]
+    assert max(tensor_degrees(pcg, machine)) == 2
+    with pytest.raises(StrategyError, match=r"tensor parallel degree 6 must divide the attention heads \(\[8\]\).*"
+                                            r"valid here: 2, 1"):
+        megatron_lm(pcg, machine, tensor=6)
+    default = megatron(pcg, machine)                  # the largest supported degree, data parallel over the rest
+    for n in compute(pcg, OpType.MULTIHEAD_ATTENTION):
+        assert default.configs[n.id].degree_map == {"heads": 2, "sample": 3}
+    one_group = megatron_lm(pcg, machine, tensor=2, data=1)   # Megatron's weak-scaling runs: the first t devices
+    assert {d for n in compute(pcg) for d in pieces(one_group, n.id, machine)} == {0, 1}
+    cost = AnalyticCostModel()
+    best = megatron_best(pcg, machine, cost)
+    tried = best.log.notes["configurations"]
+    assert {"t2 p1", "t1 p1"} <= set(tried) and best.cost_s == min(tried.values())
+    assert tried["t1 p1"] == pytest.approx(simulate(data_parallel(pcg, machine), machine, cost).iteration_time_s)
