@@ -34,7 +34,7 @@ LAYER_OF = {
     "flexrt.ir": IR, "flexrt.machine": MACHINE, "flexrt.strategy": STRATEGY, "flexrt.kernels": KERNELS,
     "flexrt.simulator": SIMULATOR, "flexrt.search": SEARCH, "flexrt.runtime": RUNTIME,
     "flexrt.model": TOP, "flexrt.cli": TOP, "flexrt.core": TOP, "flexrt.keras": TOP, "flexrt.examples": TOP, "flexrt.__main__": TOP,
-    "flexrt.torch": TOP, "flexrt.onnx": TOP,
+    "flexrt.torch": TOP, "flexrt.onnx": TOP, "flexrt.experiments": TOP,
 }
 _CHAIN = [BASE, IR, MACHINE, STRATEGY, KERNELS, SIMULATOR, SEARCH]
 ALLOWED = {layer: set(_CHAIN[:i + 1]) for i, layer in enumerate(_CHAIN)}

@@ -16,6 +16,8 @@
     flexrt accuracy [--ranks R] [--models ...] [--quick] [--output DIR] [--json]   simulator vs real runs, one process per device
     flexrt substitutions generate | verify | stats | show N [--file F] [--json]   the PCG substitution library
     flexrt fusion-model collect | train | evaluate [...]   the learned fused-operator cost model (DisCo)
+    flexrt run EXPERIMENT [--quick] [--resume] [--jobs N] [--output DIR] [--json]   a YAML-configured experiment
+    flexrt experiments [list | show NAME | kinds] [--json]   the shipped experiments and what each reproduces
 
 Model flags (FlexFlow's: ``-b 64``, ``--budget 100``, ``-ll:gpu 4`` ...) follow MODEL and pass to
 ``FFConfig``. Exit codes: 0 success, 1 a flexrt error (``flexrt: error: ...`` on stderr, one line,
@@ -34,7 +36,7 @@ import traceback
 from typing import Optional, Sequence
 
 from flexrt import __version__
-from flexrt.cli import _accuracy, _calibrate, _fusion_model, _machines, _models, _search, _show, _simulate, _substitutions, _train
+from flexrt.cli import _accuracy, _calibrate, _experiments, _fusion_model, _machines, _models, _search, _show, _simulate, _substitutions, _train
 from flexrt.cli._common import Parser, UsageError
 from flexrt.errors import FlexrtError
 from flexrt.inputs import clip
@@ -42,7 +44,7 @@ from flexrt.runtime import mpi
 
 # Each command module gives NAME, HELP, ACCEPTS_MODEL_FLAGS, add_arguments(parser) and run(args, extra) -> int.
 COMMANDS = (_models, _show, _machines, _simulate, _search, _train, _calibrate, _accuracy, _substitutions,
-            _fusion_model)
+            _fusion_model, _experiments.RUN, _experiments.EXPERIMENTS)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,128 @@
+"""Run kinds measured on this host, or checking the simulator against closed-form laws.
+
+- ``simulator_accuracy`` (FlexFlow Fig. 10, DisCo §6.5): per model of ``flexrt.model.accuracy``,
+  each validation strategy (data, model, reduction, hybrid, round-robin, random) run with the NumPy
+  task runtime on the ``local`` machine (the calibrated one where ``flexrt calibrate`` wrote it, else
+  the built-in estimate) and simulated with kernel times profiled here: measured and predicted
+  times, the relative errors, Kendall's tau between the two rankings, top-1 regret.
+- ``pipeline_bubble``: the idle share of a pipeline's span for GPipe, 1F1B, interleaved 1F1B and
+  ZB-H1 with every operator the same time and free communication, against the schedules' laws:
+  (p - 1) / m of busy time for GPipe and 1F1B, (p - 1) / (v m) interleaved, (p - 1) / (3 m) ZB-H1.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from flexrt.experiments.common import Timer
+from flexrt.experiments.kinds import Outcome, Param, register_kind
+from flexrt.model.accuracy import MODELS, batch_for, kendall_tau, timed_steps, validation_strategies
+from flexrt.simulator.cost_model import AnalyticCostModel, OpTimes
+
+
+def _blas_limit():
+    """One BLAS thread per kernel, as a worker of the ``local`` machine is (threadpoolctl where installed)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        import contextlib
+        return contextlib.nullcontext()
+    return threadpool_limits(1)
+
+
+@register_kind(
+    "simulator_accuracy",
+    params=(Param("model", "str", choices=tuple(MODELS), help="a model of flexrt.model.accuracy"),
+            Param("mode", "str", "serial", choices=("serial", "threads"),
+                  help="the executor: serial (predicted: the sum of task times) or threads (the simulated makespan)"),
+            Param("repeat", "int", 3, minimum=1), Param("random_seeds", "int", 2, minimum=0)),
+    metrics=("strategies", "median_abs_error", "max_abs_error", "kendall_tau", "top1_regret", "measured_ms",
+             "predicted_ms", "labels", "wall_s"),
+    description="simulated vs measured iteration times of strategies on this host's runtime (FlexFlow Fig. 10)")
+def simulator_accuracy(inputs) -> Outcome:
+    import numpy as np
+    from flexrt.machine import load_machine
+    from flexrt.runtime.session import Session
+    from flexrt.simulator.cost_model import ProfiledCostModel
+    machine = load_machine("local")
+    cost = ProfiledCostModel(backend="numpy")
+    build, batch = MODELS[inputs["model"]]
+    base = build(batch)
+    measured, predicted, labels = [], [], []
+    with Timer() as t, _blas_limit():
+        for label, strategy in validation_strategies(base, machine, range(inputs["random_seeds"])):
+            session = Session(strategy, machine, cost_model=cost, mode=inputs["mode"], optimizer="sgd", lr=0.01)
+            plan = session.plan
+            x, y = batch_for(plan, batch)
+            wall, _ = timed_steps(session, x, y, inputs["repeat"])
+            pred = (float(np.sum(plan.predicted_end - plan.predicted_start)) if inputs["mode"] == "serial"
+                    else session.predicted_time_s)
+            measured.append(wall * 1e3)
+            predicted.append(pred * 1e3)
+            labels.append(label)
+        cost.flush()
+    errors = [abs(m - p) / m for m, p in zip(measured, predicted)]
+    best_predicted = min(range(len(predicted)), key=predicted.__getitem__)
+    return Outcome({"strategies": len(labels), "median_abs_error": statistics.median(errors),
+                    "max_abs_error": max(errors), "kendall_tau": kendall_tau(measured, predicted),
+                    "top1_regret": measured[best_predicted] / min(measured) - 1, "measured_ms": measured,
+                    "predicted_ms": predicted, "labels": labels, "wall_s": t.s})
+
+
+class UniformCost(AnalyticCostModel):
+    """Every operator 1 ms forward and ``backward_ratio`` (2) ms backward; communication, the loss and
+    updates free: the setting of the pipeline schedules' bubble laws."""
+
+    backward_ratio = 2.0
+
+    def op_times(self, attrs, inputs, outputs, device):
+        return OpTimes(1e-3, self.backward_ratio * 1e-3, "uniform")
+
+    def transfer_time(self, link, num_bytes):
+        return 1e-12
+
+    def loss_time(self, piece, device):
+        return 1e-12
+
+    def update_time(self, *args, **kwargs):
+        return 1e-12
+
+    def reduce_time(self, *args, **kwargs):
+        return 1e-12
+
+
+def bubble_law(schedule: str, p: int, m: int, v: int) -> float:
+    """The schedule's bubble as a share of busy time."""
+    return {"gpipe": (p - 1) / m, "1f1b": (p - 1) / m, "interleaved": (p - 1) / (v * m),
+            "zb-h1": (p - 1) / (3 * m)}[schedule]
+
+
+@register_kind(
+    "pipeline_bubble",
+    params=(Param("schedule", "str", choices=("gpipe", "1f1b", "interleaved", "zb-h1")),
+            Param("stages", "int", minimum=1, maximum=64), Param("micro_batches", "int", minimum=1, maximum=1024),
+            Param("chunks", "int", 1, minimum=1, maximum=16, help="interleaved: model chunks per device")),
+    metrics=("idle_fraction", "bubble", "law", "bubble_vs_law", "gpipe_idle_law"),
+    description="a pipeline schedule's bubble in the simulator against its closed-form law")
+def pipeline_bubble(inputs) -> Outcome:
+    from flexrt.core import DataType, FFConfig, FFModel
+    from flexrt.machine import local_machine
+    from flexrt.simulator.pipeline_lowering import idle_fractions
+    from flexrt.simulator.simulate import Simulator
+    from flexrt.strategy.pipeline import pipeline_strategy
+    p, m, v, schedule = inputs["stages"], inputs["micro_batches"], inputs["chunks"], inputs["schedule"]
+    if schedule != "interleaved":
+        v = 1
+    model = FFModel(FFConfig([]))
+    t = model.create_tensor([4 * m, 32], DataType.DT_FLOAT)
+    for i in range(2 * p * v):
+        t = model.dense(t, 32, name=f"fc{i}")
+    machine = local_machine(p)
+    strategy = pipeline_strategy(model.pcg, machine, p, m, schedule, chunks=v)
+    sim = Simulator(machine, UniformCost(), "sgd")
+    timeline = sim.full(strategy).timeline
+    f = max(idle_fractions(sim.graph, timeline).values())   # the idlest device
+    law = bubble_law(schedule, p, m, v)
+    bubble = f / (1 - f)
+    return Outcome({"idle_fraction": f, "bubble": bubble, "law": law, "bubble_vs_law": bubble / law if law else None,
+                    "gpipe_idle_law": (p - 1) / (m + p - 1)})

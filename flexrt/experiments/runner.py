@@ -1,0 +1,200 @@
+"""Running an experiment into a results folder, resumably.
+
+The folder holds ``results.jsonl`` (one JSON line per finished run: its key, inputs, status, every
+metric, convergence curves, the flexrt version and commit, the host, wall time), ``strategies/``
+(each found strategy, ``KEY.json``), ``report.md`` and ``plots/*.png``. A run's line is appended as
+soon as it finishes, so an interrupted experiment (Ctrl-C) loses nothing that had finished.
+
+The convention for a folder that already holds results: ``resume=True`` keeps them and runs only
+the runs whose key (:func:`~flexrt.experiments.schema.run_key`, a hash of the inputs and the
+flexrt version) has no ``ok`` or ``skipped`` line there; without it the run is refused with a
+message naming both ways out (``--resume``, or another ``--output``). Failed runs are written too
+(status ``failed`` with the error) and run again on resume.
+
+Entry points: :func:`run_experiment`, :func:`load_results`, :func:`default_output`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional
+
+from flexrt import __version__
+from flexrt.errors import ConfigError, FlexrtError
+from flexrt.experiments.kinds import Outcome, SkipRun, kind
+from flexrt.experiments.schema import Experiment, Run
+from flexrt.inputs import clip, parse_json, read_text
+
+RESULTS = "results.jsonl"
+DONE = ("ok", "skipped")
+
+
+@dataclass
+class Summary:
+    """What one call of :func:`run_experiment` did."""
+
+    output: Path
+    computed: list[str] = field(default_factory=list)    # keys run now
+    cached: list[str] = field(default_factory=list)      # keys found finished in the folder
+    failed: list[tuple[str, str]] = field(default_factory=list)   # (key, error)
+    report: Optional[Path] = None
+
+
+def default_output(exp: Experiment) -> Path:
+    """``results/NAME`` (``results/NAME-quick`` for the quick variant) under the working directory."""
+    return Path("results") / (exp.name if exp.variant == "full" else f"{exp.name}-{exp.variant}")
+
+
+def load_results(path: Path) -> list[dict]:
+    """The rows of a ``results.jsonl`` (a line cut short by a crash is skipped: it had not finished)."""
+    if not path.is_file():
+        return []
+    rows, lines = [], read_text(path, "results file").splitlines()
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rows.append(parse_json(line, f"{path}:{i + 1}"))
+        except ConfigError:
+            if i == len(lines) - 1:
+                continue  # the last line, cut short when the process died
+            raise
+    return rows
+
+
+_COMMIT: Optional[dict] = None
+
+
+def provenance() -> dict:
+    """flexrt's version and, where the package lies in a git checkout, its commit and whether it is dirty."""
+    global _COMMIT
+    if _COMMIT is None:
+        root = Path(__file__).resolve().parents[2]
+        commit, dirty = None, None
+        try:
+            commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                    timeout=10).stdout.strip() or None
+            if commit:
+                dirty = bool(subprocess.run(["git", "-C", str(root), "status", "--porcelain", "-uno"],
+                                            capture_output=True, text=True, timeout=20).stdout.strip())
+        except (OSError, subprocess.SubprocessError):
+            pass
+        _COMMIT = {"version": __version__, "commit": commit, "dirty": dirty}
+    return _COMMIT
+
+
+def host() -> dict:
+    import numpy
+    return {"hostname": socket.gethostname(), "platform": platform.platform(), "python": platform.python_version(),
+            "numpy": numpy.__version__, "cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0]}
+
+
+def execute(kind_name: str, inputs: dict) -> tuple[str, Any, float]:
+    """Run one run (in this process or a worker): (status, Outcome or the error/skip reason, wall seconds)."""
+    t0 = time.perf_counter()
+    try:
+        outcome = kind(kind_name).fn(inputs)
+        if not isinstance(outcome, Outcome):
+            raise TypeError(f"run kind {kind_name!r} returned {type(outcome).__name__}, not an Outcome")
+        return "ok", outcome, time.perf_counter() - t0
+    except SkipRun as e:
+        return "skipped", str(e), time.perf_counter() - t0
+    except FlexrtError as e:
+        return "failed", clip(f"{type(e).__name__}: {e}", 2000), time.perf_counter() - t0
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as e:  # a bug in a runner: recorded, the other runs go on
+        return "failed", clip(f"internal error: {type(e).__name__}: {e}", 2000), time.perf_counter() - t0
+
+
+def _row(exp: Experiment, run: Run, status: str, result: Any, wall_s: float, out: Path) -> dict:
+    row = {"key": run.key, "experiment": exp.name, "variant": exp.variant, "kind": run.kind, "inputs": run.params,
+           "status": status, "seed": run.params.get("seed"), "wall_s": wall_s,
+           "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "flexrt": provenance(), "host": host(),
+           "metrics": {}, "convergence": {}, "strategy_file": None, "reason": None}
+    if status == "ok":
+        row["metrics"], row["convergence"] = result.metrics, result.convergence
+        if result.strategy is not None:
+            path = out / "strategies" / f"{run.key}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(result.strategy, indent=1), encoding="utf-8")
+            row["strategy_file"] = str(path.relative_to(out))
+    else:
+        row["reason"] = result
+    return row
+
+
+def _append(path: Path, row: dict) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(row, sort_keys=True, allow_nan=False, default=str) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _progress(total: int, label: str, enabled: bool):
+    from tqdm import tqdm  # a dependency of flexrt (pyproject.toml)
+    return tqdm(total=total, desc=label, unit="run", file=sys.stderr, disable=not enabled, leave=True)
+
+
+def _results(pending: list[Run], jobs: int) -> Iterable[tuple[Run, tuple]]:
+    """(run, execute's answer) as each run finishes: in this process, or ``jobs`` worker processes."""
+    if jobs <= 1:
+        for run in pending:
+            yield run, execute(run.kind, run.params)
+        return
+    pool = ProcessPoolExecutor(max_workers=jobs)
+    try:
+        futures = {pool.submit(execute, run.kind, run.params): run for run in pending}
+        while futures:
+            done, _ = wait(futures, return_when=FIRST_COMPLETED)
+            for f in done:
+                yield futures.pop(f), f.result()
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def run_experiment(exp: Experiment, output: Path, resume: bool = False, jobs: int = 1, progress: bool = False,
+                   report: bool = True, on_row: Optional[Callable[[dict], None]] = None) -> Summary:
+    """Run every run of ``exp`` not yet finished in ``output``, appending a line per run, then write
+    the report and plots. Raises ConfigError where ``output`` already holds results and ``resume`` is
+    off (module doc)."""
+    output = Path(output)
+    results = output / RESULTS
+    rows = load_results(results)
+    if rows and not resume:
+        raise ConfigError(f"{output} already holds the results of {len(rows)} runs ({results}); pass --resume to "
+                          f"keep them and run only what is missing, or give another --output (or delete the folder "
+                          f"to start over)")
+    if output.exists() and not output.is_dir():
+        raise ConfigError(f"--output {output} is a file, not a folder")
+    output.mkdir(parents=True, exist_ok=True)
+    done = {r["key"] for r in rows if r.get("status") in DONE}
+    summary = Summary(output, cached=[r.key for r in exp.runs if r.key in done])
+    pending = [r for r in exp.runs if r.key not in done]
+    bar = _progress(len(exp.runs), exp.name, progress)
+    bar.update(len(exp.runs) - len(pending))
+    try:
+        for run, (status, result, wall_s) in _results(pending, jobs):
+            row = _row(exp, run, status, result, wall_s, output)
+            _append(results, row)
+            summary.computed.append(run.key)
+            if status == "failed":
+                summary.failed.append((run.key, result))
+            if on_row is not None:
+                on_row(row)
+            bar.update(1)
+    finally:
+        bar.close()
+    if report:
+        from flexrt.experiments.report import write_report
+        summary.report = write_report(exp, load_results(results), output)
+    return summary

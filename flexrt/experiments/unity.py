@@ -1,0 +1,165 @@
+"""Run kinds for Unity's evaluation (Unger et al., OSDI 2022), on the ``summit`` preset.
+
+- ``unity_fig2``: the 2-layer MLP on 2 GPUs: elements moved per iteration by data parallelism,
+  Unity's joint search, the sequential "TASO then FlexFlow" search, and the paper's Fig. 2b strategy.
+- ``unity_search_time`` (Table 2): Unity's search time with graph splitting and the DP's cache on or off.
+- ``unity_speedup`` (Fig. 14): Unity against data parallelism, the expert strategy, the sequential
+  baseline and (BERT-Large) Megatron; the speed-up over the best of them.
+- ``unity_dimensions`` (Fig. 15a): Unity's search with parallelization dimensions added one at a time.
+- ``joint_vs_sequential`` (Fig. 15b): Unity's joint search against ``sequential`` with the same space.
+
+Per-GPU batch sizes as Unity §6.1 where ``per_device_batch`` is 0 (:data:`UNITY_BATCH`); BERT-Large
+at sequence length 512.
+"""
+
+from __future__ import annotations
+
+from flexrt.experiments.common import (COST, Timer, budget_param, devices_param, machine_for, machine_param,
+                                       model_param, pcg_of, simulated, space_of, space_params, strategy_doc)
+from flexrt.experiments.kinds import REQUIRED, Outcome, Param, register_kind
+from flexrt.ir.registry import AxisKind
+from flexrt.machine import load_machine
+from flexrt.search.api import fixed_result
+from flexrt.search.baselines import expert_strategy, megatron
+from flexrt.search.unity import sequential, unity
+from flexrt.strategy import SearchSpace, data_parallel, load_strategy
+
+# Unity §6.1: per-GPU batch of each model; global batch = GPUs x this
+UNITY_BATCH = {"resnext50": 64, "inception_v3": 64, "bert_large": 4, "dlrm": 1024, "xdl": 1024, "candle_uno": 256,
+               "mlp": 256}
+
+
+def _batch_param() -> Param:
+    return Param("per_device_batch", "int", 0, minimum=0, help="per-GPU batch; 0: Unity §6.1's for the model")
+
+
+def _pcg(inputs):
+    per_gpu = inputs["per_device_batch"] or UNITY_BATCH.get(inputs["model"], 64)
+    seq = 512 if inputs["model"] == "bert_large" else 0
+    return pcg_of(inputs["model"], per_gpu * inputs["devices"], seq)
+
+
+def _setup(inputs):
+    machine = machine_for(inputs["machine"], inputs["devices"])
+    return machine, _pcg(inputs)
+
+
+COMMON = (model_param(), machine_param("summit"), devices_param(), _batch_param(), budget_param(1000))
+
+
+@register_kind(
+    "unity_fig2",
+    params=(model_param("mlp_unity_fig2"), machine_param("dgx1_v100"), devices_param(2),
+            Param("batch", "int", 64, minimum=1), budget_param(50),
+            Param("space", "str", "figure", choices=("figure", "full"),
+                  help="figure: sample and reduction splits over both GPUs (the figure's space); full: every axis"),),
+    metrics=("dp_moved_elements", "unity_moved_elements", "sequential_moved_elements", "figure_moved_elements",
+             "dp_us", "unity_us", "sequential_us", "figure_us", "dp_vs_unity_moved", "unity_rewritten",
+             "sequential_rewritten"),
+    description="Unity Fig. 2: elements moved by data parallelism, joint and sequential optimization")
+def unity_fig2(inputs) -> Outcome:
+    from flexrt.examples.strategies import unity_fig2 as fig2_file
+    machine = load_machine(inputs["machine"])
+    base = pcg_of(inputs["model"], inputs["batch"])
+    n = inputs["devices"]
+    space, min_degree = ((SearchSpace(frozenset({AxisKind.SAMPLE, AxisKind.REDUCTION})), n)
+                         if inputs["space"] == "figure" else (SearchSpace.full(), 1))
+    metrics, found = {}, None
+    for name, fn in (("unity", unity), ("sequential", sequential)):
+        r = fn(base, machine, COST, budget=inputs["budget"], devices=n, space=space, min_degree=min_degree,
+               progress=False)
+        res = simulated(r.strategy, machine)
+        metrics.update({f"{name}_moved_elements": res.total_moved_elements, f"{name}_us": res.iteration_time_s * 1e6,
+                        f"{name}_rewritten": r.log.notes.get("rewritten")})
+        found = found or r
+    for name, strategy in (("dp", data_parallel(base, machine, n)),
+                           ("figure", load_strategy(str(fig2_file.FILE), None, machine))):
+        res = simulated(strategy, machine)
+        metrics.update({f"{name}_moved_elements": res.total_moved_elements, f"{name}_us": res.iteration_time_s * 1e6})
+    metrics["dp_vs_unity_moved"] = metrics["dp_moved_elements"] / max(1, metrics["unity_moved_elements"])
+    return Outcome(metrics, strategy_doc(found.strategy, machine))
+
+
+@register_kind(
+    "unity_search_time",
+    params=COMMON + (Param("split_size", "int", 10, minimum=0, help="graph splitting's k; 0 turns splitting off"),
+                     Param("cache", "bool", True, help="the DP's cross-invocation cache")),
+    metrics=("search_s", "found_ms", "dp_ms", "speedup_vs_dp"),
+    description="Unity's search time with graph splitting and the cache on or off (Unity Table 2)")
+def unity_search_time(inputs) -> Outcome:
+    machine, base = _setup(inputs)
+    with Timer() as t:
+        r = unity(base, machine, COST, budget=inputs["budget"], split_size=inputs["split_size"] or None,
+                  cache=inputs["cache"], progress=False)
+    dp = fixed_result("data-parallel", data_parallel(base, machine), machine, COST).cost_s
+    return Outcome({"search_s": t.s, "found_ms": r.cost_s * 1e3, "dp_ms": dp * 1e3, "speedup_vs_dp": dp / r.cost_s},
+                   strategy_doc(r.strategy, machine))
+
+
+@register_kind(
+    "unity_speedup",
+    params=COMMON,
+    metrics=("dp_ms", "expert_ms", "sequential_ms", "megatron_ms", "unity_ms", "speedup_vs_dp", "speedup_vs_expert",
+             "speedup_vs_sequential", "speedup_vs_megatron", "speedup_vs_best", "best_baseline", "search_s"),
+    description="Unity against data parallelism, the expert strategy, TASO+FlexFlow and Megatron (Unity Fig. 14)")
+def unity_speedup(inputs) -> Outcome:
+    machine, base = _setup(inputs)
+    times = {"dp": fixed_result("dp", data_parallel(base, machine), machine, COST).cost_s}
+    ex = expert_strategy(inputs["model"], base, machine)
+    times["expert"] = fixed_result("expert", ex, machine, COST).cost_s if ex is not None else None
+    times["sequential"] = sequential(base, machine, COST, budget=inputs["budget"], progress=False).cost_s
+    times["megatron"] = (fixed_result("megatron", megatron(base, machine), machine, COST).cost_s
+                         if inputs["model"] == "bert_large" else None)
+    with Timer() as t:
+        r = unity(base, machine, COST, budget=inputs["budget"], progress=False)
+    metrics = {f"{k}_ms": v * 1e3 if v is not None else None for k, v in times.items()}
+    metrics.update({f"speedup_vs_{k}": v / r.cost_s if v is not None else None for k, v in times.items()})
+    best = min((v, k) for k, v in times.items() if v is not None)
+    metrics.update({"unity_ms": r.cost_s * 1e3, "speedup_vs_best": best[0] / r.cost_s, "best_baseline": best[1],
+                    "search_s": t.s})
+    return Outcome(metrics, strategy_doc(r.strategy, machine))
+
+
+S, R, P = AxisKind.SAMPLE, AxisKind.REDUCTION, AxisKind.PARAMETER
+DIMENSIONS = {"data+model": ({S}, False), "+reduction": ({S, R}, False), "+attention_head": ({S, R, P}, False),
+              "+pipeline": ({S, R, P}, True)}
+
+
+@register_kind(
+    "unity_dimensions",
+    params=(model_param("bert_large"),) + COMMON[1:] + (
+        Param("dimensions", "str", REQUIRED, choices=tuple(DIMENSIONS),
+              help="data+model (sample splits and placement), +reduction, +attention_head (parameter axes), "
+                   "+pipeline"),),
+    metrics=("time_ms", "iterations_per_s", "search_s", "pipelined"),
+    description="Unity's search as parallelization dimensions are added (Unity Fig. 15a)")
+def unity_dimensions(inputs) -> Outcome:
+    machine, base = _setup(inputs)
+    kinds, pipe = DIMENSIONS[inputs["dimensions"]]
+    with Timer() as t:
+        r = unity(base, machine, COST, budget=inputs["budget"], space=SearchSpace(frozenset(kinds)),
+                  enable_pipeline=pipe, progress=False)
+    return Outcome({"time_ms": r.cost_s * 1e3, "iterations_per_s": 1 / r.cost_s, "search_s": t.s,
+                    "pipelined": getattr(r.strategy, "pipeline", None) is not None}, strategy_doc(r.strategy, machine))
+
+
+@register_kind(
+    "joint_vs_sequential",
+    params=COMMON + space_params(),
+    metrics=("unity_ms", "sequential_ms", "speedup", "unity_rewritten", "sequential_rewritten", "unity_search_s",
+             "sequential_search_s"),
+    description="Unity's joint search against sequential optimization with the same space (Unity Fig. 15b)")
+def joint_vs_sequential(inputs) -> Outcome:
+    machine, base = _setup(inputs)
+    space = space_of(inputs)
+    out = {}
+    for name, fn in (("unity", unity), ("sequential", sequential)):
+        with Timer() as t:
+            r = fn(base, machine, COST, budget=inputs["budget"], space=space, progress=False)
+        out[name] = r
+        out[f"{name}_s"] = t.s
+    u, s = out["unity"], out["sequential"]
+    return Outcome({"unity_ms": u.cost_s * 1e3, "sequential_ms": s.cost_s * 1e3, "speedup": s.cost_s / u.cost_s,
+                    "unity_rewritten": u.log.notes.get("rewritten"), "sequential_rewritten": s.log.notes.get("rewritten"),
+                    "unity_search_s": out["unity_s"], "sequential_search_s": out["sequential_s"]},
+                   strategy_doc(u.strategy, machine))
