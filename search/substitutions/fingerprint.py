@@ -5,9 +5,22 @@ A tensor is a ``ParallelValue`` (flexrt.kernels.pieces): one array per piece of 
 how the partial sums are split are part of the value. The generator evaluates on int64 arrays with
 every piece reduced modulo a prime ``P`` after each operator; ReLU is replaced by the non-linear
 polynomial ``x*x + 3x`` (TASO's trick: a rule that only holds for linear functions is rejected), and
-a fused ReLU (``OP_LINEAR`` with ``PM_ACTI`` 2) likewise. Everything else runs through flexrt's own
-kernels piece by piece (``run_pieces``, ``apply_parallel_op``), after flexrt's parallel shape
-inference (the same ``infer_node_shapes`` that ``PCG.add_node`` runs) accepted the operator.
+a fused ReLU (``OP_LINEAR`` with ``PM_ACTI`` 2) likewise. The operators that are not polynomials
+(sigmoid, tanh, gelu, elu, exp, sin, cos, fused sigmoid / tanh, softmax, layer norm) are
+*uninterpreted*: each output element is a 64-bit mix (splitmix64) of the exact input value it
+depends on and the operator's own salt, reduced modulo ``P`` (TASO treats non-linear operators the
+same way): element-wise operators hash their element; softmax hashes the element with the sum of
+the hashes of its row along the softmax dim; layer norm likewise over its normalized dims, then
+scales by gamma and adds beta exactly. Two graphs then collide only when they apply the same
+functions to equal values (or by a 1 in ``P`` accident, which the second input set catches). These
+are evaluated on the whole logical value (pieces gathered, the function applied, the result laid
+out in the output's parallel shape), which is what the operator computes whenever flexrt's shape
+inference accepts its layout. Everything else (linear with or without a bias, bias add, batch
+matmul, embedding lookups and bags, concat, split, transpose, element-wise add and multiply, scalar
+multiply) runs exactly through flexrt's own kernels piece by piece (``run_pieces``,
+``apply_parallel_op``), after flexrt's parallel shape inference (the same ``infer_node_shapes``
+that ``PCG.add_node`` runs) accepted the operator; an embedding index outside its table is a
+ShapeError, so such a graph is dropped.
 
 The same functions evaluate a rule side on float arrays with the real kernels (``modulus=None``):
 that is the concrete soundness check of a generated rule.
@@ -22,13 +35,16 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+import dataclasses
+
 from flexrt.ir.enums import ActiMode
 from flexrt.ir.op_type import PARALLEL_OPS, OpType
 from flexrt.ir.ops import InputAttrs
+from flexrt.ir.ops.softmax import softmax_axis
 from flexrt.ir.parallel_tensor import ParallelTensorShape
 from flexrt.ir.pcg import PCG, TensorRef, infer_node_shapes
 from flexrt.ir.tensor_shape import TensorShape
-from flexrt.kernels.pieces import ParallelValue, apply_parallel_op, piece_keys, run_pieces, scatter
+from flexrt.kernels.pieces import ParallelValue, apply_parallel_op, gather, piece_keys, run_pieces, scatter
 from flexrt.search.substitutions.rule import PatternOp, Slot  # noqa: F401  (Slot: docstring example)
 from flexrt.search.substitutions.semantics import to_attrs
 
@@ -40,6 +56,50 @@ P = 2 ** 23 - 15
 def _poly(x, modulus: int):
     """The stand-in for ReLU in exact arithmetic: x*x + 3x (mod p), not linear, not idempotent."""
     return (x * x + 3 * x) % modulus
+
+
+# Salts of the uninterpreted operators; a fused activation uses its operator's salt, so that
+# linear(sigmoid) and sigmoid(linear) agree.
+_SALT = {OpType.SIGMOID: 1, OpType.TANH: 2, OpType.GELU: 3, OpType.ELU: 4, OpType.EXP: 5, OpType.SIN: 6,
+         OpType.COS: 7, OpType.SOFTMAX: 8, OpType.LAYER_NORM: 9}
+_FUSED = {ActiMode.AC_MODE_SIGMOID: OpType.SIGMOID, ActiMode.AC_MODE_TANH: OpType.TANH}
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix(a: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer on uint64 arrays (wrapping arithmetic)."""
+    a = (a ^ (a >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    a = (a ^ (a >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return a ^ (a >> np.uint64(31))
+
+
+def uninterpreted(op_type: OpType, x: np.ndarray, context: np.ndarray | None = None,
+                  modulus: int = P) -> np.ndarray:
+    """``f_op(x)`` (or ``f_op(context, x)``) element by element: a hash of the exact residue, mod p."""
+    with np.errstate(over="ignore"):
+        a = x.astype(np.int64).astype(np.uint64) + np.uint64(_SALT[op_type]) * _GOLDEN
+        if context is not None:
+            a = a ^ _mix(context.astype(np.int64).astype(np.uint64) + _GOLDEN)
+        return (_mix(a) % np.uint64(modulus)).astype(np.int64)
+
+
+def _whole(attrs, operands: Sequence[ParallelValue], out_shape: ParallelTensorShape, modulus: int) -> ParallelValue:
+    """An uninterpreted operator on the whole logical values, laid out as ``out_shape``."""
+    full = [gather(np, v).astype(np.int64) % modulus for v in operands]
+    x, t = full[0], attrs.op_type
+    if t is OpType.SOFTMAX:
+        axis = softmax_axis(attrs, x.ndim)
+        row = np.sum(uninterpreted(t, x, None, modulus), axis=axis, keepdims=True) % modulus
+        y = uninterpreted(t, x, np.broadcast_to(row, x.shape), modulus)
+    elif t is OpType.LAYER_NORM:
+        axes = tuple(range(x.ndim - len(attrs.axes), x.ndim))
+        group = np.sum(uninterpreted(t, x, None, modulus), axis=axes, keepdims=True) % modulus
+        y = uninterpreted(t, x, np.broadcast_to(group, x.shape), modulus)
+        for w, combine in zip(full[1:], (np.multiply, np.add)):   # gamma, then beta
+            y = combine(y, w) % modulus
+    else:
+        y = uninterpreted(t, x, None, modulus)
+    return scatter(np, y, out_shape)
 
 
 def infer_op(op: PatternOp, shapes: Sequence[ParallelTensorShape]):
@@ -57,6 +117,12 @@ def apply_op(op: PatternOp, operands: Sequence[ParallelValue], modulus: int | No
     kernels when ``modulus`` is None. Raises a FlexrtError when shape inference rejects the operator."""
     if attrs is None:
         attrs, _ = infer_op(op, [v.shape for v in operands])
+    if modulus is not None and attrs.op_type in _SALT:
+        (out_shape,) = infer_node_shapes(attrs, [v.shape for v in operands], op.type)
+        return (_whole(attrs, operands, out_shape, modulus),)
+    fused = _FUSED.get(attrs.activation) if attrs.op_type is OpType.LINEAR and modulus is not None else None
+    if fused is not None:
+        attrs = dataclasses.replace(attrs, activation=ActiMode.AC_MODE_NONE)
     if attrs.op_type in PARALLEL_OPS:
         outs = (apply_parallel_op(np, attrs, operands[0]),)
     else:
@@ -66,8 +132,12 @@ def apply_op(op: PatternOp, operands: Sequence[ParallelValue], modulus: int | No
     nonlinear = attrs.op_type is OpType.RELU or (
         attrs.op_type is OpType.LINEAR and attrs.activation is ActiMode.AC_MODE_RELU)
     # Residues are non-negative, so the kernels' max(x, 0) was the identity; apply the polynomial.
-    fn = (lambda a: _poly(a.astype(np.int64) % modulus, modulus)) if nonlinear else \
-        (lambda a: a.astype(np.int64) % modulus)
+    if nonlinear:
+        fn = lambda a: _poly(a.astype(np.int64) % modulus, modulus)  # noqa: E731
+    elif fused is not None:  # a fused sigmoid / tanh: element-wise, so piece by piece is the whole value
+        fn = lambda a: uninterpreted(fused, a.astype(np.int64) % modulus, None, modulus)  # noqa: E731
+    else:
+        fn = lambda a: a.astype(np.int64) % modulus  # noqa: E731
     return tuple(ParallelValue(v.shape, {k: fn(a) for k, a in v.pieces.items()}) for v in outs)
 
 
@@ -125,4 +195,4 @@ def to_pcg(ops: Sequence[PatternOp], input_shapes: Mapping[int, TensorShape]) ->
     return g, refs
 
 
-__all__ = ["P", "apply_op", "evaluate_side", "full_value", "infer_op", "to_pcg", "value_digest"]
+__all__ = ["P", "apply_op", "evaluate_side", "full_value", "infer_op", "to_pcg", "uninterpreted", "value_digest"]

@@ -45,12 +45,26 @@ class OpSpec:
     outputs: int = 1
     params: tuple = ()
     required: tuple = ()
+    optional: int = 0           # inputs that may follow the required ones (a bias, affine weights)
+
+    def input_counts(self) -> tuple[int, ...]:
+        return tuple(range(self.inputs, self.inputs + self.optional + 1))
 
 
 _DIM, _DEGREE = "PM_PARALLEL_DIM", "PM_PARALLEL_DEGREE"
+# Element-wise unary operators without parameters (FlexFlow's names), each an uninterpreted function
+# of its input in the verifier and a hash of the exact value in fingerprints.
+UNARY_TYPES = ("OP_SIGMOID", "OP_TANH", "OP_GELU", "OP_ELU", "OP_EXP", "OP_SIN", "OP_COS",
+               "OP_IDENTITY")
 OP_SPECS = {
-    "OP_LINEAR": OpSpec(2, params=("PM_ACTI",)),
+    "OP_LINEAR": OpSpec(2, params=("PM_ACTI",), optional=1),       # (x, w) or (x, w, bias)
     "OP_RELU": OpSpec(1),
+    **{t: OpSpec(1) for t in UNARY_TYPES},
+    "OP_BIAS_ADD": OpSpec(2),                                        # (x, bias over x's innermost dim)
+    "OP_SOFTMAX": OpSpec(1, params=("PM_SOFTMAX_DIM",), required=("PM_SOFTMAX_DIM",)),
+    "OP_BATCHMATMUL": OpSpec(2),
+    "OP_LAYERNORM": OpSpec(1, params=("PM_AXES",), required=("PM_AXES",), optional=2),  # (x[, gamma[, beta]])
+    "OP_EMBEDDING": OpSpec(2, params=("PM_AGGR",)),                  # (indices, table)
     "OP_EW_ADD": OpSpec(2),
     "OP_EW_MUL": OpSpec(2),
     "OP_CONCAT": OpSpec(2, params=("PM_AXIS", "PM_NUM_INPUTS", "PM_NUMDIM"), required=("PM_AXIS",)),
@@ -68,6 +82,9 @@ MAX_RANK = 8  # dimensions a rule's tensors may have (FlexFlow's rules use 3)
 # parameter -> (least, greatest value) (None: unbounded), and what it means for messages
 PARAM_RANGES = {
     "PM_ACTI": (0, 3, "TASO's activation: 0 none, 1 sigmoid, 2 relu, 3 tanh"),
+    "PM_SOFTMAX_DIM": (0, MAX_RANK - 1, "a dimension"),
+    "PM_AXES": (1, MAX_RANK, "the number of innermost dimensions normalized"),
+    "PM_AGGR": (0, 1, "the embedding's aggregation: 0 none, 1 sum (an embedding bag)"),
     "PM_AXIS": (0, MAX_RANK - 1, "a dimension"),
     "PM_PARALLEL_DIM": (0, MAX_RANK - 1, "a dimension"),
     "PM_PARALLEL_DEGREE": (2, None, "a parallel degree"),
@@ -241,8 +258,9 @@ def _check_op(op: PatternOp, ops: tuple, where: str) -> None:
     if spec is None:
         raise GraphError(f"{where}.type is {short(op.type)}; valid: {', '.join(OP_SPECS)}")
     where = f"{where} ({op.type})"
-    if len(op.inputs) != spec.inputs:
-        raise GraphError(f"{where}.input: {op.type} takes {spec.inputs} input(s), got {len(op.inputs)}")
+    if len(op.inputs) not in spec.input_counts():
+        takes = " or ".join(map(str, spec.input_counts()))
+        raise GraphError(f"{where}.input: {op.type} takes {takes} input(s), got {len(op.inputs)}")
     for k, s in enumerate(op.inputs):
         outs = 1 if s.external else OP_SPECS[ops[s.op].type].outputs
         if s.ts >= outs:

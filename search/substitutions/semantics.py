@@ -3,8 +3,14 @@ PCG operators, shared by the generator, the verifier's concrete checks and the r
 
 | rule operator | parameters | flexrt operator |
 |---|---|---|
-| ``OP_LINEAR`` (x, w) | ``PM_ACTI`` 0 none, 2 relu (TASO's numbering) | ``LinearAttrs(w.dims[1], use_bias=False, activation)``; x [..., in], w [in, out] |
+| ``OP_LINEAR`` (x, w[, b]) | ``PM_ACTI`` 0 none, 1 sigmoid, 2 relu, 3 tanh (TASO's numbering) | ``LinearAttrs(w.dims[1], use_bias=(b given), activation)``; x [..., in], w [in, out], b [out] |
 | ``OP_RELU`` (x) | | ``ElementUnaryAttrs(RELU)`` |
+| ``OP_SIGMOID``, ``OP_TANH``, ``OP_GELU``, ``OP_ELU``, ``OP_EXP``, ``OP_SIN``, ``OP_COS``, ``OP_IDENTITY`` (x) | | ``ElementUnaryAttrs(SIGMOID, ...)`` |
+| ``OP_BIAS_ADD`` (x, b) | | ``BiasAddAttrs()``: x [..., f] + b [f] |
+| ``OP_SOFTMAX`` (x) | ``PM_SOFTMAX_DIM`` | ``SoftmaxAttrs(axis)`` |
+| ``OP_BATCHMATMUL`` (a, b) | | ``BatchMatmulAttrs()``: a [..., m, k] x b [..., k, n] |
+| ``OP_LAYERNORM`` (x[, gamma[, beta]]) | ``PM_AXES``: the number of innermost dims normalized | ``LayerNormAttrs(last PM_AXES dims, affine = gamma given, use_bias = beta given)``, eps 1e-5 only |
+| ``OP_EMBEDDING`` (indices, table) | ``PM_AGGR`` 0 none, 1 sum (the embedding bag) | ``EmbeddingAttrs(entries, channels, aggr)`` |
 | ``OP_EW_ADD`` / ``OP_EW_MUL`` (a, b) | | ``ElementBinaryAttrs(EW_ADD / EW_MUL)`` |
 | ``OP_SCALAR_MULTIPLY`` (x) | ``PM_SCALAR`` (integer) | ``ElementUnaryAttrs(SCALAR_MUL, scalar)`` |
 | ``OP_CONCAT`` (a, b) | ``PM_AXIS``, ``PM_NUM_INPUTS`` 2, ``PM_NUMDIM`` | ``ConcatAttrs(axis)`` |
@@ -28,17 +34,24 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from flexrt.errors import GraphError
-from flexrt.ir.enums import ActiMode
+from flexrt.ir.enums import ActiMode, AggrMode
 from flexrt.ir.op_type import OpType
-from flexrt.ir.ops import (CombineAttrs, ConcatAttrs, ElementBinaryAttrs, ElementUnaryAttrs, LinearAttrs,
-                           ReductionAttrs, RepartitionAttrs, ReplicateAttrs, SplitAttrs, TransposeAttrs)
+from flexrt.ir.ops import (BatchMatmulAttrs, BiasAddAttrs, CombineAttrs, ConcatAttrs, ElementBinaryAttrs,
+                           ElementUnaryAttrs, EmbeddingAttrs, LayerNormAttrs, LinearAttrs, ReductionAttrs,
+                           RepartitionAttrs, ReplicateAttrs, SoftmaxAttrs, SplitAttrs, TransposeAttrs)
+from flexrt.ir.ops.softmax import softmax_axis
 from flexrt.ir.tensor_shape import TensorShape
-from flexrt.search.substitutions.rule import PatternOp
+from flexrt.search.substitutions.rule import UNARY_TYPES, PatternOp
 
-ACTI = {0: ActiMode.AC_MODE_NONE, 2: ActiMode.AC_MODE_RELU}
+ACTI = {0: ActiMode.AC_MODE_NONE, 1: ActiMode.AC_MODE_SIGMOID, 2: ActiMode.AC_MODE_RELU, 3: ActiMode.AC_MODE_TANH}
 ACTI_CODE = {v: k for k, v in ACTI.items()}
 BINARY = {"OP_EW_ADD": OpType.EW_ADD, "OP_EW_MUL": OpType.EW_MUL}
 BINARY_CODE = {v: k for k, v in BINARY.items()}
+UNARY = {t: OpType[t.removeprefix("OP_")] for t in UNARY_TYPES}   # OP_SIGMOID -> OpType.SIGMOID, ...
+UNARY_CODE = {v: k for k, v in UNARY.items()}
+AGGR = {0: AggrMode.AGGR_MODE_NONE, 1: AggrMode.AGGR_MODE_SUM}
+AGGR_CODE = {v: k for k, v in AGGR.items()}
+LAYER_NORM_EPS = LayerNormAttrs((-1,)).eps   # the only epsilon a rule's layer norm has (rules hold integers)
 
 
 def flexrt_dim(value: int, rank: int) -> int:
@@ -55,10 +68,28 @@ def to_attrs(op: PatternOp, inputs: Sequence[TensorShape]):
     if t == "OP_LINEAR":
         acti = op.param("PM_ACTI", 0)
         if acti not in ACTI:
-            raise GraphError(f"OP_LINEAR: PM_ACTI {acti} is not supported (valid: 0 none, 2 relu)")
-        return LinearAttrs(inputs[1].dims[1], False, ACTI[acti])
+            raise GraphError(f"OP_LINEAR: PM_ACTI {acti} is not supported (valid: 0 none, 1 sigmoid, 2 relu, 3 tanh)")
+        if len(inputs) < 2 or inputs[1].rank != 2:
+            raise GraphError(f"OP_LINEAR: the weight must be a matrix [in, out], got {inputs[1:2]}")
+        return LinearAttrs(inputs[1].dims[1], len(inputs) == 3, ACTI[acti])
     if t == "OP_RELU":
         return ElementUnaryAttrs(OpType.RELU)
+    if t in UNARY:
+        return ElementUnaryAttrs(UNARY[t])
+    if t == "OP_BIAS_ADD":
+        return BiasAddAttrs()
+    if t == "OP_SOFTMAX":
+        return SoftmaxAttrs(flexrt_dim(op.param("PM_SOFTMAX_DIM"), rank))
+    if t == "OP_BATCHMATMUL":
+        return BatchMatmulAttrs()
+    if t == "OP_LAYERNORM":
+        n = op.param("PM_AXES")
+        return LayerNormAttrs(tuple(range(-n, 0)), len(inputs) > 1, LAYER_NORM_EPS, len(inputs) == 3)
+    if t == "OP_EMBEDDING":
+        if len(inputs) < 2 or inputs[1].rank != 2:
+            raise GraphError(f"OP_EMBEDDING: the table must be a matrix [entries, channels], got {inputs[1:2]}")
+        entries, channels = inputs[1].dims
+        return EmbeddingAttrs(entries, channels, AGGR[op.param("PM_AGGR", 0)], inputs[1].dtype)
     if t in ("OP_EW_ADD", "OP_EW_MUL"):
         return ElementBinaryAttrs(BINARY[t])
     if t == "OP_SCALAR_MULTIPLY":
@@ -88,15 +119,32 @@ def to_attrs(op: PatternOp, inputs: Sequence[TensorShape]):
 
 def pattern_of(attrs, inputs: Sequence[TensorShape]) -> Optional[PatternOp]:
     """The rule operator (type and parameters, no inputs) of a flexrt operator, or None when the rule
-    language has none for it (e.g. a linear with a bias or a sigmoid)."""
+    language has none for it (e.g. a conv2d, a reshape, or a layer norm with another epsilon). The
+    number of inputs (a linear's bias, a layer norm's affine weights) is the node's, compared by the
+    matcher."""
     t = attrs.op_type
     rank = inputs[0].rank if inputs else 0
     if t is OpType.LINEAR:
-        if attrs.use_bias or attrs.activation not in ACTI_CODE:
+        if attrs.activation not in ACTI_CODE:
             return None
         return PatternOp("OP_LINEAR", (), (("PM_ACTI", ACTI_CODE[attrs.activation]),))
     if t is OpType.RELU:
         return PatternOp("OP_RELU", ())
+    if t in UNARY_CODE and attrs.scalar == 0.0:
+        return PatternOp(UNARY_CODE[t], ())
+    if t is OpType.BIAS_ADD:
+        return PatternOp("OP_BIAS_ADD", ())
+    if t is OpType.SOFTMAX:
+        return PatternOp("OP_SOFTMAX", (), (("PM_SOFTMAX_DIM", flexflow_dim(softmax_axis(attrs, rank), rank)),))
+    if t is OpType.BATCH_MATMUL and attrs.a_seq_length_dim is None and attrs.b_seq_length_dim is None:
+        return PatternOp("OP_BATCHMATMUL", ())
+    if t is OpType.LAYER_NORM and attrs.eps == LAYER_NORM_EPS:
+        axes = sorted(a % rank for a in attrs.axes)
+        if axes == list(range(rank - len(axes), rank)):
+            return PatternOp("OP_LAYERNORM", (), (("PM_AXES", len(axes)),))
+        return None
+    if t is OpType.EMBEDDING and attrs.aggr in AGGR_CODE:
+        return PatternOp("OP_EMBEDDING", (), (("PM_AGGR", AGGR_CODE[attrs.aggr]),))
     if t in BINARY_CODE:
         return PatternOp(BINARY_CODE[t], ())
     if t is OpType.SCALAR_MUL and float(attrs.scalar).is_integer():

@@ -7,10 +7,13 @@ import numpy as np
 import pytest
 from flexrt.search.substitutions.axioms import (
     ACTI,
+    AGGR,
+    AXES,
     AXIOMS,
     DEG,
     DIM,
     SCALAR,
+    UNARY,
     Axiom,
     Z3Algebra,
     axiom_by_name,
@@ -20,10 +23,13 @@ from flexrt.search.substitutions.axioms import (
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from flexrt.search.substitutions.rule import UNARY_TYPES
+
 
 def _draw_ints(draw, ax: Axiom, rank: int) -> dict:
-    dom = {DIM: st.integers(0, rank - 1), DEG: st.integers(1, 4), ACTI: st.sampled_from([0, 2]),
-           SCALAR: st.integers(-3, 3)}
+    dom = {DIM: st.integers(0, rank - 1), DEG: st.integers(1, 4), ACTI: st.integers(0, 3),
+           SCALAR: st.integers(-3, 3), UNARY: st.integers(0, len(UNARY_TYPES) - 1), AXES: st.integers(1, rank - 1),
+           AGGR: st.integers(0, 1)}
     return {n: draw(dom[d]) for n, d in ax.ints}
 
 
