@@ -19,6 +19,10 @@ from flexrt.search.baselines import expert_strategy
 from flexrt.strategy import data_parallel
 
 
+def _ratio(a: float, b: float):
+    return a / b if b else None
+
+
 def _sim_metrics(prefix: str, result) -> dict:
     return {f"{prefix}_ms": result.iteration_time_s * 1e3, f"{prefix}_moved_elements": result.total_moved_elements,
             f"{prefix}_compute_ms": result.compute_time_s * 1e3, f"{prefix}_peak_memory_bytes": peak_memory_bytes(result)}
@@ -31,7 +35,7 @@ def _sim_metrics(prefix: str, result) -> dict:
             Param("algorithm", "str", "mcmc", choices=("mcmc", "unity")), budget_param(1000), seed_param(),
             *space_params(), Param("options", "mapping", {}, help="the algorithm's own options")),
     metrics=("dp_ms", "expert_ms", "found_ms", "speedup_vs_dp", "speedup_vs_expert", "dp_moved_elements",
-             "expert_moved_elements", "found_moved_elements", "moved_vs_dp", "dp_compute_ms", "expert_compute_ms",
+             "expert_moved_elements", "found_moved_elements", "moved_reduction_vs_dp", "moved_reduction_vs_expert", "dp_compute_ms", "expert_compute_ms",
              "found_compute_ms", "compute_vs_dp", "found_peak_memory_bytes", "search_s", "proposals"),
     description="a search's strategy against data parallelism and the expert strategy (FlexFlow Fig. 6, 7)")
 def search_speedup(inputs) -> Outcome:
@@ -47,13 +51,15 @@ def search_speedup(inputs) -> Outcome:
     found = simulated(r.strategy, machine)
     metrics = {**_sim_metrics("dp", dp), **_sim_metrics("found", found), "search_s": t.s,
                "proposals": r.log.proposals, "speedup_vs_dp": dp.iteration_time_s / found.iteration_time_s,
-               "moved_vs_dp": found.total_moved_elements / dp.total_moved_elements if dp.total_moved_elements else None,
+               "moved_reduction_vs_dp": _ratio(dp.total_moved_elements, found.total_moved_elements),
                "compute_vs_dp": found.compute_time_s / dp.compute_time_s}
-    metrics.update(dict.fromkeys(("expert_ms", "expert_moved_elements", "expert_compute_ms", "speedup_vs_expert")))
+    metrics.update(dict.fromkeys(("expert_ms", "expert_moved_elements", "expert_compute_ms", "speedup_vs_expert",
+                                  "moved_reduction_vs_expert")))
     if expert is not None:
         ex = simulated(expert, machine)
         metrics.update({k: v for k, v in _sim_metrics("expert", ex).items() if k != "expert_peak_memory_bytes"})
         metrics["speedup_vs_expert"] = ex.iteration_time_s / found.iteration_time_s
+        metrics["moved_reduction_vs_expert"] = _ratio(ex.total_moved_elements, found.total_moved_elements)
     metrics.pop("dp_peak_memory_bytes", None)
     return Outcome(metrics, strategy_doc(r.strategy, machine), {"search": curve(r.log)})
 

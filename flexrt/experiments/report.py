@@ -68,9 +68,8 @@ class Values:
 
     def paper(self, params: dict, metric: str) -> tuple[Optional[float], Optional[Reference]]:
         """The paper's value (or None) and the reference it came from (a range: value None)."""
-        rel = self.relative.get(metric)
-        if rel is None:
-            ref = self.reference(params, metric)
+        rel, ref = self.relative.get(metric), self.reference(params, metric)
+        if rel is None or ref is not None:    # a relative metric the paper gives directly, too
             return (ref.value if ref else None), ref
         a = self.reference(params, rel.metric)
         b = self.reference({**params, **dict(rel.to)}, rel.metric)
