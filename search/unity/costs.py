@@ -43,6 +43,7 @@ Entry points: ``Block``, ``LocalCosts``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 import numpy as np
 from flexrt.search.unity.reshard import (
@@ -55,6 +56,7 @@ from flexrt.search.unity.reshard import (
     numel,
     overlap,
     producers,
+    reshard_loads,
     reshard_matrix,
     seq_sum,
 )
@@ -71,6 +73,7 @@ from flexrt.ir.tensor_shape import TensorShape
 from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.machine import Machine
 from flexrt.machine.views import view_devices, view_from_device_ids
+from flexrt.simulator.cost_model import has_linear_transfers
 
 INF = float("inf")
 # axis kinds split only on their own: copies of a whole operator (Fig. 2b's ReLU), not copies of pieces
@@ -183,6 +186,23 @@ class _Layout:
         return hit
 
 
+def shared_links(machine: Machine) -> list[int]:
+    """The links that carry more than one device's sends to more than one device: the links where
+    transfers between different pairs of devices queue behind each other (a node's NICs and network
+    ports, the bus between its sockets, a PCIe switch's uplink). A link only one device sends over (a
+    GPU's own NVLink to its CPU) or only one device receives from is left out: the edge costs already
+    charge a destination the sum of what it receives."""
+    srcs: dict[int, set] = {}
+    dsts: dict[int, set] = {}
+    n = machine.num_devices
+    for a in range(n):
+        for b in range(n):
+            for l in machine.route(a, b):
+                srcs.setdefault(l, set()).add(a)
+                dsts.setdefault(l, set()).add(b)
+    return sorted(l for l in srcs if len(srcs[l]) > 1 and len(dsts[l]) > 1)
+
+
 def reshard_possible(src: ParallelTensorShape, dst: ParallelTensorShape) -> bool:
     """Whether a resharding chain takes ``src`` to ``dst`` (``strategy.resharding_steps``)."""
     try:
@@ -219,6 +239,12 @@ class LocalCosts:
         self.transfer_memo = Memo()     # (source, destination, bytes) -> transfer seconds
         self.ratio_memo = Memo()        # (shape id, shape id, 0) -> sum ratio
         self._sets: dict = {}
+        self._shared = None             # shared link ids (``shared``) and each link's load column
+        self._column = None
+        self._hops: dict = {}
+        self._table = None
+        self._node_loads: dict = {}
+        self._edge_loads: dict = {}
         self._vectors: dict = {}
         self._matrices: dict = {}
         self.edge_evaluations = 0
@@ -353,6 +379,17 @@ class LocalCosts:
         return part
 
     # ---- transfers -----------------------------------------------------------------------------
+    def _route(self, src: int, dst: int) -> tuple[list, float, tuple[int, ...]]:
+        """(links, summed latency, link ids) of the route from ``src`` to ``dst``."""
+        route = self._routes.get((src, dst))
+        if route is None:
+            ids = self.machine.route(src, dst)
+            links = [self.machine.links[l] for l in ids]
+            if not links:
+                raise StrategyError(f"no route from device {src} to device {dst}")
+            route = self._routes[(src, dst)] = (links, sum(link.latency_s for link in links), ids)
+        return route
+
     def transfer(self, src: int, dst: int, num_bytes: int) -> float:
         """Seconds to move ``num_bytes`` from ``src`` to ``dst`` over its route (as the lowering's
         hops: the slowest hop's time, the route's latencies once)."""
@@ -361,13 +398,7 @@ class LocalCosts:
         key = (src, dst, num_bytes)
         t = self._xfer.get(key)
         if t is None:
-            route = self._routes.get((src, dst))
-            if route is None:
-                links = [self.machine.links[l] for l in self.machine.route(src, dst)]
-                if not links:
-                    raise StrategyError(f"no route from device {src} to device {dst}")
-                route = self._routes[(src, dst)] = (links, sum(link.latency_s for link in links))
-            links, latency = route
+            links, latency, _ = self._route(src, dst)
             t = max(self.cost.transfer_time(link, num_bytes) - link.latency_s for link in links) + latency
             if len(self._xfer) > 200_000:
                 self._xfer.clear()
@@ -381,7 +412,106 @@ class LocalCosts:
             return 0.0
         ring = sorted(devices)
         share = max(1, 2 * (n - 1) * num_bytes // n)
-        return max(self.transfer(a, b, share) for a, b in zip(ring, ring[1:] + ring[:1]))
+        steps = 2 * (n - 1) - 1   # the ring's other steps' latencies (``collectives.ring_step_latency``)
+        return max(self.transfer(a, b, share) + steps * self._route(a, b)[1] for a, b in zip(ring, ring[1:] + ring[:1]))
+
+    # ---- link loads (the contention model) ------------------------------------------------------
+    @property
+    def shared(self) -> np.ndarray:
+        """The ids of the machine's shared links (``shared_links``); a load vector has one entry per
+        shared link, in this order."""
+        if self._shared is None:
+            self._shared = np.array(shared_links(self.machine), dtype=np.int64)
+            self._column = np.full(len(self.machine.links), -1, dtype=np.int64)
+            self._column[self._shared] = np.arange(len(self._shared))
+        return self._shared
+
+    def hop_loads(self, src: int, dst: int, num_bytes: int, steps: int = 1) -> tuple[np.ndarray, np.ndarray]:
+        """(load columns, seconds): how long each shared link on the route from ``src`` to ``dst`` is
+        busy with a transfer of ``num_bytes`` (the lowering's hop time: the bytes over the link's
+        bandwidth plus the route's latency, paid ``steps`` times: a ring's sends pay it once per step)."""
+        key = (src, dst, num_bytes, steps)
+        hit = self._hops.get(key)
+        if hit is None:
+            cols, times = [], []
+            if src != dst and num_bytes > 0:
+                self.shared  # noqa: B018  (builds the columns)
+                links, latency, ids = self._route(src, dst)
+                for l, link in zip(ids, links):
+                    if self._column[l] >= 0:
+                        cols.append(int(self._column[l]))
+                        times.append(self.cost.transfer_time(link, num_bytes) - link.latency_s + steps * latency)
+            if len(self._hops) > 200_000:
+                self._hops.clear()
+            hit = self._hops[key] = (np.array(cols, dtype=np.int64), np.array(times, dtype=np.float64))
+        return hit
+
+    def route_table(self) -> Optional[tuple]:
+        """Every route's hops on shared links as arrays, for cost models whose transfer time is the
+        latency plus bytes over bandwidth (``has_linear_transfers``; None for others): (ptr, columns,
+        seconds per byte, route latency), route ``src * devices + dst``'s hops being
+        ``ptr[route] .. ptr[route + 1] - 1``; a hop's time is ``bytes * seconds per byte + steps *
+        latency``, ``hop_loads``' numbers."""
+        if self._table is None:
+            if not has_linear_transfers(self.cost):
+                self._table = False
+            else:
+                n, ptr, cols, inv, lat = self.machine.num_devices, [0], [], [], np.zeros(self.machine.num_devices ** 2)
+                self.shared  # noqa: B018  (builds the columns)
+                for a in range(n):
+                    for b in range(n):
+                        if a != b:
+                            links, lat[a * n + b], ids = self._route(a, b)
+                            for l, link in zip(ids, links):
+                                if self._column[l] >= 0:
+                                    cols.append(int(self._column[l]))
+                                    inv.append(1.0 / link.bandwidth)
+                        ptr.append(len(cols))
+                self._table = (np.array(ptr, dtype=np.int64), np.array(cols, dtype=np.int64), np.array(inv), lat)
+        return self._table or None
+
+    def ring_loads(self, devices: list[int], num_bytes: int) -> np.ndarray:
+        """Per shared link, the seconds ``ring``'s AllReduce of ``num_bytes`` over ``devices`` keeps it busy."""
+        out = np.zeros(len(self.shared))
+        n = len(devices)
+        if n > 1:
+            ring = sorted(devices)
+            share = max(1, 2 * (n - 1) * num_bytes // n)
+            for a, b in zip(ring, ring[1:] + ring[:1]):
+                cols, times = self.hop_loads(a, b, share, 2 * (n - 1))
+                out[cols] += times
+        return out
+
+    def node_loads(self, pcg: PCG, node: Node, block: Block) -> np.ndarray:
+        """(configurations on ``block``, 2 x shared links) float32: the seconds each shared link is
+        busy with the configuration's weight-gradient AllReduces (``node_cost``'s rings, all of them),
+        in the forward pass (none) and the backward."""
+        key = (self.sig_id(pcg, node), block)
+        hit = self._node_loads.get(key)
+        if hit is None:
+            rows = []
+            for cfg in self.configs(pcg, node, block):
+                lay = self.layout(pcg, node, cfg)
+                v = np.zeros(len(self.shared))
+                for dtype, groups in self._piece_work(node, lay.part)[2]:
+                    for dims, pieces in groups:
+                        v += self.ring_loads(sorted({lay.devices[p] for p in pieces}), TensorShape(dims, dtype).size_bytes)
+                rows.append(v)
+            back = np.array(rows, dtype=np.float32).reshape(len(rows), len(self.shared))
+            hit = self._node_loads[key] = np.concatenate([np.zeros_like(back), back], axis=1)
+        return hit
+
+    def edge_loads(self, pcg: PCG, u: Node, k: int, v: Node, i: int, bu: Block, bv: Block) -> tuple:
+        """``edge_matrix``'s transfers as link loads: (the layout of each configuration of ``u``, of
+        ``v``, (layouts of u, layouts of v, shared links) float32 seconds; ``reshard.reshard_loads``)."""
+        key = (self.sig_id(pcg, u), k, self.sig_id(pcg, v), i, bu, bv)
+        hit = self._edge_loads.get(key)
+        if hit is None:
+            full = pcg.shape(v.inputs[i]).tensor_shape
+            P, C = self._producers(pcg, u, k, bu), self._consumers(pcg, v, i, bv)
+            D = reshard_loads(P, C, full, full.dtype.is_floating and u.op_type is not OpType.INPUT, self)
+            hit = self._edge_loads[key] = (P.index, C.index, D)
+        return hit
 
     # ---- node cost -----------------------------------------------------------------------------
     def _op_time(self, attrs, ins, outs, spec) -> float:

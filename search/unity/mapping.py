@@ -117,12 +117,23 @@ def _split_nodes(g: _Graph, S: int, inn, out) -> list[int]:
 
 
 class _Sol:
-    """A solved subproblem: ``M[a, b]`` and ``pick(a, b)`` -> configurations of its nodes in order."""
+    """A solved subproblem: ``M[a, b]``, ``pick(a, b)`` -> configurations of its nodes in order, and
+    ``loads(costs)`` -> (a, b, shared link) the seconds its communication keeps each shared link busy
+    at the configurations ``pick`` gives (built when a parallel split first asks, then kept)."""
 
     def __init__(self, M: np.ndarray) -> None:
         self.M = M
+        self._loads: Optional[np.ndarray] = None
 
     def pick(self, a: int, b: int) -> list[OpConfig]:
+        raise NotImplementedError
+
+    def loads(self, costs: LocalCosts) -> np.ndarray:
+        if self._loads is None:
+            self._loads = self._build_loads(costs)
+        return self._loads
+
+    def _build_loads(self, costs: LocalCosts) -> np.ndarray:
         raise NotImplementedError
 
 
@@ -130,15 +141,59 @@ class _Empty(_Sol):
     def pick(self, a, b):
         return []
 
+    def _build_loads(self, costs):
+        return np.zeros(self.M.shape + (2 * len(costs.shared),), dtype=np.float32)
+
+
+class _Edges:
+    """The edges from boundary ``u`` to boundary ``v`` (operand pairs ``es``), for their link loads."""
+
+    def __init__(self, pcg: PCG, un, vn, es: list, bu: Block, bv: Block) -> None:
+        self.pcg, self.un, self.vn, self.es, self.bu, self.bv = pcg, un, vn, es, bu, bv
+
+    def loads(self, costs: LocalCosts, cu: np.ndarray, cv: np.ndarray) -> np.ndarray:
+        """Loads at configuration indices ``cu`` of u and ``cv`` of v (arrays of one shape)."""
+        out = 0
+        for k, i in self.es:
+            iu, iv, D = costs.edge_loads(self.pcg, self.un, k, self.vn, i, self.bu, self.bv)
+            out = out + D[iu[cu], iv[cv]]
+        return out
+
 
 class _Chain(_Sol):
     """A chain b1 < ... < bm: ``parts[j]`` = (segment j's solution, its nodes' indices in S, the
     index of b_{j+1} in S or None, b_{j+1}'s configurations); ``steps[j]`` maps (a, c_{j+1}) to
     the best c_j, ``finals`` (a, b) to the best c_m."""
 
-    def __init__(self, M, parts, steps, finals):
+    def __init__(self, M, parts, steps, finals, terms):
         super().__init__(M)
         self.parts, self.steps, self.finals = parts, steps, finals
+        self.terms = terms      # per part: (its _Edges between the boundaries or None, (pcg, b_{j+1}, block) or None)
+
+    def _choices(self) -> list[np.ndarray]:
+        """Per (a, b), the configuration index of every boundary: a, c_1 .. c_m, b, as (na, nb) arrays."""
+        na, nb = self.M.shape
+        a = np.broadcast_to(np.arange(na)[:, None], (na, nb))
+        m = len(self.parts) - 1
+        inner = [None] * m
+        if m:
+            c = self.finals
+            for j in reversed(range(m)):
+                inner[j] = c
+                if j > 0:
+                    c = np.take_along_axis(self.steps[j], c, axis=1)
+        return [a] + inner + [np.broadcast_to(np.arange(nb)[None, :], (na, nb))]
+
+    def _build_loads(self, costs):
+        ch = self._choices()
+        out = np.zeros(self.M.shape + (2 * len(costs.shared),), dtype=np.float32)
+        for j, ((seg, _, _, _), (edges, node)) in enumerate(zip(self.parts, self.terms)):
+            out += seg.loads(costs)[ch[j], ch[j + 1]]
+            if edges is not None:
+                out += edges.loads(costs, ch[j], ch[j + 1])
+            if node is not None:
+                out += costs.node_loads(*node)[ch[j + 1]]
+        return out
 
     def pick(self, a, b):
         m = len(self.parts) - 1
@@ -162,9 +217,18 @@ class _Chain(_Sol):
 
 
 class _Parallel(_Sol):
-    def __init__(self, M, choice, options, pos1, pos2):
+    def __init__(self, M, choice, options, pos1, pos2, loads=None):
         super().__init__(M)
         self.choice, self.options, self.pos1, self.pos2 = choice, options, pos1, pos2
+        self._loads = loads
+
+    def _build_loads(self, costs):
+        out = np.zeros(self.M.shape + (2 * len(costs.shared),), dtype=np.float32)
+        for o, (s1, s2) in enumerate(self.options):
+            mask = self.choice == o
+            if mask.any():
+                out[mask] = s1.loads(costs)[mask] + s2.loads(costs)[mask]
+        return out
 
     def pick(self, a, b):
         s1, s2 = self.options[int(self.choice[a, b])]
@@ -174,21 +238,47 @@ class _Parallel(_Sol):
 
 
 class _Greedy(_Sol):
-    def __init__(self, M, picks):
+    def __init__(self, M, picks, chosen, where):
         super().__init__(M)
-        self.picks = picks
+        self.picks, self.chosen, self.where = picks, chosen, where   # where: (pcg, nodes, block, inn, out)
 
     def pick(self, a, b):
         return list(self.picks[a])
+
+    def _build_loads(self, costs):
+        pcg, nodes, block, inn, out = self.where
+        pos = {id(n): j for j, n in enumerate(nodes)}
+        out_arr = np.zeros(self.M.shape + (2 * len(costs.shared),), dtype=np.float32)
+        nb = self.M.shape[1]
+        for a, idx in enumerate(self.chosen):
+            v = np.zeros(2 * len(costs.shared), dtype=np.float32)
+            for j, n in enumerate(nodes):
+                v += costs.node_loads(pcg, n, block)[idx[j]]
+                for ref_i, ref in enumerate(n.inputs):
+                    src = pcg.node(ref.node)
+                    if id(src) in pos:
+                        v += _Edges(pcg, src, n, [(ref.index, ref_i)], block, block).loads(
+                            costs, np.array(idx[pos[id(src)]]), np.array(idx[j]))
+                    elif inn is not None and ref.node == inn[0].id:
+                        v += _Edges(pcg, src, n, [(ref.index, ref_i)], inn[1], block).loads(
+                            costs, np.array(a), np.array(idx[j]))
+            out_arr[a] = v
+            if out is not None:
+                for ref_i, ref in enumerate(out[0].inputs):
+                    src = pcg.node(ref.node)
+                    if id(src) in pos:
+                        out_arr[a] += _Edges(pcg, src, out[0], [(ref.index, ref_i)], block, out[1]).loads(
+                            costs, np.full(nb, idx[pos[id(src)]]), np.arange(nb))
+        return out_arr
 
 
 class MappingDP:
     """Unity's machine-mapping DP with its cross-candidate cache."""
 
     def __init__(self, machine: Machine, costs: LocalCosts, cache: bool = True, parallel_splits: bool = True,
-                 devices: Optional[int] = None) -> None:
+                 devices: Optional[int] = None, contention: bool = True) -> None:
         self.machine, self.costs, self.cache = machine, costs, cache
-        self.parallel_splits = parallel_splits
+        self.parallel_splits, self.contention = parallel_splits, contention
         self.devices = devices or machine.num_devices
         self.memo: dict = {}
         self.hits = self.misses = 0
@@ -285,7 +375,7 @@ class MappingDP:
         local = {p: j for j, p in enumerate(members)}
         bounds = [inn] + [(n, block) for n in splits] + [out]
         h = hash(("chain", self._bound_key(inn), block))
-        F, steps, parts = None, [], []
+        F, steps, parts, terms = None, [], [], []
         for j in range(len(bounds) - 1):
             lo, hi = bounds[j], bounds[j + 1]
             seg = S
@@ -299,18 +389,22 @@ class MappingDP:
             hit = self.memo.get(("prefix", h))
             if hit is not None:
                 self.hits += 1
-                F, steps, parts = hit
+                F, steps, parts, terms = hit
                 continue
             seg_sol = self._solve(seg, block, lo, hi, seg_key)
             G = seg_sol.M
             E = self._edges_between(lo, hi)
+            edges = None
             if E is not None:
                 G = G + E
-            node_local, node_cfgs = None, None
+                edges = _Edges(g.pcg, g.node[lo[0]], g.node[hi[0]], [(k, i) for k, i in direct], lo[1], hi[1])
+            node_local, node_cfgs, node = None, None, None
             if j < len(splits):
                 node_local, node_cfgs = local[hi[0]], self._cfgs(hi)
-                G = G + self.costs.node_vector(g.pcg, g.node[hi[0]], hi[1])[None, :]
+                node = (g.pcg, g.node[hi[0]], hi[1])
+                G = G + self.costs.node_vector(*node)[None, :]
             parts = parts + [(seg_sol, [local[p] for p in _members(seg)], node_local, node_cfgs)]
+            terms = terms + [(edges, node)]
             if F is None:
                 F, steps = G, [None]
             else:
@@ -318,8 +412,8 @@ class MappingDP:
                 arg = T.argmin(axis=1)
                 F = np.take_along_axis(T, arg[:, None, :], axis=1)[:, 0, :]
                 steps = steps + [arg]
-            self.memo[("prefix", h)] = (F, steps, parts)
-        return _Chain(F, parts, steps[:-1], steps[-1])
+            self.memo[("prefix", h)] = (F, steps, parts, terms)
+        return _Chain(F, parts, steps[:-1], steps[-1], terms)
 
     def _bound_key(self, bound):
         return None if bound is None else (self.g.sig[bound[0]], bound[1])
@@ -338,20 +432,32 @@ class MappingDP:
             rest |= c
         s1, s2 = self._solve(first, block, inn, out), self._solve(rest, block, inn, out)
         options = [(s1, s2)]
-        best = s1.M + s2.M
+        best, loads = self._side_by_side(s1, s2, s1.M + s2.M)
         choice = np.zeros(best.shape, dtype=np.int64)
         if self.parallel_splits:
             for r in self._resource_splits(block):
                 a = self._solve(first, Block(block.start, r), inn, out)
                 b = self._solve(rest, Block(block.start + r, block.count - r), inn, out)
-                M = np.maximum(a.M, b.M)
+                M, L = self._side_by_side(a, b, np.maximum(a.M, b.M))
                 better = M < best
                 choice[better] = len(options)
                 best = np.where(better, M, best)
+                if L is not None:
+                    loads[better] = L[better]
                 options.append((a, b))
         local = {p: j for j, p in enumerate(_members(first | rest))}
         return _Parallel(best, choice, options, [local[p] for p in _members(first)],
-                         [local[p] for p in _members(rest)])
+                         [local[p] for p in _members(rest)], loads)
+
+    def _side_by_side(self, a: _Sol, b: _Sol, M: np.ndarray) -> tuple[np.ndarray, Optional[np.ndarray]]:
+        """The contention model: two branches' cost ``M`` (their sum, or their maximum side by side) is
+        at least the busiest shared link's total time, its loads from both branches added. Returns
+        (that cost, the summed loads), or (``M``, None) without contention."""
+        if not self.contention or not len(self.costs.shared):
+            return M, None
+        L = a.loads(self.costs) + b.loads(self.costs)
+        k = L.shape[2] // 2
+        return np.maximum(M, L[:, :, :k].max(axis=2) + L[:, :, k:].max(axis=2)), L
 
     def _greedy(self, S: int, block: Block, inn, out) -> _Sol:
         """Not series-parallel: per configuration of ``in``, each node (topological order) takes the
@@ -361,7 +467,7 @@ class MappingDP:
         members = _members(S)
         in_cfgs, out_cfgs = self._cfgs(inn), self._cfgs(out)
         M = np.zeros((len(in_cfgs), len(out_cfgs)))
-        picks = []
+        picks, chosen_all = [], []
         for a in range(len(in_cfgs)):
             chosen: dict[int, int] = {}  # member -> index of its configuration on the block
             total = 0.0
@@ -375,9 +481,12 @@ class MappingDP:
                 chosen[p] = int(vec.argmin())
                 total += float(vec[chosen[p]])
             picks.append([costs.configs(pcg, g.node[p], block)[chosen[p]] for p in members])
+            chosen_all.append([chosen[p] for p in members])
             M[a, :] = total
             if out is not None:
                 for u, k, i in g.edges_in[out[0]]:
                     if u in chosen:
                         M[a, :] += costs.edge_matrix(pcg, g.node[u], k, g.node[out[0]], i, block, out[1])[chosen[u]]
-        return _Greedy(M, picks)
+        where = (pcg, [g.node[p] for p in members], block, None if inn is None else (g.node[inn[0]], inn[1]),
+                 None if out is None else (g.node[out[0]], out[1]))
+        return _Greedy(M, picks, chosen_all, where)

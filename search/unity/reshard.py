@@ -142,6 +142,7 @@ class _Groups:
     rows: np.ndarray
     back: np.ndarray            # sum of transfer(target, d, bytes) over the group's devices
     ring: np.ndarray            # ring AllReduce over the group's devices (when there are several)
+    target: np.ndarray          # the group's first device (in piece order): where sums are gathered
 
 
 def _held(p: Pieces, base: int, num_devices: int) -> list[list[int]]:
@@ -186,7 +187,7 @@ def _groups(C: Consumers, item: int, costs) -> _Groups:
     hit = C.groups.get(item)
     if hit is not None:
         return hit
-    boxes, sums, off, dev_ptr, devs, row, back, ring = [], [], [0], [0], [], [], [], []
+    boxes, sums, off, dev_ptr, devs, row, back, ring, targets = [], [], [0], [0], [], [], [], [], []
     row_ids: dict = {}
     for p in C.layouts:
         grouped: dict = {}
@@ -197,6 +198,7 @@ def _groups(C: Consumers, item: int, costs) -> _Groups:
             target, distinct = cdevs[0], set(cdevs)
             boxes.append(b)
             sums.append(s)
+            targets.append(target)
             devs += sorted(distinct)
             dev_ptr.append(len(devs))
             row.append(row_ids.setdefault((target, nbytes), len(row_ids)))
@@ -209,7 +211,7 @@ def _groups(C: Consumers, item: int, costs) -> _Groups:
     i64 = lambda x: np.array(x, dtype=np.int64)  # noqa: E731
     hit = C.groups[item] = _Groups(i64(boxes).reshape(len(boxes), C.box.shape[1], 2), i64(sums), i64(off),
                                    i64(dev_ptr), i64(devs), i64(row), rows, np.array(back, dtype=np.float64),
-                                   np.array(ring, dtype=np.float64))
+                                   np.array(ring, dtype=np.float64), i64(targets))
     return hit
 
 
@@ -307,6 +309,124 @@ def reshard_matrix(P: Producers, C: Consumers, full: TensorShape, grad: bool, co
     if grad:
         E = E * 2.0
     return E[P.index][:, C.index]
+
+
+def reshard_loads(P: Producers, C: Consumers, full: TensorShape, grad: bool, costs) -> np.ndarray:
+    """The transfers ``reshard_matrix`` costs, as link loads: per (producer layout, consumer layout)
+    (``P.index`` and ``C.index`` map configurations to them), the seconds each shared link
+    (``costs.shared``) is busy in the forward pass, then in the backward (2 x shared links, float32).
+    The transfers are the lowering's (``strategy.reshard_plan``): each box a consumer piece lacks
+    comes from the producer piece holding it (``edge_cost`` charges all of a piece's missing elements
+    to one holder, a cheaper estimate of its time); partial sums are a ring over their devices or
+    sent to the group's first device and back out, as ``edge_cost`` has them; the gradient (``grad``)
+    makes every transfer again in the other direction. Impossible pairs load nothing."""
+    item = full.dtype.size_bytes
+    K = _ratios(P, C, costs)
+    A, B, L = K.shape[0], K.shape[1], len(costs.shared)
+    flat = np.zeros(A * B * 2 * L)
+    if L:
+        sends = _Sends()
+        _plain_sends(P, C, K, item, sends)
+        pa, pb = np.nonzero(K > 1)
+        if pa.size:
+            _partial_sum_sends(P, _groups(C, item, costs), pa, pb, K[pa, pb], item, B, sends)
+        sends.scatter(flat, grad, L, costs)
+    return flat.reshape(A, B, 2 * L).astype(np.float32)
+
+
+class _Sends:
+    """Transfers (pair index, source, destination, bytes, steps), collected as arrays."""
+
+    def __init__(self) -> None:
+        self.parts: list = []
+
+    def add(self, pair, src, dst, nbytes, steps=1) -> None:
+        pair = np.asarray(pair, dtype=np.int64)
+        self.parts.append(np.stack(np.broadcast_arrays(pair, np.asarray(src, dtype=np.int64),
+                                                       np.asarray(dst, dtype=np.int64),
+                                                       np.asarray(nbytes, dtype=np.int64),
+                                                       np.asarray(steps, dtype=np.int64)), axis=1))
+
+    def scatter(self, flat: np.ndarray, grad: bool, L: int, costs) -> None:
+        """Add every transfer's hop loads (``costs.hop_loads``) to ``flat`` (pairs x 2 x L: the
+        forward's, then the gradient's, which goes the other way)."""
+        if not self.parts:
+            return
+        t = np.concatenate(self.parts)
+        t = t[t[:, 1] != t[:, 2]]
+        phase = np.zeros(len(t), dtype=np.int64)
+        if grad:
+            t = np.concatenate([t, t[:, [0, 2, 1, 3, 4]]])
+            phase = np.concatenate([phase, np.ones_like(phase)])
+        if not len(t):
+            return
+        table = costs.route_table()
+        if table is not None:  # linear transfer times: every hop at once
+            ptr, cols, inv_bw, lat = table
+            route = t[:, 1] * costs.machine.num_devices + t[:, 2]
+            per = ptr[route + 1] - ptr[route]
+            start = np.repeat(ptr[route] - np.concatenate([[0], np.cumsum(per)[:-1]]), per) + np.arange(per.sum())
+            times = np.repeat(t[:, 3], per) * inv_bw[start] + np.repeat(t[:, 4] * lat[route], per)
+            flat += np.bincount(np.repeat(t[:, 0] * 2 + phase, per) * L + cols[start], weights=times,
+                                minlength=len(flat))
+            return
+        kinds, inv = np.unique(t[:, 1:], axis=0, return_inverse=True)
+        hops = [costs.hop_loads(int(s), int(d), int(n), int(k)) for s, d, n, k in kinds.tolist()]
+        count = np.array([len(c) for c, _ in hops], dtype=np.int64)
+        ptr = np.concatenate([[0], np.cumsum(count)])
+        cols = np.concatenate([c for c, _ in hops] + [np.zeros(0, dtype=np.int64)])
+        times = np.concatenate([x for _, x in hops] + [np.zeros(0)])
+        per = count[inv.ravel()]
+        start = np.repeat(ptr[inv.ravel()] - np.concatenate([[0], np.cumsum(per)[:-1]]), per) + np.arange(per.sum())
+        idx = np.repeat(t[:, 0] * 2 + phase, per) * L + cols[start]
+        flat += np.bincount(idx, weights=times[start], minlength=len(flat))
+
+
+def _plain_sends(P: Producers, C: Consumers, K: np.ndarray, item: int, sends: _Sends) -> None:
+    """The moves of ``strategy.reshard_plan`` where no partial sums meet (ratio 1): each consumer piece
+    takes every overlapping producer box (same sum index) that its device does not hold, from the
+    box's first piece (the plan spreads reads over replicas: the same bytes on the same routes when
+    the producer has no replicas, else approximately)."""
+    B = K.shape[1]
+    qlay = np.repeat(np.arange(B), np.diff(C.off))
+    for a in np.flatnonzero((K == 1).any(axis=1)).tolist():
+        lo, hi = int(P.off[a]), int(P.off[a + 1])
+        pbox, psum, pdev = P.box[lo:hi], P.sum[lo:hi], P.dev[lo:hi]
+        keys = np.concatenate([pbox.reshape(len(pbox), -1), psum[:, None]], axis=1)
+        _, first, grp = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+        cols = np.flatnonzero(K[a][qlay] == 1)
+        qbox, qsum, qdev = C.box[cols], C.sum[cols], C.dev[cols]
+        gbox = pbox[first]
+        ov = np.clip(np.minimum(gbox[:, None, :, 1], qbox[None, :, :, 1])
+                     - np.maximum(gbox[:, None, :, 0], qbox[None, :, :, 0]), 0, None).prod(axis=2)
+        ov *= psum[first][:, None] == qsum[None, :]
+        local = np.zeros(ov.shape, dtype=bool)
+        np.logical_or.at(local, grp.ravel(), pdev[:, None] == qdev[None, :])
+        g, q = np.nonzero((ov > 0) & ~local)
+        sends.add(a * B + qlay[cols[q]], pdev[first[g]], qdev[q], ov[g, q] * item)
+
+
+def _partial_sum_sends(P: Producers, G: _Groups, pa, pb, pk, item: int, B: int, sends: _Sends) -> None:
+    """The transfers ``partial_sum_costs`` times, per (producer layout, consumer layout, sum ratio)."""
+    ndim = G.box.shape[1]
+    for a, b, k in zip(pa.tolist(), pb.tolist(), pk.tolist()):
+        lo, hi = int(P.off[a]), int(P.off[a + 1])
+        pbox, psum, pdev = P.box[lo:hi], P.sum[lo:hi], P.dev[lo:hi]
+        for g in range(int(G.off[b]), int(G.off[b + 1])):
+            box = G.box[g]
+            inside = (psum >= G.sum[g] * k) & (psum < (G.sum[g] + 1) * k)
+            for d in range(ndim):
+                inside &= np.minimum(pbox[:, d, 1], box[d, 1]) > np.maximum(pbox[:, d, 0], box[d, 0])
+            pdevs = np.unique(pdev[inside])
+            cdevs = G.devs[G.dev_ptr[g]:G.dev_ptr[g + 1]]
+            nbytes = numel(box.tolist()) * item
+            pair = a * B + b
+            if len(pdevs) > 1 and np.array_equal(pdevs, cdevs):
+                n = len(pdevs)
+                sends.add(pair, pdevs, np.roll(pdevs, -1), max(1, 2 * (n - 1) * nbytes // n), 2 * (n - 1))
+            else:
+                sends.add(pair, pdevs, G.target[g], nbytes)
+                sends.add(pair, G.target[g], cdevs, nbytes)
 
 
 # ---- pure-Python references of the kernels (tests check that both agree) ---------------------------
