@@ -277,13 +277,16 @@ def _to_rule(name: str, src: Graph, dst: Graph, choices, n_inputs: int) -> tuple
 
 
 def _random_inputs(shapes: Sequence[ParallelTensorShape], seed: int) -> list[tuple[ParallelValue, ParallelValue]]:
-    """Two random integer values (mod P) per input; partial sums of a parallel input split at random."""
+    """Two random integer values (mod P) per input; partial sums of a parallel input split at random.
+    An integer input holds indices: below the smallest first dimension of the matrices (the tables)."""
     rng = np.random.default_rng(seed)
+    entries = min((s.sizes[0] for s in shapes if s.dtype.is_floating and s.rank == 2), default=P)
     out = []
     for pshape in shapes:
         pair = []
+        hi = P if pshape.dtype.is_floating else entries
         for _ in range(2):
-            v = scatter(np, rng.integers(0, P, size=pshape.sizes, dtype=np.int64), pshape, rng)
+            v = scatter(np, rng.integers(0, hi, size=pshape.sizes, dtype=np.int64), pshape, rng)
             pair.append(ParallelValue(pshape, {k: a % P for k, a in v.pieces.items()}))
         out.append(tuple(pair))
     return out
@@ -303,9 +306,10 @@ def generate(max_ops: int = 3, shapes: Sequence[Sequence[int]] = DEFAULT_SHAPES,
 
     Args:
         max_ops: largest graph size (operators per side).
-        shapes: the external inputs (all the same rank): sizes for a full, unpartitioned tensor, or a
-            ``ParallelTensorShape`` for an input that already carries degrees (e.g. partial sums, so
-            that rules with Reduce fit in ``max_ops``); ``GenerationResult.input_shapes`` says which
+        shapes: the external inputs (all the same rank unless ``choices`` is given): sizes for a full,
+            unpartitioned tensor, or a ``ParallelTensorShape`` for an input that already carries
+            degrees (e.g. partial sums, so that rules with Reduce fit in ``max_ops``) or another dtype
+            (an integer input holds embedding indices); ``GenerationResult.input_shapes`` says which
             each rule was found on.
         seed: seeds the two random integer input sets; same seed, same rules in the same order.
         degree: the degree of every parallelization operator.
@@ -322,8 +326,9 @@ def generate(max_ops: int = 3, shapes: Sequence[Sequence[int]] = DEFAULT_SHAPES,
     t0, c0 = time.perf_counter(), time.process_time()
     shapes = [as_parallel_shape(s) for s in shapes]
     ranks = {s.rank for s in shapes}
-    if len(ranks) != 1:
-        raise FlexrtError(f"generate: every input must have the same rank, got shapes {[str(s) for s in shapes]}")
+    if len(ranks) != 1 and choices is None:
+        raise FlexrtError(f"generate: every input must have the same rank for the default catalog, got shapes "
+                          f"{[str(s) for s in shapes]}; pass choices for inputs of several ranks")
     choices = tuple(choices) if choices is not None else catalog(ranks.pop(), degree, acti)
     n_in = len(shapes)
     tensors = _Tensors()

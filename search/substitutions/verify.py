@@ -30,9 +30,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 
-from flexrt.search.substitutions.rule import Rule
-
 from flexrt.errors import GraphError
+from flexrt.search.substitutions.rule import Rule
+from flexrt.search.substitutions.translate import rule_terms  # noqa: F401  (re-exported)
 
 log = logging.getLogger(__name__)
 
@@ -66,86 +66,6 @@ class VerifyResult:
         return f"{self.name}: {self.status.value}{by} in {self.seconds:.2f} s [{', '.join(self.tried)}]"
 
 
-# ---- translation ------------------------------------------------------------------------------
-
-def rule_terms(rule: Rule, alg) -> list[tuple]:
-    """``(source term, destination term)`` per mapped output; external input ``k`` is the constant
-    ``in<k>`` of sort ``T``, the same on both sides."""
-    z3 = alg.z3
-    inputs: dict[int, object] = {}
-
-    def side(ops, where):
-        outs: list[tuple] = []
-        for i, op in enumerate(ops):
-            args = []
-            for s in op.inputs:
-                if s.external:
-                    n = -s.op - 1
-                    args.append(inputs.setdefault(n, z3.Const(f"in{n}", alg.T)))
-                else:
-                    if s.ts >= len(outs[s.op]):
-                        raise GraphError(f"rule {rule.name}: {where} operator {i} reads output {s.ts} of operator "
-                                         f"{s.op} ({ops[s.op].type}), which has {len(outs[s.op])}")
-                    args.append(outs[s.op][s.ts])
-            outs.append(_apply(alg, op, args, f"rule {rule.name}: {where} operator {i}"))
-        return outs
-
-    src, dst = side(rule.src, "source"), side(rule.dst, "destination")
-    pairs = []
-    for m in rule.outputs:
-        if m.src_ts >= len(src[m.src_op]) or m.dst_ts >= len(dst[m.dst_op]):
-            raise GraphError(f"rule {rule.name}: output map {m} names an output the operator does not have")
-        pairs.append((src[m.src_op][m.src_ts], dst[m.dst_op][m.dst_ts]))
-    return pairs
-
-
-_ARITY = {"OP_LINEAR": 2, "OP_RELU": 1, "OP_EW_ADD": 2, "OP_EW_MUL": 2, "OP_CONCAT": 2, "OP_SPLIT": 1,
-          "OP_TRANSPOSE": 1, "OP_SCALAR_MULTIPLY": 1, "OP_PARTITION": 1, "OP_COMBINE": 1, "OP_REPLICATE": 1,
-          "OP_REDUCE": 1}
-
-
-def _apply(alg, op, args, where: str) -> tuple:
-    t = op.type
-    if t not in _ARITY:
-        raise GraphError(f"{where}: operator {t} has no axioms (supported: {', '.join(_ARITY)})")
-    if len(args) != _ARITY[t]:
-        raise GraphError(f"{where}: {t} takes {_ARITY[t]} inputs, got {len(args)}")
-
-    def need(key):
-        v = op.param(key)
-        if v is None:
-            raise GraphError(f"{where}: {t} needs parameter {key}")
-        return v
-    if t == "OP_LINEAR":
-        return (alg.linear(op.param("PM_ACTI", 0), *args),)
-    if t == "OP_RELU":
-        return (alg.relu(*args),)
-    if t == "OP_EW_ADD":
-        return (alg.ewadd(*args),)
-    if t == "OP_EW_MUL":
-        return (alg.ewmul(*args),)
-    if t == "OP_SCALAR_MULTIPLY":
-        return (alg.smul(op.param("PM_SCALAR", 2), *args),)
-    if t == "OP_TRANSPOSE":
-        return (alg.transpose(*args),)
-    if t == "OP_CONCAT":
-        if op.param("PM_NUM_INPUTS", 2) != 2:
-            raise GraphError(f"{where}: OP_CONCAT of {op.param('PM_NUM_INPUTS')} inputs (the axioms know 2)")
-        return (alg.concat(need("PM_AXIS"), *args),)
-    if t == "OP_SPLIT":
-        if op.param("PM_NUM_OUTPUTS", 2) != 2:
-            raise GraphError(f"{where}: OP_SPLIT into {op.param('PM_NUM_OUTPUTS')} outputs (the axioms know 2)")
-        ax = need("PM_AXIS")
-        return (alg.split0(ax, *args), alg.split1(ax, *args))
-    if t == "OP_PARTITION":
-        return (alg.partition(need("PM_PARALLEL_DIM"), need("PM_PARALLEL_DEGREE"), *args),)
-    if t == "OP_COMBINE":
-        return (alg.combine(need("PM_PARALLEL_DIM"), need("PM_PARALLEL_DEGREE"), *args),)
-    if t == "OP_REPLICATE":
-        return (alg.replicate(need("PM_PARALLEL_DEGREE"), *args),)
-    return (alg.reduce(need("PM_PARALLEL_DEGREE"), *args),)
-
-
 # ---- one check, in this process -----------------------------------------------------------------
 
 class _Prover:
@@ -173,10 +93,11 @@ class _Prover:
         s.add(*self.axioms)
         return s
 
-    def check(self, goal_pairs, strategy: str, timeout_s: float) -> str:
+    def check(self, goal_pairs, strategy: str, timeout_s: float, hypotheses=()) -> str:
         """``unsat`` (proved), ``sat`` (countermodel) or ``unknown(reason)``."""
         z3 = self.alg.z3
         s = self.solver(strategy, timeout_s)
+        s.add(*hypotheses)
         if goal_pairs:  # no pairs: check the axioms alone (unsat = they are inconsistent)
             s.add(z3.Or(*[a != b for a, b in goal_pairs]))
         r = s.check()
@@ -212,14 +133,15 @@ def check_rule(rule: Rule, timeout_s: float = 5.0, strategies: Sequence[str] = S
     """Verify ``rule`` in this process (no hard limits: use ``verify_rules`` for untrusted input)."""
     t0 = time.perf_counter()
     p = _prover()
+    hypotheses: list = []
     try:
-        pairs = rule_terms(rule, p.alg)
+        pairs = rule_terms(rule, p.alg, hypotheses)
     except GraphError as e:
         return VerifyResult(rule.name, Status.UNKNOWN, None, ("translate:error",), time.perf_counter() - t0, str(e))
     tried: list[str] = []
     for strategy in strategies:
         try:
-            outcome = p.check(pairs, strategy, timeout_s)
+            outcome = p.check(pairs, strategy, timeout_s, hypotheses)
         except MemoryError:
             outcome = "unknown(out of memory)"
         except p.alg.z3.Z3Exception as e:  # resource limits inside Z3

@@ -1,0 +1,142 @@
+"""The generator's operator families: which operators are enumerated together, over which inputs,
+up to how many operators per graph (the bounds of the shipped library).
+
+Enumerating every operator with every other is exponential in the catalog (the core catalog's 3-op
+graphs alone are 560,000 extensions); TASO bounds it the same way. So:
+
+- ``core``: TASO's and Unity's operators (linear, add, multiply, relu, transpose, concat, split,
+  scalar multiply, partition, combine, replicate, reduce) on three 4 x 4 inputs, graphs of up to 3
+  operators (as FlexFlow's graph_subst_3_v2.json);
+- one family per new operator, graphs of up to 2 operators (3 for the bias family, whose fusion
+  ``linear(x, w, b) = relu(bias_add(linear(x, w), b))`` needs a 3-operator side), each with the data
+  movement that operator commutes with (concat, split, transpose, partition, combine, replicate, and
+  reduce where partial sums pass): ``activations`` (sigmoid, tanh, gelu, elu, exp, sin, cos, and
+  linear with a fused sigmoid / tanh), ``bias`` (linear with a bias, bias add, fused activations),
+  ``softmax``, ``bmm`` (batch matmul on 4 x 4 x 4 inputs), ``layernorm`` (without and with affine
+  weights) and ``embedding`` (lookups and bags: integer indices into a 4 x 4 table).
+
+Entry points: ``Family``, ``FAMILIES``, ``family_names``, ``generate_library``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from flexrt.errors import ConfigError
+from flexrt.ir.datatype import DataType
+from flexrt.ir.parallel_tensor import ParallelTensorShape
+from flexrt.search.substitutions.generate import GenerationResult, OpChoice, catalog, generate
+from flexrt.search.substitutions.rule import UNARY_TYPES, Rule
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    name: str
+    choices: Callable          # degree -> tuple[OpChoice, ...]
+    shapes: tuple              # the external inputs (sizes, or ParallelTensorShape)
+    max_ops: int
+
+
+def _axis(t: str, key: str, axes, **extra) -> list[OpChoice]:
+    arity = 2 if t == "OP_CONCAT" else 1
+    return [OpChoice(t, ((key, a),) + tuple(extra.items()), arity) for a in axes]
+
+
+def _moves(rank: int, degree: int, reduce: bool = False, dims=None) -> list[OpChoice]:
+    """Concat, split, and the parallel operators along ``dims`` (default: every dim)."""
+    dims = range(rank) if dims is None else dims
+    ops = _axis("OP_CONCAT", "PM_AXIS", dims, PM_NUM_INPUTS=2, PM_NUMDIM=rank)
+    ops += _axis("OP_SPLIT", "PM_AXIS", dims, PM_NUM_OUTPUTS=2)
+    ops += [OpChoice(t, (("PM_PARALLEL_DIM", d), ("PM_PARALLEL_DEGREE", degree))) for t in ("OP_PARTITION", "OP_COMBINE")
+            for d in dims]
+    ops += [OpChoice("OP_REPLICATE", (("PM_PARALLEL_DEGREE", degree),))]
+    if reduce:
+        ops += [OpChoice("OP_REDUCE", (("PM_PARALLEL_DEGREE", degree),))]
+    return ops
+
+
+def _linear(acti, arity: int = 2) -> list[OpChoice]:
+    return [OpChoice("OP_LINEAR", (("PM_ACTI", a),), arity) for a in acti]
+
+
+_UNARY = [t for t in UNARY_TYPES if t != "OP_IDENTITY"]   # identity(x) = x: every graph with it is pruned
+_M = (4, 4)
+_VECTOR = (4,)
+_INDICES = ParallelTensorShape.of((4, 4), dtype=DataType.DT_INT64)
+
+FAMILIES: tuple[Family, ...] = (
+    Family("core", lambda k: catalog(2, k, (0,)), (_M, _M, _M), 3),
+    Family("activations", lambda k: tuple([OpChoice(t) for t in _UNARY] + _linear((0, 1, 3)) + [OpChoice("OP_TRANSPOSE")]
+                                          + _moves(2, k)), (_M, _M), 2),
+    Family("bias", lambda k: tuple(_linear((0, 2), 3) + _linear((0,)) + [
+        OpChoice("OP_BIAS_ADD", (), 2), OpChoice("OP_RELU")]
+        + [OpChoice(t, (("PM_PARALLEL_DIM", d), ("PM_PARALLEL_DEGREE", k))) for t in ("OP_PARTITION", "OP_COMBINE")
+           for d in (0, 1)] + [OpChoice("OP_REPLICATE", (("PM_PARALLEL_DEGREE", k),))]), (_M, _M, _VECTOR), 3),
+    Family("softmax", lambda k: tuple(_axis("OP_SOFTMAX", "PM_SOFTMAX_DIM", (0, 1)) + [OpChoice("OP_TRANSPOSE")]
+                                      + _moves(2, k)), (_M, _M), 2),
+    Family("bmm", lambda k: tuple([OpChoice("OP_BATCHMATMUL", (), 2), OpChoice("OP_TRANSPOSE"),
+                                   OpChoice("OP_EW_ADD", (), 2)] + _moves(3, k, reduce=True)), ((4, 4, 4),) * 3, 2),
+    Family("layernorm", lambda k: tuple([OpChoice("OP_LAYERNORM", (("PM_AXES", 1),), n) for n in (1, 3)]
+                                        + _moves(2, k)), (_M, _M, _VECTOR, _VECTOR), 2),
+    Family("embedding", lambda k: tuple([OpChoice("OP_EMBEDDING", (("PM_AGGR", g),), 2) for g in (0, 1)]
+                                        + [OpChoice("OP_EW_ADD", (), 2)] + _moves(2, k, reduce=True)),
+           (_INDICES, _INDICES, _M, _M), 2),
+)
+
+
+def family_names() -> tuple[str, ...]:
+    return tuple(f.name for f in FAMILIES)
+
+
+def _key(rule: Rule) -> str:
+    d = rule.to_json()
+    d.pop("name")
+    return json.dumps(d, sort_keys=True)
+
+
+def generate_library(families: Sequence[str] | None = None, max_ops: int | None = None, degree: int = 2,
+                     seed: int = 0, progress: Callable[[str], None] | None = None) -> GenerationResult:
+    """Generate every family (or those named), merge their rules (a rule found by two families is
+    kept once) and name them ``flexrt_rule_0``, ... in order. ``max_ops`` caps every family's bound.
+
+    ``counts`` sums the families' counts and adds ``family_<name>_rules`` and ``family_<name>_s``.
+    """
+    names = family_names() if not families else tuple(families)
+    unknown = [n for n in names if n not in family_names()]
+    if unknown:
+        raise ConfigError(f"unknown generator famil{'ies' if len(unknown) > 1 else 'y'} {', '.join(unknown)}; "
+                          f"valid: {', '.join(family_names())}")
+    t0, c0 = time.perf_counter(), time.process_time()
+    rules, shapes, pairs, seen = [], [], [], set()
+    counts: dict = {}
+    for fam in FAMILIES:
+        if fam.name not in names:
+            continue
+        f0 = time.perf_counter()
+        bound = fam.max_ops if max_ops is None else min(fam.max_ops, max_ops)
+        res = generate(bound, fam.shapes, seed, degree, choices=fam.choices(degree), progress=progress)
+        kept = 0
+        for rule, shape, pair in zip(res.rules, res.input_shapes, res.pairs):
+            k = _key(rule)
+            if k not in seen:
+                seen.add(k)
+                rules.append(rule)
+                shapes.append(shape)
+                pairs.append(pair)
+                kept += 1
+        for k, v in res.counts.items():
+            counts[k] = counts.get(k, 0) + v
+        counts[f"family_{fam.name}_rules"] = kept
+        counts[f"family_{fam.name}_s"] = round(time.perf_counter() - f0, 1)
+        if progress:
+            progress(f"family {fam.name}: {kept} new rules ({time.perf_counter() - f0:.1f} s)")
+    rules = [replace(r, name=f"flexrt_rule_{i}") for i, r in enumerate(rules)]
+    counts["rules"] = len(rules)
+    return GenerationResult(tuple(rules), counts, time.perf_counter() - t0, time.process_time() - c0, tuple(shapes),
+                            tuple(pairs))
+
+
+__all__ = ["FAMILIES", "Family", "family_names", "generate_library"]
