@@ -122,6 +122,11 @@ def segments(pcg: PCG, rules: Sequence[Rule], k: int) -> list[frozenset]:
     return [frozenset(order[a + 1:b + 1]) for a, b in zip(bounds, bounds[1:])]
 
 
+def _named(rule: Rule, match, pcg: PCG) -> str:
+    """A rewrite as a line of the search log: the rule and the operators it replaced."""
+    return f"{rule.name} on {', '.join(pcg.node(n).name for n in match.nodes)}"
+
+
 class _Costing:
     """Costs candidate graphs with the DP and counts the work."""
 
@@ -136,9 +141,13 @@ class _Costing:
 
 def _best_first(pcg: PCG, costing: _Costing, rules: Sequence[Rule], budget: int, alpha: float,
                 frozen: frozenset, log: SearchLog, t0: float, progress: Progress, state: dict):
-    """TASO's backtracking search over one segment; returns (best graph, its mapping)."""
+    """TASO's backtracking search over one segment; returns (best graph, its mapping).
+    ``state["paths"]`` maps a graph's structural hash to the rewrites that made it from the input
+    graph (rule name and the matched operators), so the winner's rewrites can be named."""
     start = costing(pcg)
     best_pcg, best = pcg, start
+    paths = state.setdefault("paths", {})
+    paths.setdefault(pcg.structural_hash(), ())
     seen = {pcg.structural_hash()}
     heap = [(start.cost_s, 0, pcg)]
     counter = 1
@@ -155,6 +164,7 @@ def _best_first(pcg: PCG, costing: _Costing, rules: Sequence[Rule], budget: int,
             if h in seen:
                 continue
             seen.add(h)
+            paths[h] = paths.get(g.structural_hash(), ()) + (_named(rule, m, g),)
             mapping = costing(new)
             used += 1
             state["candidates"] += 1
@@ -262,16 +272,12 @@ def unity(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUDGET, 
     log.proposals = count
     log.notes.update(dp_calls=costing.calls, dp_cache_hits=dp.hits, dp_cache_misses=dp.misses,
                      edge_evaluations=costs.edge_evaluations, estimated_s=mapping.cost_s,
-                     rewritten=best_pcg.structural_hash() != pcg.structural_hash())
+                     rewritten=best_pcg.structural_hash() != pcg.structural_hash(),
+                     rewrites=list(state.get("paths", {}).get(best_pcg.structural_hash(), ())))
     log.stop_reason = "interrupted" if log.interrupted else "queue empty or budget spent"
-    finalists = [("unity", _strategy(best_pcg, pcg, mapping.configs))]
-    if best_pcg is not pcg:
-        finalists.append(("input graph mapped", _strategy(pcg, pcg, state["input_mapping"].configs)))
-    finalists.append(("data-parallel", data_parallel(pcg, machine, n if n < machine.num_devices else None)))
-    if sp.kinds != frozenset({AxisKind.SAMPLE}):   # a larger space never returns worse than data+model
-        sample = MappingDP(machine, LocalCosts(machine, cost_model, frozenset({AxisKind.SAMPLE}), optimizer,
-                                               min_degree), cache=cache, devices=n)
-        finalists.append(("data+model mapping", _strategy(best_pcg, pcg, sample.solve(best_pcg).configs)))
+    finalists = _finalists("unity", best_pcg, pcg, mapping, machine, cost_model, optimizer, sp, min_degree, n, cache)
+    if best_pcg is not pcg:        # the joint choice: the rewritten graph or the input one, both mapped
+        finalists.insert(1, ("input graph mapped", _strategy(pcg, pcg, state["input_mapping"].configs)))
     if enable_pipeline:      # pipelined finalists: stages, micro-batches and schedule searched (search.pipelines)
         finalists += best_pipeline(pcg, machine, cost_model, optimizer, log_notes=log.notes)
     return _finish(machine, cost_model, optimizer, finalists, log, t0)
@@ -283,8 +289,8 @@ def sequential(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUD
                optimizer: OptimizerKind = OptimizerKind.SGD, rules: Optional[Sequence[Rule]] = None,
                progress: Optional[bool] = None, **_ignored) -> SearchResult:
     """"TASO then FlexFlow": algebraic substitutions chosen by their cost on one device, then the
-    parallelization of that graph alone (the same DP and space as ``unity``); data parallelism is a
-    finalist too, as in ``unity``."""
+    parallelization of that graph alone (the same DP and space as ``unity``); data parallelism and
+    the data+model mapping are finalists too, as in ``unity`` (``_finalists``)."""
     _check(budget, alpha, split_size, devices, machine)
     sp = _space(space)
     t0 = time.perf_counter()
@@ -304,11 +310,27 @@ def sequential(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUD
     dp = MappingDP(machine, LocalCosts(machine, cost_model, sp.kinds, optimizer, min_degree), devices=n)
     mapping = dp.solve(best_pcg)
     log.proposals = count
-    log.notes.update(estimated_s=mapping.cost_s, rewritten=best_pcg.structural_hash() != pcg.structural_hash())
+    log.notes.update(estimated_s=mapping.cost_s, rewritten=best_pcg.structural_hash() != pcg.structural_hash(),
+                     rewrites=list(state.get("paths", {}).get(best_pcg.structural_hash(), ())))
     log.stop_reason = "interrupted" if log.interrupted else "queue empty or budget spent"
     return _finish(machine, cost_model, optimizer,
-                   [("sequential", _strategy(best_pcg, pcg, mapping.configs)),
-                    ("data-parallel", data_parallel(pcg, machine, n if n < machine.num_devices else None))], log, t0)
+                   _finalists("sequential", best_pcg, pcg, mapping, machine, cost_model, optimizer, sp, min_degree, n),
+                   log, t0)
+
+
+def _finalists(label: str, best_pcg: PCG, pcg: PCG, mapping, machine: Machine, cost_model, optimizer, sp: SearchSpace,
+               min_degree: int, n: int, cache: bool = True) -> list:
+    """The strategies ``unity`` and ``sequential`` both simulate in full at the end: the search's graph
+    and mapping, data parallelism, and the search's graph mapped in the data+model space (the DP's
+    estimates can misjudge a larger space, and a larger space must never return worse), so that the
+    two differ only in how the graph was chosen (Unity Fig. 15b)."""
+    out = [(label, _strategy(best_pcg, pcg, mapping.configs)),
+           ("data-parallel", data_parallel(pcg, machine, n if n < machine.num_devices else None))]
+    if sp.kinds != frozenset({AxisKind.SAMPLE}):
+        sample = MappingDP(machine, LocalCosts(machine, cost_model, frozenset({AxisKind.SAMPLE}), optimizer,
+                                               min_degree), cache=cache, devices=n)
+        out.append(("data+model mapping", _strategy(best_pcg, pcg, sample.solve(best_pcg).configs)))
+    return out
 
 
 def _check(budget, alpha, split_size, devices, machine: Machine) -> None:

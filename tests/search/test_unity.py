@@ -232,6 +232,10 @@ def test_unity_fig2_joint_unfuses_and_uses_reduction_parallelism(dgx1):
     reduction = [n.name for n in pcg.nodes if n.op_type.value == "linear" and pcg.shape(TensorRef(n.id, 0)).sum_degree == 2]
     assert len(reduction) == 1 and pcg.node_by_name(reduction[0]).attrs.activation is ActiMode.AC_MODE_NONE
     assert sum(moved.values()) <= 4 * 64 * 512
+    # the log names the rewrite that made the difference: the first MatMul and its ReLU unfused
+    assert joint.log.notes["chosen"] == "unity" and seq.log.notes["rewrites"] == []
+    assert len(joint.log.notes["rewrites"]) == 1 and joint.log.notes["rewrites"][0].startswith("unfuse_linear_relu on ")
+    assert joint.log.notes["rewrites"][0].removeprefix("unfuse_linear_relu on ") in {n.name for n in base.nodes}
     assert joint.cost_s < seq.cost_s
     # at least as fast as the paper's Fig. 2b strategy itself
     sim.full(load_strategy(str(unity_fig2.FILE), None, dgx1))
