@@ -1,14 +1,18 @@
 """``flexrt substitutions generate | verify | stats | show N``: the PCG substitution library (Unity §4).
 
-- ``generate [--max-ops 3] [--degree 2] [--seed 0] [--output FILE] [--no-verify]``: enumerate and
-  fingerprint candidate rules, verify them with Z3, write the proved ones (FlexFlow's JSON format) to
-  ``--output`` or, by default, ``substitutions/library.json`` in the user's cache folder
-  (``flexrt.paths.cache_dir``); never into the installed package, whose library stays as shipped.
+- ``generate [--max-ops 3] [--family F ...] [--degree 2] [--seed 0] [--output FILE] [--no-verify]``:
+  enumerate and fingerprint candidate rules family by family (``families.py``), verify them with Z3,
+  write the proved ones (FlexFlow's JSON format) to ``--output`` or, by default,
+  ``substitutions/library.json`` in the user's cache folder (``flexrt.paths.cache_dir``); never into
+  the installed package, whose library stays as shipped. Beside it, ``<name>.stats.json`` records
+  the candidates, the verifier's outcomes (proved, refuted, unknown; overall and by operator type),
+  the generation and verification wall times and the load average (``stats`` reads it).
 - ``verify [--file F] [--dims outermost]``: re-verify a library (ours by default); on FlexFlow's file
   (whose dimensions count from the outermost: ``--dims outermost``), counts of proved, refuted,
   unknown and unusable rules (unusable: the destination reads inputs the source lacks).
-- ``stats [--file F] [--check]``: counts by size and operator; ``--check`` also evaluates every rule
-  concretely under both dimension conventions (innermost-first, outermost-first).
+- ``stats [--file F] [--check]``: counts by size and operator, and the generation record beside the
+  file when there is one; ``--check`` also evaluates every rule concretely under both dimension
+  conventions (innermost-first, outermost-first).
 - ``show N [--file F]``: rule N as two small graphs.
 """
 
@@ -32,8 +36,11 @@ def add_arguments(parser) -> None:
     sub = parser.add_subparsers(dest="subst_command", metavar="ACTION", required=True)
     gen = sub.add_parser("generate", help="enumerate, fingerprint and verify rules; write the library",
                          allow_abbrev=False)
-    gen.add_argument("--max-ops", type=count(1, MAX_OPS), default=3, metavar="N",
-                     help=f"operators per side, 1..{MAX_OPS} (default 3)")
+    gen.add_argument("--max-ops", type=count(1, MAX_OPS), default=None, metavar="N",
+                     help=f"caps every family's operators per side, 1..{MAX_OPS} (default: each family's bound)")
+    gen.add_argument("--family", action="append", metavar="F",
+                     help="generate only this operator family (repeatable; default: all; see "
+                          "`flexrt.search.substitutions.families`)")
     gen.add_argument("--degree", type=int, choices=DEGREES, default=2, metavar="D",
                      help=f"degree of parallel operators, one of {', '.join(map(str, DEGREES))} (default 2)")
     gen.add_argument("--seed", type=count(0), default=0, help="seed of the fingerprint inputs (default 0)")
@@ -141,26 +148,63 @@ def _verify(rules, timeout, jobs=None):
     return [_status(r) for r in results], results
 
 
+def stats_path(library: Path) -> Path:
+    """Where ``generate`` records how ``library`` was made: ``<name>.stats.json`` beside it."""
+    return library.with_name(library.stem + ".stats.json")
+
+
+def _by_operator(rules, statuses) -> dict:
+    """Per operator type: candidates holding it (on either side) and the verifier's outcomes."""
+    out: dict = {}
+    for r, st in zip(rules, statuses):
+        for t in sorted({op.type for op in r.src + r.dst}):
+            row = out.setdefault(t, {"candidates": 0, "proved": 0, "refuted": 0, "unknown": 0})
+            row["candidates"] += 1
+            row[st] += 1
+    return dict(sorted(out.items()))
+
+
+def _load() -> list:
+    import os
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return []
+
+
 def _generate(args) -> int:
+    import json
     from flexrt.search.substitutions.rule import save_rules
     output = _output(args)
-    generate = _lazy("generate", "generate", "generate")
+    generate = _lazy("families", "generate_library", "generate")
     t0 = time.perf_counter()
     progress = None if args.json else (lambda line: print(line, file=sys.stderr, flush=True))
-    res = _call(generate, max_ops=args.max_ops, degree=args.degree, seed=args.seed, progress=progress)
+    res = _call(generate, families=args.family, max_ops=args.max_ops, degree=args.degree, seed=args.seed,
+                progress=progress)
     rules = list(res.rules)
     counts = dict(getattr(res, "counts", {}))
     counts["candidates"] = len(rules)
+    record = {"generation_s": round(time.perf_counter() - t0, 1), "load_after_generation": _load()}
+    statuses = ["unverified"] * len(rules)
     if not args.no_verify:
+        t1 = time.perf_counter()
         statuses, _ = _verify(rules, args.timeout, args.jobs)
+        record.update(verification_s=round(time.perf_counter() - t1, 1), load_after_verification=_load(),
+                      jobs=args.jobs or 2)
         for k in ("proved", "refuted", "unknown"):
             counts[k] = statuses.count(k)
-        rules = [r for r, s in zip(rules, statuses) if s == "proved"]
+        counts["proved_percent"] = round(100 * counts["proved"] / max(1, len(rules)), 1)
+        record["by_operator"] = _by_operator(rules, statuses)
+        record["not_proved"] = [{"name": r.name, "status": st, "rule": r.to_json()}
+                                for r, st in zip(rules, statuses) if st != "proved"]
+        rules = [r for r, st in zip(rules, statuses) if st == "proved"]
     try:
         out = save_rules(output, rules)
+        stats_path(out).write_text(json.dumps({"counts": counts, **record}, indent=1) + "\n", encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"cannot write the rule library to {output}: {e.strerror or e}") from None
-    doc = {"counts": counts, "written": len(rules), "output": str(out), "elapsed_s": time.perf_counter() - t0}
+    doc = {"counts": counts, "written": len(rules), "output": str(out), "elapsed_s": time.perf_counter() - t0,
+           "stats": str(stats_path(out))}
     if args.json:
         emit_json(doc)
     else:
@@ -197,6 +241,7 @@ def _stats(args) -> int:
     from flexrt.search.substitutions.library import check_rule, library_stats
     rules = _rules(args.file)
     doc = {"file": args.file or "library", **library_stats(rules)}
+    doc["generation"] = _generation_record(args.file)
     if args.check:
         from collections import Counter
         per = {conv: [check_rule(r, conv) for r in rules] for conv in ("innermost", "outermost")}
@@ -208,6 +253,12 @@ def _stats(args) -> int:
         return 0
     print(f"{doc['file']}: {doc['rules']} rules, {doc['applicable']} applicable, {doc['unusable']} unusable "
           f"(destination reads inputs the source lacks), {doc['parse']} parse into flexrt's operators")
+    gen = doc["generation"]
+    if gen:
+        c = gen["counts"]
+        print(f"generated: {c.get('candidates')} candidates, {c.get('proved')} proved ({c.get('proved_percent')}%), "
+              f"{c.get('refuted')} refuted, {c.get('unknown')} unknown; generation {gen.get('generation_s')} s, "
+              f"verification {gen.get('verification_s')} s (load {gen.get('load_after_verification')})")
     print("by size (source ops -> destination ops):")
     for k, v in doc["by_size"].items():
         print(f"  {k:>6}: {v}")
@@ -219,6 +270,26 @@ def _stats(args) -> int:
         for k, v in doc["concrete_check"].items():
             print(f"  {k}: {v}")
     return 0
+
+
+def _generation_record(file) -> dict | None:
+    """The ``.stats.json`` beside a library file (the shipped one by default), or None."""
+    import json
+    if file:
+        path = Path(file)
+    else:
+        from flexrt.search.substitutions.library import library_files
+        files = library_files()
+        if not files:
+            return None
+        path = files[0]
+    side = stats_path(path)
+    if not side.is_file():
+        return None
+    try:
+        return json.loads(side.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{side}: not a generation record ({e})") from None
 
 
 def _side_lines(ops, prefix: str) -> list[str]:

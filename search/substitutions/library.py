@@ -34,11 +34,12 @@ REQUIRED = {t: spec.required for t, spec in OP_SPECS.items() if spec.required}
 
 
 def library_files() -> list[Path]:
-    """The shipped library's JSON files (empty when none is installed)."""
+    """The shipped library's JSON rule files (empty when none is installed); ``*.stats.json``, the
+    generator's records beside them, are not rule files."""
     root = resources.files("flexrt.configs") / "substitutions"
     if not root.is_dir():
         return []
-    return sorted(Path(str(p)) for p in root.iterdir() if p.name.endswith(".json"))
+    return sorted(Path(str(p)) for p in root.iterdir() if p.name.endswith(".json") and not p.name.endswith(".stats.json"))
 
 
 _SHIPPED: dict[tuple, tuple[Rule, ...]] = {}  # (file, mtime, size) -> its rules: each search reads the library

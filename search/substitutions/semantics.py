@@ -55,6 +55,11 @@ LAYER_NORM_EPS = LayerNormAttrs((-1,)).eps   # the only epsilon a rule's layer n
 
 
 def flexrt_dim(value: int, rank: int) -> int:
+    """flexrt's dimension of FlexFlow's innermost-first ``value`` on a rank-``rank`` tensor; GraphError
+    when the tensor has no such dimension (else a rank-1 tensor's dim 1 would wrap around to dim 0)."""
+    if not 0 <= value < rank:
+        raise GraphError(f"dimension {value} (counted from the innermost) does not exist on a tensor of rank "
+                         f"{rank}; valid: 0..{rank - 1}")
     return rank - 1 - value
 
 
