@@ -7,6 +7,7 @@ Entry points: :func:`model_param`, :func:`machine_param`, :func:`machine_for`, :
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, Optional
 
@@ -22,7 +23,9 @@ COST = AnalyticCostModel()
 MAX_CURVE_POINTS = 300
 
 
+@functools.cache
 def _zoo() -> tuple[str, ...]:
+    """The zoo's model names (read once per process: each look-up reads every script's docstring)."""
     return tuple(m.name for m in zoo_models())
 
 

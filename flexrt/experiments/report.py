@@ -82,11 +82,11 @@ def _ratio(ours: Any, paper: Optional[float], ref: Optional[Reference]) -> str:
     if not isinstance(ours, (int, float)) or isinstance(ours, bool) or ref is None:
         return "-"
     if paper is not None:
-        return f"{ours / paper:.2f}x" if paper else "-"
+        return f"{ours / paper:.3g}x" if paper else "-"
     if ref.low <= ours <= ref.high:
         return "in range"
     bound = ref.low if ours < ref.low else ref.high
-    return f"{ours / bound:.2f}x of {'low' if ours < ref.low else 'high'}" if bound else "-"
+    return f"{ours / bound:.3g}x of {'low' if ours < ref.low else 'high'}" if bound else "-"
 
 
 def row_names(exp: Experiment) -> tuple[str, ...]:

@@ -1,0 +1,155 @@
+"""Experiment files: every shipped one is valid in each variant, and a bad file is refused with its
+file:line, the field and what is valid (a ConfigError, never a traceback)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given, strategies as st
+
+from flexrt.errors import ConfigError
+from flexrt.experiments import kind, load_experiment, parse_experiment, shipped
+
+SHIPPED = shipped()
+
+GOOD = """\
+name: demo
+title: a demo
+paper: host
+reproduces: the bubble law
+kind: pipeline_bubble
+params: {schedule: 1f1b}
+axes:
+  stages: [2, 4]
+  micro_batches: [4, 8]
+runs:
+  - {stages: 4, micro_batches: 8, schedule: interleaved, chunks: 2}
+quick:
+  axes: {stages: [2]}
+measure: [bubble, law]
+reference:
+  - {where: {stages: 4, micro_batches: 8}, metric: bubble, value: 0.375, source: "(p-1)/m"}
+report:
+  rows: [schedule, stages, micro_batches]
+plots:
+  - {type: bar, x: stages, y: bubble, group: micro_batches}
+"""
+
+
+def error_of(text: str, variant: str = "full") -> str:
+    with pytest.raises(ConfigError) as e:
+        parse_experiment(text, "demo.yaml", variant)
+    return str(e.value)
+
+
+def test_the_shipped_experiments_cover_the_papers():
+    expected = {"flexflow_fig6", "flexflow_fig7", "flexflow_table5", "flexflow_sec8_3", "flexflow_fig11",
+                "unity_fig2", "unity_table2", "unity_fig14", "unity_fig15a", "unity_fig15b", "disco_table1",
+                "disco_table3", "disco_table4", "disco_fig10", "pipeline_bubbles"}
+    assert expected <= set(SHIPPED)
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+@pytest.mark.parametrize("variant", ["full", "quick", "tiny"])
+def test_every_shipped_experiment_is_valid(name, variant):
+    exp = load_experiment(SHIPPED[name], variant)
+    assert exp.name == name and exp.runs
+    k = kind(exp.kind)
+    for run in exp.runs:
+        assert set(run.params) == set(k.param_names)
+    assert len({r.key for r in exp.runs}) == len(exp.runs)
+    assert set(exp.measure) <= set(exp.metrics)
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+def test_quick_and_tiny_are_smaller_than_full(name):
+    full, quick, tiny = (load_experiment(SHIPPED[name], v) for v in ("full", "quick", "tiny"))
+    assert len(tiny.runs) <= len(quick.runs) <= len(full.runs)
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+def test_every_reference_cites_its_source(name):
+    text = SHIPPED[name].read_text()
+    exp = load_experiment(SHIPPED[name])
+    assert all(r.source for r in exp.references)
+    assert text.lstrip().startswith("#"), "the file opens with a comment saying what the paper reports"
+
+
+def test_the_good_file_expands_axes_then_runs():
+    exp = parse_experiment(GOOD, "demo.yaml")
+    assert [(r.params["stages"], r.params["micro_batches"]) for r in exp.runs] == [(2, 4), (2, 8), (4, 4), (4, 8), (4, 8)]
+    assert exp.runs[-1].params["schedule"] == "interleaved" and exp.runs[0].params["chunks"] == 1
+    quick = parse_experiment(GOOD, "demo.yaml", "quick")
+    assert [r.params["stages"] for r in quick.runs] == [2, 2, 4]
+
+
+def test_keys_hash_the_inputs():
+    a, b = parse_experiment(GOOD, "demo.yaml").runs[:2]
+    assert a.key != b.key
+    again = parse_experiment(GOOD.replace("title: a demo", "title: another"), "demo.yaml").runs[0]
+    assert again.key == a.key   # the title is no input
+
+
+@pytest.mark.parametrize("old, new, expected", [
+    ("kind: pipeline_bubble", "kind: bubbles", r"demo.yaml:5: field 'kind': unknown value 'bubbles'; valid: .*pipeline_bubble"),
+    ("  stages: [2, 4]", "  stages: [2, four]", r"demo.yaml:8: field 'axes.stages\[1\]' must be an integer, got 'four'"),
+    ("  stages: [2, 4]", "  stages: [2, 0]", r"demo.yaml:8: field 'axes.stages\[1\]' must be between 1 and 64, got 0"),
+    ("  micro_batches: [4, 8]", "  micro_batch: [4, 8]",
+     r"demo.yaml:9: field 'axes.micro_batch': run kind 'pipeline_bubble' takes no parameter 'micro_batch'; valid: schedule"),
+    ("params: {schedule: 1f1b}", "params: {schedule: 2f2b}", r"demo.yaml:6: field 'params.schedule': unknown schedule '2f2b'; valid: gpipe, 1f1b"),
+    ("paper: host", "paper: taso", r"demo.yaml:3: field 'paper': unknown value 'taso'; valid: flexflow, unity, disco, host"),
+    ("measure: [bubble, law]", "measure: [bubble, speed]", r"demo.yaml:14: field 'measure\[1\]': unknown value 'speed'; valid: idle_fraction"),
+    ("value: 0.375", "value: high", r"demo.yaml:16: field 'reference\[0\].value' must be a number, got 'high'"),
+    ("{type: bar,", "{type: pie,", r"demo.yaml:20: field 'plots\[0\].type': unknown value 'pie'; valid: bar, line, convergence, scatter"),
+    ("name: demo", "name: other", r"demo.yaml:1: field 'name': the name must be the file's stem 'demo'"),
+    ("title: a demo\n", "title: a demo\ntitel: x\n", r"demo.yaml:3: field 'titel': unknown key 'titel'; valid keys: name, title"),
+    ("params: {schedule: 1f1b}", "params: {schedule: 1f1b, chunks: 1}\nparams: {}", r"demo.yaml:7: invalid YAML: found duplicate key 'params'"),
+])
+def test_bad_files_name_line_field_and_valid_values(old, new, expected):
+    assert old in GOOD
+    assert re.search(expected, error_of(GOOD.replace(old, new, 1))), error_of(GOOD.replace(old, new, 1))
+
+
+def test_a_missing_required_parameter_is_named():
+    msg = error_of(GOOD.replace("params: {schedule: 1f1b}", "params: {}"))
+    assert "demo.yaml:" in msg and "needs 'schedule'" in msg
+
+
+def test_a_missing_variant_is_named():
+    assert re.search(r"demo.yaml:\d+: field 'quik': unknown key", error_of(GOOD.replace("quick:", "quik:")))
+    assert "no 'quick' section" in error_of(GOOD.replace("quick:\n  axes: {stages: [2]}\n", ""), "quick")
+
+
+def test_a_machine_file_must_exist(tmp_path):
+    text = GOOD.replace("kind: pipeline_bubble", "kind: unity_fig2").replace(
+        "params: {schedule: 1f1b}", "params: {machine: ./nowhere.yaml}")
+    msg = error_of(text.split("axes:")[0])
+    assert "field 'params.machine': machine file './nowhere.yaml' does not exist" in msg
+
+
+@given(st.one_of(st.text(max_size=12), st.integers(-5, 5), st.floats(allow_nan=True), st.booleans(), st.none(),
+                 st.lists(st.integers(-3, 3), max_size=3)))
+def test_any_stage_value_is_accepted_or_refused_with_its_line(value):
+    import json
+    text = GOOD.replace("  stages: [2, 4]", f"  stages: [2, {json.dumps(value)}]")
+    try:
+        exp = parse_experiment(text, "demo.yaml")
+    except ConfigError as e:
+        assert str(e).startswith("demo.yaml:"), str(e)
+        return
+    assert all(isinstance(r.params["stages"], int) and r.params["stages"] >= 1 for r in exp.runs)
+
+
+@given(st.sampled_from(["kind", "paper", "title", "name", "measure", "reference", "plots", "report", "axes"]),
+       st.one_of(st.text(max_size=8), st.integers(), st.lists(st.text(max_size=3), max_size=2),
+                 st.dictionaries(st.text(max_size=3), st.integers(), max_size=2)))
+def test_any_top_level_value_is_accepted_or_refused_with_its_line(key, value):
+    import json
+    lines = [ln for ln in GOOD.splitlines() if not ln.startswith(f"{key}:")]
+    cut = [ln for ln in lines if not (ln.startswith("  ") and key in ("axes", "reference", "plots", "report", "runs"))]
+    text = "\n".join(cut if key in ("axes", "reference", "plots", "report") else lines) + f"\n{key}: {json.dumps(value)}\n"
+    try:
+        parse_experiment(text, "demo.yaml")
+    except ConfigError as e:
+        assert re.match(r"demo\.yaml(:\d+)?: ", str(e)), str(e)
