@@ -145,25 +145,20 @@ def bench_mcmc_nmt(budget: int):
 
 def bench_search_delta_vs_full(models, n: int, budget: int):
     """FlexFlow's Fig. 11 comparison: one MCMC search run twice, scoring every proposal by delta
-    simulation and by full simulation. Delta equals full exactly, so both runs take the same steps
-    (checked: the same cost after every proposal); the ratio is of the whole search's wall time."""
-    machine = load_machine("flexflow_p100", nodes=max(1, n // 4))
+    simulation and by full simulation (the same trajectory, checked); the ratio is of the whole
+    search's wall time. The run kind ``delta_vs_full`` of ``flexrt.experiments`` does it (the
+    experiments ``flexflow_table5`` and ``flexflow_fig11`` report it beside the paper's numbers)."""
+    from flexrt.experiments import kind
+    run = kind("delta_vs_full")
+    defaults = {p.name: p.default for p in run.params if not p.required}
     print(f"\nMCMC with delta vs full simulation, {n} devices, budget {budget} (whole search, same trajectory):")
-    print(f"{'model':<14}{'tasks(DP)':>10}{'full_s':>9}{'delta_s':>9}{'speedup':>9}")
+    print(f"{'model':<14}{'full_s':>9}{'delta_s':>9}{'speedup':>9}")
     for name in models:
-        base = load_model(name, ["-b", str(PER_DEVICE_BATCH * n)] + MODELS[name]).model.pcg
-        runs = {}
-        for how in ("delta", "full"):
-            t0 = time.perf_counter()
-            r = search("mcmc", SearchRequest(base, machine, AnalyticCostModel(), budget=budget, seed=0,
-                                             progress=False, options={"simulation": how}))
-            runs[how] = (time.perf_counter() - t0, [e.current_cost_s for e in r.log.entries], r.cost_s)
-        if runs["delta"][1:] != runs["full"][1:]:
+        m = run.fn({**defaults, "model": name, "devices": n, "budget": budget,
+                    "per_device_batch": PER_DEVICE_BATCH}).metrics
+        if not m["same_trajectory"]:
             raise AssertionError(f"{name}@{n}: the delta and full searches diverged")
-        sim = Simulator(machine, AnalyticCostModel(), detail=False, incremental=False)
-        sim.time_full(data_parallel(base, machine))
-        (d, _, _), (f, _, _) = runs["delta"], runs["full"]
-        print(f"{name:<14}{len(sim.lowering.graph):>10}{f:>9.2f}{d:>9.2f}{f / d:>8.1f}x", flush=True)
+        print(f"{name:<14}{m['full_s']:>9.2f}{m['delta_s']:>9.2f}{m['speedup']:>8.1f}x", flush=True)
 
 
 def bench_peak_memory(repeat: int):

@@ -36,12 +36,12 @@ def _blas_limit():
             Param("mode", "str", "serial", choices=("serial", "threads"),
                   help="the executor: serial (predicted: the sum of task times) or threads (the simulated makespan)"),
             Param("repeat", "int", 3, minimum=1), Param("random_seeds", "int", 2, minimum=0)),
-    metrics=("strategies", "median_abs_error", "max_abs_error", "kendall_tau", "top1_regret", "measured_ms",
+    metrics=("machine_source", "strategies", "median_abs_error", "max_abs_error", "kendall_tau", "top1_regret", "measured_ms",
              "predicted_ms", "labels", "wall_s"),
     description="simulated vs measured iteration times of strategies on this host's runtime (FlexFlow Fig. 10)")
 def simulator_accuracy(inputs) -> Outcome:
     import numpy as np
-    from flexrt.machine import load_machine
+    from flexrt.machine import calibrated_local_path, load_machine
     from flexrt.runtime.session import Session
     from flexrt.simulator.cost_model import ProfiledCostModel
     machine = load_machine("local")
@@ -63,7 +63,8 @@ def simulator_accuracy(inputs) -> Outcome:
         cost.flush()
     errors = [abs(m - p) / m for m, p in zip(measured, predicted)]
     best_predicted = min(range(len(predicted)), key=predicted.__getitem__)
-    return Outcome({"strategies": len(labels), "median_abs_error": statistics.median(errors),
+    source = "calibrated (flexrt calibrate)" if calibrated_local_path().is_file() else "built-in estimate"
+    return Outcome({"machine_source": source, "strategies": len(labels), "median_abs_error": statistics.median(errors),
                     "max_abs_error": max(errors), "kendall_tau": kendall_tau(measured, predicted),
                     "top1_regret": measured[best_predicted] / min(measured) - 1, "measured_ms": measured,
                     "predicted_ms": predicted, "labels": labels, "wall_s": t.s})

@@ -78,11 +78,13 @@ def _scatter(ax, values, plot: Plot) -> None:
     groups: dict[str, list[tuple[float, float]]] = {}
     for row in values.rows:
         x, y = values.ours(row, plot.x), values.ours(row, plot.y)
-        if isinstance(x, (int, float)) and isinstance(y, (int, float)):
-            groups.setdefault(_key(row["inputs"].get(plot.group)) if plot.group else "runs", []).append((x, y))
+        pairs = zip(x, y) if isinstance(x, list) and isinstance(y, list) else [(x, y)]   # a run's list of points
+        group = groups.setdefault(_key(row["inputs"].get(plot.group)) if plot.group else "runs", [])
+        group += [(a, b) for a, b in pairs if isinstance(a, (int, float)) and isinstance(b, (int, float))]
     top = max((max(p) for pts in groups.values() for p in pts), default=1.0)
     for g, pts in groups.items():
-        ax.scatter(*zip(*pts), label=g)
+        if pts:
+            ax.scatter(*zip(*pts), label=g)
     ax.plot([0, top], [0, top], color="black", linewidth=1, label="y = x")
     for f in (0.7, 1.3):
         ax.plot([0, top], [0, top * f], color="grey", linewidth=0.8, linestyle="--")

@@ -31,6 +31,8 @@ def _fmt(x: Any) -> str:
     if isinstance(x, float):
         if math.isnan(x):
             return "nan"
+        if x.is_integer() and abs(x) < 1e15:
+            return str(int(x))
         return f"{x:.4g}" if abs(x) < 1e5 else f"{x:.3e}"
     if isinstance(x, (list, tuple)):
         return ", ".join(map(_fmt, x))
