@@ -87,7 +87,11 @@ class Reference:
         return all(params.get(k) == v for k, v in self.where)
 
     def shown(self) -> str:
-        return f"{self.value:.4g}" if self.value is not None else f"{self.low:.4g}-{self.high:.4g}"
+        return _number(self.value) if self.value is not None else f"{_number(self.low)}-{_number(self.high)}"
+
+
+def _number(x: float) -> str:
+    return str(int(x)) if x.is_integer() and abs(x) < 1e15 else f"{x:.4g}"
 
 
 @dataclass(frozen=True, slots=True)
