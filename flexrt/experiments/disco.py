@@ -91,3 +91,37 @@ def fusion_search(inputs) -> Outcome:
     return Outcome({"time_ms": t * 1e3, "time_s": t, "search_s": search_s, "search_min": search_s / 60,
                     "candidates": result.log.proposals, "no_fusion_ms": base * 1e3,
                     "speedup_pct": 100 * (base - t) / t}, strategy_doc(result.strategy, machine))
+
+
+@register_kind(
+    "fusion_model_accuracy",
+    params=(model_param(), Param("batch", "int", 4, minimum=1), Param("devices", "int", 4, minimum=1, maximum=64),
+            Param("count", "int", 30, minimum=1, help="random fused groups measured"), seed_param(),
+            Param("fusion_model", "str", "", help="a model from `flexrt fusion-model train`; empty: the shipped one")),
+    metrics=("samples", "learned_within_10pct", "learned_within_14pct", "learned_median_error", "sum_within_10pct",
+             "analytic_within_10pct", "learned_errors", "collect_s"),
+    description="the learned fused-operator estimator's error on fused groups measured here (DisCo Fig. 9)")
+def fusion_model_accuracy(inputs) -> Outcome:
+    from importlib import resources
+    from flexrt.machine import local_machine
+    from flexrt.simulator import fused_model as fm
+    from flexrt.simulator.cost_model import ProfiledCostModel
+    from flexrt.simulator.fused_samples import collect
+    machine = local_machine(inputs["devices"])
+    spec = machine.devices[0].spec
+    path = inputs["fusion_model"] or str(resources.files("flexrt.configs") / "fusion_model" / "local.npz")
+    model = fm.LearnedFusedModel.load(path)
+    cost = ProfiledCostModel()
+    strategy = data_parallel(pcg_of(inputs["model"], inputs["batch"]), machine, inputs["devices"])
+    with Timer() as t:
+        samples = collect(strategy, machine, cost, spec, inputs["count"], inputs["seed"], inputs["model"], paired=True)
+    cost.flush()
+    scores = {name: fm.evaluate(p, samples) for name, p in (("learned", model.predict), ("sum", fm.sum_baseline),
+                                                            ("analytic", fm.analytic_baseline(spec)))}
+    learned = scores["learned"]
+    return Outcome({"samples": len(samples), "learned_within_10pct": learned["share_within_10pct"],
+                    "learned_within_14pct": learned["share_within_14pct"],
+                    "learned_median_error": learned["median_rel_error"],
+                    "sum_within_10pct": scores["sum"]["share_within_10pct"],
+                    "analytic_within_10pct": scores["analytic"]["share_within_10pct"],
+                    "learned_errors": [float(e) for e in learned["errors"]], "collect_s": t.s})

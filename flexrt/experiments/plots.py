@@ -4,7 +4,9 @@
   (where it gives one) as black diamonds, its ranges as black bars.
 - ``line``: the same as lines.
 - ``convergence``: every run's convergence curves, best cost (ms) over search seconds.
-- ``scatter``: metric ``y`` against metric ``x`` (by ``group``), with y = x and +-30% (FlexFlow Fig. 10).
+- ``scatter``: metric ``y`` against metric ``x`` (by ``group``), with y = x and +-30% (FlexFlow Fig. 10);
+  a run whose two metrics are lists gives a point per item.
+- ``cdf``: the empirical distribution of a list-valued metric ``y``, one line per run (DisCo Fig. 9).
 
 Entry point: :func:`write_plots`.
 """
@@ -92,6 +94,19 @@ def _scatter(ax, values, plot: Plot) -> None:
     ax.set_ylabel(plot.y)
 
 
+def _cdf(ax, values, plot: Plot) -> None:
+    from flexrt.experiments.report import row_names
+    names = row_names(values.exp)
+    for row in values.rows:
+        ys = values.ours(row, plot.y)
+        if isinstance(ys, list) and ys:
+            xs = sorted(ys)
+            ax.step(xs, [(i + 1) / len(xs) for i in range(len(xs))], where="post",
+                    label=" ".join(f"{n}={row['inputs'].get(n)}" for n in names) or "runs")
+    ax.set_xlabel(plot.y)
+    ax.set_ylabel("share of samples at or below")
+
+
 def write_plots(exp: Experiment, values, folder: Path) -> list[Path]:
     """Draw every plot of ``exp`` from ``values`` (:class:`~flexrt.experiments.report.Values`) into ``folder``."""
     if not exp.plots or not values.rows:
@@ -105,6 +120,8 @@ def write_plots(exp: Experiment, values, folder: Path) -> list[Path]:
             _bars(ax, values, plot, plot.type == "line")
         elif plot.type == "convergence":
             _convergence(ax, values, plot)
+        elif plot.type == "cdf":
+            _cdf(ax, values, plot)
         else:
             _scatter(ax, values, plot)
         if plot.log_y:

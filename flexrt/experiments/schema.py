@@ -47,7 +47,7 @@ from flexrt.inputs import (LineMap, LineSeq, check_int, check_number, line_loade
 
 PAPERS = ("flexflow", "unity", "disco", "host")
 VARIANTS = ("full", "quick", "tiny")
-PLOT_TYPES = ("bar", "line", "convergence", "scatter")
+PLOT_TYPES = ("bar", "line", "convergence", "scatter", "cdf")
 TOP_KEYS = ("name", "title", "paper", "reproduces", "kind", "params", "axes", "runs", "quick", "tiny", "measure",
             "reference", "report", "plots")
 REQUIRED_KEYS = ("name", "title", "paper", "reproduces", "kind")
@@ -382,7 +382,9 @@ def _plots(r: _Reader, k: Kind, top: LineMap, metrics: tuple[str, ...]) -> tuple
         x_valid = metrics if type_ == "scatter" else k.param_names
         x = r.text(m, "x", f"{path}.x", x_valid) if "x" in m else None
         y = r.text(m, "y", f"{path}.y", metrics) if "y" in m else None
-        if type_ != "convergence" and (x is None or y is None):
+        if type_ == "cdf" and y is None:
+            raise r.error(m.line, path, "a cdf plot needs y (a metric whose value is a list)")
+        if type_ not in ("convergence", "cdf") and (x is None or y is None):
             raise r.error(m.line, path, f"a {type_} plot needs x and y")
         group = r.text(m, "group", f"{path}.group", k.param_names) if "group" in m else None
         title = r.text(m, "title", f"{path}.title") if "title" in m else ""

@@ -9,7 +9,8 @@ from flexrt.experiments import load_experiment, load_results, run_experiment, sh
 
 SHIPPED = shipped()
 # tiny variants that take more than a few seconds on a 2-core host
-SLOW = {"flexflow_fig7", "unity_fig14", "unity_fig15a", "disco_table1", "disco_table3", "disco_table4", "disco_fig10"}
+SLOW = {"flexflow_fig7", "unity_fig14", "unity_fig15a", "disco_table1", "disco_table3", "disco_table4", "disco_fig9",
+        "disco_fig10"}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in sorted(SHIPPED)])
