@@ -65,8 +65,13 @@ class Run:
                 print(f"  {row['status']:<8} {label} ({row['wall_s']:.1f} s)"
                       + (f": {row['reason']}" if row["reason"] else ""), file=sys.stderr, flush=True)
 
-        summary = run_experiment(exp, out, resume=args.resume, jobs=args.jobs, progress=tty and not args.json,
-                                 on_row=say)
+        try:
+            summary = run_experiment(exp, out, resume=args.resume, jobs=args.jobs, progress=tty and not args.json,
+                                     on_row=say)
+        except KeyboardInterrupt:
+            print(f"flexrt run: interrupted after {done[0]} runs; every finished run is in {out / 'results.jsonl'}: "
+                  f"run again with --resume to go on", file=sys.stderr)
+            return 130
         doc = {"experiment": exp.name, "variant": exp.variant, "output": str(out), "runs": len(exp.runs),
                "computed": len(summary.computed), "cached": len(summary.cached),
                "failed": [{"key": k, "error": e} for k, e in summary.failed], "report": str(summary.report)}

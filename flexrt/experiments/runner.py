@@ -192,9 +192,17 @@ def run_experiment(exp: Experiment, output: Path, resume: bool = False, jobs: in
             if on_row is not None:
                 on_row(row)
             bar.update(1)
+    except KeyboardInterrupt:
+        if report:   # the report of what finished, then stop as asked
+            _report(exp, results, output, summary)
+        raise
     finally:
         bar.close()
     if report:
-        from flexrt.experiments.report import write_report
-        summary.report = write_report(exp, load_results(results), output)
+        _report(exp, results, output, summary)
     return summary
+
+
+def _report(exp: Experiment, results: Path, output: Path, summary: Summary) -> None:
+    from flexrt.experiments.report import write_report
+    summary.report = write_report(exp, load_results(results), output)

@@ -89,6 +89,7 @@ def test_resume_after_an_interruption_runs_only_the_rest(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         run_experiment(experiment([1, 2, 66, 4]), tmp_path)
     assert [r["inputs"]["x"] for r in load_results(tmp_path / "results.jsonl")] == [1, 2]
+    assert "2 of 4 runs finished" in (tmp_path / "report.md").read_text()
     CALLS.clear()
     run_experiment(experiment([1, 2, 3, 4]), tmp_path, resume=True)
     assert [c["x"] for c in CALLS] == [3, 4]
