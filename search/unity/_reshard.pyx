@@ -9,6 +9,12 @@ them (another device, same partial-sum index), or -1.
 ``partial_sum_costs``: for (producer layout, consumer layout, sum ratio k) triples, the slowest
 consumer group's cost of summing the producer's partial sums into it (see ``reshard``).
 
+``plain_loads``: for every producer layout ``a`` asked for and every consumer piece ``q`` whose
+layouts' sum ratio is 1, the lowering's moves (each distinct producer box overlapping ``q``'s, same
+partial-sum index, that ``q``'s device does not hold, from its first piece) added as link loads:
+per hop on a shared link, bytes x seconds per byte + the route's latency, into the (pair, forward
+or backward, link) entries of ``out`` (``reshard.reshard_loads``).
+
 ``memo_get``, ``memo_put``, ``memo_claim``, ``memo_transfers``: a hash table of floats keyed by
 three integers (``reshard.Memo``), so that the transfer time of each (source, destination, bytes)
 and the sum ratio of each pair of shapes are asked of Python once per search, not once per pair of
@@ -215,6 +221,74 @@ def partial_sum_costs(const i64[:, :, ::1] pbox, const i64[::1] psum, const i64[
 # ---- a memo of float values keyed by three integers (open addressing, linear probing) ------------
 # The table is four arrays owned by ``reshard.Memo``: k0, k1, k2 (k0 == -1 marks an empty slot) and
 # the values; the capacity is a power of two and the owner keeps it at most half full.
+
+def plain_loads(const i64[:, :, ::1] pbox, const i64[::1] psum, const i64[::1] pdev, const i64[::1] poff,
+                const i64[::1] pfirst, const i64[::1] held_ptr, const i64[::1] held, const i64[::1] rows,
+                const i64[:, :, ::1] qbox, const i64[::1] qsum, const i64[::1] qdev, const i64[::1] qlay,
+                const i64[:, ::1] ratio, const i64[::1] rptr, const i64[::1] rcol, const double[::1] rinv,
+                const double[::1] rlat, Py_ssize_t num_devices, i64 item, bint grad, Py_ssize_t L,
+                double[::1] out):
+    """See the module doc. ``pfirst[p]``: the first piece of ``p``'s layout with ``p``'s box and sum
+    index; ``held`` as for ``missing_and_holders``; ``qlay[q]``: consumer piece ``q``'s layout;
+    ``ratio``: (producer layouts, consumer layouts) sum ratios; the route from ``s`` to ``d`` is
+    ``r = s * num_devices + d``, its shared hops ``rptr[r] .. rptr[r+1]-1`` (load column ``rcol``,
+    seconds per byte ``rinv``), its latency ``rlat[r]``; ``out`` is (pairs, 2, L) flattened, pair
+    ``a * consumer layouts + b``."""
+    cdef Py_ssize_t Q = qbox.shape[0], ndim = qbox.shape[1], A = poff.shape[0] - 1, B = ratio.shape[1]
+    cdef Py_ssize_t n2 = num_devices * num_devices
+    _check_producers(pbox, psum, pdev, poff, num_devices, ndim)
+    if held_ptr.shape[0] != A * num_devices + 1 or pfirst.shape[0] != pbox.shape[0]:
+        raise ValueError("held_ptr or pfirst does not match the producer layouts")
+    _check_ptr("held_ptr", held_ptr, held.shape[0])
+    _check_index("held", held, pbox.shape[0])
+    _check_index("pfirst", pfirst, pbox.shape[0])
+    _check_index("rows", rows, A)
+    _check_index("qdev", qdev, num_devices)
+    _check_index("qlay", qlay, B)
+    if ratio.shape[0] != A or qsum.shape[0] != Q or qlay.shape[0] != Q:
+        raise ValueError("ratio, qsum or qlay does not match the layouts")
+    if rptr.shape[0] != n2 + 1 or rlat.shape[0] != n2 or rinv.shape[0] != rcol.shape[0]:
+        raise ValueError("the route table does not match the devices")
+    _check_ptr("rptr", rptr, rcol.shape[0])
+    _check_index("rcol", rcol, L)
+    if out.shape[0] != A * B * 2 * L:
+        raise ValueError(f"out has {out.shape[0]} entries, expected {A * B * 2 * L}")
+    cdef Py_ssize_t r, a, q, k, p, base, h, route, at
+    cdef i64 s, dev, ov, src
+    cdef bint local
+    cdef double nbytes
+    with nogil:
+        for r in range(rows.shape[0]):
+            a = rows[r]
+            for q in range(Q):
+                if ratio[a, qlay[q]] != 1:
+                    continue
+                s, dev = qsum[q], qdev[q]
+                base = a * num_devices + dev
+                at = (a * B + qlay[q]) * 2 * L
+                for p in range(poff[a], poff[a + 1]):
+                    if pfirst[p] != p or psum[p] != s:
+                        continue
+                    ov = _overlap(pbox, p, qbox, q, ndim)
+                    if ov == 0:
+                        continue
+                    local = False
+                    for k in range(held_ptr[base], held_ptr[base + 1]):
+                        if pfirst[held[k]] == p:
+                            local = True
+                            break
+                    if local:
+                        continue
+                    src = pdev[p]
+                    nbytes = <double>(ov * item)
+                    route = src * num_devices + dev
+                    for h in range(rptr[route], rptr[route + 1]):
+                        out[at + rcol[h]] += nbytes * rinv[h] + rlat[route]
+                    if grad:
+                        route = dev * num_devices + src
+                        for h in range(rptr[route], rptr[route + 1]):
+                            out[at + L + rcol[h]] += nbytes * rinv[h] + rlat[route]
+
 
 cdef inline Py_ssize_t _slot(i64 a, i64 b, i64 c, Py_ssize_t mask) noexcept nogil:
     cdef unsigned long long h = (<unsigned long long>a) * 0x9E3779B97F4A7C15ULL

@@ -310,7 +310,11 @@ class MappingDP:
         if not es:
             return None
         pcg, un, vn = self.g.pcg, self.g.node[u], self.g.node[v]
-        return sum(self.costs.edge_matrix(pcg, un, k, vn, i, u_bound[1], v_bound[1]) for k, i in es)
+        E = [self.costs.edge_matrix(pcg, un, k, vn, i, u_bound[1], v_bound[1]) for k, i in es]
+        if self.contention:  # an edge takes at least its busiest shared links' time
+            E = [np.maximum(M, self.costs.edge_bound(pcg, un, k, vn, i, u_bound[1], v_bound[1]))
+                 for M, (k, i) in zip(E, es)]
+        return sum(E)
 
     def _key(self, S: int, block: Block, inn, out) -> tuple:
         g = self.g

@@ -142,7 +142,6 @@ class _Groups:
     rows: np.ndarray
     back: np.ndarray            # sum of transfer(target, d, bytes) over the group's devices
     ring: np.ndarray            # ring AllReduce over the group's devices (when there are several)
-    target: np.ndarray          # the group's first device (in piece order): where sums are gathered
 
 
 def _held(p: Pieces, base: int, num_devices: int) -> list[list[int]]:
@@ -187,7 +186,7 @@ def _groups(C: Consumers, item: int, costs) -> _Groups:
     hit = C.groups.get(item)
     if hit is not None:
         return hit
-    boxes, sums, off, dev_ptr, devs, row, back, ring, targets = [], [], [0], [0], [], [], [], [], []
+    boxes, sums, off, dev_ptr, devs, row, back, ring = [], [], [0], [0], [], [], [], []
     row_ids: dict = {}
     for p in C.layouts:
         grouped: dict = {}
@@ -198,7 +197,6 @@ def _groups(C: Consumers, item: int, costs) -> _Groups:
             target, distinct = cdevs[0], set(cdevs)
             boxes.append(b)
             sums.append(s)
-            targets.append(target)
             devs += sorted(distinct)
             dev_ptr.append(len(devs))
             row.append(row_ids.setdefault((target, nbytes), len(row_ids)))
@@ -211,7 +209,7 @@ def _groups(C: Consumers, item: int, costs) -> _Groups:
     i64 = lambda x: np.array(x, dtype=np.int64)  # noqa: E731
     hit = C.groups[item] = _Groups(i64(boxes).reshape(len(boxes), C.box.shape[1], 2), i64(sums), i64(off),
                                    i64(dev_ptr), i64(devs), i64(row), rows, np.array(back, dtype=np.float64),
-                                   np.array(ring, dtype=np.float64), i64(targets))
+                                   np.array(ring, dtype=np.float64))
     return hit
 
 
@@ -311,27 +309,47 @@ def reshard_matrix(P: Producers, C: Consumers, full: TensorShape, grad: bool, co
     return E[P.index][:, C.index]
 
 
-def reshard_loads(P: Producers, C: Consumers, full: TensorShape, grad: bool, costs) -> np.ndarray:
+def reshard_loads(P: Producers, C: Consumers, full: TensorShape, grad: bool, costs, compiled: bool = True) -> np.ndarray:
     """The transfers ``reshard_matrix`` costs, as link loads: per (producer layout, consumer layout)
     (``P.index`` and ``C.index`` map configurations to them), the seconds each shared link
     (``costs.shared``) is busy in the forward pass, then in the backward (2 x shared links, float32).
     The transfers are the lowering's (``strategy.reshard_plan``): each box a consumer piece lacks
     comes from the producer piece holding it (``edge_cost`` charges all of a piece's missing elements
-    to one holder, a cheaper estimate of its time); partial sums are a ring over their devices or
-    sent to the group's first device and back out, as ``edge_cost`` has them; the gradient (``grad``)
-    makes every transfer again in the other direction. Impossible pairs load nothing."""
+    to one holder, a cheaper estimate of its time); the gradient (``grad``) makes every transfer
+    again in the other direction. Pairs that sum partial sums load nothing here (left out: walking
+    their groups in Python made the DP several times slower; ``edge_cost`` already serializes a
+    gather's sends into its one device), nor do impossible pairs. ``compiled=False``: the pure-Python
+    reference (the one path for cost models whose transfer times are not linear in the bytes)."""
     item = full.dtype.size_bytes
     K = _ratios(P, C, costs)
     A, B, L = K.shape[0], K.shape[1], len(costs.shared)
     flat = np.zeros(A * B * 2 * L)
-    if L:
+    rows = np.flatnonzero((K == 1).any(axis=1))
+    table = costs.route_table()
+    if L and rows.size and table is not None and compiled:
+        ptr, cols, inv, lat = table
+        _reshard.plain_loads(P.box, P.sum, P.dev, P.off, _firsts(P), P.held_ptr, P.held, rows, C.box, C.sum, C.dev,
+                             np.repeat(np.arange(B, dtype=np.int64), np.diff(C.off)), np.ascontiguousarray(K), ptr,
+                             cols, inv, lat, costs.machine.num_devices, item, grad, L, flat)
+    elif L and rows.size:  # the reference (and any cost model whose transfer times are not linear)
         sends = _Sends()
         _plain_sends(P, C, K, item, sends)
-        pa, pb = np.nonzero(K > 1)
-        if pa.size:
-            _partial_sum_sends(P, _groups(C, item, costs), pa, pb, K[pa, pb], item, B, sends)
         sends.scatter(flat, grad, L, costs)
     return flat.reshape(A, B, 2 * L).astype(np.float32)
+
+
+def _firsts(P: Producers) -> np.ndarray:
+    """Per producer piece, the first piece of its layout with the same box and sum index."""
+    hit = getattr(P, "_first", None)
+    if hit is None:
+        hit = np.empty(len(P.sum), dtype=np.int64)
+        for a in range(len(P.off) - 1):
+            lo, hi = int(P.off[a]), int(P.off[a + 1])
+            keys = np.concatenate([P.box[lo:hi].reshape(hi - lo, -1), P.sum[lo:hi, None]], axis=1)
+            _, first, grp = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+            hit[lo:hi] = lo + first[grp.ravel()]
+        P._first = hit
+    return hit
 
 
 class _Sends:
@@ -404,29 +422,6 @@ def _plain_sends(P: Producers, C: Consumers, K: np.ndarray, item: int, sends: _S
         np.logical_or.at(local, grp.ravel(), pdev[:, None] == qdev[None, :])
         g, q = np.nonzero((ov > 0) & ~local)
         sends.add(a * B + qlay[cols[q]], pdev[first[g]], qdev[q], ov[g, q] * item)
-
-
-def _partial_sum_sends(P: Producers, G: _Groups, pa, pb, pk, item: int, B: int, sends: _Sends) -> None:
-    """The transfers ``partial_sum_costs`` times, per (producer layout, consumer layout, sum ratio)."""
-    ndim = G.box.shape[1]
-    for a, b, k in zip(pa.tolist(), pb.tolist(), pk.tolist()):
-        lo, hi = int(P.off[a]), int(P.off[a + 1])
-        pbox, psum, pdev = P.box[lo:hi], P.sum[lo:hi], P.dev[lo:hi]
-        for g in range(int(G.off[b]), int(G.off[b + 1])):
-            box = G.box[g]
-            inside = (psum >= G.sum[g] * k) & (psum < (G.sum[g] + 1) * k)
-            for d in range(ndim):
-                inside &= np.minimum(pbox[:, d, 1], box[d, 1]) > np.maximum(pbox[:, d, 0], box[d, 0])
-            pdevs = np.unique(pdev[inside])
-            cdevs = G.devs[G.dev_ptr[g]:G.dev_ptr[g + 1]]
-            nbytes = numel(box.tolist()) * item
-            pair = a * B + b
-            if len(pdevs) > 1 and np.array_equal(pdevs, cdevs):
-                n = len(pdevs)
-                sends.add(pair, pdevs, np.roll(pdevs, -1), max(1, 2 * (n - 1) * nbytes // n), 2 * (n - 1))
-            else:
-                sends.add(pair, pdevs, G.target[g], nbytes)
-                sends.add(pair, G.target[g], cdevs, nbytes)
 
 
 # ---- pure-Python references of the kernels (tests check that both agree) ---------------------------
