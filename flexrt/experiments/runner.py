@@ -19,9 +19,11 @@ from __future__ import annotations
 import json
 import os
 import platform
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -98,11 +100,37 @@ def host() -> dict:
             "numpy": numpy.__version__, "cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0]}
 
 
+class _WatchInterrupt:
+    """Notes a Ctrl-C during a run: the searches catch KeyboardInterrupt and return their best so far,
+    which must not be recorded as the run's result."""
+
+    def __init__(self) -> None:
+        self.seen, self.old = False, None
+
+    def _handler(self, signum, frame):
+        self.seen = True
+        raise KeyboardInterrupt
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self.old = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc):
+        if self.old is not None:
+            signal.signal(signal.SIGINT, self.old)
+        return False
+
+
 def execute(kind_name: str, inputs: dict) -> tuple[str, Any, float]:
-    """Run one run (in this process or a worker): (status, Outcome or the error/skip reason, wall seconds)."""
+    """Run one run (in this process or a worker): (status, Outcome or the error/skip reason, wall seconds).
+    A Ctrl-C during the run raises KeyboardInterrupt, even where the run's search caught it."""
     t0 = time.perf_counter()
     try:
-        outcome = kind(kind_name).fn(inputs)
+        with _WatchInterrupt() as watch:
+            outcome = kind(kind_name).fn(inputs)
+        if watch.seen:
+            raise KeyboardInterrupt
         if not isinstance(outcome, Outcome):
             raise TypeError(f"run kind {kind_name!r} returned {type(outcome).__name__}, not an Outcome")
         return "ok", outcome, time.perf_counter() - t0

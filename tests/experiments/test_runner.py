@@ -5,6 +5,9 @@ same results, failures are recorded and rerun, and the report puts the paper bes
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
 
 import pytest
 
@@ -25,6 +28,12 @@ def _square(inputs) -> Outcome:
         raise ConfigError("99 is refused")
     if x == 66:
         raise KeyboardInterrupt
+    if x == 77:   # a search caught Ctrl-C and returned its best so far
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+        except KeyboardInterrupt:
+            return Outcome({"square": -1, "half": -1})
     return Outcome({"square": x * x, "half": x / 2}, strategy={"x": x}, convergence={"c": [[0.0, float(x)], [1.0, 1.0]]})
 
 
@@ -93,6 +102,12 @@ def test_resume_after_an_interruption_runs_only_the_rest(tmp_path):
     CALLS.clear()
     run_experiment(experiment([1, 2, 3, 4]), tmp_path, resume=True)
     assert [c["x"] for c in CALLS] == [3, 4]
+
+
+def test_a_run_whose_search_caught_ctrl_c_is_not_recorded(tmp_path):
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(experiment([1, 77, 2]), tmp_path)
+    assert [r["inputs"]["x"] for r in load_results(tmp_path / "results.jsonl")] == [1]
 
 
 def test_a_folder_with_results_is_refused_without_resume(tmp_path):
