@@ -12,7 +12,8 @@ from setuptools import Extension, find_packages, setup
 SUBPACKAGE_DIRS = {"kernels": "flexrt.kernels", "simulator": "flexrt.simulator", "search": "flexrt.search",
                    "examples": "flexrt.examples", "configs": "flexrt.configs"}
 # Folders of data files (no __init__.py) inside a subpackage, installed with their files.
-DATA_PACKAGES = {"flexrt.configs.machines": ["*.yaml", "*.md"], "flexrt.configs.substitutions": ["*.json", "*.md"],
+DATA_PACKAGES = {"flexrt.configs.machines": ["*.yaml", "*.md"], "flexrt.configs.experiments": ["*.yaml"],
+                 "flexrt.configs.substitutions": ["*.json", "*.md"],
                  "flexrt.examples.strategies": ["*.json"], "flexrt.configs.fusion_model": ["*.npz", "*.md"]}
 
 packages = find_packages(include=["flexrt", "flexrt.*"])
