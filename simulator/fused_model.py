@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from flexrt.machine import DeviceSpec
 
 FORMAT_VERSION = 2          # 2: an ensemble of weight sets and the held-out choice of predictor; 1 read too
+SHRINK_GRID = tuple(k / 10 for k in range(11))   # the residual weights ``fit_shrink`` tries
 # Operators that can be members of a fused task (compute operators), then a slot for the rest.
 OP_VOCAB: tuple[str, ...] = tuple(t.value for t in OpType if t not in PARALLEL_OPS and t not in SOURCE_OPS) + ("other",)
 NUMERIC_FEATURES = ("log_input_elements", "log_output_elements", "log_flops", "log_bytes", "log_time_s",
@@ -219,6 +220,12 @@ class LearnedFusedModel:
     ``seed + 1``, ... on the same samples; the prediction is the mean of their log-times (a deep
     ensemble: it averages out what each network fits of the labels' measurement noise).
 
+    ``shrink`` (in [0, 1], default 1) weighs the residual: log t = log(Σ members) + shrink x the
+    network's residual. ``fit_shrink`` picks it by leave-one-model-out cross-validation over the
+    training samples' models, so that a network that fits what fusion changes in the models it saw
+    trusts that only as far as it holds on a model it did not see (on a host where fusion changes
+    little, it shrinks toward the members' summed times; where fusion pays, toward 1).
+
     ``choose(train, held_out)`` records which predictor the held-out samples say is best (this
     network, the members' summed times, or least squares on aggregate features, fitted on
     ``train``); ``predict_chosen`` and ``LearnedCostModel`` use that one.
@@ -257,13 +264,16 @@ class LearnedFusedModel:
         self.feat_std = np.ones(self.num_features)
         self.target_mean, self.target_std = 0.0, 1.0
         self.trained = False
+        self.shrink = 1.0                  # the residual's weight (``fit_shrink``)
+        self.shrink_scores: dict = {}      # shrink -> leave-one-model-out share within 10 % (``fit_shrink``)
+        self.cross_model: dict = {}        # predictor -> leave-one-model-out share within 10 % (``choose``)
         self.chosen = "learned"            # the predictor ``choose`` found best on held-out samples
         self.held_out: dict = {}           # predictor -> its held-out scores (``evaluate`` without errors)
         self.linear: Optional[LinearFusedModel] = None
 
     def __repr__(self) -> str:
         return (f"LearnedFusedModel(depth={self.depth}, heads={self.heads}, width={self.width}, seed={self.seed}, "
-                f"residual={self.residual}, ensemble={len(self.ensemble)}, host={self.host!r}, "
+                f"residual={self.residual}, shrink={self.shrink}, ensemble={len(self.ensemble)}, host={self.host!r}, "
                 f"trained={self.trained}, chosen={self.chosen!r})")
 
     def _arrays(self, samples: Sequence[FusedSample]) -> list:
@@ -330,7 +340,33 @@ class LearnedFusedModel:
             X, adj, mask = _batch(arrays[start:start + batch_size], self.feat_mean, self.feat_std)
             out.append(np.mean([gat.forward(params, X, adj, mask)[0] for params in self.ensemble], axis=0))
         scaled = np.concatenate(out) if out else np.zeros(0)
-        return scaled * self.target_std + self.target_mean + self._offsets(samples)
+        residual = scaled * self.target_std + self.target_mean
+        return (self.shrink if self.residual else 1.0) * residual + self._offsets(samples)
+
+    def fit_shrink(self, samples: Sequence[FusedSample], epochs: int = 60,
+                   grid: Sequence[float] = SHRINK_GRID) -> float:
+        """Choose ``shrink`` by leave-one-model-out cross-validation: per model of ``samples`` (two or
+        more needed), one network of this architecture trained on the other models' samples predicts
+        that model's; the weight in ``grid`` with the largest mean share within 10 % over the models
+        wins (ties: the larger weight). Sets and returns it; ``shrink_scores`` keeps every weight's
+        score. Without the residual, or with fewer than two models, the weight stays 1."""
+        models = sorted({s.model for s in samples})
+        if not self.residual or len(models) < 2:
+            self.shrink, self.shrink_scores = 1.0, {}
+            return self.shrink
+        shares = {float(w): [] for w in grid}
+        for held in models:
+            fold = LearnedFusedModel(self.depth, self.heads, self.width, self.seed, True, self.vocab, self.host)
+            fold.fit([s for s in samples if s.model != held], epochs=epochs)
+            test = [s for s in samples if s.model == held]
+            offset = fold._offsets(test)
+            residual = fold.predict_log(test) - offset
+            measured = np.array([s.time_s for s in test])
+            for w in shares:
+                shares[w].append(float(np.mean(np.abs(np.exp(offset + w * residual) - measured) / measured <= 0.10)))
+        self.shrink_scores = {w: float(np.mean(v)) for w, v in shares.items()}
+        self.shrink = max(self.shrink_scores, key=lambda w: (round(self.shrink_scores[w], 12), w))
+        return self.shrink
 
     def predict(self, samples: Sequence[FusedSample]) -> np.ndarray:
         """Predicted forward seconds per sample (``samples``' labels are not read)."""
@@ -350,15 +386,36 @@ class LearnedFusedModel:
 
     def choose(self, train: Sequence[FusedSample], held_out: Sequence[FusedSample]) -> str:
         """Score every predictor on ``held_out`` (the linear one fitted on ``train``) and keep the best:
-        the largest share within 10 %, then the smaller median error. Returns its name."""
+        the largest share within 10 %, then the smaller median error. Where ``fit_shrink`` ran (two or
+        more models), every predictor is first scored on models it did not see, as the network's weight
+        was (leave-one-model-out over ``train``: ``cross_model``), and that share decides before the
+        held-out one: a fused operator of a new model is what the simulator meets. Returns the name."""
         if not held_out:
             raise ConfigError("LearnedFusedModel.choose: no held-out samples to choose with")
         self.linear = LinearFusedModel().fit(train) if train else None
         self.held_out = {name: {k: v for k, v in evaluate(p, held_out).items() if k != "errors"}
                          for name, p in self.predictors().items()}
-        self.chosen = max(self.held_out, key=lambda n: (self.held_out[n]["share_within_10pct"],
-                                                        -self.held_out[n]["median_rel_error"]))
+        self.cross_model = self._cross_model(train) if self.shrink_scores else {}
+
+        def rank(n):
+            return (self.cross_model.get(n, 0.0), self.held_out[n]["share_within_10pct"],
+                    -self.held_out[n]["median_rel_error"])
+        self.chosen = max(self.held_out, key=rank)
         return self.chosen
+
+    def _cross_model(self, train: Sequence[FusedSample]) -> dict[str, float]:
+        """Leave-one-model-out mean share within 10 % of each predictor over ``train``'s models: the
+        network's at its chosen weight (``fit_shrink``), the linear baseline refitted per fold, the
+        summed times as they are."""
+        out = {"learned": self.shrink_scores[self.shrink]}
+        shares: dict[str, list] = {"sum of members": [], "linear": []}
+        for held in sorted({s.model for s in train}):
+            test = [s for s in train if s.model == held]
+            rest = [s for s in train if s.model != held]
+            shares["sum of members"].append(evaluate(sum_baseline, test)["share_within_10pct"])
+            shares["linear"].append(evaluate(LinearFusedModel().fit(rest).predict, test)["share_within_10pct"])
+        out.update({n: float(np.mean(v)) for n, v in shares.items()})
+        return out
 
     def predict_chosen(self, samples: Sequence[FusedSample]) -> np.ndarray:
         """Predicted forward seconds per sample by the predictor ``choose`` kept (this network until then)."""
@@ -370,7 +427,9 @@ class LearnedFusedModel:
         ``path`` (``.npz``, written as named)."""
         config = {"depth": self.depth, "heads": self.heads, "width": self.width, "seed": self.seed,
                   "residual": self.residual, "trained": self.trained, "ensemble": len(self.ensemble),
-                  "chosen": self.chosen, "held_out": self.held_out}
+                  "chosen": self.chosen, "held_out": self.held_out, "shrink": self.shrink,
+                  "cross_model": self.cross_model,
+                  "shrink_scores": {str(k): v for k, v in self.shrink_scores.items()}}
         arrays = {f"param/{i}/{k}": v for i, params in enumerate(self.ensemble) for k, v in params.items()}
         if self.linear is not None:
             arrays["linear_coef"] = self.linear.coef
@@ -402,6 +461,10 @@ class LearnedFusedModel:
             model = cls(config["depth"], config["heads"], config["width"], config["seed"], config["residual"],
                         tuple(str(v) for v in data["vocab"]), str(data["host"]), int(config.get("ensemble", 1)))
             chosen, held_out = str(config.get("chosen", "learned")), dict(config.get("held_out", {}))
+            shrink = float(config.get("shrink", 1.0))
+            shrink_scores = {float(k): float(v) for k, v in dict(config.get("shrink_scores", {})).items()}
+            if not 0.0 <= shrink <= 1.0:
+                raise ValueError(f"shrink {shrink} is outside [0, 1]")
         except (KeyError, TypeError, ValueError) as e:
             raise ConfigError(f"{path}: bad model configuration ({type(e).__name__}: {e})") from None
         for i, params in enumerate(model.ensemble):
@@ -421,6 +484,8 @@ class LearnedFusedModel:
         if chosen not in model.predictors():
             raise ConfigError(f"{path}: the chosen predictor {chosen!r} is not one of {', '.join(model.predictors())}")
         model.chosen, model.held_out = chosen, held_out
+        model.shrink, model.shrink_scores = shrink, shrink_scores
+        model.cross_model = {str(k): float(v) for k, v in dict(config.get("cross_model", {})).items()}
         if data["feat_mean"].shape != (model.num_features,) or data["feat_std"].shape != (model.num_features,):
             raise ConfigError(f"{path}: feature normalization has {data['feat_mean'].shape} entries; expected "
                               f"{model.num_features}")

@@ -6,8 +6,10 @@
   groups of data parallelism over ``D`` local devices (global batch ``B``), each measured on this
   host as one fused kernel and member by member (``ProfiledCostModel``; its cache under
   ``FLEXRT_CACHE_DIR`` makes a second run quick), written as JSON lines;
-- ``train --samples FILE [--epochs E] [--seed S] --output MODEL.npz``: fit the model on a split of
-  the samples, print the training time and the error on the held-out rest;
+- ``train --samples FILE [--epochs E] [--seed S] [--no-shrink] --output MODEL.npz``: fit the model on
+  a split of the samples, weigh its residual by leave-one-model-out cross-validation over the
+  samples' models (``LearnedFusedModel.fit_shrink``), print the training time and the error on the
+  held-out rest;
 - ``evaluate --samples FILE --model MODEL.npz [--cdf FILE.png]``: per predictor (the learned model and
   the baselines), the share of samples predicted within 10 % and 14 % of the measured time and the
   median error (DisCo's Fig. 9: over 90 % within 14 %); ``--cdf`` draws the error CDFs.
@@ -60,6 +62,9 @@ def add_arguments(parser) -> None:
     tr.add_argument("--ensemble", type=count(1, 64), default=DEFAULT_ENSEMBLE, metavar="K",
                     help=f"networks trained from K seeds and averaged (default {DEFAULT_ENSEMBLE}; a fine-tuned "
                          f"model keeps its own)")
+    tr.add_argument("--no-shrink", action="store_true",
+                    help="keep the network's residual whole (default: its weight is chosen by leave-one-model-out "
+                         "cross-validation over the samples' models, one more network trained per model)")
     tr.add_argument("--output", required=True, metavar="MODEL", help="the model file to write (.npz)")
     tr.add_argument("--init", metavar="MODEL", help="fine-tune this trained model (DisCo 5.2: operator types or a "
                     "host it has not seen) instead of training a new one")
@@ -203,7 +208,10 @@ def _train(args) -> int:
     else:
         model = fm.LearnedFusedModel(seed=args.seed, ensemble=args.ensemble)
     t0 = time.perf_counter()
-    losses = model.fit(train, fine_tune=bool(args.init), **({"epochs": args.epochs} if args.epochs else {}))
+    epochs = {"epochs": args.epochs} if args.epochs else {}
+    losses = model.fit(train, fine_tune=bool(args.init), **epochs)
+    if not args.no_shrink and not args.init:
+        model.fit_shrink(train, **epochs)
     elapsed = time.perf_counter() - t0
     if held:
         model.choose(train, held)
@@ -213,15 +221,24 @@ def _train(args) -> int:
         raise ConfigError(f"cannot write the model to {output}: {e.strerror or e}") from None
     doc = {"output": str(output), "train_samples": len(train), "held_out_samples": len(held),
            "ensemble": len(model.ensemble), "epochs": len(losses), "final_loss": losses[-1], "train_time_s": elapsed,
-           "held_out": model.held_out or None, "chosen": model.chosen}
+           "held_out": model.held_out or None, "chosen": model.chosen, "shrink": model.shrink,
+           "shrink_scores": {str(k): v for k, v in model.shrink_scores.items()} or None,
+           "cross_model": model.cross_model or None}
     if args.json:
         emit_json(doc)
         return 0
     print(f"trained {len(model.ensemble)} network(s) on {len(train)} samples, {len(losses)} epochs in "
           f"{elapsed:.1f} s (final loss {losses[-1]:.4g})")
+    if model.shrink_scores:
+        scores = ", ".join(f"{w:g}: {v:.1%}" for w, v in model.shrink_scores.items())
+        print(f"residual weight {model.shrink:g}, by leave-one-model-out share within 10 % ({scores})")
     if held:
         _print_table(f"held out ({len(held)} samples)", model.held_out)
-        print(f"the simulator will use: {model.chosen} (best share within 10 % on the held-out samples)")
+        if model.cross_model:
+            print("on models left out (leave-one-model-out), within 10 %: " +
+                  ", ".join(f"{n} {v:.1%}" for n, v in model.cross_model.items()))
+        print(f"the simulator will use: {model.chosen} (best share within 10 % on "
+              f"{'models left out, then ' if model.cross_model else ''}the held-out samples)")
     else:
         print("held-out: none (fewer than 5 samples); the simulator will use the learned network")
     print(f"wrote the model to {output}")

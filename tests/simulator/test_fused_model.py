@@ -330,3 +330,78 @@ def test_fine_tuning_keeps_the_normalization_and_learns_new_samples(trained, tmp
     assert evaluate(model.predict, new)["median_rel_error"] <= before
     with pytest.raises(ConfigError, match="fine-tuning needs a trained model"):
         LearnedFusedModel(seed=0).fit(new, epochs=1, fine_tune=True)
+
+
+# ---- the residual's weight, by leave-one-model-out cross-validation ---------------------------------
+
+def _as_model(samples, name: str) -> list[FusedSample]:
+    return [FusedSample(s.members, s.member_times, s.time_s, name) for s in samples]
+
+
+def test_shrink_weighs_the_residual_and_zero_is_the_summed_times(tmp_path):
+    train, test = synthetic(60, 12), synthetic(20, 13)
+    model = LearnedFusedModel(depth=1, heads=2, width=8, seed=0)
+    model.fit(train, epochs=5)
+    full = model.predict_log(test)
+    offset = np.log(sum_baseline(test))
+    for w in (0.0, 0.3, 1.0):
+        model.shrink = w
+        assert np.allclose(model.predict_log(test), offset + w * (full - offset), rtol=0, atol=1e-12)
+    model.shrink = 0.0
+    assert np.allclose(model.predict(test), sum_baseline(test), rtol=1e-12)
+    model.shrink, model.shrink_scores = 0.4, {0.0: 0.5, 0.4: 0.75, 1.0: 0.25}
+    model.save(tmp_path / "m.npz")
+    again = LearnedFusedModel.load(tmp_path / "m.npz")
+    assert again.shrink == 0.4 and again.shrink_scores == model.shrink_scores
+    assert np.array_equal(again.predict(test), model.predict(test))
+
+
+def test_fit_shrink_is_the_best_weight_of_leave_one_model_out_folds():
+    a, b = _as_model(synthetic(80, 14), "a"), _as_model(synthetic(80, 15), "b")
+    model = LearnedFusedModel(depth=1, heads=2, width=8, seed=0)
+    model.fit(a + b, epochs=20)
+    grid = (0.0, 0.5, 1.0)
+    chosen = model.fit_shrink(a + b, epochs=20, grid=grid)
+    assert set(model.shrink_scores) == set(grid) and chosen == model.shrink
+    best = max(model.shrink_scores.values())
+    assert model.shrink_scores[chosen] == best and chosen == max(w for w, v in model.shrink_scores.items() if v == best)
+    # the fold that holds out "b": one network trained on "a" alone, scored on "b"
+    fold = LearnedFusedModel(depth=1, heads=2, width=8, seed=0)
+    fold.fit(a, epochs=20)
+    offset, y = np.log(sum_baseline(b)), np.array([s.time_s for s in b])
+    r = fold.predict_log(b) - offset
+    fold_a = LearnedFusedModel(depth=1, heads=2, width=8, seed=0)
+    fold_a.fit(b, epochs=20)
+    ra, ya = fold_a.predict_log(a) - np.log(sum_baseline(a)), np.array([s.time_s for s in a])
+    for w in grid:
+        share_b = np.mean(np.abs(np.exp(offset + w * r) - y) / y <= 0.10)
+        share_a = np.mean(np.abs(np.exp(np.log(sum_baseline(a)) + w * ra) - ya) / ya <= 0.10)
+        assert model.shrink_scores[w] == pytest.approx((share_a + share_b) / 2, abs=1e-12)
+    # fusion that is the same in both models generalizes: the residual is kept
+    assert chosen >= 0.5 and model.shrink_scores[chosen] > model.shrink_scores[0.0]
+
+
+def test_fit_shrink_keeps_the_whole_residual_without_two_models_or_a_residual():
+    train = synthetic(30, 16)
+    model = LearnedFusedModel(depth=1, heads=2, width=8, seed=0)
+    model.fit(train, epochs=2)
+    assert model.fit_shrink(train, epochs=2) == 1.0 and model.shrink_scores == {}
+    plain = LearnedFusedModel(depth=1, heads=2, width=8, seed=0, residual=False)
+    plain.fit(_as_model(train[:15], "a") + _as_model(train[15:], "b"), epochs=2)
+    assert plain.fit_shrink(_as_model(train[:15], "a") + _as_model(train[15:], "b"), epochs=2) == 1.0
+
+
+def test_choose_ranks_predictors_on_models_left_out_first(tmp_path):
+    a, b = _as_model(synthetic(40, 17), "a"), _as_model(synthetic(40, 18), "b")
+    model = LearnedFusedModel(depth=1, heads=2, width=8, seed=0)
+    model.fit(a + b, epochs=3)
+    model.fit_shrink(a + b, epochs=3, grid=(0.0, 1.0))
+    chosen = model.choose(a + b, synthetic(20, 19))
+    assert set(model.cross_model) == {"learned", "sum of members", "linear"}
+    assert model.cross_model["learned"] == model.shrink_scores[model.shrink]
+    share_a = evaluate(LinearFusedModel().fit(b).predict, a)["share_within_10pct"]
+    share_b = evaluate(LinearFusedModel().fit(a).predict, b)["share_within_10pct"]
+    assert model.cross_model["linear"] == pytest.approx((share_a + share_b) / 2, abs=1e-12)
+    assert model.cross_model[chosen] == max(model.cross_model.values())
+    model.save(tmp_path / "m.npz")
+    assert LearnedFusedModel.load(tmp_path / "m.npz").cross_model == model.cross_model
