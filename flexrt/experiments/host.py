@@ -2,8 +2,8 @@
 
 - ``simulator_accuracy`` (FlexFlow Fig. 10, DisCo §6.5): per model of ``flexrt.model.accuracy``,
   each validation strategy (data, model, reduction, hybrid, round-robin, random) run with the NumPy
-  task runtime on the ``local`` machine (the calibrated one where ``flexrt calibrate`` wrote it, else
-  the built-in estimate) and simulated with kernel times profiled here: measured and predicted
+  task runtime on the ``local`` machine (the one ``flexrt calibrate`` wrote, else this host calibrated
+  now into a private file, else the built-in estimate) and simulated with kernel times profiled here: measured and predicted
   times, the relative errors, Kendall's tau between the two rankings, top-1 regret.
 - ``pipeline_bubble``: the idle share of a pipeline's span for GPipe, 1F1B, interleaved 1F1B and
   ZB-H1 with every operator the same time and free communication, against the schedules' laws:
@@ -30,21 +30,45 @@ def _blas_limit():
     return threadpool_limits(1)
 
 
+_CALIBRATED: dict[str, tuple] = {}   # calibration -> (machine, how), once per process
+LOCAL_DEVICES = 4
+
+
+def _local_machine(calibration: str):
+    """The ``local`` machine and how it was obtained: ``flexrt calibrate``'s file, else this host
+    measured now into a private temporary file (``calibration`` quick or full), else the estimate."""
+    import tempfile
+    from flexrt.machine import calibrated_local_path, load_machine
+    from flexrt.runtime.calibrate import calibrate, write_machine_yaml
+    if calibrated_local_path().is_file():
+        return load_machine("local"), "calibrated (flexrt calibrate)"
+    if calibration == "none":
+        return load_machine("local"), "built-in estimate"
+    if calibration not in _CALIBRATED:
+        folder = tempfile.mkdtemp(prefix="flexrt-calibration-")
+        path = write_machine_yaml(calibrate(LOCAL_DEVICES, quick=calibration == "quick"), f"{folder}/local.yaml",
+                                  LOCAL_DEVICES)
+        _CALIBRATED[calibration] = (load_machine(path), f"calibrated now ({calibration})")
+    return _CALIBRATED[calibration]
+
+
 @register_kind(
     "simulator_accuracy",
     params=(Param("model", "str", choices=tuple(MODELS), help="a model of flexrt.model.accuracy"),
             Param("mode", "str", "serial", choices=("serial", "threads"),
                   help="the executor: serial (predicted: the sum of task times) or threads (the simulated makespan)"),
-            Param("repeat", "int", 3, minimum=1), Param("random_seeds", "int", 2, minimum=0)),
+            Param("repeat", "int", 3, minimum=1), Param("random_seeds", "int", 2, minimum=0),
+            Param("calibration", "str", "quick", choices=("none", "quick", "full"),
+                  help="where `flexrt calibrate` wrote no local machine: measure this host now (quick: rough, "
+                       "seconds; full) into a private file, or use the built-in estimate (none)")),
     metrics=("machine_source", "strategies", "median_abs_error", "max_abs_error", "kendall_tau", "top1_regret", "measured_ms",
              "predicted_ms", "labels", "wall_s"),
     description="simulated vs measured iteration times of strategies on this host's runtime (FlexFlow Fig. 10)")
 def simulator_accuracy(inputs) -> Outcome:
     import numpy as np
-    from flexrt.machine import calibrated_local_path, load_machine
     from flexrt.runtime.session import Session
     from flexrt.simulator.cost_model import ProfiledCostModel
-    machine = load_machine("local")
+    machine, source = _local_machine(inputs["calibration"])
     cost = ProfiledCostModel(backend="numpy")
     build, batch = MODELS[inputs["model"]]
     base = build(batch)
@@ -63,7 +87,6 @@ def simulator_accuracy(inputs) -> Outcome:
         cost.flush()
     errors = [abs(m - p) / m for m, p in zip(measured, predicted)]
     best_predicted = min(range(len(predicted)), key=predicted.__getitem__)
-    source = "calibrated (flexrt calibrate)" if calibrated_local_path().is_file() else "built-in estimate"
     return Outcome({"machine_source": source, "strategies": len(labels), "median_abs_error": statistics.median(errors),
                     "max_abs_error": max(errors), "kendall_tau": kendall_tau(measured, predicted),
                     "top1_regret": measured[best_predicted] / min(measured) - 1, "measured_ms": measured,
