@@ -153,3 +153,18 @@ def test_any_top_level_value_is_accepted_or_refused_with_its_line(key, value):
         parse_experiment(text, "demo.yaml")
     except ConfigError as e:
         assert re.match(r"demo\.yaml(:\d+)?: ", str(e)), str(e)
+
+
+def test_a_machine_file_is_found_beside_the_experiment_and_keyed_by_content(tmp_path):
+    from flexrt.experiments import load_experiment
+    from flexrt.machine import load_machine
+    machine = tmp_path / "machines" / "m.yaml"
+    machine.parent.mkdir()
+    machine.write_text((SHIPPED["unity_fig2"].parents[1] / "machines" / "dgx1_v100.yaml").read_text())
+    f = tmp_path / "fig2.yaml"
+    f.write_text(SHIPPED["unity_fig2"].read_text().replace("name: unity_fig2", "name: fig2").replace(
+        "machine: dgx1_v100", "machine: machines/m.yaml"))
+    run = load_experiment(f, "tiny").runs[0]
+    assert run.params["machine"] == str(machine.resolve()) and load_machine(run.params["machine"]).num_devices == 8
+    machine.write_text(machine.read_text().replace("description:", "description: changed,"))
+    assert load_experiment(f, "tiny").runs[0].key != run.key
