@@ -142,7 +142,7 @@ class Z3Algebra:
         return z3.ForAll(bound, body, patterns=pats) if pats else z3.ForAll(bound, body)
 
 
-_DOMAINS = {ACTI: (0, 3), UNARY: (0, None), AXES: (1, None), AGGR: (0, 1)}  # Z3's bounds (None: unbounded)
+_DOMAINS = {ACTI: (0, 4), UNARY: (0, None), AXES: (1, None), AGGR: (0, 1)}  # Z3's bounds (None: unbounded)
 
 
 def _is_pattern(z3, e, names: set) -> bool:
@@ -210,7 +210,8 @@ class NumpyAlgebra:
     def layernorm(self, n, x, *weights): return self._run("OP_LAYERNORM", [x, *weights], PM_AXES=n)[0]
 
     def act(self, a, t):
-        return t if a == 0 else self.relu(t) if a == 2 else self._run(("OP_SIGMOID", "OP_TANH")[a == 3], [t])[0]
+        return t if a == 0 else self.relu(t) if a == 2 else self._run({1: "OP_SIGMOID", 3: "OP_TANH", 4: "OP_GELU"}[a],
+                                                                       [t])[0]
 
     @staticmethod
     def dim(t, i):

@@ -13,7 +13,7 @@ from flexrt.search.substitutions.axiom_table import axiom, named, same_size
 from flexrt.search.substitutions.rule import UNARY_TYPES
 
 IDENTITY = UNARY_TYPES.index("OP_IDENTITY")
-SIGMOID, TANH = UNARY_TYPES.index("OP_SIGMOID"), UNARY_TYPES.index("OP_TANH")
+SIGMOID, TANH, GELU = (UNARY_TYPES.index(t) for t in ("OP_SIGMOID", "OP_TANH", "OP_GELU"))
 _R = (2, 3)
 
 
@@ -80,8 +80,13 @@ def act_tanh(A, v):
     return A.act(3, v.t), A.unary(TANH, v.t)
 
 
+@axiom("act(4, t) = unary(gelu, t)", "t", ranks=_R)
+def act_gelu(A, v):
+    return A.act(4, v.t), A.unary(GELU, v.t)
+
+
 def _lin_acti_axioms():
-    for a, what in ((1, "sigmoid"), (3, "tanh")):
+    for a, what in ((1, "sigmoid"), (3, "tanh"), (4, "gelu")):
         axiom(f"linear({a}, x, w) = act({a}, linear(0, x, w)): PM_ACTI {a} is a fused {what}", "x w",
               shapes=lambda v, z: {"x": z.lead(v) + (z.b, z.i), "w": (z.i, z.o)}, ranks=_R)(
             named(f"linear_{what}", lambda A, v, a=a: (A.linear(a, v.x, v.w), A.act(a, A.linear(0, v.x, v.w)))))
@@ -135,6 +140,12 @@ def bias_add_data_parallel(A, v):
        kinds=lambda v: {"x": {"parts": {v.d: v.k}}}, ranks=_R, parallel=True)
 def bias_add_data_combine(A, v):
     return A.combine(v.d, v.k, A.bias_add(v.x, A.replicate(v.k, v.b))), A.bias_add(A.combine(v.d, v.k, v.x), v.b)
+
+
+@axiom("bias_add(replicate(k, x), replicate(k, b)) = replicate(k, bias_add(x, b))", "x b", "k:deg",
+       shapes=_bias_shapes, ranks=_R, parallel=True)
+def bias_add_replicate(A, v):
+    return A.bias_add(A.replicate(v.k, v.x), A.replicate(v.k, v.b)), A.replicate(v.k, A.bias_add(v.x, v.b))
 
 
 @axiom("bias_add(partition(0, k, x), partition(0, k, b)) = partition(0, k, bias_add(x, b)): the feature dim",
@@ -265,6 +276,12 @@ def _layernorm_axioms():
               ranks=_R, parallel=True)(named(f"{name}_partition", lambda A, v, rep=rep, ws=ws: (
                   A.layernorm(v.n, A.partition(v.d, v.k, v.x), *rep(A, v)),
                   A.partition(v.d, v.k, A.layernorm(v.n, v.x, *(getattr(v, w) for w in ws))))))
+        axiom(f"{name}(replicate(k, x), replicate(k, weights)) = replicate(k, {name}(x))", "x " + tensors,
+              "n:axes k:deg", shapes=lambda v, z: {"x": z.shape(z.rank),
+                                                   **{w: z.shape(z.rank)[z.rank - v.n:] for w in ("g", "beta")}},
+              ranks=_R, parallel=True)(named(f"{name}_replicate", lambda A, v, rep=rep, ws=ws: (
+                  A.layernorm(v.n, A.replicate(v.k, v.x), *rep(A, v)),
+                  A.replicate(v.k, A.layernorm(v.n, v.x, *(getattr(v, w) for w in ws))))))
         axiom(f"combine(d, k, {name}(x, replicate(k, weights))) = {name}(combine(d, k, x)) for d >= n",
               "x " + tensors, "n:axes d:dim k:deg", guard=lambda A, v: [v.d >= v.n],
               shapes=lambda v, z: {"x": z.shape(z.rank), **{w: z.shape(z.rank)[z.rank - v.n:] for w in ("g", "beta")}},

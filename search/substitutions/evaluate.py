@@ -42,9 +42,33 @@ def graph_outputs(pcg: PCG) -> list[TensorRef]:
 
 
 def random_inputs(pcg: PCG, rng: np.random.Generator) -> dict[int, np.ndarray]:
-    """A float64 standard-normal array for every input and weight node, keyed by node id."""
-    return {n.id: rng.standard_normal(pcg.output_shapes(n.id)[0].sizes) for n in pcg.nodes
-            if n.op_type in SOURCE_OPS}
+    """A float64 standard-normal array for every input and weight node, keyed by node id; an integer
+    input holds indices below the smallest table of the embeddings that read it (through any chain
+    of operators), or 0 and 1 when none does."""
+    out = {}
+    for n in pcg.nodes:
+        if n.op_type not in SOURCE_OPS:
+            continue
+        shape = pcg.output_shapes(n.id)[0]
+        if shape.dtype.is_floating:
+            out[n.id] = rng.standard_normal(shape.sizes)
+        else:
+            out[n.id] = rng.integers(0, _index_bound(pcg, n.id), shape.sizes)
+    return out
+
+
+def _index_bound(pcg: PCG, nid: int) -> int:
+    reached, stack, bound = set(), [nid], None
+    while stack:
+        for c in pcg.consumers(stack.pop()):
+            if c not in reached:
+                reached.add(c)
+                attrs = pcg.node(c).attrs
+                if attrs.op_type is OpType.EMBEDDING:
+                    bound = attrs.num_entries if bound is None else min(bound, attrs.num_entries)
+                else:
+                    stack.append(c)
+    return bound or 2
 
 
 def evaluate(pcg: PCG, inputs: Mapping[int, np.ndarray], outputs: Optional[Sequence[TensorRef]] = None,

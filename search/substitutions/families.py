@@ -11,7 +11,7 @@ graphs alone are 560,000 extensions); TASO bounds it the same way. So:
   ``linear(x, w, b) = relu(bias_add(linear(x, w), b))`` needs a 3-operator side), each with the data
   movement that operator commutes with (concat, split, transpose, partition, combine, replicate, and
   reduce where partial sums pass): ``activations`` (sigmoid, tanh, gelu, elu, exp, sin, cos, and
-  linear with a fused sigmoid / tanh), ``bias`` (linear with a bias, bias add, fused activations),
+  linear with a fused sigmoid / tanh / gelu), ``bias`` (linear with a bias, bias add, fused activations),
   ``softmax``, ``bmm`` (batch matmul on 4 x 4 x 4 inputs), ``layernorm`` (without and with affine
   weights) and ``embedding`` (lookups and bags: integer indices into a 4 x 4 table).
 
@@ -69,7 +69,7 @@ _INDICES = ParallelTensorShape.of((4, 4), dtype=DataType.DT_INT64)
 
 FAMILIES: tuple[Family, ...] = (
     Family("core", lambda k: catalog(2, k, (0,)), (_M, _M, _M), 3),
-    Family("activations", lambda k: tuple([OpChoice(t) for t in _UNARY] + _linear((0, 1, 3)) + [OpChoice("OP_TRANSPOSE")]
+    Family("activations", lambda k: tuple([OpChoice(t) for t in _UNARY] + _linear((0, 1, 3, 4)) + [OpChoice("OP_TRANSPOSE")]
                                           + _moves(2, k)), (_M, _M), 2),
     Family("bias", lambda k: tuple(_linear((0, 2), 3) + _linear((0,)) + [
         OpChoice("OP_BIAS_ADD", (), 2), OpChoice("OP_RELU")]

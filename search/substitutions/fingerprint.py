@@ -6,7 +6,7 @@ how the partial sums are split are part of the value. The generator evaluates on
 every piece reduced modulo a prime ``P`` after each operator; ReLU is replaced by the non-linear
 polynomial ``x*x + 3x`` (TASO's trick: a rule that only holds for linear functions is rejected), and
 a fused ReLU (``OP_LINEAR`` with ``PM_ACTI`` 2) likewise. The operators that are not polynomials
-(sigmoid, tanh, gelu, elu, exp, sin, cos, fused sigmoid / tanh, softmax, layer norm) are
+(sigmoid, tanh, gelu, elu, exp, sin, cos, fused sigmoid / tanh / gelu, softmax, layer norm) are
 *uninterpreted*: each output element is a 64-bit mix (splitmix64) of the exact input value it
 depends on and the operator's own salt, reduced modulo ``P`` (TASO treats non-linear operators the
 same way): element-wise operators hash their element; softmax hashes the element with the sum of
@@ -62,7 +62,8 @@ def _poly(x, modulus: int):
 # linear(sigmoid) and sigmoid(linear) agree.
 _SALT = {OpType.SIGMOID: 1, OpType.TANH: 2, OpType.GELU: 3, OpType.ELU: 4, OpType.EXP: 5, OpType.SIN: 6,
          OpType.COS: 7, OpType.SOFTMAX: 8, OpType.LAYER_NORM: 9}
-_FUSED = {ActiMode.AC_MODE_SIGMOID: OpType.SIGMOID, ActiMode.AC_MODE_TANH: OpType.TANH}
+_FUSED = {ActiMode.AC_MODE_SIGMOID: OpType.SIGMOID, ActiMode.AC_MODE_TANH: OpType.TANH,
+          ActiMode.AC_MODE_GELU: OpType.GELU}
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 

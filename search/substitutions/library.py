@@ -5,7 +5,7 @@ check of a rule: both sides evaluated with the NumPy kernels on random tensors.
 
 FlexFlow's file is read from where the user keeps it (it is Apache-2.0 data we do not ship).
 
-Entry points: ``load_library``, ``library_files``, ``load_flexflow_rules``, ``library_stats``,
+Entry points: ``load_library``, ``library_files``, ``load_flexflow_rules``, ``library_stats``, ``rule_input_shapes``,
 ``unity_example_rules``, ``check_rule``, ``convention_report``.
 """
 
@@ -25,8 +25,9 @@ from flexrt.ir.ops import InputAttrs, RepartitionAttrs, ReplicateAttrs
 from flexrt.ir.pcg import PCG, TensorRef
 from flexrt.ir.tensor_shape import TensorShape
 from flexrt.search.substitutions.evaluate import evaluate
-from flexrt.search.substitutions.rule import (OP_SPECS, OP_TYPES, PARALLEL_TYPES, OutputMap, PatternOp, Rule, Slot,
-                                              load_rules)
+from flexrt.ir.datatype import DataType
+from flexrt.search.substitutions.rule import (OP_SPECS, OP_TYPES, PARALLEL_TYPES, UNARY_TYPES, OutputMap, PatternOp,
+                                              Rule, Slot, load_rules)
 from flexrt.search.substitutions.semantics import ACTI, to_attrs
 
 DIM_KEYS = ("PM_AXIS", "PM_PARALLEL_DIM")
@@ -112,6 +113,38 @@ def operand_ranks(rule: Rule) -> dict[int, int]:
                     role[s.op] = True
     return {k: 2 if k in weights else 3
             for k in sorted(-o - 1 for o in rule.external_inputs("src") | rule.external_inputs("dst"))}
+
+
+# Operators whose output has the rank and role of their first input (a vector stays a vector).
+_KEEPS_ROLE = frozenset(PARALLEL_TYPES) | {"OP_CONCAT", "OP_SPLIT", "OP_EW_ADD", "OP_EW_MUL", "OP_RELU",
+                                           "OP_SCALAR_MULTIPLY"} | set(UNARY_TYPES)
+_VECTOR_SLOTS = {("OP_BIAS_ADD", 1), ("OP_LINEAR", 2), ("OP_LAYERNORM", 1), ("OP_LAYERNORM", 2)}
+
+
+def rule_input_shapes(rule: Rule, size: int = 4) -> dict[int, TensorShape]:
+    """Shapes on which the generator found a rule of ours, from the roles of its external inputs
+    (FlexFlow numbering, -1, -2, ...): a bias or layer norm weight is a vector [size]; embedding
+    indices are an int64 [size, size] matrix; with a batch matmul every other input is [size]*3;
+    else [size, size]."""
+    roles: dict[int, str] = {}
+    for ops in (rule.src, rule.dst):
+        role: dict[int, str] = {}
+        for i in reversed(range(len(ops))):
+            op = ops[i]
+            for k, s in enumerate(op.inputs):
+                r = ("vector" if (op.type, k) in _VECTOR_SLOTS else "index" if (op.type, k) == ("OP_EMBEDDING", 0)
+                     else role.get(i) if op.type in _KEEPS_ROLE else None)
+                if r and s.external:
+                    roles.setdefault(s.op, r)
+                elif r:
+                    role.setdefault(s.op, r)
+    bmm = any(op.type == "OP_BATCHMATMUL" for op in rule.src + rule.dst)
+    shapes = {}
+    for k in rule.external_inputs("src") | rule.external_inputs("dst"):
+        r = roles.get(k)
+        shapes[k] = (TensorShape((size,)) if r == "vector" else TensorShape((size, size), DataType.DT_INT64)
+                     if r == "index" else TensorShape((size,) * (3 if bmm else 2)))
+    return shapes
 
 
 def to_innermost(rule: Rule) -> Rule:

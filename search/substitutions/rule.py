@@ -81,7 +81,7 @@ PARALLEL_TYPES = ("OP_PARTITION", "OP_COMBINE", "OP_REPLICATE", "OP_REDUCE")
 MAX_RANK = 8  # dimensions a rule's tensors may have (FlexFlow's rules use 3)
 # parameter -> (least, greatest value) (None: unbounded), and what it means for messages
 PARAM_RANGES = {
-    "PM_ACTI": (0, 3, "TASO's activation: 0 none, 1 sigmoid, 2 relu, 3 tanh"),
+    "PM_ACTI": (0, 4, "TASO's activation: 0 none, 1 sigmoid, 2 relu, 3 tanh; and flexrt's 4 gelu"),
     "PM_SOFTMAX_DIM": (0, MAX_RANK - 1, "a dimension"),
     "PM_AXES": (1, MAX_RANK, "the number of innermost dimensions normalized"),
     "PM_AGGR": (0, 1, "the embedding's aggregation: 0 none, 1 sum (an embedding bag)"),

@@ -3,7 +3,7 @@ PCG operators, shared by the generator, the verifier's concrete checks and the r
 
 | rule operator | parameters | flexrt operator |
 |---|---|---|
-| ``OP_LINEAR`` (x, w[, b]) | ``PM_ACTI`` 0 none, 1 sigmoid, 2 relu, 3 tanh (TASO's numbering) | ``LinearAttrs(w.dims[1], use_bias=(b given), activation)``; x [..., in], w [in, out], b [out] |
+| ``OP_LINEAR`` (x, w[, b]) | ``PM_ACTI`` 0 none, 1 sigmoid, 2 relu, 3 tanh (TASO's numbering), 4 gelu | ``LinearAttrs(w.dims[1], use_bias=(b given), activation)``; x [..., in], w [in, out], b [out] |
 | ``OP_RELU`` (x) | | ``ElementUnaryAttrs(RELU)`` |
 | ``OP_SIGMOID``, ``OP_TANH``, ``OP_GELU``, ``OP_ELU``, ``OP_EXP``, ``OP_SIN``, ``OP_COS``, ``OP_IDENTITY`` (x) | | ``ElementUnaryAttrs(SIGMOID, ...)`` |
 | ``OP_BIAS_ADD`` (x, b) | | ``BiasAddAttrs()``: x [..., f] + b [f] |
@@ -43,7 +43,8 @@ from flexrt.ir.ops.softmax import softmax_axis
 from flexrt.ir.tensor_shape import TensorShape
 from flexrt.search.substitutions.rule import UNARY_TYPES, PatternOp
 
-ACTI = {0: ActiMode.AC_MODE_NONE, 1: ActiMode.AC_MODE_SIGMOID, 2: ActiMode.AC_MODE_RELU, 3: ActiMode.AC_MODE_TANH}
+ACTI = {0: ActiMode.AC_MODE_NONE, 1: ActiMode.AC_MODE_SIGMOID, 2: ActiMode.AC_MODE_RELU, 3: ActiMode.AC_MODE_TANH,
+        4: ActiMode.AC_MODE_GELU}  # TASO's numbering, and 4 for GELU (TASO has none)
 ACTI_CODE = {v: k for k, v in ACTI.items()}
 BINARY = {"OP_EW_ADD": OpType.EW_ADD, "OP_EW_MUL": OpType.EW_MUL}
 BINARY_CODE = {v: k for k, v in BINARY.items()}
@@ -73,7 +74,7 @@ def to_attrs(op: PatternOp, inputs: Sequence[TensorShape]):
     if t == "OP_LINEAR":
         acti = op.param("PM_ACTI", 0)
         if acti not in ACTI:
-            raise GraphError(f"OP_LINEAR: PM_ACTI {acti} is not supported (valid: 0 none, 1 sigmoid, 2 relu, 3 tanh)")
+            raise GraphError(f"OP_LINEAR: PM_ACTI {acti} is not supported (valid: 0 none, 1 sigmoid, 2 relu, 3 tanh, 4 gelu)")
         if len(inputs) < 2 or inputs[1].rank != 2:
             raise GraphError(f"OP_LINEAR: the weight must be a matrix [in, out], got {inputs[1:2]}")
         return LinearAttrs(inputs[1].dims[1], len(inputs) == 3, ACTI[acti])

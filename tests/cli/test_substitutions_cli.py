@@ -104,25 +104,44 @@ def test_verify_flexflow_file_reports_unusable(monkeypatch, capsys):
     assert seen["taso_rule_241"].src[0].param("PM_PARALLEL_DIM") == 0
 
 
-def test_generate_writes_the_proved_rules(monkeypatch, tmp_path, capsys):
+def test_generate_writes_the_proved_rules_and_a_stats_record_that_stats_reads(monkeypatch, tmp_path, capsys):
     rules = list(unity_example_rules().values())
     calls = {}
 
-    def generate(max_ops=3, degree=2, seed=0, progress=None):
-        calls.update(max_ops=max_ops, degree=degree, seed=seed)
-        return types.SimpleNamespace(rules=tuple(rules), counts={"enumerated": 10, "candidates": 5})
-    fake_module(monkeypatch, "generate", generate=generate)
+    def generate_library(families=None, max_ops=None, degree=2, seed=0, progress=None):
+        calls.update(families=families, max_ops=max_ops, degree=degree, seed=seed)
+        return types.SimpleNamespace(rules=tuple(rules), counts={"enumerated": 10})
+    fake_module(monkeypatch, "families", generate_library=generate_library)
     fake_module(monkeypatch, "verify", verify_rules=lambda rs: ["proved", "refuted", "proved", "unknown", "proved"])
     out = tmp_path / "lib.json"
-    assert main(["substitutions", "generate", "--max-ops", "2", "--output", str(out), "--json"]) == 0
+    assert main(["substitutions", "generate", "--max-ops", "2", "--family", "core", "--family", "bias",
+                 "--output", str(out), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert calls == {"max_ops": 2, "degree": 2, "seed": 0}
+    assert calls == {"families": ["core", "bias"], "max_ops": 2, "degree": 2, "seed": 0}
     assert doc["counts"]["proved"] == 3 and doc["counts"]["refuted"] == 1 and doc["written"] == 3
+    assert doc["counts"]["candidates"] == 5 and doc["counts"]["proved_percent"] == 60.0
     assert [r.name for r in load_rules(out)] == [rules[i].name for i in (0, 2, 4)]
     assert Path(doc["output"]) == out
+    record = json.loads((tmp_path / "lib.stats.json").read_text())
+    assert record["counts"]["unknown"] == 1 and record["by_operator"]["OP_RELU"]["candidates"] == 2
+    assert [r["status"] for r in record["not_proved"]] == ["refuted", "unknown"]
+    assert main(["substitutions", "stats", "--file", str(out), "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["rules"] == 3 and stats["generation"]["counts"]["candidates"] == 5
+    assert main(["substitutions", "stats", "--file", str(out)]) == 0
+    assert "generated: 5 candidates, 3 proved (60.0%), 1 refuted, 1 unknown" in capsys.readouterr().out
+
+
+def test_stats_of_the_shipped_library_reports_its_verification(capsys):
+    assert main(["substitutions", "stats", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    c = doc["generation"]["counts"]
+    assert c["proved"] + c["refuted"] + c["unknown"] == c["candidates"] and c["proved"] == doc["rules"]
+    assert c["proved"] >= 0.95 * c["candidates"]
+    assert doc["generation"]["by_operator"]["OP_SOFTMAX"]["proved"] >= 1
 
 
 def test_generate_without_a_generator_is_a_clear_error(monkeypatch, tmp_path, capsys):
-    monkeypatch.setitem(sys.modules, "flexrt.search.substitutions.generate", None)
+    monkeypatch.setitem(sys.modules, "flexrt.search.substitutions.families", None)
     assert main(["substitutions", "generate", "--output", str(tmp_path / "x.json")]) == 1
     assert "generate" in capsys.readouterr().err

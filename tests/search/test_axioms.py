@@ -27,7 +27,7 @@ from flexrt.search.substitutions.rule import UNARY_TYPES
 
 
 def _draw_ints(draw, ax: Axiom, rank: int) -> dict:
-    dom = {DIM: st.integers(0, rank - 1), DEG: st.integers(1, 4), ACTI: st.integers(0, 3),
+    dom = {DIM: st.integers(0, rank - 1), DEG: st.integers(1, 4), ACTI: st.integers(0, 4),
            SCALAR: st.integers(-3, 3), UNARY: st.integers(0, len(UNARY_TYPES) - 1), AXES: st.integers(1, rank - 1),
            AGGR: st.integers(0, 1)}
     return {n: draw(dom[d]) for n, d in ax.ints}

@@ -61,8 +61,45 @@ def test_mangled_rule_file(data):
 def test_rules_made_in_code_are_checked_on_load_not_on_construction():
     """A Rule built in code may hold any operator (the verifier reports it as unknown); a file may not."""
     from flexrt.search.substitutions.rule import OutputMap, PatternOp, Slot
-    r = Rule("softmax", (PatternOp("OP_SOFTMAX", (Slot(-1),)),), (PatternOp("OP_RELU", (Slot(-1),)),),
+    r = Rule("conv", (PatternOp("OP_CONV2D", (Slot(-1),)),), (PatternOp("OP_RELU", (Slot(-1),)),),
              (OutputMap(0, 0, 0, 0),))
     assert Rule.from_json(r.to_json()) == r
-    with pytest.raises(GraphError, match=r"r\.json: rule\[0\]\.srcOp\[0\]\.type is 'OP_SOFTMAX'; valid: OP_LINEAR"):
+    with pytest.raises(GraphError, match=r"r\.json: rule\[0\]\.srcOp\[0\]\.type is 'OP_CONV2D'; valid: OP_LINEAR"):
         check_rule_ops(r, "r.json: rule[0]")
+
+
+def _one_op_file(t: str, n_inputs: int, params: dict) -> bytes:
+    op = {"_t": "Operator", "type": t, "input": [{"_t": "Tensor", "opId": -1 - k, "tsId": 0} for k in range(n_inputs)],
+          "para": [{"_t": "Parameter", "key": k, "value": v} for k, v in params.items()]}
+    rule = {"_t": "Rule", "name": "r", "srcOp": [op], "dstOp": [op],
+            "mappedOutput": [{"_t": "MapOutput", "srcOpId": 0, "srcTsId": 0, "dstOpId": 0, "dstTsId": 0}]}
+    return json.dumps({"_t": "RuleCollection", "rule": [rule]}).encode()
+
+
+@pytest.mark.parametrize("t, n, params, message", [
+    ("OP_SOFTMAX", 1, {}, r"\(OP_SOFTMAX\)\.para: OP_SOFTMAX needs PM_SOFTMAX_DIM"),
+    ("OP_SOFTMAX", 1, {"PM_SOFTMAX_DIM": 8}, r"PM_SOFTMAX_DIM is 8; valid: 0\.\.7 \(a dimension\)"),
+    ("OP_LAYERNORM", 1, {"PM_AXES": 0}, r"PM_AXES is 0; valid: 1\.\.8 \(the number of innermost dimensions"),
+    ("OP_LAYERNORM", 4, {"PM_AXES": 1}, r"\.input: OP_LAYERNORM takes 1 or 2 or 3 input\(s\), got 4"),
+    ("OP_LINEAR", 4, {"PM_ACTI": 0}, r"\.input: OP_LINEAR takes 2 or 3 input\(s\), got 4"),
+    ("OP_LINEAR", 3, {"PM_ACTI": 4}, r"PM_ACTI is 4; valid: 0\.\.3"),
+    ("OP_EMBEDDING", 2, {"PM_AGGR": 2}, r"PM_AGGR is 2; valid: 0\.\.1 \(the embedding's aggregation"),
+    ("OP_SIGMOID", 1, {"PM_AXIS": 0}, r"OP_SIGMOID takes no parameter 'PM_AXIS'; valid: none"),
+    ("OP_BATCHMATMUL", 1, {}, r"OP_BATCHMATMUL takes 2 input\(s\), got 1"),
+    ("OP_BIAS_ADD", 2, {"PM_ACTI": 0}, r"OP_BIAS_ADD takes no parameter 'PM_ACTI'"),
+])
+def test_new_operators_with_bad_inputs_or_parameters_name_file_field_and_valid_values(t, n, params, message):
+    path = FOLDER / "bad.json"
+    path.write_bytes(_one_op_file(t, n, params))
+    with pytest.raises(GraphError, match=r"bad\.json: rule\[0\] \('r'\)\.srcOp\[0\].*" + message):
+        load_rules(path)
+
+
+@pytest.mark.parametrize("t, n, params", [("OP_SOFTMAX", 1, {"PM_SOFTMAX_DIM": 1}), ("OP_LAYERNORM", 3, {"PM_AXES": 1}),
+                                          ("OP_LINEAR", 3, {"PM_ACTI": 3}), ("OP_EMBEDDING", 2, {"PM_AGGR": 1}),
+                                          ("OP_GELU", 1, {}), ("OP_BATCHMATMUL", 2, {}), ("OP_BIAS_ADD", 2, {})])
+def test_new_operators_with_good_parameters_load(t, n, params):
+    path = FOLDER / "good.json"
+    path.write_bytes(_one_op_file(t, n, params))
+    (rule,) = load_rules(path)
+    assert rule.src[0].type == t and len(rule.src[0].inputs) == n and dict(rule.src[0].params) == params

@@ -1,0 +1,136 @@
+"""The operators added to the rule language: their fingerprints are exact or uninterpreted (collide
+only on the same function of equal values), each generator family's rules hold on real tensors and
+match their own source, the typed verifier proves the new laws and the concat laws that need sizes,
+and refuses false ones."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from flexrt.errors import GraphError
+from flexrt.search.substitutions.families import FAMILIES, family_names, generate_library
+from flexrt.search.substitutions.fingerprint import P, evaluate_side, to_pcg, value_digest
+from flexrt.search.substitutions.match import find_matches
+from flexrt.search.substitutions.rule import OutputMap, PatternOp, Rule, Slot
+from flexrt.search.substitutions.semantics import flexrt_dim
+from flexrt.search.substitutions.verify import Status, verify_rules
+from tests.search.test_library_law import law_holds
+
+X, Y, W, B = Slot(-1), Slot(-2), Slot(-3), Slot(-4)
+S = Slot
+
+
+def op(t, *inputs, **params):
+    return PatternOp(t, inputs, tuple((f"PM_{k.upper()}", v) for k, v in params.items()))
+
+
+def digest(ops, inputs):
+    return value_digest(evaluate_side(ops, inputs, modulus=P)[-1][0])
+
+
+def test_uninterpreted_fingerprints_tell_functions_and_values_apart():
+    rng = np.random.default_rng(0)
+    x, y = rng.integers(0, P, (4, 4)), rng.integers(0, P, (4, 4))
+    sig, tanh = op("OP_SIGMOID", X), op("OP_TANH", X)
+    assert digest([sig], {-1: x}) == digest([sig], {-1: x.copy()})
+    assert digest([sig], {-1: x}) != digest([tanh], {-1: x})
+    assert digest([sig], {-1: x}) != digest([sig], {-1: y})
+    sm0, sm1 = op("OP_SOFTMAX", X, softmax_dim=0), op("OP_SOFTMAX", X, softmax_dim=1)
+    assert digest([sm0], {-1: x}) != digest([sm1], {-1: x})
+    # softmax along dim 0 is a function of each row: permuting rows permutes the result, and
+    # partitioning the other dim commutes with it
+    part = op("OP_PARTITION", S(0), parallel_dim=1, parallel_degree=2)
+    first = digest([sm0, part], {-1: x})
+    assert first == digest([op("OP_PARTITION", X, parallel_dim=1, parallel_degree=2),
+                            op("OP_SOFTMAX", S(0), softmax_dim=0)], {-1: x})
+    # a fused sigmoid is sigmoid after the linear; a fused tanh is not
+    w = rng.integers(0, P, (4, 4))
+    fused = digest([op("OP_LINEAR", X, W, acti=1)], {-1: x, -3: w})
+    assert fused == digest([op("OP_LINEAR", X, W, acti=0), op("OP_SIGMOID", S(0))], {-1: x, -3: w})
+    assert fused != digest([op("OP_LINEAR", X, W, acti=3)], {-1: x, -3: w})
+
+
+def test_a_dimension_beyond_the_rank_is_an_error_not_a_wrap_around():
+    assert flexrt_dim(0, 1) == 0 and flexrt_dim(1, 2) == 0
+    with pytest.raises(GraphError, match="dimension 1 .* rank 1; valid: 0..0"):
+        flexrt_dim(1, 1)
+
+
+@pytest.mark.parametrize("family", [f for f in family_names() if f not in ("core", "bias")])
+def test_every_rule_of_a_family_holds_on_real_tensors_and_matches_its_source(family):
+    res = generate_library([family])
+    assert res.rules, family
+    for i, (rule, shapes) in enumerate(zip(res.rules, res.input_shapes)):
+        if i % 3:  # a third of them keeps the test short; the shipped library's law test covers all
+            continue
+        g, _ = to_pcg(rule.src, {k: s.tensor_shape for k, s in shapes.items()})
+        matches = find_matches(g, rule)
+        assert matches, rule
+        assert law_holds(g, rule, matches[0], seed=i), rule
+
+
+def test_the_bias_family_within_two_operators():
+    res = generate_library(["bias"], max_ops=2)
+    kinds = {op.type for r in res.rules for op in r.src + r.dst}
+    assert "OP_BIAS_ADD" in kinds
+    assert any(len(o.inputs) == 3 for r in res.rules for o in r.src + r.dst if o.type == "OP_LINEAR")
+    for i, (rule, shapes) in enumerate(zip(res.rules, res.input_shapes)):
+        g, _ = to_pcg(rule.src, {k: s.tensor_shape for k, s in shapes.items()})
+        assert law_holds(g, rule, find_matches(g, rule)[0], seed=i), rule
+
+
+def test_families_are_named_and_bounded():
+    assert family_names()[0] == "core" and len(set(family_names())) == len(FAMILIES)
+    assert all(1 <= f.max_ops <= 3 for f in FAMILIES)
+    with pytest.raises(Exception, match="unknown generator family nope; valid: core"):
+        generate_library(["nope"])
+
+
+def _rule(name, src, dst, outputs=None):
+    return Rule(name, tuple(src), tuple(dst), outputs or (OutputMap(len(src) - 1, 0, len(dst) - 1, 0),))
+
+
+def concat(ax, a, b):
+    return op("OP_CONCAT", a, b, axis=ax, num_inputs=2)
+
+
+def split(ax, x):
+    return op("OP_SPLIT", x, axis=ax, num_outputs=2)
+
+
+TRUE = [
+    # holds only for equal halves: the typing (mapped outputs of equal sizes) proves it
+    _rule("split_concat", [concat(1, X, Y), split(1, S(0))], [op("OP_SCALAR_MULTIPLY", X, scalar=1)],
+          (OutputMap(1, 0, 0, 0),)),
+    _rule("concat_assoc", [concat(0, X, Y), concat(0, S(0), W)], [concat(0, Y, W), concat(0, X, S(0))]),
+    _rule("linear_bias_relu", [op("OP_LINEAR", X, W, B, acti=2)],
+          [op("OP_LINEAR", X, W, acti=0), op("OP_BIAS_ADD", S(0), B), op("OP_RELU", S(1))]),
+    _rule("softmax_partition", [op("OP_SOFTMAX", X, softmax_dim=0), op("OP_PARTITION", S(0), parallel_dim=1,
+                                                                      parallel_degree=2)],
+          [op("OP_PARTITION", X, parallel_dim=1, parallel_degree=2), op("OP_SOFTMAX", S(0), softmax_dim=0)]),
+    _rule("bmm_transpose", [op("OP_BATCHMATMUL", X, Y), op("OP_TRANSPOSE", S(0))],
+          [op("OP_TRANSPOSE", Y), op("OP_TRANSPOSE", X), op("OP_BATCHMATMUL", S(0), S(1))]),
+    _rule("gelu_concat", [concat(1, X, Y), op("OP_GELU", S(0))], [op("OP_GELU", X), op("OP_GELU", Y),
+                                                                   concat(1, S(0), S(1))]),
+    _rule("bag_model_parallel", [op("OP_EMBEDDING", X, W, aggr=1)],
+          [op("OP_REPLICATE", X, parallel_degree=2), op("OP_PARTITION", W, parallel_dim=0, parallel_degree=2),
+           op("OP_EMBEDDING", S(0), S(1), aggr=1), op("OP_COMBINE", S(2), parallel_dim=0, parallel_degree=2)]),
+]
+FALSE = [
+    _rule("concat_comm", [concat(0, X, Y)], [concat(0, Y, X)]),
+    _rule("softmax_wrong_dim", [op("OP_SOFTMAX", X, softmax_dim=0), op("OP_PARTITION", S(0), parallel_dim=0,
+                                                                      parallel_degree=2)],
+          [op("OP_PARTITION", X, parallel_dim=0, parallel_degree=2), op("OP_SOFTMAX", S(0), softmax_dim=0)]),
+    _rule("sigmoid_is_tanh", [op("OP_SIGMOID", X)], [op("OP_TANH", X)]),
+    _rule("layernorm_concat_normalized_dim", [concat(0, X, Y), op("OP_LAYERNORM", S(0), axes=1)],
+          [op("OP_LAYERNORM", X, axes=1), op("OP_LAYERNORM", Y, axes=1), concat(0, S(0), S(1))]),
+]
+
+
+def test_the_typed_verifier_proves_the_new_laws_and_refuses_false_ones():
+    results = verify_rules(TRUE + FALSE, timeout_s=10, jobs=2)
+    for r in results[:len(TRUE)]:
+        assert r.status is Status.PROVED, r
+    for r in results[len(TRUE):]:
+        assert r.status is not Status.PROVED, r
