@@ -78,6 +78,9 @@ from flexrt.machine.views import view_devices, view_from_device_ids
 from flexrt.simulator.cost_model import has_linear_transfers
 
 INF = float("inf")
+# the edge loads kept (they are recomputed when asked again): with every edge's kept, Inception-v3's
+# DP on 48 GPUs held 1.4 GB of them
+EDGE_LOADS_BYTES = 256 << 20
 # axis kinds split only on their own: copies of a whole operator (Fig. 2b's ReLU), not copies of pieces
 _ALONE = (AxisKind.REPLICA,)
 
@@ -193,16 +196,23 @@ def shared_links(machine: Machine) -> list[int]:
     transfers between different pairs of devices queue behind each other (a node's NICs and network
     ports, the bus between its sockets, a PCIe switch's uplink). A link only one device sends over (a
     GPU's own NVLink to its CPU) or only one device receives from is left out: the edge costs already
-    charge a destination the sum of what it receives."""
-    srcs: dict[int, set] = {}
-    dsts: dict[int, set] = {}
+    charge a destination the sum of what it receives. Of links that the very same routes cross (a
+    NIC's PCIe link and its network port) only the slowest is kept (the lowest id among equals): they
+    carry the same bytes, so it is the busier."""
+    routes: dict[int, list] = {}
     n = machine.num_devices
     for a in range(n):
         for b in range(n):
             for l in machine.route(a, b):
-                srcs.setdefault(l, set()).add(a)
-                dsts.setdefault(l, set()).add(b)
-    return sorted(l for l in srcs if len(srcs[l]) > 1 and len(dsts[l]) > 1)
+                routes.setdefault(l, []).append((a, b))
+    slowest: dict[tuple, int] = {}
+    for l, pairs in routes.items():
+        if len({a for a, _ in pairs}) > 1 and len({b for _, b in pairs}) > 1:
+            key = tuple(pairs)
+            kept = slowest.get(key)
+            if kept is None or (machine.links[l].bandwidth, l) < (machine.links[kept].bandwidth, kept):
+                slowest[key] = l
+    return sorted(slowest.values())
 
 
 def reshard_possible(src: ParallelTensorShape, dst: ParallelTensorShape) -> bool:
@@ -246,7 +256,8 @@ class LocalCosts:
         self._hops: dict = {}
         self._table = None
         self._node_loads: dict = {}
-        self._edge_loads: dict = {}
+        self._edge_loads: dict = {}     # least recently used first (``EDGE_LOADS_BYTES``)
+        self._edge_loads_bytes = 0
         self._vectors: dict = {}
         self._matrices: dict = {}
         self.edge_evaluations = 0
@@ -506,12 +517,16 @@ class LocalCosts:
         """``edge_matrix``'s transfers as link loads: (the layout of each configuration of ``u``, of
         ``v``, (layouts of u, layouts of v, shared links) float32 seconds; ``reshard.reshard_loads``)."""
         key = (self.sig_id(pcg, u), k, self.sig_id(pcg, v), i, bu, bv)
-        hit = self._edge_loads.get(key)
+        hit = self._edge_loads.pop(key, None)
         if hit is None:
             full = pcg.shape(v.inputs[i]).tensor_shape
             P, C = self._producers(pcg, u, k, bu), self._consumers(pcg, v, i, bv)
             D = reshard_loads(P, C, full, full.dtype.is_floating and u.op_type is not OpType.INPUT, self)
-            hit = self._edge_loads[key] = (P.index, C.index, D)
+            hit = (P.index, C.index, D)
+            self._edge_loads_bytes += D.nbytes
+            while self._edge_loads and self._edge_loads_bytes > EDGE_LOADS_BYTES:  # least recently used first
+                self._edge_loads_bytes -= self._edge_loads.pop(next(iter(self._edge_loads)))[2].nbytes
+        self._edge_loads[key] = hit
         return hit
 
     def edge_bound(self, pcg: PCG, u: Node, k: int, v: Node, i: int, bu: Block, bv: Block) -> np.ndarray:
