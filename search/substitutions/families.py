@@ -15,6 +15,11 @@ graphs alone are 560,000 extensions); TASO bounds it the same way. So:
   ``softmax``, ``bmm`` (batch matmul on 4 x 4 x 4 inputs), ``layernorm`` (without and with affine
   weights) and ``embedding`` (lookups and bags: integer indices into a 4 x 4 table).
 
+The core family's rules are oriented from the larger side to the smaller (as FlexFlow's library);
+the other families also emit each rule reversed (where the reverse reads no input its source
+lacks), since real models hold the fused forms: ``linear(x, w, b)`` with a GELU unfuses to
+``gelu(bias_add(linear(x, w), b))`` only in that direction.
+
 Entry points: ``Family``, ``FAMILIES``, ``family_names``, ``generate_library``.
 """
 
@@ -38,6 +43,7 @@ class Family:
     choices: Callable          # degree -> tuple[OpChoice, ...]
     shapes: tuple              # the external inputs (sizes, or ParallelTensorShape)
     max_ops: int
+    both_directions: bool = True   # also each rule reversed (where it reads no input its source lacks)
 
 
 def _axis(t: str, key: str, axes, **extra) -> list[OpChoice]:
@@ -68,7 +74,7 @@ _VECTOR = (4,)
 _INDICES = ParallelTensorShape.of((4, 4), dtype=DataType.DT_INT64)
 
 FAMILIES: tuple[Family, ...] = (
-    Family("core", lambda k: catalog(2, k, (0,)), (_M, _M, _M), 3),
+    Family("core", lambda k: catalog(2, k, (0,)), (_M, _M, _M), 3, both_directions=False),
     Family("activations", lambda k: tuple([OpChoice(t) for t in _UNARY] + _linear((0, 1, 3, 4)) + [OpChoice("OP_TRANSPOSE")]
                                           + _moves(2, k)), (_M, _M), 2),
     Family("bias", lambda k: tuple(_linear((0, 2), 3) + _linear((0,)) + [
@@ -117,7 +123,8 @@ def generate_library(families: Sequence[str] | None = None, max_ops: int | None 
             continue
         f0 = time.perf_counter()
         bound = fam.max_ops if max_ops is None else min(fam.max_ops, max_ops)
-        res = generate(bound, fam.shapes, seed, degree, choices=fam.choices(degree), progress=progress)
+        res = generate(bound, fam.shapes, seed, degree, choices=fam.choices(degree),
+                       both_directions=fam.both_directions, progress=progress)
         kept = 0
         for rule, shape, pair in zip(res.rules, res.input_shapes, res.pairs):
             k = _key(rule)
