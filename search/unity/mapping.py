@@ -12,7 +12,16 @@ A compute graph (a PCG without parallelization operators; they follow from the m
 - **parallel split** of S into its weakly connected components: the two sides run one after the
   other on all of S's devices (costs add), or side by side on a split of them (the maximum), for
   every split of the resource *quantity* (devices ``start .. start+r-1`` and the rest; whole
-  nodes when S spans several), never enumerating device subsets;
+  nodes when S spans several), never enumerating device subsets. A split whose first side alone,
+  or whose two sides' maximum, is no cheaper than the best so far at every pair of boundary
+  configurations is dropped there (exact: side by side costs at least either side);
+- **contention** (``contention=True``): every solution can give, per pair of boundary
+  configurations, the seconds its transfers and gradient rings keep each shared link busy
+  (``LocalCosts.shared``) in the forward and in the backward pass, at the configurations it picks.
+  A parallel split costs at least the busiest link's forward time plus the busiest's backward time
+  of both sides' loads added (side-by-side branches send through the same NICs and socket bus),
+  and each edge between boundaries at least its own (a scatter through one NIC). Loads are built
+  only where a parallel split asks, and kept on the solution (float32);
 - a connected subgraph with neither split (not series-parallel) falls back to a greedy
   assignment in topological order (documented approximation; none of the example models needs it).
 
@@ -276,12 +285,12 @@ class MappingDP:
     """Unity's machine-mapping DP with its cross-candidate cache."""
 
     def __init__(self, machine: Machine, costs: LocalCosts, cache: bool = True, parallel_splits: bool = True,
-                 devices: Optional[int] = None, contention: bool = True) -> None:
+                 devices: Optional[int] = None, contention: bool = True, prune: bool = True) -> None:
         self.machine, self.costs, self.cache = machine, costs, cache
-        self.parallel_splits, self.contention = parallel_splits, contention
+        self.parallel_splits, self.contention, self.prune = parallel_splits, contention, prune
         self.devices = devices or machine.num_devices
         self.memo: dict = {}
-        self.hits = self.misses = 0
+        self.hits = self.misses = self.pruned = 0
 
     # ---- entry -----------------------------------------------------------------------------------
     def solve(self, pcg: PCG) -> Mapping:
@@ -440,9 +449,18 @@ class MappingDP:
         choice = np.zeros(best.shape, dtype=np.int64)
         if self.parallel_splits:
             for r in self._resource_splits(block):
+                # side by side costs at least either side (and the link bound only adds): a split that
+                # cannot beat the best so far at any pair of boundary configurations is not finished
                 a = self._solve(first, Block(block.start, r), inn, out)
+                if self.prune and (a.M >= best).all():
+                    self.pruned += 1
+                    continue
                 b = self._solve(rest, Block(block.start + r, block.count - r), inn, out)
-                M, L = self._side_by_side(a, b, np.maximum(a.M, b.M))
+                M = np.maximum(a.M, b.M)
+                if self.prune and (M >= best).all():
+                    self.pruned += 1
+                    continue
+                M, L = self._side_by_side(a, b, M)
                 better = M < best
                 choice[better] = len(options)
                 best = np.where(better, M, best)

@@ -92,6 +92,20 @@ def test_towers_on_a_machine_without_shared_links_cost_the_same():
     assert on.cost_s == off.cost_s and on.configs == off.configs
 
 
+@settings(max_examples=15, deadline=None)
+@given(blocks=blocks_st, two_inputs=st.booleans(), where=st.sampled_from([(1, 6), (2, 12)]),
+       contention=st.booleans())
+def test_pruned_side_by_side_splits_give_the_same_mapping(blocks, two_inputs, where, contention):
+    """Dropping a resource split whose first side, or whose two sides' maximum, is no cheaper than
+    the best so far anywhere changes nothing: side by side costs at least either side."""
+    machine = SUMMIT1 if where[0] == 1 else SUMMIT2
+    pcg = build(blocks, two_inputs=two_inputs)
+    got = [MappingDP(machine, LocalCosts(machine, COST, FULL, max_axes=1), devices=where[1], contention=contention,
+                     prune=prune).solve(pcg) for prune in (True, False)]
+    assert got[0].cost_s == got[1].cost_s
+    assert got[0].configs == got[1].configs
+
+
 def test_shared_links_of_the_presets():
     """Summit: per node the two network ports each way and the X-Bus each way (a NIC's PCIe link is
     crossed by the same routes as its port, which is slower); one node: the X-Bus only."""
