@@ -12,9 +12,10 @@ A compute graph (a PCG without parallelization operators; they follow from the m
 - **parallel split** of S into its weakly connected components: the two sides run one after the
   other on all of S's devices (costs add), or side by side on a split of them (the maximum), for
   every split of the resource *quantity* (devices ``start .. start+r-1`` and the rest; whole
-  nodes when S spans several), never enumerating device subsets. A split whose first side alone,
-  or whose two sides' maximum, is no cheaper than the best so far at every pair of boundary
-  configurations is dropped there (exact: side by side costs at least either side);
+  nodes when S spans several), never enumerating device subsets. A split is dropped as soon as it
+  cannot beat the best so far at any pair of boundary configurations (exact: side by side costs at
+  least either side, and a side at least its costliest node's cheapest configuration), before its
+  sides are solved where those node bounds show it, else after the first side;
 - **contention** (``contention=True``): every solution can give, per pair of boundary
   configurations, the seconds its transfers and gradient rings keep each shared link busy
   (``LocalCosts.shared``) in the forward and in the backward pass, at the configurations it picks.
@@ -451,11 +452,15 @@ class MappingDP:
             for r in self._resource_splits(block):
                 # side by side costs at least either side (and the link bound only adds): a split that
                 # cannot beat the best so far at any pair of boundary configurations is not finished
-                a = self._solve(first, Block(block.start, r), inn, out)
-                if self.prune and (a.M >= best).all():
+                b1, b2 = Block(block.start, r), Block(block.start + r, block.count - r)
+                if self.prune and (max(self._lower_bound(first, b1), self._lower_bound(rest, b2)) >= best).all():
                     self.pruned += 1
                     continue
-                b = self._solve(rest, Block(block.start + r, block.count - r), inn, out)
+                a = self._solve(first, b1, inn, out)
+                if self.prune and (np.maximum(a.M, self._lower_bound(rest, b2)) >= best).all():
+                    self.pruned += 1
+                    continue
+                b = self._solve(rest, b2, inn, out)
                 M = np.maximum(a.M, b.M)
                 if self.prune and (M >= best).all():
                     self.pruned += 1
@@ -470,6 +475,12 @@ class MappingDP:
         local = {p: j for j, p in enumerate(_members(first | rest))}
         return _Parallel(best, choice, options, [local[p] for p in _members(first)],
                          [local[p] for p in _members(rest)], loads)
+
+    def _lower_bound(self, S: int, block: Block) -> float:
+        """What every entry of S's cost on ``block`` is at least: its costliest node's cheapest
+        configuration there (each node's cost is a term of every sum and maximum S's cost is made of)."""
+        g = self.g
+        return max(float(self.costs.node_vector(g.pcg, g.node[p], block).min()) for p in _members(S))
 
     def _side_by_side(self, a: _Sol, b: _Sol, M: np.ndarray) -> tuple[np.ndarray, Optional[np.ndarray]]:
         """The contention model: two branches' cost ``M`` (their sum, or their maximum side by side) is
