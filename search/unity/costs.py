@@ -17,6 +17,15 @@ of the resharding between them. Both are estimated from the same pieces the simu
   reshardings (e.g. fewer copies than the producer makes, see ``strategy._Builder.reshard``) cost
   infinity.
 
+For the contention model of the DP (``mapping``), the same transfers are also counted as link
+loads: ``shared`` are the machine's links that carry several devices' sends to several devices
+(``shared_links``: a node's network ports, the bus between its sockets, a PCIe switch; of links the
+same routes cross, the slowest); ``edge_loads`` gives, per pair of configurations, the seconds each
+is busy with the edge's transfers in the forward and in the backward pass (``reshard.reshard_loads``:
+the lowering's moves, compiled), ``node_loads`` with a configuration's gradient rings (each send
+paying the route's latency at each of the ring's 2(n-1) steps, as the simulator's ring does), and
+``edge_bound`` the busiest link's forward time plus the busiest's backward time of an edge.
+
 The configurations an operator may take on a block of devices are Unity's "resource quantities":
 every degree assignment over the allowed axis kinds (replica axes included: ``relu`` copied on
 every device is Fig. 2b's), at most ``max_axes`` (default 2) of them split, whose total degree

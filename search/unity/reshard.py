@@ -20,7 +20,12 @@ The operations and their order are those of ``edge_cost``, so every number is th
 tests check the matrices against ``edge_cost`` and the kernels against their pure-Python references
 here (``missing_and_holders_py``, ``partial_sum_costs_py``).
 
-Entry points: ``producers``, ``consumers``, ``reshard_matrix``, ``Memo``.
+``reshard_loads`` turns the same pairs into link loads for the DP's contention model: the moves
+``strategy.reshard_plan`` makes (every box a consumer piece lacks, from the piece holding it) added
+per hop on the machine's shared links, in the compiled kernel ``_reshard.plain_loads`` (reference:
+``_plain_sends``, also the path for transfer times that are not linear in the bytes).
+
+Entry points: ``producers``, ``consumers``, ``reshard_matrix``, ``reshard_loads``, ``Memo``.
 """
 
 from __future__ import annotations
