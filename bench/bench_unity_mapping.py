@@ -9,6 +9,10 @@
     python bench/bench_unity_mapping.py --scaling          ResNeXt-50: seconds of one DP solve with and
                                                            without the model, median of --repeat, and
                                                            the ratio to 6 GPUs measured in the same run
+    python bench/bench_unity_mapping.py --search           ResNeXt-50: seconds of Unity's whole search
+                                                           (bench_unity.py --scaling's) with the model
+                                                           and without it (the DP as it was), runs
+                                                           interleaved, and the found strategies' ms
     --models dlrm mlp --devices 6 12 --repeat 3 --budget N narrow any of them
 
 Costs: the analytic model. Times are wall-clock seconds on this machine; every line ends with the
@@ -104,17 +108,51 @@ def scaling(devices, repeat: int) -> None:
               f"{med[1] / first[1]:6.2f} {med[0] / med[1]:7.2f}  {_load()}", flush=True)
 
 
+def search(devices, repeat: int, budget: int) -> None:
+    """Unity's search with and without the model; without it, the search module's DP is given
+    ``contention=False`` (the DP as it was before the model), runs alternating so load hits both."""
+    import functools
+
+    import flexrt.search.unity.search as unity_search
+    plain = unity_search.MappingDP
+    print(f"ResNeXt-50 (per-GPU batch 64) on summit: Unity's search (budget {budget}), median of {repeat} runs "
+          f"(min..max), ratio to the first size in this run; found: the simulated ms of the strategy returned")
+    print(f"{'GPUs':>5} {'on s':>7} {'range':>13} {'ratio':>6} {'off s':>7} {'range':>13} {'ratio':>6} {'on/off':>7}"
+          f" {'found on':>10} {'found off':>10}")
+    first = None
+    try:
+        for n in devices:
+            machine, pcg = _setup("resnext50", n)
+            walls: dict = {True: [], False: []}
+            found = {}
+            for _ in range(repeat):
+                for contention in (True, False):
+                    unity_search.MappingDP = functools.partial(plain, contention=contention)
+                    t = time.perf_counter()
+                    found[contention] = unity(pcg, machine, COST, budget=budget, progress=False).cost_s
+                    walls[contention].append(time.perf_counter() - t)
+            med = [statistics.median(walls[c]) for c in (True, False)]
+            rng = [f"{min(walls[c]):5.2f}..{max(walls[c]):<5.2f}" for c in (True, False)]
+            first = first or med
+            print(f"{n:>5} {med[0]:7.2f} {rng[0]:>13} {med[0] / first[0]:6.2f} {med[1]:7.2f} {rng[1]:>13} "
+                  f"{med[1] / first[1]:6.2f} {med[0] / med[1]:7.2f} {found[True] * 1e3:10.4f} {found[False] * 1e3:10.4f}"
+                  f"  {_load()}", flush=True)
+    finally:
+        unity_search.MappingDP = plain
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--estimates", action="store_true")
     ap.add_argument("--dlrm", action="store_true")
     ap.add_argument("--scaling", action="store_true")
+    ap.add_argument("--search", action="store_true")
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     ap.add_argument("--devices", type=int, nargs="+", default=list(DEVICES))
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--budget", type=int, default=1000)
     args = ap.parse_args()
-    if not (args.estimates or args.dlrm or args.scaling):
+    if not (args.estimates or args.dlrm or args.scaling or args.search):
         args.estimates = True
     if args.estimates:
         estimates(args.models, args.devices)
@@ -122,6 +160,8 @@ def main() -> None:
         dlrm(args.devices, args.budget)
     if args.scaling:
         scaling(args.devices, args.repeat)
+    if args.search:
+        search(args.devices, args.repeat, args.budget)
 
 
 if __name__ == "__main__":
