@@ -347,13 +347,10 @@ def _firsts(P: Producers) -> np.ndarray:
     """Per producer piece, the first piece of its layout with the same box and sum index."""
     hit = getattr(P, "_first", None)
     if hit is None:
-        hit = np.empty(len(P.sum), dtype=np.int64)
-        for a in range(len(P.off) - 1):
-            lo, hi = int(P.off[a]), int(P.off[a + 1])
-            keys = np.concatenate([P.box[lo:hi].reshape(hi - lo, -1), P.sum[lo:hi, None]], axis=1)
-            _, first, grp = np.unique(keys, axis=0, return_index=True, return_inverse=True)
-            hit[lo:hi] = lo + first[grp.ravel()]
-        P._first = hit
+        layout = np.repeat(np.arange(len(P.off) - 1, dtype=np.int64), np.diff(P.off))
+        keys = np.concatenate([layout[:, None], P.box.reshape(len(P.sum), -1), P.sum[:, None]], axis=1)
+        _, first, grp = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+        hit = P._first = first[grp.ravel()].astype(np.int64)
     return hit
 
 
