@@ -82,16 +82,48 @@ class Z3Algebra:
         self._bmm, self._embedding = F("bmm", T, T, T), F("embedding", I, T, T, T)
         self._layernorm = {1: F("layernorm", I, T, T), 2: F("layernorm_g", I, T, T, T),
                            3: F("layernorm_gb", I, T, T, T, T)}
+        self.typing: list = []
 
-    def linear(self, a, x, w): return self._linear(a, x, w)
+    # Every operator application records when it is well typed (``typing``, on the sizes of
+    # ``self.dims``): an axiom holds where both its sides are well typed, a rule where its sides are.
+    # Unguarded, an axiom instantiated on ill-typed terms equates sizes that differ (ewadd(x, y) =
+    # ewadd(y, x) with dim(ewadd(x, y), i) = dim(x, i) makes every two added tensors alike) and the
+    # typing hypotheses of a rule become contradictory: everything is proved.
+    dims = range(4)
+
+    def _typed(self, *conds):
+        self.typing.extend(c for c in conds if not isinstance(c, bool))
+
+    def _same(self, a, b, skip=lambda i: False):
+        z3 = self.z3
+        self._typed(*(z3.Or(skip(i), self.dim(a, i) == self.dim(b, i)) for i in self.dims))
+
+    def linear(self, a, x, w):
+        self._typed(self.dim(x, 0) == self.dim(w, 1))
+        return self._linear(a, x, w)
     def relu(self, x): return self._relu(x)
     def transpose(self, x): return self._transpose(x)
-    def ewadd(self, a, b): return self._ewadd(a, b)
-    def ewmul(self, a, b): return self._ewmul(a, b)
+    def ewadd(self, a, b):
+        self._same(a, b)
+        return self._ewadd(a, b)
+
+    def ewmul(self, a, b):
+        self._same(a, b)
+        return self._ewmul(a, b)
+
     def smul(self, s, x): return self._smul(s, x)
-    def concat(self, ax, a, b): return self._concat(ax, a, b)
-    def split0(self, ax, x): return self._split0(ax, x)
-    def split1(self, ax, x): return self._split1(ax, x)
+    def concat(self, ax, a, b):
+        self._same(a, b, lambda i: ax == i)
+        return self._concat(ax, a, b)
+
+    def split0(self, ax, x):
+        self._typed(self.dim(x, ax) % 2 == 0)
+        return self._split0(ax, x)
+
+    def split1(self, ax, x):
+        self._typed(self.dim(x, ax) % 2 == 0)
+        return self._split1(ax, x)
+
     def partition(self, d, k, x): return self._partition(d, k, x)
     def combine(self, d, k, x): return self._combine(d, k, x)
     def replicate(self, k, x): return self._replicate(k, x)
@@ -100,11 +132,24 @@ class Z3Algebra:
     def unary(self, c, x): return self._unary(c, x)
     def act(self, a, t): return self._act(a, t)
     def softmax(self, d, x): return self._softmax(d, x)
-    def bias_add(self, x, b): return self._bias_add(x, b)
-    def linearb(self, a, x, w, b): return self._linearb(a, x, w, b)
-    def bmm(self, a, b): return self._bmm(a, b)
+    def bias_add(self, x, b):
+        self._typed(self.dim(x, 0) == self.dim(b, 0))
+        return self._bias_add(x, b)
+
+    def linearb(self, a, x, w, b):
+        self._typed(self.dim(x, 0) == self.dim(w, 1), self.dim(b, 0) == self.dim(w, 0))
+        return self._linearb(a, x, w, b)
+
+    def bmm(self, a, b):
+        self._typed(self.dim(a, 0) == self.dim(b, 1))
+        self._same(a, b, lambda i: i < 2)
+        return self._bmm(a, b)
+
     def embedding(self, g, idx, t): return self._embedding(g, idx, t)
-    def layernorm(self, n, x, *weights): return self._layernorm[1 + len(weights)](n, x, *weights)
+    def layernorm(self, n, x, *weights):
+        for w in weights:
+            self._same(x, w, lambda i: self.z3.IntVal(i) >= n)
+        return self._layernorm[1 + len(weights)](n, x, *weights)
 
     def ite(self, c, a, b):
         return self.z3.If(c, a, b)
@@ -124,6 +169,7 @@ class Z3Algebra:
         env = {n: z3.Int(n) for n, _ in ax.ints}
         env.update({n: z3.Const(n, self.T) for n in ax.tensors})
         v = SimpleNamespace(**env)
+        self.typing = []
         lhs, rhs = ax.law(self, v)
         conds = []
         for n, dom in ax.ints:
@@ -136,6 +182,7 @@ class Z3Algebra:
                 conds += [env[n] >= lo] + ([env[n] <= hi] if hi is not None else [])
         conds += list(ax.guard(self, v)) if ax.guard else []
         conds += list(ax.where(self, v)) if ax.where else []
+        conds += self.typing
         body = lhs == rhs if not conds else z3.Implies(z3.And(*conds), lhs == rhs)
         bound = list(env.values())
         pats = [side for side in (lhs, rhs) if patterns and _is_pattern(z3, side, set(env))]

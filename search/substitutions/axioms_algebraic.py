@@ -159,7 +159,9 @@ def split1_concat(A, v):
     return A.split1(v.ax, A.concat(v.ax, v.a, v.b)), v.b
 
 
-@axiom("concat(ax, split0(ax, x), split1(ax, x)) = x: concat undoes split", "x", "ax:dim", ranks=(2, 3))
+@axiom("concat(ax, split0(ax, x), split1(ax, x)) = x when dim(x, ax) is even: concat undoes split (unguarded, it "
+       "made every size even, so a half's size too, ..., and every typed rule provable)", "x", "ax:dim",
+       where=lambda A, v: [A.dim(v.x, v.ax) % 2 == 0], ranks=(2, 3))
 def concat_split(A, v):
     return A.concat(v.ax, A.split0(v.ax, v.x), A.split1(v.ax, v.x)), v.x
 

@@ -3,9 +3,10 @@
 ``rule_terms`` gives ``(source term, destination term)`` per mapped output; with ``hypotheses`` it
 also collects the conditions under which the rewriter applies the rule, stated with the sizes
 ``dim(t, i)`` on the dimensions the rule can tell apart (0, 1, 2 and every dimension a parameter
-names): every operator of both sides is well typed (element-wise operands of equal sizes, concat
-operands equal off the axis, a split dimension even, a linear's inner dimensions equal, ...) and
-each mapped output has the sizes of the tensor it replaces. Sizes are at least 1.
+names): every operator of both sides is well typed (``Z3Algebra`` records it for each application:
+element-wise operands of equal sizes, concat operands equal off the axis, a split dimension even, a
+linear's inner dimensions equal, ...) and each mapped output has the sizes of the tensor it
+replaces. Sizes are at least 1.
 
 Entry points: ``rule_terms``, ``SUPPORTED``.
 """
@@ -76,28 +77,6 @@ def _apply(alg, op, args, where: str) -> tuple:
     return (alg.reduce(deg(), *args),)
 
 
-def _typing(alg, op, args, dims) -> list:
-    """Conditions under which flexrt accepts ``op`` on ``args`` (sizes on ``dims``)."""
-    t, d = op.type, alg.dim
-    eq = lambda a, b, ds: [d(a, i) == d(b, i) for i in ds]  # noqa: E731
-    if t in ("OP_EW_ADD", "OP_EW_MUL"):
-        return eq(args[0], args[1], dims)
-    if t == "OP_CONCAT":
-        return eq(args[0], args[1], [i for i in dims if i != op.param("PM_AXIS")])
-    if t == "OP_SPLIT":
-        return [d(args[0], op.param("PM_AXIS")) % 2 == 0]
-    if t == "OP_LINEAR":
-        return [d(args[0], 0) == d(args[1], 1)] + ([d(args[2], 0) == d(args[1], 0)] if len(args) == 3 else [])
-    if t == "OP_BIAS_ADD":
-        return [d(args[0], 0) == d(args[1], 0)]
-    if t == "OP_BATCHMATMUL":
-        return [d(args[0], 0) == d(args[1], 1)] + eq(args[0], args[1], [i for i in dims if i >= 2])
-    if t == "OP_LAYERNORM":
-        n = op.param("PM_AXES")
-        return [c for w in args[1:] for c in eq(args[0], w, [i for i in dims if i < n])]
-    return []
-
-
 def rule_terms(rule: Rule, alg, hypotheses: list | None = None) -> list[tuple]:
     """``(source term, destination term)`` per mapped output; external input ``k`` is the constant
     ``in<k>`` of sort ``T``, the same on both sides. ``hypotheses``, when given, receives the rule's
@@ -106,6 +85,7 @@ def rule_terms(rule: Rule, alg, hypotheses: list | None = None) -> list[tuple]:
     inputs: dict[int, object] = {}
     dims = rule_dims(rule)
     tensors: list = []
+    alg.typing, alg.dims = [], dims   # the algebra records each application's typing on these dims
 
     def side(ops, where):
         outs: list[tuple] = []
@@ -121,9 +101,7 @@ def rule_terms(rule: Rule, alg, hypotheses: list | None = None) -> list[tuple]:
                                          f"{s.op} ({ops[s.op].type}), which has {len(outs[s.op])}")
                     args.append(outs[s.op][s.ts])
             outs.append(_apply(alg, op, args, f"rule {rule.name}: {where} operator {i}"))
-            if hypotheses is not None:
-                hypotheses.extend(_typing(alg, op, args, dims))
-                tensors.extend(outs[-1])
+            tensors.extend(outs[-1])
         return outs
 
     src, dst = side(rule.src, "source"), side(rule.dst, "destination")
@@ -132,7 +110,9 @@ def rule_terms(rule: Rule, alg, hypotheses: list | None = None) -> list[tuple]:
         if m.src_ts >= len(src[m.src_op]) or m.dst_ts >= len(dst[m.dst_op]):
             raise GraphError(f"rule {rule.name}: output map {m} names an output the operator does not have")
         pairs.append((src[m.src_op][m.src_ts], dst[m.dst_op][m.dst_ts]))
+    del alg.dims
     if hypotheses is not None:
+        hypotheses.extend(alg.typing)
         hypotheses.extend(alg.dim(a, i) == alg.dim(b, i) for a, b in pairs for i in dims)
         hypotheses.extend(alg.dim(t, i) >= 1 for t in list(inputs.values()) + tensors for i in dims)
     return pairs

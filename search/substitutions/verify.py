@@ -341,4 +341,9 @@ def check_axioms(timeout_s: float = 10.0, strategies: Sequence[str] = ("ematch",
                   (OutputMap(0, 0, 0, 0),))
     x_y = Rule("x-equals-y", (P("OP_SCALAR_MULTIPLY", (S(-1),), one),), (P("OP_SCALAR_MULTIPLY", (S(-2),), one),),
                (OutputMap(0, 0, 0, 0),))
-    return verify_rules([_prove_false_rule(), relu_x, x_y], timeout_s=timeout_s, strategies=strategies, **kw)
+    # typed and satisfiable, false for indices into the second table (it was proved while the axioms
+    # with the typing hypotheses were inconsistent)
+    rows = Rule("embedding-reads-the-first-table", (P("OP_CONCAT", (S(-1), S(-2)), (("PM_AXIS", 1),)),
+                                                    P("OP_EMBEDDING", (S(-3), S(0)))),
+                (P("OP_EMBEDDING", (S(-3), S(-1))),), (OutputMap(1, 0, 0, 0),))
+    return verify_rules([_prove_false_rule(), relu_x, x_y, rows], timeout_s=timeout_s, strategies=strategies, **kw)
