@@ -89,7 +89,7 @@ class Z3Algebra:
     # Unguarded, an axiom instantiated on ill-typed terms equates sizes that differ (ewadd(x, y) =
     # ewadd(y, x) with dim(ewadd(x, y), i) = dim(x, i) makes every two added tensors alike) and the
     # typing hypotheses of a rule become contradictory: everything is proved.
-    dims = range(4)
+    dims = range(3)   # a rule's hypotheses speak of dims 0, 1, 2 at least (translate.rule_dims)
 
     def _typed(self, *conds):
         self.typing.extend(c for c in conds if not isinstance(c, bool))

@@ -123,6 +123,10 @@ FALSE = [
                                                                       parallel_degree=2)],
           [op("OP_PARTITION", X, parallel_dim=0, parallel_degree=2), op("OP_SOFTMAX", S(0), softmax_dim=0)]),
     _rule("sigmoid_is_tanh", [op("OP_SIGMOID", X)], [op("OP_TANH", X)]),
+    # true only for indices into the first table; proved while ill-typed axiom instances made the
+    # typing hypotheses contradictory
+    _rule("embedding_reads_the_first_table", [concat(1, X, Y), op("OP_EMBEDDING", W, S(0), aggr=0)],
+          [op("OP_EMBEDDING", W, X, aggr=0)]),
     _rule("layernorm_concat_normalized_dim", [concat(0, X, Y), op("OP_LAYERNORM", S(0), axes=1)],
           [op("OP_LAYERNORM", X, axes=1), op("OP_LAYERNORM", Y, axes=1), concat(0, S(0), S(1))]),
 ]
