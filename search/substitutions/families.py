@@ -52,9 +52,10 @@ def _axis(t: str, key: str, axes, **extra) -> list[OpChoice]:
 
 
 def _moves(rank: int, degree: int, reduce: bool = False, dims=None) -> list[OpChoice]:
-    """Concat, split, and the parallel operators along ``dims`` (default: every dim)."""
+    """Concat, split, and the parallel operators along ``dims`` (default: every dim). Concat states no
+    ``PM_NUMDIM``: it also joins outputs of another rank (an embedding's), and matches any rank."""
     dims = range(rank) if dims is None else dims
-    ops = _axis("OP_CONCAT", "PM_AXIS", dims, PM_NUM_INPUTS=2, PM_NUMDIM=rank)
+    ops = _axis("OP_CONCAT", "PM_AXIS", dims, PM_NUM_INPUTS=2)
     ops += _axis("OP_SPLIT", "PM_AXIS", dims, PM_NUM_OUTPUTS=2)
     ops += [OpChoice(t, (("PM_PARALLEL_DIM", d), ("PM_PARALLEL_DEGREE", degree))) for t in ("OP_PARTITION", "OP_COMBINE")
             for d in dims]
