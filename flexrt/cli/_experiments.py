@@ -69,8 +69,10 @@ class Run:
             summary = run_experiment(exp, out, resume=args.resume, jobs=args.jobs, progress=tty and not args.json,
                                      on_row=say)
         except KeyboardInterrupt:
-            print(f"flexrt run: interrupted after {done[0]} runs; every finished run is in {out / 'results.jsonl'}: "
-                  f"run again with --resume to go on", file=sys.stderr)
+            from flexrt.experiments import load_results
+            finished = sum(r.get("status") in ("ok", "skipped") for r in load_results(out / "results.jsonl"))
+            print(f"flexrt run: interrupted; {done[0]} runs finished now, {finished} of {len(exp.runs)} in all are in "
+                  f"{out / 'results.jsonl'}: run again with --resume to go on", file=sys.stderr)
             return 130
         doc = {"experiment": exp.name, "variant": exp.variant, "output": str(out), "runs": len(exp.runs),
                "computed": len(summary.computed), "cached": len(summary.cached),
