@@ -82,7 +82,7 @@ def _one_op_file(t: str, n_inputs: int, params: dict) -> bytes:
     ("OP_LAYERNORM", 1, {"PM_AXES": 0}, r"PM_AXES is 0; valid: 1\.\.8 \(the number of innermost dimensions"),
     ("OP_LAYERNORM", 4, {"PM_AXES": 1}, r"\.input: OP_LAYERNORM takes 1 or 2 or 3 input\(s\), got 4"),
     ("OP_LINEAR", 4, {"PM_ACTI": 0}, r"\.input: OP_LINEAR takes 2 or 3 input\(s\), got 4"),
-    ("OP_LINEAR", 3, {"PM_ACTI": 4}, r"PM_ACTI is 4; valid: 0\.\.3"),
+    ("OP_LINEAR", 3, {"PM_ACTI": 5}, r"PM_ACTI is 5; valid: 0\.\.4"),
     ("OP_EMBEDDING", 2, {"PM_AGGR": 2}, r"PM_AGGR is 2; valid: 0\.\.1 \(the embedding's aggregation"),
     ("OP_SIGMOID", 1, {"PM_AXIS": 0}, r"OP_SIGMOID takes no parameter 'PM_AXIS'; valid: none"),
     ("OP_BATCHMATMUL", 1, {}, r"OP_BATCHMATMUL takes 2 input\(s\), got 1"),
