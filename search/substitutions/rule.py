@@ -1,9 +1,12 @@
 """A substitution rule: a source pattern graph, a destination pattern graph, and which outputs of
 the source the destination's outputs replace, in FlexFlow's JSON rule format (REFERENCE.md).
 
-A pattern operator has a FlexFlow operator type (``OP_LINEAR``, ``OP_RELU``, ``OP_EW_ADD``,
-``OP_EW_MUL``, ``OP_CONCAT``, ``OP_SPLIT``, ``OP_TRANSPOSE``, ``OP_SCALAR_MULTIPLY``, and the
-parallelization operators ``OP_PARTITION``, ``OP_COMBINE``, ``OP_REPLICATE``, ``OP_REDUCE``), its
+A pattern operator has a FlexFlow operator type (``OP_LINEAR`` with an optional bias input,
+``OP_BIAS_ADD``, ``OP_RELU``, the element-wise unary functions of ``UNARY_TYPES``, ``OP_SOFTMAX``,
+``OP_BATCHMATMUL``, ``OP_LAYERNORM`` with optional gamma and beta, ``OP_EMBEDDING`` (a bag with
+``PM_AGGR`` 1), ``OP_EW_ADD``, ``OP_EW_MUL``, ``OP_CONCAT``, ``OP_SPLIT``, ``OP_TRANSPOSE``,
+``OP_SCALAR_MULTIPLY``, and the parallelization operators ``OP_PARTITION``, ``OP_COMBINE``,
+``OP_REPLICATE``, ``OP_REDUCE``), its
 parameters (``PM_*`` keys, integer values) and inputs: ``Slot(op, ts)`` is output ``ts`` of
 operator ``op`` of the same side, or, for ``op < 0``, the external input ``-op - 1`` (FlexFlow
 numbers external inputs -1, -2, ...; the same number on both sides is the same tensor).
