@@ -6,32 +6,15 @@ import pytest
 
 from flexrt.core import DataType, FFConfig, FFModel
 from flexrt.machine import local_machine
-from flexrt.simulator.cost_model import AnalyticCostModel, OpTimes
+from flexrt.experiments.host import UniformCost
+from flexrt.simulator.cost_model import AnalyticCostModel
 from flexrt.simulator.pipeline_lowering import idle_fractions as idle_fractions_of
 from flexrt.simulator.simulate import Simulator
 from flexrt.simulator.task_graph import TaskKind
 from flexrt.strategy.pipeline import pipeline_strategy
 
 
-class UniformFree(AnalyticCostModel):
-    """Every operator the same forward and backward time; communication, loss and updates free."""
-
-    backward_ratio = 2.0
-
-    def op_times(self, attrs, inputs, outputs, device):
-        return OpTimes(1e-3, self.backward_ratio * 1e-3, "uniform")
-
-    def transfer_time(self, link, num_bytes):
-        return 1e-12
-
-    def loss_time(self, piece, device):
-        return 1e-12
-
-    def update_time(self, *args, **kwargs):
-        return 1e-12
-
-    def reduce_time(self, *args, **kwargs):
-        return 1e-12
+UniformFree = UniformCost   # every operator the same forward and backward time; the rest free
 
 
 def chain(layers: int, batch: int, width: int = 32):
