@@ -101,7 +101,7 @@ def unity_search_time(inputs) -> Outcome:
     params=COMMON,
     metrics=("dp_ms", "expert_ms", "sequential_ms", "megatron_ms", "unity_ms", "speedup_vs_dp", "speedup_vs_expert",
              "speedup_vs_sequential", "speedup_vs_megatron", "speedup_vs_best", "best_baseline", "search_s",
-             "megatron_config"),
+             "megatron_config", "unity_pipelined_ms", "pipelined_speedup_vs_megatron"),
     description="Unity against data parallelism, the expert strategy, TASO+FlexFlow and Megatron (Unity Fig. 14)")
 def unity_speedup(inputs) -> Outcome:
     machine, base = _setup(inputs)
@@ -119,7 +119,11 @@ def unity_speedup(inputs) -> Outcome:
     metrics.update({f"speedup_vs_{k}": v / r.cost_s if v is not None else None for k, v in times.items()})
     best = min((v, k) for k, v in times.items() if v is not None)
     metrics.update({"unity_ms": r.cost_s * 1e3, "speedup_vs_best": best[0] / r.cost_s, "best_baseline": best[1],
-                    "search_s": t.s, "megatron_config": mg.log.notes["chosen"] if mg is not None else None})
+                    "search_s": t.s, "megatron_config": mg.log.notes["chosen"] if mg is not None else None,
+                    "unity_pipelined_ms": None, "pipelined_speedup_vs_megatron": None})
+    if mg is not None:       # Megatron-LM pipelines, so against it Unity may too (Unity §6.1)
+        up = unity(base, machine, COST, budget=inputs["budget"], progress=False, enable_pipeline=True)
+        metrics.update(unity_pipelined_ms=up.cost_s * 1e3, pipelined_speedup_vs_megatron=mg.cost_s / up.cost_s)
     return Outcome(metrics, strategy_doc(r.strategy, machine))
 
 
