@@ -14,6 +14,8 @@ at sequence length 512.
 
 from __future__ import annotations
 
+import functools
+
 from flexrt.experiments.common import (COST, Timer, budget_param, devices_param, machine_for, machine_param,
                                        model_param, pcg_of, simulated, space_of, space_params, strategy_doc)
 from flexrt.experiments.kinds import REQUIRED, Outcome, Param, register_kind
@@ -179,14 +181,22 @@ def joint_vs_sequential(inputs) -> Outcome:
 MEGATRON_WEAK = {1: (40, 1536, 16), 2: (54, 1920, 20), 4: (64, 2304, 24), 8: (72, 3072, 32)}
 
 
-def _megatron_rate(machine, gpus: int) -> float:
-    """Model TFLOP/s per GPU of Megatron-LM's weak-scaling GPT on ``gpus`` GPUs, one tensor group
-    (batch 8, sequence 1,024, vocabulary 51,200, fp16, Adam)."""
+@functools.lru_cache(maxsize=None)
+def _megatron_rate(efficiency: float, gpus: int) -> float:
+    """Model TFLOP/s per GPU of Megatron-LM's weak-scaling GPT on ``gpus`` GPUs of the dgx2h preset at
+    ``efficiency`` of peak, one tensor group (batch 8, sequence 1,024, vocabulary 51,200, fp16, Adam);
+    computed once per process (every run of a weak-scaling experiment divides by the 1-GPU rate)."""
+    import dataclasses
+    from flexrt.machine.load import load_spec
+    from flexrt.machine.spec import build_machine
     from flexrt.cli._large import flops_report
     from flexrt.ir.precision import with_precision
     from flexrt.kernels.optimizers import OptimizerKind
     from flexrt.model import load_model
     from flexrt.search.baselines import megatron_lm
+    spec = load_spec("dgx2h")
+    machine = build_machine(dataclasses.replace(spec, device_kinds=tuple(
+        dataclasses.replace(k, efficiency=efficiency) for k in spec.device_kinds)))
     layers, hidden, heads = MEGATRON_WEAK[gpus]
     model = load_model("gpt", ["-b", "8", "--layers", str(layers), "--hidden", str(hidden), "--heads", str(heads),
                                "--seq-length", "1024", "--vocab", "51200"])
@@ -205,12 +215,5 @@ def _megatron_rate(machine, gpus: int) -> float:
     description="Megatron-LM's tensor parallelism within a DGX-2H node, weak scaling (Shoeybi et al. 2019 §5.1): "
                 "what checks the simulator's cost of tensor parallelism")
 def megatron_weak_scaling(inputs) -> Outcome:
-    import dataclasses
-    from flexrt.machine.load import load_spec
-    from flexrt.machine.spec import build_machine
-    spec = load_spec("dgx2h")
-    spec = dataclasses.replace(spec, device_kinds=tuple(dataclasses.replace(k, efficiency=inputs["efficiency"])
-                                                        for k in spec.device_kinds))
-    machine = build_machine(spec)
-    rate, one = _megatron_rate(machine, inputs["gpus"]), _megatron_rate(machine, 1)
+    rate, one = _megatron_rate(inputs["efficiency"], inputs["gpus"]), _megatron_rate(inputs["efficiency"], 1)
     return Outcome({"tflops_per_gpu": rate, "tflops_per_gpu_one": one, "efficiency": rate / one})
