@@ -136,11 +136,13 @@ class RingFits:
         return hit
 
     def extras(self, devices: Sequence[int], elements: int, itemsize: int, reduce_exe: Sequence[float],
-               hop_times: Callable[[int, int, int], tuple[Any, Sequence[float]]]) -> list[tuple[float, ...]]:
+               hop_times: Callable[[int, int, int], tuple[Any, Sequence[float]]],
+               num_compute: int = 0) -> list[tuple[float, ...]]:
         """Per ring member i, the time to add to each hop of its send to member i + 1 (each hop's own
         time from ``hop_times(src, dst, bytes)``, as the lowering emits it) so that every hop takes
         C x + D - (i + 1)'s sum, at least ``MIN_TASK_S``: the member then holds the sum C x + D after
-        the ring's start. x is the bytes reduced (``elements * itemsize``)."""
+        the ring's start. x is the bytes reduced (``elements * itemsize``). Hops on devices below
+        ``num_compute`` (a destination's own copy) get nothing."""
         n = len(devices)
         total_s = self.fit(devices).time_s(elements * itemsize)
         total = 2 * (n - 1) * elements
@@ -148,9 +150,10 @@ class RingFits:
         for i in range(n):
             j = (i + 1) % n
             share = total // n + (1 if i < total % n else 0)   # as GraphCore.ring splits the data
-            _, times = hop_times(devices[i], devices[j], share * itemsize)
+            devs, times = hop_times(devices[i], devices[j], share * itemsize)
             send = max(total_s - reduce_exe[j], MIN_TASK_S)
-            out.append(tuple(send - t for t in times))
+            # a destination's own copy (Machine.copied_by_receiver) stays the copy: the links hold the rest
+            out.append(tuple(send - t if d >= num_compute else 0.0 for d, t in zip(devs, times)))
         return out
 
 
@@ -201,7 +204,7 @@ def ring_extras(low, devices, elements: int, itemsize: int, reduce_exe) -> list[
     n = len(devices)
     if low.ring_fits is None:
         return [ring_step_latency(low, devices[i], devices[(i + 1) % n], n) for i in range(n)]
-    return low.ring_fits.extras(devices, elements, itemsize, reduce_exe, low._hops)
+    return low.ring_fits.extras(devices, elements, itemsize, reduce_exe, low._hops, low.num_compute)
 
 
 def ring_step_latency(low, src: int, dst: int, n: int) -> tuple:
@@ -212,6 +215,8 @@ def ring_step_latency(low, src: int, dst: int, n: int) -> tuple:
     key = ("ring", src, dst, n)
     hit = low._routes.get(key)
     if hit is None:
-        _, zero = low._hops(src, dst, 0)   # each hop's time for no data: the route's latency
-        hit = low._routes[key] = tuple((2 * (n - 1) - 1) * t for t in zero)
+        devs, zero = low._hops(src, dst, 0)   # each hop's time for no data: the route's latency
+        # (a destination's own copy, Machine.copied_by_receiver, handles the one message it receives)
+        hit = low._routes[key] = tuple((2 * (n - 1) - 1) * t if d >= low.num_compute else 0.0
+                                       for d, t in zip(devs, zero))
     return hit

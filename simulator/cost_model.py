@@ -243,6 +243,15 @@ def has_linear_transfers(cost_model) -> bool:
     return False
 
 
+def receive_time(cost_model, link: "Link", num_bytes: int) -> float:
+    """How long the receiving device itself spends copying a message of ``num_bytes`` that arrived over
+    ``link`` (a route whose last link it copies: ``Machine.copied_by_receiver``): the cost model's
+    ``receive_time`` where it has one (the measured model adds the runtime's time per message and
+    per byte there), else the link's latency and bytes at its bandwidth."""
+    own = getattr(cost_model, "receive_time", None)
+    return own(link, num_bytes) if own is not None else transfer_time(link, num_bytes)
+
+
 def transfer_time(link: "Link", num_bytes: int) -> float:
     """``link.latency_s + num_bytes / link.bandwidth`` (FlexFlow's A2: bandwidth fully used); 0 bytes
     cost the latency alone.

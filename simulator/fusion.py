@@ -290,7 +290,7 @@ class FusedGraph:
         kind, device, exe, action, name = x.kind, x.device, x.exe, x.action, x.name
         if xfer >= 0:
             elements, nbytes, cat = self._new_xfer[xfer - self._xn]
-            link_type = self.link_types[device - self.num_compute_devices]
+            link_type = self.link_types[device - self.num_compute_devices] if device >= self.num_compute_devices else ""
             return Task(t, _KINDS[kind], device, exe, name, category=CATEGORIES[cat], elements=elements,
                         num_bytes=nbytes, transfer=xfer, link_type=link_type, action=action)
         node = action.members[0].node if isinstance(action, Fused) else ""

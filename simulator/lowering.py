@@ -54,7 +54,7 @@ from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.machine import Machine
 from flexrt.simulator.actions import (HOST, Backward, Buf, Forward, Key, Loss, Move, Part, RingGroup, RingStep,
                                       Sum, Update)
-from flexrt.simulator.cost_model import has_linear_transfers, loss_time, ring_sum_time
+from flexrt.simulator.cost_model import has_linear_transfers, loss_time, receive_time, ring_sum_time
 from flexrt.simulator.collectives import CommCost, RingFits, comm_cost_of, ring_extras
 from flexrt.simulator.engine import Engine
 from flexrt.simulator.folding import folded_allreduce, route_of
@@ -277,9 +277,10 @@ class Lowering:
         return hops
 
     def _name_hops(self, hops, name: str, regions=(), action=None) -> None:
-        types = self.graph.link_types
+        types, nc = self.graph.link_types, self.num_compute
         for j, t in enumerate(hops):
-            link_type = types[self.graph.core.row(t)[1] - self.num_compute]
+            d = self.graph.core.row(t)[1]
+            link_type = types[d - nc] if d >= nc else "copy by receiver"   # Machine.copied_by_receiver
             self.graph.annotate(t, f"{name} hop {j} {link_type}", "", -1, regions if j == 0 else (),
                                 action if j == 0 else None)
 
@@ -298,8 +299,12 @@ class Lowering:
             if not links[l].bandwidth > 0:
                 raise StrategyError(f"link {l} ({links[l].src} -> {links[l].dst}) has bandwidth "
                                     f"{links[l].bandwidth!r} bytes/s; it must be > 0")
-        return (tuple(self.num_compute + l for l in route), tuple(links[l].latency_s for l in route),
-                tuple(links[l].bandwidth for l in route), scale * sum(links[l].latency_s for l in route))
+        devs = tuple(self.num_compute + l for l in route)
+        lats, bws = tuple(links[l].latency_s for l in route), tuple(links[l].bandwidth for l in route)
+        if dst < self.num_compute and self.machine.copied_by_receiver(route):
+            # the destination device copies the message when it next polls: one more hop, on it
+            devs, lats, bws = devs + (dst,), lats + (lats[-1],), bws + (bws[-1],)
+        return devs, lats, bws, scale * sum(links[l].latency_s for l in route)
 
     def _hops(self, src: int, dst: int, num_bytes: int) -> tuple[tuple[int, ...], tuple[float, ...]]:
         """(engine devices, times) of the hops of a transfer; transfers of one size recur."""
@@ -307,8 +312,15 @@ class Lowering:
         hit = self._routes.get(key)
         if hit is None:
             devs, _, _, latency = self._route(src, dst)
-            links = [self.machine.links[d - self.num_compute] for d in devs]
-            hit = (devs, tuple(self.cost.transfer_time(link, num_bytes) - link.latency_s + latency for link in links))
+            nc, links, times = self.num_compute, self.machine.links, []
+            for d in devs:
+                if d >= nc:
+                    link = links[d - nc]
+                    times.append(self.cost.transfer_time(link, num_bytes) - link.latency_s + latency)
+                else:  # the destination's own copy (Machine.copied_by_receiver) over the route's last link
+                    link = links[devs[-2] - nc]
+                    times.append(receive_time(self.cost, link, num_bytes) - link.latency_s + latency)
+            hit = (devs, tuple(times))
             if len(self._routes) > 200_000:
                 self._routes.clear()
             self._routes[key] = hit

@@ -47,7 +47,8 @@ from flexrt.ir.serialize import attrs_to_json
 from flexrt.ir.tensor_shape import TensorShape
 from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.simulator.actions import Backward, Forward, Fused, Loss, Sum, Update
-from flexrt.simulator.cost_model import MIN_TASK_S, CostModelWrapper, OpTimes, has_linear_transfers, loss_time
+from flexrt.simulator.cost_model import (MIN_TASK_S, CostModelWrapper, OpTimes, has_linear_transfers, loss_time,
+                                         receive_time)
 from flexrt.simulator.profile_cache import canonical_json
 
 if TYPE_CHECKING:
@@ -64,6 +65,24 @@ def _rendezvous_bytes(default: int = 8192) -> int:
 
 
 RENDEZVOUS_BYTES = _rendezvous_bytes()
+# The runtime's own times fitted on calibration runs (``MeasuredTimes.fit_overheads``), and the step
+# each one's sensitivity is simulated with: per compute task; per message, on its links; per message
+# of RENDEZVOUS_BYTES or more, on its links; per message and per byte on the receiving device where
+# the receiver copies it (``Machine.copied_by_receiver``: handling its arrival, the copy's own speed
+# when both ranks exchange at once).
+OVERHEADS = ("dispatch_s", "message_s", "rendezvous_s", "receive_s", "receive_s_per_byte")
+_STEPS = (1e-5, 1e-5, 1e-5, 1e-5, 1e-10)
+
+
+def overheads_text(values) -> str:
+    """The fitted runtime times (``OVERHEADS`` order) in words."""
+    d = dict(zip(OVERHEADS, values))
+    return (f"{d['dispatch_s'] * 1e6:.1f} us per compute task, {d['message_s'] * 1e6:.1f} us per message (and "
+            f"{d['rendezvous_s'] * 1e6:.1f} us more from {RENDEZVOUS_BYTES} bytes), and where the receiver copies a "
+            f"message, {d['receive_s'] * 1e6:.1f} us per message and {d['receive_s_per_byte'] * 1e9:.3f} ns per "
+            f"byte on its device")
+
+
 KINDS = ("forward", "backward", "update", "reduce", "loss", "fused-forward", "fused-backward")
 
 
@@ -120,6 +139,8 @@ class MeasuredTimes:
         self.dispatch_s = 0.0    # the runtime's own time per compute task beside it (``fit_overheads``)
         self.message_s = 0.0     # ... and per message between devices, on top of the link's time
         self.rendezvous_s = 0.0  # ... and per message of RENDEZVOUS_BYTES or more: the wait for the receiver
+        self.receive_s = 0.0     # ... and per message on the device that copies it (copied_by_receiver) ...
+        self.receive_s_per_byte = 0.0  # ... and per byte there, beyond the link's speed
         self.strategies: list[str] = []      # what the durations were harvested from
 
     def __len__(self) -> int:
@@ -157,37 +178,39 @@ class MeasuredTimes:
         a, b, c = self.fits.get(f"{kind}:{op}") or self.fits.get(kind) or (0.0, 1.0, 1.0)
         return max(a + b * max(base_s, MIN_TASK_S) ** c, MIN_TASK_S)
 
-    def fit_overheads(self, base, machine, runs: Sequence[tuple], optimizer="sgd",
-                      step_s: float = 1e-5) -> tuple[float, float, float]:
-        """The runtime's own time per compute task beside the task itself (``dispatch_s``: dispatching
-        it, polling for messages, releasing buffers), per message (``message_s``: a transfer's send,
-        its arrival handled, on top of the link's time) and per message of ``RENDEZVOUS_BYTES`` or
-        more (``rendezvous_s``: the wait until the receiver next polls, see ``RENDEZVOUS_BYTES``) that
-        make the simulated iterations of ``runs`` ((strategy, measured seconds): the calibration
-        strategies, never the scored ones) closest to their measured times, all >= 0 (least squared
-        relative error). Gauss-Newton: each iteration's sensitivity to each is simulated (a step of
-        ``step_s``) around the current values, the linear non-negative problem solved, and the step
-        kept while the simulated error falls (the walls are piecewise linear in them: a longer
-        message moves the critical path). Sets and returns them."""
+    def fit_overheads(self, base, machine, runs: Sequence[tuple], optimizer="sgd") -> tuple[float, ...]:
+        """The runtime's own times (``OVERHEADS``): per compute task beside the task itself
+        (``dispatch_s``: dispatching it, polling for messages, releasing buffers), per message
+        (``message_s``: a transfer's send, its arrival handled, on top of the link's time), per message
+        of ``RENDEZVOUS_BYTES`` or more (``rendezvous_s``), and on a device that copies a message it
+        receives (``Machine.copied_by_receiver``) per message and per byte (``receive_s``,
+        ``receive_s_per_byte``), that make the simulated iterations of ``runs`` ((strategy, measured
+        seconds): the calibration strategies, never the scored ones) closest to their measured times,
+        all >= 0 (least squared relative error). Gauss-Newton: each iteration's sensitivity to each is
+        simulated (a step of ``_STEPS``) around the current values, the linear non-negative problem
+        solved, and the step kept while the simulated error falls (the walls are piecewise linear in
+        them: a longer message moves the critical path). Sets and returns them."""
         import numpy as np
         from flexrt.simulator.simulate import Simulator
+        k = len(OVERHEADS)
+        steps = np.array(_STEPS)
 
         def wall(x, strategy) -> float:
-            self.dispatch_s, self.message_s, self.rendezvous_s = (float(v) for v in x)
+            self.set_overheads(x)
             return Simulator(machine, MeasuredCostModel(base, self), optimizer, detail=False).time_full(strategy)
 
         def linearized(x):
             rows, rhs = [], []
             for strategy, measured in runs:
                 w0 = wall(x, strategy)
-                rows.append([(wall(x + step_s * np.eye(3)[k], strategy) - w0) / step_s / measured for k in range(3)])
+                rows.append([(wall(x + steps[j] * np.eye(k)[j], strategy) - w0) / steps[j] / measured for j in range(k)])
                 rhs.append(1.0 - w0 / measured + float(np.dot(rows[-1], x)))
             return np.array(rows), np.array(rhs)
 
         def error(x) -> float:
             return float(sum((wall(x, strategy) / measured - 1.0) ** 2 for strategy, measured in runs))
 
-        best = np.zeros(3)
+        best = np.zeros(k)
         best_err = error(best)
         for _ in range(4):
             x = _nonnegative_least_squares(*linearized(best))
@@ -195,14 +218,22 @@ class MeasuredTimes:
             if not err < best_err * (1 - 1e-9):
                 break
             best, best_err = x, err
-        self.dispatch_s, self.message_s, self.rendezvous_s = (float(v) for v in best)
-        return self.dispatch_s, self.message_s, self.rendezvous_s
+        self.set_overheads(best)
+        return self.overheads()
+
+    def overheads(self) -> tuple[float, ...]:
+        """The fitted runtime times, in ``OVERHEADS`` order."""
+        return tuple(getattr(self, name) for name in OVERHEADS)
+
+    def set_overheads(self, values) -> None:
+        for name, v in zip(OVERHEADS, values, strict=True):
+            setattr(self, name, float(v))
 
     # ---- file ----------------------------------------------------------------------------------
     def to_json(self) -> dict:
         return {"format": FORMAT, "backend": self.backend, "host": self.host, "strategies": list(self.strategies),
-                "fits": {k: list(v) for k, v in self.fits.items()}, "dispatch_s": self.dispatch_s,
-                "message_s": self.message_s, "rendezvous_s": self.rendezvous_s, "samples": {k: v for k, v in sorted(self.samples.items())}}
+                "fits": {k: list(v) for k, v in self.fits.items()}, **dict(zip(OVERHEADS, self.overheads())),
+                "samples": {k: v for k, v in sorted(self.samples.items())}}
 
     def save(self, path) -> None:
         """Write the table (atomically: a temporary file in the same folder, then a rename)."""
@@ -235,7 +266,7 @@ class MeasuredTimes:
             out.fits = {str(k): tuple(float(v) for v in f) for k, f in data.get("fits", {}).items()}
             if any(len(f) != 3 for f in out.fits.values()):
                 raise ValueError("every fit is [a, b, c]")
-            for name in ("dispatch_s", "message_s", "rendezvous_s"):
+            for name in OVERHEADS:
                 value = float(data.get(name, 0.0))
                 if not value >= 0:
                     raise ValueError(f"{name} is {value}; it must be >= 0")
@@ -383,8 +414,8 @@ class MeasuredCostModel(CostModelWrapper):
     def linear_with(cls, base, times=None) -> bool:
         # transfers stay latency + bytes / bandwidth (the lowering's fast path) unless a time per
         # message is added to them
-        return (has_linear_transfers(base) and not getattr(times, "message_s", 0.0)
-                and not getattr(times, "rendezvous_s", 0.0))
+        return has_linear_transfers(base) and not any(
+            getattr(times, name, 0.0) for name in ("message_s", "rendezvous_s", "receive_s", "receive_s_per_byte"))
 
     def __init__(self, base, times: MeasuredTimes):
         if not isinstance(times, MeasuredTimes):
@@ -451,3 +482,9 @@ class MeasuredCostModel(CostModelWrapper):
         at once, so the transfer takes that much longer."""
         extra = self.times.message_s + (self.times.rendezvous_s if num_bytes >= RENDEZVOUS_BYTES else 0.0)
         return self.base.transfer_time(link, num_bytes) + extra
+
+    def receive_time(self, link: "Link", num_bytes: int) -> float:
+        """The receiving device's own copy of a message over ``link`` (``Machine.copied_by_receiver``):
+        the base's copy, plus the runtime's time per message and per byte received there."""
+        return (receive_time(self.base, link, num_bytes) + self.times.receive_s
+                + num_bytes * self.times.receive_s_per_byte)

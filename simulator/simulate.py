@@ -180,7 +180,8 @@ class Simulator:
         hop_ids = np.flatnonzero(xfer)
         trans = col["transfer"][hop_ids]
         xbytes = col["xfer_bytes"]
-        per_link = np.bincount(devs[hop_ids] - g.num_compute_devices, weights=xbytes[trans],
+        on_link = devs[hop_ids] >= g.num_compute_devices   # not a destination's own copy (copied_by_receiver)
+        per_link = np.bincount(devs[hop_ids][on_link] - g.num_compute_devices, weights=xbytes[trans][on_link],
                                minlength=g.num_links).astype(np.int64)
         for l in np.flatnonzero(per_link).tolist():
             link_bytes[g.link_types[l]] += int(per_link[l])

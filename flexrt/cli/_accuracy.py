@@ -127,13 +127,13 @@ def _driver(args, models: list[str]) -> int:
 
 
 def _report(doc: dict, out: Path) -> None:
+    from flexrt.simulator.measured_costs import OVERHEADS, overheads_text
     rows, meta = doc["rows"], doc["meta"]
     print(f"\n{len(rows)} validation strategies over {len(meta['models'])} models on {meta['ranks']} processes "
           f"(one device each; load average {meta['load_before']:.2f} before, {meta['load_after']:.2f} after); "
           f"calibrated on {len(meta['calibration'])} other strategies: {_per_model(meta['calibration'])}")
-    print(f"the runtime's own time per compute task {meta['dispatch_s'] * 1e6:.1f} us and per message "
-          f"{meta['message_s'] * 1e6:.1f} us, {meta.get('rendezvous_s', 0.0) * 1e6:.1f} us more per message of "
-          f"{meta.get('rendezvous_bytes', 0)} bytes or more (fitted on the calibration strategies)")
+    print(f"the runtime's own times (fitted on the calibration strategies): "
+          f"{overheads_text([meta.get(name, 0.0) for name in OVERHEADS])}")
     print(f"{'cost model':<34}{'median':>8}{'max':>8}{'tau':>7}{'regret':>8}")
     for key, what in (("profiled_s", "profiled kernels (before)"), ("predicted_s", "measured tasks (after)")):
         s = scores(rows, key)

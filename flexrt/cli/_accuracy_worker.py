@@ -84,12 +84,10 @@ def _measure(items: list, machine, cost, repeat: int, rounds: int = ROUNDS):
 
 
 def _print_calibration(times, strategies: int) -> None:
-    from flexrt.simulator.measured_costs import RENDEZVOUS_BYTES
+    from flexrt.simulator.measured_costs import overheads_text
     fits = ", ".join(f"{k} {a * 1e6:.0f} us + {b:.3g} x^{c:.2f}" for k, (a, b, c) in times.fits.items() if ":" not in k)
     print(f"calibrated: {len(times)} task keys from {strategies} strategies; per kind, measured ~ a + b x^c of the "
-          f"profiled x: {fits}; the runtime's own time per compute task {times.dispatch_s * 1e6:.1f} us, per message "
-          f"{times.message_s * 1e6:.1f} us, and per message of {RENDEZVOUS_BYTES} bytes or more (moved when the receiver "
-          f"polls) {times.rendezvous_s * 1e6:.1f} us more", flush=True)
+          f"profiled x: {fits}; the runtime's own times: {overheads_text(times.overheads())}", flush=True)
     print(f"{'model':<12}{'strategy':<14}{'tasks':>6}{'measured':>10}{'predicted':>10}{'err':>7}{'profiled':>10}"
           f"{'err':>7}", flush=True)
 
@@ -116,7 +114,7 @@ def _row(item, session, results: list, before: float, dispatch_s: float, out) ->
 
 def worker(args, models) -> int:
     from flexrt.machine import load_machine
-    from flexrt.simulator.measured_costs import RENDEZVOUS_BYTES, MeasuredCostModel, MeasuredTimes, harvest
+    from flexrt.simulator.measured_costs import OVERHEADS, RENDEZVOUS_BYTES, MeasuredCostModel, MeasuredTimes, harvest
     from flexrt.simulator.simulate import Simulator
     comm = mpi.world()
     size, rank = (comm.Get_size(), comm.Get_rank()) if comm is not None else (1, 0)
@@ -154,8 +152,7 @@ def worker(args, models) -> int:
     if root:
         meta = {"ranks": size, "models": models, "machine": str(args.machine), "repeat": args.repeat,
                 "calibration": list(times.strategies), "validation": [f"{r['model']}/{r['strategy']}" for r in rows],
-                "fits": times.fits, "dispatch_s": times.dispatch_s, "message_s": times.message_s,
-                "rendezvous_s": times.rendezvous_s, "rendezvous_bytes": RENDEZVOUS_BYTES,
+                "fits": times.fits, **dict(zip(OVERHEADS, times.overheads())), "rendezvous_bytes": RENDEZVOUS_BYTES,
                 "hits": cost.hits, "misses": cost.misses, "load_before": load_before,
                 "load_after": os.getloadavg()[0], "cpus": os.cpu_count(), "worker_s": time.perf_counter() - t0}
         (out / "accuracy.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))

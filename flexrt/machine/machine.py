@@ -192,6 +192,15 @@ class Device:
         return f"{self.endpoint} (device {self.id})"
 
 
+# Who moves a message's bytes over a link type (machine YAML ``links.<type>.moved_by``):
+# - "link": the link itself (a DMA engine, an offloading NIC), beside the devices' computation;
+# - "receiver": the receiving device's processor, when it next polls. MPI between processes of one
+#   host without a progress thread works so: a message completes inside the receiver's MPI call
+#   (MPICH's single-copy CMA: the receiver reads the sender's buffer), between its tasks. A transfer
+#   whose route ends in such a link also occupies the destination device for the copy.
+MOVED_BY = ("link", "receiver")
+
+
 @dataclass(frozen=True, slots=True)
 class Link:
     """One direction of a connection; a FIFO device of its own in the simulator."""
@@ -327,12 +336,17 @@ class Machine(_PicklesWithoutCache):
     devices: tuple[Device, ...]
     links: tuple[Link, ...]
     collectives: tuple[CollectiveFit, ...] = ()   # measured collectives (``--comm-cost measured``)
+    receiver_moved: frozenset = frozenset()       # link types whose messages the receiver copies (``MOVED_BY``)
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "devices", tuple(self.devices))
         object.__setattr__(self, "links", tuple(self.links))
         object.__setattr__(self, "collectives", tuple(self.collectives))
+        object.__setattr__(self, "receiver_moved", frozenset(self.receiver_moved))
+        if not all(isinstance(t, LinkType) for t in self.receiver_moved):
+            raise MachineSpecError(f"machine {self.name!r}: receiver_moved must hold LinkTypes, got "
+                                   f"{sorted(map(repr, self.receiver_moved))}")
         _check_collectives(self.name, self.collectives)
         if isinstance(self.num_nodes, bool) or not isinstance(self.num_nodes, int) or self.num_nodes < 1:
             raise MachineSpecError(f"machine {self.name!r}: num_nodes must be a positive integer, "
@@ -385,6 +399,11 @@ class Machine(_PicklesWithoutCache):
 
     # --- routes ---
 
+    def copied_by_receiver(self, route: tuple[int, ...]) -> bool:
+        """Whether a transfer over ``route`` (link ids) is copied by its destination device: its last
+        link's type is moved by the receiver (``MOVED_BY``)."""
+        return bool(route) and self.links[route[-1]].type in self.receiver_moved
+
     def route(self, src: int, dst: int) -> tuple[int, ...]:
         """Link ids a transfer from compute device ``src`` to ``dst`` crosses, in order.
 
@@ -424,7 +443,7 @@ class Machine(_PicklesWithoutCache):
         if n > 1 and not any(NETWORK_ENDPOINT in (t[3], t[4]) for t in template[1]):
             raise MachineSpecError(f"machine {self.name!r} has no network (no NIC links to '{NETWORK_ENDPOINT}'), "
                                    f"so it cannot span {n} nodes; describe inter_node in its YAML")
-        return instantiate(self.name, n, *template, collectives=self.collectives)
+        return instantiate(self.name, n, *template, collectives=self.collectives, receiver_moved=self.receiver_moved)
 
 
 # --- node templates: what with_nodes and the builders share ---
@@ -463,7 +482,8 @@ def _rename(endpoint: str, node: int) -> str:
 
 
 def instantiate(name: str, num_nodes: int, devices: tuple[DeviceTemplate, ...],
-                links: tuple[LinkTemplate, ...], collectives: tuple[CollectiveFit, ...] = ()) -> Machine:
+                links: tuple[LinkTemplate, ...], collectives: tuple[CollectiveFit, ...] = (),
+                receiver_moved: frozenset = frozenset()) -> Machine:
     """A machine of ``num_nodes`` copies of one node; devices and links are numbered node by node.
     Its size is checked against :mod:`flexrt.machine.limits` before anything is allocated. The
     ``collectives`` fits are the machine's whatever its node count (a fit names its group's size)."""
@@ -475,4 +495,4 @@ def instantiate(name: str, num_nodes: int, devices: tuple[DeviceTemplate, ...],
     for node in range(num_nodes):
         for type_, bandwidth, latency, src, dst in links:
             all_links.append(Link(len(all_links), type_, bandwidth, latency, _rename(src, node), _rename(dst, node)))
-    return Machine(name, num_nodes, all_devices, tuple(all_links), tuple(collectives))
+    return Machine(name, num_nodes, all_devices, tuple(all_links), tuple(collectives), frozenset(receiver_moved))

@@ -41,6 +41,8 @@ class LinkSpec:
     type: LinkType
     bandwidth_gbs: float   # GB/s, one direction, one lane
     latency_us: float
+    moved_by: str = "link"  # who moves a message's bytes: the link ("link"), or the receiving device's
+                            # processor when it next polls ("receiver": see ``MOVED_BY``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,7 +283,8 @@ def build_machine(spec: MachineSpec, nodes: int | None = None) -> Machine:
                                  f"so its nodes cannot reach each other")
     check_size(spec.name, n, len(b.devices), len(b.links), where, nodes is not None)
     try:
-        return instantiate(spec.name, n, tuple(b.devices), tuple(b.links), spec.collectives)
+        return instantiate(spec.name, n, tuple(b.devices), tuple(b.links), spec.collectives,
+                           frozenset(link.type for link in spec.links if link.moved_by == "receiver"))
     except MachineSpecError as e:  # a disconnected layout: say where the topology was described
         raise _fail(intra.where or spec.source, str(e)) from None
 

@@ -28,6 +28,9 @@ FLOP/s in TFLOP/s (1e12), bandwidths in GB/s (1e9 bytes/s) *per direction*, devi
       xbus: {bandwidth: 32, latency_us: 0.4}
       nic: {bandwidth: 15.75, latency_us: 0.5}
       network: {bandwidth: 12.5, latency_us: 1.0}
+      # membus: {bandwidth: 13.9, latency_us: 0.3, moved_by: receiver}   # optional: who moves a
+      #   message's bytes, the link (default) or the receiving device when it next polls (MPI ranks
+      #   on one host: `flexrt calibrate` writes it)
     intra_node:
       devices:                        # device <-> device links; the entries add up
         - {all_to_all: [0, 1, 2], link: nvlink}     # every pair of the group ("all": every device)
@@ -85,7 +88,7 @@ from flexrt.inputs import LineMap, LineSeq, line_loader, listing, parse_yaml, sh
 from flexrt.ir.datatype import DataType
 from flexrt.machine import limits
 from flexrt.machine.limits import named
-from flexrt.machine.machine import CPU, DEVICE_KINDS, Collective, CollectiveFit, DeviceSpec, LinkType
+from flexrt.machine.machine import CPU, DEVICE_KINDS, MOVED_BY, Collective, CollectiveFit, DeviceSpec, LinkType
 from flexrt.machine.spec import (read_machine_file, CpuLinks, DeviceLinks, InterNodeSpec, IntraNodeSpec,
                                  LinkSpec, MachineSpec, NicAttach, SocketSpec, Topology)
 
@@ -293,9 +296,13 @@ def _links(r: _Reader, m: Any, line: int) -> dict[LinkType, LinkSpec]:
         path = _at("links", name)
         type_ = r.link_type(name, r.line(m, name), path)
         entry = r.mapping(m[name], r.line(m, name), path, "a mapping with bandwidth and latency_us")
-        r.keys(entry, path, ("bandwidth", "latency_us"))
+        r.keys(entry, path, ("bandwidth", "latency_us"), ("moved_by",))
+        moved_by = entry.get("moved_by", "link")
+        if moved_by not in MOVED_BY:
+            raise r.error(r.line(entry, "moved_by"), _at(path, "moved_by"),
+                          f"expected who moves a message's bytes, got {_show(moved_by)}; valid: {', '.join(MOVED_BY)}")
         links[type_] = LinkSpec(type_, r.number(entry, "bandwidth", path, "GB/s", limits.BANDWIDTH_GBS),
-                                r.number(entry, "latency_us", path, "microseconds", limits.LATENCY_US))
+                                r.number(entry, "latency_us", path, "microseconds", limits.LATENCY_US), moved_by)
     return links
 
 

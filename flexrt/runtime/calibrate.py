@@ -429,10 +429,13 @@ def machine_yaml(result: CalibrationResult, devices: int) -> str:
         net_bw, net_lat = result.mpi_bandwidth / 1e9, max((result.mpi_latency_s * 1e6 - 2 * nic_lat) / 2, 0.001)
         between = (f"nic and network are MPI messages between two ranks measured here "
                    f"({_g(result.mpi_bandwidth / 1e9)} GB/s, {_g(result.mpi_latency_s * 1e6)} us); run with "
-                   f"--nodes R under mpiexec -n R.")
+                   f"--nodes R under mpiexec -n R. The receiving rank copies a message (moved_by: receiver) "
+                   f"when it next calls into MPI, between its tasks.")
+        moved = ", moved_by: receiver"   # MPI between processes of one host: no asynchronous progress
     else:
         nic_bw, nic_lat, net_bw, net_lat = nic.bandwidth_gbs, nic.latency_us, network.bandwidth_gbs, network.latency_us
         between = "nic and network are the built-in estimate (not measured; calibrate under mpiexec -n 2 to measure)."
+        moved = ""
     # under MPI each rank measured with its own share of the cores (its BLAS threads): its workers
     # split that share
     share = devices
@@ -465,7 +468,7 @@ node:
 
 links:
   membus: {{bandwidth: {_g(result.copy_bandwidth / 1e9)}, latency_us: {_g(result.copy_latency_s * 1e6)}}}
-  nic: {{bandwidth: {_g(nic_bw)}, latency_us: {_g(nic_lat)}}}
+  nic: {{bandwidth: {_g(nic_bw)}, latency_us: {_g(nic_lat)}{moved}}}
   network: {{bandwidth: {_g(net_bw)}, latency_us: {_g(net_lat)}}}
 
 intra_node:

@@ -76,6 +76,7 @@ class IterationResult:
     end: np.ndarray
     peak_bytes: dict             # device -> peak bytes live during the iteration (weights included)
     skipped: bool = False        # mixed precision: the gradients overflowed and no weight was updated
+    assembly: Optional[np.ndarray] = None   # per planned task, seconds of it spent assembling its operands
 
 
 @dataclass
@@ -92,6 +93,7 @@ class _State:
     local_remaining: Optional[dict] = None       # SPMD: this rank's predecessor counts, across phases
     wall_s: float = 0.0                          # time spent in the phases run so far
     skipped: bool = False                        # mixed precision: the updates were skipped (overflow)
+    assembly: list = field(default_factory=list)  # per task: seconds spent assembling buffers from parts
 
 
 def _slices(ranges, box) -> tuple:
@@ -139,6 +141,7 @@ class Executor:
         self.peak: dict[int, int] = defaultdict(int)
         self.labels = None
         self._lock = threading.Lock()
+        self._timing = threading.local()   # per worker thread: the running task's assembly seconds so far
         self._ring_members = plan.buffers.ring_members  # ring group -> its member tasks
         self.fused_softmax = _fused_softmax(plan, self.loss)
         self.loss_backward = _loss_backward(plan, self.loss)
@@ -257,6 +260,12 @@ class Executor:
                 (p,) = parts
                 local[bid] = self._source((p.src, p.device), p.box, local)
             return
+        t0 = time.perf_counter()
+        self._assemble_parts(b, bid, parts, local, keep, out)
+        tl = self._timing
+        tl.assembly = getattr(tl, "assembly", 0.0) + (time.perf_counter() - t0)
+
+    def _assemble_parts(self, b: Buf, bid, parts, local: Optional[dict], keep: bool, out) -> None:
         if out is None:
             arr = self.backend.full(_shape(b), b.dtype, b.fill, b.device)
         else:
@@ -435,7 +444,15 @@ class Executor:
                             flat[j][chunk(c)] = d
 
     def _execute(self, task, st: _State) -> bool:
-        """Run one task; False when it is a collective member whose group is not complete yet."""
+        """Run one task (recording the time it spends assembling buffers from their parts); False when
+        it is a collective member whose group is not complete yet."""
+        self._timing.assembly = 0.0
+        try:
+            return self._execute_action(task, st)
+        finally:
+            st.assembly[task.index] += self._timing.assembly
+
+    def _execute_action(self, task, st: _State) -> bool:
         a = task.action
         if isinstance(a, RingStep):
             with self._lock:
@@ -558,7 +575,8 @@ class Executor:
         self._held = plan.forward_outputs if hold else frozenset()
         self._has_pass = hold
         n = plan.num_tasks
-        st = _State(plan.num_preds.tolist(), dict(plan.readers), [0.0] * n, [0.0] * n, done=[False] * n)
+        st = _State(plan.num_preds.tolist(), dict(plan.readers), [0.0] * n, [0.0] * n, done=[False] * n,
+                    assembly=[0.0] * n)
         for dev in list(self.peak):
             self.peak[dev] = self.live[dev]
         return st
@@ -581,7 +599,7 @@ class Executor:
     def _result(self, st: _State) -> IterationResult:
         st.loss = float(sum(st.losses[i] for i in sorted(st.losses))) if st.losses else 0.0
         return IterationResult(st.loss, self.metrics.result(), st.wall_s, np.array(st.start), np.array(st.end),
-                               dict(self.peak), st.skipped)
+                               dict(self.peak), st.skipped, np.array(st.assembly))
 
     def discard(self) -> None:
         """Drop what a pass left (a forward pass whose rest never ran, outputs kept for reading):

@@ -88,7 +88,7 @@ class SpmdExecutor(Executor):
         role: dict[int, str] = {}
         for t in plan.tasks:
             a = t.action
-            if t.device < d:
+            if t.device < d and not (t.transfer >= 0 and a is None):
                 if own(t.device):
                     role[t.index] = RUN
             elif isinstance(a, Move):
@@ -98,8 +98,8 @@ class SpmdExecutor(Executor):
             elif isinstance(a, RingStep):
                 if own(a.group.device(a.member)):
                     role[t.index] = RING
-        for t in plan.tasks:  # the other hops of a transfer: no-ops wherever its first hop runs
-            if t.device >= d and t.action is None and role.get(hop0.get(t.transfer, -1)):
+        for t in plan.tasks:  # the other hops of a transfer (a receiver's copy too): no-ops wherever its first hop runs
+            if t.transfer >= 0 and t.action is None and role.get(hop0.get(t.transfer, -1)):
                 role[t.index] = NOOP
         ring_of = {}  # task -> ring group id, for every hop of a ring transfer
         for t in plan.tasks:
@@ -217,11 +217,14 @@ class SpmdExecutor(Executor):
         # receiver's end): each side gives its half, the latest of each side's values is kept
         start[[i for i, role in self.role.items() if role == RECV]] = 0.0
         end[[i for i, role in self.role.items() if role == SEND]] = 0.0
-        start_all, end_all = np.empty_like(start), np.empty_like(end)
+        assembly = np.array(r.assembly)
+        assembly[~mine] = 0.0
+        start_all, end_all, assembly_all = np.empty_like(start), np.empty_like(end), np.empty_like(assembly)
         comm.Allreduce(start, start_all, op=self.MPI.MAX)
         comm.Allreduce(end, end_all, op=self.MPI.MAX)
+        comm.Allreduce(assembly, assembly_all, op=self.MPI.MAX)
         wall = comm.allreduce(r.wall_s, op=self.MPI.MAX)
-        return IterationResult(loss, metrics, wall, start_all, end_all, peak, r.skipped)
+        return IterationResult(loss, metrics, wall, start_all, end_all, peak, r.skipped, assembly_all)
 
     def _agree(self, found: bool) -> bool:
         """Overflow anywhere skips the step everywhere (an allreduce of the ranks' verdicts)."""
