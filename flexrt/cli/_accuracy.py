@@ -151,6 +151,13 @@ def _report(doc: dict, out: Path) -> None:
     print("per task kind, traced / predicted task time (after; a message from its send to its arrival, a ring "
           "member from its arrival to its sum, both waits included): " + ", ".join(
         f"{k} {m / p:.2f}x" for k, (m, p) in sorted(kinds.items()) if p > 0))
+    shares = {r["model"] + "/" + r["strategy"]: r["assembly_s"] / sum(m for m, _ in r["kinds"].values())
+              for r in rows if r.get("assembly_s") and sum(m for m, _ in r["kinds"].values()) > 0}
+    if shares:
+        lo, hi = min(shares, key=shares.get), max(shares, key=shares.get)
+        print(f"operand assembly (parts copied into a task's operands, inside its traced time; the measured keys "
+              f"do not separate it): {shares[lo]:.0%} ({lo}) to {shares[hi]:.0%} ({hi}) of the traced task time, "
+              f"median {statistics.median(shares.values()):.0%}")
     mem = [abs(v["measured_peak"] - v["predicted_peak"]) / v["measured_peak"]
            for r in rows for v in r.get("memory", {}).values() if v.get("measured_peak") and "predicted_peak" in v]
     if mem:

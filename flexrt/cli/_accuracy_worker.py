@@ -13,6 +13,8 @@ import statistics
 import time
 from pathlib import Path
 
+import numpy as np
+
 from flexrt.errors import ConfigError
 from flexrt.runtime import mpi
 
@@ -102,7 +104,9 @@ def _row(item, session, results: list, before: float, dispatch_s: float, out) ->
     row = {"model": name, "strategy": label, "tasks": session.plan.num_tasks, "measured_s": measured,
            "predicted_s": session.predicted_time_s, "profiled_s": before,
            "kinds": kind_sums(session.plan, mid.end - mid.start, dispatch_s),
-           "memory": {str(d): v for d, v in session.memory_report(mid).items()}}
+           "memory": {str(d): v for d, v in session.memory_report(mid).items()},
+           # seconds the tasks spent assembling operands from their parts (in the tasks' times above)
+           "assembly_s": float(np.sum(mid.assembly)) if mid.assembly is not None else 0.0}
     if out is not None:
         trace = side_by_side(session.chrome_trace(mid), session.simulator.chrome_trace(session.predicted))
         (out / "traces" / f"{name}-{label}.json").write_text(json.dumps(trace))
