@@ -413,9 +413,8 @@ class MeasuredCostModel(CostModelWrapper):
     @classmethod
     def linear_with(cls, base, times=None) -> bool:
         # transfers stay latency + bytes / bandwidth (the lowering's fast path) unless a time per
-        # message is added to them
-        return has_linear_transfers(base) and not any(
-            getattr(times, name, 0.0) for name in ("message_s", "rendezvous_s", "receive_s", "receive_s_per_byte"))
+        # message is added to them (every overhead but the one per compute task)
+        return has_linear_transfers(base) and not any(getattr(times, name, 0.0) for name in OVERHEADS[1:])
 
     def __init__(self, base, times: MeasuredTimes):
         if not isinstance(times, MeasuredTimes):

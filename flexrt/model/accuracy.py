@@ -184,8 +184,8 @@ def timed_steps(session, inputs, labels, repeat: int, warmup: int = 1):
 
 def kind_sums(plan, measured, dispatch_s: float = 0.0) -> dict:
     """Task kind -> [measured seconds, predicted seconds], each task counted once and a transfer once
-    (by its first hop, predicted from its first hop's start to its last hop's end); a ring collective ("allreduce": its hops and sum steps) runs as one task whose
-    time every member records, so a member's measured time is divided by the group's size. A compute
+    (by its first hop, predicted from its first hop's start to its last hop's end); a ring collective
+    ("allreduce": its hops and sum steps) runs as one task whose time every member records, so a member's measured time is divided by the group's size. A compute
     task's prediction counts without ``dispatch_s`` (the runtime's time per task beside the task,
     which its traced duration leaves out)."""
     size: dict = {}
@@ -193,14 +193,13 @@ def kind_sums(plan, measured, dispatch_s: float = 0.0) -> dict:
         if isinstance(t.action, RingStep):
             size[t.action.group.id] = size.get(t.action.group.id, 0) + 1
     out: dict = {}
-    predicted = plan.predicted_end - plan.predicted_start
     span: dict = {}   # a transfer's predicted time runs from its first hop's start to its last hop's end
     for t, a, b in zip(plan.tasks, plan.predicted_start, plan.predicted_end):
         if t.transfer >= 0:
             lo, hi = span.get(t.transfer, (a, b))
             span[t.transfer] = (min(lo, a), max(hi, b))
-    predicted = [span[t.transfer][1] - span[t.transfer][0] if t.transfer >= 0 else p
-                 for t, p in zip(plan.tasks, predicted)]
+    predicted = [span[t.transfer][1] - span[t.transfer][0] if t.transfer >= 0 else b - a
+                 for t, a, b in zip(plan.tasks, plan.predicted_start, plan.predicted_end)]
     for t, m, p in zip(plan.tasks, measured, predicted):
         if t.kind.value == "transfer" and t.action is None:
             continue    # another hop of a transfer: the transfer counts once, by its first hop

@@ -262,7 +262,7 @@ class Executor:
             return
         t0 = time.perf_counter()
         self._assemble_parts(b, bid, parts, local, keep, out)
-        tl = self._timing
+        tl = self._timing   # (an SPMD ring member assembles outside _execute: nothing set yet)
         tl.assembly = getattr(tl, "assembly", 0.0) + (time.perf_counter() - t0)
 
     def _assemble_parts(self, b: Buf, bid, parts, local: Optional[dict], keep: bool, out) -> None:

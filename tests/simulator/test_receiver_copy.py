@@ -138,3 +138,19 @@ def test_strategies_over_receiver_copied_links_train_like_one_device(model, seed
     from tests.runtime.test_central_law import train_and_compare
     m = machine(devices=2)
     train_and_compare(model, DataType.DT_DOUBLE, lambda g: random_strategy(g, m, seed), m, mode=mode)
+
+
+@pytest.mark.parametrize("receive, per_byte", [(20e-6, 0.0), (10e-6, 4e-10), (0.0, 0.0)])
+def test_fit_overheads_recovers_the_receivers_time_per_message_and_byte(receive, per_byte):
+    from flexrt.simulator.measured_costs import OVERHEADS, MeasuredCostModel, MeasuredTimes
+    m = machine(devices=1)
+    graph = pcg("mlp_unity_fig2", "-b", "64")
+    times = MeasuredTimes("numpy")   # no keys: every task is the base model's time
+    times.receive_s, times.receive_s_per_byte = receive, per_byte
+    strategies = [random_strategy(graph, m, seed) for seed in range(6)]
+    truth = [(s, Simulator(m, MeasuredCostModel(COST, times), "sgd").time_full(s)) for s in strategies]
+    times.set_overheads([0.0] * len(OVERHEADS))
+    got = dict(zip(OVERHEADS, times.fit_overheads(COST, m, truth)))
+    fitted = [Simulator(m, MeasuredCostModel(COST, times), "sgd").time_full(s) for s in strategies]
+    assert max(abs(f / t - 1) for f, (_, t) in zip(fitted, truth)) < 0.02
+    assert got["receive_s"] + 1e5 * got["receive_s_per_byte"] == pytest.approx(receive + 1e5 * per_byte, abs=5e-6)
