@@ -44,8 +44,7 @@ from flexrt.ir.op_type import PARALLEL_OPS, SOURCE_OPS, OpType
 from flexrt.ir.serialize import attrs_from_json, attrs_to_json
 from flexrt.ir.tensor_shape import TensorShape
 from flexrt.simulator import _fused_gat as gat
-from flexrt.simulator.cost_model import (MIN_TASK_S, AnalyticCostModel, CostModelWrapper, FusedMember,
-                                         derived_fused_backward)
+from flexrt.simulator.cost_model import (MIN_TASK_S, AnalyticCostModel, CostModelWrapper, FusedMember)
 
 if TYPE_CHECKING:
     from flexrt.machine import DeviceSpec
@@ -592,9 +591,12 @@ def plot_cdf(results: dict, path, title: str = "Fused operator time: prediction 
 
 class LearnedCostModel(CostModelWrapper):
     """``base``'s cost model with its fused tasks predicted by ``model``: the forward time from the
-    members' own forward times (``base.op_times``), the backward by the analytic fused backward /
-    forward ratio (as ``ProfiledCostModel`` derives it). Everything else is ``base``'s, including
-    whether its transfers are linear (``has_linear_transfers``).
+    members' own forward times (``base.op_times``); the backward is the members' own backward times
+    scaled by the same fused / summed ratio, so that a plan whose groups ``model`` predicts to cost
+    their members' sum costs what the unfused strategy does. A base that charges a time per task
+    beside its kernels (``task_overhead_s``: the measured model's dispatch) has it taken off each
+    member's time and charged once per fused task. Everything else is ``base``'s, including whether
+    its transfers are linear (``has_linear_transfers``).
 
     Example:
         >>> cost = LearnedCostModel(ProfiledCostModel(), LearnedFusedModel.load("fused.npz"))  # doctest: +SKIP
@@ -621,13 +623,16 @@ class LearnedCostModel(CostModelWrapper):
             raise ConfigError(f"LearnedCostModel.fused_time: phase is {phase!r}; valid: forward, backward")
         key = (tuple(members), device)
         try:
-            forward = self._memo.get(key)
+            got = self._memo.get(key)
         except TypeError:      # unhashable attributes: no memo
-            key, forward = None, None
-        if forward is None:
-            times = [self.base.op_times(m.attrs, list(m.inputs), list(m.outputs), device).forward_s for m in members]
-            forward = max(self.model.predict_members(members, times), MIN_TASK_S)
+            key, got = None, None
+        if got is None:
+            over = float(getattr(self.base, "task_overhead_s", 0.0))
+            own = [self.base.op_times(m.attrs, list(m.inputs), list(m.outputs), device) for m in members]
+            forward = [max(t.forward_s - over, MIN_TASK_S) for t in own]
+            backward = sum(max(t.backward_s - over, MIN_TASK_S) for t in own)
+            predicted = max(self.model.predict_members(members, forward), MIN_TASK_S)
+            got = (predicted + over, max(backward * predicted / sum(forward), MIN_TASK_S) + over)
             if key is not None:
-                self._memo[key] = forward
-        return forward if phase == "forward" else derived_fused_backward(forward, members, device)
-
+                self._memo[key] = got
+        return got[0] if phase == "forward" else got[1]

@@ -429,6 +429,12 @@ class MeasuredCostModel(CostModelWrapper):
     def __reduce__(self):
         return MeasuredCostModel, (self.base, self.times)
 
+    @property
+    def task_overhead_s(self) -> float:
+        """The runtime's own seconds per compute task, in every compute task's time here (a fused
+        task pays it once: ``LearnedCostModel``)."""
+        return self.times.dispatch_s
+
     def _answer(self, key: str, kind: str, base_time, op: Optional[str] = None) -> float:
         got = self.times.get(key)
         if got is not None:

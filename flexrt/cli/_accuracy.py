@@ -63,10 +63,26 @@ def add_arguments(parser) -> None:
     parser.add_argument("--pipelines", action="store_true",
                         help="also validate GPipe and 1F1B pipelines (2 stages, 4 micro-batches), calibrated on a "
                              "one-device pipeline of 4 micro-batches")
+    parser.add_argument("--fusion", action="store_true",
+                        help="also validate the fusion plan DisCo's search finds from each model's data parallelism, "
+                             "scored by the measured costs with fused tasks timed as --fused-cost says")
+    parser.add_argument("--fused-cost", default="learned", metavar="{learned[:PATH],profiled,analytic}",
+                        type=_fused_cost_choice,
+                        help="with --fusion: how a fused task is timed (default learned: the packaged model of "
+                             "`flexrt fusion-model`, or PATH)")
+    parser.add_argument("--fusion-budget", type=count(1, 100000), default=1000, metavar="N",
+                        help="with --fusion: DisCo's candidates per model (default 1000)")
     parser.add_argument("--output", default="flexrt-accuracy", metavar="DIR",
                         help="where the results, the scatter plot and the traces go (default ./flexrt-accuracy)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     add_json_flag(parser)
+
+
+def _fused_cost_choice(text: str) -> str:
+    if text.partition(":")[0] not in ("learned", "profiled", "analytic") or text == "learned:" \
+            or (":" in text and not text.startswith("learned:")):
+        raise argparse.ArgumentTypeError(f"unknown fused cost {text!r}; valid: learned, learned:PATH, profiled, analytic")
+    return text
 
 
 def _models(text: str) -> list[str]:
@@ -93,6 +109,9 @@ def _driver(args, models: list[str]) -> int:
     if ranks > (os.cpu_count() or 1):
         print(f"flexrt accuracy: warning: {ranks} processes on {os.cpu_count()} cores share cores; the measured times "
               f"include contention the simulator does not model", file=sys.stderr)
+    if args.fusion and args.fused_cost.startswith("learned"):
+        from flexrt.cli._accuracy_worker import learned_model_path
+        learned_model_path(args.fused_cost)    # before anything runs
     out = Path(args.output)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--output {out} is not a directory")
@@ -114,7 +133,8 @@ def _driver(args, models: list[str]) -> int:
     cmd = mpi.flexrt_command() + ["accuracy", "--worker", "--ranks", str(ranks), "--machine", str(machine),
                                   "--models", ",".join(models), "--seeds", str(args.seeds), "--calibration",
                                   str(args.calibration), "--repeat", str(3 if args.quick else args.repeat),
-                                  "--output", str(out)] + (["--pipelines"] if args.pipelines else [])
+                                  "--output", str(out)] + (["--pipelines"] if args.pipelines else []) \
+        + (["--fusion", "--fused-cost", args.fused_cost, "--fusion-budget", str(args.fusion_budget)] if args.fusion else [])
     mpi.launch(ranks, cmd, env, echo=not args.json)
     doc = json.loads((out / "accuracy.json").read_text())
     doc["elapsed_s"] = time.perf_counter() - t0
@@ -163,11 +183,30 @@ def _report(doc: dict, out: Path) -> None:
     if mem:
         print(f"peak memory per device: median |error| {statistics.median(mem):.1%}, max {max(mem):.1%} "
               f"({len(mem)} device-strategies)")
+    _report_fusion(rows, meta)
     hits, total = meta["hits"], meta["hits"] + meta["misses"]
     print(f"measured-cost coverage: {hits} of {total} cost questions answered from the table "
           f"({hits / max(total, 1):.0%}); the rest from a + b x^c of the profiled time x, fitted per kind and operator")
     print(f"wrote {out / 'accuracy.json'}, {out / 'scatter.png'}, {out / 'traces'}/ (measured beside simulated); "
           f"{doc['elapsed_s']:.0f} s")
+
+
+def _report_fusion(rows: list, meta: dict) -> None:
+    """With --fusion: per model, DisCo's plan measured beside simulated, and its speed-up over the
+    data-parallel strategy it started from, measured and simulated."""
+    by = {(r["model"], r["strategy"]): r for r in rows}
+    fused = [r for r in rows if r.get("fusion")]
+    if not fused:
+        return
+    print(f"fusion plans DisCo found from data parallelism (fused tasks: {meta.get('fused_cost')}):")
+    print(f"{'model':<12}{'groups':>7}{'ops':>5}{'buckets':>8}{'measured':>10}{'predicted':>10}{'err':>7}"
+          f"{'speed-up measured':>19}{'simulated':>10}")
+    for r in fused:
+        f, base = r["fusion"], by.get((r["model"], r["strategy"].removesuffix("+disco")))
+        up = (f"{base['measured_s'] / r['measured_s']:>19.3f}x{base['predicted_s'] / r['predicted_s']:>9.3f}x"
+              if base else "")
+        print(f"{r['model']:<12}{f['groups']:>7}{f['fused_ops']:>5}{f['buckets']:>8}{r['measured_s'] * 1e3:>10.2f}"
+              f"{r['predicted_s'] * 1e3:>10.2f}{(r['predicted_s'] - r['measured_s']) / r['measured_s']:>+7.1%}{up}")
 
 
 def _per_model(names: list) -> str:

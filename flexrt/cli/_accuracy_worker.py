@@ -51,6 +51,56 @@ def _profiled(comm, out: Path, machine, strategies):
     return cost
 
 
+def _fused_cost(choice: str, measured):
+    """The measured cost model with its fused tasks timed as ``--fused-cost`` says: ``learned[:PATH]``
+    (DisCo's learned model over the members' measured times, the packaged one without PATH),
+    ``profiled`` (the real fused kernel, profiled, scaled by the measured fits) or ``analytic`` (the
+    members' measured times x the analytic fused / unfused ratio)."""
+    from flexrt.simulator.cost_model import ScaledFusion
+    kind, _, path = choice.partition(":")
+    if kind == "profiled":
+        return measured
+    if kind == "analytic":
+        return ScaledFusion(measured)
+    from flexrt.simulator.fused_model import LearnedCostModel, LearnedFusedModel
+    return LearnedCostModel(measured, LearnedFusedModel.load(learned_model_path(choice)))
+
+
+def learned_model_path(choice: str) -> str:
+    """The model file ``--fused-cost learned[:PATH]`` names (the packaged one without PATH); a
+    ConfigError, saying how to make one, where it is missing."""
+    from flexrt.cli._common import packaged_fusion_model
+    path = choice.partition(":")[2] or str(packaged_fusion_model())
+    if not Path(path).is_file():
+        raise ConfigError(f"--fused-cost {choice}: no model file at {path}; train one with `flexrt fusion-model "
+                          f"collect --paired --output S.jsonl` and `flexrt fusion-model train --samples S.jsonl "
+                          f"--output M.npz`, then give --fused-cost learned:M.npz")
+    return path
+
+
+def _fusion_plans(comm, val: list, machine, cost, budget: int) -> list:
+    """Per model, DisCo's search (``flexrt.search.disco``, seed 0, ``budget`` candidates) from its
+    data-parallel validation strategy, scored by ``cost``: validation items of the strategies found,
+    each with what the search said (its groups, buckets, seconds and simulated times). Rank 0
+    searches; every rank gets its result."""
+    from flexrt.search import SearchRequest, search
+    found = []
+    if comm is None or comm.Get_rank() == 0:
+        for name, label, batch, strategy in val:
+            if label != f"data{machine.num_devices}":
+                continue
+            t0 = time.perf_counter()
+            r = search("disco", SearchRequest(strategy.pcg, machine, cost, budget=budget, seed=0, initial=(strategy,),
+                                              progress=False))
+            plan = r.strategy.fusion
+            info = {"groups": len(plan.groups) if plan else 0, "buckets": len(plan.buckets) if plan else 0,
+                    "fused_ops": sum(len(g.ops) for g in plan.groups) if plan else 0,
+                    "search_s": time.perf_counter() - t0, "candidates": r.log.proposals,
+                    "simulated_unfused_s": r.log.notes.get("initial_cost_s"), "simulated_fused_s": r.cost_s}
+            found.append(((name, f"{label}+disco", batch, r.strategy), info))
+    return comm.bcast(found, root=0) if comm is not None else found
+
+
 def _session(strategy, machine, cost):
     from flexrt.runtime.session import Session
     return Session(strategy, machine, cost_model=cost, mode="serial", optimizer="sgd", lr=0.01)
@@ -150,14 +200,29 @@ def worker(args, models) -> int:
         _print_calibration(times, len(cal))
         (out / "traces").mkdir(exist_ok=True)
     cost = MeasuredCostModel(profiled, times)
+    fusion: dict = {}
+    if args.fusion:
+        cost = _fused_cost(args.fused_cost, cost)
+        plans = _fusion_plans(comm, val, machine, cost, args.fusion_budget)
+        val = val + [item for item, _ in plans]
+        fusion = {f"{item[0]}/{item[1]}": info for item, info in plans}
+        if root:
+            print("DisCo from data parallelism (" + cost.name + "): " + "; ".join(
+                f"{k}: {v['groups']} groups ({v['fused_ops']} operators), {v['buckets']} buckets, "
+                f"{v['simulated_unfused_s'] * 1e3:.2f} -> {v['simulated_fused_s'] * 1e3:.2f} ms simulated, "
+                f"{v['candidates']} candidates in {v['search_s']:.1f} s" for k, v in fusion.items()), flush=True)
     rows = [_row(x, session, results, Simulator(machine, profiled, "sgd").time_full(x[3]), times.dispatch_s,
                  out if root else None)
             for x, session, results in _measure(val, machine, cost, args.repeat)]
+    for r in rows:
+        if f"{r['model']}/{r['strategy']}" in fusion:
+            r["fusion"] = fusion[f"{r['model']}/{r['strategy']}"]
     if root:
         meta = {"ranks": size, "models": models, "machine": str(args.machine), "repeat": args.repeat,
                 "calibration": list(times.strategies), "validation": [f"{r['model']}/{r['strategy']}" for r in rows],
                 "fits": times.fits, **dict(zip(OVERHEADS, times.overheads())), "rendezvous_bytes": RENDEZVOUS_BYTES,
                 "hits": cost.hits, "misses": cost.misses, "load_before": load_before,
-                "load_after": os.getloadavg()[0], "cpus": os.cpu_count(), "worker_s": time.perf_counter() - t0}
+                "load_after": os.getloadavg()[0], "cpus": os.cpu_count(), "worker_s": time.perf_counter() - t0,
+                "fused_cost": cost.name if args.fusion else None}
         (out / "accuracy.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     return 0

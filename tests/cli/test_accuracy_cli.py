@@ -35,22 +35,51 @@ def test_accuracy_in_one_process(tmp_path, capsys):
         MODELS["mlp"][0](MODELS["mlp"][1]), local_machine(1), range(1))}
 
 
+def test_fused_cost_choices_are_checked():
+    from flexrt.cli._accuracy import _fused_cost_choice
+    for good in ("learned", "learned:m.npz", "profiled", "analytic"):
+        assert _fused_cost_choice(good) == good
+    for bad in ("learned:", "profiled:x", "nosuch", "analytic:y"):
+        with pytest.raises(Exception, match="valid: learned, learned:PATH, profiled, analytic"):
+            _fused_cost_choice(bad)
+
+
 @pytest.mark.mpi
 def test_accuracy_one_process_per_device_under_mpi(tmp_path, capsys):
     out = tmp_path / "acc"
     assert main(["accuracy", "--ranks", "2", "--models", "mlp,rnn", "--seeds", "1", "--calibration", "1",
-                 "--repeat", "1", "--quick", "--output", str(out)]) == 0
+                 "--repeat", "1", "--quick", "--fusion", "--fusion-budget", "40", "--output", str(out)]) == 0
     text = capsys.readouterr().out
     assert "measured tasks (after)" in text and "profiled kernels (before)" in text
+    assert "fusion plans DisCo found from data parallelism (fused tasks: learned:measured:" in text
     doc = json.loads((out / "accuracy.json").read_text())
     _check(doc, out, 2)
-    assert {r["model"] for r in doc["rows"]} == {"mlp", "rnn"} and len(doc["rows"]) == 2 * 6   # 5 kinds + 1 random seed
+    # 5 kinds + 1 random seed, and DisCo's plan from data parallelism
+    assert {r["model"] for r in doc["rows"]} == {"mlp", "rnn"} and len(doc["rows"]) == 2 * 7
+    _check_fused(doc)
+
+
+def _check_fused(doc):
+    """Each model's DisCo row: a plan searched from its data-parallel row, never predicted slower than
+    it (the search starts there), and run for real."""
+    by = {(r["model"], r["strategy"]): r for r in doc["rows"]}
+    fused = [r for r in doc["rows"] if r["strategy"].endswith("+disco")]
+    assert len(fused) == len(doc["meta"]["models"])
+    for r in fused:
+        f, base = r["fusion"], by[(r["model"], r["strategy"].removesuffix("+disco"))]
+        assert 0 < f["candidates"] <= 40 and f["groups"] >= 0 and f["buckets"] >= 0
+        assert f["simulated_fused_s"] <= f["simulated_unfused_s"] * (1 + 1e-9)
+        # the session predicts the plan the search scored (same measured + learned costs)
+        assert r["predicted_s"] == pytest.approx(f["simulated_fused_s"], rel=1e-6)
+        assert base["predicted_s"] == pytest.approx(f["simulated_unfused_s"], rel=1e-6)
+        assert r["measured_s"] > 0
 
 
 @pytest.mark.parametrize("argv, message", [
     (["--models", "nosuch"], "unknown model nosuch"),
     (["--models", ","], "--models: empty"),
     (["--machine", "{d}/missing.yaml"], "no such file"),
+    (["--fusion", "--fused-cost", "learned:{d}/missing.npz"], "no model file at"),
 ])
 def test_bad_arguments_are_clear_errors(tmp_path, capsys, argv, message):
     argv = [a.replace("{d}", str(tmp_path)) for a in argv]

@@ -17,7 +17,7 @@ from flexrt.ir.tensor_shape import TensorShape
 from flexrt.machine import load_machine
 from flexrt.simulator import _fused_gat as gat
 from flexrt.simulator.actions import Fused
-from flexrt.simulator.cost_model import AnalyticCostModel, FusedMember, has_linear_transfers
+from flexrt.simulator.cost_model import AnalyticCostModel, CostModelWrapper, FusedMember, OpTimes, has_linear_transfers
 from flexrt.simulator.fused_model import (
     FORMAT_VERSION, NUMERIC_FEATURES, OP_VOCAB, FusedSample, LearnedCostModel, LearnedFusedModel, LinearFusedModel,
     aggregate_features, analytic_baseline, evaluate, load_samples, plot_cdf, sample_arrays, save_samples, sum_baseline)
@@ -299,8 +299,9 @@ def test_learned_cost_model_times_fused_tasks_in_the_simulator(trained):
                FusedMember(a2, tuple(i2), tuple(o2), (0,), False, (0,))]
     times = [COST.op_times(m.attrs, list(m.inputs), list(m.outputs), spec).forward_s for m in members]
     assert fused[0].exe_s == pytest.approx(model.predict_members(members, times), rel=1e-9)
-    ratio = COST.fused_time(members, "backward", spec) / COST.fused_time(members, "forward", spec)
-    assert cost.fused_time(members, "backward", spec) == pytest.approx(fused[0].exe_s * ratio, rel=1e-9)
+    # the backward: the members' own backward times scaled by the forward's fused / summed ratio
+    back = sum(COST.op_times(m.attrs, list(m.inputs), list(m.outputs), spec).backward_s for m in members)
+    assert cost.fused_time(members, "backward", spec) == pytest.approx(fused[0].exe_s * back / sum(times), rel=1e-9)
     # everything else is the base's
     w = TensorShape((256, 256))
     assert cost.update_time(w, spec) == COST.update_time(w, spec)
@@ -405,3 +406,66 @@ def test_choose_ranks_predictors_on_models_left_out_first(tmp_path):
     assert model.cross_model[chosen] == max(model.cross_model.values())
     model.save(tmp_path / "m.npz")
     assert LearnedFusedModel.load(tmp_path / "m.npz").cross_model == model.cross_model
+
+
+class _SumModel(LearnedFusedModel):
+    """A learned model whose chosen predictor is the members' summed times (what ``choose`` keeps
+    where the network's correction does not transfer)."""
+
+    def __init__(self):
+        pass
+
+    def predict_members(self, members, member_times):
+        return float(sum(member_times))
+
+
+class _Overhead(CostModelWrapper):
+    """The analytic model with ``over`` seconds per compute task beside each kernel (as the measured
+    model's dispatch)."""
+
+    def __init__(self, base, over):
+        self.base, self.over = base, over
+
+    @property
+    def task_overhead_s(self):
+        return self.over
+
+    def op_times(self, attrs, inputs, outputs, device):
+        t = self.base.op_times(attrs, inputs, outputs, device)
+        return OpTimes(t.forward_s + self.over, t.backward_s + self.over, "with overhead")
+
+
+@pytest.mark.parametrize("over", [0.0, 20e-6, 1e-3])
+def test_learned_cost_charges_a_fused_task_its_members_kernels_and_one_overhead(over):
+    """With a model that predicts the members' sum, a fused task costs its members' kernels plus one
+    time per task, forward and backward; its iteration saves exactly (members - 1) overheads per
+    fused task and phase, no more (a fusion that pays only by a model inconsistency is a defect)."""
+    from tests.simulator.test_fusion_sim import mlp
+    dgx = load_machine("dgx1_v100")
+    base = _Overhead(COST, over)
+    cost = LearnedCostModel(base, _SumModel())
+    s = data_parallel(mlp(), dgx, 2)
+    plan = FusionPlan((FusionGroup(("fc1", "r1")), FusionGroup(("fc1", "r1"), phase="backward")))
+    sim = Simulator(dgx, cost, detail=False)
+    unfused_s = sim.time_full(s)
+    tasks = len(list(sim.graph.ids()))
+    fused_s = sim.time_full(s.with_fusion(plan))
+    assert len(list(sim.graph.ids())) == tasks - 4   # 2 devices x 2 phases, 2 members become 1
+    low = sim.lowering
+    lay1, lay2 = low.layout("fc1"), low.layout("r1")
+    a1, i1, o1 = lay1.classes[lay1.piece_class[0]]
+    a2, i2, o2 = lay2.classes[lay2.piece_class[0]]
+    spec = dgx.devices[0].spec
+    members = [FusedMember(a1, tuple(i1), tuple(o1), (), False, (-1, -1, -1)),
+               FusedMember(a2, tuple(i2), tuple(o2), (0,), False, (0,))]
+    own = [COST.op_times(m.attrs, list(m.inputs), list(m.outputs), spec) for m in members]
+    assert cost.fused_time(members, "forward", spec) == pytest.approx(sum(t.forward_s for t in own) + over, rel=1e-12)
+    assert cost.fused_time(members, "backward", spec) == pytest.approx(sum(t.backward_s for t in own) + over,
+                                                                       rel=1e-12)
+    # each device loses one task per phase (2 overheads of work, both on its critical path; the rings
+    # they feed may start earlier): without an overhead nothing changes
+    saved = unfused_s - fused_s
+    if over == 0:
+        assert saved == pytest.approx(0.0, abs=1e-15)
+    else:
+        assert 2 * over * (1 - 1e-9) <= saved <= 4 * over
