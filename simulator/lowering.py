@@ -597,18 +597,12 @@ class Lowering:
         for u, p, ranges, dev in plan.reads:
             deps[ranges][dev].append(bwd[u][p])
         oid = self._oid(owner)
-        if plan.copies:
-            fwd_first, back_first = self.core.copies(
-                oid, [x[3] for x in plan.copies], [x[4] for x in plan.copies], [numel(x[5]) for x in plan.copies],
-                dtype.size_bytes, CATEGORY_CODE[Category.WEIGHT_SYNC],
-                [self.op_tasks[users[x[0]][0]][0][x[1]] for x in plan.copies], [bwd[x[0]][x[1]] for x in plan.copies])
-            for (u, p, ranges, src, dev, box), bx in zip(plan.copies, back_first):
-                deps[ranges][src].extend(self.core.hops(bx))
-        grad_parts = self._weight_parts(owner, wname, users, plan, fwd_first if plan.copies else (),
-                                        back_first if plan.copies else (), np_dtype) if self.detail else {}
+        sent = self._weight_copies(owner, wname, users, plan, bwd, dtype) if plan.copies else []
+        for (_, ranges, src, _, _), (_, _, bx) in zip(plan.copies, sent):
+            deps[ranges][src].extend(self.core.hops(bx))
+        grad_parts = self._weight_parts(owner, wname, users, plan, sent, np_dtype) if self.detail else {}
         if self.pipeline is not None:
-            accumulate_micro_batches(self, owner, wname, users, plan, deps, grad_parts,
-                                     back_first if plan.copies else ())
+            accumulate_micro_batches(self, owner, wname, users, plan, deps, grad_parts, sent)
         for ranges, reps in plan.instances:
             piece = TensorShape(tuple(b - a for a, b in ranges), dtype)
             devices = sorted(d for _, d in reps)   # a ring in device order: crosses nodes least (NCCL)
@@ -634,23 +628,55 @@ class Lowering:
                                 gather_grad=len(devices) == 1)
                 self.graph.annotate(u, f"update {wname}@{d}", wname, -1, (), update)
 
-    def _weight_parts(self, owner, wname: str, users, plan, fwd_first, back_first, np_dtype) -> dict:
-        """With detail: the parts that assemble each user piece's weight operand and each instance's
-        gradient, and the copies' actions and names. Returns (ranges, device) -> [(key, box)]."""
+    def _weight_copies(self, owner, wname: str, users, plan, bwd, dtype) -> list[tuple]:
+        """The copies of ``plan`` (a weight's parts on devices no instance of it is on): per copy one
+        transfer there before every reader's forward, the readers' gradients summed there (a reduce
+        task after their backwards, where there are several) and one transfer of the sum back.
+        Returns per copy (first forward hop, the sum's key or None, first backward hop)."""
+        sums, back_before = [], []
+        for readers, ranges, src, dev, box in plan.copies:
+            after = [bwd[u][p] for u, p in readers]
+            if len(readers) == 1:
+                sums.append(None)
+                back_before.append(after[0])
+                continue
+            key = Key.sum(self._new_group()) if self.detail else None
+            piece = TensorShape(tuple(b - a for a, b in box), dtype)
+            back_before.append(self._reduce(owner, dev, piece, len(readers), f"sum grad {wname}@{dev}", after,
+                                            Sum(Buf(key, dev, box, dtype.numpy_name)) if self.detail else None))
+            sums.append(key)
+        fwd_first, back_first = self.core.copies(
+            self._oid(owner), [x[2] for x in plan.copies], [x[3] for x in plan.copies],
+            [numel(x[4]) for x in plan.copies], dtype.size_bytes, CATEGORY_CODE[Category.WEIGHT_SYNC],
+            [self.op_tasks[users[x[0][0][0]][0]][0][x[0][0][1]] for x in plan.copies], back_before)
+        for (readers, *_), fx in zip(plan.copies, fwd_first):
+            if len(readers) > 1:
+                self._edges(owner, list(self.core.hops(fx)), [self.op_tasks[users[u][0]][0][p] for u, p in readers[1:]])
+        return list(zip(fwd_first, sums, back_first))
+
+    def _weight_parts(self, owner, wname: str, users, plan, sent, np_dtype) -> dict:
+        """With detail: the parts that assemble each user piece's weight operand, each copy's gradient
+        sum and each instance's gradient, and the copies' actions and names. Returns (ranges, device)
+        -> [(key, box)]."""
         grad_parts: dict = defaultdict(list)
         for u, p, ranges, dev in plan.reads:
             c, i = users[u]
             box = overlap(self.layout(c).operand_regions[i][p].ranges, ranges)
             self._part(owner, Key.operand(c, i, p), dev, Key.weight(wname, ranges), dev, box)
             grad_parts[(ranges, dev)].append((Key.grad_operand(c, i, p), box))
-        for (u, p, ranges, src, dev, box), fx, bx in zip(plan.copies, fwd_first, back_first):
-            c, i = users[u]
+        for (readers, ranges, src, dev, box), (fx, skey, bx) in zip(plan.copies, sent):
             xkey, gkey = Key.transfer(self.core.row(fx)[4]), Key.transfer(self.core.row(bx)[4])
-            self._name_hops(self.core.hops(fx), f"copy {wname} ->{c}[{p}]", (),
-                            Move(Key.weight(wname, ranges), src, Buf(xkey, dev, tuple(box), np_dtype)))
-            self._part(owner, Key.operand(c, i, p), dev, xkey, dev, box)
-            self._name_hops(self.core.hops(bx), f"grad {wname} {c}[{p}]->", (),
-                            Move(Key.grad_operand(c, i, p), dev, Buf(gkey, src, tuple(box), np_dtype)))
+            self._name_hops(self.core.hops(fx), f"copy {wname} ->{dev}", (),
+                            Move(Key.weight(wname, ranges), src, Buf(xkey, dev, box, np_dtype)))
+            for u, p in readers:
+                c, i = users[u]
+                self._part(owner, Key.operand(c, i, p), dev, xkey, dev, box)
+                if skey is not None:
+                    self._part(owner, skey, dev, Key.grad_operand(c, i, p), dev, box, add=True)
+            c, i = users[readers[0][0]]
+            grad = skey if skey is not None else Key.grad_operand(c, i, readers[0][1])
+            self._name_hops(self.core.hops(bx), f"grad {wname} {dev}->", (),
+                            Move(grad, dev, Buf(gkey, src, box, np_dtype)))
             grad_parts[(ranges, src)].append((gkey, box))
         return grad_parts
 

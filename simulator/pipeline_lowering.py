@@ -67,7 +67,7 @@ def lower_schedule(low) -> None:
                     low._edges(owner, sinks, sources)
 
 
-def accumulate_micro_batches(low, owner, wname: str, users, plan, deps: dict, grad_parts: dict, back_first) -> None:
+def accumulate_micro_batches(low, owner, wname: str, users, plan, deps: dict, grad_parts: dict, sent) -> None:
     """Rewrites ``deps`` (instance ranges -> device -> the tasks its gradient waits for) and
     ``grad_parts`` ((ranges, device) -> the (key, box) parts assembling it, with detail) of one
     weight so that each instance's contributions are summed micro-batch by micro-batch (module doc)."""
@@ -79,8 +79,9 @@ def accumulate_micro_batches(low, owner, wname: str, users, plan, deps: dict, gr
         tasks, parts = contrib[(ranges, dev)][unit_of(c)[1]]
         tasks.append(bwd[u][p])
         parts.append((Key.grad_operand(c, i, p), overlap(low.layout(c).operand_regions[i][p].ranges, ranges)))
-    for (u, p, ranges, src, dev, box), bx in zip(plan.copies, back_first):
-        tasks, parts = contrib[(ranges, src)][unit_of(users[u][0])[1]]
+    for (readers, ranges, src, dev, box), (_, _, bx) in zip(plan.copies, sent):
+        # a copy's gradient comes back once, when its last micro-batch's readers are done
+        tasks, parts = contrib[(ranges, src)][max(unit_of(users[u][0])[1] for u, _ in readers)]
         tasks.extend(low.core.hops(bx))
         parts.append((Key.transfer(low.core.row(bx)[4]), box))
     dtype = low.wiring.weight_shape[wname].dtype

@@ -156,8 +156,11 @@ class WeightPlan:
     (ranges, ((copy index, device), ...) in copy order) per distinct range, each instance holding
     the weight's ``ranges`` and summing its gradient. ``reads`` are (user, piece, ranges, device)
     where a piece reads an instance on its own device (the gradient waits for that piece);
-    ``copies`` are (user, piece, ranges, source device, destination device, box) where a piece
-    needs a part no instance on its device holds: copied forward, its gradient sent back."""
+    ``copies`` are (readers, ranges, source device, destination device, box), one per part that
+    pieces need on a device where no instance holds it: ``readers`` ((user, piece), ...) are the
+    pieces there that read it. The part is copied there once per iteration (a weight does not change
+    before its update; Legion's instances stay valid likewise), and the readers' gradients of it are
+    summed there and sent back once."""
 
     instances: tuple
     reads: tuple
@@ -175,7 +178,7 @@ def weight_plan(users: list) -> WeightPlan:
         reps.sort()
     held = {ranges: {d for _, d in reps} for ranges, reps in primary.items()}
     reads = [(0, p, r.ranges, dev) for p, (r, dev) in enumerate(zip(regions, L0.devices))]
-    copies = []
+    copies: dict = {}   # (ranges, src, dev, box) -> readers, in the order they were met
     for u, (L, i) in enumerate(users[1:], start=1):
         for p, (r, dev) in enumerate(zip(L.operand_regions[i], L.devices)):
             if dev in held.get(r.ranges, ()):
@@ -189,8 +192,9 @@ def weight_plan(users: list) -> WeightPlan:
                 if src == dev:  # the instance on this device holds this part already
                     reads.append((u, p, ranges, dev))
                 else:
-                    copies.append((u, p, ranges, src, dev, box))
-    return WeightPlan(tuple((ranges, tuple(reps)) for ranges, reps in primary.items()), tuple(reads), tuple(copies))
+                    copies.setdefault((ranges, src, dev, tuple(box)), []).append((u, p))
+    return WeightPlan(tuple((ranges, tuple(reps)) for ranges, reps in primary.items()), tuple(reads),
+                      tuple((tuple(readers), ranges, src, dev, box) for (ranges, src, dev, box), readers in copies.items()))
 
 
 class Reshards:
