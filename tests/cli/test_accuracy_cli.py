@@ -108,7 +108,12 @@ def test_pipelines_join_the_validation_and_calibration_sets_on_request():
         pipes = {label: s.pipeline for label, s in val.items() if getattr(s, "pipeline", None) is not None}
         assert {label: (p.stages, p.micro_batches, p.schedule.value) for label, p in pipes.items()} == {
             "gpipe2x4": (2, 4, "gpipe"), "1f1b2x4": (2, 4, "1f1b")}, name
-        assert cal["calib-1f1b1x4"].pipeline.micro_batches == 4
+        # calibrated on a pipeline of the same pieces, its stages on the same processes, that is not
+        # one of those validated
+        calib = cal["calib-interleaved2x4"].pipeline
+        assert (calib.stages, calib.micro_batches, calib.schedule.value, calib.chunks) == (2, 4, "interleaved", 2)
+    one = dict(calibration_strategies(MODELS["mlp"][0](64), local_machine(1), 1, pipelines=True))
+    assert one["calib-1f1b1x4"].pipeline.micro_batches == 4      # one device: nothing to pair
 
 
 def test_scores_median_max_tau_and_regret():
