@@ -17,7 +17,9 @@ What becomes a task:
 - inputs are materialized where their consumers need them (the data loader's job: no transfer);
 - weights are resident where their first consumer needs them. Replicas synchronize gradients with a
   ring AllReduce, then each replica runs an UPDATE task. A consumer that needs a weight in another
-  layout (a shared weight) gets copies forward and sends gradients back;
+  layout (a shared weight) reads a copy of the part it needs: one per part and device per
+  iteration, whatever the number of readers there, whose gradients are summed there and sent back
+  once;
 - the loss scores the model's output (the last operator nobody consumes, or ``loss_output``): a LOSS
   task per piece holding whole rows between its forward and backward, else the pieces gathered on
   one device (transfers in category LOSS) and the gradient sent back.
