@@ -13,9 +13,13 @@ device, MPI messages between them). Then, under ``mpiexec -n R`` (``flexrt.model
    strategy, so that a slow spell of the host lands on all alike) and every task's traced duration fills a ``MeasuredTimes`` table keyed as the
    lowering asks its cost model (``flexrt.simulator.measured_costs``), written to
    ``DIR/measured_times.json``;
-2. **validation**: per model, the validation strategies (disjoint from the calibration ones) are
-   simulated with the measured costs (and, for comparison, with kernel-profiled costs) and run;
-   measured vs predicted iteration time, per task kind, and peak memory per device.
+2. **validation**: per model, the validation strategies (disjoint from the calibration ones) run,
+   their devices' tasks in the order the first calibration's measured costs simulate; the
+   calibration strategies run again in the same rounds, and the table is rebuilt from those runs
+   (a host's speed drifts: calibrated apart, whole runs were predicted 14 % fast or 8 % slow on
+   average); the validation strategies are simulated with it (and, for comparison, with
+   kernel-profiled costs): measured vs predicted iteration time, per task kind, and peak memory
+   per device.
 
 The report: median and max |error|, Kendall's tau overall and within each model, top-1 regret,
 before (profiled kernels) and after (measured tasks); per task kind measured / predicted; which

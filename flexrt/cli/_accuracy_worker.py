@@ -106,9 +106,10 @@ def _session(strategy, machine, cost):
     return Session(strategy, machine, cost_model=cost, mode="serial", optimizer="sgd", lr=0.01)
 
 
-def _measure(items: list, machine, cost, repeat: int, rounds: int = ROUNDS):
+def _measure(items: list, machine, costs: list, repeat: int, rounds: int = ROUNDS):
     """Per (model, label, batch, strategy) item: (item, its last session, its timed iterations sorted
-    by wall time), yielded in the last round.
+    by wall time), yielded in the last round, in item order. ``costs[i]`` is the cost model of item
+    i's sessions (the simulated order its devices run their tasks in).
 
     The ``repeat`` timed iterations of an item are shared among ``rounds`` sessions, and the rounds
     are interleaved: round r runs one session of every item before round r+1 starts. A slow spell
@@ -126,7 +127,7 @@ def _measure(items: list, machine, cost, repeat: int, rounds: int = ROUNDS):
     for r, share in enumerate(shares):
         last = r == len(shares) - 1
         for i, item in enumerate(items):
-            session = _session(item[3], machine, cost)
+            session = _session(item[3], machine, costs[i])
             inputs, labels = batch_for(session.plan, item[2])
             for _ in range(WARMUP):
                 session.step(inputs, labels)
@@ -135,8 +136,27 @@ def _measure(items: list, machine, cost, repeat: int, rounds: int = ROUNDS):
                 yield item, session, sorted(results[i], key=lambda x: x.wall_s)
 
 
-def _print_calibration(times, strategies: int) -> None:
+def _calibrate(measured, profiled, machine):
+    """(``MeasuredTimes`` harvested from the calibration runs ``measured`` (item, session, results)
+    and fitted, [(strategy, median wall seconds)])."""
+    from flexrt.simulator.measured_costs import MeasuredTimes, harvest
+    times = MeasuredTimes("numpy")
+    walls = []
+    for (name, label, _, strategy), session, results in measured:
+        for r in results:
+            harvest(times, session.simulator, session.plan.tasks, r.end - r.start, session.optimizer)
+        times.strategies.append(f"{name}/{label}")
+        walls.append((strategy, statistics.median(r.wall_s for r in results)))
+    times.fit(profiled, machine)
+    times.fit_overheads(profiled, machine, walls)
+    return times, walls
+
+
+def _print_calibration(times, strategies: int, first: list, again: list) -> None:
     from flexrt.simulator.measured_costs import overheads_text
+    drift = statistics.median(b / a for (_, a), (_, b) in zip(first, again))
+    print(f"the calibration strategies ran again in the validation rounds, {drift - 1:+.1%} (median) against their "
+          f"first rounds; the predictions use those times", flush=True)
     fits = ", ".join(f"{k} {a * 1e6:.0f} us + {b:.3g} x^{c:.2f}" for k, (a, b, c) in times.fits.items() if ":" not in k)
     print(f"calibrated: {len(times)} task keys from {strategies} strategies; per kind, measured ~ a + b x^c of the "
           f"profiled x: {fits}; the runtime's own times: {overheads_text(times.overheads())}", flush=True)
@@ -144,21 +164,37 @@ def _print_calibration(times, strategies: int) -> None:
           f"{'err':>7}", flush=True)
 
 
-def _row(item, session, results: list, before: float, dispatch_s: float, out) -> dict:
-    """One validation strategy's measured and predicted times; its trace written and a line printed
-    when ``out`` (the root rank)."""
+class _Prediction:
+    """The simulator's prediction of a strategy by ``cost`` (what a session predicts, without
+    building one): its time, task plan and simulator."""
+
+    def __init__(self, strategy, machine, cost):
+        from flexrt.runtime.plan import ExecPlan
+        from flexrt.simulator.simulate import Simulator
+        self.simulator = Simulator(machine, cost, "sgd", incremental=False)
+        self.predicted = self.simulator.full(strategy)
+        self.predicted_time_s = self.predicted.iteration_time_s
+        self.plan = ExecPlan(self.simulator.graph, self.simulator.schedule())
+
+
+def _row(item, session, pred, results: list, before: float, dispatch_s: float, out) -> dict:
+    """One validation strategy's measured times (``session``: the run) and predicted ones (``pred``);
+    its trace written and a line printed when ``out`` (the root rank)."""
     from flexrt.model.accuracy import kind_sums, side_by_side
     name, label = item[0], item[1]
     measured = statistics.median(r.wall_s for r in results)
     mid = results[(len(results) - 1) // 2]
+    if pred.plan.num_tasks != session.plan.num_tasks:
+        raise ConfigError(f"{name}/{label}: the prediction lowered {pred.plan.num_tasks} tasks, the run "
+                          f"{session.plan.num_tasks}")
     row = {"model": name, "strategy": label, "tasks": session.plan.num_tasks, "measured_s": measured,
-           "predicted_s": session.predicted_time_s, "profiled_s": before,
-           "kinds": kind_sums(session.plan, mid.end - mid.start, dispatch_s),
+           "predicted_s": pred.predicted_time_s, "profiled_s": before,
+           "kinds": kind_sums(pred.plan, mid.end - mid.start, dispatch_s),
            "memory": {str(d): v for d, v in session.memory_report(mid).items()},
            # seconds the tasks spent assembling operands from their parts (in the tasks' times above)
            "assembly_s": float(np.sum(mid.assembly)) if mid.assembly is not None else 0.0}
     if out is not None:
-        trace = side_by_side(session.chrome_trace(mid), session.simulator.chrome_trace(session.predicted))
+        trace = side_by_side(session.chrome_trace(mid), pred.simulator.chrome_trace(pred.predicted))
         (out / "traces" / f"{name}-{label}.json").write_text(json.dumps(trace))
         print(f"{name:<12}{label:<14}{row['tasks']:>6}{measured * 1e3:>10.2f}{row['predicted_s'] * 1e3:>10.2f}"
               f"{(row['predicted_s'] - measured) / measured:>+7.0%}{before * 1e3:>10.2f}"
@@ -168,7 +204,7 @@ def _row(item, session, results: list, before: float, dispatch_s: float, out) ->
 
 def worker(args, models) -> int:
     from flexrt.machine import load_machine
-    from flexrt.simulator.measured_costs import OVERHEADS, RENDEZVOUS_BYTES, MeasuredCostModel, MeasuredTimes, harvest
+    from flexrt.simulator.measured_costs import OVERHEADS, RENDEZVOUS_BYTES, MeasuredCostModel
     from flexrt.simulator.simulate import Simulator
     comm = mpi.world()
     size, rank = (comm.Get_size(), comm.Get_rank()) if comm is not None else (1, 0)
@@ -186,34 +222,36 @@ def worker(args, models) -> int:
     if root:
         print(f"{size} processes (rank 0 on core {core}); {len(cal)} calibration and {len(val)} validation strategies; "
               f"kernels profiled in {time.perf_counter() - t0:.1f} s", flush=True)
-    times = MeasuredTimes("numpy")
-    walls = []
-    for (name, label, _, strategy), session, results in _measure(cal, machine, profiled, args.repeat):
-        for r in results:
-            harvest(times, session.simulator, session.plan.tasks, r.end - r.start, session.optimizer)
-        times.strategies.append(f"{name}/{label}")
-        walls.append((strategy, statistics.median(r.wall_s for r in results)))
-    times.fit(profiled, machine)
-    times.fit_overheads(profiled, machine, walls)
+    times, walls = _calibrate(_measure(cal, machine, [profiled] * len(cal), args.repeat), profiled, machine)
     if root:
-        times.save(out / "measured_times.json")
-        _print_calibration(times, len(cal))
         (out / "traces").mkdir(exist_ok=True)
-    cost = MeasuredCostModel(profiled, times)
+    def costs_of(times):
+        cost = MeasuredCostModel(profiled, times)
+        return _fused_cost(args.fused_cost, cost) if args.fusion else cost
+    cost = costs_of(times)
     fusion: dict = {}
     if args.fusion:
-        cost = _fused_cost(args.fused_cost, cost)
         plans = _fusion_plans(comm, val, machine, cost, args.fusion_budget)
         val = val + [item for item, _ in plans]
         fusion = {f"{item[0]}/{item[1]}": info for item, info in plans}
         if root:
-            print("DisCo from data parallelism (" + cost.name + "): " + "; ".join(
+            print(f"DisCo from data parallelism ({cost.name}): " + "; ".join(
                 f"{k}: {v['groups']} groups ({v['fused_ops']} operators), {v['buckets']} buckets, "
                 f"{v['simulated_unfused_s'] * 1e3:.2f} -> {v['simulated_fused_s'] * 1e3:.2f} ms simulated, "
                 f"{v['candidates']} candidates in {v['search_s']:.1f} s" for k, v in fusion.items()), flush=True)
-    rows = [_row(x, session, results, Simulator(machine, profiled, "sgd").time_full(x[3]), times.dispatch_s,
-                 out if root else None)
-            for x, session, results in _measure(val, machine, cost, args.repeat)]
+    # The validation rounds: every calibration strategy runs again beside the validation ones, its
+    # tasks ordered as before, and the prediction uses the times measured then: a host's speed drifts
+    # (calibrated apart, whole runs were predicted 14 % fast or 8 % slow on average)
+    measured = _measure(cal + val, machine, [profiled] * len(cal) + [cost] * len(val), args.repeat)
+    first = walls
+    times, walls = _calibrate((next(measured) for _ in cal), profiled, machine)
+    cost = costs_of(times)
+    if root:
+        times.save(out / "measured_times.json")
+        _print_calibration(times, len(cal), first, walls)
+    rows = [_row(x, session, _Prediction(x[3], machine, cost), results,
+                 Simulator(machine, profiled, "sgd").time_full(x[3]), times.dispatch_s, out if root else None)
+            for x, session, results in measured]
     for r in rows:
         if f"{r['model']}/{r['strategy']}" in fusion:
             r["fusion"] = fusion[f"{r['model']}/{r['strategy']}"]

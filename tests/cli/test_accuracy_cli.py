@@ -69,9 +69,10 @@ def _check_fused(doc):
         f, base = r["fusion"], by[(r["model"], r["strategy"].removesuffix("+disco"))]
         assert 0 < f["candidates"] <= 40 and f["groups"] >= 0 and f["buckets"] >= 0
         assert f["simulated_fused_s"] <= f["simulated_unfused_s"] * (1 + 1e-9)
-        # the session predicts the plan the search scored (same measured + learned costs)
-        assert r["predicted_s"] == pytest.approx(f["simulated_fused_s"], rel=1e-6)
-        assert base["predicted_s"] == pytest.approx(f["simulated_unfused_s"], rel=1e-6)
+        # predicted with the times measured again in the validation rounds: the search's costs were
+        # the first rounds', so the two predictions differ by the host's drift only
+        assert r["predicted_s"] == pytest.approx(f["simulated_fused_s"], rel=0.5)
+        assert base["predicted_s"] == pytest.approx(f["simulated_unfused_s"], rel=0.5)
         assert r["measured_s"] > 0
 
 
@@ -143,11 +144,13 @@ def test_measurements_run_in_rounds_interleaved_across_strategies(monkeypatch):
         def step(self, inputs, labels):
             return SimpleNamespace(wall_s=next(clock), strategy=self.strategy)
 
-    monkeypatch.setattr(worker, "_session", lambda strategy, machine, cost: FakeSession(strategy))
+    costs = []
+    monkeypatch.setattr(worker, "_session", lambda strategy, machine, cost: costs.append(cost) or FakeSession(strategy))
     monkeypatch.setattr(accuracy, "batch_for", lambda plan, batch: (None, None))
     items = [("m", label, 4, label) for label in "abc"]
-    out = list(worker._measure(items, None, None, repeat=7, rounds=3))
+    out = list(worker._measure(items, None, ["profiled", "measured", "measured"], repeat=7, rounds=3))
     assert order == list("abc") * 3
+    assert costs == ["profiled", "measured", "measured"] * 3     # each item's sessions get its cost model
     assert [item[1] for item, _, _ in out] == list("abc")
     for item, session, results in out:
         assert len(results) == 7 and {r.strategy for r in results} == {item[3]}
