@@ -279,6 +279,17 @@ def test_baselines_and_the_cdf_plot(trained, tmp_path):
 
 # ---- as a cost model -----------------------------------------------------------------------------
 
+def _fc1_r1_members(sim, machine):
+    """The ``FusedMember``s of the group (fc1, r1) on piece 0 of the strategy ``sim`` lowered last,
+    and the device spec they run on."""
+    low = sim.lowering
+    lay1, lay2 = low.layout("fc1"), low.layout("r1")
+    a1, i1, o1 = lay1.classes[lay1.piece_class[0]]
+    a2, i2, o2 = lay2.classes[lay2.piece_class[0]]
+    return ([FusedMember(a1, tuple(i1), tuple(o1), (), False, (-1, -1, -1)),
+             FusedMember(a2, tuple(i2), tuple(o2), (0,), False, (0,))], machine.devices[0].spec)
+
+
 def test_learned_cost_model_times_fused_tasks_in_the_simulator(trained):
     from tests.simulator.test_fusion_sim import mlp
     model = trained[0]
@@ -290,13 +301,7 @@ def test_learned_cost_model_times_fused_tasks_in_the_simulator(trained):
     assert sim.time_full(s) > 0
     fused = [sim.graph.task(t) for t in sim.graph.ids() if isinstance(sim.graph.task(t).action, Fused)]
     assert len(fused) == 2
-    low = sim.lowering
-    lay1, lay2 = low.layout("fc1"), low.layout("r1")
-    a1, i1, o1 = lay1.classes[lay1.piece_class[0]]
-    a2, i2, o2 = lay2.classes[lay2.piece_class[0]]
-    spec = dgx.devices[0].spec
-    members = [FusedMember(a1, tuple(i1), tuple(o1), (), False, (-1, -1, -1)),
-               FusedMember(a2, tuple(i2), tuple(o2), (0,), False, (0,))]
+    members, spec = _fc1_r1_members(sim, dgx)
     times = [COST.op_times(m.attrs, list(m.inputs), list(m.outputs), spec).forward_s for m in members]
     assert fused[0].exe_s == pytest.approx(model.predict_members(members, times), rel=1e-9)
     # the backward: the members' own backward times scaled by the forward's fused / summed ratio
@@ -451,13 +456,7 @@ def test_learned_cost_charges_a_fused_task_its_members_kernels_and_one_overhead(
     tasks = len(list(sim.graph.ids()))
     fused_s = sim.time_full(s.with_fusion(plan))
     assert len(list(sim.graph.ids())) == tasks - 4   # 2 devices x 2 phases, 2 members become 1
-    low = sim.lowering
-    lay1, lay2 = low.layout("fc1"), low.layout("r1")
-    a1, i1, o1 = lay1.classes[lay1.piece_class[0]]
-    a2, i2, o2 = lay2.classes[lay2.piece_class[0]]
-    spec = dgx.devices[0].spec
-    members = [FusedMember(a1, tuple(i1), tuple(o1), (), False, (-1, -1, -1)),
-               FusedMember(a2, tuple(i2), tuple(o2), (0,), False, (0,))]
+    members, spec = _fc1_r1_members(sim, dgx)
     own = [COST.op_times(m.attrs, list(m.inputs), list(m.outputs), spec) for m in members]
     assert cost.fused_time(members, "forward", spec) == pytest.approx(sum(t.forward_s for t in own) + over, rel=1e-12)
     assert cost.fused_time(members, "backward", spec) == pytest.approx(sum(t.backward_s for t in own) + over,
