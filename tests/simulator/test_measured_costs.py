@@ -87,6 +87,38 @@ def test_a_key_never_measured_is_the_base_time_times_its_kinds_ratio(harvested):
     assert t.source == "measured+scaled" and cost.misses > 0
 
 
+@pytest.mark.parametrize("dispatch", [0.0, 30e-6])
+def test_a_fused_task_never_measured_is_its_members_measured_times_scaled_by_the_bases_fusion(harvested, dispatch):
+    """Members' measured times (less the time per task) x the base's fused / summed ratio, plus the
+    time per task once; a measured fused key is its median, plus the time per task."""
+    from flexrt.simulator.cost_model import FusedMember
+    from flexrt.simulator.measured_costs import fused_key
+    pcg, strategy, session, runs, times = harvested
+    times.dispatch_s = dispatch
+    try:
+        cost = MeasuredCostModel(BASE, times)
+        spec = MACHINE.devices[0].spec
+        low = session.simulator.lowering
+        lay1, lay2 = low.layout("fc1"), low.layout("fc2")
+        a1, i1, o1 = lay1.classes[lay1.piece_class[0]]
+        a2, i2, o2 = lay2.classes[lay2.piece_class[0]]
+        members = [FusedMember(a1, tuple(i1), tuple(o1), (), False, (-1, -1, -1)),
+                   FusedMember(a2, tuple(i2), tuple(o2), (0,), False, (0, -1, -1))]
+        for phase in ("forward", "backward"):
+            own = [getattr(cost.op_times(m.attrs, list(m.inputs), list(m.outputs), spec), f"{phase}_s") - dispatch
+                   for m in members]
+            alone = sum(getattr(BASE.op_times(m.attrs, list(m.inputs), list(m.outputs), spec), f"{phase}_s")
+                        for m in members)
+            want = sum(own) * BASE.fused_time(members, phase, spec) / alone + dispatch
+            assert cost.fused_time(members, phase, spec) == pytest.approx(want, rel=1e-12)
+            assert BASE.fused_time(members, phase, spec) < alone      # the analytic base saves the intermediates
+        times.add(fused_key(members, "forward", spec.name), 123e-6)
+        assert cost.fused_time(members, "forward", spec) == pytest.approx(123e-6 + dispatch, rel=1e-12)
+    finally:
+        times.dispatch_s = 0.0
+        times.samples.pop(fused_key(members, "forward", spec.name), None)
+
+
 @settings(max_examples=6, deadline=None)
 @given(seed=st.integers(0, 10_000))
 def test_delta_simulation_equals_full_with_measured_costs(harvested, seed):
