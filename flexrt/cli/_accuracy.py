@@ -109,6 +109,20 @@ def run(args, extra) -> int:
 
 
 def _driver(args, models: list[str]) -> int:
+    doc = measure(args, models)
+    out = Path(args.output)
+    _scatter(doc["rows"], out / "scatter.png")
+    if args.json:
+        emit_json(doc)
+        return 0
+    _report(doc, out)
+    return 0
+
+
+def measure(args, models: list[str]) -> dict:
+    """Calibrate (unless ``args.machine``), run the ranks' part under ``mpiexec -n R`` and return
+    ``accuracy.json``'s document with ``elapsed_s``; ``args`` holds this command's options (what
+    ``add_arguments`` defines). Progress is printed unless ``args.json``."""
     ranks = args.ranks or os.cpu_count() or 1
     if ranks > (os.cpu_count() or 1):
         print(f"flexrt accuracy: warning: {ranks} processes on {os.cpu_count()} cores share cores; the measured times "
@@ -142,12 +156,7 @@ def _driver(args, models: list[str]) -> int:
     mpi.launch(ranks, cmd, env, echo=not args.json)
     doc = json.loads((out / "accuracy.json").read_text())
     doc["elapsed_s"] = time.perf_counter() - t0
-    _scatter(doc["rows"], out / "scatter.png")
-    if args.json:
-        emit_json(doc)
-        return 0
-    _report(doc, out)
-    return 0
+    return doc
 
 
 def _report(doc: dict, out: Path) -> None:

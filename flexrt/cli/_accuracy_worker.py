@@ -152,9 +152,15 @@ def _calibrate(measured, profiled, machine):
     return times, walls
 
 
+def _drift(first: list, again: list) -> float:
+    """How much slower (> 0) the calibration strategies ran in the validation rounds than in their
+    own: the median ratio of their walls, less 1."""
+    return statistics.median(b / a for (_, a), (_, b) in zip(first, again)) - 1.0
+
+
 def _print_calibration(times, strategies: int, first: list, again: list) -> None:
     from flexrt.simulator.measured_costs import overheads_text
-    drift = statistics.median(b / a for (_, a), (_, b) in zip(first, again))
+    drift = _drift(first, again) + 1.0
     print(f"the calibration strategies ran again in the validation rounds, {drift - 1:+.1%} (median) against their "
           f"first rounds; the predictions use those times", flush=True)
     fits = ", ".join(f"{k} {a * 1e6:.0f} us + {b:.3g} x^{c:.2f}" for k, (a, b, c) in times.fits.items() if ":" not in k)
@@ -261,6 +267,6 @@ def worker(args, models) -> int:
                 "fits": times.fits, **dict(zip(OVERHEADS, times.overheads())), "rendezvous_bytes": RENDEZVOUS_BYTES,
                 "hits": cost.hits, "misses": cost.misses, "load_before": load_before,
                 "load_after": os.getloadavg()[0], "cpus": os.cpu_count(), "worker_s": time.perf_counter() - t0,
-                "fused_cost": cost.name if args.fusion else None}
+                "fused_cost": cost.name if args.fusion else None, "drift": _drift(first, walls)}
         (out / "accuracy.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     return 0

@@ -5,6 +5,10 @@
   task runtime on the ``local`` machine (the one ``flexrt calibrate`` wrote, else this host calibrated
   now into a private file, else the built-in estimate) and simulated with kernel times profiled here: measured and predicted
   times, the relative errors, Kendall's tau between the two rankings, top-1 regret.
+- ``mpi_accuracy``: ``flexrt accuracy`` as an experiment: one process per device under MPI,
+  predictions from task times measured here (calibration strategies run beside the validation
+  ones), optionally with pipelines and DisCo's plans; the scores of the base strategies, and the
+  pipelines' and the plans' errors apart.
 - ``pipeline_bubble``: the idle share of a pipeline's span for GPipe, 1F1B, interleaved 1F1B and
   ZB-H1 with every operator the same time and free communication, against the schedules' laws:
   (p - 1) / m of busy time for GPipe and 1F1B, (p - 1) / (v m) interleaved, (p - 1) / (3 m) ZB-H1.
@@ -91,6 +95,64 @@ def simulator_accuracy(inputs) -> Outcome:
                     "max_abs_error": max(errors), "kendall_tau": kendall_tau(measured, predicted),
                     "top1_regret": measured[best_predicted] / min(measured) - 1, "measured_ms": measured,
                     "predicted_ms": predicted, "labels": labels, "wall_s": t.s})
+
+
+@register_kind(
+    "mpi_accuracy",
+    params=(Param("models", "strs", list(MODELS), choices=tuple(MODELS), help="models of flexrt.model.accuracy"),
+            Param("ranks", "int", 2, minimum=1, maximum=64, help="processes: devices of the local machine"),
+            Param("seeds", "int", 2, minimum=0, maximum=100, help="random validation strategies per model"),
+            Param("calibration", "int", 12, minimum=0, maximum=100, help="random calibration strategies per model"),
+            Param("repeat", "int", 15, minimum=1, maximum=1000, help="timed iterations per strategy"),
+            Param("quick", "bool", False, help="quick calibration of the host, 3 timed iterations"),
+            Param("pipelines", "bool", False, help="also validate GPipe and 1F1B pipelines"),
+            Param("fusion", "bool", False, help="also validate the fusion plan DisCo finds from data parallelism"),
+            Param("fused_cost", "str", "learned", choices=("learned", "profiled", "analytic"),
+                  help="with fusion: how fused tasks are timed"),
+            Param("fusion_budget", "int", 1000, minimum=1, maximum=100000, help="with fusion: DisCo's candidates")),
+    metrics=("strategies", "median_abs_error", "max_abs_error", "kendall_tau", "top1_regret", "memory_max_error",
+             "pipelines_max_abs_error", "fusion_within_10pct", "fusion_max_abs_error", "drift", "measured_ms",
+             "predicted_ms", "labels", "wall_s"),
+    description="`flexrt accuracy`: real runs of one process per device under MPI beside the simulator's "
+                "predictions from measured task times (issue 18's protocol)")
+def mpi_accuracy(inputs) -> Outcome:
+    """``flexrt accuracy`` (``flexrt.cli._accuracy.measure``) into a temporary folder: the scores of
+    every validated strategy, and of the pipelines and DisCo's plans apart."""
+    import argparse
+    import tempfile
+    from flexrt.cli._accuracy import measure
+    from flexrt.experiments.kinds import SkipRun
+    from flexrt.model.accuracy import scores
+    from flexrt.runtime.mpi import find_mpiexec
+    if inputs["ranks"] > 1 and find_mpiexec() is None:
+        raise SkipRun("needs mpiexec (pip install -e \".[mpi]\" brings MPICH)")
+    with Timer() as t, tempfile.TemporaryDirectory(prefix="flexrt-accuracy-") as out:
+        args = argparse.Namespace(ranks=inputs["ranks"], machine=None, seeds=inputs["seeds"],
+                                  calibration=inputs["calibration"], repeat=inputs["repeat"], quick=inputs["quick"],
+                                  pipelines=inputs["pipelines"], fusion=inputs["fusion"],
+                                  fused_cost=inputs["fused_cost"], fusion_budget=inputs["fusion_budget"],
+                                  output=out, json=True)
+        doc = measure(args, list(inputs["models"]))
+    rows = doc["rows"]
+
+    def error(r):
+        return abs(r["predicted_s"] - r["measured_s"]) / r["measured_s"]
+    pipes = [r for r in rows if "2x4" in r["strategy"]]
+    fused = [r for r in rows if r.get("fusion")]
+    base = [r for r in rows if r not in pipes and r not in fused]
+    s = scores(base)
+    memory = [abs(v["measured_peak"] - v["predicted_peak"]) / v["measured_peak"] for r in rows
+              for v in r.get("memory", {}).values() if v.get("measured_peak") and "predicted_peak" in v]
+    return Outcome({"strategies": len(rows), "median_abs_error": s["median_error"], "max_abs_error": s["max_error"],
+                    "kendall_tau": s["tau"], "top1_regret": s["max_regret"],
+                    "memory_max_error": max(memory) if memory else None,
+                    "pipelines_max_abs_error": max(map(error, pipes)) if pipes else None,
+                    "fusion_within_10pct": (sum(error(r) <= 0.10 for r in fused) / len(fused)) if fused else None,
+                    "fusion_max_abs_error": max(map(error, fused)) if fused else None,
+                    "drift": doc["meta"].get("drift"),
+                    "measured_ms": [r["measured_s"] * 1e3 for r in rows],
+                    "predicted_ms": [r["predicted_s"] * 1e3 for r in rows],
+                    "labels": [f"{r['model']}/{r['strategy']}" for r in rows], "wall_s": t.s})
 
 
 class UniformCost(AnalyticCostModel):
