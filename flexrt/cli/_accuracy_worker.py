@@ -231,6 +231,7 @@ def worker(args, models) -> int:
     times, walls = _calibrate(_measure(cal, machine, [profiled] * len(cal), args.repeat), profiled, machine)
     if root:
         (out / "traces").mkdir(exist_ok=True)
+
     def costs_of(times):
         cost = MeasuredCostModel(profiled, times)
         return _fused_cost(args.fused_cost, cost) if args.fusion else cost
