@@ -38,7 +38,7 @@ import sys
 import time
 from pathlib import Path
 
-from flexrt.cli._common import add_json_flag, count, emit_json
+from flexrt.cli._common import add_json_flag, count, emit_json, fused_cost_choice, learned_model_path
 from flexrt.errors import ConfigError
 from flexrt.model.accuracy import scores
 from flexrt.runtime import mpi
@@ -71,7 +71,7 @@ def add_arguments(parser) -> None:
                         help="also validate the fusion plan DisCo's search finds from each model's data parallelism, "
                              "scored by the measured costs with fused tasks timed as --fused-cost says")
     parser.add_argument("--fused-cost", default="learned", metavar="{learned[:PATH],profiled,analytic}",
-                        type=_fused_cost_choice,
+                        type=fused_cost_choice,
                         help="with --fusion: how a fused task is timed (default learned: the packaged model of "
                              "`flexrt fusion-model`, or PATH)")
     parser.add_argument("--fusion-budget", type=count(1, 100000), default=1000, metavar="N",
@@ -80,13 +80,6 @@ def add_arguments(parser) -> None:
                         help="where the results, the scatter plot and the traces go (default ./flexrt-accuracy)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     add_json_flag(parser)
-
-
-def _fused_cost_choice(text: str) -> str:
-    if text.partition(":")[0] not in ("learned", "profiled", "analytic") or text == "learned:" \
-            or (":" in text and not text.startswith("learned:")):
-        raise argparse.ArgumentTypeError(f"unknown fused cost {text!r}; valid: learned, learned:PATH, profiled, analytic")
-    return text
 
 
 def _models(text: str) -> list[str]:
@@ -128,7 +121,6 @@ def measure(args, models: list[str]) -> dict:
         print(f"flexrt accuracy: warning: {ranks} processes on {os.cpu_count()} cores share cores; the measured times "
               f"include contention the simulator does not model", file=sys.stderr)
     if args.fusion and args.fused_cost.startswith("learned"):
-        from flexrt.cli._accuracy_worker import learned_model_path
         learned_model_path(args.fused_cost)    # before anything runs
     out = Path(args.output)
     if out.exists() and not out.is_dir():

@@ -51,31 +51,21 @@ def _profiled(comm, out: Path, machine, strategies):
     return cost
 
 
-def _fused_cost(choice: str, measured):
-    """The measured cost model with its fused tasks timed as ``--fused-cost`` says: ``learned[:PATH]``
-    (DisCo's learned model over the members' measured times, the packaged one without PATH),
-    ``profiled`` (the real fused kernel, profiled, scaled by the measured fits) or ``analytic`` (the
-    members' measured times x the analytic fused / unfused ratio)."""
+def _fusion_wrapper(choice: str):
+    """What puts ``--fused-cost`` on a measured cost model: ``learned[:PATH]`` (DisCo's learned model,
+    loaded once, over the members' measured times), ``profiled`` (the real fused kernel's ratio to
+    its members, profiled: the measured model's own) or ``analytic`` (the members' measured times x
+    the analytic fused / unfused ratio)."""
     from flexrt.simulator.cost_model import ScaledFusion
-    kind, _, path = choice.partition(":")
+    kind = choice.partition(":")[0]
     if kind == "profiled":
-        return measured
+        return lambda measured: measured
     if kind == "analytic":
-        return ScaledFusion(measured)
+        return ScaledFusion
+    from flexrt.cli._common import learned_model_path
     from flexrt.simulator.fused_model import LearnedCostModel, LearnedFusedModel
-    return LearnedCostModel(measured, LearnedFusedModel.load(learned_model_path(choice)))
-
-
-def learned_model_path(choice: str) -> str:
-    """The model file ``--fused-cost learned[:PATH]`` names (the packaged one without PATH); a
-    ConfigError, saying how to make one, where it is missing."""
-    from flexrt.cli._common import packaged_fusion_model
-    path = choice.partition(":")[2] or str(packaged_fusion_model())
-    if not Path(path).is_file():
-        raise ConfigError(f"--fused-cost {choice}: no model file at {path}; train one with `flexrt fusion-model "
-                          f"collect --paired --output S.jsonl` and `flexrt fusion-model train --samples S.jsonl "
-                          f"--output M.npz`, then give --fused-cost learned:M.npz")
-    return path
+    model = LearnedFusedModel.load(learned_model_path(choice))
+    return lambda measured: LearnedCostModel(measured, model)
 
 
 def _fusion_plans(comm, val: list, machine, cost, budget: int) -> list:
@@ -158,10 +148,9 @@ def _drift(first: list, again: list) -> float:
     return statistics.median(b / a for (_, a), (_, b) in zip(first, again)) - 1.0
 
 
-def _print_calibration(times, strategies: int, first: list, again: list) -> None:
+def _print_calibration(times, strategies: int, drift: float) -> None:
     from flexrt.simulator.measured_costs import overheads_text
-    drift = _drift(first, again) + 1.0
-    print(f"the calibration strategies ran again in the validation rounds, {drift - 1:+.1%} (median) against their "
+    print(f"the calibration strategies ran again in the validation rounds, {drift:+.1%} (median) against their "
           f"first rounds; the predictions use those times", flush=True)
     fits = ", ".join(f"{k} {a * 1e6:.0f} us + {b:.3g} x^{c:.2f}" for k, (a, b, c) in times.fits.items() if ":" not in k)
     print(f"calibrated: {len(times)} task keys from {strategies} strategies; per kind, measured ~ a + b x^c of the "
@@ -232,10 +221,8 @@ def worker(args, models) -> int:
     if root:
         (out / "traces").mkdir(exist_ok=True)
 
-    def costs_of(times):
-        cost = MeasuredCostModel(profiled, times)
-        return _fused_cost(args.fused_cost, cost) if args.fusion else cost
-    cost = costs_of(times)
+    wrap = _fusion_wrapper(args.fused_cost) if args.fusion else (lambda measured: measured)
+    cost = wrap(MeasuredCostModel(profiled, times))
     fusion: dict = {}
     if args.fusion:
         plans = _fusion_plans(comm, val, machine, cost, args.fusion_budget)
@@ -252,10 +239,10 @@ def worker(args, models) -> int:
     measured = _measure(cal + val, machine, [profiled] * len(cal) + [cost] * len(val), args.repeat)
     first = walls
     times, walls = _calibrate((next(measured) for _ in cal), profiled, machine)
-    cost = costs_of(times)
+    cost, drift = wrap(MeasuredCostModel(profiled, times)), _drift(first, walls)
     if root:
         times.save(out / "measured_times.json")
-        _print_calibration(times, len(cal), first, walls)
+        _print_calibration(times, len(cal), drift)
     rows = [_row(x, session, _Prediction(x[3], machine, cost), results,
                  Simulator(machine, profiled, "sgd").time_full(x[3]), times.dispatch_s, out if root else None)
             for x, session, results in measured]
@@ -268,6 +255,6 @@ def worker(args, models) -> int:
                 "fits": times.fits, **dict(zip(OVERHEADS, times.overheads())), "rendezvous_bytes": RENDEZVOUS_BYTES,
                 "hits": cost.hits, "misses": cost.misses, "load_before": load_before,
                 "load_after": os.getloadavg()[0], "cpus": os.cpu_count(), "worker_s": time.perf_counter() - t0,
-                "fused_cost": cost.name if args.fusion else None, "drift": _drift(first, walls)}
+                "fused_cost": cost.name if args.fusion else None, "drift": drift}
         (out / "accuracy.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     return 0

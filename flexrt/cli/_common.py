@@ -3,7 +3,7 @@ model flags (which of FlexFlow's flags a command honours), and the warnings a co
 
 Entry points: ``Parser``, ``UsageError``, ``count``, ``number``, ``check_model_flags``,
 ``warn_data_parallel``, ``add_json_flag``, ``emit_json``, ``write_text``, ``add_fusion_flag``,
-``fused_result``, ``fusion_arg``, ``add_fused_cost_flag``, ``fused_cost_model``, ``add_comm_cost_flag``,
+``fused_result``, ``fusion_arg``, ``add_fused_cost_flag``, ``fused_cost_choice``, ``fused_cost_model``, ``learned_model_path``, ``add_comm_cost_flag``,
 ``check_comm_cost``, ``comm_cost_model``.
 """
 
@@ -110,15 +110,19 @@ def fused_result(policy: str, result, machine, cost, optimizer):
 FUSED_COSTS = ("analytic", "profiled", "learned")
 
 
+def fused_cost_choice(text: str) -> str:
+    """``text`` as a ``--fused-cost`` value (analytic, profiled, learned or learned:PATH), else an
+    argparse error naming the valid ones."""
+    if text.partition(":")[0] not in FUSED_COSTS or (text.startswith(("analytic:", "profiled:"))) \
+            or text == "learned:":
+        raise argparse.ArgumentTypeError(f"unknown fused cost {short(text)}; valid: analytic, profiled, "
+                                         f"learned or learned:PATH (a model from `flexrt fusion-model train`)")
+    return text
+
+
 def add_fused_cost_flag(parser) -> None:
     """``--fused-cost analytic|profiled|learned[:PATH]``: how a fusion group's task is timed."""
-    def choice(text: str) -> str:
-        if text.partition(":")[0] not in FUSED_COSTS or (text.startswith(("analytic:", "profiled:"))) \
-                or text == "learned:":
-            raise argparse.ArgumentTypeError(f"unknown fused cost {short(text)}; valid: analytic, profiled, "
-                                             f"learned or learned:PATH (a model from `flexrt fusion-model train`)")
-        return text
-    parser.add_argument("--fused-cost", type=choice, metavar="{analytic,profiled,learned[:PATH]}",
+    parser.add_argument("--fused-cost", type=fused_cost_choice, metavar="{analytic,profiled,learned[:PATH]}",
                         help="how fused tasks are timed: analytic (the members' times x the analytic fusion "
                              "ratio), profiled (measured on this host; needs --cost profiled), learned (DisCo's "
                              "learned model; PATH, else the packaged configs/fusion_model/local.npz); default: "
@@ -146,17 +150,24 @@ def fused_cost_model(args, cost):
                               "(their operators measured too)")
         return cost
     from flexrt.simulator.fused_model import LearnedCostModel, LearnedFusedModel
+    return LearnedCostModel(cost, LearnedFusedModel.load(learned_model_path(choice)))
+
+
+def learned_model_path(choice: str) -> str:
+    """The model file ``--fused-cost learned[:PATH]`` names (the packaged one without PATH); a
+    ConfigError saying how to make one where it is missing."""
+    path = choice.partition(":")[2]
     if not path:
         packaged = packaged_fusion_model()
         if not packaged.is_file():
             raise ConfigError(f"--fused-cost learned: no packaged model at {packaged}; train one with `flexrt "
                               f"fusion-model collect --output S.jsonl` and `flexrt fusion-model train --samples "
                               f"S.jsonl --output M.npz`, then give --fused-cost learned:M.npz")
-        path = str(packaged)
-    elif not Path(path).is_file():
+        return str(packaged)
+    if not Path(path).is_file():
         raise ConfigError(f"--fused-cost learned:{path}: no such model file; train one with `flexrt fusion-model "
                           f"train --samples S.jsonl --output {path}`")
-    return LearnedCostModel(cost, LearnedFusedModel.load(path))
+    return path
 
 
 COMM_COSTS = ("analytic", "measured")

@@ -36,12 +36,12 @@ def test_accuracy_in_one_process(tmp_path, capsys):
 
 
 def test_fused_cost_choices_are_checked():
-    from flexrt.cli._accuracy import _fused_cost_choice
+    from flexrt.cli._common import fused_cost_choice     # the one check every command's --fused-cost uses
     for good in ("learned", "learned:m.npz", "profiled", "analytic"):
-        assert _fused_cost_choice(good) == good
+        assert fused_cost_choice(good) == good
     for bad in ("learned:", "profiled:x", "nosuch", "analytic:y"):
-        with pytest.raises(Exception, match="valid: learned, learned:PATH, profiled, analytic"):
-            _fused_cost_choice(bad)
+        with pytest.raises(Exception, match="valid: analytic, profiled, learned or learned:PATH"):
+            fused_cost_choice(bad)
 
 
 @pytest.mark.mpi
@@ -78,7 +78,7 @@ def _check_fused(doc):
     (["--models", "nosuch"], "unknown model nosuch"),
     (["--models", ","], "--models: empty"),
     (["--machine", "{d}/missing.yaml"], "no such file"),
-    (["--fusion", "--fused-cost", "learned:{d}/missing.npz"], "no model file at"),
+    (["--fusion", "--fused-cost", "learned:{d}/missing.npz"], "missing.npz: no such model file"),
 ])
 def test_bad_arguments_are_clear_errors(tmp_path, capsys, argv, message):
     argv = [a.replace("{d}", str(tmp_path)) for a in argv]
