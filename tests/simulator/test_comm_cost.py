@@ -6,7 +6,6 @@ without fits is refused saying how to measure them."""
 from __future__ import annotations
 
 import pickle
-import random
 
 import pytest
 
@@ -20,8 +19,9 @@ from flexrt.simulator.cost_model import AnalyticCostModel, ProfiledCostModel, ha
 from flexrt.simulator.lowering import Lowering
 from flexrt.simulator.simulate import Simulator, timelines_equal
 from flexrt.model import load_model
-from flexrt.strategy import data_parallel, is_compute, random_config
+from flexrt.strategy import data_parallel
 from flexrt.strategy.fusion import FusionPlan
+from tests.simulator.delta_law import random_changes
 
 from ..machine.test_collectives_yaml import BASE, GOOD
 
@@ -137,15 +137,11 @@ def test_delta_equals_full_with_measured_comm_cost(fits_file, name, flags, seed)
     machine = load_machine(fits_file, nodes=2)
     base = load_model(name, flags).model.pcg
     cost = with_comm_cost(COST, "measured")
-    rng = random.Random(seed)
     strategy = data_parallel(base, machine)
     sim = Simulator(machine, cost)
     sim.full(strategy)
-    ops = [n for n in base.nodes if is_compute(n)]
-    for _ in range(6):
-        node = rng.choice(ops)
-        strategy = strategy.with_config(node.id, random_config(base, node, machine, rng))
-        result = sim.delta(strategy, {node.name})
+    for strategy, changed in random_changes(base, machine, strategy, seed, 6):
+        result = sim.delta(strategy, {changed})
         fresh = Simulator(machine, cost, incremental=False).full(strategy)
         assert timelines_equal(result, fresh)
     assert sim.lowering.ring_fits.used  # rings were timed by fits

@@ -7,7 +7,6 @@ files raise ConfigError."""
 
 from __future__ import annotations
 
-import random
 
 import pytest
 from hypothesis import given, settings
@@ -23,7 +22,8 @@ from flexrt.simulator.measured_costs import (RENDEZVOUS_BYTES, MeasuredCostModel
                                             update_key)
 from flexrt.simulator.simulate import Simulator, timelines_equal
 from flexrt.simulator.task_graph import TaskKind
-from flexrt.strategy import data_parallel, is_compute, random_config, random_strategy
+from flexrt.strategy import data_parallel, random_strategy
+from tests.simulator.delta_law import random_changes
 
 BASE = AnalyticCostModel()
 MACHINE = local_machine(2)
@@ -124,14 +124,10 @@ def test_a_fused_task_never_measured_is_its_members_measured_times_scaled_by_the
 def test_delta_simulation_equals_full_with_measured_costs(harvested, seed):
     pcg, strategy, _, _, times = harvested
     cost = MeasuredCostModel(BASE, times)
-    rng = random.Random(seed)
     sim = Simulator(MACHINE, cost, "sgd")
     sim.full(strategy)
-    ops = [n for n in pcg.nodes if is_compute(n)]
-    for _ in range(4):
-        node = rng.choice(ops)
-        strategy = strategy.with_config(node.id, random_config(pcg, node, MACHINE, rng))
-        assert timelines_equal(sim.delta(strategy, {node.name}), Simulator(MACHINE, cost, "sgd").full(strategy))
+    for strategy, changed in random_changes(pcg, MACHINE, strategy, seed, 4):
+        assert timelines_equal(sim.delta(strategy, {changed}), Simulator(MACHINE, cost, "sgd").full(strategy))
 
 
 def test_the_table_round_trips_through_its_file(harvested, tmp_path):

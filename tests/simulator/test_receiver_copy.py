@@ -6,7 +6,6 @@ devices' FIFO timelines hold it; delta equals full; the runtime still trains lik
 
 from __future__ import annotations
 
-import random
 
 import numpy as np
 import pytest
@@ -19,7 +18,8 @@ from flexrt.model import load_model
 from flexrt.simulator.cost_model import AnalyticCostModel
 from flexrt.simulator.simulate import Simulator, timelines_equal
 from flexrt.simulator.task_graph import TaskKind
-from flexrt.strategy import is_compute, random_config, random_strategy
+from flexrt.strategy import random_strategy
+from tests.simulator.delta_law import random_changes
 
 COST = AnalyticCostModel()
 
@@ -119,15 +119,11 @@ def test_a_copy_waits_for_its_device_and_occupies_it(seed):
 def test_delta_equals_full_with_receiver_copies(name, flags, seed):
     m = machine(devices=2)
     base = pcg(name, *flags)
-    rng = random.Random(seed)
     strategy = random_strategy(base, m, seed)
     sim = Simulator(m, COST)
     sim.full(strategy)
-    ops = [n for n in base.nodes if is_compute(n)]
-    for _ in range(5):
-        node = rng.choice(ops)
-        strategy = strategy.with_config(node.id, random_config(base, node, m, rng))
-        got = sim.delta(strategy, {node.name})
+    for strategy, changed in random_changes(base, m, strategy, seed, 5):
+        got = sim.delta(strategy, {changed})
         assert timelines_equal(got, Simulator(m, COST).full(strategy))
 
 

@@ -1,7 +1,6 @@
 """Lowering and simulation of whole strategies: Unity Fig. 2 volumes, delta == full, files, errors."""
 
 import json
-import random
 
 import numpy as np
 import pytest
@@ -11,10 +10,11 @@ from flexrt.machine import load_machine
 from flexrt.model import load_model
 from flexrt.simulator.cost_model import AnalyticCostModel
 from flexrt.simulator.simulate import Simulator, timelines_equal
-from flexrt.strategy import (data_parallel, is_compute, load_strategy, random_config,
-                                       random_strategy, save_strategy, strategy_to_json)
+from flexrt.strategy import (data_parallel, load_strategy, random_strategy, save_strategy,
+                             strategy_to_json)
 from flexrt.simulator.task_graph import Category, TaskKind
 from flexrt.examples.strategies import unity_fig2
+from tests.simulator.delta_law import random_changes
 
 COST = AnalyticCostModel()
 
@@ -66,15 +66,11 @@ def _check_delta_law(sim: Simulator):
                                                ("resnet50", ["-b", "8"], 3)])
 def test_delta_equals_full_over_random_single_operator_changes(dgx1, name, flags, seed):
     base = model(name, *flags)
-    rng = random.Random(seed)
     strategy = data_parallel(base, dgx1)
     sim = Simulator(dgx1, COST)
     sim.full(strategy)
-    ops = [n for n in base.nodes if is_compute(n)]
-    for _ in range(6):
-        node = rng.choice(ops)
-        strategy = strategy.with_config(node.id, random_config(base, node, dgx1, rng))
-        result = sim.delta(strategy, {node.name})
+    for strategy, changed in random_changes(base, dgx1, strategy, seed, 6):
+        result = sim.delta(strategy, {changed})
         _check_delta_law(sim)
         fresh_sim = Simulator(dgx1, COST)
         fresh = fresh_sim.full(strategy)
