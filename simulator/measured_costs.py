@@ -435,13 +435,18 @@ class MeasuredCostModel(CostModelWrapper):
         task pays it once: ``LearnedCostModel``)."""
         return self.times.dispatch_s
 
-    def _answer(self, key: str, kind: str, base_time, op: Optional[str] = None) -> float:
+    def _measured(self, key: str) -> Optional[float]:
+        """The table's median for ``key`` plus the time per task, or None (counted as a miss)."""
         got = self.times.get(key)
-        if got is not None:
-            self.hits += 1
-            return got + self.times.dispatch_s
-        self.misses += 1
-        return self.times.predict(kind, op, base_time()) + self.times.dispatch_s
+        if got is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        return got + self.times.dispatch_s
+
+    def _answer(self, key: str, kind: str, base_time, op: Optional[str] = None) -> float:
+        got = self._measured(key)
+        return got if got is not None else self.times.predict(kind, op, base_time()) + self.times.dispatch_s
 
     def op_times(self, attrs, inputs, outputs, device: "DeviceSpec") -> OpTimes:
         base = None
@@ -478,11 +483,9 @@ class MeasuredCostModel(CostModelWrapper):
         time over its members' summed times: a profiled base's real fused kernel), plus the time per
         task once. (The fit of a kind, made on single operators, would misjudge a fused kernel: it
         took a profiled transformer's fused plan 40 % fast.)"""
-        got = self.times.get(fused_key(members, phase, device.name))
+        got = self._measured(fused_key(members, phase, device.name))
         if got is not None:
-            self.hits += 1
-            return got + self.times.dispatch_s
-        self.misses += 1
+            return got
         over = self.times.dispatch_s
         own = [getattr(self.op_times(m.attrs, list(m.inputs), list(m.outputs), device), f"{phase}_s") - over
                for m in members]
