@@ -47,6 +47,7 @@ from flexrt.errors import FlexrtError, StrategyError
 from flexrt.inputs import parse_enum
 from flexrt.ir.costs import op_cost
 from flexrt.ir.op_type import OpType
+from flexrt.ir.parallel_tensor import divisors
 from flexrt.ir.ops import InputAttrs
 from flexrt.ir.pcg import PCG, TensorRef
 from flexrt.ir.tensor_shape import TensorShape
@@ -316,6 +317,12 @@ def _balanced_stages(pcg: PCG, count: int) -> dict[str, int]:
     return stage_of
 
 
+def _block_split(width: int) -> list[dict[str, int]]:
+    """Data parallelism over a block of ``width`` devices, as alternatives for ``config_at``: the
+    whole block, else the largest part of it that the micro-batch divides over."""
+    return [{"sample": d, "dim0": d} for d in sorted(divisors(width), reverse=True)]
+
+
 def pipeline_strategy(pcg: PCG, machine: Machine, stages: int, micro_batches: int, schedule="1f1b",
                       chunks: int = 1, stage_of: Optional[Mapping[str, int]] = None,
                       degrees: Optional[Mapping[str, dict]] = None, loss_output: Optional[str] = None,
@@ -323,10 +330,10 @@ def pipeline_strategy(pcg: PCG, machine: Machine, stages: int, micro_batches: in
     """A pipelined strategy of ``pcg`` on ``machine``: ``stages`` (p) device blocks of n / p devices,
     ``chunks`` (v) stages per block, ``micro_batches`` (m). ``stage_of`` (operator -> stage, 0 ..
     p*v - 1, non-decreasing along the graph) defaults to stages of balanced FLOPs. Within a stage
-    every operator is data parallel over its block where its micro-batch divides; ``degrees``
-    (operator -> degrees per axis) chooses otherwise, and ``place(pcg, node, block start)`` -> an
-    ``OpConfig`` or None places an operator exactly (``node`` is its first micro-batch's copy in
-    the micro-batched ``pcg``; every copy gets the same configuration)."""
+    every operator is data parallel over its block (or the largest part of it its micro-batch divides
+    over); ``degrees`` (operator -> degrees per axis) chooses otherwise, and ``place(pcg, node, block
+    start)`` -> an ``OpConfig`` or None places an operator exactly (``node`` is its first
+    micro-batch's copy in the micro-batched ``pcg``; every copy gets the same configuration)."""
     sched = Schedule.parse(schedule)
     n = machine.num_devices
     if isinstance(stages, bool) or not isinstance(stages, int) or stages < 1 or n % stages:
@@ -353,8 +360,7 @@ def pipeline_strategy(pcg: PCG, machine: Machine, stages: int, micro_batches: in
         cfg = place(mb.pcg, first, start) if place is not None else None
         if cfg is None:
             want = (degrees or {}).get(name)
-            cfg = config_at(mb.pcg, first, machine, want if want is not None else {"sample": width, "dim0": width},
-                            start)
+            cfg = config_at(mb.pcg, first, machine, want if want is not None else _block_split(width), start)
         for c in names:
             configs[mb.pcg.node_by_name(c).id] = cfg
     strategy = ConfigStrategy(mb.pcg, configs)

@@ -16,7 +16,7 @@ from flexrt.ir.parallel_tensor import divisors
 from flexrt.ir.pcg import PCG, Node
 from flexrt.ir.registry import AxisKind, SlotKind, op_def
 from flexrt.machine import Machine
-from flexrt.machine.views import MachineView, Projection, data_parallel_view, enumerate_views
+from flexrt.machine.views import MachineView, Projection, data_parallel_view, enumerate_views, view_devices
 from flexrt.strategy.config import SOAP_KINDS, ConfigStrategy, OpConfig, data_shapes, is_compute, op_shapes
 
 
@@ -100,7 +100,8 @@ def valid_configs(base: PCG, node: Node, machine: Machine, max_degree: Optional[
 def config_at(base: PCG, node: Node, machine: Machine, degrees, device: int = 0) -> OpConfig:
     """The first of ``degrees`` (a dict axis name -> degree, or a list of such dicts: alternatives in
     order; axes the operator lacks are ignored) valid for ``node``, else the node unsplit; the view
-    starting at ``device`` where there is one."""
+    starting at ``device`` where there is one, the most compact of those (the smallest span of device
+    ids: a block of n / p devices is the devices ``device .. device + n/p - 1``, not one per node)."""
     names = [a.name for a in all_axes(base, node)]
     valid = [{k: v for k, v in c.items() if v > 1} for c in valid_configs(base, node, machine)]
     want = {}
@@ -109,9 +110,14 @@ def config_at(base: PCG, node: Node, machine: Machine, degrees, device: int = 0)
         if ask and ask in valid:
             want = ask
             break
-    views = enumerate_views(machine, tuple(want.get(n, 1) for n in names))
-    view = next((v for v in views if v.start == device), views[0])
-    return OpConfig(tuple(want.items()), view)
+    degrees_ = tuple(want.get(n, 1) for n in names)
+    views = enumerate_views(machine, degrees_)
+    here = [v for v in views if v.start == device] or views[:1]
+
+    def span(view) -> int:
+        devices = view_devices(machine, view, degrees_)
+        return max(devices) - min(devices)
+    return OpConfig(tuple(want.items()), min(here, key=span))
 
 
 def apply_single(base: PCG, node: Node, degrees: Mapping[str, int]) -> None:

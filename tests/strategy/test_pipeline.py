@@ -95,6 +95,29 @@ def test_pipeline_strategy_places_stages_on_device_blocks():
         pipeline_strategy(mlp(32, layers=2), machine, 2, 4, "interleaved", chunks=3)
 
 
+@pytest.mark.parametrize("nodes,stages,batch,micro_batches", [(2, 2, 48, 4), (4, 2, 48, 4), (4, 4, 48, 8),
+                                                            (4, 2, 48, 8), (3, 3, 36, 6), (2, 1, 24, 2),
+                                                            (8, 8, 96, 16), (6, 6, 36, 6)])
+def test_every_stage_runs_on_its_own_block_of_devices_on_many_nodes(nodes, stages, batch, micro_batches):
+    """Stage s of p runs on devices s*n/p .. (s+1)*n/p - 1 only (a node or a run of whole nodes), not
+    one device per node across the machine; a micro-batch that does not divide over the block is split
+    over the largest part of it that it divides over."""
+    from flexrt.ir.parallel_tensor import divisors
+    from flexrt.machine.views import view_devices
+    from flexrt.strategy.space import all_axes
+    machine = load_machine("summit", nodes=nodes)                     # 6 devices a node
+    s = pipeline_strategy(mlp(batch, layers=8), machine, stages, micro_batches)
+    width, rows = machine.num_devices // stages, batch // micro_batches
+    want = max(d for d in divisors(width) if rows % d == 0)
+    for name in s.wiring().ops:
+        stage, _ = s.pipeline.unit_of(name)
+        node = s.base.node_by_name(name)
+        degrees = dict(s.configs[node.id].degrees)
+        devices = view_devices(machine, s.view(name), [degrees.get(a.name, 1) for a in all_axes(s.base, node)])
+        assert set(devices) <= set(range(stage * width, (stage + 1) * width)), (name, devices)
+        assert len(set(devices)) == want == degrees.get("sample", degrees.get("dim0", 1)), (name, devices)
+
+
 def test_split_batch_gives_each_micro_batch_its_rows():
     import numpy as np
     s = pipeline_strategy(mlp(16), load_machine("dgx1_v100"), 2, 4)
