@@ -3,7 +3,7 @@ finalists with ``--enable-pipeline`` (Unity §5, Fig. 15a).
 
 The space: ``p`` device blocks (every divisor of the devices from 2 up to the operators), ``m``
 micro-batches (``p``, ``2p``, ``4p`` and ``8p`` where they divide the batch), the schedules GPipe, 1F1B,
-interleaved 1F1B (2 chunks, where ``m`` is a multiple of ``p``) and ZB-H1, stages of balanced FLOPs, data
+interleaved 1F1B (2 chunks, where ``m`` is a multiple of ``p``) and ZB-H1, stages of balanced time (the cost model's seconds per operator on its block), data
 parallel within each block. Every candidate is simulated whole. The objective is the iteration time
 of the whole batch, so the throughput (samples/s) is the batch over it. Then the best candidate's
 stage boundaries are moved one operator at a time, in either direction, while that makes it faster
@@ -13,7 +13,7 @@ communication included.
 ``pipeline_mcmc`` (``--algo pipeline``) searches the same space by Metropolis-Hastings (FlexFlow's
 Eq. 1 on the simulated time, in percent of the data-parallel time): a proposal moves one stage
 boundary by one operator (the stage-boundary move), or changes the micro-batches (halved or
-doubled), the schedule, or the number of device blocks (stages then re-balanced by FLOPs). It is
+doubled), the schedule, or the number of device blocks (stages then re-balanced by time). It is
 bounded by ``budget`` proposals, deterministic for a seed, and returns the best plan so far on
 Ctrl-C.
 
@@ -74,7 +74,7 @@ def refine(pcg: PCG, machine: Machine, sim: Simulator, kwargs: dict, budget: int
     """Hill-climb the stage boundaries of the pipeline ``kwargs`` describes: move the first or last
     operator of a stage to its neighbour while that is faster, at most ``budget`` simulations.
     Returns (strategy, its time, simulations)."""
-    best = pipeline_strategy(pcg, machine, **kwargs)
+    best = pipeline_strategy(pcg, machine, cost_model=sim.lowering.cost, **kwargs)
     best_t, tried = _time(sim, best), 0
     order = wiring_of(pcg).ops
     stage_of = dict(best.pipeline.stage_of)
@@ -109,7 +109,7 @@ def best_pipeline(pcg: PCG, machine: Machine, cost_model, optimizer, budget: int
     scored = []
     for label, kwargs in pipeline_candidates(pcg, machine):
         try:
-            scored.append((_time(sim, pipeline_strategy(pcg, machine, **kwargs)), label, kwargs))
+            scored.append((_time(sim, pipeline_strategy(pcg, machine, cost_model=cost_model, **kwargs)), label, kwargs))
         except StrategyError:
             continue                            # an operator that cannot run on micro-batches
     if not scored:
@@ -155,7 +155,7 @@ def _propose(rng: random.Random, kwargs: dict, stage_of: dict, order: list, batc
                                        (kw["micro_batches"] % p or 2 * p > ops)):
         return None
     kw["stages"] = p
-    return kw, None                                    # stages re-balanced by FLOPs
+    return kw, None                                    # stages re-balanced by the cost model's times
 
 
 def pipeline_mcmc(pcg: PCG, machine: Machine, cost_model, budget: int = 200, seed: int = 0, alpha: float = 1.05,
@@ -172,9 +172,10 @@ def pipeline_mcmc(pcg: PCG, machine: Machine, cost_model, budget: int = 200, see
     if not starts:
         raise StrategyError("no pipeline fits this model and machine: it needs 2 or more operators and devices")
     scale = _time(sim, data_parallel(pcg, machine)) / 100.0           # one percent of data parallelism
-    scored = sorted(((_time(sim, pipeline_strategy(pcg, machine, **kw)), i) for i, kw in enumerate(starts)))
+    scored = sorted(((_time(sim, pipeline_strategy(pcg, machine, cost_model=cost_model, **kw)), i)
+                     for i, kw in enumerate(starts)))
     kwargs = starts[scored[0][1]]
-    current = pipeline_strategy(pcg, machine, **kwargs)
+    current = pipeline_strategy(pcg, machine, cost_model=cost_model, **kwargs)
     cur_t = best_t = scored[0][0]
     best = current
     order = wiring_of(pcg).ops
@@ -187,7 +188,7 @@ def pipeline_mcmc(pcg: PCG, machine: Machine, cost_model, budget: int = 200, see
             log.proposals += 1
             if prop is not None:
                 try:
-                    cand = pipeline_strategy(pcg, machine, stage_of=prop[1], **prop[0])
+                    cand = pipeline_strategy(pcg, machine, stage_of=prop[1], cost_model=cost_model, **prop[0])
                 except StrategyError:
                     cand = None
                 if cand is not None:

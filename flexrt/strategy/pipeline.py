@@ -51,8 +51,9 @@ from flexrt.ir.parallel_tensor import divisors
 from flexrt.ir.ops import InputAttrs
 from flexrt.ir.pcg import PCG, TensorRef
 from flexrt.ir.tensor_shape import TensorShape
+from flexrt.ir.registry import op_def
 from flexrt.machine import Machine
-from flexrt.strategy.config import ConfigStrategy, is_compute, wiring_of
+from flexrt.strategy.config import ConfigStrategy, OpConfig, data_shapes, is_compute, op_shapes, wiring_of
 from flexrt.strategy.space import config_at
 
 SEP = ".mb"   # copy j of operator or input "x" is named "x.mb{j}"
@@ -296,25 +297,46 @@ def device_order(schedule, stages: int, micro_batches: int, chunks: int = 1, blo
     return order
 
 
-def _balanced_stages(pcg: PCG, count: int) -> dict[str, int]:
+def _flops(pcg: PCG, node) -> float:
+    ins = [pcg.shape(r).tensor_shape for r in node.inputs]
+    outs = [s.tensor_shape for s in pcg.output_shapes(node.id)]
+    c = op_cost(node.attrs, ins, outs)
+    return c.forward_flops + c.backward_flops
+
+
+def _balanced_stages(pcg: PCG, count: int, weight: Optional[Callable] = None) -> dict[str, int]:
     """The compute operators in topological order cut into ``count`` contiguous stages of about
-    equal forward + backward FLOPs (every stage at least one operator)."""
+    equal weight (every stage at least one operator): ``weight(node)``, else forward + backward
+    FLOPs."""
     wiring = wiring_of(pcg)
     ops = [wiring.nodes[name] for name in wiring.ops]
     if len(ops) < count:
         raise StrategyError(f"{count} pipeline stages need at least {count} operators; the model has {len(ops)}")
-    weights = []
-    for node in ops:
-        ins = [pcg.shape(r).tensor_shape for r in node.inputs]
-        outs = [s.tensor_shape for s in pcg.output_shapes(node.id)]
-        c = op_cost(node.attrs, ins, outs)
-        weights.append(max(c.forward_flops + c.backward_flops, 1))
+    weights = [max(weight(node) if weight is not None else _flops(pcg, node), 1e-30) for node in ops]
     total, before, stage_of, prev = float(sum(weights)), 0.0, {}, -1
     for i, (node, w) in enumerate(zip(ops, weights)):
         want = int(count * (before + w / 2) / total)          # the stage its middle falls in
         prev = stage_of[node.name] = max(min(want, prev + 1, count - 1), count - (len(ops) - i))
         before += w
     return stage_of
+
+
+def _time_weight(mb: "MicroBatched", machine: Machine, cost_model, config_of: Callable) -> Callable:
+    """An operator's seconds in an iteration on its block: its first device's piece forward and
+    backward (``cost_model.op_times`` on the piece shapes of its configuration ``config_of(name)``,
+    one micro-batch's) times the micro-batches, plus its weights' updates. Memory-bound operators
+    (an embedding's dense gradient, normalizations) weigh what they cost, not their FLOPs."""
+    spec = machine.devices[0].spec
+
+    def weight(node) -> float:
+        first = mb.pcg.node_by_name(mb.copies[node.name][0])
+        shapes = op_shapes(first, data_shapes(mb.pcg, first), dict(config_of(node.name).degrees))
+        ins = [t.piece_shape for t in shapes.operands]
+        t = cost_model.op_times(first.attrs, ins, [t.piece_shape for t in shapes.outputs], spec)
+        nw = op_def(first.op_type).num_weights(first.attrs)
+        update = sum(cost_model.update_time(w, spec) for w in ins[len(ins) - nw:]) if nw else 0.0
+        return mb.micro_batches * (t.forward_s + t.backward_s) + update
+    return weight
 
 
 def _block_split(width: int) -> list[dict[str, int]]:
@@ -326,10 +348,11 @@ def _block_split(width: int) -> list[dict[str, int]]:
 def pipeline_strategy(pcg: PCG, machine: Machine, stages: int, micro_batches: int, schedule="1f1b",
                       chunks: int = 1, stage_of: Optional[Mapping[str, int]] = None,
                       degrees: Optional[Mapping[str, dict]] = None, loss_output: Optional[str] = None,
-                      place: Optional[Callable] = None) -> ConfigStrategy:
+                      place: Optional[Callable] = None, cost_model=None) -> ConfigStrategy:
     """A pipelined strategy of ``pcg`` on ``machine``: ``stages`` (p) device blocks of n / p devices,
     ``chunks`` (v) stages per block, ``micro_batches`` (m). ``stage_of`` (operator -> stage, 0 ..
-    p*v - 1, non-decreasing along the graph) defaults to stages of balanced FLOPs. Within a stage
+    p*v - 1, non-decreasing along the graph) defaults to stages of balanced FLOPs, or of balanced
+    seconds under ``cost_model`` (a simulator cost model: ``op_times``, ``update_time``). Within a stage
     every operator is data parallel over its block (or the largest part of it its micro-batch divides
     over); ``degrees`` (operator -> degrees per axis) chooses otherwise, and ``place(pcg, node, block
     start)`` -> an ``OpConfig`` or None places an operator exactly (``node`` is its first
@@ -341,8 +364,25 @@ def pipeline_strategy(pcg: PCG, machine: Machine, stages: int, micro_batches: in
     mb = micro_batch_pcg(pcg, micro_batches, loss_output)    # micro-batches: an integer dividing the batch
     device_order(sched, stages, micro_batches, chunks)      # checks schedule and chunks
     count = stages * chunks
+    width = n // stages
+    at_zero: dict[str, OpConfig] = {}
+
+    def config_for(name: str, start: int) -> OpConfig:
+        first = mb.pcg.node_by_name(mb.copies[name][0])
+        cfg = place(mb.pcg, first, start) if place is not None else None
+        if cfg is None:
+            want = (degrees or {}).get(name)
+            cfg = config_at(mb.pcg, first, machine, want if want is not None else _block_split(width), start)
+        return cfg
+
+    def first_block(name: str) -> OpConfig:
+        if name not in at_zero:
+            at_zero[name] = config_for(name, 0)
+        return at_zero[name]
+
     if stage_of is None:
-        stage_of = _balanced_stages(pcg, count)
+        stage_of = _balanced_stages(pcg, count, None if cost_model is None else
+                                    _time_weight(mb, machine, cost_model, first_block))
     else:
         if not isinstance(stage_of, Mapping):
             raise StrategyError(f"stage_of: expected operator -> stage, got {type(stage_of).__name__}")
@@ -352,15 +392,10 @@ def pipeline_strategy(pcg: PCG, machine: Machine, stages: int, micro_batches: in
         if missing or bad:
             raise StrategyError(f"stage_of: {'no stage for ' + repr(missing[0]) if missing else f'bad stages {bad}'}; "
                                 f"every operator needs a stage 0..{count - 1}")
-    width = n // stages
     configs = {}
     for name, names in mb.copies.items():
         start = (stage_of[name] % stages) * width
-        first = mb.pcg.node_by_name(names[0])
-        cfg = place(mb.pcg, first, start) if place is not None else None
-        if cfg is None:
-            want = (degrees or {}).get(name)
-            cfg = config_at(mb.pcg, first, machine, want if want is not None else _block_split(width), start)
+        cfg = first_block(name) if start == 0 else config_for(name, start)
         for c in names:
             configs[mb.pcg.node_by_name(c).id] = cfg
     strategy = ConfigStrategy(mb.pcg, configs)
@@ -400,7 +435,6 @@ def pipeline_from_json(data, base: PCG, machine: Machine, where: str, view_from_
             and all(isinstance(a, str) and isinstance(d, int) and not isinstance(d, bool) and d >= 1
                     for a, d in v["degrees"].items()) for v in ops.values()):
         raise StrategyError(f"{where}.operators: expected operator -> {{\"degrees\": {{axis: degree}}, \"view\": ...}}")
-    from flexrt.strategy.config import OpConfig
     from flexrt.strategy.space import all_axes
 
     def place(pcg, node, start):

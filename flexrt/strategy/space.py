@@ -7,6 +7,7 @@ Entry points: ``data_parallel`` (``data_parallel_degree``), ``valid_configs``, `
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Mapping, Optional
 
@@ -103,11 +104,10 @@ def config_at(base: PCG, node: Node, machine: Machine, degrees, device: int = 0)
     starting at ``device`` where there is one, the most compact of those (the smallest span of device
     ids: a block of n / p devices is the devices ``device .. device + n/p - 1``, not one per node)."""
     names = [a.name for a in all_axes(base, node)]
-    valid = [{k: v for k, v in c.items() if v > 1} for c in valid_configs(base, node, machine)]
     want = {}
     for alternative in ([degrees] if isinstance(degrees, Mapping) else degrees):
         ask = {k: v for k, v in alternative.items() if k in names and v > 1}
-        if ask and ask in valid:
+        if ask and _is_valid(base, node, machine, ask):
             want = ask
             break
     degrees_ = tuple(want.get(n, 1) for n in names)
@@ -118,6 +118,21 @@ def config_at(base: PCG, node: Node, machine: Machine, degrees, device: int = 0)
         devices = view_devices(machine, view, degrees_)
         return max(devices) - min(devices)
     return OpConfig(tuple(want.items()), min(here, key=span))
+
+
+def _is_valid(base: PCG, node: Node, machine: Machine, degrees: Mapping[str, int]) -> bool:
+    """Whether ``degrees`` (every degree > 1) is among ``valid_configs`` of ``node``, without
+    enumerating them: SOAP axes only, each degree a divisor of the devices, their product at most
+    the devices, and a valid configuration."""
+    n = machine.num_devices
+    soap = {a.name for a in soap_axes(base, node)}
+    if not set(degrees) <= soap or any(n % d for d in degrees.values()) or math.prod(degrees.values()) > n:
+        return False
+    try:
+        apply_single(base, node, degrees)
+    except (ShapeError, StrategyError):
+        return False
+    return True
 
 
 def apply_single(base: PCG, node: Node, degrees: Mapping[str, int]) -> None:
