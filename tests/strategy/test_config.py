@@ -103,3 +103,30 @@ def test_wiring_is_shared_by_every_strategy_of_a_model(lenet):
     assert a.wiring() is b.wiring() is wiring_of(lenet)
     w = wiring_of(lenet)
     assert w.sinks == [w.ops[-1]]  # LeNet ends in its softmax, the operator the loss scores
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), preset=st.sampled_from(["summit", "dgx_a100", "flexflow_p100"]),
+       nodes=st.integers(1, 4))
+def test_config_at_is_the_asked_valid_configuration_on_the_most_compact_view_at_its_start(lenet, seed, preset,
+                                                                                         nodes):
+    """``config_at``: the first asked alternative that ``valid_configs`` lists (else unsplit), on a view
+    starting at the asked device where one does, of the smallest device span among those."""
+    from flexrt.machine.views import enumerate_views, view_devices
+    from flexrt.strategy.space import all_axes, config_at, valid_configs
+    machine = load_machine(preset, nodes=nodes)
+    rng = random.Random(seed)
+    node = rng.choice([n for n in lenet.nodes if is_compute(n)])
+    names = [a.name for a in all_axes(lenet, node)]
+    valid = [{k: v for k, v in c.items() if v > 1} for c in valid_configs(lenet, node, machine)]
+    asked = [{k: rng.choice([1, 2, 3, 4, 8]) for k in rng.sample(names, rng.randint(0, len(names)))}
+             for _ in range(3)]
+    device = rng.randrange(machine.num_devices)
+    cfg = config_at(lenet, node, machine, asked, device)
+    want = next((a for a in ({k: v for k, v in a.items() if v > 1} for a in asked) if a and a in valid), {})
+    assert dict(cfg.degrees) == want
+    degrees = tuple(want.get(n, 1) for n in names)
+    views = enumerate_views(machine, degrees)
+    here = [v for v in views if v.start == device] or views[:1]
+    span = lambda v: max(view_devices(machine, v, degrees)) - min(view_devices(machine, v, degrees))  # noqa: E731
+    assert cfg.view in here and span(cfg.view) == min(span(v) for v in here)
