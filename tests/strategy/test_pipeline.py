@@ -186,3 +186,32 @@ def test_a_bad_pipeline_in_a_strategy_file_raises_only_our_error(path):
             strategy_from_json(d, pcg, machine, "p.json")
         except FlexrtError as e:
             assert "p.json" in str(e) or "stage" in str(e) or "micro" in str(e), (path, value, str(e))
+
+
+def test_a_cost_model_balances_stages_by_its_seconds_not_by_flops():
+    """``pipeline_strategy(cost_model=...)`` cuts stages of equal seconds per iteration (each piece's
+    forward and backward times the micro-batches, plus its updates): with every operator costing the
+    same, stages get equal operator counts, where FLOPs would give the wide first layer a stage alone."""
+    from flexrt.simulator.cost_model import OpTimes
+
+    class Flat:
+        name = "flat"
+
+        def op_times(self, attrs, inputs, outputs, device):
+            return OpTimes(1e-3, 2e-3)
+
+        def update_time(self, weight, device, optimizer=None):
+            return 1e-9
+
+    m = FFModel(FFConfig([]))
+    t = m.create_tensor([16, 512], DataType.DT_FLOAT)
+    t = m.dense(t, 512, ActiMode.AC_MODE_RELU, name="wide")
+    for i in range(6):
+        t = m.dense(t, 4, ActiMode.AC_MODE_RELU, name=f"fc{i}")
+    m.softmax(t, name="sm")
+    machine = load_machine("dgx1_v100")
+    by_flops = pipeline_strategy(m.pcg, machine, 4, 4).pipeline.stage_of
+    by_time = pipeline_strategy(m.pcg, machine, 4, 4, cost_model=Flat()).pipeline.stage_of
+    assert [by_flops[n] for n in ("wide", "fc0")] == [0, 1]
+    counts = [sum(1 for v in by_time.values() if v == s) for s in range(4)]
+    assert counts == [2, 2, 2, 2], by_time
