@@ -321,21 +321,28 @@ def _balanced_stages(pcg: PCG, count: int, weight: Optional[Callable] = None) ->
     return stage_of
 
 
+def piece_seconds(mb: "MicroBatched", name: str, config, cost_model, spec) -> tuple[float, float, float]:
+    """(forward, backward, weight update) seconds of operator ``name``'s first piece under ``config``
+    on a device ``spec``, for one micro-batch (``cost_model.op_times`` and ``update_time`` on the
+    piece shapes of the micro-batched model ``mb``; SGD's update)."""
+    first = mb.pcg.node_by_name(mb.copies[name][0])
+    shapes = op_shapes(first, data_shapes(mb.pcg, first), dict(config.degrees))
+    ins = [t.piece_shape for t in shapes.operands]
+    t = cost_model.op_times(first.attrs, ins, [t.piece_shape for t in shapes.outputs], spec)
+    nw = op_def(first.op_type).num_weights(first.attrs)
+    update = sum(cost_model.update_time(w, spec) for w in ins[len(ins) - nw:]) if nw else 0.0
+    return t.forward_s, t.backward_s, update
+
+
 def _time_weight(mb: "MicroBatched", machine: Machine, cost_model, config_of: Callable) -> Callable:
-    """An operator's seconds in an iteration on its block: its first device's piece forward and
-    backward (``cost_model.op_times`` on the piece shapes of its configuration ``config_of(name)``,
-    one micro-batch's) times the micro-batches, plus its weights' updates. Memory-bound operators
+    """An operator's seconds in an iteration on its block (``piece_seconds`` on the first device:
+    forward and backward times the micro-batches, plus its weights' updates). Memory-bound operators
     (an embedding's dense gradient, normalizations) weigh what they cost, not their FLOPs."""
     spec = machine.devices[0].spec
 
     def weight(node) -> float:
-        first = mb.pcg.node_by_name(mb.copies[node.name][0])
-        shapes = op_shapes(first, data_shapes(mb.pcg, first), dict(config_of(node.name).degrees))
-        ins = [t.piece_shape for t in shapes.operands]
-        t = cost_model.op_times(first.attrs, ins, [t.piece_shape for t in shapes.outputs], spec)
-        nw = op_def(first.op_type).num_weights(first.attrs)
-        update = sum(cost_model.update_time(w, spec) for w in ins[len(ins) - nw:]) if nw else 0.0
-        return mb.micro_batches * (t.forward_s + t.backward_s) + update
+        f, b, update = piece_seconds(mb, node.name, config_of(node.name), cost_model, spec)
+        return mb.micro_batches * (f + b) + update
     return weight
 
 
@@ -465,4 +472,4 @@ def split_batch(plan: PipelinePlan, inputs: Mapping[str, object]) -> dict:
 
 
 __all__ = ["Schedule", "PipelinePlan", "MicroBatched", "micro_batch_pcg", "pipeline_strategy", "device_order",
-           "split_batch", "copy_name", "source_of", "pipeline_to_json", "pipeline_from_json"]
+           "piece_seconds", "split_batch", "copy_name", "source_of", "pipeline_to_json", "pipeline_from_json"]

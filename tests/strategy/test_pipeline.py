@@ -160,6 +160,37 @@ def test_pipeline_mcmc_moves_stage_boundaries_deterministically_and_keeps_the_be
     assert a.strategy.pipeline is not None and a.cost_s > 0
 
 
+@pytest.mark.parametrize("preset,nodes,model,batch", [
+    ("dgx1_v100", 1, "mlp", 48), ("summit", 2, "mlp", 48), ("dgx1_v100", 1, "transformer", 16),
+    ("dgx1_v100", 1, "lenet", 48)])
+def test_a_pipelines_lower_bound_never_exceeds_its_simulation_and_pruning_keeps_the_best(preset, nodes, model,
+                                                                                          batch):
+    """``lower_bound`` <= the simulated iteration for every candidate of ``pipeline_candidates`` (every
+    schedule); so ``best_pipeline``, which skips candidates whose bound cannot beat the best, finds
+    the same candidate as simulating them all."""
+    from flexrt.model import load_model
+    from flexrt.search.pipelines import _time, best_pipeline, lower_bound, pipeline_candidates
+    from flexrt.simulator.cost_model import AnalyticCostModel
+    from flexrt.simulator.simulate import Simulator
+    machine, cost = load_machine(preset, nodes=nodes), AnalyticCostModel()
+    pcg = mlp(batch, layers=8) if model == "mlp" else load_model(model, ["-b", str(batch)]).model.pcg
+    sim = Simulator(machine, cost, detail=False, incremental=False)
+    times = {}
+    for label, kwargs in pipeline_candidates(pcg, machine):
+        try:
+            strategy = pipeline_strategy(pcg, machine, cost_model=cost, **kwargs)
+        except StrategyError:
+            continue
+        times[label] = _time(sim, strategy)
+        assert 0 < lower_bound(strategy, machine, cost) <= times[label] * (1 + 1e-9), label
+    assert len(times) >= 8
+    notes = {}
+    best_pipeline(pcg, machine, cost, "sgd", budget=0, log_notes=notes)
+    found = min(notes["pipeline_candidates_s"], key=notes["pipeline_candidates_s"].get)
+    assert times[found] == min(times.values())
+    assert set(notes["pipeline_candidates_s"]) | set(notes["pipeline_candidates_bounded_out"]) == set(times)
+
+
 BAD_VALUES = [None, "x", -1, 0, 3.5, True, [], {}, {"a": 1}, 10**9, "1f1b", 2, 8, 16]
 
 
