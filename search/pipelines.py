@@ -2,13 +2,16 @@
 finalists with ``--enable-pipeline`` (Unity §5, Fig. 15a).
 
 The space: ``p`` device blocks (every divisor of the devices from 2 up to the operators), ``m``
-micro-batches (``p``, ``2p``, ``4p`` and ``8p`` where they divide the batch), the schedules GPipe, 1F1B,
-interleaved 1F1B (2 chunks, where ``m`` is a multiple of ``p``) and ZB-H1, stages of balanced time (the cost model's seconds per operator on its block), data
-parallel within each block. Every candidate is simulated whole. The objective is the iteration time
-of the whole batch, so the throughput (samples/s) is the batch over it. Then the best candidate's
-stage boundaries are moved one operator at a time, in either direction, while that makes it faster
-(``refine``), so the stages are whatever segments of the graph the simulator says balance best,
-communication included.
+micro-batches (``p``, ``2p``, ``4p`` and ``8p`` where they divide the batch), the schedules GPipe,
+1F1B, interleaved 1F1B (2 chunks, where ``m`` is a multiple of ``p``) and ZB-H1, stages of balanced
+time (the cost model's seconds per operator on its block), data parallel within each block. Every
+candidate is simulated whole, in the order of an exact lower bound of its time (``lower_bound``:
+each block's work on its first device, after micro-batch 0's forward reaches it, and the last
+backward's way back), and left out when that bound cannot beat the best simulated so far. The
+objective is the iteration time of the whole batch, so the throughput (samples/s) is the batch over
+it. Then the best candidate's stage boundaries are moved one operator at a time, in either
+direction, while that makes it faster (``refine``), so the stages are whatever segments of the graph
+the simulator says balance best, communication included.
 
 ``pipeline_mcmc`` (``--algo pipeline``) searches the same space by Metropolis-Hastings (FlexFlow's
 Eq. 1 on the simulated time, in percent of the data-parallel time): a proposal moves one stage
@@ -17,7 +20,7 @@ doubled), the schedule, or the number of device blocks (stages then re-balanced 
 bounded by ``budget`` proposals, deterministic for a seed, and returns the best plan so far on
 Ctrl-C.
 
-Entry points: ``pipeline_candidates``, ``refine``, ``best_pipeline``, ``pipeline_mcmc``.
+Entry points: ``pipeline_candidates``, ``lower_bound``, ``refine``, ``best_pipeline``, ``pipeline_mcmc``.
 """
 
 from __future__ import annotations
