@@ -137,6 +137,8 @@ def best_pipeline(pcg: PCG, machine: Machine, cost_model, optimizer, budget: int
             strategy = pipeline_strategy(pcg, machine, cost_model=cost_model, **kwargs)
         except StrategyError:
             continue                            # an operator that cannot run on micro-batches
+        # keep the bound, not the strategy: a micro-batched model per candidate would hold them all
+        # in memory; the few simulated are built again
         bounded.append((lower_bound(strategy, machine, cost_model), label, kwargs))
     if not bounded:
         return []

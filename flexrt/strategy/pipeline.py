@@ -312,7 +312,7 @@ def _balanced_stages(pcg: PCG, count: int, weight: Optional[Callable] = None) ->
     ops = [wiring.nodes[name] for name in wiring.ops]
     if len(ops) < count:
         raise StrategyError(f"{count} pipeline stages need at least {count} operators; the model has {len(ops)}")
-    weights = [max(weight(node) if weight is not None else _flops(pcg, node), 1e-30) for node in ops]
+    weights = [max(weight(node), 1e-30) if weight is not None else max(_flops(pcg, node), 1) for node in ops]
     total, before, stage_of, prev = float(sum(weights)), 0.0, {}, -1
     for i, (node, w) in enumerate(zip(ops, weights)):
         want = int(count * (before + w / 2) / total)          # the stage its middle falls in

@@ -110,12 +110,12 @@ def config_at(base: PCG, node: Node, machine: Machine, degrees, device: int = 0)
         if ask and _is_valid(base, node, machine, ask):
             want = ask
             break
-    degrees_ = tuple(want.get(n, 1) for n in names)
-    views = enumerate_views(machine, degrees_)
+    per_axis = tuple(want.get(n, 1) for n in names)
+    views = enumerate_views(machine, per_axis)
     here = [v for v in views if v.start == device] or views[:1]
 
     def span(view) -> int:
-        devices = view_devices(machine, view, degrees_)
+        devices = view_devices(machine, view, per_axis)
         return max(devices) - min(devices)
     return OpConfig(tuple(want.items()), min(here, key=span))
 
