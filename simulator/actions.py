@@ -233,6 +233,10 @@ class RingGroup:
 
 @dataclass(frozen=True, slots=True)
 class RingStep:
+    """A ring member's send (the first hop of its transfer): the group's collective runs once every
+    step of the group is ready. A ring split over channels (``Machine.ring_channels``) has one step
+    per member and channel; ``member`` indexes the group's members."""
+
     group: RingGroup
     member: int
 

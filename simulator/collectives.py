@@ -2,7 +2,9 @@
 
 ``CommCost.ANALYTIC`` (the default) times a ring AllReduce from its links: one pipelined transfer
 per ring member carrying 2(n-1)/n of the data, each hop paying the route's latency once per ring
-step (``ring_step_latency``), then the member's sum.
+step (``ring_step_latency``), then the member's sum. Across nodes with several network adapters
+the data is split over NCCL-like channels (``Machine.ring_channels``), each such a ring, only
+channel 0 paying the step latencies (``Lowering._allreduce``).
 
 ``CommCost.MEASURED`` (``--comm-cost measured``) times it from the machine's measured collectives
 (``Machine.fits()``: ``flexrt calibrate`` under ``mpiexec`` fits ``MPI.Allreduce`` per device group,

@@ -80,32 +80,57 @@ class Fold:
         return tuple(out)
 
 
-def virtual(low, dst: int, n: int, wrap: bool) -> int:
+def virtual(low, dst: int, n: int, wrap: bool, steps: bool = True) -> int:
     """The route key of a folded ring send to ``dst`` in a ring of ``n`` members (to replica 1's
-    ``dst`` when ``wrap``): ``Lowering._route`` resolves it (``route_of``)."""
+    ``dst`` when ``wrap``; paying the ring's per-step latencies when ``steps``): ``Lowering._route``
+    resolves it (``route_of``)."""
     d = low.machine.num_devices
-    return d * d * (1 + (((n * d + dst) << 1) | int(wrap)))   # the graph caches routes by src * d + dst
+    # the graph caches routes by src * d + dst
+    return d * d * (1 + (((n * d + dst) << 2) | (int(steps) << 1) | int(wrap)))
 
 
 def route_of(low, src: int, key: int) -> tuple[tuple, float]:
     """(the sub machine's links, the latency multiplier) of a virtual route key (``virtual``): a
-    ring send pays its route's latency once per ring step."""
+    ring send pays its route's latency once per ring step (channel 0; the lowering's
+    ``_ring_channel``), a later channel's send once."""
     d = low.machine.num_devices
     code = key // (d * d) - 1
-    wrap, rest = code & 1, code >> 1
+    wrap, steps, rest = code & 1, (code >> 1) & 1, code >> 2
     n, dst = divmod(rest, d)
     links = low.fold.route(src, dst) if wrap else low.machine.route(src, dst)
-    return links, 2 * (n - 1)
+    return links, 2 * (n - 1) if steps else 1
 
 
 def folded_allreduce(low, owner, devices: list, ready: list, box, dtype, category, name: str) -> list:
-    """Replica 0's part of a weight's ring AllReduce over every replica (module doc); returns per
-    device the task after which it holds the sum."""
+    """Replica 0's part of a weight's ring AllReduce over every replica (module doc), channel by
+    channel as the whole machine's ring runs (``Machine.ring_channels`` of the whole ring: each
+    channel's first ``k`` members are replica 0's); returns per device the tasks after which it
+    holds the sum."""
     if getattr(low.strategy, "fusion", None):
         raise StrategyError("symmetric simulation does not take fusion plans (gradient buckets join rings)")
     k = len(devices)
-    n = k * low.fold.replicas
+    fold = low.fold
+    whole = [d + r * fold.sub.num_devices for r in range(fold.replicas) for d in devices]
+    orders = [order[:k] for order in fold.full.ring_channels(whole)]
     elements = numel(box)
+    pos = {d: i for i, d in enumerate(devices)}
+    done: list[list[int]] = [[] for _ in devices]
+    for c, order in enumerate(orders):
+        share = elements // len(orders) + (1 if c < elements % len(orders) else 0)
+        idx = [pos[d] for d in order]
+        label = name if c == 0 else f"{name} channel {c}"
+        for i, t in zip(idx, _folded_ring(low, owner, list(order), [ready[i] for i in idx], share, dtype, category,
+                                          label, c == 0)):
+            done[i].append(t)
+    return done
+
+
+def _folded_ring(low, owner, devices: list, ready: list, elements: int, dtype, category, name: str,
+                 steps: bool) -> list:
+    """One channel of ``folded_allreduce``: per member (in ``devices``' order) the REDUCE after which it
+    holds the sum."""
+    k = len(devices)
+    n = k * low.fold.replicas
     total = 2 * (n - 1) * elements
     adds = TensorShape((max(1, (n - 1) * elements // n),), dtype)
     reduce_exe = low._per_kind(devices, f"{name} sum", lambda spec: ring_sum_time(low.cost, adds, spec))
@@ -114,9 +139,9 @@ def folded_allreduce(low, owner, devices: list, ready: list, box, dtype, categor
     for i in range(k):
         j = (i + 1) % k
         share = total // n + (1 if i < total % n else 0)
-        first = low.core.transfer(oid, devices[i], virtual(low, devices[j], n, i == k - 1), share, dtype.size_bytes,
+        first = low.core.transfer(oid, devices[i], virtual(low, devices[j], n, i == k - 1, steps), share, dtype.size_bytes,
                                   CATEGORY_CODE[category], list(ready[i]) + list(ready[j]))
         r = low._task(owner, TaskKind.REDUCE, devices[j], reduce_exe[j], f"{name} ring sum @{devices[j]}")
         low._edges(owner, list(low.core.hops(first)), [r])
         done[j] = r
-    return [[t] for t in done]
+    return done

@@ -168,28 +168,38 @@ class FusedGraph:
         by_devices: dict = {}
         for w in bucket:
             for ring in low.rings.get(w, ()):
-                by_devices.setdefault(ring.devices, []).append(ring)
+                by_devices.setdefault((ring.devices, ring.channel), []).append(ring)
         out = []
-        for devices, rings in by_devices.items():
+        groups: dict = {}   # device set -> (the bucket's RingGroup there, member index by device): channel 0's
+        for (devices, _), rings in by_devices.items():
             if len(rings) != len(bucket):
                 raise StrategyError(f"gradient bucket {bi}: its weights are not all synchronized over devices "
                                     f"{list(devices)}")
-            out += self._merge_rings(bi, devices, rings)
+            out += self._merge_rings(bi, devices, rings, groups)
         return out
 
-    def _merge_rings(self, bi: int, devices: tuple, rings: list) -> list:
+    def _merge_rings(self, bi: int, devices: tuple, rings: list, groups: dict) -> list:
+        """One channel of a bucket's ring (channel 0 first: it makes the bucket's RingGroup, whose
+        steps the other channels' sends are too, as ``Lowering._allreduce`` makes them)."""
         low, col, core = self._lowering, self._col, self.base.core
         n, dtype = len(devices), rings[0].dtype
         elements = sum(r.elements for r in rings)
         total = 2 * (n - 1) * elements
-        group = None
+        group, member = None, {}
         if self.detail:
-            group = RingGroup(low._new_group(), tuple(Buf(r.key, d, r.box, dtype.numpy_name) for d in devices
-                                                      for r in rings), len(rings))
+            where = frozenset(devices)
+            if rings[0].channel == 0:
+                groups[where] = (RingGroup(low._new_group(), tuple(Buf(r.key, d, r.box, dtype.numpy_name)
+                                                                   for d in devices for r in rings), len(rings)),
+                                 {d: i for i, d in enumerate(devices)})
+            group, member = groups[where]
         category = int(col["xfer_category"][col["transfer"][rings[0].firsts[0]]])
         adds = TensorShape((max(1, (n - 1) * elements // n),), dtype)
         exe = low._per_kind(list(devices), f"bucket {bi} sum", lambda spec: ring_sum_time(low.cost, adds, spec))
-        extras = low.ring_extras(list(devices), elements, dtype.size_bytes, exe)  # the comm cost's, as unfused
+        # the comm cost's, as unfused: the step latencies on channel 0 only (``Lowering._ring_channel``)
+        extras = low.ring_extras(list(devices), elements, dtype.size_bytes, exe) if rings[0].channel == 0 else \
+            [[0.0] * len(low._hops(devices[i], devices[(i + 1) % n], 0)[0]) for i in range(n)]
+        label = f"bucket {bi}" + (f" channel {rings[0].channel}" if rings[0].channel else "")
         out = []
         for i in range(n):
             j = (i + 1) % n
@@ -201,12 +211,12 @@ class FusedGraph:
                 raise StrategyError(f"gradient bucket {bi}: its rings take different routes")
             row = (share, share * dtype.size_bytes, category)
             for k, (dev, t) in enumerate(zip(hop_devs, hop_times)):
-                action = RingStep(group, i) if self.detail and k == 0 else None
+                action = RingStep(group, member[devices[i]]) if group is not None and k == 0 else None
                 out.append(_Merge(_TRANSFER, dev, t, tuple(h[k] for h in hops), row if k == 0 else -1, action,
-                                  f"bucket {bi} ring {i}->{j} hop {k}" if self.detail else "", ()))
+                                  f"{label} ring {i}->{j} hop {k}" if self.detail else "", ()))
         for j in range(n):
             out.append(_Merge(_REDUCE, devices[j], exe[j], tuple(r.done[j] for r in rings), None, None,
-                              f"bucket {bi} ring sum @{devices[j]}" if self.detail else "", ()))
+                              f"{label} ring sum @{devices[j]}" if self.detail else "", ()))
         return out
 
     # ---- the contracted arrays ------------------------------------------------------------------

@@ -16,7 +16,8 @@ What becomes a task:
   the other way round;
 - inputs are materialized where their consumers need them (the data loader's job: no transfer);
 - weights are resident where their first consumer needs them. Replicas synchronize gradients with a
-  ring AllReduce, then each replica runs an UPDATE task. A consumer that needs a weight in another
+  ring AllReduce (across nodes with several network adapters, one ring per adapter on a share of
+  the data: ``Machine.ring_channels``), then each replica runs an UPDATE task. A consumer that needs a weight in another
   layout (a shared weight) reads a copy of the part it needs: one per part and device per
   iteration, whatever the number of readers there, whose gradients are summed there and sent back
   once;
@@ -54,9 +55,8 @@ from flexrt.ir.registry import op_def
 from flexrt.ir.tensor_shape import TensorShape
 from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.machine import Machine
-from flexrt.simulator.actions import (HOST, Backward, Buf, Forward, Key, Loss, Move, Part, RingGroup, RingStep,
-                                      Sum, Update)
-from flexrt.simulator.cost_model import has_linear_transfers, loss_time, receive_time, ring_sum_time
+from flexrt.simulator.actions import HOST, Backward, Buf, Forward, Key, Loss, Move, Part, Sum, Update
+from flexrt.simulator.cost_model import has_linear_transfers, loss_time, receive_time
 from flexrt.simulator.collectives import CommCost, RingFits, comm_cost_of, ring_extras
 from flexrt.simulator.engine import Engine
 from flexrt.simulator.folding import folded_allreduce, route_of
@@ -64,6 +64,7 @@ from flexrt.simulator.pipeline_lowering import (accumulate_micro_batches, lower_
                                                 weight_grad_parts, weight_grad_times)
 from flexrt.simulator.precision_lowering import has_half_weights, lower_overflow_check
 from flexrt.simulator.recompute_lowering import lower_recompute, recompute_copies
+from flexrt.simulator.ring_lowering import WeightRing, lower_allreduce
 from flexrt.strategy import Strategy
 from flexrt.strategy.layout import Layouts, OperatorLayout
 from flexrt.strategy.reshard import Reshards, numel, overlap
@@ -100,21 +101,6 @@ class _EdgeEnds:
 
     def gin(self, p):
         return Key.grad_operand(self.cname, self.i, p)
-
-
-@dataclass(frozen=True)
-class WeightRing:
-    """One ring AllReduce of a weight instance's gradient: its members' devices, per member the first
-    hop of its send to the next member and the REDUCE after which it holds the sum, the elements
-    summed, their dtype, the members' buffer key and the instance's box."""
-
-    devices: tuple
-    firsts: tuple
-    done: tuple
-    elements: int
-    dtype: object
-    key: object
-    box: tuple
 
 
 @contextmanager
@@ -355,29 +341,8 @@ class Lowering:
 
     def _allreduce(self, owner, devices: list[int], ready: list[list[int]], box, dtype, category,
                    name: str) -> tuple[list[list[int]], tuple]:
-        """Ring AllReduce of ``box`` over ``devices`` (2(n-1) steps pipelined into one transfer per
-        ring neighbour pair carrying 2(n-1)/n of the data, then the (n-1)/n adds). Returns, per
-        device, the tasks after which it holds the sum, and the key of the members' buffers: the
-        caller adds the parts each member contributes; the runtime runs the ring as one collective
-        once every member's transfer is ready."""
-        n = len(devices)
-        elements = numel(box)
-        key = Key.ring(self._new_group())
-        adds = TensorShape((max(1, (n - 1) * elements // n),), dtype)
-        reduce_exe = self._per_kind(devices, f"{name} sum", lambda spec: ring_sum_time(self.cost, adds, spec))
-        done, firsts = self.core.ring(self._oid(owner), devices, ready, elements, dtype.size_bytes,
-                                      CATEGORY_CODE[category], reduce_exe,
-                                      self.ring_extras(devices, elements, dtype.size_bytes, reduce_exe))
-        if owner.kind is OwnerKind.WEIGHT:
-            self.rings.setdefault(owner.name, []).append(WeightRing(tuple(devices), tuple(firsts), tuple(done),
-                                                                    elements, dtype, key, tuple(box)))
-        if self.detail:
-            group = RingGroup(key.index, tuple(Buf(key, d, tuple(box), dtype.numpy_name) for d in devices))
-            for i in range(n):
-                j = (i + 1) % n
-                self._name_hops(self.core.hops(firsts[i]), f"{name} ring {i}->{j}", (), RingStep(group, i))
-                self.graph.annotate(done[j], f"{name} ring sum @{devices[j]}")
-        return [[t] for t in done], key
+        """Ring AllReduce of ``box`` over ``devices`` (``ring_lowering.lower_allreduce``)."""
+        return lower_allreduce(self, owner, devices, ready, box, dtype, category, name)
 
     def ring_extras(self, devices, elements: int, itemsize: int, reduce_exe) -> list[tuple]:
         """Per ring member, the time added to each hop of its send (``collectives.ring_extras``)."""

@@ -427,6 +427,65 @@ class Machine(_PicklesWithoutCache):
         """The bottleneck bandwidth (bytes/s) of the route; ``inf`` when ``src == dst``."""
         return min((self.links[i].bandwidth for i in self.route(src, dst)), default=float("inf"))
 
+    def ring_channels(self, devices) -> tuple[tuple[int, ...], ...]:
+        """The member orders of the rings that a ring AllReduce over ``devices`` (in ring order) runs
+        at once, each on an equal share of the data: NCCL's channels on nodes with several network
+        adapters (NVIDIA/nccl#412: one flow per adapter, entering and leaving every node through it).
+
+        A single ring enters each node through one adapter and leaves through one, leaving the other
+        adapters' ports idle. Here each node's members keep their cyclic order, and channel k starts
+        every node at its first member reached through adapter k, so channel k enters each node
+        through adapter k and leaves it through the adapter of the member before. On summit (adapter
+        k on socket k), the rings [0..5 | 6..11 | ...] and [3, 4, 5, 0, 1, 2 | 9, 10, 11, 6, 7, 8 | ...]
+        between them use both adapters of every node in both directions.
+
+        One channel (``devices`` itself) when the members are on one node, when the nodes' members
+        are not in runs of the same local devices, or when a node's members all use one adapter.
+        """
+        devs = tuple(int(d) for d in devices)
+        key = ("channels", devs)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._ring_channels(devs)
+            if len(self._cache) > 50_000:
+                self._cache.clear()
+            self._cache[key] = hit
+        return hit
+
+    def _ring_channels(self, devs: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+        runs: list[list[int]] = []
+        for d in devs:
+            node = self.device(d).node
+            if runs and self.devices[runs[-1][0]].node == node:
+                runs[-1].append(d)
+            else:
+                runs.append([d])
+        if len(runs) < 2 or len({self.devices[r[0]].node for r in runs}) != len(runs):
+            return (devs,)
+        local = [tuple(self.devices[d].local for d in r) for r in runs]
+        if any(x != local[0] for x in local[1:]):
+            return (devs,)
+        starts, seen = [], set()
+        for i, d in enumerate(runs[0]):
+            adapter = self._adapter_of(d)
+            if adapter is not None and adapter not in seen:
+                seen.add(adapter)
+                starts.append(i)
+        if len(starts) < 2 or starts[0] != 0:
+            return (devs,)
+        return tuple(tuple(x for r in runs for x in r[s:] + r[:s]) for s in starts)
+
+    def _adapter_of(self, device: int) -> str | None:
+        """The network adapter through which transfers from other nodes reach ``device`` (its
+        endpoint name, e.g. 'n0.nic1'), or None when no network link is on the way."""
+        per = self.devices_per_node
+        other = (device + per) % len(self.devices)
+        for l in self.route(other, device):
+            link = self.links[l]
+            if link.type is LinkType.NETWORK and link.src == NETWORK_ENDPOINT:
+                return link.dst
+        return None
+
     # --- scaling ---
 
     def with_nodes(self, n: int) -> Machine:

@@ -457,7 +457,7 @@ class Executor:
         if isinstance(a, RingStep):
             with self._lock:
                 st.arrived[a.group.id] += 1
-                last = st.arrived[a.group.id] == a.group.num_members
+                last = st.arrived[a.group.id] == len(self._ring_members[a.group.id])   # every channel's steps
             if not last:
                 return False
             self._ring(a.group)

@@ -428,13 +428,23 @@ class LocalCosts:
         return t
 
     def ring(self, devices: list[int], num_bytes: int) -> float:
-        """A ring AllReduce of ``num_bytes`` over ``devices`` (sorted ring, slowest neighbour pair)."""
+        """A ring AllReduce of ``num_bytes`` over ``devices`` (sorted ring, slowest neighbour pair). Over
+        several channels (``Machine.ring_channels``: the lowering splits the data over them), the
+        slowest channel, or the busiest link with every channel's share on it, whichever is slower."""
         n = len(devices)
         if n <= 1:
             return 0.0
-        ring = sorted(devices)
-        share = max(1, 2 * (n - 1) * num_bytes // n)
-        return max(self.transfer(a, b, share) for a, b in zip(ring, ring[1:] + ring[:1]))
+        orders = self.machine.ring_channels(sorted(devices))
+        share = max(1, 2 * (n - 1) * (num_bytes // len(orders)) // n)
+        pairs = [(a, b) for ring in orders for a, b in zip(ring, ring[1:] + ring[:1])]
+        t = max(self.transfer(a, b, share) for a, b in pairs)
+        if len(orders) > 1:
+            on: dict = {}
+            for a, b in pairs:
+                for l in self._route(a, b)[2]:
+                    on[l] = on.get(l, 0) + share
+            t = max(t, max(self.cost.transfer_time(self.machine.links[l], x) for l, x in on.items()))
+        return t
 
     # ---- link loads (the contention model) ------------------------------------------------------
     @property
@@ -496,11 +506,12 @@ class LocalCosts:
         out = np.zeros(len(self.shared))
         n = len(devices)
         if n > 1:
-            ring = sorted(devices)
-            share = max(1, 2 * (n - 1) * num_bytes // n)
-            for a, b in zip(ring, ring[1:] + ring[:1]):
-                cols, times = self.hop_loads(a, b, share, 2 * (n - 1))
-                out[cols] += times
+            orders = self.machine.ring_channels(sorted(devices))   # the lowering's channels
+            share = max(1, 2 * (n - 1) * (num_bytes // len(orders)) // n)
+            for c, ring in enumerate(orders):   # channel 0 pays the ring's step latencies (the lowering's)
+                for a, b in zip(ring, ring[1:] + ring[:1]):
+                    cols, times = self.hop_loads(a, b, share, 2 * (n - 1) if c == 0 else 1)
+                    out[cols] += times
         return out
 
     def node_loads(self, pcg: PCG, node: Node, block: Block) -> np.ndarray:
