@@ -14,8 +14,6 @@ bucket costs at most its flat buffers in peak memory.
 from __future__ import annotations
 
 import math
-import os
-import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -403,11 +401,8 @@ def test_buckets_cost_at_most_their_flat_buffers_in_peak_memory():
 
 @pytest.mark.mpi
 def test_fused_plans_spanning_ranks_train_like_one_device():
-    from flexrt.runtime.mpi import find_mpiexec
-    root = Path(__file__).parents[2]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "OMPI_"))}
-    r = subprocess.run([find_mpiexec(), "-n", "2", sys.executable, __file__, "law"], cwd=root, env=env,
-                       capture_output=True, text=True, timeout=240)
+    from tests.runtime.test_mpi import mpirun
+    r = mpirun(2, "law", script=Path(__file__))
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count("OK ") == 3, r.stdout
 

@@ -18,9 +18,10 @@ ROOT = CASE.parents[2]
 pytestmark = pytest.mark.mpi
 
 
-def mpirun(n: int, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+def mpirun(n: int, *args: str, timeout: float = 240, script: Path = CASE) -> subprocess.CompletedProcess:
+    """``script`` (default ``mpi_case.py``) with ``args`` under ``mpiexec -n n``, from the repository root."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "OMPI_"))}
-    return subprocess.run([find_mpiexec(), "-n", str(n), sys.executable, str(CASE), *args], cwd=ROOT, env=env,
+    return subprocess.run([find_mpiexec(), "-n", str(n), sys.executable, str(script), *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 

@@ -6,8 +6,6 @@ channels' tasks only take their time in the simulation the runtime follows."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -70,12 +68,10 @@ def test_random_strategies_on_two_nodes(seed):
                             weights_for(pcg, DT), "sgd", SGD)
 
 
+@pytest.mark.mpi
 def test_two_channels_under_mpi():
-    from flexrt.runtime.mpi import find_mpiexec
-    root = Path(__file__).parents[2]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "OMPI_"))}
-    r = subprocess.run([find_mpiexec(), "-n", "2", sys.executable, __file__, "law"], cwd=root, env=env,
-                       capture_output=True, text=True, timeout=240)
+    from tests.runtime.test_mpi import mpirun
+    r = mpirun(2, "law", script=Path(__file__))
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count("OK ") == 2, r.stdout
 
