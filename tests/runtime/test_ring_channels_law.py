@@ -95,3 +95,16 @@ def _mpi_law() -> None:
 
 if __name__ == "__main__" and sys.argv[1:] == ["law"]:
     _mpi_law()
+
+
+def test_serial_peak_memory_equals_the_prediction_with_channels():
+    from flexrt.runtime.session import Session
+    from tests.runtime.test_central_law import batch
+    from tests.runtime.test_memory_peak import assert_exact
+    pcg = mlp()
+    s = Session(data_parallel(pcg, MACHINE), MACHINE, optimizer="sgd", loss=LOSS, weights=weights_for(pcg, DT), **SGD)
+    assert _channels(s) > 0
+    inputs, labels = batch(pcg, LOSS)
+    s.step(inputs, labels)
+    for _ in range(2):
+        assert_exact(s, s.step(inputs, labels))
