@@ -116,3 +116,42 @@ def test_unity_ring_cost_and_loads_follow_the_channels(monkeypatch):
     assert t < 0.6 * t1                          # half the bytes through each port
     assert np.count_nonzero(loads[network]) == 2 * np.count_nonzero(loads1[network])
     assert loads[network].sum() == pytest.approx(loads1[network].sum(), rel=0.05)
+
+
+def _one_weight(n: int, width: int):
+    """One dense layer of width x width (its gradient ring dominates) at a batch of one row per device."""
+    from flexrt.core import DataType, FFConfig, FFModel
+    m = FFModel(FFConfig([]))
+    m.dense(m.create_tensor([n, width], DataType.DT_FLOAT), width, use_bias=False, name="fc")
+    return m.pcg
+
+
+def _ring_seconds(sim: Simulator) -> float:
+    """From the first gradient-ring transfer's start to the last one's end (the sums after them are
+    the reduction's own time, not the network's)."""
+    from flexrt.simulator.task_graph import CATEGORY_CODE, Category
+    ids, _, _, start, end = sim.engine.timeline()
+    col = sim.graph.columns()
+    x = col["transfer"][ids]
+    ring = (x >= 0) & (col["xfer_category"][np.maximum(x, 0)] == CATEGORY_CODE[Category.WEIGHT_SYNC])
+    return float(end[ring].max() - start[ring].min())
+
+
+@pytest.mark.parametrize("nodes", [2, 4])
+def test_allreduce_bus_bandwidth_across_dgx_a100_nodes_is_every_adapter_at_once(nodes, monkeypatch):
+    # nccl-tests' bus bandwidth of an AllReduce, 2(n-1)/n S / t: a flat ring runs at its slowest
+    # link; NCCL's channels cross every node through all 8 HDR adapters (8 x 25 GB/s; nccl-tests
+    # report about 180-190 GB/s on DGX A100 clusters), one ring through one adapter's port (25 GB/s)
+    machine = load_machine("dgx_a100", nodes=nodes)
+    n = machine.num_devices
+    pcg = _one_weight(n, 8192)                                  # 256 MiB of float32 gradient
+    size = 8192 * 8192 * 4
+    sim = Simulator(machine, COST, detail=False)
+    sim.full(data_parallel(pcg, machine))
+    busbw = 2 * (n - 1) / n * size / _ring_seconds(sim)
+    assert 0.9 * 8 * 25e9 < busbw <= 8 * 25e9
+    _single_channel(monkeypatch, machine)
+    sim = Simulator(machine, COST, detail=False)
+    sim.full(data_parallel(pcg, machine))
+    one = 2 * (n - 1) / n * size / _ring_seconds(sim)
+    assert 0.9 * 25e9 < one <= 25e9
