@@ -122,11 +122,12 @@ def adam_update(xp, w, g, state: dict, alpha: float = 0.001, beta1: float = 0.9,
     w -= t(step_size) * (m / denom)
 
 
-def master_step(update, xp, w, g, state: dict, inv_scale: float = 1.0, penalty=None) -> None:
+def master_step(update, xp, w, g, state: dict, inv_scale: float = 1.0, penalty=None, rounding=None) -> None:
     """One step of ``update(xp, w, g, state)`` for a 16-bit weight ``w``: on its float32 master copy
     (``state["master"]``, made from ``w`` at the first step) with the float32 gradient ``g *
     inv_scale`` (and the master's ``penalty``, see ``penalized``); ``w`` then holds the master
-    rounded to its type."""
+    rounded to its type, or by ``rounding(xp, master)`` (bfloat16 values in a float32 ``w``:
+    ``flexrt.kernels.bfloat16``)."""
     master = state.get("master")
     if master is None:
         master = state["master"] = w.astype(xp.float32)
@@ -134,7 +135,7 @@ def master_step(update, xp, w, g, state: dict, inv_scale: float = 1.0, penalty=N
     if inv_scale != 1.0:
         g32 *= xp.float32(inv_scale)
     update(xp, master, penalized(xp, g32, master, penalty), state)
-    w[...] = master
+    w[...] = master if rounding is None else rounding(xp, master)
 
 
 class LossScaler:

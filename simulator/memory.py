@@ -55,6 +55,7 @@ import numpy as np
 
 from flexrt.errors import StrategyError
 from flexrt.kernels.fused import backward_reads
+from flexrt.ir.precision import is_bfloat16
 from flexrt.kernels.optimizers import state_bytes_of
 from flexrt.simulator.actions import (HOST, Backward, Buf, BufKind, Forward, Fused, Key, Loss, Move, RingStep,
                                       Update, gathered)
@@ -124,6 +125,10 @@ class Buffers:
                                         if isinstance((a := t.action), Update)}.values(), key=lambda b: repr(b.key))
         self.updates = {(a.weight.key, a.weight.device): i for i, t in enumerate(tasks)
                         if isinstance((a := t.action), Update)}  # weight instance -> its update task
+        # bfloat16 weights, held as float32 (``flexrt.kernels.bfloat16``), train through float32 masters
+        shapes = graph.weight_shapes or {}
+        self.bfloat16_weights = frozenset(b.key.name for b in self.weight_instances
+                                          if (s := shapes.get(b.key.name)) is not None and is_bfloat16(s.dtype))
 
     def _aliases(self, assembled: dict, tasks) -> dict:
         """One exact part on the same device makes a buffer its source; never for buffers summed in
@@ -435,7 +440,8 @@ def replay(buffers: Buffers, start, end, optimizer_state: int = 0, state_held: b
         nbytes = box_bytes(b)
         mem.add(b.device, nbytes, t0)
         size = np.dtype(b.dtype).itemsize
-        state = state_bytes_of(optimizer_state, nbytes // size, size)
+        # a bfloat16 weight's state is a 16-bit weight's: float32 master and state
+        state = state_bytes_of(optimizer_state, nbytes // size, 2 if b.key.name in buffers.bfloat16_weights else size)
         if state and state_held:
             mem.add(b.device, state, t0)
         elif state:

@@ -11,7 +11,7 @@ float32), both in the simulator's memory and in the runtime, and the loss is sca
 gradients survive float16 (``flexrt.kernels.optimizers.LossScaler``). Integer tensors (token ids,
 indices) keep their types.
 
-Entry points: ``Precision``, ``with_precision``, ``is_half``.
+Entry points: ``Precision``, ``with_precision``, ``is_half``, ``is_bfloat16``.
 """
 
 from __future__ import annotations
@@ -44,6 +44,12 @@ class Precision(enum.Enum):
 def is_half(dtype: DataType) -> bool:
     """A 16-bit floating type: trained with float32 master weights."""
     return dtype in (DataType.DT_HALF, DataType.DT_BFLOAT16)
+
+
+def is_bfloat16(dtype: DataType) -> bool:
+    """bfloat16: the NumPy runtime holds it in float32 arrays of bfloat16 values
+    (``flexrt.kernels.bfloat16``), so its weights' masters are not told by their arrays' item size."""
+    return dtype is DataType.DT_BFLOAT16
 
 
 def _converted(value, dtype: DataType):

@@ -51,6 +51,7 @@ import numpy as np
 from flexrt.errors import FlexrtError, ShapeError, StrategyError
 from flexrt.kernels.losses import LossType, fuses_with_softmax, loss_forward
 from flexrt.kernels.metrics import MetricsAccumulator, MetricsType
+from flexrt.kernels.bfloat16 import to_bfloat16
 from flexrt.kernels.optimizers import LossScaler, OptimizerKind, adam_update, master_step, penalized, sgd_update
 from flexrt.kernels.fused import backward_reads
 from flexrt.ir.ops.dropout import at_step
@@ -153,6 +154,8 @@ class Executor:
         # mixed precision: float16 weights train through float32 masters with the loss scaled
         half = any(np.dtype(b.dtype).itemsize == 2 for b in plan.weight_instances)
         self.scaler: Optional[LossScaler] = LossScaler() if half else None
+        # bfloat16 (``flexrt.kernels.bfloat16``): every output and gradient rounded, float32 masters
+        self.bfloat16 = plan.buffers.bfloat16_weights
         self._updates = [t.kind.value == "update" for t in plan.tasks]
         self._not_updates = [not u for u in self._updates]
         self.penalties: dict = {}         # weight name -> ("l1" | "l2", factor): added to its gradient
@@ -220,8 +223,8 @@ class Executor:
                 raise StrategyError(f"no initial value for weight '{name}'")
             arr = np.asarray(full[name])
             with self.backend.on(b.device):
-                self._alloc((b.key, b.device), self.backend.upload(arr[_slices(((0, 0),) * arr.ndim, b.ranges)]
-                                                                   .astype(b.dtype), b.device))
+                piece = arr[_slices(((0, 0),) * arr.ndim, b.ranges)].astype(b.dtype)
+                self._alloc((b.key, b.device), self.backend.upload(self._rounded(piece, np), b.device))
             self.opt_state[(b.key, b.device)] = {}
 
     def weights(self) -> dict:
@@ -295,6 +298,7 @@ class Executor:
             if tuple(r.shape) != _shape(b):
                 raise ShapeError(f"{a.attrs.op_type.value} '{a.node}': piece computed shape {list(r.shape)}, "
                                  f"expected {list(_shape(b))}")
+            r = self._rounded(r)
             if keep:
                 local[(b.key, b.device)] = r
             else:
@@ -319,7 +323,7 @@ class Executor:
             self._assemble(b, local, a.recomputed[k])
             args.append(local[(b.key, b.device)] if a.recomputed[k] else self.get((b.key, b.device)))
         out = a.members[-1].outputs[0]
-        self._alloc((out.key, out.device), chain.chain.evaluate(self.xp, args))
+        self._alloc((out.key, out.device), self._rounded(chain.chain.evaluate(self.xp, args)))
         with self._lock:
             self.chain_runs += 1
 
@@ -350,7 +354,13 @@ class Executor:
             g = grads[i]
             if g is None or i in a.zeroed:
                 g = self.xp.zeros_like(ops[i])
-            self._alloc((b.key, b.device), g)
+            self._alloc((b.key, b.device), self._rounded(g))
+
+    def _rounded(self, arr, xp=None):
+        """``arr`` as bfloat16 values where the model computes in bfloat16 (floating arrays only)."""
+        if not self.bfloat16 or arr.dtype.kind != "f":
+            return arr
+        return to_bfloat16(xp or self.xp, arr)
 
     def _backward_arg(self, b: Buf, read: bool, zeroed: bool):
         """An operand or output as a backward kernel takes it: its value where the kernel reads it
@@ -373,9 +383,9 @@ class Executor:
         before = sum(int(v.nbytes) for v in state.values() if hasattr(v, "nbytes"))
         w, g = self.get(bid), self.get((a.grad.key, a.grad.device))
         penalty = self.penalties.get(a.weight.key.name)
-        if w.dtype.itemsize == 2:
+        if w.dtype.itemsize == 2 or a.weight.key.name in self.bfloat16:
             master_step(self.update_fn, self.xp, w, g, state, 1.0 / self.scaler.scale if self.scaler else 1.0,
-                        penalty)
+                        penalty, to_bfloat16 if a.weight.key.name in self.bfloat16 else None)
         else:
             self.update_fn(self.xp, w, penalized(self.xp, g, w, penalty), state)
         after = sum(int(v.nbytes) for v in state.values() if hasattr(v, "nbytes"))
@@ -393,7 +403,7 @@ class Executor:
         value = loss_forward(self.xp, self.loss, out, labels) * share  # a device scalar: no host sync here
         scale = self.scaler.scale if self.scaler is not None else 1.0
         grad = self.loss_backward(self.xp, self.loss, out, labels) * out.dtype.type(share * scale)
-        self._alloc((a.grad.key, a.grad.device), grad)
+        self._alloc((a.grad.key, a.grad.device), self._rounded(grad))
         with self._lock:
             st.losses[index] = value
             if self.metrics.names:
@@ -571,7 +581,7 @@ class Executor:
         self.discard()
         self.step += 1
         for name in plan.inputs:
-            self.mem[HOST][Key.input(name)] = np.asarray(inputs[name])
+            self.mem[HOST][Key.input(name)] = self._rounded(np.asarray(inputs[name]), np)
         self._held = plan.forward_outputs if hold else frozenset()
         self._has_pass = hold
         n = plan.num_tasks

@@ -23,6 +23,8 @@ from flexrt.ir.pcg import PCG, TensorRef
 from flexrt.ir.ops.dropout import at_step
 from flexrt.kernels.losses import (CROSS_ENTROPIES, LossType, fuses_with_softmax, loss_backward, loss_forward,
                                    softmax_cross_entropy_backward)
+from flexrt.ir.precision import is_bfloat16
+from flexrt.kernels.bfloat16 import to_bfloat16
 from flexrt.kernels.optimizers import LossScaler, master_step, penalized
 from flexrt.kernels.registry import run_backward, run_forward
 
@@ -63,6 +65,12 @@ class ReferenceTrainer:
         self.output = output or loss_output(pcg)
         self.state: dict = {name: {} for name in self.weights}
         half = any(w.dtype.itemsize == 2 and w.dtype.kind == "f" for w in self.weights.values())
+        # bfloat16 weights (float32 arrays of bfloat16 values) train through float32 masters, and
+        # every output and gradient is rounded to bfloat16, as the runtime does
+        self.bfloat16 = frozenset(n.name for n in pcg.nodes if n.op_type is OpType.WEIGHT and
+                                  is_bfloat16(pcg.shape(TensorRef(n.id, 0)).dtype))
+        for name in self.bfloat16 & set(self.weights):
+            self.weights[name] = to_bfloat16(np, self.weights[name])
         self.scaler = None if not half else LossScaler(loss_scale, dynamic=False) if loss_scale else LossScaler()
         self.skipped = False
         self.steps = 0                            # dropout draws a mask per step (``at_step``)
@@ -75,20 +83,20 @@ class ReferenceTrainer:
         for nid in order:
             node = pcg.node(nid)
             if node.op_type is OpType.INPUT:
-                values[TensorRef(nid, 0)] = np.asarray(inputs[node.name])
+                values[TensorRef(nid, 0)] = self._rounded(np.asarray(inputs[node.name]))
             elif node.op_type is OpType.WEIGHT:
                 values[TensorRef(nid, 0)] = self.weights[node.name]
             else:
                 outs = run_forward(np, at_step(node.attrs, self.steps), [values[r] for r in node.inputs])
                 for k, o in enumerate(outs):
-                    values[TensorRef(nid, k)] = o
+                    values[TensorRef(nid, k)] = self._rounded(o)
         out_ref = TensorRef(pcg.node_by_name(self.output).id, 0)
         out = values[out_ref]
         labels = np.asarray(labels)
         value = float(loss_forward(np, self.loss, out, labels))
         out_node = pcg.node(out_ref.node)
         backward, fused = loss_gradient(self.loss, out_node.attrs, out.ndim)
-        seed = backward(np, self.loss, out, labels)
+        seed = self._rounded(backward(np, self.loss, out, labels))
         if self.scaler is not None:
             seed = seed * seed.dtype.type(self.scaler.scale)
         grads: dict[TensorRef, np.ndarray] = (  # fused: d loss / d logits, the softmax's backward skipped
@@ -103,10 +111,14 @@ class ReferenceTrainer:
             for r, g in zip(node.inputs, gins):
                 if g is None or pcg.node(r.node).op_type is OpType.INPUT:
                     continue
+                g = self._rounded(g)
                 grads[r] = grads[r] + g if r in grads else g
         self._apply({name: grads.get(TensorRef(pcg.node_by_name(name).id, 0)) for name in self.weights})
         self.steps += 1
         return value
+
+    def _rounded(self, arr):
+        return to_bfloat16(np, arr) if self.bfloat16 and arr.dtype.kind == "f" else arr
 
     def _apply(self, grads: dict) -> None:
         """The optimizer's step on every weight with a gradient (mixed precision: unless one overflowed)."""
@@ -122,7 +134,8 @@ class ReferenceTrainer:
             if g is None:
                 continue
             penalty = self.penalties.get(name)
-            if w.dtype.itemsize == 2:
-                master_step(self.update, np, w, g, self.state[name], inv_scale, penalty)
+            if w.dtype.itemsize == 2 or name in self.bfloat16:
+                master_step(self.update, np, w, g, self.state[name], inv_scale, penalty,
+                            to_bfloat16 if name in self.bfloat16 else None)
             else:
                 self.update(np, w, penalized(np, g, w, penalty), self.state[name])
