@@ -26,6 +26,7 @@ from flexrt.strategy import data_parallel
 
 from .test_central_law import MODELS, batch, strategy_of, weights_for
 from .test_memory_peak import check_serial_exact
+from .test_mixed_precision import max_rel
 
 MACHINE = load_machine("dgx1_v100")
 F32 = DataType.DT_FLOAT
@@ -63,11 +64,6 @@ def train(pcg, loss, strategy, steps=3, **params):
     s = Session(strategy, MACHINE, loss=loss, weights=weights_for(pcg, F32), **({"lr": 0.05} | params))
     inputs, labels = batch(pcg, loss)
     return s, [s.step(inputs, labels) for _ in range(steps)]
-
-
-def max_rel(a: dict, b: dict) -> float:
-    return max(float(np.max(np.abs(a[k].astype(np.float64) - b[k].astype(np.float64))))
-               / max(float(np.max(np.abs(b[k].astype(np.float64)))), 1e-30) for k in b)
 
 
 @pytest.mark.parametrize("model", sorted(MODELS))
