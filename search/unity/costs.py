@@ -252,6 +252,7 @@ class LocalCosts:
         self._edge: dict = {}
         self._times: dict = {}
         self._xfer: dict = {}
+        self._ring_times: dict = {}     # (devices, bytes) -> ``ring``
         self._routes: dict = {}
         self._sigs: dict = {}
         self._interned: dict = {}
@@ -434,7 +435,11 @@ class LocalCosts:
         n = len(devices)
         if n <= 1:
             return 0.0
-        orders = self.machine.ring_channels(sorted(devices))
+        key = (tuple(sorted(devices)), num_bytes)
+        t = self._ring_times.get(key)
+        if t is not None:
+            return t
+        orders = self.machine.ring_channels(key[0])
         share = max(1, 2 * (n - 1) * (num_bytes // len(orders)) // n)
         pairs = [(a, b) for ring in orders for a, b in zip(ring, ring[1:] + ring[:1])]
         t = max(self.transfer(a, b, share) for a, b in pairs)
@@ -444,6 +449,9 @@ class LocalCosts:
                 for l in self._route(a, b)[2]:
                     on[l] = on.get(l, 0) + share
             t = max(t, max(self.cost.transfer_time(self.machine.links[l], x) for l, x in on.items()))
+        if len(self._ring_times) > 200_000:
+            self._ring_times.clear()
+        self._ring_times[key] = t
         return t
 
     # ---- link loads (the contention model) ------------------------------------------------------
