@@ -91,8 +91,8 @@ def virtual(low, dst: int, n: int, wrap: bool, steps: bool = True) -> int:
 
 def route_of(low, src: int, key: int) -> tuple[tuple, float]:
     """(the sub machine's links, the latency multiplier) of a virtual route key (``virtual``): a
-    ring send pays its route's latency once per ring step (channel 0; the lowering's
-    ``_ring_channel``), a later channel's send once."""
+    ring send pays its route's latency once per ring step (channel 0, as ``ring_lowering``'s
+    rings), a later channel's send once."""
     d = low.machine.num_devices
     code = key // (d * d) - 1
     wrap, steps, rest = code & 1, (code >> 1) & 1, code >> 2

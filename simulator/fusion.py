@@ -196,7 +196,7 @@ class FusedGraph:
         category = int(col["xfer_category"][col["transfer"][rings[0].firsts[0]]])
         adds = TensorShape((max(1, (n - 1) * elements // n),), dtype)
         exe = low._per_kind(list(devices), f"bucket {bi} sum", lambda spec: ring_sum_time(low.cost, adds, spec))
-        # the comm cost's, as unfused: the step latencies on channel 0 only (``Lowering._ring_channel``)
+        # the comm cost's, as unfused: the step latencies on channel 0 only (``ring_lowering``)
         extras = low.ring_extras(list(devices), elements, dtype.size_bytes, exe) if rings[0].channel == 0 else \
             [[0.0] * len(low._hops(devices[i], devices[(i + 1) % n], 0)[0]) for i in range(n)]
         label = f"bucket {bi}" + (f" channel {rings[0].channel}" if rings[0].channel else "")
