@@ -40,7 +40,7 @@ Example (Unity's Fig. 2 MLP, data parallel on two GPUs):
     {0: 3483648, 1: 3483648}
 
 Entry points: ``Buffers``, ``released``, ``ReadyQueue``, ``serial_times``, ``replay``,
-``MemoryTimeline``, ``memory_timeline``, ``peak_memory``.
+``MemoryTimeline``, ``memory_timeline``, ``peak_memory``, ``combined_peak``.
 """
 
 from __future__ import annotations
@@ -329,6 +329,26 @@ class MemoryTimeline:
     times: dict
     live_bytes: dict
     allocated_bytes: dict
+
+
+def combined_peak(timeline: MemoryTimeline, devices) -> int:
+    """The most bytes live at once on ``devices`` together along ``timeline`` (at an instant where a
+    device changes several times, its most live then counts: a bound no lower than the truth)."""
+    events: dict = defaultdict(dict)   # time -> device -> (most live at that instant, live after it)
+    live = {}
+    for d in devices:
+        times, values = timeline.times.get(d, ()), timeline.live_bytes.get(d, ())
+        for t, v in zip(times, values):
+            most, _ = events[t].get(d, (0, 0))
+            events[t][d] = (max(most, v), v)
+        live[d] = 0
+    best = 0
+    for t in sorted(events):
+        changes = events[t]
+        best = max(best, sum(changes[d][0] if d in changes else live[d] for d in live))
+        for d, (_, after) in changes.items():
+            live[d] = after
+    return int(best)
 
 
 def ready_times(succ, end) -> np.ndarray:

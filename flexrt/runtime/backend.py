@@ -5,11 +5,12 @@ real copy into memory the destination owns), and each device runs its tasks on i
 the threaded executor. The CuPy backend (``flexrt.runtime._cupy``, the only module that imports
 CuPy) maps devices onto GPUs, or onto streams of one GPU where there are fewer GPUs than devices.
 
-Entry points: ``NumpyBackend``, ``get_backend``.
+Entry points: ``NumpyBackend``, ``get_backend``, ``available_host_bytes``.
 """
 
 from __future__ import annotations
 
+import os
 from contextlib import nullcontext
 
 import numpy as np
@@ -17,6 +18,22 @@ import numpy as np
 from flexrt.errors import ConfigError
 
 BACKENDS = ("numpy", "cupy")
+
+
+def available_host_bytes() -> int | None:
+    """The host memory a new allocation can take now (Linux's MemAvailable; elsewhere the free
+    physical pages), or None when the system does not say: what the NumPy backend's devices share."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 class NumpyBackend:

@@ -49,11 +49,11 @@ from flexrt.kernels.metrics import MetricsType
 from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.machine import Machine
 from flexrt.runtime import mpi
-from flexrt.runtime.backend import get_backend
+from flexrt.runtime.backend import available_host_bytes, get_backend
 from flexrt.runtime.executor import Executor, IterationResult, optimizer_step
 from flexrt.runtime.plan import ExecPlan
 from flexrt.simulator.cost_model import AnalyticCostModel
-from flexrt.simulator.memory import replay, serial_times
+from flexrt.simulator.memory import combined_peak, replay, serial_times
 from flexrt.kernels.optimizers import LossScaler
 from flexrt.simulator.simulate import OPTIMIZER_STATE, SimResult, Simulator, chrome_trace
 from flexrt.strategy import ConfigStrategy, Strategy
@@ -133,7 +133,10 @@ class Session:
         A model with float16 weights (``flexrt.ir.precision``) trains through float32 master weights
         with its loss scaled: dynamically (``loss_scale`` None or "dynamic": torch's GradScaler
         defaults) or by a fixed ``loss_scale``. ``penalties`` (weight name -> ("l1" | "l2", factor),
-        FlexFlow's ``kernel_regularizer``) add their gradient to those weights' at every update."""
+        FlexFlow's ``kernel_regularizer``) add their gradient to those weights' at every update.
+        ``check_memory`` refuses, before anything runs, a strategy the simulator predicts over a
+        device's memory and, on the NumPy backend, one whose devices together would need more host
+        memory than is available (``_check_host_memory``)."""
         optimizer = OptimizerKind.parse(optimizer, OPTIMIZER_PARAMS)
         loss = LossType.parse(loss)
         metrics = [MetricsType.parse(m) for m in metrics]
@@ -174,6 +177,8 @@ class Session:
             from flexrt.runtime.spmd import SpmdExecutor
             self.layout = mpi.rank_layout(machine, self.comm.Get_size(), self.comm.Get_rank())
             self.executor = SpmdExecutor(self.plan, self.backend, update, loss, metrics, self.comm, self.layout)
+        if check_memory and backend == "numpy":
+            self._check_host_memory()
         self._set_loss_scale(loss_scale)
         self.executor.penalties = self._checked_penalties(penalties or {})
         self.executor.load_weights(weights if weights is not None else initial_weights(self.base, seed))
@@ -268,6 +273,40 @@ class Session:
     def reset_metrics(self) -> None:
         self.executor.metrics.reset()
 
+    def _replayed(self):
+        """The replay of the buffers' lifetimes in the order this session's executor runs its tasks
+        (``memory_report``), computed once."""
+        timeline = getattr(self, "_timeline", None)
+        if timeline is None:
+            plan = self.plan
+            if self.executor.mode == "serial" and self.layout is None:
+                start, end = serial_times(plan.succ, plan.num_preds, plan.buffers.ring_members)
+            else:
+                start, end = plan.predicted_start, plan.predicted_end
+            state = OPTIMIZER_STATE[self.simulator.optimizer]
+            timeline = self._timeline = replay(plan.buffers, start, end, state,
+                                               unmaterialized=self.executor.unmaterialized(),
+                                               rank_of=None if self.layout is None else self.layout.owner,
+                                               succ=plan.succ)
+        return timeline
+
+    def _check_host_memory(self) -> None:
+        """The NumPy backend holds every device of this process in host memory: refuse, before
+        anything is allocated, a run whose replayed peak (its devices together) exceeds what the
+        host has available, rather than be killed by the system halfway."""
+        avail = available_host_bytes()
+        if avail is None:
+            return
+        mine = [d for d in range(self.machine.num_devices) if self.layout is None or self.layout.owns(d)]
+        need = combined_peak(self._replayed(), mine)
+        if need > avail:
+            raise StrategyError(
+                f"strategy does not fit this host: the NumPy runtime holds the arrays of {len(mine)} simulated "
+                f"device(s) in this process, {need / 2**30:.2f} GiB at their replayed peak (weights, gradients, "
+                f"optimizer state and activations), but {avail / 2**30:.2f} GiB of host memory is available; "
+                f"use a smaller batch or model, fewer devices (--nodes), MPI ranks on several hosts, or "
+                f"--backend cupy (Session(..., check_memory=False) skips this check)")
+
     def memory_report(self, result: Optional[IterationResult] = None) -> dict:
         """Per compute device: the predicted peak bytes live at once (``predicted_peak``), the measured
         peak (``measured_peak``, the runtime's) and the relative error of the prediction
@@ -283,18 +322,7 @@ class Session:
         result = result or self.last
         if result is None:
             raise StrategyError("memory_report: no iteration has run yet")
-        peak = getattr(self, "_predicted_peak", None)
-        if peak is None:
-            plan = self.plan
-            if self.executor.mode == "serial" and self.layout is None:
-                start, end = serial_times(plan.succ, plan.num_preds, plan.buffers.ring_members)
-            else:
-                start, end = plan.predicted_start, plan.predicted_end
-            state = OPTIMIZER_STATE[self.simulator.optimizer]
-            peak = self._predicted_peak = replay(plan.buffers, start, end, state,
-                                                 unmaterialized=self.executor.unmaterialized(),
-                                                 rank_of=None if self.layout is None else self.layout.owner,
-                                                 succ=plan.succ).peak_bytes
+        peak = self._replayed().peak_bytes
         report = {}
         for d in range(self.machine.num_devices):
             total = self.predicted.memory_bytes.get(d, {}).get("total", 0)
