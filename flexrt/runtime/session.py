@@ -121,6 +121,24 @@ def _is_root(comm) -> bool:
     return comm is None or comm.Get_rank() == 0
 
 
+def _host_totals(comm, need: int, devices: int, avail) -> tuple:
+    """Under MPI: (the bytes and devices of the ranks on this rank's host, summed; the available
+    memory, where any rank's host is short: the most short host's, so that every rank refuses
+    together and none waits for a rank that stopped), and where they are."""
+    from mpi4py import MPI  # only reached under an MPI launcher
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        host_need, host_devices = local.allreduce(need), local.allreduce(devices)
+    finally:
+        local.Free()
+    short = host_need - avail if avail is not None else -1
+    worst = comm.allreduce((short, comm.Get_rank()), op=MPI.MAX)
+    told = comm.bcast((host_need, host_devices, avail), root=worst[1])
+    if worst[0] <= 0 or short > 0:   # every host fits, or this one is short: tell this host's
+        return host_need, host_devices, avail, "in the ranks on this host"
+    return told + (f"in the ranks on rank {worst[1]}'s host",)
+
+
 class Session:
     def __init__(self, strategy: Strategy, machine: Machine, *, cost_model=None, backend: str = "numpy",
                  mode: str = "serial", optimizer: OptimizerKind | str = OptimizerKind.SGD,
@@ -295,14 +313,15 @@ class Session:
         anything is allocated, a run whose replayed peak (its devices together) exceeds what the
         host has available, rather than be killed by the system halfway."""
         avail = available_host_bytes()
-        if avail is None:
-            return
         mine = [d for d in range(self.machine.num_devices) if self.layout is None or self.layout.owns(d)]
-        need = combined_peak(self._replayed(), mine)
-        if need > avail:
+        need = combined_peak(self._replayed(), mine) if avail is not None else 0
+        where, devices = "in this process", len(mine)
+        if self.comm is not None:   # the ranks on one host share its memory; every rank refuses alike
+            need, devices, avail, where = _host_totals(self.comm, need, len(mine), avail)
+        if avail is not None and need > avail:
             raise StrategyError(
-                f"strategy does not fit this host: the NumPy runtime holds the arrays of {len(mine)} simulated "
-                f"device(s) in this process, {need / 2**30:.2f} GiB at their replayed peak (weights, gradients, "
+                f"strategy does not fit this host: the NumPy runtime holds the arrays of {devices} simulated "
+                f"device(s) {where}, {need / 2**30:.2f} GiB at their replayed peak (weights, gradients, "
                 f"optimizer state and activations), but {avail / 2**30:.2f} GiB of host memory is available; "
                 f"use a smaller batch or model, fewer devices (--nodes), MPI ranks on several hosts, or "
                 f"--backend cupy (Session(..., check_memory=False) skips this check)")

@@ -6,6 +6,7 @@
 ``... world``: builds a session on dgx1_v100 (8 devices) whatever the world size.
 ``... memory MODEL,...``: the accuracy models' validation strategies on a local machine of one
 device per rank; rank 0 prints ``PEAK model strategy device predicted measured`` per device.
+``... host``: the ranks on one host together need more memory than it has: every rank refuses.
 """
 
 from __future__ import annotations
@@ -100,5 +101,32 @@ def memory(models: str) -> None:
                     print(f"PEAK {model} {label} {d} {p} {q}", flush=True)
 
 
+def host() -> None:
+    """Each rank's devices fit the host's memory, the ranks' together do not: every rank refuses the
+    run, none waits for another."""
+    from mpi4py import MPI
+    from flexrt.errors import StrategyError
+    from flexrt.runtime import session as session_module
+    from flexrt.simulator.memory import combined_peak
+    machine = load_machine("dgx1_v100")
+    comm = mpi.world()
+    m, loss = MODELS["mlp"](DataType.DT_DOUBLE)
+    from flexrt.strategy import data_parallel
+    strategy = data_parallel(m.pcg, machine)                               # every device, both ranks
+    s = Session(strategy, machine, loss=loss, check_memory=False, **SGD)
+    need = combined_peak(s._replayed(), [d for d in range(machine.num_devices) if s.layout.owns(d)])
+    total, most = comm.allreduce(need), comm.allreduce(need, op=MPI.MAX)
+    assert 0 < most < total
+    session_module.available_host_bytes = lambda: (most + total) // 2   # each rank's fits, theirs do not
+    try:
+        Session(strategy, machine, loss=loss, **SGD)
+    except StrategyError as e:
+        assert "in the ranks on this host" in str(e) and f"{machine.num_devices} simulated device(s)" in str(e), e
+        print(f"REFUSED {comm.Get_rank()}", flush=True)
+    session_module.available_host_bytes = lambda: total
+    Session(strategy, machine, loss=loss, **SGD)                        # exactly enough
+    print(f"FITS {comm.Get_rank()}", flush=True)
+
+
 if __name__ == "__main__":
-    {"law": law, "fail": fail, "world": world, "memory": memory}[sys.argv[1]](*sys.argv[2:])
+    {"law": law, "fail": fail, "world": world, "memory": memory, "host": host}[sys.argv[1]](*sys.argv[2:])

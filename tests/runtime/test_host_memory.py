@@ -4,6 +4,8 @@ and what there is (not killed by the system halfway)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from flexrt.core import DataType
@@ -47,3 +49,13 @@ def test_a_run_larger_than_the_host_is_refused_with_both_numbers(monkeypatch):
     _session()
     monkeypatch.setattr(session_module, "available_host_bytes", lambda: None)   # the system does not say
     _session()
+
+
+@pytest.mark.mpi
+def test_ranks_on_one_host_are_counted_together_and_refuse_together():
+    from tests.runtime.test_mpi import mpirun
+    r = mpirun(2, "host")
+    assert r.returncode == 0, r.stdout + r.stderr
+    # the ranks' lines may interleave in the launcher's output
+    assert sorted(re.findall(r"(REFUSED|FITS) (\d)", r.stdout)) == \
+        [("FITS", "0"), ("FITS", "1"), ("REFUSED", "0"), ("REFUSED", "1")], r.stdout
