@@ -27,7 +27,8 @@ from tests.runtime.test_central_law import MODELS, SGD, batch, strategy_of, weig
 
 def law(models: str, kinds: str) -> None:
     """A kind may end in ``+recompute`` (full recomputation, 2 operators a segment) or ``+fp16``
-    (the model in float16, loss scale 256: within two float16 ulps of the reference)."""
+    (the model in float16, loss scale 256: within two float16 ulps of the reference) or ``+bf16``
+    (bfloat16: within four bfloat16 ulps)."""
     from flexrt.ir.precision import with_precision
     from flexrt.strategy.config import wiring_of
     from flexrt.strategy.recompute import recompute_set
@@ -36,10 +37,11 @@ def law(models: str, kinds: str) -> None:
     for model in models.split(","):
         for spec in kinds.split(","):
             kind, *extras = spec.split("+")
-            half = "fp16" in extras
-            m, loss = MODELS[model](DataType.DT_FLOAT if half else DataType.DT_DOUBLE)
-            pcg = with_precision(m.pcg, "fp16") if half else m.pcg
-            w0 = weights_for(pcg, DataType.DT_FLOAT if half else DataType.DT_DOUBLE)
+            precision = next((p for p in ("fp16", "bf16") if p in extras), None)
+            half = precision == "fp16"
+            m, loss = MODELS[model](DataType.DT_FLOAT if precision else DataType.DT_DOUBLE)
+            pcg = with_precision(m.pcg, precision) if precision else m.pcg
+            w0 = weights_for(pcg, DataType.DT_FLOAT if precision else DataType.DT_DOUBLE)
             inputs, labels = batch(pcg, loss)
             scale = {"loss_scale": 256.0} if half else {}
             ref = ReferenceTrainer(pcg, w0, optimizer_step("sgd", **SGD), loss, **scale)
@@ -51,7 +53,7 @@ def law(models: str, kinds: str) -> None:
             loss_err = max(abs(ref.step(inputs, labels) - session.step(inputs, labels).loss) for _ in range(3))
             got = session.weights()
             weight_err = max(relative_error(got[k], ref.weights[k]) for k in got)
-            tol = 2 * 2.0 ** -10 if half else 1e-10
+            tol = {"fp16": 2 * 2.0 ** -10, "bf16": 4 * 2.0 ** -8}.get(precision, 1e-10)
             if loss_err > max(tol, 1e-10) * 10 or weight_err > tol:
                 raise AssertionError(f"{model} {spec}: loss error {loss_err:.3g}, weight error {weight_err:.3g}")
             if comm.Get_rank() == 0:
