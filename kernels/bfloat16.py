@@ -8,7 +8,7 @@ device does: the upper 16 bits of the float32 pattern, rounded), keeping infinit
 runtime rounds every kernel's outputs and gradients of a bfloat16 model and sums partial results in
 float32, as Megatron-LM's ``--bf16`` keeps float32 gradient buffers and masters.
 
-Entry points: ``to_bfloat16``, ``is_bfloat16_valued``.
+Entry points: ``to_bfloat16``, ``bfloat16_if``, ``is_bfloat16_valued``.
 
 Example:
     >>> import numpy as np
@@ -23,7 +23,7 @@ _ROUND = 0x7FFF
 
 def to_bfloat16(xp, a):
     """``a`` (any floating array) as float32 holding the nearest bfloat16 values (a new array)."""
-    x = xp.ascontiguousarray(a, dtype=xp.float32).copy()
+    x = xp.array(a, dtype=xp.float32, order="C", copy=True)
     bits = x.view(xp.uint32)
     finite = xp.isfinite(x)
     # round to nearest even on the upper 16 bits; a carry into the exponent is the right result
@@ -32,6 +32,12 @@ def to_bfloat16(xp, a):
     bits[...] = xp.where(finite, rounded, bits & xp.uint32(0xFFFF0000) | ((bits & xp.uint32(0xFFFF)) != 0)
                          .astype(xp.uint32) << xp.uint32(16))
     return x
+
+
+def bfloat16_if(enabled, xp, a):
+    """``to_bfloat16(xp, a)`` where ``enabled`` (a bfloat16 model) and ``a`` is floating, else ``a``:
+    what the runtime and its reference apply to every value they produce."""
+    return to_bfloat16(xp, a) if enabled and a.dtype.kind == "f" else a
 
 
 def is_bfloat16_valued(xp, a) -> bool:

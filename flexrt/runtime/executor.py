@@ -51,7 +51,7 @@ import numpy as np
 from flexrt.errors import FlexrtError, ShapeError, StrategyError
 from flexrt.kernels.losses import LossType, fuses_with_softmax, loss_forward
 from flexrt.kernels.metrics import MetricsAccumulator, MetricsType
-from flexrt.kernels.bfloat16 import to_bfloat16
+from flexrt.kernels.bfloat16 import bfloat16_if, to_bfloat16
 from flexrt.kernels.optimizers import LossScaler, OptimizerKind, adam_update, master_step, penalized, sgd_update
 from flexrt.kernels.fused import backward_reads
 from flexrt.ir.ops.dropout import at_step
@@ -358,9 +358,7 @@ class Executor:
 
     def _rounded(self, arr, xp=None):
         """``arr`` as bfloat16 values where the model computes in bfloat16 (floating arrays only)."""
-        if not self.bfloat16 or arr.dtype.kind != "f":
-            return arr
-        return to_bfloat16(xp or self.xp, arr)
+        return bfloat16_if(self.bfloat16, xp or self.xp, arr)
 
     def _backward_arg(self, b: Buf, read: bool, zeroed: bool):
         """An operand or output as a backward kernel takes it: its value where the kernel reads it
@@ -383,9 +381,10 @@ class Executor:
         before = sum(int(v.nbytes) for v in state.values() if hasattr(v, "nbytes"))
         w, g = self.get(bid), self.get((a.grad.key, a.grad.device))
         penalty = self.penalties.get(a.weight.key.name)
-        if w.dtype.itemsize == 2 or a.weight.key.name in self.bfloat16:
+        bf16 = a.weight.key.name in self.bfloat16
+        if w.dtype.itemsize == 2 or bf16:
             master_step(self.update_fn, self.xp, w, g, state, 1.0 / self.scaler.scale if self.scaler else 1.0,
-                        penalty, to_bfloat16 if a.weight.key.name in self.bfloat16 else None)
+                        penalty, to_bfloat16 if bf16 else None)
         else:
             self.update_fn(self.xp, w, penalized(self.xp, g, w, penalty), state)
         after = sum(int(v.nbytes) for v in state.values() if hasattr(v, "nbytes"))

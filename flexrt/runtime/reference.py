@@ -24,7 +24,7 @@ from flexrt.ir.ops.dropout import at_step
 from flexrt.kernels.losses import (CROSS_ENTROPIES, LossType, fuses_with_softmax, loss_backward, loss_forward,
                                    softmax_cross_entropy_backward)
 from flexrt.ir.precision import is_bfloat16
-from flexrt.kernels.bfloat16 import to_bfloat16
+from flexrt.kernels.bfloat16 import bfloat16_if, to_bfloat16
 from flexrt.kernels.optimizers import LossScaler, master_step, penalized
 from flexrt.kernels.registry import run_backward, run_forward
 
@@ -118,7 +118,7 @@ class ReferenceTrainer:
         return value
 
     def _rounded(self, arr):
-        return to_bfloat16(np, arr) if self.bfloat16 and arr.dtype.kind == "f" else arr
+        return bfloat16_if(self.bfloat16, np, arr)
 
     def _apply(self, grads: dict) -> None:
         """The optimizer's step on every weight with a gradient (mixed precision: unless one overflowed)."""
@@ -134,8 +134,8 @@ class ReferenceTrainer:
             if g is None:
                 continue
             penalty = self.penalties.get(name)
-            if w.dtype.itemsize == 2 or name in self.bfloat16:
-                master_step(self.update, np, w, g, self.state[name], inv_scale, penalty,
-                            to_bfloat16 if name in self.bfloat16 else None)
+            bf16 = name in self.bfloat16
+            if w.dtype.itemsize == 2 or bf16:
+                master_step(self.update, np, w, g, self.state[name], inv_scale, penalty, to_bfloat16 if bf16 else None)
             else:
                 self.update(np, w, penalized(np, g, w, penalty), self.state[name])
