@@ -19,6 +19,16 @@ MLPs 4-64-64 and 64-64-2); this script follows the dataset Unity's Table 1 names
 
 This script builds the graph and prints it; train it with `flexrt train dlrm --machine M` (synthetic data).
 
+Flags (FlexFlow dlrm.cc's, dash-separated lists; the defaults are Criteo Kaggle's above):
+- ``--arch-sparse-feature-size N``: the embedding width (and the bottom MLP's last width must equal it);
+- ``--arch-embedding-size R1-R2-...``: rows of each table, one table per entry;
+- ``--arch-mlp-bot F-H1-...``: F dense features, then the bottom MLP's widths;
+- ``--arch-mlp-top I-H1-...``: the top MLP's widths after I (ignored, as in dlrm.cc: the input is the
+  concatenation); the last layer has the sigmoid;
+- ``--embedding-bag-size N``: ids per bag.
+Unity's artifact run, for example: ``--arch-sparse-feature-size 64 --arch-embedding-size
+1000000-1000000-1000000-1000000 --arch-mlp-bot 4-64-64 --arch-mlp-top 64-64-2``.
+
 Run: python examples/dlrm.py -b 1024
 """
 
@@ -42,16 +52,38 @@ def create_mlp(ffmodel, t, dims, sigmoid_last, name):
     return t
 
 
-def build_model(ffconfig):
+def _sizes(flag: str, text: str, least: int) -> list[int]:
+    """A dash-separated list of positive ints (FlexFlow's format), at least ``least`` of them."""
+    try:
+        sizes = [int(x) for x in text.split("-")]
+    except ValueError:
+        sizes = []
+    if len(sizes) < least or any(x < 1 for x in sizes):
+        raise ValueError(f"dlrm: {flag} {text!r} must be at least {least} positive ints separated by '-', "
+                         f"e.g. 13-512-256-64-16")
+    return sizes
+
+
+def build_model(ffconfig, arch_sparse_feature_size=SPARSE_FEATURE_SIZE,
+                arch_embedding_size="-".join(map(str, EMBEDDING_SIZES)),
+                arch_mlp_bot="-".join(map(str, [NUM_DENSE_FEATURES] + MLP_BOT)),
+                arch_mlp_top="-".join(map(str, [224] + MLP_TOP)), embedding_bag_size=EMBEDDING_BAG_SIZE):
+    tables = _sizes("--arch-embedding-size", arch_embedding_size, 1)
+    bot = _sizes("--arch-mlp-bot", arch_mlp_bot, 2)
+    top = _sizes("--arch-mlp-top", arch_mlp_top, 2)
+    if bot[-1] != arch_sparse_feature_size or arch_sparse_feature_size < 1 or embedding_bag_size < 1:
+        raise ValueError(f"dlrm: the bottom MLP's last width ({bot[-1]}) must equal --arch-sparse-feature-size "
+                         f"({arch_sparse_feature_size}) for the concatenation, and the bag size "
+                         f"({embedding_bag_size}) must be positive")
     ffmodel = FFModel(ffconfig)
     b = ffconfig.batch_size
-    dense_input = ffmodel.create_tensor([b, NUM_DENSE_FEATURES], DataType.DT_FLOAT)
-    sparse_inputs = [ffmodel.create_tensor([b, EMBEDDING_BAG_SIZE], DataType.DT_INT64) for _ in EMBEDDING_SIZES]
-    x = create_mlp(ffmodel, dense_input, MLP_BOT, False, "bot_mlp")
-    ly = [ffmodel.embedding(inp, rows, SPARSE_FEATURE_SIZE, AggrMode.AGGR_MODE_SUM, name=f"emb{i}")
-          for i, (inp, rows) in enumerate(zip(sparse_inputs, EMBEDDING_SIZES))]
+    dense_input = ffmodel.create_tensor([b, bot[0]], DataType.DT_FLOAT)
+    sparse_inputs = [ffmodel.create_tensor([b, embedding_bag_size], DataType.DT_INT64) for _ in tables]
+    x = create_mlp(ffmodel, dense_input, bot[1:], False, "bot_mlp")
+    ly = [ffmodel.embedding(inp, rows, arch_sparse_feature_size, AggrMode.AGGR_MODE_SUM, name=f"emb{i}")
+          for i, (inp, rows) in enumerate(zip(sparse_inputs, tables))]
     z = ffmodel.concat([x] + ly, 1, name="interaction")
-    create_mlp(ffmodel, z, MLP_TOP, True, "top_mlp")
+    create_mlp(ffmodel, z, top[1:], True, "top_mlp")
     return ffmodel
 
 

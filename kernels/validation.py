@@ -17,7 +17,7 @@ import math
 from typing import Iterator, Sequence
 
 from flexrt.errors import ShapeError
-from flexrt.ir.parallel_axes import tensor_degrees, infer_parallel, required_weight_shapes
+from flexrt.ir.parallel_axes import configured_attrs, infer_parallel, required_weight_shapes, tensor_degrees
 from flexrt.ir.parallel_tensor import ParallelTensorShape, divisors
 from flexrt.ir.registry import op_def
 from flexrt.ir.tensor_shape import TensorShape
@@ -44,8 +44,9 @@ def partitionings(attrs, data_shapes: Sequence[TensorShape], totals: Sequence[in
             shapes = [ParallelTensorShape.of(s.dims, d.shard, d.sum, d.copy, s.dtype)
                       for i, s in enumerate(data_shapes)
                       for d in [tensor_degrees(axes, degree, i, s.rank, False)]]
-            opdef_outs = infer_parallel(opdef, attrs, "op", shapes + list(
-                required_weight_shapes(opdef, attrs, "op", shapes)))
+            configured = configured_attrs(axes, attrs, degree)
+            opdef_outs = infer_parallel(opdef, configured, "op", shapes + list(
+                required_weight_shapes(opdef, configured, "op", shapes)))
         except ShapeError:
             continue  # a degree that does not divide some size: not a partitioning of these shapes
         del opdef_outs
@@ -80,8 +81,9 @@ def check_all_partitionings(xp, attrs, data_arrays: Sequence, weight_arrays: Seq
     """``check_partitioning`` for every partitioning on ``totals`` pieces; returns how many were checked."""
     shapes = [TensorShape(tuple(a.shape), _dtype_of(a)) for a in data_arrays]
     n = 0
-    for _, pshapes in partitionings(attrs, shapes, totals):
-        check_partitioning(xp, attrs, data_arrays, weight_arrays, pshapes, rng, **tol)
+    axes = op_def(attrs.op_type).parallel_axes(attrs, shapes)
+    for degree, pshapes in partitionings(attrs, shapes, totals):
+        check_partitioning(xp, configured_attrs(axes, attrs, degree), data_arrays, weight_arrays, pshapes, rng, **tol)
         n += 1
     return n
 

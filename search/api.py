@@ -426,7 +426,8 @@ def describe(strategy: Strategy, machine: Machine, limit: int = 6) -> list[str]:
     for nid, view in sorted(strategy.views.items()):
         node = pcg.node(nid)
         axes, degree = node_axes(pcg, node)
-        split = sorted({a.kind.value for a in axes if degree[a.name] > 1 and a.kind is not AxisKind.SAMPLE})
+        split = sorted({"part" if a.degree_attr else a.kind.value for a in axes
+                        if degree[a.name] > 1 and a.kind is not AxisKind.SAMPLE})
         total = math.prod(degree[a.name] for a in axes)
         if split:
             key = f"split on {'+'.join(split)} axes"
@@ -445,6 +446,19 @@ def describe(strategy: Strategy, machine: Machine, limit: int = 6) -> list[str]:
         where = "" if len(used) == machine.num_devices else f" [devices {', '.join(map(str, used))}]"
         lines.append(f"{len(names)} op(s) {key}{where}: {shown}")
     return ([plan.describe()] if plan is not None else []) + lines
+
+
+def cut_in_parts(strategy: Strategy) -> list[str]:
+    """The operators a strategy cuts on a part axis (a Concat's pieces holding whole inputs where
+    they lie, Unity Fig. 16b), in graph order."""
+    pcg = strategy.pcg
+    out = []
+    for nid in sorted(strategy.views):
+        node = pcg.node(nid)
+        axes, degree = node_axes(pcg, node)
+        if any(a.degree_attr and degree[a.name] > 1 for a in axes):
+            out.append(node.name)
+    return out
 
 
 def check_budget(budget: int, what: str) -> int:

@@ -34,6 +34,11 @@ def model_param(default: Any = None) -> Param:
                  help="a zoo model (`flexrt models`)")
 
 
+def model_flags_param() -> Param:
+    return Param("model_flags", "strs", [], help="the model script's own flags, as on the command line "
+                 "(e.g. [--arch-sparse-feature-size, '256'] for dlrm)")
+
+
 def machine_param(default: str) -> Param:
     return Param("machine", "str", default, choices=preset_names,
                  help="a preset (`flexrt machines`) or a machine file, relative to the experiment file")

@@ -17,11 +17,11 @@ from __future__ import annotations
 import functools
 
 from flexrt.experiments.common import (COST, Timer, budget_param, devices_param, machine_for, machine_param,
-                                       model_param, pcg_of, simulated, space_of, space_params, strategy_doc)
+                                       model_flags_param, model_param, pcg_of, simulated, space_of, space_params, strategy_doc)
 from flexrt.experiments.kinds import REQUIRED, Outcome, Param, register_kind
 from flexrt.ir.registry import AxisKind
 from flexrt.machine import load_machine
-from flexrt.search.api import fixed_result
+from flexrt.search.api import cut_in_parts, fixed_result
 from flexrt.search.baselines import expert_strategy, megatron_best
 from flexrt.search.unity import sequential, unity
 from flexrt.strategy import SearchSpace, data_parallel, load_strategy
@@ -38,7 +38,7 @@ def _batch_param() -> Param:
 def _pcg(inputs):
     per_gpu = inputs["per_device_batch"] or UNITY_BATCH.get(inputs["model"], 64)
     seq = 512 if inputs["model"] == "bert_large" else 0
-    return pcg_of(inputs["model"], per_gpu * inputs["devices"], seq)
+    return pcg_of(inputs["model"], per_gpu * inputs["devices"], seq, tuple(inputs.get("model_flags", ())))
 
 
 def _setup(inputs):
@@ -46,7 +46,8 @@ def _setup(inputs):
     return machine, _pcg(inputs)
 
 
-COMMON = (model_param(), machine_param("summit"), devices_param(), _batch_param(), budget_param(1000))
+COMMON = (model_param(), machine_param("summit"), devices_param(), _batch_param(), budget_param(1000),
+          model_flags_param())
 
 
 @register_kind(
@@ -156,7 +157,8 @@ def unity_dimensions(inputs) -> Outcome:
     "joint_vs_sequential",
     params=COMMON + space_params(),
     metrics=("unity_ms", "sequential_ms", "speedup", "unity_rewritten", "sequential_rewritten", "unity_search_s",
-             "sequential_search_s", "unity_chosen", "unity_rewrites", "sequential_rewrites"),
+             "sequential_search_s", "unity_chosen", "unity_rewrites", "sequential_rewrites", "unity_parts",
+             "sequential_parts"),
     description="Unity's joint search against sequential optimization with the same space (Unity Fig. 15b)")
 def joint_vs_sequential(inputs) -> Outcome:
     machine, base = _setup(inputs)
@@ -173,7 +175,10 @@ def joint_vs_sequential(inputs) -> Outcome:
                     "unity_search_s": out["unity_s"], "sequential_search_s": out["sequential_s"],
                     "unity_chosen": u.log.notes.get("chosen"),     # the finalist simulated fastest
                     "unity_rewrites": "; ".join(u.log.notes.get("rewrites", [])),
-                    "sequential_rewrites": "; ".join(s.log.notes.get("rewrites", []))},
+                    "sequential_rewrites": "; ".join(s.log.notes.get("rewrites", [])),
+                    # operators cut in parts where their inputs lie (Fig. 16b)
+                    "unity_parts": ", ".join(cut_in_parts(u.strategy)),
+                    "sequential_parts": ", ".join(cut_in_parts(s.strategy))},
                    strategy_doc(u.strategy, machine))
 
 

@@ -12,6 +12,7 @@ Entry points: ``infer_parallel``, ``solve_axes``, ``required_weight_shapes``, ``
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass
@@ -81,6 +82,9 @@ def solve_axes(opdef: OpDef, attrs, name: str, data_inputs: Sequence[ParallelTen
     label = f"{opdef.op_type.value} '{name}'"
     degree: dict[str, int] = {}
     for ax in axes:
+        if ax.degree_attr:  # a part axis: its operands are whole, the attributes hold its degree
+            degree[ax.name] = getattr(attrs, ax.degree_attr)
+            continue
         for idx, slot in ax.operands:
             if idx < len(data_inputs) and len(_axes_at(axes, idx, slot)) == 1:
                 degree[ax.name] = _slot_degree(data_inputs[idx], slot)
@@ -206,7 +210,11 @@ def region_plan(axes, idx: int, rank: int, output: bool):
         halo = not output and any(_key(s) == _key(slot) and s.halo
                                   for a in covering for j, s in a.operands if j == idx)
         out_dim = next((s.dim for a in covering for j, s in a.outputs if j == 0 and s.kind is SlotKind.SHARD), -1)
-        dims.append((tuple(a.name for a in covering), halo, out_dim))
+        parts = [] if output else [(a.name, s.at, s.of) for a in axes for j, s in a.operands
+                                   if j == idx and s.kind is SlotKind.PART and s.dim == d]
+        if parts and covering:
+            raise ShapeError(f"rule error: dimension {d} of operand {idx} is both a part and cut")
+        dims.append((tuple(a.name for a in covering), halo, out_dim) + tuple(parts[:1]))
     names = lambda kind: tuple(a.name for a in _axes_at(axes, idx, Slot(kind), output))  # noqa: E731
     return tuple(dims), names(SlotKind.SUM), names(SlotKind.COPY)
 
@@ -230,7 +238,10 @@ def plan_region(plan, idx: int, degree, coords, shape: TensorShape, opdef: OpDef
     """``tensor_region`` with the plan computed beforehand (``region_plan``)."""
     dims, sum_names, copy_names = plan
     ranges = []
-    for (names, halo, out_dim), size in zip(dims, shape.dims):
+    for (names, halo, out_dim, *part), size in zip(dims, shape.dims):
+        if part:
+            ranges.append(_part_range(part[0], degree, coords[part[0][0]], size))
+            continue
         deg = math.prod(degree[n] for n in names)
         i = _index(names, degree, coords)
         lo, hi = i * (size // deg), (i + 1) * (size // deg)
@@ -239,6 +250,13 @@ def plan_region(plan, idx: int, degree, coords, shape: TensorShape, opdef: OpDef
             lo, hi = opdef.halo(attrs, idx, len(ranges), data_shapes, (i * (osize // deg), (i + 1) * (osize // deg)))
         ranges.append((lo, hi))
     return Region(tuple(ranges), _index(sum_names, degree, coords), _index(copy_names, degree, coords))
+
+
+def _part_range(part, degree, coordinate: int, size: int) -> tuple[int, int]:
+    """The range a piece reads of a ``PART`` dimension: all of it where the piece's output slice
+    holds the operand's span, nothing elsewhere."""
+    name, at, of = part
+    return (0, size) if at * degree[name] // of == coordinate else (0, 0)
 
 
 def plan_regions(plan, idx: int, names: Sequence[str], degree, shape: TensorShape, opdef: OpDef | None = None,
@@ -268,7 +286,14 @@ def plan_regions(plan, idx: int, names: Sequence[str], degree, shape: TensorShap
         return out
 
     per_dim, lengths, split = [], [], False
-    for d, ((covering, halo, out_dim), size) in enumerate(zip(dims, shape.dims)):
+    for d, ((covering, halo, out_dim, *part), size) in enumerate(zip(dims, shape.dims)):
+        if part and degree[part[0][0]] > 1:
+            split = True
+            table = [_part_range(part[0], degree, c, size) for c in range(degree[part[0][0]])]
+            at = index((part[0][0],))
+            per_dim.append([table[i] for i in at])
+            lengths.append([hi - lo for lo, hi in per_dim[-1]])
+            continue
         deg = math.prod(degree[n] for n in covering)
         split = split or deg > 1
         if deg == 1:
@@ -294,6 +319,14 @@ def plan_regions(plan, idx: int, names: Sequence[str], degree, shape: TensorShap
     if with_dims:
         return regions, (list(zip(*lengths)) if lengths else [()] * count)
     return regions
+
+
+def configured_attrs(axes: Sequence[ParallelAxis], attrs, degree: dict[str, int]):
+    """The operator's attributes under these axis degrees: each part axis's degree set in the
+    attribute that holds it (``ParallelAxis.degree_attr``); the same object when none changes."""
+    changes = {a.degree_attr: degree.get(a.name, 1) for a in axes
+               if a.degree_attr and getattr(attrs, a.degree_attr) != degree.get(a.name, 1)}
+    return dataclasses.replace(attrs, **changes) if changes else attrs
 
 
 def validate_axes(opdef: OpDef, attrs, data_shapes: Sequence[TensorShape]) -> None:

@@ -26,28 +26,45 @@ class SlotKind(enum.Enum):
     SHARD = "shard"
     SUM = "sum"
     COPY = "copy"
+    PART = "part"
 
 
 @dataclass(frozen=True, slots=True)
 class Slot:
-    """Where a parallel axis lands on one tensor: a shard dimension, the sum or the copy degree.
+    """Where a parallel axis lands on one tensor: a shard dimension, the sum or the copy degree, or
+    a part.
 
     ``halo=True`` on a shard slot of an operand means a piece reads a window wider than its own
     slice (convolution and pooling along height/width); ``OpDef.halo`` gives the window.
+
+    A ``PART`` slot (operands only) says the operand is one whole part of the output: it fills
+    ``[at, at + size)`` of the output's dimension (of size ``of``) that the axis shards, and the one
+    piece whose output slice holds that span reads it whole, every other piece nothing (Concat's
+    inputs: Unity Fig. 16b's concatenation without moving data). The operand's degree on ``dim``
+    stays 1.
     """
 
     kind: SlotKind
     dim: int = -1
     halo: bool = False
+    at: int = 0
+    of: int = 0
 
     def __str__(self) -> str:
         if self.kind is SlotKind.SHARD:
             return f"dim {self.dim}" + (" (with halo)" if self.halo else "")
+        if self.kind is SlotKind.PART:
+            return f"part [{self.at}, ...) of {self.of} along dim {self.dim}"
         return self.kind.value
 
 
 def shard(dim: int, halo: bool = False) -> Slot:
     return Slot(SlotKind.SHARD, dim, halo)
+
+
+def part(dim: int, at: int, of: int) -> Slot:
+    """A ``PART`` slot: the operand fills ``[at, ...)`` of the ``of`` elements the axis cuts."""
+    return Slot(SlotKind.PART, dim, False, at, of)
 
 
 SUM = Slot(SlotKind.SUM)
@@ -70,7 +87,10 @@ class ParallelAxis:
 
     The axis has one degree; every tensor listed gets that degree in its slot (a slot shared by
     several axes gets the product). Every axis touches every operand and every output, so pieces of
-    the operator, of each operand and of each output correspond one to one (no implicit copies).
+    the operator, of each operand and of each output correspond one to one (no implicit copies),
+    except on ``PART`` slots, where each operand is read by one piece only (``Slot``). Such an axis
+    has no degree on its operands to read it from: ``degree_attr`` names the attribute holding it
+    (``configured_attrs`` sets it from a configuration; the base graph's operators hold 1).
     ``operands`` index data inputs first, then weights. ``exact=False`` marks the rare axis whose
     pieces compute something close to, not equal to, the unpartitioned result, as practice does
     (BatchNorm's sample axis: per-piece batch statistics, like FlexFlow and PyTorch DDP without
@@ -82,6 +102,7 @@ class ParallelAxis:
     operands: tuple[tuple[int, Slot], ...]
     outputs: tuple[tuple[int, Slot], ...]
     exact: bool = True
+    degree_attr: str = ""
 
 
 @dataclass(frozen=True, slots=True)

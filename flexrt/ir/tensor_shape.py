@@ -30,6 +30,20 @@ class TensorShape:
         if not isinstance(self.dtype, DataType):
             raise ShapeError(f"dtype must be a DataType, got {self.dtype!r}")
 
+    @classmethod
+    def piece(cls, dims, dtype: DataType = DataType.DT_FLOAT) -> "TensorShape":
+        """The shape of a piece of a tensor, where a size may be 0: a piece that reads nothing of an
+        operand (a ``PART`` slot, ``flexrt.ir.registry.Slot``). A tensor itself is never empty."""
+        dims = tuple(dims)
+        if all(isinstance(d, int) and d >= 1 for d in dims):
+            return cls(dims, dtype)
+        if any(not isinstance(d, int) or isinstance(d, bool) or d < 0 for d in dims):
+            raise ShapeError(f"piece shape {list(dims)}: every size must be an int >= 0")
+        out = object.__new__(cls)
+        object.__setattr__(out, "dims", dims)
+        object.__setattr__(out, "dtype", dtype)
+        return out
+
     @property
     def rank(self) -> int:
         return len(self.dims)

@@ -30,7 +30,7 @@ from typing import Mapping, Optional
 from flexrt.errors import FlexrtError, ShapeError, StrategyError
 from flexrt.ir.op_type import PARALLEL_OPS, SOURCE_OPS, OpType
 from flexrt.ir.ops import (AllReduceAttrs, CombineAttrs, ReductionAttrs, RepartitionAttrs, ReplicateAttrs)
-from flexrt.ir.parallel_axes import axes_of, required_weight_shapes, solve_axes, tensor_degrees
+from flexrt.ir.parallel_axes import axes_of, configured_attrs, required_weight_shapes, solve_axes, tensor_degrees
 from flexrt.ir.parallel_tensor import ParallelTensorShape
 from flexrt.ir.pcg import PCG, Node, TensorRef
 from flexrt.ir.registry import AxisKind, op_def
@@ -203,8 +203,9 @@ def op_shapes(node: Node, full: list, degrees: Mapping[str, int]) -> OpShapes:
     try:
         targets = [ParallelTensorShape.of(s.dims, d.shard, d.sum, d.copy, s.dtype) for i, s in enumerate(full)
                    for d in [tensor_degrees(axes, deg, i, s.rank, False)]]
-        solve_axes(opdef, node.attrs, node.name, targets)
-        wtargets = required_weight_shapes(opdef, node.attrs, node.name, targets)
+        attrs = configured_attrs(axes, node.attrs, deg)  # a part axis's degree is an attribute
+        solve_axes(opdef, attrs, node.name, targets)
+        wtargets = required_weight_shapes(opdef, attrs, node.name, targets)
         outs = [ParallelTensorShape.of(o.dims, d.shard, d.sum, d.copy, o.dtype)
                 for k, o in enumerate(opdef.output_shapes(node.attrs, full))
                 for d in [tensor_degrees(axes, deg, k, o.rank, True)]]
@@ -250,7 +251,7 @@ def apply_configs(base: PCG, degrees: Mapping[int, Mapping[str, int]]) -> tuple[
         targets, wtargets = shapes.operands[:len(data_refs)], shapes.operands[len(data_refs):]
         ins = [b.reshard(ref(r), t, f"'{node.name}' input {i}") for i, (r, t) in enumerate(zip(data_refs, targets))]
         ins += [b.reshard(ref(r), t, f"'{node.name}' weight {i}") for i, (r, t) in enumerate(zip(weight_refs, wtargets))]
-        mapping[nid] = b.add(node.attrs, ins, node.name).node
+        mapping[nid] = b.add(configured_attrs(shapes.axes, node.attrs, shapes.degree_map), ins, node.name).node
     return b.pcg, mapping
 
 

@@ -69,7 +69,7 @@ def _piece_shapes(all_dims, dtype) -> tuple[list[TensorShape], list[int]]:
     for dims in all_dims:
         if dims not in made:
             made[dims] = len(made)
-    shapes = [TensorShape(dims, dtype) for dims in made]
+    shapes = [TensorShape.piece(dims, dtype) for dims in made]
     codes = [made[dims] for dims in all_dims]
     return [shapes[c] for c in codes], codes
 
@@ -141,7 +141,7 @@ def layout_on(node: Node, full, outs, shapes: OpShapes, devices: list[int],
         """(regions, piece shapes, distinct-shape codes, boxes inside the tensor, no partial sums nor
         replicas, element count per piece) of tensor ``i``."""
         plan = _region_plan(axes, i, s.rank, output)
-        halo = any(h for _, h, _ in plan[0])
+        halo = any(d[1] for d in plan[0])
         key = (plan, degrees, i, s, output) + ((node.op_type, node.attrs, tuple(data_full), outs[0]) if halo else ())
         hit = memo.get(key)
         if hit is not None:

@@ -41,6 +41,16 @@ def test_strategies_spanning_ranks_train_like_one_device(n, models, kinds):
     assert done == {(m, k) for m in models.split(",") for k in kinds.split(",")}, r.stdout
 
 
+@pytest.mark.parametrize("n", [2, 4])
+def test_concat_parts_spanning_ranks_train_like_one_device(n):
+    """Fig. 16b's placement (each concat input on its own device, the concat and the next Linear cut
+    in parts there) with its devices spread over the ranks."""
+    r = mpirun(n, "parts")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert [line.split()[:3] for line in r.stdout.splitlines() if line.startswith("OK ")] == [
+        ["OK", "parts", "2"], ["OK", "parts", "4"]], r.stdout
+
+
 def test_peak_memory_per_rank_is_predicted_from_the_simulated_timeline():
     """Every validation strategy of ``flexrt accuracy`` over 2 ranks: each device's measured peak is
     the simulated timeline's within 10% (a ring's buffers live on a rank from its own members'

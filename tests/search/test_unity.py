@@ -23,7 +23,10 @@ from flexrt.search.unity import (
 )
 from flexrt.simulator.cost_model import AnalyticCostModel
 from flexrt.simulator.simulate import Simulator
+from flexrt.machine.views import view_devices
+from flexrt.search.api import cut_in_parts
 from flexrt.strategy import GraphStrategy, SearchSpace, Strategy, is_compute, load_strategy, save_strategy
+from flexrt.strategy.config import node_axes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -241,6 +244,43 @@ def test_unity_fig2_joint_unfuses_and_uses_reduction_parallelism(dgx1):
     sim.full(load_strategy(str(unity_fig2.FILE), None, dgx1))
     fig2b = sim.iteration_time()
     assert joint.cost_s <= fig2b * (1 + 1e-9)
+
+
+# Unity Fig. 16b's DLRM shape: embeddings wider (256) than the top MLP's first layer (64)
+FIG16B_FLAGS = ["-b", "6144", "--arch-sparse-feature-size", "256", "--arch-embedding-size", "-".join(["100000"] * 5),
+                "--arch-mlp-bot", "16-256", "--arch-mlp-top", "1536-64-1"]
+
+
+def test_unity_fig16b_concat_in_parts_feeds_independent_matmuls_where_the_embeddings_lie():
+    """Unity §6.5, Fig. 16b, found by the joint search on 6 summit GPUs: the bottom MLP and the 5
+    embeddings each on their own device, the concatenation cut in 6 parts there (no data moved) and
+    the first top layer, unfused from its ReLU (Fig. 16a's rewrite), cut along its input features:
+    6 independent matrix products, then one Reduction of 64-wide partial sums instead of gathering
+    256-wide embeddings. Sequential optimization keeps the layer fused, so it cannot use the parts:
+    1.41x slower, moving 4x the activations."""
+    summit = load_machine("summit")
+    base = load_model("dlrm", FIG16B_FLAGS).model.pcg
+    kw = dict(budget=200, progress=False)
+    joint, seq = unity(base, summit, COST, **kw), sequential(base, summit, COST, **kw)
+    assert cut_in_parts(joint.strategy) == ["interaction"] and cut_in_parts(seq.strategy) == []
+    st, pcg = joint.strategy, joint.strategy.pcg
+    concat = pcg.node_by_name("interaction")
+    devices = {}
+    for nid, view in st.views.items():
+        node = pcg.node(nid)
+        axes, degree = node_axes(pcg, node)
+        devices[node.name] = view_devices(summit, view, tuple(degree[a.name] for a in axes))
+    inputs = [pcg.node(r.node) for r in concat.inputs]
+    while any(n.op_type.value not in ("linear", "embedding") for n in inputs):  # through parallel operators
+        inputs = [pcg.node(n.inputs[0].node) if n.op_type.value not in ("linear", "embedding") else n for n in inputs]
+    assert [devices[n.name] for n in inputs] == [(d,) for d in devices["interaction"]]
+    assert sorted(devices["interaction"]) == list(range(6))
+    (top,) = [n for n in pcg.nodes if n.op_type.value == "linear" and pcg.shape(TensorRef(n.id, 0)).sum_degree == 6]
+    assert top.attrs.activation is ActiMode.AC_MODE_NONE and devices[top.name] == devices["interaction"]
+    assert len(joint.log.notes["rewrites"]) == 1 and joint.log.notes["rewrites"][0].endswith(" on top_mlp.0")
+    assert seq.cost_s / joint.cost_s > 1.3
+    sim = Simulator(summit, COST)
+    assert sim.full(seq.strategy).moved_elements["activation"] == 4 * sim.full(st).moved_elements["activation"]
 
 
 def test_unity_result_saves_and_loads(dgx1, tmp_path):

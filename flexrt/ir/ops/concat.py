@@ -6,19 +6,27 @@ there is the sum of theirs.
 Parallel axes: every dimension other than ``axis`` (all inputs and the output cut alike), replicas
 pass through, and partial sums pass through (concat is linear:
 concat(a1 + a2, b1 + b2) = concat(a1, b1) + concat(a2, b2); every input must carry the same sum
-degree). Cutting along ``axis`` is not offered: the pieces of the output would interleave the
-inputs' pieces instead of being one contiguous block each.
+degree). Cutting the inputs along ``axis`` is not offered: the pieces of the output would interleave
+the inputs' pieces instead of being one contiguous block each.
+
+The ``part`` axis cuts the output along ``axis`` where its pieces' boundaries fall between inputs:
+piece c concatenates the whole inputs that fill its slice, where they lie, and reads nothing of the
+others (a ``PART`` slot). Placed on the devices of its inputs, the concatenation moves no data, and
+a Linear cut along its input features (reduction parallelism) computes on the pieces in place: Unity
+Fig. 16b's independent matrix products per embedding, with one Reduction after. Its degree is the
+attribute ``parts`` (1 in a model; a configuration sets it).
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import ClassVar
 
 from flexrt.errors import ShapeError
 from flexrt.ir.op_type import OpType
 from flexrt.ir.ops._common import elementwise_axes
-from flexrt.ir.registry import OpDef, register_op
+from flexrt.ir.registry import AxisKind, OpDef, ParallelAxis, part, register_op, shard
 from flexrt.ir.tensor_shape import TensorShape, normalize_axis
 
 
@@ -28,10 +36,13 @@ class ConcatAttrs:
 
     op_type: ClassVar[OpType] = OpType.CONCAT
     axis: int
+    parts: int = 1
 
     def __post_init__(self):
         if not isinstance(self.axis, int) or isinstance(self.axis, bool):
             raise ShapeError(f"concat: axis must be an int, got {self.axis!r}")
+        if not isinstance(self.parts, int) or isinstance(self.parts, bool) or self.parts < 1:
+            raise ShapeError(f"concat: parts must be an int >= 1, got {self.parts!r}")
 
 
 def concat_axis(attrs: ConcatAttrs, inputs) -> int:
@@ -61,10 +72,37 @@ def output_shapes(attrs: ConcatAttrs, inputs):
     return (TensorShape(tuple(dims), inputs[0].dtype),)
 
 
+def _starts(inputs, axis: int) -> list[int]:
+    return [0, *itertools.accumulate(t.dims[axis] for t in inputs)]
+
+
 def parallel_axes(attrs: ConcatAttrs, inputs):
     axis = concat_axis(attrs, inputs)
     rank = inputs[0].rank
-    return elementwise_axes(rank, len(inputs), dims=[d for d in range(rank) if d != axis], linear=True)
+    axes = elementwise_axes(rank, len(inputs), dims=[d for d in range(rank) if d != axis], linear=True)
+    if len(inputs) < 2:
+        return axes
+    starts = _starts(inputs, axis)
+    return axes + (ParallelAxis("part", AxisKind.ATTRIBUTE,
+                                tuple((i, part(axis, at, starts[-1])) for i, at in enumerate(starts[:-1])),
+                                ((0, shard(axis)),), degree_attr="parts"),)
+
+
+def check_degrees(attrs: ConcatAttrs, inputs, degree) -> None:
+    """The part axis's pieces must each hold whole inputs: every piece boundary between two inputs."""
+    k = degree.get("part", 1)
+    if k == 1:
+        return
+    axis = concat_axis(attrs, inputs)
+    starts = _starts(inputs, axis)
+    total = starts[-1]
+    if total % k:
+        raise ShapeError(f"part degree {k} does not divide the concatenated size {total}")
+    step = total // k
+    cuts = [c for c in range(step, total, step) if c not in starts]
+    if cuts:
+        raise ShapeError(f"part degree {k} cuts the output at {cuts}, inside an input; the inputs end at "
+                         f"{starts[1:]}: valid part degrees put every cut between two inputs")
 
 
 def flops(attrs, ins, outs):
@@ -72,4 +110,4 @@ def flops(attrs, ins, outs):
 
 
 register_op(OpDef(OpType.CONCAT, ConcatAttrs, output_shapes=output_shapes, flops=flops, num_inputs=None,
-                  parallel_axes=parallel_axes, backward_flops=flops))
+                  parallel_axes=parallel_axes, backward_flops=flops, check_degrees=check_degrees))
