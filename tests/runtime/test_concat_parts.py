@@ -164,3 +164,15 @@ def test_random_strategies_draw_parts(machine):
         except StrategyError:
             continue
     assert {2, 4} <= drawn
+
+
+@pytest.mark.parametrize("parts", [2, 4])
+def test_measured_peak_memory_equals_the_prediction(parts, machine):
+    """A piece that reads nothing of an input holds no buffer for it: the replayed peak per device
+    is the measured one, first iteration and steady."""
+    from flexrt.runtime.session import Session
+    from tests.runtime.test_central_law import SGD, batch
+    from tests.runtime.test_memory_peak import check_serial_exact
+    pcg = dlrm_parts()
+    s = Session(fig16b(pcg, machine, parts), machine, loss=LOSS, weights=weights_for(pcg, DataType.DT_DOUBLE), **SGD)
+    check_serial_exact(s, *batch(pcg, LOSS))

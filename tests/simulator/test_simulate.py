@@ -63,7 +63,10 @@ def _check_delta_law(sim: Simulator):
 
 @pytest.mark.parametrize("name, flags, seed", [("mlp_unity_fig2", ["-b", "64"], 0), ("alexnet", ["-b", "16"], 1),
                                                ("rnntc", ["-b", "8", "--seq-length", "3"], 2),
-                                               ("resnet50", ["-b", "8"], 3)])
+                                               ("resnet50", ["-b", "8"], 3),
+                                               # seed 6 cuts the concat in 2 parts from its 4th change on
+                                               ("dlrm", ["-b", "16", "--arch-embedding-size", "100-100-100",
+                                                         "--arch-mlp-bot", "4-16", "--arch-mlp-top", "64-8-1"], 6)])
 def test_delta_equals_full_over_random_single_operator_changes(dgx1, name, flags, seed):
     base = model(name, *flags)
     strategy = data_parallel(base, dgx1)
