@@ -58,8 +58,10 @@ def _view_json(v: MachineView) -> dict:
     return {"start": v.start, "strides": list(v.strides), "projections": [p.name for p in v.projections]}
 
 
-def _view_from_json(d, where: str, machine: Machine, axes: Sequence[str]) -> MachineView:
-    """The view ``d`` (start, strides, projections) of an operator whose axes are ``axes``."""
+def _view_from_json(d, where: str, machine: Machine, axes: Sequence[str], degrees=None) -> MachineView:
+    """The view ``d`` (start, strides, projections) of an operator whose axes are ``axes``. With the
+    operator's ``degrees``, a view that stops before the last axes, all unsplit, is theirs with
+    stride 1 inside a node (a file written before the operator gained those axes: Concat's part)."""
     check_type(d, dict, where, StrategyError)
     check_keys(d, _VIEW_KEYS, where, StrategyError, required=_VIEW_KEYS)
     start = check_int(d["start"], f"{where}.start", StrategyError, minimum=0)
@@ -67,6 +69,11 @@ def _view_from_json(d, where: str, machine: Machine, axes: Sequence[str]) -> Mac
         raise StrategyError(f"{where}.start is device {start} but machine {machine.name!r} has devices "
                             f"0..{machine.num_devices - 1}")
     lists = {k: check_type(d[k], list, f"{where}.{k}", StrategyError) for k in ("strides", "projections")}
+    given = len(lists["strides"])
+    if degrees is not None and given == len(lists["projections"]) and 0 < given < len(axes) and \
+            all(degrees.get(a, 1) == 1 for a in axes[given:]):
+        lists = {"strides": lists["strides"] + [1] * (len(axes) - given),
+                 "projections": lists["projections"] + [Projection.INTRA.name] * (len(axes) - given)}
     for k, values in lists.items():
         if len(values) != len(axes):
             raise StrategyError(f"{where}.{k} has {len(values)} entries; give one per axis of the operator "
@@ -199,7 +206,7 @@ def _operator_config(op, where: str, base: PCG, machine: Machine) -> tuple[Node,
             raise StrategyError(f"{where}.degrees: '{node.name}' ({node.op_type.value}) has no axis {short(axis)}; "
                                 f"its axes: {', '.join(axes)}")
         degrees[axis] = check_int(d, f"{where}.degrees.{axis}", StrategyError, minimum=1)
-    view = _view_from_json(op["view"], f"{where}.view", machine, axes)
+    view = _view_from_json(op["view"], f"{where}.view", machine, axes, degrees)
     _check_placement(machine, view, tuple(degrees.get(a, 1) for a in axes), f"{where}.view")
     try:
         apply_single(base, node, degrees)

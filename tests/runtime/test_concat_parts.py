@@ -176,3 +176,25 @@ def test_measured_peak_memory_equals_the_prediction(parts, machine):
     pcg = dlrm_parts()
     s = Session(fig16b(pcg, machine, parts), machine, loss=LOSS, weights=weights_for(pcg, DataType.DT_DOUBLE), **SGD)
     check_serial_exact(s, *batch(pcg, LOSS))
+
+
+def test_a_strategy_file_written_before_the_part_axis_still_loads(machine, tmp_path):
+    """A view that stops before the trailing unsplit axes (a file written when Concat had no part
+    axis) means them unsplit; one that splits the missing axis, or gives lists of unequal length,
+    is still refused."""
+    import json
+    from flexrt.strategy import load_strategy, save_strategy
+    pcg = dlrm_parts()
+    s = data_parallel(pcg, machine, 4)
+    path = tmp_path / "s.json"
+    save_strategy(str(path), s, machine)
+    data = json.loads(path.read_text())
+    (op,) = [o for o in data["operators"] if o["name"] == "interaction"]
+    assert len(op["view"]["strides"]) == 4  # dim0, replica, partial, part
+    op["view"]["strides"], op["view"]["projections"] = op["view"]["strides"][:3], op["view"]["projections"][:3]
+    path.write_text(json.dumps(data))
+    assert load_strategy(str(path), pcg, machine).configs == s.configs
+    op["degrees"] = {"part": 2}
+    path.write_text(json.dumps(data))
+    with pytest.raises(StrategyError, match="strides has 3 entries; give one per axis"):
+        load_strategy(str(path), pcg, machine)
