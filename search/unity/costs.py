@@ -9,7 +9,9 @@ of the resharding between them. Both are estimated from the same pieces the simu
   that hold a replica (``2(n-1)/n`` of the piece over the slowest route of the ring, its latency
   once: the simulator's ring pays it at each of its 2(n-1) steps but overlaps the rings with the
   backward pass, which this sum does not; charging every step made ResNeXt-50's estimate 22% high
-  at 24 GPUs) and the update of a piece;
+  at 24 GPUs) and the update of a piece. With ``overlap=True`` (``node_parts``: forward, backward,
+  synchronization, which ``mapping`` composes as a flow shop) the ring is the simulator's: every
+  step's latency, and the members' sums with the update on the devices;
 - ``edge_cost``: per consumer piece, the elements of its operand box not held by a producer piece
   on its own device, moved over the route from the device that holds them (forward) and back
   (the gradient); partial sums are AllReduced when producer and consumer pieces share devices,
@@ -57,6 +59,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
+from flexrt.simulator.cost_model import ring_sum_time
 from flexrt.search.unity.reshard import (
     Consumers,
     Memo,
@@ -238,9 +241,11 @@ class LocalCosts:
     operator signature, so candidates that share operators share the work)."""
 
     def __init__(self, machine: Machine, cost_model, kinds: frozenset, optimizer: OptimizerKind = OptimizerKind.SGD,
-                 min_degree: int = 1, max_axes: int = 2) -> None:
+                 min_degree: int = 1, max_axes: int = 2, overlap: bool = False) -> None:
         self.machine, self.cost, self.kinds, self.optimizer = machine, cost_model, kinds, optimizer
         self.min_degree, self.max_axes = min_degree, max_axes
+        # the overlap model (module doc): rings as the simulator's, composed by ``MappingDP`` as a flow shop
+        self.overlap = overlap
         self._configs: dict = {}
         self._degrees: dict = {}
         self._shapes_of: dict = {}     # (signature, degrees) -> OpShapes, None when invalid
@@ -442,7 +447,10 @@ class LocalCosts:
         orders = self.machine.ring_channels(key[0])
         share = max(1, 2 * (n - 1) * (num_bytes // len(orders)) // n)
         pairs = [(a, b) for ring in orders for a, b in zip(ring, ring[1:] + ring[:1])]
-        t = max(self.transfer(a, b, share) for a, b in pairs)
+        # with the overlap model, channel 0's sends pay the ring's other 2(n-1) - 1 step latencies (the
+        # lowering's ring_extras); summed along the backward (no overlap), one latency ranks better
+        extra = [2 * (n - 1) - 1 if c == 0 and self.overlap else 0 for c, ring in enumerate(orders) for _ in ring]
+        t = max(self.transfer(a, b, share) + k * self._route(a, b)[1] for (a, b), k in zip(pairs, extra))
         if len(orders) > 1:
             on: dict = {}
             for a, b in pairs:
@@ -571,17 +579,25 @@ class LocalCosts:
         return M
 
     # ---- node cost -----------------------------------------------------------------------------
-    def _op_time(self, attrs, ins, outs, spec) -> float:
+    def _op_time(self, attrs, ins, outs, spec) -> tuple[float, float]:
+        """(forward, backward) seconds of one piece."""
         key = (attrs, ins, outs, spec.name)
         t = self._times.get(key)
         if t is None:
             times = self.cost.op_times(attrs, list(ins), list(outs), spec)
-            t = self._times[key] = times.forward_s + times.backward_s
+            t = self._times[key] = (times.forward_s, times.backward_s)
         return t
 
     def node_cost(self, pcg: PCG, node: Node, cfg: OpConfig) -> float:
         """The slowest piece's forward + backward, plus per weight the slowest replica group's gradient
-        AllReduce and update (module doc)."""
+        AllReduce and update (module doc): the sum of ``node_parts``."""
+        f, b, sync = self.node_parts(pcg, node, cfg)
+        return f + b + sync
+
+    def node_parts(self, pcg: PCG, node: Node, cfg: OpConfig) -> tuple[float, float, float]:
+        """(forward, backward, synchronization) seconds of ``node`` under ``cfg``: the slowest piece's
+        forward and backward (the piece whose sum is slowest) and, per weight, the slowest replica
+        group's update with the backward and its gradient AllReduce as the synchronization."""
         sig = self.sig_id(pcg, node)
         key = (sig, cfg)
         c = self._node.get(key)
@@ -594,22 +610,30 @@ class LocalCosts:
             ckey = (sig, cfg.degrees, specs[0].name)
             compute = self._compute.get(ckey)
             if compute is None:
-                compute = self._compute[ckey] = max(self._op_time(*kind, specs[0]) for kind in kinds)
+                compute = self._compute[ckey] = max((self._op_time(*kind, specs[0]) for kind in kinds), key=sum)
         else:
-            compute = max(self._op_time(*kinds[piece_kind[p]], specs[p]) for p in range(len(specs)))
-        compute = max(0.0, compute)
-        sync = 0.0
+            compute = max((self._op_time(*kinds[piece_kind[p]], specs[p]) for p in range(len(specs))), key=sum)
+        sync = update = 0.0
         for dtype, groups in weight_groups:
-            worst = 0.0
+            worst = (0.0, 0.0)
             for dims, pieces in groups:
-                devs = [lay.devices[p] for p in pieces]
+                devs = sorted({lay.devices[p] for p in pieces})
                 piece = TensorShape(dims, dtype)
-                t = self.ring(sorted(set(devs)), piece.size_bytes) + self.cost.update_time(
-                    piece, specs[pieces[0]], self.optimizer)
-                worst = max(worst, t)
-            sync += worst
-        c = self._node[key] = compute + sync
+                t = (self.ring(devs, piece.size_bytes),
+                     (self._ring_sum(piece, len(devs), specs[pieces[0]]) if self.overlap else 0.0) +
+                     self.cost.update_time(piece, specs[pieces[0]], self.optimizer))
+                worst = max(worst, t, key=sum)
+            sync += worst[0]
+            update += worst[1]
+        # a ring's sums and the updates run on the devices: compute, with the backward
+        c = self._node[key] = (max(0.0, compute[0]), max(0.0, compute[1]) + update, sync)
         return c
+
+    def _ring_sum(self, piece: TensorShape, n: int, spec) -> float:
+        """A ring member's sum of what it received (the lowering's REDUCE after the ring's sends)."""
+        if n <= 1:
+            return 0.0
+        return ring_sum_time(self.cost, TensorShape((max(1, (n - 1) * piece.num_elements // n),), piece.dtype), spec)
 
     def _piece_work(self, node: Node, part: _Part) -> tuple:
         """Per piece, what it computes: the distinct (attributes, input piece shapes, output piece
@@ -631,10 +655,16 @@ class LocalCosts:
 
     def node_vector(self, pcg: PCG, node: Node, block: Block) -> np.ndarray:
         """``node_cost`` of every configuration of ``node`` on ``block``."""
+        f, b, sync = self.node_part_vectors(pcg, node, block)
+        return f + b + sync
+
+    def node_part_vectors(self, pcg: PCG, node: Node, block: Block) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``node_parts`` of every configuration of ``node`` on ``block``: (forwards, backwards, syncs)."""
         key = (self.sig_id(pcg, node), block)
         vec = self._vectors.get(key)
         if vec is None:
-            vec = self._vectors[key] = np.array([self.node_cost(pcg, node, c) for c in self.configs(pcg, node, block)])
+            parts = np.array([self.node_parts(pcg, node, c) for c in self.configs(pcg, node, block)]).reshape(-1, 3)
+            vec = self._vectors[key] = (parts[:, 0].copy(), parts[:, 1].copy(), parts[:, 2].copy())
         return vec
 
     # ---- edge cost -----------------------------------------------------------------------------

@@ -23,6 +23,14 @@ A compute graph (a PCG without parallelization operators; they follow from the m
   of both sides' loads added (side-by-side branches send through the same NICs and socket bus),
   and each edge between boundaries at least its own (a scatter through one NIC). Loads are built
   only where a parallel split asks, and kept on the solution (float32);
+- **overlap** (``LocalCosts(overlap=True)``): a cost is also kept as forward, backward (compute
+  and transfers), synchronization and whole (``_Parts``), and a chain composes as a two-machine
+  flow shop (the backward of later operators first, each gradient AllReduce queued on the links
+  after its own backward and the ones before it), exact for a chain and with the costs' rings as
+  the simulator's (every step's latency, the members' sums on the devices). The min over a
+  boundary's configurations then keeps the cheapest whole, which is greedy (a prefix with more
+  synchronization to hide may have been the better one); side by side, each part is the slower
+  side's. Off (the default costs), every cost adds, exactly as enumerated by the tests;
 - a connected subgraph with neither split (not series-parallel) falls back to a greedy
   assignment in topological order (documented approximation; none of the example models needs it).
 
@@ -126,13 +134,46 @@ def _split_nodes(g: _Graph, S: int, inn, out) -> list[int]:
     return found
 
 
+class _Parts:
+    """A cost as the overlap model composes it (module doc): ``Fw`` forward seconds, ``P`` backward
+    seconds (compute and transfers: the critical path), ``Q`` gradient synchronization seconds, and
+    ``M`` the whole (forward, then the backward with the syncs queued behind it: M - Fw is the
+    backward's makespan). Arrays of one shape (or broadcastable)."""
+
+    __slots__ = ("Fw", "P", "Q", "M")
+
+    def __init__(self, Fw, P, Q, M) -> None:
+        self.Fw, self.P, self.Q, self.M = Fw, P, Q, M
+
+    @classmethod
+    def plain(cls, M) -> "_Parts":
+        """A cost that hides nothing and nothing hides behind: all critical path."""
+        return cls(np.zeros_like(M), M, np.zeros_like(M), M)
+
+    def then(self, later: "_Parts") -> "_Parts":
+        """``self``'s operators, then ``later``'s (whose backward runs first): two-machine flow shop,
+        the compute one after the other and the syncs queued in backward order, each after its own
+        backward (exact for chains: makespan = max over jobs of compute to it + syncs from it)."""
+        with np.errstate(invalid="ignore"):  # an impossible side (infinite cost) stays impossible
+            M = self.Fw + later.Fw + np.maximum(later.P + (self.M - self.Fw), (later.M - later.Fw) + self.Q)
+        M = np.where(np.isnan(M), np.inf, M)
+        return _Parts(self.Fw + later.Fw, self.P + later.P, self.Q + later.Q, M)
+
+    def take(self, mask, other: "_Parts") -> None:
+        """Where ``mask``, take ``other``'s values."""
+        for name in self.__slots__:
+            getattr(self, name)[mask] = getattr(other, name)[mask]
+
+
 class _Sol:
     """A solved subproblem: ``M[a, b]``, ``pick(a, b)`` -> configurations of its nodes in order, and
     ``loads(costs)`` -> (a, b, shared link) the seconds its communication keeps each shared link busy
-    at the configurations ``pick`` gives (built when a parallel split first asks, then kept)."""
+    at the configurations ``pick`` gives (built when a parallel split first asks, then kept);
+    ``parts`` its cost as ``_Parts`` (``M`` alone when the overlap model is off)."""
 
-    def __init__(self, M: np.ndarray) -> None:
+    def __init__(self, M: np.ndarray, parts: Optional[_Parts] = None) -> None:
         self.M = M
+        self.parts_ = parts if parts is not None else _Parts.plain(M)
         self._loads: Optional[np.ndarray] = None
 
     def pick(self, a: int, b: int) -> list[OpConfig]:
@@ -175,8 +216,8 @@ class _Chain(_Sol):
     index of b_{j+1} in S or None, b_{j+1}'s configurations); ``steps[j]`` maps (a, c_{j+1}) to
     the best c_j, ``finals`` (a, b) to the best c_m."""
 
-    def __init__(self, M, parts, steps, finals, terms):
-        super().__init__(M)
+    def __init__(self, M, parts, steps, finals, terms, cost_parts=None):
+        super().__init__(M, cost_parts)
         self.parts, self.steps, self.finals = parts, steps, finals
         self.terms = terms      # per part: (its _Edges between the boundaries or None, (pcg, b_{j+1}, block) or None)
 
@@ -227,8 +268,8 @@ class _Chain(_Sol):
 
 
 class _Parallel(_Sol):
-    def __init__(self, M, choice, options, pos1, pos2, loads=None):
-        super().__init__(M)
+    def __init__(self, M, choice, options, pos1, pos2, loads=None, cost_parts=None):
+        super().__init__(M, cost_parts)
         self.choice, self.options, self.pos1, self.pos2 = choice, options, pos1, pos2
         self._loads = loads
 
@@ -282,6 +323,32 @@ class _Greedy(_Sol):
         return out_arr
 
 
+def _chain_step(F: _Parts, G: _Parts) -> tuple[_Parts, np.ndarray]:
+    """The chain's min over the configurations c of the boundary between ``F`` (a, c) and ``G``
+    (c, b): ``F.then(G)`` at each (a, c, b), the cheapest c per (a, b), and those c."""
+    Fx = _Parts(*(x[:, :, None] for x in (F.Fw, F.P, F.Q, F.M)))
+    Gx = _Parts(*(np.broadcast_to(x, np.broadcast_shapes(x.shape, G.M.shape))[None, :, :]
+                  for x in (G.Fw, G.P, G.Q, G.M)))
+    T = Fx.then(Gx)
+    arg = T.M.argmin(axis=1)
+    pick = lambda x: np.take_along_axis(np.broadcast_to(x, T.M.shape), arg[:, None, :], axis=1)[:, 0, :]  # noqa: E731
+    return _Parts(pick(T.Fw), pick(T.P), pick(T.Q), pick(T.M)), arg
+
+
+def _cheaper(x: _Parts, y: _Parts) -> _Parts:
+    """Per entry, the one of ``x`` and ``y`` with the smaller whole."""
+    out = _Parts(*(np.array(np.broadcast_to(v, x.M.shape), dtype=float) for v in (x.Fw, x.P, x.Q, x.M)))
+    out.take(y.M < x.M, _Parts(*(np.broadcast_to(v, x.M.shape) for v in (y.Fw, y.P, y.Q, y.M))))
+    return out
+
+
+def _bumped(cost: _Parts, M: np.ndarray) -> _Parts:
+    """``cost`` with its whole raised to ``M`` where the contention model says more (the backward's
+    makespan grows by the difference)."""
+    full = lambda v: np.array(np.broadcast_to(v, M.shape), dtype=float)  # noqa: E731
+    return _Parts(full(cost.Fw), full(cost.P), full(cost.Q), np.maximum(full(cost.M), M))
+
+
 class MappingDP:
     """Unity's machine-mapping DP with its cross-candidate cache."""
 
@@ -289,6 +356,7 @@ class MappingDP:
                  devices: Optional[int] = None, contention: bool = True, prune: bool = True) -> None:
         self.machine, self.costs, self.cache = machine, costs, cache
         self.parallel_splits, self.contention, self.prune = parallel_splits, contention, prune
+        self.overlap = costs.overlap    # compose as a flow shop (module doc), with the costs' rings
         self.devices = devices or machine.num_devices
         self.memo: dict = {}
         self.hits = self.misses = self.pruned = 0
@@ -406,27 +474,38 @@ class MappingDP:
                 F, steps, parts, terms = hit
                 continue
             seg_sol = self._solve(seg, block, lo, hi, seg_key)
-            G = seg_sol.M
+            G = seg_sol.parts_ if self.overlap else seg_sol.M
             E = self._edges_between(lo, hi)
             edges = None
             if E is not None:
-                G = G + E
+                # an edge's transfers: half forward, half the gradient back, both on the critical path;
+                # the gradient's also queues with the syncs on the links (it crosses the same NICs)
+                G = G.then(_Parts(E / 2, E / 2, E / 2, E)) if self.overlap else G + E
                 edges = _Edges(g.pcg, g.node[lo[0]], g.node[hi[0]], [(k, i) for k, i in direct], lo[1], hi[1])
             node_local, node_cfgs, node = None, None, None
             if j < len(splits):
                 node_local, node_cfgs = local[hi[0]], self._cfgs(hi)
                 node = (g.pcg, g.node[hi[0]], hi[1])
-                G = G + self.costs.node_vector(*node)[None, :]
+                if self.overlap:
+                    f, b, sync = (v[None, :] for v in self.costs.node_part_vectors(*node))
+                    G = G.then(_Parts(f, b, sync, f + b + sync))
+                else:
+                    G = G + self.costs.node_vector(*node)[None, :]
             parts = parts + [(seg_sol, [local[p] for p in _members(seg)], node_local, node_cfgs)]
             terms = terms + [(edges, node)]
             if F is None:
                 F, steps = G, [None]
+            elif self.overlap:
+                F, arg = _chain_step(F, G)
+                steps = steps + [arg]
             else:
                 T = F[:, :, None] + G[None, :, :]
                 arg = T.argmin(axis=1)
                 F = np.take_along_axis(T, arg[:, None, :], axis=1)[:, 0, :]
                 steps = steps + [arg]
             self.memo[("prefix", h)] = (F, steps, parts, terms)
+        if self.overlap:
+            return _Chain(F.M, parts, steps[:-1], steps[-1], terms, F)
         return _Chain(F, parts, steps[:-1], steps[-1], terms)
 
     def _bound_key(self, bound):
@@ -446,7 +525,13 @@ class MappingDP:
             rest |= c
         s1, s2 = self._solve(first, block, inn, out), self._solve(rest, block, inn, out)
         options = [(s1, s2)]
-        best, loads = self._side_by_side(s1, s2, s1.M + s2.M)
+        cost = None
+        if self.overlap:  # one after the other on the same devices: the cheaper order
+            cost = _cheaper(s1.parts_.then(s2.parts_), s2.parts_.then(s1.parts_))
+            best, loads = self._side_by_side(s1, s2, cost.M)
+            cost = _bumped(cost, best)
+        else:
+            best, loads = self._side_by_side(s1, s2, s1.M + s2.M)
         choice = np.zeros(best.shape, dtype=np.int64)
         if self.parallel_splits:
             for r in self._resource_splits(block):
@@ -471,15 +556,22 @@ class MappingDP:
                 best = np.where(better, M, best)
                 if L is not None:
                     loads[better] = L[better]
+                if cost is not None:  # side by side: each part as the slower side's (rings on their own devices)
+                    pa, pb = a.parts_, b.parts_
+                    cost.take(better, _bumped(_Parts(np.maximum(pa.Fw, pb.Fw), np.maximum(pa.P, pb.P),
+                                                     np.maximum(pa.Q, pb.Q), np.maximum(pa.M, pb.M)), M))
                 options.append((a, b))
         local = {p: j for j, p in enumerate(_members(first | rest))}
         return _Parallel(best, choice, options, [local[p] for p in _members(first)],
-                         [local[p] for p in _members(rest)], loads)
+                         [local[p] for p in _members(rest)], loads, cost)
 
     def _lower_bound(self, S: int, block: Block) -> float:
         """What every entry of S's cost on ``block`` is at least: its costliest node's cheapest
         configuration there (each node's cost is a term of every sum and maximum S's cost is made of)."""
         g = self.g
+        if self.overlap:  # a node's sync may hide behind other nodes' backward; its compute cannot
+            return max(float((lambda f, b, _: f + b)(*self.costs.node_part_vectors(g.pcg, g.node[p], block)).min())
+                       for p in _members(S))
         return max(float(self.costs.node_vector(g.pcg, g.node[p], block).min()) for p in _members(S))
 
     def _side_by_side(self, a: _Sol, b: _Sol, M: np.ndarray) -> tuple[np.ndarray, Optional[np.ndarray]]:

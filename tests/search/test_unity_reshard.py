@@ -244,12 +244,13 @@ def _reference_configs(costs: LocalCosts, pcg, node, block: Block) -> list[OpCon
     return out or [OpConfig((), view_from_device_ids(costs.machine, tuple(1 for _ in names), [block.start]))]
 
 
-def _reference_node_cost(costs: LocalCosts, pcg, node, cfg) -> float:
-    """The slowest piece's forward + backward, plus per weight the slowest group's AllReduce + update."""
+def _reference_node_cost(costs: LocalCosts, pcg, node, cfg) -> tuple:
+    """(forward, backward + updates, AllReduces): the slowest piece's forward and backward, and per
+    weight the slowest group's update and AllReduce."""
     lay = costs.layout(pcg, node, cfg)
     part, opdef = lay.part, op_def(node.op_type)
     coords = axis_coordinates(part.shapes.axes, part.degree)
-    compute = 0.0
+    fwd = bwd = -1.0
     for p, dev in enumerate(lay.devices):
         ins = [TensorShape(tuple(b - a for a, b in r[p].ranges), s.dtype)
                for r, s in zip(part.operand_regions, part.operand_shapes)]
@@ -257,21 +258,24 @@ def _reference_node_cost(costs: LocalCosts, pcg, node, cfg) -> float:
                 for r, s in zip(part.output_regions, part.out_shapes)]
         attrs = opdef.piece_call(node.attrs, coords[p], part.degree)[0] if opdef.piece_call else node.attrs
         t = COST.op_times(attrs, ins, outs, costs.machine.devices[dev].spec)
-        compute = max(compute, t.forward_s + t.backward_s)
-    sync = 0.0
+        if t.forward_s + t.backward_s > fwd + bwd:
+            fwd, bwd = t.forward_s, t.backward_s
+    sync = update = 0.0
     nw = opdef.num_weights(node.attrs)
     for i in range(len(part.operand_shapes) - nw, len(part.operand_shapes)):
         groups: dict = {}
         for p, r in enumerate(part.operand_regions[i]):
             groups.setdefault(r.ranges, []).append(lay.devices[p])
-        worst = 0.0
+        worst = (0.0, 0.0)
         for ranges, devs in groups.items():
             piece = TensorShape(tuple(b - a for a, b in ranges), part.operand_shapes[i].dtype)
-            t = costs.ring(sorted(set(devs)), piece.size_bytes) + COST.update_time(
-                piece, costs.machine.devices[devs[0]].spec, costs.optimizer)
-            worst = max(worst, t)
-        sync += worst
-    return compute + sync
+            t = (costs.ring(sorted(set(devs)), piece.size_bytes),
+                 COST.update_time(piece, costs.machine.devices[devs[0]].spec, costs.optimizer))
+            if sum(t) > sum(worst):
+                worst = t
+        sync += worst[0]
+        update += worst[1]
+    return max(0.0, fwd), max(0.0, bwd) + update, sync
 
 
 @pytest.mark.parametrize("min_degree,max_axes,kinds", [(1, 2, "full"), (4, 2, "full"), (1, 1, "sample"),
@@ -285,7 +289,9 @@ def test_configs_and_node_costs_follow_their_rules(summit2, min_degree, max_axes
             cfgs = costs.configs(pcg, node, block)
             assert cfgs == _reference_configs(costs, pcg, node, block), (node.name, block)
             want = [_reference_node_cost(costs, pcg, node, c) for c in cfgs]
-            assert costs.node_vector(pcg, node, block).tolist() == want, (node.name, block)
+            got = costs.node_part_vectors(pcg, node, block)
+            assert [tuple(v) for v in zip(*(x.tolist() for x in got))] == want, (node.name, block)
+            assert costs.node_vector(pcg, node, block).tolist() == [f + b + s for f, b, s in want]
 
 
 def crossed():
