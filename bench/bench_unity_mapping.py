@@ -2,8 +2,9 @@
 
     python bench/bench_unity_mapping.py --estimates        the DP's estimate of its own mapping vs the
                                                            full simulation of that mapping, with and
-                                                           without the contention model (Unity's seven
-                                                           models at 6..48 GPUs; per-GPU batch as §6.1)
+                                                           without the contention model, and with the
+                                                           overlap model (LocalCosts(overlap=True)) (Unity's
+                                                           seven models at 6..48 GPUs; per-GPU batch as §6.1)
     python bench/bench_unity_mapping.py --dlrm             DLRM: simulated iteration ms of Unity's
                                                            strategy, data parallelism and the expert's
     python bench/bench_unity_mapping.py --scaling          ResNeXt-50: seconds of one DP solve with and
@@ -51,29 +52,30 @@ def _setup(name: str, devices: int):
     return machine, load_model(name, flags).model.pcg
 
 
-def _solve(machine, pcg, contention: bool):
+def _solve(machine, pcg, contention: bool, overlap: bool = False):
     t = time.perf_counter()
-    got = MappingDP(machine, LocalCosts(machine, COST, SearchSpace.full().kinds), contention=contention).solve(pcg)
+    got = MappingDP(machine, LocalCosts(machine, COST, SearchSpace.full().kinds, overlap=overlap),
+                    contention=contention).solve(pcg)
     return got, time.perf_counter() - t
 
 
 def estimates(models, devices) -> None:
-    print("The DP's estimate of its mapping / the full simulation of that mapping (ms), contention model on and off")
+    print("The DP's estimate of its mapping / the full simulation of that mapping (ms): contention model on, off, "
+          "and on with the overlap model")
     print(f"{'model':<13} {'GPUs':>4} {'on: est':>9} {'sim':>9} {'ratio':>6} {'off: est':>9} {'sim':>9} {'ratio':>6}"
-          f" {'DP s on/off':>12}")
+          f" {'overlap: est':>12} {'sim':>9} {'ratio':>6} {'DP s on/off/overlap':>20}")
     for name in models:
         for n in devices:
             machine, pcg = _setup(name, n)
             sim = Simulator(machine, COST, detail=False)
             cells, took = [], []
-            for contention in (True, False):
-                got, t = _solve(machine, pcg, contention)
+            for contention, overlap in ((True, False), (False, False), (True, True)):
+                got, t = _solve(machine, pcg, contention, overlap)
                 sim.full(Strategy.from_configs(pcg, got.configs))
                 cells.append((got.cost_s * 1e3, sim.iteration_time() * 1e3))
                 took.append(t)
-            (e1, s1), (e0, s0) = cells
-            print(f"{name:<13} {n:>4} {e1:9.3f} {s1:9.3f} {e1 / s1:6.3f} {e0:9.3f} {s0:9.3f} {e0 / s0:6.3f} "
-                  f"{took[0]:5.1f}/{took[1]:<5.1f}  {_load()}", flush=True)
+            row = " ".join(f"{e:{w}.3f} {s:9.3f} {e / s:6.3f}" for (e, s), w in zip(cells, (9, 9, 12)))
+            print(f"{name:<13} {n:>4} {row} {'/'.join(f'{t:.1f}' for t in took):>20}  {_load()}", flush=True)
 
 
 def dlrm(devices, budget: int) -> None:
