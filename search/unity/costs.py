@@ -655,16 +655,19 @@ class LocalCosts:
 
     def node_vector(self, pcg: PCG, node: Node, block: Block) -> np.ndarray:
         """``node_cost`` of every configuration of ``node`` on ``block``."""
-        f, b, sync = self.node_part_vectors(pcg, node, block)
-        return f + b + sync
+        return self._node_vectors(pcg, node, block)[3]
 
     def node_part_vectors(self, pcg: PCG, node: Node, block: Block) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``node_parts`` of every configuration of ``node`` on ``block``: (forwards, backwards, syncs)."""
+        return self._node_vectors(pcg, node, block)[:3]
+
+    def _node_vectors(self, pcg: PCG, node: Node, block: Block) -> tuple:
         key = (self.sig_id(pcg, node), block)
         vec = self._vectors.get(key)
         if vec is None:
             parts = np.array([self.node_parts(pcg, node, c) for c in self.configs(pcg, node, block)]).reshape(-1, 3)
-            vec = self._vectors[key] = (parts[:, 0].copy(), parts[:, 1].copy(), parts[:, 2].copy())
+            f, b, sync = (parts[:, j].copy() for j in range(3))
+            vec = self._vectors[key] = (f, b, sync, f + b + sync)
         return vec
 
     # ---- edge cost -----------------------------------------------------------------------------

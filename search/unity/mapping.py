@@ -169,12 +169,18 @@ class _Sol:
     """A solved subproblem: ``M[a, b]``, ``pick(a, b)`` -> configurations of its nodes in order, and
     ``loads(costs)`` -> (a, b, shared link) the seconds its communication keeps each shared link busy
     at the configurations ``pick`` gives (built when a parallel split first asks, then kept);
-    ``parts`` its cost as ``_Parts`` (``M`` alone when the overlap model is off)."""
+    ``cost`` its cost as ``_Parts`` (the overlap model; without it, ``M`` all critical path)."""
 
-    def __init__(self, M: np.ndarray, parts: Optional[_Parts] = None) -> None:
+    def __init__(self, M: np.ndarray, cost: Optional[_Parts] = None) -> None:
         self.M = M
-        self.parts_ = parts if parts is not None else _Parts.plain(M)
+        self._cost = cost
         self._loads: Optional[np.ndarray] = None
+
+    @property
+    def cost(self) -> _Parts:
+        if self._cost is None:
+            self._cost = _Parts.plain(self.M)
+        return self._cost
 
     def pick(self, a: int, b: int) -> list[OpConfig]:
         raise NotImplementedError
@@ -216,8 +222,8 @@ class _Chain(_Sol):
     index of b_{j+1} in S or None, b_{j+1}'s configurations); ``steps[j]`` maps (a, c_{j+1}) to
     the best c_j, ``finals`` (a, b) to the best c_m."""
 
-    def __init__(self, M, parts, steps, finals, terms, cost_parts=None):
-        super().__init__(M, cost_parts)
+    def __init__(self, M, parts, steps, finals, terms, cost=None):
+        super().__init__(M, cost)
         self.parts, self.steps, self.finals = parts, steps, finals
         self.terms = terms      # per part: (its _Edges between the boundaries or None, (pcg, b_{j+1}, block) or None)
 
@@ -268,8 +274,8 @@ class _Chain(_Sol):
 
 
 class _Parallel(_Sol):
-    def __init__(self, M, choice, options, pos1, pos2, loads=None, cost_parts=None):
-        super().__init__(M, cost_parts)
+    def __init__(self, M, choice, options, pos1, pos2, loads=None, cost=None):
+        super().__init__(M, cost)
         self.choice, self.options, self.pos1, self.pos2 = choice, options, pos1, pos2
         self._loads = loads
 
@@ -474,7 +480,7 @@ class MappingDP:
                 F, steps, parts, terms = hit
                 continue
             seg_sol = self._solve(seg, block, lo, hi, seg_key)
-            G = seg_sol.parts_ if self.overlap else seg_sol.M
+            G = seg_sol.cost if self.overlap else seg_sol.M
             E = self._edges_between(lo, hi)
             edges = None
             if E is not None:
@@ -527,7 +533,7 @@ class MappingDP:
         options = [(s1, s2)]
         cost = None
         if self.overlap:  # one after the other on the same devices: the cheaper order
-            cost = _cheaper(s1.parts_.then(s2.parts_), s2.parts_.then(s1.parts_))
+            cost = _cheaper(s1.cost.then(s2.cost), s2.cost.then(s1.cost))
             best, loads = self._side_by_side(s1, s2, cost.M)
             cost = _bumped(cost, best)
         else:
@@ -557,7 +563,7 @@ class MappingDP:
                 if L is not None:
                     loads[better] = L[better]
                 if cost is not None:  # side by side: each part as the slower side's (rings on their own devices)
-                    pa, pb = a.parts_, b.parts_
+                    pa, pb = a.cost, b.cost
                     cost.take(better, _bumped(_Parts(np.maximum(pa.Fw, pb.Fw), np.maximum(pa.P, pb.P),
                                                      np.maximum(pa.Q, pb.Q), np.maximum(pa.M, pb.M)), M))
                 options.append((a, b))
@@ -569,10 +575,12 @@ class MappingDP:
         """What every entry of S's cost on ``block`` is at least: its costliest node's cheapest
         configuration there (each node's cost is a term of every sum and maximum S's cost is made of)."""
         g = self.g
-        if self.overlap:  # a node's sync may hide behind other nodes' backward; its compute cannot
-            return max(float((lambda f, b, _: f + b)(*self.costs.node_part_vectors(g.pcg, g.node[p], block)).min())
-                       for p in _members(S))
-        return max(float(self.costs.node_vector(g.pcg, g.node[p], block).min()) for p in _members(S))
+        def least(p: int) -> float:
+            if not self.overlap:
+                return float(self.costs.node_vector(g.pcg, g.node[p], block).min())
+            f, b, _ = self.costs.node_part_vectors(g.pcg, g.node[p], block)
+            return float((f + b).min())  # its sync may hide behind other nodes' backward; its compute cannot
+        return max(least(p) for p in _members(S))
 
     def _side_by_side(self, a: _Sol, b: _Sol, M: np.ndarray) -> tuple[np.ndarray, Optional[np.ndarray]]:
         """The contention model: two branches' cost ``M`` (their sum, or their maximum side by side) is
