@@ -17,7 +17,8 @@ from __future__ import annotations
 import functools
 
 from flexrt.experiments.common import (COST, Timer, budget_param, devices_param, machine_for, machine_param,
-                                       model_flags_param, model_param, pcg_of, simulated, space_of, space_params, strategy_doc)
+                                       model_flags_param, model_param, pcg_of, simulated, space_of, space_params,
+                                       strategy_doc)
 from flexrt.experiments.kinds import REQUIRED, Outcome, Param, register_kind
 from flexrt.ir.registry import AxisKind
 from flexrt.machine import load_machine
@@ -38,7 +39,7 @@ def _batch_param() -> Param:
 def _pcg(inputs):
     per_gpu = inputs["per_device_batch"] or UNITY_BATCH.get(inputs["model"], 64)
     seq = 512 if inputs["model"] == "bert_large" else 0
-    return pcg_of(inputs["model"], per_gpu * inputs["devices"], seq, tuple(inputs.get("model_flags", ())))
+    return pcg_of(inputs["model"], per_gpu * inputs["devices"], seq, tuple(inputs["model_flags"]))
 
 
 def _setup(inputs):

@@ -275,11 +275,12 @@ def unity(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUDGET, 
                      rewritten=best_pcg.structural_hash() != pcg.structural_hash(),
                      rewrites=list(state.get("paths", {}).get(best_pcg.structural_hash(), ())))
     log.stop_reason = "interrupted" if log.interrupted else "queue empty or budget spent"
-    finalists = _finalists("unity", best_pcg, pcg, mapping, machine, cost_model, optimizer, sp, min_degree, n, cache)
+    overlap = _overlap_dp(machine, cost_model, optimizer, sp, min_degree, n, cache)
+    finalists = _finalists("unity", best_pcg, pcg, mapping, machine, cost_model, optimizer, sp, min_degree, n, cache,
+                           overlap)
     if best_pcg is not pcg:        # the joint choice: the rewritten graph or the input one, both mapped both ways
         finalists.insert(1, ("input graph mapped", _strategy(pcg, pcg, state["input_mapping"].configs)))
-        finalists.insert(2, ("input graph, overlap mapping", _strategy(pcg, pcg, _overlap_mapping(
-            pcg, machine, cost_model, optimizer, sp, min_degree, n, cache).configs)))
+        finalists.insert(2, ("input graph, overlap mapping", _strategy(pcg, pcg, overlap.solve(pcg).configs)))
     if enable_pipeline:      # pipelined finalists: stages, micro-batches and schedule searched (search.pipelines)
         finalists += best_pipeline(pcg, machine, cost_model, optimizer, log_notes=log.notes)
     return _finish(machine, cost_model, optimizer, finalists, log, t0)
@@ -321,18 +322,18 @@ def sequential(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUD
 
 
 def _finalists(label: str, best_pcg: PCG, pcg: PCG, mapping, machine: Machine, cost_model, optimizer, sp: SearchSpace,
-               min_degree: int, n: int, cache: bool = True) -> list:
+               min_degree: int, n: int, cache: bool = True, overlap: Optional[MappingDP] = None) -> list:
     """The strategies ``unity`` and ``sequential`` both simulate in full at the end: the search's graph
     and mapping, data parallelism, the search's graph mapped with the overlap model (``LocalCosts(
     overlap=True)``: gradient rings as the simulator's, hidden behind the backward as a flow shop; it
     ranks mappings better where rings are latency-bound, worse where they block the links others
     need) and in the data+model space (the DP's estimates can misjudge a larger space, and a larger
     space must never return worse), so that the two differ only in how the graph was chosen (Unity
-    Fig. 15b)."""
-    overlap = _overlap_mapping(best_pcg, machine, cost_model, optimizer, sp, min_degree, n, cache)
+    Fig. 15b). ``overlap``: the overlap DP to use (one is made when None)."""
+    overlap = overlap or _overlap_dp(machine, cost_model, optimizer, sp, min_degree, n, cache)
     out = [(label, _strategy(best_pcg, pcg, mapping.configs)),
            ("data-parallel", data_parallel(pcg, machine, n if n < machine.num_devices else None)),
-           ("overlap mapping", _strategy(best_pcg, pcg, overlap.configs))]
+           ("overlap mapping", _strategy(best_pcg, pcg, overlap.solve(best_pcg).configs))]
     if sp.kinds != frozenset({AxisKind.SAMPLE}):
         sample = MappingDP(machine, LocalCosts(machine, cost_model, frozenset({AxisKind.SAMPLE}), optimizer,
                                                min_degree), cache=cache, devices=n)
@@ -340,11 +341,12 @@ def _finalists(label: str, best_pcg: PCG, pcg: PCG, mapping, machine: Machine, c
     return out
 
 
-def _overlap_mapping(graph: PCG, machine: Machine, cost_model, optimizer, sp: SearchSpace, min_degree: int, n: int,
-                     cache: bool = True):
-    """``graph`` mapped by the DP with the overlap model (``LocalCosts(overlap=True)``)."""
+def _overlap_dp(machine: Machine, cost_model, optimizer, sp: SearchSpace, min_degree: int, n: int,
+                cache: bool = True) -> MappingDP:
+    """The mapping DP with the overlap model (``LocalCosts(overlap=True)``); one per search, so the
+    graphs it maps share its costs and subproblems."""
     costs = LocalCosts(machine, cost_model, sp.kinds, optimizer, min_degree, overlap=True)
-    return MappingDP(machine, costs, cache=cache, devices=n).solve(graph)
+    return MappingDP(machine, costs, cache=cache, devices=n)
 
 
 def _check(budget, alpha, split_size, devices, machine: Machine) -> None:
