@@ -530,24 +530,74 @@ class LocalCosts:
                     out[cols] += times
         return out
 
+    @property
+    def load_width(self) -> int:
+        """Columns of a load vector per pass: the shared links (``shared``), then every device."""
+        return len(self.shared) + self.machine.num_devices
+
+    def widened(self, D: np.ndarray) -> np.ndarray:
+        """Link loads (..., 2 x shared links) as load vectors (..., 2 x ``load_width``): no device time."""
+        L, W = len(self.shared), self.load_width
+        out = np.zeros(D.shape[:-1] + (2 * W,), dtype=D.dtype)
+        out[..., :L] = D[..., :L]
+        out[..., W:W + L] = D[..., L:]
+        return out
+
     def node_loads(self, pcg: PCG, node: Node, block: Block) -> np.ndarray:
-        """(configurations on ``block``, 2 x shared links) float32: the seconds each shared link is
-        busy with the configuration's weight-gradient AllReduces (``node_cost``'s rings, all of them),
-        in the forward pass (none) and the backward."""
+        """(configurations on ``block``, 2 x ``load_width``) float32: per pass (forward, backward), the
+        seconds each shared link is busy with the configuration's weight-gradient AllReduces
+        (``node_cost``'s rings, all of them; backward only), then the seconds each device computes
+        (its pieces' forward; their backward with the update and, with ``overlap``, the rings' sums)."""
         key = (self.sig_id(pcg, node), block)
         hit = self._node_loads.get(key)
         if hit is None:
-            rows = []
-            for cfg in self.configs(pcg, node, block):
+            L, W = len(self.shared), self.load_width
+            cfgs = self.configs(pcg, node, block)
+            out = np.zeros((len(cfgs), 2 * W), dtype=np.float32)
+            for row, cfg in zip(out, cfgs):
                 lay = self.layout(pcg, node, cfg)
-                v = np.zeros(len(self.shared))
-                for dtype, groups in self._piece_work(node, lay.part)[2]:
+                kinds, piece_kind, weight_groups = self._piece_work(node, lay.part)
+                for dtype, groups in weight_groups:
                     for dims, pieces in groups:
-                        v += self.ring_loads(sorted({lay.devices[p] for p in pieces}), TensorShape(dims, dtype).size_bytes)
-                rows.append(v)
-            back = np.array(rows, dtype=np.float32).reshape(len(rows), len(self.shared))
-            hit = self._node_loads[key] = np.concatenate([np.zeros_like(back), back], axis=1)
+                        row[W:W + L] += self.ring_loads(sorted({lay.devices[p] for p in pieces}),
+                                                        TensorShape(dims, dtype).size_bytes)
+                f, b, _ = self.node_parts(pcg, node, cfg)
+                slowest = max((self._op_time(*k, self.machine.devices[lay.devices[0]].spec) for k in kinds), key=sum)
+                extra = b - max(0.0, slowest[1])   # the update (and rings' sums): on every device holding a piece
+                for p, d in enumerate(lay.devices):
+                    fp, bp = self._op_time(*kinds[piece_kind[p]], self.machine.devices[d].spec)
+                    row[L + d] += max(0.0, fp)
+                    row[W + L + d] += max(0.0, bp) + max(0.0, extra)
+            hit = self._node_loads[key] = out
         return hit
+
+    def device_sets(self, pcg: PCG, node: Node, block: Block) -> np.ndarray:
+        """(configurations on ``block``, devices) float32: 1 where the configuration places a piece."""
+        key = ("devices", self.sig_id(pcg, node), block)
+        hit = self._node_loads.get(key)
+        if hit is None:
+            cfgs = self.configs(pcg, node, block)
+            hit = np.zeros((len(cfgs), self.machine.num_devices), dtype=np.float32)
+            for row, cfg in zip(hit, cfgs):
+                row[list(self.layout(pcg, node, cfg).devices)] = 1.0
+            self._node_loads[key] = hit
+        return hit
+
+    def edge_device_loads(self, pcg: PCG, u: Node, k: int, v: Node, i: int, bu: Block, bv: Block,
+                          cu: np.ndarray, cv: np.ndarray) -> np.ndarray:
+        """An edge's time (``edge_matrix`` at configuration indices ``cu`` of u and ``cv`` of v, arrays of
+        one shape) as device load (..., 2 x ``load_width``): the forward transfer on v's devices, the
+        gradient's on u's (the devices take part in the moves and sums: copies, NCCL kernels)."""
+        L, W = len(self.shared), self.load_width
+        E = np.asarray(self.edge_matrix(pcg, u, k, v, i, bu, bv)[cu, cv])
+        E = np.where(np.isfinite(E), E, 0.0)   # an impossible pair costs infinity already
+        grad = pcg.shape(v.inputs[i]).tensor_shape.dtype.is_floating and u.op_type is not OpType.INPUT
+        fwd = E / 2 if grad else E
+        out = np.zeros(np.shape(E) + (2 * W,), dtype=np.float32)
+        out[..., L:W] = fwd[..., None] * self.device_sets(pcg, v, bv)[cv]
+        if grad:
+            out[..., W + L:] = (E - fwd)[..., None] * self.device_sets(pcg, u, bu)[cu]
+        return out
 
     def edge_loads(self, pcg: PCG, u: Node, k: int, v: Node, i: int, bu: Block, bv: Block) -> tuple:
         """``edge_matrix``'s transfers as link loads: (the layout of each configuration of ``u``, of

@@ -114,7 +114,7 @@ def test_dp_equals_exhaustive_enumeration_of_mappings(graph, devices, kinds):
     pcg = {"chain": chain, "diamond": diamond, "two_towers": two_towers}[graph]()
     space = SearchSpace() if kinds == "sample" else FULL
     costs = LocalCosts(machine, COST, space.kinds, max_axes=1)
-    dp = MappingDP(machine, costs, parallel_splits=False, devices=devices)
+    dp = MappingDP(machine, costs, parallel_splits=False, devices=devices, packing=False)
     got = dp.solve(pcg)
     want = _exhaustive_sum(pcg, costs, Block(0, devices))
     assert got.cost_s == pytest.approx(want, rel=1e-12)
@@ -257,7 +257,8 @@ def test_unity_fig16b_concat_in_parts_feeds_independent_matmuls_where_the_embedd
     the first top layer, unfused from its ReLU (Fig. 16a's rewrite), cut along its input features:
     6 independent matrix products, then one Reduction of 64-wide partial sums instead of gathering
     256-wide embeddings. Sequential optimization keeps the layer fused, so it cannot use the parts:
-    1.41x slower, moving 4x the activations."""
+    1.29x slower, moving 3.3x the activations (1.41x and 4x before the DP packed branches on devices,
+    which made sequential's own mapping faster)."""
     summit = load_machine("summit")
     base = load_model("dlrm", FIG16B_FLAGS).model.pcg
     kw = dict(budget=200, progress=False)
@@ -278,9 +279,9 @@ def test_unity_fig16b_concat_in_parts_feeds_independent_matmuls_where_the_embedd
     (top,) = [n for n in pcg.nodes if n.op_type.value == "linear" and pcg.shape(TensorRef(n.id, 0)).sum_degree == 6]
     assert top.attrs.activation is ActiMode.AC_MODE_NONE and devices[top.name] == devices["interaction"]
     assert len(joint.log.notes["rewrites"]) == 1 and joint.log.notes["rewrites"][0].endswith(" on top_mlp.0")
-    assert seq.cost_s / joint.cost_s > 1.3
+    assert seq.cost_s / joint.cost_s > 1.25
     sim = Simulator(summit, COST)
-    assert sim.full(seq.strategy).moved_elements["activation"] == 4 * sim.full(st).moved_elements["activation"]
+    assert sim.full(seq.strategy).moved_elements["activation"] > 3 * sim.full(st).moved_elements["activation"]
 
 
 def test_unity_result_saves_and_loads(dgx1, tmp_path):

@@ -11,9 +11,9 @@ Laws, on random series-parallel graphs (``test_unity_mapping.build``):
 Loads are float32: comparisons allow 1e-6 relative.
 
 Values: a transfer's and a ring's loads on summit's links, computed by hand from the machine file;
-which links are shared on the presets; DLRM on 12 GPUs of summit, whose side-by-side embeddings
-send through one node's network ports, is estimated within 10% of its full simulation (it was 0.35x
-without the model) and the mapping found is faster.
+which links are shared on the presets; DLRM on 6 and 12 GPUs of summit, whose side-by-side
+embeddings send through one node's network ports: the mapping Unity keeps is estimated within 10% of
+its full simulation (it was 0.35x without the model on 12) and is faster.
 """
 
 from __future__ import annotations
@@ -167,21 +167,30 @@ def test_compiled_link_loads_are_the_reference(blocks, two_inputs, kinds, blocks
         assert moved > 0, "a producer and a consumer on different nodes move nothing: the test shows nothing"
 
 
-def dlrm_12():
-    pcg = load_model("dlrm", ["-b", str(1024 * 12)]).model.pcg
-    sim = Simulator(SUMMIT2, COST, detail=False)
+def dlrm_mappings(machine, devices: int) -> dict:
+    """DLRM (Criteo Kaggle, 1024 samples per GPU) on ``machine``: per DP variant, (estimate, simulated
+    iteration) of the mapping it returns."""
+    pcg = load_model("dlrm", ["-b", str(1024 * devices)]).model.pcg
+    sim = Simulator(machine, COST, detail=False)
     out = {}
-    for contention in (True, False):
-        got = MappingDP(SUMMIT2, LocalCosts(SUMMIT2, COST, FULL), contention=contention).solve(pcg)
+    for name, contention, overlap in (("additive", True, False), ("overlap", True, True),
+                                      ("no contention", False, False)):
+        got = MappingDP(machine, LocalCosts(machine, COST, FULL, overlap=overlap), contention=contention).solve(pcg)
         sim.full(Strategy.from_configs(pcg, got.configs))
-        out[contention] = (got.cost_s, sim.iteration_time())
+        out[name] = (got.cost_s, sim.iteration_time())
     return out
 
 
-def test_dlrm_on_12_gpus_is_estimated_within_10_percent_of_its_simulation():
-    got = dlrm_12()
-    estimate, simulated = got[True]
+@pytest.mark.parametrize("machine, devices", [(SUMMIT1, 6), (SUMMIT2, 12)])
+def test_dlrm_the_mapping_unity_keeps_is_estimated_within_10_percent_of_its_simulation(machine, devices):
+    """Unity simulates the additive and the overlap DP's mappings and keeps the faster
+    (``search._finalists``): that one's own estimate is within 10% (6 GPUs: 1.02, the embeddings
+    packed on devices; 12 GPUs: 1.09, the rings between nodes as the simulator's). Without the
+    contention model the estimate was 0.35x on 12 GPUs."""
+    got = dlrm_mappings(machine, devices)
+    estimate, simulated = min((got["additive"], got["overlap"]), key=lambda t: t[1])
     assert estimate == pytest.approx(simulated, rel=0.10)
-    old_estimate, old_simulated = got[False]
-    assert old_estimate < 0.5 * old_simulated, "without the model the estimate was 0.35x: the test shows nothing"
-    assert simulated < old_simulated
+    if devices == 12:
+        old_estimate, old_simulated = got["no contention"]
+        assert old_estimate < 0.5 * old_simulated, "without the model the estimate was 0.35x: the test shows nothing"
+        assert simulated < old_simulated
