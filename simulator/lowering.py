@@ -242,7 +242,7 @@ class Lowering:
         self.core.memory(self._oid(owner), device, _MEMORY_CODE[kind], num_bytes)
 
     def _part(self, owner, key: Key, device: int, src: Key, src_device: int, box, add: bool = False) -> None:
-        if not self.detail:
+        if not self.detail or any(hi <= lo for lo, hi in box):  # nothing to copy (a piece that reads nothing)
             return
         self.parts.setdefault(owner, []).append((key, device, Part(src, src_device, tuple(box), add)))
 

@@ -216,7 +216,9 @@ def region_plan(axes, idx: int, rank: int, output: bool):
             raise ShapeError(f"rule error: dimension {d} of operand {idx} is both a part and cut")
         dims.append((tuple(a.name for a in covering), halo, out_dim) + tuple(parts[:1]))
     names = lambda kind: tuple(a.name for a in _axes_at(axes, idx, Slot(kind), output))  # noqa: E731
-    return tuple(dims), names(SlotKind.SUM), names(SlotKind.COPY)
+    select = () if output else tuple((a.name, s.at, s.of) for a in axes for j, s in a.operands
+                                     if j == idx and s.kind is SlotKind.PART and s.dim < 0)
+    return tuple(dims), names(SlotKind.SUM), names(SlotKind.COPY), select[:1]
 
 
 def _index(names, degree, coords) -> int:
@@ -236,7 +238,10 @@ def tensor_region(axes, degree, coords, idx: int, shape: TensorShape, output: bo
 def plan_region(plan, idx: int, degree, coords, shape: TensorShape, opdef: OpDef | None = None, attrs=None,
                 data_shapes=None, out_shape=None) -> Region:
     """``tensor_region`` with the plan computed beforehand (``region_plan``)."""
-    dims, sum_names, copy_names = plan
+    dims, sum_names, copy_names, select = plan
+    if select and not _selected(select[0], degree, coords[select[0][0]]):
+        return Region(tuple((0, 0) for _ in shape.dims), _index(sum_names, degree, coords),
+                      _index(copy_names, degree, coords))
     ranges = []
     for (names, halo, out_dim, *part), size in zip(dims, shape.dims):
         if part:
@@ -252,11 +257,17 @@ def plan_region(plan, idx: int, degree, coords, shape: TensorShape, opdef: OpDef
     return Region(tuple(ranges), _index(sum_names, degree, coords), _index(copy_names, degree, coords))
 
 
+def _selected(part, degree, coordinate: int) -> bool:
+    """Whether the piece at ``coordinate`` of a ``PART`` slot's axis reads the operand: the one
+    piece whose output slice (or, for a whole-operand part, whose partial sum) holds its span."""
+    name, at, of = part
+    return at * degree[name] // of == coordinate
+
+
 def _part_range(part, degree, coordinate: int, size: int) -> tuple[int, int]:
     """The range a piece reads of a ``PART`` dimension: all of it where the piece's output slice
     holds the operand's span, nothing elsewhere."""
-    name, at, of = part
-    return (0, size) if at * degree[name] // of == coordinate else (0, 0)
+    return (0, size) if _selected(part, degree, coordinate) else (0, 0)
 
 
 def plan_regions(plan, idx: int, names: Sequence[str], degree, shape: TensorShape, opdef: OpDef | None = None,
@@ -264,7 +275,7 @@ def plan_regions(plan, idx: int, names: Sequence[str], degree, shape: TensorShap
     """``plan_region`` for every piece at once, in the order of ``axis_coordinates`` over ``names``
     (the operator's axis names): each dimension's ranges (halos included) are worked out once per
     index along it, not once per piece. With ``with_dims``, returns (regions, each region's dims)."""
-    dims, sum_names, copy_names = plan
+    dims, sum_names, copy_names, select = plan
     count = math.prod(degree[n] for n in names)
     stride, s = {}, 1
     for n in reversed(names):
@@ -315,6 +326,14 @@ def plan_regions(plan, idx: int, names: Sequence[str], degree, shape: TensorShap
         ranges = [tuple((0, size) for size in shape.dims)] * count
     else:
         ranges = list(zip(*per_dim))
+    if select and degree[select[0][0]] > 1:  # a whole-operand part: the other pieces read nothing
+        empty = tuple((0, 0) for _ in shape.dims)
+        chosen = [_selected(select[0], degree, c) for c in index((select[0][0],))]
+        ranges = [r if keep else empty for r, keep in zip(ranges, chosen)]
+        if with_dims:
+            lengths = [[hi - lo for lo, hi in r] for r in ranges]
+            return [Region(r, si, ci) for r, si, ci in zip(ranges, index(sum_names), index(copy_names))], \
+                [tuple(x) for x in lengths]
     regions = [Region(r, si, ci) for r, si, ci in zip(ranges, index(sum_names), index(copy_names))]
     if with_dims:
         return regions, (list(zip(*lengths)) if lengths else [()] * count)

@@ -41,7 +41,9 @@ class Slot:
     ``[at, at + size)`` of the output's dimension (of size ``of``) that the axis shards, and the one
     piece whose output slice holds that span reads it whole, every other piece nothing (Concat's
     inputs: Unity Fig. 16b's concatenation without moving data). The operand's degree on ``dim``
-    stays 1.
+    stays 1. With ``dim`` -1 the part is the whole operand, ``at`` its index among the ``of``
+    operands an output of partial sums adds: piece ``at * degree // of`` reads it, the others read
+    nothing (Add's operand axis: Unity Fig. 11b's Add as a Concat and a Reduce).
     """
 
     kind: SlotKind
@@ -54,6 +56,8 @@ class Slot:
         if self.kind is SlotKind.SHARD:
             return f"dim {self.dim}" + (" (with halo)" if self.halo else "")
         if self.kind is SlotKind.PART:
+            if self.dim < 0:
+                return f"operand {self.at} of {self.of} summed"
             return f"part [{self.at}, ...) of {self.of} along dim {self.dim}"
         return self.kind.value
 

@@ -16,7 +16,8 @@ A ``FusionPlan`` changes the task graph of a strategy, not its model (DESIGN.md)
 ``check_fusion`` says why a plan is not valid for a strategy on a machine, naming the group or
 bucket: an unknown name, a weight or input (parameter-like) in a group, an operator in two groups
 of one phase, members on other devices or another piece layout, an edge between members that moves
-data across devices or sums partial pieces, a cycle through the fused tasks, a bucket member that
+data across devices or sums partial pieces, a member whose pieces read nothing of an operand (a
+part axis: Concat's parts, Add's operands), a cycle through the fused tasks, a bucket member that
 is not replicated, is replicated on other devices, has another dtype, or is not a neighbour.
 
 Plans are values: ``to_json`` / ``from_json`` (inside a strategy file, see ``io``) round-trip them.
@@ -199,6 +200,10 @@ def check_group_layout(g: FusionGroup, where: str, wiring, lay, reshards, strate
             raise FusionError(f"{where}: {short(o)} runs on devices {list(lay(o).devices)} and {short(g.ops[0])} "
                               f"on {list(first.devices)}; a group stays on one device set with one piece layout")
     members = set(g.ops)
+    for o in g.ops:
+        if any(hi == lo for regions in lay(o).operand_regions for r in regions for lo, hi in r.ranges):
+            raise FusionError(f"{where}: {short(o)} has pieces that read nothing of an operand (a part axis: "
+                              f"Concat's parts, Add's operands); such an operator runs unfused")
     for c in g.ops:
         for i in range(len(wiring.nodes[c].inputs)):
             p = wiring.producer[(c, i)]

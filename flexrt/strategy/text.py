@@ -64,8 +64,14 @@ def _layout(base: PCG, node: Node) -> _Layout:
     for a in axes:
         slots = [s for k, s in a.outputs if k == 0]
         dims.append(slots[0].dim if slots and slots[0].kind is SlotKind.SHARD else rank)
-    soap = tuple(a.kind in SOAP_KINDS and not any(s.kind is SlotKind.SUM for _, s in a.operands) for a in axes)
+    soap = tuple(a.kind in SOAP_KINDS and not a.degree_attr and not any(s.kind is SlotKind.SUM for _, s in a.operands)
+                 for a in axes)
     return _Layout(tuple(a.name for a in axes), tuple(dims), soap, rank)
+
+
+def _reader_axis(lay: _Layout, dim: int) -> int:
+    """The axis a file dimension's degree is given to when read: a SOAP axis first, then axis order."""
+    return min((k for k, x in enumerate(lay.dim_of) if x == dim), key=lambda k: (not lay.soap[k], k))
 
 
 def name_list(names) -> str:
@@ -94,6 +100,10 @@ def _operator_lines(base: PCG, node: Node, cfg: OpConfig, machine: Machine) -> l
                 raise StrategyError(f"operator '{node.name}': axes {owner[dim]} and {name} both split output "
                                     f"dimension {dim}; FlexFlow's format has one degree per dimension")
             owner[dim], file_deg[dim] = name, d
+            if lay.names[_reader_axis(lay, dim)] != name:
+                raise StrategyError(f"operator '{node.name}': axis {name} cannot be written in FlexFlow's format: "
+                                    f"its dimension reads back as axis {lay.names[_reader_axis(lay, dim)]}; "
+                                    f"save the strategy as JSON instead")
     devices = view_devices(machine, cfg.view, deg)          # row-major over the axes
     strides = [math.prod(deg[k + 1:]) for k in range(len(deg))]
     # the file lists pieces with the extra dimension slowest, then dims 0 .. rank-1 (last fastest)
@@ -201,13 +211,12 @@ def _read_operator(r: _Reader, base: PCG, machine: Machine) -> tuple[int, OpConf
     for dim, d in enumerate(file_deg):
         if d == 1:
             continue
-        cands = sorted((k for k, x in enumerate(lay.dim_of) if x == dim), key=lambda k: (not lay.soap[k], k))
-        if not cands:
+        if dim not in lay.dim_of:
             raise StrategyError(f"{r.where(deg_line)}: '{name}' ({node.op_type.value}) cannot be split along "
                                 f"{'its replica dimension' if dim == lay.rank else f'output dimension {dim}'} "
                                 f"(degree {d})")
-        axis_of_dim[dim] = cands[0]
-        degrees[lay.names[cands[0]]] = d
+        axis_of_dim[dim] = _reader_axis(lay, dim)
+        degrees[lay.names[axis_of_dim[dim]]] = d
     deg = tuple(degrees.get(a, 1) for a in lay.names)
     strides = [math.prod(deg[k + 1:]) for k in range(len(deg))]
     order = ([lay.rank] if ndims > lay.rank else []) + list(range(lay.rank))

@@ -43,6 +43,10 @@ def unary_forward(xp, attrs, operands):
 @register_forward(*sorted(ELEMENT_BINARY, key=lambda t: t.value))
 def binary_forward(xp, attrs, operands):
     a, b = operands
+    if (a.size == 0) != (b.size == 0):  # a piece of the operand axis (tensors are never empty): one operand read
+        if b.size == 0:
+            return (a.copy(),)
+        return (b.copy() if attrs.op_type is OpType.EW_ADD else -b,)
     return (_BINARY[attrs.op_type](xp, a, b),)
 
 
@@ -94,6 +98,9 @@ def binary_backward(xp, attrs, operands, outputs, grad_outputs):
     a, b = operands
     (dy,) = grad_outputs
     t = attrs.op_type
+    if (a.size == 0) != (b.size == 0):  # the operand axis: to the one operand read
+        da, db = (dy.copy(), b.copy()) if b.size == 0 else (a.copy(), dy.copy() if t is OpType.EW_ADD else -dy)
+        return da, db
     if t is OpType.EW_ADD:
         da, db = dy.copy(), dy.copy()
     elif t is OpType.EW_SUB:

@@ -7,9 +7,9 @@
 ``... memory MODEL,...``: the accuracy models' validation strategies on a local machine of one
 device per rank; rank 0 prints ``PEAK model strategy device predicted measured`` per device.
 ``... host``: the ranks on one host together need more memory than it has: every rank refuses.
-``... parts``: Fig. 16b's concat parts (tests/runtime/test_concat_parts.py) on devices 0, 2, 4, 6, so
-on more than one rank; rank 0
-prints ``OK parts N loss_err weight_err`` per part degree.
+``... parts``: Fig. 16b's concat parts (tests/runtime/test_concat_parts.py) on devices 0, 2, 4, 6, and
+Fig. 11b's Add cut by operand (test_add_operands.py) on devices 0 and 4, so on more than one rank;
+rank 0 prints ``OK parts N loss_err weight_err`` per part degree, ``OK operands add|subtract ...``.
 """
 
 from __future__ import annotations
@@ -134,23 +134,28 @@ def host() -> None:
 
 
 def parts() -> None:
+    from tests.runtime import test_add_operands as add_case
     from tests.runtime.test_concat_parts import LOSS, dlrm_parts, fig16b
     machine = load_machine("dgx1_v100")
     comm = mpi.world()
-    pcg = dlrm_parts()
-    w0 = weights_for(pcg, DataType.DT_DOUBLE)
-    inputs, labels = batch(pcg, LOSS)
-    for n in (2, 4):
+    concat = dlrm_parts()
+    cases = [(f"parts {n}", concat, fig16b(concat, machine, n, (0, 2, 4, 6))) for n in (2, 4)]
+    for op in ("add", "subtract"):
+        towers = add_case.towers(op)
+        cases.append((f"operands {op}", towers, add_case.fig11b(towers, machine, devices=(0, 4))))
+    for label, pcg, strategy in cases:
+        w0 = weights_for(pcg, DataType.DT_DOUBLE)
+        inputs, labels = batch(pcg, LOSS)
         ref = ReferenceTrainer(pcg, w0, optimizer_step("sgd", **SGD), LOSS)
-        session = Session(fig16b(pcg, machine, n, (0, 2, 4, 6)), machine, loss=LOSS, weights=w0, **SGD)
+        session = Session(strategy, machine, loss=LOSS, weights=w0, **SGD)
         assert session.layout is not None and session.layout.size == comm.Get_size()
         loss_err = max(abs(ref.step(inputs, labels) - session.step(inputs, labels).loss) for _ in range(3))
         got = session.weights()
         weight_err = max(relative_error(got[k], ref.weights[k]) for k in got)
         if loss_err > 1e-9 or weight_err > 1e-10:
-            raise AssertionError(f"parts {n}: loss error {loss_err:.3g}, weight error {weight_err:.3g}")
+            raise AssertionError(f"{label}: loss error {loss_err:.3g}, weight error {weight_err:.3g}")
         if comm.Get_rank() == 0:
-            print(f"OK parts {n} {loss_err:.3g} {weight_err:.3g}", flush=True)
+            print(f"OK {label} {loss_err:.3g} {weight_err:.3g}", flush=True)
 
 
 if __name__ == "__main__":

@@ -49,13 +49,15 @@ def test_strategies_spanning_ranks_train_like_one_device(n, models, kinds):
 
 
 @pytest.mark.parametrize("n", [2, 4])
-def test_concat_parts_spanning_ranks_train_like_one_device(n):
+def test_concat_parts_and_add_operands_spanning_ranks_train_like_one_device(n):
     """Fig. 16b's placement (each concat input on its own device, the concat and the next Linear cut
-    in parts there) with its devices spread over the ranks."""
+    in parts there) and Fig. 11b's (an Add of two operands on two devices cut by operand, an
+    AllReduce into the replicated ReLU) with their devices spread over the ranks."""
     r = mpirun(n, "parts")
     assert r.returncode == 0, r.stdout + r.stderr
     assert [line.split()[:3] for line in r.stdout.splitlines() if line.startswith("OK ")] == [
-        ["OK", "parts", "2"], ["OK", "parts", "4"]], r.stdout
+        ["OK", "parts", "2"], ["OK", "parts", "4"], ["OK", "operands", "add"], ["OK", "operands", "subtract"]], \
+        r.stdout
 
 
 def test_peak_memory_per_rank_is_predicted_from_the_simulated_timeline():

@@ -243,12 +243,14 @@ def check_inputs_are_the_models_batch_on_the_host(L: Lowered) -> None:
 
 
 def _assembled(plan: ExecPlan) -> dict:
-    """Every buffer some task assembles from parts -> the assembling task(s)."""
+    """Every buffer some task assembles from parts -> the assembling task(s). A buffer of no elements
+    (a piece that reads nothing of an operand: Concat's parts, Add's operands) has no parts."""
     out = defaultdict(list)
     for t in plan.tasks:
         bufs = gathered(t.action) if not isinstance(t.action, RingStep) else t.action.group.buffers
         for b in bufs:
-            out[(b.key, b.device)].append(t.index)
+            if all(hi > lo for lo, hi in b.ranges):
+                out[(b.key, b.device)].append(t.index)
     return out
 
 

@@ -252,7 +252,7 @@ def _reference_node_cost(costs: LocalCosts, pcg, node, cfg) -> tuple:
     coords = axis_coordinates(part.shapes.axes, part.degree)
     fwd = bwd = -1.0
     for p, dev in enumerate(lay.devices):
-        ins = [TensorShape(tuple(b - a for a, b in r[p].ranges), s.dtype)
+        ins = [TensorShape.piece(tuple(b - a for a, b in r[p].ranges), s.dtype)   # 0 where a piece reads nothing
                for r, s in zip(part.operand_regions, part.operand_shapes)]
         outs = [TensorShape(tuple(b - a for a, b in r[p].ranges), s.dtype)
                 for r, s in zip(part.output_regions, part.out_shapes)]
