@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import numpy as np
+
 from flexrt.ir.tensor_shape import TensorShape
 from flexrt.ir.op_type import OpType
 from flexrt.simulator.actions import Backward, Buf, BufKind, Key, Sum, own_buf
@@ -37,34 +39,66 @@ from flexrt.strategy.reshard import overlap
 
 
 def lower_schedule(low) -> None:
-    """The pipeline's schedule as dependencies between the units of each device (module doc)."""
+    """The pipeline's schedule as dependencies between the units of each device (module doc).
+
+    Vectorized over the whole graph (a GPT-3 pipeline has tens of millions of tasks and edges): each
+    task of a unit gets the key (unit, device); a unit's sinks on a device are its tasks without a
+    successor of the same key, its sources those without such a predecessor."""
     plan = low.pipeline
-    units: dict[tuple, dict[int, list]] = defaultdict(lambda: defaultdict(list))  # unit -> device -> tasks
-    first_op: dict[tuple, str] = {}
+    unit_ids: dict[tuple, int] = {}
+    first_op: list[str] = []
+    chunks, labels = [], []
     for name in low.wiring.ops:
         stage, j = plan.unit_of(name)
         fwd, bwd = low.op_tasks[name]
         for phase, ids in (("F", fwd), ("B", list(low.recompute_tasks.get(name, ())) + list(bwd)),
                            ("W", low.wgrad.get(name, ()))):
-            first_op.setdefault((phase, stage, j), name)
-            for t in ids:
-                units[(phase, stage, j)][low.core.row(t)[1]].append(t)
+            u = unit_ids.get((phase, stage, j))
+            if u is None:
+                u = unit_ids[(phase, stage, j)] = len(first_op)
+                first_op.append(name)
+            if len(ids):
+                chunks.append(np.asarray(ids, dtype=np.int64))
+                labels.append(np.full(len(ids), u, dtype=np.int64))
+    if not chunks:
+        return
+    tasks = np.concatenate(chunks)
+    devices = low.graph.columns()["device"]
+    ndev = int(devices.max()) + 1
+    key = np.full(len(devices), -1, dtype=np.int64)   # task -> unit * ndev + device (-1: in no unit)
+    key[tasks] = np.concatenate(labels) * ndev + devices[tasks]
     src, dst = low.core.edge_arrays()
-    succ, pred = defaultdict(set), defaultdict(set)
-    for a, b in zip(src.tolist(), dst.tolist()):
-        succ[a].add(b)
-        pred[b].add(a)
+    inside = (key[src] >= 0) & (key[src] == key[dst])
+    has_succ = np.zeros(len(key), dtype=bool)
+    has_pred = np.zeros(len(key), dtype=bool)
+    has_succ[src[inside]] = True
+    has_pred[dst[inside]] = True
+    del src, dst, inside
+    order = np.argsort(key[tasks], kind="stable")     # grouped by key, each group in emission order
+    tasks = tasks[order]
+    keys = key[tasks]
+    sinks, sources = ~has_succ[tasks], ~has_pred[tasks]
+    ends = {}   # key -> (its sinks, its sources), in emission order
+    for which, mask in ((0, sinks), (1, sources)):
+        ks, ts = keys[mask], tasks[mask]
+        cut = np.flatnonzero(np.diff(ks)) + 1
+        for k, part in zip(ks[np.concatenate(([0], cut))].tolist(), np.split(ts, cut)):
+            ends.setdefault(k, [[], []])[which] = part.tolist()
+    del key, has_succ, has_pred, tasks, keys
+    devices_of: dict[int, list] = defaultdict(list)   # unit -> its devices
+    for k in sorted(ends):
+        devices_of[k // ndev].append(k % ndev)
     for block in range(plan.stages):
-        order = device_order(plan.schedule, plan.stages, plan.micro_batches, plan.chunks, block)
-        for before, after in zip(order, order[1:]):
-            owner = Owner.op(first_op[after])
-            for dev, tasks in units[after].items():
-                prev = units[before].get(dev)
-                if prev:
-                    inside_b, inside_a = set(prev), set(tasks)
-                    sinks = [t for t in prev if not succ[t] & inside_b]
-                    sources = [t for t in tasks if not pred[t] & inside_a]
-                    low._edges(owner, sinks, sources)
+        sched = device_order(plan.schedule, plan.stages, plan.micro_batches, plan.chunks, block)
+        for before, after in zip(sched, sched[1:]):
+            ub, ua = unit_ids.get(before), unit_ids.get(after)
+            if ub is None or ua is None:
+                continue
+            owner = Owner.op(first_op[ua])
+            for dev in devices_of.get(ua, ()):
+                prev = ends.get(ub * ndev + dev)
+                if prev is not None:
+                    low._edges(owner, prev[0], ends[ua * ndev + dev][1])
 
 
 def accumulate_micro_batches(low, owner, wname: str, users, plan, deps: dict, grad_parts: dict, sent) -> None:

@@ -45,11 +45,12 @@ def lower_overflow_check(low) -> list[int]:
     if not updates:
         return []
     src, dst = low.core.edge_arrays()
-    is_update = set(updates)
+    is_update = np.zeros(len(kinds), dtype=bool)
+    is_update[updates] = True
+    keep = is_update[dst]
     before: dict[int, set] = defaultdict(set)
-    for a, b in zip(src.tolist(), dst.tolist()):
-        if b in is_update:
-            before[int(devices[b])].add(a)
+    for a, b in zip(src[keep].tolist(), devices[dst[keep]].tolist()):
+        before[b].add(a)
     memory = low.memory_by_device()
     owner = Owner.loss(low.loss_node)
     checks = []

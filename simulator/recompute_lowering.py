@@ -29,6 +29,8 @@ from __future__ import annotations
 import dataclasses
 from collections import defaultdict
 
+import numpy as np
+
 from flexrt.errors import NotYetAvailableError
 from flexrt.simulator.actions import BufKind, Forward, Key, own_buf
 from flexrt.simulator.task_graph import Owner, OwnerKind, TaskKind
@@ -84,13 +86,17 @@ def lower_recompute(low) -> None:
             for key, dev, part in plist:
                 if key.kind is BufKind.OPERAND and key.name in ops:
                     operand_parts[key].append((dev, part))
-    src, dst = low.core.edge_arrays()
-    back = {t for name in ops for t in low.op_tasks[name][1]}
     fwd_of = {t: (name, q) for name in ops for q, t in enumerate(low.op_tasks[name][0])}
-    preds: dict[int, list] = defaultdict(list)
-    for a, b in zip(src.tolist(), dst.tolist()):
-        if b in back or (b in fwd_of and a in fwd_of):
-            preds[b].append(a)
+    size = low.core.size
+    is_back, is_fwd = np.zeros(size, dtype=bool), np.zeros(size, dtype=bool)
+    is_back[np.fromiter((t for name in ops for t in low.op_tasks[name][1]), dtype=np.int64)] = True
+    is_fwd[np.fromiter(fwd_of, dtype=np.int64, count=len(fwd_of))] = True
+    src, dst = low.core.edge_arrays()
+    keep = is_back[dst] | (is_fwd[dst] & is_fwd[src])   # only these edges are asked about (vectorized: the
+    preds: dict[int, list] = defaultdict(list)          # graph of a GPT-3 pipeline has millions of edges)
+    for a, b in zip(src[keep].tolist(), dst[keep].tolist()):
+        preds[b].append(a)
+    del src, dst, keep, is_back, is_fwd
     chained: set = set()
     for name in low.wiring.ops:
         if name in ops:
