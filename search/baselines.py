@@ -346,11 +346,26 @@ def megatron_best(base: PCG, machine: Machine, cost_model, optimizer: OptimizerK
     return best
 
 
-def _megatron_splits(base: PCG, machine: Machine, t: int, d: int, sequence_parallel: bool) -> dict[str, list]:
+def megatron_shortfalls(base: PCG, machine: Machine, tensor: Optional[int] = None, pipeline: int = 1) -> dict[str, int]:
+    """The operators ``megatron_lm`` means to split over the tensor group (attention, linears,
+    embeddings) that ``base``'s shapes let it split only ``k < t`` ways: name -> k. Megatron-LM
+    itself never meets one: it pads the vocabulary to a multiple of 128 x t
+    (``--make-vocab-size-divisible-by``), where an odd vocabulary (GPT's 50,257) leaves the
+    language-model head whole on one device here, and the residual stream split on the sample axis
+    instead of replicated over the group (its consumers no longer all take copies)."""
+    t = tensor_degrees(base, machine)[0] if tensor is None else tensor
+    short: dict[str, int] = {}
+    _megatron_splits(base, machine, t, max(1, machine.num_devices // (t * pipeline)), False, short)
+    return short
+
+
+def _megatron_splits(base: PCG, machine: Machine, t: int, d: int, sequence_parallel: bool,
+                     short: Optional[dict] = None) -> dict[str, list]:
     """Per operator of ``base`` the splits ``megatron_lm`` gives it on a block starting at device 0:
     tensor-parallel operators first, then the others, last to first, replicated over the tensor
     group only where every consumer takes copies (a tensor-parallel operator of the group's full
-    degree on its heads or outputs, or another replicated one), else data parallel over the block."""
+    degree on its heads or outputs, or another replicated one), else data parallel over the block.
+    ``short`` collects the tensor-parallel operators split fewer than ``t`` ways (name -> degree)."""
     _, second = _ffn_pairs(base)
     out: dict[str, list] = {}
     takes_copies: set[int] = set()
@@ -371,9 +386,13 @@ def _megatron_splits(base: PCG, machine: Machine, t: int, d: int, sequence_paral
                 out[node.name] = tried
                 if k == t and axis != "in":
                     takes_copies.add(node.id)
+                elif k < t and short is not None:
+                    short[node.name] = k
                 break
         else:
             out[node.name] = _data_split(base, node, machine, t * d)
+            if short is not None:
+                short[node.name] = 1
     consumers = _consumers(base)
     for node in reversed(_compute(base)):
         if node.name in out:

@@ -116,6 +116,9 @@ def _no_gc():
             gc.enable()
 
 
+REDUCE_KEY = "reduce"   # the times cache's key of a REDUCE task (``Lowering._reduce``); others are operators'
+
+
 class Lowering:
     """Builds and incrementally updates the task graph of a strategy."""
 
@@ -315,8 +318,11 @@ class Lowering:
         return hit
 
     def _reduce(self, owner, device: int, shape: TensorShape, n: int, name: str, before, action=None) -> int:
-        t = self._task(owner, TaskKind.REDUCE, device, self.cost.reduce_time(shape, n, self._spec(device)), name,
-                       action=action)
+        key = (REDUCE_KEY, shape, n, self._spec_names[device])   # sums of one shape recur (a pipeline's
+        exe = self._times.get(key)                                # accumulation: one per micro-batch)
+        if exe is None:
+            exe = self._times[key] = self.cost.reduce_time(shape, n, self._spec(device))
+        t = self._task(owner, TaskKind.REDUCE, device, exe, name, action=action)
         self._edges(owner, before, [t])
         return t
 

@@ -112,12 +112,14 @@ def accumulate_micro_batches(low, owner, wname: str, users, plan, deps: dict, gr
         c, i = users[u]
         tasks, parts = contrib[(ranges, dev)][unit_of(c)[1]]
         tasks.append(bwd[u][p])
-        parts.append((Key.grad_operand(c, i, p), overlap(low.layout(c).operand_regions[i][p].ranges, ranges)))
+        if low.detail:   # the parts are what the runtime assembles; a search needs none
+            parts.append((Key.grad_operand(c, i, p), overlap(low.layout(c).operand_regions[i][p].ranges, ranges)))
     for (readers, ranges, src, dev, box), (_, _, bx) in zip(plan.copies, sent):
         # a copy's gradient comes back once, when its last micro-batch's readers are done
         tasks, parts = contrib[(ranges, src)][max(unit_of(users[u][0])[1] for u, _ in readers)]
         tasks.extend(low.core.hops(bx))
-        parts.append((Key.transfer(low.core.row(bx)[4]), box))
+        if low.detail:
+            parts.append((Key.transfer(low.core.row(bx)[4]), box))
     dtype = low.wiring.weight_shape[wname].dtype
     for (ranges, dev), by_mb in contrib.items():
         if len(by_mb) < 2:

@@ -265,6 +265,28 @@ def check_model_flags(command: str, model: str, flags: Sequence[str],
     return cfg
 
 
+def warn_megatron_shortfalls(base, machine, tensor, pipeline: int) -> None:
+    """Say so on stderr when Megatron-LM's strategy cannot split an operator over the whole tensor
+    group (``flexrt.search.baselines.megatron_shortfalls``): usually an odd vocabulary, which
+    Megatron-LM pads and this model does not."""
+    from flexrt.errors import StrategyError
+    from flexrt.search.baselines import megatron_shortfalls, tensor_degrees
+    try:
+        t = tensor or tensor_degrees(base, machine)[0]
+        short = megatron_shortfalls(base, machine, t, pipeline)
+    except (StrategyError, IndexError):
+        return      # megatron_lm itself says what is wrong
+    if short:
+        listed = ", ".join(f"'{name}' {k}-way" for name, k in list(short.items())[:4]) + (", ..." if len(short) > 4 else "")
+        multiple = 128 * t
+        widths = sorted({n.attrs.out_channels for n in base.nodes if n.name in short and hasattr(n.attrs, "out_channels")})
+        hint = "; ".join(f"{w} outputs padded to {-(-w // multiple) * multiple}" for w in widths)
+        print(f"flexrt: warning: Megatron-LM's strategy splits {len(short)} operator(s) fewer than the tensor group's {t} "
+              f"ways, as their shapes allow: {listed}. Megatron-LM pads the vocabulary to a multiple of 128 x {t}"
+              + (f" ({hint}; gpt: --vocab)" if hint else "") + "; unpadded, these operators and the ones around them "
+              f"are not laid out as Megatron-LM's", file=sys.stderr)
+
+
 def warn_data_parallel(base, machine) -> None:
     """Say so on stderr when data parallelism cannot use every device: the batch does not divide
     over them, so ``data_parallel`` uses the largest divisor of the batch that divides the devices."""
@@ -356,6 +378,7 @@ def pipeline_arg(args, base, machine):
     pipeline's other flags without ``--pipeline`` (or ``--megatron``) are a ConfigError."""
     if args.megatron:
         from flexrt.search.baselines import megatron_lm
+        warn_megatron_shortfalls(base, machine, args.tensor_parallel, args.pipeline or 1)
         return megatron_lm(base, machine, tensor=args.tensor_parallel, pipeline=args.pipeline or 1,
                            micro_batches=args.micro_batches, schedule=args.schedule,
                            chunks=args.chunks or (2 if args.schedule == "interleaved" else 1),

@@ -32,7 +32,7 @@ def _replica_argv(extra, batch: int) -> list:
 def symmetric_simulation(args, extra, loaded, machine, cost, optimizer):
     """(result, the replica's strategy, the simulator, replicas) of ``--symmetric``: Megatron-LM's
     strategy for ``machine`` folded onto one data-parallel replica (ConfigError where it cannot be)."""
-    from flexrt.cli._common import precision_arg, recompute_arg
+    from flexrt.cli._common import precision_arg, recompute_arg, warn_megatron_shortfalls
     from flexrt.search.baselines import megatron_lm
     from flexrt.simulator.folding import Fold
     from flexrt.simulator.simulate import Simulator
@@ -56,6 +56,7 @@ def symmetric_simulation(args, extra, loaded, machine, cost, optimizer):
     sub = load_machine(args.machine, nodes=machine.num_nodes // replicas)
     one = load_model(args.model, _replica_argv(extra, batch // replicas))
     base = precision_arg(args, one.model.pcg)
+    warn_megatron_shortfalls(base, sub, t, p)
     strategy = megatron_lm(base, sub, tensor=t, pipeline=p, micro_batches=args.micro_batches, schedule=args.schedule,
                            chunks=args.chunks or (2 if args.schedule == "interleaved" else 1),
                            sequence_parallel=args.sequence_parallel)
