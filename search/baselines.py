@@ -53,7 +53,9 @@ from flexrt.machine import Machine
 from flexrt.machine.views import view_from_device_ids
 from flexrt.search.api import SearchResult, fixed_result, register_algorithm
 from flexrt.strategy import OpConfig, Strategy, all_axes, apply_single, data_parallel, is_compute
+from flexrt.strategy.config import wiring_of
 from flexrt.strategy.pipeline import pipeline_strategy, source_of
+from flexrt.strategy.recompute import checkpoint_cuts
 
 __all__ = [
     "BASELINES",
@@ -304,7 +306,35 @@ def megatron_lm(base: PCG, machine: Machine, tensor: Optional[int] = None, pipel
         configs = {node.id: place(base, node, 0) or data_parallel(base, machine).configs[node.id]
                    for node in _compute(base)}
         return Strategy.from_configs(base, configs)
-    return pipeline_strategy(base, machine, pipeline, m, schedule, chunks=chunks, place=place)
+    return pipeline_strategy(base, machine, pipeline, m, schedule, chunks=chunks, place=place,
+                             stage_of=megatron_stages(base, pipeline * chunks))
+
+
+def megatron_stages(base: PCG, count: int) -> Optional[dict[str, int]]:
+    """Megatron-LM's pipeline stages: ``count`` (p v) stages of L / (p v) transformer layers each,
+    the embedding with the first and the final norm and head with the last (Megatron-LM asserts
+    that the layers divide). A layer is an attention operator with what follows it up to the next
+    layer's start, and a layer starts right after the last checkpoint cut before its attention (the
+    residual stream alone alive: ``recompute.checkpoint_cuts``). None where the model has no
+    attention, its layers do not divide into ``count`` stages, or two layers start at one cut (no
+    residual stream alone between them): ``pipeline_strategy`` then balances the stages by FLOPs."""
+    wiring = wiring_of(base)
+    order = list(wiring.ops)
+    attention = [i for i, name in enumerate(order) if wiring.nodes[name].op_type is OpType.MULTIHEAD_ATTENTION]
+    if not attention or len(attention) % count:
+        return None
+    cuts = set(checkpoint_cuts(wiring))
+    cut_at = [i for i, name in enumerate(order) if name in cuts]
+    starts = [max((c + 1 for c in cut_at if c < a), default=0) for a in attention]
+    if any(b <= a for a, b in zip(starts, starts[1:])):
+        return None     # layers not separated by the residual stream alone (an encoder-decoder's cross attention)
+    per_stage = len(attention) // count
+    stage_of, layer = {}, 0
+    for i, name in enumerate(order):
+        while layer + 1 < len(starts) and i >= starts[layer + 1]:
+            layer += 1
+        stage_of[name] = layer // per_stage
+    return stage_of
 
 
 def _attention_heads(base: PCG) -> set[int]:

@@ -306,3 +306,29 @@ def test_megatron_shortfalls_name_a_head_the_vocabulary_does_not_let_split(vocab
     replicated = {pcg.node(nid).name for nid, c in s.configs.items() if c.degree_map.get("replica") == 4}
     assert ("ln_f" in replicated) == (not short)
     assert ("h.1.mlp.add" in replicated) == (not short)
+
+
+@pytest.mark.parametrize("layers, stages", [(4, 2), (4, 4), (6, 3), (8, 2), (6, 4), (3, 2)])
+def test_megatron_pipeline_stages_are_whole_transformer_layers(layers, stages):
+    """Megatron-LM gives each stage L / p layers, the embedding to the first and the head to the
+    last; where the layers do not divide, the stages are balanced by FLOPs instead."""
+    from flexrt.model import load_model
+    from flexrt.search.baselines import megatron_lm, megatron_stages
+    pcg = load_model("gpt", ["-b", "8", "--config", "gpt-tiny", "--layers", str(layers)]).model.pcg
+    got = megatron_stages(pcg, stages)
+    if layers % stages:
+        assert got is None
+        return
+    per = layers // stages
+    attention = [name for name in got if name.endswith(".attn")]
+    assert [got[name] for name in attention] == [i // per for i in range(layers)]
+    assert got["wte"] == 0 and got["lm_head"] == got["softmax"] == stages - 1
+    assert all(got[f"h.{i}.ln1"] == got[f"h.{i}.mlp.add"] == i // per for i in range(layers))
+    s = megatron_lm(pcg, load_machine("dgx_a100", nodes=stages), tensor=4, pipeline=stages, micro_batches=2)
+    assert s.pipeline.stage_of == got
+
+
+def test_megatron_stages_fall_back_where_layers_are_not_separated():
+    """An encoder-decoder's decoder layers all read the encoder's output: no cut separates them."""
+    from flexrt.search.baselines import megatron_stages
+    assert megatron_stages(zoo_pcg("transformer", 4), 2) is None
