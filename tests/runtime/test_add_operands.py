@@ -134,14 +134,8 @@ def test_random_strategies_with_operand_parts_train_like_one_device(seed, op, ma
 
 
 def test_random_strategies_draw_operand_parts(machine):
-    pcg = towers()
-    drawn = set()
-    for seed in range(60):
-        try:
-            drawn.add(random_strategy(pcg, machine, seed).shapes("sum").degree_map.get("operand", 1))
-        except StrategyError:
-            continue
-    assert drawn == {1, 2}
+    from tests.runtime.test_concat_parts import degrees_drawn
+    assert degrees_drawn(towers(), machine, "sum", "operand", 60) == {1, 2}
 
 
 def test_an_add_cut_by_operand_does_not_fuse(machine):

@@ -155,14 +155,19 @@ def test_random_strategies_with_parts_train_like_one_device(seed, machine):
     compare_with_one_device(f"random {seed}", pcg, s, machine, LOSS, TOL, weights_for(pcg, DataType.DT_DOUBLE))
 
 
-def test_random_strategies_draw_parts(machine):
-    pcg = dlrm_parts()
+def degrees_drawn(pcg, machine, name: str, axis: str, seeds: int) -> set:
+    """The degrees of ``name``'s ``axis`` that random strategies of seeds 0 .. seeds-1 draw."""
     drawn = set()
-    for seed in range(40):
+    for seed in range(seeds):
         try:
-            drawn.add(random_strategy(pcg, machine, seed).shapes("interaction").degree_map["part"])
+            drawn.add(random_strategy(pcg, machine, seed).shapes(name).degree_map.get(axis, 1))
         except StrategyError:
             continue
+    return drawn
+
+
+def test_random_strategies_draw_parts(machine):
+    drawn = degrees_drawn(dlrm_parts(), machine, "interaction", "part", 40)
     assert {2, 4} <= drawn
 
 
