@@ -47,7 +47,7 @@ from flexrt.ir.enums import ActiMode
 from flexrt.ir.op_type import OpType
 from flexrt.ir.parallel_tensor import divisors
 from flexrt.ir.pcg import PCG, Node
-from flexrt.ir.registry import AxisKind, op_def
+from flexrt.ir.registry import AxisKind, SlotKind, op_def
 from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.machine import Machine
 from flexrt.machine.views import view_from_device_ids
@@ -129,6 +129,15 @@ def _compute(base: PCG) -> list[Node]:
 
 def _sample_axis(base: PCG, node: Node) -> str | None:
     return next((a.name for a in all_axes(base, node) if a.kind is AxisKind.SAMPLE), None)
+
+
+def _sequence_axis(base: PCG, node: Node) -> str | None:
+    """The axis splitting dimension 1 of a [batch, sequence, hidden] output: what Megatron-LM's
+    sequence parallelism splits (None for other ranks)."""
+    if len(base.output_shapes(node.id)[0].tensor_shape.dims) != 3:
+        return None
+    return next((a.name for a in all_axes(base, node)
+                 if any(k == 0 and s.kind is SlotKind.SHARD and s.dim == 1 for k, s in a.outputs)), None)
 
 
 def _falling(n: int) -> list[int]:
@@ -272,8 +281,9 @@ def megatron_lm(base: PCG, machine: Machine, tensor: Optional[int] = None, pipel
     and embedding tables on their outputs (Megatron splits a table's rows and all-reduces partial
     sums; the columns' all-gather moves as much); piece k of a tensor-parallel group on device block start + k, the group
     repeated d times with stride t. The operators between (LayerNorm, residual adds, dropout) are
-    replicated over the group, or with ``sequence_parallel`` split over it (on the sample axis: the
-    communication volume of splitting the sequence). Pipelines: ``pipeline_strategy`` with
+    replicated over the group, or with ``sequence_parallel`` split over it along the sequence
+    (dimension 1 of a [batch, sequence, hidden] tensor, as Megatron-LM does; the sample axis where
+    the operator has no such dimension). Pipelines: ``pipeline_strategy`` with
     ``micro_batches`` (default 4p), ``schedule`` and ``chunks``. Where shapes forbid a split the
     operator is data parallel over its block. ``data`` (d, default n / (t p)) smaller than that uses
     only the first t p d devices (Megatron-LM's weak-scaling runs: one tensor group, no data
@@ -300,7 +310,8 @@ def megatron_lm(base: PCG, machine: Machine, tensor: Optional[int] = None, pipel
 
     def place(pcg: PCG, node: Node, start: int) -> Optional[OpConfig]:
         name = source_of(node.name)[0] if pipeline > 1 else node.name
-        return _placed(pcg, node, machine, start, splits[name])
+        # the first alternative that the operator's (micro-batch's) shapes take
+        return next((cfg for alt in splits[name] if (cfg := _placed(pcg, node, machine, start, alt)) is not None), None)
 
     if pipeline == 1:
         configs = {node.id: place(base, node, 0) or data_parallel(base, machine).configs[node.id]
@@ -413,14 +424,14 @@ def _megatron_splits(base: PCG, machine: Machine, t: int, d: int, sequence_paral
         for k in _falling(t):            # smaller tensor degrees where shapes need, else data parallel on the block
             tried = [(axis, k, 1)] + data
             if _placed(base, node, machine, 0, tried) is not None:
-                out[node.name] = tried
+                out[node.name] = [tried]
                 if k == t and axis != "in":
                     takes_copies.add(node.id)
                 elif k < t and short is not None:
                     short[node.name] = k
                 break
         else:
-            out[node.name] = _data_split(base, node, machine, t * d)
+            out[node.name] = _data_splits(base, node, t * d)
             if short is not None:
                 short[node.name] = 1
     consumers = _consumers(base)
@@ -428,24 +439,31 @@ def _megatron_splits(base: PCG, machine: Machine, t: int, d: int, sequence_paral
         if node.name in out:
             continue
         sample = _sample_axis(base, node)
-        replica = [("replica", t, 1)] + ([(sample, d, t)] if sample and d > 1 else [])
+        data = [(sample, d, t)] if sample and d > 1 else []
+        replica = [("replica", t, 1)] + data
         after = consumers[node.id]
+        seq = _sequence_axis(base, node) if t > 1 else None
+        by_sequence = [(seq, t, 1)] + data
         if not sequence_parallel and t > 1 and any(a.name == "replica" for a in all_axes(base, node)) and after \
                 and all(c.id in takes_copies for c in after) and _placed(base, node, machine, 0, replica) is not None:
-            out[node.name] = replica
+            out[node.name] = [replica]
             takes_copies.add(node.id)
         else:
-            out[node.name] = _data_split(base, node, machine, t * d)
+            # data parallel over the block; where a micro-batch is too small for that (Megatron-LM's
+            # GPT-3 runs micro-batches of one sequence) the sequence split over the group, as its
+            # sequence parallelism and vocabulary-parallel loss spread the work; with
+            # ``sequence_parallel``, that first (Megatron-LM's layout)
+            whole, *fewer = _data_splits(base, node, t * d)
+            sequence = [by_sequence] if seq is not None else []
+            out[node.name] = (sequence + [whole] if sequence_parallel else [whole] + sequence) + fewer
     return out
 
 
-def _data_split(base: PCG, node: Node, machine: Machine, width: int) -> list:
-    """The sample axis split over the most of ``width`` devices its shapes allow (none: unsplit)."""
+def _data_splits(base: PCG, node: Node, width: int) -> list[list]:
+    """The sample axis split over ``width`` devices, then each smaller degree, then unsplit: the
+    alternatives ``megatron_lm`` places in turn (the first its shapes take)."""
     sample = _sample_axis(base, node)
-    for k in _falling(width) if sample else ():
-        if _placed(base, node, machine, 0, [(sample, k, 1)]) is not None:
-            return [(sample, k, 1)]
-    return []
+    return [[(sample, k, 1)] for k in (_falling(width) if sample else ())] + [[]]
 
 
 def neo_dlrm(base: PCG, machine: Machine) -> Strategy:

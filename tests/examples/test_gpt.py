@@ -87,3 +87,21 @@ def test_megatron_lm_defaults_are_megatron_and_its_3d_strategy_trains_like_one_d
         _train_like_one_device(m, s, machine)
     with pytest.raises(FlexrtError, match="tensor parallel degree 3 must divide the 8 devices of a node"):
         megatron_lm(m.pcg, machine, tensor=3)
+
+
+@pytest.mark.parametrize("sequence_parallel", [False, True])
+def test_megatron_micro_batches_of_one_split_the_sequence_over_the_tensor_group(sequence_parallel):
+    """Megatron-LM's GPT-3 runs micro-batches of one sequence, which no sample split can spread over
+    a tensor group: sequence parallelism splits the sequence (dimension 1), and an operator that is
+    neither tensor parallel nor replicated (the softmax under the loss) splits it too instead of
+    running whole on one device. The strategy still trains like one device."""
+    from flexrt.search.baselines import megatron_lm
+    machine = load_machine("dgx1_v100")                   # t 4 x p 2: one data-parallel replica
+    m = _tiny()
+    s = megatron_lm(m.pcg, machine, tensor=4, pipeline=2, micro_batches=4, sequence_parallel=sequence_parallel)
+    degrees = {name: s.shapes(name).degree_map for name in s.wiring().ops if name.endswith(".mb0")}
+    assert degrees["softmax.mb0"].get("dim1") == 4
+    for name in ("h.0.ln1.mb0", "h.1.mlp.add.mb0", "ln_f.mb0"):
+        assert degrees[name].get("dim1" if sequence_parallel else "replica") == 4, (name, degrees[name])
+        assert degrees[name].get("dim0", 1) == 1
+    _train_like_one_device(m, s, machine)
