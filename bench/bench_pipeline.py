@@ -15,15 +15,14 @@ exploiting symmetric replicas. The host is shared: the load average is printed b
 
 ``--gpt3 M``: GPT-3 175B on 128 DGX A100 nodes under Megatron-LM's strategy (t=8, p=16, d=8, batch
 1536, vocabulary padded to 51,200, bf16, Adam, 1F1B with M micro-batches), simulated symmetrically
-(one data-parallel replica): the seconds to build the strategy, to lower and simulate it, this
-process's peak memory, the tasks, the iteration and the hardware TFLOP/s per GPU.
+(one data-parallel replica), through ``flexrt simulate``: the iteration, TFLOP/s per GPU, memory per
+GPU, and the simulation's own time and peak memory.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import resource
 import statistics
 import time
 
@@ -50,33 +49,15 @@ def measure(layers: int, nodes: int, pipeline: int, micro: int, repeat: int) -> 
     return result.num_tasks, statistics.median(builds), statistics.median(sims), result.iteration_time_s
 
 
-def gpt3(micro: int, recompute: str) -> None:
-    """One symmetric simulation of GPT-3 175B under Megatron-LM's strategy (module doc)."""
-    from flexrt.cli._large import flops_report
-    from flexrt.ir.precision import with_precision
-    from flexrt.simulator.folding import Fold
-    from flexrt.strategy.config import wiring_of
-    from flexrt.strategy.recompute import recompute_set
-    full, sub = load_machine("dgx_a100", nodes=128), load_machine("dgx_a100", nodes=16)
-    replicas = full.num_nodes // sub.num_nodes
-    t0 = time.perf_counter()
-    base = with_precision(load_model("gpt", ["--config", "gpt3-175b", "--vocab", "51200", "-b",
-                                             str(1536 // replicas)]).model.pcg, "bf16")
-    strategy = megatron_lm(base, sub, tensor=8, pipeline=16, micro_batches=micro)
-    if recompute != "none":
-        strategy = strategy.with_recompute(recompute_set(wiring_of(base), recompute))
-    t1 = time.perf_counter()
-    sim = Simulator(sub, AnalyticCostModel(), "adam", detail=False, incremental=False, fold=Fold(replicas, full, sub))
-    result = sim.full(strategy)
-    t2 = time.perf_counter()
-    whole = with_precision(load_model("gpt", ["--config", "gpt3-175b", "--vocab", "51200", "-b", "1536"]).model.pcg,
-                           "bf16")
-    flops = flops_report(whole, strategy, result.iteration_time_s, full.num_devices)
-    peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+def gpt3(micro: int, recompute: str) -> int:
+    """One symmetric simulation of GPT-3 175B under Megatron-LM's strategy (module doc), run as the
+    ``flexrt simulate`` command that the README gives: its report ends with the simulation's own
+    time and peak memory."""
+    from flexrt.cli import main as flexrt
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
-    print(f"GPT-3 175B, 1,024 GPUs, {micro} micro-batches, recompute {recompute}: build {t1 - t0:.1f} s, lower and "
-          f"simulate {t2 - t1:.1f} s, peak memory {peak_gb:.2f} GB, {result.num_tasks:,} tasks; iteration "
-          f"{result.iteration_time_s:.2f} s, {flops['hardware_tflops_per_gpu']:.1f} hardware TFLOP/s per GPU")
+    return flexrt(["simulate", "gpt", "--config", "gpt3-175b", "--vocab", "51200", "-b", "1536", "--machine",
+                   "dgx_a100", "--nodes", "128", "--megatron", "--pipeline", "16", "--micro-batches", str(micro),
+                   "--symmetric", "--precision", "bf16", "--recompute", recompute, "--optimizer", "adam"])
 
 
 def main() -> None:
@@ -87,8 +68,7 @@ def main() -> None:
     parser.add_argument("--recompute", default="full", choices=["none", "full", "selective"])
     args = parser.parse_args()
     if args.gpt3:
-        gpt3(args.gpt3, args.recompute)
-        return
+        raise SystemExit(gpt3(args.gpt3, args.recompute))
     configs = [(8, 2, 2, 4), (8, 2, 2, 8), (8, 2, 2, 16), (16, 4, 4, 16), (24, 4, 4, 32)]
     if args.quick:
         configs = configs[:3]

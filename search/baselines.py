@@ -392,8 +392,8 @@ def megatron_shortfalls(base: PCG, machine: Machine, tensor: Optional[int] = Non
     embeddings) that ``base``'s shapes let it split only ``k < t`` ways: name -> k. Megatron-LM
     itself never meets one: it pads the vocabulary to a multiple of 128 x t
     (``--make-vocab-size-divisible-by``), where an odd vocabulary (GPT's 50,257) leaves the
-    language-model head whole on one device here, and the residual stream split on the sample axis
-    instead of replicated over the group (its consumers no longer all take copies)."""
+    language-model head whole on one device here, and the residual stream split instead of
+    replicated over the group (its consumers no longer all take copies)."""
     t = tensor_degrees(base, machine)[0] if tensor is None else tensor
     short: dict[str, int] = {}
     _megatron_splits(base, machine, t, max(1, machine.num_devices // (t * pipeline)), False, short)

@@ -330,10 +330,7 @@ def plan_regions(plan, idx: int, names: Sequence[str], degree, shape: TensorShap
         empty = tuple((0, 0) for _ in shape.dims)
         chosen = [_selected(select[0], degree, c) for c in index((select[0][0],))]
         ranges = [r if keep else empty for r, keep in zip(ranges, chosen)]
-        if with_dims:
-            lengths = [[hi - lo for lo, hi in r] for r in ranges]
-            return [Region(r, si, ci) for r, si, ci in zip(ranges, index(sum_names), index(copy_names))], \
-                [tuple(x) for x in lengths]
+        lengths = [[w if keep else 0 for w, keep in zip(col, chosen)] for col in lengths]
     regions = [Region(r, si, ci) for r, si, ci in zip(ranges, index(sum_names), index(copy_names))]
     if with_dims:
         return regions, (list(zip(*lengths)) if lengths else [()] * count)
