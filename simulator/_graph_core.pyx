@@ -182,6 +182,13 @@ cdef class GraphCore:
             for b in after:
                 self.edge(oid, a, b)
 
+    def pairs(self, srcs, dsts) -> None:
+        """``srcs[i]`` -> ``dsts[i]`` for every i, each needed by its destination's owner."""
+        cdef i64[::1] s = np.ascontiguousarray(srcs, dtype=np.int64), d = np.ascontiguousarray(dsts, dtype=np.int64)
+        cdef i64 i
+        for i in range(s.shape[0]):
+            self.edge(self.owner_[d[i]], s[i], d[i])
+
     def memory(self, int oid, i64 device, int kind, i64 num_bytes) -> None:
         """Record ``num_bytes`` of memory kind ``kind`` (index in ``MEMORY_KINDS``) on ``device``."""
         self._mem(oid, device, kind, num_bytes)
@@ -201,6 +208,25 @@ cdef class GraphCore:
             for a in deps[i]:
                 self.edge(oid, a, t)
             out.append(t)
+        return out
+
+    def chains(self, int oid, int kind, devices, exe, groups) -> list:
+        """Running sums: per i, on ``devices[i]``, one task taking ``exe[i]`` per contribution of
+        ``groups[i]`` (lists of task ids) after the first, after the sum so far and the contribution's
+        tasks (the first contribution starts the sum); returns per i the tasks that complete it."""
+        cdef i64 i, j, t, a
+        out = []
+        for i in range(len(devices)):
+            g = groups[i]
+            acc = g[0]
+            for j in range(1, len(g)):
+                t = self.task(oid, kind, devices[i], exe[i])
+                for a in acc:
+                    self.edge(oid, a, t)
+                for a in g[j]:
+                    self.edge(oid, a, t)
+                acc = [t]
+            out.append(acc)
         return out
 
     cdef inline void _mem(self, int oid, i64 device, int kind, i64 num_bytes) noexcept:

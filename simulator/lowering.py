@@ -317,12 +317,17 @@ class Lowering:
             self._routes[key] = hit
         return hit
 
-    def _reduce(self, owner, device: int, shape: TensorShape, n: int, name: str, before, action=None) -> int:
-        key = (REDUCE_KEY, shape, n, self._spec_names[device])   # sums of one shape recur (a pipeline's
-        exe = self._times.get(key)                                # accumulation: one per micro-batch)
+    def reduce_time(self, device: int, shape: TensorShape, n: int) -> float:
+        """The cost model's time of summing ``n`` tensors of ``shape`` on ``device`` (sums of one shape
+        recur: a pipeline's accumulation has one per micro-batch)."""
+        key = (REDUCE_KEY, shape, n, self._spec_names[device])
+        exe = self._times.get(key)
         if exe is None:
             exe = self._times[key] = self.cost.reduce_time(shape, n, self._spec(device))
-        t = self._task(owner, TaskKind.REDUCE, device, exe, name, action=action)
+        return exe
+
+    def _reduce(self, owner, device: int, shape: TensorShape, n: int, name: str, before, action=None) -> int:
+        t = self._task(owner, TaskKind.REDUCE, device, self.reduce_time(device, shape, n), name, action=action)
         self._edges(owner, before, [t])
         return t
 
@@ -755,14 +760,19 @@ class Lowering:
     def _release_plan(self) -> dict[str, list[str]]:
         """Operator -> the operators whose layouts nothing lowered after it reads."""
         pos = self.position
+        later = pos.__getitem__
+        weight_last = {}   # weight -> its last user (lowered with it, reading every user's layout)
         last = {}
         for name in self.wiring.ops:
-            readers = [name] + [c for c, _ in self.consumers.get(name, ())]
+            at = max([name] + [c for c, _ in self.consumers.get(name, ())], key=later)
             for i in range(len(self.wiring.nodes[name].inputs)):
                 pref = self.producer[(name, i)]
-                if pref.op_type is OpType.WEIGHT:  # lowered with its last user, reading every user's layout
-                    readers += [c for c, _ in self.consumers.get(pref.name, ())]
-            last[name] = max(readers, key=pos.__getitem__)
+                if pref.op_type is OpType.WEIGHT:
+                    w = weight_last.get(pref.name)
+                    if w is None:
+                        w = weight_last[pref.name] = max((c for c, _ in self.consumers.get(pref.name, ())), key=later)
+                    at = max(at, w, key=later)
+            last[name] = at
         out: dict[str, list[str]] = defaultdict(list)
         for name, at in last.items():
             out[at].append(name)

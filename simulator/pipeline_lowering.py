@@ -33,7 +33,7 @@ import numpy as np
 from flexrt.ir.tensor_shape import TensorShape
 from flexrt.ir.op_type import OpType
 from flexrt.simulator.actions import Backward, Buf, BufKind, Key, Sum, own_buf
-from flexrt.simulator.task_graph import Owner, TaskKind
+from flexrt.simulator.task_graph import KIND_CODE, Owner, TaskKind
 from flexrt.strategy.pipeline import device_order
 from flexrt.strategy.reshard import overlap
 
@@ -107,20 +107,24 @@ def accumulate_micro_batches(low, owner, wname: str, users, plan, deps: dict, gr
     weight so that each instance's contributions are summed micro-batch by micro-batch (module doc)."""
     unit_of = low.pipeline.unit_of
     bwd = [low.wgrad.get(c) or low.op_tasks[c][1] for c, _ in users]
+    mb = [unit_of(c)[1] for c, _ in users]
     contrib: dict[tuple, dict[int, list]] = defaultdict(lambda: defaultdict(lambda: ([], [])))
     for u, p, ranges, dev in plan.reads:
-        c, i = users[u]
-        tasks, parts = contrib[(ranges, dev)][unit_of(c)[1]]
+        tasks, parts = contrib[(ranges, dev)][mb[u]]
         tasks.append(bwd[u][p])
         if low.detail:   # the parts are what the runtime assembles; a search needs none
+            c, i = users[u]
             parts.append((Key.grad_operand(c, i, p), overlap(low.layout(c).operand_regions[i][p].ranges, ranges)))
     for (readers, ranges, src, dev, box), (_, _, bx) in zip(plan.copies, sent):
         # a copy's gradient comes back once, when its last micro-batch's readers are done
-        tasks, parts = contrib[(ranges, src)][max(unit_of(users[u][0])[1] for u, _ in readers)]
+        tasks, parts = contrib[(ranges, src)][max(mb[u] for u, _ in readers)]
         tasks.extend(low.core.hops(bx))
         if low.detail:
             parts.append((Key.transfer(low.core.row(bx)[4]), box))
     dtype = low.wiring.weight_shape[wname].dtype
+    if not low.detail:      # timing only: the same tasks, emitted in one call
+        _running_sums(low, owner, contrib, deps, dtype)
+        return
     for (ranges, dev), by_mb in contrib.items():
         if len(by_mb) < 2:
             continue
@@ -140,6 +144,23 @@ def accumulate_micro_batches(low, owner, wname: str, users, plan, deps: dict, gr
         deps[ranges][dev] = acc_tasks
         if low.detail:
             grad_parts[(ranges, dev)] = acc_parts
+
+
+def _running_sums(low, owner, contrib: dict, deps: dict, dtype) -> None:
+    """``accumulate_micro_batches`` without detail: the same REDUCE tasks and dependencies, in the
+    same order, from one ``GraphCore.chains`` call."""
+    keys, devices, exe, groups = [], [], [], []
+    for (ranges, dev), by_mb in contrib.items():
+        if len(by_mb) < 2:
+            continue
+        keys.append((ranges, dev))
+        devices.append(dev)
+        exe.append(low.reduce_time(dev, TensorShape(tuple(b - a for a, b in ranges), dtype), 2))
+        groups.append([by_mb[j][0] for j in sorted(by_mb)])
+    low._group_ids += sum(len(g) - 1 for g in groups)     # the sums' keys, as with detail
+    for (ranges, dev), done in zip(keys, low.core.chains(low._oid(owner), KIND_CODE[TaskKind.REDUCE], devices, exe,
+                                                         groups)):
+        deps[ranges][dev] = done
 
 
 WGRAD = "@w"   # the W task's own keys for the output gradients it reads

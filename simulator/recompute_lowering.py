@@ -33,7 +33,7 @@ import numpy as np
 
 from flexrt.errors import NotYetAvailableError
 from flexrt.simulator.actions import BufKind, Forward, Key, own_buf
-from flexrt.simulator.task_graph import Owner, OwnerKind, TaskKind
+from flexrt.simulator.task_graph import KIND_CODE, Owner, OwnerKind, TaskKind
 from flexrt.strategy.pipeline import source_of
 
 SUFFIX = "@r"
@@ -75,110 +75,124 @@ def _segments(low, ops) -> list[list[str]]:
 
 def lower_recompute(low) -> None:
     """Add the recompute tasks, parts and dependencies of ``low.recompute`` (module doc); records
-    ``low.recompute_tasks`` (operator -> its recompute task per piece)."""
+    ``low.recompute_tasks`` (operator -> its recompute task per piece).
+
+    Vectorized over the graph's edges (a GPT-3 pipeline has millions): the dependencies the module
+    doc names are read from the edges as they stand before the recompute tasks exist."""
     ops = low.recompute
     low.recompute_tasks = {}
     if not ops:
         return
-    operand_parts: dict[Key, list] = defaultdict(list)
-    if low.detail:
-        for plist in low.parts.values():
-            for key, dev, part in plist:
-                if key.kind is BufKind.OPERAND and key.name in ops:
-                    operand_parts[key].append((dev, part))
-    fwd_of = {t: (name, q) for name in ops for q, t in enumerate(low.op_tasks[name][0])}
+    order = [name for name in low.wiring.ops if name in ops]
     size = low.core.size
-    is_back, is_fwd = np.zeros(size, dtype=bool), np.zeros(size, dtype=bool)
-    is_back[np.fromiter((t for name in ops for t in low.op_tasks[name][1]), dtype=np.int64)] = True
-    is_fwd[np.fromiter(fwd_of, dtype=np.int64, count=len(fwd_of))] = True
     src, dst = low.core.edge_arrays()
-    keep = is_back[dst] | (is_fwd[dst] & is_fwd[src])   # only these edges are asked about (vectorized: the
-    preds: dict[int, list] = defaultdict(list)          # graph of a GPT-3 pipeline has millions of edges)
-    for a, b in zip(src[keep].tolist(), dst[keep].tolist()):
-        preds[b].append(a)
-    del src, dst, keep, is_back, is_fwd
-    chained: set = set()
-    for name in low.wiring.ops:
-        if name in ops:
-            _recompute_op(low, name, operand_parts, chained, [[fwd_of[a] for a in preds.get(t, ()) if a in fwd_of]
-                                                              for t in low.op_tasks[name][0]])
+    rtask = np.full(size, -1, dtype=np.int64)       # a recomputed operator's forward piece -> its recompute task
+    is_back = np.zeros(size, dtype=bool)
+    code = KIND_CODE[TaskKind.RECOMPUTE]
+    firsts, seconds = [], []
+    for name in order:
+        lay = low.layout(name)
+        fx, _, _ = low._piece_times(lay)
+        fwd, bwd = low.op_tasks[name]
+        tasks = low.core.after(low._oid(Owner.op(name)), code, lay.devices, fx, [[f] for f in fwd])
+        low.recompute_tasks[name] = tasks
+        rtask[np.asarray(fwd, dtype=np.int64)] = tasks
+        is_back[np.asarray(bwd, dtype=np.int64)] = True
+        firsts.append(tasks)
+        seconds.append(bwd)
+    low.core.pairs(np.concatenate(firsts), np.concatenate([np.asarray(b, dtype=np.int64) for b in seconds]))
+    # a recomputed producer's forward handing its operand to a recomputed forward on its device
+    local = (rtask[src] >= 0) & (rtask[dst] >= 0)
+    low.core.pairs(rtask[src[local]], rtask[dst[local]])
+    chained = np.zeros(low.core.size, dtype=bool)    # recompute tasks that wait for another one
+    chained[rtask[dst[local]]] = True
+    into_back = is_back[dst]
     segments = _segments(low, ops)
-    for seg in segments:
-        _trigger(low, seg, chained, preds)
+    _trigger(low, segments, chained, src[into_back], dst[into_back])
+    if low.detail:
+        _detail(low, order)
     _working_set(low, segments)
 
 
-def _recompute_op(low, name: str, operand_parts: dict, chained: set, local_producers: list) -> None:
-    """The recompute task of each piece of ``name``; ``chained`` collects those that wait for a
-    recomputed producer's task: per piece, ``local_producers`` are the recomputed (operator, piece)
-    whose forward hands it its operand on its own device (a direct forward edge, the same in the
-    graph with or without detail)."""
-    owner = Owner.op(name)
-    lay = low.layout(name)
-    fx, _, _ = low._piece_times(lay)
-    fwd, bwd = low.op_tasks[name]
-    tasks = []
-    for p, dev in enumerate(lay.devices):
-        fa = ra = None
-        if low.detail:      # actions and parts: what the runtime needs, not a search
+def _detail(low, order: list) -> None:
+    """With detail: each recompute task's action, the parts assembling its operands, and the
+    backward (and W) tasks reading the recomputed buffers."""
+    ops = low.recompute
+    operand_parts: dict[Key, list] = defaultdict(list)
+    for plist in low.parts.values():
+        for key, dev, part in plist:
+            if key.kind is BufKind.OPERAND and key.name in ops:
+                operand_parts[key].append((dev, part))
+    for name in order:
+        owner = Owner.op(name)
+        lay = low.layout(name)
+        _, bwd = low.op_tasks[name]
+        for p, (dev, rid) in enumerate(zip(lay.devices, low.recompute_tasks[name])):
             fa, _ = low._piece_actions(name, lay, p, dev)
             ra = Forward(name, fa.attrs, fa.zeroed, tuple(own_buf(b, SUFFIX) for b in fa.operands),
                          tuple(own_buf(b, SUFFIX) for b in fa.outputs))
-        rid = low._task(owner, TaskKind.RECOMPUTE, dev, fx[p], f"recompute {name}[{p}]", node=name, piece=p,
-                        action=ra)
-        tasks.append(rid)
-        low._edge(owner, fwd[p], rid)
-        low._edge(owner, rid, bwd[p])
-        for producer, q in local_producers[p]:
-            low._edge(owner, low.recompute_tasks[producer][q], rid)
-            chained.add(rid)
-        if not low.detail:
-            continue
-        for i, b in enumerate(fa.operands):
-            for d, part in operand_parts.get(b.key, ()):
-                s = part.src
-                if s.kind is BufKind.OUTPUT and s.name in low.recompute and part.device == d:
-                    s = s.own(SUFFIX)
-                low._part(owner, ra.operands[i].key, d, s, part.device, part.box, part.add)
-        # the backward (and a zero-bubble schedule's W pass) read the recomputed buffers
-        for t in [bwd[p]] + ([low.wgrad[name][p]] if name in low.wgrad else []):
-            node, piece, regions, action = low.graph.info[t]
-            low.graph.annotate(t, low.graph.names[t], node, piece, regions,
-                               dataclasses.replace(action, operands=ra.operands, outputs=ra.outputs))
-    low.recompute_tasks[name] = tasks
+            low.graph.annotate(rid, f"recompute {name}[{p}]", name, p, (), ra)
+            for i, b in enumerate(fa.operands):
+                for d, part in operand_parts.get(b.key, ()):
+                    s = part.src
+                    if s.kind is BufKind.OUTPUT and s.name in ops and part.device == d:
+                        s = s.own(SUFFIX)
+                    low._part(owner, ra.operands[i].key, d, s, part.device, part.box, part.add)
+            # the backward (and a zero-bubble schedule's W pass) read the recomputed buffers
+            for t in [bwd[p]] + ([low.wgrad[name][p]] if name in low.wgrad else []):
+                node, piece, regions, action = low.graph.info[t]
+                low.graph.annotate(t, low.graph.names[t], node, piece, regions,
+                                   dataclasses.replace(action, operands=ra.operands, outputs=ra.outputs))
 
 
-def _trigger(low, seg: list[str], chained: set, preds: dict) -> None:
-    """The segment's recomputation waits for every gradient entering its backward from outside: its
-    recompute tasks that wait for no other one wait for what its members' backwards on their device
-    wait for from a consumer outside the segment (that consumer's backward on the same device, or the transfer
-    bringing its gradient), unless that consumer's backward itself waits for the segment (it
-    feeds back into it)."""
-    members = set(seg)
+def _trigger(low, segments: list, chained, src, dst) -> None:
+    """Each segment's recomputation waits for every gradient entering its backward from outside: its
+    recompute tasks that wait for no other one (not ``chained``) wait, on each device, for what its
+    members' backwards there wait for from a consumer outside the segment (that consumer's backward
+    on the same device, or the transfer bringing its gradient), unless that consumer's backward
+    itself waits for the segment (it feeds back into it). ``src -> dst``: the edges into the
+    recomputed operators' backward tasks."""
+    cols = low.graph.columns()
+    owner_col, device_col = cols["owner"], cols["device"]
+    seg_of = np.full(len(owner_col), -1, dtype=np.int64)     # a member's backward task -> its segment
+    for k, seg in enumerate(segments):
+        for name in seg:
+            seg_of[np.asarray(low.op_tasks[name][1], dtype=np.int64)] = k
+    sk, oa = seg_of[dst], owner_col[src].astype(np.int64)
+    pair = sk * (int(oa.max(initial=0)) + 1) + oa          # (segment, the predecessor's owner)
+    uniq, inverse = np.unique(pair, return_inverse=True)
     keys = low.graph.owner_keys
-    verdict: dict[str, bool] = {}
+    width = int(oa.max(initial=0)) + 1
+    member_sets = [set(seg) for seg in segments]
+    entering = np.fromiter((_entering(low, keys[int(u % width)], member_sets[int(u // width)]) for u in uniq),
+                           dtype=bool, count=len(uniq))[inverse]
+    # per (segment, device): what enters there
+    grp = sk[entering] * low.core.size + device_col[dst[entering]]
+    a = src[entering]
+    by = np.lexsort((a, grp))
+    grp, a = grp[by], a[by]
+    cut = np.flatnonzero(np.diff(grp)) + 1
+    outside = {int(g): np.unique(part).tolist() for g, part in zip(grp[np.concatenate(([0], cut))].tolist()
+                                                                 if len(grp) else [], np.split(a, cut))}
+    for k, seg in enumerate(segments):
+        sources: dict[int, list] = defaultdict(list)
+        for name in seg:
+            for t in low.recompute_tasks[name]:
+                if not chained[t]:
+                    sources[int(device_col[t])].append(t)
+        for dev, ts in sources.items():
+            before = outside.get(k * low.core.size + dev)
+            if before:
+                low._edges(Owner.op(seg[0]), before, ts)
 
-    def entering(t: int) -> bool:
-        owner = keys[low.core.row(t)[6]]
-        if owner.kind is OwnerKind.LOSS:
-            return True
-        if owner.kind not in (OwnerKind.OP, OwnerKind.EDGE) or owner.name in members:
-            return False
-        if owner.name not in verdict:
-            verdict[owner.name] = not _reaches(low, owner.name, members)
-        return verdict[owner.name]
-    outside: dict[int, set] = defaultdict(set)     # device -> what enters there
-    for name in seg:
-        for t in low.op_tasks[name][1]:
-            outside[low.core.row(t)[1]].update(a for a in preds.get(t, ()) if entering(a))
-    sources: dict[int, list] = defaultdict(list)
-    for name in seg:
-        for t in low.recompute_tasks[name]:
-            if t not in chained:
-                sources[low.core.row(t)[1]].append(t)
-    for dev, ts in sources.items():
-        if outside.get(dev):
-            low._edges(Owner.op(seg[0]), sorted(outside[dev]), ts)
+
+def _entering(low, owner, members: set) -> bool:
+    """Whether a task of ``owner`` hands a gradient into the segment ``members`` from outside."""
+    if owner.kind is OwnerKind.LOSS:
+        return True
+    if owner.kind not in (OwnerKind.OP, OwnerKind.EDGE) or owner.name in members:
+        return False
+    return not _reaches(low, owner.name, members)
 
 
 def _reaches(low, start: str, targets: set) -> bool:
@@ -202,12 +216,15 @@ def _working_set(low, segments: list) -> None:
     """Static memory: per device, the largest segment's recomputed activations (one segment is live
     at a time), charged to that segment's first operator."""
     best: dict[int, tuple[int, str]] = {}
+    pieces: dict[int, tuple] = {}     # layout (twins share one) -> (it, [(device, activation bytes)])
     for seg in segments:
         per_dev: dict[int, int] = defaultdict(int)
         for name in seg:
             lay = low.layout(name)
-            _, _, act = low._piece_times(lay)
-            for dev, a in zip(lay.devices, act):
+            hit = pieces.get(id(lay.kin))
+            if hit is None:
+                hit = pieces[id(lay.kin)] = (lay.kin, list(zip(lay.devices, low._piece_times(lay)[2])))
+            for dev, a in hit[1]:
                 per_dev[dev] += a
         for dev, total in per_dev.items():
             if total > best.get(dev, (0, ""))[0]:

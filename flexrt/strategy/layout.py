@@ -52,6 +52,13 @@ class OperatorLayout:
     piece_attrs: list        # per piece: (attributes it runs with, operands it zeroes)
     piece_class: list        # per piece: index of its (attributes, operand and output shapes) in ``classes``
     classes: list            # the distinct (attributes, operand shapes, output shapes) of the pieces
+    origin: "OperatorLayout | None" = None   # the layout this one copies for another node (``Layouts``' twins):
+    # every field but ``node`` is the origin's, so what depends on them alone (resharding plans) is shared
+
+    @property
+    def kin(self) -> "OperatorLayout":
+        """The layout whose fields this one shares (itself unless it is a twin's copy)."""
+        return self.origin if self.origin is not None else self
 
     @property
     def num_pieces(self) -> int:
@@ -204,6 +211,7 @@ class Layouts:
     def __init__(self, machine: Machine, wiring: Wiring, limit: int = 50_000) -> None:
         self.machine, self.wiring, self.limit = machine, wiring, limit
         self._memo: dict = {}
+        self._keys: dict = {}     # operator -> its keys in ``_memo``
         self._tensors: dict = {}  # pieces of each distinct tensor cut, shared by operators of one shape
         # the last layout per (configuration shapes, view): operators with equal attributes and shapes
         # share their shapes object (``op_shapes``), so their layouts differ only in the node
@@ -219,21 +227,23 @@ class Layouts:
         twin = self._twins.get(tkey)  # an operator of the same kind, attributes, shapes and view
         if twin is not None and twin[0] is shapes and twin[1].node.attrs == node.attrs:
             lay = copy.copy(twin[1])
-            lay.node = node
+            lay.node, lay.origin = node, twin[1].kin
         else:
             lay = operator_layout(self.machine, self.wiring, name, shapes, view, self._tensors)
         if len(self._memo) >= self.limit:  # a long search visits many; keep memory bounded
             self._memo.clear()
+            self._keys.clear()
             self._tensors.clear()
             self._twins.clear()
         self._twins[tkey] = (shapes, lay)
         self._memo[key] = (shapes, lay)
+        self._keys.setdefault(name, []).append(key)
         return lay
 
     def drop(self, name: str) -> None:
         """Forget the layouts of operator ``name``."""
-        for key in [k for k in self._memo if k[0] == name]:
-            del self._memo[key]
+        for key in self._keys.pop(name, ()):
+            self._memo.pop(key, None)
 
     def __len__(self) -> int:
         return len(self._memo)

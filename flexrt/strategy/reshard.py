@@ -209,6 +209,7 @@ class Reshards:
     def get(self, producer: OperatorLayout, k_out: int, consumer: OperatorLayout, i: int, k: int) -> ReshardPlan:
         if self.limit <= 0:  # keeps nothing (and so no layout alive)
             return reshard_plan(producer, k_out, consumer, i, k)
+        producer, consumer = producer.kin, consumer.kin   # twins' copies share their origin's plans
         key = (id(producer), k_out, id(consumer), i, k)
         hit = self._memo.get(key)
         if hit is not None and hit[0] is producer and hit[1] is consumer:
@@ -223,6 +224,7 @@ class Reshards:
         """``weight_plan`` of ``users`` [(layout, operand index)], cached like edges' plans."""
         if self.limit <= 0:
             return weight_plan(users)
+        users = [(L.kin, i) for L, i in users]
         key = ("weight",) + tuple((id(L), i) for L, i in users)
         hit = self._memo.get(key)
         if hit is not None and all(a is L for a, (L, _) in zip(hit[0], users)):
