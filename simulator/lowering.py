@@ -41,13 +41,12 @@ Entry point: ``Lowering``.
 
 from __future__ import annotations
 
-import gc
 from collections import defaultdict
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Optional
 
 from flexrt.errors import StrategyError
+from flexrt.gc_pause import no_gc
 from flexrt.ir.costs import op_cost
 from flexrt.ir.op_type import OpType
 from flexrt.ir.pcg import TensorRef
@@ -101,19 +100,6 @@ class _EdgeEnds:
 
     def gin(self, p):
         return Key.grad_operand(self.cname, self.i, p)
-
-
-@contextmanager
-def _no_gc():
-    """Lowering makes many small acyclic objects: the cyclic collector's passes over them (and
-    everything else alive) only cost time, so it pauses while a graph is built."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 REDUCE_KEY = "reduce"   # the times cache's key of a REDUCE task (``Lowering._reduce``); others are operators'
@@ -181,7 +167,7 @@ class Lowering:
             if users:
                 self._last_user_of[max((c for c, _ in users), key=wiring.position.__getitem__)].append(w)
         self._layouts = Layouts(self.machine, wiring)
-        self._reshards = Reshards(limit=50_000 if self.incremental else 0)
+        self._reshards = Reshards()   # keyed by twin layouts' origin: few, whatever the micro-batches
         self._ranks = {}
         self.position = wiring.position
         self.consumers = wiring.consumers
@@ -734,7 +720,7 @@ class Lowering:
         last user of, the loss it scores): priorities, not emission order, break ties, so any order
         gives the same timeline, and this one lets a one-shot (not ``incremental``) build release
         each layout once its last reader is lowered."""
-        with _no_gc():
+        with no_gc():
             self._fresh_graph()
             self._set_strategy(strategy)
             self._describe_graph()

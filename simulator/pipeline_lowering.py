@@ -47,7 +47,7 @@ def lower_schedule(low) -> None:
     plan = low.pipeline
     unit_ids: dict[tuple, int] = {}
     first_op: list[str] = []
-    chunks, labels = [], []
+    ids_of, labels = [], []          # every unit's tasks, and their unit
     for name in low.wiring.ops:
         stage, j = plan.unit_of(name)
         fwd, bwd = low.op_tasks[name]
@@ -57,16 +57,15 @@ def lower_schedule(low) -> None:
             if u is None:
                 u = unit_ids[(phase, stage, j)] = len(first_op)
                 first_op.append(name)
-            if len(ids):
-                chunks.append(np.asarray(ids, dtype=np.int64))
-                labels.append(np.full(len(ids), u, dtype=np.int64))
-    if not chunks:
+            ids_of.extend(ids)
+            labels.extend([u] * len(ids))
+    if not ids_of:
         return
-    tasks = np.concatenate(chunks)
+    tasks = np.array(ids_of, dtype=np.int64)
     devices = low.graph.columns()["device"]
     ndev = int(devices.max()) + 1
     key = np.full(len(devices), -1, dtype=np.int64)   # task -> unit * ndev + device (-1: in no unit)
-    key[tasks] = np.concatenate(labels) * ndev + devices[tasks]
+    key[tasks] = np.array(labels, dtype=np.int64) * ndev + devices[tasks]
     src, dst = low.core.edge_arrays()
     inside = (key[src] >= 0) & (key[src] == key[dst])
     has_succ = np.zeros(len(key), dtype=bool)

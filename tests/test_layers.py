@@ -3,7 +3,8 @@
     flexrt.ir -> flexrt.machine -> flexrt.strategy -> flexrt.kernels -> flexrt.simulator -> flexrt.search
     flexrt.runtime may import ir, machine, strategy, kernels, simulator
     flexrt.model, flexrt.cli, flexrt.core (and the zoo, flexrt.examples) may import anything
-    flexrt (the package __init__), flexrt.errors and flexrt.paths are importable by all and import no layer
+    flexrt (the package __init__), flexrt.errors, flexrt.paths, flexrt.inputs and flexrt.gc_pause are importable
+    by all and import no layer
 
 Every ``.py`` file of ``flexrt/``, ``kernels/``, ``simulator/`` and ``search/`` is parsed with
 ``ast`` (the last three are installed as ``flexrt.kernels`` etc.); every import counts, including
@@ -30,7 +31,7 @@ BASE, IR, MACHINE, STRATEGY, KERNELS, SIMULATOR, SEARCH, RUNTIME, TOP = (
 # Module prefix -> layer; the longest matching prefix wins. ``flexrt`` itself matches exactly only,
 # so a new top-level module must be placed here on purpose.
 LAYER_OF = {
-    "flexrt": BASE, "flexrt.errors": BASE, "flexrt.paths": BASE, "flexrt.inputs": BASE,
+    "flexrt": BASE, "flexrt.errors": BASE, "flexrt.paths": BASE, "flexrt.inputs": BASE, "flexrt.gc_pause": BASE,
     "flexrt.ir": IR, "flexrt.machine": MACHINE, "flexrt.strategy": STRATEGY, "flexrt.kernels": KERNELS,
     "flexrt.simulator": SIMULATOR, "flexrt.search": SEARCH, "flexrt.runtime": RUNTIME,
     "flexrt.model": TOP, "flexrt.cli": TOP, "flexrt.core": TOP, "flexrt.keras": TOP, "flexrt.examples": TOP, "flexrt.__main__": TOP,

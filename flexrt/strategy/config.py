@@ -293,12 +293,19 @@ class Wiring:
             elif node.op_type is OpType.WEIGHT:
                 self.weights.append(node.name)
                 self.weight_shape[node.name] = node.attrs.shape
+        full: dict[int, tuple] = {}    # id(parallel shape) -> (it, its full shape): shapes recur (memoized inference)
+
+        def full_of(shape):
+            hit = full.get(id(shape))
+            if hit is None:
+                hit = full[id(shape)] = (shape, shape.tensor_shape)
+            return hit[1]
         for node in nodes:
             if not is_compute(node):
                 continue
             self.ops.append(node.name)
-            self.operand_full[node.name] = tuple(pcg.shape(r).tensor_shape for r in node.inputs)
-            self.output_full[node.name] = tuple(s.tensor_shape for s in pcg.output_shapes(node.id))
+            self.operand_full[node.name] = tuple(full_of(pcg.shape(r)) for r in node.inputs)
+            self.output_full[node.name] = tuple(full_of(s) for s in pcg.output_shapes(node.id))
             for i, ref in enumerate(node.inputs):
                 while True:
                     p = pcg.node(ref.node)
@@ -428,10 +435,27 @@ class ConfigStrategy(Strategy):
             self.shapes(name)
             edges.update((name, i) for i in range(len(w.nodes[name].inputs)))
             edges.update(w.consumers.get(name, ()))
-        for c, i in sorted(edges, key=lambda e: (w.position[e[0]], e[1])):
+        sources: dict[str, ParallelTensorShape] = {}
+        fits: set = set()       # (id(src), id(dst)) of shape pairs that reshard (op_shapes are memoized)
+        bad = []
+        for c, i in edges:
+            p = w.producer[(c, i)]
+            if p.op_type not in (OpType.INPUT, OpType.WEIGHT):
+                src = self.shapes(p.name).outputs[p.index]
+            else:
+                src = sources.get(p.name) or sources.setdefault(p.name, _source_shape(w, p.name))
+            dst = self.shapes(c).operands[i]
+            if (id(src), id(dst)) in fits:
+                continue
+            try:
+                resharding_steps(src, dst)
+                fits.add((id(src), id(dst)))
+            except StrategyError:
+                bad.append((c, i))
+        for c, i in sorted(bad, key=lambda e: (w.position[e[0]], e[1]))[:1]:     # the first in graph order
             p = w.producer[(c, i)]
             src = self.shapes(p.name).outputs[p.index] if p.op_type not in (OpType.INPUT, OpType.WEIGHT) \
-                else _source_shape(w, p.name)
+                else sources[p.name]
             try:
                 resharding_steps(src, self.shapes(c).operands[i])
             except StrategyError as e:

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Optional
 
 from flexrt.errors import FlexrtError, StrategyError
+from flexrt.gc_pause import no_gc
 from flexrt.inputs import parse_enum
 from flexrt.ir.costs import op_cost
 from flexrt.ir.op_type import OpType
@@ -364,6 +365,13 @@ def pipeline_strategy(pcg: PCG, machine: Machine, stages: int, micro_batches: in
     over); ``degrees`` (operator -> degrees per axis) chooses otherwise, and ``place(pcg, node, block
     start)`` -> an ``OpConfig`` or None places an operator exactly (``node`` is its first
     micro-batch's copy in the micro-batched ``pcg``; every copy gets the same configuration)."""
+    with no_gc():       # millions of small acyclic objects at scale (``flexrt.gc_pause``)
+        return _pipeline_strategy(pcg, machine, stages, micro_batches, schedule, chunks, stage_of, degrees,
+                                  loss_output, place, cost_model)
+
+
+def _pipeline_strategy(pcg, machine, stages, micro_batches, schedule, chunks, stage_of, degrees, loss_output, place,
+                       cost_model) -> ConfigStrategy:
     sched = Schedule.parse(schedule)
     n = machine.num_devices
     if isinstance(stages, bool) or not isinstance(stages, int) or stages < 1 or n % stages:
