@@ -132,6 +132,8 @@ class Lowering:
         self.engine = engine_cls(machine.num_devices + len(machine.links))
         self._fresh_graph()
         self._times: dict = {}
+        self._kin_times: dict = {}      # id(layout origin) -> (it, its ``_piece_times``)
+        self._rings_of: dict = {}       # (id(reduction), id(devices)) -> (them, ``_ring_of``)
         self._routes: dict = {}
         self._ranks: dict = {}
         self.strategy: Optional[Strategy] = None
@@ -354,16 +356,26 @@ class Lowering:
                                 op_cost(attrs, ins, outs).activation_bytes)
         return self._times[key]
 
-    def _piece_times(self, lay: OperatorLayout) -> tuple[list, list, list]:
+    def _piece_times(self, lay: OperatorLayout) -> tuple[tuple, tuple, tuple]:
         """Per piece: forward time, backward time, activation bytes (pieces of one class on one device
-        kind are timed once)."""
+        kind are timed once; twin layouts share their origin's)."""
+        kin = lay.kin
+        hit = self._kin_times.get(id(kin))
+        if hit is not None and hit[0] is kin:
+            return hit[1]
+        if len(self._kin_times) >= 50_000:
+            self._kin_times.clear()
+        out = self._kin_times[id(kin)] = (kin, self._time_pieces(lay))
+        return out[1]
+
+    def _time_pieces(self, lay: OperatorLayout) -> tuple[tuple, tuple, tuple]:
         timed: dict = {}
         names = self._spec_names
         first = names[lay.devices[0]]
         if len(lay.classes) == 1 and all(names[d] == first for d in lay.devices):  # one class, one device kind
             times, activation_bytes = self._op_time(*lay.classes[0], lay.devices[0])
             n = len(lay.devices)
-            return [float(times.forward_s)] * n, [float(times.backward_s)] * n, [activation_bytes] * n
+            return (float(times.forward_s),) * n, (float(times.backward_s),) * n, (activation_bytes,) * n
         fx, bx, act = [], [], []
         for p, dev in enumerate(lay.devices):
             tkey = (lay.piece_class[p], names[dev])
@@ -374,7 +386,7 @@ class Lowering:
             fx.append(hit[0])
             bx.append(hit[1])
             act.append(hit[2])
-        return fx, bx, act
+        return tuple(fx), tuple(bx), tuple(act)
 
     def _lower_op(self, name: str) -> None:
         lay = self.layout(name)
@@ -421,16 +433,16 @@ class Lowering:
                 Backward(name, attrs, zeroed, operands, outputs, gouts, gins))
 
     def _lower_edge(self, consumer: str, i: int) -> None:
-        owner = Owner.edge(consumer, i)
         pref = self.producer[(consumer, i)]
+        if pref.op_type is OpType.WEIGHT:
+            return  # weights belong to their weight owner
+        owner = Owner.edge(consumer, i)
         C = self.layout(consumer)
         full = C.operand_shapes[i]
         if pref.op_type is OpType.INPUT:  # the data loader puts each piece's rows in place: no transfer
-            for p, box in enumerate(C.operand_boxes[i]):
+            for p, box in enumerate(C.operand_boxes[i] if self.detail else ()):
                 self._part(owner, Key.operand(consumer, i, p), C.devices[p], Key.input(pref.name), HOST, box)
             return
-        if pref.op_type is OpType.WEIGHT:
-            return  # weights belong to their weight owner
         P = self.layout(pref.name)
         cfwd, cbwd = self.op_tasks[consumer]
         pfwd, pbwd = self.op_tasks[pref.name]
@@ -442,8 +454,8 @@ class Lowering:
                          self.wiring.needs_grad(consumer, i), f"{pref.name}->{consumer}.in{i}")
         if plan.moves:
             self._moves(owner, ends, plan, dtype)
-        for box, partials, ps in plan.reductions:
-            self._reduction(owner, ends, box, dtype, list(partials), list(ps), C.devices)
+        for red in plan.reductions:
+            self._reduction(owner, ends, red, dtype, C.devices)
 
     def _moves(self, owner, e: "_EdgeEnds", plan, dtype) -> None:
         """One-to-one moves producer piece q -> consumer piece p of ``box``: on one device only
@@ -472,16 +484,31 @@ class Lowering:
                                 Move(gin, pdev, Buf(gkey, qdev, tuple(box), np_dtype)))
                 self._part(owner, gout, qdev, gkey, qdev, box, add=True)
 
-    def _reduction(self, owner, e: "_EdgeEnds", box, dtype, partials, consumers, cdev) -> None:
+    def _ring_of(self, red: tuple, cdev: list):
+        """(order, producer piece by device, consumer piece by device) when the plan's reduction ``red``
+        (box, partials, consumer pieces) is a ring AllReduce (partial sums on a device group whose
+        members all need the sum), else None; asked once per plan (twin layouts share theirs)."""
+        key = (id(red), id(cdev))
+        hit = self._rings_of.get(key)
+        if hit is not None and hit[0] is red and hit[1] is cdev:
+            return hit[2]
+        _, partials, consumers = red
         pdevs = [d for _, d in partials]
-        cdevs = [cdev[p] for p in consumers]
-        shape = TensorShape(tuple(hi - lo for lo, hi in box), dtype)
+        ring = None
+        if len(set(pdevs)) == len(pdevs) and sorted(pdevs) == sorted(cdev[p] for p in consumers) and len(pdevs) > 1:
+            ring = (sorted(pdevs), {d: q for q, d in partials}, {cdev[p]: p for p in consumers})
+        if len(self._rings_of) >= 50_000:
+            self._rings_of.clear()
+        self._rings_of[key] = (red, cdev, ring)
+        return ring
+
+    def _reduction(self, owner, e: "_EdgeEnds", red: tuple, dtype, cdev) -> None:
+        box, partials, consumers = red
+        partials, consumers = list(partials), list(consumers)
         np_dtype = dtype.numpy_name
-        if len(set(pdevs)) == len(pdevs) and sorted(pdevs) == sorted(cdevs) and len(pdevs) > 1:
-            # partial sums on a device group whose members all need the sum: ring AllReduce
-            order = sorted(pdevs)
-            pidx = {d: q for q, d in partials}
-            cidx = {cdev[p]: p for p in consumers}
+        ring = self._ring_of(red, cdev)
+        if ring is not None:
+            order, pidx, cidx = ring
             fwd_done, fkey = self._allreduce(owner, order, [[e.pfwd[pidx[d]]] for d in order], box, dtype,
                                              Category.ACTIVATION, f"allreduce {e.label}")
             bwd_done, bkey = self._allreduce(owner, order, [[e.cbwd[cidx[d]]] for d in order], box, dtype,
@@ -489,12 +516,15 @@ class Lowering:
             for d, fdone, bdone in zip(order, fwd_done, bwd_done):
                 self._edges(owner, fdone, [e.cfwd[cidx[d]]])
                 self._edges(owner, bdone, [e.pbwd[pidx[d]]])
+                if not self.detail:     # the parts are what the runtime assembles
+                    continue
                 self._part(owner, fkey, d, e.out(pidx[d]), d, box)
                 self._part(owner, e.opd(cidx[d]), d, fkey, d, box)
                 self._part(owner, bkey, d, e.gin(cidx[d]), d, box)
                 self._part(owner, e.gout(pidx[d]), d, bkey, d, box, add=True)
             return
-        target = cdevs[0]
+        shape = TensorShape(tuple(hi - lo for lo, hi in box), dtype)
+        target = cdev[consumers[0]]
         gid = self._new_group()
         total_key = Key.sum(gid)
         arrivals = []

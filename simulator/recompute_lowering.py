@@ -89,18 +89,19 @@ def lower_recompute(low) -> None:
     rtask = np.full(size, -1, dtype=np.int64)       # a recomputed operator's forward piece -> its recompute task
     is_back = np.zeros(size, dtype=bool)
     code = KIND_CODE[TaskKind.RECOMPUTE]
-    firsts, seconds = [], []
+    forwards, recomputes, backwards = [], [], []
     for name in order:
         lay = low.layout(name)
         fx, _, _ = low._piece_times(lay)
         fwd, bwd = low.op_tasks[name]
         tasks = low.core.after(low._oid(Owner.op(name)), code, lay.devices, fx, [[f] for f in fwd])
         low.recompute_tasks[name] = tasks
-        rtask[np.asarray(fwd, dtype=np.int64)] = tasks
-        is_back[np.asarray(bwd, dtype=np.int64)] = True
-        firsts.append(tasks)
-        seconds.append(bwd)
-    low.core.pairs(np.concatenate(firsts), np.concatenate([np.asarray(b, dtype=np.int64) for b in seconds]))
+        forwards.extend(fwd)
+        recomputes.extend(tasks)
+        backwards.extend(bwd)
+    rtask[np.array(forwards, dtype=np.int64)] = recomputes
+    is_back[np.array(backwards, dtype=np.int64)] = True
+    low.core.pairs(recomputes, backwards)
     # a recomputed producer's forward handing its operand to a recomputed forward on its device
     local = (rtask[src] >= 0) & (rtask[dst] >= 0)
     low.core.pairs(rtask[src[local]], rtask[dst[local]])
@@ -154,10 +155,16 @@ def _trigger(low, segments: list, chained, src, dst) -> None:
     recomputed operators' backward tasks."""
     cols = low.graph.columns()
     owner_col, device_col = cols["owner"], cols["device"]
-    seg_of = np.full(len(owner_col), -1, dtype=np.int64)     # a member's backward task -> its segment
+    backs, back_seg, recs, rec_seg = [], [], [], []
     for k, seg in enumerate(segments):
         for name in seg:
-            seg_of[np.asarray(low.op_tasks[name][1], dtype=np.int64)] = k
+            b, r = low.op_tasks[name][1], low.recompute_tasks[name]
+            backs.extend(b)
+            back_seg.extend([k] * len(b))
+            recs.extend(r)
+            rec_seg.extend([k] * len(r))
+    seg_of = np.full(len(owner_col), -1, dtype=np.int64)     # a member's backward task -> its segment
+    seg_of[np.array(backs, dtype=np.int64)] = back_seg
     sk, oa = seg_of[dst], owner_col[src].astype(np.int64)
     pair = sk * (int(oa.max(initial=0)) + 1) + oa          # (segment, the predecessor's owner)
     uniq, inverse = np.unique(pair, return_inverse=True)
@@ -174,16 +181,18 @@ def _trigger(low, segments: list, chained, src, dst) -> None:
     cut = np.flatnonzero(np.diff(grp)) + 1
     outside = {int(g): np.unique(part).tolist() for g, part in zip(grp[np.concatenate(([0], cut))].tolist()
                                                                  if len(grp) else [], np.split(a, cut))}
-    for k, seg in enumerate(segments):
-        sources: dict[int, list] = defaultdict(list)
-        for name in seg:
-            for t in low.recompute_tasks[name]:
-                if not chained[t]:
-                    sources[int(device_col[t])].append(t)
-        for dev, ts in sources.items():
-            before = outside.get(k * low.core.size + dev)
-            if before:
-                low._edges(Owner.op(seg[0]), before, ts)
+    # per (segment, device): its recompute tasks that wait for no other one, in emission order
+    recs, rec_seg = np.array(recs, dtype=np.int64), np.array(rec_seg, dtype=np.int64)
+    free = ~chained[recs]
+    recs, rec_seg = recs[free], rec_seg[free]
+    grp = rec_seg * low.core.size + device_col[recs]
+    by = np.argsort(grp, kind="stable")
+    grp, recs = grp[by], recs[by]
+    cut = np.flatnonzero(np.diff(grp)) + 1
+    for g, ts in zip(grp[np.concatenate(([0], cut))].tolist() if len(grp) else [], np.split(recs, cut)):
+        before = outside.get(g)
+        if before:
+            low._edges(Owner.op(segments[g // low.core.size][0]), before, ts.tolist())
 
 
 def _entering(low, owner, members: set) -> bool:

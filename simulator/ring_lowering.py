@@ -26,6 +26,9 @@ from flexrt.simulator.task_graph import CATEGORY_CODE, OwnerKind
 from flexrt.strategy.reshard import numel
 
 
+RING_KEY = "ring"   # the lowering's times cache: a ring channel's (sums' times, step latencies)
+
+
 @dataclass(frozen=True)
 class WeightRing:
     """One ring AllReduce (one channel of it) of a weight instance's gradient: its members' devices
@@ -79,9 +82,16 @@ def _ring(low, owner, order: list[int], ready: list[list[int]], elements: int, d
           steps: bool) -> tuple[list[int], list[int]]:
     """One channel's ring over ``order`` summing ``elements``: (per member the REDUCE after which it
     holds the sum, per member its send's first hop); ``steps``: it pays the ring's step latencies."""
-    n = len(order)
-    adds = TensorShape((max(1, (n - 1) * elements // n),), dtype)
-    reduce_exe = low._per_kind(order, f"{name} sum", lambda spec: ring_sum_time(low.cost, adds, spec))
-    extras = low.ring_extras(order, elements, dtype.size_bytes, reduce_exe) if steps else None
+    key = (RING_KEY, tuple(order), elements, dtype, steps)   # rings recur (one per micro-batch and layer)
+    hit = low._times.get(key)
+    if hit is None:
+        n = len(order)
+        adds = TensorShape((max(1, (n - 1) * elements // n),), dtype)
+        reduce_exe = low._per_kind(order, f"{name} sum", lambda spec: ring_sum_time(low.cost, adds, spec))
+        extras = low.ring_extras(order, elements, dtype.size_bytes, reduce_exe) if steps else None
+        hit = (reduce_exe, extras)
+        if low.ring_fits is None:       # measured extras are not kept (``collectives.ring_extras``)
+            low._times[key] = hit
+    reduce_exe, extras = hit
     return low.core.ring(low._oid(owner), order, ready, elements, dtype.size_bytes, CATEGORY_CODE[category],
                          reduce_exe, extras)

@@ -224,7 +224,7 @@ class Layouts:
         node = self.wiring.nodes[name]
         tkey = (id(shapes), view, node.op_type)
         twin = self._twins.get(tkey)  # an operator of the same kind, attributes, shapes and view
-        if twin is not None and twin[0] is shapes and twin[1].node.attrs == node.attrs:
+        if twin is not None and twin[0] is shapes and (twin[1].node.attrs is node.attrs or twin[1].node.attrs == node.attrs):
             lay = object.__new__(OperatorLayout)       # a shallow copy (copy.copy is slower: millions of them)
             lay.__dict__.update(twin[1].__dict__)
             lay.node, lay.origin = node, twin[1].kin
