@@ -685,9 +685,9 @@ def checked_arrays(num_devices: int, device, exe, edge_src, edge_dst, priority=N
         raise GraphError(f"cycle: edge from task {src[bad[0]]} to itself")
     if src.size:
         keys = src * n + dst  # sorted by source: successor lists stay contiguous
-        if keys.size > 1 and not (keys[1:] > keys[:-1]).all():
+        if keys.size > 1 and not (keys[1:] > keys[:-1]).all():     # (the lowering's come sorted and unique)
             keys = np.unique(keys)
-        src, dst = keys // n, keys % n
+            src, dst = keys // n, keys % n
     return dev, x, src, dst, prio
 
 

@@ -172,7 +172,7 @@ class Simulator:
         comm = float(np.sum(exe[xfer])) if xfer.any() else 0.0
         per_device = np.bincount(devs[live], weights=exe[live], minlength=g.num_devices)
         busy: dict[str, float] = {}
-        for d in np.unique(devs[live]).tolist():
+        for d in np.flatnonzero(np.bincount(devs[live], minlength=g.num_devices)).tolist():   # devices with tasks
             busy[_device_name(machine, d)] = float(per_device[d])
         moved_e: dict[str, int] = defaultdict(int)
         moved_b: dict[str, int] = defaultdict(int)
@@ -185,7 +185,8 @@ class Simulator:
                                minlength=g.num_links).astype(np.int64)
         for l in np.flatnonzero(per_link).tolist():
             link_bytes[g.link_types[l]] += int(per_link[l])
-        moved = np.unique(trans)  # each transfer once, however many hops
+        # each transfer once, however many hops (its hops are consecutive tasks: ids come sorted)
+        moved = trans[np.r_[True, trans[1:] != trans[:-1]]] if (trans[1:] >= trans[:-1]).all() else np.unique(trans)
         cats = col["xfer_category"][moved]
         xelem = col["xfer_elements"][moved]
         for c in np.unique(cats).tolist():
