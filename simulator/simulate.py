@@ -186,7 +186,8 @@ class Simulator:
         for l in np.flatnonzero(per_link).tolist():
             link_bytes[g.link_types[l]] += int(per_link[l])
         # each transfer once, however many hops (its hops are consecutive tasks: ids come sorted)
-        moved = trans[np.r_[True, trans[1:] != trans[:-1]]] if (trans[1:] >= trans[:-1]).all() else np.unique(trans)
+        moved = trans[np.r_[True, trans[1:] != trans[:-1]]] if len(trans) and (trans[1:] >= trans[:-1]).all() \
+            else np.unique(trans)
         cats = col["xfer_category"][moved]
         xelem = col["xfer_elements"][moved]
         for c in np.unique(cats).tolist():

@@ -132,3 +132,37 @@ def test_static_activation_memory_counts_the_micro_batches_in_flight():
                                                                      else [p - s for s in range(p)])
     per_mb = acts["gpipe"][0] // m
     assert acts["1f1b"] == [(p - s) * per_mb for s in range(p)]
+
+
+@pytest.mark.parametrize("schedule, chunks, recompute, precision", [
+    ("gpipe", 1, "none", "fp32"), ("1f1b", 1, "full", "bf16"), ("interleaved", 2, "selective", "fp32"),
+    ("zb-h1", 1, "full", "fp32"), ("1f1b", 1, "selective", "bf16"), ("zb-h1", 1, "none", "bf16")])
+def test_timing_only_graph_equals_the_runtimes(schedule, chunks, recompute, precision):
+    """Lowered for timing only (no detail: gradient accumulation in one compiled call, no parts or
+    actions) a pipelined Megatron-LM strategy has exactly the tasks (kinds, devices, times,
+    priorities, owners), dependencies and memory of the graph the runtime executes (both one-shot
+    builds: an incremental one numbers priorities within owners, with the same order)."""
+    from flexrt.examples.gpt import build_model
+    from flexrt.ir.precision import with_precision
+    from flexrt.machine import load_machine
+    from flexrt.search.baselines import megatron_lm
+    from flexrt.strategy.config import wiring_of
+    from flexrt.strategy.recompute import recompute_set
+    base = build_model(FFConfig(["-b", "16"]), "gpt-tiny", layers=4, hidden=64, heads=8, seq_length=32,
+                       vocab=128).pcg
+    if precision == "bf16":
+        base = with_precision(base, "bf16")
+    machine = load_machine("dgx_a100", nodes=1)
+    strategy = megatron_lm(base, machine, tensor=4, pipeline=2, micro_batches=4, schedule=schedule, chunks=chunks)
+    if recompute != "none":
+        strategy = strategy.with_recompute(recompute_set(wiring_of(base), recompute))
+    graphs = []
+    for detail in (True, False):
+        sim = Simulator(machine, AnalyticCostModel(), "adam", detail=detail, incremental=False)
+        sim.full(strategy)
+        core = sim.lowering.graph.core
+        cols = core.columns()
+        graphs.append(([cols[k].tolist() for k in ("kind", "device", "exe", "priority", "owner", "transfer")],
+                       [a.tolist() for a in core.edge_arrays()], sim.lowering.memory_by_device()))
+    assert graphs[0] == graphs[1]
+    assert any(k == 3 for k in graphs[0][0][0])            # REDUCE tasks: micro-batches accumulated
