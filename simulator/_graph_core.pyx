@@ -182,6 +182,36 @@ cdef class GraphCore:
             for b in after:
                 self.edge(oid, a, b)
 
+    def chains_flat(self, int oid, int kind, devices, exe, tasks, group_ptr, inst_ptr) -> list:
+        """``chains`` from flat arrays: instance i's contributions are groups ``inst_ptr[i]`` ..
+        ``inst_ptr[i + 1] - 1``, group g the tasks ``tasks[group_ptr[g]:group_ptr[g + 1]]``. An
+        instance of fewer than two groups gets None (nothing to sum)."""
+        cdef i64[::1] ts = np.ascontiguousarray(tasks, dtype=np.int64)
+        cdef i64[::1] gp = np.ascontiguousarray(group_ptr, dtype=np.int64)
+        cdef i64[::1] ip = np.ascontiguousarray(inst_ptr, dtype=np.int64)
+        cdef i64 i, g, k, t, a, acc_lo, acc_hi, acc_t
+        cdef double x
+        out = []
+        for i in range(ip.shape[0] - 1):
+            if ip[i + 1] - ip[i] < 2:
+                out.append(None)
+                continue
+            g = ip[i]
+            acc_lo, acc_hi, acc_t = gp[g], gp[g + 1], -1
+            x = exe[i]
+            for g in range(ip[i] + 1, ip[i + 1]):
+                t = self.task(oid, kind, devices[i], x)
+                if acc_t < 0:
+                    for k in range(acc_lo, acc_hi):
+                        self.edge(oid, ts[k], t)
+                else:
+                    self.edge(oid, acc_t, t)
+                for k in range(gp[g], gp[g + 1]):
+                    self.edge(oid, ts[k], t)
+                acc_t = t
+            out.append([acc_t])
+        return out
+
     def pairs(self, srcs, dsts) -> None:
         """``srcs[i]`` -> ``dsts[i]`` for every i, each needed by its destination's owner."""
         cdef i64[::1] s = np.ascontiguousarray(srcs, dtype=np.int64), d = np.ascontiguousarray(dsts, dtype=np.int64)

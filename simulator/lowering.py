@@ -134,6 +134,7 @@ class Lowering:
         self._times: dict = {}
         self._kin_times: dict = {}      # id(layout origin) -> (it, its ``_piece_times``)
         self._rings_of: dict = {}       # (id(reduction), id(devices)) -> (them, ``_ring_of``)
+        self._read_groups: dict = {}    # id(weight plan) -> (it, ``pipeline_lowering._read_groups``)
         self._routes: dict = {}
         self._ranks: dict = {}
         self.strategy: Optional[Strategy] = None

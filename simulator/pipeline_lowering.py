@@ -107,6 +107,9 @@ def accumulate_micro_batches(low, owner, wname: str, users, plan, deps: dict, gr
     unit_of = low.pipeline.unit_of
     bwd = [low.wgrad.get(c) or low.op_tasks[c][1] for c, _ in users]
     mb = [unit_of(c)[1] for c, _ in users]
+    if not low.detail and not plan.copies and all(type(b) is range for b in bwd):
+        _running_sums_flat(low, owner, plan, bwd, mb, deps, low.wiring.weight_shape[wname].dtype)
+        return
     contrib: dict[tuple, dict[int, list]] = defaultdict(lambda: defaultdict(lambda: ([], [])))
     for u, p, ranges, dev in plan.reads:
         tasks, parts = contrib[(ranges, dev)][mb[u]]
@@ -160,6 +163,48 @@ def _running_sums(low, owner, contrib: dict, deps: dict, dtype) -> None:
     for (ranges, dev), done in zip(keys, low.core.chains(low._oid(owner), KIND_CODE[TaskKind.REDUCE], devices, exe,
                                                          groups)):
         deps[ranges][dev] = done
+
+
+def _read_groups(low, plan) -> tuple:
+    """Of a weight plan's reads (cached per plan: twin layouts share theirs): per read its user, its
+    piece and its instance (numbered by first appearance), and each instance's (ranges, device)."""
+    hit = low._read_groups.get(id(plan))
+    if hit is not None and hit[0] is plan:
+        return hit[1]
+    index: dict = {}
+    inst = [index.setdefault((ranges, dev), len(index)) for _, _, ranges, dev in plan.reads]
+    out = (np.array([u for u, _, _, _ in plan.reads], dtype=np.int64),
+           np.array([p for _, p, _, _ in plan.reads], dtype=np.int64), np.array(inst, dtype=np.int64), list(index))
+    if len(low._read_groups) >= 50_000:
+        low._read_groups.clear()
+    low._read_groups[id(plan)] = (plan, out)
+    return out
+
+
+def _running_sums_flat(low, owner, plan, bwd, mb, deps: dict, dtype) -> None:
+    """``_running_sums`` for a weight without copies whose users' backward tasks are id ranges
+    (no zero-bubble W tasks): the contributions grouped with NumPy, the sums emitted by one
+    ``GraphCore.chains_flat`` call; the same tasks, in the same order."""
+    users, pieces, inst, keys = _read_groups(low, plan)
+    if not len(users):
+        return
+    start = np.array([b.start for b in bwd], dtype=np.int64)
+    step = np.array([b.step for b in bwd], dtype=np.int64)
+    tasks = start[users] + step[users] * pieces
+    mbs = np.array(mb, dtype=np.int64)[users]
+    key = inst * (int(mbs.max()) + 1) + mbs
+    order = np.argsort(key, kind="stable")      # by instance (first appearance), then micro-batch; reads' order
+    key, tasks, inst = key[order], tasks[order], inst[order]
+    group_start = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    group_ptr = np.r_[group_start, len(key)]
+    inst_ptr = np.searchsorted(inst[group_start], np.arange(len(keys) + 1), side="left")
+    devices = [dev for _, dev in keys]
+    exe = [low.reduce_time(dev, TensorShape(tuple(b - a for a, b in ranges), dtype), 2) for ranges, dev in keys]
+    done = low.core.chains_flat(low._oid(owner), KIND_CODE[TaskKind.REDUCE], devices, exe, tasks, group_ptr, inst_ptr)
+    low._group_ids += sum(int(inst_ptr[i + 1] - inst_ptr[i]) - 1 for i, d in enumerate(done) if d is not None)
+    for (ranges, dev), d in zip(keys, done):
+        if d is not None:
+            deps[ranges][dev] = d
 
 
 WGRAD = "@w"   # the W task's own keys for the output gradients it reads
