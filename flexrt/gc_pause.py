@@ -14,12 +14,17 @@ from contextlib import contextmanager
 
 
 @contextmanager
-def no_gc():
-    """The collector paused inside the block (left as it was: nested blocks are fine)."""
+def no_gc(freeze: bool = False):
+    """The collector paused inside the block (left as it was: nested blocks are fine). ``freeze``:
+    what is alive at the end moves to the collector's permanent generation (``gc.freeze``) first,
+    so that no pass walks it again: for a one-shot command whose objects live until it exits (its
+    first pass after the block would otherwise walk every object the block made)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
+        if freeze:
+            gc.freeze()
         if enabled:
             gc.enable()

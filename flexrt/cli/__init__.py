@@ -64,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the ``flexrt`` command line; returns the exit status."""
+    process = argv is None     # the command line is this process's whole job (not a library call)
     argv = list(sys.argv[1:] if argv is None else argv)
     show_traceback = "--traceback" in argv  # anywhere on the line, also after the subcommand
     argv = [a for a in argv if a != "--traceback"]
@@ -71,6 +72,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         args, extra = parser.parse_known_args(argv)
         args._argv = argv     # the command line as given (a command that starts its own processes repeats it)
+        args._process = process
         if args.command is None:
             parser.print_help(sys.stderr)
             return 2

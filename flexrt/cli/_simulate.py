@@ -12,6 +12,7 @@ from flexrt.cli._common import (add_comm_cost_flag, add_fused_cost_flag, add_fus
                                 warn_data_parallel, write_text)
 from flexrt.cli._large import add_symmetric_flag, flops_report, own_cost, symmetric_simulation
 from flexrt.errors import ConfigError
+from flexrt.gc_pause import no_gc
 from flexrt.machine import load_machine
 from flexrt.model import load_model
 from flexrt.ir.summary import format_count
@@ -112,6 +113,13 @@ def _fits_used(sim: Simulator) -> list | None:
 
 
 def run(args, extra) -> int:
+    # millions of small acyclic objects at scale, alive until the command ends: no collector passes;
+    # as the process's whole job, what is alive at the end is frozen (no pass walks it at exit either)
+    with no_gc(freeze=getattr(args, "_process", False)):
+        return _run(args, extra)
+
+
+def _run(args, extra) -> int:
     check_model_flags(NAME, args.model, extra)
     fusion_arg(args, NAME)
     machine = load_machine(args.machine, nodes=args.nodes)
