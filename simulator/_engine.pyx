@@ -434,6 +434,24 @@ cdef class Engine:
             raise MemoryError("the simulation engine ran out of memory")
         return eng
 
+    @classmethod
+    def from_graph_arrays(cls, num_devices, device, exe, edge_src, edge_dst, priority):
+        """``from_arrays`` for a lowering's graph (``TaskGraph.engine``): int64 devices and
+        priorities, float64 times, each checked positive where the task was made, and the edges
+        sorted and unique (``GraphCore.edge_arrays``), so NumPy's passes over them are skipped."""
+        cdef Engine eng = cls(num_devices)
+        dev = np.ascontiguousarray(device, dtype=np.int64)
+        x = np.ascontiguousarray(exe, dtype=np.float64)
+        pr = np.ascontiguousarray(priority, dtype=np.int64)
+        src = np.ascontiguousarray(edge_src, dtype=np.int64)
+        dst = np.ascontiguousarray(edge_dst, dtype=np.int64)
+        if dev.size and (dev.min() < 0 or dev.max() >= eng.num_devices):     # what C would index out of bounds
+            from flexrt.errors import GraphError
+            raise GraphError(f"a task's device is outside 0..{eng.num_devices - 1}")
+        if eng._reserve_tasks(dev.size) or eng._reserve_edges(src.size) or eng._fill(dev, x, pr, src, dst):
+            raise MemoryError("the simulation engine ran out of memory")
+        return eng
+
     cdef int _fill(self, const i64[::1] dev, const double[::1] x, const i64[::1] pr, const i64[::1] src,
                    const i64[::1] dst) noexcept nogil:
         cdef i64 t, e, m = src.shape[0], n = dev.shape[0]

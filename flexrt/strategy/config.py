@@ -430,11 +430,15 @@ class ConfigStrategy(Strategy):
                 raise StrategyError(f"no configuration for operator '{missing[0]}'"
                                     + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
             _check = set(w.ops)
-        edges = set()
+        if len(_check) == len(w.ops):   # every operator: every edge once, as its consumer's operand
+            edges = [(name, i) for name in w.ops for i in range(len(w.nodes[name].inputs))]
+        else:
+            edges = set()
+            for name in _check:
+                edges.update((name, i) for i in range(len(w.nodes[name].inputs)))
+                edges.update(w.consumers.get(name, ()))
         for name in _check:
             self.shapes(name)
-            edges.update((name, i) for i in range(len(w.nodes[name].inputs)))
-            edges.update(w.consumers.get(name, ()))
         sources: dict[str, ParallelTensorShape] = {}
         fits: set = set()       # (id(src), id(dst)) of shape pairs that reshard (op_shapes are memoized)
         bad = []
