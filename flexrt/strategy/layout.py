@@ -215,15 +215,20 @@ class Layouts:
         # the last layout per (configuration shapes, view): operators with equal attributes and shapes
         # share their shapes object (``op_shapes``), so their layouts differ only in the node
         self._twins: dict = {}
+        self._same: dict = {}     # the same by the view's identity: (id(shapes), id(view), kind) -> (shapes, layout, view)
 
     def get(self, name: str, shapes: OpShapes, view: MachineView) -> OperatorLayout:
-        key = (name, id(shapes), view)
+        key = (name, id(shapes), id(view))      # identities: hashing a view's value costs (millions of lookups)
         hit = self._memo.get(key)
-        if hit is not None and hit[0] is shapes:
+        if hit is not None and hit[0] is shapes and hit[2] is view:
             return hit[1]
         node = self.wiring.nodes[name]
-        tkey = (id(shapes), view, node.op_type)
-        twin = self._twins.get(tkey)  # an operator of the same kind, attributes, shapes and view
+        skey = (id(shapes), id(view), node.op_type)
+        # an operator of the same kind, attributes, shapes and view: first by the view's identity
+        # (a pipeline's micro-batch copies share their configuration), else by its value
+        twin = self._same.get(skey)
+        if twin is None or twin[0] is not shapes or twin[2] is not view:
+            twin = self._twins.get((id(shapes), view, node.op_type))
         if twin is not None and twin[0] is shapes and (twin[1].node.attrs is node.attrs or twin[1].node.attrs == node.attrs):
             lay = object.__new__(OperatorLayout)       # a shallow copy (copy.copy is slower: millions of them)
             lay.__dict__.update(twin[1].__dict__)
@@ -235,8 +240,10 @@ class Layouts:
             self._keys.clear()
             self._tensors.clear()
             self._twins.clear()
-        self._twins[tkey] = (shapes, lay)
-        self._memo[key] = (shapes, lay)
+            self._same.clear()
+        self._twins[(id(shapes), view, node.op_type)] = (shapes, lay)
+        self._same[skey] = (shapes, lay, view)
+        self._memo[key] = (shapes, lay, view)
         self._keys.setdefault(name, []).append(key)
         return lay
 
