@@ -183,9 +183,12 @@ cdef class GraphCore:
                 self.edge(oid, a, b)
 
     def chains_flat(self, int oid, int kind, devices, exe, tasks, group_ptr, inst_ptr) -> list:
-        """``chains`` from flat arrays: instance i's contributions are groups ``inst_ptr[i]`` ..
-        ``inst_ptr[i + 1] - 1``, group g the tasks ``tasks[group_ptr[g]:group_ptr[g + 1]]``. An
-        instance of fewer than two groups gets None (nothing to sum)."""
+        """Running sums: per instance i, on ``devices[i]``, one task taking ``exe[i]`` per
+        contribution after the first, after the sum so far and the contribution's tasks (the first
+        contribution starts the sum). Instance i's contributions are groups ``inst_ptr[i]`` ..
+        ``inst_ptr[i + 1] - 1``, group g the tasks ``tasks[group_ptr[g]:group_ptr[g + 1]]``. Returns
+        per instance the task that completes its sum (a one-item list), or None where it has fewer
+        than two contributions (nothing to sum)."""
         cdef i64[::1] ts = np.ascontiguousarray(tasks, dtype=np.int64)
         cdef i64[::1] gp = np.ascontiguousarray(group_ptr, dtype=np.int64)
         cdef i64[::1] ip = np.ascontiguousarray(inst_ptr, dtype=np.int64)
@@ -238,25 +241,6 @@ cdef class GraphCore:
             for a in deps[i]:
                 self.edge(oid, a, t)
             out.append(t)
-        return out
-
-    def chains(self, int oid, int kind, devices, exe, groups) -> list:
-        """Running sums: per i, on ``devices[i]``, one task taking ``exe[i]`` per contribution of
-        ``groups[i]`` (lists of task ids) after the first, after the sum so far and the contribution's
-        tasks (the first contribution starts the sum); returns per i the tasks that complete it."""
-        cdef i64 i, j, t, a
-        out = []
-        for i in range(len(devices)):
-            g = groups[i]
-            acc = g[0]
-            for j in range(1, len(g)):
-                t = self.task(oid, kind, devices[i], exe[i])
-                for a in acc:
-                    self.edge(oid, a, t)
-                for a in g[j]:
-                    self.edge(oid, a, t)
-                acc = [t]
-            out.append(acc)
         return out
 
     cdef inline void _mem(self, int oid, i64 device, int kind, i64 num_bytes) noexcept:

@@ -150,19 +150,29 @@ def accumulate_micro_batches(low, owner, wname: str, users, plan, deps: dict, gr
 
 def _running_sums(low, owner, contrib: dict, deps: dict, dtype) -> None:
     """``accumulate_micro_batches`` without detail: the same REDUCE tasks and dependencies, in the
-    same order, from one ``GraphCore.chains`` call."""
-    keys, devices, exe, groups = [], [], [], []
-    for (ranges, dev), by_mb in contrib.items():
-        if len(by_mb) < 2:
-            continue
-        keys.append((ranges, dev))
-        devices.append(dev)
-        exe.append(low.reduce_time(dev, TensorShape(tuple(b - a for a, b in ranges), dtype), 2))
-        groups.append([by_mb[j][0] for j in sorted(by_mb)])
-    low._group_ids += sum(len(g) - 1 for g in groups)     # the sums' keys, as with detail
-    for (ranges, dev), done in zip(keys, low.core.chains(low._oid(owner), KIND_CODE[TaskKind.REDUCE], devices, exe,
-                                                         groups)):
-        deps[ranges][dev] = done
+    same order, from one ``GraphCore.chains_flat`` call."""
+    keys = list(contrib)
+    tasks, group_ptr, inst_ptr = [], [0], [0]
+    for key in keys:
+        by_mb = contrib[key]
+        for j in sorted(by_mb):
+            tasks.extend(by_mb[j][0])
+            group_ptr.append(len(tasks))
+        inst_ptr.append(len(group_ptr) - 1)
+    _sums(low, owner, keys, np.array(tasks, dtype=np.int64), group_ptr, np.array(inst_ptr, dtype=np.int64), deps,
+          dtype)
+
+
+def _sums(low, owner, keys: list, tasks, group_ptr, inst_ptr, deps: dict, dtype) -> None:
+    """The running sums of instances ``keys`` [(ranges, device)] (``GraphCore.chains_flat``'s flat
+    arrays); each summed instance's gradient then waits for its last sum."""
+    exe = [low.reduce_time(dev, TensorShape(tuple(b - a for a, b in ranges), dtype), 2) for ranges, dev in keys]
+    done = low.core.chains_flat(low._oid(owner), KIND_CODE[TaskKind.REDUCE], [dev for _, dev in keys], exe, tasks,
+                                group_ptr, inst_ptr)
+    low._group_ids += sum(int(inst_ptr[i + 1] - inst_ptr[i]) - 1 for i, d in enumerate(done) if d is not None)
+    for (ranges, dev), d in zip(keys, done):    # the sums' keys, as with detail (above)
+        if d is not None:
+            deps[ranges][dev] = d
 
 
 def _read_groups(low, plan) -> tuple:
@@ -198,13 +208,7 @@ def _running_sums_flat(low, owner, plan, bwd, mb, deps: dict, dtype) -> None:
     group_start = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
     group_ptr = np.r_[group_start, len(key)]
     inst_ptr = np.searchsorted(inst[group_start], np.arange(len(keys) + 1), side="left")
-    devices = [dev for _, dev in keys]
-    exe = [low.reduce_time(dev, TensorShape(tuple(b - a for a, b in ranges), dtype), 2) for ranges, dev in keys]
-    done = low.core.chains_flat(low._oid(owner), KIND_CODE[TaskKind.REDUCE], devices, exe, tasks, group_ptr, inst_ptr)
-    low._group_ids += sum(int(inst_ptr[i + 1] - inst_ptr[i]) - 1 for i, d in enumerate(done) if d is not None)
-    for (ranges, dev), d in zip(keys, done):
-        if d is not None:
-            deps[ranges][dev] = d
+    _sums(low, owner, keys, tasks, group_ptr, inst_ptr, deps, dtype)
 
 
 WGRAD = "@w"   # the W task's own keys for the output gradients it reads
