@@ -132,9 +132,9 @@ class Lowering:
         self.engine = engine_cls(machine.num_devices + len(machine.links))
         self._fresh_graph()
         self._times: dict = {}
-        self._kin_times: dict = {}      # id(layout origin) -> (it, its ``_piece_times``)
-        self._rings_of: dict = {}       # (id(reduction), id(devices)) -> (them, ``_ring_of``)
-        self._read_groups: dict = {}    # id(weight plan) -> (it, ``pipeline_lowering._read_groups``)
+        # what derives from objects shared by twin layouts (``OperatorLayout.kin``), by their identity:
+        # (what, ids) -> (the objects, the value); see ``derived``
+        self._derived: dict = {}
         self._routes: dict = {}
         self._ranks: dict = {}
         self.strategy: Optional[Strategy] = None
@@ -357,17 +357,23 @@ class Lowering:
                                 op_cost(attrs, ins, outs).activation_bytes)
         return self._times[key]
 
+    def derived(self, what: str, objs: tuple, make):
+        """``make()``, computed once per ``what`` and identity of ``objs`` (kept alive with the value;
+        at most 50,000 kept): twin layouts share their origin's piece times, plans and read groups."""
+        key = (what,) + tuple(map(id, objs))
+        hit = self._derived.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], objs)):
+            return hit[1]
+        if len(self._derived) >= 50_000:
+            self._derived.clear()
+        value = make()
+        self._derived[key] = (objs, value)
+        return value
+
     def _piece_times(self, lay: OperatorLayout) -> tuple[tuple, tuple, tuple]:
         """Per piece: forward time, backward time, activation bytes (pieces of one class on one device
         kind are timed once; twin layouts share their origin's)."""
-        kin = lay.kin
-        hit = self._kin_times.get(id(kin))
-        if hit is not None and hit[0] is kin:
-            return hit[1]
-        if len(self._kin_times) >= 50_000:
-            self._kin_times.clear()
-        out = self._kin_times[id(kin)] = (kin, self._time_pieces(lay))
-        return out[1]
+        return self.derived("piece times", (lay.kin,), lambda: self._time_pieces(lay))
 
     def _time_pieces(self, lay: OperatorLayout) -> tuple[tuple, tuple, tuple]:
         timed: dict = {}
@@ -489,23 +495,17 @@ class Lowering:
         """(order, producer piece by device, consumer piece by device) when the plan's reduction ``red``
         (box, partials, consumer pieces) is a ring AllReduce (partial sums on a device group whose
         members all need the sum), else None; asked once per plan (twin layouts share theirs)."""
-        key = (id(red), id(cdev))
-        hit = self._rings_of.get(key)
-        if hit is not None and hit[0] is red and hit[1] is cdev:
-            return hit[2]
-        _, partials, consumers = red
-        pdevs = [d for _, d in partials]
-        ring = None
-        if len(set(pdevs)) == len(pdevs) and sorted(pdevs) == sorted(cdev[p] for p in consumers) and len(pdevs) > 1:
-            ring = (sorted(pdevs), {d: q for q, d in partials}, {cdev[p]: p for p in consumers})
-        if len(self._rings_of) >= 50_000:
-            self._rings_of.clear()
-        self._rings_of[key] = (red, cdev, ring)
-        return ring
+        def classify():
+            _, partials, consumers = red
+            pdevs = [d for _, d in partials]
+            if len(set(pdevs)) == len(pdevs) and sorted(pdevs) == sorted(cdev[p] for p in consumers) \
+                    and len(pdevs) > 1:
+                return sorted(pdevs), {d: q for q, d in partials}, {cdev[p]: p for p in consumers}
+            return None
+        return self.derived("ring", (red, cdev), classify)
 
     def _reduction(self, owner, e: "_EdgeEnds", red: tuple, dtype, cdev) -> None:
         box, partials, consumers = red
-        partials, consumers = list(partials), list(consumers)
         np_dtype = dtype.numpy_name
         ring = self._ring_of(red, cdev)
         if ring is not None:

@@ -33,7 +33,7 @@ import numpy as np
 from flexrt.ir.tensor_shape import TensorShape
 from flexrt.ir.op_type import OpType
 from flexrt.simulator.actions import Backward, Buf, BufKind, Key, Sum, own_buf
-from flexrt.simulator.task_graph import KIND_CODE, Owner, TaskKind
+from flexrt.simulator.task_graph import KIND_CODE, Owner, TaskKind, sorted_runs
 from flexrt.strategy.pipeline import device_order
 from flexrt.strategy.reshard import overlap
 
@@ -79,9 +79,7 @@ def lower_schedule(low) -> None:
     sinks, sources = ~has_succ[tasks], ~has_pred[tasks]
     ends = {}   # key -> (its sinks, its sources), in emission order
     for which, mask in ((0, sinks), (1, sources)):
-        ks, ts = keys[mask], tasks[mask]
-        cut = np.flatnonzero(np.diff(ks)) + 1
-        for k, part in zip(ks[np.concatenate(([0], cut))].tolist(), np.split(ts, cut)):
+        for k, part in sorted_runs(keys[mask], tasks[mask]):
             ends.setdefault(k, [[], []])[which] = part.tolist()
     del key, has_succ, has_pred, tasks, keys
     devices_of: dict[int, list] = defaultdict(list)   # unit -> its devices
@@ -175,27 +173,20 @@ def _sums(low, owner, keys: list, tasks, group_ptr, inst_ptr, deps: dict, dtype)
             deps[ranges][dev] = d
 
 
-def _read_groups(low, plan) -> tuple:
-    """Of a weight plan's reads (cached per plan: twin layouts share theirs): per read its user, its
-    piece and its instance (numbered by first appearance), and each instance's (ranges, device)."""
-    hit = low._read_groups.get(id(plan))
-    if hit is not None and hit[0] is plan:
-        return hit[1]
+def _read_groups(plan) -> tuple:
+    """Of a weight plan's reads: per read its user, its piece and its instance (numbered by first
+    appearance), and each instance's (ranges, device)."""
     index: dict = {}
     inst = [index.setdefault((ranges, dev), len(index)) for _, _, ranges, dev in plan.reads]
-    out = (np.array([u for u, _, _, _ in plan.reads], dtype=np.int64),
-           np.array([p for _, p, _, _ in plan.reads], dtype=np.int64), np.array(inst, dtype=np.int64), list(index))
-    if len(low._read_groups) >= 50_000:
-        low._read_groups.clear()
-    low._read_groups[id(plan)] = (plan, out)
-    return out
+    return (np.array([u for u, _, _, _ in plan.reads], dtype=np.int64),
+            np.array([p for _, p, _, _ in plan.reads], dtype=np.int64), np.array(inst, dtype=np.int64), list(index))
 
 
 def _running_sums_flat(low, owner, plan, bwd, mb, deps: dict, dtype) -> None:
     """``_running_sums`` for a weight without copies whose users' backward tasks are id ranges
     (no zero-bubble W tasks): the contributions grouped with NumPy, the sums emitted by one
     ``GraphCore.chains_flat`` call; the same tasks, in the same order."""
-    users, pieces, inst, keys = _read_groups(low, plan)
+    users, pieces, inst, keys = low.derived("read groups", (plan,), lambda: _read_groups(plan))   # twins share plans
     if not len(users):
         return
     start = np.array([b.start for b in bwd], dtype=np.int64)

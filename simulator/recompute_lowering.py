@@ -33,7 +33,7 @@ import numpy as np
 
 from flexrt.errors import NotYetAvailableError
 from flexrt.simulator.actions import BufKind, Forward, Key, own_buf
-from flexrt.simulator.task_graph import KIND_CODE, Owner, OwnerKind, TaskKind
+from flexrt.simulator.task_graph import KIND_CODE, Owner, OwnerKind, TaskKind, sorted_runs
 from flexrt.strategy.pipeline import source_of
 
 SUFFIX = "@r"
@@ -166,10 +166,9 @@ def _trigger(low, segments: list, chained, src, dst) -> None:
     seg_of = np.full(len(owner_col), -1, dtype=np.int64)     # a member's backward task -> its segment
     seg_of[np.array(backs, dtype=np.int64)] = back_seg
     sk, oa = seg_of[dst], owner_col[src].astype(np.int64)
-    pair = sk * (int(oa.max(initial=0)) + 1) + oa          # (segment, the predecessor's owner)
-    uniq, inverse = np.unique(pair, return_inverse=True)
-    keys = low.graph.owner_keys
     width = int(oa.max(initial=0)) + 1
+    uniq, inverse = np.unique(sk * width + oa, return_inverse=True)     # (segment, the predecessor's owner)
+    keys = low.graph.owner_keys
     member_sets = [set(seg) for seg in segments]
     entering = np.fromiter((_entering(low, keys[int(u % width)], member_sets[int(u // width)]) for u in uniq),
                            dtype=bool, count=len(uniq))[inverse]
@@ -177,19 +176,14 @@ def _trigger(low, segments: list, chained, src, dst) -> None:
     grp = sk[entering] * low.core.size + device_col[dst[entering]]
     a = src[entering]
     by = np.lexsort((a, grp))
-    grp, a = grp[by], a[by]
-    cut = np.flatnonzero(np.diff(grp)) + 1
-    outside = {int(g): np.unique(part).tolist() for g, part in zip(grp[np.concatenate(([0], cut))].tolist()
-                                                                 if len(grp) else [], np.split(a, cut))}
+    outside = {g: np.unique(part).tolist() for g, part in sorted_runs(grp[by], a[by])}
     # per (segment, device): its recompute tasks that wait for no other one, in emission order
     recs, rec_seg = np.array(recs, dtype=np.int64), np.array(rec_seg, dtype=np.int64)
     free = ~chained[recs]
     recs, rec_seg = recs[free], rec_seg[free]
     grp = rec_seg * low.core.size + device_col[recs]
     by = np.argsort(grp, kind="stable")
-    grp, recs = grp[by], recs[by]
-    cut = np.flatnonzero(np.diff(grp)) + 1
-    for g, ts in zip(grp[np.concatenate(([0], cut))].tolist() if len(grp) else [], np.split(recs, cut)):
+    for g, ts in sorted_runs(grp[by], recs[by]):
         before = outside.get(g)
         if before:
             low._edges(Owner.op(segments[g // low.core.size][0]), before, ts.tolist())
@@ -225,15 +219,11 @@ def _working_set(low, segments: list) -> None:
     """Static memory: per device, the largest segment's recomputed activations (one segment is live
     at a time), charged to that segment's first operator."""
     best: dict[int, tuple[int, str]] = {}
-    pieces: dict[int, tuple] = {}     # layout (twins share one) -> (it, [(device, activation bytes)])
     for seg in segments:
         per_dev: dict[int, int] = defaultdict(int)
         for name in seg:
             lay = low.layout(name)
-            hit = pieces.get(id(lay.kin))
-            if hit is None:
-                hit = pieces[id(lay.kin)] = (lay.kin, list(zip(lay.devices, low._piece_times(lay)[2])))
-            for dev, a in hit[1]:
+            for dev, a in zip(lay.devices, low._piece_times(lay)[2]):
                 per_dev[dev] += a
         for dev, total in per_dev.items():
             if total > best.get(dev, (0, ""))[0]:

@@ -120,6 +120,15 @@ class Task:
     action: object = None          # what the runtime does (``flexrt.simulator.actions``); None: holds its device only
 
 
+def sorted_runs(keys: np.ndarray, values: np.ndarray):
+    """(key, the values under it) for each run of equal ``keys`` (sorted, so each key is one run),
+    in order; the passes that group a large graph's tasks with NumPy use it."""
+    if not len(keys):
+        return []
+    cut = np.flatnonzero(keys[1:] != keys[:-1]) + 1
+    return zip(keys[np.r_[0, cut]].tolist(), np.split(values, cut))
+
+
 def _no_hops(src, dst, num_bytes):
     raise ValueError("this task graph was made without a route function (hops=)")
 
