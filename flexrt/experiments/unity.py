@@ -142,7 +142,7 @@ DIMENSIONS = {"data+model": ({S}, False), "+reduction": ({S, R}, False), "+atten
         Param("dimensions", "str", REQUIRED, choices=tuple(DIMENSIONS),
               help="data+model (sample splits and placement), +reduction, +attention_head (parameter axes), "
                    "+pipeline"),),
-    metrics=("time_ms", "iterations_per_s", "search_s", "pipelined"),
+    metrics=("time_ms", "iterations_per_s", "search_s", "pipelined", "bound_ms", "over_bound"),
     description="Unity's search as parallelization dimensions are added (Unity Fig. 15a)")
 def unity_dimensions(inputs) -> Outcome:
     machine, base = _setup(inputs)
@@ -150,8 +150,20 @@ def unity_dimensions(inputs) -> Outcome:
     with Timer() as t:
         r = unity(base, machine, COST, budget=inputs["budget"], space=SearchSpace(frozenset(kinds)),
                   enable_pipeline=pipe, progress=False)
+    bound = work_bound_s(base, machine)
     return Outcome({"time_ms": r.cost_s * 1e3, "iterations_per_s": 1 / r.cost_s, "search_s": t.s,
-                    "pipelined": getattr(r.strategy, "pipeline", None) is not None}, strategy_doc(r.strategy, machine))
+                    "pipelined": getattr(r.strategy, "pipeline", None) is not None, "bound_ms": bound * 1e3,
+                    "over_bound": r.cost_s / bound}, strategy_doc(r.strategy, machine))
+
+
+def work_bound_s(pcg, machine) -> float:
+    """A lower bound of any strategy's iteration time without recomputation: the whole batch's
+    iteration on one device of ``machine`` (every operator unsplit, no communication), divided by
+    the devices. The cost model's piece times are subadditive (a roofline of FLOPs and bytes plus a
+    launch: k pieces of an operator take at least the whole operator's time, their bytes at least
+    the whole one's), so n devices cannot share the work in less. Data parallelism's time over it is
+    the most any strategy can gain over data parallelism in this simulator."""
+    return simulated(data_parallel(pcg, machine, 1), machine).iteration_time_s / machine.num_devices
 
 
 @register_kind(
