@@ -11,23 +11,31 @@ backward's way back), and left out when that bound cannot beat the best simulate
 objective is the iteration time of the whole batch, so the throughput (samples/s) is the batch over
 it. Then the best candidate's stage boundaries are moved one operator at a time, in either
 direction, while that makes it faster (``refine``), so the stages are whatever segments of the graph
-the simulator says balance best, communication included.
+the simulator says balance best, communication included. Given Unity's DP (``block_mapping``), the
+best few candidates are also simulated with every stage mapped by it on its block (``mapped_blocks``:
+the whole batch's graph on the block's ``n / p`` devices, each operator's configuration moved to its
+stage's block), so a stage may be data-, tensor- or reduction-parallel; the fastest of all is kept.
 
 ``pipeline_mcmc`` (``--algo pipeline``) searches the same space by Metropolis-Hastings (FlexFlow's
-Eq. 1 on the simulated time, in percent of the data-parallel time): a proposal moves one stage
-boundary by one operator (the stage-boundary move), or changes the micro-batches (halved or
-doubled), the schedule, or the number of device blocks (stages then re-balanced by time). It is
-bounded by ``budget`` proposals, deterministic for a seed, and returns the best plan so far on
-Ctrl-C.
+Eq. 1 on the simulated time, in percent of the data-parallel time) jointly with the operators'
+configurations within their blocks: a proposal moves one stage boundary by one operator (the
+stage-boundary move), gives one operator random degrees of the search space within its block
+(FlexFlow's proposal on the block: ``BlockDegrees``), or changes the micro-batches (halved or
+doubled), the schedule, or the number of device blocks (stages then re-balanced by time; degrees
+kept where still valid). It is bounded by ``budget`` proposals, deterministic for a seed, and
+returns the best plan so far on Ctrl-C.
 
-Entry points: ``pipeline_candidates``, ``lower_bound``, ``refine``, ``best_pipeline``, ``pipeline_mcmc``.
+Entry points: ``pipeline_candidates``, ``lower_bound``, ``refine``, ``best_pipeline``, ``mapped_blocks``,
+``BlockDegrees``, ``pipeline_mcmc``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import random
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 from flexrt.errors import StrategyError
 from flexrt.ir.parallel_tensor import divisors
@@ -36,8 +44,9 @@ from flexrt.machine import Machine
 from flexrt.simulator.simulate import Simulator
 from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.search.api import Progress, SearchLog, SearchResult, progress_default, register_algorithm
-from flexrt.strategy import data_parallel, is_compute, wiring_of
-from flexrt.strategy.pipeline import piece_seconds, pipeline_strategy
+from flexrt.strategy import OpConfig, SearchSpace, data_parallel, is_compute, wiring_of
+from flexrt.strategy.pipeline import copy_name, micro_batch_pcg, piece_seconds, pipeline_strategy, source_of
+from flexrt.strategy.space import valid_configs
 
 MICRO_BATCH_FACTORS = (1, 2, 4, 8)
 
@@ -71,6 +80,34 @@ def pipeline_candidates(pcg: PCG, machine: Machine) -> list[tuple[str, dict]]:
 def _time(sim: Simulator, strategy) -> float:
     sim.full(strategy)
     return sim.iteration_time()
+
+
+class BlockDegrees:
+    """Each operator's degree assignments within a device block, for one micro-batch: those of
+    ``valid_configs`` on the operator's first micro-batch copy whose axes are of the space's kinds
+    and whose total degree divides the block's width (every split at the block's first devices).
+    Computed once per (micro-batches, width, operator)."""
+
+    def __init__(self, pcg: PCG, machine: Machine, space: SearchSpace) -> None:
+        self.pcg, self.machine, self.space = pcg, machine, space
+        self._mb: dict = {}
+        self._of: dict = {}
+
+    def of(self, name: str, micro_batches: int, width: int) -> list[dict]:
+        key = (name, micro_batches, width)
+        if key not in self._of:
+            if micro_batches not in self._mb:
+                self._mb[micro_batches] = micro_batch_pcg(self.pcg, micro_batches, built=1).pcg
+            mb = self._mb[micro_batches]
+            node = mb.node_by_name(copy_name(name, 0))
+            self._of[key] = [d for d in valid_configs(mb, node, self.machine, max_degree=width, kinds=self.space.kinds)
+                             if width % math.prod(d.values()) == 0]
+        return self._of[key]
+
+    def kept(self, degrees: dict, micro_batches: int, width: int) -> dict:
+        """The assignments of ``degrees`` (operator -> degrees) still valid at these micro-batches and
+        width; the others go back to the block's data parallelism."""
+        return {name: d for name, d in degrees.items() if d in self.of(name, micro_batches, width)}
 
 
 def refine(pcg: PCG, machine: Machine, sim: Simulator, kwargs: dict, budget: int) -> tuple[object, float, int]:
@@ -123,13 +160,31 @@ def lower_bound(strategy, machine: Machine, cost_model) -> float:
     return max(sum(fwd[:k]) + work[k] + (sum(bwd[:k]) if back else 0.0) for k in range(p))
 
 
+def mapped_blocks(pcg: PCG, width: int, block_mapping: Callable) -> Callable:
+    """A ``place`` for ``pipeline_strategy``: every operator as ``block_mapping(pcg, width)`` (node id ->
+    ``OpConfig`` on the first ``width`` devices; Unity's DP) maps the whole batch, moved to its stage's
+    block. The whole batch, not one micro-batch: a block computes every micro-batch but synchronizes
+    its gradients once, and so does the mapping it is given."""
+    by_name = {pcg.node(nid).name: cfg for nid, cfg in block_mapping(pcg, width).items() if is_compute(pcg.node(nid))}
+
+    def place(_mb, node, start: int) -> Optional[OpConfig]:
+        cfg = by_name.get(source_of(node.name)[0])
+        return None if cfg is None else OpConfig(cfg.degrees, dataclasses.replace(cfg.view,
+                                                                                  start=cfg.view.start + start))
+    return place
+
+
 def best_pipeline(pcg: PCG, machine: Machine, cost_model, optimizer, budget: int = 40,
-                  log_notes: Optional[dict] = None) -> list[tuple[str, object]]:
+                  log_notes: Optional[dict] = None, block_mapping: Optional[Callable] = None,
+                  mapped: int = 3) -> list[tuple[str, object]]:
     """The best candidate of ``pipeline_candidates`` after ``refine`` (a one-element list of (label,
     strategy), or empty when the model or machine allows no pipeline). Candidates are simulated in
     the order of their ``lower_bound``; one whose bound is not below the best simulated so far
-    cannot win and is not simulated (exact). ``log_notes`` gets each simulated candidate's time,
-    the candidates left out that way, and the refinement's simulations."""
+    cannot win and is not simulated (exact). With ``block_mapping`` (``mapped_blocks``), the
+    ``mapped`` best of them are simulated again with each block mapped by it (a stage data-, tensor-
+    or reduction-parallel as Unity's DP chooses for one micro-batch on the block) and compete too.
+    ``log_notes`` gets each simulated candidate's time, the candidates left out by their bound, and
+    the refinement's simulations."""
     sim = Simulator(machine, cost_model, optimizer, detail=False, incremental=False)
     bounded = []
     for label, kwargs in pipeline_candidates(pcg, machine):
@@ -150,6 +205,15 @@ def best_pipeline(pcg: PCG, machine: Machine, cost_model, optimizer, budget: int
             continue
         scored.append((_time(sim, pipeline_strategy(pcg, machine, cost_model=cost_model, **kwargs)), label, kwargs))
         scored.sort(key=lambda x: x[0])
+    if block_mapping is not None:
+        for _, label, kwargs in scored[:mapped]:
+            kw = {**kwargs, "place": mapped_blocks(pcg, machine.num_devices // kwargs["stages"], block_mapping)}
+            try:
+                cand = pipeline_strategy(pcg, machine, cost_model=cost_model, **kw)
+            except StrategyError:
+                continue
+            scored.append((_time(sim, cand), label + ", blocks mapped", kw))
+        scored.sort(key=lambda x: x[0])
     _, label, kwargs = scored[0]
     strategy, t, tried = refine(pcg, machine, sim, kwargs, budget)
     if log_notes is not None:
@@ -159,12 +223,14 @@ def best_pipeline(pcg: PCG, machine: Machine, cost_model, optimizer, budget: int
     return [(label + (" (stages refined)" if tried and t < scored[0][0] else ""), strategy)]
 
 
-def _propose(rng: random.Random, kwargs: dict, stage_of: dict, order: list, batch: int, n: int, ops: int):
-    """A neighbour of (kwargs, stage_of): a stage-boundary move (half the time), or another count of
-    micro-batches, schedule or device blocks. None when the move does not apply."""
+def _propose(rng: random.Random, kwargs: dict, stage_of: dict, order: list, batch: int, n: int, ops: int,
+             blocks: BlockDegrees):
+    """A neighbour of (kwargs, stage_of): a stage-boundary move (35%), one operator's degrees within its
+    block (30%: FlexFlow's proposal, on the block), or another count of micro-batches, schedule or
+    device blocks (operators' degrees kept where still valid). None when the move does not apply."""
     kw, stages = dict(kwargs), dict(stage_of)
     move = rng.random()
-    if move < 0.5:                                     # the stage-boundary move
+    if move < 0.35:                                    # the stage-boundary move
         bounds = [k for k in range(1, len(order)) if stages[order[k - 1]] != stages[order[k]]]
         if not bounds:
             return None
@@ -175,13 +241,23 @@ def _propose(rng: random.Random, kwargs: dict, stage_of: dict, order: list, batc
         if sorted(set(stages.values())) != sorted(set(stage_of.values())):
             return None                                # a stage would be empty
         return kw, stages
-    if move < 0.7:
+    if move < 0.65:                                    # the configuration move
+        name = rng.choice(order)
+        choices = blocks.of(name, kw["micro_batches"], n // kw["stages"])
+        degrees = dict(kw.get("degrees") or {})
+        if not choices or choices == [degrees.get(name)]:
+            return None
+        pick = rng.choice([d for d in choices if d != degrees.get(name)])
+        kw["degrees"] = {**degrees, name: pick}
+        return kw, stages
+    if move < 0.8:
         m = kw["micro_batches"] * 2 if rng.random() < 0.5 else kw["micro_batches"] // 2
         if m < 1 or batch % m or (kw["schedule"] == "interleaved" and m % kw["stages"]):
             return None
         kw["micro_batches"] = m
+        kw["degrees"] = blocks.kept(kw.get("degrees") or {}, m, n // kw["stages"])
         return kw, stages
-    if move < 0.85:
+    if move < 0.9:
         kw["schedule"], kw["chunks"] = rng.choice([("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zb-h1", 1)])
         if kw["schedule"] == "interleaved" and (kw["micro_batches"] % kw["stages"] or 2 * kw["stages"] > ops):
             return None
@@ -191,19 +267,23 @@ def _propose(rng: random.Random, kwargs: dict, stage_of: dict, order: list, batc
                                        (kw["micro_batches"] % p or 2 * p > ops)):
         return None
     kw["stages"] = p
+    kw["degrees"] = blocks.kept(kw.get("degrees") or {}, kw["micro_batches"], n // p)
     return kw, None                                    # stages re-balanced by the cost model's times
 
 
 def pipeline_mcmc(pcg: PCG, machine: Machine, cost_model, budget: int = 200, seed: int = 0, alpha: float = 1.05,
-                  optimizer: OptimizerKind = OptimizerKind.SGD, progress: Optional[bool] = None) -> SearchResult:
+                  optimizer: OptimizerKind = OptimizerKind.SGD, space: Optional[SearchSpace] = None,
+                  progress: Optional[bool] = None) -> SearchResult:
     """Metropolis-Hastings over pipelined strategies (module doc), from the best of
     ``pipeline_candidates``' balanced starting points with 1F1B; ``alpha`` per percent of the
-    data-parallel time, as ``mcmc``."""
+    data-parallel time, as ``mcmc``. ``space`` (default: the sample axis, FlexFlow's flags) is what
+    the configuration move may split within a block."""
     from flexrt.search.mcmc import accept
     t0 = time.perf_counter()
     rng = random.Random(seed)
     sim = Simulator(machine, cost_model, optimizer, detail=False, incremental=False)
     log = SearchLog("pipeline", budget, seed)
+    blocks = BlockDegrees(pcg, machine, space or SearchSpace())
     starts = [kw for _, kw in pipeline_candidates(pcg, machine) if kw["schedule"] == "1f1b"]
     if not starts:
         raise StrategyError("no pipeline fits this model and machine: it needs 2 or more operators and devices")
@@ -213,14 +293,15 @@ def pipeline_mcmc(pcg: PCG, machine: Machine, cost_model, budget: int = 200, see
     kwargs = starts[scored[0][1]]
     current = pipeline_strategy(pcg, machine, cost_model=cost_model, **kwargs)
     cur_t = best_t = scored[0][0]
-    best = current
+    best, best_kwargs = current, kwargs
     order = wiring_of(pcg).ops
     ops, batch = len(order), _batch(pcg)
     bar = Progress(progress_default() if progress is None else progress, budget, "pipeline MCMC")
     log.record(0, t0, cur_t, best_t)
     try:
         for it in range(1, budget + 1):
-            prop = _propose(rng, kwargs, dict(current.pipeline.stage_of), order, batch, machine.num_devices, ops)
+            prop = _propose(rng, kwargs, dict(current.pipeline.stage_of), order, batch, machine.num_devices, ops,
+                            blocks)
             log.proposals += 1
             if prop is not None:
                 try:
@@ -233,7 +314,7 @@ def pipeline_mcmc(pcg: PCG, machine: Machine, cost_model, budget: int = 200, see
                         kwargs, current, cur_t = prop[0], cand, t
                         log.accepted += 1
                         if t < best_t:
-                            best, best_t = cand, t
+                            best, best_t, best_kwargs = cand, t, kwargs
             log.record(it, t0, cur_t, best_t)
             bar.update(it, best_t, log.acceptance_rate)
     except KeyboardInterrupt:
@@ -242,6 +323,8 @@ def pipeline_mcmc(pcg: PCG, machine: Machine, cost_model, budget: int = 200, see
         bar.close()
     log.stop_reason = "interrupted" if log.interrupted else "budget spent"
     log.notes["chosen"] = best.pipeline.describe()
+    log.notes["operator_degrees"] = {name: {a: d for a, d in degrees.items() if d > 1}
+                                     for name, degrees in (best_kwargs.get("degrees") or {}).items()}
     return SearchResult(best, best_t, log)
 
 

@@ -109,19 +109,24 @@ def _per_micro_batch(attrs, m: int):
     return attrs
 
 
-def micro_batch_pcg(pcg: PCG, micro_batches: int, loss_output: Optional[str] = None) -> MicroBatched:
+def micro_batch_pcg(pcg: PCG, micro_batches: int, loss_output: Optional[str] = None,
+                    built: Optional[int] = None) -> MicroBatched:
     """``pcg`` (a sequential model) as ``micro_batches`` copies sharing its weights (see the module
     doc). Every input's first dimension is the batch and must divide evenly; the model's output is
-    ``loss_output`` or its last operator nobody consumes."""
+    ``loss_output`` or its last operator nobody consumes. ``built`` (1 .. micro_batches) builds only
+    the first copies: one micro-batch's shapes, to cost or map it, without the others."""
     m = micro_batches
     if isinstance(m, bool) or not isinstance(m, int) or m < 1:
         raise StrategyError(f"micro-batches must be an integer >= 1, got {micro_batches!r}")
+    k = m if built is None else built
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= m:
+        raise StrategyError(f"built: the copies to build must be an integer in 1..{m}, got {built!r}")
     out, refs, copies, inputs = PCG(), {}, {}, {}
     batch = None
     for nid in pcg.topological_order():
         node = pcg.node(nid)
         if node.op_type is OpType.WEIGHT:
-            refs[nid] = [out.add_node(node.attrs, (), name=node.name)] * m
+            refs[nid] = [out.add_node(node.attrs, (), name=node.name)] * k
         elif node.op_type is OpType.INPUT:
             dims = node.attrs.shape.dims
             if batch is None:
@@ -131,15 +136,15 @@ def micro_batch_pcg(pcg: PCG, micro_batches: int, loss_output: Optional[str] = N
                                     f"({batch}) and divide into {m} micro-batches")
             b = batch // m
             shape = TensorShape((b,) + tuple(dims[1:]), node.attrs.shape.dtype)
-            refs[nid] = [out.add_node(InputAttrs(shape), (), name=copy_name(node.name, j)) for j in range(m)]
-            inputs.update({copy_name(node.name, j): (node.name, j * b, b) for j in range(m)})
+            refs[nid] = [out.add_node(InputAttrs(shape), (), name=copy_name(node.name, j)) for j in range(k)]
+            inputs.update({copy_name(node.name, j): (node.name, j * b, b) for j in range(k)})
         elif not is_compute(node):
             raise StrategyError(f"operator '{node.name}' ({node.op_type.value}): micro-batching takes a sequential "
                                 f"model (no parallelization operators)")
         else:
             ids = []
             attrs = _per_micro_batch(node.attrs, m)
-            for j in range(m):
+            for j in range(k):
                 operands = [TensorRef(refs[r.node][j], r.index) for r in node.inputs]
                 try:
                     ids.append(out.add_node(attrs, operands, name=copy_name(node.name, j)))
@@ -147,7 +152,7 @@ def micro_batch_pcg(pcg: PCG, micro_batches: int, loss_output: Optional[str] = N
                     raise StrategyError(f"operator '{node.name}' cannot run on micro-batches of {batch // m} "
                                         f"samples (its attributes fix the batch size?): {e}") from None
             refs[nid] = ids
-            copies[node.name] = tuple(copy_name(node.name, j) for j in range(m))
+            copies[node.name] = tuple(copy_name(node.name, j) for j in range(k))
     if batch is None:
         raise StrategyError("micro-batching needs a model with an input")
     sinks = [n.name for n in pcg.operators() if not pcg.consumers(n.id)]

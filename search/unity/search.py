@@ -282,7 +282,12 @@ def unity(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUDGET, 
         finalists.insert(1, ("input graph mapped", _strategy(pcg, pcg, state["input_mapping"].configs)))
         finalists.insert(2, ("input graph, overlap mapping", _strategy(pcg, pcg, overlap.solve(pcg).configs)))
     if enable_pipeline:      # pipelined finalists: stages, micro-batches and schedule searched (search.pipelines)
-        finalists += best_pipeline(pcg, machine, cost_model, optimizer, log_notes=log.notes)
+        block_costs = LocalCosts(machine, cost_model, sp.kinds, optimizer, min_degree)
+
+        def block_mapping(graph: PCG, width: int) -> dict:       # one micro-batch on a stage's block
+            return MappingDP(machine, block_costs, cache=cache, devices=width).solve(graph).configs
+        finalists += best_pipeline(pcg, machine, cost_model, optimizer, log_notes=log.notes,
+                                   block_mapping=block_mapping)
     return _finish(machine, cost_model, optimizer, finalists, log, t0)
 
 
