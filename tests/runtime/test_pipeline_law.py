@@ -42,3 +42,27 @@ def test_any_stages_and_micro_batches_train_like_one_device(model, stages, micro
     strategy = pipeline_strategy(m.pcg, machine, stages, micro_batches, schedule)
     compare_with_one_device(f"{model} {schedule} p={stages} m={micro_batches}", m.pcg, strategy, machine, loss,
                             TOL[DataType.DT_DOUBLE], weights_for(m.pcg, DataType.DT_DOUBLE))
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(model=st.sampled_from(["mlp", "cnn", "transformer", "dlrm"]), stages=st.sampled_from([2, 4]),
+       micro_batches=st.sampled_from([2, 4]), schedule=st.sampled_from(["1f1b", "zb-h1"]), seed=st.integers(0, 10**6))
+def test_stages_split_any_way_the_pipeline_search_may_train_like_one_device(model, stages, micro_batches, schedule,
+                                                                            seed, machine):
+    """Every operator takes random degrees of the whole space within its block (what ``pipeline_mcmc``'s
+    configuration move draws from: tensor, reduction and sample splits, or one device)."""
+    import random
+    from flexrt.search.pipelines import BlockDegrees
+    from flexrt.strategy import SearchSpace
+    m, loss = MODELS[model](DataType.DT_DOUBLE)
+    rows = next(n for n in m.pcg.nodes if n.op_type.value == "input").attrs.shape.dims[0]
+    ops = [n.name for n in m.pcg.nodes if n.op_type.value not in ("input", "weight")]
+    if rows % micro_batches or len(ops) < stages:
+        return
+    rng, blocks = random.Random(seed), BlockDegrees(m.pcg, machine, SearchSpace.full())
+    width = machine.num_devices // stages
+    degrees = {name: rng.choice(blocks.of(name, micro_batches, width)) for name in ops}
+    strategy = pipeline_strategy(m.pcg, machine, stages, micro_batches, schedule, degrees=degrees)
+    split = sum(1 for d in degrees.values() if any(v > 1 and k != "sample" for k, v in d.items()))
+    compare_with_one_device(f"{model} {schedule} p={stages} m={micro_batches} seed={seed} ({split} split)", m.pcg,
+                            strategy, machine, loss, TOL[DataType.DT_DOUBLE], weights_for(m.pcg, DataType.DT_DOUBLE))
