@@ -80,7 +80,7 @@ def _f(names, attr, kind, default, help, low=None, low_open=False, choices=()) -
 
 
 # The searches compile can run (flexrt.search's algorithms that search a space; a test keeps them equal).
-SEARCH_ALGORITHMS = ("mcmc", "unity", "sequential", "exhaustive")
+SEARCH_ALGORITHMS = ("mcmc", "unity", "sequential", "exhaustive", "pipeline")
 # flexrt's fusion policies (``flexrt.search.fusion_policies``) and DisCo's search
 FUSION_POLICIES = ("off", "xla", "combiner", "horovod", "ddp", "jax", "disco")
 

@@ -228,3 +228,14 @@ def test_float32_model_trains_on_float64_arrays():
     x_all, y_all = data()
     m.fit(x=x_all, y=y_all[:, 0])  # [N] labels are taken as [N, 1]
     assert m.get_weights()["fc1.kernel"].dtype == np.float32 and len(m.history) == 4
+
+
+def test_compile_with_the_pipeline_search_trains_a_pipelined_strategy():
+    """``--search-algorithm pipeline`` in a definition script: ``compile`` runs the pipeline MCMC (stages,
+    micro-batches, schedule and the operators' degrees within their blocks) and ``fit`` trains it."""
+    m, _ = compiled(["-ll:gpu", "2", "--search-algorithm", "pipeline", "--budget", "6",
+                     "--enable-parameter-parallel"], lr=0.5)
+    assert m.session.strategy.pipeline is not None and m.session.strategy.pipeline.stages == 2
+    m.fit(epochs=3)
+    losses = [h["loss"] for h in m.history]
+    assert np.mean(losses[-SYNTHETIC_BATCHES:]) < np.mean(losses[:SYNTHETIC_BATCHES])
