@@ -4,7 +4,6 @@ whole batch on one device divided by the devices."""
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -15,7 +14,7 @@ from flexrt.strategy import data_parallel, random_strategy
 from flexrt.strategy.pipeline import pipeline_strategy
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(model=st.sampled_from(["mlp", "transformer", "lenet", "alexnet"]), preset=st.sampled_from(["dgx1_v100",
                                                                                                   "summit"]),
        seed=st.integers(0, 10**6))
@@ -27,13 +26,12 @@ def test_no_random_strategy_beats_the_work_bound(model, preset, seed):
         assert simulated(strategy, machine).iteration_time_s >= bound * (1 - 1e-9)
 
 
-@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "zb-h1"])
-def test_no_pipeline_beats_the_work_bound(schedule):
+def test_no_pipeline_beats_the_work_bound():
     machine = load_machine("dgx1_v100")
     pcg = pcg_of("transformer", 32)
     bound = work_bound_s(pcg, machine)
-    for stages, m in ((2, 4), (4, 8), (8, 16)):
+    for stages, m, schedule in ((2, 4, "gpipe"), (4, 8, "1f1b"), (8, 16, "zb-h1")):
         t = simulated(pipeline_strategy(pcg, machine, stages, m, schedule), machine).iteration_time_s
-        assert bound <= t, (stages, m)
+        assert bound <= t, (stages, m, schedule)
     # not loose by orders: data parallelism of this compute-bound model is within 3x of it (1.29x)
     assert simulated(data_parallel(pcg, machine), machine).iteration_time_s < 3 * bound
