@@ -133,8 +133,9 @@ FALSE = [
 
 
 def test_the_typed_verifier_proves_the_new_laws_and_refuses_false_ones():
-    results = verify_rules(TRUE + FALSE, timeout_s=10, jobs=2)
-    for r in results[:len(TRUE)]:
+    # a false law is never proved, whatever the time; each of these runs to its timeout (about 2.6x
+    # it over the verifier's strategies), so a short one keeps the test fast
+    for r in verify_rules(TRUE, timeout_s=10, jobs=2):
         assert r.status is Status.PROVED, r
-    for r in results[len(TRUE):]:
+    for r in verify_rules(FALSE, timeout_s=2, jobs=2):
         assert r.status is not Status.PROVED, r
