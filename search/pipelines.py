@@ -243,7 +243,10 @@ def _propose(rng: random.Random, kwargs: dict, stage_of: dict, order: list, batc
         return kw, stages
     if move < 0.65:                                    # the configuration move
         name = rng.choice(order)
-        choices = blocks.of(name, kw["micro_batches"], n // kw["stages"])
+        try:
+            choices = blocks.of(name, kw["micro_batches"], n // kw["stages"])
+        except StrategyError:
+            return None
         degrees = dict(kw.get("degrees") or {})
         if not choices or choices == [degrees.get(name)]:
             return None
