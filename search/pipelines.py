@@ -37,7 +37,7 @@ import random
 import time
 from typing import Callable, Optional
 
-from flexrt.errors import StrategyError
+from flexrt.errors import ShapeError, StrategyError
 from flexrt.ir.parallel_tensor import divisors
 from flexrt.ir.pcg import PCG
 from flexrt.machine import Machine
@@ -182,7 +182,8 @@ def best_pipeline(pcg: PCG, machine: Machine, cost_model, optimizer, budget: int
     the order of their ``lower_bound``; one whose bound is not below the best simulated so far
     cannot win and is not simulated (exact). With ``block_mapping`` (``mapped_blocks``), the
     ``mapped`` best of them are simulated again with each block mapped by it (a stage data-, tensor-
-    or reduction-parallel as Unity's DP chooses for one micro-batch on the block) and compete too.
+    or reduction-parallel as Unity's DP chooses on the block) and compete too, where its splits fit
+    their micro-batches.
     ``log_notes`` gets each simulated candidate's time, the candidates left out by their bound, and
     the refinement's simulations."""
     sim = Simulator(machine, cost_model, optimizer, detail=False, incremental=False)
@@ -210,8 +211,8 @@ def best_pipeline(pcg: PCG, machine: Machine, cost_model, optimizer, budget: int
             kw = {**kwargs, "place": mapped_blocks(pcg, machine.num_devices // kwargs["stages"], block_mapping)}
             try:
                 cand = pipeline_strategy(pcg, machine, cost_model=cost_model, **kw)
-            except StrategyError:
-                continue
+            except (StrategyError, ShapeError):
+                continue                     # the whole batch's splits do not fit these micro-batches
             scored.append((_time(sim, cand), label + ", blocks mapped", kw))
         scored.sort(key=lambda x: x[0])
     _, label, kwargs = scored[0]
@@ -309,7 +310,7 @@ def pipeline_mcmc(pcg: PCG, machine: Machine, cost_model, budget: int = 200, see
             if prop is not None:
                 try:
                     cand = pipeline_strategy(pcg, machine, stage_of=prop[1], cost_model=cost_model, **prop[0])
-                except StrategyError:
+                except (StrategyError, ShapeError):
                     cand = None
                 if cand is not None:
                     t = _time(sim, cand)

@@ -103,3 +103,21 @@ def test_unity_with_pipelines_maps_blocks_and_keeps_the_fastest():
     times = r.log.notes["pipeline_candidates_s"]
     assert any(label.endswith("blocks mapped") for label in times)
     assert r.cost_s <= min(times.values()) * (1 + 1e-9)
+
+
+def test_a_block_mapping_that_does_not_fit_the_micro_batches_is_left_out():
+    """The DP maps the whole batch; where its sample split does not divide a micro-batch, that mapped
+    candidate is not simulated (and nothing fails)."""
+    from flexrt.search.pipelines import best_pipeline
+    machine, cost = load_machine("dgx1_v100"), AnalyticCostModel()
+    pcg = mlp(16)          # 16 rows: 2 blocks of 4 devices; at 8 micro-batches 2 rows each
+
+    def whole_block_data_parallel(graph, w):
+        return data_parallel(graph, machine, w).configs
+
+    notes = {}
+    found = best_pipeline(pcg, machine, cost, "sgd", budget=0, log_notes=notes, block_mapping=whole_block_data_parallel,
+                          mapped=100)
+    assert found
+    mapped = [label for label in notes["pipeline_candidates_s"] if label.endswith("blocks mapped")]
+    assert mapped and not any(" m=8 " in label or " m=16 " in label for label in mapped if "p=2 " in label)
