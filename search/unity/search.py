@@ -284,7 +284,7 @@ def unity(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUDGET, 
     if enable_pipeline:      # pipelined finalists: stages, micro-batches and schedule searched (search.pipelines)
         block_costs = LocalCosts(machine, cost_model, sp.kinds, optimizer, min_degree)
 
-        def block_mapping(graph: PCG, width: int) -> dict:       # one micro-batch on a stage's block
+        def block_mapping(graph: PCG, width: int) -> dict:       # the whole batch on a stage's block
             return MappingDP(machine, block_costs, cache=cache, devices=width).solve(graph).configs
         finalists += best_pipeline(pcg, machine, cost_model, optimizer, log_notes=log.notes,
                                    block_mapping=block_mapping)
