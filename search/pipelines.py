@@ -77,6 +77,18 @@ def pipeline_candidates(pcg: PCG, machine: Machine) -> list[tuple[str, dict]]:
     return out
 
 
+def _no_pipeline(pcg: PCG, machine: Machine) -> str:
+    """Why ``pipeline_candidates`` is empty, for the error."""
+    ops, n, batch = sum(1 for node in pcg.nodes if is_compute(node)), machine.num_devices, _batch(pcg)
+    blocks = [p for p in divisors(n) if 2 <= p <= ops]
+    if not blocks:
+        return (f"no pipeline fits: {ops} operator(s) on {n} device(s); a pipeline needs 2 or more device blocks "
+                f"(a divisor of the devices) and at least one operator per block")
+    return (f"no pipeline fits the batch of {batch}: on {n} devices a pipeline of p blocks (p in "
+            f"{', '.join(map(str, blocks))}) runs p x {', '.join(map(str, MICRO_BATCH_FACTORS))} micro-batches, and "
+            f"none of those divides {batch}; give a batch divisible by {min(blocks)}")
+
+
 def _time(sim: Simulator, strategy) -> float:
     sim.full(strategy)
     return sim.iteration_time()
@@ -290,7 +302,7 @@ def pipeline_mcmc(pcg: PCG, machine: Machine, cost_model, budget: int = 200, see
     blocks = BlockDegrees(pcg, machine, space or SearchSpace())
     starts = [kw for _, kw in pipeline_candidates(pcg, machine) if kw["schedule"] == "1f1b"]
     if not starts:
-        raise StrategyError("no pipeline fits this model and machine: it needs 2 or more operators and devices")
+        raise StrategyError(_no_pipeline(pcg, machine))
     scale = _time(sim, data_parallel(pcg, machine)) / 100.0           # one percent of data parallelism
     scored = sorted(((_time(sim, pipeline_strategy(pcg, machine, cost_model=cost_model, **kw)), i)
                      for i, kw in enumerate(starts)))

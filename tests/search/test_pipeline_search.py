@@ -121,3 +121,13 @@ def test_a_block_mapping_that_does_not_fit_the_micro_batches_is_left_out():
     assert found
     mapped = [label for label in notes["pipeline_candidates_s"] if label.endswith("blocks mapped")]
     assert mapped and not any(" m=8 " in label or " m=16 " in label for label in mapped if "p=2 " in label)
+
+
+def test_no_pipeline_says_why():
+    request = SearchRequest(mlp(7), load_machine("dgx1_v100"), AnalyticCostModel(), budget=3)
+    with pytest.raises(StrategyError, match=r"none of those divides 7; give a batch divisible by 2"):
+        search("pipeline", request)
+    one = FFModel(FFConfig([]))
+    one.dense(one.create_tensor([8, 4], DataType.DT_FLOAT), 4, name="only")
+    with pytest.raises(StrategyError, match=r"1 operator\(s\) on 8 device\(s\)"):
+        search("pipeline", SearchRequest(one.pcg, load_machine("dgx1_v100"), AnalyticCostModel(), budget=3))
