@@ -66,3 +66,26 @@ def test_stages_split_any_way_the_pipeline_search_may_train_like_one_device(mode
     split = sum(1 for d in degrees.values() if any(v > 1 and k != "sample" for k, v in d.items()))
     compare_with_one_device(f"{model} {schedule} p={stages} m={micro_batches} seed={seed} ({split} split)", m.pcg,
                             strategy, machine, loss, TOL[DataType.DT_DOUBLE], weights_for(m.pcg, DataType.DT_DOUBLE))
+
+
+@pytest.mark.parametrize("model", ["mlp", "transformer", "dlrm"])
+def test_stages_mapped_by_unitys_dp_train_like_one_device(model, machine):
+    """``best_pipeline``'s mapped candidates: every block as Unity's DP maps the whole batch on it
+    (``mapped_blocks``), moved to its stage's block."""
+    from flexrt.kernels.optimizers import OptimizerKind
+    from flexrt.search.pipelines import mapped_blocks
+    from flexrt.search.unity.costs import LocalCosts
+    from flexrt.search.unity.mapping import MappingDP
+    from flexrt.simulator.cost_model import AnalyticCostModel
+    from flexrt.strategy import SearchSpace
+    m, loss = MODELS[model](DataType.DT_DOUBLE)
+    # every operator on 2 or more devices: the DP's tensor, reduction, head and replica splits and
+    # placements inside the block (these tiny models would otherwise stay whole on one device)
+    costs = LocalCosts(machine, AnalyticCostModel(), SearchSpace.full().kinds, OptimizerKind.SGD, 2)
+
+    def block_mapping(graph, width):
+        return MappingDP(machine, costs, devices=width).solve(graph).configs
+
+    strategy = pipeline_strategy(m.pcg, machine, 2, 2, "1f1b", place=mapped_blocks(m.pcg, 4, block_mapping))
+    compare_with_one_device(f"{model} mapped blocks", m.pcg, strategy, machine, loss, TOL[DataType.DT_DOUBLE],
+                            weights_for(m.pcg, DataType.DT_DOUBLE))
