@@ -242,7 +242,8 @@ class LocalCosts:
 
     def __init__(self, machine: Machine, cost_model, kinds: frozenset, optimizer: OptimizerKind = OptimizerKind.SGD,
                  min_degree: int = 1, max_axes: int = 2, overlap: bool = False) -> None:
-        self.machine, self.cost, self.kinds, self.optimizer = machine, cost_model, kinds, optimizer
+        self.machine, self.cost, self.kinds = machine, cost_model, kinds
+        self.optimizer = OptimizerKind.parse(optimizer)      # a name ("adam") or the member
         self.min_degree, self.max_axes = min_degree, max_axes
         # the overlap model (module doc): rings as the simulator's, composed by ``MappingDP`` as a flow shop
         self.overlap = overlap
