@@ -157,7 +157,8 @@ def unity_dimensions(inputs) -> Outcome:
 
 
 def work_bound_s(pcg, machine) -> float:
-    """A lower bound of any strategy's iteration time without recomputation: the whole batch's
+    """A lower bound of any strategy's iteration time without operator fusion (whose fused tasks keep
+    intermediates on chip) or recomputation, under the analytic cost model: the whole batch's
     iteration on one device of ``machine`` (every operator unsplit, no communication), divided by
     the devices. The cost model's piece times are subadditive (a roofline of FLOPs and bytes plus a
     launch: k pieces of an operator take at least the whole operator's time, their bytes at least
