@@ -219,8 +219,12 @@ def best_pipeline(pcg: PCG, machine: Machine, cost_model, optimizer, budget: int
         scored.append((_time(sim, pipeline_strategy(pcg, machine, cost_model=cost_model, **kwargs)), label, kwargs))
         scored.sort(key=lambda x: x[0])
     if block_mapping is not None:
+        places: dict = {}           # block width -> its mapping (one DP per width)
         for _, label, kwargs in scored[:mapped]:
-            kw = {**kwargs, "place": mapped_blocks(pcg, machine.num_devices // kwargs["stages"], block_mapping)}
+            width = machine.num_devices // kwargs["stages"]
+            if width not in places:
+                places[width] = mapped_blocks(pcg, width, block_mapping)
+            kw = {**kwargs, "place": places[width]}
             try:
                 cand = pipeline_strategy(pcg, machine, cost_model=cost_model, **kw)
             except (StrategyError, ShapeError):
@@ -256,10 +260,7 @@ def _propose(rng: random.Random, kwargs: dict, stage_of: dict, order: list, batc
         return kw, stages
     if move < 0.65:                                    # the configuration move
         name = rng.choice(order)
-        try:
-            choices = blocks.of(name, kw["micro_batches"], n // kw["stages"])
-        except StrategyError:
-            return None
+        choices = blocks.of(name, kw["micro_batches"], n // kw["stages"])
         degrees = dict(kw.get("degrees") or {})
         if not choices or choices == [degrees.get(name)]:
             return None
@@ -316,21 +317,21 @@ def pipeline_mcmc(pcg: PCG, machine: Machine, cost_model, budget: int = 200, see
     log.record(0, t0, cur_t, best_t)
     try:
         for it in range(1, budget + 1):
-            prop = _propose(rng, kwargs, dict(current.pipeline.stage_of), order, batch, machine.num_devices, ops,
-                            blocks)
             log.proposals += 1
-            if prop is not None:
-                try:
-                    cand = pipeline_strategy(pcg, machine, stage_of=prop[1], cost_model=cost_model, **prop[0])
-                except (StrategyError, ShapeError):
-                    cand = None
-                if cand is not None:
-                    t = _time(sim, cand)
-                    if accept((t - cur_t) / scale, alpha, rng):
-                        kwargs, current, cur_t = prop[0], cand, t
-                        log.accepted += 1
-                        if t < best_t:
-                            best, best_t, best_kwargs = cand, t, kwargs
+            try:        # a proposal the model cannot take (micro-batches, splits) is no move
+                prop = _propose(rng, kwargs, dict(current.pipeline.stage_of), order, batch, machine.num_devices, ops,
+                                blocks)
+                cand = None if prop is None else pipeline_strategy(pcg, machine, stage_of=prop[1],
+                                                                   cost_model=cost_model, **prop[0])
+            except (StrategyError, ShapeError):
+                prop = cand = None
+            if cand is not None:
+                t = _time(sim, cand)
+                if accept((t - cur_t) / scale, alpha, rng):
+                    kwargs, current, cur_t = prop[0], cand, t
+                    log.accepted += 1
+                    if t < best_t:
+                        best, best_t, best_kwargs = cand, t, kwargs
             log.record(it, t0, cur_t, best_t)
             bar.update(it, best_t, log.acceptance_rate)
     except KeyboardInterrupt:
