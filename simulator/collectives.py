@@ -1,10 +1,12 @@
 """How ring AllReduces are timed: the link model, or DisCo's measured T = C x + D per device group.
 
 ``CommCost.ANALYTIC`` (the default) times a ring AllReduce from its links: one pipelined transfer
-per ring member carrying 2(n-1)/n of the data, each hop paying the route's latency once per ring
-step (``ring_step_latency``), then the member's sum. Across nodes with several network adapters
-the data is split over NCCL-like channels (``Machine.ring_channels``), each such a ring, only
-channel 0 paying the step latencies (``Lowering._allreduce``).
+per ring member carrying 2(n-1)/n of the data, each send paying the AllReduce's whole latency
+(``allreduce_latency``: NCCL's latency model, a ring's 2(n-1) steps, or across nodes a double
+binary tree's 2 log2(N) network steps where NCCL's tuning model picks the tree), then the
+member's sum. Across nodes with several network adapters the data is split over NCCL-like
+channels (``Machine.ring_channels``), each such a ring, only channel 0 paying the latency
+(``Lowering._allreduce``).
 
 ``CommCost.MEASURED`` (``--comm-cost measured``) times it from the machine's measured collectives
 (``Machine.fits()``: ``flexrt calibrate`` under ``mpiexec`` fits ``MPI.Allreduce`` per device group,
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from flexrt.errors import ConfigError
@@ -197,28 +200,75 @@ def describe_used(used: dict[tuple[int, int], bool]) -> str:
     return ", ".join(parts) if parts else "none (no ring AllReduce)"
 
 
+# NCCL's tuning model (src/graph/tuning.cc): a tree AllReduce reaches 0.9 of the bus bandwidth a ring
+# does, and moves all the data up, then down, where a ring's members each send 2(n-1)/n of it
+TREE_BANDWIDTH = 0.9
+
+
+@dataclass(frozen=True)
+class AllReduceLatency:
+    """What every send of one AllReduce pays beyond its bytes (``allreduce_latency``): the
+    ``algorithm`` NCCL's tuning model picks ("ring" or "tree") and ``seconds``, its steps' latencies
+    (for a tree, plus the time its lower bandwidth adds to the ring's bytes)."""
+
+    algorithm: str
+    seconds: float
+
+
+def allreduce_latency(machine: Machine, cost, order: Sequence[int], nbytes: int) -> AllReduceLatency:
+    """The latency an AllReduce of ``nbytes`` over ``order`` (ring order) pays, by NCCL's model:
+
+    - ring: 2(n-1) steps, 2(N-1) of them between nodes (N: the nodes it spans), each paying the
+      latency of the slowest route of its kind (between two members of a node, between nodes);
+    - tree (NCCL's double binary tree between nodes, a chain within each): 2((g-1) intra +
+      floor(log2 N) inter) for g members per node, and its bus bandwidth is ``TREE_BANDWIDTH`` of the
+      ring's, which adds ``T (n / (TREE_BANDWIDTH (n-1)) - 1)`` to the ring's bandwidth time T;
+
+    whichever is faster (within one node the ring: a chain's latency is the ring's). T is the
+    slowest ring send's bytes over its slowest link (``cost``'s transfer time less the link's
+    latency). The tree is a choice of timing only: the task graph keeps the ring's sends."""
+    n = len(order)
+    if n < 2:
+        return AllReduceLatency("ring", 0.0)
+    node = [machine.devices[d].node for d in order]
+    links, per_send = machine.links, 2 * (n - 1) * nbytes // n
+    intra = inter = bandwidth_s = 0.0
+    for i in range(n):
+        j = (i + 1) % n
+        route = machine.route(order[i], order[j])
+        lat = sum(links[l].latency_s for l in route)
+        if node[i] == node[j]:
+            intra = max(intra, lat)
+        else:
+            inter = max(inter, lat)
+        for l in route:
+            bandwidth_s = max(bandwidth_s, cost.transfer_time(links[l], per_send) - links[l].latency_s)
+    nodes = len(set(node))
+    ring = 2 * (n - nodes) * intra + 2 * (nodes - 1) * inter
+    if nodes < 2:
+        return AllReduceLatency("ring", ring)
+    per_node = max(node.count(k) for k in set(node))
+    tree = 2 * ((per_node - 1) * intra + (nodes.bit_length() - 1) * inter) \
+        + bandwidth_s * (n / (TREE_BANDWIDTH * (n - 1)) - 1)
+    return AllReduceLatency("tree", tree) if tree < ring else AllReduceLatency("ring", ring)
+
+
 def ring_extras(low, devices, elements: int, itemsize: int, reduce_exe) -> list[tuple]:
     """Per ring member i of a lowering's ring AllReduce, the time added to each hop of its send to
-    member i + 1: the latencies of the ring's other steps (analytic), or what makes the ring take the
-    machine's measured C x + D for its group (measured: ``RingFits.extras``). ``low._routes`` keeps
-    only what both share (link times) and the analytic step latencies (keyed "ring"); measured
-    extras are not cached."""
+    member i + 1: what makes the send pay the AllReduce's whole latency (analytic:
+    ``allreduce_latency``, each hop already paying its route's once), or what makes the ring take
+    the machine's measured C x + D for its group (measured: ``RingFits.extras``). ``low._routes``
+    keeps only what both share (link times); measured extras are not cached."""
     n = len(devices)
     if low.ring_fits is None:
-        return [ring_step_latency(low, devices[i], devices[(i + 1) % n], n) for i in range(n)]
+        total = allreduce_latency(low.machine, low.cost, devices, elements * itemsize).seconds
+        return [send_latency(low, devices[i], devices[(i + 1) % n], total) for i in range(n)]
     return low.ring_fits.extras(devices, elements, itemsize, reduce_exe, low._hops, low.num_compute)
 
 
-def ring_step_latency(low, src: int, dst: int, n: int) -> tuple:
-    """Per hop of a ring member's send src -> dst, the latency of the ring's other 2(n-1) - 1 steps:
-    a ring AllReduce of n members takes 2(n-1) steps, each paying the route's latency (NCCL's and
-    DisCo's T = C x + D: the constant grows with the ring), while the lowering sends one pipelined
-    transfer per member that pays it once."""
-    key = ("ring", src, dst, n)
-    hit = low._routes.get(key)
-    if hit is None:
-        devs, zero = low._hops(src, dst, 0)   # each hop's time for no data: the route's latency
-        # (a destination's own copy, Machine.copied_by_receiver, handles the one message it receives)
-        hit = low._routes[key] = tuple((2 * (n - 1) - 1) * t if d >= low.num_compute else 0.0
-                                       for d, t in zip(devs, zero))
-    return hit
+def send_latency(low, src: int, dst: int, total: float) -> tuple:
+    """Per hop of a collective's send src -> dst, the time that makes it pay ``total`` seconds of
+    latency where the hop pays its route's once (a destination's own copy, on a compute device,
+    gets nothing)."""
+    devs, zero = low._hops(src, dst, 0)   # each hop's time for no data: the route's latency
+    return tuple(max(0.0, total - t) if d >= low.num_compute else 0.0 for d, t in zip(devs, zero))

@@ -9,8 +9,9 @@ replica's timeline *is* the iteration's. ``Fold`` lowers one replica on the mach
 
 - a ring of ``n = k R`` members (``k`` instances per replica, device order: replica 0's ``k``,
   then replica 1's, ...) has member ``i`` send ``2(n-1)/n`` of the data to member ``i + 1`` after
-  both are ready, and member ``i + 1`` sum; every member's send pays the route's latency for each of
-  the ring's ``2(n - 1)`` steps (the lowering's ring, ``Lowering._allreduce``);
+  both are ready, and member ``i + 1`` sum; every member's send of channel 0 pays the whole ring's
+  latency (``collectives.allreduce_latency`` over the whole machine's ring; the lowering's ring,
+  ``Lowering._allreduce``);
 - replica 0's members ``0 .. k-2`` send inside the replica as there; member ``k - 1`` sends to member
   ``k``, which is replica 1's first: by symmetry its readiness is member 0's, and the links its
   transfer crosses on replica 1's node are the images of member 0's node's own (the transfer that
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 from flexrt.errors import MachineSpecError, StrategyError
 from flexrt.ir.tensor_shape import TensorShape
 from flexrt.machine import Machine
+from flexrt.simulator.collectives import allreduce_latency
 from flexrt.simulator.cost_model import ring_sum_time
 from flexrt.simulator.task_graph import CATEGORY_CODE, TaskKind
 from flexrt.strategy.reshard import numel
@@ -48,6 +50,9 @@ class Fold:
     full: Machine
     sub: Machine
     _links: dict = field(default_factory=dict, repr=False)   # full link id -> the sub machine's image
+    _latencies: dict = field(default_factory=dict, repr=False)   # a folded send's latency -> its slot (>= 1)
+    _by_slot: dict = field(default_factory=dict, repr=False)
+    _ring_latency: dict = field(default_factory=dict, repr=False)   # (whole ring, bytes) -> its latency
 
     def __post_init__(self) -> None:
         r, full, sub = self.replicas, self.full, self.sub
@@ -80,25 +85,31 @@ class Fold:
         return tuple(out)
 
 
-def virtual(low, dst: int, n: int, wrap: bool, steps: bool = True) -> int:
-    """The route key of a folded ring send to ``dst`` in a ring of ``n`` members (to replica 1's
-    ``dst`` when ``wrap``; paying the ring's per-step latencies when ``steps``): ``Lowering._route``
-    resolves it (``route_of``)."""
+def virtual(low, dst: int, wrap: bool, latency: float | None) -> int:
+    """The route key of a folded ring send to ``dst`` (to replica 1's ``dst`` when ``wrap``) paying
+    ``latency`` seconds in all (the whole ring's, ``collectives.allreduce_latency``), or its route's
+    own when None (a later channel's send): ``Lowering._route`` resolves it (``route_of``)."""
     d = low.machine.num_devices
+    table = low.fold._latencies
+    slot = 0 if latency is None else table.setdefault(latency, len(table) + 1)
     # the graph caches routes by src * d + dst
-    return d * d * (1 + (((n * d + dst) << 2) | (int(steps) << 1) | int(wrap)))
+    return d * d * (1 + (((slot * d + dst) << 1) | int(wrap)))
 
 
-def route_of(low, src: int, key: int) -> tuple[tuple, float]:
-    """(the sub machine's links, the latency multiplier) of a virtual route key (``virtual``): a
-    ring send pays its route's latency once per ring step (channel 0, as ``ring_lowering``'s
-    rings), a later channel's send once."""
+def route_of(low, src: int, key: int) -> tuple[tuple, float | None]:
+    """(the sub machine's links, the latency the send pays in all or None for its route's own) of a
+    virtual route key (``virtual``)."""
     d = low.machine.num_devices
     code = key // (d * d) - 1
-    wrap, steps, rest = code & 1, (code >> 1) & 1, code >> 2
-    n, dst = divmod(rest, d)
+    wrap, rest = code & 1, code >> 1
+    slot, dst = divmod(rest, d)
     links = low.fold.route(src, dst) if wrap else low.machine.route(src, dst)
-    return links, 2 * (n - 1) if steps else 1
+    if not slot:
+        return links, None
+    table = low.fold._latencies
+    if len(low.fold._by_slot) != len(table):
+        low.fold._by_slot = {v: k for k, v in table.items()}
+    return links, low.fold._by_slot[slot]
 
 
 def folded_allreduce(low, owner, devices: list, ready: list, box, dtype, category, name: str) -> list:
@@ -111,27 +122,34 @@ def folded_allreduce(low, owner, devices: list, ready: list, box, dtype, categor
     k = len(devices)
     fold = low.fold
     whole = [d + r * fold.sub.num_devices for r in range(fold.replicas) for d in devices]
-    orders = [order[:k] for order in fold.full.ring_channels(whole)]
+    wholes = fold.full.ring_channels(whole)
     elements = numel(box)
     pos = {d: i for i, d in enumerate(devices)}
     done: list[list[int]] = [[] for _ in devices]
-    for c, order in enumerate(orders):
-        share = elements // len(orders) + (1 if c < elements % len(orders) else 0)
+    for c, ring in enumerate(wholes):
+        order = ring[:k]
+        share = elements // len(wholes) + (1 if c < elements % len(wholes) else 0)
         idx = [pos[d] for d in order]
         label = name if c == 0 else f"{name} channel {c}"
         for i, t in zip(idx, _folded_ring(low, owner, list(order), [ready[i] for i in idx], share, dtype, category,
-                                          label, c == 0)):
+                                          label, ring if c == 0 else None)):
             done[i].append(t)
     return done
 
 
 def _folded_ring(low, owner, devices: list, ready: list, elements: int, dtype, category, name: str,
-                 steps: bool) -> list:
+                 whole) -> list:
     """One channel of ``folded_allreduce``: per member (in ``devices``' order) the REDUCE after which it
     holds the sum."""
     k = len(devices)
     n = k * low.fold.replicas
     total = 2 * (n - 1) * elements
+    latency = None
+    if whole is not None:   # channel 0 pays the whole ring's latency
+        key = (tuple(whole), elements * dtype.size_bytes)
+        latency = low.fold._ring_latency.get(key)
+        if latency is None:
+            latency = low.fold._ring_latency[key] = allreduce_latency(low.fold.full, low.cost, whole, key[1]).seconds
     adds = TensorShape((max(1, (n - 1) * elements // n),), dtype)
     reduce_exe = low._per_kind(devices, f"{name} sum", lambda spec: ring_sum_time(low.cost, adds, spec))
     oid = low._oid(owner)
@@ -139,7 +157,7 @@ def _folded_ring(low, owner, devices: list, ready: list, elements: int, dtype, c
     for i in range(k):
         j = (i + 1) % k
         share = total // n + (1 if i < total % n else 0)
-        first = low.core.transfer(oid, devices[i], virtual(low, devices[j], n, i == k - 1, steps), share, dtype.size_bytes,
+        first = low.core.transfer(oid, devices[i], virtual(low, devices[j], i == k - 1, latency), share, dtype.size_bytes,
                                   CATEGORY_CODE[category], list(ready[i]) + list(ready[j]))
         r = low._task(owner, TaskKind.REDUCE, devices[j], reduce_exe[j], f"{name} ring sum @{devices[j]}")
         low._edges(owner, list(low.core.hops(first)), [r])

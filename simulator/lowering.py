@@ -267,9 +267,9 @@ class Lowering:
     def _route(self, src: int, dst: int) -> tuple[tuple, tuple, tuple, float]:
         """(engine devices, latencies, bandwidths, summed latency) of the hops from src to dst (a
         folded ring's send: ``folding.virtual``)."""
-        scale = 1
+        paid = None
         if dst >= self.num_compute * self.num_compute:
-            route, scale = route_of(self, src, dst)
+            route, paid = route_of(self, src, dst)
         else:
             route = self.machine.route(src, dst)
         if not route:
@@ -284,7 +284,8 @@ class Lowering:
         if dst < self.num_compute and self.machine.copied_by_receiver(route):
             # the destination device copies the message when it next polls: one more hop, on it
             devs, lats, bws = devs + (dst,), lats + (lats[-1],), bws + (bws[-1],)
-        return devs, lats, bws, scale * sum(links[l].latency_s for l in route)
+        own = sum(links[l].latency_s for l in route)
+        return devs, lats, bws, own if paid is None else max(own, paid)
 
     def _hops(self, src: int, dst: int, num_bytes: int) -> tuple[tuple[int, ...], tuple[float, ...]]:
         """(engine devices, times) of the hops of a transfer; transfers of one size recur."""

@@ -1,12 +1,12 @@
 """How a ring AllReduce becomes tasks of the lowering's graph, channel by channel.
 
 A ring of n members takes 2(n-1) steps; the lowering sends one pipelined transfer per ring
-neighbour pair carrying 2(n-1)/n of the data (each hop paying the route's latency once per step,
-``collectives.ring_extras``), then each member sums. Across nodes with several network adapters
-the data is split over the machine's channels (``Machine.ring_channels``: NCCL's one ring per
-adapter, each entering and leaving every node through its adapter), each such a ring on its share;
-only channel 0 pays the step latencies, since the channels step together (DisCo's T = C x + D: the
-channels divide C x, D is paid once). With the measured comm cost the ring stays one (the fit
+neighbour pair carrying 2(n-1)/n of the data (each hop paying the AllReduce's latency, the ring's
+steps' or a tree's, ``collectives.ring_extras``), then each member sums. Across nodes with
+several network adapters the data is split over the machine's channels (``Machine.ring_channels``:
+NCCL's one ring per adapter, each entering and leaving every node through its adapter), each such
+a ring on its share; only channel 0 pays the latency, since the channels step together (DisCo's
+T = C x + D: the channels divide C x, D is paid once). With the measured comm cost the ring stays one (the fit
 times the whole collective).
 
 The runtime sums the whole box once: every channel's sends are steps of one ``RingGroup`` (member
@@ -26,7 +26,7 @@ from flexrt.simulator.task_graph import CATEGORY_CODE, OwnerKind
 from flexrt.strategy.reshard import numel
 
 
-RING_KEY = "ring"   # the lowering's times cache: a ring channel's (sums' times, step latencies)
+RING_KEY = "ring"   # the lowering's times cache: a ring channel's (sums' times, latency extras)
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class WeightRing:
     """One ring AllReduce (one channel of it) of a weight instance's gradient: its members' devices
     in ring order, per member the first hop of its send to the next member and the REDUCE after
     which it holds the sum, the elements summed, their dtype, the members' buffer key, the
-    instance's box and the channel (``Machine.ring_channels``; channel 0 pays the step latencies)."""
+    instance's box and the channel (``Machine.ring_channels``; channel 0 pays the latency)."""
 
     devices: tuple
     firsts: tuple
@@ -81,7 +81,7 @@ def lower_allreduce(low, owner, devices: list[int], ready: list[list[int]], box,
 def _ring(low, owner, order: list[int], ready: list[list[int]], elements: int, dtype, category, name: str,
           steps: bool) -> tuple[list[int], list[int]]:
     """One channel's ring over ``order`` summing ``elements``: (per member the REDUCE after which it
-    holds the sum, per member its send's first hop); ``steps``: it pays the ring's step latencies."""
+    holds the sum, per member its send's first hop); ``steps``: it pays the AllReduce's latency."""
     key = (RING_KEY, tuple(order), elements, dtype, steps)   # rings recur (one per micro-batch and layer)
     hit = low._times.get(key)
     if hit is None:

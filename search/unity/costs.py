@@ -7,11 +7,12 @@ of the resharding between them. Both are estimated from the same pieces the simu
 - ``node_cost``: the slowest piece's forward + backward (the simulator's cost model on the piece
   shapes, halos included), plus, per weight, the ring AllReduce of its gradient over the devices
   that hold a replica (``2(n-1)/n`` of the piece over the slowest route of the ring, its latency
-  once: the simulator's ring pays it at each of its 2(n-1) steps but overlaps the rings with the
+  once: the simulator's ring pays it at each of its steps but overlaps the rings with the
   backward pass, which this sum does not; charging every step made ResNeXt-50's estimate 22% high
   at 24 GPUs) and the update of a piece. With ``overlap=True`` (``node_parts``: forward, backward,
-  synchronization, which ``mapping`` composes as a flow shop) the ring is the simulator's: every
-  step's latency, and the members' sums with the update on the devices;
+  synchronization, which ``mapping`` composes as a flow shop) the ring is the simulator's: the
+  AllReduce's whole latency (``collectives.allreduce_latency``: the ring's steps or a tree's), and
+  the members' sums with the update on the devices;
 - ``edge_cost``: per consumer piece, the elements of its operand box not held by a producer piece
   on its own device, moved over the route from the device that holds them (forward) and back
   (the gradient); partial sums are AllReduced when producer and consumer pieces share devices,
@@ -25,7 +26,7 @@ loads: ``shared`` are the machine's links that carry several devices' sends to s
 same routes cross, the slowest); ``edge_loads`` gives, per pair of configurations, the seconds each
 is busy with the edge's transfers in the forward and in the backward pass (``reshard.reshard_loads``:
 the lowering's moves, compiled), ``node_loads`` with a configuration's gradient rings (each send
-paying the route's latency at each of the ring's 2(n-1) steps, as the simulator's ring does), and
+paying the AllReduce's whole latency, as the simulator's ring does), and
 ``edge_bound`` the busiest link's forward time plus the busiest's backward time of an edge.
 
 The configurations an operator may take on a block of devices are Unity's "resource quantities":
@@ -87,6 +88,7 @@ from flexrt.ir.tensor_shape import TensorShape
 from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.machine import Machine
 from flexrt.machine.views import view_devices, view_from_device_ids
+from flexrt.simulator.collectives import allreduce_latency
 from flexrt.simulator.cost_model import has_linear_transfers
 
 INF = float("inf")
@@ -259,6 +261,7 @@ class LocalCosts:
         self._times: dict = {}
         self._xfer: dict = {}
         self._ring_times: dict = {}     # (devices, bytes) -> ``ring``
+        self._ring_latency: dict = {}   # (ring order, bytes per channel) -> ``ring_latency``
         self._routes: dict = {}
         self._sigs: dict = {}
         self._interned: dict = {}
@@ -448,10 +451,11 @@ class LocalCosts:
         orders = self.machine.ring_channels(key[0])
         share = max(1, 2 * (n - 1) * (num_bytes // len(orders)) // n)
         pairs = [(a, b) for ring in orders for a, b in zip(ring, ring[1:] + ring[:1])]
-        # with the overlap model, channel 0's sends pay the ring's other 2(n-1) - 1 step latencies (the
-        # lowering's ring_extras); summed along the backward (no overlap), one latency ranks better
-        extra = [2 * (n - 1) - 1 if c == 0 and self.overlap else 0 for c, ring in enumerate(orders) for _ in ring]
-        t = max(self.transfer(a, b, share) + k * self._route(a, b)[1] for (a, b), k in zip(pairs, extra))
+        # with the overlap model, channel 0's sends pay the AllReduce's whole latency (the lowering's
+        # ring_extras); summed along the backward (no overlap), one latency ranks better
+        paid = self.ring_latency(orders[0], num_bytes // len(orders)) if self.overlap else 0.0
+        t = max(self.transfer(a, b, share) + (max(0.0, paid - self._route(a, b)[1]) if i < len(orders[0]) else 0.0)
+                for i, (a, b) in enumerate(pairs))
         if len(orders) > 1:
             on: dict = {}
             for a, b in pairs:
@@ -462,6 +466,17 @@ class LocalCosts:
             self._ring_times.clear()
         self._ring_times[key] = t
         return t
+
+    def ring_latency(self, order, num_bytes: int) -> float:
+        """The latency every send of channel 0 of an AllReduce of ``num_bytes`` per channel over ``order``
+        pays in all (``collectives.allreduce_latency``, as the lowering's rings)."""
+        key = (tuple(order), num_bytes)
+        hit = self._ring_latency.get(key)
+        if hit is None:
+            if len(self._ring_latency) > 200_000:
+                self._ring_latency.clear()
+            hit = self._ring_latency[key] = allreduce_latency(self.machine, self.cost, order, num_bytes).seconds
+        return hit
 
     # ---- link loads (the contention model) ------------------------------------------------------
     @property
@@ -474,21 +489,24 @@ class LocalCosts:
             self._column[self._shared] = np.arange(len(self._shared))
         return self._shared
 
-    def hop_loads(self, src: int, dst: int, num_bytes: int, steps: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    def hop_loads(self, src: int, dst: int, num_bytes: int, steps: int = 1,
+                  paid: float | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(load columns, seconds): how long each shared link on the route from ``src`` to ``dst`` is
         busy with a transfer of ``num_bytes`` (the lowering's hop time: the bytes over the link's
-        bandwidth plus the route's latency, paid ``steps`` times: a ring's sends pay it once per step)."""
-        key = (src, dst, num_bytes, steps)
+        bandwidth plus the route's latency, paid ``steps`` times, or ``paid`` in all where larger: an
+        AllReduce's sends pay its whole latency, ``ring_latency``)."""
+        key = (src, dst, num_bytes, steps, paid)
         hit = self._hops.get(key)
         if hit is None:
             cols, times = [], []
             if src != dst and num_bytes > 0:
                 self.shared  # noqa: B018  (builds the columns)
                 links, latency, ids = self._route(src, dst)
+                latency = steps * latency if paid is None else max(latency, paid)
                 for l, link in zip(ids, links):
                     if self._column[l] >= 0:
                         cols.append(int(self._column[l]))
-                        times.append(self.cost.transfer_time(link, num_bytes) - link.latency_s + steps * latency)
+                        times.append(self.cost.transfer_time(link, num_bytes) - link.latency_s + latency)
             if len(self._hops) > 200_000:
                 self._hops.clear()
             hit = self._hops[key] = (np.array(cols, dtype=np.int64), np.array(times, dtype=np.float64))
@@ -525,9 +543,10 @@ class LocalCosts:
         if n > 1:
             orders = self.machine.ring_channels(sorted(devices))   # the lowering's channels
             share = max(1, 2 * (n - 1) * (num_bytes // len(orders)) // n)
-            for c, ring in enumerate(orders):   # channel 0 pays the ring's step latencies (the lowering's)
+            paid = self.ring_latency(orders[0], num_bytes // len(orders))
+            for c, ring in enumerate(orders):   # channel 0 pays the AllReduce's latency (the lowering's)
                 for a, b in zip(ring, ring[1:] + ring[:1]):
-                    cols, times = self.hop_loads(a, b, share, 2 * (n - 1) if c == 0 else 1)
+                    cols, times = self.hop_loads(a, b, share, paid=paid if c == 0 else None)
                     out[cols] += times
         return out
 

@@ -129,12 +129,14 @@ def test_a_transfer_loads_each_shared_link_on_its_route_its_bytes_over_bandwidth
     assert shared == [l for l in route if SUMMIT2.links[l].type.value == "network"]
     assert times == pytest.approx([nbytes / 12.5e9 + latency] * 2, rel=1e-12)
     # a ring over 0, 1, 6, 7 crosses the network twice (1 -> 6, 7 -> 0), each send 2(n-1)/n of the
-    # data and paying the route's latency at each of the ring's 2(n-1) steps
+    # data and paying the ring's latency: of its 2(n-1) = 6 steps, 2 between the nodes, 4 inside
+    # (1 MiB takes the ring: the tree's lower bandwidth would cost more than 2 NVLink steps)
     ring = costs.ring_loads([0, 1, 6, 7], nbytes)
     share = 2 * 3 * nbytes // 4
-    lat = sum(SUMMIT2.links[l].latency_s for l in SUMMIT2.route(1, 6))
+    inter = sum(SUMMIT2.links[l].latency_s for l in SUMMIT2.route(1, 6))
+    intra = sum(SUMMIT2.links[l].latency_s for l in SUMMIT2.route(0, 1))
     out_of_0 = [j for j, l in enumerate(costs.shared) if SUMMIT2.links[l].src == "n0.nic0"][0]
-    assert ring[out_of_0] == pytest.approx(share / 12.5e9 + 6 * lat, rel=1e-12)
+    assert ring[out_of_0] == pytest.approx(share / 12.5e9 + 4 * intra + 2 * inter, rel=1e-12)
     assert (ring > 0).sum() == 4          # out of node 0, into node 1, out of node 1, into node 0
 
 
@@ -186,11 +188,12 @@ def test_dlrm_the_mapping_unity_keeps_is_estimated_within_10_percent_of_its_simu
     """Unity simulates the additive and the overlap DP's mappings and keeps the faster
     (``search._finalists``): that one's own estimate is within 10% (6 GPUs: 1.02, the embeddings
     packed on devices; 12 GPUs: 1.09, the rings between nodes as the simulator's). Without the
-    contention model the estimate was 0.35x on 12 GPUs."""
+    contention model the estimate was 0.51x on 12 GPUs (0.35x when every ring step paid the route
+    between nodes)."""
     got = dlrm_mappings(machine, devices)
     estimate, simulated = min((got["additive"], got["overlap"]), key=lambda t: t[1])
     assert estimate == pytest.approx(simulated, rel=0.10)
     if devices == 12:
         old_estimate, old_simulated = got["no contention"]
-        assert old_estimate < 0.5 * old_simulated, "without the model the estimate was 0.35x: the test shows nothing"
+        assert old_estimate < 0.6 * old_simulated, "without the model the estimate was 0.51x: the test shows nothing"
         assert simulated < old_simulated
