@@ -426,7 +426,7 @@ def describe(strategy: Strategy, machine: Machine, limit: int = 6) -> list[str]:
     for nid, view in sorted(strategy.views.items()):
         node = pcg.node(nid)
         axes, degree = node_axes(pcg, node)
-        split = sorted({"part" if a.degree_attr else a.kind.value for a in axes
+        split = sorted({"part" if a.is_part else a.kind.value for a in axes
                         if degree[a.name] > 1 and a.kind is not AxisKind.SAMPLE})
         total = math.prod(degree[a.name] for a in axes)
         if split:
@@ -456,7 +456,7 @@ def cut_in_parts(strategy: Strategy) -> list[str]:
     for nid in sorted(strategy.views):
         node = pcg.node(nid)
         axes, degree = node_axes(pcg, node)
-        if any(a.degree_attr and degree[a.name] > 1 for a in axes):
+        if any(a.is_part and degree[a.name] > 1 for a in axes):
             out.append(node.name)
     return out
 

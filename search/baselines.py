@@ -278,8 +278,8 @@ def megatron_lm(base: PCG, machine: Machine, tensor: Optional[int] = None, pipel
 
     Tensor parallelism is ``megatron``'s: attention split on its heads, the feed-forward's first
     linear on its outputs and the second on its inputs (partial sums all-reduced), other linears
-    and embedding tables on their outputs (Megatron splits a table's rows and all-reduces partial
-    sums; the columns' all-gather moves as much); piece k of a tensor-parallel group on device block start + k, the group
+    and embedding tables on their rows (Megatron-LM's vocabulary-parallel embedding: partial sums
+    all-reduced; on their outputs where the rows do not divide, as Megatron-LM pads the vocabulary); piece k of a tensor-parallel group on device block start + k, the group
     repeated d times with stride t. The operators between (LayerNorm, residual adds, dropout) are
     replicated over the group, or with ``sequence_parallel`` split over it along the sequence
     (dimension 1 of a [batch, sequence, hidden] tensor, as Megatron-LM does; the sample axis where
@@ -418,14 +418,16 @@ def _megatron_splits(base: PCG, machine: Machine, t: int, d: int, sequence_paral
         elif node.op_type is OpType.LINEAR:
             axis = "in" if node.id in second else "out"
         elif node.op_type is OpType.EMBEDDING:
-            axis = "out"             # the table split over the group (Megatron splits its rows; same volume)
+            axis = "entries"         # Megatron's vocabulary-parallel table: its rows split, partial sums all-reduced
         else:
             continue
         for k in _falling(t):            # smaller tensor degrees where shapes need, else data parallel on the block
-            tried = [(axis, k, 1)] + data
+            # rows that do not divide (Megatron-LM pads the vocabulary): the columns
+            ax = "out" if axis == "entries" and node.attrs.num_entries % k else axis
+            tried = [(ax, k, 1)] + data
             if _placed(base, node, machine, 0, tried) is not None:
                 out[node.name] = [tried]
-                if k == t and axis != "in":
+                if k == t and ax not in ("in", "entries"):   # those give partial sums
                     takes_copies.add(node.id)
                 elif k < t and short is not None:
                     short[node.name] = k

@@ -80,14 +80,16 @@ def solve_axes(opdef: OpDef, attrs, name: str, data_inputs: Sequence[ParallelTen
     full = [s.tensor_shape for s in data_inputs]
     axes = axes_of(opdef, attrs, full)
     label = f"{opdef.op_type.value} '{name}'"
-    degree: dict[str, int] = {}
+    # an axis whose degree the attributes hold (``degree_attr``) first; then each other axis reads
+    # its degree from a data input's slot that it shares with none, or only with such axes
+    degree: dict[str, int] = {ax.name: getattr(attrs, ax.degree_attr) for ax in axes if ax.degree_attr}
     for ax in axes:
-        if ax.degree_attr:  # a part axis: its operands are whole, the attributes hold its degree
-            degree[ax.name] = getattr(attrs, ax.degree_attr)
+        if ax.degree_attr:
             continue
         for idx, slot in ax.operands:
-            if idx < len(data_inputs) and len(_axes_at(axes, idx, slot)) == 1:
-                degree[ax.name] = _slot_degree(data_inputs[idx], slot)
+            others = [a for a in _axes_at(axes, idx, slot) if a is not ax] if idx < len(data_inputs) else [ax]
+            if all(a.degree_attr for a in others):
+                degree[ax.name] = _slot_degree(data_inputs[idx], slot) // math.prod(degree[a.name] for a in others)
                 break
         else:
             raise ShapeError(f"{label}: rule error, axis '{ax.name}' has no slot of its own on a data input")

@@ -108,6 +108,12 @@ class ParallelAxis:
     exact: bool = True
     degree_attr: str = ""
 
+    @property
+    def is_part(self) -> bool:
+        """Whether its pieces read whole operands where they lie (``PART`` slots: a Concat's or an
+        Add's parts, Unity Fig. 16b)."""
+        return any(s.kind is SlotKind.PART for _, s in self.operands)
+
 
 @dataclass(frozen=True, slots=True)
 class OpDef:

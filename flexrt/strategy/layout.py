@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from flexrt.errors import StrategyError
-from flexrt.ir.parallel_axes import Region, axis_coordinates, plan_regions, region_plan
+from flexrt.ir.parallel_axes import Region, axis_coordinates, configured_attrs, plan_regions, region_plan
 from flexrt.ir.pcg import Node
 from flexrt.ir.registry import op_def
 from flexrt.ir.tensor_shape import TensorShape
@@ -182,7 +182,8 @@ def layout_on(node: Node, full, outs, shapes: OpShapes, devices: list[int],
     if opdef.piece_call is None:
         piece_attrs = [(node.attrs, frozenset())] * count
     else:
-        piece_attrs = _piece_calls(opdef, node.attrs, axes, degree, count)
+        # from the configured attributes (a part axis's degree is one, ``configured_attrs``)
+        piece_attrs = _piece_calls(opdef, configured_attrs(axes, node.attrs, degree), axes, degree, count)
         seen: dict = {}
         codes.append([seen.setdefault(a, len(seen)) for a, _ in piece_attrs])
     if all(not any(code) for code in codes):  # every piece alike (the common case): one class

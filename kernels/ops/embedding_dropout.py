@@ -17,19 +17,33 @@ from flexrt.kernels.ops._scatter import scatter_add_rows
 from flexrt.kernels.registry import register_backward, register_forward
 
 
-@register_forward(OpType.EMBEDDING)
-def embedding_forward(xp, attrs, operands):
-    idx, table = operands
+def _rows_of(xp, attrs, idx, table):
+    """(the rows of ``table`` that ``idx`` looks up; where they fall in it, or None for everywhere):
+    a piece cut along ``entries`` holds rows ``entries_piece * rows`` onward and looks up only the
+    indices there (the others read row 0, masked)."""
     if idx.dtype.kind not in "iu":
         raise ShapeError(f"embedding: indices have dtype {idx.dtype}; valid: int32, int64")
-    n = table.shape[0]
+    n = table.shape[0] * attrs.entries_degree
     if idx.size:
         lo, hi = int(idx.min()), int(idx.max())
         if lo < 0 or hi >= n:
             bad = lo if lo < 0 else hi
             raise ShapeError(f"embedding: index {bad} is out of range for a table of {n} entries; "
                              f"valid indices: 0..{n - 1}")
-    rows = xp.take(table, idx, axis=0)  # [..., out]
+    if attrs.entries_degree == 1:
+        return idx, None
+    local = idx - attrs.entries_piece * table.shape[0]
+    hit = (local >= 0) & (local < table.shape[0])
+    return xp.where(hit, local, 0), hit
+
+
+@register_forward(OpType.EMBEDDING)
+def embedding_forward(xp, attrs, operands):
+    idx, table = operands
+    local, hit = _rows_of(xp, attrs, idx, table)
+    rows = xp.take(table, local, axis=0)  # [..., out]
+    if hit is not None:   # indices of other pieces' rows give zeros
+        rows = rows * hit[..., None].astype(rows.dtype)
     if attrs.aggr is AggrMode.AGGR_MODE_SUM:
         rows = xp.sum(rows, axis=-2)
     elif attrs.aggr is AggrMode.AGGR_MODE_AVG:
@@ -55,6 +69,7 @@ def dropout_forward(xp, attrs, operands):
 def embedding_backward(xp, attrs, operands, outputs, grad_outputs):
     idx, table = operands
     (dy,) = grad_outputs
+    local, hit = _rows_of(xp, attrs, idx, table)
     width = table.shape[-1]
     if attrs.aggr is AggrMode.AGGR_MODE_NONE:
         rows = dy.reshape(-1, width)
@@ -64,7 +79,9 @@ def embedding_backward(xp, attrs, operands, outputs, grad_outputs):
         if attrs.aggr is AggrMode.AGGR_MODE_AVG:
             rows = rows / dy.dtype.type(bag)
         rows = rows.reshape(-1, width)
-    return None, scatter_add_rows(xp, table.shape[0], idx.reshape(-1), rows)
+    if hit is not None:   # only this piece's rows get gradients
+        rows = rows * hit.reshape(-1, 1).astype(rows.dtype)
+    return None, scatter_add_rows(xp, table.shape[0], local.reshape(-1), rows)
 
 
 @register_backward(OpType.DROPOUT)

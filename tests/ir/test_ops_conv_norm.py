@@ -281,9 +281,10 @@ def test_embedding_shape_matches_numpy_take(dims, aggr, itype):
 
 
 def test_embedding_axes():
-    assert axis_names(EmbeddingAttrs(10, 4), T(8, 3, dtype=I64)) == ["dim0", "dim1", "out"]
-    assert axis_names(EmbeddingAttrs(10, 4, AggrMode.AGGR_MODE_SUM), T(8, 3, dtype=I64)) == ["dim0", "out", "bag"]
-    assert axis_names(EmbeddingAttrs(10, 4, AggrMode.AGGR_MODE_AVG), T(8, 3, dtype=I64)) == ["dim0", "out"]
+    assert axis_names(EmbeddingAttrs(10, 4), T(8, 3, dtype=I64)) == ["dim0", "dim1", "out", "entries"]
+    assert axis_names(EmbeddingAttrs(10, 4, AggrMode.AGGR_MODE_SUM), T(8, 3, dtype=I64)) == [
+        "dim0", "out", "bag", "entries"]
+    assert axis_names(EmbeddingAttrs(10, 4, AggrMode.AGGR_MODE_AVG), T(8, 3, dtype=I64)) == ["dim0", "out", "entries"]
 
 
 # ---------------------------------------------------------------- bad inputs and attributes

@@ -240,3 +240,26 @@ def test_named_strategies_are_not_trivial(machine):
             elif kind in ("data", "hybrid", "parameter") or (kind == "attribute" and model == "cnn") or \
                     (kind == "reduction" and model in ("mlp", "dlrm")):
                 assert any(c.total_degree > 1 for c in s.configs.values()), (model, kind)
+
+
+@pytest.mark.parametrize("aggr", [AggrMode.AGGR_MODE_SUM, AggrMode.AGGR_MODE_AVG, AggrMode.AGGR_MODE_NONE])
+@pytest.mark.parametrize("degrees", [{"entries": 2}, {"entries": 4}, {"entries": 2, "dim0": 2},
+                                     {"entries": 2, "out": 2}])
+def test_tables_cut_along_their_rows_train_like_one_device(aggr, degrees, machine):
+    """Embedding tables cut along their rows (the entries axis: Megatron-LM's vocabulary-parallel
+    embedding, DLRM's row-wise sharding), alone or with a sample or column cut: each piece looks up
+    its rows' indices, the partial outputs are summed, and training matches one device (float64)."""
+    m = FFModel(FFConfig([]))
+    sparse = m.create_tensor([8, 3], DataType.DT_INT64)
+    e = m.embedding(sparse, 12, 4, aggr, name="emb", dtype=DataType.DT_DOUBLE)
+    if aggr is AggrMode.AGGR_MODE_NONE:
+        e = m.flat(e, name="flat")
+    m.dense(e, 1, ActiMode.AC_MODE_SIGMOID, name="top")
+    pcg = m.pcg
+    configs = {}
+    for i, node in enumerate(n for n in pcg.nodes if is_compute(n)):
+        configs[node.id] = _config(pcg, node, degrees if node.name == "emb" else {}, i, machine)
+    s = compare_with_one_device("entries", pcg, Strategy.from_configs(pcg, configs), machine,
+                                "mean_squared_error_avg", TOL[DataType.DT_DOUBLE], weights_for(pcg, DataType.DT_DOUBLE))
+    pieces = [k for k in s.executor.weight_replicas() if k[0].startswith("emb")]
+    assert len({k[1] for k in pieces}) == degrees["entries"] * degrees.get("out", 1)   # the table really is cut

@@ -13,12 +13,20 @@ Parallel axes (FlexFlow's embedding: sample and parameter):
   index tensor means parameter parallelism, as for linear);
 - ``bag`` (reduction, sum aggregation only): the bag cut, each piece summing its part of it into a
   partial sum. Average aggregation cannot: a piece would divide by its own part's length.
+- ``entries`` (reduction, every aggregation): the table cut along its rows (Megatron-LM's
+  vocabulary-parallel embedding, DLRM's row-wise sharding), the indices replicated. A piece looks
+  up the indices that fall in its rows and gives zeros for the others, so the pieces' outputs are
+  partial sums of the whole (an average divides by the whole bag's length, which every piece
+  sees). The indices' copies cannot tell this axis from ``out``, so the attributes hold its degree
+  (``entries_degree``, as a part axis's), and ``piece_call`` tells a piece its row block
+  (``entries_piece``).
 
 Entry point: ``EmbeddingAttrs``; the rules register on import.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -43,6 +51,8 @@ class EmbeddingAttrs:
     out_channels: int
     aggr: AggrMode = AggrMode.AGGR_MODE_NONE
     data_type: DataType = DataType.DT_FLOAT   # of the table and the output
+    entries_degree: int = 1  # the "entries" axis's degree (set by a configuration)
+    entries_piece: int = 0   # a piece cut along "entries": its row block's index (set per piece)
 
     def __post_init__(self):
         if not isinstance(self.data_type, DataType) or not self.data_type.is_floating:
@@ -51,6 +61,11 @@ class EmbeddingAttrs:
         check_int("embedding", "out_channels", self.out_channels, 1)
         if not isinstance(self.aggr, AggrMode):
             raise ShapeError(f"embedding: aggr must be an AggrMode, got {self.aggr!r}")
+        check_int("embedding", "entries_degree", self.entries_degree, 1)
+        check_int("embedding", "entries_piece", self.entries_piece, 0)
+        if self.num_entries % self.entries_degree or self.entries_piece >= self.entries_degree:
+            raise ShapeError(f"embedding: entries_degree {self.entries_degree} must divide num_entries "
+                             f"{self.num_entries} and entries_piece {self.entries_piece} be below it")
 
 
 def _is_bag(attrs: EmbeddingAttrs) -> bool:
@@ -91,7 +106,15 @@ def parallel_axes(attrs: EmbeddingAttrs, inputs):
     axes.append(ParallelAxis("out", AxisKind.PARAMETER, ((0, COPY), (1, shard(1))), ((0, shard(out_rank - 1)),)))
     if attrs.aggr is AggrMode.AGGR_MODE_SUM:
         axes.append(ParallelAxis("bag", AxisKind.REDUCTION, ((0, shard(idx.rank - 1)), (1, COPY)), ((0, SUM),)))
+    axes.append(ParallelAxis("entries", AxisKind.REDUCTION, ((0, COPY), (1, shard(0))), ((0, SUM),),
+                             degree_attr="entries_degree"))
     return tuple(axes)
+
+
+def piece_call(attrs: EmbeddingAttrs, coords, degrees):
+    """A piece cut along ``entries`` learns which row block of the table it holds."""
+    k = coords.get("entries", 0)
+    return (dataclasses.replace(attrs, entries_piece=k) if k != attrs.entries_piece else attrs), frozenset()
 
 
 def flops(attrs: EmbeddingAttrs, ins, outs):
@@ -110,4 +133,4 @@ def backward_flops(attrs: EmbeddingAttrs, ins, outs):
 
 register_op(OpDef(OpType.EMBEDDING, EmbeddingAttrs, output_shapes=output_shapes, flops=flops, num_inputs=1,
                   weight_shapes=weight_shapes, weight_names=weight_names, parallel_axes=parallel_axes,
-                  backward_flops=backward_flops))
+                  backward_flops=backward_flops, piece_call=piece_call, piece_call_axes=("entries",)))
