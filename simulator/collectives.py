@@ -41,6 +41,7 @@ Example:
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -247,7 +248,7 @@ def allreduce_latency(machine: Machine, cost, order: Sequence[int], nbytes: int)
     ring = 2 * (n - nodes) * intra + 2 * (nodes - 1) * inter
     if nodes < 2:
         return AllReduceLatency("ring", ring)
-    per_node = max(node.count(k) for k in set(node))
+    per_node = max(Counter(node).values())
     tree = 2 * ((per_node - 1) * intra + (nodes.bit_length() - 1) * inter) \
         + bandwidth_s * (n / (TREE_BANDWIDTH * (n - 1)) - 1)
     return AllReduceLatency("tree", tree) if tree < ring else AllReduceLatency("ring", ring)

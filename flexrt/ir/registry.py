@@ -107,6 +107,9 @@ class ParallelAxis:
     outputs: tuple[tuple[int, Slot], ...]
     exact: bool = True
     degree_attr: str = ""
+    # whether Unity's mapping DP (``search.unity.costs.LocalCosts``) considers the axis; the
+    # simulator-driven searches (MCMC) and explicit strategies use every axis
+    mapped: bool = True
 
     @property
     def is_part(self) -> bool:

@@ -67,8 +67,15 @@ def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
+OMIT_DEFAULT = {"omit_default": True}   # field metadata: left out of files (and hashes) at its default
+
+
 def attrs_to_json(attrs) -> dict:
-    return {f.name: _encode(getattr(attrs, f.name)) for f in dataclasses.fields(attrs)}
+    """The attributes as JSON; a field marked ``OMIT_DEFAULT`` (one a strategy sets, added after files
+    were written without it) only where it differs from its default, so older files and the PCG
+    hashes they carry stay valid."""
+    return {f.name: _encode(v) for f in dataclasses.fields(attrs) for v in [getattr(attrs, f.name)]
+            if not (f.metadata.get("omit_default") and v == f.default)}
 
 
 def attrs_from_json(op: str, data: dict, where: str = "attrs"):

@@ -154,7 +154,8 @@ def partial_sum_costs(const i64[:, :, ::1] pbox, const i64[::1] psum, const i64[
     """See the module doc. Consumer layout ``b``'s groups are ``goff[b] .. goff[b+1]-1``; group g's
     distinct devices (ascending) ``devs[dev_ptr[g] .. dev_ptr[g+1]-1]``; ``rows[row[g], d]`` is the time
     to send the group's bytes from device d to its first device; ``back[g]`` and ``ring[g]`` as in
-    ``reshard._Groups``. Returns the cost per (pa[n], pb[n], pk[n])."""
+    ``reshard._Groups``. Returns the cost per (pa[n], pb[n], pk[n]): the slowest group, or the busiest
+    source device's sends to the groups' devices one after another, whichever is slower."""
     cdef Py_ssize_t N = pa.shape[0], G = gbox.shape[0], ndim = gbox.shape[1]
     cdef Py_ssize_t n, g, p, j, count, a, b
     cdef i64 k, lo, hi
@@ -180,13 +181,19 @@ def partial_sum_costs(const i64[:, :, ::1] pbox, const i64[::1] psum, const i64[
     out_arr = np.zeros(N, dtype=np.float64)
     flag_arr = np.zeros(num_devices, dtype=np.uint8)
     touched_arr = np.zeros(num_devices, dtype=np.int64)
+    sent_arr = np.zeros(num_devices, dtype=np.float64)
+    senders_arr = np.zeros(num_devices, dtype=np.int64)
     cdef double[::1] out = out_arr
     cdef unsigned char[::1] flag = flag_arr
     cdef i64[::1] touched = touched_arr
+    cdef double[::1] sent = sent_arr          # per source device, its sends' summed time (this pair)
+    cdef i64[::1] senders = senders_arr
+    cdef Py_ssize_t nsend, d
     with nogil:
         for n in range(N):
             a, b, k = pa[n], pb[n], pk[n]
             fwd = 0.0
+            nsend = 0
             for g in range(goff[b], goff[b + 1]):
                 lo = gsum[g] * k
                 hi = lo + k
@@ -208,12 +215,22 @@ def partial_sum_costs(const i64[:, :, ::1] pbox, const i64[::1] psum, const i64[
                 else:
                     t = 0.0
                     for j in range(count):
-                        t += rows[row[g], touched[j]]
+                        d = touched[j]
+                        t += rows[row[g], d]
+                        if rows[row[g], d] > 0:
+                            if sent[d] == 0:
+                                senders[nsend] = d
+                                nsend += 1
+                            sent[d] += rows[row[g], d]
                     t = t + back[g]
                 for j in range(count):
                     flag[touched[j]] = 0
                 if t > fwd:
                     fwd = t
+            for j in range(nsend):   # a device sending to many groups sends one after another
+                if sent[senders[j]] > fwd:
+                    fwd = sent[senders[j]]
+                sent[senders[j]] = 0.0
             out[n] = fwd
     return out_arr
 

@@ -325,7 +325,7 @@ class LocalCosts:
             return hit
         every = all_axes(pcg, node)
         names = [a.name for a in every]
-        allowed = [a for a in every if not any(s.kind is SlotKind.SUM for _, s in a.operands)
+        allowed = [a for a in every if not any(s.kind is SlotKind.SUM for _, s in a.operands) and a.mapped
                    and (a.kind in self.kinds or a.kind is AxisKind.REPLICA)]
         choices = divisors(count)
         sizes = self._shard_sizes(pcg, node)
@@ -796,7 +796,7 @@ class LocalCosts:
             groups: dict = {}
             for b, s_c, d in C.operand_pieces(i):
                 groups.setdefault((b, s_c), []).append(d)
-            fwd = 0.0
+            fwd, sent = 0.0, {}
             for (box, s_c), cdevs in groups.items():
                 pdevs = sorted({d for b, s, d in pieces if s_c * ksum <= s < (s_c + 1) * ksum and overlap(box, b)})
                 nbytes = numel(box) * item
@@ -806,7 +806,12 @@ class LocalCosts:
                     target = cdevs[0]
                     t = seq_sum(self.transfer(d, target, nbytes) for d in pdevs) + \
                         seq_sum(self.transfer(target, d, nbytes) for d in set(cdevs))
+                    for d in pdevs:   # a source sending to many groups sends one after another
+                        x = self.transfer(d, target, nbytes)
+                        if x > 0:
+                            sent[d] = sent.get(d, 0.0) + x
                 fwd = max(fwd, t)
+            fwd = max([fwd] + list(sent.values()))
         c = self._edge[key] = fwd * (2.0 if grad else 1.0)
         return c
 

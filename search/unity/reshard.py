@@ -453,10 +453,10 @@ def partial_sum_costs_py(pbox, psum, pdev, poff, gbox, gsum, goff, dev_ptr, devs
     """``_reshard.partial_sum_costs`` in Python: per (producer layout, consumer layout, sum ratio k),
     the slowest group's cost: a ring AllReduce when the producer pieces summed into the group sit on
     exactly the group's devices (more than one), else their sends to the group's first device plus
-    ``back``."""
+    ``back``; or, when slower, the busiest source device's sends to every group, one after another."""
     out = np.zeros(len(pa))
     for n, (a, b, k) in enumerate(zip(pa, pb, pk)):
-        fwd = 0.0
+        fwd, sent = 0.0, {}
         for g in range(goff[b], goff[b + 1]):
             box = [tuple(x) for x in gbox[g]]
             pdevs = sorted({int(pdev[p]) for p in range(poff[a], poff[a + 1])
@@ -465,6 +465,9 @@ def partial_sum_costs_py(pbox, psum, pdev, poff, gbox, gsum, goff, dev_ptr, devs
                 t = ring[g]
             else:
                 t = seq_sum(rows[row[g], d] for d in pdevs) + back[g]
+                for d in pdevs:
+                    if rows[row[g], d] > 0:
+                        sent[d] = sent.get(d, 0.0) + rows[row[g], d]
             fwd = max(fwd, t)
-        out[n] = fwd
+        out[n] = max([fwd] + list(sent.values()))   # a source's sends to many groups, one after another
     return out

@@ -344,3 +344,28 @@ def test_memo_transfers_reads_the_memo_per_moved_piece():
     T = _reshard.memo_transfers(memo.k0, memo.k1, memo.k2, memo.val, missing, holder, qdev, 4)
     assert T[0, :2].tolist() == [0.5, 0.25] and T[0, 2] == 0.0 and T[1, 0] == 0.0
     assert np.isnan(T[1, 1]) and T[1, 2] == 0.5  # (1, 0, 12) was never stored; (1, 0, 8) was
+
+
+def test_partial_sums_sent_to_many_groups_pay_their_sources_sends_one_after_another(summit2):
+    """A Linear cut along its inputs on 2 devices (partial sums) feeding a ReLU cut along the samples
+    over 12: each of the 12 groups receives one box from each source, but each source sends 11 or
+    12 boxes. The edge costs at least the busiest source's sends one after another (forward, and
+    the gradient back), not the slowest group's two receives."""
+    m = FFModel(FFConfig(["-b", "96"]))
+    t = m.create_tensor([96, 512], DataType.DT_FLOAT)
+    t = m.dense(t, 512, use_bias=False, name="fc")
+    m.relu(t, name="act")
+    pcg = m.pcg
+    fc, act = (n for n in pcg.nodes if n.name in ("fc", "act"))
+    costs = LocalCosts(summit2, COST, FULL.kinds)
+    cu = next(c for c in costs.configs(pcg, fc, Block(0, 2)) if dict(c.degrees) == {"in": 2})
+    cv = next(c for c in costs.configs(pcg, act, Block(0, 12)) if dict(c.degrees) == {"dim0": 12})
+    box = 96 // 12 * 512 * 4
+    sends = [seq_sum(costs.transfer(src, d, box) for d in range(12) if d != src) for src in (0, 1)]
+    got = costs.edge_cost(pcg, fc, 0, act, 0, cu, cv)
+    assert got >= 2 * max(sends) * (1 - 1e-12)
+    groups = max(costs.transfer(0, d, box) + costs.transfer(1, d, box) for d in range(12))
+    assert got > 2 * groups          # the groups alone would say much less
+    (M,) = [costs.edge_matrix(pcg, fc, 0, act, 0, Block(0, 2), Block(0, 12))]
+    cus, cvs = costs.configs(pcg, fc, Block(0, 2)), costs.configs(pcg, act, Block(0, 12))
+    assert M[cus.index(cu), cvs.index(cv)] == got   # the compiled matrix agrees
