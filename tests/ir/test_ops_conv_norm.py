@@ -342,3 +342,19 @@ def test_bad_inputs_raise_informative_shape_error(attrs, inputs, pattern):
         return
     with pytest.raises(ShapeError, match=pattern):
         out_shape(attrs, *inputs)
+
+
+def test_embedding_entries_attributes_stay_out_of_files_at_their_defaults():
+    """``entries_degree`` and ``entries_piece`` (set by a strategy and per piece) appear in files and
+    PCG hashes only where they differ from their defaults, so files written before the entries axis
+    existed (and the model hashes their strategies carry) stay valid; others round-trip."""
+    from flexrt.ir.serialize import attrs_from_json, attrs_to_json
+    base = EmbeddingAttrs(12, 4, AggrMode.AGGR_MODE_SUM)
+    assert set(attrs_to_json(base)) == {"num_entries", "out_channels", "aggr", "data_type"}
+    cut = EmbeddingAttrs(12, 4, AggrMode.AGGR_MODE_SUM, entries_degree=4, entries_piece=3)
+    data = attrs_to_json(cut)
+    assert data["entries_degree"] == 4 and data["entries_piece"] == 3
+    assert attrs_from_json("embedding", data) == cut
+    assert attrs_from_json("embedding", attrs_to_json(base)) == base
+    with pytest.raises(ShapeError, match="entries_degree 5 must divide num_entries 12"):
+        EmbeddingAttrs(12, 4, entries_degree=5)
