@@ -50,8 +50,8 @@ class Fold:
     full: Machine
     sub: Machine
     _links: dict = field(default_factory=dict, repr=False)   # full link id -> the sub machine's image
-    _latencies: dict = field(default_factory=dict, repr=False)   # a folded send's latency -> its slot (>= 1)
-    _by_slot: dict = field(default_factory=dict, repr=False)
+    _slots: list = field(default_factory=list, repr=False)    # slot k + 1 -> the latency its sends pay
+    _slot_of: dict = field(default_factory=dict, repr=False)  # and back
     _ring_latency: dict = field(default_factory=dict, repr=False)   # (whole ring, bytes) -> its latency
 
     def __post_init__(self) -> None:
@@ -90,8 +90,12 @@ def virtual(low, dst: int, wrap: bool, latency: float | None) -> int:
     ``latency`` seconds in all (the whole ring's, ``collectives.allreduce_latency``), or its route's
     own when None (a later channel's send): ``Lowering._route`` resolves it (``route_of``)."""
     d = low.machine.num_devices
-    table = low.fold._latencies
-    slot = 0 if latency is None else table.setdefault(latency, len(table) + 1)
+    fold, slot = low.fold, 0
+    if latency is not None:
+        slot = fold._slot_of.get(latency)
+        if slot is None:
+            fold._slots.append(latency)
+            slot = fold._slot_of[latency] = len(fold._slots)
     # the graph caches routes by src * d + dst
     return d * d * (1 + (((slot * d + dst) << 1) | int(wrap)))
 
@@ -106,10 +110,7 @@ def route_of(low, src: int, key: int) -> tuple[tuple, float | None]:
     links = low.fold.route(src, dst) if wrap else low.machine.route(src, dst)
     if not slot:
         return links, None
-    table = low.fold._latencies
-    if len(low.fold._by_slot) != len(table):
-        low.fold._by_slot = {v: k for k, v in table.items()}
-    return links, low.fold._by_slot[slot]
+    return links, low.fold._slots[slot - 1]
 
 
 def folded_allreduce(low, owner, devices: list, ready: list, box, dtype, category, name: str) -> list:

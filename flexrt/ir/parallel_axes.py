@@ -87,7 +87,9 @@ def solve_axes(opdef: OpDef, attrs, name: str, data_inputs: Sequence[ParallelTen
         if ax.degree_attr:
             continue
         for idx, slot in ax.operands:
-            others = [a for a in _axes_at(axes, idx, slot) if a is not ax] if idx < len(data_inputs) else [ax]
+            if idx >= len(data_inputs):   # a weight: its degrees are what the data inputs imply
+                continue
+            others = [a for a in _axes_at(axes, idx, slot) if a is not ax]
             if all(a.degree_attr for a in others):
                 degree[ax.name] = _slot_degree(data_inputs[idx], slot) // math.prod(degree[a.name] for a in others)
                 break

@@ -489,20 +489,20 @@ class LocalCosts:
             self._column[self._shared] = np.arange(len(self._shared))
         return self._shared
 
-    def hop_loads(self, src: int, dst: int, num_bytes: int, steps: int = 1,
+    def hop_loads(self, src: int, dst: int, num_bytes: int,
                   paid: float | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(load columns, seconds): how long each shared link on the route from ``src`` to ``dst`` is
         busy with a transfer of ``num_bytes`` (the lowering's hop time: the bytes over the link's
-        bandwidth plus the route's latency, paid ``steps`` times, or ``paid`` in all where larger: an
-        AllReduce's sends pay its whole latency, ``ring_latency``)."""
-        key = (src, dst, num_bytes, steps, paid)
+        bandwidth plus the route's latency, or ``paid`` where larger: an AllReduce's sends pay its
+        whole latency, ``ring_latency``)."""
+        key = (src, dst, num_bytes, paid)
         hit = self._hops.get(key)
         if hit is None:
             cols, times = [], []
             if src != dst and num_bytes > 0:
                 self.shared  # noqa: B018  (builds the columns)
                 links, latency, ids = self._route(src, dst)
-                latency = steps * latency if paid is None else max(latency, paid)
+                latency = latency if paid is None else max(latency, paid)
                 for l, link in zip(ids, links):
                     if self._column[l] >= 0:
                         cols.append(int(self._column[l]))
@@ -516,8 +516,8 @@ class LocalCosts:
         """Every route's hops on shared links as arrays, for cost models whose transfer time is the
         latency plus bytes over bandwidth (``has_linear_transfers``; None for others): (ptr, columns,
         seconds per byte, route latency), route ``src * devices + dst``'s hops being
-        ``ptr[route] .. ptr[route + 1] - 1``; a hop's time is ``bytes * seconds per byte + steps *
-        latency``, ``hop_loads``' numbers."""
+        ``ptr[route] .. ptr[route + 1] - 1``; a hop's time is ``bytes * seconds per byte + latency``,
+        ``hop_loads``' numbers."""
         if self._table is None:
             if not has_linear_transfers(self.cost):
                 self._table = False
@@ -804,10 +804,9 @@ class LocalCosts:
                     t = self.ring(pdevs, nbytes)
                 else:
                     target = cdevs[0]
-                    t = seq_sum(self.transfer(d, target, nbytes) for d in pdevs) + \
-                        seq_sum(self.transfer(target, d, nbytes) for d in set(cdevs))
-                    for d in pdevs:   # a source sending to many groups sends one after another
-                        x = self.transfer(d, target, nbytes)
+                    sends = [self.transfer(d, target, nbytes) for d in pdevs]
+                    t = seq_sum(sends) + seq_sum(self.transfer(target, d, nbytes) for d in set(cdevs))
+                    for d, x in zip(pdevs, sends):   # a source sending to many groups sends one after another
                         if x > 0:
                             sent[d] = sent.get(d, 0.0) + x
                 fwd = max(fwd, t)

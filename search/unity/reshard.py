@@ -355,17 +355,16 @@ def _firsts(P: Producers) -> np.ndarray:
 
 
 class _Sends:
-    """Transfers (pair index, source, destination, bytes, steps), collected as arrays."""
+    """Transfers (pair index, source, destination, bytes), collected as arrays."""
 
     def __init__(self) -> None:
         self.parts: list = []
 
-    def add(self, pair, src, dst, nbytes, steps=1) -> None:
+    def add(self, pair, src, dst, nbytes) -> None:
         pair = np.asarray(pair, dtype=np.int64)
         self.parts.append(np.stack(np.broadcast_arrays(pair, np.asarray(src, dtype=np.int64),
                                                        np.asarray(dst, dtype=np.int64),
-                                                       np.asarray(nbytes, dtype=np.int64),
-                                                       np.asarray(steps, dtype=np.int64)), axis=1))
+                                                       np.asarray(nbytes, dtype=np.int64)), axis=1))
 
     def scatter(self, flat: np.ndarray, grad: bool, L: int, costs) -> None:
         """Add every transfer's hop loads (``costs.hop_loads``) to ``flat`` (pairs x 2 x L: the
@@ -376,7 +375,7 @@ class _Sends:
         t = t[t[:, 1] != t[:, 2]]
         phase = np.zeros(len(t), dtype=np.int64)
         if grad:
-            t = np.concatenate([t, t[:, [0, 2, 1, 3, 4]]])
+            t = np.concatenate([t, t[:, [0, 2, 1, 3]]])
             phase = np.concatenate([phase, np.ones_like(phase)])
         if not len(t):
             return
@@ -386,12 +385,12 @@ class _Sends:
             route = t[:, 1] * costs.machine.num_devices + t[:, 2]
             per = ptr[route + 1] - ptr[route]
             start = np.repeat(ptr[route] - np.concatenate([[0], np.cumsum(per)[:-1]]), per) + np.arange(per.sum())
-            times = np.repeat(t[:, 3], per) * inv_bw[start] + np.repeat(t[:, 4] * lat[route], per)
+            times = np.repeat(t[:, 3], per) * inv_bw[start] + np.repeat(lat[route], per)
             flat += np.bincount(np.repeat(t[:, 0] * 2 + phase, per) * L + cols[start], weights=times,
                                 minlength=len(flat))
             return
         kinds, inv = np.unique(t[:, 1:], axis=0, return_inverse=True)
-        hops = [costs.hop_loads(int(s), int(d), int(n), int(k)) for s, d, n, k in kinds.tolist()]
+        hops = [costs.hop_loads(int(s), int(d), int(n)) for s, d, n in kinds.tolist()]
         count = np.array([len(c) for c, _ in hops], dtype=np.int64)
         ptr = np.concatenate([[0], np.cumsum(count)])
         cols = np.concatenate([c for c, _ in hops] + [np.zeros(0, dtype=np.int64)])
@@ -464,10 +463,11 @@ def partial_sum_costs_py(pbox, psum, pdev, poff, gbox, gsum, goff, dev_ptr, devs
             if pdevs == [int(d) for d in devs[dev_ptr[g]:dev_ptr[g + 1]]] and len(pdevs) > 1:
                 t = ring[g]
             else:
-                t = seq_sum(rows[row[g], d] for d in pdevs) + back[g]
-                for d in pdevs:
-                    if rows[row[g], d] > 0:
-                        sent[d] = sent.get(d, 0.0) + rows[row[g], d]
+                sends = [rows[row[g], d] for d in pdevs]
+                t = seq_sum(sends) + back[g]
+                for d, x in zip(pdevs, sends):
+                    if x > 0:
+                        sent[d] = sent.get(d, 0.0) + x
             fwd = max(fwd, t)
         out[n] = max([fwd] + list(sent.values()))   # a source's sends to many groups, one after another
     return out
