@@ -173,6 +173,7 @@ def infer_parallel(opdef: OpDef, attrs, name: str, operands: Sequence[ParallelTe
     nw = opdef.num_weights(attrs)
     data = list(operands[:len(operands) - nw])
     weights = operands[len(operands) - nw:]
+    outs = opdef.output_shapes(attrs, [s.tensor_shape for s in data])   # the logical shapes first: a clear error
     axes, degree = solve_axes(opdef, attrs, name, data)
     if nw:
         required = required_weight_shapes(opdef, attrs, name, data)
@@ -181,7 +182,6 @@ def infer_parallel(opdef: OpDef, attrs, name: str, operands: Sequence[ParallelTe
                 names = opdef.weight_names(attrs)
                 raise ShapeError(f"{label}: weight '{names[i]}' is {have} but the inputs "
                                  f"{', '.join(map(str, data))} require {need}")
-    outs = opdef.output_shapes(attrs, [s.tensor_shape for s in data])
     return tuple(_with(o, tensor_degrees(axes, degree, k, o.rank, True), label, f"output {k}")
                  for k, o in enumerate(outs))
 

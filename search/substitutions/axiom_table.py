@@ -9,7 +9,7 @@ sizes that satisfy ``where`` (conditions on ``A.dim(t, i)``, the size of dimensi
 counted from the innermost).
 
 Entry points: ``Axiom``, ``axiom``, ``registered``, the domains ``DIM``, ``DEG``, ``ACTI``, ``SCALAR``,
-``UNARY``, ``AXES``, ``AGGR``.
+``UNARY``, ``AXES``, ``AGGR``, ``WINDOW``, ``GROUP``; ``conv_shapes``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,10 @@ from flexrt.errors import GraphError
 # Domains of integer parameters: what the concrete check draws and what Z3 is told.
 DIM, DEG, ACTI, SCALAR = "dim", "deg", "acti", "scalar"
 UNARY, AXES, AGGR = "unary", "axes", "aggr"   # an element-wise function's code, layer norm's dims, a bag or not
+WINDOW, GROUP = "window", "group"   # a convolution's window (semantics.window_code) and its groups
+# Windows the concrete checks draw (kernel, stride, padding along height and width), as codes.
+CONV_WINDOWS = tuple(sum(v * 16 ** (5 - i) for i, v in enumerate(w)) for w in (
+    (1, 1, 1, 1, 0, 0), (3, 3, 1, 1, 1, 1), (3, 3, 2, 2, 1, 1), (1, 3, 1, 1, 0, 1), (2, 2, 2, 2, 0, 0)))
 @dataclass(frozen=True, slots=True)
 class Axiom:
     """One property: ``law(A, v) -> (lhs, rhs)`` holds for every assignment of ``v`` that satisfies
@@ -67,6 +71,16 @@ def lin_shapes(v, z):
 def lin2_shapes(v, z):
     return {"x": z.lead(v) + (z.b, z.i), "w1": (z.i, z.o), "w2": (z.i, z.o), "x1": z.lead(v) + (z.b, z.i),
             "x2": z.lead(v) + (z.b, z.i), "w": (z.i, z.o)}
+
+
+def conv_shapes(v, z):
+    """x [N, C, H, W] with C = g * i, kernels w [O, i, kh, kw] with O = g * o, biases [O]; the window
+    of ``v.c`` (sizes every window of ``CONV_WINDOWS`` fits)."""
+    from flexrt.search.substitutions.semantics import window_of
+    g = getattr(v, "g", 1)
+    win = window_of(v.c)
+    x, w, b = (z.b, g * z.i, 5, 6), (g * z.o, z.i, win["PM_KERNEL_H"], win["PM_KERNEL_W"]), (g * z.o,)
+    return {"x": x, "x1": x, "x2": x, "w": w, "w1": w, "w2": w, "b": b, "b1": b, "b2": b}
 
 
 def part_kind(d, k):

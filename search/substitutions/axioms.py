@@ -15,7 +15,9 @@ Operators (see ``semantics.py`` for what each means in flexrt): ``linear(acti, x
 ``linearb(acti, x, w, b)`` (with a bias), ``act(acti, t)``, ``bias_add(x, b)``, ``relu(x)``,
 ``unary(c, x)`` (``rule.UNARY_TYPES[c]``), ``softmax(d, x)``, ``bmm(a, b)``,
 ``layernorm(n, x[, gamma[, beta]])``, ``embedding(aggr, idx, table)``, ``ewadd(a, b)``,
-``ewmul(a, b)``, ``smul(s, x)``, ``transpose(x)``, ``concat(axis, a, b)``, ``split0(axis, x)`` /
+``ewmul(a, b)``, ``smul(s, x)``, ``conv(c, g, a, x, w)`` and ``convb(c, g, a, x, w, b)`` (window code
+``c``, ``g`` groups, fused activation ``a``; ``conv_h(c, n)`` / ``conv_w(c, n)`` its output height /
+width on an input of n and ``kernel_h(c)`` / ``kernel_w(c)``, uninterpreted in Z3), ``transpose(x)``, ``concat(axis, a, b)``, ``split0(axis, x)`` /
 ``split1(axis, x)`` (the two equal halves), ``partition(dim, deg, x)``, ``combine(dim, deg, x)``,
 ``replicate(deg, x)``, ``reduce(deg, x)``, and the size ``dim(t, i)`` (an Int).
 Dimensions count from the innermost, as FlexFlow's do: on ``x`` [batch, in] the feature dim is 0
@@ -39,10 +41,12 @@ import math
 from types import SimpleNamespace
 
 from flexrt.errors import GraphError
+from flexrt.ir.ops.conv2d import window_output_size
 from flexrt.search.substitutions import (axioms_algebraic, axioms_operators, axioms_parallel,  # noqa: F401
                                          axioms_sizes)                                        # (they register)
-from flexrt.search.substitutions.axiom_table import (ACTI, AGGR, AXES, DEG, DIM, SCALAR, UNARY, Axiom,  # noqa: F401
-                                                     registered)
+from flexrt.search.substitutions import axioms_conv  # noqa: F401  (registers)
+from flexrt.search.substitutions.axiom_table import (ACTI, AGGR, AXES, DEG, DIM, GROUP, SCALAR, UNARY,  # noqa: F401
+                                                     WINDOW, Axiom, registered)
 
 
 AXIOMS: tuple[Axiom, ...] = registered()
@@ -82,6 +86,9 @@ class Z3Algebra:
         self._bmm, self._embedding = F("bmm", T, T, T), F("embedding", I, T, T, T)
         self._layernorm = {1: F("layernorm", I, T, T), 2: F("layernorm_g", I, T, T, T),
                            3: F("layernorm_gb", I, T, T, T, T)}
+        self._conv, self._convb = F("conv", I, I, I, T, T, T), F("convb", I, I, I, T, T, T, T)
+        self.conv_h, self.conv_w = F("conv_h", I, I, I), F("conv_w", I, I, I)
+        self.kernel_h, self.kernel_w = F("kernel_h", I, I), F("kernel_w", I, I)
         self.typing: list = []
 
     # Every operator application records when it is well typed (``typing``, on the sizes of
@@ -89,7 +96,7 @@ class Z3Algebra:
     # Unguarded, an axiom instantiated on ill-typed terms equates sizes that differ (ewadd(x, y) =
     # ewadd(y, x) with dim(ewadd(x, y), i) = dim(x, i) makes every two added tensors alike) and the
     # typing hypotheses of a rule become contradictory: everything is proved.
-    dims = range(3)   # a rule's hypotheses speak of dims 0, 1, 2 at least (translate.rule_dims)
+    dims = range(4)   # a rule's hypotheses speak of dims 0..3 at least (translate.rule_dims)
 
     def _typed(self, *conds):
         self.typing.extend(c for c in conds if not isinstance(c, bool))
@@ -151,6 +158,19 @@ class Z3Algebra:
             self._same(x, w, lambda i: self.z3.IntVal(i) >= n)
         return self._layernorm[1 + len(weights)](n, x, *weights)
 
+    def _conv_typed(self, c, g, x, w):
+        self._typed(self.dim(x, 2) == g * self.dim(w, 2), self.dim(w, 3) % g == 0,
+                    self.dim(w, 1) == self.kernel_h(c), self.dim(w, 0) == self.kernel_w(c))
+
+    def conv(self, c, g, a, x, w):
+        self._conv_typed(c, g, x, w)
+        return self._conv(c, g, a, x, w)
+
+    def convb(self, c, g, a, x, w, b):
+        self._conv_typed(c, g, x, w)
+        self._typed(self.dim(b, 0) == self.dim(w, 3))
+        return self._convb(c, g, a, x, w, b)
+
     def ite(self, c, a, b):
         return self.z3.If(c, a, b)
 
@@ -189,7 +209,7 @@ class Z3Algebra:
         return z3.ForAll(bound, body, patterns=pats) if pats else z3.ForAll(bound, body)
 
 
-_DOMAINS = {ACTI: (0, 4), UNARY: (0, None), AXES: (1, None), AGGR: (0, 1)}  # Z3's bounds (None: unbounded)
+_DOMAINS = {ACTI: (0, 4), UNARY: (0, None), AXES: (1, None), AGGR: (0, 1), WINDOW: (0, None), GROUP: (1, None)}  # Z3's bounds (None: unbounded)
 
 
 def _is_pattern(z3, e, names: set) -> bool:
@@ -255,6 +275,25 @@ class NumpyAlgebra:
     def bmm(self, a, b): return self._run("OP_BATCHMATMUL", [a, b])[0]
     def embedding(self, g, idx, t): return self._run("OP_EMBEDDING", [idx, t], PM_AGGR=g)[0]
     def layernorm(self, n, x, *weights): return self._run("OP_LAYERNORM", [x, *weights], PM_AXES=n)[0]
+    def conv(self, c, g, a, x, w): return self._run("OP_CONV2D", [x, w], **self._window(c), PM_GROUP=g, PM_ACTI=a)[0]
+    def convb(self, c, g, a, x, w, b):
+        return self._run("OP_CONV2D", [x, w, b], **self._window(c), PM_GROUP=g, PM_ACTI=a)[0]
+
+    @staticmethod
+    def _window(c):
+        from flexrt.search.substitutions.semantics import window_of
+        return window_of(c)
+
+    def kernel_h(self, c): return self._window(c)["PM_KERNEL_H"]
+    def kernel_w(self, c): return self._window(c)["PM_KERNEL_W"]
+
+    def conv_h(self, c, n):
+        p = self._window(c)
+        return window_output_size("conv2d", "height", n, p["PM_KERNEL_H"], p["PM_STRIDE_H"], p["PM_PADDING_H"])
+
+    def conv_w(self, c, n):
+        p = self._window(c)
+        return window_output_size("conv2d", "width", n, p["PM_KERNEL_W"], p["PM_STRIDE_W"], p["PM_PADDING_W"])
 
     def act(self, a, t):
         return t if a == 0 else self.relu(t) if a == 2 else self._run({1: "OP_SIGMOID", 3: "OP_TANH", 4: "OP_GELU"}[a],

@@ -7,7 +7,7 @@ Parallel operators keep the logical size. Read by ``axioms.py``, registered on i
 
 from __future__ import annotations
 
-from flexrt.search.substitutions.axiom_table import axiom, lin_shapes, named
+from flexrt.search.substitutions.axiom_table import axiom, conv_shapes, lin_shapes, named
 
 _SAME_SIZE = (  # (name, tensors, ints, output, shapes): the output has the first tensor's sizes
     ("relu", "x", "", lambda A, v: A.relu(v.x), None),
@@ -90,3 +90,20 @@ def dim_bmm(A, v):
        ranks=(2, 3))
 def dim_embedding(A, v):
     return A.dim(A.embedding(v.g, v.idx, v.t), v.i), A.ite(v.i == 0, A.dim(v.t, 0), A.dim(v.idx, v.i - 1 + v.g))
+
+
+def _conv_size(A, v, out):
+    return A.dim(out, v.i), A.ite(v.i == 0, A.conv_w(v.c, A.dim(v.x, 0)), A.ite(
+        v.i == 1, A.conv_h(v.c, A.dim(v.x, 1)), A.ite(v.i == 2, A.dim(v.w, 3), A.dim(v.x, v.i))))
+
+
+@axiom("dim(conv(c, g, a, x, w), i) = conv_w(c, W), conv_h(c, H), dim(w, 3) (output channels), dim(x, 3) (batch) "
+       "for i = 0, 1, 2, 3", "x w", "c:window g:group a:acti i:dim", shapes=conv_shapes, ranks=(4,))
+def dim_conv(A, v):
+    return _conv_size(A, v, A.conv(v.c, v.g, v.a, v.x, v.w))
+
+
+@axiom("dim(convb(c, g, a, x, w, b), i) = dim(conv(c, g, a, x, w), i)", "x w b", "c:window g:group a:acti i:dim",
+       shapes=conv_shapes, ranks=(4,))
+def dim_convb(A, v):
+    return _conv_size(A, v, A.convb(v.c, v.g, v.a, v.x, v.w, v.b))

@@ -13,14 +13,22 @@ graphs alone are 560,000 extensions); TASO bounds it the same way. So:
   reduce where partial sums pass): ``activations`` (sigmoid, tanh, gelu, elu, exp, sin, cos, and
   linear with a fused sigmoid / tanh / gelu), ``bias`` (linear with a bias, bias add, fused activations),
   ``softmax``, ``bmm`` (batch matmul on 4 x 4 x 4 inputs), ``layernorm`` (without and with affine
-  weights) and ``embedding`` (lookups and bags: integer indices into a 4 x 4 table).
+  weights), ``embedding`` (lookups and bags: integer indices into a 4 x 4 table), and ``conv1x1`` /
+  ``conv3x3`` (a convolution without and with a fused ReLU, on two [2, 4, 4, 4] NCHW inputs and two
+  4 x 4 kernels of that window (stride 1, the 3 x 3 padded by 1), with add, relu and the data
+  movement along the batch and channel dims; the verifier's laws hold for every window, the rules
+  are stated for the window they were found with).
 
 The core family's rules are oriented from the larger side to the smaller (as FlexFlow's library);
 the other families also emit each rule reversed (where the reverse reads no input its source
 lacks), since real models hold the fused forms: ``linear(x, w, b)`` with a GELU unfuses to
 ``gelu(bias_add(linear(x, w), b))`` only in that direction.
 
-Entry points: ``Family``, ``FAMILIES``, ``family_names``, ``generate_library``.
+A family's rules whose source is not one connected piece (``connected_source``) are dropped: they
+match every pair of unrelated operators (the reversed ``relu(a), relu(b) -> split(relu(concat(a,
+b)))``); the families before ``conv`` produce none.
+
+Entry points: ``Family``, ``FAMILIES``, ``family_names``, ``generate_library``, ``connected_source``.
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ from flexrt.errors import ConfigError
 from flexrt.ir.datatype import DataType
 from flexrt.ir.parallel_tensor import ParallelTensorShape
 from flexrt.search.substitutions.generate import GenerationResult, OpChoice, catalog, generate
-from flexrt.search.substitutions.rule import UNARY_TYPES, Rule
+from flexrt.search.substitutions.rule import PARALLEL_TYPES, UNARY_TYPES, Rule
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +52,7 @@ class Family:
     shapes: tuple              # the external inputs (sizes, or ParallelTensorShape)
     max_ops: int
     both_directions: bool = True   # also each rule reversed (where it reads no input its source lacks)
+    max_total: int | None = None   # at most this many operators on both sides together
 
 
 def _axis(t: str, key: str, axes, **extra) -> list[OpChoice]:
@@ -65,6 +74,21 @@ def _moves(rank: int, degree: int, reduce: bool = False, dims=None) -> list[OpCh
     return ops
 
 
+_WINDOW_1X1 = (("PM_KERNEL_H", 1), ("PM_KERNEL_W", 1), ("PM_PADDING_H", 0), ("PM_PADDING_W", 0))
+_WINDOW_3X3 = (("PM_KERNEL_H", 3), ("PM_KERNEL_W", 3), ("PM_PADDING_H", 1), ("PM_PADDING_W", 1))
+
+
+def _conv(window, k: int, parallel: bool) -> tuple:
+    """A conv family's operators: the convolution of one window, without and with a fused ReLU, and
+    either add, relu, concat and split along the batch (3) and channel (2) dims, or the parallel
+    operators along them."""
+    convs = [OpChoice("OP_CONV2D", window + (("PM_ACTI", a),), 2) for a in (0, 2)]
+    if parallel:
+        return tuple(convs + [m for m in _moves(4, k, reduce=True, dims=(2, 3)) if m.type in PARALLEL_TYPES])
+    return tuple(convs + [OpChoice("OP_EW_ADD", (), 2), OpChoice("OP_RELU")]
+                 + [m for m in _moves(4, k, dims=(2, 3)) if m.type in ("OP_CONCAT", "OP_SPLIT")])
+
+
 def _linear(acti, arity: int = 2) -> list[OpChoice]:
     return [OpChoice("OP_LINEAR", (("PM_ACTI", a),), arity) for a in acti]
 
@@ -72,6 +96,7 @@ def _linear(acti, arity: int = 2) -> list[OpChoice]:
 _UNARY = [t for t in UNARY_TYPES if t != "OP_IDENTITY"]   # identity(x) = x: every graph with it is pruned
 _M = (4, 4)
 _VECTOR = (4,)
+_NCHW = (2, 4, 4, 4)
 _INDICES = ParallelTensorShape.of((4, 4), dtype=DataType.DT_INT64)
 
 FAMILIES: tuple[Family, ...] = (
@@ -91,11 +116,33 @@ FAMILIES: tuple[Family, ...] = (
     Family("embedding", lambda k: tuple([OpChoice("OP_EMBEDDING", (("PM_AGGR", g),), 2) for g in (0, 1)]
                                         + [OpChoice("OP_EW_ADD", (), 2)] + _moves(2, k, reduce=True)),
            (_INDICES, _INDICES, _M, _M), 2),
+    Family("conv", lambda k: _conv(_WINDOW_1X1, k, False), (_NCHW, _NCHW, (4, 4, 1, 1), (4, 4, 1, 1)), 3,
+           max_total=5),
+    Family("conv_parallel", lambda k: _conv(_WINDOW_3X3, k, True), (_NCHW, (4, 4, 3, 3)), 3, max_total=5),
 )
 
 
 def family_names() -> tuple[str, ...]:
     return tuple(f.name for f in FAMILIES)
+
+
+def connected_source(rule: Rule) -> bool:
+    """True when the source's operators form one piece, linked by the tensors they share (an
+    external input read by two of them links them too). A source of unrelated operators (relu(a),
+    relu(b)) matches every pair of them in a graph: quadratically many matches for one rewrite."""
+    parent = list(range(len(rule.src)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            i = parent[i]
+        return i
+
+    readers: dict[int, int] = {}
+    for i, op in enumerate(rule.src):
+        for s in op.inputs:
+            j = readers.setdefault(s.op, i) if s.external else s.op
+            parent[root(i)] = root(j)
+    return len({root(i) for i in range(len(rule.src))}) <= 1
 
 
 def _key(rule: Rule) -> str:
@@ -128,6 +175,11 @@ def generate_library(families: Sequence[str] | None = None, max_ops: int | None 
                        both_directions=fam.both_directions, progress=progress)
         kept = 0
         for rule, shape, pair in zip(res.rules, res.input_shapes, res.pairs):
+            why = ("over_max_total" if fam.max_total is not None and len(rule.src) + len(rule.dst) > fam.max_total
+                   else None if connected_source(rule) else "disconnected_source")
+            if why:
+                counts[f"family_{fam.name}_{why}"] = counts.get(f"family_{fam.name}_{why}", 0) + 1
+                continue
             k = _key(rule)
             if k not in seen:
                 seen.add(k)

@@ -5,7 +5,7 @@ A tensor is a ``ParallelValue`` (flexrt.kernels.pieces): one array per piece of 
 how the partial sums are split are part of the value. The generator evaluates on int64 arrays with
 every piece reduced modulo a prime ``P`` after each operator; ReLU is replaced by the non-linear
 polynomial ``x*x + 3x`` (TASO's trick: a rule that only holds for linear functions is rejected), and
-a fused ReLU (``OP_LINEAR`` with ``PM_ACTI`` 2) likewise. The operators that are not polynomials
+a fused ReLU (``OP_LINEAR`` or ``OP_CONV2D`` with ``PM_ACTI`` 2) likewise. The operators that are not polynomials
 (sigmoid, tanh, gelu, elu, exp, sin, cos, fused sigmoid / tanh / gelu, softmax, layer norm) are
 *uninterpreted*: each output element is a 64-bit mix (splitmix64) of the exact input value it
 depends on and the operator's own salt, reduced modulo ``P`` (TASO treats non-linear operators the
@@ -15,7 +15,7 @@ scales by gamma and adds beta exactly. Two graphs then collide only when they ap
 functions to equal values (or by a 1 in ``P`` accident, which the second input set catches). These
 are evaluated on the whole logical value (pieces gathered, the function applied, the result laid
 out in the output's parallel shape), which is what the operator computes whenever flexrt's shape
-inference accepts its layout. Everything else (linear with or without a bias, bias add, batch
+inference accepts its layout. Everything else (linear with or without a bias, convolution, bias add, batch
 matmul, embedding lookups and bags, concat, split, transpose, element-wise add and multiply, scalar
 multiply) runs exactly through flexrt's own kernels piece by piece (``run_pieces``,
 ``apply_parallel_op``), after flexrt's parallel shape inference (the same ``infer_node_shapes``
@@ -64,6 +64,7 @@ _SALT = {OpType.SIGMOID: 1, OpType.TANH: 2, OpType.GELU: 3, OpType.ELU: 4, OpTyp
          OpType.COS: 7, OpType.SOFTMAX: 8, OpType.LAYER_NORM: 9}
 _FUSED = {ActiMode.AC_MODE_SIGMOID: OpType.SIGMOID, ActiMode.AC_MODE_TANH: OpType.TANH,
           ActiMode.AC_MODE_GELU: OpType.GELU}
+_FUSING = (OpType.LINEAR, OpType.CONV2D)   # operators with a fused activation (PM_ACTI)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
@@ -121,7 +122,7 @@ def apply_op(op: PatternOp, operands: Sequence[ParallelValue], modulus: int | No
     if modulus is not None and attrs.op_type in _SALT:
         (out_shape,) = infer_node_shapes(attrs, [v.shape for v in operands], op.type)
         return (_whole(attrs, operands, out_shape, modulus),)
-    fused = _FUSED.get(attrs.activation) if attrs.op_type is OpType.LINEAR and modulus is not None else None
+    fused = _FUSED.get(attrs.activation) if attrs.op_type in _FUSING and modulus is not None else None
     if fused is not None:
         attrs = dataclasses.replace(attrs, activation=ActiMode.AC_MODE_NONE)
     if attrs.op_type in PARALLEL_OPS:
@@ -131,7 +132,7 @@ def apply_op(op: PatternOp, operands: Sequence[ParallelValue], modulus: int | No
     if modulus is None:
         return outs
     nonlinear = attrs.op_type is OpType.RELU or (
-        attrs.op_type is OpType.LINEAR and attrs.activation is ActiMode.AC_MODE_RELU)
+        attrs.op_type in _FUSING and attrs.activation is ActiMode.AC_MODE_RELU)
     # Residues are non-negative, so the kernels' max(x, 0) was the identity; apply the polynomial.
     if nonlinear:
         fn = lambda a: _poly(a.astype(np.int64) % modulus, modulus)  # noqa: E731

@@ -25,6 +25,7 @@ from flexrt.ir.ops import InputAttrs, RepartitionAttrs, ReplicateAttrs
 from flexrt.ir.pcg import PCG, TensorRef
 from flexrt.ir.tensor_shape import TensorShape
 from flexrt.search.substitutions.evaluate import evaluate
+from flexrt.search.substitutions.fingerprint import to_pcg
 from flexrt.ir.datatype import DataType
 from flexrt.search.substitutions.rule import (OP_SPECS, OP_TYPES, PARALLEL_TYPES, UNARY_TYPES, OutputMap, PatternOp,
                                               Rule, Slot, load_rules)
@@ -118,32 +119,69 @@ def operand_ranks(rule: Rule) -> dict[int, int]:
 # Operators whose output has the rank and role of their first input (a vector stays a vector).
 _KEEPS_ROLE = frozenset(PARALLEL_TYPES) | {"OP_CONCAT", "OP_SPLIT", "OP_EW_ADD", "OP_EW_MUL", "OP_RELU",
                                            "OP_SCALAR_MULTIPLY"} | set(UNARY_TYPES)
-_VECTOR_SLOTS = {("OP_BIAS_ADD", 1), ("OP_LINEAR", 2), ("OP_LAYERNORM", 1), ("OP_LAYERNORM", 2)}
+_VECTOR_SLOTS = {("OP_BIAS_ADD", 1), ("OP_LINEAR", 2), ("OP_LAYERNORM", 1), ("OP_LAYERNORM", 2), ("OP_CONV2D", 2)}
+
+
+def _slot_role(op: PatternOp, k: int):
+    """The role an operator gives its input ``k`` (None: none of its own)."""
+    if (op.type, k) in _VECTOR_SLOTS:
+        return "vector"
+    if (op.type, k) == ("OP_EMBEDDING", 0):
+        return "index"
+    if op.type == "OP_CONV2D":
+        return "image" if k == 0 else ("kernel", op.param("PM_KERNEL_H"), op.param("PM_KERNEL_W"))
+    return None
 
 
 def rule_input_shapes(rule: Rule, size: int = 4) -> dict[int, TensorShape]:
     """Shapes on which the generator found a rule of ours, from the roles of its external inputs
     (FlexFlow numbering, -1, -2, ...): a bias or layer norm weight is a vector [size]; embedding
-    indices are an int64 [size, size] matrix; with a batch matmul every other input is [size]*3;
-    else [size, size]."""
+    indices are an int64 [size, size] matrix; a convolution's input is an NCHW [2, size, size, size]
+    and its kernel [size, size, kh, kw]; with a batch matmul every other input is [size]*3; else
+    [size, size]."""
     roles: dict[int, str] = {}
     for ops in (rule.src, rule.dst):
         role: dict[int, str] = {}
         for i in reversed(range(len(ops))):
             op = ops[i]
             for k, s in enumerate(op.inputs):
-                r = ("vector" if (op.type, k) in _VECTOR_SLOTS else "index" if (op.type, k) == ("OP_EMBEDDING", 0)
-                     else role.get(i) if op.type in _KEEPS_ROLE else None)
+                r = _slot_role(op, k) or (role.get(i) if op.type in _KEEPS_ROLE else None)
                 if r and s.external:
                     roles.setdefault(s.op, r)
                 elif r:
                     role.setdefault(s.op, r)
     bmm = any(op.type == "OP_BATCHMATMUL" for op in rule.src + rule.dst)
+    named = [op.param(key) for op in rule.src + rule.dst for key in DIM_KEYS if op.param(key) is not None]
+    rank = max([3 if bmm else 2] + [d + 1 for d in named])   # a dim a parameter names exists
     shapes = {}
     for k in rule.external_inputs("src") | rule.external_inputs("dst"):
         r = roles.get(k)
         shapes[k] = (TensorShape((size,)) if r == "vector" else TensorShape((size, size), DataType.DT_INT64)
-                     if r == "index" else TensorShape((size,) * (3 if bmm else 2)))
+                     if r == "index" else TensorShape((2, size, size, size)) if r == "image"
+                     else TensorShape((size, size) + r[1:]) if isinstance(r, tuple)
+                     else TensorShape((size,) * rank))
+    convs = [op for op in rule.src + rule.dst if op.type == "OP_CONV2D"]
+    return _conv_input_shapes(rule, shapes, convs, size) if convs else shapes
+
+
+def _conv_input_shapes(rule: Rule, shapes: dict, convs, size: int) -> dict:
+    """A convolution family reads images [2, size, size, size] and kernels [size, size, kh, kw], and
+    any of them in either role (a kernel is an image of 1 x 1 pixels): the first assignment of these
+    shapes (the roles' first) on which both sides build."""
+    image = TensorShape((2, size, size, size))
+    kernels = list(dict.fromkeys(TensorShape((size, size, op.param("PM_KERNEL_H", 1), op.param("PM_KERNEL_W", 1)))
+                                 for op in convs))
+    keys = sorted(shapes, reverse=True)
+    options = [[shapes[k]] + [t for t in [image] + kernels if t != shapes[k]] if shapes[k].rank == 4 or shapes[k].rank == 2
+               else [shapes[k]] for k in keys]
+    for combo in itertools.product(*options):
+        trial = dict(zip(keys, combo))
+        try:
+            to_pcg(rule.src, trial)
+            to_pcg(rule.dst, trial)
+        except FlexrtError:
+            continue
+        return trial
     return shapes
 
 

@@ -40,12 +40,12 @@ from flexrt.errors import FlexrtError, GraphError, ShapeError
 from flexrt.ir.op_type import SOURCE_OPS
 from flexrt.ir.pcg import PCG, TensorRef, infer_node_shapes
 from flexrt.ir.serialize import attrs_to_json
-from flexrt.search.substitutions.rule import PatternOp, Rule, Slot
+from flexrt.search.substitutions.rule import CONV_DEFAULTS, PatternOp, Rule, Slot
 from flexrt.search.substitutions.semantics import pattern_of, to_attrs
 
 DEGREE = "PM_PARALLEL_DEGREE"
 # Parameters a rule may leave out, and the value that then applies (semantics.to_attrs' defaults).
-DEFAULTS = {"PM_ACTI": 0, "PM_SCALAR": 2, "PM_NUM_INPUTS": 2, "PM_NUM_OUTPUTS": 2}
+DEFAULTS = {"PM_ACTI": 0, "PM_SCALAR": 2, "PM_NUM_INPUTS": 2, "PM_NUM_OUTPUTS": 2, **CONV_DEFAULTS}
 # FlexFlow writes a replica dimension on Replicate and Reduce; flexrt's have none, so it is not compared.
 IGNORED = {("OP_REPLICATE", "PM_PARALLEL_DIM"), ("OP_REDUCE", "PM_PARALLEL_DIM")}
 

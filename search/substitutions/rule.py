@@ -5,7 +5,8 @@ A pattern operator has a FlexFlow operator type (``OP_LINEAR`` with an optional 
 ``OP_BIAS_ADD``, ``OP_RELU``, the element-wise unary functions of ``UNARY_TYPES``, ``OP_SOFTMAX``,
 ``OP_BATCHMATMUL``, ``OP_LAYERNORM`` with optional gamma and beta, ``OP_EMBEDDING`` (a bag with
 ``PM_AGGR`` 1), ``OP_EW_ADD``, ``OP_EW_MUL``, ``OP_CONCAT``, ``OP_SPLIT``, ``OP_TRANSPOSE``,
-``OP_SCALAR_MULTIPLY``, and the parallelization operators ``OP_PARTITION``, ``OP_COMBINE``,
+``OP_SCALAR_MULTIPLY``, ``OP_CONV2D`` (x, kernel and an optional bias; its window, groups and fused
+activation as parameters), and the parallelization operators ``OP_PARTITION``, ``OP_COMBINE``,
 ``OP_REPLICATE``, ``OP_REDUCE``), its
 parameters (``PM_*`` keys, integer values) and inputs: ``Slot(op, ts)`` is output ``ts`` of
 operator ``op`` of the same side, or, for ``op < 0``, the external input ``-op - 1`` (FlexFlow
@@ -59,6 +60,9 @@ _DIM, _DEGREE = "PM_PARALLEL_DIM", "PM_PARALLEL_DEGREE"
 # of its input in the verifier and a hash of the exact value in fingerprints.
 UNARY_TYPES = ("OP_SIGMOID", "OP_TANH", "OP_GELU", "OP_ELU", "OP_EXP", "OP_SIN", "OP_COS",
                "OP_IDENTITY")
+# A convolution's window: kernel, stride and padding, each along height and width (FlexFlow's names).
+CONV_PARAMS = ("PM_KERNEL_H", "PM_KERNEL_W", "PM_STRIDE_H", "PM_STRIDE_W", "PM_PADDING_H", "PM_PADDING_W")
+CONV_DEFAULTS = {"PM_STRIDE_H": 1, "PM_STRIDE_W": 1, "PM_PADDING_H": 0, "PM_PADDING_W": 0, "PM_GROUP": 1}
 OP_SPECS = {
     "OP_LINEAR": OpSpec(2, params=("PM_ACTI",), optional=1),       # (x, w) or (x, w, bias)
     "OP_RELU": OpSpec(1),
@@ -68,6 +72,8 @@ OP_SPECS = {
     "OP_BATCHMATMUL": OpSpec(2),
     "OP_LAYERNORM": OpSpec(1, params=("PM_AXES",), required=("PM_AXES",), optional=2),  # (x[, gamma[, beta]])
     "OP_EMBEDDING": OpSpec(2, params=("PM_AGGR",)),                  # (indices, table)
+    "OP_CONV2D": OpSpec(2, params=CONV_PARAMS + ("PM_GROUP", "PM_ACTI"), required=CONV_PARAMS[:2],
+                        optional=1),                                  # (x, kernel) or (x, kernel, bias)
     "OP_EW_ADD": OpSpec(2),
     "OP_EW_MUL": OpSpec(2),
     "OP_CONCAT": OpSpec(2, params=("PM_AXIS", "PM_NUM_INPUTS", "PM_NUMDIM"), required=("PM_AXIS",)),
@@ -95,6 +101,13 @@ PARAM_RANGES = {
     "PM_NUM_OUTPUTS": (2, 2, "the number of outputs"),
     "PM_NUMDIM": (1, MAX_RANK, "the number of dimensions"),
     "PM_SCALAR": (None, None, "an integer factor"),
+    "PM_KERNEL_H": (1, 15, "a kernel height"),
+    "PM_KERNEL_W": (1, 15, "a kernel width"),
+    "PM_STRIDE_H": (1, 15, "a stride"),
+    "PM_STRIDE_W": (1, 15, "a stride"),
+    "PM_PADDING_H": (0, 15, "a padding"),
+    "PM_PADDING_W": (0, 15, "a padding"),
+    "PM_GROUP": (1, None, "the number of groups"),
 }
 
 

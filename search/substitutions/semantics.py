@@ -11,6 +11,7 @@ PCG operators, shared by the generator, the verifier's concrete checks and the r
 | ``OP_BATCHMATMUL`` (a, b) | | ``BatchMatmulAttrs()``: a [..., m, k] x b [..., k, n] |
 | ``OP_LAYERNORM`` (x[, gamma[, beta]]) | ``PM_AXES``: the number of innermost dims normalized | ``LayerNormAttrs(last PM_AXES dims, affine = gamma given, use_bias = beta given)``, eps 1e-5 only |
 | ``OP_EMBEDDING`` (indices, table) | ``PM_AGGR`` 0 none, 1 sum (the embedding bag) | ``EmbeddingAttrs(entries, channels, aggr)`` |
+| ``OP_CONV2D`` (x, kernel[, bias]) | ``PM_KERNEL_H/W``, ``PM_STRIDE_H/W`` (1), ``PM_PADDING_H/W`` (0), ``PM_GROUP`` (1), ``PM_ACTI`` | ``Conv2DAttrs(kernel.dims[0], ...)``: x [N, C, H, W], kernel [out, C / groups, kh, kw], bias [out] |
 | ``OP_EW_ADD`` / ``OP_EW_MUL`` (a, b) | | ``ElementBinaryAttrs(EW_ADD / EW_MUL)`` |
 | ``OP_SCALAR_MULTIPLY`` (x) | ``PM_SCALAR`` (integer) | ``ElementUnaryAttrs(SCALAR_MUL, scalar)`` |
 | ``OP_CONCAT`` (a, b) | ``PM_AXIS``, ``PM_NUM_INPUTS`` 2, ``PM_NUMDIM`` | ``ConcatAttrs(axis)`` |
@@ -26,7 +27,11 @@ Legion's order: on a rank-r tensor, value d is flexrt's dimension ``r - 1 - d``.
 ``graph_subst_3_v2.json`` counts from the outermost (TASO's order: 9 of its rules are well-formed
 only that way, none only the other way); ``library.load_flexflow_rules`` converts it on load.
 
-Entry points: ``to_attrs``, ``pattern_of``, ``flexrt_dim``, ``flexflow_dim``.
+A convolution's window (kernel, stride, padding) is one integer in the verifier (``window_code``):
+its laws hold for every window, so the proofs never depend on it.
+
+Entry points: ``to_attrs``, ``pattern_of``, ``flexrt_dim``, ``flexflow_dim``, ``window_code``,
+``window_of``.
 """
 
 from __future__ import annotations
@@ -36,12 +41,12 @@ from typing import Optional, Sequence
 from flexrt.errors import GraphError
 from flexrt.ir.enums import ActiMode, AggrMode
 from flexrt.ir.op_type import OpType
-from flexrt.ir.ops import (BatchMatmulAttrs, BiasAddAttrs, CombineAttrs, ConcatAttrs, ElementBinaryAttrs,
+from flexrt.ir.ops import (BatchMatmulAttrs, BiasAddAttrs, CombineAttrs, ConcatAttrs, Conv2DAttrs, ElementBinaryAttrs,
                            ElementUnaryAttrs, EmbeddingAttrs, LayerNormAttrs, LinearAttrs, ReductionAttrs,
                            RepartitionAttrs, ReplicateAttrs, SoftmaxAttrs, SplitAttrs, TransposeAttrs)
 from flexrt.ir.ops.softmax import softmax_axis
 from flexrt.ir.tensor_shape import TensorShape
-from flexrt.search.substitutions.rule import UNARY_TYPES, PatternOp
+from flexrt.search.substitutions.rule import CONV_DEFAULTS, CONV_PARAMS, UNARY_TYPES, PatternOp
 
 ACTI = {0: ActiMode.AC_MODE_NONE, 1: ActiMode.AC_MODE_SIGMOID, 2: ActiMode.AC_MODE_RELU, 3: ActiMode.AC_MODE_TANH,
         4: ActiMode.AC_MODE_GELU}  # TASO's numbering, and 4 for GELU (TASO has none)
@@ -66,6 +71,41 @@ def flexrt_dim(value: int, rank: int) -> int:
 
 def flexflow_dim(dim: int, rank: int) -> int:
     return rank - 1 - (dim % rank)
+
+
+def window_code(op: PatternOp) -> int:
+    """One integer for a convolution's window (kernel, stride, padding along height and width): six
+    base-16 digits (every parameter is below 16, ``rule.PARAM_RANGES``)."""
+    code = 0
+    for key in CONV_PARAMS:
+        code = code * 16 + op.param(key, CONV_DEFAULTS.get(key))
+    return code
+
+
+def window_of(code: int) -> dict:
+    """The window parameters of ``window_code``'s integer."""
+    values = []
+    for _ in CONV_PARAMS:
+        code, digit = divmod(code, 16)
+        values.append(digit)
+    return dict(zip(CONV_PARAMS, reversed(values)))
+
+
+def _conv_attrs(op: PatternOp, inputs: Sequence[TensorShape]) -> Conv2DAttrs:
+    acti = op.param("PM_ACTI", 0)
+    if acti not in ACTI:
+        raise GraphError(f"OP_CONV2D: PM_ACTI {acti} is not supported (valid: 0 none, 1 sigmoid, 2 relu, 3 tanh, 4 gelu)")
+    if len(inputs) < 2 or inputs[1].rank != 4:
+        raise GraphError(f"OP_CONV2D: the kernel must be [out, in / groups, kh, kw], got {inputs[1:2]}")
+    p = {k: op.param(k, CONV_DEFAULTS.get(k)) for k in CONV_PARAMS + ("PM_GROUP",)}
+    out, _, kh, kw = inputs[1].dims
+    if (kh, kw) != (p["PM_KERNEL_H"], p["PM_KERNEL_W"]):
+        raise GraphError(f"OP_CONV2D: kernel {list(inputs[1].dims)} is not {p['PM_KERNEL_H']} x {p['PM_KERNEL_W']} "
+                         f"(PM_KERNEL_H, PM_KERNEL_W)")
+    if len(inputs) == 3 and inputs[2].dims != (out,):
+        raise GraphError(f"OP_CONV2D: the bias must be [{out}], got {list(inputs[2].dims)}")
+    return Conv2DAttrs(out, kh, kw, p["PM_STRIDE_H"], p["PM_STRIDE_W"], p["PM_PADDING_H"], p["PM_PADDING_W"],
+                       p["PM_GROUP"], len(inputs) == 3, ACTI[acti])
 
 
 def to_attrs(op: PatternOp, inputs: Sequence[TensorShape]):
@@ -96,6 +136,8 @@ def to_attrs(op: PatternOp, inputs: Sequence[TensorShape]):
             raise GraphError(f"OP_EMBEDDING: the table must be a matrix [entries, channels], got {inputs[1:2]}")
         entries, channels = inputs[1].dims
         return EmbeddingAttrs(entries, channels, AGGR[op.param("PM_AGGR", 0)], inputs[1].dtype)
+    if t == "OP_CONV2D":
+        return _conv_attrs(op, inputs)
     if t in ("OP_EW_ADD", "OP_EW_MUL"):
         return ElementBinaryAttrs(BINARY[t])
     if t == "OP_SCALAR_MULTIPLY":
@@ -151,6 +193,10 @@ def pattern_of(attrs, inputs: Sequence[TensorShape]) -> Optional[PatternOp]:
         return None
     if t is OpType.EMBEDDING and attrs.aggr in AGGR_CODE:
         return PatternOp("OP_EMBEDDING", (), (("PM_AGGR", AGGR_CODE[attrs.aggr]),))
+    if t is OpType.CONV2D and attrs.activation in ACTI_CODE:
+        values = (attrs.kernel_h, attrs.kernel_w, attrs.stride_h, attrs.stride_w, attrs.padding_h, attrs.padding_w)
+        return PatternOp("OP_CONV2D", (), tuple(zip(CONV_PARAMS, values)) + (
+            ("PM_GROUP", attrs.groups), ("PM_ACTI", ACTI_CODE[attrs.activation])))
     if t in BINARY_CODE:
         return PatternOp(BINARY_CODE[t], ())
     if t is OpType.SCALAR_MUL and float(attrs.scalar).is_integer():

@@ -2,8 +2,8 @@
 
 ``rule_terms`` gives ``(source term, destination term)`` per mapped output; with ``hypotheses`` it
 also collects the conditions under which the rewriter applies the rule, stated with the sizes
-``dim(t, i)`` on the dimensions the rule can tell apart (0, 1, 2 and every dimension a parameter
-names): every operator of both sides is well typed (``Z3Algebra`` records it for each application:
+``dim(t, i)`` on the dimensions the rule can tell apart (0 to 3, the dimensions of tensors up to
+rank 4, as the axioms are typed, and every dimension a parameter names): every operator of both sides is well typed (``Z3Algebra`` records it for each application:
 element-wise operands of equal sizes, concat operands equal off the axis, a split dimension even, a
 linear's inner dimensions equal, ...) and each mapped output has the sizes of the tensor it
 replaces. Sizes are at least 1.
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from flexrt.errors import GraphError
 from flexrt.search.substitutions.rule import UNARY_TYPES, OP_SPECS, Rule
+from flexrt.search.substitutions.semantics import window_code
 
 SUPPORTED = tuple(OP_SPECS)
 _DIM_PARAMS = ("PM_AXIS", "PM_PARALLEL_DIM", "PM_SOFTMAX_DIM")
@@ -24,7 +25,7 @@ def rule_dims(rule: Rule) -> list[int]:
     """The dimensions the typing hypotheses speak of."""
     named = {op.param(k) for op in rule.src + rule.dst for k in _DIM_PARAMS if op.param(k) is not None}
     named |= {op.param("PM_AXES") for op in rule.src + rule.dst if op.param("PM_AXES") is not None}
-    return sorted({0, 1, 2} | named)
+    return sorted({0, 1, 2, 3} | named)
 
 
 def _need(op, key, where):
@@ -58,6 +59,9 @@ def _apply(alg, op, args, where: str) -> tuple:
         return (alg.layernorm(_need(op, "PM_AXES", where), *args),)
     if t == "OP_EMBEDDING":
         return (alg.embedding(p("PM_AGGR", 0), *args),)
+    if t == "OP_CONV2D":
+        conv = alg.conv if len(args) == 2 else alg.convb
+        return (conv(window_code(op), p("PM_GROUP", 1), p("PM_ACTI", 0), *args),)
     if t == "OP_CONCAT":
         if p("PM_NUM_INPUTS", 2) != 2:
             raise GraphError(f"{where}: OP_CONCAT of {p('PM_NUM_INPUTS')} inputs (the axioms know 2)")

@@ -10,6 +10,8 @@ from flexrt.search.substitutions.axioms import (
     AGGR,
     AXES,
     AXIOMS,
+    GROUP,
+    WINDOW,
     DEG,
     DIM,
     SCALAR,
@@ -23,13 +25,14 @@ from flexrt.search.substitutions.axioms import (
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from flexrt.search.substitutions.axiom_table import CONV_WINDOWS
 from flexrt.search.substitutions.rule import UNARY_TYPES
 
 
 def _draw_ints(draw, ax: Axiom, rank: int) -> dict:
     dom = {DIM: st.integers(0, rank - 1), DEG: st.integers(1, 4), ACTI: st.integers(0, 4),
            SCALAR: st.integers(-3, 3), UNARY: st.integers(0, len(UNARY_TYPES) - 1), AXES: st.integers(1, rank - 1),
-           AGGR: st.integers(0, 1)}
+           AGGR: st.integers(0, 1), WINDOW: st.sampled_from(CONV_WINDOWS), GROUP: st.integers(1, 2)}
     return {n: draw(dom[d]) for n, d in ax.ints}
 
 

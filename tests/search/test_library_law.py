@@ -52,12 +52,12 @@ def test_the_library_is_shipped_and_verified():
     assert {len(r.src) for r in RULES} <= {1, 2, 3}
     kinds = {op.type for r in RULES for op in r.src + r.dst}
     assert {"OP_BIAS_ADD", "OP_SOFTMAX", "OP_BATCHMATMUL", "OP_LAYERNORM", "OP_EMBEDDING", "OP_SIGMOID",
-            "OP_GELU"} <= kinds
+            "OP_GELU", "OP_CONV2D"} <= kinds
     assert any(len(op.inputs) == 3 for r in RULES for op in r.src + r.dst if op.type == "OP_LINEAR")  # a bias
 
 
 NEW_TYPES = ("OP_BIAS_ADD", "OP_SOFTMAX", "OP_BATCHMATMUL", "OP_LAYERNORM", "OP_EMBEDDING", "OP_SIGMOID", "OP_TANH",
-             "OP_GELU", "OP_ELU", "OP_EXP", "OP_SIN", "OP_COS")
+             "OP_GELU", "OP_ELU", "OP_EXP", "OP_SIN", "OP_COS", "OP_CONV2D")
 NEW_RULES = [r for r in RULES if any(op.type in NEW_TYPES or (op.type == "OP_LINEAR" and len(op.inputs) == 3)
                                      for op in r.src + r.dst)]
 

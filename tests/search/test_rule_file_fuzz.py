@@ -61,10 +61,10 @@ def test_mangled_rule_file(data):
 def test_rules_made_in_code_are_checked_on_load_not_on_construction():
     """A Rule built in code may hold any operator (the verifier reports it as unknown); a file may not."""
     from flexrt.search.substitutions.rule import OutputMap, PatternOp, Slot
-    r = Rule("conv", (PatternOp("OP_CONV2D", (Slot(-1),)),), (PatternOp("OP_RELU", (Slot(-1),)),),
+    r = Rule("pool", (PatternOp("OP_POOL2D", (Slot(-1),)),), (PatternOp("OP_RELU", (Slot(-1),)),),
              (OutputMap(0, 0, 0, 0),))
     assert Rule.from_json(r.to_json()) == r
-    with pytest.raises(GraphError, match=r"r\.json: rule\[0\]\.srcOp\[0\]\.type is 'OP_CONV2D'; valid: OP_LINEAR"):
+    with pytest.raises(GraphError, match=r"r\.json: rule\[0\]\.srcOp\[0\]\.type is 'OP_POOL2D'; valid: OP_LINEAR"):
         check_rule_ops(r, "r.json: rule[0]")
 
 

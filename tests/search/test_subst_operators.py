@@ -8,12 +8,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from flexrt.core import FFConfig, FFModel
 from flexrt.errors import GraphError
-from flexrt.search.substitutions.families import FAMILIES, family_names, generate_library
+from flexrt.ir.enums import ActiMode
+from flexrt.ir.ops import Conv2DAttrs
+from flexrt.ir.tensor_shape import TensorShape
+from flexrt.search.substitutions.families import FAMILIES, connected_source, family_names, generate_library
 from flexrt.search.substitutions.fingerprint import P, evaluate_side, to_pcg, value_digest
-from flexrt.search.substitutions.match import find_matches
-from flexrt.search.substitutions.rule import OutputMap, PatternOp, Rule, Slot
-from flexrt.search.substitutions.semantics import flexrt_dim
+from flexrt.search.substitutions.match import find_matches, try_apply
+from flexrt.search.substitutions.rule import CONV_PARAMS, OutputMap, PatternOp, Rule, Slot, check_rule_ops
+from flexrt.search.substitutions.semantics import flexrt_dim, pattern_of, to_attrs, window_code, window_of
 from flexrt.search.substitutions.verify import Status, verify_rules
 from tests.search.test_library_law import law_holds
 
@@ -59,7 +63,7 @@ def test_a_dimension_beyond_the_rank_is_an_error_not_a_wrap_around():
 
 @pytest.mark.parametrize("family", [f for f in family_names() if f not in ("core", "bias")])
 def test_every_rule_of_a_family_holds_on_real_tensors_and_matches_its_source(family):
-    res = generate_library([family])
+    res = generate_library([family], max_ops=2 if family == "conv" else None)  # conv's 3 ops: the library's law test
     assert res.rules, family
     for i, (rule, shapes) in enumerate(zip(res.rules, res.input_shapes)):
         if i % 3:  # a third of them keeps the test short; the shipped library's law test covers all
@@ -99,7 +103,24 @@ def split(ax, x):
     return op("OP_SPLIT", x, axis=ax, num_outputs=2)
 
 
+def conv(x, w, kernel=1, padding=0, **params):
+    return op("OP_CONV2D", x, w, kernel_h=kernel, kernel_w=kernel, padding_h=padding, padding_w=padding, **params)
+
+
+W2 = Slot(-5)
+MERGE = [conv(X, W, acti=2), conv(X, W2, acti=2)]   # two convolutions of one input (Inception's branches)
+
+
 TRUE = [
+    # TASO's merged convolutions: kernels side by side, then the output split by channels
+    Rule("conv_merge", tuple(MERGE), (concat(3, W, W2), conv(X, S(0), acti=2), split(2, S(1))),
+         (OutputMap(0, 0, 2, 0), OutputMap(1, 0, 2, 1))),
+    _rule("conv_relu_unfuse", [conv(X, W, 3, 1, acti=2)], [conv(X, W, 3, 1), op("OP_RELU", S(0))]),
+    _rule("conv_grouped_data_parallel", [op("OP_PARTITION", X, parallel_dim=3, parallel_degree=2),
+                                         op("OP_REPLICATE", W, parallel_degree=2), conv(S(0), S(1), 3, 1, group=32)],
+          [conv(X, W, 3, 1, group=32), op("OP_PARTITION", S(0), parallel_dim=3, parallel_degree=2)]),
+    _rule("conv_add_inputs", [conv(X, W), conv(Y, W), op("OP_EW_ADD", S(0), S(1))],
+          [op("OP_EW_ADD", X, Y), conv(S(0), W)]),
     # holds only for equal halves: the typing (mapped outputs of equal sizes) proves it
     _rule("split_concat", [concat(1, X, Y), split(1, S(0))], [op("OP_SCALAR_MULTIPLY", X, scalar=1)],
           (OutputMap(1, 0, 0, 0),)),
@@ -118,6 +139,14 @@ TRUE = [
            op("OP_EMBEDDING", S(0), S(1), aggr=1), op("OP_COMBINE", S(2), parallel_dim=0, parallel_degree=2)]),
 ]
 FALSE = [
+    # grouped: a kernel's input channels are its group's, so side-by-side kernels are not side-by-side outputs
+    Rule("conv_merge_grouped", (conv(X, W, group=2), conv(X, W2, group=2)),
+         (concat(3, W, W2), conv(X, S(0), group=2), split(2, S(1))), (OutputMap(0, 0, 2, 0), OutputMap(1, 0, 2, 1))),
+    _rule("conv_relu_add", [conv(X, W, acti=2), conv(Y, W, acti=2), op("OP_EW_ADD", S(0), S(1))],
+          [op("OP_EW_ADD", X, Y), conv(S(0), W, acti=2)]),
+    _rule("conv_concat_swapped", [conv(X, W), conv(X, W2), concat(2, S(0), S(1))],
+          [concat(3, W2, W), conv(X, S(0))]),
+    _rule("conv_window", [conv(X, W, 3, 1)], [conv(X, W, 3, 0)]),
     _rule("concat_comm", [concat(0, X, Y)], [concat(0, Y, X)]),
     _rule("softmax_wrong_dim", [op("OP_SOFTMAX", X, softmax_dim=0), op("OP_PARTITION", S(0), parallel_dim=0,
                                                                       parallel_degree=2)],
@@ -139,3 +168,58 @@ def test_the_typed_verifier_proves_the_new_laws_and_refuses_false_ones():
         assert r.status is Status.PROVED, r
     for r in verify_rules(FALSE, timeout_s=2, jobs=2):
         assert r.status is not Status.PROVED, r
+
+
+# ---- the convolution in the rule language ----------------------------------------------------------
+
+@pytest.mark.parametrize("attrs", [
+    Conv2DAttrs(8, 3, 3, 1, 1, 1, 1, use_bias=False, activation=ActiMode.AC_MODE_RELU),
+    Conv2DAttrs(8, 1, 7, 2, 1, 0, 3, groups=2, use_bias=True),
+    Conv2DAttrs(4, 5, 5, 2, 2, 2, 2, groups=4, use_bias=False, activation=ActiMode.AC_MODE_GELU),
+])
+def test_a_convolution_round_trips_through_its_rule_operator(attrs):
+    x = TensorShape((2, 8, 9, 11))
+    kernel = TensorShape((attrs.out_channels, 8 // attrs.groups, attrs.kernel_h, attrs.kernel_w))
+    shapes = [x, kernel] + ([TensorShape((attrs.out_channels,))] if attrs.use_bias else [])
+    p = pattern_of(attrs, shapes)
+    assert p.type == "OP_CONV2D" and to_attrs(p, shapes) == attrs
+    assert window_of(window_code(p)) == {k: v for k, v in p.params if k in CONV_PARAMS}
+
+
+def test_a_convolution_rule_operator_names_what_is_wrong():
+    with pytest.raises(GraphError, match=r"kernel \[4, 4, 3, 3\] is not 1 x 1 \(PM_KERNEL_H, PM_KERNEL_W\)"):
+        to_attrs(conv(X, W), [TensorShape((2, 4, 5, 5)), TensorShape((4, 4, 3, 3))])
+    bad = Rule("r", (op("OP_CONV2D", X, W, kernel_h=0, kernel_w=1),), (op("OP_CONV2D", X, W, kernel_h=1, kernel_w=1),),
+               (OutputMap(0, 0, 0, 0),))
+    with pytest.raises(GraphError, match="PM_KERNEL_H"):
+        check_rule_ops(bad, "rule[0]")
+
+
+def _two_branches(channels=(16, 16)):
+    """Inception's pattern: two 1 x 1 convolutions with a fused ReLU of one input, concatenated."""
+    m = FFModel(FFConfig([]))
+    x = m.create_tensor([4, 8, 6, 6])
+    ys = [m.conv2d(x, c, 1, 1, 1, 1, 0, 0, ActiMode.AC_MODE_RELU, use_bias=False, name=f"b{i}")
+          for i, c in enumerate(channels)]
+    m.concat(ys, 1)
+    return m.pcg
+
+
+def test_the_merged_convolutions_rewrite_a_model_and_keep_its_computation():
+    g = _two_branches()
+    merge = TRUE[0]
+    matches = find_matches(g, merge)
+    assert matches
+    for i, m in enumerate(matches):
+        assert law_holds(g, merge, m, seed=i)
+    # unequal branches: the split into equal halves does not fit, the rewrite is refused
+    g = _two_branches((16, 8))
+    assert all(try_apply(g, merge, m) is None for m in find_matches(g, merge))
+
+
+def test_the_conv_families_keep_only_connected_sources():
+    res = generate_library(["conv"], max_ops=2)
+    assert res.rules and all(connected_source(r) for r in res.rules)
+    assert not connected_source(Rule("two", (op("OP_RELU", X), op("OP_RELU", Y)),
+                                     (concat(2, X, Y), op("OP_RELU", S(0)), split(2, S(1))),
+                                     (OutputMap(0, 0, 2, 0), OutputMap(1, 0, 2, 1))))

@@ -1,0 +1,193 @@
+"""Axioms of the 2-D convolution (TASO's conv2d properties, Unity's parallel ones, in flexrt's NCHW
+layout): ``conv(c, g, a, x, w)`` and ``convb(c, g, a, x, w, b)`` with window code ``c``
+(``semantics.window_code``), ``g`` groups and fused activation ``a``; x [N, C, H, W], w [out, C / g,
+kh, kw], b [out]. Dimensions count from the innermost: x's batch is dim 3 and its channels dim 2,
+w's output channels dim 3 and its input channels dim 2.
+
+The window is one opaque integer: no axiom depends on its value, so every law holds for every
+kernel, stride and padding (the output's height and width are ``conv_h(c, H)`` / ``conv_w(c, W)``,
+uninterpreted in Z3, concrete in the NumPy check). Laws across output channels (concat, split,
+model parallelism of the kernel) are stated for one group; grouped convolutions keep the data- and
+group-parallel ones. Read by ``axioms.py``, registered on import.
+"""
+
+from __future__ import annotations
+
+from flexrt.search.substitutions.axiom_table import axiom, conv_shapes, named
+
+_R = (4,)
+_CONV = "c:window g:group"
+
+
+def _split(A, k, ax, x):
+    return A.split0(ax, x) if k == 0 else A.split1(ax, x)
+
+
+# ---- the fused activation ------------------------------------------------------------------------
+@axiom("conv(c, g, a, x, w) = act(a, conv(c, g, 0, x, w)): PM_ACTI is a fused activation", "x w",
+       _CONV + " a:acti", shapes=conv_shapes, ranks=_R)
+def conv_act(A, v):
+    return A.conv(v.c, v.g, v.a, v.x, v.w), A.act(v.a, A.conv(v.c, v.g, 0, v.x, v.w))
+
+
+@axiom("convb(c, g, a, x, w, b) = act(a, convb(c, g, 0, x, w, b)): PM_ACTI is a fused activation", "x w b",
+       _CONV + " a:acti", shapes=conv_shapes, ranks=_R)
+def convb_act(A, v):
+    return A.convb(v.c, v.g, v.a, v.x, v.w, v.b), A.act(v.a, A.convb(v.c, v.g, 0, v.x, v.w, v.b))
+
+
+# ---- linearity (without activation) ----------------------------------------------------------
+@axiom("conv(c, g, 0, ewadd(x1, x2), w) = ewadd(conv(c, g, 0, x1, w), conv(c, g, 0, x2, w)): additive in x",
+       "x1 x2 w", _CONV, shapes=conv_shapes, ranks=_R)
+def conv_add_x(A, v):
+    return (A.conv(v.c, v.g, 0, A.ewadd(v.x1, v.x2), v.w),
+            A.ewadd(A.conv(v.c, v.g, 0, v.x1, v.w), A.conv(v.c, v.g, 0, v.x2, v.w)))
+
+
+@axiom("conv(c, g, 0, x, ewadd(w1, w2)) = ewadd(conv(c, g, 0, x, w1), conv(c, g, 0, x, w2)): additive in w",
+       "x w1 w2", _CONV, shapes=conv_shapes, ranks=_R)
+def conv_add_w(A, v):
+    return (A.conv(v.c, v.g, 0, v.x, A.ewadd(v.w1, v.w2)),
+            A.ewadd(A.conv(v.c, v.g, 0, v.x, v.w1), A.conv(v.c, v.g, 0, v.x, v.w2)))
+
+
+@axiom("convb(c, g, 0, ewadd(x1, x2), w, b) = ewadd(conv(c, g, 0, x1, w), convb(c, g, 0, x2, w, b)): the bias "
+       "is added once", "x1 x2 w b", _CONV, shapes=conv_shapes, ranks=_R)
+def convb_add_x(A, v):
+    return (A.convb(v.c, v.g, 0, A.ewadd(v.x1, v.x2), v.w, v.b),
+            A.ewadd(A.conv(v.c, v.g, 0, v.x1, v.w), A.convb(v.c, v.g, 0, v.x2, v.w, v.b)))
+
+
+@axiom("conv(c, g, 0, smul(s, x), w) = smul(s, conv(c, g, 0, x, w)): linear in x", "x w", _CONV + " s:scalar",
+       shapes=conv_shapes, ranks=_R)
+def conv_smul_x(A, v):
+    return A.conv(v.c, v.g, 0, A.smul(v.s, v.x), v.w), A.smul(v.s, A.conv(v.c, v.g, 0, v.x, v.w))
+
+
+@axiom("conv(c, g, 0, x, smul(s, w)) = smul(s, conv(c, g, 0, x, w)): linear in w", "x w", _CONV + " s:scalar",
+       shapes=conv_shapes, ranks=_R)
+def conv_smul_w(A, v):
+    return A.conv(v.c, v.g, 0, v.x, A.smul(v.s, v.w)), A.smul(v.s, A.conv(v.c, v.g, 0, v.x, v.w))
+
+
+# ---- concat and split ------------------------------------------------------------------------
+@axiom("conv(c, g, a, concat(3, x1, x2), w) = concat(3, conv(c, g, a, x1, w), conv(c, g, a, x2, w)): "
+       "samples are independent", "x1 x2 w", _CONV + " a:acti", shapes=conv_shapes, ranks=_R)
+def conv_concat_batch(A, v):
+    return (A.conv(v.c, v.g, v.a, A.concat(3, v.x1, v.x2), v.w),
+            A.concat(3, A.conv(v.c, v.g, v.a, v.x1, v.w), A.conv(v.c, v.g, v.a, v.x2, v.w)))
+
+
+@axiom("convb(c, g, a, concat(3, x1, x2), w, b) = concat(3, convb(c, g, a, x1, w, b), convb(c, g, a, x2, w, b))",
+       "x1 x2 w b", _CONV + " a:acti", shapes=conv_shapes, ranks=_R)
+def convb_concat_batch(A, v):
+    return (A.convb(v.c, v.g, v.a, A.concat(3, v.x1, v.x2), v.w, v.b),
+            A.concat(3, A.convb(v.c, v.g, v.a, v.x1, v.w, v.b), A.convb(v.c, v.g, v.a, v.x2, v.w, v.b)))
+
+
+@axiom("conv(c, 1, a, x, concat(3, w1, w2)) = concat(2, conv(c, 1, a, x, w1), conv(c, 1, a, x, w2)): kernels "
+       "side by side make channels side by side (TASO's merged convolutions)", "x w1 w2", "c:window a:acti",
+       shapes=conv_shapes, ranks=_R)
+def conv_concat_out(A, v):
+    return (A.conv(v.c, 1, v.a, v.x, A.concat(3, v.w1, v.w2)),
+            A.concat(2, A.conv(v.c, 1, v.a, v.x, v.w1), A.conv(v.c, 1, v.a, v.x, v.w2)))
+
+
+@axiom("convb(c, 1, a, x, concat(3, w1, w2), concat(0, b1, b2)) = concat(2, convb(c, 1, a, x, w1, b1), "
+       "convb(c, 1, a, x, w2, b2))", "x w1 w2 b1 b2", "c:window a:acti", shapes=conv_shapes, ranks=_R)
+def convb_concat_out(A, v):
+    return (A.convb(v.c, 1, v.a, v.x, A.concat(3, v.w1, v.w2), A.concat(0, v.b1, v.b2)),
+            A.concat(2, A.convb(v.c, 1, v.a, v.x, v.w1, v.b1), A.convb(v.c, 1, v.a, v.x, v.w2, v.b2)))
+
+
+@axiom("conv(c, 1, 0, concat(2, x1, x2), concat(2, w1, w2)) = ewadd(conv(c, 1, 0, x1, w1), conv(c, 1, 0, x2, w2)) "
+       "when dim(x1, 2) = dim(w1, 2): concat along the contracted channels is a sum", "x1 x2 w1 w2", "c:window",
+       where=lambda A, v: [A.dim(v.x1, 2) == A.dim(v.w1, 2)], shapes=conv_shapes, ranks=_R)
+def conv_concat_in(A, v):
+    return (A.conv(v.c, 1, 0, A.concat(2, v.x1, v.x2), A.concat(2, v.w1, v.w2)),
+            A.ewadd(A.conv(v.c, 1, 0, v.x1, v.w1), A.conv(v.c, 1, 0, v.x2, v.w2)))
+
+
+def _conv_split_axioms():
+    for k in (0, 1):
+        axiom(f"split{k}(3, conv(c, g, a, x, w)) = conv(c, g, a, split{k}(3, x), w): a split of the samples",
+              "x w", _CONV + " a:acti", shapes=conv_shapes, ranks=_R)(named(f"split{k}_conv_batch", lambda A, v, k=k: (
+                  _split(A, k, 3, A.conv(v.c, v.g, v.a, v.x, v.w)), A.conv(v.c, v.g, v.a, _split(A, k, 3, v.x), v.w))))
+        axiom(f"split{k}(2, conv(c, 1, a, x, w)) = conv(c, 1, a, x, split{k}(3, w)): a split of the channels",
+              "x w", "c:window a:acti", shapes=conv_shapes, ranks=_R)(named(f"split{k}_conv_out", lambda A, v, k=k: (
+                  _split(A, k, 2, A.conv(v.c, 1, v.a, v.x, v.w)), A.conv(v.c, 1, v.a, v.x, _split(A, k, 3, v.w)))))
+        axiom(f"split{k}(2, convb(c, 1, a, x, w, b)) = convb(c, 1, a, x, split{k}(3, w), split{k}(0, b))",
+              "x w b", "c:window a:acti", shapes=conv_shapes, ranks=_R)(named(f"split{k}_convb_out", lambda A, v, k=k: (
+                  _split(A, k, 2, A.convb(v.c, 1, v.a, v.x, v.w, v.b)),
+                  A.convb(v.c, 1, v.a, v.x, _split(A, k, 3, v.w), _split(A, k, 0, v.b)))))
+
+
+_conv_split_axioms()
+
+
+# ---- data, model (channel), group and reduction parallelism ------------------------------------
+@axiom("conv(c, g, a, partition(3, k, x), replicate(k, w)) = partition(3, k, conv(c, g, a, x, w)): data "
+       "parallelism", "x w", _CONV + " a:acti k:deg", shapes=conv_shapes, ranks=_R, parallel=True)
+def conv_data_parallel(A, v):
+    return (A.conv(v.c, v.g, v.a, A.partition(3, v.k, v.x), A.replicate(v.k, v.w)),
+            A.partition(3, v.k, A.conv(v.c, v.g, v.a, v.x, v.w)))
+
+
+@axiom("convb(c, g, a, partition(3, k, x), replicate(k, w), replicate(k, b)) = partition(3, k, convb(c, g, a, x, "
+       "w, b))", "x w b", _CONV + " a:acti k:deg", shapes=conv_shapes, ranks=_R, parallel=True)
+def convb_data_parallel(A, v):
+    return (A.convb(v.c, v.g, v.a, A.partition(3, v.k, v.x), A.replicate(v.k, v.w), A.replicate(v.k, v.b)),
+            A.partition(3, v.k, A.convb(v.c, v.g, v.a, v.x, v.w, v.b)))
+
+
+@axiom("combine(3, k, conv(c, g, a, x, replicate(k, w))) = conv(c, g, a, combine(3, k, x), w): gathering a "
+       "data-parallel convolution", "x w", _CONV + " a:acti k:deg", shapes=conv_shapes,
+       kinds=lambda v: {"x": {"parts": {3: v.k}}}, ranks=_R, parallel=True)
+def conv_data_combine(A, v):
+    return (A.combine(3, v.k, A.conv(v.c, v.g, v.a, v.x, A.replicate(v.k, v.w))),
+            A.conv(v.c, v.g, v.a, A.combine(3, v.k, v.x), v.w))
+
+
+@axiom("conv(c, 1, a, replicate(k, x), partition(3, k, w)) = partition(2, k, conv(c, 1, a, x, w)): model "
+       "parallelism (output channels)", "x w", "c:window a:acti k:deg", shapes=conv_shapes, ranks=_R, parallel=True)
+def conv_model_parallel(A, v):
+    return (A.conv(v.c, 1, v.a, A.replicate(v.k, v.x), A.partition(3, v.k, v.w)),
+            A.partition(2, v.k, A.conv(v.c, 1, v.a, v.x, v.w)))
+
+
+@axiom("convb(c, 1, a, replicate(k, x), partition(3, k, w), partition(0, k, b)) = partition(2, k, convb(c, 1, a, "
+       "x, w, b))", "x w b", "c:window a:acti k:deg", shapes=conv_shapes, ranks=_R, parallel=True)
+def convb_model_parallel(A, v):
+    return (A.convb(v.c, 1, v.a, A.replicate(v.k, v.x), A.partition(3, v.k, v.w), A.partition(0, v.k, v.b)),
+            A.partition(2, v.k, A.convb(v.c, 1, v.a, v.x, v.w, v.b)))
+
+
+@axiom("combine(2, k, conv(c, 1, a, replicate(k, x), w)) = conv(c, 1, a, x, combine(3, k, w)): gathering a "
+       "model-parallel convolution", "x w", "c:window a:acti k:deg", shapes=conv_shapes,
+       kinds=lambda v: {"w": {"parts": {3: v.k}}}, ranks=_R, parallel=True)
+def conv_model_combine(A, v):
+    return (A.combine(2, v.k, A.conv(v.c, 1, v.a, A.replicate(v.k, v.x), v.w)),
+            A.conv(v.c, 1, v.a, v.x, A.combine(3, v.k, v.w)))
+
+
+@axiom("conv(c, g, a, partition(2, k, x), partition(3, k, w)) = partition(2, k, conv(c, g, a, x, w)) when k "
+       "divides g: each piece owns whole groups", "x w", _CONV + " a:acti k:deg",
+       guard=lambda A, v: [v.g % v.k == 0], shapes=conv_shapes, ranks=_R, parallel=True)
+def conv_group_parallel(A, v):
+    return (A.conv(v.c, v.g, v.a, A.partition(2, v.k, v.x), A.partition(3, v.k, v.w)),
+            A.partition(2, v.k, A.conv(v.c, v.g, v.a, v.x, v.w)))
+
+
+@axiom("reduce(k, conv(c, 1, 0, partition(2, k, x), partition(2, k, w))) = conv(c, 1, 0, x, w): reduction "
+       "parallelism (input channels) makes partial sums", "x w", "c:window k:deg", shapes=conv_shapes, ranks=_R,
+       parallel=True)
+def conv_reduction_parallel(A, v):
+    return (A.reduce(v.k, A.conv(v.c, 1, 0, A.partition(2, v.k, v.x), A.partition(2, v.k, v.w))),
+            A.conv(v.c, 1, 0, v.x, v.w))
+
+
+@axiom("conv(c, g, 0, reduce(k, x), w) = reduce(k, conv(c, g, 0, x, replicate(k, w))): partial sums pass "
+       "through", "x w", _CONV + " k:deg", shapes=conv_shapes, kinds=lambda v: {"x": {"sum": v.k}}, ranks=_R,
+       parallel=True)
+def conv_reduce_x(A, v):
+    return A.conv(v.c, v.g, 0, A.reduce(v.k, v.x), v.w), A.reduce(v.k, A.conv(v.c, v.g, 0, v.x, A.replicate(v.k, v.w)))
