@@ -220,6 +220,22 @@ def op_shapes(node: Node, full: list, degrees: Mapping[str, int]) -> OpShapes:
     return out
 
 
+def computed_weights(pcg: PCG, nodes) -> list[str]:
+    """Names of the operators among ``nodes`` (ids) whose weight operand another operator computes
+    (a concatenation of two kernels, TASO's merged convolutions). A strategy places, synchronizes and
+    updates weights as the model's parameters, each a weight node of the graph, so it cannot hold
+    such a graph."""
+    out = []
+    for nid in nodes:
+        node = pcg.node(nid)
+        if not is_compute(node):
+            continue
+        nw = op_def(node.op_type).num_weights(node.attrs)
+        if any(pcg.node(r.node).op_type is not OpType.WEIGHT for r in node.inputs[len(node.inputs) - nw:]):
+            out.append(node.name)
+    return out
+
+
 def data_shapes(pcg: PCG, node: Node) -> list:
     """Full shapes of a node's data operands (weights left out)."""
     nw = op_def(node.op_type).num_weights(node.attrs)

@@ -52,14 +52,15 @@ from flexrt.search.api import (
 )
 from flexrt.search.pipelines import best_pipeline
 from flexrt.search.substitutions.library import activation_fusion_rules, load_library
-from flexrt.search.substitutions.match import find_matches, node_patterns, try_apply
+from flexrt.search.substitutions.match import find_matches, node_patterns, rewrite
 from flexrt.search.substitutions.rule import PARALLEL_TYPES, Rule
 from flexrt.search.unity.costs import LocalCosts
 from flexrt.search.unity.mapping import MappingDP, series_split_nodes
 from flexrt.simulator.simulate import Simulator
 from flexrt.strategy import GraphStrategy, Strategy, data_parallel, is_compute
+from flexrt.strategy.config import computed_weights
 
-from flexrt.errors import ConfigError
+from flexrt.errors import ConfigError, FlexrtError
 from flexrt.ir.pcg import PCG
 from flexrt.ir.registry import AxisKind
 from flexrt.kernels.optimizers import OptimizerKind
@@ -139,6 +140,19 @@ class _Costing:
         return self.dp.solve(pcg)
 
 
+def _rewritten(g: PCG, rule: Rule, m, state: dict) -> Optional[PCG]:
+    """The graph ``rule`` makes of ``g`` at ``m``, or None when the rewrite is invalid or computes a
+    weight (``computed_weights``: a strategy cannot hold it; counted in ``state``)."""
+    try:
+        rw = rewrite(g, rule, m)
+    except FlexrtError:
+        return None
+    if computed_weights(rw.pcg, rw.added):
+        state["computed_weights"] = state.get("computed_weights", 0) + 1
+        return None
+    return rw.pcg
+
+
 def _best_first(pcg: PCG, costing: _Costing, rules: Sequence[Rule], budget: int, alpha: float,
                 frozen: frozenset, log: SearchLog, t0: float, progress: Progress, state: dict):
     """TASO's backtracking search over one segment; returns (best graph, its mapping).
@@ -157,7 +171,7 @@ def _best_first(pcg: PCG, costing: _Costing, rules: Sequence[Rule], budget: int,
         if cost > alpha * best.cost_s:
             continue
         for rule, m in _matches(g, rules, frozen):
-            new = try_apply(g, rule, m)
+            new = _rewritten(g, rule, m, state)
             if new is None:
                 continue
             h = new.structural_hash()
@@ -273,7 +287,8 @@ def unity(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUDGET, 
     log.notes.update(dp_calls=costing.calls, dp_cache_hits=dp.hits, dp_cache_misses=dp.misses,
                      edge_evaluations=costs.edge_evaluations, estimated_s=mapping.cost_s,
                      rewritten=best_pcg.structural_hash() != pcg.structural_hash(),
-                     rewrites=list(state.get("paths", {}).get(best_pcg.structural_hash(), ())))
+                     rewrites=list(state.get("paths", {}).get(best_pcg.structural_hash(), ())),
+                     skipped_computed_weights=state.get("computed_weights", 0))
     log.stop_reason = "interrupted" if log.interrupted else "queue empty or budget spent"
     overlap = _overlap_dp(machine, cost_model, optimizer, sp, min_degree, n, cache)
     finalists = _finalists("unity", best_pcg, pcg, mapping, machine, cost_model, optimizer, sp, min_degree, n, cache,

@@ -381,3 +381,23 @@ def test_a_larger_space_never_returns_a_slower_strategy(name, flags, machine_nam
                   progress=False)
     big = unity(base, machine, AnalyticCostModel(), budget=30, space=SearchSpace.full(), progress=False)
     assert big.cost_s <= small.cost_s * (1 + 1e-9), (big.log.notes["finalists_s"], small.cost_s)
+
+
+def test_a_rewrite_that_computes_a_weight_is_skipped_not_mapped():
+    """TASO's merged convolutions concatenate two kernels: a weight computed by an operator, which a
+    strategy cannot place or synchronize. Both searches skip such rewrites and count them."""
+    from flexrt.search.substitutions.match import rewrite
+    from flexrt.strategy.config import computed_weights
+    from tests.search.test_subst_operators import TRUE, _two_branches
+    merge = TRUE[0]
+    g = _two_branches()
+    rw = rewrite(g, merge, find_matches(g, merge)[0])
+    assert computed_weights(rw.pcg, rw.added) == [n.name for n in rw.pcg.nodes if n.id in rw.added
+                                                  and n.op_type.value == "conv2d"]
+    assert computed_weights(g, [n.id for n in g.nodes]) == []
+    machine = load_machine("dgx1_v100")
+    for algo in (unity, sequential):
+        r = algo(g, machine, COST, budget=20, rules=[merge], progress=False)
+        assert r.strategy is not None and r.cost_s > 0
+        if algo is unity:
+            assert r.log.notes["skipped_computed_weights"] >= 1
