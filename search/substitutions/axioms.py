@@ -17,7 +17,8 @@ Operators (see ``semantics.py`` for what each means in flexrt): ``linear(acti, x
 ``layernorm(n, x[, gamma[, beta]])``, ``embedding(aggr, idx, table)``, ``ewadd(a, b)``,
 ``ewmul(a, b)``, ``smul(s, x)``, ``conv(c, g, a, x, w)`` and ``convb(c, g, a, x, w, b)`` (window code
 ``c``, ``g`` groups, fused activation ``a``; ``conv_h(c, n)`` / ``conv_w(c, n)`` its output height /
-width on an input of n and ``kernel_h(c)`` / ``kernel_w(c)``, uninterpreted in Z3), ``transpose(x)``, ``concat(axis, a, b)``, ``split0(axis, x)`` /
+width on an input of n and ``kernel_h(c)`` / ``kernel_w(c)``, uninterpreted in Z3), ``bn(a, x, scale, bias)`` (training-mode batch norm of NCHW ``x``, ``a`` 0 or 2:
+a fused ReLU), ``transpose(x)``, ``concat(axis, a, b)``, ``split0(axis, x)`` /
 ``split1(axis, x)`` (the two equal halves), ``partition(dim, deg, x)``, ``combine(dim, deg, x)``,
 ``replicate(deg, x)``, ``reduce(deg, x)``, and the size ``dim(t, i)`` (an Int).
 Dimensions count from the innermost, as FlexFlow's do: on ``x`` [batch, in] the feature dim is 0
@@ -87,6 +88,7 @@ class Z3Algebra:
         self._layernorm = {1: F("layernorm", I, T, T), 2: F("layernorm_g", I, T, T, T),
                            3: F("layernorm_gb", I, T, T, T, T)}
         self._conv, self._convb = F("conv", I, I, I, T, T, T), F("convb", I, I, I, T, T, T, T)
+        self._bn = F("batchnorm", I, T, T, T, T)
         self.conv_h, self.conv_w = F("conv_h", I, I, I), F("conv_w", I, I, I)
         self.kernel_h, self.kernel_w = F("kernel_h", I, I), F("kernel_w", I, I)
         self.typing: list = []
@@ -170,6 +172,10 @@ class Z3Algebra:
         self._conv_typed(c, g, x, w)
         self._typed(self.dim(b, 0) == self.dim(w, 3))
         return self._convb(c, g, a, x, w, b)
+
+    def bn(self, a, x, s, b):
+        self._typed(self.dim(s, 0) == self.dim(x, 2), self.dim(b, 0) == self.dim(x, 2))
+        return self._bn(a, x, s, b)
 
     def ite(self, c, a, b):
         return self.z3.If(c, a, b)
@@ -278,6 +284,8 @@ class NumpyAlgebra:
     def conv(self, c, g, a, x, w): return self._run("OP_CONV2D", [x, w], **self._window(c), PM_GROUP=g, PM_ACTI=a)[0]
     def convb(self, c, g, a, x, w, b):
         return self._run("OP_CONV2D", [x, w, b], **self._window(c), PM_GROUP=g, PM_ACTI=a)[0]
+
+    def bn(self, a, x, s, b): return self._run("OP_BATCHNORM", [x, s, b], PM_ACTI=a)[0]
 
     @staticmethod
     def _window(c):

@@ -1,5 +1,6 @@
 """Axioms of the 2-D convolution (TASO's conv2d properties, Unity's parallel ones, in flexrt's NCHW
-layout): ``conv(c, g, a, x, w)`` and ``convb(c, g, a, x, w, b)`` with window code ``c``
+layout) and of training-mode batch norm (``bn(a, x, scale, bias)``, ``a`` 0 or 2: a fused ReLU;
+uninterpreted, commuting with data movement along the channels only): ``conv(c, g, a, x, w)`` and ``convb(c, g, a, x, w, b)`` with window code ``c``
 (``semantics.window_code``), ``g`` groups and fused activation ``a``; x [N, C, H, W], w [out, C / g,
 kh, kw], b [out]. Dimensions count from the innermost: x's batch is dim 3 and its channels dim 2,
 w's output channels dim 3 and its input channels dim 2.
@@ -191,3 +192,51 @@ def conv_reduction_parallel(A, v):
        parallel=True)
 def conv_reduce_x(A, v):
     return A.conv(v.c, v.g, 0, A.reduce(v.k, v.x), v.w), A.reduce(v.k, A.conv(v.c, v.g, 0, v.x, A.replicate(v.k, v.w)))
+
+
+# ---- batch norm (training mode: each channel's statistics over N, H, W) ----------------------------
+# Laws along the channels only: a piece of the batch would normalize with its own statistics.
+
+def bn_shapes(v, z):
+    x, c = (z.b, z.i, 5, 6), (z.i,)
+    return {"x": x, "x1": x, "x2": x, "s": c, "s1": c, "s2": c, "b": c, "b1": c, "b2": c}
+
+
+@axiom("bn(2, x, s, b) = relu(bn(0, x, s, b)): PM_ACTI 2 is a fused ReLU", "x s b", shapes=bn_shapes, ranks=_R)
+def bn_relu(A, v):
+    return A.bn(2, v.x, v.s, v.b), A.relu(A.bn(0, v.x, v.s, v.b))
+
+
+def _bn_axioms():
+    for a in (0, 2):
+        axiom(f"dim(bn({a}, x, s, b), i) = dim(x, i)", "x s b", "i:dim", shapes=bn_shapes, ranks=_R)(
+            named(f"dim_bn{a}", lambda A, v, a=a: (A.dim(A.bn(a, v.x, v.s, v.b), v.i), A.dim(v.x, v.i))))
+        axiom(f"bn({a}, concat(2, x1, x2), concat(0, s1, s2), concat(0, b1, b2)) = concat(2, bn({a}, x1, s1, b1), "
+              f"bn({a}, x2, s2, b2)): channels are normalized apart", "x1 x2 s1 s2 b1 b2", shapes=bn_shapes,
+              ranks=_R)(named(f"bn{a}_concat_channels", lambda A, v, a=a: (
+                  A.bn(a, A.concat(2, v.x1, v.x2), A.concat(0, v.s1, v.s2), A.concat(0, v.b1, v.b2)),
+                  A.concat(2, A.bn(a, v.x1, v.s1, v.b1), A.bn(a, v.x2, v.s2, v.b2)))))
+        for k in (0, 1):
+            axiom(f"split{k}(2, bn({a}, x, s, b)) = bn({a}, split{k}(2, x), split{k}(0, s), split{k}(0, b))", "x s b",
+                  shapes=bn_shapes, ranks=_R)(named(f"split{k}_bn{a}", lambda A, v, a=a, k=k: (
+                      _split(A, k, 2, A.bn(a, v.x, v.s, v.b)),
+                      A.bn(a, _split(A, k, 2, v.x), _split(A, k, 0, v.s), _split(A, k, 0, v.b)))))
+        axiom(f"bn({a}, partition(2, k, x), partition(0, k, s), partition(0, k, b)) = partition(2, k, bn({a}, x, s, "
+              f"b)): channel parallelism", "x s b", "k:deg", shapes=bn_shapes, ranks=_R, parallel=True)(
+            named(f"bn{a}_partition_channels", lambda A, v, a=a: (
+                A.bn(a, A.partition(2, v.k, v.x), A.partition(0, v.k, v.s), A.partition(0, v.k, v.b)),
+                A.partition(2, v.k, A.bn(a, v.x, v.s, v.b)))))
+        axiom(f"combine(2, k, bn({a}, x, s, b)) = bn({a}, combine(2, k, x), combine(0, k, s), combine(0, k, b))",
+              "x s b", "k:deg", shapes=bn_shapes, ranks=_R, parallel=True,
+              kinds=lambda v: {"x": {"parts": {2: v.k}}, "s": {"parts": {0: v.k}}, "b": {"parts": {0: v.k}}})(
+            named(f"bn{a}_combine_channels", lambda A, v, a=a: (
+                A.combine(2, v.k, A.bn(a, v.x, v.s, v.b)),
+                A.bn(a, A.combine(2, v.k, v.x), A.combine(0, v.k, v.s), A.combine(0, v.k, v.b)))))
+        axiom(f"bn({a}, replicate(k, x), replicate(k, s), replicate(k, b)) = replicate(k, bn({a}, x, s, b))",
+              "x s b", "k:deg", shapes=bn_shapes, ranks=_R, parallel=True)(
+            named(f"bn{a}_replicate", lambda A, v, a=a: (
+                A.bn(a, A.replicate(v.k, v.x), A.replicate(v.k, v.s), A.replicate(v.k, v.b)),
+                A.replicate(v.k, A.bn(a, v.x, v.s, v.b)))))
+
+
+_bn_axioms()

@@ -119,6 +119,8 @@ FAMILIES: tuple[Family, ...] = (
     Family("conv", lambda k: _conv(_WINDOW_1X1, k, False), (_NCHW, _NCHW, (4, 4, 1, 1), (4, 4, 1, 1)), 3,
            max_total=5),
     Family("conv_parallel", lambda k: _conv(_WINDOW_3X3, k, True), (_NCHW, (4, 4, 3, 3)), 3, max_total=5),
+    Family("batchnorm", lambda k: tuple([OpChoice("OP_BATCHNORM", (("PM_ACTI", a),), 3) for a in (0, 2)]
+                                        + [OpChoice("OP_RELU")] + _moves(4, k, dims=(2,))), (_NCHW, _VECTOR, _VECTOR), 2),
 )
 
 

@@ -6,12 +6,14 @@ how the partial sums are split are part of the value. The generator evaluates on
 every piece reduced modulo a prime ``P`` after each operator; ReLU is replaced by the non-linear
 polynomial ``x*x + 3x`` (TASO's trick: a rule that only holds for linear functions is rejected), and
 a fused ReLU (``OP_LINEAR`` or ``OP_CONV2D`` with ``PM_ACTI`` 2) likewise. The operators that are not polynomials
-(sigmoid, tanh, gelu, elu, exp, sin, cos, fused sigmoid / tanh / gelu, softmax, layer norm) are
+(sigmoid, tanh, gelu, elu, exp, sin, cos, fused sigmoid / tanh / gelu, softmax, layer norm, batch
+norm) are
 *uninterpreted*: each output element is a 64-bit mix (splitmix64) of the exact input value it
 depends on and the operator's own salt, reduced modulo ``P`` (TASO treats non-linear operators the
 same way): element-wise operators hash their element; softmax hashes the element with the sum of
 the hashes of its row along the softmax dim; layer norm likewise over its normalized dims, then
-scales by gamma and adds beta exactly. Two graphs then collide only when they apply the same
+scales by gamma and adds beta exactly; batch norm likewise per channel over the batch, height and
+width (its fused ReLU the polynomial after). Two graphs then collide only when they apply the same
 functions to equal values (or by a 1 in ``P`` accident, which the second input set catches). These
 are evaluated on the whole logical value (pieces gathered, the function applied, the result laid
 out in the output's parallel shape), which is what the operator computes whenever flexrt's shape
@@ -61,7 +63,7 @@ def _poly(x, modulus: int):
 # Salts of the uninterpreted operators; a fused activation uses its operator's salt, so that
 # linear(sigmoid) and sigmoid(linear) agree.
 _SALT = {OpType.SIGMOID: 1, OpType.TANH: 2, OpType.GELU: 3, OpType.ELU: 4, OpType.EXP: 5, OpType.SIN: 6,
-         OpType.COS: 7, OpType.SOFTMAX: 8, OpType.LAYER_NORM: 9}
+         OpType.COS: 7, OpType.SOFTMAX: 8, OpType.LAYER_NORM: 9, OpType.BATCH_NORM: 10}
 _FUSED = {ActiMode.AC_MODE_SIGMOID: OpType.SIGMOID, ActiMode.AC_MODE_TANH: OpType.TANH,
           ActiMode.AC_MODE_GELU: OpType.GELU}
 _FUSING = (OpType.LINEAR, OpType.CONV2D)   # operators with a fused activation (PM_ACTI)
@@ -99,6 +101,12 @@ def _whole(attrs, operands: Sequence[ParallelValue], out_shape: ParallelTensorSh
         y = uninterpreted(t, x, np.broadcast_to(group, x.shape), modulus)
         for w, combine in zip(full[1:], (np.multiply, np.add)):   # gamma, then beta
             y = combine(y, w) % modulus
+    elif t is OpType.BATCH_NORM:   # NCHW: each channel's statistics over N, H, W; scale and bias per channel
+        group = np.sum(uninterpreted(t, x, None, modulus), axis=(0, 2, 3), keepdims=True) % modulus
+        y = uninterpreted(t, x, np.broadcast_to(group, x.shape), modulus)
+        y = (y * full[1].reshape(1, -1, 1, 1) + full[2].reshape(1, -1, 1, 1)) % modulus
+        if attrs.relu:
+            y = _poly(y, modulus)
     else:
         y = uninterpreted(t, x, None, modulus)
     return scatter(np, y, out_shape)

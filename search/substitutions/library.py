@@ -119,7 +119,8 @@ def operand_ranks(rule: Rule) -> dict[int, int]:
 # Operators whose output has the rank and role of their first input (a vector stays a vector).
 _KEEPS_ROLE = frozenset(PARALLEL_TYPES) | {"OP_CONCAT", "OP_SPLIT", "OP_EW_ADD", "OP_EW_MUL", "OP_RELU",
                                            "OP_SCALAR_MULTIPLY"} | set(UNARY_TYPES)
-_VECTOR_SLOTS = {("OP_BIAS_ADD", 1), ("OP_LINEAR", 2), ("OP_LAYERNORM", 1), ("OP_LAYERNORM", 2), ("OP_CONV2D", 2)}
+_VECTOR_SLOTS = {("OP_BIAS_ADD", 1), ("OP_LINEAR", 2), ("OP_LAYERNORM", 1), ("OP_LAYERNORM", 2), ("OP_CONV2D", 2),
+                 ("OP_BATCHNORM", 1), ("OP_BATCHNORM", 2)}
 
 
 def _slot_role(op: PatternOp, k: int):
@@ -128,6 +129,8 @@ def _slot_role(op: PatternOp, k: int):
         return "vector"
     if (op.type, k) == ("OP_EMBEDDING", 0):
         return "index"
+    if op.type == "OP_BATCHNORM":
+        return "image"
     if op.type == "OP_CONV2D":
         return "image" if k == 0 else ("kernel", op.param("PM_KERNEL_H"), op.param("PM_KERNEL_W"))
     return None

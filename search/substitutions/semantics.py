@@ -12,6 +12,7 @@ PCG operators, shared by the generator, the verifier's concrete checks and the r
 | ``OP_LAYERNORM`` (x[, gamma[, beta]]) | ``PM_AXES``: the number of innermost dims normalized | ``LayerNormAttrs(last PM_AXES dims, affine = gamma given, use_bias = beta given)``, eps 1e-5 only |
 | ``OP_EMBEDDING`` (indices, table) | ``PM_AGGR`` 0 none, 1 sum (the embedding bag) | ``EmbeddingAttrs(entries, channels, aggr)`` |
 | ``OP_CONV2D`` (x, kernel[, bias]) | ``PM_KERNEL_H/W``, ``PM_STRIDE_H/W`` (1), ``PM_PADDING_H/W`` (0), ``PM_GROUP`` (1), ``PM_ACTI`` | ``Conv2DAttrs(kernel.dims[0], ...)``: x [N, C, H, W], kernel [out, C / groups, kh, kw], bias [out] |
+| ``OP_BATCHNORM`` (x, scale, bias) | ``PM_ACTI`` 0 or 2 (a fused ReLU) | ``BatchNormAttrs(relu)``, training mode, eps 1e-5 and momentum 0.1 only; x [N, C, H, W] |
 | ``OP_EW_ADD`` / ``OP_EW_MUL`` (a, b) | | ``ElementBinaryAttrs(EW_ADD / EW_MUL)`` |
 | ``OP_SCALAR_MULTIPLY`` (x) | ``PM_SCALAR`` (integer) | ``ElementUnaryAttrs(SCALAR_MUL, scalar)`` |
 | ``OP_CONCAT`` (a, b) | ``PM_AXIS``, ``PM_NUM_INPUTS`` 2, ``PM_NUMDIM`` | ``ConcatAttrs(axis)`` |
@@ -36,12 +37,13 @@ Entry points: ``to_attrs``, ``pattern_of``, ``flexrt_dim``, ``flexflow_dim``, ``
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional, Sequence
 
 from flexrt.errors import GraphError
 from flexrt.ir.enums import ActiMode, AggrMode
 from flexrt.ir.op_type import OpType
-from flexrt.ir.ops import (BatchMatmulAttrs, BiasAddAttrs, CombineAttrs, ConcatAttrs, Conv2DAttrs, ElementBinaryAttrs,
+from flexrt.ir.ops import (BatchMatmulAttrs, BatchNormAttrs, BiasAddAttrs, CombineAttrs, ConcatAttrs, Conv2DAttrs, ElementBinaryAttrs,
                            ElementUnaryAttrs, EmbeddingAttrs, LayerNormAttrs, LinearAttrs, ReductionAttrs,
                            RepartitionAttrs, ReplicateAttrs, SoftmaxAttrs, SplitAttrs, TransposeAttrs)
 from flexrt.ir.ops.softmax import softmax_axis
@@ -58,6 +60,7 @@ UNARY_CODE = {v: k for k, v in UNARY.items()}
 AGGR = {0: AggrMode.AGGR_MODE_NONE, 1: AggrMode.AGGR_MODE_SUM}
 AGGR_CODE = {v: k for k, v in AGGR.items()}
 LAYER_NORM_EPS = LayerNormAttrs((-1,)).eps   # the only epsilon a rule's layer norm has (rules hold integers)
+BATCH_NORM = BatchNormAttrs(relu=False)       # a rule's batch norm: these eps and momentum only
 
 
 def flexrt_dim(value: int, rank: int) -> int:
@@ -138,6 +141,13 @@ def to_attrs(op: PatternOp, inputs: Sequence[TensorShape]):
         return EmbeddingAttrs(entries, channels, AGGR[op.param("PM_AGGR", 0)], inputs[1].dtype)
     if t == "OP_CONV2D":
         return _conv_attrs(op, inputs)
+    if t == "OP_BATCHNORM":
+        acti = op.param("PM_ACTI", 0)
+        if acti not in (0, 2):
+            raise GraphError(f"OP_BATCHNORM: PM_ACTI {acti} is not supported (valid: 0 none, 2 relu)")
+        if rank != 4:
+            raise GraphError(f"OP_BATCHNORM: the input must be [N, C, H, W], got {inputs[:1]}")
+        return dataclasses.replace(BATCH_NORM, relu=acti == 2)
     if t in ("OP_EW_ADD", "OP_EW_MUL"):
         return ElementBinaryAttrs(BINARY[t])
     if t == "OP_SCALAR_MULTIPLY":
@@ -167,7 +177,7 @@ def to_attrs(op: PatternOp, inputs: Sequence[TensorShape]):
 
 def pattern_of(attrs, inputs: Sequence[TensorShape]) -> Optional[PatternOp]:
     """The rule operator (type and parameters, no inputs) of a flexrt operator, or None when the rule
-    language has none for it (e.g. a conv2d, a reshape, or a layer norm with another epsilon). The
+    language has none for it (e.g. a pooling, a reshape, or a layer or batch norm with another epsilon). The
     number of inputs (a linear's bias, a layer norm's affine weights) is the node's, compared by the
     matcher."""
     t = attrs.op_type
@@ -193,6 +203,8 @@ def pattern_of(attrs, inputs: Sequence[TensorShape]) -> Optional[PatternOp]:
         return None
     if t is OpType.EMBEDDING and attrs.aggr in AGGR_CODE:
         return PatternOp("OP_EMBEDDING", (), (("PM_AGGR", AGGR_CODE[attrs.aggr]),))
+    if (t is OpType.BATCH_NORM and rank == 4 and (attrs.eps, attrs.momentum) == (BATCH_NORM.eps, BATCH_NORM.momentum)):
+        return PatternOp("OP_BATCHNORM", (), (("PM_ACTI", 2 if attrs.relu else 0),))
     if t is OpType.CONV2D and attrs.activation in ACTI_CODE:
         values = (attrs.kernel_h, attrs.kernel_w, attrs.stride_h, attrs.stride_w, attrs.padding_h, attrs.padding_w)
         return PatternOp("OP_CONV2D", (), tuple(zip(CONV_PARAMS, values)) + (

@@ -59,6 +59,8 @@ def _apply(alg, op, args, where: str) -> tuple:
         return (alg.layernorm(_need(op, "PM_AXES", where), *args),)
     if t == "OP_EMBEDDING":
         return (alg.embedding(p("PM_AGGR", 0), *args),)
+    if t == "OP_BATCHNORM":
+        return (alg.bn(p("PM_ACTI", 0), *args),)
     if t == "OP_CONV2D":
         conv = alg.conv if len(args) == 2 else alg.convb
         return (conv(window_code(op), p("PM_GROUP", 1), p("PM_ACTI", 0), *args),)

@@ -64,12 +64,17 @@ def test_concrete_check_fails_an_unsound_axiom():
              Axiom("partition_any_dim", "partition(0, 2, x) = partition(1, 2, x)",
                    lambda A, v: (A.partition(0, 2, v.x), A.partition(1, 2, v.x)), ("x",)),
              Axiom("replicate_is_identity", "replicate(2, x) = x", lambda A, v: (A.replicate(2, v.x), v.x), ("x",)),
+             # batch statistics: a piece of the batch normalizes with its own (flexrt's data parallelism)
+             Axiom("bn_partition_batch", "bn(0, partition(3, 2, x), replicate(2, s), replicate(2, b)) = ...",
+                   lambda A, v: (A.bn(0, A.partition(3, 2, v.x), A.replicate(2, v.s), A.replicate(2, v.b)),
+                                 A.partition(3, 2, A.bn(0, v.x, v.s, v.b))), ("x", "s", "b"),
+                   shapes=lambda v, z: {"x": (4, 2, 3, 3), "s": (2,), "b": (2,)}, ranks=(4,)),
              # true only on equal halves; the checker draws equal halves, so swap them to see it fail
              Axiom("split_swaps", "split0(0, concat(0, a, b)) = b",
                    lambda A, v: (A.split0(0, A.concat(0, v.a, v.b)), v.b), ("a", "b"))]
     rng = np.random.default_rng(0)
     for ax in wrong:
-        assert check_axiom(ax, 2, {}, rng) is not None, ax.name
+        assert check_axiom(ax, max(2, *ax.ranks), {}, rng) is not None, ax.name
 
 
 def test_every_axiom_is_a_quantified_z3_formula_with_a_trigger():

@@ -5,6 +5,8 @@ and refuses false ones."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -119,6 +121,12 @@ TRUE = [
     _rule("conv_grouped_data_parallel", [op("OP_PARTITION", X, parallel_dim=3, parallel_degree=2),
                                          op("OP_REPLICATE", W, parallel_degree=2), conv(S(0), S(1), 3, 1, group=32)],
           [conv(X, W, 3, 1, group=32), op("OP_PARTITION", S(0), parallel_dim=3, parallel_degree=2)]),
+    _rule("bn_relu_fuse", [op("OP_BATCHNORM", X, Y, W, acti=0), op("OP_RELU", S(0))], [op("OP_BATCHNORM", X, Y, W, acti=2)]),
+    _rule("bn_channel_parallel", [op("OP_PARTITION", X, parallel_dim=2, parallel_degree=2),
+                                  op("OP_PARTITION", Y, parallel_dim=0, parallel_degree=2),
+                                  op("OP_PARTITION", W, parallel_dim=0, parallel_degree=2),
+                                  op("OP_BATCHNORM", S(0), S(1), S(2), acti=2)],
+          [op("OP_BATCHNORM", X, Y, W, acti=2), op("OP_PARTITION", S(0), parallel_dim=2, parallel_degree=2)]),
     _rule("conv_add_inputs", [conv(X, W), conv(Y, W), op("OP_EW_ADD", S(0), S(1))],
           [op("OP_EW_ADD", X, Y), conv(S(0), W)]),
     # holds only for equal halves: the typing (mapped outputs of equal sizes) proves it
@@ -147,6 +155,11 @@ FALSE = [
     _rule("conv_concat_swapped", [conv(X, W), conv(X, W2), concat(2, S(0), S(1))],
           [concat(3, W2, W), conv(X, S(0))]),
     _rule("conv_window", [conv(X, W, 3, 1)], [conv(X, W, 3, 0)]),
+    # a piece of the batch normalizes with its own statistics (flexrt's and FlexFlow's data parallelism)
+    _rule("bn_batch_parallel", [op("OP_PARTITION", X, parallel_dim=3, parallel_degree=2),
+                                op("OP_REPLICATE", Y, parallel_degree=2), op("OP_REPLICATE", W, parallel_degree=2),
+                                op("OP_BATCHNORM", S(0), S(1), S(2))],
+          [op("OP_BATCHNORM", X, Y, W), op("OP_PARTITION", S(0), parallel_dim=3, parallel_degree=2)]),
     _rule("concat_comm", [concat(0, X, Y)], [concat(0, Y, X)]),
     _rule("softmax_wrong_dim", [op("OP_SOFTMAX", X, softmax_dim=0), op("OP_PARTITION", S(0), parallel_dim=0,
                                                                       parallel_degree=2)],
@@ -223,3 +236,20 @@ def test_the_conv_families_keep_only_connected_sources():
     assert not connected_source(Rule("two", (op("OP_RELU", X), op("OP_RELU", Y)),
                                      (concat(2, X, Y), op("OP_RELU", S(0)), split(2, S(1))),
                                      (OutputMap(0, 0, 2, 0), OutputMap(1, 0, 2, 1))))
+
+
+def test_a_batch_norm_and_its_relu_fuse_in_a_model_and_keep_its_computation():
+    """torchvision's BasicConv2d (conv, batch norm, relu): the batch norm takes the ReLU (FlexFlow's
+    batch_norm(relu=True)); a batch norm of another epsilon is not a rule operator."""
+    m = FFModel(FFConfig([]))
+    x = m.create_tensor([4, 3, 6, 6])
+    y = m.conv2d(x, 8, 3, 3, 1, 1, 1, 1, use_bias=False)
+    m.relu(m.batch_norm(y, relu=False))
+    g = m.pcg
+    fuse = next(r for r in TRUE if r.name == "bn_relu_fuse")
+    (match,) = find_matches(g, fuse)
+    assert law_holds(g, fuse, match, seed=3)
+    bn = next(n for n in g.nodes if n.op_type.value == "batch_norm")
+    shapes = [g.shape(r).tensor_shape for r in bn.inputs]
+    assert to_attrs(pattern_of(bn.attrs, shapes), shapes) == bn.attrs
+    assert pattern_of(dataclasses.replace(bn.attrs, eps=1e-3), shapes) is None
