@@ -18,13 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from flexrt.errors import GraphError
+from flexrt.search.substitutions.semantics import encode_window, window_of
 
 # Domains of integer parameters: what the concrete check draws and what Z3 is told.
 DIM, DEG, ACTI, SCALAR = "dim", "deg", "acti", "scalar"
 UNARY, AXES, AGGR = "unary", "axes", "aggr"   # an element-wise function's code, layer norm's dims, a bag or not
 WINDOW, GROUP = "window", "group"   # a convolution's window (semantics.window_code) and its groups
 # Windows the concrete checks draw (kernel, stride, padding along height and width), as codes.
-CONV_WINDOWS = tuple(sum(v * 16 ** (5 - i) for i, v in enumerate(w)) for w in (
+CONV_WINDOWS = tuple(encode_window(w) for w in (
     (1, 1, 1, 1, 0, 0), (3, 3, 1, 1, 1, 1), (3, 3, 2, 2, 1, 1), (1, 3, 1, 1, 0, 1), (2, 2, 2, 2, 0, 0)))
 @dataclass(frozen=True, slots=True)
 class Axiom:
@@ -76,7 +77,6 @@ def lin2_shapes(v, z):
 def conv_shapes(v, z):
     """x [N, C, H, W] with C = g * i, kernels w [O, i, kh, kw] with O = g * o, biases [O]; the window
     of ``v.c`` (sizes every window of ``CONV_WINDOWS`` fits)."""
-    from flexrt.search.substitutions.semantics import window_of
     g = getattr(v, "g", 1)
     win = window_of(v.c)
     x, w, b = (z.b, g * z.i, 5, 6), (g * z.o, z.i, win["PM_KERNEL_H"], win["PM_KERNEL_W"]), (g * z.o,)

@@ -17,8 +17,8 @@ Operators (see ``semantics.py`` for what each means in flexrt): ``linear(acti, x
 ``layernorm(n, x[, gamma[, beta]])``, ``embedding(aggr, idx, table)``, ``ewadd(a, b)``,
 ``ewmul(a, b)``, ``smul(s, x)``, ``conv(c, g, a, x, w)`` and ``convb(c, g, a, x, w, b)`` (window code
 ``c``, ``g`` groups, fused activation ``a``; ``conv_h(c, n)`` / ``conv_w(c, n)`` its output height /
-width on an input of n and ``kernel_h(c)`` / ``kernel_w(c)``, uninterpreted in Z3), ``bn(a, x, scale, bias)`` (training-mode batch norm of NCHW ``x``, ``a`` 0 or 2:
-a fused ReLU), ``transpose(x)``, ``concat(axis, a, b)``, ``split0(axis, x)`` /
+width on an input of n and ``kernel_h(c)`` / ``kernel_w(c)``, uninterpreted in Z3),
+``bn(a, x, scale, bias)`` (training-mode batch norm of NCHW ``x``, ``a`` 0 or 2: a fused ReLU), ``transpose(x)``, ``concat(axis, a, b)``, ``split0(axis, x)`` /
 ``split1(axis, x)`` (the two equal halves), ``partition(dim, deg, x)``, ``combine(dim, deg, x)``,
 ``replicate(deg, x)``, ``reduce(deg, x)``, and the size ``dim(t, i)`` (an Int).
 Dimensions count from the innermost, as FlexFlow's do: on ``x`` [batch, in] the feature dim is 0
@@ -43,6 +43,7 @@ from types import SimpleNamespace
 
 from flexrt.errors import GraphError
 from flexrt.ir.ops.conv2d import window_output_size
+from flexrt.search.substitutions.semantics import window_of
 from flexrt.search.substitutions import (axioms_algebraic, axioms_operators, axioms_parallel,  # noqa: F401
                                          axioms_sizes)                                        # (they register)
 from flexrt.search.substitutions import axioms_conv  # noqa: F401  (registers)
@@ -287,10 +288,7 @@ class NumpyAlgebra:
 
     def bn(self, a, x, s, b): return self._run("OP_BATCHNORM", [x, s, b], PM_ACTI=a)[0]
 
-    @staticmethod
-    def _window(c):
-        from flexrt.search.substitutions.semantics import window_of
-        return window_of(c)
+    _window = staticmethod(window_of)
 
     def kernel_h(self, c): return self._window(c)["PM_KERNEL_H"]
     def kernel_w(self, c): return self._window(c)["PM_KERNEL_W"]

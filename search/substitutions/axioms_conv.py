@@ -1,8 +1,8 @@
 """Axioms of the 2-D convolution (TASO's conv2d properties, Unity's parallel ones, in flexrt's NCHW
 layout) and of training-mode batch norm (``bn(a, x, scale, bias)``, ``a`` 0 or 2: a fused ReLU;
-uninterpreted, commuting with data movement along the channels only): ``conv(c, g, a, x, w)`` and ``convb(c, g, a, x, w, b)`` with window code ``c``
-(``semantics.window_code``), ``g`` groups and fused activation ``a``; x [N, C, H, W], w [out, C / g,
-kh, kw], b [out]. Dimensions count from the innermost: x's batch is dim 3 and its channels dim 2,
+uninterpreted, commuting with data movement along the channels only). ``conv(c, g, a, x, w)`` and
+``convb(c, g, a, x, w, b)`` have window code ``c`` (``semantics.window_code``), ``g`` groups and fused
+activation ``a``; x [N, C, H, W], w [out, C / g, kh, kw], b [out]. Dimensions count from the innermost: x's batch is dim 3 and its channels dim 2,
 w's output channels dim 3 and its input channels dim 2.
 
 The window is one opaque integer: no axiom depends on its value, so every law holds for every

@@ -13,11 +13,14 @@ graphs alone are 560,000 extensions); TASO bounds it the same way. So:
   reduce where partial sums pass): ``activations`` (sigmoid, tanh, gelu, elu, exp, sin, cos, and
   linear with a fused sigmoid / tanh / gelu), ``bias`` (linear with a bias, bias add, fused activations),
   ``softmax``, ``bmm`` (batch matmul on 4 x 4 x 4 inputs), ``layernorm`` (without and with affine
-  weights), ``embedding`` (lookups and bags: integer indices into a 4 x 4 table), and ``conv1x1`` /
-  ``conv3x3`` (a convolution without and with a fused ReLU, on two [2, 4, 4, 4] NCHW inputs and two
-  4 x 4 kernels of that window (stride 1, the 3 x 3 padded by 1), with add, relu and the data
-  movement along the batch and channel dims; the verifier's laws hold for every window, the rules
-  are stated for the window they were found with).
+  weights) and ``embedding`` (lookups and bags: integer indices into a 4 x 4 table);
+- ``conv`` (a 1 x 1 convolution without and with a fused ReLU, add, relu, concat and split along the
+  batch and channel dims, on two [2, 4, 4, 4] NCHW inputs and two 4 x 4 x 1 x 1 kernels) and
+  ``conv_parallel`` (a 3 x 3 convolution padded by 1 with the parallelization operators along those
+  dims), graphs of up to 3 operators and 5 on both sides together (``Family.max_total``); the
+  verifier's laws hold for every window, the rules state the window they were found with;
+- ``batchnorm`` (training-mode batch norm without and with a fused ReLU, relu, and the data
+  movement along the channels of one [2, 4, 4, 4] input and two [4] vectors).
 
 The core family's rules are oriented from the larger side to the smaller (as FlexFlow's library);
 the other families also emit each rule reversed (where the reverse reads no input its source
@@ -120,7 +123,8 @@ FAMILIES: tuple[Family, ...] = (
            max_total=5),
     Family("conv_parallel", lambda k: _conv(_WINDOW_3X3, k, True), (_NCHW, (4, 4, 3, 3)), 3, max_total=5),
     Family("batchnorm", lambda k: tuple([OpChoice("OP_BATCHNORM", (("PM_ACTI", a),), 3) for a in (0, 2)]
-                                        + [OpChoice("OP_RELU")] + _moves(4, k, dims=(2,))), (_NCHW, _VECTOR, _VECTOR), 2),
+                                        + [OpChoice("OP_RELU")] + _moves(4, k, dims=(2,))),
+           (_NCHW, _VECTOR, _VECTOR), 2),
 )
 
 

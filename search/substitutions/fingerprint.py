@@ -5,10 +5,9 @@ A tensor is a ``ParallelValue`` (flexrt.kernels.pieces): one array per piece of 
 how the partial sums are split are part of the value. The generator evaluates on int64 arrays with
 every piece reduced modulo a prime ``P`` after each operator; ReLU is replaced by the non-linear
 polynomial ``x*x + 3x`` (TASO's trick: a rule that only holds for linear functions is rejected), and
-a fused ReLU (``OP_LINEAR`` or ``OP_CONV2D`` with ``PM_ACTI`` 2) likewise. The operators that are not polynomials
-(sigmoid, tanh, gelu, elu, exp, sin, cos, fused sigmoid / tanh / gelu, softmax, layer norm, batch
-norm) are
-*uninterpreted*: each output element is a 64-bit mix (splitmix64) of the exact input value it
+a fused ReLU (``OP_LINEAR`` or ``OP_CONV2D`` with ``PM_ACTI`` 2) likewise. The operators that are
+not polynomials (sigmoid, tanh, gelu, elu, exp, sin, cos, fused sigmoid / tanh / gelu, softmax, layer
+norm, batch norm) are *uninterpreted*: each output element is a 64-bit mix (splitmix64) of the exact input value it
 depends on and the operator's own salt, reduced modulo ``P`` (TASO treats non-linear operators the
 same way): element-wise operators hash their element; softmax hashes the element with the sum of
 the hashes of its row along the softmax dim; layer norm likewise over its normalized dims, then
@@ -17,9 +16,9 @@ width (its fused ReLU the polynomial after). Two graphs then collide only when t
 functions to equal values (or by a 1 in ``P`` accident, which the second input set catches). These
 are evaluated on the whole logical value (pieces gathered, the function applied, the result laid
 out in the output's parallel shape), which is what the operator computes whenever flexrt's shape
-inference accepts its layout. Everything else (linear with or without a bias, convolution, bias add, batch
-matmul, embedding lookups and bags, concat, split, transpose, element-wise add and multiply, scalar
-multiply) runs exactly through flexrt's own kernels piece by piece (``run_pieces``,
+inference accepts its layout. Everything else (linear with or without a bias, convolution, bias
+add, batch matmul, embedding lookups and bags, concat, split, transpose, element-wise add and
+multiply, scalar multiply) runs exactly through flexrt's own kernels piece by piece (``run_pieces``,
 ``apply_parallel_op``), after flexrt's parallel shape inference (the same ``infer_node_shapes``
 that ``PCG.add_node`` runs) accepted the operator; an embedding index outside its table is a
 ShapeError, so such a graph is dropped.

@@ -175,8 +175,8 @@ def _conv_input_shapes(rule: Rule, shapes: dict, convs, size: int) -> dict:
     kernels = list(dict.fromkeys(TensorShape((size, size, op.param("PM_KERNEL_H", 1), op.param("PM_KERNEL_W", 1)))
                                  for op in convs))
     keys = sorted(shapes, reverse=True)
-    options = [[shapes[k]] + [t for t in [image] + kernels if t != shapes[k]] if shapes[k].rank == 4 or shapes[k].rank == 2
-               else [shapes[k]] for k in keys]
+    options = [[shapes[k]] + ([t for t in [image] + kernels if t != shapes[k]] if shapes[k].rank in (2, 4) else [])
+               for k in keys]
     for combo in itertools.product(*options):
         trial = dict(zip(keys, combo))
         try:

@@ -31,8 +31,8 @@ only that way, none only the other way); ``library.load_flexflow_rules`` convert
 A convolution's window (kernel, stride, padding) is one integer in the verifier (``window_code``):
 its laws hold for every window, so the proofs never depend on it.
 
-Entry points: ``to_attrs``, ``pattern_of``, ``flexrt_dim``, ``flexflow_dim``, ``window_code``,
-``window_of``.
+Entry points: ``to_attrs``, ``pattern_of``, ``flexrt_dim``, ``flexflow_dim``, ``encode_window``,
+``window_code``, ``window_of``.
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ from typing import Optional, Sequence
 from flexrt.errors import GraphError
 from flexrt.ir.enums import ActiMode, AggrMode
 from flexrt.ir.op_type import OpType
-from flexrt.ir.ops import (BatchMatmulAttrs, BatchNormAttrs, BiasAddAttrs, CombineAttrs, ConcatAttrs, Conv2DAttrs, ElementBinaryAttrs,
+from flexrt.ir.ops import (BatchMatmulAttrs, BatchNormAttrs, BiasAddAttrs, CombineAttrs, ConcatAttrs, Conv2DAttrs,
+                           ElementBinaryAttrs,
                            ElementUnaryAttrs, EmbeddingAttrs, LayerNormAttrs, LinearAttrs, ReductionAttrs,
                            RepartitionAttrs, ReplicateAttrs, SoftmaxAttrs, SplitAttrs, TransposeAttrs)
 from flexrt.ir.ops.softmax import softmax_axis
@@ -76,13 +77,18 @@ def flexflow_dim(dim: int, rank: int) -> int:
     return rank - 1 - (dim % rank)
 
 
-def window_code(op: PatternOp) -> int:
-    """One integer for a convolution's window (kernel, stride, padding along height and width): six
-    base-16 digits (every parameter is below 16, ``rule.PARAM_RANGES``)."""
+def encode_window(values: Sequence[int]) -> int:
+    """One integer for a convolution's window, its ``CONV_PARAMS`` values in order (kernel, stride,
+    padding along height and width): six base-16 digits (each below 16, ``rule.PARAM_RANGES``)."""
     code = 0
-    for key in CONV_PARAMS:
-        code = code * 16 + op.param(key, CONV_DEFAULTS.get(key))
+    for v in values:
+        code = code * 16 + v
     return code
+
+
+def window_code(op: PatternOp) -> int:
+    """``encode_window`` of a rule operator's window (defaults where it states none)."""
+    return encode_window([op.param(key, CONV_DEFAULTS.get(key)) for key in CONV_PARAMS])
 
 
 def window_of(code: int) -> dict:
@@ -177,7 +183,7 @@ def to_attrs(op: PatternOp, inputs: Sequence[TensorShape]):
 
 def pattern_of(attrs, inputs: Sequence[TensorShape]) -> Optional[PatternOp]:
     """The rule operator (type and parameters, no inputs) of a flexrt operator, or None when the rule
-    language has none for it (e.g. a pooling, a reshape, or a layer or batch norm with another epsilon). The
+    language has none for it (e.g. a pooling, a reshape, a layer or batch norm of another epsilon). The
     number of inputs (a linear's bias, a layer norm's affine weights) is the node's, compared by the
     matcher."""
     t = attrs.op_type
@@ -203,7 +209,7 @@ def pattern_of(attrs, inputs: Sequence[TensorShape]) -> Optional[PatternOp]:
         return None
     if t is OpType.EMBEDDING and attrs.aggr in AGGR_CODE:
         return PatternOp("OP_EMBEDDING", (), (("PM_AGGR", AGGR_CODE[attrs.aggr]),))
-    if (t is OpType.BATCH_NORM and rank == 4 and (attrs.eps, attrs.momentum) == (BATCH_NORM.eps, BATCH_NORM.momentum)):
+    if t is OpType.BATCH_NORM and rank == 4 and (attrs.eps, attrs.momentum) == (BATCH_NORM.eps, BATCH_NORM.momentum):
         return PatternOp("OP_BATCHNORM", (), (("PM_ACTI", 2 if attrs.relu else 0),))
     if t is OpType.CONV2D and attrs.activation in ACTI_CODE:
         values = (attrs.kernel_h, attrs.kernel_w, attrs.stride_h, attrs.stride_w, attrs.padding_h, attrs.padding_w)

@@ -3,7 +3,8 @@
 ``rule_terms`` gives ``(source term, destination term)`` per mapped output; with ``hypotheses`` it
 also collects the conditions under which the rewriter applies the rule, stated with the sizes
 ``dim(t, i)`` on the dimensions the rule can tell apart (0 to 3, the dimensions of tensors up to
-rank 4, as the axioms are typed, and every dimension a parameter names): every operator of both sides is well typed (``Z3Algebra`` records it for each application:
+rank 4, as the axioms are typed, and every dimension a parameter names): every operator of both
+sides is well typed (``Z3Algebra`` records it for each application:
 element-wise operands of equal sizes, concat operands equal off the axis, a split dimension even, a
 linear's inner dimensions equal, ...) and each mapped output has the sizes of the tensor it
 replaces. Sizes are at least 1.

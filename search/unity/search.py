@@ -334,7 +334,8 @@ def sequential(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUD
     mapping = dp.solve(best_pcg)
     log.proposals = count
     log.notes.update(estimated_s=mapping.cost_s, rewritten=best_pcg.structural_hash() != pcg.structural_hash(),
-                     rewrites=list(state.get("paths", {}).get(best_pcg.structural_hash(), ())))
+                     rewrites=list(state.get("paths", {}).get(best_pcg.structural_hash(), ())),
+                     skipped_computed_weights=state.get("computed_weights", 0))
     log.stop_reason = "interrupted" if log.interrupted else "queue empty or budget spent"
     return _finish(machine, cost_model, optimizer,
                    _finalists("sequential", best_pcg, pcg, mapping, machine, cost_model, optimizer, sp, min_degree, n),
