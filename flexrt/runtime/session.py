@@ -43,6 +43,7 @@ from flexrt.errors import ConfigError, StrategyError
 from flexrt.ir.op_type import OpType
 from flexrt.ir.pcg import PCG
 from flexrt.ir.registry import op_def
+from flexrt.ir.tensor_shape import TensorShape
 from flexrt.kernels.initializers import fans, initialize
 from flexrt.kernels.losses import CROSS_ENTROPIES, LossType
 from flexrt.kernels.metrics import MetricsType
@@ -58,6 +59,7 @@ from flexrt.kernels.optimizers import LossScaler
 from flexrt.simulator.simulate import OPTIMIZER_STATE, SimResult, Simulator, chrome_trace
 from flexrt.strategy import ConfigStrategy, Strategy
 from flexrt.strategy.pipeline import split_batch
+from flexrt.strategy.weights import fold_values, folded, locate, unfold_values
 
 OPTIMIZER_PARAMS = {OptimizerKind.SGD: ("lr", "momentum", "nesterov", "weight_decay"),
                     OptimizerKind.ADAM: ("alpha", "beta1", "beta2", "epsilon", "weight_decay")}
@@ -86,16 +88,31 @@ def default_initializer(pcg: PCG, weight) -> str:
     return "zero" if len(weight.attrs.shape.dims) == 1 else "glorot_uniform"
 
 
-def initial_weights(pcg: PCG, seed: int = 0, initializers: Optional[dict] = None) -> dict:
-    """Full initial arrays of every weight: ``initializers`` (weight name -> (kind, params)) where
-    given, else ``default_initializer``; weight ``k`` (in graph order) draws from ``seed + k``."""
-    out = {}
-    k = 0
+def _model_weights(pcg: PCG) -> list:
+    """(node id in the model, name, shape, the graph's weight node) of each of the model's weights,
+    in the model's graph order: a folded weight stands for its parts, each with its own."""
+    out = []
     for node in pcg.nodes:
         if node.op_type is not OpType.WEIGHT:
             continue
-        shape = node.attrs.shape
-        kind, params = (initializers or {}).get(node.name, (None, {}))
+        a = node.attrs
+        if not a.parts:
+            out.append((node.id, node.name, a.shape, node))
+            continue
+        for name, size, nid in zip(a.parts, a.part_sizes, a.part_ids):
+            dims = a.shape.dims[:a.part_axis] + (size,) + a.shape.dims[a.part_axis + 1:]
+            out.append((nid, name, TensorShape(dims, a.shape.dtype), node))
+    return sorted(out, key=lambda e: e[0])
+
+
+def initial_weights(pcg: PCG, seed: int = 0, initializers: Optional[dict] = None) -> dict:
+    """Full initial arrays of every weight of the model, by its names: ``initializers`` (weight name ->
+    (kind, params)) where given, else ``default_initializer``; weight ``k`` (in graph order) draws from
+    ``seed + k``. A folded weight's parts (``flexrt.strategy.weights``) are drawn as the model's own
+    weights, so a folded graph starts where its model does (``fold_values`` joins them)."""
+    out = {}
+    for k, (_, name, shape, node) in enumerate(_model_weights(pcg)):
+        kind, params = (initializers or {}).get(name, (None, {}))
         if kind is None:
             kind = default_initializer(pcg, node)
         fan_in = fan_out = None
@@ -103,9 +120,7 @@ def initial_weights(pcg: PCG, seed: int = 0, initializers: Optional[dict] = None
             dims = shape.dims
             fan_in, fan_out = fans(dims, "conv") if len(dims) == 4 else (
                 (int(np.prod(dims[:-1])), dims[-1]) if len(dims) >= 2 else (dims[0], dims[0]))
-        out[node.name] = initialize(np, kind, shape.dims, shape.dtype.numpy_name, seed + k, fan_in, fan_out,
-                                    **params)
-        k += 1
+        out[name] = initialize(np, kind, shape.dims, shape.dtype.numpy_name, seed + k, fan_in, fan_out, **params)
     return out
 
 
@@ -199,14 +214,25 @@ class Session:
             self._check_host_memory()
         self._set_loss_scale(loss_scale)
         self.executor.penalties = self._checked_penalties(penalties or {})
-        self.executor.load_weights(weights if weights is not None else initial_weights(self.base, seed))
+        self.executor.load_weights(fold_values(self.base, weights if weights is not None
+                                               else initial_weights(self.base, seed)))
         self.last: Optional[IterationResult] = None
 
     def _checked_penalties(self, penalties: dict) -> dict:
-        unknown = sorted(set(penalties) - set(self.strategy.wiring().weight_shape))
+        """By the graph's weights: a folded weight's parts must carry one penalty (or none)."""
+        out = dict(penalties)
+        for name, attrs in folded(self.base).items():
+            given = {p: out.pop(p) for p in attrs.parts if p in out}
+            if given and (len(given) < len(attrs.parts) or len(set(given.values())) > 1):
+                raise ConfigError(f"penalties: the strategy folds {', '.join(map(repr, attrs.parts))} into one "
+                                  f"weight '{name}'; their penalties must be equal, got "
+                                  f"{', '.join(f'{p}: {given.get(p)}' for p in attrs.parts)}")
+            if given:
+                out[name] = next(iter(given.values()))
+        unknown = sorted(set(out) - set(self.strategy.wiring().weight_shape))
         if unknown:
             raise ConfigError(f"penalties: {', '.join(map(repr, unknown[:5]))} not a weight of the model")
-        return dict(penalties)
+        return out
 
     def _set_loss_scale(self, loss_scale) -> None:
         if loss_scale is None or loss_scale == "dynamic":
@@ -278,15 +304,32 @@ class Session:
         return self.executor.read_output(node, k)
 
     def weights(self) -> dict:
-        return self.executor.weights()
+        """Every weight's full array, by the model's names (a folded weight's parts cut apart)."""
+        return unfold_values(self.base, self.executor.weights())
 
     def weight(self, name: str) -> np.ndarray:
-        """One weight's current full array."""
-        return self.executor.weight(name)
+        """One weight's current full array (a part of a folded weight: its slice, copied)."""
+        where = locate(self.base, name)
+        if where is None:
+            return self.executor.weight(name)
+        fname, axis, cut = where
+        full = self.executor.weight(fname)
+        return full[(slice(None),) * axis + (cut,)].copy()
 
     def set_weight(self, name: str, value) -> None:
         """Write one weight's full array into its instances; the next iteration uses it."""
-        self.executor.set_weight(name, value)
+        where = locate(self.base, name)
+        if where is None:
+            self.executor.set_weight(name, value)
+            return
+        fname, axis, cut = where
+        full = self.executor.weight(fname)
+        index = (slice(None),) * axis + (cut,)
+        value = np.asarray(value)
+        if value.shape != full[index].shape:
+            raise ConfigError(f"weight '{name}' has shape {full[index].shape}; got an array of shape {value.shape}")
+        full[index] = value
+        self.executor.set_weight(fname, full)
 
     def reset_metrics(self) -> None:
         self.executor.metrics.reset()

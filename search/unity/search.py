@@ -59,6 +59,7 @@ from flexrt.search.unity.mapping import MappingDP, series_split_nodes
 from flexrt.simulator.simulate import Simulator
 from flexrt.strategy import GraphStrategy, Strategy, data_parallel, is_compute
 from flexrt.strategy.config import computed_weights
+from flexrt.strategy.weights import fold_weights
 
 from flexrt.errors import ConfigError, FlexrtError
 from flexrt.ir.pcg import PCG
@@ -141,16 +142,22 @@ class _Costing:
 
 
 def _rewritten(g: PCG, rule: Rule, m, state: dict) -> Optional[PCG]:
-    """The graph ``rule`` makes of ``g`` at ``m``, or None when the rewrite is invalid or computes a
-    weight (``computed_weights``: a strategy cannot hold it; counted in ``state``)."""
+    """The graph ``rule`` makes of ``g`` at ``m``, or None when the rewrite is invalid. A weight the
+    rewrite computes is folded into one weight where it is a concatenation of weights (TASO's merged
+    kernels: ``fold_weights``, counted as ``folded_weights`` in ``state``); a rewrite that computes
+    any other (``computed_weights``: a strategy cannot hold it) is skipped and counted."""
     try:
         rw = rewrite(g, rule, m)
     except FlexrtError:
         return None
-    if computed_weights(rw.pcg, rw.added):
+    if not computed_weights(rw.pcg, rw.added):
+        return rw.pcg
+    new = fold_weights(rw.pcg)
+    if computed_weights(new, [nid for nid in rw.added if nid in new]):
         state["computed_weights"] = state.get("computed_weights", 0) + 1
         return None
-    return rw.pcg
+    state["folded_weights"] = state.get("folded_weights", 0) + 1
+    return new
 
 
 def _best_first(pcg: PCG, costing: _Costing, rules: Sequence[Rule], budget: int, alpha: float,
@@ -288,7 +295,8 @@ def unity(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUDGET, 
                      edge_evaluations=costs.edge_evaluations, estimated_s=mapping.cost_s,
                      rewritten=best_pcg.structural_hash() != pcg.structural_hash(),
                      rewrites=list(state.get("paths", {}).get(best_pcg.structural_hash(), ())),
-                     skipped_computed_weights=state.get("computed_weights", 0))
+                     skipped_computed_weights=state.get("computed_weights", 0),
+                     folded_weights=state.get("folded_weights", 0))
     log.stop_reason = "interrupted" if log.interrupted else "queue empty or budget spent"
     overlap = _overlap_dp(machine, cost_model, optimizer, sp, min_degree, n, cache)
     finalists = _finalists("unity", best_pcg, pcg, mapping, machine, cost_model, optimizer, sp, min_degree, n, cache,
@@ -335,7 +343,8 @@ def sequential(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUD
     log.proposals = count
     log.notes.update(estimated_s=mapping.cost_s, rewritten=best_pcg.structural_hash() != pcg.structural_hash(),
                      rewrites=list(state.get("paths", {}).get(best_pcg.structural_hash(), ())),
-                     skipped_computed_weights=state.get("computed_weights", 0))
+                     skipped_computed_weights=state.get("computed_weights", 0),
+                     folded_weights=state.get("folded_weights", 0))
     log.stop_reason = "interrupted" if log.interrupted else "queue empty or budget spent"
     return _finish(machine, cost_model, optimizer,
                    _finalists("sequential", best_pcg, pcg, mapping, machine, cost_model, optimizer, sp, min_degree, n),

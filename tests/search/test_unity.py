@@ -383,12 +383,15 @@ def test_a_larger_space_never_returns_a_slower_strategy(name, flags, machine_nam
     assert big.cost_s <= small.cost_s * (1 + 1e-9), (big.log.notes["finalists_s"], small.cost_s)
 
 
-def test_a_rewrite_that_computes_a_weight_is_skipped_not_mapped():
+def test_a_rewrite_that_computes_a_weight_is_folded_or_skipped():
     """TASO's merged convolutions concatenate two kernels: a weight computed by an operator, which a
-    strategy cannot place or synchronize. Both searches skip such rewrites and count them."""
+    strategy cannot place or synchronize, so both searches fold the concatenation into one weight
+    (``strategy.weights``); a sum of two kernels (``conv(x, w1) + conv(x, w2) = conv(x, w1 + w2)``)
+    cannot fold (one weight would take one step where two took two): both searches skip it."""
     from flexrt.search.substitutions.match import rewrite
     from flexrt.strategy.config import computed_weights
-    from tests.search.test_subst_operators import TRUE, _two_branches
+    from flexrt.strategy.weights import folded
+    from tests.search.test_subst_operators import TRUE, X, W, W2, S, _rule, _two_branches, conv, op
     merge = TRUE[0]
     g = _two_branches()
     rw = rewrite(g, merge, find_matches(g, merge)[0])
@@ -398,5 +401,15 @@ def test_a_rewrite_that_computes_a_weight_is_skipped_not_mapped():
     machine = load_machine("dgx1_v100")
     for algo in (unity, sequential):
         r = algo(g, machine, COST, budget=20, rules=[merge], progress=False)
+        assert r.log.notes["folded_weights"] >= 1 and r.log.notes["skipped_computed_weights"] == 0
+    assert folded(sequential(g, machine, COST, budget=20, rules=[merge], progress=False).strategy.pcg)
+    add = _rule("conv_sum", [conv(X, W), conv(X, W2), op("OP_EW_ADD", S(0), S(1))],
+                [op("OP_EW_ADD", W, W2), conv(X, S(0))])
+    m = FFModel(FFConfig([]))
+    x = m.create_tensor([4, 8, 6, 6])
+    m.add(*[m.conv2d(x, 8, 1, 1, 1, 1, 0, 0, use_bias=False, name=f"c{i}") for i in range(2)])
+    assert find_matches(m.pcg, add)
+    for algo in (unity, sequential):
+        r = algo(m.pcg, machine, COST, budget=20, rules=[add], progress=False)
         assert r.strategy is not None and r.cost_s > 0
-        assert r.log.notes["skipped_computed_weights"] >= 1
+        assert r.log.notes["skipped_computed_weights"] >= 1 and r.log.notes["folded_weights"] == 0

@@ -1,0 +1,173 @@
+"""Folded weights (``flexrt.strategy.weights``): TASO's merged convolutions train like the model.
+
+A model of 1 x 1 convolutions side by side (Inception's branches) is rewritten by the verified
+merge rule until no match is left; the kernels the rewrites concatenate are folded into one weight.
+The law: the folded graph, under any strategy, trains to the single-device weights of the original
+model (float64, 1e-10), read back by the model's names; it starts from the model's initial weights.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from flexrt.core import ActiMode, DataType, FFConfig, FFModel
+from flexrt.errors import ConfigError, GraphError, StrategyError
+from flexrt.ir.op_type import OpType
+from flexrt.ir.ops.source import WeightAttrs
+from flexrt.ir.pcg import PCG
+from flexrt.ir.tensor_shape import TensorShape
+from flexrt.machine import load_machine
+from flexrt.runtime.session import Session, initial_weights
+from flexrt.search.substitutions.match import apply, find_matches
+from flexrt.simulator.cost_model import AnalyticCostModel
+from flexrt.strategy import data_parallel, random_strategy
+from flexrt.strategy.config import computed_weights
+from flexrt.strategy.io import strategy_from_json, strategy_to_json
+from flexrt.strategy.weights import fold_values, fold_weights, folded, locate, unfold_values
+from tests.runtime.test_central_law import TOL, compare_with_one_device, weights_for
+from tests.search.test_subst_operators import TRUE
+
+MERGE = TRUE[0]
+DT = DataType.DT_DOUBLE
+
+
+@pytest.fixture(scope="module")
+def machine():
+    return load_machine("dgx1_v100")
+
+
+def branches(n=4, channels=6, dt=DT, bias=False):
+    """``n`` 1 x 1 convolutions with fused ReLUs of one input, concatenated, then a classifier."""
+    m = FFModel(FFConfig([]))
+    x = m.create_tensor([8, 5, 4, 4], dt)
+    ys = [m.conv2d(x, channels, 1, 1, 1, 1, 0, 0, ActiMode.AC_MODE_RELU, use_bias=bias, name=f"b{i}")
+          for i in range(n)]
+    t = m.concat(ys, 1, name="cat")
+    t = m.flat(t, name="flat")
+    t = m.dense(t, 5, name="fc")
+    m.softmax(t, name="softmax")
+    return m.pcg
+
+
+def merged(pcg: PCG) -> PCG:
+    """``pcg`` merged by the rule until no valid match is left, each step's weights folded."""
+    while True:
+        for m in find_matches(pcg, MERGE):
+            try:
+                new = fold_weights(apply(pcg, MERGE, m))
+            except (GraphError, ValueError):
+                continue
+            if not computed_weights(new, [n.id for n in new.nodes]):
+                pcg = new
+                break
+        else:
+            return pcg
+
+
+def test_four_branches_fold_into_one_kernel_with_the_models_names():
+    g = merged(branches(4))
+    (name, attrs), = folded(g).items()
+    assert sorted(attrs.parts) == ["b0.kernel", "b1.kernel", "b2.kernel", "b3.kernel"]
+    assert attrs.part_sizes == (6, 6, 6, 6) and attrs.part_axis == 0 and attrs.shape.dims == (24, 5, 1, 1)
+    assert len([n for n in g.nodes if n.op_type is OpType.CONV2D]) == 1
+    assert computed_weights(g, [n.id for n in g.nodes]) == []
+    # the model's weights by name: parts joined and cut back exactly
+    w = initial_weights(branches(4), seed=3)
+    f = fold_values(g, w)
+    assert set(f) == {name, "fc.kernel", "fc.bias"} and f[name].shape == (24, 5, 1, 1)
+    back = unfold_values(g, f)
+    assert set(back) == set(w) and all(np.array_equal(back[k], w[k]) for k in w)
+    # the folded graph draws the model's initial values
+    assert all(np.array_equal(v, w[k]) for k, v in initial_weights(g, seed=3).items())
+    fname, axis, cut = locate(g, attrs.parts[2])
+    assert (fname, axis) == (name, 0) and cut.stop - cut.start == 6
+
+
+def test_a_shared_weight_and_a_sum_of_weights_do_not_fold():
+    g = PCG()
+    w = [g.add_node(WeightAttrs(TensorShape((4, 3))), name=f"w{i}") for i in range(2)]
+    from flexrt.ir.ops import ConcatAttrs, ElementBinaryAttrs
+    from flexrt.ir.pcg import TensorRef
+    c = g.add_node(ConcatAttrs(0), [TensorRef(w[0], 0), TensorRef(w[1], 0)], name="cat")
+    g.add_node(ElementBinaryAttrs(OpType.EW_ADD), [TensorRef(w[0], 0), TensorRef(w[1], 0)], name="sum")
+    assert fold_weights(g) is g                                       # w0, w1 also read by the sum: tied
+    h = PCG()
+    v = h.add_node(WeightAttrs(TensorShape((4, 3))), name="v")
+    h.add_node(ConcatAttrs(0), [TensorRef(v, 0), TensorRef(v, 0)], name="twice")
+    assert fold_weights(h) is h                                       # the same weight twice
+    del c
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(parts=("a",), part_sizes=(4,), part_ids=(1,)), "2 or more"),
+    (dict(parts=("a", "b"), part_sizes=(1, 2), part_ids=(1, 2)), "add up"),
+    (dict(parts=("a", "a"), part_sizes=(2, 2), part_ids=(1, 2)), "twice"),
+    (dict(parts=("a", "b"), part_sizes=(2, 2), part_ids=(1, 2), part_axis=2), "part_axis"),
+    (dict(parts=("a", "b"), part_sizes=(2, 2)), "same"),
+])
+def test_malformed_folded_weights_are_graph_errors(bad, match):
+    with pytest.raises(GraphError, match=match):
+        WeightAttrs(TensorShape((4, 3)), **bad)
+
+
+def test_missing_part_values_name_the_part(machine):
+    g = merged(branches(2))
+    w = initial_weights(branches(2))
+    del w["b1.kernel"]
+    with pytest.raises(StrategyError, match="'b1.kernel', part"):
+        fold_values(g, w)
+
+
+def _law(strategy, machine, optimizer="sgd", params=None, n=4):
+    base = branches(n)
+    kw = {} if params is None else {"params": params}
+    return compare_with_one_device("folded", base, strategy, machine, "sparse_categorical_crossentropy", TOL[DT],
+                                   weights_for(base, DT), optimizer, **kw)
+
+
+@pytest.mark.parametrize("optimizer, params", [("sgd", None), ("adam", {"alpha": 0.01, "weight_decay": 0.01})])
+def test_folded_graph_trains_like_the_model_data_parallel(optimizer, params, machine):
+    g = merged(branches(4))
+    s = _law(data_parallel(g, machine, 4), machine, optimizer, params)
+    assert "b0.kernel" in s.weights() and not any("+" in k for k in s.weights())
+    assert s.weight("b2.kernel").shape == (6, 5, 1, 1)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), n=st.sampled_from([2, 4]))
+def test_folded_graph_trains_like_the_model_random_strategies(seed, n, machine):
+    g = merged(branches(n))
+    assert folded(g)
+    try:
+        strategy = random_strategy(g, machine, seed)
+    except StrategyError:
+        strategy = data_parallel(g, machine, 2)
+    _law(strategy, machine, n=n)
+
+
+def test_set_weight_writes_a_part_and_penalties_need_one_factor(machine):
+    g = merged(branches(2))
+    base = branches(2)
+    s = Session(data_parallel(g, machine, 2), machine, weights=weights_for(base, DT))
+    new = np.full((6, 5, 1, 1), 0.25)
+    s.set_weight("b1.kernel", new)
+    assert np.array_equal(s.weight("b1.kernel"), new) and np.array_equal(s.weights()["b1.kernel"], new)
+    assert not np.array_equal(s.weight("b0.kernel"), new)
+    with pytest.raises(ConfigError, match="shape"):
+        s.set_weight("b0.kernel", np.zeros((3, 5, 1, 1)))
+    with pytest.raises(ConfigError, match="penalties must be equal"):
+        Session(data_parallel(g, machine, 2), machine, penalties={"b0.kernel": ("l2", 0.1)})
+    Session(data_parallel(g, machine, 2), machine, penalties={"b0.kernel": ("l2", 0.1), "b1.kernel": ("l2", 0.1)})
+
+
+def test_a_folded_strategy_file_round_trips(machine):
+    from flexrt.search.unity.search import sequential
+    base = branches(2)
+    r = sequential(base, machine, AnalyticCostModel(), budget=10, rules=[MERGE], progress=False)
+    assert folded(r.strategy.pcg) and r.log.notes["folded_weights"] >= 1
+    back = strategy_from_json(strategy_to_json(r.strategy, machine), base, machine)
+    assert back.pcg == r.strategy.pcg and folded(back.pcg) == folded(r.strategy.pcg)
+    _law(back, machine, n=2)
