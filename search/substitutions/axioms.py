@@ -18,7 +18,8 @@ Operators (see ``semantics.py`` for what each means in flexrt): ``linear(acti, x
 ``ewmul(a, b)``, ``smul(s, x)``, ``conv(c, g, a, x, w)`` and ``convb(c, g, a, x, w, b)`` (window code
 ``c``, ``g`` groups, fused activation ``a``; ``conv_h(c, n)`` / ``conv_w(c, n)`` its output height /
 width on an input of n and ``kernel_h(c)`` / ``kernel_w(c)``, uninterpreted in Z3),
-``bn(a, x, scale, bias)`` (training-mode batch norm of NCHW ``x``, ``a`` 0 or 2: a fused ReLU), ``transpose(x)``, ``concat(axis, a, b)``, ``split0(axis, x)`` /
+``bn(a, x, scale, bias)`` (training-mode batch norm of NCHW ``x``, ``a`` 0 or 2: a fused ReLU),
+``reduce_sum(axis, x)`` (the sum along ``axis``, removed), ``transpose(x)``, ``concat(axis, a, b)``, ``split0(axis, x)`` /
 ``split1(axis, x)`` (the two equal halves), ``partition(dim, deg, x)``, ``combine(dim, deg, x)``,
 ``replicate(deg, x)``, ``reduce(deg, x)``, and the size ``dim(t, i)`` (an Int).
 Dimensions count from the innermost, as FlexFlow's do: on ``x`` [batch, in] the feature dim is 0
@@ -46,7 +47,7 @@ from flexrt.ir.ops.conv2d import window_output_size
 from flexrt.search.substitutions.semantics import window_of
 from flexrt.search.substitutions import (axioms_algebraic, axioms_operators, axioms_parallel,  # noqa: F401
                                          axioms_sizes)                                        # (they register)
-from flexrt.search.substitutions import axioms_conv  # noqa: F401  (registers)
+from flexrt.search.substitutions import axioms_conv, axioms_reduce  # noqa: F401  (registers)
 from flexrt.search.substitutions.axiom_table import (ACTI, AGGR, AXES, DEG, DIM, GROUP, SCALAR, UNARY,  # noqa: F401
                                                      WINDOW, Axiom, registered)
 
@@ -90,6 +91,7 @@ class Z3Algebra:
                            3: F("layernorm_gb", I, T, T, T, T)}
         self._conv, self._convb = F("conv", I, I, I, T, T, T), F("convb", I, I, I, T, T, T, T)
         self._bn = F("batchnorm", I, T, T, T, T)
+        self._reduce_sum = F("reduce_sum", I, T, T)
         self.conv_h, self.conv_w = F("conv_h", I, I, I), F("conv_w", I, I, I)
         self.kernel_h, self.kernel_w = F("kernel_h", I, I), F("kernel_w", I, I)
         self.typing: list = []
@@ -173,6 +175,8 @@ class Z3Algebra:
         self._conv_typed(c, g, x, w)
         self._typed(self.dim(b, 0) == self.dim(w, 3))
         return self._convb(c, g, a, x, w, b)
+
+    def reduce_sum(self, ax, x): return self._reduce_sum(ax, x)
 
     def bn(self, a, x, s, b):
         self._typed(self.dim(s, 0) == self.dim(x, 2), self.dim(b, 0) == self.dim(x, 2))
@@ -287,6 +291,7 @@ class NumpyAlgebra:
         return self._run("OP_CONV2D", [x, w, b], **self._window(c), PM_GROUP=g, PM_ACTI=a)[0]
 
     def bn(self, a, x, s, b): return self._run("OP_BATCHNORM", [x, s, b], PM_ACTI=a)[0]
+    def reduce_sum(self, ax, x): return self._run("OP_REDUCE_SUM", [x], PM_AXIS=ax)[0]
 
     _window = staticmethod(window_of)
 

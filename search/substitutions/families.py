@@ -20,7 +20,11 @@ graphs alone are 560,000 extensions); TASO bounds it the same way. So:
   dims), graphs of up to 3 operators and 5 on both sides together (``Family.max_total``); the
   verifier's laws hold for every window, the rules state the window they were found with;
 - ``batchnorm`` (training-mode batch norm without and with a fused ReLU, relu, and the data
-  movement along the channels of one [2, 4, 4, 4] input and two [4] vectors).
+  movement along the channels of one [2, 4, 4, 4] input and two [4] vectors);
+- ``reduce`` (a sum along one dimension, embedding lookups and bags, add, and the data movement
+  of 4 x 4 x 4 tensors): Unity Fig. 16c's ``embedding_bag(idx, t) = reduce_sum(embedding(idx, t))``
+  and the sum's moves through the parallelization operators (only rules with a sum are kept: the
+  family's other rules are the older families' on 3-d tensors).
 
 The core family's rules are oriented from the larger side to the smaller (as FlexFlow's library);
 the other families also emit each rule reversed (where the reverse reads no input its source
@@ -56,6 +60,7 @@ class Family:
     max_ops: int
     both_directions: bool = True   # also each rule reversed (where it reads no input its source lacks)
     max_total: int | None = None   # at most this many operators on both sides together
+    requires: tuple = ()           # keep only rules with one of these operator types (the family's new ones)
 
 
 def _axis(t: str, key: str, axes, **extra) -> list[OpChoice]:
@@ -125,6 +130,10 @@ FAMILIES: tuple[Family, ...] = (
     Family("batchnorm", lambda k: tuple([OpChoice("OP_BATCHNORM", (("PM_ACTI", a),), 3) for a in (0, 2)]
                                         + [OpChoice("OP_RELU")] + _moves(4, k, dims=(2,))),
            (_NCHW, _VECTOR, _VECTOR), 2),
+    Family("reduce", lambda k: tuple(_axis("OP_REDUCE_SUM", "PM_AXIS", (0, 1, 2))
+                                     + [OpChoice("OP_EMBEDDING", (("PM_AGGR", g),), 2) for g in (0, 1)]
+                                     + [OpChoice("OP_EW_ADD", (), 2)] + _moves(3, k, reduce=True)),
+           (_INDICES, _M, (4, 4, 4), (4, 4, 4)), 2, requires=("OP_REDUCE_SUM",)),
 )
 
 
@@ -182,6 +191,7 @@ def generate_library(families: Sequence[str] | None = None, max_ops: int | None 
         kept = 0
         for rule, shape, pair in zip(res.rules, res.input_shapes, res.pairs):
             why = ("over_max_total" if fam.max_total is not None and len(rule.src) + len(rule.dst) > fam.max_total
+                   else "without_required" if fam.requires and not {op.type for op in rule.src + rule.dst} & set(fam.requires)
                    else None if connected_source(rule) else "disconnected_source")
             if why:
                 counts[f"family_{fam.name}_{why}"] = counts.get(f"family_{fam.name}_{why}", 0) + 1

@@ -129,6 +129,8 @@ def _slot_role(op: PatternOp, k: int):
         return "vector"
     if (op.type, k) == ("OP_EMBEDDING", 0):
         return "index"
+    if (op.type, k) == ("OP_EMBEDDING", 1):
+        return "table"
     if op.type == "OP_BATCHNORM":
         return "image"
     if op.type == "OP_CONV2D":
@@ -139,7 +141,7 @@ def _slot_role(op: PatternOp, k: int):
 def rule_input_shapes(rule: Rule, size: int = 4) -> dict[int, TensorShape]:
     """Shapes on which the generator found a rule of ours, from the roles of its external inputs
     (FlexFlow numbering, -1, -2, ...): a bias or layer norm weight is a vector [size]; embedding
-    indices are an int64 [size, size] matrix; a convolution's input is an NCHW [2, size, size, size]
+    indices are an int64 [size, size] matrix and its table a [size, size] matrix; a convolution's input is an NCHW [2, size, size, size]
     and its kernel [size, size, kh, kw]; with a batch matmul every other input is [size]*3; else
     [size, size]."""
     roles: dict[int, str] = {}
@@ -160,7 +162,8 @@ def rule_input_shapes(rule: Rule, size: int = 4) -> dict[int, TensorShape]:
     for k in rule.external_inputs("src") | rule.external_inputs("dst"):
         r = roles.get(k)
         shapes[k] = (TensorShape((size,)) if r == "vector" else TensorShape((size, size), DataType.DT_INT64)
-                     if r == "index" else TensorShape((2, size, size, size)) if r == "image"
+                     if r == "index" else TensorShape((size, size)) if r == "table"
+                     else TensorShape((2, size, size, size)) if r == "image"
                      else TensorShape((size, size) + r[1:]) if isinstance(r, tuple)
                      else TensorShape((size,) * rank))
     convs = [op for op in rule.src + rule.dst if op.type == "OP_CONV2D"]

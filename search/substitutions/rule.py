@@ -6,7 +6,8 @@ A pattern operator has a FlexFlow operator type (``OP_LINEAR`` with an optional 
 ``OP_BATCHMATMUL``, ``OP_LAYERNORM`` with optional gamma and beta, ``OP_EMBEDDING`` (a bag with
 ``PM_AGGR`` 1), ``OP_EW_ADD``, ``OP_EW_MUL``, ``OP_CONCAT``, ``OP_SPLIT``, ``OP_TRANSPOSE``,
 ``OP_SCALAR_MULTIPLY``, ``OP_CONV2D`` (x, kernel and an optional bias; its window, groups and fused
-activation as parameters), ``OP_BATCHNORM`` (x, scale, bias; a fused ReLU as ``PM_ACTI`` 2), and the
+activation as parameters), ``OP_BATCHNORM`` (x, scale, bias; a fused ReLU as ``PM_ACTI`` 2),
+``OP_REDUCE_SUM`` (the sum along ``PM_AXIS``, which it removes), and the
 parallelization operators ``OP_PARTITION``, ``OP_COMBINE``,
 ``OP_REPLICATE``, ``OP_REDUCE``), its
 parameters (``PM_*`` keys, integer values) and inputs: ``Slot(op, ts)`` is output ``ts`` of
@@ -76,6 +77,7 @@ OP_SPECS = {
     "OP_CONV2D": OpSpec(2, params=CONV_PARAMS + ("PM_GROUP", "PM_ACTI"), required=CONV_PARAMS[:2],
                         optional=1),                                  # (x, kernel) or (x, kernel, bias)
     "OP_BATCHNORM": OpSpec(3, params=("PM_ACTI",)),                  # (x NCHW, scale, bias); PM_ACTI 0 or 2
+    "OP_REDUCE_SUM": OpSpec(1, params=("PM_AXIS",), required=("PM_AXIS",)),  # the dimension summed and removed
     "OP_EW_ADD": OpSpec(2),
     "OP_EW_MUL": OpSpec(2),
     "OP_CONCAT": OpSpec(2, params=("PM_AXIS", "PM_NUM_INPUTS", "PM_NUMDIM"), required=("PM_AXIS",)),

@@ -13,6 +13,7 @@ PCG operators, shared by the generator, the verifier's concrete checks and the r
 | ``OP_EMBEDDING`` (indices, table) | ``PM_AGGR`` 0 none, 1 sum (the embedding bag) | ``EmbeddingAttrs(entries, channels, aggr)`` |
 | ``OP_CONV2D`` (x, kernel[, bias]) | ``PM_KERNEL_H/W``, ``PM_STRIDE_H/W`` (1), ``PM_PADDING_H/W`` (0), ``PM_GROUP`` (1), ``PM_ACTI`` | ``Conv2DAttrs(kernel.dims[0], ...)``: x [N, C, H, W], kernel [out, C / groups, kh, kw], bias [out] |
 | ``OP_BATCHNORM`` (x, scale, bias) | ``PM_ACTI`` 0 or 2 (a fused ReLU) | ``BatchNormAttrs(relu)``, training mode, eps 1e-5 and momentum 0.1 only; x [N, C, H, W] |
+| ``OP_REDUCE_SUM`` (x) | ``PM_AXIS`` | ``ReduceAttrs(REDUCE_SUM, (axis,), keepdims=False)``: the dimension summed and removed |
 | ``OP_EW_ADD`` / ``OP_EW_MUL`` (a, b) | | ``ElementBinaryAttrs(EW_ADD / EW_MUL)`` |
 | ``OP_SCALAR_MULTIPLY`` (x) | ``PM_SCALAR`` (integer) | ``ElementUnaryAttrs(SCALAR_MUL, scalar)`` |
 | ``OP_CONCAT`` (a, b) | ``PM_AXIS``, ``PM_NUM_INPUTS`` 2, ``PM_NUMDIM`` | ``ConcatAttrs(axis)`` |
@@ -45,7 +46,7 @@ from flexrt.ir.enums import ActiMode, AggrMode
 from flexrt.ir.op_type import OpType
 from flexrt.ir.ops import (BatchMatmulAttrs, BatchNormAttrs, BiasAddAttrs, CombineAttrs, ConcatAttrs, Conv2DAttrs,
                            ElementBinaryAttrs,
-                           ElementUnaryAttrs, EmbeddingAttrs, LayerNormAttrs, LinearAttrs, ReductionAttrs,
+                           ElementUnaryAttrs, EmbeddingAttrs, LayerNormAttrs, LinearAttrs, ReduceAttrs, ReductionAttrs,
                            RepartitionAttrs, ReplicateAttrs, SoftmaxAttrs, SplitAttrs, TransposeAttrs)
 from flexrt.ir.ops.softmax import softmax_axis
 from flexrt.ir.tensor_shape import TensorShape
@@ -154,6 +155,8 @@ def to_attrs(op: PatternOp, inputs: Sequence[TensorShape]):
         if rank != 4:
             raise GraphError(f"OP_BATCHNORM: the input must be [N, C, H, W], got {inputs[:1]}")
         return dataclasses.replace(BATCH_NORM, relu=acti == 2)
+    if t == "OP_REDUCE_SUM":
+        return ReduceAttrs(OpType.REDUCE_SUM, (flexrt_dim(op.param("PM_AXIS"), rank),))
     if t in ("OP_EW_ADD", "OP_EW_MUL"):
         return ElementBinaryAttrs(BINARY[t])
     if t == "OP_SCALAR_MULTIPLY":
@@ -215,6 +218,8 @@ def pattern_of(attrs, inputs: Sequence[TensorShape]) -> Optional[PatternOp]:
         values = (attrs.kernel_h, attrs.kernel_w, attrs.stride_h, attrs.stride_w, attrs.padding_h, attrs.padding_w)
         return PatternOp("OP_CONV2D", (), tuple(zip(CONV_PARAMS, values)) + (
             ("PM_GROUP", attrs.groups), ("PM_ACTI", ACTI_CODE[attrs.activation])))
+    if t is OpType.REDUCE_SUM and len(attrs.axes) == 1 and not attrs.keepdims and rank:
+        return PatternOp("OP_REDUCE_SUM", (), (("PM_AXIS", flexflow_dim(attrs.axes[0], rank)),))
     if t in BINARY_CODE:
         return PatternOp(BINARY_CODE[t], ())
     if t is OpType.SCALAR_MUL and float(attrs.scalar).is_integer():

@@ -62,6 +62,8 @@ def _apply(alg, op, args, where: str) -> tuple:
         return (alg.embedding(p("PM_AGGR", 0), *args),)
     if t == "OP_BATCHNORM":
         return (alg.bn(p("PM_ACTI", 0), *args),)
+    if t == "OP_REDUCE_SUM":
+        return (alg.reduce_sum(_need(op, "PM_AXIS", where), *args),)
     if t == "OP_CONV2D":
         conv = alg.conv if len(args) == 2 else alg.convb
         return (conv(window_code(op), p("PM_GROUP", 1), p("PM_ACTI", 0), *args),)
