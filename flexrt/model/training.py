@@ -336,7 +336,7 @@ class TrainingMixin:
             return
         s = self._need_session("init_layers")
         if self._dirty:
-            s.executor.load_weights(self._initial)
+            s.load_weights(self._initial)
             self._dirty = False
         s.reset_metrics()
 

@@ -214,8 +214,7 @@ class Session:
             self._check_host_memory()
         self._set_loss_scale(loss_scale)
         self.executor.penalties = self._checked_penalties(penalties or {})
-        self.executor.load_weights(fold_values(self.base, weights if weights is not None
-                                               else initial_weights(self.base, seed)))
+        self.load_weights(weights if weights is not None else initial_weights(self.base, seed))
         self.last: Optional[IterationResult] = None
 
     def _checked_penalties(self, penalties: dict) -> dict:
@@ -302,6 +301,10 @@ class Session:
     def output(self, node: str, k: int = 0) -> np.ndarray:
         """Output ``k`` of operator ``node`` of the last forward pass, whole (gathered from its pieces)."""
         return self.executor.read_output(node, k)
+
+    def load_weights(self, full: dict) -> None:
+        """Place every weight from full arrays by the model's names (a folded weight's parts joined)."""
+        self.executor.load_weights(fold_values(self.base, full))
 
     def weights(self) -> dict:
         """Every weight's full array, by the model's names (a folded weight's parts cut apart)."""

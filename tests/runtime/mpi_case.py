@@ -8,8 +8,10 @@
 device per rank; rank 0 prints ``PEAK model strategy device predicted measured`` per device.
 ``... host``: the ranks on one host together need more memory than it has: every rank refuses.
 ``... parts``: Fig. 16b's concat parts (tests/runtime/test_concat_parts.py) on devices 0, 2, 4, 6, and
-Fig. 11b's Add cut by operand (test_add_operands.py) on devices 0 and 4, so on more than one rank;
-rank 0 prints ``OK parts N loss_err weight_err`` per part degree, ``OK operands add|subtract ...``.
+Fig. 11b's Add cut by operand (test_add_operands.py) on devices 0 and 4, so on more than one rank,
+and four merged convolutions with one folded kernel (test_folded_weights.py) data parallel on 8
+devices; rank 0 prints ``OK parts N loss_err weight_err`` per part degree, ``OK operands
+add|subtract ...``, ``OK folded data ...``.
 """
 
 from __future__ import annotations
@@ -143,6 +145,10 @@ def parts() -> None:
     for op in ("add", "subtract"):
         towers = add_case.towers(op)
         cases.append((f"operands {op}", towers, add_case.fig11b(towers, machine, devices=(0, 4))))
+    from flexrt.strategy import data_parallel
+    from tests.runtime.test_folded_weights import branches, merged
+    base = branches(4)   # TASO's merged convolutions, their kernels folded into one weight
+    cases.append(("folded data", base, data_parallel(merged(base), machine, 8)))
     for label, pcg, strategy in cases:
         w0 = weights_for(pcg, DataType.DT_DOUBLE)
         inputs, labels = batch(pcg, LOSS)

@@ -171,3 +171,46 @@ def test_a_folded_strategy_file_round_trips(machine):
     back = strategy_from_json(strategy_to_json(r.strategy, machine), base, machine)
     assert back.pcg == r.strategy.pcg and folded(back.pcg) == folded(r.strategy.pcg)
     _law(back, machine, n=2)
+
+
+def test_an_ffmodel_trains_an_imported_folded_strategy_like_one_device(tmp_path):
+    """Through the FFModel API: ``--import`` a strategy whose graph folds the branches' kernels;
+    ``get_weights`` answers by the model's names, ``init_layers`` starts over from the model's
+    initial weights, and training matches the single-device reference (float64)."""
+    from flexrt.model import LossType, SGDOptimizer
+    from flexrt.runtime.executor import optimizer_step
+    from flexrt.runtime.reference import ReferenceTrainer
+    from flexrt.strategy import GraphStrategy, save_strategy
+
+    def model(argv):
+        m = FFModel(FFConfig(["-b", "8", *argv]))
+        x = m.create_tensor([8, 5, 4, 4], DT)
+        ys = [m.conv2d(x, 6, 1, 1, 1, 1, 0, 0, ActiMode.AC_MODE_RELU, use_bias=False, name=f"b{i}") for i in range(2)]
+        m.softmax(m.dense(m.flat(m.concat(ys, 1, name="cat"), name="flat"), 5, name="fc"), name="softmax")
+        return m
+
+    machine = load_machine("local")
+    path = tmp_path / "folded.json"
+    dp = data_parallel(merged(model([]).pcg), machine, 2)   # a rewritten graph: saved whole, as Unity's are
+    save_strategy(str(path), GraphStrategy(dp.pcg, dp.views), machine)
+    m = model(["--import", str(path)])
+    m.compile(optimizer=SGDOptimizer(m, 0.05), loss_type=LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY)
+    assert folded(m.session.base) and set(m.get_weights()) == {"b0.kernel", "b1.kernel", "fc.kernel", "fc.bias"}
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((16, 5, 4, 4)), rng.integers(0, 5, (16, 1)).astype(np.int32)
+    ref = ReferenceTrainer(m.pcg, m._initial, optimizer_step("sgd", lr=0.05), "sparse_categorical_crossentropy")
+    m.fit(x=x, y=y, epochs=1)
+    for lo in (0, 8):
+        ref.step({"input_1": x[lo:lo + 8]}, y[lo:lo + 8])
+    for name, w in m.get_weights().items():
+        np.testing.assert_allclose(w, ref.weights[name], rtol=0, atol=1e-10, err_msg=name)
+    m.init_layers()
+    for name, w in m.get_weights().items():
+        np.testing.assert_array_equal(w, m._initial[name])
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_a_pipelined_folded_graph_trains_like_the_model(schedule, machine):
+    from flexrt.strategy.pipeline import pipeline_strategy
+    g = merged(branches(4))
+    _law(pipeline_strategy(g, machine, 2, 2, schedule), machine)

@@ -52,11 +52,13 @@ def test_strategies_spanning_ranks_train_like_one_device(n, models, kinds):
 def test_concat_parts_and_add_operands_spanning_ranks_train_like_one_device(n):
     """Fig. 16b's placement (each concat input on its own device, the concat and the next Linear cut
     in parts there) and Fig. 11b's (an Add of two operands on two devices cut by operand, an
-    AllReduce into the replicated ReLU) with their devices spread over the ranks."""
+    AllReduce into the replicated ReLU) with their devices spread over the ranks; and a graph with a
+    folded weight (TASO's merged convolutions), data parallel over every rank."""
     r = mpirun(n, "parts")
     assert r.returncode == 0, r.stdout + r.stderr
     assert [line.split()[:3] for line in r.stdout.splitlines() if line.startswith("OK ")] == [
-        ["OK", "parts", "2"], ["OK", "parts", "4"], ["OK", "operands", "add"], ["OK", "operands", "subtract"]], \
+        ["OK", "parts", "2"], ["OK", "parts", "4"], ["OK", "operands", "add"], ["OK", "operands", "subtract"],
+        ["OK", "folded", "data"]], \
         r.stdout
 
 
