@@ -214,3 +214,24 @@ def test_a_pipelined_folded_graph_trains_like_the_model(schedule, machine):
     from flexrt.strategy.pipeline import pipeline_strategy
     g = merged(branches(4))
     _law(pipeline_strategy(g, machine, 2, 2, schedule), machine)
+
+
+def test_a_folded_graph_in_float16_trains_like_the_model(machine):
+    """Mixed precision: float32 master weights of the folded kernel, loss scale 256; within two
+    float16 ulps of the model's single-device reference (as the MPI law's float16 cases)."""
+    from flexrt.ir.precision import with_precision
+    from flexrt.runtime.executor import optimizer_step, relative_error
+    from flexrt.runtime.reference import ReferenceTrainer
+    from tests.runtime.test_central_law import SGD, batch
+    base = with_precision(branches(4, dt=DataType.DT_FLOAT), "fp16")
+    g = with_precision(merged(branches(4, dt=DataType.DT_FLOAT)), "fp16")
+    assert folded(g)
+    w0 = weights_for(base, DataType.DT_FLOAT)
+    inputs, labels = batch(base, "sparse_categorical_crossentropy")
+    ref = ReferenceTrainer(base, w0, optimizer_step("sgd", **SGD), "sparse_categorical_crossentropy", loss_scale=256.0)
+    s = Session(data_parallel(g, machine, 4), machine, weights=w0, loss_scale=256.0, **SGD)
+    for _ in range(3):
+        assert abs(ref.step(inputs, labels) - s.step(inputs, labels).loss) <= 1e-3
+    got = s.weights()
+    assert set(got) == set(ref.weights)
+    assert max(relative_error(got[k], ref.weights[k]) for k in got) <= 2 * 2.0 ** -10
