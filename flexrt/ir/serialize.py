@@ -14,7 +14,7 @@ import types
 import typing
 from typing import Any
 
-from flexrt.errors import GraphError
+from flexrt.errors import FlexrtError, GraphError
 from flexrt.ir.datatype import DataType
 from flexrt.ir.op_type import OpType
 from flexrt.ir.parallel_tensor import ParallelTensorShape
@@ -90,7 +90,10 @@ def attrs_from_json(op: str, data: dict, where: str = "attrs"):
     if unknown:
         raise GraphError(f"{where}: unknown field(s) {sorted(unknown)} for {op}; valid: {sorted(names)}")
     kwargs = {k: _decode(hints[k], v, f"{where}.{k}") for k, v in data.items()}
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except FlexrtError as e:   # the attributes' own checks (a folded weight's parts, a concat's axis)
+        raise type(e)(f"{where}: {e}") from None
 
 
 def pshape_to_json(s: ParallelTensorShape) -> dict:

@@ -235,3 +235,19 @@ def test_a_folded_graph_in_float16_trains_like_the_model(machine):
     got = s.weights()
     assert set(got) == set(ref.weights)
     assert max(relative_error(got[k], ref.weights[k]) for k in got) <= 2 * 2.0 ** -10
+
+
+def test_a_malformed_folded_weight_in_a_strategy_file_is_located(tmp_path, machine):
+    import json
+    from flexrt.errors import FlexrtError
+    from flexrt.strategy import GraphStrategy, load_strategy, save_strategy
+    dp = data_parallel(merged(branches(2)), machine, 2)
+    path = tmp_path / "s.json"
+    save_strategy(str(path), GraphStrategy(dp.pcg, dp.views), machine)
+    data = json.loads(path.read_text())
+    (node,) = [n for n in data["pcg"]["nodes"] if n["op"] == "weight" and "parts" in n["attrs"]]
+    node["attrs"]["part_sizes"] = [6, 5]
+    path.write_text(json.dumps(data))
+    with pytest.raises(FlexrtError, match=r"s\.json: pcg: nodes\[\d+\] .*attrs: folded weight of 'b0.kernel', "
+                                          r"'b1.kernel': part_sizes \[6, 5\] must be >= 1 and add up"):
+        load_strategy(str(path), branches(2), machine)
