@@ -315,9 +315,8 @@ class Session:
         where = locate(self.base, name)
         if where is None:
             return self.executor.weight(name)
-        fname, axis, cut = where
-        full = self.executor.weight(fname)
-        return full[(slice(None),) * axis + (cut,)].copy()
+        fname, index = where
+        return self.executor.weight(fname)[index].copy()
 
     def set_weight(self, name: str, value) -> None:
         """Write one weight's full array into its instances; the next iteration uses it."""
@@ -325,9 +324,8 @@ class Session:
         if where is None:
             self.executor.set_weight(name, value)
             return
-        fname, axis, cut = where
+        fname, index = where
         full = self.executor.weight(fname)
-        index = (slice(None),) * axis + (cut,)
         value = np.asarray(value)
         if value.shape != full[index].shape:
             raise ConfigError(f"weight '{name}' has shape {full[index].shape}; got an array of shape {value.shape}")

@@ -119,12 +119,12 @@ def unfold_values(pcg: PCG, values: Mapping[str, object]) -> dict:
     return out
 
 
-def locate(pcg: PCG, name: str) -> Optional[tuple[str, int, tuple]]:
-    """Where the model's weight ``name`` lives when the graph folded it: (the folded weight, the fold
-    axis, the slice of it along that axis); None when ``name`` is not a part."""
+def locate(pcg: PCG, name: str) -> Optional[tuple[str, tuple]]:
+    """Where the model's weight ``name`` lives when the graph folded it: (the folded weight, the index
+    of its part in the folded weight's array); None when ``name`` is not a part."""
     for fname, attrs in folded(pcg).items():
         if name in attrs.parts:
             k = attrs.parts.index(name)
             start = sum(attrs.part_sizes[:k])
-            return fname, attrs.part_axis, slice(start, start + attrs.part_sizes[k])
+            return fname, (slice(None),) * attrs.part_axis + (slice(start, start + attrs.part_sizes[k]),)
     return None

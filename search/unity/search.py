@@ -160,6 +160,15 @@ def _rewritten(g: PCG, rule: Rule, m, state: dict) -> Optional[PCG]:
     return new
 
 
+def _rewrite_notes(pcg: PCG, best_pcg: PCG, state: dict) -> dict:
+    """The search log's notes on substitution selection: whether and by which rewrites the chosen
+    graph differs from the input, and the weight-computing rewrites folded or skipped."""
+    return dict(rewritten=best_pcg.structural_hash() != pcg.structural_hash(),
+                rewrites=list(state.get("paths", {}).get(best_pcg.structural_hash(), ())),
+                skipped_computed_weights=state.get("computed_weights", 0),
+                folded_weights=state.get("folded_weights", 0))
+
+
 def _best_first(pcg: PCG, costing: _Costing, rules: Sequence[Rule], budget: int, alpha: float,
                 frozen: frozenset, log: SearchLog, t0: float, progress: Progress, state: dict):
     """TASO's backtracking search over one segment; returns (best graph, its mapping).
@@ -293,10 +302,7 @@ def unity(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUDGET, 
     log.proposals = count
     log.notes.update(dp_calls=costing.calls, dp_cache_hits=dp.hits, dp_cache_misses=dp.misses,
                      edge_evaluations=costs.edge_evaluations, estimated_s=mapping.cost_s,
-                     rewritten=best_pcg.structural_hash() != pcg.structural_hash(),
-                     rewrites=list(state.get("paths", {}).get(best_pcg.structural_hash(), ())),
-                     skipped_computed_weights=state.get("computed_weights", 0),
-                     folded_weights=state.get("folded_weights", 0))
+                     **_rewrite_notes(pcg, best_pcg, state))
     log.stop_reason = "interrupted" if log.interrupted else "queue empty or budget spent"
     overlap = _overlap_dp(machine, cost_model, optimizer, sp, min_degree, n, cache)
     finalists = _finalists("unity", best_pcg, pcg, mapping, machine, cost_model, optimizer, sp, min_degree, n, cache,
@@ -341,10 +347,7 @@ def sequential(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUD
     dp = MappingDP(machine, LocalCosts(machine, cost_model, sp.kinds, optimizer, min_degree), devices=n)
     mapping = dp.solve(best_pcg)
     log.proposals = count
-    log.notes.update(estimated_s=mapping.cost_s, rewritten=best_pcg.structural_hash() != pcg.structural_hash(),
-                     rewrites=list(state.get("paths", {}).get(best_pcg.structural_hash(), ())),
-                     skipped_computed_weights=state.get("computed_weights", 0),
-                     folded_weights=state.get("folded_weights", 0))
+    log.notes.update(estimated_s=mapping.cost_s, **_rewrite_notes(pcg, best_pcg, state))
     log.stop_reason = "interrupted" if log.interrupted else "queue empty or budget spent"
     return _finish(machine, cost_model, optimizer,
                    _finalists("sequential", best_pcg, pcg, mapping, machine, cost_model, optimizer, sp, min_degree, n),
