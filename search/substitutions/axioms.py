@@ -19,17 +19,18 @@ Operators (see ``semantics.py`` for what each means in flexrt): ``linear(acti, x
 ``c``, ``g`` groups, fused activation ``a``; ``conv_h(c, n)`` / ``conv_w(c, n)`` its output height /
 width on an input of n and ``kernel_h(c)`` / ``kernel_w(c)``, uninterpreted in Z3),
 ``bn(a, x, scale, bias)`` (training-mode batch norm of NCHW ``x``, ``a`` 0 or 2: a fused ReLU),
-``reduce_sum(axis, x)`` (the sum along ``axis``, removed), ``transpose(x)``, ``concat(axis, a, b)``, ``split0(axis, x)`` /
-``split1(axis, x)`` (the two equal halves), ``partition(dim, deg, x)``, ``combine(dim, deg, x)``,
+``reduce_sum(axis, x)`` (the sum along ``axis``, removed), ``transpose(x)``, ``concat(axis, a, b)``,
+``split(k, axis, p, x)`` (part ``k`` of ``x`` cut along ``axis`` after its first ``p`` entries: 0 the
+first ``p``, 1 the rest), ``partition(dim, deg, x)``, ``combine(dim, deg, x)``,
 ``replicate(deg, x)``, ``reduce(deg, x)``, and the size ``dim(t, i)`` (an Int).
 Dimensions count from the innermost, as FlexFlow's do: on ``x`` [batch, in] the feature dim is 0
 and the batch dim is 1; on ``w`` [in, out] the output dim is 0 and the input (row) dim is 1.
 
 Tensors are typed by their sizes: ``dim(t, i)`` is an uninterpreted function with an axiom per
 operator giving its output's sizes (``axioms_sizes.py``), and an axiom that holds only for some
-sizes says so (``Axiom.where``): ``split0(ax, concat(ax, a, b)) = a`` only when ``dim(a, ax) =
-dim(b, ax)``. Concat associativity, unsound with the untyped equal-halves split axioms (it proved
-every tensor equal), is therefore an axiom. The verifier adds each rule's typing as hypotheses
+sizes says so (``Axiom.where``): ``split(0, ax, p, concat(ax, a, b)) = a`` only when ``p = dim(a,
+ax)``. (Concat associativity, unsound with the untyped equal-halves split axioms of before, where it
+proved every tensor equal, is an axiom.) The verifier adds each rule's typing as hypotheses
 (``translate.py``: every operator of both sides well typed, mapped outputs of equal sizes), the
 conditions under which the rewriter applies a rule.
 
@@ -48,8 +49,8 @@ from flexrt.search.substitutions.semantics import window_of
 from flexrt.search.substitutions import (axioms_algebraic, axioms_operators, axioms_parallel,  # noqa: F401
                                          axioms_sizes)                                        # (they register)
 from flexrt.search.substitutions import axioms_conv, axioms_reduce  # noqa: F401  (registers)
-from flexrt.search.substitutions.axiom_table import (ACTI, AGGR, AXES, DEG, DIM, GROUP, SCALAR, UNARY,  # noqa: F401
-                                                     WINDOW, Axiom, registered)
+from flexrt.search.substitutions.axiom_table import (ACTI, AGGR, AXES, DEG, DIM, GROUP, POINT, SCALAR,  # noqa: F401
+                                                     UNARY, WINDOW, Axiom, registered)
 
 
 AXIOMS: tuple[Axiom, ...] = registered()
@@ -80,7 +81,7 @@ class Z3Algebra:
         self._ewadd, self._ewmul = F("ewadd", T, T, T), F("ewmul", T, T, T)
         self._smul = F("smul", I, T, T)
         self._concat = F("concat", I, T, T, T)
-        self._split0, self._split1 = F("split0", I, T, T), F("split1", I, T, T)
+        self._split = (F("split0", I, I, T, T), F("split1", I, I, T, T))
         self._partition, self._combine = F("partition", I, I, T, T), F("combine", I, I, T, T)
         self._replicate, self._reduce = F("replicate", I, T, T), F("reduce", I, T, T)
         self._dim = F("dim", T, I, I)
@@ -128,13 +129,9 @@ class Z3Algebra:
         self._same(a, b, lambda i: ax == i)
         return self._concat(ax, a, b)
 
-    def split0(self, ax, x):
-        self._typed(self.dim(x, ax) % 2 == 0)
-        return self._split0(ax, x)
-
-    def split1(self, ax, x):
-        self._typed(self.dim(x, ax) % 2 == 0)
-        return self._split1(ax, x)
+    def split(self, k, ax, p, x):
+        self._typed(p >= 1, p < self.dim(x, ax))
+        return self._split[k](ax, p, x)
 
     def partition(self, d, k, x): return self._partition(d, k, x)
     def combine(self, d, k, x): return self._combine(d, k, x)
@@ -185,10 +182,6 @@ class Z3Algebra:
     def ite(self, c, a, b):
         return self.z3.If(c, a, b)
 
-    @staticmethod
-    def half(n):
-        return n / 2   # Z3's integer division
-
     def swap(self, d):
         z3 = self.z3
         return z3.If(d == 0, 1, z3.If(d == 1, 0, d))
@@ -220,7 +213,7 @@ class Z3Algebra:
         return z3.ForAll(bound, body, patterns=pats) if pats else z3.ForAll(bound, body)
 
 
-_DOMAINS = {ACTI: (0, 4), UNARY: (0, None), AXES: (1, None), AGGR: (0, 1), WINDOW: (0, None), GROUP: (1, None)}  # Z3's bounds (None: unbounded)
+_DOMAINS = {POINT: (1, None), ACTI: (0, 4), UNARY: (0, None), AXES: (1, None), AGGR: (0, 1), WINDOW: (0, None), GROUP: (1, None)}  # Z3's bounds (None: unbounded)
 
 
 def _is_pattern(z3, e, names: set) -> bool:
@@ -245,6 +238,11 @@ def z3_axioms(alg: Z3Algebra, patterns: bool = True) -> list:
     return [alg.formula(ax, patterns) for ax in AXIOMS]
 
 
+class IllTyped(GraphError):
+    """A concrete check's assignment on which an operator is not defined (a split point outside its
+    dimension): the axiom says nothing there (its Z3 reading carries the same typing as a condition)."""
+
+
 class NumpyAlgebra:
     """Rule operators on ``ParallelValue``s with flexrt's NumPy kernels (compute operators run piece by
     piece with ``run_pieces``; parallel operators move pieces with ``apply_parallel_op``)."""
@@ -257,11 +255,12 @@ class NumpyAlgebra:
         self.np, self.pieces, self.PatternOp, self.to_attrs = np, pieces, PatternOp, to_attrs
         self.UNARY_TYPES = UNARY_TYPES
 
-    def _attrs(self, t, vals, **params):
-        return self.to_attrs(self.PatternOp(t, (), tuple(params.items())), [x.shape.tensor_shape for x in vals])
+    def _attrs(self, t, vals, point=None, **params):
+        return self.to_attrs(self.PatternOp(t, (), tuple(params.items())), [x.shape.tensor_shape for x in vals],
+                             point=point)
 
-    def _run(self, t, vals, **params):
-        return self.pieces.run_pieces(self.np, self._attrs(t, vals, **params), list(vals), t)
+    def _run(self, t, vals, point=None, **params):
+        return self.pieces.run_pieces(self.np, self._attrs(t, vals, point, **params), list(vals), t)
 
     def _move(self, t, x, **params):
         return self.pieces.apply_parallel_op(self.np, self._attrs(t, [x], **params), x)
@@ -273,8 +272,10 @@ class NumpyAlgebra:
     def ewmul(self, a, b): return self._run("OP_EW_MUL", [a, b])[0]
     def smul(self, s, x): return self._run("OP_SCALAR_MULTIPLY", [x], PM_SCALAR=s)[0]
     def concat(self, ax, a, b): return self._run("OP_CONCAT", [a, b], PM_AXIS=ax, PM_NUM_INPUTS=2)[0]
-    def split0(self, ax, x): return self._run("OP_SPLIT", [x], PM_AXIS=ax, PM_NUM_OUTPUTS=2)[0]
-    def split1(self, ax, x): return self._run("OP_SPLIT", [x], PM_AXIS=ax, PM_NUM_OUTPUTS=2)[1]
+    def split(self, k, ax, p, x):
+        if not 1 <= p < self.dim(x, ax):
+            raise IllTyped(f"split after {p} of a dimension of size {self.dim(x, ax)}")
+        return self._run("OP_SPLIT", [x], p, PM_AXIS=ax, PM_NUM_OUTPUTS=2)[k]
     def partition(self, d, k, x): return self._move("OP_PARTITION", x, PM_PARALLEL_DIM=d, PM_PARALLEL_DEGREE=k)
     def combine(self, d, k, x): return self._move("OP_COMBINE", x, PM_PARALLEL_DIM=d, PM_PARALLEL_DEGREE=k)
     def replicate(self, k, x): return self._move("OP_REPLICATE", x, PM_PARALLEL_DEGREE=k)
@@ -321,10 +322,6 @@ class NumpyAlgebra:
         return a if c else b
 
     @staticmethod
-    def half(n):
-        return n // 2
-
-    @staticmethod
     def swap(d):
         return {0: 1, 1: 0}.get(d, d)
 
@@ -354,7 +351,7 @@ class NumpyAlgebra:
 
 
 class _Sizes:
-    """Sizes for one concrete check: every size a multiple of ``unit`` (so every split halves and every
+    """Sizes for one concrete check: every size a multiple of ``unit`` (so every
     degree, and product of degrees, divides), one common shape per rank, and named sizes for linear (b, i, o, c)."""
 
     def __init__(self, rank: int, unit: int, rng):
@@ -397,6 +394,9 @@ def check_axiom(ax: Axiom, rank: int, ints: dict, rng) -> str | None:
         setattr(v, t, A.value(full, kinds.get(t), rng))
     if ax.where and not all(ax.where(A, v)):
         return None
-    lhs, rhs = ax.law(A, v)
+    try:
+        lhs, rhs = ax.law(A, v)
+    except IllTyped:
+        return None
     why = A.same(lhs, rhs)
     return None if why is None else f"{ax.name} ({ax.comment}) with {ints}, rank {rank}: {why}"

@@ -147,27 +147,26 @@ def linear_assoc(A, v):
     return A.linear(v.a, A.linear(0, v.x, v.w1), v.w2), A.linear(v.a, v.x, A.linear(0, v.w1, v.w2))
 
 
-@axiom("split0(ax, concat(ax, a, b)) = a when dim(a, ax) = dim(b, ax): split undoes concat (equal halves)", "a b",
-       "ax:dim", where=lambda A, v: same_size(A, v.a, v.b, [v.ax]), ranks=(2, 3))
+@axiom("split(0, ax, p, concat(ax, a, b)) = a when p = dim(a, ax): split undoes concat", "a b",
+       "ax:dim p:point", where=lambda A, v: [v.p == A.dim(v.a, v.ax)], ranks=(2, 3))
 def split0_concat(A, v):
-    return A.split0(v.ax, A.concat(v.ax, v.a, v.b)), v.a
+    return A.split(0, v.ax, v.p, A.concat(v.ax, v.a, v.b)), v.a
 
 
-@axiom("split1(ax, concat(ax, a, b)) = b when dim(a, ax) = dim(b, ax): split undoes concat (equal halves)", "a b",
-       "ax:dim", where=lambda A, v: same_size(A, v.a, v.b, [v.ax]), ranks=(2, 3))
+@axiom("split(1, ax, p, concat(ax, a, b)) = b when p = dim(a, ax): split undoes concat", "a b",
+       "ax:dim p:point", where=lambda A, v: [v.p == A.dim(v.a, v.ax)], ranks=(2, 3))
 def split1_concat(A, v):
-    return A.split1(v.ax, A.concat(v.ax, v.a, v.b)), v.b
+    return A.split(1, v.ax, v.p, A.concat(v.ax, v.a, v.b)), v.b
 
 
-@axiom("concat(ax, split0(ax, x), split1(ax, x)) = x when dim(x, ax) is even: concat undoes split (unguarded, it "
-       "made every size even, so a half's size too, ..., and every typed rule provable)", "x", "ax:dim",
-       where=lambda A, v: [A.dim(v.x, v.ax) % 2 == 0], ranks=(2, 3))
+@axiom("concat(ax, split(0, ax, p, x), split(1, ax, p, x)) = x: concat undoes split", "x", "ax:dim p:point",
+       ranks=(2, 3))
 def concat_split(A, v):
-    return A.concat(v.ax, A.split0(v.ax, v.x), A.split1(v.ax, v.x)), v.x
+    return A.concat(v.ax, A.split(0, v.ax, v.p, v.x), A.split(1, v.ax, v.p, v.x)), v.x
 
 
 @axiom("concat(ax, concat(ax, a, b), c) = concat(ax, a, concat(ax, b, c)): concat is associative (sound with "
-       "sizes: split undoes concat only on equal halves)", "a b c", "ax:dim", ranks=(2, 3))
+       "sizes: split undoes concat only at its point)", "a b c", "ax:dim", ranks=(2, 3))
 def concat_assoc(A, v):
     return A.concat(v.ax, A.concat(v.ax, v.a, v.b), v.c), A.concat(v.ax, v.a, A.concat(v.ax, v.b, v.c))
 
@@ -235,33 +234,35 @@ def linear_concat_inner(A, v):
 
 
 def _split_axioms():
-    """split_i commutes with the element-wise operators and with linear where the split dim is kept."""
+    """Part i of a split commutes with the element-wise operators and with linear where the split dim is kept."""
     for i in (0, 1):
-        def s(A, ax, x, i=i):
-            return A.split0(ax, x) if i == 0 else A.split1(ax, x)
-        axiom(f"split{i}(ax, relu(x)) = relu(split{i}(ax, x))", "x", "ax:dim", ranks=(2, 3))(
-            named(f"split{i}_relu", lambda A, v, s=s: (s(A, v.ax, A.relu(v.x)), A.relu(s(A, v.ax, v.x)))))
-        axiom(f"split{i}(ax, smul(t, x)) = smul(t, split{i}(ax, x))", "x", "ax:dim t:scalar", ranks=(2, 3))(
-            named(f"split{i}_smul", lambda A, v, s=s: (s(A, v.ax, A.smul(v.t, v.x)), A.smul(v.t, s(A, v.ax, v.x)))))
-        axiom(f"split{i}(ax, ewadd(a, b)) = ewadd(split{i}(ax, a), split{i}(ax, b))", "a b", "ax:dim", ranks=(2, 3))(
-            named(f"split{i}_ewadd", lambda A, v, s=s: (s(A, v.ax, A.ewadd(v.a, v.b)),
-                                                          A.ewadd(s(A, v.ax, v.a), s(A, v.ax, v.b)))))
-        axiom(f"split{i}(ax, ewmul(a, b)) = ewmul(split{i}(ax, a), split{i}(ax, b))", "a b", "ax:dim", ranks=(2, 3))(
-            named(f"split{i}_ewmul", lambda A, v, s=s: (s(A, v.ax, A.ewmul(v.a, v.b)),
-                                                          A.ewmul(s(A, v.ax, v.a), s(A, v.ax, v.b)))))
-        axiom(f"split{i}(swap(ax), transpose(x)) = transpose(split{i}(ax, x))", "x", "ax:dim", ranks=(2, 3))(
-            named(f"split{i}_transpose", lambda A, v, s=s: (s(A, A.swap(v.ax), A.transpose(v.x)),
-                                                              A.transpose(s(A, v.ax, v.x)))))
-        axiom(f"split{i}(ax, linear(a, x, w)) = linear(a, split{i}(ax, x), w) for ax >= 1: split along a batch dim",
-              "x w", "a:acti ax:dim", guard=lambda A, v: [v.ax >= 1], shapes=lin_shapes, ranks=(2, 3))(
-            named(f"split{i}_linear_batch", lambda A, v, s=s: (s(A, v.ax, A.linear(v.a, v.x, v.w)),
-                                                                 A.linear(v.a, s(A, v.ax, v.x), v.w))))
-        axiom(f"split{i}(0, linear(a, x, w)) = linear(a, x, split{i}(0, w)): split along the output dim", "x w",
-              "a:acti", shapes=lin_shapes, ranks=(2, 3))(
-            named(f"split{i}_linear_out", lambda A, v, s=s: (s(A, 0, A.linear(v.a, v.x, v.w)),
-                                                               A.linear(v.a, v.x, s(A, 0, v.w)))))
-
-
+        def s(A, ax, p, x, i=i):
+            return A.split(i, ax, p, x)
+        ints = "ax:dim p:point"
+        axiom(f"split({i}, ax, p, relu(x)) = relu(split({i}, ax, p, x))", "x", ints, ranks=(2, 3))(
+            named(f"split{i}_relu", lambda A, v, s=s: (s(A, v.ax, v.p, A.relu(v.x)), A.relu(s(A, v.ax, v.p, v.x)))))
+        axiom(f"split({i}, ax, p, smul(t, x)) = smul(t, split({i}, ax, p, x))", "x", ints + " t:scalar", ranks=(2, 3))(
+            named(f"split{i}_smul", lambda A, v, s=s: (s(A, v.ax, v.p, A.smul(v.t, v.x)),
+                                                         A.smul(v.t, s(A, v.ax, v.p, v.x)))))
+        axiom(f"split({i}, ax, p, ewadd(a, b)) = ewadd(split({i}, ax, p, a), split({i}, ax, p, b))", "a b", ints,
+              ranks=(2, 3))(
+            named(f"split{i}_ewadd", lambda A, v, s=s: (s(A, v.ax, v.p, A.ewadd(v.a, v.b)),
+                                                          A.ewadd(s(A, v.ax, v.p, v.a), s(A, v.ax, v.p, v.b)))))
+        axiom(f"split({i}, ax, p, ewmul(a, b)) = ewmul(split({i}, ax, p, a), split({i}, ax, p, b))", "a b", ints,
+              ranks=(2, 3))(
+            named(f"split{i}_ewmul", lambda A, v, s=s: (s(A, v.ax, v.p, A.ewmul(v.a, v.b)),
+                                                          A.ewmul(s(A, v.ax, v.p, v.a), s(A, v.ax, v.p, v.b)))))
+        axiom(f"split({i}, swap(ax), p, transpose(x)) = transpose(split({i}, ax, p, x))", "x", ints, ranks=(2, 3))(
+            named(f"split{i}_transpose", lambda A, v, s=s: (s(A, A.swap(v.ax), v.p, A.transpose(v.x)),
+                                                              A.transpose(s(A, v.ax, v.p, v.x)))))
+        axiom(f"split({i}, ax, p, linear(a, x, w)) = linear(a, split({i}, ax, p, x), w) for ax >= 1: split along a "
+              "batch dim", "x w", "a:acti " + ints, guard=lambda A, v: [v.ax >= 1], shapes=lin_shapes, ranks=(2, 3))(
+            named(f"split{i}_linear_batch", lambda A, v, s=s: (s(A, v.ax, v.p, A.linear(v.a, v.x, v.w)),
+                                                                 A.linear(v.a, s(A, v.ax, v.p, v.x), v.w))))
+        axiom(f"split({i}, 0, p, linear(a, x, w)) = linear(a, x, split({i}, 0, p, w)): split along the output dim",
+              "x w", "a:acti p:point", shapes=lin_shapes, ranks=(2, 3))(
+            named(f"split{i}_linear_out", lambda A, v, s=s: (s(A, 0, v.p, A.linear(v.a, v.x, v.w)),
+                                                               A.linear(v.a, v.x, s(A, 0, v.p, v.w)))))
 
 
 _split_axioms()

@@ -20,10 +20,6 @@ _R = (4,)
 _CONV = "c:window g:group"
 
 
-def _split(A, k, ax, x):
-    return A.split0(ax, x) if k == 0 else A.split1(ax, x)
-
-
 # ---- the fused activation ------------------------------------------------------------------------
 @axiom("conv(c, g, a, x, w) = act(a, conv(c, g, 0, x, w)): PM_ACTI is a fused activation", "x w",
        _CONV + " a:acti", shapes=conv_shapes, ranks=_R)
@@ -111,16 +107,19 @@ def conv_concat_in(A, v):
 
 def _conv_split_axioms():
     for k in (0, 1):
-        axiom(f"split{k}(3, conv(c, g, a, x, w)) = conv(c, g, a, split{k}(3, x), w): a split of the samples",
-              "x w", _CONV + " a:acti", shapes=conv_shapes, ranks=_R)(named(f"split{k}_conv_batch", lambda A, v, k=k: (
-                  _split(A, k, 3, A.conv(v.c, v.g, v.a, v.x, v.w)), A.conv(v.c, v.g, v.a, _split(A, k, 3, v.x), v.w))))
-        axiom(f"split{k}(2, conv(c, 1, a, x, w)) = conv(c, 1, a, x, split{k}(3, w)): a split of the channels",
-              "x w", "c:window a:acti", shapes=conv_shapes, ranks=_R)(named(f"split{k}_conv_out", lambda A, v, k=k: (
-                  _split(A, k, 2, A.conv(v.c, 1, v.a, v.x, v.w)), A.conv(v.c, 1, v.a, v.x, _split(A, k, 3, v.w)))))
-        axiom(f"split{k}(2, convb(c, 1, a, x, w, b)) = convb(c, 1, a, x, split{k}(3, w), split{k}(0, b))",
-              "x w b", "c:window a:acti", shapes=conv_shapes, ranks=_R)(named(f"split{k}_convb_out", lambda A, v, k=k: (
-                  _split(A, k, 2, A.convb(v.c, 1, v.a, v.x, v.w, v.b)),
-                  A.convb(v.c, 1, v.a, v.x, _split(A, k, 3, v.w), _split(A, k, 0, v.b)))))
+        axiom(f"split({k}, 3, p, conv(c, g, a, x, w)) = conv(c, g, a, split({k}, 3, p, x), w): a split of the samples",
+              "x w", _CONV + " a:acti p:point", shapes=conv_shapes, ranks=_R)(named(f"split{k}_conv_batch", lambda A, v, k=k: (
+                  A.split(k, 3, v.p, A.conv(v.c, v.g, v.a, v.x, v.w)),
+                  A.conv(v.c, v.g, v.a, A.split(k, 3, v.p, v.x), v.w))))
+        axiom(f"split({k}, 2, p, conv(c, 1, a, x, w)) = conv(c, 1, a, x, split({k}, 3, p, w)): a split of the "
+              "channels", "x w", "c:window a:acti p:point", shapes=conv_shapes, ranks=_R)(
+            named(f"split{k}_conv_out", lambda A, v, k=k: (
+                A.split(k, 2, v.p, A.conv(v.c, 1, v.a, v.x, v.w)), A.conv(v.c, 1, v.a, v.x, A.split(k, 3, v.p, v.w)))))
+        axiom(f"split({k}, 2, p, convb(c, 1, a, x, w, b)) = convb(c, 1, a, x, split({k}, 3, p, w), split({k}, 0, p, b))",
+              "x w b", "c:window a:acti p:point", shapes=conv_shapes, ranks=_R)(
+            named(f"split{k}_convb_out", lambda A, v, k=k: (
+                A.split(k, 2, v.p, A.convb(v.c, 1, v.a, v.x, v.w, v.b)),
+                A.convb(v.c, 1, v.a, v.x, A.split(k, 3, v.p, v.w), A.split(k, 0, v.p, v.b)))))
 
 
 _conv_split_axioms()
@@ -217,10 +216,11 @@ def _bn_axioms():
                   A.bn(a, A.concat(2, v.x1, v.x2), A.concat(0, v.s1, v.s2), A.concat(0, v.b1, v.b2)),
                   A.concat(2, A.bn(a, v.x1, v.s1, v.b1), A.bn(a, v.x2, v.s2, v.b2)))))
         for k in (0, 1):
-            axiom(f"split{k}(2, bn({a}, x, s, b)) = bn({a}, split{k}(2, x), split{k}(0, s), split{k}(0, b))", "x s b",
-                  shapes=bn_shapes, ranks=_R)(named(f"split{k}_bn{a}", lambda A, v, a=a, k=k: (
-                      _split(A, k, 2, A.bn(a, v.x, v.s, v.b)),
-                      A.bn(a, _split(A, k, 2, v.x), _split(A, k, 0, v.s), _split(A, k, 0, v.b)))))
+            axiom(f"split({k}, 2, p, bn({a}, x, s, b)) = bn({a}, split({k}, 2, p, x), split({k}, 0, p, s), "
+                  f"split({k}, 0, p, b))", "x s b", "p:point", shapes=bn_shapes, ranks=_R)(
+                named(f"split{k}_bn{a}", lambda A, v, a=a, k=k: (
+                    A.split(k, 2, v.p, A.bn(a, v.x, v.s, v.b)),
+                    A.bn(a, A.split(k, 2, v.p, v.x), A.split(k, 0, v.p, v.s), A.split(k, 0, v.p, v.b)))))
         axiom(f"bn({a}, partition(2, k, x), partition(0, k, s), partition(0, k, b)) = partition(2, k, bn({a}, x, s, "
               f"b)): channel parallelism", "x s b", "k:deg", shapes=bn_shapes, ranks=_R, parallel=True)(
             named(f"bn{a}_partition_channels", lambda A, v, a=a: (

@@ -17,10 +17,6 @@ SIGMOID, TANH, GELU = (UNARY_TYPES.index(t) for t in ("OP_SIGMOID", "OP_TANH", "
 _R = (2, 3)
 
 
-def _split(A, k, ax, x):
-    return A.split0(ax, x) if k == 0 else A.split1(ax, x)
-
-
 def _movers(prefix: str, f, tensors: str, ints: str, on, transpose=None, parallel=True, shapes=None):
     """Axioms saying that ``f(A, v, t)`` (one tensor operand ``t``, the rest fixed) commutes with
     concat and split along dims ``on(v, ax)`` accepts, with transpose (``transpose(A, v)`` gives the
@@ -30,9 +26,9 @@ def _movers(prefix: str, f, tensors: str, ints: str, on, transpose=None, paralle
           guard=g, shapes=shapes, ranks=_R)(named(f"{prefix}_concat", lambda A, v: (
               f(A, v, A.concat(v.ax, v.a, v.b)), A.concat(v.ax, f(A, v, v.a), f(A, v, v.b)))))
     for k in (0, 1):
-        axiom(f"split{k}(ax, {prefix}(x)) = {prefix}(split{k}(ax, x))", "x " + tensors, ints + " ax:dim", guard=g,
-              shapes=shapes, ranks=_R)(named(f"split{k}_{prefix}", lambda A, v, k=k: (
-                  _split(A, k, v.ax, f(A, v, v.x)), f(A, v, _split(A, k, v.ax, v.x)))))
+        axiom(f"split({k}, ax, p, {prefix}(x)) = {prefix}(split({k}, ax, p, x))", "x " + tensors,
+              ints + " ax:dim p:point", guard=g, shapes=shapes, ranks=_R)(named(f"split{k}_{prefix}", lambda A, v, k=k: (
+                  A.split(k, v.ax, v.p, f(A, v, v.x)), f(A, v, A.split(k, v.ax, v.p, v.x)))))
     if transpose is not None:
         axiom(f"transpose({prefix}(x)) = {prefix}'(transpose(x))", "x " + tensors, ints, ranks=_R)(
             named(f"transpose_{prefix}", lambda A, v: (A.transpose(f(A, v, v.x)), transpose(A, v)(A.transpose(v.x)))))
@@ -266,9 +262,9 @@ def _layernorm_axioms():
               "n:axes ax:dim", guard=g, shapes=shapes, ranks=_R)(named(f"{name}_concat", lambda A, v, f=f: (
                   f(A, v, A.concat(v.ax, v.a, v.b)), A.concat(v.ax, f(A, v, v.a), f(A, v, v.b)))))
         for k in (0, 1):
-            axiom(f"split{k}(ax, {name}(x)) = {name}(split{k}(ax, x)) for ax >= n", "x " + tensors, "n:axes ax:dim",
-                  guard=g, shapes=shapes, ranks=_R)(named(f"split{k}_{name}", lambda A, v, f=f, k=k: (
-                      _split(A, k, v.ax, f(A, v, v.x)), f(A, v, _split(A, k, v.ax, v.x)))))
+            axiom(f"split({k}, ax, p, {name}(x)) = {name}(split({k}, ax, p, x)) for ax >= n", "x " + tensors,
+                  "n:axes ax:dim p:point", guard=g, shapes=shapes, ranks=_R)(named(f"split{k}_{name}", lambda A, v, f=f, k=k: (
+                      A.split(k, v.ax, v.p, f(A, v, v.x)), f(A, v, A.split(k, v.ax, v.p, v.x)))))
         rep = lambda A, v, ws=ws: [A.replicate(v.k, getattr(v, w)) for w in ws]  # noqa: E731
         axiom(f"{name}(partition(d, k, x), replicate(k, weights)) = partition(d, k, {name}(x)) for d >= n", "x " + tensors,
               "n:axes d:dim k:deg", guard=lambda A, v: [v.d >= v.n],

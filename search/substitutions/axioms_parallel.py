@@ -223,12 +223,10 @@ def _concat_split_parallel_axioms():
             named(f"concat_{pname}", lambda A, v, P=P: (A.concat(v.ax, P(A, v, v.a), P(A, v, v.b)),
                                                          P(A, v, A.concat(v.ax, v.a, v.b)))))
         for i in (0, 1):
-            def s(A, ax, x, i=i):
-                return A.split0(ax, x) if i == 0 else A.split1(ax, x)
-            axiom(f"split{i}(ax, {pname}(x)) = {pname}(split{i}(ax, x)){other}", "x", ints + " ax:dim",
+            axiom(f"split({i}, ax, p, {pname}(x)) = {pname}(split({i}, ax, p, x)){other}", "x", ints + " ax:dim p:point",
                   guard=guard, kinds=kinds, ranks=(2, 3), parallel=True)(
-                named(f"split{i}_{pname}", lambda A, v, P=P, s=s: (s(A, v.ax, P(A, v, v.x)),
-                                                                     P(A, v, s(A, v.ax, v.x)))))
+                named(f"split{i}_{pname}", lambda A, v, P=P, i=i: (A.split(i, v.ax, v.p, P(A, v, v.x)),
+                                                                     P(A, v, A.split(i, v.ax, v.p, v.x)))))
 
 
 _concat_split_parallel_axioms()

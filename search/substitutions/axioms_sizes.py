@@ -1,6 +1,6 @@
 """The size of every operator's output, ``dim(t, i)`` (dimension ``i`` of ``t`` counted from the
 innermost, as FlexFlow's rules count): the typing that lets the verifier state concat and split
-soundly (``split0(ax, concat(ax, a, b)) = a`` only when ``dim(a, ax) = dim(b, ax)``). Each is an
+soundly (``split(0, ax, p, concat(ax, a, b)) = a`` only when ``p = dim(a, ax)``). Each is an
 axiom like any other, checked on real tensors (a tensor of rank r has size 1 beyond its rank).
 Parallel operators keep the logical size. Read by ``axioms.py``, registered on import.
 """
@@ -58,10 +58,10 @@ def dim_concat(A, v):
 def _split_size_axioms():
     for k in (0, 1):
         def law(A, v, k=k):
-            half = A.split0(v.ax, v.x) if k == 0 else A.split1(v.ax, v.x)
-            return A.dim(half, v.i), A.ite(v.i == v.ax, A.half(A.dim(v.x, v.i)), A.dim(v.x, v.i))
-        axiom(f"dim(split{k}(ax, x), i) = dim(x, ax) / 2 if i = ax else dim(x, i)", "x", "ax:dim i:dim",
-              ranks=(2, 3))(named(f"dim_split{k}", law))
+            along = v.p if k == 0 else A.dim(v.x, v.ax) - v.p
+            return A.dim(A.split(k, v.ax, v.p, v.x), v.i), A.ite(v.i == v.ax, along, A.dim(v.x, v.i))
+        axiom(f"dim(split({k}, ax, p, x), i) = {'p' if k == 0 else 'dim(x, ax) - p'} if i = ax else dim(x, i)", "x",
+              "ax:dim p:point i:dim", ranks=(2, 3))(named(f"dim_split{k}", law))
 
 
 _split_size_axioms()

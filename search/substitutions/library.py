@@ -341,6 +341,44 @@ def convention_report(rules: Sequence[Rule], seed: int = 0) -> dict:
     return out
 
 
+def keeps_values(pcg: PCG, rule: Rule, match, seed: int = 0) -> bool:
+    """Whether rewriting ``pcg`` with ``rule`` at ``match`` leaves every value the same (both graphs
+    evaluated on one draw of random inputs; a destination may leave an output unused, e.g. the other
+    part of a split: not compared). Raises as ``match.rewrite`` where the rewrite is invalid."""
+    from flexrt.search.substitutions.evaluate import random_inputs
+    from flexrt.search.substitutions.match import rewrite
+    rw = rewrite(pcg, rule, match)
+    rw.pcg.validate()
+    inputs = random_inputs(pcg, np.random.default_rng(seed))
+    before = evaluate(pcg, inputs)
+    moved = dict(rw.replaced)
+    after = evaluate(rw.pcg, inputs, [moved.get(ref, ref) for ref in before])
+    return all(np.allclose(before[ref], after[moved.get(ref, ref)], rtol=1e-8, atol=1e-9) for ref in before)
+
+
+def cut_counterexample(rule: Rule, seed: int = 0) -> Optional[str]:
+    """A concrete counterexample where the rule's source splits cut unequally, as the matcher lets
+    them (``semantics``: a source split matches any point): the source built on
+    ``rule_input_shapes`` with every split cut after its first entry, rewritten at each match; what
+    differs, or None (also where the source does not type so cut or a rewrite is refused). The
+    generator's fingerprints cut in the middle, so it proposes rules true only there (a split whose
+    halves swap)."""
+    from flexrt.search.substitutions.match import find_matches
+    if not any(op.type == "OP_SPLIT" for op in rule.src):
+        return None
+    try:
+        g, _ = to_pcg(rule.src, rule_input_shapes(rule), cut=lambda n: 1)
+    except FlexrtError:
+        return None
+    for m in find_matches(g, rule):
+        try:
+            if not keeps_values(g, rule, m, seed):
+                return f"with its source split(s) cut after the first entry, the rewrite at {m} changes the values"
+        except FlexrtError:
+            continue
+    return None
+
+
 # ---- Unity's examples (Figs. 10 and 11), in semantics.py's innermost-first dimensions ------------
 def _op(t: str, *inputs, **params) -> PatternOp:
     return PatternOp(t, tuple(Slot(i) if isinstance(i, int) else Slot(*i) for i in inputs),

@@ -12,7 +12,8 @@ A ``Match`` assigns every source operator of a rule to a PCG node such that
   of the rule's mapped outputs (else removing the source would break its readers).
 
 ``apply`` builds a new PCG: destination operators are added (``semantics.to_attrs`` on their input
-shapes), readers of the mapped source outputs read the destination's outputs instead, the source
+shapes; a destination split cuts where the source tensor that one of its outputs replaces ends, else
+in the middle: ``translate`` states the same to the verifier), readers of the mapped source outputs read the destination's outputs instead, the source
 operators are removed, and every node is re-inferred; a rewrite that produces an invalid shape
 raises ShapeError (``try_apply`` returns None). Nodes outside the match keep their ids and names,
 so the graph's inputs, weights and final outputs are kept; rules compose by applying again.
@@ -33,6 +34,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Optional
 
@@ -41,7 +43,7 @@ from flexrt.ir.op_type import SOURCE_OPS
 from flexrt.ir.pcg import PCG, TensorRef, infer_node_shapes
 from flexrt.ir.serialize import attrs_to_json
 from flexrt.search.substitutions.rule import CONV_DEFAULTS, PatternOp, Rule, Slot
-from flexrt.search.substitutions.semantics import pattern_of, to_attrs
+from flexrt.search.substitutions.semantics import flexrt_dim, pattern_of, to_attrs
 
 DEGREE = "PM_PARALLEL_DEGREE"
 # Parameters a rule may leave out, and the value that then applies (semantics.to_attrs' defaults).
@@ -232,6 +234,54 @@ def _instantiate(op: PatternOp, degrees: dict[int, int]) -> PatternOp:
     return dataclasses.replace(op, params=tuple(params.items()))
 
 
+def _dst_shapes(pcg: PCG, rule: Rule, match: Match, degrees: dict, cuts: dict, only=None) -> dict:
+    """Destination operator -> (its attributes, its output shapes), for the operators in ``only`` (every
+    one when None); ``cuts``: where each destination split cuts (``_cuts``)."""
+    out: dict[int, tuple] = {}
+    for j, op in enumerate(rule.dst):
+        if only is not None and j not in only:
+            continue
+        op = _instantiate(op, degrees)
+        ins = [pcg.shape(match.input(-s.op - 1)) if s.external else out[s.op][1][s.ts] for s in op.inputs]
+        logical = [t.tensor_shape for t in ins]
+        point, cut = None, cuts.get(j)
+        if cut is not None:   # ("first" | "rest", size): the size of the first part or of the second
+            n = logical[0].dims[flexrt_dim(op.param("PM_AXIS"), logical[0].rank)]
+            point = cut[1] if cut[0] == "first" else n - cut[1]
+        attrs = to_attrs(op, logical, point)
+        out[j] = (attrs, infer_node_shapes(attrs, ins, f"{rule.name}.{j}"))
+    return out
+
+
+def _cuts(pcg: PCG, rule: Rule, match: Match, degrees: dict) -> dict:
+    """Where each destination split cuts, as the verifier assumes (``translate``): where every
+    destination operator is well typed and every mapped output has the shape of the source tensor it
+    replaces. Tried in turn: the middle, then each size along the split dimension of a matched
+    tensor, as the first part or as the second. The first that fits is taken; where several fit, the
+    proof covers each (a rule is proved for every point its typing allows)."""
+    splits = [j for j, op in enumerate(rule.dst) if op.type == "OP_SPLIT"]
+    if not splits:
+        return {}
+    tensors = [pcg.shape(TensorRef(n, k)).tensor_shape for n in match.nodes
+               for k in range(len(pcg.output_shapes(n)))] + [pcg.shape(r).tensor_shape for _, r in match.inputs]
+    options = []
+    for j in splits:
+        dim = rule.dst[j].param("PM_AXIS")
+        sizes = sorted({t.dims[t.rank - 1 - dim] for t in tensors if 0 <= dim < t.rank})
+        options.append([None] + [(side, size) for size in sizes for side in ("first", "rest")])
+    want = [(TensorRef(match.nodes[m.src_op], m.src_ts), m.dst_op, m.dst_ts) for m in rule.outputs]
+    for combo in itertools.product(*options):
+        cuts = {j: c for j, c in zip(splits, combo) if c is not None}
+        try:
+            shapes = _dst_shapes(pcg, rule, match, degrees, cuts)
+        except FlexrtError:
+            continue
+        if all(pcg.shape(ref) == shapes[j][1][k] for ref, j, k in want):
+            return cuts
+    raise ShapeError(f"rule {rule.name}: no cut of its destination split(s) {splits} gives the source outputs' "
+                     f"shapes")
+
+
 def rewrite(pcg: PCG, rule: Rule, match: Match) -> Rewrite:
     """Apply ``rule`` at ``match``; raises ShapeError / GraphError when the result is invalid."""
     if not rule.applicable:
@@ -260,13 +310,9 @@ def rewrite(pcg: PCG, rule: Rule, match: Match) -> Rewrite:
     next_id = data["next_id"]
     names = {n.name for n in pcg.nodes}
     dst_ref: dict[int, int] = {}        # destination operator -> new node id
-    dst_shapes: dict[int, tuple] = {}
+    planned = _dst_shapes(pcg, rule, match, degrees, _cuts(pcg, rule, match, degrees), needed)
+    dst_shapes = {j: shapes for j, (_, shapes) in planned.items()}
     new_nodes = []
-
-    def shape_of(slot: Slot):
-        if slot.external:
-            return pcg.shape(match.input(-slot.op - 1))
-        return dst_shapes[slot.op][slot.ts]
 
     def ref_of(slot: Slot) -> TensorRef:
         return match.input(-slot.op - 1) if slot.external else TensorRef(dst_ref[slot.op], slot.ts)
@@ -274,14 +320,11 @@ def rewrite(pcg: PCG, rule: Rule, match: Match) -> Rewrite:
     for j, op in enumerate(rule.dst):
         if j not in needed:
             continue
-        op = _instantiate(op, degrees)
-        in_shapes = [shape_of(s) for s in op.inputs]
-        attrs = to_attrs(op, [s.tensor_shape for s in in_shapes])
+        attrs = planned[j][0]
         name = f"{rule.name}.{j}@{next_id}"
         while name in names:
             name += "'"
         names.add(name)
-        dst_shapes[j] = infer_node_shapes(attrs, in_shapes, name)
         dst_ref[j] = next_id
         new_nodes.append({"id": next_id, "name": name, "op": attrs.op_type.value, "attrs": attrs_to_json(attrs),
                           "inputs": [[r.node, r.index] for r in map(ref_of, op.inputs)]})

@@ -17,7 +17,7 @@ PCG operators, shared by the generator, the verifier's concrete checks and the r
 | ``OP_EW_ADD`` / ``OP_EW_MUL`` (a, b) | | ``ElementBinaryAttrs(EW_ADD / EW_MUL)`` |
 | ``OP_SCALAR_MULTIPLY`` (x) | ``PM_SCALAR`` (integer) | ``ElementUnaryAttrs(SCALAR_MUL, scalar)`` |
 | ``OP_CONCAT`` (a, b) | ``PM_AXIS``, ``PM_NUM_INPUTS`` 2, ``PM_NUMDIM`` | ``ConcatAttrs(axis)`` |
-| ``OP_SPLIT`` (x) | ``PM_AXIS``, ``PM_NUM_OUTPUTS`` 2 | ``SplitAttrs((n/2, n/2), axis)`` |
+| ``OP_SPLIT`` (x) | ``PM_AXIS``, ``PM_NUM_OUTPUTS`` 2 | ``SplitAttrs((p, n - p), axis)``: a source split matches any point ``p``; a destination split cuts where the source tensor that an output replaces ends (``match.rewrite``), else in equal halves |
 | ``OP_TRANSPOSE`` (x) | | ``TransposeAttrs`` swapping the last two dimensions |
 | ``OP_PARTITION`` (x) | ``PM_PARALLEL_DIM``, ``PM_PARALLEL_DEGREE`` | ``RepartitionAttrs(dim, degree)`` |
 | ``OP_COMBINE`` (x) | ``PM_PARALLEL_DIM``, ``PM_PARALLEL_DEGREE`` | ``CombineAttrs(dim, degree)`` |
@@ -118,8 +118,9 @@ def _conv_attrs(op: PatternOp, inputs: Sequence[TensorShape]) -> Conv2DAttrs:
                        p["PM_GROUP"], len(inputs) == 3, ACTI[acti])
 
 
-def to_attrs(op: PatternOp, inputs: Sequence[TensorShape]):
-    """flexrt attributes of pattern operator ``op`` on inputs of these shapes (GraphError if it has none)."""
+def to_attrs(op: PatternOp, inputs: Sequence[TensorShape], point: Optional[int] = None):
+    """flexrt attributes of pattern operator ``op`` on inputs of these shapes (GraphError if it has none).
+    ``point``: where an ``OP_SPLIT`` cuts (its first part's size; None: equal parts)."""
     t, rank = op.type, inputs[0].rank if inputs else 0
     if t == "OP_LINEAR":
         acti = op.param("PM_ACTI", 0)
@@ -166,6 +167,11 @@ def to_attrs(op: PatternOp, inputs: Sequence[TensorShape]):
     if t == "OP_SPLIT":
         axis = flexrt_dim(op.param("PM_AXIS"), rank)
         n, k = inputs[0].dims[axis], op.param("PM_NUM_OUTPUTS", 2)
+        if point is not None:
+            if k != 2 or not 1 <= point < n:
+                raise GraphError(f"OP_SPLIT into {k}: cannot cut a dimension of size {n} after {point} (valid: "
+                                 f"two parts, 1 <= point < {n})")
+            return SplitAttrs((point, n - point), axis)
         if n % k:
             raise GraphError(f"OP_SPLIT: dimension of size {n} does not split into {k} equal parts")
         return SplitAttrs((n // k,) * k, axis)
@@ -227,7 +233,7 @@ def pattern_of(attrs, inputs: Sequence[TensorShape]) -> Optional[PatternOp]:
     if t is OpType.CONCAT and len(inputs) == 2:
         return PatternOp("OP_CONCAT", (), (("PM_AXIS", flexflow_dim(attrs.axis, rank)), ("PM_NUM_INPUTS", 2),
                                            ("PM_NUMDIM", rank)))
-    if t is OpType.SPLIT and len(set(attrs.sizes)) == 1:
+    if t is OpType.SPLIT and (len(attrs.sizes) == 2 or len(set(attrs.sizes)) == 1):
         return PatternOp("OP_SPLIT", (), (("PM_AXIS", flexflow_dim(attrs.axis, rank)),
                                           ("PM_NUM_OUTPUTS", len(attrs.sizes))))
     if t is OpType.TRANSPOSE and rank >= 2 and tuple(attrs.perm) == tuple(range(rank - 2)) + (rank - 1, rank - 2):

@@ -9,6 +9,12 @@ element-wise operands of equal sizes, concat operands equal off the axis, a spli
 linear's inner dimensions equal, ...) and each mapped output has the sizes of the tensor it
 replaces. Sizes are at least 1.
 
+A split's point (where it cuts, ``Z3Algebra.split``) is an integer variable per split operator:
+a source split's is the matched node's, any; a destination split's is the rewriter's choice
+(``match._cuts``), one under which both sides are well typed and the mapped outputs have the
+sizes of what they replace: these hypotheses, so a proof holds for every point the rewriter may
+choose.
+
 Entry points: ``rule_terms``, ``SUPPORTED``.
 """
 
@@ -36,8 +42,8 @@ def _need(op, key, where):
     return v
 
 
-def _apply(alg, op, args, where: str) -> tuple:
-    """The Z3 term(s) of one operator on its argument terms."""
+def _apply(alg, op, args, where: str, point=None) -> tuple:
+    """The Z3 term(s) of one operator on its argument terms (``point``: a split's, a Z3 Int)."""
     t, p = op.type, op.param
     if t not in OP_SPECS:
         raise GraphError(f"{where}: operator {t} has no axioms (supported: {', '.join(SUPPORTED)})")
@@ -75,7 +81,7 @@ def _apply(alg, op, args, where: str) -> tuple:
         if p("PM_NUM_OUTPUTS", 2) != 2:
             raise GraphError(f"{where}: OP_SPLIT into {p('PM_NUM_OUTPUTS')} outputs (the axioms know 2)")
         ax = _need(op, "PM_AXIS", where)
-        return (alg.split0(ax, *args), alg.split1(ax, *args))
+        return (alg.split(0, ax, point, *args), alg.split(1, ax, point, *args))
     dim, deg = (lambda: _need(op, "PM_PARALLEL_DIM", where)), (lambda: _need(op, "PM_PARALLEL_DEGREE", where))
     if t == "OP_PARTITION":
         return (alg.partition(dim(), deg(), *args),)
@@ -99,6 +105,7 @@ def rule_terms(rule: Rule, alg, hypotheses: list | None = None) -> list[tuple]:
     def side(ops, where):
         outs: list[tuple] = []
         for i, op in enumerate(ops):
+            point = None
             args = []
             for s in op.inputs:
                 if s.external:
@@ -109,7 +116,9 @@ def rule_terms(rule: Rule, alg, hypotheses: list | None = None) -> list[tuple]:
                         raise GraphError(f"rule {rule.name}: {where} operator {i} reads output {s.ts} of operator "
                                          f"{s.op} ({ops[s.op].type}), which has {len(outs[s.op])}")
                     args.append(outs[s.op][s.ts])
-            outs.append(_apply(alg, op, args, f"rule {rule.name}: {where} operator {i}"))
+            if op.type == "OP_SPLIT":
+                point = z3.Int(f"{where}{i}.point")
+            outs.append(_apply(alg, op, args, f"rule {rule.name}: {where} operator {i}", point))
             tensors.extend(outs[-1])
         return outs
 

@@ -6,8 +6,10 @@ overruns; Z3's own timeout is only advisory) and a memory limit (``RLIMIT_AS`` s
 Strategies are tried in turn until one decides: E-matching on the axioms' patterns, then model-based
 quantifier instantiation (which can also find a countermodel), then E-matching with another seed and
 no auto-configuration. A rule is ``PROVED``, ``REFUTED`` (Z3 found a model of the axioms in which the
-sides differ: the axioms do not imply the rule) or ``UNKNOWN`` (every strategy gave up or ran out of
-time); only ``PROVED`` counts as verified, and an ``UNKNOWN`` is logged with what was tried.
+sides differ: the axioms do not imply the rule; or, before Z3, a concrete counterexample with its
+source splits cut unequally, ``library.cut_counterexample``: strategy ``concrete``) or ``UNKNOWN``
+(every strategy gave up or ran out of time); only ``PROVED`` counts as verified, and an ``UNKNOWN``
+is logged with what was tried.
 
 Entry points: ``verify_rules``, ``verify_rule``, ``check_rule`` (in-process, no isolation),
 ``check_axioms`` (consistency), ``rule_terms``.
@@ -30,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 
-from flexrt.errors import GraphError
+from flexrt.errors import FlexrtError, GraphError
 from flexrt.search.substitutions.rule import Rule
 from flexrt.search.substitutions.translate import rule_terms  # noqa: F401  (re-exported)
 
@@ -132,6 +134,9 @@ def check_rule(rule: Rule, timeout_s: float = 5.0, strategies: Sequence[str] = S
                on_step: Callable[[str], None] | None = None) -> VerifyResult:
     """Verify ``rule`` in this process (no hard limits: use ``verify_rules`` for untrusted input)."""
     t0 = time.perf_counter()
+    refuted = _concrete(rule, t0)
+    if refuted is not None:
+        return refuted
     p = _prover()
     hypotheses: list = []
     try:
@@ -152,6 +157,18 @@ def check_rule(rule: Rule, timeout_s: float = 5.0, strategies: Sequence[str] = S
         if outcome in ("unsat", "sat"):
             break
     return _conclude(rule.name, tried, time.perf_counter() - t0)
+
+
+def _concrete(rule: Rule, t0: float) -> VerifyResult | None:
+    """REFUTED by a concrete counterexample (``library.cut_counterexample``), else None."""
+    from flexrt.search.substitutions.library import cut_counterexample
+    try:
+        why = cut_counterexample(rule)
+    except (FlexrtError, ValueError, IndexError, KeyError, TypeError):   # a malformed rule: Z3 will say
+        return None
+    if why is None:
+        return None
+    return _conclude(rule.name, ["concrete:sat"], time.perf_counter() - t0, why)
 
 
 # ---- child processes ----------------------------------------------------------------------------
@@ -210,7 +227,18 @@ def verify_rules(rules: Sequence[Rule], timeout_s: float = 5.0, jobs: int = 2,
     ctx = mp.get_context("spawn")
     memory_bytes = int(memory_mb) * 2 ** 20
     # A task: (rule index, strategies still to try, outcomes so far, seconds so far).
-    pending: list[tuple] = [(i, tuple(strategies), [], 0.0) for i in range(len(rules))][::-1]
+    pending: list[tuple] = []
+    for i, rule in enumerate(rules):
+        refuted = _concrete(rule, time.perf_counter())
+        if refuted is None:
+            pending.append((i, tuple(strategies), [], 0.0))
+        else:
+            results[i] = refuted
+            if progress:
+                progress(i, refuted)
+    pending.reverse()
+    if not pending:
+        return results
     start_deadline_s = 120.0   # spawning, importing flexrt and z3, building the axioms
 
     def spawn() -> _Child:
@@ -248,7 +276,7 @@ def verify_rules(rules: Sequence[Rule], timeout_s: float = 5.0, jobs: int = 2,
             finish(idx, tried, secs, f"child process {why}")
         c.task = None
 
-    children = [spawn() for _ in range(max(1, min(jobs, len(rules))))]
+    children = [spawn() for _ in range(max(1, min(jobs, len(pending))))]
     try:
         while pending or any(c.task is not None for c in children):
             next_deadline = min(c.deadline for c in children)

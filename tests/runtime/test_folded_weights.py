@@ -40,11 +40,13 @@ def machine():
 
 
 def branches(n=4, channels=6, dt=DT, bias=False):
-    """``n`` 1 x 1 convolutions with fused ReLUs of one input, concatenated, then a classifier."""
+    """``n`` 1 x 1 convolutions with fused ReLUs of one input, concatenated, then a classifier;
+    ``channels``: each branch's (one number: all alike)."""
     m = FFModel(FFConfig([]))
     x = m.create_tensor([8, 5, 4, 4], dt)
-    ys = [m.conv2d(x, channels, 1, 1, 1, 1, 0, 0, ActiMode.AC_MODE_RELU, use_bias=bias, name=f"b{i}")
-          for i in range(n)]
+    widths = (channels,) * n if isinstance(channels, int) else tuple(channels)
+    ys = [m.conv2d(x, c, 1, 1, 1, 1, 0, 0, ActiMode.AC_MODE_RELU, use_bias=bias, name=f"b{i}")
+          for i, c in enumerate(widths)]
     t = m.concat(ys, 1, name="cat")
     t = m.flat(t, name="flat")
     t = m.dense(t, 5, name="fc")
@@ -120,8 +122,8 @@ def test_missing_part_values_name_the_part(machine):
         fold_values(g, w)
 
 
-def _law(strategy, machine, optimizer="sgd", params=None, n=4):
-    base = branches(n)
+def _law(strategy, machine, optimizer="sgd", params=None, n=4, channels=6):
+    base = branches(n, channels)
     kw = {} if params is None else {"params": params}
     return compare_with_one_device("folded", base, strategy, machine, "sparse_categorical_crossentropy", TOL[DT],
                                    weights_for(base, DT), optimizer, **kw)
@@ -145,6 +147,33 @@ def test_folded_graph_trains_like_the_model_random_strategies(seed, n, machine):
     except StrategyError:
         strategy = data_parallel(g, machine, 2)
     _law(strategy, machine, n=n)
+
+
+INCEPTION = (6, 4, 6, 2)   # Mixed_5b's 1 x 1 branches are 64, 48 and 64 channels wide
+
+
+def test_unequal_branches_fold_into_one_kernel_cut_where_each_ends():
+    g = merged(branches(4, INCEPTION))
+    (name, attrs), = folded(g).items()
+    assert len([n for n in g.nodes if n.op_type is OpType.CONV2D]) == 1 and attrs.shape.dims == (18, 5, 1, 1)
+    widths = dict(zip(attrs.parts, attrs.part_sizes))
+    assert widths == {f"b{i}.kernel": c for i, c in enumerate(INCEPTION)}
+    w = initial_weights(branches(4, INCEPTION), seed=1)
+    back = unfold_values(g, fold_values(g, w))
+    assert all(np.array_equal(back[k], w[k]) for k in w)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), optimizer=st.sampled_from(["sgd", "adam"]))
+def test_unequal_branches_train_like_the_model(seed, optimizer, machine):
+    g = merged(branches(4, INCEPTION))
+    try:
+        strategy = random_strategy(g, machine, seed)
+    except StrategyError:
+        strategy = data_parallel(g, machine, 4)
+    params = {"alpha": 0.01, "weight_decay": 0.01} if optimizer == "adam" else None
+    s = _law(strategy, machine, optimizer, params, n=4, channels=INCEPTION)
+    assert s.weight("b1.kernel").shape == (4, 5, 1, 1)
 
 
 def test_set_weight_writes_a_part_and_penalties_need_one_factor(machine):

@@ -11,6 +11,7 @@ from flexrt.search.substitutions.axioms import (
     AXES,
     AXIOMS,
     GROUP,
+    POINT,
     WINDOW,
     DEG,
     DIM,
@@ -32,7 +33,8 @@ from flexrt.search.substitutions.rule import UNARY_TYPES
 def _draw_ints(draw, ax: Axiom, rank: int) -> dict:
     dom = {DIM: st.integers(0, rank - 1), DEG: st.integers(1, 4), ACTI: st.integers(0, 4),
            SCALAR: st.integers(-3, 3), UNARY: st.integers(0, len(UNARY_TYPES) - 1), AXES: st.integers(1, rank - 1),
-           AGGR: st.integers(0, 1), WINDOW: st.sampled_from(CONV_WINDOWS), GROUP: st.integers(1, 2)}
+           AGGR: st.integers(0, 1), WINDOW: st.sampled_from(CONV_WINDOWS), GROUP: st.integers(1, 2),
+           POINT: st.integers(1, 3)}
     return {n: draw(dom[d]) for n, d in ax.ints}
 
 
@@ -69,9 +71,13 @@ def test_concrete_check_fails_an_unsound_axiom():
                    lambda A, v: (A.bn(0, A.partition(3, 2, v.x), A.replicate(2, v.s), A.replicate(2, v.b)),
                                  A.partition(3, 2, A.bn(0, v.x, v.s, v.b))), ("x", "s", "b"),
                    shapes=lambda v, z: {"x": (4, 2, 3, 3), "s": (2,), "b": (2,)}, ranks=(4,)),
-             # true only on equal halves; the checker draws equal halves, so swap them to see it fail
-             Axiom("split_swaps", "split0(0, concat(0, a, b)) = b",
-                   lambda A, v: (A.split0(0, A.concat(0, v.a, v.b)), v.b), ("a", "b"))]
+             # a split cuts where it is told: at a's end it gives a, not b
+             Axiom("split_swaps", "split(0, 0, dim(a, 0), concat(0, a, b)) = b",
+                   lambda A, v: (A.split(0, 0, A.dim(v.a, 0), A.concat(0, v.a, v.b)), v.b), ("a", "b")),
+             # split undoes concat only at the concat's point: cut elsewhere, the parts are not a and b
+             Axiom("split_anywhere", "split(0, 1, 1, concat(1, a, b)) = a",
+                   lambda A, v: (A.split(0, 1, 1, A.concat(1, v.a, v.b)), v.a), ("a", "b"),
+                   shapes=lambda v, z: {"a": (2, 3), "b": (2, 3)})]
     rng = np.random.default_rng(0)
     for ax in wrong:
         assert check_axiom(ax, max(2, *ax.ranks), {}, rng) is not None, ax.name

@@ -13,6 +13,7 @@ import pytest
 from flexrt.core import FFConfig, FFModel
 from flexrt.errors import GraphError
 from flexrt.ir.enums import ActiMode
+from flexrt.ir.op_type import OpType
 from flexrt.ir.ops import Conv2DAttrs
 from flexrt.ir.tensor_shape import TensorShape
 from flexrt.search.substitutions.families import FAMILIES, connected_source, family_names, generate_library
@@ -225,10 +226,17 @@ def test_the_merged_convolutions_rewrite_a_model_and_keep_its_computation():
     assert matches
     for i, m in enumerate(matches):
         assert law_holds(g, merge, m, seed=i)
-    # unequal branches: the split into equal halves does not fit, the rewrite is refused
-    g = _two_branches((16, 8))
-    unequal = find_matches(g, merge)
-    assert unequal and all(try_apply(g, merge, m) is None for m in unequal)
+    # unequal branches (Inception's 64 and 48): the split cuts where the first branch's channels end
+    for channels in ((16, 8), (3, 13)):
+        g = _two_branches(channels)
+        unequal = find_matches(g, merge)
+        assert len(unequal) == 2
+        for i, m in enumerate(unequal):
+            new = try_apply(g, merge, m)
+            cut = [n.attrs.sizes for n in new.nodes if n.op_type is OpType.SPLIT]
+            first = g.node(m.nodes[0]).attrs.out_channels
+            assert cut == [(first, sum(channels) - first)]
+            assert law_holds(g, merge, m, seed=i)
 
 
 def test_the_conv_families_keep_only_connected_sources():

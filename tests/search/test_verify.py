@@ -141,7 +141,8 @@ def test_rule_terms_share_inputs_and_map_split_outputs():
     alg = Z3Algebra()
     pairs = rule_terms(TRUE_RULES[-1], alg)
     assert [(str(a), str(b)) for a, b in pairs] == [
-        ("split0(1, relu(in0))", "relu(split0(1, in0))"), ("split1(1, relu(in0))", "relu(split1(1, in0))")]
+        ("split0(1, source1.point, relu(in0))", "relu(split0(1, destination0.point, in0))"),
+        ("split1(1, source1.point, relu(in0))", "relu(split1(1, destination0.point, in0))")]
 
 
 def test_untranslatable_rule_is_unknown_not_an_error():
