@@ -282,6 +282,40 @@ def _cuts(pcg: PCG, rule: Rule, match: Match, degrees: dict) -> dict:
                      f"shapes")
 
 
+def _live(pcg: PCG, rule: Rule, match: Match) -> tuple[dict, set]:
+    """(live mapped outputs: source tensor -> (destination operator, output), the destination
+    operators they need). A mapped output is live when it is read outside the match or is a final
+    output of the graph."""
+    inside = set(match.nodes)
+    live: dict[TensorRef, tuple[int, int]] = {}
+    for m in rule.outputs:
+        ref = TensorRef(match.nodes[m.src_op], m.src_ts)
+        consumers = pcg.consumers(ref.node)
+        if not consumers or any(c not in inside and ref in pcg.node(c).inputs for c in consumers):
+            live[ref] = (m.dst_op, m.dst_ts)
+    needed: set[int] = set()
+    stack = [d_op for d_op, _ in live.values()]
+    while stack:
+        j = stack.pop()
+        if j not in needed:
+            needed.add(j)
+            stack.extend(s.op for s in rule.dst[j].inputs if not s.external)
+    return live, needed
+
+
+def planned_ops(pcg: PCG, rule: Rule, match: Match) -> list[tuple]:
+    """What ``rewrite`` would add, without building the graph: per destination operator it adds,
+    (attributes, input shapes, output shapes), logical shapes. Raises as ``rewrite`` does."""
+    degrees = dict(match.degrees)
+    _, needed = _live(pcg, rule, match)
+    planned = _dst_shapes(pcg, rule, match, degrees, _cuts(pcg, rule, match, degrees), needed)
+    out = []
+    for j in sorted(planned):
+        ins = [pcg.shape(match.input(-s.op - 1)) if s.external else planned[s.op][1][s.ts] for s in rule.dst[j].inputs]
+        out.append((planned[j][0], [t.tensor_shape for t in ins], [t.tensor_shape for t in planned[j][1]]))
+    return out
+
+
 def rewrite(pcg: PCG, rule: Rule, match: Match) -> Rewrite:
     """Apply ``rule`` at ``match``; raises ShapeError / GraphError when the result is invalid."""
     if not rule.applicable:
@@ -290,22 +324,7 @@ def rewrite(pcg: PCG, rule: Rule, match: Match) -> Rewrite:
                          f"that its source lacks")
     degrees = dict(match.degrees)
     inside = set(match.nodes)
-    mapped = {(m.src_op, m.src_ts): (m.dst_op, m.dst_ts) for m in rule.outputs}
-    # which mapped outputs are live: read outside the match or final outputs of the graph
-    live: dict[TensorRef, tuple[int, int]] = {}
-    for (s_op, s_ts), d in mapped.items():
-        ref = TensorRef(match.nodes[s_op], s_ts)
-        consumers = pcg.consumers(ref.node)
-        if not consumers or any(c not in inside and ref in pcg.node(c).inputs for c in consumers):
-            live[ref] = d
-    # destination operators the live outputs need
-    needed: set[int] = set()
-    stack = [d_op for d_op, _ in live.values()]
-    while stack:
-        j = stack.pop()
-        if j not in needed:
-            needed.add(j)
-            stack.extend(s.op for s in rule.dst[j].inputs if not s.external)
+    live, needed = _live(pcg, rule, match)
     data = pcg.to_json()
     next_id = data["next_id"]
     names = {n.name for n in pcg.nodes}

@@ -658,6 +658,12 @@ class LocalCosts:
             t = self._times[key] = (times.forward_s, times.backward_s)
         return t
 
+    def whole_time(self, attrs, ins, outs) -> float:
+        """Forward + backward seconds of an operator unsplit on the machine's first device (logical
+        shapes): what substitution selection orders its candidates by (``search._by_promise``)."""
+        f, b = self._op_time(attrs, tuple(ins), tuple(outs), self.machine.devices[0].spec)
+        return f + b
+
     def node_cost(self, pcg: PCG, node: Node, cfg: OpConfig) -> float:
         """The slowest piece's forward + backward, plus per weight the slowest replica group's gradient
         AllReduce and update (module doc): the sum of ``node_parts``."""

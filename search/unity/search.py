@@ -52,7 +52,7 @@ from flexrt.search.api import (
 )
 from flexrt.search.pipelines import best_pipeline
 from flexrt.search.substitutions.library import activation_fusion_rules, load_library
-from flexrt.search.substitutions.match import find_matches, node_patterns, rewrite
+from flexrt.search.substitutions.match import find_matches, node_patterns, planned_ops, rewrite
 from flexrt.search.substitutions.rule import PARALLEL_TYPES, Rule
 from flexrt.search.unity.costs import LocalCosts
 from flexrt.search.unity.mapping import MappingDP, series_split_nodes
@@ -94,6 +94,22 @@ def _matches(pcg: PCG, rules: Sequence[Rule], frozen: frozenset = frozenset()):
         for m in find_matches(pcg, rule, patterns=patterns):
             if not frozen.intersection(m.nodes):
                 yield rule, m
+
+
+def _promise(pcg: PCG, rule: Rule, m, costs: LocalCosts) -> float:
+    """What rewriting ``pcg`` with ``rule`` at ``m`` changes in the operators' time on one device: the
+    added operators' forward + backward less the removed ones', unsplit (TASO's cost of a graph,
+    ``LocalCosts.whole_time``); infinite when the rewrite is invalid."""
+    try:
+        added = sum(costs.whole_time(attrs, ins, outs) for attrs, ins, outs in planned_ops(pcg, rule, m))
+    except FlexrtError:
+        return float("inf")
+    removed = 0.0
+    for nid in m.nodes:
+        node = pcg.node(nid)
+        removed += costs.whole_time(node.attrs, [pcg.shape(r).tensor_shape for r in node.inputs],
+                                    [t.tensor_shape for t in pcg.output_shapes(nid)])
+    return added - removed
 
 
 def segments(pcg: PCG, rules: Sequence[Rule], k: int) -> list[frozenset]:
@@ -171,44 +187,57 @@ def _rewrite_notes(pcg: PCG, best_pcg: PCG, state: dict) -> dict:
 
 def _best_first(pcg: PCG, costing: _Costing, rules: Sequence[Rule], budget: int, alpha: float,
                 frozen: frozenset, log: SearchLog, t0: float, progress: Progress, state: dict):
-    """TASO's backtracking search over one segment; returns (best graph, its mapping).
-    ``state["paths"]`` maps a graph's structural hash to the rewrites that made it from the input
-    graph (rule name and the matched operators), so the winner's rewrites can be named."""
+    """TASO's backtracking search over one segment, costing lazily; returns (best graph, its
+    mapping). One queue holds costed graphs (by their cost) and rewrites not yet costed (by an
+    estimate: the graph's cost plus what the rewrite changes on one device over the devices,
+    ``_promise``): the cheapest comes out first, a graph to expand (its rewrites join the queue) or
+    a rewrite to make and cost (one unit of the budget). The budget thus goes to the most promising
+    rewrites of the whole frontier (a batch norm fusing its ReLU before a merge of convolutions
+    that a roofline cost cannot see pay) while none is excluded; as in TASO, a graph over ``alpha``
+    times the best is not expanded. ``state["paths"]`` maps a graph's structural hash to the rewrites
+    that made it from the input graph (rule name and the matched operators), so the winner's
+    rewrites can be named."""
     start = costing(pcg)
     best_pcg, best = pcg, start
     paths = state.setdefault("paths", {})
     paths.setdefault(pcg.structural_hash(), ())
     seen = {pcg.structural_hash()}
-    heap = [(start.cost_s, 0, pcg)]
+    costs, n = costing.dp.costs, costing.dp.devices
+    heap = [(start.cost_s, 0, pcg, None)]     # (priority, tie-break, graph, None | (rule, match) to apply)
     counter = 1
     used = 0
     while heap and used < budget:
-        cost, _, g = heapq.heappop(heap)
-        if cost > alpha * best.cost_s:
+        cost, _, g, step = heapq.heappop(heap)
+        if step is None:   # a costed graph: queue its rewrites by their estimates
+            if cost > alpha * best.cost_s:
+                continue
+            for rule, m in _matches(g, rules, frozen):
+                estimate = cost + _promise(g, rule, m, costs) / n
+                if estimate != float("inf"):
+                    heapq.heappush(heap, (estimate, counter, g, (rule, m)))
+                    counter += 1
             continue
-        for rule, m in _matches(g, rules, frozen):
-            new = _rewritten(g, rule, m, state)
-            if new is None:
-                continue
-            h = new.structural_hash()
-            if h in seen:
-                continue
-            seen.add(h)
-            paths[h] = paths.get(g.structural_hash(), ()) + (_named(rule, m, g),)
-            mapping = costing(new)
-            used += 1
-            state["candidates"] += 1
-            if mapping.cost_s < best.cost_s:
-                best_pcg, best = new, mapping
-                if best.cost_s < state["best"]:  # kept for Ctrl-C
-                    state.update(best=best.cost_s, best_pcg=new, best_mapping=mapping)
-            log.record(state["candidates"], t0, mapping.cost_s, min(best.cost_s, state["best"]))
-            progress.update(state["candidates"], best.cost_s, 0.0)
-            if mapping.cost_s <= alpha * best.cost_s:
-                heapq.heappush(heap, (mapping.cost_s, counter, new))
-                counter += 1
-            if used >= budget:
-                break
+        rule, m = step
+        new = _rewritten(g, rule, m, state)
+        if new is None:
+            continue
+        h = new.structural_hash()
+        if h in seen:
+            continue
+        seen.add(h)
+        paths[h] = paths.get(g.structural_hash(), ()) + (_named(rule, m, g),)
+        mapping = costing(new)
+        used += 1
+        state["candidates"] += 1
+        if mapping.cost_s < best.cost_s:
+            best_pcg, best = new, mapping
+            if best.cost_s < state["best"]:  # kept for Ctrl-C
+                state.update(best=best.cost_s, best_pcg=new, best_mapping=mapping)
+        log.record(state["candidates"], t0, mapping.cost_s, min(best.cost_s, state["best"]))
+        progress.update(state["candidates"], best.cost_s, 0.0)
+        if mapping.cost_s <= alpha * best.cost_s:
+            heapq.heappush(heap, (mapping.cost_s, counter, new, None))
+            counter += 1
     return best_pcg, best
 
 
