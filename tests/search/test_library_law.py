@@ -4,7 +4,7 @@ random inputs)."""
 
 from __future__ import annotations
 
-import numpy as np
+import dataclasses
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -17,8 +17,9 @@ from flexrt.search.substitutions.fingerprint import to_pcg
 from flexrt.errors import FlexrtError
 from flexrt.search.substitutions.library import cut_counterexample, keeps_values, load_library, rule_input_shapes
 from flexrt.search.substitutions.match import find_matches
-from flexrt.search.substitutions.evaluate import evaluate, random_inputs
-from flexrt.search.substitutions.match import rewrite, try_apply
+from flexrt.search.substitutions.match import try_apply
+from flexrt.search.substitutions.rule import OutputMap, PatternOp, Rule, Slot
+from flexrt.search.substitutions.verify import Status, check_rule
 
 
 def law_holds(pcg, rule, match, seed: int) -> bool:
@@ -100,6 +101,21 @@ def test_rules_with_a_split_keep_the_computation_where_it_cuts_unequally():
                 assert law_holds(g, rule, m, i), f"{rule.name} changed the computation at {m}"
                 rewritten += 1
     assert len(SPLIT_RULES) >= 100 and rewritten >= 50, (len(SPLIT_RULES), rewritten)
+
+
+def test_a_rotation_is_refuted_by_a_cut_counterexample_and_the_library_has_none():
+    """Swapping a split's parts back together is the identity's rotation: true only when the split
+    cuts in the middle, so it is refuted concretely before Z3; no shipped rule is."""
+    split = PatternOp("OP_SPLIT", (Slot(-1),), (("PM_AXIS", 0), ("PM_NUM_OUTPUTS", 2)))
+    swap = PatternOp("OP_CONCAT", (Slot(0, 1), Slot(0, 0)), (("PM_AXIS", 0),))
+    relu = PatternOp("OP_RELU", (Slot(-1),))
+    rotation = Rule("rotate_relu", (relu, dataclasses.replace(split, inputs=(Slot(0),)),
+                                    PatternOp("OP_CONCAT", (Slot(1, 1), Slot(1, 0)), (("PM_AXIS", 0),))),
+                    (split, swap, PatternOp("OP_RELU", (Slot(1),))), (OutputMap(2, 0, 2, 0),))
+    assert "changes the values" in cut_counterexample(rotation)
+    res = check_rule(rotation)
+    assert res.status is Status.REFUTED and res.strategy == "concrete"
+    assert not [r.name for r in SPLIT_RULES if cut_counterexample(r)]
 
 
 @pytest.mark.slow

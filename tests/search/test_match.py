@@ -17,7 +17,7 @@ from flexrt.ir.ops import (CombineAttrs, ConcatAttrs, ElementBinaryAttrs, Elemen
 from flexrt.ir.pcg import PCG, TensorRef
 from flexrt.ir.tensor_shape import TensorShape
 from flexrt.search.substitutions.evaluate import evaluate, graph_outputs, random_inputs
-from flexrt.search.substitutions.library import MEGATRON_CHAIN, unity_example_rules
+from flexrt.search.substitutions.library import MEGATRON_CHAIN, keeps_values, unity_example_rules
 from flexrt.search.substitutions.match import apply, degree_generic, find_matches, rewrite, rewrites, try_apply
 from flexrt.search.substitutions.rule import OutputMap, PatternOp, Rule, Slot
 
@@ -81,15 +81,12 @@ def mlp_block(batch=8, d_in=4, hidden=6, d_out=4):
 
 
 def law_holds(pcg: PCG, r: Rule, match, seed: int = 0) -> bool:
-    """Rewrite at ``match``; evaluate both graphs on the same random inputs; compare every output."""
+    """Rewrite at ``match``: the graph's outputs are the old ones (a replaced one where it went) and
+    both graphs give the same values on the same random inputs (``library.keeps_values``)."""
     rw = rewrite(pcg, r, match)
-    rw.pcg.validate()
-    inputs = random_inputs(pcg, np.random.default_rng(seed))
-    before = evaluate(pcg, inputs)
     moved = dict(rw.replaced)
-    after = evaluate(rw.pcg, inputs, [moved.get(ref, ref) for ref in before])
-    assert sorted(map(str, graph_outputs(rw.pcg))) == sorted(str(moved.get(ref, ref)) for ref in before)
-    return all(np.allclose(before[ref], after[moved.get(ref, ref)], rtol=1e-8, atol=1e-10) for ref in before)
+    assert sorted(map(str, graph_outputs(rw.pcg))) == sorted(str(moved.get(ref, ref)) for ref in graph_outputs(pcg))
+    return keeps_values(pcg, r, match, seed)
 
 
 # ---- random PCGs --------------------------------------------------------------------------
