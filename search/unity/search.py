@@ -203,6 +203,7 @@ def _best_first(pcg: PCG, costing: _Costing, rules: Sequence[Rule], budget: int,
     paths.setdefault(pcg.structural_hash(), ())
     seen = {pcg.structural_hash()}
     costs, n = costing.dp.costs, costing.dp.devices
+    promises = state.setdefault("promises", {})
     heap = [(start.cost_s, 0, pcg, None)]     # (priority, tie-break, graph, None | (rule, match) to apply)
     counter = 1
     used = 0
@@ -212,7 +213,11 @@ def _best_first(pcg: PCG, costing: _Costing, rules: Sequence[Rule], budget: int,
             if cost > alpha * best.cost_s:
                 continue
             for rule, m in _matches(g, rules, frozen):
-                estimate = cost + _promise(g, rule, m, costs) / n
+                key = (rule.name, m)   # a rewrite's change is the same in every graph it applies to:
+                delta = promises.get(key)   # node ids are never reused and rewrites keep shapes
+                if delta is None:
+                    delta = promises[key] = _promise(g, rule, m, costs)
+                estimate = cost + delta / n
                 if estimate != float("inf"):
                     heapq.heappush(heap, (estimate, counter, g, (rule, m)))
                     counter += 1
