@@ -356,13 +356,10 @@ def keeps_values(pcg: PCG, rule: Rule, match, seed: int = 0) -> bool:
     return all(np.allclose(before[ref], after[moved.get(ref, ref)], rtol=1e-8, atol=1e-9) for ref in before)
 
 
-def cut_counterexample(rule: Rule, seed: int = 0) -> Optional[str]:
-    """A concrete counterexample where the rule's source splits cut unequally, as the matcher lets
-    them (``semantics``: a source split matches any point): the source built on
-    ``rule_input_shapes`` with every split cut after its first entry, rewritten at each match; what
-    differs, or None (also where the source does not type so cut or a rewrite is refused). The
-    generator's fingerprints cut in the middle, so it proposes rules true only there (a split whose
-    halves swap)."""
+def cut_source(rule: Rule) -> Optional[tuple]:
+    """(the rule's source as a PCG with every split cut after its first entry, on
+    ``rule_input_shapes``; the rule's matches in it), or None when the rule has no source split or
+    its source does not type so cut. A source split matches a split at any point (``semantics``)."""
     from flexrt.search.substitutions.match import find_matches
     if not any(op.type == "OP_SPLIT" for op in rule.src):
         return None
@@ -370,9 +367,18 @@ def cut_counterexample(rule: Rule, seed: int = 0) -> Optional[str]:
         g, _ = to_pcg(rule.src, rule_input_shapes(rule), cut=lambda n: 1)
     except FlexrtError:
         return None
-    for m in find_matches(g, rule):
+    return g, find_matches(g, rule)
+
+
+def cut_counterexample(rule: Rule, seed: int = 0) -> Optional[str]:
+    """A concrete counterexample where the rule's source splits cut unequally (``cut_source``): at
+    a match whose rewrite changes the values, what differs; None where none does (also where the
+    source does not type so cut or a rewrite is refused). The generator's fingerprints cut in the
+    middle, so it proposes rules true only there (a split whose halves swap)."""
+    found = cut_source(rule)
+    for m in found[1] if found else ():
         try:
-            if not keeps_values(g, rule, m, seed):
+            if not keeps_values(found[0], rule, m, seed):
                 return f"with its source split(s) cut after the first entry, the rewrite at {m} changes the values"
         except FlexrtError:
             continue

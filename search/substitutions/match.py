@@ -12,8 +12,8 @@ A ``Match`` assigns every source operator of a rule to a PCG node such that
   of the rule's mapped outputs (else removing the source would break its readers).
 
 ``apply`` builds a new PCG: destination operators are added (``semantics.to_attrs`` on their input
-shapes; a destination split cuts where the source tensor that one of its outputs replaces ends, else
-in the middle: ``translate`` states the same to the verifier), readers of the mapped source outputs read the destination's outputs instead, the source
+shapes; a destination split cuts where both sides are well typed and each replaced output keeps its
+shape, the conditions ``translate`` gives the verifier: ``_plan``), readers of the mapped source outputs read the destination's outputs instead, the source
 operators are removed, and every node is re-inferred; a rewrite that produces an invalid shape
 raises ShapeError (``try_apply`` returns None). Nodes outside the match keep their ids and names,
 so the graph's inputs, weights and final outputs are kept; rules compose by applying again.
@@ -235,33 +235,36 @@ def _instantiate(op: PatternOp, degrees: dict[int, int]) -> PatternOp:
 
 
 def _dst_shapes(pcg: PCG, rule: Rule, match: Match, degrees: dict, cuts: dict, only=None) -> dict:
-    """Destination operator -> (its attributes, its output shapes), for the operators in ``only`` (every
-    one when None); ``cuts``: where each destination split cuts (``_cuts``)."""
+    """Destination operator -> (its attributes, its input shapes, its output shapes), parallel shapes,
+    for the operators in ``only`` (every one when None); ``cuts``: where each destination split cuts
+    (``_plan``)."""
     out: dict[int, tuple] = {}
     for j, op in enumerate(rule.dst):
         if only is not None and j not in only:
             continue
         op = _instantiate(op, degrees)
-        ins = [pcg.shape(match.input(-s.op - 1)) if s.external else out[s.op][1][s.ts] for s in op.inputs]
+        ins = [pcg.shape(match.input(-s.op - 1)) if s.external else out[s.op][2][s.ts] for s in op.inputs]
         logical = [t.tensor_shape for t in ins]
         point, cut = None, cuts.get(j)
         if cut is not None:   # ("first" | "rest", size): the size of the first part or of the second
             n = logical[0].dims[flexrt_dim(op.param("PM_AXIS"), logical[0].rank)]
             point = cut[1] if cut[0] == "first" else n - cut[1]
         attrs = to_attrs(op, logical, point)
-        out[j] = (attrs, infer_node_shapes(attrs, ins, f"{rule.name}.{j}"))
+        out[j] = (attrs, ins, infer_node_shapes(attrs, ins, f"{rule.name}.{j}"))
     return out
 
 
-def _cuts(pcg: PCG, rule: Rule, match: Match, degrees: dict) -> dict:
-    """Where each destination split cuts, as the verifier assumes (``translate``): where every
-    destination operator is well typed and every mapped output has the shape of the source tensor it
-    replaces. Tried in turn: the middle, then each size along the split dimension of a matched
-    tensor, as the first part or as the second. The first that fits is taken; where several fit, the
-    proof covers each (a rule is proved for every point its typing allows)."""
+def _plan(pcg: PCG, rule: Rule, match: Match, needed: set) -> dict:
+    """``_dst_shapes`` of the destination operators in ``needed``. Where the destination has splits,
+    each cuts as the verifier assumes (``translate``): where every destination operator is well typed
+    and every mapped output has the shape of the source tensor it replaces. Tried in turn: the
+    middle, then each size along the split dimension of a matched tensor, as the first part or as
+    the second. The first that fits is taken; where several fit, the proof covers each (a rule is
+    proved for every point its typing allows)."""
+    degrees = dict(match.degrees)
     splits = [j for j, op in enumerate(rule.dst) if op.type == "OP_SPLIT"]
     if not splits:
-        return {}
+        return _dst_shapes(pcg, rule, match, degrees, {}, needed)
     tensors = [pcg.shape(TensorRef(n, k)).tensor_shape for n in match.nodes
                for k in range(len(pcg.output_shapes(n)))] + [pcg.shape(r).tensor_shape for _, r in match.inputs]
     options = []
@@ -273,11 +276,11 @@ def _cuts(pcg: PCG, rule: Rule, match: Match, degrees: dict) -> dict:
     for combo in itertools.product(*options):
         cuts = {j: c for j, c in zip(splits, combo) if c is not None}
         try:
-            shapes = _dst_shapes(pcg, rule, match, degrees, cuts)
+            planned = _dst_shapes(pcg, rule, match, degrees, cuts)
         except FlexrtError:
             continue
-        if all(pcg.shape(ref) == shapes[j][1][k] for ref, j, k in want):
-            return cuts
+        if all(pcg.shape(ref) == planned[j][2][k] for ref, j, k in want):
+            return {j: planned[j] for j in needed}
     raise ShapeError(f"rule {rule.name}: no cut of its destination split(s) {splits} gives the source outputs' "
                      f"shapes")
 
@@ -306,14 +309,10 @@ def _live(pcg: PCG, rule: Rule, match: Match) -> tuple[dict, set]:
 def planned_ops(pcg: PCG, rule: Rule, match: Match) -> list[tuple]:
     """What ``rewrite`` would add, without building the graph: per destination operator it adds,
     (attributes, input shapes, output shapes), logical shapes. Raises as ``rewrite`` does."""
-    degrees = dict(match.degrees)
     _, needed = _live(pcg, rule, match)
-    planned = _dst_shapes(pcg, rule, match, degrees, _cuts(pcg, rule, match, degrees), needed)
-    out = []
-    for j in sorted(planned):
-        ins = [pcg.shape(match.input(-s.op - 1)) if s.external else planned[s.op][1][s.ts] for s in rule.dst[j].inputs]
-        out.append((planned[j][0], [t.tensor_shape for t in ins], [t.tensor_shape for t in planned[j][1]]))
-    return out
+    planned = _plan(pcg, rule, match, needed)
+    return [(attrs, [t.tensor_shape for t in ins], [t.tensor_shape for t in outs])
+            for attrs, ins, outs in (planned[j] for j in sorted(planned))]
 
 
 def rewrite(pcg: PCG, rule: Rule, match: Match) -> Rewrite:
@@ -322,15 +321,14 @@ def rewrite(pcg: PCG, rule: Rule, match: Match) -> Rewrite:
         raise GraphError(f"rule {rule.name} is not applicable: its destination reads external input(s) "
                          f"{sorted(rule.external_inputs('dst') - rule.external_inputs('src'), reverse=True)} "
                          f"that its source lacks")
-    degrees = dict(match.degrees)
     inside = set(match.nodes)
     live, needed = _live(pcg, rule, match)
     data = pcg.to_json()
     next_id = data["next_id"]
     names = {n.name for n in pcg.nodes}
     dst_ref: dict[int, int] = {}        # destination operator -> new node id
-    planned = _dst_shapes(pcg, rule, match, degrees, _cuts(pcg, rule, match, degrees), needed)
-    dst_shapes = {j: shapes for j, (_, shapes) in planned.items()}
+    planned = _plan(pcg, rule, match, needed)
+    dst_shapes = {j: outs for j, (_, _, outs) in planned.items()}
     new_nodes = []
 
     def ref_of(slot: Slot) -> TensorRef:

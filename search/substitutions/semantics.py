@@ -17,7 +17,7 @@ PCG operators, shared by the generator, the verifier's concrete checks and the r
 | ``OP_EW_ADD`` / ``OP_EW_MUL`` (a, b) | | ``ElementBinaryAttrs(EW_ADD / EW_MUL)`` |
 | ``OP_SCALAR_MULTIPLY`` (x) | ``PM_SCALAR`` (integer) | ``ElementUnaryAttrs(SCALAR_MUL, scalar)`` |
 | ``OP_CONCAT`` (a, b) | ``PM_AXIS``, ``PM_NUM_INPUTS`` 2, ``PM_NUMDIM`` | ``ConcatAttrs(axis)`` |
-| ``OP_SPLIT`` (x) | ``PM_AXIS``, ``PM_NUM_OUTPUTS`` 2 | ``SplitAttrs((p, n - p), axis)``: a source split matches any point ``p``; a destination split cuts where the source tensor that an output replaces ends (``match.rewrite``), else in equal halves |
+| ``OP_SPLIT`` (x) | ``PM_AXIS``, ``PM_NUM_OUTPUTS`` 2 | ``SplitAttrs((p, n - p), axis)``: a source split matches any point ``p``; a destination split cuts where every destination operator is well typed and each replaced output keeps its shape (``match._plan``: the middle first) |
 | ``OP_TRANSPOSE`` (x) | | ``TransposeAttrs`` swapping the last two dimensions |
 | ``OP_PARTITION`` (x) | ``PM_PARALLEL_DIM``, ``PM_PARALLEL_DEGREE`` | ``RepartitionAttrs(dim, degree)`` |
 | ``OP_COMBINE`` (x) | ``PM_PARALLEL_DIM``, ``PM_PARALLEL_DEGREE`` | ``CombineAttrs(dim, degree)`` |

@@ -11,7 +11,7 @@ replaces. Sizes are at least 1.
 
 A split's point (where it cuts, ``Z3Algebra.split``) is an integer variable per split operator:
 a source split's is the matched node's, any; a destination split's is the rewriter's choice
-(``match._cuts``), one under which both sides are well typed and the mapped outputs have the
+(``match._plan``), one under which both sides are well typed and the mapped outputs have the
 sizes of what they replace: these hypotheses, so a proof holds for every point the rewriter may
 choose.
 

@@ -660,7 +660,7 @@ class LocalCosts:
 
     def whole_time(self, attrs, ins, outs) -> float:
         """Forward + backward seconds of an operator unsplit on the machine's first device (logical
-        shapes): what substitution selection orders its candidates by (``search._by_promise``)."""
+        shapes): what substitution selection orders its candidates by (``search._promise``)."""
         f, b = self._op_time(attrs, tuple(ins), tuple(outs), self.machine.devices[0].spec)
         return f + b
 

@@ -6,7 +6,6 @@ child in the library's order spends on merges fuses every batch norm."""
 
 from __future__ import annotations
 
-import pytest
 
 from flexrt.core import ActiMode, DataType, FFConfig, FFModel
 from flexrt.ir.op_type import OpType
