@@ -9,7 +9,7 @@ sizes that satisfy ``where`` (conditions on ``A.dim(t, i)``, the size of dimensi
 counted from the innermost).
 
 Entry points: ``Axiom``, ``axiom``, ``registered``, the domains ``DIM``, ``DEG``, ``ACTI``, ``SCALAR``,
-``UNARY``, ``AXES``, ``AGGR``, ``WINDOW``, ``GROUP``, ``POINT``; ``conv_shapes``.
+``UNARY``, ``AXES``, ``AGGR``, ``WINDOW``, ``GROUP``, ``POINT``, ``SIZE``; ``conv_shapes``.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ DIM, DEG, ACTI, SCALAR = "dim", "deg", "acti", "scalar"
 UNARY, AXES, AGGR = "unary", "axes", "aggr"   # an element-wise function's code, layer norm's dims, a bag or not
 WINDOW, GROUP = "window", "group"   # a convolution's window (semantics.window_code) and its groups
 POINT = "point"   # where a split cuts: 1 <= p < the dimension's size (the split's typing says the latter)
+SIZE = "size"     # one size of a reshape's target: >= 1
 # Windows the concrete checks draw (kernel, stride, padding along height and width), as codes.
 CONV_WINDOWS = tuple(encode_window(w) for w in (
     (1, 1, 1, 1, 0, 0), (3, 3, 1, 1, 1, 1), (3, 3, 2, 2, 1, 1), (1, 3, 1, 1, 0, 1), (2, 2, 2, 2, 0, 0)))

@@ -21,7 +21,8 @@ width on an input of n and ``kernel_h(c)`` / ``kernel_w(c)``, uninterpreted in Z
 ``bn(a, x, scale, bias)`` (training-mode batch norm of NCHW ``x``, ``a`` 0 or 2: a fused ReLU),
 ``reduce_sum(axis, x)`` (the sum along ``axis``, removed), ``transpose(x)``, ``concat(axis, a, b)``,
 ``split(k, axis, p, x)`` (part ``k`` of ``x`` cut along ``axis`` after its first ``p`` entries: 0 the
-first ``p``, 1 the rest), ``partition(dim, deg, x)``, ``combine(dim, deg, x)``,
+first ``p``, 1 the rest), ``reshape(s, x)`` (``x`` reshaped to the sizes ``s = (s0, s1, s2, s3)``, dims
+0 to 3: a shape of rank at most 4, ``axioms_reshape.py``), ``partition(dim, deg, x)``, ``combine(dim, deg, x)``,
 ``replicate(deg, x)``, ``reduce(deg, x)``, and the size ``dim(t, i)`` (an Int).
 Dimensions count from the innermost, as FlexFlow's do: on ``x`` [batch, in] the feature dim is 0
 and the batch dim is 1; on ``w`` [in, out] the output dim is 0 and the input (row) dim is 1.
@@ -48,9 +49,9 @@ from flexrt.ir.ops.conv2d import window_output_size
 from flexrt.search.substitutions.semantics import window_of
 from flexrt.search.substitutions import (axioms_algebraic, axioms_operators, axioms_parallel,  # noqa: F401
                                          axioms_sizes)                                        # (they register)
-from flexrt.search.substitutions import axioms_conv, axioms_reduce  # noqa: F401  (registers)
+from flexrt.search.substitutions import axioms_conv, axioms_reduce, axioms_reshape  # noqa: F401  (registers)
 from flexrt.search.substitutions.axiom_table import (ACTI, AGGR, AXES, DEG, DIM, GROUP, POINT, SCALAR,  # noqa: F401
-                                                     UNARY, WINDOW, Axiom, registered)
+                                                     SIZE, UNARY, WINDOW, Axiom, registered)
 
 
 AXIOMS: tuple[Axiom, ...] = registered()
@@ -93,6 +94,7 @@ class Z3Algebra:
         self._conv, self._convb = F("conv", I, I, I, T, T, T), F("convb", I, I, I, T, T, T, T)
         self._bn = F("batchnorm", I, T, T, T, T)
         self._reduce_sum = F("reduce_sum", I, T, T)
+        self._reshape = F("reshape", I, I, I, I, T, T)
         self.conv_h, self.conv_w = F("conv_h", I, I, I), F("conv_w", I, I, I)
         self.kernel_h, self.kernel_w = F("kernel_h", I, I), F("kernel_w", I, I)
         self.typing: list = []
@@ -174,6 +176,9 @@ class Z3Algebra:
         return self._convb(c, g, a, x, w, b)
 
     def reduce_sum(self, ax, x): return self._reduce_sum(ax, x)
+    def reshape(self, s, x):
+        self._typed(*(v >= 1 for v in s))
+        return self._reshape(*s, x)
 
     def bn(self, a, x, s, b):
         self._typed(self.dim(s, 0) == self.dim(x, 2), self.dim(b, 0) == self.dim(x, 2))
@@ -213,7 +218,7 @@ class Z3Algebra:
         return z3.ForAll(bound, body, patterns=pats) if pats else z3.ForAll(bound, body)
 
 
-_DOMAINS = {POINT: (1, None), ACTI: (0, 4), UNARY: (0, None), AXES: (1, None), AGGR: (0, 1), WINDOW: (0, None), GROUP: (1, None)}  # Z3's bounds (None: unbounded)
+_DOMAINS = {POINT: (1, None), SIZE: (1, None), ACTI: (0, 4), UNARY: (0, None), AXES: (1, None), AGGR: (0, 1), WINDOW: (0, None), GROUP: (1, None)}  # Z3's bounds (None: unbounded)
 
 
 def _is_pattern(z3, e, names: set) -> bool:
@@ -255,12 +260,12 @@ class NumpyAlgebra:
         self.np, self.pieces, self.PatternOp, self.to_attrs = np, pieces, PatternOp, to_attrs
         self.UNARY_TYPES = UNARY_TYPES
 
-    def _attrs(self, t, vals, point=None, **params):
+    def _attrs(self, t, vals, choice=None, **params):
         return self.to_attrs(self.PatternOp(t, (), tuple(params.items())), [x.shape.tensor_shape for x in vals],
-                             point=point)
+                             choice)
 
-    def _run(self, t, vals, point=None, **params):
-        return self.pieces.run_pieces(self.np, self._attrs(t, vals, point, **params), list(vals), t)
+    def _run(self, t, vals, choice=None, **params):
+        return self.pieces.run_pieces(self.np, self._attrs(t, vals, choice, **params), list(vals), t)
 
     def _move(self, t, x, **params):
         return self.pieces.apply_parallel_op(self.np, self._attrs(t, [x], **params), x)
@@ -293,6 +298,14 @@ class NumpyAlgebra:
 
     def bn(self, a, x, s, b): return self._run("OP_BATCHNORM", [x, s, b], PM_ACTI=a)[0]
     def reduce_sum(self, ax, x): return self._run("OP_REDUCE_SUM", [x], PM_AXIS=ax)[0]
+
+    def reshape(self, s, x):
+        """``x`` reshaped to sizes ``s`` (innermost first; leading sizes 1 dropped down to a matrix, as
+        ``dim`` reads them back); IllTyped when the element counts differ."""
+        target = axioms_reshape.numpy_target([int(v) for v in s])
+        if math.prod(target) != math.prod(x.shape.sizes):
+            raise IllTyped(f"reshape of {list(x.shape.sizes)} to {target}: the element counts differ")
+        return self._run("OP_RESHAPE", [x], tuple(target))[0]
 
     _window = staticmethod(window_of)
 

@@ -61,6 +61,7 @@ class Family:
     both_directions: bool = True   # also each rule reversed (where it reads no input its source lacks)
     max_total: int | None = None   # at most this many operators on both sides together
     requires: tuple = ()           # keep only rules with one of these operator types (the family's new ones)
+    in_source: bool = False        # ... in their source (a rule that only adds them is of no use)
 
 
 def _axis(t: str, key: str, axes, **extra) -> list[OpChoice]:
@@ -134,6 +135,11 @@ FAMILIES: tuple[Family, ...] = (
                                      + [OpChoice("OP_EMBEDDING", (("PM_AGGR", g),), 2) for g in (0, 1)]
                                      + [OpChoice("OP_EW_ADD", (), 2)] + _moves(3, k, reduce=True)),
            (_INDICES, _M, (4, 4, 4), (4, 4, 4)), 2, requires=("OP_REDUCE_SUM",)),
+    Family("reshape", lambda k: (OpChoice("OP_RESHAPE"), OpChoice("OP_RELU"), OpChoice("OP_SIGMOID"),
+                                 OpChoice("OP_EW_ADD", (), 2), *_linear((0,)),
+                                 OpChoice("OP_SOFTMAX", (("PM_SOFTMAX_DIM", 0),)),
+                                 OpChoice("OP_REPLICATE", (("PM_PARALLEL_DEGREE", k),))),
+           ((4, 4, 4), (4, 4, 4), _M), 3, max_total=5, requires=("OP_RESHAPE",), in_source=True),
 )
 
 
@@ -191,7 +197,8 @@ def generate_library(families: Sequence[str] | None = None, max_ops: int | None 
         kept = 0
         for rule, shape, pair in zip(res.rules, res.input_shapes, res.pairs):
             why = ("over_max_total" if fam.max_total is not None and len(rule.src) + len(rule.dst) > fam.max_total
-                   else "without_required" if fam.requires and not {op.type for op in rule.src + rule.dst} & set(fam.requires)
+                   else "without_required" if fam.requires and not {
+                       op.type for op in rule.src + (() if fam.in_source else rule.dst)} & set(fam.requires)
                    else None if connected_source(rule) else "disconnected_source")
             if why:
                 counts[f"family_{fam.name}_{why}"] = counts.get(f"family_{fam.name}_{why}", 0) + 1

@@ -190,10 +190,11 @@ def evaluate_side(ops: Sequence[PatternOp], inputs: Mapping[int, np.ndarray | Pa
 
 
 def to_pcg(ops: Sequence[PatternOp], input_shapes: Mapping[int, TensorShape],
-           cut=None) -> tuple[PCG, list[list[TensorRef]]]:
+           cut=None, reshape=None) -> tuple[PCG, list[list[TensorRef]]]:
     """The flexrt PCG of a rule side: one ``Input`` node per external input, one node per operator
     (``PCG.add_node`` runs flexrt's shape inference and raises on an invalid side). ``cut``: where a
-    split cuts a dimension of size n, ``cut(n)`` (None: in the middle)."""
+    split cuts a dimension of size n, ``cut(n)`` (None: in the middle); ``reshape``: a reshape's
+    target on an input of shape x, ``reshape(x)`` (None: ``semantics.default_reshape``)."""
     g = PCG()
     ext = {k: TensorRef(g.add_node(InputAttrs(shape), name=f"in{-k - 1}")) for k, shape in sorted(input_shapes.items(),
                                                                                                reverse=True)}
@@ -201,10 +202,12 @@ def to_pcg(ops: Sequence[PatternOp], input_shapes: Mapping[int, TensorShape],
     for i, op in enumerate(ops):
         ins = [ext[s.op] if s.external else refs[s.op][s.ts] for s in op.inputs]
         shapes = [g.shape(r).tensor_shape for r in ins]
-        point = None
+        choice = None
         if cut is not None and op.type == "OP_SPLIT":
-            point = cut(shapes[0].dims[shapes[0].rank - 1 - op.param("PM_AXIS")])
-        attrs = to_attrs(op, shapes, point)
+            choice = cut(shapes[0].dims[shapes[0].rank - 1 - op.param("PM_AXIS")])
+        elif reshape is not None and op.type == "OP_RESHAPE":
+            choice = reshape(shapes[0])
+        attrs = to_attrs(op, shapes, choice)
         nid = g.add_node(attrs, ins, name=f"op{i}_{op.type}")
         refs.append(list(g.outputs(nid)))
     return g, refs

@@ -12,6 +12,7 @@ Entry points: ``load_library``, ``library_files``, ``load_flexflow_rules``, ``li
 from __future__ import annotations
 
 import itertools
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from importlib import resources
@@ -356,30 +357,41 @@ def keeps_values(pcg: PCG, rule: Rule, match, seed: int = 0) -> bool:
     return all(np.allclose(before[ref], after[moved.get(ref, ref)], rtol=1e-8, atol=1e-9) for ref in before)
 
 
+def _other_innermost(x: TensorShape) -> tuple[int, int]:
+    """A reshape target that changes the innermost size: [n / k, k], k the least divisor of the
+    element count above 1 that is not x's innermost size (or x's shape where there is none)."""
+    n = math.prod(x.dims)
+    k = next((k for k in range(2, n + 1) if n % k == 0 and k != x.dims[-1]), None)
+    return x.dims if k is None else (n // k, k)
+
+
 def cut_source(rule: Rule) -> Optional[tuple]:
-    """(the rule's source as a PCG with every split cut after its first entry, on
-    ``rule_input_shapes``; the rule's matches in it), or None when the rule has no source split or
-    its source does not type so cut. A source split matches a split at any point (``semantics``)."""
+    """(the rule's source as a PCG with every split cut after its first entry and every reshape to
+    another innermost size (``_other_innermost``), on ``rule_input_shapes``; the rule's matches in
+    it), or None when the rule's source has neither or does not type so. A source split matches a
+    split at any point and a source reshape any reshape (``semantics``)."""
     from flexrt.search.substitutions.match import find_matches
-    if not any(op.type == "OP_SPLIT" for op in rule.src):
+    if not any(op.type in ("OP_SPLIT", "OP_RESHAPE") for op in rule.src):
         return None
     try:
-        g, _ = to_pcg(rule.src, rule_input_shapes(rule), cut=lambda n: 1)
+        g, _ = to_pcg(rule.src, rule_input_shapes(rule), cut=lambda n: 1, reshape=_other_innermost)
     except FlexrtError:
         return None
     return g, find_matches(g, rule)
 
 
 def cut_counterexample(rule: Rule, seed: int = 0) -> Optional[str]:
-    """A concrete counterexample where the rule's source splits cut unequally (``cut_source``): at
-    a match whose rewrite changes the values, what differs; None where none does (also where the
-    source does not type so cut or a rewrite is refused). The generator's fingerprints cut in the
-    middle, so it proposes rules true only there (a split whose halves swap)."""
+    """A concrete counterexample where the rule's source splits cut unequally and its reshapes change
+    the innermost size (``cut_source``): at a match whose rewrite changes the values, what differs;
+    None where none does (also where the source does not type so or a rewrite is refused). The
+    generator's fingerprints cut in the middle and reshape with ``semantics.default_reshape``, so it
+    proposes rules true only there (a split whose halves swap, a softmax through a reshape)."""
     found = cut_source(rule)
     for m in found[1] if found else ():
         try:
             if not keeps_values(found[0], rule, m, seed):
-                return f"with its source split(s) cut after the first entry, the rewrite at {m} changes the values"
+                return (f"with its source split(s) cut after the first entry and reshape(s) to another innermost "
+                        f"size, the rewrite at {m} changes the values")
         except FlexrtError:
             continue
     return None

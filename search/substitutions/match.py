@@ -12,8 +12,8 @@ A ``Match`` assigns every source operator of a rule to a PCG node such that
   of the rule's mapped outputs (else removing the source would break its readers).
 
 ``apply`` builds a new PCG: destination operators are added (``semantics.to_attrs`` on their input
-shapes; a destination split cuts where both sides are well typed and each replaced output keeps its
-shape, the conditions ``translate`` gives the verifier: ``_plan``), readers of the mapped source outputs read the destination's outputs instead, the source
+shapes; a destination split cuts, and a destination reshape reshapes, where both sides are well typed
+and each replaced output keeps its shape, the conditions ``translate`` gives the verifier: ``_plan``), readers of the mapped source outputs read the destination's outputs instead, the source
 operators are removed, and every node is re-inferred; a rewrite that produces an invalid shape
 raises ShapeError (``try_apply`` returns None). Nodes outside the match keep their ids and names,
 so the graph's inputs, weights and final outputs are kept; rules compose by applying again.
@@ -43,7 +43,7 @@ from flexrt.ir.op_type import SOURCE_OPS
 from flexrt.ir.pcg import PCG, TensorRef, infer_node_shapes
 from flexrt.ir.serialize import attrs_to_json
 from flexrt.search.substitutions.rule import CONV_DEFAULTS, PatternOp, Rule, Slot
-from flexrt.search.substitutions.semantics import flexrt_dim, pattern_of, to_attrs
+from flexrt.search.substitutions.semantics import RESHAPE_RANK, flexrt_dim, pattern_of, to_attrs
 
 DEGREE = "PM_PARALLEL_DEGREE"
 # Parameters a rule may leave out, and the value that then applies (semantics.to_attrs' defaults).
@@ -234,10 +234,10 @@ def _instantiate(op: PatternOp, degrees: dict[int, int]) -> PatternOp:
     return dataclasses.replace(op, params=tuple(params.items()))
 
 
-def _dst_shapes(pcg: PCG, rule: Rule, match: Match, degrees: dict, cuts: dict, only=None) -> dict:
+def _dst_shapes(pcg: PCG, rule: Rule, match: Match, degrees: dict, choices: dict, only=None) -> dict:
     """Destination operator -> (its attributes, its input shapes, its output shapes), parallel shapes,
-    for the operators in ``only`` (every one when None); ``cuts``: where each destination split cuts
-    (``_plan``)."""
+    for the operators in ``only`` (every one when None); ``choices``: where each destination split
+    cuts, each destination reshape's target (``_plan``)."""
     out: dict[int, tuple] = {}
     for j, op in enumerate(rule.dst):
         if only is not None and j not in only:
@@ -245,44 +245,56 @@ def _dst_shapes(pcg: PCG, rule: Rule, match: Match, degrees: dict, cuts: dict, o
         op = _instantiate(op, degrees)
         ins = [pcg.shape(match.input(-s.op - 1)) if s.external else out[s.op][2][s.ts] for s in op.inputs]
         logical = [t.tensor_shape for t in ins]
-        point, cut = None, cuts.get(j)
-        if cut is not None:   # ("first" | "rest", size): the size of the first part or of the second
+        choice = choices.get(j)
+        if choice is not None and choice[0] != "target":   # ("first" | "rest", size): a split's part
             n = logical[0].dims[flexrt_dim(op.param("PM_AXIS"), logical[0].rank)]
-            point = cut[1] if cut[0] == "first" else n - cut[1]
-        attrs = to_attrs(op, logical, point)
+            choice = choice[1] if choice[0] == "first" else n - choice[1]
+        elif choice is not None:
+            choice = choice[1]
+        attrs = to_attrs(op, logical, choice)
         out[j] = (attrs, ins, infer_node_shapes(attrs, ins, f"{rule.name}.{j}"))
     return out
 
 
+def _options(rule: Rule, j: int, tensors: list) -> list:
+    """What the rewriter tries for destination operator ``j`` (a split or a reshape), first to last:
+    a split cuts in the middle, or after each size along its dimension of a matched tensor, as the
+    first part or the second; a reshape's target is a matched tensor's shape, or one with its
+    innermost size replaced by another's (a linear's features changed), of rank at most 4."""
+    op = rule.dst[j]
+    if op.type == "OP_SPLIT":
+        dim = op.param("PM_AXIS")
+        sizes = sorted({t.dims[t.rank - 1 - dim] for t in tensors if 0 <= dim < t.rank})
+        return [None] + [(side, size) for size in sizes for side in ("first", "rest")]
+    shapes = [t.dims for t in tensors if t.rank <= RESHAPE_RANK]
+    inner = dict.fromkeys(d[-1] for d in shapes)
+    return [("target", d) for d in dict.fromkeys(shapes + [d[:-1] + (n,) for d in shapes for n in inner])]
+
+
 def _plan(pcg: PCG, rule: Rule, match: Match, needed: set) -> dict:
-    """``_dst_shapes`` of the destination operators in ``needed``. Where the destination has splits,
-    each cuts as the verifier assumes (``translate``): where every destination operator is well typed
-    and every mapped output has the shape of the source tensor it replaces. Tried in turn: the
-    middle, then each size along the split dimension of a matched tensor, as the first part or as
-    the second. The first that fits is taken; where several fit, the proof covers each (a rule is
-    proved for every point its typing allows)."""
+    """``_dst_shapes`` of the destination operators in ``needed``. Where the destination has splits or
+    reshapes, each cuts or reshapes as the verifier assumes (``translate``): so that every destination
+    operator is well typed and every mapped output has the shape of the source tensor it replaces.
+    Tried in turn (``_options``); the first that fits is taken; where several fit, the proof covers
+    each (a rule is proved for every point and target its typing allows)."""
     degrees = dict(match.degrees)
-    splits = [j for j, op in enumerate(rule.dst) if op.type == "OP_SPLIT"]
-    if not splits:
+    chosen = [j for j, op in enumerate(rule.dst) if op.type in ("OP_SPLIT", "OP_RESHAPE")]
+    if not chosen:
         return _dst_shapes(pcg, rule, match, degrees, {}, needed)
     tensors = [pcg.shape(TensorRef(n, k)).tensor_shape for n in match.nodes
                for k in range(len(pcg.output_shapes(n)))] + [pcg.shape(r).tensor_shape for _, r in match.inputs]
-    options = []
-    for j in splits:
-        dim = rule.dst[j].param("PM_AXIS")
-        sizes = sorted({t.dims[t.rank - 1 - dim] for t in tensors if 0 <= dim < t.rank})
-        options.append([None] + [(side, size) for size in sizes for side in ("first", "rest")])
+    options = [_options(rule, j, tensors) for j in chosen]
     want = [(TensorRef(match.nodes[m.src_op], m.src_ts), m.dst_op, m.dst_ts) for m in rule.outputs]
     for combo in itertools.product(*options):
-        cuts = {j: c for j, c in zip(splits, combo) if c is not None}
+        choices = {j: c for j, c in zip(chosen, combo) if c is not None}
         try:
-            planned = _dst_shapes(pcg, rule, match, degrees, cuts)
+            planned = _dst_shapes(pcg, rule, match, degrees, choices)
         except FlexrtError:
             continue
         if all(pcg.shape(ref) == planned[j][2][k] for ref, j, k in want):
             return {j: planned[j] for j in needed}
-    raise ShapeError(f"rule {rule.name}: no cut of its destination split(s) {splits} gives the source outputs' "
-                     f"shapes")
+    raise ShapeError(f"rule {rule.name}: no cut or target of its destination split(s) and reshape(s) {chosen} "
+                     f"gives the source outputs' shapes")
 
 
 def _live(pcg: PCG, rule: Rule, match: Match) -> tuple[dict, set]:

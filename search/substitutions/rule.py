@@ -83,6 +83,7 @@ OP_SPECS = {
     "OP_CONCAT": OpSpec(2, params=("PM_AXIS", "PM_NUM_INPUTS", "PM_NUMDIM"), required=("PM_AXIS",)),
     "OP_SPLIT": OpSpec(1, 2, ("PM_AXIS", "PM_NUM_OUTPUTS"), ("PM_AXIS",)),
     "OP_TRANSPOSE": OpSpec(1),
+    "OP_RESHAPE": OpSpec(1),                                         # to a target the rewriter chooses
     "OP_SCALAR_MULTIPLY": OpSpec(1, params=("PM_SCALAR",)),
     "OP_PARTITION": OpSpec(1, params=(_DIM, _DEGREE), required=(_DIM, _DEGREE)),
     "OP_COMBINE": OpSpec(1, params=(_DIM, _DEGREE), required=(_DIM, _DEGREE)),

@@ -19,6 +19,7 @@ PCG operators, shared by the generator, the verifier's concrete checks and the r
 | ``OP_CONCAT`` (a, b) | ``PM_AXIS``, ``PM_NUM_INPUTS`` 2, ``PM_NUMDIM`` | ``ConcatAttrs(axis)`` |
 | ``OP_SPLIT`` (x) | ``PM_AXIS``, ``PM_NUM_OUTPUTS`` 2 | ``SplitAttrs((p, n - p), axis)``: a source split matches any point ``p``; a destination split cuts where every destination operator is well typed and each replaced output keeps its shape (``match._plan``: the middle first) |
 | ``OP_TRANSPOSE`` (x) | | ``TransposeAttrs`` swapping the last two dimensions |
+| ``OP_RESHAPE`` (x) | | ``ReshapeAttrs(target)``, input and output of rank at most 4: a source reshape matches any target; a destination reshape's target is the rewriter's choice, as a split's point (``match._plan``: a matched tensor's shape, or one with another's innermost size); the generator probes with ``default_reshape`` |
 | ``OP_PARTITION`` (x) | ``PM_PARALLEL_DIM``, ``PM_PARALLEL_DEGREE`` | ``RepartitionAttrs(dim, degree)`` |
 | ``OP_COMBINE`` (x) | ``PM_PARALLEL_DIM``, ``PM_PARALLEL_DEGREE`` | ``CombineAttrs(dim, degree)`` |
 | ``OP_REPLICATE`` (x) | ``PM_PARALLEL_DEGREE`` (FlexFlow also writes ``PM_PARALLEL_DIM``, its replica dimension) | ``ReplicateAttrs(degree)``: copies |
@@ -32,8 +33,13 @@ only that way, none only the other way); ``library.load_flexflow_rules`` convert
 A convolution's window (kernel, stride, padding) is one integer in the verifier (``window_code``):
 its laws hold for every window, so the proofs never depend on it.
 
+A reshape's target is part of no rule: the verifier reads it as four sizes per reshape (its
+dimensions 0 to 3, ``translate``), the sizes of a tensor of rank at most 4 (a shape is its sizes up to
+leading dimensions of size 1, as everywhere in the verifier), so ``pattern_of`` gives one only to
+reshapes between tensors of rank at most 4.
+
 Entry points: ``to_attrs``, ``pattern_of``, ``flexrt_dim``, ``flexflow_dim``, ``encode_window``,
-``window_code``, ``window_of``.
+``window_code``, ``window_of``, ``default_reshape``, ``RESHAPE_RANK``.
 """
 
 from __future__ import annotations
@@ -47,7 +53,8 @@ from flexrt.ir.op_type import OpType
 from flexrt.ir.ops import (BatchMatmulAttrs, BatchNormAttrs, BiasAddAttrs, CombineAttrs, ConcatAttrs, Conv2DAttrs,
                            ElementBinaryAttrs,
                            ElementUnaryAttrs, EmbeddingAttrs, LayerNormAttrs, LinearAttrs, ReduceAttrs, ReductionAttrs,
-                           RepartitionAttrs, ReplicateAttrs, SoftmaxAttrs, SplitAttrs, TransposeAttrs)
+                           RepartitionAttrs, ReplicateAttrs, ReshapeAttrs, SoftmaxAttrs, SplitAttrs, TransposeAttrs)
+from flexrt.ir.ops.reshape import resolved_shape
 from flexrt.ir.ops.softmax import softmax_axis
 from flexrt.ir.tensor_shape import TensorShape
 from flexrt.search.substitutions.rule import CONV_DEFAULTS, CONV_PARAMS, UNARY_TYPES, PatternOp
@@ -63,6 +70,7 @@ AGGR = {0: AggrMode.AGGR_MODE_NONE, 1: AggrMode.AGGR_MODE_SUM}
 AGGR_CODE = {v: k for k, v in AGGR.items()}
 LAYER_NORM_EPS = LayerNormAttrs((-1,)).eps   # the only epsilon a rule's layer norm has (rules hold integers)
 BATCH_NORM = BatchNormAttrs(relu=False)       # a rule's batch norm: these eps and momentum only
+RESHAPE_RANK = 4   # a rule's reshape reads and writes tensors of at most this rank (its four sizes)
 
 
 def flexrt_dim(value: int, rank: int) -> int:
@@ -118,9 +126,33 @@ def _conv_attrs(op: PatternOp, inputs: Sequence[TensorShape]) -> Conv2DAttrs:
                        p["PM_GROUP"], len(inputs) == 3, ACTI[acti])
 
 
-def to_attrs(op: PatternOp, inputs: Sequence[TensorShape], point: Optional[int] = None):
+def default_reshape(x: TensorShape) -> tuple[int, ...]:
+    """The target the generator probes a reshape with (and ``to_attrs`` gives one without a choice):
+    the two outermost dimensions merged ([a, b, c] -> [a * b, c]), or on a matrix the outermost split
+    in two ([a, c] -> [2, a / 2, c]). A rule found so is proved for every target (``translate``)."""
+    d = x.dims
+    if x.rank >= 3:
+        return (d[0] * d[1],) + d[2:]
+    if x.rank == 2 and d[0] % 2 == 0:
+        return (2, d[0] // 2, d[1])
+    raise GraphError(f"OP_RESHAPE: no default target for a tensor of shape {list(d)} (valid: rank 3 or 4, or a "
+                     f"matrix whose outermost size is even)")
+
+
+def _reshape_attrs(x: TensorShape, target) -> ReshapeAttrs:
+    target = default_reshape(x) if target is None else tuple(target)
+    attrs = ReshapeAttrs(target)
+    resolved_shape(attrs, x)   # raises when the element counts differ
+    if max(x.rank, len(target)) > RESHAPE_RANK:
+        raise GraphError(f"OP_RESHAPE: {list(x.dims)} -> {list(target)}: a rule's reshape is between tensors of "
+                         f"rank at most {RESHAPE_RANK}")
+    return attrs
+
+
+def to_attrs(op: PatternOp, inputs: Sequence[TensorShape], choice=None):
     """flexrt attributes of pattern operator ``op`` on inputs of these shapes (GraphError if it has none).
-    ``point``: where an ``OP_SPLIT`` cuts (its first part's size; None: equal parts)."""
+    ``choice``: what the rule leaves to the rewriter: where an ``OP_SPLIT`` cuts (its first part's size;
+    None: equal parts), an ``OP_RESHAPE``'s target shape (None: ``default_reshape``)."""
     t, rank = op.type, inputs[0].rank if inputs else 0
     if t == "OP_LINEAR":
         acti = op.param("PM_ACTI", 0)
@@ -167,14 +199,16 @@ def to_attrs(op: PatternOp, inputs: Sequence[TensorShape], point: Optional[int] 
     if t == "OP_SPLIT":
         axis = flexrt_dim(op.param("PM_AXIS"), rank)
         n, k = inputs[0].dims[axis], op.param("PM_NUM_OUTPUTS", 2)
-        if point is not None:
-            if k != 2 or not 1 <= point < n:
-                raise GraphError(f"OP_SPLIT into {k}: cannot cut a dimension of size {n} after {point} (valid: "
+        if choice is not None:
+            if k != 2 or not 1 <= choice < n:
+                raise GraphError(f"OP_SPLIT into {k}: cannot cut a dimension of size {n} after {choice} (valid: "
                                  f"two parts, 1 <= point < {n})")
-            return SplitAttrs((point, n - point), axis)
+            return SplitAttrs((choice, n - choice), axis)
         if n % k:
             raise GraphError(f"OP_SPLIT: dimension of size {n} does not split into {k} equal parts")
         return SplitAttrs((n // k,) * k, axis)
+    if t == "OP_RESHAPE":
+        return _reshape_attrs(inputs[0], choice)
     if t == "OP_TRANSPOSE":
         perm = list(range(rank))
         perm[-1], perm[-2] = perm[-2], perm[-1]
@@ -236,6 +270,8 @@ def pattern_of(attrs, inputs: Sequence[TensorShape]) -> Optional[PatternOp]:
     if t is OpType.SPLIT and (len(attrs.sizes) == 2 or len(set(attrs.sizes)) == 1):
         return PatternOp("OP_SPLIT", (), (("PM_AXIS", flexflow_dim(attrs.axis, rank)),
                                           ("PM_NUM_OUTPUTS", len(attrs.sizes))))
+    if t is OpType.RESHAPE and max(rank, len(attrs.shape)) <= RESHAPE_RANK:
+        return PatternOp("OP_RESHAPE", ())
     if t is OpType.TRANSPOSE and rank >= 2 and tuple(attrs.perm) == tuple(range(rank - 2)) + (rank - 1, rank - 2):
         return PatternOp("OP_TRANSPOSE", ())
     if t is OpType.REPARTITION:

@@ -15,6 +15,11 @@ a source split's is the matched node's, any; a destination split's is the rewrit
 sizes of what they replace: these hypotheses, so a proof holds for every point the rewriter may
 choose.
 
+A reshape's target is four integer variables per reshape operator, its sizes along dimensions 0 to 3
+(``Z3Algebra.reshape``; the rule language's reshapes are of rank at most 4, ``semantics``): a
+source reshape's are the matched node's, any; a destination reshape's are the rewriter's choice, fixed
+by the same hypotheses (an output it maps has the sizes of the tensor it replaces).
+
 Entry points: ``rule_terms``, ``SUPPORTED``.
 """
 
@@ -42,8 +47,9 @@ def _need(op, key, where):
     return v
 
 
-def _apply(alg, op, args, where: str, point=None) -> tuple:
-    """The Z3 term(s) of one operator on its argument terms (``point``: a split's, a Z3 Int)."""
+def _apply(alg, op, args, where: str, choice=None) -> tuple:
+    """The Z3 term(s) of one operator on its argument terms (``choice``: a split's point, a Z3 Int; a
+    reshape's four sizes)."""
     t, p = op.type, op.param
     if t not in OP_SPECS:
         raise GraphError(f"{where}: operator {t} has no axioms (supported: {', '.join(SUPPORTED)})")
@@ -81,7 +87,9 @@ def _apply(alg, op, args, where: str, point=None) -> tuple:
         if p("PM_NUM_OUTPUTS", 2) != 2:
             raise GraphError(f"{where}: OP_SPLIT into {p('PM_NUM_OUTPUTS')} outputs (the axioms know 2)")
         ax = _need(op, "PM_AXIS", where)
-        return (alg.split(0, ax, point, *args), alg.split(1, ax, point, *args))
+        return (alg.split(0, ax, choice, *args), alg.split(1, ax, choice, *args))
+    if t == "OP_RESHAPE":
+        return (alg.reshape(choice, *args),)
     dim, deg = (lambda: _need(op, "PM_PARALLEL_DIM", where)), (lambda: _need(op, "PM_PARALLEL_DEGREE", where))
     if t == "OP_PARTITION":
         return (alg.partition(dim(), deg(), *args),)
@@ -105,7 +113,7 @@ def rule_terms(rule: Rule, alg, hypotheses: list | None = None) -> list[tuple]:
     def side(ops, where):
         outs: list[tuple] = []
         for i, op in enumerate(ops):
-            point = None
+            choice = None
             args = []
             for s in op.inputs:
                 if s.external:
@@ -117,8 +125,10 @@ def rule_terms(rule: Rule, alg, hypotheses: list | None = None) -> list[tuple]:
                                          f"{s.op} ({ops[s.op].type}), which has {len(outs[s.op])}")
                     args.append(outs[s.op][s.ts])
             if op.type == "OP_SPLIT":
-                point = z3.Int(f"{where}{i}.point")
-            outs.append(_apply(alg, op, args, f"rule {rule.name}: {where} operator {i}", point))
+                choice = z3.Int(f"{where}{i}.point")
+            elif op.type == "OP_RESHAPE":
+                choice = tuple(z3.Int(f"{where}{i}.size{d}") for d in range(4))
+            outs.append(_apply(alg, op, args, f"rule {rule.name}: {where} operator {i}", choice))
             tensors.extend(outs[-1])
         return outs
 

@@ -12,6 +12,7 @@ from flexrt.search.substitutions.axioms import (
     AXIOMS,
     GROUP,
     POINT,
+    SIZE,
     WINDOW,
     DEG,
     DIM,
@@ -34,7 +35,7 @@ def _draw_ints(draw, ax: Axiom, rank: int) -> dict:
     dom = {DIM: st.integers(0, rank - 1), DEG: st.integers(1, 4), ACTI: st.integers(0, 4),
            SCALAR: st.integers(-3, 3), UNARY: st.integers(0, len(UNARY_TYPES) - 1), AXES: st.integers(1, rank - 1),
            AGGR: st.integers(0, 1), WINDOW: st.sampled_from(CONV_WINDOWS), GROUP: st.integers(1, 2),
-           POINT: st.integers(1, 3)}
+           POINT: st.integers(1, 3), SIZE: st.integers(1, 4)}
     return {n: draw(dom[d]) for n, d in ax.ints}
 
 
