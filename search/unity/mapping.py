@@ -51,7 +51,9 @@ Every result is a matrix over (configurations of ``in``) x (configurations of ``
 cheapest cost of S, and can rebuild the configurations that reach it. Results are memoized by the
 subgraph's structure (operator signatures, internal and boundary edges, devices), so a candidate
 made by a substitution reuses every subproblem it shares with earlier candidates (the cache of
-§5.2); ``MappingDP(cache=False)`` clears it per call.
+§5.2); ``MappingDP(cache=False)`` clears it per call, and it drops its least recently used half
+whenever the process holds more than ``memo_limit`` bytes (``memo.Memo``: 40% of the machine's
+memory by default, ``$FLEXRT_SEARCH_MEMORY_MB``).
 
 Entry points: ``MappingDP``, ``Mapping``, ``series_split_nodes``.
 """
@@ -63,6 +65,7 @@ from typing import Optional
 
 import numpy as np
 from flexrt.search.unity.costs import Block, LocalCosts
+from flexrt.search.unity.memo import Memo
 from flexrt.strategy import OpConfig, is_compute
 
 from flexrt.ir.pcg import PCG
@@ -374,13 +377,13 @@ class MappingDP:
 
     def __init__(self, machine: Machine, costs: LocalCosts, cache: bool = True, parallel_splits: bool = True,
                  devices: Optional[int] = None, contention: bool = True, prune: bool = True,
-                 packing: bool = True) -> None:
+                 packing: bool = True, memo_limit: Optional[int] = None) -> None:
         self.machine, self.costs, self.cache = machine, costs, cache
         self.parallel_splits, self.contention, self.prune = parallel_splits, contention, prune
         self.packing = packing          # independent branches one after the other: by device time (module doc)
         self.overlap = costs.overlap    # compose as a flow shop (module doc), with the costs' rings
         self.devices = devices or machine.num_devices
-        self.memo: dict = {}
+        self.memo = Memo(memo_limit)   # bounded by the process's memory (memo.py)
         self.hits = self.misses = self.pruned = 0
 
     # ---- entry -----------------------------------------------------------------------------------
