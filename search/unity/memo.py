@@ -18,6 +18,7 @@ import os
 from collections import OrderedDict
 
 from flexrt.errors import ConfigError
+from flexrt.inputs import check_int
 
 LIMIT_ENV = "FLEXRT_SEARCH_MEMORY_MB"
 
@@ -27,13 +28,12 @@ def default_limit() -> int:
     MiB, else 40% of this machine's memory (8 GiB where it cannot be read)."""
     text = os.environ.get(LIMIT_ENV)
     if text is not None:
+        what = f"{LIMIT_ENV} (the search's memory limit in MiB)"
         try:
             mb = int(text)
         except ValueError:
-            mb = 0
-        if mb < 1:
-            raise ConfigError(f"{LIMIT_ENV}={text!r}: give the search's memory limit in MiB, an integer >= 1")
-        return mb << 20
+            raise ConfigError(f"{what} must be an integer, got {text!r}") from None
+        return check_int(mb, what, minimum=1) << 20
     try:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
