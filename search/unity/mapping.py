@@ -51,9 +51,9 @@ Every result is a matrix over (configurations of ``in``) x (configurations of ``
 cheapest cost of S, and can rebuild the configurations that reach it. Results are memoized by the
 subgraph's structure (operator signatures, internal and boundary edges, devices), so a candidate
 made by a substitution reuses every subproblem it shares with earlier candidates (the cache of
-§5.2); ``MappingDP(cache=False)`` clears it per call, and it drops its least recently used half
-whenever the process holds more than ``memo_limit`` bytes (``memo.Memo``: 40% of the machine's
-memory by default, ``$FLEXRT_SEARCH_MEMORY_MB``).
+§5.2); ``MappingDP(cache=False)`` clears it per call, and it drops its least recently used entries
+while they hold more than ``memo_limit`` bytes (``memo.Memo``: a fifth of the machine's memory by
+default, ``$FLEXRT_SEARCH_MEMORY_MB``).
 
 Entry points: ``MappingDP``, ``Mapping``, ``series_split_nodes``.
 """
@@ -191,6 +191,7 @@ class _Sol:
         self.M = M
         self._cost = cost
         self._loads: Optional[np.ndarray] = None
+        self.meter = None      # (memo, key) where it is memoized: its loads, once built, count there
 
     @property
     def cost(self) -> _Parts:
@@ -204,6 +205,8 @@ class _Sol:
     def loads(self, costs: LocalCosts) -> np.ndarray:
         if self._loads is None:
             self._loads = self._build_loads(costs)
+            if self.meter is not None:
+                self.meter[0].grow(self.meter[1], self._loads.nbytes)
         return self._loads
 
     def _build_loads(self, costs: LocalCosts) -> np.ndarray:
@@ -383,7 +386,7 @@ class MappingDP:
         self.packing = packing          # independent branches one after the other: by device time (module doc)
         self.overlap = costs.overlap    # compose as a flow shop (module doc), with the costs' rings
         self.devices = devices or machine.num_devices
-        self.memo = Memo(memo_limit)   # bounded by the process's memory (memo.py)
+        self.memo = Memo(memo_limit)   # bounded in bytes (memo.py)
         self.hits = self.misses = self.pruned = 0
 
     # ---- entry -----------------------------------------------------------------------------------
@@ -455,6 +458,7 @@ class MappingDP:
             comps = self._components(S)
             sol = self._parallel(comps, block, inn, out) if len(comps) > 1 else self._greedy(S, block, inn, out)
         self.memo[key] = sol
+        sol.meter = (self.memo, key)
         return sol
 
     def _components(self, S: int) -> list[int]:

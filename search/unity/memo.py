@@ -1,21 +1,26 @@
-"""The mapping DP's cross-candidate memo, kept within the process's memory (Unity §5.2's cache).
+"""The mapping DP's cross-candidate memo, kept within a memory budget (Unity §5.2's cache).
 
 Every candidate graph a substitution makes shares most subproblems with earlier ones, so the DP
 memoizes them across candidates; but each candidate that differs early in a long chain adds a
 prefix (matrices over the boundary configurations) for every later split node, and on many devices
 those matrices are large: Inception-v3 on 48 `summit` GPUs at budget 200 grew past this host's
-24 GiB and was killed. ``Memo`` is a dict in least-recently-used order; every ``check_every``
-stores it reads the process's resident memory and, above ``limit`` bytes, drops the older half.
-Entries are only ever reused for equal keys, so dropping one costs a recomputation, never a
-different result (tested).
+24 GiB and was killed. ``Memo`` is a dict in least-recently-used order that counts about the bytes
+each entry holds (``held_bytes``: its key's tuples, and the arrays and the tuples' and lists' slots
+in the entry, its tuples and lists, and the attributes of the objects in them, two levels down, so a solution nested in another entry is
+counted where it is stored) and drops the oldest entries while the total is over ``limit``. The
+process's resident memory cannot serve as the measure: flexrt's malloc policy keeps freed memory
+for reuse, as frameworks' caching allocators do. Entries are only ever reused for equal keys, so
+dropping one costs a recomputation, never a different result (tested).
 
-Entry points: ``Memo``, ``default_limit``, ``resident_bytes``.
+Entry points: ``Memo``, ``default_limit``, ``held_bytes``.
 """
 
 from __future__ import annotations
 
 import os
 from collections import OrderedDict
+
+import numpy as np
 
 from flexrt.errors import ConfigError
 from flexrt.inputs import check_int
@@ -24,8 +29,9 @@ LIMIT_ENV = "FLEXRT_SEARCH_MEMORY_MB"
 
 
 def default_limit() -> int:
-    """Bytes the search process may hold before the memo drops entries: ``$FLEXRT_SEARCH_MEMORY_MB``
-    MiB, else 40% of this machine's memory (8 GiB where it cannot be read)."""
+    """Bytes the memo may hold (``held_bytes``, which leaves out Python's per-object overhead, about
+    as much again): ``$FLEXRT_SEARCH_MEMORY_MB`` MiB, else a fifth of this machine's memory (of
+    20 GiB where it cannot be read)."""
     text = os.environ.get(LIMIT_ENV)
     if text is not None:
         what = f"{LIMIT_ENV} (the search's memory limit in MiB)"
@@ -38,48 +44,67 @@ def default_limit() -> int:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         total = 20 << 30
-    return int(total * 0.4)
+    return total // 5
 
 
-def resident_bytes() -> int:
-    """This process's resident memory now (Linux), else its peak (``ru_maxrss``)."""
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        import resource
-        import sys
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return peak if sys.platform == "darwin" else peak * 1024
+def held_bytes(value, depth: int = 2) -> int:
+    """About the bytes ``value`` holds: its NumPy arrays and its tuples' and lists' slots, in it, its
+    tuples and lists and the attributes of the objects in them, ``depth`` levels down."""
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if isinstance(value, (tuple, list)):
+        return 56 + 8 * len(value) + (sum(held_bytes(v, depth - 1) for v in value) if depth >= 0 else 0)
+    if depth <= 0:
+        return 0
+    attrs = getattr(value, "__dict__", None)
+    if attrs is None:
+        attrs = {k: getattr(value, k, None) for k in getattr(type(value), "__slots__", ())}
+    return sum(held_bytes(v, depth - 1) for v in attrs.values())
 
 
 class Memo:
-    """A dict in least-recently-used order that drops its older half when the process holds more than
-    ``limit`` bytes (checked every ``check_every`` stores). ``dropped`` counts the entries dropped."""
+    """A dict in least-recently-used order that drops its oldest entries while the arrays it holds
+    (``held_bytes``) are over ``limit`` bytes. ``dropped`` counts the entries dropped."""
 
-    def __init__(self, limit: int | None = None, check_every: int = 256):
+    def __init__(self, limit: int | None = None):
         self.limit = default_limit() if limit is None else limit
-        self.check_every = max(1, check_every)
-        self._d: OrderedDict = OrderedDict()
-        self._stores = 0
+        self._d: OrderedDict = OrderedDict()    # key -> (value, bytes)
+        self.bytes = 0
         self.dropped = 0
 
     def get(self, key):
-        value = self._d.get(key)
-        if value is not None:
-            self._d.move_to_end(key)
-        return value
+        hit = self._d.get(key)
+        if hit is None:
+            return None
+        self._d.move_to_end(key)
+        return hit[0]
 
     def __setitem__(self, key, value) -> None:
-        self._d[key] = value
-        self._stores += 1
-        if self._stores % self.check_every == 0 and resident_bytes() > self.limit:
-            for _ in range(len(self._d) // 2 or len(self._d)):
-                self._d.popitem(last=False)
-                self.dropped += 1
+        size = held_bytes(value) + held_bytes(key, 3)   # a subproblem's key lists its nodes
+        old = self._d.pop(key, None)
+        if old is not None:
+            self.bytes -= old[1]
+        self._d[key] = (value, size)
+        self.bytes += size
+        self._shrink()
+
+    def grow(self, key, nbytes: int) -> None:
+        """Entry ``key`` now holds ``nbytes`` more (a solution's link loads, built when first asked)."""
+        hit = self._d.get(key)
+        if hit is not None:
+            self._d[key] = (hit[0], hit[1] + nbytes)
+            self.bytes += nbytes
+            self._shrink()
+
+    def _shrink(self) -> None:
+        while self.bytes > self.limit and self._d:
+            _, (_, freed) = self._d.popitem(last=False)
+            self.bytes -= freed
+            self.dropped += 1
 
     def __len__(self) -> int:
         return len(self._d)
 
     def clear(self) -> None:
         self._d.clear()
+        self.bytes = 0

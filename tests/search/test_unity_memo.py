@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 from flexrt.errors import ConfigError
 from flexrt.machine import load_machine
 from flexrt.search.unity import LocalCosts, MappingDP, unity
-from flexrt.search.unity.memo import LIMIT_ENV, Memo, default_limit, resident_bytes
+import numpy as np
+
+from flexrt.search.unity.memo import LIMIT_ENV, Memo, default_limit, held_bytes
 from tests.search.test_unity_mapping import COST, FULL, build
 
 
@@ -21,14 +23,14 @@ def test_a_memo_that_drops_everything_gives_the_same_mappings(blocks, devices):
     machine = load_machine("dgx1_v100")
     kept = MappingDP(machine, LocalCosts(machine, COST, FULL), devices=devices)
     starved = MappingDP(machine, LocalCosts(machine, COST, FULL), devices=devices)
-    starved.memo = Memo(limit=1, check_every=1)     # over the limit at every store: drops half each time
+    starved.memo = Memo(limit=1)     # over the limit at every store that holds an array: drops it
     for extra in ([], ["dense"], ["branch", "dense"]):   # candidates sharing prefixes, as a search makes
         pcg = build(blocks + extra)
         a, b = kept.solve(pcg), starved.solve(build(blocks + extra))
         assert b.cost_s == a.cost_s
         names = lambda g, m: {g.node(n).name: c for n, c in m.configs.items()}  # noqa: E731
         assert names(build(blocks + extra), b) == names(pcg, a)
-    assert starved.memo.dropped > 0 and len(starved.memo) <= 1
+    assert starved.memo.dropped > 0 and starved.memo.bytes <= 1
     assert kept.memo.dropped == 0
 
 
@@ -36,7 +38,7 @@ def test_unity_under_a_tiny_memory_limit_finds_what_it_finds_without(monkeypatch
     machine = load_machine("dgx1_v100")
     pcg = build(["dense", "branch", "residual", "dense"])
     free = unity(pcg, machine, COST, budget=8, progress=False)
-    monkeypatch.setenv(LIMIT_ENV, "1")     # 1 MiB: below any Python process, so it drops all the time
+    monkeypatch.setenv(LIMIT_ENV, "1")     # 1 MiB of arrays: drops as it goes
     tight = unity(build(["dense", "branch", "residual", "dense"]), machine, COST, budget=8, progress=False)
     assert tight.cost_s == free.cost_s
 
@@ -49,8 +51,15 @@ def test_the_limit_comes_from_the_environment_or_the_machine(monkeypatch):
         with pytest.raises(ConfigError, match=LIMIT_ENV):
             default_limit()
     monkeypatch.delenv(LIMIT_ENV)
-    assert 0 < default_limit() and 1 << 20 < resident_bytes()
-    memo = Memo(limit=1 << 50, check_every=1)
+    assert 0 < default_limit()
+    entry = (np.zeros(100), [np.zeros(50), np.zeros(50)])
+    size = held_bytes(entry)
+    assert size == 1600 + (56 + 16) * 2     # the arrays and the tuple's and list's slots
+    memo = Memo(limit=5 * size)
     for k in range(10):
-        memo[k] = k + 1
-    assert memo.get(3) == 4 and memo.get(99) is None and len(memo) == 10 and memo.dropped == 0
+        memo[k] = (np.zeros(100), [np.zeros(50), np.zeros(50)])
+    assert held_bytes(memo.get(9)) == size and memo.get(0) is None    # the oldest five went
+    assert len(memo) == 5 and memo.dropped == 5 and memo.bytes == 5 * size
+    memo.get(5)                      # now the most recent: 6 goes first
+    memo.grow(7, 800)
+    assert memo.get(6) is None and memo.get(5) is not None and memo.bytes <= 5 * size
