@@ -52,7 +52,7 @@ cheapest cost of S, and can rebuild the configurations that reach it. Results ar
 subgraph's structure (operator signatures, internal and boundary edges, devices), so a candidate
 made by a substitution reuses every subproblem it shares with earlier candidates (the cache of
 §5.2); ``MappingDP(cache=False)`` clears it per call, and it drops its least recently used entries
-while they hold more than ``memo_limit`` bytes (``memo.Memo``: a fifth of the machine's memory by
+while they hold more than ``memo_limit`` bytes (``memo.Memo``: a tenth of the machine's memory by
 default, ``$FLEXRT_SEARCH_MEMORY_MB``).
 
 Entry points: ``MappingDP``, ``Mapping``, ``series_split_nodes``.
