@@ -214,11 +214,22 @@ class _Sol:
 
 
 class _Empty(_Sol):
+    """No operators: no cost and no loads, each a read-only zero broadcast over every (a, b). A
+    chain holds one per pair of adjacent boundaries, outside the memo's count; materialized, their
+    loads held 4.3 of one Inception-v3 solve's 7 GiB at 48 GPUs."""
+
     def pick(self, a, b):
         return []
 
+    def __init__(self, na: int, nb: int) -> None:
+        super().__init__(np.broadcast_to(_ZERO, (na, nb)))
+
     def _build_loads(self, costs):
-        return np.zeros(self.M.shape + (2 * costs.load_width,), dtype=np.float32)
+        return np.broadcast_to(np.zeros(2 * costs.load_width, dtype=np.float32),
+                               self.M.shape + (2 * costs.load_width,))
+
+
+_ZERO = np.zeros(())
 
 
 class _Edges:
@@ -265,7 +276,8 @@ class _Chain(_Sol):
         ch = self._choices()
         out = np.zeros(self.M.shape + (2 * costs.load_width,), dtype=np.float32)
         for j, ((seg, _, _, _), (edges, node)) in enumerate(zip(self.parts, self.terms)):
-            out += seg.loads(costs)[ch[j], ch[j + 1]]
+            if not isinstance(seg, _Empty):
+                out += seg.loads(costs)[ch[j], ch[j + 1]]
             if edges is not None:
                 out += edges.loads(costs, ch[j], ch[j + 1])
             if node is not None:
@@ -444,7 +456,7 @@ class MappingDP:
     def _solve(self, S: int, block: Block, inn, out, key: Optional[tuple] = None) -> _Sol:
         na, nb = len(self._cfgs(inn)), len(self._cfgs(out))
         if S == 0:
-            return _Empty(np.zeros((na, nb)))
+            return _Empty(na, nb)
         key = key or self._key(S, block, inn, out)
         hit = self.memo.get(key)
         if hit is not None:
