@@ -9,7 +9,7 @@
 - ``joint_vs_sequential`` (Fig. 15b): Unity's joint search against ``sequential`` with the same space.
 
 Per-GPU batch sizes as Unity §6.1 where ``per_device_batch`` is 0 (:data:`UNITY_BATCH`); BERT-Large
-at sequence length 512.
+at sequence length 512 unless ``model_flags`` set ``--seq-length``.
 """
 
 from __future__ import annotations
@@ -38,8 +38,9 @@ def _batch_param() -> Param:
 
 def _pcg(inputs):
     per_gpu = inputs["per_device_batch"] or UNITY_BATCH.get(inputs["model"], 64)
-    seq = 512 if inputs["model"] == "bert_large" else 0
-    return pcg_of(inputs["model"], per_gpu * inputs["devices"], seq, tuple(inputs["model_flags"]))
+    flags = tuple(inputs["model_flags"])
+    seq = 512 if inputs["model"] == "bert_large" and "--seq-length" not in flags else 0   # model_flags may set it
+    return pcg_of(inputs["model"], per_gpu * inputs["devices"], seq, flags)
 
 
 def _setup(inputs):
