@@ -222,14 +222,19 @@ class _Empty(_Sol):
         return []
 
     def __init__(self, na: int, nb: int) -> None:
-        super().__init__(np.broadcast_to(_ZERO, (na, nb)))
+        zero = np.broadcast_to(_ZERO, (na, nb))
+        super().__init__(zero, _Parts(zero, zero, zero, zero))
 
     def _build_loads(self, costs):
-        return np.broadcast_to(np.zeros(2 * costs.load_width, dtype=np.float32),
-                               self.M.shape + (2 * costs.load_width,))
+        width = 2 * costs.load_width
+        row = _ZERO_ROWS.get(width)
+        if row is None:
+            row = _ZERO_ROWS[width] = np.zeros(width, dtype=np.float32)
+        return np.broadcast_to(row, self.M.shape + (width,))
 
 
 _ZERO = np.zeros(())
+_ZERO_ROWS: dict = {}      # load width -> a read-only zero row shared by every _Empty
 
 
 class _Edges:

@@ -88,19 +88,21 @@ def _owned_arrays(value, root, seen, found) -> None:
             _owned_arrays(v, root, seen, found)
 
 
+@pytest.mark.parametrize("overlap", [False, True])
 @pytest.mark.parametrize("blocks", [["dense", "branch", "dense", "branch", "relu"], ["branch", "residual", "branch"]])
-def test_every_array_a_memo_entry_holds_is_counted(blocks):
+def test_every_array_a_memo_entry_holds_is_counted(blocks, overlap):
     """Each entry's arrays, the link loads built after it was stored included, are within what the
     memo counts for it: an entry that held arrays the memo did not count (a chain's empty segments'
     zero loads did, 4.3 GiB of one Inception-v3 solve at 48 GPUs) would let the search outgrow
-    its limit; what is left uncounted is a few constant rows."""
+    its limit; what is left uncounted is the zero and zero row every empty segment shares."""
     machine = load_machine("summit", nodes=2)
-    dp = MappingDP(machine, LocalCosts(machine, COST, FULL), devices=12)
+    dp = MappingDP(machine, LocalCosts(machine, COST, FULL, overlap=overlap), devices=12)
     dp.solve(build(blocks))
+    shared = 8 + 2 * dp.costs.load_width * 4     # the empty segments' zero and zero row (float32)
     built = 0
     for value, counted in dp.memo._d.values():
         found: dict = {}
         _owned_arrays(value, value, set(), found)
-        assert sum(found.values()) <= counted + 4096, type(value).__name__   # shared zero rows
+        assert sum(found.values()) <= counted + shared, type(value).__name__
         built += getattr(value, "_loads", None) is not None
     assert built > 0      # the contention model built link loads, so the law is not vacuous
