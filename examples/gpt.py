@@ -64,6 +64,10 @@ def build_model(ffconfig, config="gpt2", layers=0, hidden=0, heads=0, seq_length
     if config not in CONFIGS:
         raise ValueError(f"gpt: unknown --config {config!r}; valid: {', '.join(CONFIGS)}")
     base = CONFIGS[config]
+    for flag, value in (("--layers", layers), ("--hidden", hidden), ("--heads", heads), ("--seq-length", seq_length),
+                        ("--vocab", vocab)):
+        if value < 0:
+            raise ValueError(f"gpt: {flag} must be >= 0 (0 keeps the configuration's), got {value}")
     layers, hidden, heads, seq_length, vocab = (given or default for given, default in
                                                 zip((layers, hidden, heads, seq_length, vocab), base))
     if hidden % heads:

@@ -226,3 +226,28 @@ def test_rnnlm_2step_is_rnnlm_unrolled_two_steps():
     cells = [n for n in operator_nodes(built("rnnlm_2step").pcg) if n.op_type is OpType.LSTM]
     assert module("rnnlm_2step").SEQ_LENGTH == 2 and len(cells) == 2 * 2
     assert built("rnnlm_2step").num_parameters() == built("rnnlm").num_parameters()
+
+
+def _int_flags(name: str) -> list[str]:
+    """The ``--flags`` of a zoo script's ``build_model`` that take integers."""
+    import importlib.util
+    import inspect
+    spec = importlib.util.spec_from_file_location(f"_zoo_{name}", EXAMPLES_DIR / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    build = getattr(mod, "build_model", None)
+    if build is None:
+        return []
+    return ["--" + p.name.replace("_", "-") for p in inspect.signature(build).parameters.values()
+            if isinstance(p.default, int) and not isinstance(p.default, bool)]
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_a_negative_size_flag_is_refused_with_our_error(name):
+    """Every integer flag of every zoo script refuses -1 with flexrt's error naming the script (gpt's
+    overrides used to take -1 as a size: ``--layers -1`` built a GPT without layers)."""
+    from flexrt.errors import FlexrtError
+    from flexrt.model import load_model
+    for flag in _int_flags(name):
+        with pytest.raises(FlexrtError, match=name):
+            load_model(name, ["-b", str(BATCH), flag, "-1"])
