@@ -1,9 +1,12 @@
-"""Unity's search speed: ResNeXt-50 on summit at 6..48 GPUs (the shape of Unity's Table 2).
+"""Unity's search speed and memory: ResNeXt-50 on summit at 6..48 GPUs (the shape of Unity's Table 2).
 
-    python bench/bench_unity.py [--devices 6 12 24 48] [--budget 1000] [--repeat 3] [--save DIR]
-                                 median search wall seconds over --repeat runs, and the found strategy's
-                                 simulated iteration time (--save DIR writes each found strategy as JSON,
-                                 to compare runs)
+    python bench/bench_unity.py [--model resnext50] [--devices 6 12 24 48] [--budget 1000] [--repeat 3]
+                                 [--save DIR]
+                                 median search wall seconds over --repeat runs, the found strategy's
+                                 simulated iteration time, and the process's peak resident memory so far
+                                 (sizes run in increasing order, so it is the largest size's peak; the
+                                 mapping DP's memo is bounded: README, "Unity's search") (--save DIR
+                                 writes each found strategy as JSON, to compare runs)
 
 The papers' figures (Unity Fig. 2, Table 2, Fig. 14, Fig. 15a and 15b) are experiments:
 `flexrt run configs/experiments/unity_fig14.yaml [--quick]` etc. (README, "Experiments"). Per-GPU
@@ -14,9 +17,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import time
 
+from flexrt.cli._common import count
 from flexrt.machine import load_machine
 from flexrt.model import load_model
 from flexrt.search.unity import unity
@@ -40,12 +45,16 @@ def _model(name: str, devices: int, extra=()):
     return load_model(name, flags)
 
 
-def scaling(devices, budget: int, repeat: int, save_dir) -> None:
-    print(f"ResNeXt-50 on summit, per-GPU batch 64, budget {budget}: median of {repeat} Unity searches")
-    print(f"{'GPUs':>5} {'wall s':>8} {'min s':>7} {'max s':>7} {'found ms':>10} {'DP est ms':>10}  load avg")
-    for n in devices:
+def _peak_gib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20    # KiB on Linux
+
+
+def scaling(devices, budget: int, repeat: int, save_dir, model: str = "resnext50") -> None:
+    print(f"{model} on summit, per-GPU batch {MODELS[model]}, budget {budget}: median of {repeat} Unity searches")
+    print(f"{'GPUs':>5} {'wall s':>8} {'min s':>7} {'max s':>7} {'found ms':>10} {'DP est ms':>10} {'peak GiB':>9}  load avg")
+    for n in sorted(devices):
         machine = _machine(n)
-        base = _model("resnext50", n).model.pcg
+        base = _model(model, n).model.pcg
         walls, r = [], None
         for _ in range(repeat):
             t = time.perf_counter()
@@ -53,20 +62,21 @@ def scaling(devices, budget: int, repeat: int, save_dir) -> None:
             walls.append(time.perf_counter() - t)
         if save_dir:
             os.makedirs(save_dir, exist_ok=True)
-            save_strategy(os.path.join(save_dir, f"resnext50_summit_{n}.json"), r.strategy, machine)
+            save_strategy(os.path.join(save_dir, f"{model}_summit_{n}.json"), r.strategy, machine)
         print(f"{n:>5} {statistics.median(walls):8.2f} {min(walls):7.2f} {max(walls):7.2f} {r.cost_s * 1e3:10.4f} "
-              f"{r.log.notes['estimated_s'] * 1e3:10.4f}  {os.getloadavg()[0]:.2f}", flush=True)
+              f"{r.log.notes['estimated_s'] * 1e3:10.4f} {_peak_gib():9.2f}  {os.getloadavg()[0]:.2f}", flush=True)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--repeat", type=int, default=3, help="searches per size (the median is printed)")
+    ap.add_argument("--model", choices=sorted(MODELS), default="resnext50")
+    ap.add_argument("--repeat", type=count(1), default=3, help="searches per size (the median is printed)")
     ap.add_argument("--save", metavar="DIR", help="write each found strategy to DIR")
-    ap.add_argument("--devices", type=int, nargs="+", default=list(DEVICES))
-    ap.add_argument("--budget", type=int, default=1000)
+    ap.add_argument("--devices", type=count(1), nargs="+", default=list(DEVICES))
+    ap.add_argument("--budget", type=count(0), default=1000)
     ap.add_argument("--scaling", action="store_true", help="(the default and only measurement; kept for old scripts)")
     args = ap.parse_args()
-    scaling(args.devices, args.budget, args.repeat, args.save)
+    scaling(args.devices, args.budget, args.repeat, args.save, args.model)
 
 
 if __name__ == "__main__":
