@@ -203,11 +203,18 @@ class _Sol:
         raise NotImplementedError
 
     def loads(self, costs: LocalCosts) -> np.ndarray:
-        if self._loads is None:
-            self._loads = self._build_loads(costs)
-            if self.meter is not None:
-                self.meter[0].grow(self.meter[1], self._loads.nbytes)
-        return self._loads
+        """Its link loads, kept (and counted) while it is in the memo, built afresh when it is not."""
+        if self._loads is not None:
+            return self._loads
+        loads = self._build_loads(costs)
+        if self.meter is not None:
+            self._loads = loads
+            self.meter[0].grow(self.meter[1], loads.nbytes)
+        return loads
+
+    def evicted(self) -> None:
+        """Dropped from the memo (``memo.Memo``): a chain may still hold it, so it keeps no loads."""
+        self.meter, self._loads = None, None
 
     def _build_loads(self, costs: LocalCosts) -> np.ndarray:
         raise NotImplementedError
@@ -474,8 +481,8 @@ class MappingDP:
         else:
             comps = self._components(S)
             sol = self._parallel(comps, block, inn, out) if len(comps) > 1 else self._greedy(S, block, inn, out)
+        sol.meter = (self.memo, key)    # before storing: a store may drop it at once (``evicted``)
         self.memo[key] = sol
-        sol.meter = (self.memo, key)
         return sol
 
     def _components(self, S: int) -> list[int]:
