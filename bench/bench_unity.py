@@ -35,7 +35,7 @@ DEVICES = (6, 12, 24, 48)
 
 
 def _machine(devices: int):
-    return load_machine("summit", nodes=max(1, devices // 6))
+    return load_machine("summit", nodes=devices // load_machine("summit").devices_per_node)
 
 
 def _model(name: str, devices: int, extra=()):
@@ -76,6 +76,9 @@ def main() -> None:
     ap.add_argument("--budget", type=count(0), default=1000)
     ap.add_argument("--scaling", action="store_true", help="(the default and only measurement; kept for old scripts)")
     args = ap.parse_args()
+    per_node = load_machine("summit").devices_per_node
+    if any(n % per_node for n in args.devices):
+        ap.error(f"--devices: summit has {per_node} devices per node; give whole nodes, got {args.devices}")
     scaling(args.devices, args.budget, args.repeat, args.save, args.model)
 
 
