@@ -233,15 +233,10 @@ class _Empty(_Sol):
         return []
 
     def _build_loads(self, costs):
-        width = 2 * costs.load_width
-        row = _ZERO_ROWS.get(width)
-        if row is None:
-            row = _ZERO_ROWS[width] = np.zeros(width, dtype=np.float32)
-        return np.broadcast_to(row, self.M.shape + (width,))
+        return np.broadcast_to(_ZERO32, self.M.shape + (2 * costs.load_width,))
 
 
-_ZERO = np.zeros(())
-_ZERO_ROWS: dict = {}      # load width -> the zero row every _Empty's loads broadcast
+_ZERO, _ZERO32 = np.zeros(()), np.zeros((), dtype=np.float32)   # what every _Empty broadcasts
 
 
 class _Edges:

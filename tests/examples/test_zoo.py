@@ -230,12 +230,8 @@ def test_rnnlm_2step_is_rnnlm_unrolled_two_steps():
 
 def _int_flags(name: str) -> list[str]:
     """The ``--flags`` of a zoo script's ``build_model`` that take integers."""
-    import importlib.util
     import inspect
-    spec = importlib.util.spec_from_file_location(f"_zoo_{name}", EXAMPLES_DIR / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    build = getattr(mod, "build_model", None)
+    build = getattr(module(name), "build_model", None)
     if build is None:
         return []
     return ["--" + p.name.replace("_", "-") for p in inspect.signature(build).parameters.values()
