@@ -45,7 +45,7 @@ HONOURED = frozenset({"search_budget", "search_alpha", "only_data_parallel", "en
 # own default applies and a flag the algorithm does not take is an error, not ignored).
 OPTION_FLAGS = {"alpha": "--alpha", "split_size": "--split-size", "cache": "--no-cache", "devices": "--devices",
                 "min_degree": "--min-degree", "enable_pipeline": "--enable-pipeline", "beta": "--beta",
-                "patience": "--patience", "methods": "--methods"}
+                "patience": "--patience", "methods": "--methods", "config_ratio": "--config-ratio"}
 
 
 def add_arguments(parser) -> None:
@@ -62,6 +62,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--devices", type=count(1), help="unity: use only the machine's first N devices")
     parser.add_argument("--min-degree", type=count(1),
                         help="unity: every operator on at least this many devices (default 1)")
+    parser.add_argument("--config-ratio", type=number(minimum=0.0), metavar="R",
+                        help="unity, sequential: leave out an operator's configurations whose own cost exceeds R x its "
+                             "parallel width x its cheapest's (default 4; 0: every configuration, the exact DP)")
     parser.add_argument("--enable-pipeline", action="store_true",
                         help="unity: pipelined strategies among the finalists (stages, micro-batches and schedule searched)")
     parser.add_argument("--beta", type=count(1), help="disco: each method is applied up to BETA times per candidate "
@@ -109,7 +112,7 @@ def _options(args, cfg, model_name: str) -> dict:
     given = {"alpha": args.alpha if args.alpha is not None else (cfg.search_alpha if alpha_given else None),
              "split_size": args.split_size, "cache": False if args.no_cache else None, "devices": args.devices,
              "min_degree": args.min_degree, "enable_pipeline": True if args.enable_pipeline else None,
-             "beta": args.beta, "patience": args.patience, "methods": args.methods}
+             "beta": args.beta, "patience": args.patience, "methods": args.methods, "config_ratio": args.config_ratio}
     options = {k: v for k, v in given.items() if v is not None}
     if args.algo in ("unity", "sequential", "disco") and options.get("alpha", 1.0) < 1.0:
         raise ConfigError(f"--alpha {options['alpha']:g}: for --algo {args.algo} alpha is the pruning threshold "

@@ -61,6 +61,7 @@ from typing import Optional
 
 import numpy as np
 from flexrt.simulator.cost_model import ring_sum_time
+from flexrt.search.unity.reach import parallel_widths
 from flexrt.search.unity.reshard import (
     Consumers,
     Memo,
@@ -79,7 +80,7 @@ from flexrt.strategy import OpConfig, all_axes, op_shapes, resharding_steps
 from flexrt.strategy.config import OpShapes, _check_degrees, data_shapes
 from flexrt.strategy.layout import OperatorLayout, layout_on
 
-from flexrt.errors import ShapeError, StrategyError
+from flexrt.errors import ConfigError, ShapeError, StrategyError
 from flexrt.ir.op_type import OpType
 from flexrt.ir.parallel_tensor import ParallelTensorShape, divisors
 from flexrt.ir.pcg import PCG, Node
@@ -97,6 +98,14 @@ INF = float("inf")
 EDGE_LOADS_BYTES = 256 << 20
 # axis kinds split only on their own: copies of a whole operator (Fig. 2b's ReLU), not copies of pieces
 _ALONE = (AxisKind.REPLICA,)
+
+
+def check_config_ratio(value) -> float:
+    """``LocalCosts``' ``config_ratio`` as a float, or our error: 0 (keep every configuration) or >= 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value == 0 or 1 <= value < INF):
+        raise ConfigError(f"unity: the configuration ratio (--config-ratio) must be 0 (every configuration) or a "
+                          f"finite number >= 1, got {value!r}")
+    return float(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,8 +252,11 @@ class LocalCosts:
     operator signature, so candidates that share operators share the work)."""
 
     def __init__(self, machine: Machine, cost_model, kinds: frozenset, optimizer: OptimizerKind = OptimizerKind.SGD,
-                 min_degree: int = 1, max_axes: int = 2, overlap: bool = False) -> None:
+                 min_degree: int = 1, max_axes: int = 2, overlap: bool = False, config_ratio: float = 0.0) -> None:
         self.machine, self.cost, self.kinds = machine, cost_model, kinds
+        self.config_ratio = check_config_ratio(config_ratio)   # ``configs``' pruning bound; 0: every configuration
+        self._width: dict = {}         # signature id -> its nodes' parallel width, a power of two (``configs``)
+        self._widths = (None, {})      # (the graph, its ``reach.parallel_widths``), for ``sig_id``
         self.optimizer = OptimizerKind.parse(optimizer)      # a name ("adam") or the member
         self.min_degree, self.max_axes = min_degree, max_axes
         # the overlap model (module doc): rings as the simulator's, composed by ``MappingDP`` as a flow shop
@@ -288,18 +300,30 @@ class LocalCosts:
 
     def sig_id(self, pcg: PCG, node: Node) -> int:
         """The node's signature as a small integer (equal signatures, equal numbers), computed once
-        per (graph, node): memo keys stay cheap to hash."""
+        per (graph, node): memo keys stay cheap to hash. With ``config_ratio`` it includes the node's
+        parallel width, rounded up to a power of two (its configurations depend on it)."""
         key = (id(pcg), node.id)
         hit = self._sigs.get(key)
         if hit is None or hit[0] is not pcg:
             if len(self._sigs) > 100_000:
                 self._sigs.clear()
-            hit = self._sigs[key] = (pcg, self._interned.setdefault(self.signature(pcg, node), len(self._interned)))
+            sig, width = self.signature(pcg, node), 1
+            if self.config_ratio:
+                if self._widths[0] is not pcg:
+                    self._widths = (pcg, parallel_widths(pcg))
+                width = 1 << (self._widths[1].get(node.id, 1) - 1).bit_length()
+                sig = (sig, width)
+            sid = self._interned.setdefault(sig, len(self._interned))
+            self._width[sid] = width
+            hit = self._sigs[key] = (pcg, sid)
         return hit[1]
 
     # ---- configurations ------------------------------------------------------------------------
     def configs(self, pcg: PCG, node: Node, block: Block) -> list[OpConfig]:
-        """Every configuration of ``node`` on ``block`` (see the module doc), degree-1 first."""
+        """The configurations of ``node`` on ``block`` (see the module doc), degree-1 first; with
+        ``config_ratio`` r, those whose ``node_cost`` (a lower bound of what they add to any mapping)
+        is at most r x w x the cheapest's, w the node's parallel width (at most the block's devices:
+        packed beside w - 1 others, it may run on 1/w of them)."""
         key = (self.sig_id(pcg, node), block)
         hit = self._configs.get(key)
         if hit is not None:
@@ -312,6 +336,10 @@ class LocalCosts:
         if not out:  # e.g. min_degree cannot be met: the operator runs whole on the block's first device
             view = view_from_device_ids(self.machine, tuple(1 for _ in all_axes(pcg, node)), [block.start])
             out.append(OpConfig((), view))
+        if self.config_ratio and len(out) > 1:
+            cost = [self.node_cost(pcg, node, c) for c in out]
+            bound = self.config_ratio * min(self._width[key[0]], block.count) * min(cost)
+            out = [c for c, x in zip(out, cost) if x <= bound]
         self._configs[key] = out
         return out
 

@@ -66,6 +66,7 @@ from typing import Optional
 import numpy as np
 from flexrt.search.unity.costs import Block, LocalCosts
 from flexrt.search.unity.memo import Memo
+from flexrt.search.unity.reach import closure
 from flexrt.strategy import OpConfig, is_compute
 
 from flexrt.ir.pcg import PCG
@@ -99,22 +100,7 @@ class _Graph:
                     self.edges_in[v].append((u, ref.index, i))
                     self.succ[u] |= 1 << v
                     self.pred[v] |= 1 << u
-        self.anc = [0] * n
-        for v in range(n):
-            m = 0
-            for u, _, _ in self.edges_in[v]:
-                m |= self.anc[u] | (1 << u)
-            self.anc[v] = m
-        self.desc = [0] * n
-        for v in reversed(range(n)):
-            m = 0
-            s = self.succ[v]
-            while s:
-                low = s & -s
-                u = low.bit_length() - 1
-                m |= self.desc[u] | low
-                s ^= low
-            self.desc[v] = m
+        self.anc, self.desc = closure(self.pred, self.succ)
         self.sig = [costs.sig_id(pcg, node) for node in self.node] if costs is not None else []
 
 

@@ -54,7 +54,7 @@ from flexrt.search.pipelines import best_pipeline
 from flexrt.search.substitutions.library import activation_fusion_rules, load_library
 from flexrt.search.substitutions.match import find_matches, node_patterns, planned_ops, rewrite
 from flexrt.search.substitutions.rule import PARALLEL_TYPES, Rule
-from flexrt.search.unity.costs import LocalCosts
+from flexrt.search.unity.costs import LocalCosts, check_config_ratio
 from flexrt.search.unity.mapping import MappingDP, series_split_nodes
 from flexrt.simulator.simulate import Simulator
 from flexrt.strategy import GraphStrategy, Strategy, data_parallel, is_compute
@@ -69,6 +69,8 @@ from flexrt.machine import Machine
 
 DEFAULT_ALPHA = 1.05
 DEFAULT_SPLIT_SIZE = 10
+# configurations over this ratio x (parallel width) x the cheapest's own cost are left out (``LocalCosts``)
+DEFAULT_CONFIG_RATIO = 4.0
 
 
 def algebraic_rules(rules: Optional[Sequence[Rule]] = None) -> list[Rule]:
@@ -305,19 +307,21 @@ def unity(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUDGET, 
           alpha: float = DEFAULT_ALPHA, split_size: Optional[int] = DEFAULT_SPLIT_SIZE, cache: bool = True,
           space: Optional[SearchSpace] = None, min_degree: int = 1, devices: Optional[int] = None,
           optimizer: OptimizerKind = OptimizerKind.SGD, rules: Optional[Sequence[Rule]] = None,
-          progress: Optional[bool] = None, enable_pipeline: bool = False, **_ignored) -> SearchResult:
+          progress: Optional[bool] = None, enable_pipeline: bool = False,
+          config_ratio: float = DEFAULT_CONFIG_RATIO, **_ignored) -> SearchResult:
     """Unity's joint search (module doc). ``budget`` bounds the candidate graphs costed; ``split_size``
     None or 0 turns graph splitting off; ``cache=False`` clears the DP's memo for every candidate;
     ``devices`` limits the search to the first devices of the machine; ``min_degree`` makes every
     operator use at least that many devices. ``enable_pipeline`` adds the best pipelined strategy
-    (``flexrt.search.pipelines``) to the finalists."""
-    _check(budget, alpha, split_size, devices, machine)
+    (``flexrt.search.pipelines``) to the finalists. ``config_ratio``: the configurations' pruning
+    bound (``LocalCosts``; 0 keeps every configuration: the DP is then exact over the space)."""
+    _check(budget, alpha, split_size, devices, machine, config_ratio)
     if enable_pipeline and devices is not None and devices < machine.num_devices:
         raise ConfigError("--enable-pipeline places pipelines on every device of the machine; leave out --devices")
     sp = _space(space)
     t0 = time.perf_counter()
     n = devices or machine.num_devices
-    costs = LocalCosts(machine, cost_model, sp.kinds, optimizer, min_degree)
+    costs = LocalCosts(machine, cost_model, sp.kinds, optimizer, min_degree, config_ratio=config_ratio)
     dp = MappingDP(machine, costs, cache=cache, devices=n)
     costing = _Costing(dp)
     log = SearchLog("unity", budget, seed)
@@ -338,14 +342,14 @@ def unity(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUDGET, 
                      edge_evaluations=costs.edge_evaluations, estimated_s=mapping.cost_s,
                      **_rewrite_notes(pcg, best_pcg, state))
     log.stop_reason = "interrupted" if log.interrupted else "queue empty or budget spent"
-    overlap = _overlap_dp(machine, cost_model, optimizer, sp, min_degree, n, cache)
+    overlap = _overlap_dp(machine, cost_model, optimizer, sp, min_degree, n, cache, config_ratio)
     finalists = _finalists("unity", best_pcg, pcg, mapping, machine, cost_model, optimizer, sp, min_degree, n, cache,
-                           overlap)
+                           overlap, config_ratio)
     if best_pcg is not pcg:        # the joint choice: the rewritten graph or the input one, both mapped both ways
         finalists.insert(1, ("input graph mapped", _strategy(pcg, pcg, state["input_mapping"].configs)))
         finalists.insert(2, ("input graph, overlap mapping", _strategy(pcg, pcg, overlap.solve(pcg).configs)))
     if enable_pipeline:      # pipelined finalists: stages, micro-batches and schedule searched (search.pipelines)
-        block_costs = LocalCosts(machine, cost_model, sp.kinds, optimizer, min_degree)
+        block_costs = LocalCosts(machine, cost_model, sp.kinds, optimizer, min_degree, config_ratio=config_ratio)
 
         def block_mapping(graph: PCG, width: int) -> dict:       # the whole batch on a stage's block
             return MappingDP(machine, block_costs, cache=cache, devices=width).solve(graph).configs
@@ -358,11 +362,12 @@ def sequential(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUD
                alpha: float = DEFAULT_ALPHA, split_size: Optional[int] = DEFAULT_SPLIT_SIZE,
                space: Optional[SearchSpace] = None, min_degree: int = 1, devices: Optional[int] = None,
                optimizer: OptimizerKind = OptimizerKind.SGD, rules: Optional[Sequence[Rule]] = None,
-               progress: Optional[bool] = None, **_ignored) -> SearchResult:
+               progress: Optional[bool] = None, config_ratio: float = DEFAULT_CONFIG_RATIO,
+               **_ignored) -> SearchResult:
     """"TASO then FlexFlow": algebraic substitutions chosen by their cost on one device, then the
-    parallelization of that graph alone (the same DP and space as ``unity``); data parallelism and
+    parallelization of that graph alone (the same DP, space and ``config_ratio`` as ``unity``); data parallelism and
     the data+model mapping are finalists too, as in ``unity`` (``_finalists``)."""
-    _check(budget, alpha, split_size, devices, machine)
+    _check(budget, alpha, split_size, devices, machine, config_ratio)
     sp = _space(space)
     t0 = time.perf_counter()
     n = devices or machine.num_devices
@@ -378,18 +383,21 @@ def sequential(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUD
         best_pcg, count = state.get("best_pcg", pcg), state["candidates"]
     finally:
         bar.close()
-    dp = MappingDP(machine, LocalCosts(machine, cost_model, sp.kinds, optimizer, min_degree), devices=n)
+    dp = MappingDP(machine, LocalCosts(machine, cost_model, sp.kinds, optimizer, min_degree, config_ratio=config_ratio),
+                   devices=n)
     mapping = dp.solve(best_pcg)
     log.proposals = count
     log.notes.update(estimated_s=mapping.cost_s, **_rewrite_notes(pcg, best_pcg, state))
     log.stop_reason = "interrupted" if log.interrupted else "queue empty or budget spent"
     return _finish(machine, cost_model, optimizer,
-                   _finalists("sequential", best_pcg, pcg, mapping, machine, cost_model, optimizer, sp, min_degree, n),
+                   _finalists("sequential", best_pcg, pcg, mapping, machine, cost_model, optimizer, sp, min_degree, n,
+                              config_ratio=config_ratio),
                    log, t0)
 
 
 def _finalists(label: str, best_pcg: PCG, pcg: PCG, mapping, machine: Machine, cost_model, optimizer, sp: SearchSpace,
-               min_degree: int, n: int, cache: bool = True, overlap: Optional[MappingDP] = None) -> list:
+               min_degree: int, n: int, cache: bool = True, overlap: Optional[MappingDP] = None,
+               config_ratio: float = DEFAULT_CONFIG_RATIO) -> list:
     """The strategies ``unity`` and ``sequential`` both simulate in full at the end: the search's graph
     and mapping, data parallelism, the search's graph mapped with the overlap model (``LocalCosts(
     overlap=True)``: gradient rings as the simulator's, hidden behind the backward as a flow shop; it
@@ -397,27 +405,28 @@ def _finalists(label: str, best_pcg: PCG, pcg: PCG, mapping, machine: Machine, c
     need) and in the data+model space (the DP's estimates can misjudge a larger space, and a larger
     space must never return worse), so that the two differ only in how the graph was chosen (Unity
     Fig. 15b). ``overlap``: the overlap DP to use (one is made when None)."""
-    overlap = overlap or _overlap_dp(machine, cost_model, optimizer, sp, min_degree, n, cache)
+    overlap = overlap or _overlap_dp(machine, cost_model, optimizer, sp, min_degree, n, cache, config_ratio)
     out = [(label, _strategy(best_pcg, pcg, mapping.configs)),
            ("data-parallel", data_parallel(pcg, machine, n if n < machine.num_devices else None)),
            ("overlap mapping", _strategy(best_pcg, pcg, overlap.solve(best_pcg).configs))]
     if sp.kinds != frozenset({AxisKind.SAMPLE}):
         sample = MappingDP(machine, LocalCosts(machine, cost_model, frozenset({AxisKind.SAMPLE}), optimizer,
-                                               min_degree), cache=cache, devices=n)
+                                               min_degree, config_ratio=config_ratio), cache=cache, devices=n)
         out.append(("data+model mapping", _strategy(best_pcg, pcg, sample.solve(best_pcg).configs)))
     return out
 
 
 def _overlap_dp(machine: Machine, cost_model, optimizer, sp: SearchSpace, min_degree: int, n: int,
-                cache: bool = True) -> MappingDP:
+                cache: bool = True, config_ratio: float = DEFAULT_CONFIG_RATIO) -> MappingDP:
     """The mapping DP with the overlap model (``LocalCosts(overlap=True)``); one per search, so the
     graphs it maps share its costs and subproblems."""
-    costs = LocalCosts(machine, cost_model, sp.kinds, optimizer, min_degree, overlap=True)
+    costs = LocalCosts(machine, cost_model, sp.kinds, optimizer, min_degree, overlap=True, config_ratio=config_ratio)
     return MappingDP(machine, costs, cache=cache, devices=n)
 
 
-def _check(budget, alpha, split_size, devices, machine: Machine) -> None:
+def _check(budget, alpha, split_size, devices, machine: Machine, config_ratio) -> None:
     check_budget(budget, "unity")
+    check_config_ratio(config_ratio)
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or alpha < 1.0:
         raise ConfigError(f"unity: alpha (the pruning threshold) must be a number >= 1.0, got {alpha!r}")
     if split_size is not None and (isinstance(split_size, bool) or not isinstance(split_size, int) or split_size < 0):

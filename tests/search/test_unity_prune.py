@@ -1,0 +1,133 @@
+"""Configurations pruned by their cost lower bound (``LocalCosts(config_ratio=r)``, the unity search's
+default ``DEFAULT_CONFIG_RATIO``), and the reachability they use (``search/unity/reach.py``):
+
+- ``closure`` is reachability; a node's parallel width counts exactly the compute nodes that are
+  neither its ancestors nor its descendants, itself included;
+- the configurations kept are exactly those whose own cost is within r x (width, at most the
+  block's devices) x the cheapest's, in enumeration order; the cheapest is always kept, and r = 0
+  keeps every one;
+- the DP stays exact over the configurations kept (the minimum over every assignment of them), and
+  pruning never makes it cheaper than the unpruned DP;
+- bad ratios are refused with our error, in the API and on the command line.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flexrt.errors import ConfigError
+from flexrt.search.unity import Block, LocalCosts, MappingDP
+from flexrt.search.unity.reach import closure, parallel_widths
+
+from .test_unity_mapping import (BLOCKS, COST, FULL, MACHINES, assignment_cost, blocks_st, build, compute_nodes,
+                                 exhaustive)
+
+
+@settings(max_examples=80, deadline=None)
+@given(n=st.integers(1, 24), density=st.floats(0.0, 0.6), seed=st.integers(0, 10_000))
+def test_closure_is_reachability(n, density, seed):
+    rng = random.Random(seed)
+    edges = {(u, v) for v in range(n) for u in range(v) if rng.random() < density}
+    pred, succ = [0] * n, [0] * n
+    for u, v in edges:
+        pred[v] |= 1 << u
+        succ[u] |= 1 << v
+    anc, desc = closure(pred, succ)
+
+    def reach(a):
+        seen, stack = set(), [a]
+        while stack:
+            x = stack.pop()
+            for u, v in edges:
+                if u == x and v not in seen:
+                    seen.add(v)
+                    stack.append(v)
+        return seen
+
+    for a in range(n):
+        assert {v for v in range(n) if desc[a] >> v & 1} == reach(a)
+        assert {u for u in range(n) if anc[a] >> u & 1} == {u for u in range(n) if a in reach(u)}
+
+
+@settings(max_examples=40, deadline=None)
+@given(blocks=blocks_st, two_inputs=st.booleans())
+def test_parallel_width_counts_the_operators_that_may_run_alongside(blocks, two_inputs):
+    pcg = build(blocks, two_inputs=two_inputs)
+    nodes = compute_nodes(pcg)
+    ids = {n.id for n in nodes}
+    succ = {n.id: {ref.node for ref in ()} for n in nodes}
+    for v in nodes:
+        for ref in v.inputs:
+            if ref.node in ids:
+                succ[ref.node].add(v.id)
+
+    def below(a):
+        seen, stack = set(), [a]
+        while stack:
+            for y in succ[stack.pop()]:
+                if y not in seen:
+                    seen.add(y)
+                    stack.append(y)
+        return seen
+
+    reach = {n.id: below(n.id) for n in nodes}
+    got = parallel_widths(pcg)
+    for n in nodes:
+        related = reach[n.id] | {m.id for m in nodes if n.id in reach[m.id]}
+        assert got[n.id] == len(nodes) - len(related)
+    if "branch" in blocks:       # a branch block's three operators: two side by side
+        assert max(got.values()) >= 2
+
+
+@settings(max_examples=30, deadline=None)
+@given(blocks=blocks_st, two_inputs=st.booleans(), machine_name=st.sampled_from(sorted(MACHINES)),
+       ratio=st.sampled_from([1.0, 1.5, 4.0]))
+def test_the_configurations_kept_are_those_within_the_bound(blocks, two_inputs, machine_name, ratio):
+    machine = MACHINES[machine_name]()
+    pcg = build(blocks, two_inputs=two_inputs)
+    exact = LocalCosts(machine, COST, FULL)
+    pruned = LocalCosts(machine, COST, FULL, config_ratio=ratio)
+    widths = parallel_widths(pcg)
+    dropped = 0
+    for block in (Block(0, machine.num_devices), Block(0, 2), Block(1, 1)):
+        for node in compute_nodes(pcg):
+            every = exact.configs(pcg, node, block)
+            cost = [exact.node_cost(pcg, node, c) for c in every]
+            allowance = min(1 << (widths[node.id] - 1).bit_length(), block.count)
+            want = [c for c, x in zip(every, cost) if x <= ratio * allowance * min(cost)]
+            got = pruned.configs(pcg, node, block)
+            assert got == want
+            assert every[cost.index(min(cost))] in got
+            assert LocalCosts(machine, COST, FULL, config_ratio=0).configs(pcg, node, block) == every
+            dropped += len(every) - len(got)
+    if ratio == 1.0:
+        assert dropped > 0       # the bound prunes something on every graph here
+
+
+@settings(max_examples=30, deadline=None)
+@given(blocks=blocks_st, devices=st.sampled_from([2, 4]), ratio=st.sampled_from([1.0, 2.0, 4.0]))
+def test_the_dp_is_exact_over_the_configurations_kept_and_never_below_the_unpruned(blocks, devices, ratio):
+    machine = MACHINES["dgx1"]()
+    if devices == 4 and sum(BLOCKS[b] for b in blocks) > 3:
+        devices = 2   # keep the enumeration small
+    pcg = build(blocks)
+    pruned = LocalCosts(machine, COST, FULL, max_axes=1, config_ratio=ratio)
+    got = MappingDP(machine, pruned, parallel_splits=False, devices=devices, packing=False).solve(pcg)
+    assert got.cost_s == pytest.approx(exhaustive(pcg, pruned, Block(0, devices)), rel=1e-12)
+    assert assignment_cost(pcg, pruned, got.configs) == pytest.approx(got.cost_s, rel=1e-12)
+    exact = LocalCosts(machine, COST, FULL, max_axes=1)
+    unpruned = MappingDP(machine, exact, parallel_splits=False, devices=devices, packing=False).solve(pcg)
+    assert got.cost_s >= unpruned.cost_s * (1 - 1e-12)
+    both = [MappingDP(machine, c, devices=devices).solve(pcg).cost_s for c in (exact, pruned)]
+    assert both[1] >= both[0] * (1 - 1e-12)
+
+
+@pytest.mark.parametrize("bad", [0.5, -1, math.inf, math.nan, True, "4", None])
+def test_a_bad_ratio_is_refused_with_our_error(bad):
+    with pytest.raises(ConfigError, match="configuration ratio"):
+        LocalCosts(MACHINES["dgx1"](), COST, FULL, config_ratio=bad)
