@@ -1,12 +1,14 @@
 """Which compute operators of a PCG reach which: ancestor and descendant bit sets, and each
-operator's parallel width (how many operators, itself included, are neither its ancestors nor its
-descendants, so may run at the same time as it).
+operator's parallel width: the size of an antichain through it (operators no two of which reach
+each other, so all may run at once), taken greedily in topological order: it is maximal (every
+other operator reaches or is reached by one of it), so on a fork of k branches it counts the k
+branches, however long they are.
 
 The mapping DP's graph (``mapping._Graph``) splits on these sets; ``LocalCosts`` uses the widths to
 prune configurations (``LocalCosts(config_ratio=...)``: an operator beside ``w - 1`` others may be
 packed onto ``1/w`` of a block, at ``w`` times its cheapest configuration's cost).
 
-Entry points: ``closure``, ``parallel_widths``.
+Entry points: ``closure``, ``antichain``, ``parallel_widths``.
 """
 
 from __future__ import annotations
@@ -49,5 +51,17 @@ def parallel_widths(pcg: PCG) -> dict[int, int]:
                 pred[v] |= 1 << u
                 succ[u] |= 1 << v
     anc, desc = closure(pred, succ)
-    n = len(order)
-    return {nid: n - (anc[v] | desc[v]).bit_count() for v, nid in enumerate(order)}
+    return {nid: antichain(anc, desc, v).bit_count() for v, nid in enumerate(order)}
+
+
+def antichain(anc: list[int], desc: list[int], v: int) -> int:
+    """A maximal antichain through node ``v`` (bit set): ``v``, then repeatedly the first node in
+    topological order that no member reaches or is reached by."""
+    related = (1 << len(anc)) - 1
+    chosen, free = 1 << v, related & ~(anc[v] | desc[v] | 1 << v)
+    while free:
+        low = free & -free
+        u = low.bit_length() - 1
+        chosen |= low
+        free &= ~(anc[u] | desc[u] | low)
+    return chosen

@@ -130,7 +130,7 @@ def test_declared_options_must_be_taken_and_not_request_fields(registry):
 @pytest.mark.parametrize("name, option, valid", [
     ("mcmc", "split_size", "valid options: alpha, cost_fn, follow"),
     ("exhaustive", "alpha", "valid options: on_leaf, prefix_bound"),   # was swallowed by **_ignored
-    ("unity", "follow", "valid options: alpha, cache, devices"),
+    ("unity", "follow", "valid options: alpha, cache, config_ratio, devices"),
     ("data-parallel", "alpha", "valid options: none"),
 ])
 def test_an_option_the_algorithm_does_not_take_is_an_error(mlp, p100, cost, name, option, valid):

@@ -116,7 +116,20 @@ def test_search_cli_gives_unity_its_flags_as_options(calls, capsys):
     name, kw = calls[-1]
     assert name == "unity" and kw["space"] == SearchSpace.full() and "initial" not in kw
     assert {k: kw[k] for k in ("split_size", "cache", "devices")} == {"split_size": 0, "cache": False, "devices": 2}
+    assert "config_ratio" not in kw   # not given: the search's own default
     assert json.loads(capsys.readouterr().out)["algorithm"] == "unity"
+    assert main(LENET + ["--algo", "sequential", "--budget", "2", "--config-ratio", "0", "--json"]) == 0
+    assert calls[-1][0] == "sequential" and calls[-1][1]["config_ratio"] == 0.0
+
+
+def test_search_cli_refuses_a_bad_config_ratio(calls, capsys):
+    assert main(LENET + ["--algo", "unity", "--budget", "2", "--config-ratio", "0.5"]) == 1
+    assert "configuration ratio (--config-ratio) must be 0 (every configuration) or a finite number >= 1, got 0.5" \
+        in capsys.readouterr().err
+    assert main(LENET + ["--algo", "unity", "--config-ratio", "-1"]) == 2
+    assert "--config-ratio: expected a finite number >= 0, got '-1'" in capsys.readouterr().err
+    assert main(LENET + ["--algo", "mcmc", "--config-ratio", "4"]) == 1
+    assert "--config-ratio: --algo mcmc takes no such option" in capsys.readouterr().err
 
 
 def test_search_cli_refuses_a_flag_the_algorithm_does_not_take(calls, capsys):

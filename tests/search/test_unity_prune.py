@@ -1,8 +1,8 @@
 """Configurations pruned by their cost lower bound (``LocalCosts(config_ratio=r)``, the unity search's
 default ``DEFAULT_CONFIG_RATIO``), and the reachability they use (``search/unity/reach.py``):
 
-- ``closure`` is reachability; a node's parallel width counts exactly the compute nodes that are
-  neither its ancestors nor its descendants, itself included;
+- ``closure`` is reachability; a node's parallel width is the size of a maximal antichain through
+  it (no two members reach each other, every other node reaches or is reached by one);
 - the configurations kept are exactly those whose own cost is within r x (width, at most the
   block's devices) x the cheapest's, in enumeration order; the cheapest is always kept, and r = 0
   keeps every one;
@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from flexrt.errors import ConfigError
 from flexrt.search.unity import Block, LocalCosts, MappingDP
-from flexrt.search.unity.reach import closure, parallel_widths
+from flexrt.search.unity.reach import antichain, closure, parallel_widths
 
 from .test_unity_mapping import (BLOCKS, COST, FULL, MACHINES, assignment_cost, blocks_st, build, compute_nodes,
                                  exhaustive)
@@ -56,14 +56,14 @@ def test_closure_is_reachability(n, density, seed):
 
 @settings(max_examples=40, deadline=None)
 @given(blocks=blocks_st, two_inputs=st.booleans())
-def test_parallel_width_counts_the_operators_that_may_run_alongside(blocks, two_inputs):
+def test_parallel_width_is_a_maximal_antichain_through_the_operator(blocks, two_inputs):
     pcg = build(blocks, two_inputs=two_inputs)
     nodes = compute_nodes(pcg)
-    ids = {n.id for n in nodes}
-    succ = {n.id: {ref.node for ref in ()} for n in nodes}
+    ids = [n.id for n in nodes]
+    succ = {i: set() for i in ids}
     for v in nodes:
         for ref in v.inputs:
-            if ref.node in ids:
+            if ref.node in succ:
                 succ[ref.node].add(v.id)
 
     def below(a):
@@ -75,13 +75,23 @@ def test_parallel_width_counts_the_operators_that_may_run_alongside(blocks, two_
                     stack.append(y)
         return seen
 
-    reach = {n.id: below(n.id) for n in nodes}
-    got = parallel_widths(pcg)
-    for n in nodes:
-        related = reach[n.id] | {m.id for m in nodes if n.id in reach[m.id]}
-        assert got[n.id] == len(nodes) - len(related)
-    if "branch" in blocks:       # a branch block's three operators: two side by side
-        assert max(got.values()) >= 2
+    reach = {i: below(i) for i in ids}
+    related = lambda a, b: a == b or b in reach[a] or a in reach[b]   # noqa: E731
+    pos = {i: k for k, i in enumerate(ids)}
+    pred, nxt = [0] * len(ids), [0] * len(ids)
+    for a in ids:
+        for b in succ[a]:
+            pred[pos[b]] |= 1 << pos[a]
+            nxt[pos[a]] |= 1 << pos[b]
+    anc, desc = closure(pred, nxt)
+    widths = parallel_widths(pcg)
+    for v in ids:
+        members = [ids[k] for k in range(len(ids)) if antichain(anc, desc, pos[v]) >> k & 1]
+        assert v in members and widths[v] == len(members)
+        assert not any(related(a, b) for a in members for b in members if a != b)      # an antichain
+        assert all(any(related(x, a) for a in members) for x in ids)                    # maximal
+    if "branch" in blocks:       # a branch block's two sides
+        assert max(widths.values()) >= 2
 
 
 @settings(max_examples=30, deadline=None)
