@@ -27,7 +27,7 @@ from flexrt.core import ActiMode, DataType, FFConfig, FFModel
 from flexrt.machine import load_machine
 from flexrt.model import load_model
 from flexrt.search.unity import Block, LocalCosts, MappingDP
-from flexrt.search.unity.costs import shared_links
+from flexrt.search.unity.loads import shared_links
 from flexrt.search.unity.reshard import reshard_loads
 from flexrt.simulator.cost_model import AnalyticCostModel
 from flexrt.simulator.simulate import Simulator
