@@ -24,7 +24,7 @@ from flexrt.ir.registry import AxisKind
 from flexrt.machine import load_machine
 from flexrt.search.api import cut_in_parts, fixed_result
 from flexrt.search.baselines import expert_strategy, megatron_best
-from flexrt.search.unity import sequential, unity
+from flexrt.search.unity import DEFAULT_CONFIG_RATIO, sequential, unity
 from flexrt.strategy import SearchSpace, data_parallel, load_strategy
 
 # Unity §6.1: per-GPU batch of each model; global batch = GPUs x this
@@ -49,7 +49,9 @@ def _setup(inputs):
 
 
 COMMON = (model_param(), machine_param("summit"), devices_param(), _batch_param(), budget_param(1000),
-          model_flags_param())
+          model_flags_param(),
+          Param("config_ratio", "float", DEFAULT_CONFIG_RATIO, minimum=0.0,
+                help="the mapping DP's configuration pruning bound (--config-ratio); 0: every configuration"))
 
 
 @register_kind(
@@ -95,7 +97,7 @@ def unity_search_time(inputs) -> Outcome:
     machine, base = _setup(inputs)
     with Timer() as t:
         r = unity(base, machine, COST, budget=inputs["budget"], split_size=inputs["split_size"] or None,
-                  cache=inputs["cache"], progress=False)
+                  cache=inputs["cache"], progress=False, config_ratio=inputs["config_ratio"])
     dp = fixed_result("data-parallel", data_parallel(base, machine), machine, COST).cost_s
     return Outcome({"search_s": t.s, "found_ms": r.cost_s * 1e3, "dp_ms": dp * 1e3, "speedup_vs_dp": dp / r.cost_s},
                    strategy_doc(r.strategy, machine))
@@ -113,13 +115,15 @@ def unity_speedup(inputs) -> Outcome:
     times = {"dp": fixed_result("dp", data_parallel(base, machine), machine, COST).cost_s}
     ex = expert_strategy(inputs["model"], base, machine)
     times["expert"] = fixed_result("expert", ex, machine, COST).cost_s if ex is not None else None
-    times["sequential"] = sequential(base, machine, COST, budget=inputs["budget"], progress=False).cost_s
+    ratio = inputs["config_ratio"]
+    times["sequential"] = sequential(base, machine, COST, budget=inputs["budget"], progress=False,
+                                     config_ratio=ratio).cost_s
     # Megatron-LM as Unity reports it: the best of the configurations it supports (tensor degrees that
     # divide the heads, pipelines)
     mg = megatron_best(base, machine, COST) if inputs["model"] == "bert_large" else None
     times["megatron"] = mg.cost_s if mg is not None else None
     with Timer() as t:
-        r = unity(base, machine, COST, budget=inputs["budget"], progress=False)
+        r = unity(base, machine, COST, budget=inputs["budget"], progress=False, config_ratio=ratio)
     metrics = {f"{k}_ms": v * 1e3 if v is not None else None for k, v in times.items()}
     metrics.update({f"speedup_vs_{k}": v / r.cost_s if v is not None else None for k, v in times.items()})
     best = min((v, k) for k, v in times.items() if v is not None)
@@ -127,7 +131,8 @@ def unity_speedup(inputs) -> Outcome:
                     "search_s": t.s, "megatron_config": mg.log.notes["chosen"] if mg is not None else None,
                     "unity_pipelined_ms": None, "pipelined_speedup_vs_megatron": None})
     if mg is not None:       # Megatron-LM pipelines, so against it Unity may too (Unity §6.1)
-        up = unity(base, machine, COST, budget=inputs["budget"], progress=False, enable_pipeline=True)
+        up = unity(base, machine, COST, budget=inputs["budget"], progress=False, enable_pipeline=True,
+                   config_ratio=ratio)
         metrics.update(unity_pipelined_ms=up.cost_s * 1e3, pipelined_speedup_vs_megatron=mg.cost_s / up.cost_s)
     return Outcome(metrics, strategy_doc(r.strategy, machine))
 
@@ -150,7 +155,7 @@ def unity_dimensions(inputs) -> Outcome:
     kinds, pipe = DIMENSIONS[inputs["dimensions"]]
     with Timer() as t:
         r = unity(base, machine, COST, budget=inputs["budget"], space=SearchSpace(frozenset(kinds)),
-                  enable_pipeline=pipe, progress=False)
+                  enable_pipeline=pipe, progress=False, config_ratio=inputs["config_ratio"])
     bound = work_bound_s(base, machine)
     return Outcome({"time_ms": r.cost_s * 1e3, "iterations_per_s": 1 / r.cost_s, "search_s": t.s,
                     "pipelined": getattr(r.strategy, "pipeline", None) is not None, "bound_ms": bound * 1e3,
@@ -181,7 +186,8 @@ def joint_vs_sequential(inputs) -> Outcome:
     out = {}
     for name, fn in (("unity", unity), ("sequential", sequential)):
         with Timer() as t:
-            r = fn(base, machine, COST, budget=inputs["budget"], space=space, progress=False)
+            r = fn(base, machine, COST, budget=inputs["budget"], space=space, progress=False,
+                   config_ratio=inputs["config_ratio"])
         out[name] = r
         out[f"{name}_s"] = t.s
     u, s = out["unity"], out["sequential"]
