@@ -141,9 +141,14 @@ class LinkLoads:
         """Columns of a load vector per pass: the shared links (``shared``), then every device."""
         return len(self.shared) + self.machine.num_devices
 
-    def widened(self, D: np.ndarray) -> np.ndarray:
-        """Link loads (..., 2 x shared links) as load vectors (..., 2 x ``load_width``): no device time."""
+    def widened(self, D: np.ndarray, into: Optional[np.ndarray] = None) -> np.ndarray:
+        """Link loads (..., 2 x shared links) as load vectors (..., 2 x ``load_width``): no device time;
+        added to ``into`` (float32, returned) when given."""
         L, W = len(self.shared), self.load_width
+        if into is not None:
+            into[..., :L] += D[..., :L]
+            into[..., W:W + L] += D[..., L:]
+            return into
         out = np.zeros(D.shape[:-1] + (2 * W,), dtype=D.dtype)
         out[..., :L] = D[..., :L]
         out[..., W:W + L] = D[..., L:]
@@ -190,19 +195,20 @@ class LinkLoads:
         return hit
 
     def edge_device_loads(self, pcg: PCG, u: Node, k: int, v: Node, i: int, bu: Block, bv: Block,
-                          cu: np.ndarray, cv: np.ndarray) -> np.ndarray:
+                          cu: np.ndarray, cv: np.ndarray, into: Optional[np.ndarray] = None) -> np.ndarray:
         """An edge's time (``edge_matrix`` at configuration indices ``cu`` of u and ``cv`` of v, arrays of
         one shape) as device load (..., 2 x ``load_width``): the forward transfer on v's devices, the
-        gradient's on u's (the devices take part in the moves and sums: copies, NCCL kernels)."""
+        gradient's on u's (the devices take part in the moves and sums: copies, NCCL kernels). Added
+        to ``into`` (float32, returned) when given: the same float32 numbers as adding the result."""
         L, W = len(self.shared), self.load_width
         E = np.asarray(self.edge_matrix(pcg, u, k, v, i, bu, bv)[cu, cv])
         E = np.where(np.isfinite(E), E, 0.0)   # an impossible pair costs infinity already
         grad = pcg.shape(v.inputs[i]).tensor_shape.dtype.is_floating and u.op_type is not OpType.INPUT
         fwd = E / 2 if grad else E
-        out = np.zeros(np.shape(E) + (2 * W,), dtype=np.float32)
-        out[..., L:W] = fwd[..., None] * self.device_sets(pcg, v, bv)[cv]
+        out = np.zeros(np.shape(E) + (2 * W,), dtype=np.float32) if into is None else into
+        out[..., L:W] += (fwd[..., None] * self.device_sets(pcg, v, bv)[cv]).astype(np.float32)
         if grad:
-            out[..., W + L:] = (E - fwd)[..., None] * self.device_sets(pcg, u, bu)[cu]
+            out[..., W + L:] += ((E - fwd)[..., None] * self.device_sets(pcg, u, bu)[cu]).astype(np.float32)
         return out
 
     def edge_loads(self, pcg: PCG, u: Node, k: int, v: Node, i: int, bu: Block, bv: Block) -> tuple:

@@ -231,14 +231,24 @@ class _Edges:
     def __init__(self, pcg: PCG, un, vn, es: list, bu: Block, bv: Block) -> None:
         self.pcg, self.un, self.vn, self.es, self.bu, self.bv = pcg, un, vn, es, bu, bv
 
-    def loads(self, costs: LocalCosts, cu: np.ndarray, cv: np.ndarray) -> np.ndarray:
-        """Loads at configuration indices ``cu`` of u and ``cv`` of v (arrays of one shape)."""
-        out = 0
-        for k, i in self.es:
-            iu, iv, D = costs.edge_loads(self.pcg, self.un, k, self.vn, i, self.bu, self.bv)
-            out = out + costs.widened(D[iu[cu], iv[cv]]) + \
-                costs.edge_device_loads(self.pcg, self.un, k, self.vn, i, self.bu, self.bv, cu, cv)
-        return out
+    def loads(self, costs: LocalCosts, cu: np.ndarray, cv: np.ndarray, into: Optional[np.ndarray] = None):
+        """Loads at configuration indices ``cu`` of u and ``cv`` of v (arrays of one shape), added to
+        ``into`` (float32, returned) when given: in place for one edge (the same float32 sums as
+        adding its loads), else summed first as when returned."""
+        if into is None or len(self.es) > 1:
+            sums = np.zeros(np.shape(cu) + (2 * costs.load_width,), dtype=np.float32)
+            for k, i in self.es:
+                self._add(costs, k, i, cu, cv, sums)
+            if into is None:
+                return sums
+            into += sums
+            return into
+        return self._add(costs, *self.es[0], cu, cv, into)
+
+    def _add(self, costs: LocalCosts, k: int, i: int, cu, cv, into: np.ndarray) -> np.ndarray:
+        iu, iv, D = costs.edge_loads(self.pcg, self.un, k, self.vn, i, self.bu, self.bv)
+        costs.widened(D[iu[cu], iv[cv]], into)
+        return costs.edge_device_loads(self.pcg, self.un, k, self.vn, i, self.bu, self.bv, cu, cv, into)
 
 
 class _Chain(_Sol):
@@ -272,7 +282,7 @@ class _Chain(_Sol):
             if not isinstance(seg, _Empty):
                 out += seg.loads(costs)[ch[j], ch[j + 1]]
             if edges is not None:
-                out += edges.loads(costs, ch[j], ch[j + 1])
+                edges.loads(costs, ch[j], ch[j + 1], out)
             if node is not None:
                 out += costs.node_loads(*node)[ch[j + 1]]
         return out

@@ -197,3 +197,32 @@ def test_dlrm_the_mapping_unity_keeps_is_estimated_within_10_percent_of_its_simu
         old_estimate, old_simulated = got["no contention"]
         assert old_estimate < 0.6 * old_simulated, "without the model the estimate was 0.51x: the test shows nothing"
         assert simulated < old_simulated
+
+
+@settings(max_examples=15, deadline=None)
+@given(blocks=blocks_st, two_inputs=st.booleans(), seed=st.integers(0, 10**6))
+def test_edge_loads_added_in_place_are_the_loads_added(blocks, two_inputs, seed):
+    """``_Edges.loads(..., into)`` (a chain's loads built in place) gives the float32 numbers of adding
+    what ``_Edges.loads`` returns, bit for bit, for one edge or several between two operators."""
+    from flexrt.search.unity.mapping import _Edges
+    pcg = build(blocks, two_inputs=two_inputs)
+    costs = LocalCosts(SUMMIT2, COST, FULL)
+    block = Block(0, 12)
+    rng = np.random.default_rng(seed)
+    nodes = {n.id: n for n in (pcg.node(i) for i in pcg.topological_order()) if is_compute(n)}
+    checked = 0
+    for v in nodes.values():
+        by_producer: dict = {}
+        for i, ref in enumerate(v.inputs):
+            if ref.node in nodes:
+                by_producer.setdefault(ref.node, []).append((ref.index, i))
+        for u, es in by_producer.items():
+            edges = _Edges(pcg, nodes[u], v, es, block, block)
+            nu, nv = len(costs.configs(pcg, nodes[u], block)), len(costs.configs(pcg, v, block))
+            cu, cv = rng.integers(0, nu, (3, 4)), rng.integers(0, nv, (3, 4))
+            adds = edges.loads(costs, cu, cv)
+            base = (rng.random(adds.shape) * adds.max()).astype(np.float32)   # loads of the same scale
+            got = edges.loads(costs, cu, cv, base.copy())
+            assert got.dtype == np.float32 and np.array_equal(got, base + adds)
+            checked += 1
+    assert checked > 0 or len(nodes) == 1
