@@ -8,7 +8,9 @@
                                  mapping DP's memo is bounded: README, "Unity's search") (--save DIR
                                  writes each found strategy as JSON, to compare runs); per
                                  --config-ratio (the configurations' pruning bound, 0: none; default
-                                 the search's), with the wall-time ratio to the first one given
+                                 the search's), with the wall-time ratio to the first one given (the
+                                 peak is the process's so far: run one ratio per process to compare
+                                 peaks)
 
 The papers' figures (Unity Fig. 2, Table 2, Fig. 14, Fig. 15a and 15b) are experiments:
 `flexrt run configs/experiments/unity_fig14.yaml [--quick]` etc. (README, "Experiments"). Per-GPU
