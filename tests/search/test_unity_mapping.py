@@ -126,15 +126,14 @@ def exhaustive(pcg, costs: LocalCosts, block: Block, nodes=None) -> float:
                for combo in itertools.product(*options))
 
 
-def split_nodes_by_definition(pcg) -> list[int]:
-    """Nodes n such that every other compute node is an ancestor or a descendant of n and no edge
-    goes from an ancestor to a descendant (reachability by search over the graph's edges)."""
+def reachability(pcg) -> tuple[dict, dict]:
+    """Per compute node id, its direct successors and every node it reaches (compute nodes only, by
+    search over the graph's edges)."""
     nodes = compute_nodes(pcg)
-    ids = {n.id for n in nodes}
     succ = {n.id: set() for n in nodes}
     for v in nodes:
         for ref in v.inputs:
-            if ref.node in ids:
+            if ref.node in succ:
                 succ[ref.node].add(v.id)
 
     def reach(a):
@@ -146,7 +145,15 @@ def split_nodes_by_definition(pcg) -> list[int]:
                     todo.append(s)
         return seen
 
-    down = {n: reach(n) for n in ids}
+    return succ, {n: reach(n) for n in succ}
+
+
+def split_nodes_by_definition(pcg) -> list[int]:
+    """Nodes n such that every other compute node is an ancestor or a descendant of n and no edge
+    goes from an ancestor to a descendant (reachability by search over the graph's edges)."""
+    nodes = compute_nodes(pcg)
+    ids = {n.id for n in nodes}
+    succ, down = reachability(pcg)
     out = []
     for n in nodes:
         desc = down[n.id]

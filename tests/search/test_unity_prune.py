@@ -25,7 +25,7 @@ from flexrt.search.unity import Block, LocalCosts, MappingDP
 from flexrt.search.unity.reach import antichain, closure, parallel_widths
 
 from .test_unity_mapping import (BLOCKS, COST, FULL, MACHINES, assignment_cost, blocks_st, build, compute_nodes,
-                                 exhaustive)
+                                 exhaustive, reachability)
 
 
 @settings(max_examples=80, deadline=None)
@@ -58,24 +58,8 @@ def test_closure_is_reachability(n, density, seed):
 @given(blocks=blocks_st, two_inputs=st.booleans())
 def test_parallel_width_is_a_maximal_antichain_through_the_operator(blocks, two_inputs):
     pcg = build(blocks, two_inputs=two_inputs)
-    nodes = compute_nodes(pcg)
-    ids = [n.id for n in nodes]
-    succ = {i: set() for i in ids}
-    for v in nodes:
-        for ref in v.inputs:
-            if ref.node in succ:
-                succ[ref.node].add(v.id)
-
-    def below(a):
-        seen, stack = set(), [a]
-        while stack:
-            for y in succ[stack.pop()]:
-                if y not in seen:
-                    seen.add(y)
-                    stack.append(y)
-        return seen
-
-    reach = {i: below(i) for i in ids}
+    ids = [n.id for n in compute_nodes(pcg)]
+    succ, reach = reachability(pcg)
     related = lambda a, b: a == b or b in reach[a] or a in reach[b]   # noqa: E731
     pos = {i: k for k, i in enumerate(ids)}
     pred, nxt = [0] * len(ids), [0] * len(ids)
