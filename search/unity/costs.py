@@ -257,6 +257,7 @@ class LocalCosts(LinkLoads):
         self._times: dict = {}
         self._xfer: dict = {}
         self._ring_times: dict = {}     # (devices, bytes) -> ``ring``
+        self._ring_plans: dict = {}     # devices -> ``_ring_plan``
         self._ring_latency: dict = {}   # (ring order, bytes per channel) -> ``ring_latency``
         self._routes: dict = {}
         self._sigs: dict = {}
@@ -454,24 +455,46 @@ class LocalCosts(LinkLoads):
         t = self._ring_times.get(key)
         if t is not None:
             return t
-        orders = self.machine.ring_channels(key[0])
+        plan = self._ring_plans.get(key[0])
+        if plan is None:
+            if len(self._ring_plans) > 100_000:
+                self._ring_plans.clear()
+            plan = self._ring_plans[key[0]] = self._ring_plan(key[0])
+        orders, pairs, loaded = plan
         share = max(1, 2 * (n - 1) * (num_bytes // len(orders)) // n)
-        pairs = [(a, b) for ring in orders for a, b in zip(ring, ring[1:] + ring[:1])]
         # with the overlap model, channel 0's sends pay the AllReduce's whole latency (the lowering's
         # ring_extras); summed along the backward (no overlap), one latency ranks better
         paid = self.ring_latency(orders[0], num_bytes // len(orders)) if self.overlap else 0.0
-        t = max(self.transfer(a, b, share) + (max(0.0, paid - self._route(a, b)[1]) if i < len(orders[0]) else 0.0)
-                for i, (a, b) in enumerate(pairs))
-        if len(orders) > 1:
-            on: dict = {}
-            for a, b in pairs:
-                for l in self._route(a, b)[2]:
-                    on[l] = on.get(l, 0) + share
-            t = max(t, max(self.cost.transfer_time(self.machine.links[l], x) for l, x in on.items()))
+        t = max(self.transfer(a, b, share) + (max(0.0, paid - self._route(a, b)[1]) if first else 0.0)
+                for a, b, first in pairs)
+        if loaded:      # several channels: the busiest link, with every channel's share on it
+            t = max(t, max(self.cost.transfer_time(link, crossing * share) for link, crossing in loaded))
         if len(self._ring_times) > 200_000:
             self._ring_times.clear()
         self._ring_times[key] = t
         return t
+
+    def _ring_plan(self, devices: tuple) -> tuple:
+        """What ``ring`` over ``devices`` maximizes over, one term per kind: (the channels
+        (``Machine.ring_channels``), one (a, b, in channel 0) per kind of neighbour pair, and with
+        several channels one (link, pairs crossing it) per kind of link). A pair's time depends only
+        on its route's links (their types, bandwidths and latencies) and whether it is in channel 0;
+        a link's on these and the pairs crossing it: the maximum over kinds is the maximum over all."""
+        orders = self.machine.ring_channels(devices)
+        kinds: dict = {}
+        crossing: dict = {}
+        for c, ring in enumerate(orders):
+            for a, b in zip(ring, ring[1:] + ring[:1]):
+                links, _, ids = self._route(a, b)
+                kinds.setdefault((tuple((l.type, l.bandwidth, l.latency_s) for l in links), c == 0), (a, b, c == 0))
+                for l in ids:
+                    crossing[l] = crossing.get(l, 0) + 1
+        loaded: dict = {}
+        if len(orders) > 1:
+            for l, k in crossing.items():
+                link = self.machine.links[l]
+                loaded.setdefault((link.type, link.bandwidth, link.latency_s, k), (link, k))
+        return orders, tuple(kinds.values()), tuple(loaded.values())
 
     def ring_latency(self, order, num_bytes: int) -> float:
         """The latency every send of channel 0 of an AllReduce of ``num_bytes`` per channel over ``order``

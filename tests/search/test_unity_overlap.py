@@ -85,3 +85,33 @@ def test_the_estimate_of_a_chain_is_near_its_simulation(nodes, width, layers):
     assert 0.85 <= ratio[True] <= 1.15, ratio
     if (nodes, width) == (2, 1024):
         assert ratio[False] > 1.4, ratio
+
+
+@settings(max_examples=150, deadline=None)
+@given(preset=st.sampled_from([("summit", 2), ("dgx1_v100", 2), ("dgx_a100", 2)]), overlap=st.booleans(),
+       seed=st.integers(0, 10**6), num_bytes=st.integers(1, 1 << 28))
+def test_ring_is_its_definition_over_every_neighbour_pair(preset, overlap, seed, num_bytes):
+    """``LocalCosts.ring`` (one term per kind of pair and link, ``_ring_plan``) equals the maximum over
+    every neighbour pair of every channel, and over every link with every channel's share on it."""
+    machine = load_machine(preset[0], nodes=preset[1])
+    costs = LocalCosts(machine, COST, SearchSpace.full().kinds, overlap=overlap)
+    rng = np.random.default_rng(seed)
+    devices = sorted(rng.choice(machine.num_devices, int(rng.integers(2, machine.num_devices + 1)), replace=False))
+    devices = [int(d) for d in devices]
+    n, orders = len(devices), machine.ring_channels(devices)
+    share = max(1, 2 * (n - 1) * (num_bytes // len(orders)) // n)
+    paid = costs.ring_latency(orders[0], num_bytes // len(orders)) if overlap else 0.0
+    pairs = [(c, a, b) for c, ring in enumerate(orders) for a, b in zip(ring, ring[1:] + ring[:1])]
+    pair_term = lambda a, b, first: costs.transfer(a, b, share) + (     # noqa: E731
+        max(0.0, paid - costs._route(a, b)[1]) if first else 0.0)
+    want = max(pair_term(a, b, c == 0) for c, a, b in pairs)
+    on: dict = {}
+    for _, a, b in pairs:
+        for l in machine.route(a, b):
+            on[l] = on.get(l, 0) + share
+    busiest = max(COST.transfer_time(machine.links[l], x) for l, x in on.items())
+    _, kinds, loaded = costs._ring_plan(tuple(devices))      # each term, dominant or not
+    assert max(pair_term(*k) for k in kinds) == want
+    assert (max(COST.transfer_time(link, k * share) for link, k in loaded) == busiest) if len(orders) > 1 \
+        else not loaded
+    assert costs.ring(devices, num_bytes) == (max(want, busiest) if len(orders) > 1 else want)
