@@ -240,6 +240,7 @@ class LocalCosts(LinkLoads):
         self.machine, self.cost, self.kinds = machine, cost_model, kinds
         self.config_ratio = check_config_ratio(config_ratio)   # ``configs``' pruning bound; 0: every configuration
         self._width: dict = {}         # signature id -> its nodes' parallel width, a power of two (``configs``)
+        self._base: dict = {}          # signature id -> ``base_id``
         self._widths = (None, {})      # (the graph, its ``reach.parallel_widths``), for ``sig_id``
         self.optimizer = OptimizerKind.parse(optimizer)      # a name ("adam") or the member
         self.min_degree, self.max_axes = min_degree, max_axes
@@ -280,22 +281,28 @@ class LocalCosts(LinkLoads):
     def sig_id(self, pcg: PCG, node: Node) -> int:
         """The node's signature as a small integer (equal signatures, equal numbers), computed once
         per (graph, node): memo keys stay cheap to hash. With ``config_ratio`` it includes the node's
-        parallel width, rounded up to a power of two (its configurations depend on it)."""
+        parallel width, rounded up to a power of two (its configurations depend on it; ``base_id``:
+        the signature alone, for what depends only on a configuration's own degrees and view)."""
         key = (id(pcg), node.id)
         hit = self._sigs.get(key)
         if hit is None or hit[0] is not pcg:
             if len(self._sigs) > 100_000:
                 self._sigs.clear()
-            sig, width = self.signature(pcg, node), 1
+            sig = self.signature(pcg, node)
+            sid = base = self._interned.setdefault(sig, len(self._interned))
+            width = 1
             if self.config_ratio:
                 if self._widths[0] is not pcg:
                     self._widths = (pcg, parallel_widths(pcg))
                 width = 1 << (self._widths[1].get(node.id, 1) - 1).bit_length()
-                sig = (sig, width)
-            sid = self._interned.setdefault(sig, len(self._interned))
-            self._width[sid] = width
+                sid = self._interned.setdefault((sig, width), len(self._interned))
+            self._width[sid], self._base[sid] = width, base
             hit = self._sigs[key] = (pcg, sid)
         return hit[1]
+
+    def base_id(self, pcg: PCG, node: Node) -> int:
+        """``sig_id`` without the parallel width: one number for every node of one signature."""
+        return self._base[self.sig_id(pcg, node)]
 
     # ---- configurations ------------------------------------------------------------------------
     def configs(self, pcg: PCG, node: Node, block: Block) -> list[OpConfig]:
@@ -326,7 +333,7 @@ class LocalCosts(LinkLoads):
         """The valid degree assignments on ``count`` devices, in enumeration order, as (degrees of the
         split axes, degree per axis in axis order, total degree); they do not depend on where the
         block starts, so every block of ``count`` devices shares them."""
-        sig = self.sig_id(pcg, node)
+        sig = self.base_id(pcg, node)
         hit = self._degrees.get((sig, count))
         if hit is not None:
             return hit
@@ -392,7 +399,7 @@ class LocalCosts(LinkLoads):
 
     # ---- layouts -------------------------------------------------------------------------------
     def layout(self, pcg: PCG, node: Node, cfg: OpConfig) -> _Layout:
-        sig = self.sig_id(pcg, node)
+        sig = self.base_id(pcg, node)
         key = (sig, cfg)
         lay = self._layouts.get(key)
         if lay is None:
@@ -533,7 +540,7 @@ class LocalCosts(LinkLoads):
         """(forward, backward, synchronization) seconds of ``node`` under ``cfg``: the slowest piece's
         forward and backward (the piece whose sum is slowest) and, per weight, the slowest replica
         group's update with the backward and its gradient AllReduce as the synchronization."""
-        sig = self.sig_id(pcg, node)
+        sig = self.base_id(pcg, node)
         key = (sig, cfg)
         c = self._node.get(key)
         if c is not None:
@@ -628,7 +635,7 @@ class LocalCosts(LinkLoads):
         """Resharding output ``k`` of ``u`` (configured ``cu``) into operand ``i`` of ``v`` (``cv``):
         forward and, for floating-point tensors, the gradient back. The definition, one pair at a time;
         ``edge_matrix`` computes the same numbers for every pair at once."""
-        key = (self.sig_id(pcg, u), k, self.sig_id(pcg, v), i, cu, cv)
+        key = (self.base_id(pcg, u), k, self.base_id(pcg, v), i, cu, cv)
         c = self._edge.get(key)
         if c is not None:
             return c

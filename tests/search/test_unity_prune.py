@@ -125,3 +125,22 @@ def test_the_dp_is_exact_over_the_configurations_kept_and_never_below_the_unprun
 def test_a_bad_ratio_is_refused_with_our_error(bad):
     with pytest.raises(ConfigError, match="configuration ratio"):
         LocalCosts(MACHINES["dgx1"](), COST, FULL, config_ratio=bad)
+
+
+@settings(max_examples=30, deadline=None)
+@given(blocks=blocks_st, two_inputs=st.booleans())
+def test_signature_ids_separate_widths_only_where_configurations_depend_on_them(blocks, two_inputs):
+    """With pruning, nodes share ``sig_id`` exactly when they share signature and width bucket (their
+    configurations), and ``base_id`` exactly when they share signature (their layouts and costs)."""
+    pcg = build(blocks, two_inputs=two_inputs)
+    costs = LocalCosts(MACHINES["dgx1"](), COST, FULL, config_ratio=4)
+    plain = LocalCosts(MACHINES["dgx1"](), COST, FULL)
+    widths = parallel_widths(pcg)
+    nodes = compute_nodes(pcg)
+    for a in nodes:
+        for b in nodes:
+            same = LocalCosts.signature(pcg, a) == LocalCosts.signature(pcg, b)
+            bucket = (widths[a.id] - 1).bit_length() == (widths[b.id] - 1).bit_length()
+            assert (costs.base_id(pcg, a) == costs.base_id(pcg, b)) == same
+            assert (costs.sig_id(pcg, a) == costs.sig_id(pcg, b)) == (same and bucket)
+            assert (plain.sig_id(pcg, a) == plain.sig_id(pcg, b)) == same
