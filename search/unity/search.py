@@ -339,7 +339,7 @@ def unity(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUDGET, 
         bar.close()
     log.proposals = count
     log.notes.update(dp_calls=costing.calls, dp_cache_hits=dp.hits, dp_cache_misses=dp.misses,
-                     edge_evaluations=costs.edge_evaluations, estimated_s=mapping.cost_s,
+                     edge_evaluations=costs.edge_evaluations, estimated_s=mapping.cost_s, config_ratio=config_ratio,
                      **_rewrite_notes(pcg, best_pcg, state))
     log.stop_reason = "interrupted" if log.interrupted else "queue empty or budget spent"
     overlap = _overlap_dp(machine, cost_model, optimizer, sp, min_degree, n, cache, config_ratio)
@@ -387,7 +387,7 @@ def sequential(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUD
                    devices=n)
     mapping = dp.solve(best_pcg)
     log.proposals = count
-    log.notes.update(estimated_s=mapping.cost_s, **_rewrite_notes(pcg, best_pcg, state))
+    log.notes.update(estimated_s=mapping.cost_s, config_ratio=config_ratio, **_rewrite_notes(pcg, best_pcg, state))
     log.stop_reason = "interrupted" if log.interrupted else "queue empty or budget spent"
     return _finish(machine, cost_model, optimizer,
                    _finalists("sequential", best_pcg, pcg, mapping, machine, cost_model, optimizer, sp, min_degree, n,

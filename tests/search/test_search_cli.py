@@ -120,6 +120,7 @@ def test_search_cli_gives_unity_its_flags_as_options(calls, capsys):
     assert json.loads(capsys.readouterr().out)["algorithm"] == "unity"
     assert main(LENET + ["--algo", "sequential", "--budget", "2", "--config-ratio", "0", "--json"]) == 0
     assert calls[-1][0] == "sequential" and calls[-1][1]["config_ratio"] == 0.0
+    assert json.loads(capsys.readouterr().out)["log"]["notes"]["config_ratio"] == 0.0   # recorded with the result
 
 
 def test_search_cli_refuses_a_bad_config_ratio(calls, capsys):
