@@ -259,6 +259,7 @@ class LocalCosts(LinkLoads):
         self._xfer: dict = {}
         self._ring_times: dict = {}     # (devices, bytes) -> ``ring``
         self._ring_plans: dict = {}     # devices -> ``_ring_plan``
+        self._to_plans: dict = {}       # destination -> ``transfers_to``' kinds of route
         self._ring_latency: dict = {}   # (ring order, bytes per channel) -> ``ring_latency``
         self._routes: dict = {}
         self._sigs: dict = {}
@@ -450,6 +451,21 @@ class LocalCosts(LinkLoads):
                 self._xfer.clear()
             self._xfer[key] = t
         return t
+
+    def transfers_to(self, dst: int, num_bytes: int) -> list[float]:
+        """``transfer(d, dst, num_bytes)`` for every device d of the machine, computed once per kind of
+        route to ``dst`` (its links' types, bandwidths and latencies: the same time, bit for bit)."""
+        plan = self._to_plans.get(dst)
+        if plan is None:
+            kinds: dict = {}
+            of = []
+            for d in range(self.machine.num_devices):
+                key = None if d == dst else tuple((l.type, l.bandwidth, l.latency_s) for l in self._route(d, dst)[0])
+                of.append(kinds.setdefault(key, (len(kinds), d))[0])
+            plan = self._to_plans[dst] = (of, [d for _, d in kinds.values()])
+        of, reps = plan
+        times = [self.transfer(d, dst, num_bytes) for d in reps]
+        return [times[k] for k in of]
 
     def ring(self, devices: list[int], num_bytes: int) -> float:
         """A ring AllReduce of ``num_bytes`` over ``devices`` (sorted ring, slowest neighbour pair). Over

@@ -209,7 +209,7 @@ def _groups(C: Consumers, item: int, costs) -> _Groups:
             ring.append(costs.ring(sorted(distinct), nbytes) if len(distinct) > 1 else 0.0)
         off.append(len(sums))
     n = costs.machine.num_devices
-    rows = np.array([[costs.transfer(d, target, nbytes) for d in range(n)] for target, nbytes in row_ids],
+    rows = np.array([costs.transfers_to(target, nbytes) for target, nbytes in row_ids],
                     dtype=np.float64).reshape(len(row_ids), n)
     i64 = lambda x: np.array(x, dtype=np.int64)  # noqa: E731
     hit = C.groups[item] = _Groups(i64(boxes).reshape(len(boxes), C.box.shape[1], 2), i64(sums), i64(off),

@@ -115,3 +115,17 @@ def test_ring_is_its_definition_over_every_neighbour_pair(preset, overlap, seed,
     assert (max(COST.transfer_time(link, k * share) for link, k in loaded) == busiest) if len(orders) > 1 \
         else not loaded
     assert costs.ring(devices, num_bytes) == (max(want, busiest) if len(orders) > 1 else want)
+
+
+@settings(max_examples=60, deadline=None)
+@given(preset=st.sampled_from([("summit", 2), ("dgx1_v100", 2), ("dgx_a100", 2)]), dst=st.integers(0, 15),
+       num_bytes=st.integers(0, 1 << 28))
+def test_transfers_to_a_device_are_each_transfer(preset, dst, num_bytes):
+    """``LocalCosts.transfers_to`` (one time per kind of route) is ``transfer`` from every device, exactly."""
+    machine = load_machine(preset[0], nodes=preset[1])
+    costs = LocalCosts(machine, COST, SearchSpace.full().kinds)
+    dst %= machine.num_devices
+    got = costs.transfers_to(dst, num_bytes)
+    fresh = LocalCosts(machine, COST, SearchSpace.full().kinds)
+    assert got == [fresh.transfer(d, dst, num_bytes) for d in range(machine.num_devices)]
+    assert got[dst] == 0.0
