@@ -259,7 +259,7 @@ class LocalCosts(LinkLoads):
         self._xfer: dict = {}
         self._ring_times: dict = {}     # (devices, bytes) -> ``ring``
         self._ring_plans: dict = {}     # devices -> ``_ring_plan``
-        self._to_plans: dict = {}       # destination -> ``transfers_to``' kinds of route
+        self._kinds = None              # ``route_kinds``
         self._ring_latency: dict = {}   # (ring order, bytes per channel) -> ``ring_latency``
         self._routes: dict = {}
         self._sigs: dict = {}
@@ -452,20 +452,34 @@ class LocalCosts(LinkLoads):
             self._xfer[key] = t
         return t
 
-    def transfers_to(self, dst: int, num_bytes: int) -> list[float]:
-        """``transfer(d, dst, num_bytes)`` for every device d of the machine, computed once per kind of
-        route to ``dst`` (its links' types, bandwidths and latencies: the same time, bit for bit)."""
-        plan = self._to_plans.get(dst)
-        if plan is None:
-            kinds: dict = {}
-            of = []
-            for d in range(self.machine.num_devices):
-                key = None if d == dst else tuple((l.type, l.bandwidth, l.latency_s) for l in self._route(d, dst)[0])
-                of.append(kinds.setdefault(key, (len(kinds), d))[0])
-            plan = self._to_plans[dst] = (of, [d for _, d in kinds.values()])
-        of, reps = plan
-        times = [self.transfer(d, dst, num_bytes) for d in reps]
-        return [times[k] for k in of]
+    def route_kinds(self) -> tuple[np.ndarray, list]:
+        """(the kind of route from each device to each, an n x n array; one (source, destination) per
+        kind). Routes of one kind cross links of the same types, bandwidths and latencies in the same
+        order, so a transfer over them takes the same time, bit for bit (the cost models time a link
+        by these: ``transfer_time(link, bytes)``); kind 0 is a device to itself."""
+        if self._kinds is None:
+            n = self.machine.num_devices
+            K = np.zeros((n, n), dtype=np.int64)
+            ids: dict = {None: 0}
+            reps = [(0, 0)]
+            for a in range(n):
+                for b in range(n):
+                    if a != b:
+                        key = tuple((l.type, l.bandwidth, l.latency_s) for l in self._route(a, b)[0])
+                        K[a, b] = ids.setdefault(key, len(ids))
+                        if K[a, b] == len(reps):
+                            reps.append((a, b))
+            self._kinds = (K, reps)
+        return self._kinds
+
+    def transfers(self, src: np.ndarray, dst: np.ndarray, num_bytes: np.ndarray) -> np.ndarray:
+        """``transfer`` per (src[i], dst[i], num_bytes[i]) (integer arrays of one shape), computed once
+        per (kind of route, bytes): the same numbers."""
+        K, reps = self.route_kinds()
+        kind = K[src, dst]
+        pairs, inverse = np.unique(np.stack([kind.ravel(), np.ravel(num_bytes)]), axis=1, return_inverse=True)
+        times = np.array([self.transfer(*reps[k], b) for k, b in pairs.T.tolist()], dtype=np.float64)
+        return times[inverse.ravel()].reshape(np.shape(kind))
 
     def ring(self, devices: list[int], num_bytes: int) -> float:
         """A ring AllReduce of ``num_bytes`` over ``devices`` (sorted ring, slowest neighbour pair). Over
@@ -499,18 +513,19 @@ class LocalCosts(LinkLoads):
 
     def _ring_plan(self, devices: tuple) -> tuple:
         """What ``ring`` over ``devices`` maximizes over, one term per kind: (the channels
-        (``Machine.ring_channels``), one (a, b, in channel 0) per kind of neighbour pair, and with
-        several channels one (link, pairs crossing it) per kind of link). A pair's time depends only
-        on its route's links (their types, bandwidths and latencies) and whether it is in channel 0;
-        a link's on these and the pairs crossing it: the maximum over kinds is the maximum over all."""
+        (``Machine.ring_channels``), one (a, b, in channel 0) per kind of neighbour pair
+        (``route_kinds``), and with several channels one (link, pairs crossing it) per kind of link).
+        A pair's time depends only on its route's kind and whether it is in channel 0; a link's on
+        its type, bandwidth, latency and the pairs crossing it: the maximum over kinds is the
+        maximum over all."""
         orders = self.machine.ring_channels(devices)
+        K, _ = self.route_kinds()
         kinds: dict = {}
         crossing: dict = {}
         for c, ring in enumerate(orders):
             for a, b in zip(ring, ring[1:] + ring[:1]):
-                links, _, ids = self._route(a, b)
-                kinds.setdefault((tuple((l.type, l.bandwidth, l.latency_s) for l in links), c == 0), (a, b, c == 0))
-                for l in ids:
+                kinds.setdefault((int(K[a, b]), c == 0), (a, b, c == 0))
+                for l in self._route(a, b)[2]:
                     crossing[l] = crossing.get(l, 0) + 1
         loaded: dict = {}
         if len(orders) > 1:

@@ -209,8 +209,10 @@ def _groups(C: Consumers, item: int, costs) -> _Groups:
             ring.append(costs.ring(sorted(distinct), nbytes) if len(distinct) > 1 else 0.0)
         off.append(len(sums))
     n = costs.machine.num_devices
-    rows = np.array([costs.transfers_to(target, nbytes) for target, nbytes in row_ids],
-                    dtype=np.float64).reshape(len(row_ids), n)
+    targets = np.array([t for t, _ in row_ids], dtype=np.int64).reshape(-1, 1)
+    sizes = np.array([b for _, b in row_ids], dtype=np.int64).reshape(-1, 1)
+    rows = costs.transfers(np.broadcast_to(np.arange(n), (len(row_ids), n)), np.broadcast_to(targets, (len(row_ids), n)),
+                           np.broadcast_to(sizes, (len(row_ids), n))).reshape(len(row_ids), n)
     i64 = lambda x: np.array(x, dtype=np.int64)  # noqa: E731
     hit = C.groups[item] = _Groups(i64(boxes).reshape(len(boxes), C.box.shape[1], 2), i64(sums), i64(off),
                                    i64(dev_ptr), i64(devs), i64(row), rows, np.array(back, dtype=np.float64),
@@ -271,7 +273,7 @@ def _times(missing: np.ndarray, holder: np.ndarray, qdev: np.ndarray, item: int,
         keys = holder.ravel()[unknown], qdev[unknown % missing.shape[1]], missing.ravel()[unknown] * item
         first = memo.claim(*keys)
         new = [k[first] for k in keys]
-        memo.put(*new, np.array([costs.transfer(s, d, n) for s, d, n in zip(*(k.tolist() for k in new))]))
+        memo.put(*new, costs.transfers(*new))
         T.ravel()[unknown] = memo.get(*keys)
     return T
 

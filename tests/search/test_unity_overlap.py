@@ -118,14 +118,24 @@ def test_ring_is_its_definition_over_every_neighbour_pair(preset, overlap, seed,
 
 
 @settings(max_examples=60, deadline=None)
-@given(preset=st.sampled_from([("summit", 2), ("dgx1_v100", 2), ("dgx_a100", 2)]), dst=st.integers(0, 15),
-       num_bytes=st.integers(0, 1 << 28))
-def test_transfers_to_a_device_are_each_transfer(preset, dst, num_bytes):
-    """``LocalCosts.transfers_to`` (one time per kind of route) is ``transfer`` from every device, exactly."""
+@given(preset=st.sampled_from([("summit", 2), ("dgx1_v100", 2), ("dgx_a100", 2)]), seed=st.integers(0, 10**6))
+def test_transfers_by_kind_of_route_are_each_transfer(preset, seed):
+    """``LocalCosts.transfers`` (one time per kind of route and size) is ``transfer`` of each, exactly;
+    routes of one kind cross links of the same types, bandwidths and latencies."""
     machine = load_machine(preset[0], nodes=preset[1])
     costs = LocalCosts(machine, COST, SearchSpace.full().kinds)
-    dst %= machine.num_devices
-    got = costs.transfers_to(dst, num_bytes)
+    rng = np.random.default_rng(seed)
+    n = machine.num_devices
+    src, dst = rng.integers(0, n, (3, 40)), rng.integers(0, n, (3, 40))
+    sizes = rng.choice([0, 1, 4096, 1 << 20, 12345678], (3, 40))
+    got = costs.transfers(src, dst, sizes)
     fresh = LocalCosts(machine, COST, SearchSpace.full().kinds)
-    assert got == [fresh.transfer(d, dst, num_bytes) for d in range(machine.num_devices)]
-    assert got[dst] == 0.0
+    assert got.shape == (3, 40) and got.tolist() == [[fresh.transfer(int(a), int(b), int(c)) for a, b, c in zip(*row)]
+                                                     for row in zip(src, dst, sizes)]
+    K, reps = costs.route_kinds()
+    links = lambda a, b: [(machine.links[l].type, machine.links[l].bandwidth, machine.links[l].latency_s)  # noqa: E731
+                          for l in machine.route(a, b)]
+    for a, b in zip(src.ravel().tolist(), dst.ravel().tolist()):
+        assert (K[a, b] == 0) == (a == b)
+        if a != b:
+            assert links(a, b) == links(*reps[K[a, b]])
