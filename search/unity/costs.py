@@ -59,6 +59,10 @@ cubic in the devices if each entry walks the pieces in Python):
 - what a configuration's degrees imply (regions, shapes, per-piece work) is computed once per
   (signature, degrees) (``_Part``) and shared by every placement of it; a node's compute time is
   the max over its distinct pieces (one device kind) and kept per (signature, degrees, kind);
+- routes are grouped into kinds (``route_kinds``: the same link types, bandwidths and latencies in
+  order), over which a transfer takes the same time (the cost models time a link by these), so a
+  ring, a row of transfers to one device and the reshard memo's misses compute one time per kind
+  and size (``transfers``, ``_ring_plan``), the same numbers as pair by pair;
 - ``edge_matrix`` computes the whole (configurations of u) x (configurations of v) table of
   ``edge_cost`` at once, over distinct layouts, in compiled loops with transfer times memoized by
   (source, destination, bytes) (``reshard``); ``edge_cost`` is the definition, kept and used by
