@@ -39,10 +39,10 @@ mappings.
 **Pruning** (``config_ratio`` r > 0; the unity search's default 4, ``--config-ratio``): a
 configuration's ``node_cost`` is a lower bound of what it adds to any mapping that uses it (every
 cost the DP forms is a sum or maximum with it as a term), and the configurations kept are those
-whose bound is at most r x w x the cheapest's, w the operator's parallel width (the operators that
-are neither its ancestors nor its descendants, itself included, rounded up to a power of two, at
-most the block's devices: packed beside w - 1 others it may take 1/w of a block, at about w times
-the cost). The rest would have to save more than that in resharding to be chosen. Exact pruning
+whose bound is at most r x w x the cheapest's, w the operator's parallel width (a maximal
+antichain of operators through it, ``reach.parallel_widths``, rounded up to a power of two, at
+most the block's devices: packed beside w - 1 branches it may take 1/w of a block, at about w
+times the cost). The rest would have to save more than that in resharding to be chosen. Exact pruning
 does not bite: on ResNeXt-50 at 96 summit GPUs a configuration is dominated outright (cheaper
 than another whatever its neighbours' configurations) for 0.9% of them; this bound drops 56% of
 them there (21% for Inception-v3, 7% for DLRM) and left the found strategies' simulated times
@@ -111,6 +111,11 @@ from flexrt.simulator.collectives import allreduce_latency
 INF = float("inf")
 # axis kinds split only on their own: copies of a whole operator (Fig. 2b's ReLU), not copies of pieces
 _ALONE = (AxisKind.REPLICA,)
+
+
+def _link_kind(link) -> tuple:
+    """What a link's transfer time depends on in every cost model here (``route_kinds``)."""
+    return link.type, link.bandwidth, link.latency_s
 
 
 def check_config_ratio(value) -> float:
@@ -470,7 +475,7 @@ class LocalCosts(LinkLoads):
             for a in range(n):
                 for b in range(n):
                     if a != b:
-                        key = tuple((l.type, l.bandwidth, l.latency_s) for l in self._route(a, b)[0])
+                        key = tuple(map(_link_kind, self._route(a, b)[0]))
                         K[a, b] = ids.setdefault(key, len(ids))
                         if K[a, b] == len(reps):
                             reps.append((a, b))
@@ -536,7 +541,7 @@ class LocalCosts(LinkLoads):
         if len(orders) > 1:
             for l, k in crossing.items():
                 link = self.machine.links[l]
-                loaded.setdefault((link.type, link.bandwidth, link.latency_s, k), (link, k))
+                loaded.setdefault((_link_kind(link), k), (link, k))
         return orders, tuple(kinds.values()), tuple(loaded.values())
 
     def ring_latency(self, order, num_bytes: int) -> float:

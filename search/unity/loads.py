@@ -141,18 +141,12 @@ class LinkLoads:
         """Columns of a load vector per pass: the shared links (``shared``), then every device."""
         return len(self.shared) + self.machine.num_devices
 
-    def widened(self, D: np.ndarray, into: Optional[np.ndarray] = None) -> np.ndarray:
-        """Link loads (..., 2 x shared links) as load vectors (..., 2 x ``load_width``): no device time;
-        added to ``into`` (float32, returned) when given."""
+    def add_link_loads(self, into: np.ndarray, D: np.ndarray) -> None:
+        """Add link loads ``D`` (..., 2 x shared links) to load vectors ``into`` (..., 2 x ``load_width``,
+        float32): no device time."""
         L, W = len(self.shared), self.load_width
-        if into is not None:
-            into[..., :L] += D[..., :L]
-            into[..., W:W + L] += D[..., L:]
-            return into
-        out = np.zeros(D.shape[:-1] + (2 * W,), dtype=D.dtype)
-        out[..., :L] = D[..., :L]
-        out[..., W:W + L] = D[..., L:]
-        return out
+        into[..., :L] += D[..., :L]
+        into[..., W:W + L] += D[..., L:]
 
     def node_loads(self, pcg: PCG, node: Node, block: Block) -> np.ndarray:
         """(configurations on ``block``, 2 x ``load_width``) float32: per pass (forward, backward), the
@@ -194,22 +188,22 @@ class LinkLoads:
             self._node_loads[key] = hit
         return hit
 
-    def edge_device_loads(self, pcg: PCG, u: Node, k: int, v: Node, i: int, bu: Block, bv: Block,
-                          cu: np.ndarray, cv: np.ndarray, into: Optional[np.ndarray] = None) -> np.ndarray:
-        """An edge's time (``edge_matrix`` at configuration indices ``cu`` of u and ``cv`` of v, arrays of
-        one shape) as device load (..., 2 x ``load_width``): the forward transfer on v's devices, the
-        gradient's on u's (the devices take part in the moves and sums: copies, NCCL kernels). Added
-        to ``into`` (float32, returned) when given: the same float32 numbers as adding the result."""
+    def add_edge_device_loads(self, into: np.ndarray, pcg: PCG, u: Node, k: int, v: Node, i: int, bu: Block,
+                              bv: Block, cu: np.ndarray, cv: np.ndarray) -> np.ndarray:
+        """Add an edge's time (``edge_matrix`` at configuration indices ``cu`` of u and ``cv`` of v,
+        arrays of one shape) to load vectors ``into`` (..., 2 x ``load_width``, float32; returned) as
+        device load: the forward transfer on v's devices, the gradient's on u's (the devices take part
+        in the moves and sums: copies, NCCL kernels). Each product is rounded to float32 before it
+        is added, as storing it in a float32 array would."""
         L, W = len(self.shared), self.load_width
         E = np.asarray(self.edge_matrix(pcg, u, k, v, i, bu, bv)[cu, cv])
         E = np.where(np.isfinite(E), E, 0.0)   # an impossible pair costs infinity already
         grad = pcg.shape(v.inputs[i]).tensor_shape.dtype.is_floating and u.op_type is not OpType.INPUT
         fwd = E / 2 if grad else E
-        out = np.zeros(np.shape(E) + (2 * W,), dtype=np.float32) if into is None else into
-        out[..., L:W] += (fwd[..., None] * self.device_sets(pcg, v, bv)[cv]).astype(np.float32)
+        into[..., L:W] += (fwd[..., None] * self.device_sets(pcg, v, bv)[cv]).astype(np.float32)
         if grad:
-            out[..., W + L:] += ((E - fwd)[..., None] * self.device_sets(pcg, u, bu)[cu]).astype(np.float32)
-        return out
+            into[..., W + L:] += ((E - fwd)[..., None] * self.device_sets(pcg, u, bu)[cu]).astype(np.float32)
+        return into
 
     def edge_loads(self, pcg: PCG, u: Node, k: int, v: Node, i: int, bu: Block, bv: Block) -> tuple:
         """``edge_matrix``'s transfers as link loads: (the layout of each configuration of ``u``, of

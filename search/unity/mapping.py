@@ -233,22 +233,22 @@ class _Edges:
 
     def loads(self, costs: LocalCosts, cu: np.ndarray, cv: np.ndarray, into: Optional[np.ndarray] = None):
         """Loads at configuration indices ``cu`` of u and ``cv`` of v (arrays of one shape), added to
-        ``into`` (float32, returned) when given: in place for one edge (the same float32 sums as
-        adding its loads), else summed first as when returned."""
-        if into is None or len(self.es) > 1:
-            sums = np.zeros(np.shape(cu) + (2 * costs.load_width,), dtype=np.float32)
-            for k, i in self.es:
-                self._add(costs, k, i, cu, cv, sums)
-            if into is None:
-                return sums
-            into += sums
-            return into
-        return self._add(costs, *self.es[0], cu, cv, into)
+        ``into`` (float32, returned) when given. One edge is added in place; several are summed
+        first, so the float32 sums are those of adding what is returned."""
+        if into is not None and len(self.es) == 1:
+            return self._add(costs, *self.es[0], cu, cv, into)
+        sums = np.zeros(np.shape(cu) + (2 * costs.load_width,), dtype=np.float32)
+        for k, i in self.es:
+            self._add(costs, k, i, cu, cv, sums)
+        if into is None:
+            return sums
+        into += sums
+        return into
 
     def _add(self, costs: LocalCosts, k: int, i: int, cu, cv, into: np.ndarray) -> np.ndarray:
         iu, iv, D = costs.edge_loads(self.pcg, self.un, k, self.vn, i, self.bu, self.bv)
-        costs.widened(D[iu[cu], iv[cv]], into)
-        return costs.edge_device_loads(self.pcg, self.un, k, self.vn, i, self.bu, self.bv, cu, cv, into)
+        costs.add_link_loads(into, D[iu[cu], iv[cv]])
+        return costs.add_edge_device_loads(into, self.pcg, self.un, k, self.vn, i, self.bu, self.bv, cu, cv)
 
 
 class _Chain(_Sol):
