@@ -75,6 +75,7 @@ Entry points: ``Block``, ``LocalCosts``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 import numpy as np
 from flexrt.simulator.cost_model import ring_sum_time
@@ -246,7 +247,8 @@ class LocalCosts(LinkLoads):
     operator signature, so candidates that share operators share the work)."""
 
     def __init__(self, machine: Machine, cost_model, kinds: frozenset, optimizer: OptimizerKind = OptimizerKind.SGD,
-                 min_degree: int = 1, max_axes: int = 2, overlap: bool = False, config_ratio: float = 0.0) -> None:
+                 min_degree: int = 1, max_axes: int = 2, overlap: bool = False, config_ratio: float = 0.0,
+                 like: Optional[LocalCosts] = None) -> None:
         self.machine, self.cost, self.kinds = machine, cost_model, kinds
         self.config_ratio = check_config_ratio(config_ratio)   # ``configs``' pruning bound; 0: every configuration
         self._width: dict = {}         # signature id -> its nodes' parallel width, a power of two (``configs``)
@@ -283,6 +285,35 @@ class LocalCosts(LinkLoads):
         self._vectors: dict = {}
         self._matrices: dict = {}
         self.edge_evaluations = 0
+        if like is not None:
+            self._share(like)
+
+    # what ``like`` shares (``_share``): caches whose values depend only on the machine, the cost model
+    # and the optimizer; with the same ring model (``overlap``) too; with the same space too
+    _SHARED = ("_interned", "_width", "_base", "_shapes_of", "_parts", "_tensors", "_layouts", "_compute",
+               "_times", "_xfer", "_routes", "_ring_plans", "_ring_latency", "_shape_ids", "_shapes",
+               "transfer_memo", "ratio_memo", "_hops")
+    _SHARED_IF_OVERLAP = ("_node", "_edge", "_ring_times")
+    _SHARED_IF_SPACE = ("_degrees",)
+
+    def _share(self, like: LocalCosts) -> None:
+        """Use ``like``'s caches of what does not depend on this instance's space, ring model or pruning
+        (layouts, pieces, operator and transfer times, routes; node and edge costs with the same ring
+        model; degree assignments with the same space): the finalists' DPs and the pipeline stages'
+        start where the search's left off, with the same numbers. What is indexed by a configuration
+        list (which the space and the pruning decide) stays this instance's own."""
+        if like.machine is not self.machine or like.cost is not self.cost or like.optimizer is not self.optimizer:
+            raise ConfigError("unity: LocalCosts(like=...) shares caches only between costs of one machine, "
+                              "cost model and optimizer")
+        names = self._SHARED
+        if like.overlap == self.overlap:
+            names += self._SHARED_IF_OVERLAP
+        if (like.kinds, like.min_degree, like.max_axes) == (self.kinds, self.min_degree, self.max_axes):
+            names += self._SHARED_IF_SPACE
+        for name in names:
+            setattr(self, name, getattr(like, name))
+        self._kinds = like.route_kinds()
+        self._shared, self._column, self._table = like.shared, like._column, like.route_table() or False
 
     # ---- signatures ----------------------------------------------------------------------------
     @staticmethod

@@ -342,14 +342,14 @@ def unity(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUDGET, 
                      edge_evaluations=costs.edge_evaluations, estimated_s=mapping.cost_s, config_ratio=config_ratio,
                      **_rewrite_notes(pcg, best_pcg, state))
     log.stop_reason = "interrupted" if log.interrupted else "queue empty or budget spent"
-    overlap = _overlap_dp(machine, cost_model, optimizer, sp, min_degree, n, cache, config_ratio)
-    finalists = _finalists("unity", best_pcg, pcg, mapping, machine, cost_model, optimizer, sp, min_degree, n, cache,
-                           overlap, config_ratio)
+    overlap = _overlap_dp(costs, sp, min_degree, n, cache, config_ratio)
+    finalists = _finalists("unity", best_pcg, pcg, mapping, costs, sp, min_degree, n, cache, overlap, config_ratio)
     if best_pcg is not pcg:        # the joint choice: the rewritten graph or the input one, both mapped both ways
         finalists.insert(1, ("input graph mapped", _strategy(pcg, pcg, state["input_mapping"].configs)))
         finalists.insert(2, ("input graph, overlap mapping", _strategy(pcg, pcg, overlap.solve(pcg).configs)))
     if enable_pipeline:      # pipelined finalists: stages, micro-batches and schedule searched (search.pipelines)
-        block_costs = LocalCosts(machine, cost_model, sp.kinds, optimizer, min_degree, config_ratio=config_ratio)
+        block_costs = LocalCosts(machine, cost_model, sp.kinds, optimizer, min_degree, config_ratio=config_ratio,
+                                 like=costs)
 
         def block_mapping(graph: PCG, width: int) -> dict:       # the whole batch on a stage's block
             return MappingDP(machine, block_costs, cache=cache, devices=width).solve(graph).configs
@@ -383,19 +383,19 @@ def sequential(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUD
         best_pcg, count = state.get("best_pcg", pcg), state["candidates"]
     finally:
         bar.close()
-    dp = MappingDP(machine, LocalCosts(machine, cost_model, sp.kinds, optimizer, min_degree, config_ratio=config_ratio),
-                   devices=n)
-    mapping = dp.solve(best_pcg)
+    costs = LocalCosts(machine, cost_model, sp.kinds, optimizer, min_degree, config_ratio=config_ratio,
+                       like=one.dp.costs)
+    mapping = MappingDP(machine, costs, devices=n).solve(best_pcg)
     log.proposals = count
     log.notes.update(estimated_s=mapping.cost_s, config_ratio=config_ratio, **_rewrite_notes(pcg, best_pcg, state))
     log.stop_reason = "interrupted" if log.interrupted else "queue empty or budget spent"
     return _finish(machine, cost_model, optimizer,
-                   _finalists("sequential", best_pcg, pcg, mapping, machine, cost_model, optimizer, sp, min_degree, n,
+                   _finalists("sequential", best_pcg, pcg, mapping, costs, sp, min_degree, n,
                               config_ratio=config_ratio),
                    log, t0)
 
 
-def _finalists(label: str, best_pcg: PCG, pcg: PCG, mapping, machine: Machine, cost_model, optimizer, sp: SearchSpace,
+def _finalists(label: str, best_pcg: PCG, pcg: PCG, mapping, costs: LocalCosts, sp: SearchSpace,
                min_degree: int, n: int, cache: bool = True, overlap: Optional[MappingDP] = None,
                config_ratio: float = DEFAULT_CONFIG_RATIO) -> list:
     """The strategies ``unity`` and ``sequential`` both simulate in full at the end: the search's graph
@@ -404,24 +404,28 @@ def _finalists(label: str, best_pcg: PCG, pcg: PCG, mapping, machine: Machine, c
     ranks mappings better where rings are latency-bound, worse where they block the links others
     need) and in the data+model space (the DP's estimates can misjudge a larger space, and a larger
     space must never return worse), so that the two differ only in how the graph was chosen (Unity
-    Fig. 15b). ``overlap``: the overlap DP to use (one is made when None)."""
-    overlap = overlap or _overlap_dp(machine, cost_model, optimizer, sp, min_degree, n, cache, config_ratio)
+    Fig. 15b). ``costs``: the search's (their DPs share its caches, ``LocalCosts(like=...)``);
+    ``overlap``: the overlap DP to use (one is made when None)."""
+    machine = costs.machine
+    overlap = overlap or _overlap_dp(costs, sp, min_degree, n, cache, config_ratio)
     out = [(label, _strategy(best_pcg, pcg, mapping.configs)),
            ("data-parallel", data_parallel(pcg, machine, n if n < machine.num_devices else None)),
            ("overlap mapping", _strategy(best_pcg, pcg, overlap.solve(best_pcg).configs))]
     if sp.kinds != frozenset({AxisKind.SAMPLE}):
-        sample = MappingDP(machine, LocalCosts(machine, cost_model, frozenset({AxisKind.SAMPLE}), optimizer,
-                                               min_degree, config_ratio=config_ratio), cache=cache, devices=n)
+        sample = MappingDP(machine, LocalCosts(machine, costs.cost, frozenset({AxisKind.SAMPLE}), costs.optimizer,
+                                               min_degree, config_ratio=config_ratio, like=costs),
+                           cache=cache, devices=n)
         out.append(("data+model mapping", _strategy(best_pcg, pcg, sample.solve(best_pcg).configs)))
     return out
 
 
-def _overlap_dp(machine: Machine, cost_model, optimizer, sp: SearchSpace, min_degree: int, n: int,
-                cache: bool = True, config_ratio: float = DEFAULT_CONFIG_RATIO) -> MappingDP:
-    """The mapping DP with the overlap model (``LocalCosts(overlap=True)``); one per search, so the
-    graphs it maps share its costs and subproblems."""
-    costs = LocalCosts(machine, cost_model, sp.kinds, optimizer, min_degree, overlap=True, config_ratio=config_ratio)
-    return MappingDP(machine, costs, cache=cache, devices=n)
+def _overlap_dp(like: LocalCosts, sp: SearchSpace, min_degree: int, n: int, cache: bool = True,
+                config_ratio: float = DEFAULT_CONFIG_RATIO) -> MappingDP:
+    """The mapping DP with the overlap model (``LocalCosts(overlap=True)``), sharing ``like``'s caches;
+    one per search, so the graphs it maps share its costs and subproblems."""
+    costs = LocalCosts(like.machine, like.cost, sp.kinds, like.optimizer, min_degree, overlap=True,
+                       config_ratio=config_ratio, like=like)
+    return MappingDP(like.machine, costs, cache=cache, devices=n)
 
 
 def _check(budget, alpha, split_size, devices, machine: Machine, config_ratio) -> None:
