@@ -12,6 +12,7 @@ import time
 from typing import Any, Optional
 
 from flexrt.experiments.kinds import REQUIRED, Param, SkipRun
+from flexrt.ir.precision import Precision
 from flexrt.ir.registry import AxisKind
 from flexrt.machine import load_machine, preset_names
 from flexrt.model import load_model, zoo_models
@@ -37,6 +38,11 @@ def model_param(default: Any = None) -> Param:
 def model_flags_param() -> Param:
     return Param("model_flags", "strs", [], help="the model script's own flags, as on the command line "
                  "(e.g. [--arch-sparse-feature-size, '256'] for dlrm)")
+
+
+def precision_param() -> Param:
+    return Param("precision", "str", "fp32", choices=tuple(p.value for p in Precision),
+                 help="the model's precision (--precision): fp16 / bf16 compute at the devices' 16-bit peaks")
 
 
 def machine_param(default: str) -> Param:

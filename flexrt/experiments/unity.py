@@ -9,7 +9,8 @@
 - ``joint_vs_sequential`` (Fig. 15b): Unity's joint search against ``sequential`` with the same space.
 
 Per-GPU batch sizes as Unity §6.1 where ``per_device_batch`` is 0 (:data:`UNITY_BATCH`); BERT-Large
-at sequence length 512 unless ``model_flags`` set ``--seq-length``.
+at sequence length 512 unless ``model_flags`` set ``--seq-length``; ``precision`` fp16 / bf16 runs the
+model in mixed precision (``flexrt.ir.precision``), timed at the devices' 16-bit peaks.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from __future__ import annotations
 import functools
 
 from flexrt.experiments.common import (COST, Timer, budget_param, devices_param, machine_for, machine_param,
-                                       model_flags_param, model_param, pcg_of, simulated, space_of, space_params,
-                                       strategy_doc)
+                                       model_flags_param, model_param, pcg_of, precision_param, simulated, space_of,
+                                       space_params, strategy_doc)
 from flexrt.experiments.kinds import REQUIRED, Outcome, Param, register_kind
+from flexrt.ir.precision import with_precision
 from flexrt.ir.registry import AxisKind
 from flexrt.machine import load_machine
 from flexrt.search.api import cut_in_parts, fixed_result
@@ -40,7 +42,7 @@ def _pcg(inputs):
     per_gpu = inputs["per_device_batch"] or UNITY_BATCH.get(inputs["model"], 64)
     flags = tuple(inputs["model_flags"])
     seq = 512 if inputs["model"] == "bert_large" and "--seq-length" not in flags else 0   # model_flags may set it
-    return pcg_of(inputs["model"], per_gpu * inputs["devices"], seq, flags)
+    return with_precision(pcg_of(inputs["model"], per_gpu * inputs["devices"], seq, flags), inputs["precision"])
 
 
 def _setup(inputs):
@@ -49,7 +51,7 @@ def _setup(inputs):
 
 
 COMMON = (model_param(), machine_param("summit"), devices_param(), _batch_param(), budget_param(1000),
-          model_flags_param(),
+          model_flags_param(), precision_param(),
           Param("config_ratio", "float", DEFAULT_CONFIG_RATIO, minimum=0.0,
                 help="the mapping DP's configuration pruning bound (--config-ratio); 0: every configuration"))
 
@@ -216,7 +218,6 @@ def _megatron_rate(efficiency: float, gpus: int) -> float:
     from flexrt.machine.load import load_spec
     from flexrt.machine.spec import build_machine
     from flexrt.cli._large import flops_report
-    from flexrt.ir.precision import with_precision
     from flexrt.kernels.optimizers import OptimizerKind
     from flexrt.model import load_model
     from flexrt.search.baselines import megatron_lm
