@@ -288,17 +288,8 @@ def megatron_lm(base: PCG, machine: Machine, tensor: Optional[int] = None, pipel
     operator is data parallel over its block. ``data`` (d, default n / (t p)) smaller than that uses
     only the first t p d devices (Megatron-LM's weak-scaling runs: one tensor group, no data
     parallelism, ``data=1``); it needs ``pipeline=1``."""
-    t = tensor_degrees(base, machine)[0] if tensor is None else tensor
+    t = _megatron_degree(base, machine, tensor, pipeline)
     n = machine.num_devices
-    if isinstance(t, bool) or not isinstance(t, int) or t < 1 or machine.devices_per_node % t:
-        raise StrategyError(f"megatron: tensor parallel degree {tensor!r} must divide the {machine.devices_per_node} "
-                            f"devices of a node")
-    heads = _attention_heads(base)
-    if any(h % t for h in heads):
-        raise StrategyError(f"megatron: tensor parallel degree {t} must divide the attention heads ({sorted(heads)}), as "
-                            f"Megatron-LM requires; valid here: {', '.join(map(str, tensor_degrees(base, machine)))}")
-    if isinstance(pipeline, bool) or not isinstance(pipeline, int) or pipeline < 1 or n % (t * pipeline):
-        raise StrategyError(f"megatron: tensor {t} x pipeline {pipeline!r} does not divide the machine's {n} devices")
     d = n // (t * pipeline)
     if data is not None:
         if isinstance(data, bool) or not isinstance(data, int) or not 1 <= data <= d or d % data or pipeline > 1:
@@ -387,6 +378,23 @@ def megatron_best(base: PCG, machine: Machine, cost_model, optimizer: OptimizerK
     return best
 
 
+def _megatron_degree(base: PCG, machine: Machine, tensor: Optional[int], pipeline: int) -> int:
+    """The tensor parallel degree ``megatron_lm`` uses (``tensor``, default the largest of
+    ``tensor_degrees``), checked with ``pipeline``: StrategyError saying what is valid otherwise."""
+    t = tensor_degrees(base, machine)[0] if tensor is None else tensor
+    n = machine.num_devices
+    if isinstance(t, bool) or not isinstance(t, int) or t < 1 or machine.devices_per_node % t:
+        raise StrategyError(f"megatron: tensor parallel degree {tensor!r} must divide the {machine.devices_per_node} "
+                            f"devices of a node")
+    heads = _attention_heads(base)
+    if any(h % t for h in heads):
+        raise StrategyError(f"megatron: tensor parallel degree {t} must divide the attention heads ({sorted(heads)}), as "
+                            f"Megatron-LM requires; valid here: {', '.join(map(str, tensor_degrees(base, machine)))}")
+    if isinstance(pipeline, bool) or not isinstance(pipeline, int) or pipeline < 1 or n % (t * pipeline):
+        raise StrategyError(f"megatron: tensor {t} x pipeline {pipeline!r} does not divide the machine's {n} devices")
+    return t
+
+
 def megatron_shortfalls(base: PCG, machine: Machine, tensor: Optional[int] = None, pipeline: int = 1) -> dict[str, int]:
     """The operators ``megatron_lm`` means to split over the tensor group (attention, linears,
     embeddings) that ``base``'s shapes let it split only ``k < t`` ways: name -> k. Megatron-LM
@@ -394,7 +402,7 @@ def megatron_shortfalls(base: PCG, machine: Machine, tensor: Optional[int] = Non
     (``--make-vocab-size-divisible-by``), where an odd vocabulary (GPT's 50,257) leaves the
     language-model head whole on one device here, and the residual stream split instead of
     replicated over the group (its consumers no longer all take copies)."""
-    t = tensor_degrees(base, machine)[0] if tensor is None else tensor
+    t = _megatron_degree(base, machine, tensor, pipeline)
     short: dict[str, int] = {}
     _megatron_splits(base, machine, t, max(1, machine.num_devices // (t * pipeline)), False, short)
     return short

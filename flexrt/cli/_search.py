@@ -73,7 +73,7 @@ def add_arguments(parser) -> None:
                         "improvement (default 1000)")
     parser.add_argument("--methods", help="disco: comma-separated subset of op,dup,allreduce (default all)")
     add_fusion_flag(parser, "the found strategy; with --algo disco, the plan the search starts from")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=count(0), default=0)
     parser.add_argument("--only-data-parallel", action="store_true", default=None)
     parser.add_argument("--enable-parameter-parallel", action="store_true", default=None,
                         help="let proposals split parameter and reduction axes")

@@ -250,12 +250,12 @@ class _Reader:
         return out
 
 
-def _merged(r: _Reader, top: LineMap, variant: str) -> tuple[Any, Any, Any, int]:
-    """(params, axes, runs, line) of the document under ``variant``: its section's params and axes
-    override key by key; its runs replace the runs."""
+def _merged(r: _Reader, top: LineMap, variant: str) -> tuple[Any, Any, Any, int, str]:
+    """(params, axes, runs, line, the runs' field path) of the document under ``variant``: its
+    section's params and axes override key by key; its runs replace the runs."""
     params, axes, runs = top.get("params"), top.get("axes"), top.get("runs")
     if variant == "full":
-        return params, axes, runs, top.line
+        return params, axes, runs, top.line, "runs"
     if variant not in top:
         if variant == "tiny" and "quick" in top:
             return _merged(r, top, "quick")
@@ -274,11 +274,12 @@ def _merged(r: _Reader, top: LineMap, variant: str) -> tuple[Any, Any, Any, int]
         merged.line, merged.key_lines = new.line, {**base.key_lines, **new.key_lines}
         merged.update(new)
         return merged
-    return over(params, "params"), over(axes, "axes"), section.get("runs", runs), section.line
+    runs_path = f"{variant}.runs" if "runs" in section else "runs"
+    return over(params, "params"), over(axes, "axes"), section.get("runs", runs), section.line, runs_path
 
 
 def _runs(r: _Reader, k: Kind, top: LineMap, variant: str) -> tuple[Run, ...]:
-    params_m, axes_m, runs_m, line = _merged(r, top, variant)
+    params_m, axes_m, runs_m, line, runs_path = _merged(r, top, variant)
     fixed = r.values(k, params_m, line, "params") if params_m is not None else {}
     axes = r.values(k, axes_m, line, "axes", lists=True) if axes_m is not None else {}
     total = 1
@@ -290,8 +291,8 @@ def _runs(r: _Reader, k: Kind, top: LineMap, variant: str) -> tuple[Run, ...]:
     if axes or runs_m is None:
         combos = [dict(zip(axes, c)) for c in itertools.product(*axes.values())]
     if runs_m is not None:
-        seq = r.sequence(runs_m, line, "runs", "a list of runs, each a mapping of parameters")
-        combos += [r.values(k, item, seq.item_lines[i], f"runs[{i}]") for i, item in enumerate(seq)]
+        seq = r.sequence(runs_m, line, runs_path, "a list of runs, each a mapping of parameters")
+        combos += [r.values(k, item, seq.item_lines[i], f"{runs_path}[{i}]") for i, item in enumerate(seq)]
     runs, seen = [], set()
     for combo in combos:
         inputs = {p.name: p.default for p in k.params if not p.required}
@@ -330,6 +331,9 @@ def _references(r: _Reader, k: Kind, top: LineMap, metrics: tuple[str, ...]) -> 
             if len(rng) != 2:
                 raise r.error(rng.line, f"{path}.range", f"expected [low, high], got {short(plain(rng))}")
             low, high = (check_number(v, r.where(rng.line, f"{path}.range")) for v in rng)
+            if low > high:
+                raise r.error(rng.line, f"{path}.range", f"low {_number(low)} is above high {_number(high)}; "
+                                                          f"give [low, high] with low <= high")
         out.append(Reference(tuple(sorted((n, v) for n, (v, _) in where.items())), metric, value, low, high,
                              r.text(m, "source", f"{path}.source")))
     return tuple(out)
@@ -343,7 +347,7 @@ def _report(r: _Reader, k: Kind, top: LineMap) -> tuple[tuple[str, ...], tuple[R
     rows: tuple[str, ...] = ()
     if "rows" in m:
         seq = r.sequence(m["rows"], r.line(m, "rows"), "report.rows", "a list of parameter names")
-        rows = tuple(r.text(_one(seq, i), 0, f"report.rows[{i}]", k.param_names) for i in range(len(seq)))
+        rows = _unique(r, seq, "report.rows", k.param_names)
     relative = []
     if "relative" in m:
         seq = r.sequence(m["relative"], r.line(m, "relative"), "report.relative", "a list of {name, metric, to}")
@@ -352,7 +356,15 @@ def _report(r: _Reader, k: Kind, top: LineMap) -> tuple[tuple[str, ...], tuple[R
             e = r.mapping(item, seq.item_lines[i], path, "a mapping with name, metric, to")
             r.keys(e, path, ("name", "metric", "to"), ("name", "metric", "to"))
             to = r.values(k, e["to"], r.line(e, "to"), f"{path}.to")
-            relative.append(Relative(r.text(e, "name", f"{path}.name"), r.text(e, "metric", f"{path}.metric", k.metrics),
+            if not to:
+                raise r.error(r.line(e, "to"), f"{path}.to", "expected at least one parameter whose value differs "
+                                                             "(the run to divide by); an empty 'to' is the run itself")
+            name = r.text(e, "name", f"{path}.name")
+            taken = list(k.metrics) + [x.name for x in relative]
+            if name in taken:
+                what = "a metric of run kind " + repr(k.name) if name in k.metrics else "the name of an earlier entry"
+                raise r.error(r.line(e, "name"), f"{path}.name", f"{short(name)} is already {what}; give a new name")
+            relative.append(Relative(name, r.text(e, "metric", f"{path}.metric", k.metrics),
                                      tuple(sorted((n, v) for n, (v, _) in to.items()))))
     return rows, tuple(relative)
 
@@ -366,7 +378,19 @@ def _one(seq: LineSeq, i: int) -> LineMap:
 
 def _names(r: _Reader, top: LineMap, key: str, valid: tuple[str, ...]) -> tuple[str, ...]:
     seq = r.sequence(top[key], r.line(top, key), key, f"a list of names ({listing(valid)})")
-    return tuple(r.text(_one(seq, i), 0, f"{key}[{i}]", valid) for i in range(len(seq)))
+    return _unique(r, seq, key, valid)
+
+
+def _unique(r: _Reader, seq: LineSeq, path: str, valid: tuple[str, ...]) -> tuple[str, ...]:
+    """The names of ``seq``, each one of ``valid`` and given once."""
+    out: list[str] = []
+    for i in range(len(seq)):
+        name = r.text(_one(seq, i), 0, f"{path}[{i}]", valid)
+        if name in out:
+            raise r.error(seq.item_lines[i], f"{path}[{i}]", f"{short(name)} is listed twice (also "
+                                                              f"{path}[{out.index(name)}]); give each once")
+        out.append(name)
+    return tuple(out)
 
 
 def _plots(r: _Reader, k: Kind, top: LineMap, metrics: tuple[str, ...]) -> tuple[Plot, ...]:
@@ -409,6 +433,9 @@ def parse_experiment(text: str, source: str = "<string>", variant: str = "full",
     if source != "<string>" and name != stem:
         raise r.error(r.line(top, "name"), "name", f"the name must be the file's stem {stem!r}, got {short(name)}")
     k = kind_of(r.text(top, "kind", "kind", kinds()))
+    for other in VARIANTS:      # every variant the file has is checked, whichever one runs
+        if other != variant and (other == "full" or other in top):
+            _runs(r, k, top, other)
     runs = _runs(r, k, top, variant)
     rows, relative = _report(r, k, top)
     metrics = k.metrics + tuple(x.name for x in relative)

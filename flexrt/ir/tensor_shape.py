@@ -6,7 +6,12 @@ import math
 from dataclasses import dataclass
 
 from flexrt.errors import ShapeError
+from flexrt.inputs import short
 from flexrt.ir.datatype import DataType
+
+# Elements of one tensor at most: 2**48 (a PiB of float32), so that every byte count, flop count and
+# piece size stays well inside the 64-bit integers of the simulator's compiled core.
+MAX_ELEMENTS = 2 ** 48
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,9 +29,16 @@ class TensorShape:
     def __post_init__(self) -> None:
         dims = tuple(self.dims)
         object.__setattr__(self, "dims", dims)
+        n = 1
         for i, d in enumerate(dims):
             if not isinstance(d, int) or isinstance(d, bool) or d < 1:
-                raise ShapeError(f"dimension {i} of shape {list(dims)} is {d!r}; every size must be an int >= 1")
+                raise ShapeError(f"dimension {i} of shape {short(list(dims))} is {short(d)}; every size must be an int "
+                                 f">= 1")
+            n *= d
+        if n > MAX_ELEMENTS:
+            raise ShapeError(f"shape {short(list(dims))} has more than 2**48 = {MAX_ELEMENTS:,} elements, the limit "
+                             f"of one tensor (flexrt.ir.tensor_shape.MAX_ELEMENTS); valid: dimensions whose product "
+                             f"is at most that")
         if not isinstance(self.dtype, DataType):
             raise ShapeError(f"dtype must be a DataType, got {self.dtype!r}")
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping, Optional, Sequence
 
 from flexrt.errors import ConfigError
+from flexrt.inputs import short
 from flexrt.model.flags import FLAGS, IGNORED_FLAGS, Kind, check_range, defaults, flag_for, parse_argv
 
 
@@ -159,10 +160,10 @@ def _check_value(flag, attr: str, value: Any) -> None:
     if value is None and flag.default is None:
         return
     if not ok:
-        raise ConfigError(f"FFConfig.{attr} (flag {flag.spelling}) got {value!r}; valid: "
+        raise ConfigError(f"FFConfig.{attr} (flag {flag.spelling}) got {short(value)}; valid: "
                           f"{'True or False' if kind is Kind.SWITCH else flag.valid}")
     if flag.choices and value not in flag.choices:
-        raise ConfigError(f"FFConfig.{attr} (flag {flag.spelling}) got {value!r}; valid: {flag.valid}")
+        raise ConfigError(f"FFConfig.{attr} (flag {flag.spelling}) got {short(value)}; valid: {flag.valid}")
     check_range(flag, f"{flag.spelling} (FFConfig.{attr})", value)
 
 

@@ -215,9 +215,9 @@ def _convert(flag: Flag, name: str, raw: str) -> Any:
     try:
         value = int(raw) if flag.kind is Kind.INT else float(raw)
     except ValueError:
-        raise ConfigError(f"flag {name} got {raw!r}; valid: {flag.valid}") from None
+        raise ConfigError(f"flag {name} got {short(raw)}; valid: {flag.valid}") from None
     if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"flag {name} got {raw!r}; valid: {flag.valid} (finite)")
+        raise ConfigError(f"flag {name} got {short(raw)}; valid: {flag.valid} (finite)")
     check_range(flag, name, value)
     return value
 
@@ -227,7 +227,7 @@ def check_range(flag: Flag, name: str, value: Any) -> None:
     if flag.low is None or value is None:
         return
     if value < flag.low or (flag.low_open and value == flag.low):
-        raise ConfigError(f"flag {name} got {value!r}; valid: {flag.valid}")
+        raise ConfigError(f"flag {name} got {short(value)}; valid: {flag.valid}")
 
 
 def flag_for(attr: str) -> Flag:

@@ -337,4 +337,15 @@ def load_model(model: str, argv: Sequence[str] = ()) -> LoadedModel:
                 raise ConfigError(f"model script {path} made no FFModel (define build_model(ffconfig) or build one "
                                   f"at top level / under `if __name__ == \"__main__\":`)")
             built = state.models[-1]
+        _check_has_operators(built, name, path)
         return LoadedModel(name, str(path), built)
+
+
+def _check_has_operators(model: FFModel, name: str, path) -> None:
+    """A model to show, simulate or train computes something: refuse one of inputs only."""
+    from flexrt.ir.op_type import OpType
+    nodes = model.pcg.nodes
+    if not any(n.op_type not in (OpType.INPUT, OpType.WEIGHT) for n in nodes):
+        inputs = [n.name for n in nodes if n.op_type is OpType.INPUT]
+        raise ConfigError(f"model {name} ({path}) has no operators (only {len(inputs)} input(s)"
+                          f"{': ' + short(inputs) if inputs else ''}); add layers such as dense or conv2d to it")

@@ -40,7 +40,7 @@ from flexrt.machine import Machine
 from flexrt.machine.views import MachineView, Projection, view_devices
 from flexrt.strategy.config import (ConfigStrategy, GraphStrategy, OpConfig, Strategy, compute_node, is_compute,
                                     node_axes)
-from flexrt.strategy.fusion import FusionPlan, check_fusion
+from flexrt.strategy.fusion import FusionError, FusionPlan, check_fusion
 from flexrt.strategy.space import all_axes, apply_single
 from flexrt.strategy.text import name_list, save_text_strategy, strategy_from_text
 
@@ -281,7 +281,10 @@ def strategy_from_json(data: dict, base: Optional[PCG], machine: Machine, source
                                                                                                  source)
     if "fusion" in data:
         plan = FusionPlan.from_json(data["fusion"], f"{source}: fusion")
-        check_fusion(strategy, plan, machine)
+        try:
+            check_fusion(strategy, plan, machine)
+        except FusionError as e:
+            raise FusionError(f"{source}: fusion: {e}") from None
         strategy = strategy.with_fusion(plan)
     if "recompute" not in data:
         return strategy
@@ -289,9 +292,14 @@ def strategy_from_json(data: dict, base: Optional[PCG], machine: Machine, source
     for i, n in enumerate(names):
         check_type(n, str, f"{source}: recompute[{i}]", StrategyError)
     try:
-        return strategy.with_recompute(names)
+        out = strategy.with_recompute(names)
     except FlexrtError as e:
         raise StrategyError(f"{source}: {e}") from None
+    if out.recompute and getattr(strategy, "fusion", None):
+        raise StrategyError(f"{source}: recompute: a strategy with both a fusion plan and activation recomputation "
+                            f"cannot be simulated or run yet (the fused task graph has no recompute tasks); drop "
+                            f"\"fusion\" or \"recompute\"")
+    return out
 
 
 def _is_flexflow_text(path: str, text: str) -> bool:

@@ -45,7 +45,7 @@ from typing import Callable, Mapping, Optional
 
 from flexrt.errors import FlexrtError, StrategyError
 from flexrt.gc_pause import no_gc
-from flexrt.inputs import parse_enum
+from flexrt.inputs import listing, parse_enum, short
 from flexrt.ir.costs import op_cost
 from flexrt.ir.op_type import OpType
 from flexrt.ir.parallel_tensor import divisors
@@ -352,6 +352,31 @@ def _time_weight(mb: "MicroBatched", machine: Machine, cost_model, config_of: Ca
     return weight
 
 
+def _checked_stages(pcg: PCG, mb: "MicroBatched", stage_of, count: int) -> dict[str, int]:
+    """``stage_of`` given by the caller: a stage 0..count-1 for every compute operator of ``pcg`` and
+    nothing else, non-decreasing along every edge (a stage never feeds an earlier one)."""
+    if not isinstance(stage_of, Mapping):
+        raise StrategyError(f"stage_of: expected operator -> stage, got {type(stage_of).__name__}")
+    stage_of = dict(stage_of)
+    unknown = [k for k in stage_of if k not in mb.copies]
+    if unknown:
+        raise StrategyError(f"stage_of: {short(unknown[0])} is not a compute operator of the model; its "
+                            f"operators: {listing(short(n, 30) for n in mb.copies)}")
+    missing = [name for name in mb.copies if name not in stage_of]
+    bad = {k: v for k, v in stage_of.items() if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < count}
+    if missing or bad:
+        raise StrategyError(f"stage_of: {'no stage for ' + repr(missing[0]) if missing else f'bad stages {bad}'}; "
+                            f"every operator needs a stage 0..{count - 1}")
+    for node in pcg.nodes:
+        for ref in node.inputs if node.name in stage_of else ():
+            producer = pcg.node(ref.node).name
+            if stage_of.get(producer, 0) > stage_of[node.name]:
+                raise StrategyError(f"stage_of: '{node.name}' (stage {stage_of[node.name]}) reads the output of "
+                                    f"'{producer}' (stage {stage_of[producer]}); stages must not decrease along "
+                                    f"the graph (an operator's stage >= each of its producers')")
+    return stage_of
+
+
 def _block_split(width: int) -> list[dict[str, int]]:
     """Data parallelism over a block of ``width`` devices, as alternatives for ``config_at``: the
     whole block, else the largest part of it that the micro-batch divides over."""
@@ -379,7 +404,8 @@ def _pipeline_strategy(pcg, machine, stages, micro_batches, schedule, chunks, st
                        cost_model) -> ConfigStrategy:
     sched = Schedule.parse(schedule)
     n = machine.num_devices
-    if isinstance(stages, bool) or not isinstance(stages, int) or stages < 1 or n % stages:
+    _count("pipeline stages", stages)
+    if n % stages:
         raise StrategyError(f"{stages!r} pipeline stages do not divide the machine's {n} devices")
     mb = micro_batch_pcg(pcg, micro_batches, loss_output)    # micro-batches: an integer dividing the batch
     device_order(sched, stages, micro_batches, chunks)      # checks schedule and chunks
@@ -404,14 +430,7 @@ def _pipeline_strategy(pcg, machine, stages, micro_batches, schedule, chunks, st
         stage_of = _balanced_stages(pcg, count, None if cost_model is None else
                                     _time_weight(mb, machine, cost_model, first_block))
     else:
-        if not isinstance(stage_of, Mapping):
-            raise StrategyError(f"stage_of: expected operator -> stage, got {type(stage_of).__name__}")
-        stage_of = dict(stage_of)
-        missing = [name for name in mb.copies if name not in stage_of]
-        bad = {k: v for k, v in stage_of.items() if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < count}
-        if missing or bad:
-            raise StrategyError(f"stage_of: {'no stage for ' + repr(missing[0]) if missing else f'bad stages {bad}'}; "
-                                f"every operator needs a stage 0..{count - 1}")
+        stage_of = _checked_stages(pcg, mb, stage_of, count)
     configs = {}
     for name, names in mb.copies.items():
         start = (stage_of[name] % stages) * width
@@ -449,27 +468,59 @@ def pipeline_from_json(data, base: PCG, machine: Machine, where: str, view_from_
     if missing or unknown:
         raise StrategyError(f"{where}: {'missing ' + ', '.join(missing) if missing else 'unknown key ' + unknown[0]}; "
                             f"valid keys: {', '.join(_PIPELINE_FIELDS)}")
-    ops = data["operators"]
-    if not isinstance(ops, dict) or not all(
-            isinstance(v, dict) and set(v) == {"degrees", "view"} and isinstance(v["degrees"], dict)
-            and all(isinstance(a, str) and isinstance(d, int) and not isinstance(d, bool) and d >= 1
-                    for a, d in v["degrees"].items()) for v in ops.values()):
-        raise StrategyError(f"{where}.operators: expected operator -> {{\"degrees\": {{axis: degree}}, \"view\": ...}}")
+    ops = _operator_entries(data["operators"], base, f"{where}.operators")
+    from flexrt.machine.views import view_devices
     from flexrt.strategy.space import all_axes
+    stages = data["stages"]
+    width = machine.num_devices // stages if isinstance(stages, int) and not isinstance(stages, bool) and \
+        stages >= 1 else machine.num_devices
 
     def place(pcg, node, start):
         name = source_of(node.name)[0]
         if name not in ops:
             raise StrategyError(f"{where}.operators: no configuration for operator '{name}'")
+        at = f"{where}.operators['{name}'].view"
         axes = [a.name for a in all_axes(pcg, node)]
-        view = view_from_json(ops[name]["view"], f"{where}.operators['{name}'].view", machine, axes)
-        return OpConfig(tuple(ops[name]["degrees"].items()), view)
+        view = view_from_json(ops[name]["view"], at, machine, axes)
+        degrees = ops[name]["degrees"]
+        try:
+            devices = view_devices(machine, view, tuple(degrees.get(a, 1) for a in axes))
+        except FlexrtError as e:
+            raise StrategyError(f"{at}: {e}") from None
+        outside = sorted({d for d in devices if not start <= d < start + width})
+        if outside:
+            raise StrategyError(f"{at}: view {view} puts pieces on devices {outside[:8]}, outside the device block "
+                                f"{start}..{start + width - 1} of its stage; valid: views within the block")
+        return OpConfig(tuple(degrees.items()), view)
     try:
         return pipeline_strategy(base, machine, data["stages"], data["micro_batches"], data["schedule"],
                                  chunks=data["chunks"], stage_of=data["stage_of"], place=place)
     except FlexrtError as e:
         msg = str(e)
         raise StrategyError(msg if msg.startswith(where) else f"{where}: {msg}") from None
+
+
+def _operator_entries(ops, base: PCG, where: str) -> dict:
+    """``pipeline.operators``: per compute operator of ``base`` {"degrees": {axis: degree}, "view": ...}."""
+    if not isinstance(ops, dict):
+        raise StrategyError(f"{where}: expected operator -> {{\"degrees\": {{axis: degree}}, \"view\": ...}}, got "
+                            f"{type(ops).__name__}")
+    names = [n.name for n in base.nodes if is_compute(n)]
+    for name, v in ops.items():
+        at = f"{where}[{short(name, 40)}]"
+        if name not in names:
+            raise StrategyError(f"{at}: no compute operator of that name in this model; its operators: "
+                                f"{listing(short(n, 30) for n in names)}")
+        if not isinstance(v, dict) or set(v) != {"degrees", "view"}:
+            got = f"keys {', '.join(map(short, v))}" if isinstance(v, dict) else type(v).__name__
+            raise StrategyError(f"{at}: expected {{\"degrees\": {{axis: degree}}, \"view\": ...}}, got {got}")
+        if not isinstance(v["degrees"], dict):
+            raise StrategyError(f"{at}.degrees must be a mapping axis -> degree, got {short(v['degrees'])}")
+        for a, d in v["degrees"].items():
+            if not isinstance(a, str) or isinstance(d, bool) or not isinstance(d, int) or d < 1:
+                axis = a if isinstance(a, str) and len(a) <= 40 else short(a, 40)
+                raise StrategyError(f"{at}.degrees.{axis} must be an integer >= 1, got {short(d)}")
+    return ops
 
 
 def split_batch(plan: PipelinePlan, inputs: Mapping[str, object]) -> dict:

@@ -47,13 +47,30 @@ def _valid() -> tuple[dict, str, dict, dict]:
             {"_t": "RuleCollection", "rule": [r.to_json() for r in rules]})
 
 
+@functools.lru_cache(maxsize=None)
+def _planned() -> tuple[dict, dict]:
+    """(mlp's data parallelism on dgx1_v100 with JAX's fusion plan: a forward and a backward group of
+    tower0.dense7, tower1.dense7, add1, softmax; a 2-stage 1F1B pipeline of 4 micro-batches, stage 0 on
+    devices 0..3 and stage 1, tower1.* onwards, on 4..7)."""
+    from flexrt.machine import load_machine
+    from flexrt.model import load_model
+    from flexrt.search.fusion_policies import apply_policy
+    from flexrt.strategy import data_parallel, strategy_to_json
+    from flexrt.strategy.pipeline import pipeline_strategy
+
+    machine = load_machine("dgx1_v100")
+    pcg = load_model("mlp", []).model.pcg
+    fused = apply_policy("jax", data_parallel(pcg, machine), machine)
+    return strategy_to_json(fused, machine), strategy_to_json(pipeline_strategy(pcg, machine, 2, 4), machine)
+
+
 RAW = "@raw@"  # a value written as ``raw`` text: JSON numbers Python cannot hold (1e400)
 
 
 def _json(change, which: int = 0, raw: str = "") -> str:
-    """A valid document (0: per-operator strategy, 2: whole-PCG strategy, 3: rule file) after
-    ``change(doc)``, with the value ``RAW`` written as ``raw``."""
-    doc = copy.deepcopy(_valid()[which])
+    """A valid document (0: per-operator strategy, 2: whole-PCG strategy, 3: rule file, 4: fused
+    strategy, 5: pipelined strategy) after ``change(doc)``, with the value ``RAW`` written as ``raw``."""
+    doc = copy.deepcopy((_valid()[which] if which < 4 else _planned()[which - 4]))
     change(doc)
     return json.dumps(doc, indent=1).replace(json.dumps(RAW), raw)
 
@@ -89,6 +106,16 @@ def _op(key: str, value):
 def strategy(id: str, change, expect: str, argv: str = SIM, raw: str = "") -> object:
     """A per-operator strategy JSON case."""
     return case(f"strategy-{id}", f"{argv} {{s.json}}", expect, {"s.json": _json(change, raw=raw)})
+
+
+def fused(id: str, change, expect: str) -> object:
+    """A strategy case with a fusion plan (``_planned``'s first), broken."""
+    return case(f"strategy-fusion-{id}", f"{SIM} {{s.json}}", expect, {"s.json": _json(change, 4)})
+
+
+def pipelined(id: str, change, expect: str) -> object:
+    """A pipelined strategy case (``_planned``'s second), broken."""
+    return case(f"strategy-pipeline-{id}", f"{SIM} {{s.json}}", expect, {"s.json": _json(change, 5)})
 
 
 def graph(id: str, change, expect: str) -> object:
@@ -275,6 +302,42 @@ PCG_STRATEGY = [
     graph("pcg-next-id-small", _set("pcg/next_id", 2), r"s\.json: pcg: next_id must be >= 10, got 2"),
     graph("pcg-missing-node", _set("pcg/nodes/5/inputs/0", [42, 0]),
           r"s\.json: pcg: node 5 'fc1' reads tensor 42:0 of a missing node"),
+]
+
+
+PIPE = r"s\.json: pipeline"
+PLANS = [
+    # -- fusion plans: check_fusion's errors name the file
+    fused("unknown-operator", _set("fusion/groups/0/ops/0", "nosuch"),
+          r"s\.json: fusion: fusion group 0 \(nosuch, tower1\.dense7, add1, softmax\): 'nosuch' is not an operator of "
+          r"this model; compute operators: add1, softmax, "),
+    fused("bucket-of-one", _set("fusion/buckets", [["tower0.dense7.kernel"]]),
+          r"s\.json: fusion: gradient bucket 0 \(tower0\.dense7\.kernel\): a bucket synchronizes at least two weights"),
+    fused("not-convex", _set("fusion/groups/0/ops", ["tower0.dense0", "softmax"]),
+          r"s\.json: fusion: fusion groups \[0, 1\] form a cycle"),
+    fused("and-recompute", _set("recompute", ["softmax"]),
+          r"s\.json: recompute: a strategy with both a fusion plan and activation recomputation cannot be simulated "
+          r"or run yet .*drop \"fusion\" or \"recompute\""),
+    # -- pipelines: stage_of and operators checked against the model, views against the stage's block
+    pipelined("stage-of-unknown", _set("pipeline/stage_of/nosuch", 0),
+              PIPE + r": stage_of: 'nosuch' is not a compute operator of the model; its operators: 'tower0\.dense0'"),
+    pipelined("stage-of-backwards", _set("pipeline/stage_of/add1", 0),
+              PIPE + r": stage_of: 'add1' \(stage 0\) reads the output of 'tower1\.dense7' \(stage 1\); stages must not "
+                     r"decrease along the graph"),
+    pipelined("stages-text", _set("pipeline/stages", "2"), PIPE + r": pipeline stages must be an integer >= 1, got '2'"),
+    pipelined("operators-unknown", _set("pipeline/operators/nosuch", {"degrees": {}, "view": {}}),
+              PIPE + r"\.operators\['nosuch'\]: no compute operator of that name in this model; its operators: "),
+    pipelined("operator-extra-key", _set("pipeline/operators/softmax/extra", 1),
+              PIPE + r"\.operators\['softmax'\]: expected \{\"degrees\": \{axis: degree\}, \"view\": \.\.\.\}, got keys "
+                     r"'degrees', 'view', 'extra'"),
+    pipelined("degree-zero", _set("pipeline/operators/softmax/degrees/dim0", 0),
+              PIPE + r"\.operators\['softmax'\]\.degrees\.dim0 must be an integer >= 1, got 0"),
+    pipelined("view-off-machine", _set("pipeline/operators/softmax/degrees/dim0", 8),
+              PIPE + r"\.operators\['softmax'\]\.view: view @4\[intra\*1, intra\*1\] places task \(4, 0\) on device 8 "
+                     r"but the machine has devices 0\.\.7"),
+    pipelined("view-other-block", _set("pipeline/operators/softmax/view/start", 0),
+              PIPE + r"\.operators\['softmax'\]\.view: view @0\[intra\*1, intra\*1\] puts pieces on devices \[0, 1, 2, 3\], "
+                     r"outside the device block 4\.\.7 of its stage"),
 ]
 
 
@@ -480,10 +543,18 @@ SCRIPTS = [
            r"model m \(.*m\.py:4\): add 'add_\d+': .*\[4, 8\] and \[4, 3\]"),
     script("simulate-raises", MODEL + "m = FFModel(FFConfig())\nassert False, 'broken'\n",
            r"m\.py:3: the script raised AssertionError: broken$", argv="simulate --machine dgx1_v100"),
+    script("no-operators", MODEL + "m = FFModel(FFConfig())\nm.create_tensor([4, 3])\n",
+           r"model m \(.*m\.py\) has no operators \(only 1 input\(s\): \['input_1'\]\); add layers such as dense",
+           argv="simulate --machine dgx1_v100"),
+    script("tensor-too-large", MODEL + "m = FFModel(FFConfig())\nm.relu(m.create_tensor([2 ** 40, 2 ** 30]))\n",
+           r"model m \(.*m\.py:3\): shape \[1099511627776, 1073741824\] has more than 2\*\*48 = 281,474,976,710,656 "
+           r"elements, the limit of one tensor \(flexrt\.ir\.tensor_shape\.MAX_ELEMENTS\)", argv="simulate --machine dgx1_v100"),
+    script("dense-too-wide", MODEL + "m = FFModel(FFConfig())\nm.dense(m.create_tensor([8, 3]), 10 ** 15)\n",
+           r"model m \(.*m\.py:3\): dense 'dense_\d+': shape \[8, 1000000000000000\] has more than 2\*\*48"),
     case("script-directory", "show {dir}/sub.py", r"model script .*sub\.py is a directory, not a file",
          setup=_folder("sub.py")),
     case("script-fifo", "show {dir}/f.py", r"model script .*f\.py is not a regular file \(a FIFO", setup=_fifo("f.py")),
     case("script-missing", "show {dir}/nope.py", r"model script .*nope\.py does not exist"),
 ]
 
-CASES = STRATEGY_JSON + PCG_STRATEGY + TEXT_STRATEGY + RULE_FILES + GENERATE_FLAGS + SCRIPTS
+CASES = STRATEGY_JSON + PCG_STRATEGY + PLANS + TEXT_STRATEGY + RULE_FILES + GENERATE_FLAGS + SCRIPTS

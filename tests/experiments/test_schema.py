@@ -105,6 +105,20 @@ def test_keys_hash_the_inputs():
     ("name: demo", "name: other", r"demo.yaml:1: field 'name': the name must be the file's stem 'demo'"),
     ("title: a demo\n", "title: a demo\ntitel: x\n", r"demo.yaml:3: field 'titel': unknown key 'titel'; valid keys: name, title"),
     ("params: {schedule: 1f1b}", "params: {schedule: 1f1b, chunks: 1}\nparams: {}", r"demo.yaml:7: invalid YAML: found duplicate key 'params'"),
+    ("value: 0.375", "range: [0.5, 0.25]",
+     r"demo.yaml:16: field 'reference\[0\].range': low 0.5 is above high 0.25; give \[low, high\] with low <= high"),
+    ("measure: [bubble, law]", "measure: [bubble, law, bubble]",
+     r"demo.yaml:14: field 'measure\[2\]': 'bubble' is listed twice \(also measure\[0\]\); give each once"),
+    ("rows: [schedule, stages, micro_batches]", "rows: [stages, schedule, stages]",
+     r"demo.yaml:18: field 'report.rows\[2\]': 'stages' is listed twice \(also report.rows\[0\]\)"),
+    ("report:\n", "report:\n  relative: [{name: bubble, metric: law, to: {stages: 2}}]\n",
+     r"demo.yaml:18: field 'report.relative\[0\].name': 'bubble' is already a metric of run kind 'pipeline_bubble'"),
+    ("report:\n", "report:\n  relative: [{name: r, metric: law, to: {stages: 2}}, {name: r, metric: bubble, to: {stages: 2}}]\n",
+     r"demo.yaml:18: field 'report.relative\[1\].name': 'r' is already the name of an earlier entry"),
+    ("report:\n", "report:\n  relative: [{name: r, metric: law, to: {}}]\n",
+     r"demo.yaml:18: field 'report.relative\[0\].to': expected at least one parameter .*an empty 'to' is the run itself"),
+    ("  axes: {stages: [2]}", "  axes: {stages: [2]}\ntiny:\n  runs: [interleaved]",
+     r"demo.yaml:15: field 'tiny.runs\[0\]': expected a mapping of pipeline_bubble's parameters, got 'interleaved'"),
 ])
 def test_bad_files_name_line_field_and_valid_values(old, new, expected):
     assert old in GOOD
@@ -114,6 +128,17 @@ def test_bad_files_name_line_field_and_valid_values(old, new, expected):
 def test_a_missing_required_parameter_is_named():
     msg = error_of(GOOD.replace("params: {schedule: 1f1b}", "params: {}"))
     assert "demo.yaml:" in msg and "needs 'schedule'" in msg
+
+
+def test_every_variant_is_checked_whichever_runs():
+    """A mistake in the full experiment is found by --quick too, and one in quick by the full run."""
+    full_bad = GOOD.replace("  stages: [2, 4]", "  stages: [2, 2.5]")
+    assert re.search(r"demo.yaml:8: field 'axes.stages\[1\]' must be an integer, got 2.5", error_of(full_bad, "quick"))
+    runs_bad = GOOD.replace("{stages: 4, micro_batches: 8, schedule: interleaved, chunks: 2}",
+                            "{stages: 4, micro_batches: 8, schedule: interleaved, chunks: 0}")
+    assert "field 'runs[0].chunks' must be between 1 and 16, got 0" in error_of(runs_bad, "quick")
+    quick_bad = GOOD.replace("  axes: {stages: [2]}", "  axes: {stages: [0]}")
+    assert "demo.yaml:13: field 'axes.stages[0]' must be between 1 and 64, got 0" in error_of(quick_bad, "full")
 
 
 def test_a_missing_variant_is_named():
