@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import statistics
+from typing import Optional
 
 from flexrt.experiments.common import Timer
 from flexrt.experiments.kinds import Outcome, Param, register_kind
@@ -183,13 +184,23 @@ def bubble_law(schedule: str, p: int, m: int, v: int) -> float:
             "zb-h1": (p - 1) / (3 * m)}[schedule]
 
 
+def _bubble_problem(schedule: str, p: int, m: int, v: int) -> Optional[str]:
+    """What ``pipeline_bubble`` cannot run among these inputs (``pipeline_strategy``'s rules), or None."""
+    if schedule != "interleaved" and v != 1:
+        return f"chunks {v} is only for the interleaved schedule; give chunks: 1 with {schedule}"
+    if schedule == "interleaved" and m % p:
+        return f"the interleaved schedule needs micro_batches a multiple of stages, got {m} over {p}"
+    return None
+
+
 @register_kind(
     "pipeline_bubble",
     params=(Param("schedule", "str", choices=("gpipe", "1f1b", "interleaved", "zb-h1")),
             Param("stages", "int", minimum=1, maximum=64), Param("micro_batches", "int", minimum=1, maximum=1024),
             Param("chunks", "int", 1, minimum=1, maximum=16, help="interleaved: model chunks per device")),
     metrics=("idle_fraction", "bubble", "law", "bubble_vs_law", "gpipe_idle_law"),
-    description="a pipeline schedule's bubble in the simulator against its closed-form law")
+    description="a pipeline schedule's bubble in the simulator against its closed-form law",
+    check=lambda i: _bubble_problem(i["schedule"], i["stages"], i["micro_batches"], i["chunks"]))
 def pipeline_bubble(inputs) -> Outcome:
     from flexrt.core import DataType, FFConfig, FFModel
     from flexrt.machine import local_machine

@@ -74,6 +74,9 @@ class Kind:
     params: tuple[Param, ...]
     metrics: tuple[str, ...]
     description: str
+    # what the parameters' own checks cannot say: a run's inputs that do not go together (the
+    # problem, said for the reader of the file; None when they do). Checked when the file is read.
+    check: Optional[Callable[[Mapping[str, Any]], Optional[str]]] = None
 
     def param(self, name: str) -> Param:
         for p in self.params:
@@ -89,9 +92,12 @@ class Kind:
 _KINDS: dict[str, Kind] = {}
 
 
-def register_kind(name: str, params: tuple[Param, ...], metrics: tuple[str, ...], description: str):
-    """Decorator: register ``fn(inputs) -> Outcome`` as the run kind ``name``. Registering a name twice
-    with another function is an error (the same definition again, a module reloaded, is allowed)."""
+def register_kind(name: str, params: tuple[Param, ...], metrics: tuple[str, ...], description: str,
+                  check: Optional[Callable[[Mapping[str, Any]], Optional[str]]] = None):
+    """Decorator: register ``fn(inputs) -> Outcome`` as the run kind ``name``. ``check(inputs)`` says
+    what is wrong with a combination of inputs (or None), so that an experiment file is refused when
+    read, not when the run comes. Registering a name twice with another function is an error (the
+    same definition again, a module reloaded, is allowed)."""
     names = [p.name for p in params]
     if len(set(names)) != len(names):
         raise ConfigError(f"run kind {name!r}: a parameter is declared twice: {names}")
@@ -101,7 +107,7 @@ def register_kind(name: str, params: tuple[Param, ...], metrics: tuple[str, ...]
         if old is not None and (old.fn.__module__, old.fn.__qualname__) != (fn.__module__, fn.__qualname__):
             raise ConfigError(f"run kind {name!r} is registered twice ({old.fn.__module__}.{old.fn.__qualname__} "
                               f"and {fn.__module__}.{fn.__qualname__})")
-        _KINDS[name] = Kind(name, fn, tuple(params), tuple(metrics), description)
+        _KINDS[name] = Kind(name, fn, tuple(params), tuple(metrics), description, check)
         return fn
     return wrap
 

@@ -287,14 +287,15 @@ def _runs(r: _Reader, k: Kind, top: LineMap, variant: str) -> tuple[Run, ...]:
         total *= len(values)
     if total > MAX_RUNS:
         raise r.error(getattr(axes_m, "line", line), "axes", f"the axes' product has {total} runs; at most {MAX_RUNS}")
-    combos: list[dict[str, tuple[Any, int]]] = []
+    combos: list[tuple[dict[str, tuple[Any, int]], str]] = []    # (values, where they are given)
     if axes or runs_m is None:
-        combos = [dict(zip(axes, c)) for c in itertools.product(*axes.values())]
+        combos = [(dict(zip(axes, c)), "axes" if axes else "params") for c in itertools.product(*axes.values())]
     if runs_m is not None:
         seq = r.sequence(runs_m, line, runs_path, "a list of runs, each a mapping of parameters")
-        combos += [r.values(k, item, seq.item_lines[i], f"{runs_path}[{i}]") for i, item in enumerate(seq)]
+        combos += [(r.values(k, item, seq.item_lines[i], f"{runs_path}[{i}]"), f"{runs_path}[{i}]")
+                   for i, item in enumerate(seq)]
     runs, seen = [], set()
-    for combo in combos:
+    for combo, field in combos:
         inputs = {p.name: p.default for p in k.params if not p.required}
         inputs.update({n: v for n, (v, _) in fixed.items()})
         inputs.update({n: v for n, (v, _) in combo.items()})
@@ -303,11 +304,22 @@ def _runs(r: _Reader, k: Kind, top: LineMap, variant: str) -> tuple[Run, ...]:
             at = min((ln for _, ln in combo.values()), default=line)
             raise r.error(at, "params", f"run kind {k.name!r} needs {missing[0]!r} (in params, axes or each run); "
                                         f"parameters: {', '.join(k.param_names)}")
+        _check_run(r, k, inputs, combo, fixed, line, field)
         key = run_key(k.name, inputs)
         if key not in seen:
             seen.add(key)
             runs.append(Run(k.name, tuple(sorted(inputs.items())), key))
     return tuple(runs)
+
+
+def _check_run(r: _Reader, k: Kind, inputs: dict, combo: dict, fixed: dict, line: int, field: str) -> None:
+    """The kind's check of one run's inputs together (``Kind.check``): our error at the run's line,
+    naming where its values are given and the values the file gives."""
+    problem = k.check(inputs) if k.check is not None else None
+    if problem:
+        at = min((ln for _, ln in combo.values()), default=line)
+        given = ", ".join(f"{n}: {short(v)}" for n, v in sorted(inputs.items()) if n in combo or n in fixed)
+        raise r.error(at, field, f"run kind {k.name!r}: {problem} (the run with {given})")
 
 
 def _references(r: _Reader, k: Kind, top: LineMap, metrics: tuple[str, ...]) -> tuple[Reference, ...]:

@@ -98,6 +98,14 @@ def test_keys_hash_the_inputs():
     ("  micro_batches: [4, 8]", "  micro_batch: [4, 8]",
      r"demo.yaml:9: field 'axes.micro_batch': run kind 'pipeline_bubble' takes no parameter 'micro_batch'; valid: schedule"),
     ("params: {schedule: 1f1b}", "params: {schedule: 2f2b}", r"demo.yaml:6: field 'params.schedule': unknown schedule '2f2b'; valid: gpipe, 1f1b"),
+    # inputs that do not go together (the kind's check), refused when the file is read
+    ("  - {stages: 4, micro_batches: 8, schedule: interleaved, chunks: 2}",
+     "  - {stages: 4, micro_batches: 6, schedule: interleaved, chunks: 2}",
+     r"demo.yaml:11: field 'runs\[0\]': run kind 'pipeline_bubble': the interleaved schedule needs micro_batches a "
+     r"multiple of stages, got 6 over 4 \(the run with chunks: 2, micro_batches: 6, schedule: 'interleaved', stages: 4\)"),
+    ("params: {schedule: 1f1b}", "params: {schedule: 1f1b, chunks: 2}",
+     r"demo.yaml:9: field 'axes': run kind 'pipeline_bubble': chunks 2 is only for the interleaved schedule; "
+     r"give chunks: 1 with 1f1b \(the run with chunks: 2, micro_batches: 4, schedule: '1f1b', stages: 2\)"),
     ("paper: host", "paper: taso", r"demo.yaml:3: field 'paper': unknown value 'taso'; valid: flexflow, unity, disco, host"),
     ("measure: [bubble, law]", "measure: [bubble, speed]", r"demo.yaml:14: field 'measure\[1\]': unknown value 'speed'; valid: idle_fraction"),
     ("value: 0.375", "value: high", r"demo.yaml:16: field 'reference\[0\].value' must be a number, got 'high'"),
