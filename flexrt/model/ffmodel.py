@@ -24,7 +24,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Iterable, Optional, Sequence, TextIO
 
-from flexrt.errors import ConfigError, FlexrtError, GraphError, ShapeError
+from flexrt.errors import ConfigError, FlexrtError, GraphError, NotYetAvailableError, ShapeError
 from flexrt.ir.datatype import DataType
 from flexrt.ir.ops import InputAttrs, WeightAttrs
 from flexrt.ir.pcg import PCG, TensorRef
@@ -43,6 +43,20 @@ from flexrt.model.optimizers import Optimizer, SGDOptimizer
 from flexrt.model.report import format_table
 from flexrt.model.tensor import Parameter, Tensor
 from flexrt.model.training import TrainingMixin, optimizer_args, resolve_loss, resolve_metrics
+
+# FlexFlow Serve's FFModel methods (LLM inference: incremental decoding, speculative inference,
+# sampling); flexrt trains models and leaves them out (README, "Porting a FlexFlow script")
+SERVE_ONLY = ("arg_top_k", "argmax", "beam_top_k", "sampling", "inc_multihead_self_attention",
+              "inc_multihead_self_attention_verify", "inc_multiquery_self_attention",
+              "inc_multiquery_self_attention_verify", "spec_inc_multihead_self_attention",
+              "spec_inc_multiquery_self_attention", "groupquery_self_attention",
+              "spec_inc_multiquery_self_attention_verify", "generate", "init_operators_inference")
+
+
+class ServeOnlyError(NotYetAvailableError, AttributeError):
+    """A FlexFlow Serve method called on ``FFModel`` (``SERVE_ONLY``); an AttributeError too, so that
+    ``hasattr`` says False as it would in a FlexFlow without Serve."""
+
 
 class FFModel(DenseLayers, ShapeLayers, ElementwiseLayers, FusedLayers, TrainingMixin):
     """A model under construction: ``pcg`` holds its graph, ``get_layers()`` its layers in call order.
@@ -71,6 +85,14 @@ class FFModel(DenseLayers, ShapeLayers, ElementwiseLayers, FusedLayers, Training
         state = _capture.active()
         if state is not None:
             state.models.append(self)
+
+    def __getattr__(self, name: str):
+        """Only for names FFModel does not have: FlexFlow Serve's methods are refused saying so."""
+        if name in SERVE_ONLY:
+            raise ServeOnlyError(f"FFModel.{name} is FlexFlow Serve's (LLM inference: incremental decoding, "
+                                 f"speculative inference, sampling); flexrt builds and trains models and does not "
+                                 f"have it. Training layers: dense, conv2d, multihead_attention, softmax, ...")
+        raise AttributeError(f"'FFModel' object has no attribute {name!r}", name=name, obj=self)
 
     # ---- inputs -------------------------------------------------------------------------------
     def create_tensor(self, dims, data_type=DataType.DT_FLOAT, create_grad=True) -> Tensor:

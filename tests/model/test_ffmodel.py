@@ -342,3 +342,19 @@ def test_zoo_models_have_names_and_descriptions():
     for z in zoo:
         assert z.name.isidentifier() and z.description
         assert root.joinpath(z.name + ".py").is_file()
+
+
+@pytest.mark.parametrize("name", ["arg_top_k", "argmax", "beam_top_k", "sampling", "inc_multihead_self_attention",
+                                  "spec_inc_multiquery_self_attention", "groupquery_self_attention"])
+def test_flexflow_serve_methods_are_refused_saying_so(m, name):
+    from flexrt.errors import NotYetAvailableError
+    with pytest.raises(NotYetAvailableError, match=rf"FFModel.{name} is FlexFlow Serve's .*does not have it"):
+        getattr(m, name)
+    assert not hasattr(m, name)        # as in a FlexFlow without Serve
+
+
+def test_an_unknown_method_is_pythons_attribute_error_with_a_suggestion(m):
+    """Python's own error, with the name and object its "Did you mean: 'dense'?" is computed from."""
+    with pytest.raises(AttributeError, match="'FFModel' object has no attribute 'denes'") as e:
+        m.denes
+    assert type(e.value) is AttributeError and e.value.name == "denes" and e.value.obj is m
