@@ -25,6 +25,7 @@ from pathlib import Path
 
 from flexrt.cli._common import add_json_flag, count, emit_json, number
 from flexrt.errors import ConfigError, NotYetAvailableError
+from flexrt.inputs import clip
 from flexrt.paths import cache_dir
 
 NAME = "substitutions"
@@ -68,6 +69,7 @@ def add_arguments(parser) -> None:
 MAX_OPS = 4          # operators per side the generator enumerates (TASO generates graphs of up to 4)
 DEGREES = (2, 4)     # parallel degrees that divide the generator's 4 x 4 inputs
 MAX_JOBS = 64
+SHOWN_NAME = 80      # characters of a rule's name that `show` prints (the rest is cut, with its length)
 
 
 def _add_verifier_flags(parser) -> None:
@@ -304,13 +306,15 @@ def _side_lines(ops, prefix: str) -> list[str]:
 
 def _show(args) -> int:
     rules = _rules(args.file)
+    if not rules:
+        raise ConfigError(f"rule {args.index} does not exist: {args.file} holds no rules")
     if not 0 <= args.index < len(rules):
         raise ConfigError(f"rule {args.index} does not exist; valid: 0..{len(rules) - 1}")
     r = rules[args.index]
     if args.json:
         emit_json({"index": args.index, "applicable": r.applicable, **r.to_json()})
         return 0
-    print(f"rule {args.index}: {r.name}  ({len(r.src)} -> {len(r.dst)} operators"
+    print(f"rule {args.index}: {clip(r.name, SHOWN_NAME)}  ({len(r.src)} -> {len(r.dst)} operators"
           + ("" if r.applicable else "; unusable: the destination reads inputs the source lacks") + ")")
     print("source:")
     print("\n".join(_side_lines(r.src, "s")))

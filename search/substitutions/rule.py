@@ -18,7 +18,11 @@ numbers external inputs -1, -2, ...; the same number on both sides is the same t
 fields and their types (``Rule.from_json``: unknown or missing keys, non-integral numbers, inputs
 that are not earlier operators, output maps outside the rule), then the rule language
 (``check_rule_ops``: operator types, their number of inputs, the parameters each type takes and
-their ranges, output indices, unique rule names). Each error is one ``GraphError`` naming the file,
+their ranges, output indices, each source and each destination output mapped at most once, every
+operator read by a later one of its side or mapped; unique rule names). A name must not be blank or
+hold control characters (a long one is cut where shown: ``short``); every integer must fit
+FlexFlow's 32-bit C++ int (``INT_MIN``..``INT_MAX``); external inputs may skip numbers (FlexFlow's
+file does). Each error is one ``GraphError`` naming the file,
 the field path (``rule[3] ('r').srcOp[1].para``) and what is valid.
 
 Entry points: ``Slot``, ``PatternOp``, ``OutputMap``, ``Rule``, ``OP_SPECS``, ``check_rule_ops``,
@@ -34,6 +38,7 @@ Example:
 from __future__ import annotations
 
 import json
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -93,7 +98,10 @@ OP_SPECS = {
 OP_TYPES = tuple(OP_SPECS)
 PARALLEL_TYPES = ("OP_PARTITION", "OP_COMBINE", "OP_REPLICATE", "OP_REDUCE")
 MAX_RANK = 8  # dimensions a rule's tensors may have (FlexFlow's rules use 3)
-# parameter -> (least, greatest value) (None: unbounded), and what it means for messages
+# Every integer of a rule file (operator and tensor ids, parameter values): FlexFlow's loader reads
+# each into a C++ int (substitution_loader.h), so a value outside 32 bits means nothing there.
+INT_MIN, INT_MAX = -2 ** 31, 2 ** 31 - 1
+# parameter -> (least, greatest value), and what it means for messages
 PARAM_RANGES = {
     "PM_ACTI": (0, 4, "TASO's activation: 0 none, 1 sigmoid, 2 relu, 3 tanh; and flexrt's 4 gelu"),
     "PM_SOFTMAX_DIM": (0, MAX_RANK - 1, "a dimension"),
@@ -101,18 +109,18 @@ PARAM_RANGES = {
     "PM_AGGR": (0, 1, "the embedding's aggregation: 0 none, 1 sum (an embedding bag)"),
     "PM_AXIS": (0, MAX_RANK - 1, "a dimension"),
     "PM_PARALLEL_DIM": (0, MAX_RANK - 1, "a dimension"),
-    "PM_PARALLEL_DEGREE": (2, None, "a parallel degree"),
+    "PM_PARALLEL_DEGREE": (2, INT_MAX, "a parallel degree"),
     "PM_NUM_INPUTS": (2, 2, "the number of inputs"),
     "PM_NUM_OUTPUTS": (2, 2, "the number of outputs"),
     "PM_NUMDIM": (1, MAX_RANK, "the number of dimensions"),
-    "PM_SCALAR": (None, None, "an integer factor"),
+    "PM_SCALAR": (INT_MIN, INT_MAX, "an integer factor"),
     "PM_KERNEL_H": (1, 15, "a kernel height"),
     "PM_KERNEL_W": (1, 15, "a kernel width"),
     "PM_STRIDE_H": (1, 15, "a stride"),
     "PM_STRIDE_W": (1, 15, "a stride"),
     "PM_PADDING_H": (0, 15, "a padding"),
     "PM_PADDING_W": (0, 15, "a padding"),
-    "PM_GROUP": (1, None, "the number of groups"),
+    "PM_GROUP": (1, INT_MAX, "the number of groups"),
 }
 
 
@@ -152,8 +160,9 @@ def _check_side(ops: tuple, side: str, name: str) -> None:
     for i, op in enumerate(ops):
         for s in op.inputs:
             if not s.external and not 0 <= s.op < i:
-                raise GraphError(f"rule {name}: {side} operator {i} ({op.type}) reads operator {s.op}, which is not "
-                                 f"an earlier operator of the {side} (valid: 0..{i - 1} or a negative external input)")
+                raise GraphError(f"rule {short(name, 40)}: {side} operator {i} ({op.type}) reads operator {s.op}, "
+                                 f"which is not an earlier operator of the {side} (valid: 0..{i - 1} or a negative "
+                                 f"external input)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +179,7 @@ class Rule:
         _check_side(self.dst, "destination", self.name)
         for m in self.outputs:
             if not (0 <= m.src_op < len(self.src) and 0 <= m.dst_op < len(self.dst)):
-                raise GraphError(f"rule {self.name}: output map {m} names an operator outside the rule")
+                raise GraphError(f"rule {short(self.name, 40)}: output map {m} names an operator outside the rule")
 
     def external_inputs(self, side: str = "src") -> set[int]:
         ops = self.src if side == "src" else self.dst
@@ -201,7 +210,7 @@ class Rule:
         """A rule from FlexFlow's JSON; GraphError naming ``where`` and the field when a field is missing,
         unknown or of the wrong type, or an operator reads one that is not earlier on its side."""
         _object(d, "Rule", where)
-        name = check_type(d["name"], str, f"{where}.name", GraphError)
+        name = _name(d["name"], f"{where}.name")
         where = f"{where} ({short(name, 40)})"
         src = _side_from_json(d["srcOp"], f"{where}.srcOp")
         dst = _side_from_json(d["dstOp"], f"{where}.dstOp")
@@ -214,8 +223,8 @@ class Rule:
                 if not ops[key]:
                     raise GraphError(f"{at}.{key}: the {'source' if key == 'srcOpId' else 'destination'} has "
                                      f"no operators")
-            outputs.append(OutputMap(*(check_int(m[k], f"{at}.{k}", GraphError, 0, ops[k] - 1 if k in ops else None)
-                                       for k in keys)))
+            outputs.append(OutputMap(*(check_int(m[k], f"{at}.{k}", GraphError, 0, ops[k] - 1) if k in ops
+                                       else _int32(m[k], f"{at}.{k}", minimum=0) for k in keys)))
         try:
             return cls(name, src, dst, tuple(outputs))
         except GraphError as e:
@@ -229,6 +238,31 @@ _FIELDS = {"Rule": (("name", "srcOp", "dstOp", "mappedOutput"),) * 2,
            "Parameter": (("key", "value"),) * 2,
            "MapOutput": (("srcOpId", "srcTsId", "dstOpId", "dstTsId"),) * 2}
 _KEY_SETS = {tag: (frozenset(("_t", *keys)), frozenset(required)) for tag, (keys, required) in _FIELDS.items()}
+
+
+def _name(name: Any, where: str) -> str:
+    """A rule's name: text that is not blank, on one line (it names the rule in every message, in
+    ``show`` and in the nodes a rewrite adds); a long one is cut where it is shown."""
+    name = check_type(name, str, where, GraphError)
+    if not name.strip():
+        what = f"{len(name)} white-space character(s)" if name else "empty"
+        raise GraphError(f"{where} is {what}; a rule needs a name that is not blank (as FlexFlow's 'taso_rule_0')")
+    bad = next((c for c in name if unicodedata.category(c) == "Cc"), None)
+    if bad is not None:
+        raise GraphError(f"{where} {short(name, 40)} holds the control character {bad!r}; a name is one line of "
+                         f"text without control characters")
+    return name
+
+
+def _int32(value: Any, where: str, minimum: int = INT_MIN) -> int:
+    """An integer of a rule file, at least ``minimum``, that fits FlexFlow's C++ int (``INT_MAX``)."""
+    if type(value) is int and minimum <= value <= INT_MAX:
+        return value  # the common case
+    value = check_int(value, where, GraphError, minimum=None if minimum == INT_MIN else minimum)
+    if not INT_MIN <= value <= INT_MAX:
+        raise GraphError(f"{where} is {short(value)}; valid: {minimum}..{INT_MAX} (FlexFlow reads a rule file's "
+                         f"integers into 32-bit C++ ints)")
+    return value
 
 
 def _object(d: Any, tag: str, where: str) -> dict:
@@ -254,21 +288,18 @@ def _side_from_json(side: Any, where: str) -> tuple:
         inputs = []
         for k, t in enumerate(check_type(o["input"], list, f"{at}.input", GraphError)):
             _object(t, "Tensor", f"{at}.input[{k}]")
-            op = t["opId"] if type(t["opId"]) is int else check_int(t["opId"], f"{at}.input[{k}].opId", GraphError)
+            op = _int32(t["opId"], f"{at}.input[{k}].opId")
             if op >= i:
                 raise GraphError(f"{at}.input[{k}].opId is {op}; valid: an earlier operator of this side "
                                  f"({'0..' + str(i - 1) if i else 'none'}) or -1, -2, ... (an external input)")
-            ts = t["tsId"]
-            inputs.append(Slot(op, ts if type(ts) is int and ts >= 0 else
-                               check_int(ts, f"{at}.input[{k}].tsId", GraphError, minimum=0)))
+            inputs.append(Slot(op, _int32(t["tsId"], f"{at}.input[{k}].tsId", minimum=0)))
         params = {}
         for k, p in enumerate(check_type(o.get("para", []), list, f"{at}.para", GraphError)):
             _object(p, "Parameter", f"{at}.para[{k}]")
             key = check_type(p["key"], str, f"{at}.para[{k}].key", GraphError)
             if key in params:
                 raise GraphError(f"{at}.para[{k}]: parameter {short(key)} appears twice; give it once")
-            value = p["value"]
-            params[key] = value if type(value) is int else check_int(value, f"{at}.para[{k}].value", GraphError)
+            params[key] = _int32(p["value"], f"{at}.para[{k}].value")
         ops.append(PatternOp(kind, tuple(inputs), tuple(params.items())))
     return tuple(ops)
 
@@ -292,9 +323,8 @@ def _check_op(op: PatternOp, ops: tuple, where: str) -> None:
             raise GraphError(f"{where}.para: {op.type} takes no parameter {short(key)}; valid: "
                              f"{', '.join(spec.params) or 'none'}")
         lo, hi, meaning = PARAM_RANGES[key]
-        if (lo is not None and value < lo) or (hi is not None and value > hi):
-            rng = f"{lo}..{hi}" if lo is not None and hi is not None else f">= {lo}"
-            raise GraphError(f"{where}.para: {key} is {short(value)}; valid: {rng} ({meaning})")
+        if not lo <= value <= hi:
+            raise GraphError(f"{where}.para: {key} is {short(value)}; valid: {lo}..{hi} ({meaning})")
     missing = [k for k in spec.required if op.param(k) is None]
     if missing:
         raise GraphError(f"{where}.para: {op.type} needs {', '.join(missing)}")
@@ -302,7 +332,8 @@ def _check_op(op: PatternOp, ops: tuple, where: str) -> None:
 
 def check_rule_ops(rule: Rule, where: str) -> None:
     """GraphError (naming ``where`` and the field) unless every operator of ``rule`` is in the rule
-    language (``OP_SPECS``) and every output index exists."""
+    language (``OP_SPECS``), every output index exists, no output is mapped twice
+    (``_check_mapped_once``) and every operator is used (``_check_used``)."""
     for side_name, ops in (("srcOp", rule.src), ("dstOp", rule.dst)):
         for i, op in enumerate(ops):
             _check_op(op, ops, f"{where}.{side_name}[{i}]")
@@ -314,6 +345,42 @@ def check_rule_ops(rule: Rule, where: str) -> None:
             if ts >= outs:
                 raise GraphError(f"{where}.mappedOutput[{k}].{key} is {ts}; operator {op} ({ops[op].type}) has "
                                  f"{outs} output(s) (valid: 0..{outs - 1})")
+    _check_mapped_once(rule, where)
+    _check_used(rule, where)
+
+
+def _check_mapped_once(rule: Rule, where: str) -> None:
+    """Each source output is replaced by one destination output, and each destination output replaces
+    one source output: a second entry for either is a repeated or contradictory map (FlexFlow keeps
+    the last entry for a source output; the rewrite would read one of two)."""
+    src_seen: dict[tuple, int] = {}
+    dst_seen: dict[tuple, int] = {}
+    for k, m in enumerate(rule.outputs):
+        at = f"{where}.mappedOutput[{k}]"
+        src, dst = (m.src_op, m.src_ts), (m.dst_op, m.dst_ts)
+        if src in src_seen:
+            raise GraphError(f"{at}: source output {src[1]} of operator {src[0]} ({rule.src[src[0]].type}) is "
+                             f"already mapped by mappedOutput[{src_seen[src]}]; map each source output once")
+        if dst in dst_seen:
+            raise GraphError(f"{at}: destination output {dst[1]} of operator {dst[0]} ({rule.dst[dst[0]].type}) "
+                             f"already replaces a source output in mappedOutput[{dst_seen[dst]}]; each destination "
+                             f"output replaces one source output")
+        src_seen[src], dst_seen[dst] = k, k
+
+
+def _check_used(rule: Rule, where: str) -> None:
+    """Every operator's result is used: read by a later operator of its side or mapped. A source
+    operator that is neither is no part of the pattern's result (a match would lose its output, so
+    the matcher never applies the rule); a destination operator that is neither computes nothing the
+    rewrite keeps."""
+    for side_name, ops, mapped in (("srcOp", rule.src, {m.src_op for m in rule.outputs}),
+                                   ("dstOp", rule.dst, {m.dst_op for m in rule.outputs})):
+        read = {s.op for op in ops for s in op.inputs if not s.external}
+        for i, op in enumerate(ops):
+            if i not in read and i not in mapped:
+                side = "source" if side_name == "srcOp" else "destination"
+                raise GraphError(f"{where}.{side_name}[{i}] ({op.type}): no later {side} operator reads its output "
+                                 f"and mappedOutput does not map it; use it or remove the operator")
 
 
 def load_rules(path: str | Path) -> list[Rule]:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 
 from flexrt.errors import FlexrtError, GraphError
+from flexrt.inputs import clip
 from flexrt.search.substitutions.rule import Rule
 from flexrt.search.substitutions.translate import rule_terms  # noqa: F401  (re-exported)
 
@@ -65,7 +66,7 @@ class VerifyResult:
 
     def __str__(self) -> str:
         by = f" by {self.strategy}" if self.strategy else ""
-        return f"{self.name}: {self.status.value}{by} in {self.seconds:.2f} s [{', '.join(self.tried)}]"
+        return f"{clip(self.name, 80)}: {self.status.value}{by} in {self.seconds:.2f} s [{', '.join(self.tried)}]"
 
 
 # ---- one check, in this process -----------------------------------------------------------------

@@ -98,6 +98,19 @@ def _delete(path: str):
     return change
 
 
+def _combine(*changes):
+    """A change making each of ``changes`` in turn."""
+    def change(doc):
+        for c in changes:
+            c(doc)
+    return change
+
+
+def _relu(op_id: int) -> dict:
+    """A rule file's ReLU operator reading ``op_id`` (output 0)."""
+    return {"_t": "Operator", "type": "OP_RELU", "input": [{"_t": "Tensor", "opId": op_id, "tsId": 0}], "para": []}
+
+
 def _op(key: str, value):
     """A change setting field ``key`` ("view.start") of the first operator."""
     return _set("operators/0/" + key.replace(".", "/"), value)
@@ -439,7 +452,8 @@ RULE_FILES = [
     rules("partition-degree-zero", _set("rule/0/dstOp", [{"type": "OP_PARTITION", "input": [{"opId": -1, "tsId": 0}],
                                                           "para": [{"key": "PM_PARALLEL_DIM", "value": 0},
                                                                    {"key": "PM_PARALLEL_DEGREE", "value": 0}]}]),
-          R0 + r"\.dstOp\[0\] \(OP_PARTITION\)\.para: PM_PARALLEL_DEGREE is 0; valid: >= 2"),
+          R0 + r"\.dstOp\[0\] \(OP_PARTITION\)\.para: PM_PARALLEL_DEGREE is 0; valid: 2\.\.2147483647 \(a parallel "
+               r"degree\)"),
     rules("partition-dim-9", _set("rule/0/dstOp", [{"type": "OP_PARTITION", "input": [{"opId": -1, "tsId": 0}],
                                                     "para": [{"key": "PM_PARALLEL_DIM", "value": 9},
                                                              {"key": "PM_PARALLEL_DEGREE", "value": 2}]}]),
@@ -475,6 +489,39 @@ RULE_FILES = [
           R0 + r"\.mappedOutput\[0\]\.dstOpId: the destination has no operators"),
     rules("duplicate-name", _set("rule/1/name", "flexrt_rule_0"),
           r"r\.json: rule\[1\]\.name: 'flexrt_rule_0' is also the name of rule\[0\]; names must be unique", action="verify"),
+    rules("name-empty", _set("rule/0/name", ""),
+          r"r\.json: rule\[0\]\.name is empty; a rule needs a name that is not blank", action="show 0"),
+    rules("name-blank", _set("rule/1/name", "   "), r"r\.json: rule\[1\]\.name is 3 white-space character\(s\); a rule needs a name"),
+    rules("name-newline", _set("rule/0/name", "a\nb"),
+          r"r\.json: rule\[0\]\.name 'a\\nb' holds the control character '\\n'; a name is one line of text"),
+    rules("name-long", _combine(_set("rule/0/name", "n" * 300), _set("rule/0/srcOp/0/type", "OP_WARP")),
+          r"r\.json: rule\[0\] \('n{36}\.\.\. \(302 characters\)\)\.srcOp\[0\]\.type is 'OP_WARP'", action="verify"),
+    rules("duplicate-long-name", _combine(_set("rule/0/name", "n" * 300), _set("rule/1/name", "n" * 300)),
+          r"r\.json: rule\[1\]\.name: 'n{76}\.\.\. \(302 characters\) is also the name of rule\[0\]"),
+    rules("map-source-twice", lambda d: d["rule"][0]["mappedOutput"].append(dict(d["rule"][0]["mappedOutput"][0])),
+          R0 + r"\.mappedOutput\[1\]: source output 0 of operator 0 \(OP_EW_ADD\) is already mapped by "
+               r"mappedOutput\[0\]; map each source output once"),
+    rules("map-destination-twice", lambda d: d["rule"][3]["mappedOutput"].append(
+              {"_t": "MapOutput", "srcOpId": 0, "srcTsId": 0, "dstOpId": 1, "dstTsId": 0}),
+          r"rule\[3\] \('flexrt_rule_3'\)\.mappedOutput\[1\]: destination output 0 of operator 1 \(OP_LINEAR\) "
+          r"already replaces a source output in mappedOutput\[0\]; each destination output replaces one", action="verify"),
+    rules("source-op-unused", lambda d: d["rule"][0]["srcOp"].append(_relu(-1)),
+          R0 + r"\.srcOp\[1\] \(OP_RELU\): no later source operator reads its output and mappedOutput does not map "
+               r"it; use it or remove the operator"),
+    rules("destination-op-unused", lambda d: d["rule"][0]["dstOp"].append(_relu(0)),
+          R0 + r"\.dstOp\[1\] \(OP_RELU\): no later destination operator reads its output", action="show 0"),
+    rules("scalar-huge", _set("rule/2/dstOp/0/para/0/value", 10 ** 30),
+          r"rule\[2\] \('flexrt_rule_2'\)\.dstOp\[0\]\.para\[0\]\.value is 1000000000000000000000000000000; "
+          r"valid: -2147483648\.\.2147483647 \(FlexFlow reads a rule file's integers into 32-bit C\+\+ ints\)"),
+    rules("scalar-4000-digits", _set("rule/2/dstOp/0/para/0/value", -int("9" * 4000)),
+          r"para\[0\]\.value is -9{76}\.\.\. \(4001 characters\); valid: -2147483648\.\.2147483647", action="verify"),
+    rules("opid-huge", _set("rule/0/srcOp/0/input/0/opId", -2 ** 31 - 1),
+          S0 + r"\.input\[0\]\.opId is -2147483649; valid: -2147483648\.\.2147483647"),
+    rules("tsid-huge", _set("rule/0/srcOp/0/input/0/tsId", 2 ** 31),
+          S0 + r"\.input\[0\]\.tsId is 2147483648; valid: 0\.\.2147483647"),
+    rules("map-ts-huge", _set("rule/0/mappedOutput/0/dstTsId", 10 ** 20),
+          R0 + r"\.mappedOutput\[0\]\.dstTsId is 100000000000000000000; valid: 0\.\.2147483647"),
+    rules("show-empty-file", _set("rule", []), r"rule 0 does not exist: .*r\.json holds no rules", action="show 0"),
     rules("show-unknown-type", _set("rule/1/dstOp/0/type", "OP_WARP"),
           r"rule\[1\] \('flexrt_rule_1'\)\.dstOp\[0\]\.type is 'OP_WARP'; valid: OP_LINEAR", action="show 1"),
     case("rules-show-out-of-range", "substitutions show 9 --file {r.json}", r"rule 9 does not exist; valid: 0\.\.3",

@@ -56,6 +56,17 @@ def test_show_prints_two_graphs_and_the_output_map(lib, capsys):
     assert doc["name"] == "needs_y" and doc["applicable"] is False
 
 
+def test_show_cuts_a_long_name_and_json_keeps_it(tmp_path, capsys):
+    rule = Rule("n" * 5000, UNUSABLE.src, UNUSABLE.src, UNUSABLE.outputs)
+    lib = str(save_rules(tmp_path / "long.json", [rule]))
+    assert main(["substitutions", "show", "0", "--file", lib]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("rule 0: nnn") and "... (5000 characters)  (1 -> 1 operators)" in first
+    assert len(first) < 200
+    assert main(["substitutions", "show", "0", "--file", lib, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["name"] == "n" * 5000
+
+
 def test_show_out_of_range_and_missing_file(lib, tmp_path, capsys):
     assert main(["substitutions", "show", "9", "--file", lib]) == 1
     assert "valid: 0..5" in capsys.readouterr().err

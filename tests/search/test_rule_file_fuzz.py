@@ -103,3 +103,97 @@ def test_new_operators_with_good_parameters_load(t, n, params):
     path.write_bytes(_one_op_file(t, n, params))
     (rule,) = load_rules(path)
     assert rule.src[0].type == t and len(rule.src[0].inputs) == n and dict(rule.src[0].params) == params
+
+
+def _rule_file(rule: dict, *more: dict) -> Path:
+    path = FOLDER / "bad.json"
+    path.write_text(json.dumps({"_t": "RuleCollection", "rule": [rule, *more]}))
+    return path
+
+
+def _ops(*types_and_inputs) -> list:
+    return [{"_t": "Operator", "type": t, "input": [{"_t": "Tensor", "opId": i, "tsId": 0} for i in ins], "para": []}
+            for t, ins in types_and_inputs]
+
+
+def _map(src_op: int, dst_op: int, src_ts: int = 0, dst_ts: int = 0) -> dict:
+    return {"_t": "MapOutput", "srcOpId": src_op, "srcTsId": src_ts, "dstOpId": dst_op, "dstTsId": dst_ts}
+
+
+ADD = {"_t": "Rule", "name": "r", "srcOp": _ops(("OP_EW_ADD", (-1, -2))), "dstOp": _ops(("OP_EW_ADD", (-2, -1))),
+       "mappedOutput": [_map(0, 0)]}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"name": ""}, r"bad\.json: rule\[0\]\.name is empty; a rule needs a name that is not blank"),
+    ({"name": " \t"}, r"bad\.json: rule\[0\]\.name is 2 white-space character\(s\); a rule needs a name"),
+    ({"name": "a\nb"}, r"rule\[0\]\.name 'a\\nb' holds the control character '\\n'"),
+    ({"mappedOutput": [_map(0, 0), _map(0, 0)]},
+     r"rule\[0\] \('r'\)\.mappedOutput\[1\]: source output 0 of operator 0 \(OP_EW_ADD\) is already mapped by "
+     r"mappedOutput\[0\]; map each source output once"),
+    ({"dstOp": _ops(("OP_RELU", (-1,)), ("OP_RELU", (-1,))), "mappedOutput": [_map(0, 0), _map(0, 1)]},
+     r"mappedOutput\[1\]: source output 0 of operator 0 \(OP_EW_ADD\) is already mapped by mappedOutput\[0\]"),
+    ({"srcOp": _ops(("OP_RELU", (-1,)), ("OP_RELU", (-1,))), "dstOp": _ops(("OP_RELU", (-1,))),
+      "mappedOutput": [_map(0, 0), _map(1, 0)]},
+     r"mappedOutput\[1\]: destination output 0 of operator 0 \(OP_RELU\) already replaces a source output in "
+     r"mappedOutput\[0\]; each destination output replaces one source output"),
+    ({"srcOp": _ops(("OP_EW_ADD", (-1, -2)), ("OP_RELU", (0,)))},
+     r"rule\[0\] \('r'\)\.srcOp\[1\] \(OP_RELU\): no later source operator reads its output and mappedOutput does "
+     r"not map it"),
+    ({"dstOp": _ops(("OP_RELU", (-1,)), ("OP_EW_ADD", (-2, -1)))}, r"\.dstOp\[1\] \(OP_EW_ADD\): no later "
+                                                                  r"destination operator reads its output"),
+    ({"dstOp": [{"type": "OP_SCALAR_MULTIPLY", "input": [{"opId": -1, "tsId": 0}],
+                 "para": [{"key": "PM_SCALAR", "value": 2 ** 31}]}]},
+     r"dstOp\[0\]\.para\[0\]\.value is 2147483648; valid: -2147483648\.\.2147483647 \(FlexFlow reads"),
+    ({"dstOp": [{"type": "OP_PARTITION", "input": [{"opId": -1, "tsId": 0}],
+                 "para": [{"key": "PM_PARALLEL_DIM", "value": 0}, {"key": "PM_PARALLEL_DEGREE", "value": 10 ** 40}]}]},
+     r"dstOp\[0\]\.para\[1\]\.value is 1{1}0{40}; valid: -2147483648\.\.2147483647"),
+    ({"srcOp": _ops(("OP_EW_ADD", (-10 ** 12, -2)))}, r"srcOp\[0\]\.input\[0\]\.opId is -1000000000000; valid: "),
+    ({"mappedOutput": [_map(0, 0, src_ts=2 ** 40)]},
+     r"mappedOutput\[0\]\.srcTsId is 1099511627776; valid: 0\.\.2147483647"),
+])
+def test_structural_nonsense_is_a_graph_error_naming_rule_and_field(change, message):
+    with pytest.raises(GraphError, match=message):
+        load_rules(_rule_file({**ADD, **change}))
+
+
+def test_a_long_name_is_cut_in_messages():
+    long = {**ADD, "name": "n" * 5000}
+    with pytest.raises(GraphError) as e:
+        load_rules(_rule_file(long, long))
+    assert "is also the name of rule[0]" in str(e.value) and "(5002 characters)" in str(e.value)
+    assert len(str(e.value)) < 300
+    with pytest.raises(GraphError) as e:
+        load_rules(_rule_file({**long, "srcOp": _ops(("OP_WARP", (-1,)))}))
+    assert "(5002 characters)).srcOp[0].type is 'OP_WARP'" in str(e.value) and len(str(e.value)) < 1000
+    (rule,) = load_rules(_rule_file(long))   # a long name that is not blank is a name
+    assert rule.name == "n" * 5000
+
+
+@pytest.mark.parametrize("change", [
+    {"srcOp": _ops(("OP_EW_ADD", (-1, -3))), "dstOp": _ops(("OP_EW_ADD", (-3, -1)))},  # FlexFlow's numbering has gaps
+    {"dstOp": _ops(("OP_EW_ADD", (-2, -4)))},                                     # unusable, reported, not refused
+    {"dstOp": [{"type": "OP_SCALAR_MULTIPLY", "input": [{"opId": -1, "tsId": 0}],
+                "para": [{"key": "PM_SCALAR", "value": -2 ** 31}]}]},
+    {"srcOp": [{"type": "OP_SPLIT", "input": [{"opId": -1, "tsId": 0}], "para": [{"key": "PM_AXIS", "value": 0}]}],
+     "dstOp": _ops(("OP_RELU", (-1,)), ("OP_RELU", (-2,))), "mappedOutput": [_map(0, 0), _map(0, 1, 1, 0)]},
+])
+def test_legitimate_rules_still_load(change):
+    (rule,) = load_rules(_rule_file({**ADD, **change}))
+    assert rule.name == "r"
+
+
+def test_an_empty_rule_list_loads_as_no_rules():
+    """FlexFlow's format allows it and ``generate`` writes one when nothing is proved (its record beside
+    it says why); ``load_library`` and ``show`` refuse it."""
+    path = FOLDER / "empty.json"
+    save_rules(path, [])
+    assert load_rules(path) == []
+
+
+def test_the_shipped_rule_files_still_load():
+    for path in library_files():
+        assert len(load_rules(path)) == len(json.loads(path.read_text())["rule"])
+    from tests.search.test_library import FLEXFLOW_FILE
+    if FLEXFLOW_FILE.is_file():   # FlexFlow's own file (not shipped): every rule, names unique, maps one to one
+        assert len(load_rules(FLEXFLOW_FILE)) == 640
