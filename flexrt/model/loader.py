@@ -40,6 +40,7 @@ from typing import Any, Iterator, Optional, Sequence
 
 from flexrt.errors import ConfigError, FlexrtError
 from flexrt.inputs import clip, read_text, short
+from flexrt.ir.op_type import OpType
 from flexrt.model import _capture
 from flexrt.model.config import FFConfig
 from flexrt.model.ffmodel import FFModel
@@ -343,7 +344,6 @@ def load_model(model: str, argv: Sequence[str] = ()) -> LoadedModel:
 
 def _check_has_operators(model: FFModel, name: str, path) -> None:
     """A model to show, simulate or train computes something: refuse one of inputs only."""
-    from flexrt.ir.op_type import OpType
     nodes = model.pcg.nodes
     if not any(n.op_type not in (OpType.INPUT, OpType.WEIGHT) for n in nodes):
         inputs = [n.name for n in nodes if n.op_type is OpType.INPUT]
