@@ -18,8 +18,9 @@ Every strategy here, the chosen algorithm's and the baselines it is compared wit
 from __future__ import annotations
 
 from flexrt.cli._common import (add_comm_cost_flag, add_fused_cost_flag, add_fusion_flag, add_json_flag,
-                                check_comm_cost, check_model_flags, comm_cost_model, count, emit_json,
-                                fused_cost_model, fused_result, fusion_arg, number, warn_data_parallel)
+                                add_precision_flags, check_comm_cost, check_model_flags, comm_cost_model, count,
+                                emit_json, fused_cost_model, fused_result, fusion_arg, number, precision_arg,
+                                warn_data_parallel)
 from flexrt.errors import ConfigError
 from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.machine import load_machine
@@ -73,6 +74,7 @@ def add_arguments(parser) -> None:
                         "improvement (default 1000)")
     parser.add_argument("--methods", help="disco: comma-separated subset of op,dup,allreduce (default all)")
     add_fusion_flag(parser, "the found strategy; with --algo disco, the plan the search starts from")
+    add_precision_flags(parser)
     parser.add_argument("--seed", type=count(0), default=0)
     parser.add_argument("--only-data-parallel", action="store_true", default=None)
     parser.add_argument("--enable-parameter-parallel", action="store_true", default=None,
@@ -161,7 +163,7 @@ def run(args, extra) -> int:
     _check_against_machine(args, machine)
     check_comm_cost(args, machine)
     loaded = load_model(args.model, extra)
-    base = loaded.model.pcg
+    base = precision_arg(args, loaded.model.pcg)
     budget = args.budget if args.budget is not None else cfg.search_budget
     space = _space(args, cfg)
     options = _options(args, cfg, loaded.name)
@@ -205,6 +207,7 @@ def run(args, extra) -> int:
     if args.json:
         emit_json({"model": loaded.name, "machine": machine.name, "num_devices": machine.num_devices,
                    "algorithm": args.algo, "space": str(space), "budget": budget, "seed": args.seed,
+                   "precision": args.precision,
                    "fusion": args.fusion, "fused_cost": args.fused_cost, "comm_cost": args.comm_cost,
                    "unfused_s": unfused_s,
                    "iteration_time_s": result.cost_s, "data_parallel_s": dp.cost_s,
@@ -222,6 +225,7 @@ def _print_text(args, model_name: str, machine, space, budget: int, result, dp, 
     log = result.log
     print(f"model {model_name} on {machine.name}: {machine.num_nodes} node(s), {machine.num_devices} devices; "
           f"{args.algo} over {space}" + (f", budget {budget}, seed {args.seed}" if args.algo in SEARCHES else "")
+          + (f"; {args.precision} mixed precision" if args.precision != "fp32" else "")
           + ("; AllReduces timed by the machine's measured T = C x + D" if args.comm_cost == "measured" else ""))
     if args.algo in ("unity", "sequential"):
         n = log.notes

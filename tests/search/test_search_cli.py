@@ -180,3 +180,21 @@ def test_compile_search_algorithm_unity_and_unknown(calls):
     with pytest.raises(ConfigError, match="flag --search-algorithm got 'annealing'; valid: one of mcmc, unity, "
                                           "sequential, exhaustive"):
         _tiny_model(["--budget", "2", "--search-algorithm", "annealing"])
+
+
+@pytest.mark.parametrize("algo", ["mcmc", "unity"])
+def test_search_cli_searches_the_model_in_its_precision(capsys, tmp_path, algo):
+    """``--precision fp16``: the search, its baselines and the strategy it exports are the 16-bit
+    model's (simulating the export in fp16 gives the time the search reports); fp32 is slower."""
+    out = tmp_path / "s.json"
+    common = ["search", "mlp", "-b", "64", "--machine", "dgx1_v100", "--algo", algo, "--budget", "3", "--no-progress",
+              "--json"]
+    assert main(common + ["--precision", "fp16", "--export", str(out)]) == 0
+    half = json.loads(capsys.readouterr().out)
+    assert main(common) == 0
+    full = json.loads(capsys.readouterr().out)
+    assert half["precision"] == "fp16" and full["precision"] == "fp32"
+    assert half["data_parallel_s"] < full["data_parallel_s"] and half["iteration_time_s"] < full["iteration_time_s"]
+    assert main(["simulate", "mlp", "-b", "64", "--machine", "dgx1_v100", "--strategy", str(out), "--precision", "fp16",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["iteration_time_s"] == pytest.approx(half["iteration_time_s"], rel=1e-9)
