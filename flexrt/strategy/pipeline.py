@@ -54,8 +54,9 @@ from flexrt.ir.pcg import PCG, TensorRef
 from flexrt.ir.tensor_shape import TensorShape
 from flexrt.ir.registry import op_def
 from flexrt.machine import Machine
+from flexrt.machine.views import view_devices
 from flexrt.strategy.config import ConfigStrategy, OpConfig, data_shapes, is_compute, op_shapes, wiring_of
-from flexrt.strategy.space import config_at
+from flexrt.strategy.space import all_axes, config_at
 
 SEP = ".mb"   # copy j of operator or input "x" is named "x.mb{j}"
 
@@ -469,8 +470,6 @@ def pipeline_from_json(data, base: PCG, machine: Machine, where: str, view_from_
         raise StrategyError(f"{where}: {'missing ' + ', '.join(missing) if missing else 'unknown key ' + unknown[0]}; "
                             f"valid keys: {', '.join(_PIPELINE_FIELDS)}")
     ops = _operator_entries(data["operators"], base, f"{where}.operators")
-    from flexrt.machine.views import view_devices
-    from flexrt.strategy.space import all_axes
     stages = data["stages"]
     width = machine.num_devices // stages if isinstance(stages, int) and not isinstance(stages, bool) and \
         stages >= 1 else machine.num_devices
