@@ -10,6 +10,9 @@ what is simulated is what runs (DESIGN.md "One task graph, two consumers"):
   ``Fused``, runs the members one after the other;
 - a duplicated member is recomputed inside the group: the group's task waits for what the member
   waits for instead of the member, whose own task stays for its other consumers;
+- with activation recomputation (``flexrt.simulator.recompute_lowering``): a forward group's recomputed
+  members of one segment are recomputed as one fused task, and a backward group that merges a
+  segment's backward with a consumer's moves the segment's recompute trigger (``fused_triggers``);
 - a gradient bucket becomes one ring AllReduce: the rings of its weights over one device group are
   merged hop by hop (each member's send carries the concatenation, timed by the machine's links for
   the summed bytes) and sum by sum, so it starts when every member's gradient is ready; its
@@ -32,10 +35,12 @@ from flexrt.errors import StrategyError
 from flexrt.ir.tensor_shape import TensorShape
 from flexrt.simulator.actions import Buf, Fused, RingGroup, RingStep
 from flexrt.simulator.cost_model import AnalyticCostModel, FusedMember, ring_sum_time
+from flexrt.simulator.recompute_lowering import fused_triggers, trigger_groups
 from flexrt.simulator.task_graph import CATEGORIES, KIND_CODE, Task, TaskGraph, TaskKind, _KINDS, _TaskView
-from flexrt.strategy.fusion import FusionPlan, check_fusion
+from flexrt.strategy.fusion import FusionGroup, FusionPlan, check_fusion
 
 _FWD, _BWD = KIND_CODE[TaskKind.FORWARD], KIND_CODE[TaskKind.BACKWARD]
+_RECOMPUTE = KIND_CODE[TaskKind.RECOMPUTE]
 _REDUCE, _TRANSFER = KIND_CODE[TaskKind.REDUCE], KIND_CODE[TaskKind.TRANSFER]
 _ANALYTIC = AnalyticCostModel()
 
@@ -110,6 +115,11 @@ class FusedGraph:
         merges: list[_Merge] = []
         for gi, g in enumerate(plan.groups):
             merges += self._cached(("group", g.ops, g.phase, g.duplicate, gi), lambda: self._merge_group(gi, g))
+        self._retrigger = fused_triggers(lowering, plan)
+        if getattr(lowering, "recompute_tasks", None):
+            groups = trigger_groups(lowering, plan)
+            for gi, g in enumerate(plan.groups):
+                merges += self._merge_recompute(gi, g, groups)
         for bi, bucket in enumerate(plan.buckets):
             merges += self._cached(("bucket", bucket, bi), lambda: self._merge_bucket(bi, bucket))
         self._merges = merges
@@ -160,6 +170,34 @@ class FusedGraph:
                 name = (f"fused {'fwd' if phase == 0 else 'bwd'} g{gi}({'+'.join(order[:3])}"
                         f"{'+...' if len(order) > 3 else ''})[{p}]")
             out.append(_Merge(_FWD if phase == 0 else _BWD, dev, exe, tuple(ids), None, action, name, tuple(dups)))
+        return out
+
+    def _merge_recompute(self, gi: int, g, groups: list) -> list:
+        """A forward group's owned members recomputed in one trigger group (``trigger_groups``), two
+        or more, as one RECOMPUTE task per piece: the fused kernel run again, timed as the fused
+        forward of those members. Not where a recomputed duplicate of the group belongs to that
+        trigger group (its own recompute task runs between theirs)."""
+        low, col = self._lowering, self._col
+        if g.phase != "forward":
+            return []
+        out = []
+        for members in groups:
+            inside = set(members)
+            run = [o for o in members if o in g.owned and o in low.recompute_tasks]
+            if len(run) < 2 or any(d in inside and d in low.recompute_tasks for d in g.duplicate):
+                continue
+            sub = FusionGroup(tuple(run))
+            for p, dev in enumerate(low.layout(run[0]).devices):
+                ids = tuple(low.recompute_tasks[o][p] for o in run)
+                times = [float(col["exe"][t]) for t in ids]
+                exe = fused_piece_time(low.cost, fused_members(low, run, sub, p), "forward", times, low._spec(dev))
+                if not exe > 0:
+                    raise StrategyError(f"fusion group {gi}: the cost model gave a non-positive time {exe!r}")
+                action, name = None, ""
+                if self.detail:
+                    action = Fused(gi, tuple(self.base.info[t][3] for t in ids), (False,) * len(ids))
+                    name = f"fused recompute g{gi}({'+'.join(run[:3])}{'+...' if len(run) > 3 else ''})[{p}]"
+                out.append(_Merge(_RECOMPUTE, dev, exe, ids, None, action, name, ()))
         return out
 
     # ---- buckets ----------------------------------------------------------------------------------
@@ -240,6 +278,10 @@ class FusedGraph:
         self._new_xfer = rows
         src, dst = self.base.core.edge_arrays()
         src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+        if self._retrigger is not None:       # the recompute triggers the plan's backward groups move
+            (old_s, old_d), (new_s, new_d) = self._retrigger
+            stale = np.isin(src * n + dst, old_s * n + old_d)
+            src, dst = np.concatenate([src[~stale], new_s]), np.concatenate([dst[~stale], new_d])
         s, d = rep[src], rep[dst]
         keep = s != d
         dups = [(t, n + k) for k, x in enumerate(merges) for t in x.dups]

@@ -19,9 +19,16 @@ Order (dependencies):
   checkpointed block when back-propagation reaches it. Across processes these are messages. One segment's activations are
   therefore live at a time on a device, which is what the static memory count charges.
 
-Recomputing ops are lowered whole (no delta); recomputation and a fusion plan are not combined yet.
+With a fusion plan (``flexrt.simulator.fusion.FusedGraph``): a backward group that merges a member's
+backward with the backward of a consumer outside its segment makes that consumer part of the
+segment for the trigger (``trigger_groups``): the segment then starts recomputing once the gradients
+entering the fused task from outside are ready (waiting for the consumer's own backward, which is
+inside the fused task, would be a cycle). A forward group's recomputed members of one segment are
+recomputed as one fused task (the fused kernel run again).
 
-Entry points: ``recompute_copies``, ``lower_recompute``.
+Recomputing ops are lowered whole (no delta).
+
+Entry points: ``recompute_copies``, ``lower_recompute``, ``trigger_groups``, ``fused_triggers``.
 """
 
 from __future__ import annotations
@@ -31,7 +38,6 @@ from collections import defaultdict
 
 import numpy as np
 
-from flexrt.errors import NotYetAvailableError
 from flexrt.simulator.actions import BufKind, Forward, Key, own_buf
 from flexrt.simulator.task_graph import KIND_CODE, Owner, OwnerKind, TaskKind, sorted_runs
 from flexrt.strategy.pipeline import source_of
@@ -44,9 +50,6 @@ def recompute_copies(strategy) -> frozenset:
     names = getattr(strategy, "recompute", frozenset())
     if not names:
         return frozenset()
-    if getattr(strategy, "fusion", None):
-        raise NotYetAvailableError("a strategy with both a fusion plan and activation recomputation: the fused "
-                                   "task graph does not carry recompute tasks yet; drop one of the two")
     if getattr(strategy, "pipeline", None) is None:
         return frozenset(names)
     return frozenset(c for c in strategy.wiring().ops if source_of(c)[0] in names)
@@ -87,7 +90,6 @@ def lower_recompute(low) -> None:
     size = low.core.size
     src, dst = low.core.edge_arrays()
     rtask = np.full(size, -1, dtype=np.int64)       # a recomputed operator's forward piece -> its recompute task
-    is_back = np.zeros(size, dtype=bool)
     code = KIND_CODE[TaskKind.RECOMPUTE]
     forwards, recomputes, backwards = [], [], []
     for name in order:
@@ -100,16 +102,19 @@ def lower_recompute(low) -> None:
         recomputes.extend(tasks)
         backwards.extend(bwd)
     rtask[np.array(forwards, dtype=np.int64)] = recomputes
-    is_back[np.array(backwards, dtype=np.int64)] = True
     low.core.pairs(recomputes, backwards)
     # a recomputed producer's forward handing its operand to a recomputed forward on its device
     local = (rtask[src] >= 0) & (rtask[dst] >= 0)
     low.core.pairs(rtask[src[local]], rtask[dst[local]])
     chained = np.zeros(low.core.size, dtype=bool)    # recompute tasks that wait for another one
     chained[rtask[dst[local]]] = True
-    into_back = is_back[dst]
     segments = _segments(low, ops)
-    _trigger(low, segments, chained, src[into_back], dst[into_back])
+    low.recompute_segments = segments
+    low.recompute_chained = chained
+    pairs = _trigger(low, segments, chained, (src, dst))
+    low.recompute_trigger = pairs
+    for g, before, ts in pairs:
+        low._edges(Owner.op(segments[g][0]), before, ts)
     if low.detail:
         _detail(low, order)
     _working_set(low, segments)
@@ -146,47 +151,104 @@ def _detail(low, order: list) -> None:
                                    dataclasses.replace(action, operands=ra.operands, outputs=ra.outputs))
 
 
-def _trigger(low, segments: list, chained, src, dst) -> None:
-    """Each segment's recomputation waits for every gradient entering its backward from outside: its
-    recompute tasks that wait for no other one (not ``chained``) wait, on each device, for what its
-    members' backwards there wait for from a consumer outside the segment (that consumer's backward
-    on the same device, or the transfer bringing its gradient), unless that consumer's backward
-    itself waits for the segment (it feeds back into it). ``src -> dst``: the edges into the
-    recomputed operators' backward tasks."""
-    cols = low.graph.columns()
-    owner_col, device_col = cols["owner"], cols["device"]
+def _trigger(low, groups: list, chained, edges=None) -> list[tuple]:
+    """Each group's recomputation waits for every gradient entering its members' backwards from
+    outside: its recompute tasks that wait for no other one (not ``chained``) wait, on each device,
+    for what its members' backwards there wait for from a consumer outside the group (that
+    consumer's backward on the same device, or the transfer bringing its gradient), unless that
+    consumer's backward itself waits for the group (it feeds back into it). A group is a segment,
+    or a segment with the consumers whose backward a fusion plan merges with it
+    (``trigger_groups``). Returns (group index, tasks waited for, recompute tasks) per group and
+    device, as the lowering adds them (``fan``). ``edges``: the graph's (sources, destinations), else
+    read from it (edges out of the recompute tasks are their own members', never entering)."""
     backs, back_seg, recs, rec_seg = [], [], [], []
-    for k, seg in enumerate(segments):
+    for k, seg in enumerate(groups):
         for name in seg:
-            b, r = low.op_tasks[name][1], low.recompute_tasks[name]
+            b, r = low.op_tasks[name][1], low.recompute_tasks.get(name, ())
             backs.extend(b)
             back_seg.extend([k] * len(b))
             recs.extend(r)
             rec_seg.extend([k] * len(r))
-    seg_of = np.full(len(owner_col), -1, dtype=np.int64)     # a member's backward task -> its segment
+    src, dst = edges if edges is not None else low.core.edge_arrays()
+    src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+    seg_of = np.full(low.core.size, -1, dtype=np.int64)     # a member's backward task -> its group
     seg_of[np.array(backs, dtype=np.int64)] = back_seg
+    into = seg_of[dst] >= 0
+    src, dst = src[into], dst[into]
+    cols = low.graph.columns()
+    owner_col, device_col = cols["owner"], cols["device"]
     sk, oa = seg_of[dst], owner_col[src].astype(np.int64)
     width = int(oa.max(initial=0)) + 1
-    uniq, inverse = np.unique(sk * width + oa, return_inverse=True)     # (segment, the predecessor's owner)
+    uniq, inverse = np.unique(sk * width + oa, return_inverse=True)     # (group, the predecessor's owner)
     keys = low.graph.owner_keys
-    member_sets = [set(seg) for seg in segments]
+    member_sets = [set(seg) for seg in groups]
     entering = np.fromiter((_entering(low, keys[int(u % width)], member_sets[int(u // width)]) for u in uniq),
                            dtype=bool, count=len(uniq))[inverse]
-    # per (segment, device): what enters there
+    # per (group, device): what enters there
     grp = sk[entering] * low.core.size + device_col[dst[entering]]
     a = src[entering]
     by = np.lexsort((a, grp))
     outside = {g: np.unique(part).tolist() for g, part in sorted_runs(grp[by], a[by])}
-    # per (segment, device): its recompute tasks that wait for no other one, in emission order
+    # per (group, device): its recompute tasks that wait for no other one, in emission order
     recs, rec_seg = np.array(recs, dtype=np.int64), np.array(rec_seg, dtype=np.int64)
     free = ~chained[recs]
     recs, rec_seg = recs[free], rec_seg[free]
     grp = rec_seg * low.core.size + device_col[recs]
     by = np.argsort(grp, kind="stable")
+    out = []
     for g, ts in sorted_runs(grp[by], recs[by]):
         before = outside.get(g)
         if before:
-            low._edges(Owner.op(segments[g // low.core.size][0]), before, ts.tolist())
+            out.append((g // low.core.size, before, ts.tolist()))
+    return out
+
+
+def trigger_groups(low, plan) -> list[list[str]]:
+    """The lowering's recompute segments grown by ``plan``'s backward groups (module doc): a consumer
+    outside a group whose gradient enters it and whose backward a backward fusion group merges with
+    a member's joins it, until none does; groups sharing an operator become one. Operators in graph
+    order within a group."""
+    segments = low.recompute_segments
+    bgroup = {o: gi for gi, g in enumerate(plan.groups) if g.phase == "backward" for o in g.ops}
+    if not any(o in bgroup for seg in segments for o in seg):
+        return segments
+    groups = [set(seg) for seg in segments]
+    changed = True
+    while changed:
+        changed = False
+        for members in groups:
+            fused = {bgroup[o] for o in members if o in bgroup}
+            joins = {c for o in members for c, _ in low.consumers.get(o, ())
+                     if c not in members and bgroup.get(c) in fused and not _reaches(low, c, members)}
+            if joins:
+                members |= joins
+                changed = True
+        merged: list[set] = []
+        for members in groups:                 # groups sharing an operator are one
+            for other in [m for m in merged if m & members]:
+                merged.remove(other)
+                members = members | other
+                changed = True
+            merged.append(members)
+        groups = merged
+    return [[name for name in low.wiring.ops if name in members] for members in groups]
+
+
+def fused_triggers(low, plan):
+    """None where ``plan`` leaves the recompute triggers as lowered; else (the lowering's trigger
+    edges, the edges that replace them) as (source, destination) arrays of its task ids."""
+    if not getattr(low, "recompute_tasks", None):
+        return None
+    groups = trigger_groups(low, plan)
+    if groups is low.recompute_segments:
+        return None
+    return _pair_arrays(low.recompute_trigger), _pair_arrays(_trigger(low, groups, low.recompute_chained))
+
+
+def _pair_arrays(pairs) -> tuple:
+    src = [a for _, before, ts in pairs for a in before for _ in ts]
+    dst = [b for _, before, ts in pairs for _ in before for b in ts]
+    return np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
 
 
 def _entering(low, owner, members: set) -> bool:

@@ -52,10 +52,7 @@ def add_arguments(parser) -> None:
 
 
 def _strategy(args, base, machine):
-    strategy = _chosen(args, base, machine)
-    if args.recompute != "none" and args.fusion != "off":
-        raise ConfigError("--recompute and --fusion are not combined yet: give one of them")
-    return recompute_arg(args, base, strategy)
+    return recompute_arg(args, base, _chosen(args, base, machine))
 
 
 def _chosen(args, base, machine):

@@ -292,14 +292,9 @@ def strategy_from_json(data: dict, base: Optional[PCG], machine: Machine, source
     for i, n in enumerate(names):
         check_type(n, str, f"{source}: recompute[{i}]", StrategyError)
     try:
-        out = strategy.with_recompute(names)
+        return strategy.with_recompute(names)
     except FlexrtError as e:
         raise StrategyError(f"{source}: {e}") from None
-    if out.recompute and getattr(strategy, "fusion", None):
-        raise StrategyError(f"{source}: recompute: a strategy with both a fusion plan and activation recomputation "
-                            f"cannot be simulated or run yet (the fused task graph has no recompute tasks); drop "
-                            f"\"fusion\" or \"recompute\"")
-    return out
 
 
 def _is_flexflow_text(path: str, text: str) -> bool:

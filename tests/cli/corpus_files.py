@@ -328,9 +328,8 @@ PLANS = [
           r"s\.json: fusion: gradient bucket 0 \(tower0\.dense7\.kernel\): a bucket synchronizes at least two weights"),
     fused("not-convex", _set("fusion/groups/0/ops", ["tower0.dense0", "softmax"]),
           r"s\.json: fusion: fusion groups \[0, 1\] form a cycle"),
-    fused("and-recompute", _set("recompute", ["softmax"]),
-          r"s\.json: recompute: a strategy with both a fusion plan and activation recomputation cannot be simulated "
-          r"or run yet .*drop \"fusion\" or \"recompute\""),
+    fused("recompute-unknown", _set("recompute", ["nosuch"]),
+          r"s\.json: recompute: 'nosuch' is not a compute operator of the model \(e\.g\. "),
     # -- pipelines: stage_of and operators checked against the model, views against the stage's block
     pipelined("stage-of-unknown", _set("pipeline/stage_of/nosuch", 0),
               PIPE + r": stage_of: 'nosuch' is not a compute operator of the model; its operators: 'tower0\.dense0'"),

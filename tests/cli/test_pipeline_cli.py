@@ -80,8 +80,12 @@ def test_recompute_flag_on_simulate_and_train(capsys):
     assert full["compute_time_s"] > plain["compute_time_s"]
     assert max(d["activations"] for d in full["memory_bytes"].values()) < \
         max(d["activations"] for d in plain["memory_bytes"].values())
-    assert main(base[:-1] + ["--recompute", "selective", "--fusion", "xla"]) == 1
-    assert "--recompute and --fusion are not combined yet" in capsys.readouterr().err
+    assert main(base + ["--recompute", "full", "--fusion", "xla"]) == 0   # the fused graph carries the recompute tasks
+    fused = json.loads(capsys.readouterr().out)
+    assert fused["recompute"] == full["recompute"]
+    assert fused["compute_time_s"] < full["compute_time_s"]
+    assert max(d["activations"] for d in fused["memory_bytes"].values()) < \
+        max(d["activations"] for d in plain["memory_bytes"].values())
     assert main(["train", "mlp_unity_fig2", "-b", "16", "--machine", "local", "--recompute", "full", "--steps", "2",
                  "--lr", "0.1"]) == 0
     assert "full recomputation" in capsys.readouterr().out

@@ -404,26 +404,31 @@ def test_fused_plans_spanning_ranks_train_like_one_device():
     from tests.runtime.test_mpi import mpirun
     r = mpirun(2, "law", script=Path(__file__))
     assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.count("OK ") == 3, r.stdout
+    assert r.stdout.count("OK ") == 4, r.stdout
 
 
 def _mpi_law() -> None:
     """Under ``mpiexec -n 2``: fused data-parallel plans on a 4-device machine (two devices per rank)
-    train like one device, their rings (buckets included) spanning the ranks."""
+    train like one device, their rings (buckets included) spanning the ranks; one with full
+    activation recomputation too."""
     global MACHINE
     from flexrt.machine import local_machine
     from flexrt.runtime import mpi
     MACHINE = local_machine(4)
     comm = mpi.world()
-    for model, name in [("mlp", "everything"), ("cnn", "both"), ("transformer", "duplicate")]:
-        strategy = data_parallel(pcg_of(model), MACHINE, 4)
+    from flexrt.strategy.config import wiring_of
+    from flexrt.strategy.recompute import recompute_set
+    for model, name, again in [("mlp", "everything", False), ("cnn", "both", False), ("transformer", "duplicate", False),
+                               ("mlp", "everything", True)]:
+        strategy = data_parallel(pcg_of(model), MACHINE, 4).with_recompute(
+            recompute_set(wiring_of(pcg_of(model)), "full", segment_ops=2) if again else ())
         session = train_like_one_device(model, strategy.with_fusion(plan_of(model, name, strategy)))
         assert session.layout is not None and session.layout.size == comm.Get_size() == 2
         spanning = session.executor.group_ranks
         assert any(session.plan.ring_groups[g].segments > 1 for g in spanning), "no bucket spans the ranks"
         assert any(session.executor.role.get(t.index) for t in fused_tasks(session))
         if comm.Get_rank() == 0:
-            print(f"OK {model} {name}", flush=True)
+            print(f"OK {model} {name}{' recomputed' if again else ''}", flush=True)
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["law"]:

@@ -6,7 +6,8 @@
 - memory: the runtime's measured peak equals the simulator's replay with recomputation, and full
   recomputation lowers the peak of a deep chain while adding one forward per recomputed piece;
 - the policy: checkpoints at the model's cuts, selective keeps compute-bound operators;
-- strategy files keep the recompute set; bad names and unsupported combinations are our errors.
+- strategy files keep the recompute set; bad names are our errors (with a fusion plan:
+  test_fusion_recompute.py).
 """
 
 from __future__ import annotations
@@ -18,13 +19,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flexrt.core import ActiMode, DataType, FFConfig, FFModel
-from flexrt.errors import NotYetAvailableError, StrategyError
+from flexrt.errors import StrategyError
 from flexrt.simulator.simulate import Simulator
 from flexrt.simulator.cost_model import AnalyticCostModel
 from flexrt.simulator.task_graph import TaskKind
 from flexrt.strategy import data_parallel, random_strategy
 from flexrt.strategy.config import wiring_of
-from flexrt.strategy.fusion import FusionGroup, FusionPlan
 from flexrt.strategy.io import strategy_from_json, strategy_to_json
 from flexrt.strategy.recompute import Granularity, checkpoint_cuts, recompute_set
 
@@ -143,14 +143,10 @@ def test_bad_recompute_entries_are_named(bad, fragment, machine):
     assert fragment in str(e.value) and "recompute: recompute" not in str(e.value)
 
 
-def test_unknown_granularity_and_fusion_with_recomputation_are_our_errors(machine):
+def test_unknown_granularity_is_our_error():
     m, _ = MODELS["mlp"](F64)
     with pytest.raises(StrategyError, match="valid: none, full, selective"):
         recompute_set(wiring_of(m.pcg), "sometimes")
-    ops = wiring_of(m.pcg).ops
-    s = data_parallel(m.pcg, machine, 2).with_fusion(FusionPlan((FusionGroup(tuple(ops[:2])),)))
-    with pytest.raises(NotYetAvailableError, match="fusion plan and activation recomputation"):
-        Simulator(machine, AnalyticCostModel()).full(s.with_recompute(ops[:1]))
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
