@@ -61,8 +61,8 @@ def _chosen(args, base, machine):
         if args.strategy or args.random_strategy is not None or args.data_parallel:
             raise ConfigError("--pipeline and --megatron build their own strategy: leave out --strategy, "
                               "--random-strategy and --data-parallel")
-        if getattr(pipelined, "pipeline", None) is not None and (args.method == "delta" or args.fusion != "off"):
-            raise ConfigError("--pipeline: simulate it with --method full and without --fusion")
+        if getattr(pipelined, "pipeline", None) is not None and args.method == "delta":
+            raise ConfigError("--pipeline: simulate it with --method full")
         return pipelined
     if args.strategy:
         return load_strategy(args.strategy, base, machine)

@@ -189,8 +189,23 @@ def check_fusion(strategy, plan: FusionPlan, machine: Machine, layouts=None, res
                 raise FusionError(f"{where}: operator {short(o)} is already in {g.phase} group {prev}")
             owner_of[(o, g.phase)] = gi
         check_group_layout(g, where, wiring, lay, reshards, strategy)
+        _check_one_unit(g, where, getattr(strategy, "pipeline", None))
     check_acyclic(plan, wiring)
     _check_buckets(plan, strategy, wiring, lay, reshards)
+
+
+def _check_one_unit(g: "FusionGroup", where: str, pipeline) -> None:
+    """A pipelined strategy's group stays in one unit of its schedule: one stage, one micro-batch
+    (the schedule orders other units' tasks between two units' on a device)."""
+    if pipeline is None:
+        return
+    units = {o: pipeline.unit_of(o) for o in g.ops}
+    first = units[g.ops[0]]
+    for o in g.ops[1:]:
+        if units[o] != first:
+            raise FusionError(f"{where}: {short(o)} is in pipeline stage {units[o][0]} micro-batch {units[o][1]} and "
+                              f"{short(g.ops[0])} in stage {first[0]} micro-batch {first[1]}; a pipelined strategy's "
+                              f"group stays in one stage and one micro-batch")
 
 
 def check_group_layout(g: FusionGroup, where: str, wiring, lay, reshards, strategy) -> None:

@@ -20,7 +20,8 @@ of ``model_hash`` and ``operators``. Either may carry ``"fusion"``: a fusion pla
 (``flexrt.strategy.fusion``: operator groups per phase, gradient buckets), checked against the
 strategy when read. A pipelined strategy has ``"pipeline"`` (stages, micro-batches, schedule, chunks,
 each operator's stage and its copies' degrees: ``flexrt.strategy.pipeline.pipeline_to_json``) in
-place of ``operators``, and is rebuilt on the model ``model_hash`` names. Any of them may carry
+place of ``operators``, and is rebuilt on the model ``model_hash`` names; its fusion plan names the
+micro-batched copies (``x.mb0``), each group within one stage and micro-batch. Any of them may carry
 ``"recompute"``: the model's operators whose activations are recomputed (``flexrt.strategy.recompute``).
 
 Entry points: ``save_strategy``, ``load_strategy``, ``strategy_to_json``, ``strategy_from_json``.
@@ -164,7 +165,7 @@ def _check_header(data, machine: Machine, source: str) -> None:
         got = short(data.get("format")) if isinstance(data, dict) else f"a JSON {type(data).__name__}"
         raise StrategyError(f"{source}: not a flexrt strategy file (\"format\" must be \"{FORMAT}\", got {got})")
     keys = _GRAPH_KEYS if "pcg" in data else _PIPELINE_KEYS if "pipeline" in data else _CONFIG_KEYS
-    check_keys(data, keys + (("recompute",) if "pipeline" in data else ("fusion", "recompute")), source,
+    check_keys(data, keys + ("fusion", "recompute"), source,
                StrategyError, required=keys)
     if data["version"] != VERSION or isinstance(data["version"], bool):
         raise StrategyError(f"{source}: version is {short(data['version'])}; this flexrt reads strategy files of "
