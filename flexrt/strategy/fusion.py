@@ -189,7 +189,6 @@ def check_fusion(strategy, plan: FusionPlan, machine: Machine, layouts=None, res
                 raise FusionError(f"{where}: operator {short(o)} is already in {g.phase} group {prev}")
             owner_of[(o, g.phase)] = gi
         check_group_layout(g, where, wiring, lay, reshards, strategy)
-        _check_one_unit(g, where, getattr(strategy, "pipeline", None))
     check_acyclic(plan, wiring)
     _check_buckets(plan, strategy, wiring, lay, reshards)
 
@@ -209,6 +208,7 @@ def _check_one_unit(g: "FusionGroup", where: str, pipeline) -> None:
 
 
 def check_group_layout(g: FusionGroup, where: str, wiring, lay, reshards, strategy) -> None:
+    _check_one_unit(g, where, getattr(strategy, "pipeline", None))
     first = lay(g.ops[0])
     for o in g.ops[1:]:
         if lay(o).devices != first.devices:
