@@ -1,6 +1,7 @@
 """Markers that say what a test needs (declared in pyproject.toml): a test marked ``gpu`` skips
 where there is no CUDA GPU with CuPy, one marked ``mpi`` where ``mpiexec`` or mpi4py is missing;
-the skip says which. ``slow`` only labels (deselect with ``-m "not slow"``).
+the skip says which. ``slow`` tests are deselected by default (pyproject.toml's ``addopts``:
+``-m 'not slow'``; ``-m slow`` runs them).
 
 Every test sees ``FLEXRT_CACHE_DIR`` set to a fresh folder of the session, so the user's cache (the
 profile cache, the calibrated ``local`` machine of ``flexrt calibrate``) neither leaks in nor is

@@ -172,12 +172,14 @@ def rule_input_shapes(rule: Rule, size: int = 4) -> dict[int, TensorShape]:
 
 
 def _conv_input_shapes(rule: Rule, shapes: dict, convs, size: int) -> dict:
-    """A convolution family reads images [2, size, size, size] and kernels [size, size, kh, kw], and
-    any of them in either role (a kernel is an image of 1 x 1 pixels): the first assignment of these
-    shapes (the roles' first) on which both sides build."""
+    """A convolution family reads images [2, size, size, size] and kernels [size, size / groups, kh,
+    kw] (groups 1 and each convolution's own), and any of them in either role (a kernel is an image
+    of 1 x 1 pixels): the first assignment of these shapes (the roles' first) on which both sides
+    build."""
     image = TensorShape((2, size, size, size))
-    kernels = list(dict.fromkeys(TensorShape((size, size, op.param("PM_KERNEL_H", 1), op.param("PM_KERNEL_W", 1)))
-                                 for op in convs))
+    kernels = list(dict.fromkeys(TensorShape((size, size // g, op.param("PM_KERNEL_H", 1), op.param("PM_KERNEL_W", 1)))
+                                 for op in convs for g in dict.fromkeys((1, op.param("PM_GROUP", 1)))
+                                 if size % g == 0))
     keys = sorted(shapes, reverse=True)
     options = [[shapes[k]] + ([t for t in [image] + kernels if t != shapes[k]] if shapes[k].rank in (2, 4) else [])
                for k in keys]

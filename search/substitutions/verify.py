@@ -177,17 +177,40 @@ def check_rule(rule: Rule, timeout_s: float = 5.0, strategies: Sequence[str] = S
 
 
 def _values_differ(rule: Rule) -> str | None:
-    """Why the rule is false, where both sides evaluated on random inputs (``library.check_rule``:
-    parallel layouts of degree 1 or 2 that type both sides) give different values on every draw of
-    ``CONCRETE_SEEDS`` (equal NaNs count as equal; a side the evaluator refuses is no evidence); else
-    None. A sound rule never differs: its sides compute the same function."""
+    """Why the rule is false, where its two sides give different values on every draw of
+    ``CONCRETE_SEEDS`` (equal NaNs count as equal; a side or rewrite the evaluator refuses is no
+    evidence); else None. Two ways: both sides evaluated on parallel layouts of degree 1 or 2 of
+    3-d inputs (``library.check_rule``: FlexFlow's convention), then the rule's source built on the
+    shapes its operators' roles ask for (``library.rule_input_shapes``: images and kernels for a
+    convolution, integer indices and a table for an embedding, vectors for a bias or a norm's
+    weights) and rewritten at its first match (``library.keeps_values``). A sound rule never
+    differs: its sides compute the same function."""
     from flexrt.search.substitutions.library import check_rule as evaluate_sides
+    seeds = ", ".join(map(str, CONCRETE_SEEDS))
     try:
         if all(evaluate_sides(rule, seed=s, equal_nan=True, strict=True) == "fails" for s in CONCRETE_SEEDS):
-            return f"on random inputs (seeds {', '.join(map(str, CONCRETE_SEEDS))}) the two sides' values differ"
+            return f"on random inputs (seeds {seeds}) the two sides' values differ"
     except (FlexrtError, ValueError, IndexError, KeyError, TypeError, ArithmeticError):  # Z3 will say
-        return None
+        pass
+    if _rewrite_changes_values(rule):
+        return (f"the rule's source built on its operators' shapes and rewritten at its first match gives other "
+                f"values on random inputs (seeds {seeds})")
     return None
+
+
+def _rewrite_changes_values(rule: Rule) -> bool:
+    """Whether rewriting the rule's source graph (on ``rule_input_shapes``) at its first match changes
+    its values on every draw of ``CONCRETE_SEEDS``; False where the source does not build, nothing
+    matches or the evaluator refuses a draw."""
+    from flexrt.search.substitutions.library import keeps_values, rule_input_shapes
+    from flexrt.search.substitutions.match import find_matches
+    from flexrt.search.substitutions.fingerprint import to_pcg
+    try:
+        g, _ = to_pcg(rule.src, rule_input_shapes(rule))
+        matches = find_matches(g, rule)
+        return bool(matches) and all(not keeps_values(g, rule, matches[0], s) for s in CONCRETE_SEEDS)
+    except (FlexrtError, ValueError, IndexError, KeyError, TypeError, ArithmeticError, FloatingPointError):
+        return False
 
 
 def _concrete(rule: Rule, t0: float) -> VerifyResult | None:

@@ -165,6 +165,19 @@ def test_a_false_rule_whose_sides_differ_on_random_inputs_is_refuted_before_z3(r
     assert "values differ" in res.detail
 
 
+@pytest.mark.parametrize("name", ["conv_merge_grouped", "conv_relu_add", "conv_concat_swapped", "bn_batch_parallel",
+                                  "sigmoid_is_tanh", "layernorm_concat_normalized_dim"])
+def test_a_false_rule_of_typed_operators_is_refuted_on_its_source_graph(name):
+    """Convolutions, batch norms and layer norms do not type on the 3-d inputs of FlexFlow's
+    convention: the concrete step builds the rule's source on its operators' shapes (images,
+    grouped kernels, channel vectors), rewrites it and compares, with no Z3."""
+    from tests.search.test_subst_operators import FALSE
+    r = next(r for r in FALSE if r.name == name)
+    res = check_rule(r, timeout_s=2, strategies=("concrete",))
+    assert res.status is Status.REFUTED and res.tried == ("concrete:sat",), res
+    assert "rewritten at its first match" in res.detail or "values differ" in res.detail
+
+
 def test_no_shipped_rule_is_refuted_concretely():
     """Every rule of the shipped library holds (or does not type) on random inputs: the concrete
     refutation never contradicts the verifier's proofs (a sample, every 7th rule)."""
