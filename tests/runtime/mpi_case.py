@@ -33,7 +33,8 @@ from tests.runtime.test_central_law import MODELS, SGD, batch, strategy_of, weig
 def law(models: str, kinds: str) -> None:
     """A kind may end in ``+recompute`` (full recomputation, 2 operators a segment) or ``+fp16``
     (the model in float16, loss scale 256: within two float16 ulps of the reference) or ``+bf16``
-    (bfloat16: within four bfloat16 ulps)."""
+    (bfloat16: within four bfloat16 ulps), and in ``+xla`` or ``+jax`` (that fusion policy's plan,
+    ``flexrt.search.fusion_policies``)."""
     from flexrt.ir.precision import with_precision
     from flexrt.strategy.config import wiring_of
     from flexrt.strategy.recompute import recompute_set
@@ -53,6 +54,10 @@ def law(models: str, kinds: str) -> None:
             strategy = strategy_of(kind, pcg, machine)
             if "recompute" in extras:
                 strategy = strategy.with_recompute(recompute_set(wiring_of(pcg), "full", segment_ops=2))
+            for policy in (e for e in extras if e in ("xla", "jax")):
+                from flexrt.search.fusion_policies import apply_policy
+                strategy = apply_policy(policy, strategy, machine)
+                assert strategy.fusion, f"{model} {spec}: the {policy} policy fused nothing"
             session = Session(strategy, machine, loss=loss, weights=w0, **scale, **SGD)
             assert session.layout is not None and session.layout.size == comm.Get_size()
             loss_err = max(abs(ref.step(inputs, labels) - session.step(inputs, labels).loss) for _ in range(3))

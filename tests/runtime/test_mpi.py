@@ -40,6 +40,7 @@ def mpirun(n: int, *args: str, timeout: float = 240, script: Path = CASE) -> sub
     (4, "cnn", "1f1b"),
     (2, "mlp,transformer", "1f1b+recompute,hybrid+recompute,data+fp16,1f1b+fp16,zb-h1,zb-h1+recompute"),
     (2, "cnn,dlrm", "data+bf16,hybrid+bf16,1f1b+bf16"),
+    (2, "mlp,transformer", "1f1b+jax,zb-h1+recompute+jax,interleaved+jax+recompute"),   # fused pipelines
 ])
 def test_strategies_spanning_ranks_train_like_one_device(n, models, kinds):
     r = mpirun(n, "law", models, kinds)
