@@ -29,6 +29,7 @@ Entry points: ``OptimizerKind``, ``sgd_update``, ``adam_update``, ``state_factor
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from flexrt.errors import ConfigError, ShapeError
 from flexrt.kernels.kinds import NamedKind
@@ -136,6 +137,21 @@ def master_step(update, xp, w, g, state: dict, inv_scale: float = 1.0, penalty=N
         g32 *= xp.float32(inv_scale)
     update(xp, master, penalized(xp, g32, master, penalty), state)
     w[...] = master if rounding is None else rounding(xp, master)
+
+
+def delayed(update: Callable) -> Callable:
+    """``update(xp, w, g, state)`` with PipeDream-2BW's one-step delay: ``g`` was computed on the
+    weights ``w`` the forwards read (W(t-1)); the newest weights W(t) wait in ``state["latest"]``
+    (``w`` at the first step). The step makes ``W(t+1) = W(t) - lr * g`` there (``update`` on it, its
+    optimizer state as ever) and gives ``w`` W(t) for the next iteration's forwards. A 16-bit
+    weight's float32 master is ``w`` here (``master_step(delayed(update), ...)``)."""
+    def step(xp, w, g, state: dict) -> None:
+        latest = state.get("latest")
+        if latest is None:
+            latest = state["latest"] = w.copy()
+        w[...] = latest
+        update(xp, latest, g, state)
+    return step
 
 
 class LossScaler:

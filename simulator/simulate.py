@@ -110,6 +110,10 @@ class Simulator:
         self.lowering = Lowering(machine, cost_model, optimizer, loss_output=loss_output, detail=detail,
                                  incremental=incremental, comm_cost=comm_cost, fold=fold)
         self.fused: Optional[FusedGraph] = None  # the last strategy's task graph with its fusion plan applied
+        self.fold = fold
+        self._period: Optional[float] = None    # a 2bw pipeline's steady-state time per iteration
+        self._unroll: Optional["Simulator"] = None
+        self._check_plans = True                 # check fusion plans (an unrolled 2bw plan is its checked one's)
 
     @property
     def graph(self):
@@ -132,19 +136,51 @@ class Simulator:
 
     def time_full(self, strategy: Strategy) -> float:
         """``full`` without the result's statistics: the simulated iteration time only (what a
-        search asks for)."""
+        search asks for). A ``2bw`` pipeline's is its steady state's: two iterations simulated as one
+        graph (``flexrt.strategy.pipeline_2bw.unrolled``) less one iteration, and at least the work of
+        its busiest device or link (two iterations may not yet be in steady state); the graph,
+        timeline and statistics are the one iteration's."""
+        self._period = None
+        twice = self._two_iterations(strategy)
         self.lowering.build(strategy)
         plan = fusion_of(strategy)
-        self.fused = FusedGraph(self.lowering, plan) if plan else None
+        self.fused = FusedGraph(self.lowering, plan, check=self._check_plans) if plan else None
         if self.fused is not None:
             self._fused_engine = self.fused.engine(self.lowering.engine_cls)
         self.engine.simulate_full()
+        if twice is not None:
+            self._period = max(twice - float(self.engine.makespan()), self._busiest())
         return self.iteration_time()
+
+    def _busiest(self) -> float:
+        """The most seconds of work any device or link of the last graph has: no steady state runs an
+        iteration in less."""
+        col = self.graph.columns()
+        live = col["alive"]
+        return float(np.bincount(col["device"][live], weights=col["exe"][live]).max(initial=0.0))
+
+    def _two_iterations(self, strategy: Strategy) -> Optional[float]:
+        """The simulated time of two iterations of a ``2bw`` pipeline run as one graph; None for any
+        other strategy."""
+        plan = getattr(strategy, "pipeline", None)
+        if plan is None or not plan.schedule.delays_updates:
+            return None
+        from flexrt.strategy.pipeline_2bw import unrolled
+        if self._unroll is None:
+            low = self.lowering
+            self._unroll = Simulator(self.machine, low.cost, self.optimizer, low.loss_output, detail=False,
+                                     incremental=False, comm_cost=low.comm_cost, fold=self.fold)
+            self._unroll._check_plans = False   # its buckets interleave the two iterations' gradients
+        return self._unroll.time_full(unrolled(strategy))
+
+    def _delays_updates(self) -> bool:
+        plan = getattr(self.lowering.strategy, "pipeline", None)
+        return plan is not None and plan.schedule.delays_updates
 
     def time_delta(self, strategy: Strategy, changed: set[str]) -> float:
         """``delta`` without the result's statistics: the simulated iteration time only."""
         if self.lowering.strategy is None or not self.lowering.incremental or self.fused is not None \
-                or fusion_of(strategy):
+                or fusion_of(strategy) or self._period is not None or self._two_iterations(strategy) is not None:
             return self.time_full(strategy)
         self.lowering.update(strategy, changed)
         self.lowering.engine.simulate_delta()
@@ -158,7 +194,7 @@ class Simulator:
         return Schedule(tuple(int(t) for t in ids[order]), start[order], end[order])
 
     def iteration_time(self) -> float:
-        return float(self.engine.makespan())
+        return self._period if self._period is not None else float(self.engine.makespan())
 
     def result(self) -> SimResult:
         machine = self.machine
@@ -198,7 +234,7 @@ class Simulator:
             moved_e.setdefault(cat.value, 0)
             moved_b.setdefault(cat.value, 0)
         memory = g.memory_by_device()
-        factor = OPTIMIZER_STATE[self.optimizer]
+        factor = self.state_factor()
         half = any(is_half(s.dtype) for s in (g.weight_shapes or {}).values())
         capacity, over = {}, []
         for d in range(machine.num_devices):
@@ -213,7 +249,8 @@ class Simulator:
                 over.append(d)
         timeline = {"ids": ids, "device": device, "ready": ready, "start": start, "end": end}
         live = self.memory_timeline(ids, start, end) if g.detail else None
-        return SimResult(float(end.max()) if len(end) else 0.0, len(ids), compute, comm, dict(busy), dict(moved_e),
+        period = self._period if self._period is not None else float(end.max()) if len(end) else 0.0
+        return SimResult(period, len(ids), compute, comm, dict(busy), dict(moved_e),
                          dict(moved_b), dict(link_bytes), memory, capacity, over, timeline,
                          dict(live.peak_bytes) if live else {}, live)
 
@@ -222,7 +259,12 @@ class Simulator:
         simulated task graph, every iteration's optimizer state held (``flexrt.simulator.memory``)."""
         ids = np.asarray(ids).tolist()
         return memory_timeline(self.graph, dict(zip(ids, np.asarray(start).tolist())),
-                               dict(zip(ids, np.asarray(end).tolist())), OPTIMIZER_STATE[self.optimizer])
+                               dict(zip(ids, np.asarray(end).tolist())), self.state_factor())
+
+    def state_factor(self) -> int:
+        """Weight-sized arrays of optimizer state per weight: the optimizer's, and under ``2bw`` the
+        newest weights beside the ones the forwards read (the second weight version)."""
+        return OPTIMIZER_STATE[self.optimizer] + (1 if self._delays_updates() else 0)
 
     def chrome_trace(self, result: SimResult) -> dict:
         """The timeline as Chrome trace events: one track per device and per link (Perfetto opens it)."""

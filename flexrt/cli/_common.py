@@ -311,7 +311,7 @@ def add_pipeline_flags(parser) -> None:
                         help="pipeline parallelism over P stages (device blocks of n/P devices, data parallel within)")
     parser.add_argument("--micro-batches", type=count(1), metavar="M",
                         help="micro-batches per iteration with --pipeline (default 4 P)")
-    parser.add_argument("--schedule", choices=("gpipe", "1f1b", "interleaved", "zb-h1"), default="1f1b",
+    parser.add_argument("--schedule", choices=("gpipe", "1f1b", "interleaved", "zb-h1", "2bw"), default="1f1b",
                         help="pipeline schedule (default 1f1b; interleaved: --chunks stages per block)")
     parser.add_argument("--chunks", type=count(1), metavar="V",
                         help="stages per device block with --schedule interleaved (default 2)")

@@ -47,7 +47,7 @@ from flexrt.ir.tensor_shape import TensorShape
 from flexrt.kernels.initializers import fans, initialize
 from flexrt.kernels.losses import CROSS_ENTROPIES, LossType
 from flexrt.kernels.metrics import MetricsType
-from flexrt.kernels.optimizers import OptimizerKind
+from flexrt.kernels.optimizers import OptimizerKind, delayed
 from flexrt.machine import Machine
 from flexrt.runtime import mpi
 from flexrt.runtime.backend import available_host_bytes, get_backend
@@ -56,7 +56,7 @@ from flexrt.runtime.plan import ExecPlan
 from flexrt.simulator.cost_model import AnalyticCostModel
 from flexrt.simulator.memory import combined_peak, replay, serial_times
 from flexrt.kernels.optimizers import LossScaler
-from flexrt.simulator.simulate import OPTIMIZER_STATE, SimResult, Simulator, chrome_trace
+from flexrt.simulator.simulate import SimResult, Simulator, chrome_trace
 from flexrt.strategy import ConfigStrategy, Strategy
 from flexrt.strategy.pipeline import split_batch
 from flexrt.strategy.weights import fold_values, folded, locate, unfold_values
@@ -198,7 +198,7 @@ class Session:
                                 f"{', '.join(map(str, self.predicted.over_capacity))}")
         self.plan = ExecPlan(self.simulator.graph, self.simulator.schedule())
         self.backend = get_backend(backend, machine.num_devices)
-        update = optimizer_step(optimizer, **optimizer_params)
+        update = self._update_of(optimizer, optimizer_params)
         self.comm = comm if comm is not None else mpi.world()
         if self.comm is None:
             self.layout = None
@@ -248,11 +248,18 @@ class Session:
         weight's optimizer state starts afresh). The simulator's prediction is not redone."""
         optimizer = OptimizerKind.parse(optimizer, OPTIMIZER_PARAMS)
         _check_optimizer_params(optimizer, optimizer_params)
-        self.executor.update_fn = optimizer_step(optimizer, **optimizer_params)
+        self.executor.update_fn = self._update_of(optimizer, optimizer_params)
         if optimizer is not self.optimizer:
             for state in self.executor.opt_state.values():
                 state.clear()
         self.optimizer = optimizer
+
+    def _update_of(self, optimizer, params: dict):
+        """The optimizer's step, with PipeDream-2BW's one-step delay under a ``2bw`` pipeline
+        (``flexrt.kernels.optimizers.delayed``)."""
+        update = optimizer_step(optimizer, **params)
+        plan = getattr(self.strategy, "pipeline", None)
+        return delayed(update) if plan is not None and plan.schedule.delays_updates else update
 
     @property
     def predicted_time_s(self) -> float:
@@ -345,7 +352,7 @@ class Session:
                 start, end = serial_times(plan.succ, plan.num_preds, plan.buffers.ring_members)
             else:
                 start, end = plan.predicted_start, plan.predicted_end
-            state = OPTIMIZER_STATE[self.simulator.optimizer]
+            state = self.simulator.state_factor()
             timeline = self._timeline = replay(plan.buffers, start, end, state,
                                                unmaterialized=self.executor.unmaterialized(),
                                                rank_of=None if self.layout is None else self.layout.owner,

@@ -26,7 +26,14 @@ into dependencies. The simulator and the runtime therefore run the same order:
   smaller;
 - ``zb-h1`` (zero bubble, Qi et al. 2024): the backward split into input-gradient (B) and
   weight-gradient (W) tasks, the W's deferred into what would be the bubble, at 1F1B's memory
-  (``_zero_bubble_order``).
+  (``_zero_bubble_order``);
+- ``2bw`` (PipeDream-2BW, Narayanan et al. 2021; Unity §5's pipelines): 1F1B's order with no flush
+  between iterations and two versions of the weights: iteration t's micro-batches run on the
+  weights of t - 1 while the update makes t + 1's, ``W(t+1) = W(t) - lr * grad f(W(t-1))``. The
+  next iteration's forwards therefore need not wait for this one's synchronization and update, and
+  in steady state the pipeline never drains (``flexrt.strategy.pipeline_2bw``). Its training
+  differs from one device's synchronous SGD by that one-step delay (the law compares it with one
+  device under the same delayed update).
 
 Batch statistics (batch norm) are taken per micro-batch, as in GPipe and PyTorch, so a model with
 batch norm trains differently pipelined; every other operator trains to the same weights.
@@ -66,11 +73,18 @@ class Schedule(enum.Enum):
     ONE_F_ONE_B = "1f1b"
     INTERLEAVED = "interleaved"
     ZB_H1 = "zb-h1"
+    TWO_BW = "2bw"
 
     @property
     def splits_backward(self) -> bool:
         """Whether the schedule orders input-gradient (B) and weight-gradient (W) tasks apart."""
         return self is Schedule.ZB_H1
+
+    @property
+    def delays_updates(self) -> bool:
+        """Whether iterations overlap on double-buffered weights (PipeDream-2BW): an iteration's
+        gradient updates the weights the iteration after next reads."""
+        return self is Schedule.TWO_BW
 
     @classmethod
     def parse(cls, value) -> "Schedule":

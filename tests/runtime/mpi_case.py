@@ -27,7 +27,7 @@ from flexrt.runtime import mpi  # noqa: E402
 from flexrt.runtime.executor import optimizer_step, relative_error  # noqa: E402
 from flexrt.runtime.reference import ReferenceTrainer  # noqa: E402
 from flexrt.runtime.session import Session  # noqa: E402
-from tests.runtime.test_central_law import MODELS, SGD, batch, strategy_of, weights_for  # noqa: E402
+from tests.runtime.test_central_law import MODELS, SGD, batch, reference_update, strategy_of, weights_for  # noqa: E402
 
 
 def law(models: str, kinds: str) -> None:
@@ -50,8 +50,8 @@ def law(models: str, kinds: str) -> None:
             w0 = weights_for(pcg, DataType.DT_FLOAT if precision else DataType.DT_DOUBLE)
             inputs, labels = batch(pcg, loss)
             scale = {"loss_scale": 256.0} if half else {}
-            ref = ReferenceTrainer(pcg, w0, optimizer_step("sgd", **SGD), loss, **scale)
             strategy = strategy_of(kind, pcg, machine)
+            ref = ReferenceTrainer(pcg, w0, reference_update(strategy, "sgd", **SGD), loss, **scale)
             if "recompute" in extras:
                 strategy = strategy.with_recompute(recompute_set(wiring_of(pcg), "full", segment_ops=2))
             for policy in (e for e in extras if e in ("xla", "jax")):

@@ -18,6 +18,7 @@ from flexrt.errors import ShapeError, StrategyError
 from flexrt.ir.op_type import OpType
 from flexrt.machine import load_machine
 from flexrt.machine.views import enumerate_views
+from flexrt.kernels.optimizers import delayed
 from flexrt.runtime.executor import optimizer_step, relative_error
 from flexrt.runtime.reference import ReferenceTrainer
 from flexrt.runtime.session import Session, initial_weights
@@ -133,7 +134,7 @@ def _axis(pcg, node, kind_names):
     return None
 
 
-PIPELINES = ("gpipe", "1f1b", "interleaved", "zb-h1")
+PIPELINES = ("gpipe", "1f1b", "interleaved", "zb-h1", "2bw")
 
 
 def strategy_of(kind: str, pcg, machine) -> Strategy:
@@ -175,12 +176,20 @@ def train_and_compare(model: str, dt, strategy_fn, machine, optimizer="sgd", par
                                    optimizer, params, mode)
 
 
+def reference_update(strategy, optimizer="sgd", **params):
+    """One device's optimizer step for ``strategy``: under a ``2bw`` pipeline, with PipeDream-2BW's
+    one-step delay (its semantics; the law is that the pipeline computes the same gradients)."""
+    update = optimizer_step(optimizer, **params)
+    plan = getattr(strategy, "pipeline", None)
+    return delayed(update) if plan is not None and plan.schedule.delays_updates else update
+
+
 def compare_with_one_device(label: str, pcg, strategy, machine, loss, tol, w0, optimizer="sgd", params=SGD,
                             mode="serial"):
     """``STEPS`` steps under ``strategy`` against the one-device reference from weights ``w0``: the
     losses, the weights and every replica of each weight agree within ``tol``. Returns the session."""
     inputs, labels = batch(pcg, loss)
-    ref = ReferenceTrainer(pcg, w0, optimizer_step(optimizer, **params), loss)
+    ref = ReferenceTrainer(pcg, w0, reference_update(strategy, optimizer, **params), loss)
     session = Session(strategy, machine, optimizer=optimizer, loss=loss, weights=w0, mode=mode, **params)
     for step in range(STEPS):
         want = ref.step(inputs, labels)

@@ -30,7 +30,6 @@ from flexrt.errors import StrategyError
 from flexrt.machine import load_machine
 from flexrt.runtime.session import Session
 from flexrt.simulator.memory import box_bytes, replay, serial_times
-from flexrt.simulator.simulate import OPTIMIZER_STATE
 from flexrt.strategy import data_parallel, random_strategy
 from flexrt.strategy.fusion import FusionGroup, FusionPlan
 
@@ -54,7 +53,7 @@ def first_iteration_peak(s: Session) -> dict:
     """The prediction for the first iteration: the optimizer's state allocated by the updates."""
     plan = s.plan
     start, end = serial_times(plan.succ, plan.num_preds, plan.buffers.ring_members)
-    return replay(plan.buffers, start, end, OPTIMIZER_STATE[s.simulator.optimizer], state_held=False,
+    return replay(plan.buffers, start, end, s.simulator.state_factor(), state_held=False,
                   unmaterialized=s.executor.unmaterialized()).peak_bytes
 
 
@@ -69,7 +68,7 @@ def assert_exact(s: Session, result) -> None:
 
 def weights_and_state(s: Session) -> dict:
     out: dict = {}
-    factor = 1 + OPTIMIZER_STATE[s.simulator.optimizer]
+    factor = 1 + s.simulator.state_factor()
     for b in s.plan.weight_instances:
         out[b.device] = out.get(b.device, 0) + factor * box_bytes(b)
     return out
@@ -161,7 +160,7 @@ def test_chain_intermediates_are_not_predicted_when_the_chain_runs_as_one_expres
     assert_exact(s, r)
     plan = s.plan
     times = serial_times(plan.succ, plan.num_preds, plan.buffers.ring_members)
-    factor = OPTIMIZER_STATE[s.simulator.optimizer]
+    factor = s.simulator.state_factor()
     left_out = replay(plan.buffers, *times, factor, unmaterialized=s.executor.unmaterialized())
     counted = replay(plan.buffers, *times, factor)
     internal = {}
@@ -208,7 +207,7 @@ def test_predicted_peak_between_the_weights_and_everything_allocated(model, kind
     s.step(inputs, labels)
     report = s.memory_report(s.step(inputs, labels))
     plan = s.plan
-    tl = replay(plan.buffers, plan.predicted_start, plan.predicted_end, OPTIMIZER_STATE[s.simulator.optimizer])
+    tl = replay(plan.buffers, plan.predicted_start, plan.predicted_end, s.simulator.state_factor())
     held = weights_and_state(s)
     for d, v in report.items():
         assert held.get(d, 0) <= v["predicted_peak"] <= tl.allocated_bytes[d]
