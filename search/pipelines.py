@@ -37,7 +37,7 @@ import random
 import time
 from typing import Callable, Optional
 
-from flexrt.errors import ShapeError, StrategyError
+from flexrt.errors import ConfigError, ShapeError, StrategyError
 from flexrt.ir.parallel_tensor import divisors
 from flexrt.ir.pcg import PCG
 from flexrt.machine import Machine
@@ -49,6 +49,27 @@ from flexrt.strategy.pipeline import copy_name, micro_batch_pcg, piece_seconds, 
 from flexrt.strategy.space import valid_configs
 
 MICRO_BATCH_FACTORS = (1, 2, 4, 8)
+# (schedule, chunks) of the space. The flushed ones are the default: ``2bw`` trains on one-step-old
+# weights (``flexrt.strategy.pipeline``), which a search may only choose where its caller asks.
+FLUSHED = ("gpipe", "1f1b", "interleaved", "zb-h1")
+SCHEDULES = FLUSHED + ("2bw",)
+
+
+def checked_schedules(schedules) -> tuple:
+    """``schedules`` (names, or one comma-separated string) as a tuple of known schedules; a
+    ConfigError names the valid ones."""
+    if isinstance(schedules, str):
+        schedules = [x.strip() for x in schedules.split(",") if x.strip()]
+    out = tuple(dict.fromkeys(schedules or ()))
+    bad = [x for x in out if x not in SCHEDULES]
+    if not out or bad:
+        raise ConfigError(f"pipeline schedules {', '.join(map(repr, bad)) if bad else '(none)'}: valid: "
+                          f"{', '.join(SCHEDULES)} (a comma-separated list)")
+    return out
+
+
+def _with_chunks(schedules) -> list[tuple[str, int]]:
+    return [(x, 2 if x == "interleaved" else 1) for x in schedules]
 
 
 def _batch(pcg: PCG) -> int:
@@ -58,8 +79,9 @@ def _batch(pcg: PCG) -> int:
     return inputs[0].attrs.shape.dims[0]
 
 
-def pipeline_candidates(pcg: PCG, machine: Machine) -> list[tuple[str, dict]]:
-    """(label, pipeline_strategy keyword arguments) of the space in the module doc."""
+def pipeline_candidates(pcg: PCG, machine: Machine, schedules=FLUSHED) -> list[tuple[str, dict]]:
+    """(label, pipeline_strategy keyword arguments) of the space in the module doc, with
+    ``schedules``."""
     ops = sum(1 for n in pcg.nodes if is_compute(n))
     batch = _batch(pcg)
     out = []
@@ -69,7 +91,7 @@ def pipeline_candidates(pcg: PCG, machine: Machine) -> list[tuple[str, dict]]:
         for m in sorted({p * f for f in MICRO_BATCH_FACTORS}):
             if batch % m:
                 continue
-            for schedule, chunks in (("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zb-h1", 1)):
+            for schedule, chunks in _with_chunks(checked_schedules(schedules)):
                 if schedule == "interleaved" and (m % p or p * chunks > ops):
                     continue
                 out.append((f"pipeline p={p} m={m} {schedule}" + (f" v={chunks}" if chunks > 1 else ""),
@@ -158,7 +180,8 @@ def lower_bound(strategy, machine: Machine, cost_model) -> float:
     starts when micro-batch 0's forward has crossed every stage before its first, then runs all its
     work; under GPipe, 1F1B and interleaved 1F1B its last task is its first stage's backward of the
     last micro-batch, which then crosses every earlier stage back (ZB-H1 may end on a weight
-    gradient, so there only the first part counts)."""
+    gradient, so there only the first part counts). A ``2bw`` pipeline's steady state never drains:
+    its bound is its busiest block's work."""
     plan = strategy.pipeline
     p, m, width = plan.stages, plan.micro_batches, machine.num_devices // plan.stages
     fwd, bwd, work = [0.0] * (p * plan.chunks), [0.0] * (p * plan.chunks), [0.0] * p
@@ -168,6 +191,8 @@ def lower_bound(strategy, machine: Machine, cost_model) -> float:
         f, b, update = piece_seconds(plan.model, name, strategy.configs[plan.model.pcg.node_by_name(copies[0]).id],
                                      cost_model, spec)
         fwd[s], bwd[s], work[s % p] = fwd[s] + f, bwd[s] + b, work[s % p] + m * (f + b) + update
+    if plan.schedule.delays_updates:
+        return max(work)
     back = not plan.schedule.splits_backward
     return max(sum(fwd[:k]) + work[k] + (sum(bwd[:k]) if back else 0.0) for k in range(p))
 
@@ -188,7 +213,7 @@ def mapped_blocks(pcg: PCG, width: int, block_mapping: Callable) -> Callable:
 
 def best_pipeline(pcg: PCG, machine: Machine, cost_model, optimizer, budget: int = 40,
                   log_notes: Optional[dict] = None, block_mapping: Optional[Callable] = None,
-                  mapped: int = 3) -> list[tuple[str, object]]:
+                  mapped: int = 3, schedules=FLUSHED) -> list[tuple[str, object]]:
     """The best candidate of ``pipeline_candidates`` after ``refine`` (a one-element list of (label,
     strategy), or empty when the model or machine allows no pipeline). Candidates are simulated in
     the order of their ``lower_bound``; one whose bound is not below the best simulated so far
@@ -197,10 +222,11 @@ def best_pipeline(pcg: PCG, machine: Machine, cost_model, optimizer, budget: int
     or reduction-parallel as Unity's DP chooses on the block) and compete too, where its splits fit
     their micro-batches.
     ``log_notes`` gets each simulated candidate's time, the candidates left out by their bound, and
-    the refinement's simulations."""
+    the refinement's simulations. ``schedules``: those among which to choose (default the flushed
+    ones, ``FLUSHED``)."""
     sim = Simulator(machine, cost_model, optimizer, detail=False, incremental=False)
     bounded = []
-    for label, kwargs in pipeline_candidates(pcg, machine):
+    for label, kwargs in pipeline_candidates(pcg, machine, schedules):
         try:
             strategy = pipeline_strategy(pcg, machine, cost_model=cost_model, **kwargs)
         except StrategyError:
@@ -241,7 +267,7 @@ def best_pipeline(pcg: PCG, machine: Machine, cost_model, optimizer, budget: int
 
 
 def _propose(rng: random.Random, kwargs: dict, stage_of: dict, order: list, batch: int, n: int, ops: int,
-             blocks: BlockDegrees):
+             blocks: BlockDegrees, schedules: list):
     """A neighbour of (kwargs, stage_of): a stage-boundary move (35%), one operator's degrees within its
     block (30%: FlexFlow's proposal, on the block), or another count of micro-batches, schedule or
     device blocks (operators' degrees kept where still valid). None when the move does not apply."""
@@ -275,7 +301,7 @@ def _propose(rng: random.Random, kwargs: dict, stage_of: dict, order: list, batc
         kw["degrees"] = blocks.kept(kw.get("degrees") or {}, m, n // kw["stages"])
         return kw, stages
     if move < 0.9:
-        kw["schedule"], kw["chunks"] = rng.choice([("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zb-h1", 1)])
+        kw["schedule"], kw["chunks"] = rng.choice(schedules)
         if kw["schedule"] == "interleaved" and (kw["micro_batches"] % kw["stages"] or 2 * kw["stages"] > ops):
             return None
         return kw, None if kw["chunks"] != kwargs["chunks"] else stages
@@ -290,18 +316,21 @@ def _propose(rng: random.Random, kwargs: dict, stage_of: dict, order: list, batc
 
 def pipeline_mcmc(pcg: PCG, machine: Machine, cost_model, budget: int = 200, seed: int = 0, alpha: float = 1.05,
                   optimizer: OptimizerKind = OptimizerKind.SGD, space: Optional[SearchSpace] = None,
-                  progress: Optional[bool] = None) -> SearchResult:
+                  progress: Optional[bool] = None, pipeline_schedules=FLUSHED) -> SearchResult:
     """Metropolis-Hastings over pipelined strategies (module doc), from the best of
     ``pipeline_candidates``' balanced starting points with 1F1B; ``alpha`` per percent of the
     data-parallel time, as ``mcmc``. ``space`` (default: the sample axis, FlexFlow's flags) is what
-    the configuration move may split within a block."""
+    the configuration move may split within a block; ``pipeline_schedules`` those the schedule move
+    draws from (default the flushed ones)."""
     from flexrt.search.mcmc import accept
+    schedules = _with_chunks(checked_schedules(pipeline_schedules))
     t0 = time.perf_counter()
     rng = random.Random(seed)
     sim = Simulator(machine, cost_model, optimizer, detail=False, incremental=False)
     log = SearchLog("pipeline", budget, seed)
     blocks = BlockDegrees(pcg, machine, space or SearchSpace())
-    starts = [kw for _, kw in pipeline_candidates(pcg, machine) if kw["schedule"] == "1f1b"]
+    first = "1f1b" if ("1f1b", 1) in schedules else schedules[0][0]
+    starts = [kw for _, kw in pipeline_candidates(pcg, machine, (first,))]
     if not starts:
         raise StrategyError(_no_pipeline(pcg, machine))
     scale = _time(sim, data_parallel(pcg, machine)) / 100.0           # one percent of data parallelism
@@ -320,7 +349,7 @@ def pipeline_mcmc(pcg: PCG, machine: Machine, cost_model, budget: int = 200, see
             log.proposals += 1
             try:        # a proposal the model cannot take (micro-batches, splits) is no move
                 prop = _propose(rng, kwargs, dict(current.pipeline.stage_of), order, batch, machine.num_devices, ops,
-                                blocks)
+                                blocks, schedules)
                 cand = None if prop is None else pipeline_strategy(pcg, machine, stage_of=prop[1],
                                                                    cost_model=cost_model, **prop[0])
             except (StrategyError, ShapeError):

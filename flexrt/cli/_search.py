@@ -46,7 +46,8 @@ HONOURED = frozenset({"search_budget", "search_alpha", "only_data_parallel", "en
 # own default applies and a flag the algorithm does not take is an error, not ignored).
 OPTION_FLAGS = {"alpha": "--alpha", "split_size": "--split-size", "cache": "--no-cache", "devices": "--devices",
                 "min_degree": "--min-degree", "enable_pipeline": "--enable-pipeline", "beta": "--beta",
-                "patience": "--patience", "methods": "--methods", "config_ratio": "--config-ratio"}
+                "patience": "--patience", "methods": "--methods", "config_ratio": "--config-ratio",
+                "pipeline_schedules": "--pipeline-schedules"}
 
 
 def add_arguments(parser) -> None:
@@ -68,6 +69,10 @@ def add_arguments(parser) -> None:
                              "parallel width x its cheapest's (default 4; 0: every configuration, the exact DP)")
     parser.add_argument("--enable-pipeline", action="store_true",
                         help="unity: pipelined strategies among the finalists (stages, micro-batches and schedule searched)")
+    parser.add_argument("--pipeline-schedules", metavar="LIST",
+                        help="unity --enable-pipeline, pipeline: the schedules to choose among, comma-separated, of "
+                             "gpipe,1f1b,interleaved,zb-h1,2bw (default the flushed four; 2bw trains on one-step-old "
+                             "weights, PipeDream-2BW, as Unity's pipelines do)")
     parser.add_argument("--beta", type=count(1), help="disco: each method is applied up to BETA times per candidate "
                         "(default 10)")
     parser.add_argument("--patience", type=count(1), help="disco: stop after this many candidates without "
@@ -114,7 +119,8 @@ def _options(args, cfg, model_name: str) -> dict:
     given = {"alpha": args.alpha if args.alpha is not None else (cfg.search_alpha if alpha_given else None),
              "split_size": args.split_size, "cache": False if args.no_cache else None, "devices": args.devices,
              "min_degree": args.min_degree, "enable_pipeline": True if args.enable_pipeline else None,
-             "beta": args.beta, "patience": args.patience, "methods": args.methods, "config_ratio": args.config_ratio}
+             "beta": args.beta, "patience": args.patience, "methods": args.methods, "config_ratio": args.config_ratio,
+             "pipeline_schedules": args.pipeline_schedules}
     options = {k: v for k, v in given.items() if v is not None}
     if args.algo in ("unity", "sequential", "disco") and options.get("alpha", 1.0) < 1.0:
         raise ConfigError(f"--alpha {options['alpha']:g}: for --algo {args.algo} alpha is the pruning threshold "

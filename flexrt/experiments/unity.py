@@ -26,6 +26,7 @@ from flexrt.ir.registry import AxisKind
 from flexrt.machine import load_machine
 from flexrt.search.api import cut_in_parts, fixed_result
 from flexrt.search.baselines import expert_strategy, megatron_best
+from flexrt.search.pipelines import FLUSHED
 from flexrt.search.unity import DEFAULT_CONFIG_RATIO, sequential, unity
 from flexrt.strategy import SearchSpace, data_parallel, load_strategy
 
@@ -140,8 +141,11 @@ def unity_speedup(inputs) -> Outcome:
 
 
 S, R, P = AxisKind.SAMPLE, AxisKind.REDUCTION, AxisKind.PARAMETER
-DIMENSIONS = {"data+model": ({S}, False), "+reduction": ({S, R}, False), "+attention_head": ({S, R, P}, False),
-              "+pipeline": ({S, R, P}, True)}
+# dimension -> (axis kinds, the pipeline schedules searched or None): +pipeline with the flushed
+# schedules (synchronous SGD), +pipeline_2bw with Unity's (1F1B on PipeDream-2BW's double-buffered
+# weights: one-step-old gradients, no flush)
+DIMENSIONS = {"data+model": ({S}, None), "+reduction": ({S, R}, None), "+attention_head": ({S, R, P}, None),
+              "+pipeline": ({S, R, P}, FLUSHED), "+pipeline_2bw": ({S, R, P}, ("2bw",))}
 
 
 @register_kind(
@@ -149,15 +153,16 @@ DIMENSIONS = {"data+model": ({S}, False), "+reduction": ({S, R}, False), "+atten
     params=(model_param("bert_large"),) + COMMON[1:] + (
         Param("dimensions", "str", REQUIRED, choices=tuple(DIMENSIONS),
               help="data+model (sample splits and placement), +reduction, +attention_head (parameter axes), "
-                   "+pipeline"),),
+                   "+pipeline (flushed schedules), +pipeline_2bw (PipeDream-2BW, Unity's)"),),
     metrics=("time_ms", "iterations_per_s", "search_s", "pipelined", "bound_ms", "over_bound"),
     description="Unity's search as parallelization dimensions are added (Unity Fig. 15a)")
 def unity_dimensions(inputs) -> Outcome:
     machine, base = _setup(inputs)
-    kinds, pipe = DIMENSIONS[inputs["dimensions"]]
+    kinds, schedules = DIMENSIONS[inputs["dimensions"]]
     with Timer() as t:
         r = unity(base, machine, COST, budget=inputs["budget"], space=SearchSpace(frozenset(kinds)),
-                  enable_pipeline=pipe, progress=False, config_ratio=inputs["config_ratio"])
+                  enable_pipeline=schedules is not None, pipeline_schedules=schedules or FLUSHED, progress=False,
+                  config_ratio=inputs["config_ratio"])
     bound = work_bound_s(base, machine)
     return Outcome({"time_ms": r.cost_s * 1e3, "iterations_per_s": 1 / r.cost_s, "search_s": t.s,
                     "pipelined": getattr(r.strategy, "pipeline", None) is not None, "bound_ms": bound * 1e3,

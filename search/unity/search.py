@@ -50,7 +50,7 @@ from flexrt.search.api import (
     progress_default,
     register_algorithm,
 )
-from flexrt.search.pipelines import best_pipeline
+from flexrt.search.pipelines import FLUSHED, best_pipeline, checked_schedules
 from flexrt.search.substitutions.library import activation_fusion_rules, load_library
 from flexrt.search.substitutions.match import find_matches, node_patterns, planned_ops, rewrite
 from flexrt.search.substitutions.rule import PARALLEL_TYPES, Rule
@@ -308,14 +308,16 @@ def unity(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUDGET, 
           space: Optional[SearchSpace] = None, min_degree: int = 1, devices: Optional[int] = None,
           optimizer: OptimizerKind = OptimizerKind.SGD, rules: Optional[Sequence[Rule]] = None,
           progress: Optional[bool] = None, enable_pipeline: bool = False,
-          config_ratio: float = DEFAULT_CONFIG_RATIO, **_ignored) -> SearchResult:
+          config_ratio: float = DEFAULT_CONFIG_RATIO, pipeline_schedules=FLUSHED, **_ignored) -> SearchResult:
     """Unity's joint search (module doc). ``budget`` bounds the candidate graphs costed; ``split_size``
     None or 0 turns graph splitting off; ``cache=False`` clears the DP's memo for every candidate;
     ``devices`` limits the search to the first devices of the machine; ``min_degree`` makes every
     operator use at least that many devices. ``enable_pipeline`` adds the best pipelined strategy
-    (``flexrt.search.pipelines``) to the finalists. ``config_ratio``: the configurations' pruning
+    (``flexrt.search.pipelines``) to the finalists, with a schedule among ``pipeline_schedules``
+    (default the flushed ones; Unity §5 uses ``2bw``). ``config_ratio``: the configurations' pruning
     bound (``LocalCosts``; 0 keeps every configuration: the DP is then exact over the space)."""
     _check(budget, alpha, split_size, devices, machine, config_ratio)
+    schedules = checked_schedules(pipeline_schedules)
     if enable_pipeline and devices is not None and devices < machine.num_devices:
         raise ConfigError("--enable-pipeline places pipelines on every device of the machine; leave out --devices")
     sp = _space(space)
@@ -354,7 +356,7 @@ def unity(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUDGET, 
         def block_mapping(graph: PCG, width: int) -> dict:       # the whole batch on a stage's block
             return MappingDP(machine, block_costs, cache=cache, devices=width).solve(graph).configs
         finalists += best_pipeline(pcg, machine, cost_model, optimizer, log_notes=log.notes,
-                                   block_mapping=block_mapping)
+                                   block_mapping=block_mapping, schedules=schedules)
     return _finish(machine, cost_model, optimizer, finalists, log, t0)
 
 

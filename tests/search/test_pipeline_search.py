@@ -10,6 +10,7 @@ import pytest
 from flexrt.core import ActiMode, DataType, FFConfig, FFModel
 from flexrt.errors import StrategyError
 from flexrt.machine import load_machine
+from flexrt.model import load_model
 from flexrt.search import SearchRequest, search
 from flexrt.search.pipelines import BlockDegrees, mapped_blocks
 from flexrt.simulator.cost_model import AnalyticCostModel
@@ -131,3 +132,36 @@ def test_no_pipeline_says_why():
     one.dense(one.create_tensor([8, 4], DataType.DT_FLOAT), 4, name="only")
     with pytest.raises(StrategyError, match=r"1 operator\(s\) on 8 device\(s\)"):
         search("pipeline", SearchRequest(one.pcg, load_machine("dgx1_v100"), AnalyticCostModel(), budget=3))
+
+
+def test_schedules_are_chosen_only_among_those_asked_for():
+    """The flushed schedules by default; ``2bw`` (one-step-old weights) only where asked; an unknown
+    name is our error naming the valid ones."""
+    from flexrt.errors import ConfigError
+    from flexrt.search.pipelines import FLUSHED, checked_schedules, pipeline_candidates
+    machine = load_machine("dgx1_v100")
+    pcg = load_model("transformer", ["-b", "16"]).model.pcg
+    assert {kw["schedule"] for _, kw in pipeline_candidates(pcg, machine)} == set(FLUSHED)
+    assert {kw["schedule"] for _, kw in pipeline_candidates(pcg, machine, ("2bw",))} == {"2bw"}
+    assert checked_schedules("1f1b, 2bw") == ("1f1b", "2bw")
+    for bad in ("3bw", "", ["1f1b", "nope"]):
+        with pytest.raises(ConfigError, match="valid: gpipe, 1f1b, interleaved, zb-h1, 2bw"):
+            checked_schedules(bad)
+
+
+def test_unity_with_2bw_pipelines_searches_only_them_and_they_beat_the_flushed_ones():
+    from flexrt.search.pipelines import FLUSHED, best_pipeline
+    from flexrt.search.unity import unity
+    machine = load_machine("dgx1_v100")
+    pcg = load_model("mlp", ["-b", "64"]).model.pcg
+    cost = AnalyticCostModel()
+    r = unity(pcg, machine, cost, budget=2, progress=False, enable_pipeline=True, pipeline_schedules=("2bw",))
+    tried = r.log.notes["pipeline_candidates_s"]
+    assert tried and all("2bw" in label for label in tried)
+    assert Simulator(machine, cost, detail=False).time_full(r.strategy) == pytest.approx(r.cost_s, rel=1e-9)
+    best = {}
+    for schedules in (FLUSHED, ("2bw",)):
+        notes = {}
+        best_pipeline(pcg, machine, cost, "sgd", budget=0, log_notes=notes, schedules=schedules)
+        best[schedules[0]] = min(notes["pipeline_candidates_s"].values())
+    assert best["2bw"] < best["gpipe"]          # no fill, drain or waiting synchronization in steady state
