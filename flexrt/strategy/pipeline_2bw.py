@@ -26,67 +26,68 @@ from flexrt.ir.pcg import PCG, TensorRef
 from flexrt.strategy.config import ConfigStrategy
 from flexrt.strategy.pipeline import MicroBatched, PipelinePlan, Schedule, copy_name, source_of
 
-ITERATION_SUFFIX = "@it1"   # the second iteration's weight nodes
+ITERATION_SUFFIX = "@it"   # + the iteration (1, 2, ...): a later iteration's weight nodes
 
 
-def _unrolled_model(mb: MicroBatched) -> tuple[MicroBatched, dict[int, int]]:
-    """``mb`` for two iterations (module doc) and, per node of the result, its first-iteration twin
-    in ``mb.pcg``."""
-    m, src = mb.micro_batches, mb.pcg
+def _unrolled_model(mb: MicroBatched, iterations: int) -> tuple[MicroBatched, dict[int, int]]:
+    """``mb`` for ``iterations`` consecutive iterations (module doc) and, per node of the result, its
+    first-iteration twin in ``mb.pcg``."""
+    m, src, k = mb.micro_batches, mb.pcg, range(iterations)
     out = PCG()
-    refs: dict[int, tuple[int, int]] = {}       # node of mb.pcg -> (its id, its second iteration's id)
+    refs: dict[int, tuple] = {}                 # node of mb.pcg -> its id in each iteration
     twin: dict[int, int] = {}
     inputs, copies = dict(mb.inputs), {}
     for nid in src.topological_order():
         node = src.node(nid)
         if node.op_type is OpType.WEIGHT:
-            ids = (out.add_node(node.attrs, (), name=node.name),
-                   out.add_node(node.attrs, (), name=node.name + ITERATION_SUFFIX))
+            ids = tuple(out.add_node(node.attrs, (), name=node.name + (f"{ITERATION_SUFFIX}{i}" if i else ""))
+                        for i in k)
         elif node.op_type is OpType.INPUT:
             base, j = source_of(node.name)
-            second = copy_name(base, j + m)
-            ids = (out.add_node(node.attrs, (), name=node.name), out.add_node(node.attrs, (), name=second))
-            inputs[second] = mb.inputs[node.name]          # the same rows: only its timing is simulated
+            ids = tuple(out.add_node(node.attrs, (), name=copy_name(base, j + i * m)) for i in k)
+            inputs.update({copy_name(base, j + i * m): mb.inputs[node.name] for i in k})   # same rows: timing only
         else:
             base, j = source_of(node.name)
-            ids = tuple(out.add_node(node.attrs, [TensorRef(refs[r.node][k], r.index) for r in node.inputs],
-                                     name=copy_name(base, j + k * m)) for k in (0, 1))
+            ids = tuple(out.add_node(node.attrs, [TensorRef(refs[r.node][i], r.index) for r in node.inputs],
+                                     name=copy_name(base, j + i * m)) for i in k)
         refs[nid] = ids
-        twin.update({ids[0]: nid, ids[1]: nid})
+        twin.update({x: nid for x in ids})
     for name, names in mb.copies.items():
-        copies[name] = tuple(names) + tuple(copy_name(name, j + m) for j in range(m))
-    losses = dict(mb.losses)
-    losses.update({copy_name(source_of(c)[0], source_of(c)[1] + m): rows for c, rows in mb.losses.items()})
-    return MicroBatched(out, 2 * m, copies, inputs, losses, mb.source_hash), twin
+        copies[name] = tuple(copy_name(name, j) for j in range(iterations * m))
+    losses = {copy_name(source_of(c)[0], source_of(c)[1] + i * m): rows for c, rows in mb.losses.items() for i in k}
+    return MicroBatched(out, iterations * m, copies, inputs, losses, mb.source_hash), twin
 
 
-def unrolled(strategy) -> ConfigStrategy:
-    """Two consecutive iterations of the ``2bw`` pipelined ``strategy`` as one pipelined strategy
-    (module doc), with its recomputation and its fusion plan (each group and bucket also on the
-    second iteration's copies and weights)."""
+def unrolled(strategy, iterations: int = 2) -> ConfigStrategy:
+    """``iterations`` consecutive iterations of the ``2bw`` pipelined ``strategy`` as one pipelined
+    strategy (module doc), with its recomputation and its fusion plan (each group and bucket also on
+    the later iterations' copies and weights)."""
     plan = getattr(strategy, "pipeline", None)
     if plan is None or not plan.schedule.delays_updates:
         raise StrategyError("unrolled: takes a pipelined strategy with the 2bw schedule")
     if not isinstance(strategy, ConfigStrategy):
         raise StrategyError("unrolled: takes a pipelined strategy of per-operator configurations")
-    mb2, twin = _unrolled_model(plan.model)
+    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
+        raise StrategyError(f"unrolled: iterations must be an integer >= 1, got {iterations!r}")
+    mb2, twin = _unrolled_model(plan.model, iterations)
     configs = {nid: strategy.configs[twin[nid]] for nid in twin if twin[nid] in strategy.configs}
-    # 2bw orders each device as 1F1B does, now through 2m micro-batches
+    # 2bw orders each device as 1F1B does, now through all the iterations' micro-batches
     out = ConfigStrategy(mb2.pcg, configs).with_pipeline(PipelinePlan(mb2, Schedule.ONE_F_ONE_B, plan.stages,
                                                                       plan.chunks, plan.stage_of))
     out = out.with_recompute(getattr(strategy, "recompute", ()))
     fusion = getattr(strategy, "fusion", None)
-    return out.with_fusion(_second_iteration(fusion, plan.micro_batches)) if fusion else out
+    return out.with_fusion(_later_iterations(fusion, plan.micro_batches, iterations)) if fusion else out
 
 
-def _second_iteration(fusion, m: int):
-    """``fusion`` with each group and bucket repeated on the second iteration's copies and weights."""
+def _later_iterations(fusion, m: int, iterations: int):
+    """``fusion`` with each group and bucket repeated on every later iteration's copies and weights."""
     from flexrt.strategy.fusion import FusionGroup, FusionPlan
 
-    def later(name: str) -> str:
+    def later(name: str, i: int) -> str:
         base, j = source_of(name)
-        return copy_name(base, j + m)
-    groups = tuple(fusion.groups) + tuple(FusionGroup(tuple(map(later, g.ops)), g.phase, tuple(map(later, g.duplicate)))
-                                          for g in fusion.groups)
-    buckets = tuple(fusion.buckets) + tuple(tuple(w + ITERATION_SUFFIX for w in b) for b in fusion.buckets)
+        return copy_name(base, j + i * m)
+    groups = tuple(FusionGroup(tuple(later(o, i) for o in g.ops), g.phase, tuple(later(o, i) for o in g.duplicate))
+                   for i in range(iterations) for g in fusion.groups)
+    buckets = tuple(tuple(w + (f"{ITERATION_SUFFIX}{i}" if i else "") for w in b)
+                    for i in range(iterations) for b in fusion.buckets)
     return FusionPlan(groups, buckets)
