@@ -3,13 +3,14 @@ finalists with ``--enable-pipeline`` (Unity §5, Fig. 15a).
 
 The space: ``p`` device blocks (every divisor of the devices from 2 up to the operators), ``m``
 micro-batches (``p``, ``2p``, ``4p`` and ``8p`` where they divide the batch), the schedules GPipe,
-1F1B, interleaved 1F1B (2 chunks, where ``m`` is a multiple of ``p``) and ZB-H1, stages of balanced
+1F1B, interleaved 1F1B (2 chunks, where ``m`` is a multiple of ``p``) and ZB-H1 (and PipeDream-2BW,
+``2bw``, where the caller's ``schedules`` name it: it trains on one-step-old weights), stages of balanced
 time (the cost model's seconds per operator on its block), data parallel within each block. Every
 candidate is simulated whole, in the order of an exact lower bound of its time (``lower_bound``:
 each block's work on its first device, after micro-batch 0's forward reaches it, and the last
 backward's way back), and left out when that bound cannot beat the best simulated so far. The
-objective is the iteration time of the whole batch, so the throughput (samples/s) is the batch over
-it. Then the best candidate's stage boundaries are moved one operator at a time, in either
+objective is the iteration time of the whole batch (a ``2bw`` pipeline's steady-state time per
+iteration), so the throughput (samples/s) is the batch over it. Then the best candidate's stage boundaries are moved one operator at a time, in either
 direction, while that makes it faster (``refine``), so the stages are whatever segments of the graph
 the simulator says balance best, communication included. Given Unity's DP (``block_mapping``), the
 best few candidates are also simulated with every stage mapped by it on its block (``mapped_blocks``:
