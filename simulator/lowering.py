@@ -681,68 +681,70 @@ class Lowering:
 
     def _lower_loss(self, name: str) -> None:
         """The loss scores the model's output where it is computed when each piece holds whole rows
-        (the output cut along its first, sample dimension only); otherwise the pieces are gathered on
-        the first piece's device, scored there, and the gradient sent back. Only replica 0 of a
-        replicated output receives a gradient (the other replicas' backward sees zeros)."""
+        (the output cut along its first, sample dimension only). Otherwise the pieces holding the
+        same rows (one data-parallel replica's samples) are gathered on the first one's device,
+        scored there, and the gradient sent back: a replica's loss never crosses to another's
+        devices. Only replica 0 of a replicated output receives a gradient (the other replicas'
+        backward sees zeros)."""
         owner = Owner.loss(name)
         lay = self.layout(name)
         full = lay.output_shapes[0]
-        dtype = full.dtype
         first, rows, total = self.loss_rows.get(name) or (0, full.dims[0], full.dims[0])
         full_elements = full.num_elements // rows * total       # the whole batch's, over micro-batches too
-
-        def label_rows(box):
-            return ((box[0][0] + first, box[0][1] + first),)
         fwd, bwd = self.op_tasks[name]
         regions = lay.output_regions[0]
         scored = [p for p, r in enumerate(regions) if r.copy_index == 0]
         whole_rows = all(r.sum_index == 0 and all(rg == (0, n) for rg, n in zip(r.ranges[1:], full.dims[1:]))
                          for r in regions)
-        out_key = lambda p: Key.output(name, 0, p)  # noqa: E731
-        gout_key = lambda p: Key.grad_output(name, 0, p)  # noqa: E731
         if whole_rows:
             for p in scored:
-                dev, ranges = lay.devices[p], regions[p].ranges
-                piece = TensorShape(tuple(b - a for a, b in ranges), dtype)
-                key_in, key_grad = Key.loss_in(name, p), Key.loss_grad(name, p)
-                self._part(owner, key_in, dev, out_key(p), dev, ranges)
-                self._part(owner, gout_key(p), dev, key_grad, dev, ranges, add=True)
-                action = Loss(Buf(key_in, dev, ranges, dtype.numpy_name), Buf(key_grad, dev, ranges, dtype.numpy_name),
-                              label_rows(ranges), full_elements)
-                t = self._task(owner, TaskKind.LOSS, dev, self._loss_time(piece, dev),
-                               f"loss {name}[{p}]", node=name, piece=p, action=action)
-                self._edges(owner, [fwd[p]], [t])
-                self._edges(owner, [t], [bwd[p]])
+                self._score(owner, name, p, [p], regions[p].ranges, first, full_elements)
             return
-        target = lay.devices[0]
-        all_box = tuple((0, n) for n in full.dims)
-        key_in, key_grad = Key.loss_in(name, -1), Key.loss_grad(name, -1)
-        arrivals = []
+        groups: dict[tuple, list[int]] = {}                # a row range -> the pieces holding those rows
         for p in scored:
-            dev, box = lay.devices[p], regions[p].ranges
+            groups.setdefault(regions[p].ranges[0], []).append(p)
+        for g, (row, pieces) in enumerate(groups.items()):
+            self._score(owner, name, -1 - g, pieces, (row,) + tuple((0, n) for n in full.dims[1:]), first,
+                        full_elements)
+
+    def _score(self, owner, name: str, index: int, pieces: list, box: tuple, first: int, full_elements: int) -> None:
+        """One loss task scoring ``box`` of ``name``'s output, on the device of ``pieces[0]``: the
+        pieces' parts assembled there (sent where they live elsewhere), the gradient sent back to each."""
+        lay = self.layout(name)
+        dtype = lay.output_shapes[0].dtype
+        fwd, bwd = self.op_tasks[name]
+        regions = lay.output_regions[0]
+        target = lay.devices[pieces[0]]
+        key_in, key_grad = Key.loss_in(name, index), Key.loss_grad(name, index)
+        arrivals = []
+        for p in pieces:
+            dev, piece_box = lay.devices[p], regions[p].ranges
             if dev == target:
                 arrivals.append(fwd[p])
-                self._part(owner, key_in, target, out_key(p), dev, box, add=True)
+                self._part(owner, key_in, target, Key.output(name, 0, p), dev, piece_box, add=len(pieces) > 1)
             else:
-                hops, xkey = self._send(owner, out_key(p), dev, target, box, dtype, Category.LOSS,
+                hops, xkey = self._send(owner, Key.output(name, 0, p), dev, target, piece_box, dtype, Category.LOSS,
                                         f"xfer {name}[{p}]->loss@{target}", [fwd[p]])
                 arrivals += hops
-                self._part(owner, key_in, target, xkey, target, box, add=True)
-        action = Loss(Buf(key_in, target, all_box, dtype.numpy_name), Buf(key_grad, target, all_box, dtype.numpy_name),
-                      label_rows(all_box), full_elements)
-        t = self._task(owner, TaskKind.LOSS, target, self._loss_time(full, target),
-                       f"loss {name}@{target}", node=name, action=action)
+                self._part(owner, key_in, target, xkey, target, piece_box, add=True)
+        rows = ((box[0][0] + first, box[0][1] + first),)
+        action = Loss(Buf(key_in, target, box, dtype.numpy_name), Buf(key_grad, target, box, dtype.numpy_name),
+                      rows, full_elements)
+        shape = TensorShape(tuple(b - a for a, b in box), dtype)
+        label = f"loss {name}[{index}]" if index >= 0 else f"loss {name}@{target}"
+        t = self._task(owner, TaskKind.LOSS, target, self._loss_time(shape, target), label, node=name,
+                       piece=max(index, -1), action=action)
         self._edges(owner, arrivals, [t])
-        for p in scored:
-            dev, box = lay.devices[p], regions[p].ranges
+        for p in pieces:
+            dev, piece_box = lay.devices[p], regions[p].ranges
             if dev == target:
                 self._edge(owner, t, bwd[p])
-                self._part(owner, gout_key(p), dev, key_grad, dev, box, add=True)
+                self._part(owner, Key.grad_output(name, 0, p), dev, key_grad, dev, piece_box, add=True)
             else:
-                hops, xkey = self._send(owner, key_grad, target, dev, box, dtype, Category.LOSS,
+                hops, xkey = self._send(owner, key_grad, target, dev, piece_box, dtype, Category.LOSS,
                                         f"grad loss {name}->[{p}]", [t])
                 self._edges(owner, hops, [bwd[p]])
-                self._part(owner, gout_key(p), dev, xkey, dev, box, add=True)
+                self._part(owner, Key.grad_output(name, 0, p), dev, xkey, dev, piece_box, add=True)
 
     # ---- building ---------------------------------------------------------------------------
     def build(self, strategy: Strategy) -> None:

@@ -55,10 +55,13 @@ def test_data_parallel_replicas_fold_exactly(nodes, replicas):
 
 
 @pytest.mark.parametrize("nodes, pipeline, replicas, extra", [
-    (2, 1, 2, ""), (4, 2, 2, ""), (8, 2, 4, ""), (8, 4, 2, ""), (4, 2, 2, "recompute"), (4, 2, 2, "bf16")])
+    (2, 1, 2, ""), (4, 2, 2, ""), (8, 2, 4, ""), (8, 4, 2, ""), (4, 2, 2, "recompute"), (4, 2, 2, "bf16"),
+    (4, 2, 2, "small"), (8, 2, 4, "small")])
 def test_megatron_replicas_fold_exactly(nodes, pipeline, replicas, extra):
+    """Also where a micro-batch holds one sample per replica ("small": the output is split along the
+    sequence within a replica, and each replica scores its own rows, as a framework does)."""
     m = 4 if pipeline > 1 else 1
-    batch = m * 8 * replicas           # micro-batches split over every device of a stage block
+    batch = m * replicas * (1 if extra == "small" else 8)     # else micro-batches split over a whole stage block
     full, sub = load_machine("dgx_a100", nodes=nodes), load_machine("dgx_a100", nodes=nodes // replicas)
     big, small = gpt(batch), gpt(batch // replicas)
     if extra == "bf16":
