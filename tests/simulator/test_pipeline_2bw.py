@@ -147,3 +147,15 @@ def test_two_iterations_are_already_the_steady_state(p, m):
     t = [sim.time_full(unrolled(s, k)) for k in (1, 2, 3)]
     assert t[2] - t[1] == pytest.approx(t[1] - t[0], rel=0.03)
     assert Simulator(machine, AnalyticCostModel(), detail=False).time_full(s) >= t[1] - t[0]
+
+
+def test_disco_scores_a_2bw_pipelines_plans_by_their_steady_state():
+    from flexrt.search.disco import disco
+    machine = load_machine("dgx1_v100")
+    base = load_model("transformer", ["-b", "16"]).model.pcg
+    s = pipeline_strategy(base, machine, 2, 4, "2bw")
+    cost = AnalyticCostModel()
+    r = disco(base, machine, cost, budget=8, initial=[s], progress=False)
+    assert r.strategy.pipeline.schedule.delays_updates
+    assert r.cost_s == pytest.approx(Simulator(machine, cost, detail=False).time_full(r.strategy), rel=1e-12)
+    assert r.cost_s <= Simulator(machine, cost, detail=False).time_full(s) * (1 + 1e-12)
