@@ -4,16 +4,17 @@ Efficient Pipeline-Parallel DNN Training"; Unity §5 uses its weight-update sema
 Under ``2bw`` the pipeline never flushes: iteration t + 1's forwards run on the weights of t, which
 exist before iteration t's synchronization and update end (those make t + 2's weights). So in steady
 state an iteration costs less than one flushed iteration: the fill and drain of the pipeline and the
-gradient synchronization overlap the neighbouring iterations. ``unrolled`` builds two consecutive
-iterations as one strategy: the micro-batched model with ``2m`` copies, copies ``m .. 2m - 1`` (the
-second iteration) reading a second set of weight nodes (``w@it1``: that iteration's own gradient
-accumulation, synchronization and update), every copy configured as its first-iteration twin, and
-1F1B's device order running on through the ``2m`` micro-batches (a ``1f1b`` plan: 2bw orders a
-device as 1F1B does). Nothing orders the second
-iteration after the first one's update, which is 2BW's double buffering; the two iterations share
-the devices and links, so the first one's synchronization and update compete with the second one's
-work. The simulator's period, ``T(two iterations) - T(one iteration)``, is the steady state's time
-per iteration (``flexrt.simulator.simulate``).
+gradient synchronization overlap the neighbouring iterations. ``unrolled`` builds k consecutive
+iterations (two by default) as one strategy: the micro-batched model with ``k m`` copies, iteration
+i's copies ``i m .. (i + 1) m - 1`` reading their own weight nodes (``w@it1``, ...: that iteration's
+own gradient accumulation, synchronization and update), every copy configured as its
+first-iteration twin, and 1F1B's device order running on through all the micro-batches (a ``1f1b``
+plan: 2bw orders a device as 1F1B does). Nothing orders an iteration after the previous one's
+update, which is 2BW's double buffering; the iterations share the devices and links, so one's
+synchronization and update compete with the next one's work. The simulator's period,
+``T(two iterations) - T(one iteration)`` (at least the busiest device's or link's work), is the
+steady state's time per iteration (``flexrt.simulator.simulate``); a third iteration adds the
+same within 3% (tests/simulator/test_pipeline_2bw.py).
 
 Entry points: ``unrolled``, ``ITERATION_SUFFIX``.
 """
