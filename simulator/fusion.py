@@ -35,7 +35,7 @@ from flexrt.errors import StrategyError
 from flexrt.ir.tensor_shape import TensorShape
 from flexrt.simulator.actions import Buf, Fused, RingGroup, RingStep
 from flexrt.simulator.cost_model import AnalyticCostModel, FusedMember, ring_sum_time
-from flexrt.simulator.recompute_lowering import fused_triggers, trigger_groups
+from flexrt.simulator.recompute_lowering import fused_triggers, fused_working_set, trigger_groups
 from flexrt.simulator.task_graph import CATEGORIES, KIND_CODE, Task, TaskGraph, TaskKind, _KINDS, _TaskView
 from flexrt.strategy.fusion import FusionGroup, FusionPlan, check_fusion
 
@@ -116,6 +116,7 @@ class FusedGraph:
         for gi, g in enumerate(plan.groups):
             merges += self._cached(("group", g.ops, g.phase, g.duplicate, gi), lambda: self._merge_group(gi, g))
         self._retrigger = fused_triggers(lowering, plan)
+        self._extra_activations = fused_working_set(lowering, plan)
         if getattr(lowering, "recompute_tasks", None):
             groups = trigger_groups(lowering, plan)
             for gi, g in enumerate(plan.groups):
@@ -362,6 +363,12 @@ class FusedGraph:
         return out
 
     def memory_by_device(self) -> dict:
-        return self.base.memory_by_device()
+        """The lowering's static memory, with the recomputed activations that this plan's backward
+        groups make live together (``recompute_lowering.fused_working_set``)."""
+        out = self.base.memory_by_device()
+        for dev, extra in self._extra_activations.items():
+            m = out.setdefault(dev, {})
+            m["activations"] = m.get("activations", 0) + extra
+        return out
 
     to_dot = TaskGraph.to_dot

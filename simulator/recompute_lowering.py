@@ -28,7 +28,8 @@ recomputed as one fused task (the fused kernel run again).
 
 Recomputing ops are lowered whole (no delta).
 
-Entry points: ``recompute_copies``, ``lower_recompute``, ``trigger_groups``, ``fused_triggers``.
+Entry points: ``recompute_copies``, ``lower_recompute``, ``trigger_groups``, ``fused_triggers``,
+``working_set``, ``fused_working_set``.
 """
 
 from __future__ import annotations
@@ -280,15 +281,37 @@ def _reaches(low, start: str, targets: set) -> bool:
 def _working_set(low, segments: list) -> None:
     """Static memory: per device, the largest segment's recomputed activations (one segment is live
     at a time), charged to that segment's first operator."""
+    for dev, (total, name) in working_set(low, segments).items():
+        low._mem(Owner.op(name), dev, "activations", total)
+
+
+def working_set(low, groups: list) -> dict[int, tuple[int, str]]:
+    """Per device, the most bytes of recomputed activations one of ``groups`` (operators recomputed
+    together) holds there, and that group's first operator. Operators not recomputed count nothing."""
     best: dict[int, tuple[int, str]] = {}
-    for seg in segments:
+    for group in groups:
         per_dev: dict[int, int] = defaultdict(int)
-        for name in seg:
+        for name in group:
+            if name not in low.recompute:
+                continue
             lay = low.layout(name)
             for dev, a in zip(lay.devices, low._piece_times(lay)[2]):
                 per_dev[dev] += a
         for dev, total in per_dev.items():
             if total > best.get(dev, (0, ""))[0]:
-                best[dev] = (total, seg[0])
-    for dev, (total, name) in best.items():
-        low._mem(Owner.op(name), dev, "activations", total)
+                best[dev] = (total, group[0])
+    return best
+
+
+def fused_working_set(low, plan) -> dict[int, int]:
+    """Bytes of recomputed activations to add per device under ``plan``: where its backward groups
+    join segments into one trigger group (``trigger_groups``), they are recomputed together and live
+    at once."""
+    if not getattr(low, "recompute_tasks", None):
+        return {}
+    groups = trigger_groups(low, plan)
+    if groups is low.recompute_segments:
+        return {}
+    before, after = working_set(low, low.recompute_segments), working_set(low, groups)
+    return {dev: total - before.get(dev, (0, ""))[0] for dev, (total, _) in after.items()
+            if total > before.get(dev, (0, ""))[0]}

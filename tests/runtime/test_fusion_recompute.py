@@ -125,3 +125,27 @@ def test_strategy_files_keep_fusion_and_recomputation():
     back = strategy_from_json(doc, pcg_of("mlp"), MACHINE, "f.json")
     assert back.recompute == s.recompute and back.fusion == s.fusion
     assert strategy_to_json(back, MACHINE) == doc
+
+
+def test_segments_a_plan_recomputes_together_are_charged_together():
+    """The zoo transformer under full recomputation has two segments; xla's backward groups join them
+    into one trigger group, so both are recomputed, and live, at once: the static charge grows by
+    what the joined group holds beyond the largest segment, and the replayed peak grows too."""
+    from flexrt.model import load_model
+    from flexrt.search.fusion_policies import apply_policy
+    from flexrt.simulator.recompute_lowering import fused_working_set, trigger_groups
+    base = load_model("transformer", ["-b", "16"]).model.pcg
+    cost = AnalyticCostModel()
+    s = data_parallel(base, MACHINE)
+    names = recompute_set(wiring_of(base), "full")
+    fused = apply_policy("xla", s, MACHINE, cost)
+    sim = Simulator(MACHINE, cost)
+    alone = sim.full(s.with_recompute(names))
+    both = sim.full(fused.with_recompute(names))
+    low = sim.lowering
+    assert len(trigger_groups(low, fused.fusion)) < len(low.recompute_segments)
+    extra = fused_working_set(low, fused.fusion)
+    assert extra and all(v > 0 for v in extra.values())
+    for d, v in extra.items():
+        assert both.memory_bytes[d]["activations"] == alone.memory_bytes[d]["activations"] + v
+    assert max(both.peak_bytes.values()) > max(alone.peak_bytes.values())
