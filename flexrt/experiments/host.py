@@ -181,7 +181,7 @@ class UniformCost(AnalyticCostModel):
 def bubble_law(schedule: str, p: int, m: int, v: int) -> float:
     """The schedule's bubble as a share of busy time."""
     return {"gpipe": (p - 1) / m, "1f1b": (p - 1) / m, "interleaved": (p - 1) / (v * m),
-            "zb-h1": (p - 1) / (3 * m)}[schedule]
+            "zb-h1": (p - 1) / (3 * m), "2bw": 0.0}[schedule]
 
 
 def _bubble_problem(schedule: str, p: int, m: int, v: int) -> Optional[str]:
@@ -195,7 +195,7 @@ def _bubble_problem(schedule: str, p: int, m: int, v: int) -> Optional[str]:
 
 @register_kind(
     "pipeline_bubble",
-    params=(Param("schedule", "str", choices=("gpipe", "1f1b", "interleaved", "zb-h1")),
+    params=(Param("schedule", "str", choices=("gpipe", "1f1b", "interleaved", "zb-h1", "2bw")),
             Param("stages", "int", minimum=1, maximum=64), Param("micro_batches", "int", minimum=1, maximum=1024),
             Param("chunks", "int", 1, minimum=1, maximum=16, help="interleaved: model chunks per device")),
     metrics=("idle_fraction", "bubble", "law", "bubble_vs_law", "gpipe_idle_law"),
@@ -217,8 +217,12 @@ def pipeline_bubble(inputs) -> Outcome:
     machine = local_machine(p)
     strategy = pipeline_strategy(model.pcg, machine, p, m, schedule, chunks=v)
     sim = Simulator(machine, UniformCost(), "sgd")
-    timeline = sim.full(strategy).timeline
-    f = max(idle_fractions(sim.graph, timeline).values())   # the idlest device
+    result = sim.full(strategy)
+    if schedule == "2bw":        # the steady state's period against the busiest device's work
+        work = max(v for k, v in result.busy_s.items() if not k.startswith("link"))
+        f = 1.0 - work / result.iteration_time_s
+    else:
+        f = max(idle_fractions(sim.graph, result.timeline).values())   # the idlest device
     law = bubble_law(schedule, p, m, v)
     bubble = f / (1 - f)
     return Outcome({"idle_fraction": f, "bubble": bubble, "law": law, "bubble_vs_law": bubble / law if law else None,
