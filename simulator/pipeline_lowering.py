@@ -11,7 +11,8 @@ micro-batched model, in both consumers of the task graph:
   the running sum are live at a time, as in a framework that accumulates into ``.grad``. They are
   not all held until the synchronization. Which micro-batches contribute first follows their index.
 
-- ``idle_fractions``: the bubble, per device, of a simulated timeline.
+- ``idle_fractions``: the bubble, per device, of a simulated timeline (``steady_idle_fractions``: a
+  ``2bw`` pipeline's, against its steady-state period).
 - zero-bubble schedules (``Schedule.splits_backward``): an operator with weights gets, per piece, a
   B task (the gradients of its inputs: ``Backward`` with no weight gradient) and after it a W task
   (its weights' gradients: ``Backward`` with no input gradient), which the schedule orders apart
@@ -20,7 +21,7 @@ micro-batched model, in both consumers of the task graph:
   the parts B's came from, under its own keys (``weight_grad_parts``), so they live until W. The
   NumPy runtime's W task runs the operator's backward kernel and keeps only the weight gradients.
 
-Entry points: ``lower_schedule``, ``accumulate_micro_batches``, ``idle_fractions``,
+Entry points: ``lower_schedule``, ``accumulate_micro_batches``, ``idle_fractions``, ``steady_idle_fractions``,
 ``weight_grad_times``, ``split_backward``, ``weight_grad_parts``.
 """
 
@@ -251,6 +252,22 @@ def weight_grad_parts(low) -> None:
             if key.kind is BufKind.GRAD_OUTPUT and key.name in low.wgrad:
                 low._part(Owner.op(key.name), key.own(WGRAD), dev, part.src,
                           part.device, part.box, part.add)
+
+
+def steady_idle_fractions(graph, period: float) -> dict[int, float]:
+    """A ``2bw`` pipeline's bubble in steady state: per compute device running forward or backward
+    tasks, the share of the iteration (``period``, the simulator's steady-state time) it has no
+    forward, backward or recomputation to run."""
+    import numpy as np
+    from flexrt.simulator.task_graph import KIND_CODE, TaskKind
+    col = graph.columns()
+    mask = col["alive"] & np.isin(col["kind"], [KIND_CODE[TaskKind.FORWARD], KIND_CODE[TaskKind.BACKWARD],
+                                                KIND_CODE[TaskKind.RECOMPUTE]])
+    if not mask.any() or not period > 0:
+        return {}
+    dev = col["device"][mask]
+    busy = np.bincount(dev, weights=col["exe"][mask])
+    return {int(d): 1.0 - float(busy[d]) / period for d in np.unique(dev).tolist()}
 
 
 def idle_fractions(graph, timeline: dict) -> dict[int, float]:

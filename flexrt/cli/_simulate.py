@@ -92,8 +92,9 @@ def _pipeline_report(sim: Simulator, result, strategy, batch: int) -> dict | Non
     plan = getattr(strategy, "pipeline", None)
     if plan is None:
         return None
-    from flexrt.simulator.pipeline_lowering import idle_fractions
-    idle = idle_fractions(sim.graph, result.timeline)
+    from flexrt.simulator.pipeline_lowering import idle_fractions, steady_idle_fractions
+    idle = steady_idle_fractions(sim.graph, result.iteration_time_s) if plan.schedule.delays_updates else \
+        idle_fractions(sim.graph, result.timeline)
     return {"stages": plan.stages, "chunks": plan.chunks, "micro_batches": plan.micro_batches,
             "schedule": plan.schedule.value, "stage_of": dict(plan.stage_of),
             "bubble": sum(idle.values()) / len(idle) if idle else 0.0,
@@ -185,7 +186,8 @@ def _report(args, loaded, machine, base, strategy, sim, result, steps, files, t0
         print(f"AllReduces timed by measured T = C x + D: {describe_used(sim.lowering.ring_fits.used)}")
     if pipeline is not None:
         print(strategy.pipeline.describe())
-        print(f"bubble             {pipeline['bubble']:.1%} of the pipeline's span idle (mean over devices); "
+        span = "each steady-state iteration" if strategy.pipeline.schedule.delays_updates else "the pipeline's span"
+        print(f"bubble             {pipeline['bubble']:.1%} of {span} idle (mean over devices); "
               f"{pipeline['samples_per_s']:,.0f} samples/s")
     if recomputed:
         print(f"recompute          {args.recompute}: activations of {len(recomputed)} of {len(base.operators())} "

@@ -204,7 +204,7 @@ def _bubble_problem(schedule: str, p: int, m: int, v: int) -> Optional[str]:
 def pipeline_bubble(inputs) -> Outcome:
     from flexrt.core import DataType, FFConfig, FFModel
     from flexrt.machine import local_machine
-    from flexrt.simulator.pipeline_lowering import idle_fractions
+    from flexrt.simulator.pipeline_lowering import idle_fractions, steady_idle_fractions
     from flexrt.simulator.simulate import Simulator
     from flexrt.strategy.pipeline import pipeline_strategy
     p, m, v, schedule = inputs["stages"], inputs["micro_batches"], inputs["chunks"], inputs["schedule"]
@@ -218,11 +218,9 @@ def pipeline_bubble(inputs) -> Outcome:
     strategy = pipeline_strategy(model.pcg, machine, p, m, schedule, chunks=v)
     sim = Simulator(machine, UniformCost(), "sgd")
     result = sim.full(strategy)
-    if schedule == "2bw":        # the steady state's period against the busiest device's work
-        work = max(v for k, v in result.busy_s.items() if not k.startswith("link"))
-        f = 1.0 - work / result.iteration_time_s
-    else:
-        f = max(idle_fractions(sim.graph, result.timeline).values())   # the idlest device
+    idle = steady_idle_fractions(sim.graph, result.iteration_time_s) if schedule == "2bw" else \
+        idle_fractions(sim.graph, result.timeline)             # 2bw: against its steady state's period
+    f = max(idle.values())   # the idlest device
     law = bubble_law(schedule, p, m, v)
     bubble = f / (1 - f)
     return Outcome({"idle_fraction": f, "bubble": bubble, "law": law, "bubble_vs_law": bubble / law if law else None,
