@@ -15,7 +15,8 @@ dtype. ``FUSION_POLICIES`` maps names to them; ``fusion_policy(name)`` looks one
   conv + bias + relu). A producer all of whose consumers are in the group joins it; one with other
   consumers is duplicated into the group when it is cheap element-wise (not exp, tanh, divide, ...:
   XLA's ``IsExpensive``) and left alone otherwise. The backward pass is fused too (XLA fuses the
-  whole HLO module): every forward group's owned members form a backward group, which is what
+  whole HLO module): every forward group's owned members form a backward group (where the strategy
+  recomputes activations, only one that stays within one recompute segment or outside them), which is what
   delays their gradients' AllReduces (DisCo's Fig. 3);
 - ``combiner``: XLA's AllReduce combiner (JAX_AllReduce_fusion): consecutive gradients in the order
   the backward pass produces them are packed into one bucket while the bucket stays within 30 MiB;
@@ -111,6 +112,7 @@ class FusionContext:
                 self.consumers[p].append(c)
         self._devices: dict = {}
         self._pairs: dict = {}
+        self._segment: Optional[dict] = None     # recomputed operator -> its segment (``one_segment``)
         self.order = gradient_order(w)
         self.weights = {name: self._weight_info(name, rank) for name, rank in self.order}
 
@@ -146,6 +148,29 @@ class FusionContext:
             return False
         linked = set(self.producers[op]) | set(self.consumers[op])
         return all(self.pair_ok(op, m) for m in members if m in linked)
+
+    def one_segment(self, ops) -> bool:
+        """Whether a backward group of ``ops`` keeps the strategy's recomputation apart: none of them
+        recomputed, or all in one segment (recomputed operators connected through each other). A
+        backward group reaching past a segment makes the segments it touches recompute, and hold
+        their activations, together (``flexrt.simulator.recompute_lowering.trigger_groups``)."""
+        if self._segment is None:
+            from flexrt.simulator.recompute_lowering import recompute_copies
+            recomputed = recompute_copies(self.strategy.with_fusion(None))
+            root = {o: o for o in recomputed}
+
+            def find(x):
+                while root[x] != x:
+                    root[x] = root[root[x]]
+                    x = root[x]
+                return x
+            for c in recomputed:
+                for p in self.producers[c]:
+                    if p in root:
+                        root[find(p)] = find(c)
+            self._segment = {o: find(o) for o in recomputed}
+        seg = {self._segment.get(o) for o in ops}
+        return seg == {None} or (len(seg) == 1 and None not in seg)
 
     def acyclic(self, groups) -> bool:
         """Whether the groups (FusionGroups) form no cycle (``check_fusion``'s convexity rule)."""
@@ -218,7 +243,8 @@ def xla_groups(ctx: FusionContext) -> list[FusionGroup]:
         forward = kept
     out = list(forward)
     for g in forward:   # the mirror of a convex forward set is convex; kept only where it stays acyclic
-        if len(g.owned) > 1 and ctx.acyclic(out + [_group(ctx, g.owned, phase="backward")]):
+        if len(g.owned) > 1 and ctx.one_segment(g.owned) and \
+                ctx.acyclic(out + [_group(ctx, g.owned, phase="backward")]):
             out.append(_group(ctx, g.owned, phase="backward"))
     return out
 

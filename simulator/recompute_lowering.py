@@ -208,13 +208,13 @@ def trigger_groups(low, plan) -> list[list[str]]:
     """The lowering's recompute segments grown by ``plan``'s backward groups (module doc): a consumer
     outside a group whose gradient enters it and whose backward a backward fusion group merges with
     a member's joins it, until none does; groups sharing an operator become one. Operators in graph
-    order within a group."""
+    order within a group; the lowering's segments themselves where nothing joins."""
     segments = low.recompute_segments
     bgroup = {o: gi for gi, g in enumerate(plan.groups) if g.phase == "backward" for o in g.ops}
     if not any(o in bgroup for seg in segments for o in seg):
         return segments
     groups = [set(seg) for seg in segments]
-    changed = True
+    changed, grown = True, False
     while changed:
         changed = False
         for members in groups:
@@ -223,7 +223,7 @@ def trigger_groups(low, plan) -> list[list[str]]:
                      if c not in members and bgroup.get(c) in fused and not _reaches(low, c, members)}
             if joins:
                 members |= joins
-                changed = True
+                changed = grown = True
         merged: list[set] = []
         for members in groups:                 # groups sharing an operator are one
             for other in [m for m in merged if m & members]:
@@ -232,6 +232,8 @@ def trigger_groups(low, plan) -> list[list[str]]:
                 changed = True
             merged.append(members)
         groups = merged
+    if not grown:
+        return segments
     return [[name for name in low.wiring.ops if name in members] for members in groups]
 
 

@@ -149,3 +149,23 @@ def test_segments_a_plan_recomputes_together_are_charged_together():
     for d, v in extra.items():
         assert both.memory_bytes[d]["activations"] == alone.memory_bytes[d]["activations"] + v
     assert max(both.peak_bytes.values()) > max(alone.peak_bytes.values())
+
+
+@pytest.mark.parametrize("policy", ["xla", "jax"])
+def test_a_policy_on_a_recomputing_strategy_keeps_its_segments_apart(policy):
+    """Applied after recomputation is chosen, the policies' backward groups stay within one segment
+    (or outside them all): no segments are joined, and the static activations stay recomputation's."""
+    from flexrt.model import load_model
+    from flexrt.search.fusion_policies import apply_policy
+    from flexrt.simulator.recompute_lowering import trigger_groups
+    base = load_model("transformer", ["-b", "16"]).model.pcg
+    cost = AnalyticCostModel()
+    s = data_parallel(base, MACHINE).with_recompute(recompute_set(wiring_of(base), "full"))
+    fused = apply_policy(policy, s, MACHINE, cost)
+    assert any(g.phase == "backward" for g in fused.fusion.groups)
+    sim = Simulator(MACHINE, cost, detail=False)
+    fused_r = sim.full(fused)
+    low = sim.lowering
+    assert trigger_groups(low, fused.fusion) is low.recompute_segments
+    alone = Simulator(MACHINE, cost, detail=False).full(s)
+    assert all(fused_r.memory_bytes[d]["activations"] == alone.memory_bytes[d]["activations"] for d in range(8))
