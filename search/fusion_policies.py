@@ -155,20 +155,9 @@ class FusionContext:
         backward group reaching past a segment makes the segments it touches recompute, and hold
         their activations, together (``flexrt.simulator.recompute_lowering.trigger_groups``)."""
         if self._segment is None:
-            from flexrt.simulator.recompute_lowering import recompute_copies
+            from flexrt.simulator.recompute_lowering import recompute_copies, segments
             recomputed = recompute_copies(self.strategy.with_fusion(None))
-            root = {o: o for o in recomputed}
-
-            def find(x):
-                while root[x] != x:
-                    root[x] = root[root[x]]
-                    x = root[x]
-                return x
-            for c in recomputed:
-                for p in self.producers[c]:
-                    if p in root:
-                        root[find(p)] = find(c)
-            self._segment = {o: find(o) for o in recomputed}
+            self._segment = {o: k for k, seg in enumerate(segments(self.wiring, recomputed)) for o in seg}
         seg = {self._segment.get(o) for o in ops}
         return seg == {None} or (len(seg) == 1 and None not in seg)
 

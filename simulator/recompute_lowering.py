@@ -28,7 +28,7 @@ recomputed as one fused task (the fused kernel run again).
 
 Recomputing ops are lowered whole (no delta).
 
-Entry points: ``recompute_copies``, ``lower_recompute``, ``trigger_groups``, ``fused_triggers``,
+Entry points: ``recompute_copies``, ``segments``, ``lower_recompute``, ``trigger_groups``, ``fused_triggers``,
 ``working_set``, ``fused_working_set``.
 """
 
@@ -56,8 +56,9 @@ def recompute_copies(strategy) -> frozenset:
     return frozenset(c for c in strategy.wiring().ops if source_of(c)[0] in names)
 
 
-def _segments(low, ops) -> list[list[str]]:
-    """Connected components of the recomputed operators through producer -> consumer edges."""
+def segments(wiring, ops) -> list[list[str]]:
+    """Connected components of the recomputed operators ``ops`` through producer -> consumer edges
+    (each in graph order): what is recomputed together."""
     parent = {name: name for name in ops}
 
     def root(x):
@@ -66,12 +67,12 @@ def _segments(low, ops) -> list[list[str]]:
             x = parent[x]
         return x
     for c in ops:
-        for i in range(len(low.wiring.nodes[c].inputs)):
-            p = low.producer[(c, i)].name
+        for i in range(len(wiring.nodes[c].inputs)):
+            p = wiring.producer[(c, i)].name
             if p in parent:
                 parent[root(p)] = root(c)
     groups: dict[str, list[str]] = defaultdict(list)
-    for name in low.wiring.ops:
+    for name in wiring.ops:
         if name in parent:
             groups[root(name)].append(name)
     return list(groups.values())
@@ -109,16 +110,16 @@ def lower_recompute(low) -> None:
     low.core.pairs(rtask[src[local]], rtask[dst[local]])
     chained = np.zeros(low.core.size, dtype=bool)    # recompute tasks that wait for another one
     chained[rtask[dst[local]]] = True
-    segments = _segments(low, ops)
-    low.recompute_segments = segments
+    segs = segments(low.wiring, ops)
+    low.recompute_segments = segs
     low.recompute_chained = chained
-    pairs = _trigger(low, segments, chained, (src, dst))
+    pairs = _trigger(low, segs, chained, (src, dst))
     low.recompute_trigger = pairs
     for g, before, ts in pairs:
-        low._edges(Owner.op(segments[g][0]), before, ts)
+        low._edges(Owner.op(segs[g][0]), before, ts)
     if low.detail:
         _detail(low, order)
-    _working_set(low, segments)
+    _working_set(low, segs)
 
 
 def _detail(low, order: list) -> None:
@@ -209,11 +210,11 @@ def trigger_groups(low, plan) -> list[list[str]]:
     outside a group whose gradient enters it and whose backward a backward fusion group merges with
     a member's joins it, until none does; groups sharing an operator become one. Operators in graph
     order within a group; the lowering's segments themselves where nothing joins."""
-    segments = low.recompute_segments
+    segs = low.recompute_segments
     bgroup = {o: gi for gi, g in enumerate(plan.groups) if g.phase == "backward" for o in g.ops}
-    if not any(o in bgroup for seg in segments for o in seg):
-        return segments
-    groups = [set(seg) for seg in segments]
+    if not any(o in bgroup for seg in segs for o in seg):
+        return segs
+    groups = [set(seg) for seg in segs]
     changed, grown = True, False
     while changed:
         changed = False
@@ -233,7 +234,7 @@ def trigger_groups(low, plan) -> list[list[str]]:
             merged.append(members)
         groups = merged
     if not grown:
-        return segments
+        return segs
     return [[name for name in low.wiring.ops if name in members] for members in groups]
 
 
@@ -280,10 +281,10 @@ def _reaches(low, start: str, targets: set) -> bool:
     return False
 
 
-def _working_set(low, segments: list) -> None:
+def _working_set(low, segs: list) -> None:
     """Static memory: per device, the largest segment's recomputed activations (one segment is live
     at a time), charged to that segment's first operator."""
-    for dev, (total, name) in working_set(low, segments).items():
+    for dev, (total, name) in working_set(low, segs).items():
         low._mem(Owner.op(name), dev, "activations", total)
 
 
