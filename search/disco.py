@@ -51,6 +51,7 @@ from flexrt.search.fusion_policies import FusionContext
 from flexrt.simulator.fusion import FusedGraph
 from flexrt.simulator.lowering import Lowering
 from flexrt.simulator.simulate import Simulator
+from flexrt.strategy.pipeline_2bw import delays_updates
 from flexrt.strategy import Strategy, data_parallel
 from flexrt.strategy.fusion import FusionError, FusionGroup, FusionPlan, check_fusion, fusion_of
 
@@ -71,10 +72,9 @@ class _Evaluator:
         self.strategy, self.machine = strategy, machine
         self.low = Lowering(machine, cost_model, optimizer, detail=False, incremental=False)
         self.low.build(strategy.with_fusion(None))
-        plan = getattr(strategy, "pipeline", None)
         # a 2bw pipeline's time is its steady state's, which the simulator measures on more iterations
         self.steady = Simulator(machine, cost_model, optimizer, detail=False, incremental=False) \
-            if plan is not None and plan.schedule.delays_updates else None
+            if delays_updates(strategy) else None
         self.cache: dict = {}
         self.simulations = self.hits = 0
         self.sim_s = 0.0

@@ -115,10 +115,11 @@ class FusedGraph:
         merges: list[_Merge] = []
         for gi, g in enumerate(plan.groups):
             merges += self._cached(("group", g.ops, g.phase, g.duplicate, gi), lambda: self._merge_group(gi, g))
-        self._retrigger = fused_triggers(lowering, plan)
-        self._extra_activations = fused_working_set(lowering, plan)
+        self._retrigger, self._extra_activations = None, {}
         if getattr(lowering, "recompute_tasks", None):
-            groups = trigger_groups(lowering, plan)
+            groups = trigger_groups(lowering, plan)      # the segments, or those the plan joins
+            self._retrigger = fused_triggers(lowering, groups)
+            self._extra_activations = fused_working_set(lowering, groups)
             for gi, g in enumerate(plan.groups):
                 merges += self._merge_recompute(gi, g, groups)
         for bi, bucket in enumerate(plan.buckets):

@@ -238,12 +238,10 @@ def trigger_groups(low, plan) -> list[list[str]]:
     return [[name for name in low.wiring.ops if name in members] for members in groups]
 
 
-def fused_triggers(low, plan):
-    """None where ``plan`` leaves the recompute triggers as lowered; else (the lowering's trigger
-    edges, the edges that replace them) as (source, destination) arrays of its task ids."""
-    if not getattr(low, "recompute_tasks", None):
-        return None
-    groups = trigger_groups(low, plan)
+def fused_triggers(low, groups):
+    """None where the trigger groups ``groups`` (``trigger_groups``) are the lowering's segments;
+    else (the lowering's trigger edges, the edges that replace them) as (source, destination) arrays
+    of its task ids."""
     if groups is low.recompute_segments:
         return None
     return _pair_arrays(low.recompute_trigger), _pair_arrays(_trigger(low, groups, low.recompute_chained))
@@ -306,13 +304,10 @@ def working_set(low, groups: list) -> dict[int, tuple[int, str]]:
     return best
 
 
-def fused_working_set(low, plan) -> dict[int, int]:
-    """Bytes of recomputed activations to add per device under ``plan``: where its backward groups
-    join segments into one trigger group (``trigger_groups``), they are recomputed together and live
-    at once."""
-    if not getattr(low, "recompute_tasks", None):
-        return {}
-    groups = trigger_groups(low, plan)
+def fused_working_set(low, groups) -> dict[int, int]:
+    """Bytes of recomputed activations to add per device where a plan's backward groups join
+    segments into one trigger group (``groups``, from ``trigger_groups``): they are recomputed
+    together and live at once."""
     if groups is low.recompute_segments:
         return {}
     before, after = working_set(low, low.recompute_segments), working_set(low, groups)

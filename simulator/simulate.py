@@ -28,6 +28,7 @@ from flexrt.simulator.fusion import FusedGraph
 from flexrt.simulator.lowering import Lowering
 from flexrt.simulator.memory import MemoryTimeline, memory_timeline
 from flexrt.strategy.fusion import fusion_of
+from flexrt.strategy.pipeline_2bw import delays_updates, unrolled
 from flexrt.strategy import Strategy
 from flexrt.simulator.task_graph import CATEGORIES, TRANSFER_CODE, Category, TaskKind
 
@@ -162,20 +163,14 @@ class Simulator:
     def _two_iterations(self, strategy: Strategy) -> Optional[float]:
         """The simulated time of two iterations of a ``2bw`` pipeline run as one graph; None for any
         other strategy."""
-        plan = getattr(strategy, "pipeline", None)
-        if plan is None or not plan.schedule.delays_updates:
+        if not delays_updates(strategy):
             return None
-        from flexrt.strategy.pipeline_2bw import unrolled
         if self._unroll is None:
             low = self.lowering
             self._unroll = Simulator(self.machine, low.cost, self.optimizer, low.loss_output, detail=False,
                                      incremental=False, comm_cost=low.comm_cost, fold=self.fold)
             self._unroll._check_plans = False   # its buckets interleave the two iterations' gradients
         return self._unroll.time_full(unrolled(strategy))
-
-    def _delays_updates(self) -> bool:
-        plan = getattr(self.lowering.strategy, "pipeline", None)
-        return plan is not None and plan.schedule.delays_updates
 
     def time_delta(self, strategy: Strategy, changed: set[str]) -> float:
         """``delta`` without the result's statistics: the simulated iteration time only."""
@@ -264,7 +259,7 @@ class Simulator:
     def state_factor(self) -> int:
         """Weight-sized arrays of optimizer state per weight: the optimizer's, and under ``2bw`` the
         newest weights beside the ones the forwards read (the second weight version)."""
-        return OPTIMIZER_STATE[self.optimizer] + (1 if self._delays_updates() else 0)
+        return OPTIMIZER_STATE[self.optimizer] + (1 if delays_updates(self.lowering.strategy) else 0)
 
     def chrome_trace(self, result: SimResult) -> dict:
         """The timeline as Chrome trace events: one track per device and per link (Perfetto opens it)."""

@@ -20,6 +20,7 @@ from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.simulator.cost_model import AnalyticCostModel, ProfiledCostModel
 from flexrt.simulator.simulate import Simulator, timelines_equal
 from flexrt.strategy import ConfigStrategy, data_parallel, load_strategy, random_strategy
+from flexrt.strategy.pipeline_2bw import delays_updates
 
 NAME = "simulate"
 HELP = "simulate one training iteration of a strategy on a machine (model flags such as -b 64 follow MODEL)"
@@ -93,7 +94,7 @@ def _pipeline_report(sim: Simulator, result, strategy, batch: int) -> dict | Non
     if plan is None:
         return None
     from flexrt.simulator.pipeline_lowering import idle_fractions, steady_idle_fractions
-    idle = steady_idle_fractions(sim.graph, result.iteration_time_s) if plan.schedule.delays_updates else \
+    idle = steady_idle_fractions(sim.graph, result.iteration_time_s) if delays_updates(strategy) else \
         idle_fractions(sim.graph, result.timeline)
     return {"stages": plan.stages, "chunks": plan.chunks, "micro_batches": plan.micro_batches,
             "schedule": plan.schedule.value, "stage_of": dict(plan.stage_of),
@@ -186,7 +187,7 @@ def _report(args, loaded, machine, base, strategy, sim, result, steps, files, t0
         print(f"AllReduces timed by measured T = C x + D: {describe_used(sim.lowering.ring_fits.used)}")
     if pipeline is not None:
         print(strategy.pipeline.describe())
-        span = "each steady-state iteration" if strategy.pipeline.schedule.delays_updates else "the pipeline's span"
+        span = "each steady-state iteration" if delays_updates(strategy) else "the pipeline's span"
         print(f"bubble             {pipeline['bubble']:.1%} of {span} idle (mean over devices); "
               f"{pipeline['samples_per_s']:,.0f} samples/s")
     if recomputed:

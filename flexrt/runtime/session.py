@@ -59,6 +59,7 @@ from flexrt.kernels.optimizers import LossScaler
 from flexrt.simulator.simulate import SimResult, Simulator, chrome_trace
 from flexrt.strategy import ConfigStrategy, Strategy
 from flexrt.strategy.pipeline import split_batch
+from flexrt.strategy.pipeline_2bw import delays_updates
 from flexrt.strategy.weights import fold_values, folded, locate, unfold_values
 
 OPTIMIZER_PARAMS = {OptimizerKind.SGD: ("lr", "momentum", "nesterov", "weight_decay"),
@@ -258,8 +259,7 @@ class Session:
         """The optimizer's step, with PipeDream-2BW's one-step delay under a ``2bw`` pipeline
         (``flexrt.kernels.optimizers.delayed``)."""
         update = optimizer_step(optimizer, **params)
-        plan = getattr(self.strategy, "pipeline", None)
-        return delayed(update) if plan is not None and plan.schedule.delays_updates else update
+        return delayed(update) if delays_updates(self.strategy) else update
 
     @property
     def predicted_time_s(self) -> float:

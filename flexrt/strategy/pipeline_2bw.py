@@ -16,7 +16,7 @@ synchronization and update compete with the next one's work. The simulator's per
 steady state's time per iteration (``flexrt.simulator.simulate``); a third iteration adds the
 same within 3% (tests/simulator/test_pipeline_2bw.py).
 
-Entry points: ``unrolled``, ``ITERATION_SUFFIX``.
+Entry points: ``delays_updates``, ``unrolled``, ``ITERATION_SUFFIX``.
 """
 
 from __future__ import annotations
@@ -30,6 +30,17 @@ from flexrt.strategy.pipeline import MicroBatched, PipelinePlan, Schedule, copy_
 ITERATION_SUFFIX = "@it"   # + the iteration (1, 2, ...): a later iteration's weight nodes
 
 
+def delays_updates(strategy) -> bool:
+    """Whether ``strategy`` is a ``2bw`` pipeline (its iterations overlap on double-buffered weights)."""
+    plan = getattr(strategy, "pipeline", None)
+    return plan is not None and plan.schedule.delays_updates
+
+
+def _weight_name(name: str, i: int) -> str:
+    """Iteration ``i``'s copy of weight ``name`` (the first iteration's is the weight itself)."""
+    return name + (f"{ITERATION_SUFFIX}{i}" if i else "")
+
+
 def _unrolled_model(mb: MicroBatched, iterations: int) -> tuple[MicroBatched, dict[int, int]]:
     """``mb`` for ``iterations`` consecutive iterations (module doc) and, per node of the result, its
     first-iteration twin in ``mb.pcg``."""
@@ -41,8 +52,7 @@ def _unrolled_model(mb: MicroBatched, iterations: int) -> tuple[MicroBatched, di
     for nid in src.topological_order():
         node = src.node(nid)
         if node.op_type is OpType.WEIGHT:
-            ids = tuple(out.add_node(node.attrs, (), name=node.name + (f"{ITERATION_SUFFIX}{i}" if i else ""))
-                        for i in k)
+            ids = tuple(out.add_node(node.attrs, (), name=_weight_name(node.name, i)) for i in k)
         elif node.op_type is OpType.INPUT:
             base, j = source_of(node.name)
             ids = tuple(out.add_node(node.attrs, (), name=copy_name(base, j + i * m)) for i in k)
@@ -63,13 +73,13 @@ def unrolled(strategy, iterations: int = 2) -> ConfigStrategy:
     """``iterations`` consecutive iterations of the ``2bw`` pipelined ``strategy`` as one pipelined
     strategy (module doc), with its recomputation and its fusion plan (each group and bucket also on
     the later iterations' copies and weights)."""
-    plan = getattr(strategy, "pipeline", None)
-    if plan is None or not plan.schedule.delays_updates:
+    if not delays_updates(strategy):
         raise StrategyError("unrolled: takes a pipelined strategy with the 2bw schedule")
     if not isinstance(strategy, ConfigStrategy):
         raise StrategyError("unrolled: takes a pipelined strategy of per-operator configurations")
     if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
         raise StrategyError(f"unrolled: iterations must be an integer >= 1, got {iterations!r}")
+    plan = strategy.pipeline
     mb2, twin = _unrolled_model(plan.model, iterations)
     configs = {nid: strategy.configs[twin[nid]] for nid in twin if twin[nid] in strategy.configs}
     # 2bw orders each device as 1F1B does, now through all the iterations' micro-batches
@@ -89,6 +99,5 @@ def _later_iterations(fusion, m: int, iterations: int):
         return copy_name(base, j + i * m)
     groups = tuple(FusionGroup(tuple(later(o, i) for o in g.ops), g.phase, tuple(later(o, i) for o in g.duplicate))
                    for i in range(iterations) for g in fusion.groups)
-    buckets = tuple(tuple(w + (f"{ITERATION_SUFFIX}{i}" if i else "") for w in b)
-                    for i in range(iterations) for b in fusion.buckets)
+    buckets = tuple(tuple(_weight_name(w, i) for w in b) for i in range(iterations) for b in fusion.buckets)
     return FusionPlan(groups, buckets)

@@ -19,6 +19,7 @@ from flexrt.ir.op_type import OpType
 from flexrt.machine import load_machine
 from flexrt.machine.views import enumerate_views
 from flexrt.kernels.optimizers import delayed
+from flexrt.strategy.pipeline_2bw import delays_updates
 from flexrt.runtime.executor import optimizer_step, relative_error
 from flexrt.runtime.reference import ReferenceTrainer
 from flexrt.runtime.session import Session, initial_weights
@@ -180,8 +181,7 @@ def reference_update(strategy, optimizer="sgd", **params):
     """One device's optimizer step for ``strategy``: under a ``2bw`` pipeline, with PipeDream-2BW's
     one-step delay (its semantics; the law is that the pipeline computes the same gradients)."""
     update = optimizer_step(optimizer, **params)
-    plan = getattr(strategy, "pipeline", None)
-    return delayed(update) if plan is not None and plan.schedule.delays_updates else update
+    return delayed(update) if delays_updates(strategy) else update
 
 
 def compare_with_one_device(label: str, pcg, strategy, machine, loss, tol, w0, optimizer="sgd", params=SGD,

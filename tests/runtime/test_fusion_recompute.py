@@ -144,7 +144,7 @@ def test_segments_a_plan_recomputes_together_are_charged_together():
     both = sim.full(fused.with_recompute(names))
     low = sim.lowering
     assert len(trigger_groups(low, fused.fusion)) < len(low.recompute_segments)
-    extra = fused_working_set(low, fused.fusion)
+    extra = fused_working_set(low, trigger_groups(low, fused.fusion))
     assert extra and all(v > 0 for v in extra.values())
     for d, v in extra.items():
         assert both.memory_bytes[d]["activations"] == alone.memory_bytes[d]["activations"] + v
