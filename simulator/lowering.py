@@ -14,6 +14,9 @@ What becomes a task:
   - partial sums whose consumers are replicas on the same devices become a ring AllReduce;
 - backward mirrors the forward movement: gradients travel back, broadcasts become reductions and
   the other way round;
+- a box of an output that several operands on one device read (a residual, attention's query, key
+  and value) crosses to that device once, and their gradients are summed there and cross back once
+  (``flexrt.simulator.fanout_lowering``);
 - inputs are materialized where their consumers need them (the data loader's job: no transfer);
 - weights are resident where their first consumer needs them. Replicas synchronize gradients with a
   ring AllReduce (across nodes with several network adapters, one ring per adapter on a share of
@@ -58,6 +61,7 @@ from flexrt.simulator.actions import HOST, Backward, Buf, Forward, Key, Loss, Mo
 from flexrt.simulator.cost_model import has_linear_transfers, loss_time, receive_time
 from flexrt.simulator.collectives import CommCost, RingFits, comm_cost_of, ring_extras
 from flexrt.simulator.engine import Engine
+from flexrt.simulator.fanout_lowering import fanout_siblings, lower_fanout
 from flexrt.simulator.folding import folded_allreduce, route_of
 from flexrt.simulator.pipeline_lowering import (accumulate_micro_batches, lower_schedule, split_backward,
                                                 weight_grad_parts, weight_grad_times)
@@ -153,6 +157,7 @@ class Lowering:
         self.rings: dict[str, list[WeightRing]] = {}  # weight -> its gradients' ring AllReduces (fusion merges them)
         self.fusion_cache: dict = {}  # what ``FusedGraph`` derives from this graph, kept across fusion plans
         self._group_ids = 0
+        self.fanout_pending: dict = {}  # producer output -> its operand edges seen so far (``lower_fanout``)
 
     # ---- strategy context -----------------------------------------------------------------
     def _set_strategy(self, strategy: Strategy) -> None:
@@ -175,6 +180,7 @@ class Lowering:
         self.position = wiring.position
         self.consumers = wiring.consumers
         self.producer = wiring.producer
+        self._siblings = fanout_siblings(wiring)
         self._release = self._release_plan()  # for one-shot builds
         sinks = wiring.sinks
         if self.pipeline is not None:     # every micro-batch's copy of the output is scored on its rows
@@ -460,7 +466,10 @@ class Lowering:
         plan = self._reshards.get(P, pref.index, C, i, k)
         ends = _EdgeEnds(pref.name, pref.index, consumer, i, pfwd, pbwd, cfwd, cbwd,
                          self.wiring.needs_grad(consumer, i), f"{pref.name}->{consumer}.in{i}")
-        if plan.moves:
+        siblings = self._siblings.get((consumer, i))
+        if siblings is not None and pref.name not in self.recompute:
+            lower_fanout(self, owner, ends, plan, dtype, siblings)   # a box several operands read crosses once
+        elif plan.moves:
             self._moves(owner, ends, plan, dtype)
         for red in plan.reductions:
             self._reduction(owner, ends, red, dtype, C.devices)
@@ -824,6 +833,7 @@ class Lowering:
             return
         self._set_strategy(strategy)
         self.fusion_cache.clear()
+        self.fanout_pending.clear()
         ops = set(changed)
         edges, weights = set(), set()
         for name in changed:
@@ -833,6 +843,8 @@ class Lowering:
                     weights.add(p.name)
                 edges.add((name, i))
             edges.update(self.consumers.get(name, []))
+        for e in list(edges):                       # an output's readers are lowered together (lower_fanout)
+            edges.update(self._siblings.get(e, ()))
         for o in ops:
             self._drop(Owner.op(o))
         for e in edges:

@@ -82,6 +82,22 @@ def node_axes(pcg: PCG, node: Node):
     return solve_axes(opdef, node.attrs, node.name, data)
 
 
+def repeated_operands(pcg: PCG, node: Node) -> frozenset[int]:
+    """The data operands of a compute node that read the same tensor as an earlier operand and are
+    cut alike along every parallel axis (self-attention's key and value, reading its query): under
+    any configuration they need the same pieces on the same devices, which cross once."""
+    axes, _ = node_axes(pcg, node)
+    first: dict = {}
+    out = set()
+    for i, ref in enumerate(node.inputs[:len(node.inputs) - op_def(node.op_type).num_weights(node.attrs)]):
+        cut = (ref, tuple(dict(a.operands).get(i) for a in axes))
+        if cut in first:
+            out.add(i)
+        else:
+            first[cut] = i
+    return frozenset(out)
+
+
 def axis_degrees(pcg: PCG, node: Node) -> tuple[int, ...]:
     """Degrees of the node's axes in axis order (the degree tuple its machine view maps)."""
     axes, degree = node_axes(pcg, node)

@@ -68,6 +68,7 @@ from flexrt.search.unity.costs import Block, LocalCosts
 from flexrt.search.unity.memo import Memo
 from flexrt.search.unity.reach import closure
 from flexrt.strategy import OpConfig, is_compute
+from flexrt.strategy.config import repeated_operands
 
 from flexrt.ir.pcg import PCG
 from flexrt.machine import Machine
@@ -94,9 +95,10 @@ class _Graph:
         self.succ = [0] * n
         self.pred = [0] * n
         for v, node in enumerate(self.node):
+            repeated = repeated_operands(pcg, node)    # read once (as the simulator's lowering moves them)
             for i, ref in enumerate(node.inputs):
                 u = self.pos.get(ref.node)
-                if u is not None:
+                if u is not None and i not in repeated:
                     self.edges_in[v].append((u, ref.index, i))
                     self.succ[u] |= 1 << v
                     self.pred[v] |= 1 << u
