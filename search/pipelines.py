@@ -4,8 +4,9 @@ finalists with ``--enable-pipeline`` (Unity §5, Fig. 15a).
 The space: ``p`` device blocks (every divisor of the devices from 2 up to the operators), ``m``
 micro-batches (``p``, ``2p``, ``4p`` and ``8p`` where they divide the batch), the schedules GPipe,
 1F1B, interleaved 1F1B (2 chunks, where ``m`` is a multiple of ``p``) and ZB-H1 (and PipeDream-2BW,
-``2bw``, where the caller's ``schedules`` name it: it trains on one-step-old weights), stages of balanced
-time (the cost model's seconds per operator on its block), data parallel within each block. Every
+``2bw``, where the caller's ``schedules`` name it: it trains on one-step-old weights), stages cut where
+the busiest stage's time, the cost model's seconds on its block or the bytes crossing its cuts, is
+least (``flexrt.strategy.stage_cuts``), data parallel within each block. Every
 candidate is simulated whole, in the order of an exact lower bound of its time (``lower_bound``:
 each block's work on its first device, after micro-batch 0's forward reaches it, and the last
 backward's way back), and left out when that bound cannot beat the best simulated so far. The
@@ -22,7 +23,7 @@ Eq. 1 on the simulated time, in percent of the data-parallel time) jointly with 
 configurations within their blocks: a proposal moves one stage boundary by one operator (the
 stage-boundary move), gives one operator random degrees of the search space within its block
 (FlexFlow's proposal on the block: ``BlockDegrees``), or changes the micro-batches (halved or
-doubled), the schedule, or the number of device blocks (stages then re-balanced by time; degrees
+doubled), the schedule, or the number of device blocks (stages then cut again; degrees
 kept where still valid). It is bounded by ``budget`` proposals, deterministic for a seed, and
 returns the best plan so far on Ctrl-C.
 
@@ -312,7 +313,7 @@ def _propose(rng: random.Random, kwargs: dict, stage_of: dict, order: list, batc
         return None
     kw["stages"] = p
     kw["degrees"] = blocks.kept(kw.get("degrees") or {}, kw["micro_batches"], n // p)
-    return kw, None                                    # stages re-balanced by the cost model's times
+    return kw, None                                    # stages cut again (flexrt.strategy.stage_cuts)
 
 
 def pipeline_mcmc(pcg: PCG, machine: Machine, cost_model, budget: int = 200, seed: int = 0, alpha: float = 1.05,

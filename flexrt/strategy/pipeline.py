@@ -64,6 +64,7 @@ from flexrt.machine import Machine
 from flexrt.machine.views import view_devices
 from flexrt.strategy.config import ConfigStrategy, OpConfig, data_shapes, is_compute, op_shapes, wiring_of
 from flexrt.strategy.space import all_axes, config_at
+from flexrt.strategy.stage_cuts import crossing_bytes, cut_stages, seconds_per_byte
 
 SEP = ".mb"   # copy j of operator or input "x" is named "x.mb{j}"
 
@@ -404,8 +405,9 @@ def pipeline_strategy(pcg: PCG, machine: Machine, stages: int, micro_batches: in
                       place: Optional[Callable] = None, cost_model=None) -> ConfigStrategy:
     """A pipelined strategy of ``pcg`` on ``machine``: ``stages`` (p) device blocks of n / p devices,
     ``chunks`` (v) stages per block, ``micro_batches`` (m). ``stage_of`` (operator -> stage, 0 ..
-    p*v - 1, non-decreasing along the graph) defaults to stages of balanced FLOPs, or of balanced
-    seconds under ``cost_model`` (a simulator cost model: ``op_times``, ``update_time``). Within a stage
+    p*v - 1, non-decreasing along the graph) defaults to stages of balanced FLOPs, or under ``cost_model`` (a simulator cost
+    model: ``op_times``, ``update_time``) to the cuts whose busiest stage, its seconds or what crosses
+    its cuts, takes least (``flexrt.strategy.stage_cuts``). Within a stage
     every operator is data parallel over its block (or the largest part of it its micro-batch divides
     over); ``degrees`` (operator -> degrees per axis) chooses otherwise, and ``place(pcg, node, block
     start)`` -> an ``OpConfig`` or None places an operator exactly (``node`` is its first
@@ -441,9 +443,13 @@ def _pipeline_strategy(pcg, machine, stages, micro_batches, schedule, chunks, st
             at_zero[name] = config_for(name, 0)
         return at_zero[name]
 
-    if stage_of is None:
-        stage_of = _balanced_stages(pcg, count, None if cost_model is None else
-                                    _time_weight(mb, machine, cost_model, first_block))
+    if stage_of is None and cost_model is None:
+        stage_of = _balanced_stages(pcg, count)
+    elif stage_of is None:        # the busiest stage's time least, what crosses the cuts included
+        wiring = wiring_of(pcg)
+        weight = _time_weight(mb, machine, cost_model, first_block)
+        stage_of = cut_stages(wiring.ops, [weight(wiring.nodes[name]) for name in wiring.ops],
+                              crossing_bytes(wiring), count, seconds_per_byte(machine, stages))
     else:
         stage_of = _checked_stages(pcg, mb, stage_of, count)
     configs = {}

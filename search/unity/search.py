@@ -404,8 +404,8 @@ def _finalists(label: str, best_pcg: PCG, pcg: PCG, mapping, costs: LocalCosts, 
     and mapping, data parallelism, the search's graph mapped with the overlap model (``LocalCosts(
     overlap=True)``: gradient rings as the simulator's, hidden behind the backward as a flow shop; it
     ranks mappings better where rings are latency-bound, worse where they block the links others
-    need) and in the data+model space (the DP's estimates can misjudge a larger space, and a larger
-    space must never return worse), so that the two differ only in how the graph was chosen (Unity
+    need) and in the data+model space by both DPs (the DP's estimates can misjudge a larger space,
+    and a larger space must never return worse), so that the two differ only in how the graph was chosen (Unity
     Fig. 15b). ``costs``: the search's (their DPs share its caches, ``LocalCosts(like=...)``);
     ``overlap``: the overlap DP to use (one is made when None)."""
     machine = costs.machine
@@ -414,10 +414,13 @@ def _finalists(label: str, best_pcg: PCG, pcg: PCG, mapping, costs: LocalCosts, 
            ("data-parallel", data_parallel(pcg, machine, n if n < machine.num_devices else None)),
            ("overlap mapping", _strategy(best_pcg, pcg, overlap.solve(best_pcg).configs))]
     if sp.kinds != frozenset({AxisKind.SAMPLE}):
-        sample = MappingDP(machine, LocalCosts(machine, costs.cost, frozenset({AxisKind.SAMPLE}), costs.optimizer,
+        only = SearchSpace(frozenset({AxisKind.SAMPLE}))
+        sample = MappingDP(machine, LocalCosts(machine, costs.cost, only.kinds, costs.optimizer,
                                                min_degree, config_ratio=config_ratio, like=costs),
                            cache=cache, devices=n)
-        out.append(("data+model mapping", _strategy(best_pcg, pcg, sample.solve(best_pcg).configs)))
+        sample_overlap = _overlap_dp(costs, only, min_degree, n, cache, config_ratio)
+        out += [("data+model mapping", _strategy(best_pcg, pcg, sample.solve(best_pcg).configs)),
+                ("data+model overlap mapping", _strategy(best_pcg, pcg, sample_overlap.solve(best_pcg).configs))]
     return out
 
 
