@@ -61,19 +61,19 @@ def seconds_per_byte(machine: Machine, stages: int) -> float:
 def cut_stages(ops: Sequence[str], work: Sequence[float], crossing: np.ndarray, count: int,
                per_byte: float) -> dict[str, int]:
     """``ops`` (graph order) cut into ``count`` contiguous non-empty stages minimizing the largest
-    stage cost: max(its ``work`` summed, bytes crossing its two cuts times ``per_byte``)."""
+    stage cost, max(its ``work`` summed, bytes crossing its two cuts times ``per_byte``), and among
+    those the sum of squared stage costs (the most even). Exact: no stage of an optimal partition
+    costs more than the stages of equal work do, so only stages within that bound are tried
+    (``_band``): about operators^2 steps in all, not stages x operators^2."""
     n = len(ops)
     if n < count:
         raise StrategyError(f"{count} pipeline stages need at least {count} operators; the model has {n}")
     total = np.concatenate([[0.0], np.cumsum(np.asarray(work, dtype=float))])
     comm = np.asarray(crossing, dtype=float) * per_byte
-    # cost[i, j]: operators i .. j-1 as one stage (i < j)
-    cost = np.maximum(total[None, :] - total[:, None], comm[:, None] + comm[None, :])
-    cost[np.tril_indices(n + 1)] = np.inf
-    bound = _partition(cost, count, np.maximum)[0]
-    # among the partitions whose busiest stage costs that, the most even: least sum of squared costs
+    starts, cost = _band(total, comm, count)
+    bound, _ = _partition(starts, cost, count, np.maximum)
     even = np.where(cost <= bound * (1 + 1e-9), cost * cost, np.inf)
-    _, choice = _partition(even, count, np.add)
+    _, choice = _partition(starts, even, count, np.add)
     stage_of, j = {}, n
     for k in range(count - 1, -1, -1):
         i = int(choice[k - 1][j]) if k > 0 else 0
@@ -83,14 +83,42 @@ def cut_stages(ops: Sequence[str], work: Sequence[float], crossing: np.ndarray, 
     return stage_of
 
 
-def _partition(cost: np.ndarray, count: int, combine) -> tuple[float, list]:
-    """The least ``combine``-d stage cost of ``count`` stages ending at the last position, and per
-    stage after the first the best previous end for each end (``cost[i, j]``: a stage i .. j-1)."""
-    best = cost[0].copy()
+def _stage_cost(total: np.ndarray, comm: np.ndarray, i, j):
+    """Operators i .. j-1 as one stage."""
+    return np.maximum(total[j] - total[i], comm[i] + comm[j])
+
+
+def _band(total: np.ndarray, comm: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """(start, cost) of every stage no costlier than the largest stage of the equal-work cuts, as
+    matrices indexed [stage end j, t]: the stage starts at ``start[j, t]`` (-1 and cost inf where
+    there is none)."""
+    n = len(total) - 1
+    cuts = np.searchsorted(total, total[-1] * np.arange(1, count) / count)
+    for k in range(count - 1):                     # each stage at least one operator
+        lo = cuts[k - 1] + 1 if k else 1
+        cuts[k] = min(max(cuts[k], lo), n - (count - 1 - k))
+    edges = np.concatenate([[0], cuts, [n]])
+    limit = float(_stage_cost(total, comm, edges[:-1], edges[1:]).max())
+    ends = np.arange(n + 1)
+    first = np.searchsorted(total, total - limit * (1 + 1e-9) - 1e-300, side="left")
+    width = max(int((ends - first).max()), 1)
+    start = ends[:, None] - width + np.arange(width)[None, :]
+    ok = (start >= first[:, None]) & (start >= 0) & (start < ends[:, None])
+    start = np.where(ok, start, -1)
+    cost = np.where(ok, _stage_cost(total, comm, np.maximum(start, 0), ends[:, None]), np.inf)
+    return start, cost
+
+
+def _partition(start: np.ndarray, cost: np.ndarray, count: int, combine) -> tuple[float, list]:
+    """The least ``combine``-d stage cost of ``count`` stages ending at the last operator, and per
+    stage after the first the best start for each end (``_band``'s matrices)."""
+    rows = np.arange(start.shape[0])
+    best = np.where(start == 0, cost, np.inf).min(axis=1)     # one stage from operator 0
     choice = []
     for _ in range(1, count):
-        cand = combine(best[:, None], cost)     # the previous stages end at i, this one is i .. j-1
-        arg = np.argmin(cand, axis=0)
-        best = cand[arg, np.arange(cost.shape[1])]
-        choice.append(arg)
+        prev = np.where(start >= 0, best[np.maximum(start, 0)], np.inf)
+        cand = combine(prev, cost)
+        arg = np.argmin(cand, axis=1)
+        best = cand[rows, arg]
+        choice.append(start[rows, arg])
     return float(best[-1]), choice

@@ -51,7 +51,7 @@ def _cost(work, comm, cuts):
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
 def test_the_partition_is_the_brute_forces_best(data):
-    n = data.draw(st.integers(1, 8))
+    n = data.draw(st.integers(1, 10))
     count = data.draw(st.integers(1, n))
     work = data.draw(st.lists(st.integers(1, 20), min_size=n, max_size=n))
     crossing = [0] + data.draw(st.lists(st.integers(0, 30), min_size=n - 1, max_size=n - 1)) + [0]
