@@ -15,7 +15,7 @@ What becomes a task:
 - backward mirrors the forward movement: gradients travel back, broadcasts become reductions and
   the other way round;
 - a box of an output that several operands on one device read (a residual, attention's query, key
-  and value) crosses to that device once, and their gradients are summed there and cross back once
+  and value) crosses to that device once; each consumer task's gradient of it crosses back once
   (``flexrt.simulator.fanout_lowering``);
 - inputs are materialized where their consumers need them (the data loader's job: no transfer);
 - weights are resident where their first consumer needs them. Replicas synchronize gradients with a
