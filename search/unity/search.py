@@ -24,7 +24,7 @@ costed on the whole graph, so a boundary operator's configurations (every partit
 tensor crossing the cut) are chosen jointly with both sides and the resharding a mismatch needs is
 inserted by ``apply_configs``.
 
-The best candidate's mapping, the input graph's mapping and data parallelism are then simulated as
+The best candidate's mapping, the input graph's mapping (each every way the finalists map) and data parallelism are then simulated as
 full task graphs; the fastest is returned (exportable, loadable and trainable like any strategy;
 a rewritten graph is saved with its whole parallel PCG).
 
@@ -299,6 +299,8 @@ def _finish(machine: Machine, cost_model, optimizer: OptimizerKind, candidates: 
     cost, label, best = scored[0]
     log.notes["finalists_s"] = {lab: c for c, lab, _ in scored}
     log.notes["chosen"] = label
+    if log.notes.get("rewritten") and not isinstance(best, GraphStrategy):     # a finalist of the input graph won
+        log.notes.update(rewritten=False, rewrites=[], search_rewrites=log.notes.get("rewrites", []))
     log.record(log.entries[-1].iteration + 1 if log.entries else 0, t0, cost, cost)
     return SearchResult(best, cost, log)
 
@@ -346,9 +348,10 @@ def unity(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUDGET, 
     log.stop_reason = "interrupted" if log.interrupted else "queue empty or budget spent"
     overlap = _overlap_dp(costs, sp, min_degree, n, cache, config_ratio)
     finalists = _finalists("unity", best_pcg, pcg, mapping, costs, sp, min_degree, n, cache, overlap, config_ratio)
-    if best_pcg is not pcg:        # the joint choice: the rewritten graph or the input one, both mapped both ways
-        finalists.insert(1, ("input graph mapped", _strategy(pcg, pcg, state["input_mapping"].configs)))
-        finalists.insert(2, ("input graph, overlap mapping", _strategy(pcg, pcg, overlap.solve(pcg).configs)))
+    if best_pcg is not pcg:        # the joint choice: the rewritten graph or the input one, each mapped every way
+        finalists += [(lab if lab == "data-parallel" else f"input graph, {lab}", s) for lab, s in
+                      _finalists("mapped", pcg, pcg, state["input_mapping"], costs, sp, min_degree, n, cache,
+                                 overlap, config_ratio)]
     if enable_pipeline:      # pipelined finalists: stages, micro-batches and schedule searched (search.pipelines)
         block_costs = LocalCosts(machine, cost_model, sp.kinds, optimizer, min_degree, config_ratio=config_ratio,
                                  like=costs)
