@@ -72,8 +72,8 @@ def lower_fanout(low, owner, ends, plan, dtype, siblings) -> None:
 
 
 def _shared_move(low, pending, users, dtype) -> None:
-    """One producer piece's box sent once to one device for every (edge, move) in ``users``;
-    their gradients summed there and sent back once."""
+    """One producer piece's box sent once to one device for every (edge, move) in ``users``; each
+    consumer task's gradient of it sent back once."""
     owner, first, plan = pending[users[0][0]]
     q, qdev, _, pdev, box = plan.moves[users[0][1]]
     label = f"{first.pname}.out{first.k}"
