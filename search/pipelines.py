@@ -219,7 +219,9 @@ def best_pipeline(pcg: PCG, machine: Machine, cost_model, optimizer, budget: int
     """The best candidate of ``pipeline_candidates`` after ``refine`` (a one-element list of (label,
     strategy), or empty when the model or machine allows no pipeline). Candidates are simulated in
     the order of their ``lower_bound``; one whose bound is not below the best simulated so far
-    cannot win and is not simulated (exact). With ``block_mapping`` (``mapped_blocks``), the
+    cannot win and is not simulated (exact). The ``mapped`` best are simulated again with their
+    stages cut by work alone (``cut="work"``: the cuts' objective ignores 1F1B's round trip, which
+    can favour them) and compete too. With ``block_mapping`` (``mapped_blocks``), the
     ``mapped`` best of them are simulated again with each block mapped by it (a stage data-, tensor-
     or reduction-parallel as Unity's DP chooses on the block) and compete too, where its splits fit
     their micro-batches.
@@ -246,6 +248,11 @@ def best_pipeline(pcg: PCG, machine: Machine, cost_model, optimizer, budget: int
             continue
         scored.append((_time(sim, pipeline_strategy(pcg, machine, cost_model=cost_model, **kwargs)), label, kwargs))
         scored.sort(key=lambda x: x[0])
+    for _, label, kwargs in scored[:mapped]:     # the best few with their stages cut by work alone too
+        kw = {**kwargs, "cut": "work"}
+        scored.append((_time(sim, pipeline_strategy(pcg, machine, cost_model=cost_model, **kw)),
+                       label + ", stages by work", kw))
+    scored.sort(key=lambda x: x[0])
     if block_mapping is not None:
         places: dict = {}           # block width -> its mapping (one DP per width)
         for _, label, kwargs in scored[:mapped]:

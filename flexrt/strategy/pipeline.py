@@ -399,26 +399,31 @@ def _block_split(width: int) -> list[dict[str, int]]:
     return [{"sample": d, "dim0": d} for d in sorted(divisors(width), reverse=True)]
 
 
+CUTS = ("busiest", "work")   # stage cuts under a cost model: least busiest stage (stage_cuts), or balanced work
+
+
 def pipeline_strategy(pcg: PCG, machine: Machine, stages: int, micro_batches: int, schedule="1f1b",
                       chunks: int = 1, stage_of: Optional[Mapping[str, int]] = None,
                       degrees: Optional[Mapping[str, dict]] = None, loss_output: Optional[str] = None,
-                      place: Optional[Callable] = None, cost_model=None) -> ConfigStrategy:
+                      place: Optional[Callable] = None, cost_model=None, cut: str = "busiest") -> ConfigStrategy:
     """A pipelined strategy of ``pcg`` on ``machine``: ``stages`` (p) device blocks of n / p devices,
     ``chunks`` (v) stages per block, ``micro_batches`` (m). ``stage_of`` (operator -> stage, 0 ..
     p*v - 1, non-decreasing along the graph) defaults to stages of balanced FLOPs, or under ``cost_model`` (a simulator cost
     model: ``op_times``, ``update_time``) to the cuts whose busiest stage, its seconds or what crosses
-    its cuts, takes least (``flexrt.strategy.stage_cuts``). Within a stage
+    its cuts, takes least (``flexrt.strategy.stage_cuts``; ``cut="work"``: balanced seconds alone). Within a stage
     every operator is data parallel over its block (or the largest part of it its micro-batch divides
     over); ``degrees`` (operator -> degrees per axis) chooses otherwise, and ``place(pcg, node, block
     start)`` -> an ``OpConfig`` or None places an operator exactly (``node`` is its first
     micro-batch's copy in the micro-batched ``pcg``; every copy gets the same configuration)."""
     with no_gc():       # millions of small acyclic objects at scale (``flexrt.gc_pause``)
+        if cut not in CUTS:
+            raise StrategyError(f"pipeline stage cut {cut!r}: expected one of {', '.join(CUTS)}")
         return _pipeline_strategy(pcg, machine, stages, micro_batches, schedule, chunks, stage_of, degrees,
-                                  loss_output, place, cost_model)
+                                  loss_output, place, cost_model, cut)
 
 
 def _pipeline_strategy(pcg, machine, stages, micro_batches, schedule, chunks, stage_of, degrees, loss_output, place,
-                       cost_model) -> ConfigStrategy:
+                       cost_model, cut) -> ConfigStrategy:
     sched = Schedule.parse(schedule)
     n = machine.num_devices
     _count("pipeline stages", stages)
@@ -445,6 +450,8 @@ def _pipeline_strategy(pcg, machine, stages, micro_batches, schedule, chunks, st
 
     if stage_of is None and cost_model is None:
         stage_of = _balanced_stages(pcg, count)
+    elif stage_of is None and cut == "work":
+        stage_of = _balanced_stages(pcg, count, _time_weight(mb, machine, cost_model, first_block))
     elif stage_of is None:        # the busiest stage's time least, what crosses the cuts included
         wiring = wiring_of(pcg)
         weight = _time_weight(mb, machine, cost_model, first_block)

@@ -187,9 +187,10 @@ def test_a_pipelines_lower_bound_never_exceeds_its_simulation_and_pruning_keeps_
     assert len(times) >= 8
     notes = {}
     best_pipeline(pcg, machine, cost, "sgd", budget=0, log_notes=notes, schedules=schedules)
-    found = min(notes["pipeline_candidates_s"], key=notes["pipeline_candidates_s"].get)
+    cands = {k: t for k, t in notes["pipeline_candidates_s"].items() if not k.endswith(", stages by work")}
+    found = min(cands, key=cands.get)
     assert times[found] == min(times.values())
-    assert set(notes["pipeline_candidates_s"]) | set(notes["pipeline_candidates_bounded_out"]) == set(times)
+    assert set(cands) | set(notes["pipeline_candidates_bounded_out"]) == set(times)
 
 
 BAD_VALUES = [None, "x", -1, 0, 3.5, True, [], {}, {"a": 1}, 10**9, "1f1b", 2, 8, 16]

@@ -87,3 +87,31 @@ def test_cuts_are_never_worse_than_balancing_work_alone(model, flags):
             st_ = [stage_of[o] for o in w.ops]
             return max(_cost(work, comm, [k for k in range(1, len(st_)) if st_[k] != st_[k - 1]]))
         assert worst(ours) <= worst(balanced) * (1 + 1e-12)
+
+
+def test_a_pipeline_cut_by_work_alone_and_a_bad_cut():
+    from flexrt.errors import StrategyError
+    from flexrt.model import load_model
+    pcg = load_model("transformer", ["-b", "16"]).model.pcg
+    machine, cm = load_machine("summit", nodes=2), AnalyticCostModel()
+    mb = P.micro_batch_pcg(pcg, 4)
+    weight = P._time_weight(mb, machine, cm, lambda name: P.config_at(
+        mb.pcg, mb.pcg.node_by_name(mb.copies[name][0]), machine, P._block_split(machine.num_devices // 4), 0))
+    s = P.pipeline_strategy(pcg, machine, 4, 4, "1f1b", cost_model=cm, cut="work")
+    assert s.pipeline.stage_of == P._balanced_stages(pcg, 4, weight)
+    with pytest.raises(StrategyError, match="expected one of busiest, work"):
+        P.pipeline_strategy(pcg, machine, 4, 4, "1f1b", cost_model=cm, cut="flops")
+
+
+def test_the_pipeline_search_tries_its_best_candidates_cut_by_work_too():
+    from flexrt.kernels.optimizers import OptimizerKind
+    from flexrt.model import load_model
+    from flexrt.search.pipelines import best_pipeline
+    pcg = load_model("transformer", ["-b", "16"]).model.pcg
+    notes = {}
+    best_pipeline(pcg, load_machine("summit", nodes=2), AnalyticCostModel(), OptimizerKind.SGD, budget=2,
+                  log_notes=notes)
+    times = notes["pipeline_candidates_s"]
+    by_work = [k for k in times if k.endswith(", stages by work")]
+    assert len(by_work) == 3
+    assert min(times.values()) <= min(times[k] for k in by_work)
