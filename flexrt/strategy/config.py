@@ -86,6 +86,8 @@ def repeated_operands(pcg: PCG, node: Node) -> frozenset[int]:
     """The data operands of a compute node that read the same tensor as an earlier operand and are
     cut alike along every parallel axis (self-attention's key and value, reading its query): under
     any configuration they need the same pieces on the same devices, which cross once."""
+    if len(set(node.inputs)) == len(node.inputs):
+        return frozenset()              # the common case: no tensor read twice
     axes, _ = node_axes(pcg, node)
     first: dict = {}
     out = set()

@@ -415,9 +415,9 @@ def pipeline_strategy(pcg: PCG, machine: Machine, stages: int, micro_batches: in
     over); ``degrees`` (operator -> degrees per axis) chooses otherwise, and ``place(pcg, node, block
     start)`` -> an ``OpConfig`` or None places an operator exactly (``node`` is its first
     micro-batch's copy in the micro-batched ``pcg``; every copy gets the same configuration)."""
+    if cut not in CUTS:
+        raise StrategyError(f"pipeline stage cut {cut!r}: expected one of {', '.join(CUTS)}")
     with no_gc():       # millions of small acyclic objects at scale (``flexrt.gc_pause``)
-        if cut not in CUTS:
-            raise StrategyError(f"pipeline stage cut {cut!r}: expected one of {', '.join(CUTS)}")
         return _pipeline_strategy(pcg, machine, stages, micro_batches, schedule, chunks, stage_of, degrees,
                                   loss_output, place, cost_model, cut)
 
@@ -448,17 +448,18 @@ def _pipeline_strategy(pcg, machine, stages, micro_batches, schedule, chunks, st
             at_zero[name] = config_for(name, 0)
         return at_zero[name]
 
-    if stage_of is None and cost_model is None:
-        stage_of = _balanced_stages(pcg, count)
-    elif stage_of is None and cut == "work":
-        stage_of = _balanced_stages(pcg, count, _time_weight(mb, machine, cost_model, first_block))
-    elif stage_of is None:        # the busiest stage's time least, what crosses the cuts included
-        wiring = wiring_of(pcg)
-        weight = _time_weight(mb, machine, cost_model, first_block)
-        stage_of = cut_stages(wiring.ops, [weight(wiring.nodes[name]) for name in wiring.ops],
-                              crossing_bytes(wiring), count, seconds_per_byte(machine, stages))
-    else:
+    if stage_of is not None:
         stage_of = _checked_stages(pcg, mb, stage_of, count)
+    elif cost_model is None:
+        stage_of = _balanced_stages(pcg, count)
+    else:
+        weight = _time_weight(mb, machine, cost_model, first_block)
+        if cut == "work":
+            stage_of = _balanced_stages(pcg, count, weight)
+        else:                     # the busiest stage's time least, what crosses the cuts included
+            wiring = wiring_of(pcg)
+            stage_of = cut_stages(wiring.ops, [weight(wiring.nodes[name]) for name in wiring.ops],
+                                  crossing_bytes(wiring), count, seconds_per_byte(machine, stages))
     configs = {}
     for name, names in mb.copies.items():
         start = (stage_of[name] % stages) * width

@@ -100,7 +100,7 @@ def _band(total: np.ndarray, comm: np.ndarray, count: int) -> tuple[np.ndarray, 
     edges = np.concatenate([[0], cuts, [n]])
     limit = float(_stage_cost(total, comm, edges[:-1], edges[1:]).max())
     ends = np.arange(n + 1)
-    first = np.searchsorted(total, total - limit * (1 + 1e-9) - 1e-300, side="left")
+    first = np.searchsorted(total, total - limit * (1 + 1e-9), side="left")
     width = max(int((ends - first).max()), 1)
     start = ends[:, None] - width + np.arange(width)[None, :]
     ok = (start >= first[:, None]) & (start >= 0) & (start < ends[:, None])

@@ -349,9 +349,9 @@ def unity(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUDGET, 
     overlap = _overlap_dp(costs, sp, min_degree, n, cache, config_ratio)
     finalists = _finalists("unity", best_pcg, pcg, mapping, costs, sp, min_degree, n, cache, overlap, config_ratio)
     if best_pcg is not pcg:        # the joint choice: the rewritten graph or the input one, each mapped every way
-        finalists += [(lab if lab == "data-parallel" else f"input graph, {lab}", s) for lab, s in
+        finalists += [(f"input graph, {lab}", s) for lab, s in
                       _finalists("mapped", pcg, pcg, state["input_mapping"], costs, sp, min_degree, n, cache,
-                                 overlap, config_ratio)]
+                                 overlap, config_ratio) if lab != "data-parallel"]
     if enable_pipeline:      # pipelined finalists: stages, micro-batches and schedule searched (search.pipelines)
         block_costs = LocalCosts(machine, cost_model, sp.kinds, optimizer, min_degree, config_ratio=config_ratio,
                                  like=costs)
