@@ -14,6 +14,11 @@
                                                            (bench_unity.py --scaling's) with the model
                                                            and without it (the DP as it was), runs
                                                            interleaved, and the found strategies' ms
+    python bench/bench_unity_mapping.py --peel             the DP's peel orders (mapping.PEEL_ORDERS): per
+                                                           model and size, the simulated ms of the mapping
+                                                           each order alone finds and all of them together,
+                                                           and the seconds of one solve (median of --repeat)
+                                                           in graph order and with all (their ratio)
     --models dlrm mlp --devices 6 12 --repeat 3 --budget N narrow any of them
 
 Costs: the analytic model. Times are wall-clock seconds on this machine; every line ends with the
@@ -31,7 +36,7 @@ from flexrt.machine import load_machine
 from flexrt.model import load_model
 from flexrt.search.api import fixed_result
 from flexrt.search.baselines import expert_strategy
-from flexrt.search.unity import LocalCosts, MappingDP, unity
+from flexrt.search.unity import PEEL_ORDERS, LocalCosts, MappingDP, unity
 from flexrt.simulator.cost_model import AnalyticCostModel
 from flexrt.simulator.simulate import Simulator
 from flexrt.strategy import SearchSpace, Strategy, data_parallel
@@ -52,11 +57,33 @@ def _setup(name: str, devices: int):
     return machine, load_model(name, flags).model.pcg
 
 
-def _solve(machine, pcg, contention: bool, overlap: bool = False):
+def _solve(machine, pcg, contention: bool, overlap: bool = False, peel=PEEL_ORDERS):
     t = time.perf_counter()
     got = MappingDP(machine, LocalCosts(machine, COST, SearchSpace.full().kinds, overlap=overlap),
-                    contention=contention).solve(pcg)
+                    contention=contention, peel=peel).solve(pcg)
     return got, time.perf_counter() - t
+
+
+def peel(models, devices, repeat: int) -> None:
+    orders = [(o,) for o in PEEL_ORDERS] + [PEEL_ORDERS]
+    print("The DP's mapping peeled in each order alone and in all (the default): simulated ms; one solve's "
+          f"seconds in graph order and with all orders, median of {repeat}")
+    print(f"{'model':<13} {'GPUs':>4} " + " ".join(f"{o[0] if len(o) == 1 else 'all':>10}" for o in orders)
+          + f" {'graph s':>8} {'all s':>8} {'ratio':>6}")
+    for name in models:
+        for n in devices:
+            machine, pcg = _setup(name, n)
+            sim = Simulator(machine, COST, detail=False)
+            found, walls = [], {}
+            for o in orders:
+                timed = o in (orders[0], orders[-1])      # the two timed: graph order alone, and all
+                runs = [_solve(machine, pcg, True, peel=o) for _ in range(repeat if timed else 1)]
+                walls[o] = statistics.median(t for _, t in runs)
+                sim.full(Strategy.from_configs(pcg, runs[0][0].configs))
+                found.append(sim.iteration_time() * 1e3)
+            g, a = walls[orders[0]], walls[orders[-1]]
+            print(f"{name:<13} {n:>4} " + " ".join(f"{v:10.3f}" for v in found) + f" {g:8.2f} {a:8.2f} {a / g:6.2f}"
+                  f"  {_load()}", flush=True)
 
 
 def estimates(models, devices) -> None:
@@ -149,12 +176,13 @@ def main() -> None:
     ap.add_argument("--dlrm", action="store_true")
     ap.add_argument("--scaling", action="store_true")
     ap.add_argument("--search", action="store_true")
+    ap.add_argument("--peel", action="store_true")
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     ap.add_argument("--devices", type=int, nargs="+", default=list(DEVICES))
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--budget", type=int, default=1000)
     args = ap.parse_args()
-    if not (args.estimates or args.dlrm or args.scaling or args.search):
+    if not (args.estimates or args.dlrm or args.scaling or args.search or args.peel):
         args.estimates = True
     if args.estimates:
         estimates(args.models, args.devices)
@@ -164,6 +192,8 @@ def main() -> None:
         scaling(args.devices, args.repeat)
     if args.search:
         search(args.devices, args.repeat, args.budget)
+    if args.peel:
+        peel(args.models, args.devices, args.repeat)
 
 
 if __name__ == "__main__":

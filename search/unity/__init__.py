@@ -8,8 +8,8 @@ Entry points: ``unity``, ``sequential``, ``MappingDP``, ``LocalCosts``, ``segmen
 """
 
 from flexrt.search.unity.costs import Block, LocalCosts
-from flexrt.search.unity.mapping import Mapping, MappingDP, series_split_nodes
+from flexrt.search.unity.mapping import PEEL_ORDERS, Mapping, MappingDP, series_split_nodes
 from flexrt.search.unity.search import DEFAULT_ALPHA, DEFAULT_CONFIG_RATIO, DEFAULT_SPLIT_SIZE, algebraic_rules, segments, sequential, unity
 
-__all__ = ["DEFAULT_ALPHA", "DEFAULT_CONFIG_RATIO", "DEFAULT_SPLIT_SIZE", "Block", "LocalCosts", "Mapping", "MappingDP", "algebraic_rules", "segments", "sequential",
+__all__ = ["DEFAULT_ALPHA", "DEFAULT_CONFIG_RATIO", "DEFAULT_SPLIT_SIZE", "Block", "LocalCosts", "Mapping", "MappingDP", "PEEL_ORDERS", "algebraic_rules", "segments", "sequential",
            "series_split_nodes", "unity"]

@@ -408,23 +408,35 @@ def _finalists(label: str, best_pcg: PCG, pcg: PCG, mapping, costs: LocalCosts, 
     overlap=True)``: gradient rings as the simulator's, hidden behind the backward as a flow shop; it
     ranks mappings better where rings are latency-bound, worse where they block the links others
     need) and in the data+model space by both DPs (the DP's estimates can misjudge a larger space,
-    and a larger space must never return worse), so that the two differ only in how the graph was chosen (Unity
-    Fig. 15b). ``costs``: the search's (their DPs share its caches, ``LocalCosts(like=...)``);
+    and a larger space must never return worse), each DP's mapping also with its other peel orders'
+    (``Mapping.others``), so that the two differ only in how the graph was chosen (Unity Fig. 15b).
+    ``costs``: the search's (their DPs share its caches, ``LocalCosts(like=...)``);
     ``overlap``: the overlap DP to use (one is made when None)."""
     machine = costs.machine
     overlap = overlap or _overlap_dp(costs, sp, min_degree, n, cache, config_ratio)
-    out = [(label, _strategy(best_pcg, pcg, mapping.configs)),
-           ("data-parallel", data_parallel(pcg, machine, n if n < machine.num_devices else None)),
-           ("overlap mapping", _strategy(best_pcg, pcg, overlap.solve(best_pcg).configs))]
+    out = _mapped(label, best_pcg, pcg, mapping)
+    out += [("data-parallel", data_parallel(pcg, machine, n if n < machine.num_devices else None))]
+    out += _mapped("overlap mapping", best_pcg, pcg, overlap.solve(best_pcg))
     if sp.kinds != frozenset({AxisKind.SAMPLE}):
         only = SearchSpace(frozenset({AxisKind.SAMPLE}))
         sample = MappingDP(machine, LocalCosts(machine, costs.cost, only.kinds, costs.optimizer,
                                                min_degree, config_ratio=config_ratio, like=costs),
                            cache=cache, devices=n)
         sample_overlap = _overlap_dp(costs, only, min_degree, n, cache, config_ratio)
-        out += [("data+model mapping", _strategy(best_pcg, pcg, sample.solve(best_pcg).configs)),
-                ("data+model overlap mapping", _strategy(best_pcg, pcg, sample_overlap.solve(best_pcg).configs))]
+        out += _mapped("data+model mapping", best_pcg, pcg, sample.solve(best_pcg))
+        out += _mapped("data+model overlap mapping", best_pcg, pcg, sample_overlap.solve(best_pcg))
     return out
+
+
+_PEELED = {"graph": "in graph order", "cheapest": "cheapest first", "costliest": "costliest first"}
+
+
+def _mapped(label: str, best_pcg: PCG, pcg: PCG, mapping) -> list:
+    """A DP's mapping of ``best_pcg`` as finalists, with its other peel orders' (``Mapping.others``:
+    the DP estimated them costlier, but the simulation decides)."""
+    return [(label, _strategy(best_pcg, pcg, mapping.configs))] + [
+        (f"{label}, branches {_PEELED[order]}", _strategy(best_pcg, pcg, m.configs))
+        for order, m in mapping.others.items()]
 
 
 def _overlap_dp(like: LocalCosts, sp: SearchSpace, min_degree: int, n: int, cache: bool = True,

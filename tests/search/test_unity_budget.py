@@ -36,10 +36,12 @@ def test_a_small_budget_goes_to_the_fusions_before_the_merges():
     merges = [r for r in rules if any(op.type == "OP_CONV2D" for op in r.src) and len(r.src) == 2
               and all(op.type == "OP_CONV2D" for op in r.src) and any(op.type == "OP_SPLIT" for op in r.dst)]
     assert fuse and merges
-    assert sum(len(find_matches(pcg, r)) for r in merges) >= 6        # more merge candidates than the budget
+    assert sum(len(find_matches(pcg, r)) for r in merges) >= 8        # more merge candidates than the budget
     assert rules.index(merges[0]) < rules.index(fuse[0])               # and before the fusions in the library
     machine = load_machine("dgx1_v100")
-    r = unity(pcg, machine, AnalyticCostModel(), budget=6, split_size=None, progress=False)
+    # 4 fusions in some order; the DP's estimates of partly fused graphs need not fall with each
+    # fusion, so the search may cost other subsets first (both peel orders: 7 candidates)
+    r = unity(pcg, machine, AnalyticCostModel(), budget=8, split_size=None, progress=False)
     chosen = r.strategy.pcg
     assert sum(n.op_type is OpType.BATCH_NORM and n.attrs.relu for n in chosen.nodes) == 4
     assert not any(n.op_type is OpType.RELU for n in chosen.nodes)

@@ -171,23 +171,27 @@ def test_compiled_link_loads_are_the_reference(blocks, two_inputs, kinds, blocks
 
 def dlrm_mappings(machine, devices: int) -> dict:
     """DLRM (Criteo Kaggle, 1024 samples per GPU) on ``machine``: per DP variant, (estimate, simulated
-    iteration) of the mapping it returns."""
+    iteration) of the mapping it returns, or of the fastest simulated of its peel orders' mappings
+    (``Mapping.others``) where it has several, as Unity's finalists take them."""
     pcg = load_model("dlrm", ["-b", str(1024 * devices)]).model.pcg
     sim = Simulator(machine, COST, detail=False)
     out = {}
     for name, contention, overlap in (("additive", True, False), ("overlap", True, True),
                                       ("no contention", False, False)):
         got = MappingDP(machine, LocalCosts(machine, COST, FULL, overlap=overlap), contention=contention).solve(pcg)
-        sim.full(Strategy.from_configs(pcg, got.configs))
-        out[name] = (got.cost_s, sim.iteration_time())
+        for m in [got, *got.others.values()]:
+            sim.full(Strategy.from_configs(pcg, m.configs))
+            if name not in out or sim.iteration_time() < out[name][1]:
+                out[name] = (m.cost_s, sim.iteration_time())
     return out
 
 
 @pytest.mark.parametrize("machine, devices", [(SUMMIT1, 6), (SUMMIT2, 12)])
 def test_dlrm_the_mapping_unity_keeps_is_estimated_within_10_percent_of_its_simulation(machine, devices):
     """Unity simulates the additive and the overlap DP's mappings and keeps the faster
-    (``search._finalists``): that one's own estimate is within 10% (6 GPUs: 1.02, the embeddings
-    packed on devices; 12 GPUs: 1.09, the rings between nodes as the simulator's). Without the
+    (``search._finalists``), each with its peel orders' mappings: that one's own estimate is within
+    10% (6 GPUs: 1.03, the embeddings packed on devices; 12 GPUs: 1.02, the rings between nodes as
+    the simulator's, branches peeled cheapest first: 1.555 ms simulated, 1.967 in graph order). Without the
     contention model the estimate was 0.51x on 12 GPUs (0.35x when every ring step paid the route
     between nodes)."""
     got = dlrm_mappings(machine, devices)
