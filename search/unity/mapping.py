@@ -619,7 +619,7 @@ class MappingDP:
         if self.peel == "graph":
             return comps
         sign = 1.0 if self.peel == "cheapest" else -1.0
-        return sorted(comps, key=lambda c: (sign * self._work(c, block), c & -c))
+        return sorted(comps, key=lambda c: (sign * self._span(c, block, sum), c & -c))
 
     def _bound_key(self, bound):
         return None if bound is None else (self.g.sig[bound[0]], bound[1])
@@ -696,18 +696,14 @@ class MappingDP:
     def _lower_bound(self, S: int, block: Block) -> float:
         """What every entry of S's cost on ``block`` is at least: its costliest node's cheapest
         configuration there (each node's cost is a term of every sum and maximum S's cost is made of)."""
-        key = (S, block, max)
-        hit = self._spans.get(key)
-        if hit is None:
-            hit = self._spans[key] = max(self._least(p, block) for p in _members(S))
-        return hit
+        return self._span(S, block, max)
 
-    def _work(self, S: int, block: Block) -> float:
-        """The sum of S's nodes' ``_least`` on ``block``: its work by which branches are peeled."""
-        key = (S, block, sum)
+    def _span(self, S: int, block: Block, fold) -> float:
+        """``fold`` (max or sum) of S's nodes' ``_least`` on ``block``, kept for this graph's solve."""
+        key = (S, block, fold)
         hit = self._spans.get(key)
         if hit is None:
-            hit = self._spans[key] = sum(self._least(p, block) for p in _members(S))
+            hit = self._spans[key] = fold(self._least(p, block) for p in _members(S))
         return hit
 
     def _least(self, p: int, block: Block) -> float:
