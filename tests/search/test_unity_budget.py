@@ -40,7 +40,8 @@ def test_a_small_budget_goes_to_the_fusions_before_the_merges():
     assert rules.index(merges[0]) < rules.index(fuse[0])               # and before the fusions in the library
     machine = load_machine("dgx1_v100")
     # 4 fusions in some order; the DP's estimates of partly fused graphs need not fall with each
-    # fusion, so the search may cost other subsets first (both peel orders: 7 candidates)
+    # fusion, so the search may cost other subsets first (with the mapping DP's three peel orders it
+    # reaches all four at the 7th candidate)
     r = unity(pcg, machine, AnalyticCostModel(), budget=8, split_size=None, progress=False)
     chosen = r.strategy.pcg
     assert sum(n.op_type is OpType.BATCH_NORM and n.attrs.relu for n in chosen.nodes) == 4

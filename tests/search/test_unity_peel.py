@@ -93,10 +93,22 @@ def test_the_graph_order_is_not_always_best_nor_any_other(summit2, costs):
 
 
 def test_without_a_parallel_split_every_order_gives_one_solution(summit2, costs):
+    """A chain is solved once whatever the orders asked (no second solve, no other mappings); a fan
+    of towers once per order."""
     pcg = chain()
     got = {o: solve(summit2, costs, pcg, (o,)) for o in PEEL_ORDERS}
     assert len({g.cost_s for g in got.values()}) == 1
     assert len({tuple(sorted((k, repr(v)) for k, v in g.configs.items())) for g in got.values()}) == 1
+    misses = {}
+    for peel in (("graph",), PEEL_ORDERS):
+        for name, graph in (("chain", chain()), ("fan", fan([1024, 64, 256, 4096]))):
+            dp = MappingDP(summit2, costs, peel=peel)
+            mapping = dp.solve(graph)
+            misses[name, len(peel)] = dp.misses, dp.hits
+            if name == "chain":
+                assert mapping.others == {}
+    assert misses["chain", 3] == misses["chain", 1]
+    assert misses["fan", 3][0] > misses["fan", 1][0]
 
 
 @pytest.mark.parametrize("peel", [(), "graph", ("graph", "graph"), ("sideways",)])
