@@ -11,7 +11,8 @@ What becomes a task:
   - Repartition and Combine become scatter and gather transfers;
   - Replicate becomes one transfer per remote copy;
   - Reduction becomes transfers of the partial pieces plus a REDUCE task that sums them;
-  - partial sums whose consumers are replicas on the same devices become a ring AllReduce;
+  - partial sums whose consumers are replicas on the same devices become a ring AllReduce
+    (both: ``flexrt.simulator.reduction_lowering``);
 - backward mirrors the forward movement: gradients travel back, broadcasts become reductions and
   the other way round;
 - a box of an output that several operands on one device read (a residual, attention's query, key
@@ -62,6 +63,7 @@ from flexrt.simulator.cost_model import has_linear_transfers, loss_time, receive
 from flexrt.simulator.collectives import CommCost, RingFits, comm_cost_of, ring_extras
 from flexrt.simulator.engine import Engine
 from flexrt.simulator.fanout_lowering import fanout_siblings, lower_fanout
+from flexrt.simulator.reduction_lowering import lower_reduction
 from flexrt.simulator.folding import folded_allreduce, route_of
 from flexrt.simulator.pipeline_lowering import (accumulate_micro_batches, lower_schedule, split_backward,
                                                 weight_grad_parts, weight_grad_times)
@@ -472,7 +474,7 @@ class Lowering:
         elif plan.moves:
             self._moves(owner, ends, plan, dtype)
         for red in plan.reductions:
-            self._reduction(owner, ends, red, dtype, C.devices)
+            lower_reduction(self, owner, ends, red, dtype, C.devices)
 
     def _moves(self, owner, e: "_EdgeEnds", plan, dtype) -> None:
         """One-to-one moves producer piece q -> consumer piece p of ``box``: on one device only
@@ -500,89 +502,6 @@ class Lowering:
                 self._name_hops(self.core.hops(bx), f"grad {e.label} [{p}]->[{q}]", (),
                                 Move(gin, pdev, Buf(gkey, qdev, tuple(box), np_dtype)))
                 self._part(owner, gout, qdev, gkey, qdev, box, add=True)
-
-    def _ring_of(self, red: tuple, cdev: list):
-        """(order, producer piece by device, consumer piece by device) when the plan's reduction ``red``
-        (box, partials, consumer pieces) is a ring AllReduce (partial sums on a device group whose
-        members all need the sum), else None; asked once per plan (twin layouts share theirs)."""
-        def classify():
-            _, partials, consumers = red
-            pdevs = [d for _, d in partials]
-            if len(set(pdevs)) == len(pdevs) and sorted(pdevs) == sorted(cdev[p] for p in consumers) \
-                    and len(pdevs) > 1:
-                return sorted(pdevs), {d: q for q, d in partials}, {cdev[p]: p for p in consumers}
-            return None
-        return self.derived("ring", (red, cdev), classify)
-
-    def _reduction(self, owner, e: "_EdgeEnds", red: tuple, dtype, cdev) -> None:
-        box, partials, consumers = red
-        np_dtype = dtype.numpy_name
-        ring = self._ring_of(red, cdev)
-        if ring is not None:
-            order, pidx, cidx = ring
-            fwd_done, fkey = self._allreduce(owner, order, [[e.pfwd[pidx[d]]] for d in order], box, dtype,
-                                             Category.ACTIVATION, f"allreduce {e.label}")
-            bwd_done, bkey = self._allreduce(owner, order, [[e.cbwd[cidx[d]]] for d in order], box, dtype,
-                                             Category.ACTIVATION, f"allreduce grad {e.label}")
-            for d, fdone, bdone in zip(order, fwd_done, bwd_done):
-                self._edges(owner, fdone, [e.cfwd[cidx[d]]])
-                self._edges(owner, bdone, [e.pbwd[pidx[d]]])
-                if not self.detail:     # the parts are what the runtime assembles
-                    continue
-                self._part(owner, fkey, d, e.out(pidx[d]), d, box)
-                self._part(owner, e.opd(cidx[d]), d, fkey, d, box)
-                self._part(owner, bkey, d, e.gin(cidx[d]), d, box)
-                self._part(owner, e.gout(pidx[d]), d, bkey, d, box, add=True)
-            return
-        shape = TensorShape(tuple(hi - lo for lo, hi in box), dtype)
-        target = cdev[consumers[0]]
-        gid = self._new_group()
-        total_key = Key.sum(gid)
-        arrivals = []
-        for q, d in partials:
-            if d == target:
-                arrivals.append(e.pfwd[q])
-                self._part(owner, total_key, target, e.out(q), d, box, add=True)
-            else:
-                hops, xkey = self._send(owner, e.out(q), d, target, box, dtype, Category.ACTIVATION,
-                                        f"xfer {e.label} [{q}]->sum@{target}", [e.pfwd[q]])
-                arrivals += hops
-                self._part(owner, total_key, target, xkey, target, box, add=True)
-        total = self._reduce(owner, target, shape, len(partials), f"sum {e.label} @{target}", arrivals,
-                             action=Sum(Buf(total_key, target, tuple(box), np_dtype)))
-        grads, grad_keys = [], []
-        for p in consumers:
-            if cdev[p] == target:
-                self._edge(owner, total, e.cfwd[p])
-                self._part(owner, e.opd(p), target, total_key, target, box)
-                grads.append(e.cbwd[p])
-                grad_keys.append(e.gin(p))
-            else:
-                hops, xkey = self._send(owner, total_key, target, cdev[p], box, dtype, Category.ACTIVATION,
-                                        f"xfer {e.label} sum->[{p}]", [total])
-                self._edges(owner, hops, [e.cfwd[p]])
-                self._part(owner, e.opd(p), cdev[p], xkey, cdev[p], box)
-                hops, gkey = self._send(owner, e.gin(p), cdev[p], target, box, dtype, Category.ACTIVATION,
-                                        f"grad {e.label} [{p}]->sum@{target}", [e.cbwd[p]])
-                grads += hops
-                grad_keys.append(gkey)
-        if len(consumers) > 1:
-            gate_key = Key.grad_sum(gid)
-            for key in grad_keys:
-                self._part(owner, gate_key, target, key, target, box, add=True)
-            gate = [self._reduce(owner, target, shape, len(consumers), f"grad sum {e.label} @{target}", grads,
-                                 action=Sum(Buf(gate_key, target, tuple(box), np_dtype)))]
-        else:
-            gate, gate_key = grads, grad_keys[0]
-        for q, d in partials:
-            if d == target:
-                self._edges(owner, gate, [e.pbwd[q]])
-                self._part(owner, e.gout(q), d, gate_key, d, box, add=True)
-            else:
-                hops, xkey = self._send(owner, gate_key, target, d, box, dtype, Category.ACTIVATION,
-                                        f"grad {e.label} sum->[{q}]", gate)
-                self._edges(owner, hops, [e.pbwd[q]])
-                self._part(owner, e.gout(q), d, xkey, d, box, add=True)
 
     def _lower_weight(self, wname: str) -> None:
         """The weight's instances (its first user's pieces) hold it and sum its gradient (ring
