@@ -5,9 +5,9 @@ depends on has finished. Two dispatchers share the task semantics:
 
 - ``serial``: one loop pops the first runnable task in predicted order (deterministic; the
   reference, and the cheapest per task);
-- ``threads``: one worker thread per device and per link in use, each walking its own task list and
-  waiting on its dependencies (NumPy releases the interpreter lock inside kernels and copies, so
-  devices overlap).
+- ``threads`` (``flexrt.runtime.threads``): one worker thread per device and per link in use,
+  each walking its own task list and waiting on its dependencies (NumPy releases the interpreter
+  lock inside kernels and copies, so devices overlap).
 
 A ring AllReduce runs as one collective (as NCCL's is) once each member's transfer is ready: the
 members' buffers are assembled, then summed by the ring algorithm, 2(n-1) steps of chunk copies
@@ -38,7 +38,6 @@ Entry points: ``Executor``, ``IterationResult``.
 from __future__ import annotations
 
 import contextlib
-import heapq
 import math
 import threading
 import time
@@ -58,6 +57,7 @@ from flexrt.ir.ops.dropout import at_step
 from flexrt.kernels.registry import backward_kernel, forward_kernel
 from flexrt.runtime.plan import ExecPlan
 from flexrt.runtime.reference import loss_gradient
+from flexrt.runtime.threads import run_threads
 from flexrt.simulator.actions import HOST, Backward, Buf, Forward, Fused, Key, Loss, Move, RingStep, Sum, Update
 from flexrt.simulator.memory import ReadyQueue, released
 
@@ -712,83 +712,9 @@ class Executor:
                                 f"became ready (a dependency cycle?)")
 
     def _run_threads(self, st: _State, phase=None) -> None:
-        """One worker per device running its ready tasks, earliest in the predicted order first (the
-        predicted order itself whenever its next task is ready). Readiness is kept under one
-        scheduling lock, one heap and one condition per worker: finishing a task hands the
-        successors that became ready to their devices' heaps and wakes only those workers. A worker
-        never waits while one of its tasks is ready: waiting for the predicted next task could
-        deadlock, e.g. a device holding a ring member that another device waits for behind a task
-        that needs the ring's sum."""
-        plan = self.plan
-        if not hasattr(self, "_per_device"):
-            self._per_device = defaultdict(list)
-            for t in plan.tasks:
-                self._per_device[t.device].append(t.index)
-        mine = (lambda i: True) if phase is None else phase.__getitem__
-        counts = {d: sum(1 for i in ts if mine(i)) for d, ts in self._per_device.items()}
-        per_device = {d: n for d, n in counts.items() if n}
-        sched = threading.Lock()
-        cond = {d: threading.Condition(sched) for d in per_device}
-        owner = [t.device for t in plan.tasks]
-        ready_heap: dict[int, list[int]] = {d: [] for d in per_device}
-        for i, r in enumerate(st.remaining):
-            if r == 0 and not st.done[i] and mine(i):
-                ready_heap[owner[i]].append(i)
-        for h in ready_heap.values():
-            heapq.heapify(h)
-        errors: list = []
-        clock = time.perf_counter
-
-        def finish(members, start_i):
-            end = clock() - st.t0
-            woken = set()
-            for m in members:
-                st.end[m] = end
-                st.start[m] = start_i
-                self._release(plan.tasks[m], st)
-                st.done[m] = True
-            with sched:
-                for m in members:
-                    for s in plan.succ[m]:
-                        st.remaining[s] -= 1
-                        if st.remaining[s] == 0 and mine(s):
-                            heapq.heappush(ready_heap[owner[s]], s)
-                            woken.add(owner[s])
-                for d in woken:
-                    cond[d].notify()
-
-        def worker(dev: int) -> None:
-            c, heap = cond[dev], ready_heap[dev]
-            for _ in range(per_device[dev]):
-                with sched:
-                    while not heap and not errors:
-                        c.wait(0.5)
-                    if errors:
-                        return
-                    i = heapq.heappop(heap)
-                task = plan.tasks[i]
-                t = clock() - st.t0
-                try:
-                    complete = self._execute(task, st)
-                except Exception as e:  # noqa: BLE001  (reported by the main thread, naming the task)
-                    with sched:
-                        errors.append((task, e))
-                        for other in cond.values():
-                            other.notify_all()
-                    return
-                if complete:
-                    finish(self._members(task), t)
-                else:
-                    st.start[i] = t
-
-        threads = [threading.Thread(target=worker, args=(d,), daemon=True, name=f"flexrt-dev{d}")
-                   for d in sorted(per_device)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-        if errors:
-            task, e = errors[0]
+        failed = run_threads(self, st, phase)
+        if failed is not None:
+            task, e = failed
             raise TaskFailed(f"task '{task.name}' (device {task.device}) failed: {type(e).__name__}: {e}") from e
 
 

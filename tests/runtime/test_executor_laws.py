@@ -88,7 +88,7 @@ class Case:
 def dispatch_finishes(plan: ExecPlan) -> bool:
     """Whether the threaded executor's dispatch can run ``plan`` to the end: every device runs its
     ready tasks, earliest in plan order first; a ring member that is not the last to arrive is
-    passed, and every member completes when the last arrives (``Executor._run_threads``)."""
+    passed, and every member completes when the last arrives (``flexrt.runtime.threads``)."""
     members = defaultdict(list)
     for t in plan.tasks:
         if isinstance(t.action, RingStep):
