@@ -99,6 +99,174 @@ def _prefix_pcg(pcg: PCG, keep: set[int]) -> tuple[PCG, dict[int, int]]:
     return sub, ids
 
 
+class _Stop(Exception):
+    """The budget of leaves is spent."""
+
+
+def _options(pcg, machine, cost_model, optimizer, choices, order) -> list[list[tuple]]:
+    """Per operator, per configuration: (config, load per device, min piece time, total); cheapest first."""
+    piece_times = _piece_times(pcg, machine, cost_model, optimizer, choices, order)
+    options: list[list[tuple[OpConfig, dict[int, float], float, float]]] = []
+    for n in order:
+        opts = []
+        for d in choices.degrees(n):
+            times = piece_times[(n.id, OpConfig(tuple(d.items()), choices.views(n, d)[0]).degrees)]
+            degs = tuple(d.get(a.name, 1) for a in choices.axes(n))
+            for v in choices.views(n, d):
+                load: dict[int, float] = {}
+                for dev, t in zip(view_devices(machine, v, degs), times):
+                    load[dev] = load.get(dev, 0.0) + t
+                opts.append((OpConfig(tuple(d.items()), v), load, min(times), sum(times)))
+        opts.sort(key=lambda o: (max(o[1].values()), o[3]))
+        options.append(opts)
+    return options
+
+
+class _BranchAndBound:
+    """The depth-first search of ``exhaustive``: operators fixed in topological order, partial
+    assignments pruned by the module doc's bounds, leaves scored by delta simulation."""
+
+    def __init__(self, pcg: PCG, machine: Machine, cost_model, optimizer: OptimizerKind, space: SearchSpace,
+                 budget: int, prefix_bound: bool, on_leaf, log: SearchLog, t0: float) -> None:
+        self.pcg, self.machine, self.cost_model, self.optimizer = pcg, machine, cost_model, optimizer
+        self.budget, self.prefix_bound, self.on_leaf, self.log, self.t0 = budget, prefix_bound, on_leaf, log, t0
+        self.bar: Optional[Progress] = None     # set by ``exhaustive`` once the incumbent is seeded
+        self.choices = choices = OpChoices(pcg, machine, space)
+        compute_ids = {n.id for n in choices.ops}
+        self.order = order = [pcg.node(i) for i in pcg.topological_order() if i in compute_ids]
+        index = {n.id: i for i, n in enumerate(order)}
+        self.preds = [[index[r.node] for r in n.inputs if r.node in index] for n in order]
+        self.options = _options(pcg, machine, cost_model, optimizer, choices, order)
+        self._tie_units(index)
+        min_total = [min(o[3] for o in opts) for opts in self.options]
+        self.min_path = [min(o[2] for o in opts) for opts in self.options]
+        self.rest_total = [sum(min_total[i:]) for i in range(len(order) + 1)]
+        self.rest_path = self._rest_paths()
+        self.prefixes = [_prefix_pcg(pcg, {n.id for n in order[:k]}) for k in range(len(order) + 1)]
+        self.scorer = Scorer(machine, cost_model, optimizer)
+        self.best: Optional[Strategy] = None
+        self.best_cost = math.inf
+        self.held: Optional[dict[int, OpConfig]] = None
+        self.state = {"leaves": 0, "nodes": 0, "pruned": 0, "prefix_sims": 0}
+        self.load = [0.0] * machine.num_devices
+        self.fixed_path = [0.0] * len(order)
+        self.chosen: list[Optional[OpConfig]] = [None] * len(order)
+
+    def _tie_units(self, index: dict) -> None:
+        """Tied units (space.tie_shared): the first operator of a unit branches; the others follow it."""
+        self.leader: list[int] = list(range(len(self.order)))
+        self.unit_of: dict[int, list] = {}
+        for u in self.choices.units():
+            for n in u:
+                self.leader[index[n.id]] = index[u[0].id]
+                self.unit_of[n.id] = u
+        self.by_config = [{o[0]: o for o in opts} for opts in self.options]
+        for i, n in enumerate(self.order):
+            if self.leader[i] == i and len(self.unit_of[n.id]) > 1:
+                self.options[i] = [o for o in self.options[i]
+                                   if self.choices.unit_configs(self.unit_of[n.id], o[0]) is not None]
+
+    def _rest_paths(self) -> list[float]:
+        """Per depth, the longest path of cheapest piece times through the operators depth.. only."""
+        n = len(self.order)
+        rest_path = [0.0] * (n + 1)
+        for depth in range(n):
+            longest = [0.0] * n
+            for i in range(depth, n):
+                longest[i] = self.min_path[i] + max((longest[p] for p in self.preds[i] if p >= depth), default=0.0)
+            rest_path[depth] = max(longest[depth:], default=0.0)
+        return rest_path
+
+    def seed(self, strategies) -> None:
+        """The incumbent: the cheapest of ``strategies`` inside the space."""
+        for s in strategies:
+            if isinstance(s, ConfigStrategy) and self.choices.contains(s):
+                c = self.scorer.full(s)
+                if c < self.best_cost:
+                    self.best, self.best_cost = s, c
+
+    def space_size(self) -> int:
+        return math.prod(len(o) for i, o in enumerate(self.options) if self.leader[i] == i)
+
+    def prefix_time(self, depth: int) -> float:
+        sub, ids = self.prefixes[depth]
+        try:
+            s = Strategy.from_configs(sub, {ids[n.id]: self.chosen[i] for i, n in enumerate(self.order[:depth])})
+            sim = Simulator(self.machine, self.cost_model, self.optimizer, detail=False)
+            sim.full(s)
+            self.state["prefix_sims"] += 1
+            return sim.iteration_time()
+        except FlexrtError:
+            return 0.0
+
+    def bound(self, depth: int) -> float:
+        """Depth operators are fixed; path weights: fixed ones their own, the others their cheapest."""
+        longest = [0.0] * len(self.order)
+        for i in range(len(self.order)):
+            w = self.fixed_path[i] if i < depth else self.min_path[i]
+            longest[i] = w + max((longest[p] for p in self.preds[i]), default=0.0)
+        path = max(longest, default=0.0)
+        spread = (sum(self.load) + self.rest_total[depth]) / len(self.load)
+        return max(path, max(self.load), spread)
+
+    def leaf(self) -> None:
+        configs = {n.id: self.chosen[i] for i, n in enumerate(self.order)}
+        try:
+            strategy = Strategy.from_configs(self.pcg, configs)
+        except StrategyError:
+            return
+        if self.held is None:
+            cost = self.scorer.full(strategy)
+        else:
+            changed = {n.name for n in self.order if self.held[n.id] != configs[n.id]}
+            cost = self.scorer.score(strategy, changed)
+        self.held = configs
+        self.state["leaves"] += 1
+        leaves = self.state["leaves"]
+        if cost < self.best_cost:
+            self.best, self.best_cost = strategy, cost
+        self.log.record(leaves, self.t0, cost, self.best_cost)
+        self.bar.update(leaves, self.best_cost, 0.0)
+        if self.on_leaf is not None:
+            self.on_leaf(leaves, strategy, cost)
+        if leaves >= self.budget:
+            raise _Stop
+
+    def visit(self, depth: int) -> None:
+        if depth == len(self.order):
+            self.leaf()
+            return
+        if self.leader[depth] != depth:  # tied: the configuration matching the unit's first operator
+            n = self.order[depth]
+            follow = self.choices.unit_configs(self.unit_of[n.id], self.chosen[self.leader[depth]])[n.id]
+            opts = [self.by_config[depth][follow]]
+        else:
+            opts = self.options[depth]
+        for cfg, dload, pmin, _ in opts:
+            self.state["nodes"] += 1
+            for dev, t in dload.items():
+                self.load[dev] += t
+            self.fixed_path[depth] = pmin
+            self.chosen[depth] = cfg
+            try:
+                if self._promising(depth + 1):
+                    self.visit(depth + 1)
+                else:
+                    self.state["pruned"] += 1
+            finally:
+                for dev, t in dload.items():
+                    self.load[dev] -= t
+
+    def _promising(self, depth: int) -> bool:
+        """Whether a completion of the first ``depth`` fixed operators may beat the incumbent."""
+        limit = self.best_cost * (1 - EPS)
+        if not self.bound(depth) < limit:
+            return False
+        if self.prefix_bound and 2 <= depth < len(self.order):
+            return self.prefix_time(depth) + self.rest_path[depth] < limit
+        return True
+
+
 def exhaustive(pcg: PCG, machine: Machine, cost_model, budget: int = 100_000, seed: int = 0,
                space: Optional[SearchSpace] = None, initial: Sequence[Strategy] = (),
                optimizer: OptimizerKind = OptimizerKind.SGD, progress: Optional[bool] = None, prefix_bound: bool = True,
@@ -113,169 +281,34 @@ def exhaustive(pcg: PCG, machine: Machine, cost_model, budget: int = 100_000, se
     check_budget(budget, "exhaustive")
     space = space or SearchSpace()
     t0 = time.perf_counter()
-    choices = OpChoices(pcg, machine, space)
-    topo = [pcg.node(i) for i in pcg.topological_order()]
-    compute_ids = {n.id for n in choices.ops}
-    order = [n for n in topo if n.id in compute_ids]
-    index = {n.id: i for i, n in enumerate(order)}
-    preds = [[index[r.node] for r in n.inputs if r.node in index] for n in order]
-    D = machine.num_devices
-    piece_times = _piece_times(pcg, machine, cost_model, optimizer, choices, order)
-
-    # per operator, per configuration: (load per device, min piece time, total); cheapest first
-    options: list[list[tuple[OpConfig, dict[int, float], float, float]]] = []
-    for n in order:
-        opts = []
-        for d in choices.degrees(n):
-            times = piece_times[(n.id, OpConfig(tuple(d.items()), choices.views(n, d)[0]).degrees)]
-            degs = tuple(d.get(a.name, 1) for a in choices.axes(n))
-            for v in choices.views(n, d):
-                load: dict[int, float] = {}
-                for dev, t in zip(view_devices(machine, v, degs), times):
-                    load[dev] = load.get(dev, 0.0) + t
-                opts.append((OpConfig(tuple(d.items()), v), load, min(times), sum(times)))
-        opts.sort(key=lambda o: (max(o[1].values()), o[3]))
-        options.append(opts)
-    # tied units (space.tie_shared): the first operator of a unit branches; the others follow it
-    leader: list[int] = list(range(len(order)))
-    unit_of: dict[int, list] = {}
-    for u in choices.units():
-        for n in u:
-            leader[index[n.id]] = index[u[0].id]
-            unit_of[n.id] = u
-    by_config = [{o[0]: o for o in opts} for opts in options]
-    for i, n in enumerate(order):
-        if leader[i] == i and len(unit_of[n.id]) > 1:
-            options[i] = [o for o in options[i] if choices.unit_configs(unit_of[n.id], o[0]) is not None]
-    min_path = [min(o[2] for o in opts) for opts in options]
-    min_total = [min(o[3] for o in opts) for opts in options]
-    rest_total = [sum(min_total[i:]) for i in range(len(order) + 1)]
-
     log = SearchLog("exhaustive", budget, seed)
-    log.notes.update(space=str(space), operators=len(order),
-                     space_size=math.prod(len(o) for i, o in enumerate(options) if leader[i] == i))
-    scorer = Scorer(machine, cost_model, optimizer)
-    best: Optional[Strategy] = None
-    best_cost = math.inf
-    for s in [data_parallel(pcg, machine), *initial]:
-        if isinstance(s, ConfigStrategy) and choices.contains(s):
-            c = scorer.full(s)
-            if c < best_cost:
-                best, best_cost = s, c
-    held: Optional[dict[int, OpConfig]] = None
-    log.record(0, t0, best_cost, best_cost)
-    bar = Progress(progress_default() if progress is None else progress, budget, "exhaustive")
-    state = {"leaves": 0, "nodes": 0, "pruned": 0, "prefix_sims": 0}
-    load = [0.0] * D
-    fixed_path = [0.0] * len(order)
-    chosen: list[Optional[OpConfig]] = [None] * len(order)
-
-    rest_path = [0.0] * (len(order) + 1)  # longest cheapest path through operators depth.. only
-    for depth in range(len(order)):
-        longest = [0.0] * len(order)
-        for i in range(depth, len(order)):
-            longest[i] = min_path[i] + max((longest[p] for p in preds[i] if p >= depth), default=0.0)
-        rest_path[depth] = max(longest[depth:], default=0.0)
-    prefixes = [_prefix_pcg(pcg, {n.id for n in order[:k]}) for k in range(len(order) + 1)]
-
-    def prefix_time(depth: int) -> float:
-        sub, ids = prefixes[depth]
-        try:
-            s = Strategy.from_configs(sub, {ids[n.id]: chosen[i] for i, n in enumerate(order[:depth])})
-            sim = Simulator(machine, cost_model, optimizer, detail=False)
-            sim.full(s)
-            state["prefix_sims"] += 1
-            return sim.iteration_time()
-        except FlexrtError:
-            return 0.0
-
-    def bound(depth: int) -> float:
-        # depth operators are fixed; path weights: fixed ones their own, the others their cheapest
-        longest = [0.0] * len(order)
-        for i in range(len(order)):
-            w = fixed_path[i] if i < depth else min_path[i]
-            longest[i] = w + max((longest[p] for p in preds[i]), default=0.0)
-        path = max(longest, default=0.0)
-        busy = max(load)
-        spread = (sum(load) + rest_total[depth]) / D
-        return max(path, busy, spread)
-
-    class Stop(Exception):
-        pass
-
-    def leaf() -> None:
-        nonlocal best, best_cost, held
-        configs = {n.id: chosen[i] for i, n in enumerate(order)}
-        try:
-            strategy = Strategy.from_configs(pcg, configs)
-        except StrategyError:
-            return
-        if held is None:
-            cost = scorer.full(strategy)
-        else:
-            changed = {n.name for n in order if held[n.id] != configs[n.id]}
-            cost = scorer.score(strategy, changed)
-        held = configs
-        state["leaves"] += 1
-        if cost < best_cost:
-            best, best_cost = strategy, cost
-        log.record(state["leaves"], t0, cost, best_cost)
-        bar.update(state["leaves"], best_cost, 0.0)
-        if on_leaf is not None:
-            on_leaf(state["leaves"], strategy, cost)
-        if state["leaves"] >= budget:
-            raise Stop
-
-    def visit(depth: int) -> None:
-        if depth == len(order):
-            leaf()
-            return
-        if leader[depth] != depth:  # tied: the configuration matching the unit's first operator
-            n = order[depth]
-            follow = choices.unit_configs(unit_of[n.id], chosen[leader[depth]])[n.id]
-            opts = [by_config[depth][follow]]
-        else:
-            opts = options[depth]
-        for cfg, dload, pmin, _ in opts:
-            state["nodes"] += 1
-            for dev, t in dload.items():
-                load[dev] += t
-            fixed_path[depth] = pmin
-            chosen[depth] = cfg
-            try:
-                limit = best_cost * (1 - EPS)
-                ok = bound(depth + 1) < limit
-                if ok and prefix_bound and 2 <= depth + 1 < len(order):
-                    ok = prefix_time(depth + 1) + rest_path[depth + 1] < limit
-                if ok:
-                    visit(depth + 1)
-                else:
-                    state["pruned"] += 1
-            finally:
-                for dev, t in dload.items():
-                    load[dev] -= t
-
+    bb = _BranchAndBound(pcg, machine, cost_model, optimizer, space, budget, prefix_bound, on_leaf, log, t0)
+    log.notes.update(space=str(space), operators=len(bb.order), space_size=bb.space_size())
+    bb.seed([data_parallel(pcg, machine), *initial])
+    log.record(0, t0, bb.best_cost, bb.best_cost)
+    bb.bar = Progress(progress_default() if progress is None else progress, budget, "exhaustive")
     proven = False
     try:
         if budget > 0:
-            visit(0)
+            bb.visit(0)
             proven = True
             log.stop_reason = "space exhausted: optimum proven"
         else:
             log.stop_reason = "budget spent"
-    except Stop:
+    except _Stop:
         log.stop_reason = "budget spent before the space was exhausted (optimum not proven)"
     except KeyboardInterrupt:
         log.interrupted = True
         log.stop_reason = "interrupted"
     finally:
-        bar.close()
-    log.proposals = state["leaves"]
-    log.notes.update(proven_optimal=proven, leaves=state["leaves"], nodes=state["nodes"], pruned=state["pruned"],
-                     prefix_simulations=state["prefix_sims"], simulate_s=scorer.sim_s)
-    if best is None:
+        bb.bar.close()
+    st = bb.state
+    log.proposals = st["leaves"]
+    log.notes.update(proven_optimal=proven, leaves=st["leaves"], nodes=st["nodes"], pruned=st["pruned"],
+                     prefix_simulations=st["prefix_sims"], simulate_s=bb.scorer.sim_s)
+    if bb.best is None:
         raise StrategyError("exhaustive search found no valid strategy in the space")
-    return SearchResult(best, best_cost, log)
+    return SearchResult(bb.best, bb.best_cost, log)
 
 
 register_algorithm("exhaustive", exhaustive)
