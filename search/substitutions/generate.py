@@ -297,45 +297,9 @@ def as_parallel_shape(shape) -> ParallelTensorShape:
     return shape if isinstance(shape, ParallelTensorShape) else ParallelTensorShape.of(tuple(int(d) for d in shape))
 
 
-def generate(max_ops: int = 3, shapes: Sequence[Sequence[int]] = DEFAULT_SHAPES, seed: int = 0,
-             degree: int = 2, acti: Sequence[int] = (0,), choices: Sequence[OpChoice] | None = None,
-             drop_specializations: bool = True, drop_via_smaller: bool = True, both_directions: bool = False,
-             progress: Callable[[str], None] | None = None) -> GenerationResult:
-    """Enumerate graphs of up to ``max_ops`` operators over external inputs of ``shapes`` and return
-    the rules between fingerprint-equal graphs that survive TASO's prunings, with counts.
-
-    Args:
-        max_ops: largest graph size (operators per side).
-        shapes: the external inputs (all the same rank unless ``choices`` is given): sizes for a full,
-            unpartitioned tensor, or a ``ParallelTensorShape`` for an input that already carries
-            degrees (e.g. partial sums, so that rules with Reduce fit in ``max_ops``) or another dtype
-            (an integer input holds embedding indices); ``GenerationResult.input_shapes`` says which
-            each rule was found on.
-        seed: seeds the two random integer input sets; same seed, same rules in the same order.
-        degree: the degree of every parallelization operator.
-        acti: ``PM_ACTI`` values of ``OP_LINEAR`` (0 none, 2 fused relu).
-        choices: the operator catalog (default ``catalog(rank, degree, acti)``).
-        drop_specializations: drop a pair that is another kept pair with some inputs merged.
-        drop_via_smaller: drop a pair whose sides are both larger than the smallest graph of their
-            fingerprint class (the rules to and from that graph compose it; this assumes rules are
-            applied in both directions, as equivalences).
-        both_directions: also emit each rule reversed where its destination reads every input of its
-            source (rules are oriented larger side to smaller side otherwise).
-        progress: called with a line of text after enumeration and after pairing.
-    """
-    t0, c0 = time.perf_counter(), time.process_time()
-    shapes = [as_parallel_shape(s) for s in shapes]
-    ranks = {s.rank for s in shapes}
-    if len(ranks) != 1 and choices is None:
-        raise FlexrtError(f"generate: every input must have the same rank for the default catalog, got shapes "
-                          f"{[str(s) for s in shapes]}; pass choices for inputs of several ranks")
-    choices = tuple(choices) if choices is not None else catalog(ranks.pop(), degree, acti)
-    n_in = len(shapes)
-    tensors = _Tensors()
-    for v1, v2 in _random_inputs(shapes, seed):
-        if tensors.intern(v1, v2) != len(tensors) - 1:
-            raise FlexrtError("generate: two external inputs drew equal values; use another seed")
-    counts = {"enumerated": 0, "valid": 0, "dropped_duplicate_op": 0, "dropped_equal_tensors": 0, "graphs": 0}
+def _enumerate(choices, tensors: "_Tensors", n_in: int, max_ops: int, counts: dict) -> list[Graph]:
+    """Every graph of up to ``max_ops`` operators over the ``n_in`` external inputs, each once, whose
+    operators' outputs are new tensors (by their values on both input sets); ``counts`` tallied."""
     memo: dict[tuple, tuple | None] = {}
 
     def apply(c: int, ins: tuple) -> tuple | None:
@@ -386,30 +350,13 @@ def generate(max_ops: int = 3, shapes: Sequence[Sequence[int]] = DEFAULT_SHAPES,
                     extend(new_ops, avail + list(outs), key)
 
     extend([], list(range(n_in)), None)
-    counts["graphs"] = len(graphs)
-    counts["tensors"] = len(tensors)
-    if progress:
-        progress(f"enumerated {counts['enumerated']} graphs, {counts['graphs']} kept, "
-                 f"{len(tensors)} distinct tensors ({time.perf_counter() - t0:.1f} s)")
+    return graphs
 
-    classes: dict[tuple, list[int]] = {}
-    for i, g in enumerate(graphs):
-        classes.setdefault(tuple(sorted(tensors.h1[t] for t in g.outputs)), []).append(i)
-    multi = [ids for ids in classes.values() if len(ids) > 1]
-    counts["fingerprint_classes"] = len(classes)
-    counts["classes_with_pairs"] = len(multi)
-    counts["candidate_pairs"] = sum(len(ids) * (len(ids) - 1) // 2 for ids in multi)
 
-    same_shape = [[j for j in range(n_in) if shapes[j] == shapes[i]] for i in range(n_in)]
-    perms = [dict(zip(range(n_in), p)) for p in itertools.permutations(range(n_in))
-             if all(p[i] in same_shape[i] for i in range(n_in))]
-    after = {"after_common_subgraph": 0, "after_common_supergraph": 0, "after_decomposable": 0,
-             "after_renaming": 0, "after_normal_form": 0, "after_via_smaller": 0, "confirmed": 0,
-             "rejected_second_input_set": 0, "dropped_dst_inputs": 0}
-    canon_seen: set = set()
-    normal_seen: set = set()
-    kept: list[tuple[Graph, Graph]] = []
-    survivors = []  # (order key, smallest graph size of the class, g1, g2)
+def _survivors(multi: list, graphs: list[Graph], n_in: int, after: dict) -> list[tuple]:
+    """(order key, smallest graph size of the class, g1, g2) of every pair of a fingerprint class
+    that is neither one graph inside the other nor decomposable; ``after`` tallied."""
+    survivors = []
     for ids in multi:
         smallest = min(len(graphs[i].ops) for i in ids)
         for a, b in itertools.combinations(ids, 2):
@@ -426,6 +373,17 @@ def generate(max_ops: int = 3, shapes: Sequence[Sequence[int]] = DEFAULT_SHAPES,
             after["after_decomposable"] += 1
             sizes = sorted((len(g1.ops), len(g2.ops)))
             survivors.append(((sizes[0] + sizes[1], sizes[1], _repeats(g1) + _repeats(g2), a, b), smallest, g1, g2))
+    return survivors
+
+
+def _confirmed(survivors: list, choices, perms: list, n_in: int, drop_via_smaller: bool,
+               after: dict) -> list[tuple[Graph, Graph]]:
+    """The (source, destination) pairs kept from ``survivors``: one per renaming and normal-form
+    class, confirmed on the second input set, oriented so the destination reads only the source's
+    inputs; ``after`` tallied."""
+    canon_seen: set = set()
+    normal_seen: set = set()
+    kept: list[tuple[Graph, Graph]] = []
     # Smaller pairs first, then those reading no tensor twice in one operator: the pair kept from each
     # renaming / normal-form class is the simplest, whatever max_ops is.
     survivors.sort(key=lambda item: item[0])
@@ -457,6 +415,71 @@ def generate(max_ops: int = 3, shapes: Sequence[Sequence[int]] = DEFAULT_SHAPES,
                 after["dropped_dst_inputs"] += 1
                 continue
         kept.append((src, dst))
+    return kept
+
+
+def generate(max_ops: int = 3, shapes: Sequence[Sequence[int]] = DEFAULT_SHAPES, seed: int = 0,
+             degree: int = 2, acti: Sequence[int] = (0,), choices: Sequence[OpChoice] | None = None,
+             drop_specializations: bool = True, drop_via_smaller: bool = True, both_directions: bool = False,
+             progress: Callable[[str], None] | None = None) -> GenerationResult:
+    """Enumerate graphs of up to ``max_ops`` operators over external inputs of ``shapes`` and return
+    the rules between fingerprint-equal graphs that survive TASO's prunings, with counts.
+
+    Args:
+        max_ops: largest graph size (operators per side).
+        shapes: the external inputs (all the same rank unless ``choices`` is given): sizes for a full,
+            unpartitioned tensor, or a ``ParallelTensorShape`` for an input that already carries
+            degrees (e.g. partial sums, so that rules with Reduce fit in ``max_ops``) or another dtype
+            (an integer input holds embedding indices); ``GenerationResult.input_shapes`` says which
+            each rule was found on.
+        seed: seeds the two random integer input sets; same seed, same rules in the same order.
+        degree: the degree of every parallelization operator.
+        acti: ``PM_ACTI`` values of ``OP_LINEAR`` (0 none, 2 fused relu).
+        choices: the operator catalog (default ``catalog(rank, degree, acti)``).
+        drop_specializations: drop a pair that is another kept pair with some inputs merged.
+        drop_via_smaller: drop a pair whose sides are both larger than the smallest graph of their
+            fingerprint class (the rules to and from that graph compose it; this assumes rules are
+            applied in both directions, as equivalences).
+        both_directions: also emit each rule reversed where its destination reads every input of its
+            source (rules are oriented larger side to smaller side otherwise).
+        progress: called with a line of text after enumeration and after pairing.
+    """
+    t0, c0 = time.perf_counter(), time.process_time()
+    shapes = [as_parallel_shape(s) for s in shapes]
+    ranks = {s.rank for s in shapes}
+    if len(ranks) != 1 and choices is None:
+        raise FlexrtError(f"generate: every input must have the same rank for the default catalog, got shapes "
+                          f"{[str(s) for s in shapes]}; pass choices for inputs of several ranks")
+    choices = tuple(choices) if choices is not None else catalog(ranks.pop(), degree, acti)
+    n_in = len(shapes)
+    tensors = _Tensors()
+    for v1, v2 in _random_inputs(shapes, seed):
+        if tensors.intern(v1, v2) != len(tensors) - 1:
+            raise FlexrtError("generate: two external inputs drew equal values; use another seed")
+    counts = {"enumerated": 0, "valid": 0, "dropped_duplicate_op": 0, "dropped_equal_tensors": 0, "graphs": 0}
+    graphs = _enumerate(choices, tensors, n_in, max_ops, counts)
+    counts["graphs"] = len(graphs)
+    counts["tensors"] = len(tensors)
+    if progress:
+        progress(f"enumerated {counts['enumerated']} graphs, {counts['graphs']} kept, "
+                 f"{len(tensors)} distinct tensors ({time.perf_counter() - t0:.1f} s)")
+
+    classes: dict[tuple, list[int]] = {}
+    for i, g in enumerate(graphs):
+        classes.setdefault(tuple(sorted(tensors.h1[t] for t in g.outputs)), []).append(i)
+    multi = [ids for ids in classes.values() if len(ids) > 1]
+    counts["fingerprint_classes"] = len(classes)
+    counts["classes_with_pairs"] = len(multi)
+    counts["candidate_pairs"] = sum(len(ids) * (len(ids) - 1) // 2 for ids in multi)
+
+    same_shape = [[j for j in range(n_in) if shapes[j] == shapes[i]] for i in range(n_in)]
+    perms = [dict(zip(range(n_in), p)) for p in itertools.permutations(range(n_in))
+             if all(p[i] in same_shape[i] for i in range(n_in))]
+    after = {"after_common_subgraph": 0, "after_common_supergraph": 0, "after_decomposable": 0,
+             "after_renaming": 0, "after_normal_form": 0, "after_via_smaller": 0, "confirmed": 0,
+             "rejected_second_input_set": 0, "dropped_dst_inputs": 0}
+    survivors = _survivors(multi, graphs, n_in, after)
+    kept = _confirmed(survivors, choices, perms, n_in, drop_via_smaller, after)
     if drop_specializations:
         kept = _drop_specializations(kept, choices, n_in, same_shape, perms)
     after["after_specializations"] = len(kept)
