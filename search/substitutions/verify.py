@@ -278,8 +278,6 @@ def verify_rules(rules: Sequence[Rule], timeout_s: float = 5.0, jobs: int = 2,
     results: list[VerifyResult | None] = [None] * len(rules)
     if not rules:
         return []
-    ctx = mp.get_context("spawn")
-    memory_bytes = int(memory_mb) * 2 ** 20
     # A task: (rule index, strategies still to try, outcomes so far, seconds so far).
     pending: list[tuple] = []
     for i, rule in enumerate(rules):
@@ -293,31 +291,46 @@ def verify_rules(rules: Sequence[Rule], timeout_s: float = 5.0, jobs: int = 2,
     pending.reverse()
     if not pending:
         return results
+    return _Pool(rules, results, pending, timeout_s, jobs, memory_mb, progress).run()
+
+
+class _Pool:
+    """The child processes of ``verify_rules``: each proves one rule at a time, strategy after
+    strategy; one that runs past its deadline or dies is replaced and the rule's remaining
+    strategies go back to the queue."""
+
     start_deadline_s = 120.0   # spawning, importing flexrt and z3, building the axioms
 
-    def spawn() -> _Child:
-        c = _Child(ctx, memory_bytes)
-        c.deadline = time.monotonic() + start_deadline_s
+    def __init__(self, rules, results, pending, timeout_s, jobs, memory_mb, progress) -> None:
+        self.rules, self.results, self.pending = rules, results, pending
+        self.timeout_s, self.progress = timeout_s, progress
+        self.ctx = mp.get_context("spawn")
+        self.memory_bytes = int(memory_mb) * 2 ** 20
+        self.children = [self._spawn() for _ in range(max(1, min(jobs, len(pending))))]
+
+    def _spawn(self) -> _Child:
+        c = _Child(self.ctx, self.memory_bytes)
+        c.deadline = time.monotonic() + self.start_deadline_s
         return c
 
-    def finish(idx: int, tried: list, seconds: float, detail: str = "") -> None:
-        res = _conclude(rules[idx].name, tried, seconds, detail)
-        results[idx] = res
+    def _finish(self, idx: int, tried: list, seconds: float, detail: str = "") -> None:
+        res = _conclude(self.rules[idx].name, tried, seconds, detail)
+        self.results[idx] = res
         if res.status is Status.UNKNOWN:
             log.warning("not verified: %s", res)
-        if progress:
-            progress(idx, res)
+        if self.progress:
+            self.progress(idx, res)
 
-    def assign(c: _Child) -> None:
+    def _assign(self, c: _Child) -> None:
         c.task, c.deadline = None, float("inf")   # idle: no deadline until it gets a task
-        if pending:
-            c.task = pending.pop()
+        if self.pending:
+            c.task = self.pending.pop()
             idx, todo, _, _ = c.task
             c.tried, c.started = [], time.monotonic()
-            c.deadline = c.started + timeout_s + _GRACE_S
-            c.conn.send((idx, rules[idx].to_json(), timeout_s, todo))
+            c.deadline = c.started + self.timeout_s + _GRACE_S
+            c.conn.send((idx, self.rules[idx].to_json(), self.timeout_s, todo))
 
-    def lost(c: _Child, why: str) -> None:
+    def _lost(self, c: _Child, why: str) -> None:
         """The child was killed or died mid-task: record the strategy it was on, requeue the rest."""
         idx, todo, before, secs = c.task
         step = todo[len(c.tried)] if len(c.tried) < len(todo) else "?"
@@ -325,57 +338,63 @@ def verify_rules(rules: Sequence[Rule], timeout_s: float = 5.0, jobs: int = 2,
         secs += time.monotonic() - c.started
         rest = todo[len(c.tried) + 1:]
         if rest:
-            pending.append((idx, rest, tried, secs))
+            self.pending.append((idx, rest, tried, secs))
         else:
-            finish(idx, tried, secs, f"child process {why}")
+            self._finish(idx, tried, secs, f"child process {why}")
         c.task = None
 
-    children = [spawn() for _ in range(max(1, min(jobs, len(pending))))]
-    try:
-        while pending or any(c.task is not None for c in children):
-            next_deadline = min(c.deadline for c in children)
-            ready = wait([c.conn for c in children],
-                         timeout=None if next_deadline == float("inf") else max(0.0, next_deadline - time.monotonic()))
-            for i, c in enumerate(children):
-                if c.conn in ready:
-                    try:
-                        msg = c.conn.recv()
-                    except (EOFError, OSError):
-                        msg = ("crashed",)
-                    if msg[0] == "ready":
-                        assign(c)
-                    elif msg[0] == "step":
-                        c.tried.append(msg[2])
-                        c.deadline = time.monotonic() + timeout_s + _GRACE_S
-                    elif msg[0] == "done":
-                        idx, _, before, secs = c.task
-                        tried, seconds, detail = msg[4:]
-                        finish(idx, before + list(tried), secs + seconds, detail)
-                        assign(c)
-                    else:  # the child died (out of memory, a Z3 abort)
+    def _replace(self, i: int) -> None:
+        self.children[i].kill()
+        self.children[i] = self._spawn()
+
+    def _receive(self, i: int, c: _Child) -> None:
+        try:
+            msg = c.conn.recv()
+        except (EOFError, OSError):
+            msg = ("crashed",)
+        if msg[0] == "ready":
+            self._assign(c)
+        elif msg[0] == "step":
+            c.tried.append(msg[2])
+            c.deadline = time.monotonic() + self.timeout_s + _GRACE_S
+        elif msg[0] == "done":
+            idx, _, before, secs = c.task
+            tried, seconds, detail = msg[4:]
+            self._finish(idx, before + list(tried), secs + seconds, detail)
+            self._assign(c)
+        else:  # the child died (out of memory, a Z3 abort)
+            if c.task is None:
+                raise GraphError(f"verifier child process exited before it was ready (exit code "
+                                 f"{c.proc.exitcode}); a script calling verify_rules needs an "
+                                 f"`if __name__ == '__main__':` guard (spawned children import it)")
+            self._lost(c, "crashed")
+            self._replace(i)
+
+    def run(self) -> list:
+        children = self.children
+        try:
+            while self.pending or any(c.task is not None for c in children):
+                next_deadline = min(c.deadline for c in children)
+                ready = wait([c.conn for c in children], timeout=None if next_deadline == float("inf")
+                             else max(0.0, next_deadline - time.monotonic()))
+                for i, c in enumerate(children):
+                    if c.conn in ready:
+                        self._receive(i, c)
+                    elif time.monotonic() >= c.deadline:
                         if c.task is None:
-                            raise GraphError(f"verifier child process exited before it was ready (exit code "
-                                             f"{c.proc.exitcode}); a script calling verify_rules needs an "
-                                             f"`if __name__ == '__main__':` guard (spawned children import it)")
-                        else:
-                            lost(c, "crashed")
-                        c.kill()
-                        children[i] = spawn()
-                elif time.monotonic() >= c.deadline:
-                    if c.task is None:
-                        raise GraphError(f"verifier child process did not start within {start_deadline_s:.0f} s")
-                    lost(c, "killed(timeout)")
-                    c.kill()
-                    children[i] = spawn()
-    finally:
-        for c in children:
-            try:
-                c.conn.send(None)
-            except (OSError, BrokenPipeError):
-                pass
-            c.proc.join(2)
-            c.kill()
-    return results
+                            raise GraphError(f"verifier child process did not start within "
+                                             f"{self.start_deadline_s:.0f} s")
+                        self._lost(c, "killed(timeout)")
+                        self._replace(i)
+        finally:
+            for c in children:
+                try:
+                    c.conn.send(None)
+                except (OSError, BrokenPipeError):
+                    pass
+                c.proc.join(2)
+                c.kill()
+        return self.results
 
 
 def verify_rule(rule: Rule, timeout_s: float = 5.0, **kw) -> VerifyResult:
