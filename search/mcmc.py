@@ -145,21 +145,8 @@ def mcmc(pcg: PCG, machine: Machine, cost_model, budget: int = 1000, seed: int =
             _chain(st, choices, movable, rng, beta, follow, min(steps, budget - st.iteration), segment)
             if refine:
                 _descend(st, choices, movable, budget)
-        rounds = 0
-        while refine and movable and 0 < st.iteration < budget:
-            rounds += 1
-            before = st.iteration
-            if rounds % 2:
-                st.restart(st.best)
-            else:
-                try:
-                    st.restart(Strategy.from_configs(pcg, choices.random_configs(restart_rng)))
-                except StrategyError:  # cannot happen for configurations of the space; reheat if it does
-                    st.restart(st.best)
-            _chain(st, choices, movable, rng, beta, follow, min(chain_steps, budget - st.iteration), segment)
-            _descend(st, choices, movable, budget)
-            if st.iteration == before:  # no proposal could be built: nothing more to search
-                break
+        rounds = _restarts(st, pcg, choices, movable, rng, restart_rng, beta, follow, segment, chain_steps,
+                           budget) if refine and movable else 0
         log.notes["restarts"] = rounds
         log.stop_reason = log.stop_reason or ("budget spent" if st.iteration >= budget else
                                               "no improvement for half of a candidate's budget")
@@ -172,6 +159,28 @@ def mcmc(pcg: PCG, machine: Machine, cost_model, budget: int = 1000, seed: int =
                      delta_simulations=scorer.delta_calls)
     best = st.best if st.best is not None else candidates[0][1]  # None: interrupted before any score
     return SearchResult(best, st.best_cost, log)
+
+
+def _restarts(st: "_State", pcg: PCG, choices: OpChoices, movable, rng, restart_rng, beta: float, follow: float,
+              segment: float, chain_steps: int, budget: int) -> int:
+    """``refine``'s rounds after the candidates' runs, until the budget is spent: a chain and a
+    descent from the best strategy and from a new random one, alternately; returns the rounds."""
+    rounds = 0
+    while 0 < st.iteration < budget:
+        rounds += 1
+        before = st.iteration
+        if rounds % 2:
+            st.restart(st.best)
+        else:
+            try:
+                st.restart(Strategy.from_configs(pcg, choices.random_configs(restart_rng)))
+            except StrategyError:  # cannot happen for configurations of the space; reheat if it does
+                st.restart(st.best)
+        _chain(st, choices, movable, rng, beta, follow, min(chain_steps, budget - st.iteration), segment)
+        _descend(st, choices, movable, budget)
+        if st.iteration == before:  # no proposal could be built: nothing more to search
+            break
+    return rounds
 
 
 class _State:
