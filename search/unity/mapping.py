@@ -740,8 +740,10 @@ class MappingDP:
 
     def _greedy(self, S: int, block: Block, inn, out) -> _Sol:
         """Not series-parallel: per configuration of ``in``, each node (topological order) takes the
-        configuration cheapest against what is already chosen; the edges into ``out`` are then
-        added for each configuration of ``out``."""
+        configuration cheapest against what is already chosen, looking one step ahead (``_ahead``:
+        a configuration no successor can read from, such as copies its consumers cannot shrink,
+        is never taken while another is possible); the edges into ``out`` are then added for each
+        configuration of ``out``."""
         g, costs, pcg = self.g, self.costs, self.g.pcg
         members = _members(S)
         in_cfgs, out_cfgs = self._cfgs(inn), self._cfgs(out)
@@ -751,13 +753,8 @@ class MappingDP:
             chosen: dict[int, int] = {}  # member -> index of its configuration on the block
             total = 0.0
             for p in members:
-                vec = costs.node_vector(pcg, g.node[p], block)
-                for u, k, i in g.edges_in[p]:
-                    if u in chosen:
-                        vec = vec + costs.edge_matrix(pcg, g.node[u], k, g.node[p], i, block, block)[chosen[u]]
-                    elif inn is not None and u == inn[0]:
-                        vec = vec + costs.edge_matrix(pcg, g.node[u], k, g.node[p], i, inn[1], block)[a]
-                chosen[p] = int(vec.argmin())
+                vec = self._incoming(p, chosen, block, inn, a)
+                chosen[p] = int((vec + self._ahead(p, S, chosen, block, inn, a, out)).argmin())
                 total += float(vec[chosen[p]])
             picks.append([costs.configs(pcg, g.node[p], block)[chosen[p]] for p in members])
             chosen_all.append([chosen[p] for p in members])
@@ -769,3 +766,33 @@ class MappingDP:
         where = (pcg, [g.node[p] for p in members], block, None if inn is None else (g.node[inn[0]], inn[1]),
                  None if out is None else (g.node[out[0]], out[1]))
         return _Greedy(M, picks, chosen_all, where)
+
+    def _incoming(self, p: int, chosen: dict, block: Block, inn, a: int, skip: int = -1) -> np.ndarray:
+        """``_greedy``'s cost of each configuration of member ``p``: its own, plus the edges from its
+        chosen predecessors (but ``skip``) and from ``inn`` (at its configuration ``a``)."""
+        g, costs, pcg = self.g, self.costs, self.g.pcg
+        vec = costs.node_vector(pcg, g.node[p], block)
+        for u, k, i in g.edges_in[p]:
+            if u in chosen and u != skip:
+                vec = vec + costs.edge_matrix(pcg, g.node[u], k, g.node[p], i, block, block)[chosen[u]]
+            elif inn is not None and u == inn[0]:
+                vec = vec + costs.edge_matrix(pcg, g.node[u], k, g.node[p], i, inn[1], block)[a]
+        return vec
+
+    def _ahead(self, p: int, S: int, chosen: dict, block: Block, inn, a: int, out) -> np.ndarray:
+        """Per configuration of member ``p``, what each successor then costs at least: its cheapest
+        configuration given the edges from ``p`` and its other chosen predecessors (infinite where none
+        can read ``p``'s output), and the cheapest reading by ``out``."""
+        g, costs, pcg = self.g, self.costs, self.g.pcg
+        ahead = np.zeros(len(costs.configs(pcg, g.node[p], block)))
+        for q in _members(g.succ[p] & S):
+            T = self._incoming(q, chosen, block, inn, a, skip=p)[None, :]
+            for u, k, i in g.edges_in[q]:
+                if u == p:
+                    T = T + costs.edge_matrix(pcg, g.node[p], k, g.node[q], i, block, block)
+            ahead += T.min(axis=1)
+        if out is not None:
+            for u, k, i in g.edges_in[out[0]]:
+                if u == p:
+                    ahead += costs.edge_matrix(pcg, g.node[p], k, g.node[out[0]], i, block, out[1]).min(axis=1)
+        return ahead

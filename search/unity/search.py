@@ -37,6 +37,7 @@ Entry points: ``unity``, ``sequential``, ``algebraic_rules``, ``segments``.
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from typing import Optional, Sequence
 
@@ -433,10 +434,10 @@ _PEELED = {"graph": "in graph order", "cheapest": "cheapest first", "costliest":
 
 def _mapped(label: str, best_pcg: PCG, pcg: PCG, mapping) -> list:
     """A DP's mapping of ``best_pcg`` as finalists, with its other peel orders' (``Mapping.others``:
-    the DP estimated them costlier, but the simulation decides)."""
-    return [(label, _strategy(best_pcg, pcg, mapping.configs))] + [
-        (f"{label}, branches {_PEELED[order]}", _strategy(best_pcg, pcg, m.configs))
-        for order, m in mapping.others.items()]
+    the DP estimated them costlier, but the simulation decides). A mapping of infinite cost holds
+    an edge no resharding chain makes (the DP found no valid mapping that way): left out."""
+    labelled = [(label, mapping)] + [(f"{label}, branches {_PEELED[o]}", m) for o, m in mapping.others.items()]
+    return [(lab, _strategy(best_pcg, pcg, m.configs)) for lab, m in labelled if math.isfinite(m.cost_s)]
 
 
 def _overlap_dp(like: LocalCosts, sp: SearchSpace, min_degree: int, n: int, cache: bool = True,

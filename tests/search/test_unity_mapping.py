@@ -30,7 +30,10 @@ from hypothesis import strategies as st
 from flexrt.core import ActiMode, DataType, FFConfig, FFModel
 from flexrt.machine import load_machine, local_machine
 from flexrt.machine.views import enumerate_views, view_devices
+from flexrt.model import load_model
 from flexrt.search.unity import Block, LocalCosts, MappingDP, series_split_nodes
+from flexrt.search.unity.mapping import Mapping
+from flexrt.search.unity.search import _mapped
 from flexrt.simulator.cost_model import AnalyticCostModel
 from flexrt.strategy import SearchSpace, Strategy, all_axes, is_compute
 
@@ -255,6 +258,26 @@ def test_greedy_fallback_reports_what_its_configurations_cost(dgx1):
         got = MappingDP(dgx1, costs, devices=devices).solve(pcg)
         assert assignment_cost(pcg, costs, got.configs) == pytest.approx(got.cost_s, rel=1e-12)
         assert got.cost_s >= exhaustive(pcg, costs, Block(0, devices)) * (1 - 1e-12)
+
+
+@pytest.mark.parametrize("devices", [4, 8])
+def test_greedy_fallback_never_takes_a_layout_no_consumer_can_read(devices):
+    """NMT's attention reads every encoder step (not series-parallel: the greedy part). With one
+    sample per device, the cheapest configuration of a query's reshape copies its output to every
+    device, which the score's batch matmul cannot read (copies only grow): the greedy took it, the
+    whole mapping cost inf, and Unity's search died building it. Looking one step ahead, the
+    mapping is finite, a valid strategy, and its estimate is what its configurations cost."""
+    machine = load_machine("flexflow_k80", nodes=devices // 4)
+    pcg = load_model("nmt", ["-b", str(devices), "--seq-length", "2"]).model.pcg
+    costs = LocalCosts(machine, COST, FULL)
+    got = MappingDP(machine, costs, devices=devices).solve(pcg)
+    assert math.isfinite(got.cost_s)
+    Strategy.from_configs(pcg, got.configs)     # raises where an edge has no resharding chain
+    # every edge of the mapping can be made; the nodes and edges sum to no more than the estimate
+    assert math.isfinite(assignment_cost(pcg, costs, got.configs))
+    # a mapping of infinite cost (an edge no chain makes) is never a finalist; the finite ones are
+    got.others = {"cheapest": Mapping(math.inf, {})}
+    assert [label for label, _ in _mapped("unity", pcg, pcg, got)] == ["unity"]
 
 
 # ---- placement ----------------------------------------------------------------------------------
