@@ -311,14 +311,17 @@ def unity(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUDGET, 
           space: Optional[SearchSpace] = None, min_degree: int = 1, devices: Optional[int] = None,
           optimizer: OptimizerKind = OptimizerKind.SGD, rules: Optional[Sequence[Rule]] = None,
           progress: Optional[bool] = None, enable_pipeline: bool = False,
-          config_ratio: float = DEFAULT_CONFIG_RATIO, pipeline_schedules=FLUSHED, **_ignored) -> SearchResult:
+          config_ratio: float = DEFAULT_CONFIG_RATIO, pipeline_schedules=FLUSHED,
+          initial: Sequence[Strategy] = (), **_ignored) -> SearchResult:
     """Unity's joint search (module doc). ``budget`` bounds the candidate graphs costed; ``split_size``
     None or 0 turns graph splitting off; ``cache=False`` clears the DP's memo for every candidate;
     ``devices`` limits the search to the first devices of the machine; ``min_degree`` makes every
     operator use at least that many devices. ``enable_pipeline`` adds the best pipelined strategy
     (``flexrt.search.pipelines``) to the finalists, with a schedule among ``pipeline_schedules``
     (default the flushed ones; Unity §5 uses ``2bw``). ``config_ratio``: the configurations' pruning
-    bound (``LocalCosts``; 0 keeps every configuration: the DP is then exact over the space)."""
+    bound (``LocalCosts``; 0 keeps every configuration: the DP is then exact over the space).
+    ``initial``: strategies (the expert's, an imported one) simulated with the finalists, so the
+    search never returns one slower than them (FlexFlow's initial candidates)."""
     _check(budget, alpha, split_size, devices, machine, config_ratio)
     schedules = checked_schedules(pipeline_schedules)
     if enable_pipeline and devices is not None and devices < machine.num_devices:
@@ -361,7 +364,7 @@ def unity(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUDGET, 
             return MappingDP(machine, block_costs, cache=cache, devices=width).solve(graph).configs
         finalists += best_pipeline(pcg, machine, cost_model, optimizer, log_notes=log.notes,
                                    block_mapping=block_mapping, schedules=schedules)
-    return _finish(machine, cost_model, optimizer, finalists, log, t0)
+    return _finish(machine, cost_model, optimizer, finalists + _given(initial), log, t0)
 
 
 def sequential(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUDGET, seed: int = 0,
@@ -369,10 +372,10 @@ def sequential(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUD
                space: Optional[SearchSpace] = None, min_degree: int = 1, devices: Optional[int] = None,
                optimizer: OptimizerKind = OptimizerKind.SGD, rules: Optional[Sequence[Rule]] = None,
                progress: Optional[bool] = None, config_ratio: float = DEFAULT_CONFIG_RATIO,
-               **_ignored) -> SearchResult:
+               initial: Sequence[Strategy] = (), **_ignored) -> SearchResult:
     """"TASO then FlexFlow": algebraic substitutions chosen by their cost on one device, then the
     parallelization of that graph alone (the same DP, space and ``config_ratio`` as ``unity``); data parallelism and
-    the data+model mapping are finalists too, as in ``unity`` (``_finalists``)."""
+    the data+model mapping are finalists too, as in ``unity`` (``_finalists``), and ``initial``."""
     _check(budget, alpha, split_size, devices, machine, config_ratio)
     sp = _space(space)
     t0 = time.perf_counter()
@@ -397,7 +400,7 @@ def sequential(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUD
     log.stop_reason = "interrupted" if log.interrupted else "queue empty or budget spent"
     return _finish(machine, cost_model, optimizer,
                    _finalists("sequential", best_pcg, pcg, mapping, costs, sp, min_degree, n,
-                              config_ratio=config_ratio),
+                              config_ratio=config_ratio) + _given(initial),
                    log, t0)
 
 
@@ -427,6 +430,11 @@ def _finalists(label: str, best_pcg: PCG, pcg: PCG, mapping, costs: LocalCosts, 
         out += _mapped("data+model mapping", best_pcg, pcg, sample.solve(best_pcg))
         out += _mapped("data+model overlap mapping", best_pcg, pcg, sample_overlap.solve(best_pcg))
     return out
+
+
+def _given(initial: Sequence[Strategy]) -> list:
+    """The caller's initial strategies as finalists."""
+    return [(f"initial strategy {k + 1}", st) for k, st in enumerate(initial)]
 
 
 _PEELED = {"graph": "in graph order", "cheapest": "cheapest first", "costliest": "costliest first"}

@@ -140,8 +140,9 @@ def test_an_option_the_algorithm_does_not_take_is_an_error(mlp, p100, cost, name
 
 def test_a_request_field_the_algorithm_does_not_take_is_an_error(mlp, p100, cost):
     dp = data_parallel(mlp, p100)
-    with pytest.raises(ConfigError, match="'unity' takes no initial .*1 strategies.*that do: disco, exhaustive, mcmc"):
-        search("unity", SearchRequest(mlp, p100, cost, initial=(dp,)))
+    with pytest.raises(ConfigError, match="'pipeline' takes no initial .*1 strategies.*that do: disco, exhaustive, "
+                                          "mcmc, sequential, unity"):
+        search("pipeline", SearchRequest(mlp, p100, cost, initial=(dp,)))
     with pytest.raises(ConfigError, match="'model-parallel' takes no space"):
         search("model-parallel", SearchRequest(mlp, p100, cost, space=SearchSpace.full()))
 

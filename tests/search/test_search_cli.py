@@ -114,7 +114,7 @@ def test_search_cli_gives_unity_its_flags_as_options(calls, capsys):
     assert main(LENET + ["--algo", "unity", "--budget", "2", "--devices", "2", "--split-size", "0", "--no-cache",
                          "--json"]) == 0
     name, kw = calls[-1]
-    assert name == "unity" and kw["space"] == SearchSpace.full() and "initial" not in kw
+    assert name == "unity" and kw["space"] == SearchSpace.full() and len(kw["initial"]) == 1   # the expert
     assert {k: kw[k] for k in ("split_size", "cache", "devices")} == {"split_size": 0, "cache": False, "devices": 2}
     assert "config_ratio" not in kw   # not given: the search's own default
     assert json.loads(capsys.readouterr().out)["algorithm"] == "unity"
@@ -145,10 +145,10 @@ def test_search_cli_refuses_an_import_the_algorithm_cannot_start_from(calls, cap
     machine = load_machine("flexflow_p100", nodes=1)
     path = tmp_path / "dp.json"
     save_strategy(str(path), data_parallel(load_model("lenet").model.pcg, machine), machine)
-    assert main(LENET + ["--algo", "unity", "--import", str(path)]) == 1
-    assert "--import: --algo unity takes no initial strategy; algorithms that do: mcmc, exhaustive" in \
-        capsys.readouterr().err
-    assert "unity" not in [name for name, _ in calls]
+    assert main(LENET + ["--algo", "pipeline", "--import", str(path)]) == 1
+    assert "--import: --algo pipeline takes no initial strategy; algorithms that do: mcmc, exhaustive, unity, " \
+           "sequential" in capsys.readouterr().err
+    assert "pipeline" not in [name for name, _ in calls]
 
 
 def _tiny_model(flags):
