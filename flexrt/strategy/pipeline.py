@@ -390,7 +390,7 @@ def _checked_stages(pcg: PCG, mb: "MicroBatched", stage_of, count: int) -> dict[
                 raise StrategyError(f"stage_of: '{node.name}' (stage {stage_of[node.name]}) reads the output of "
                                     f"'{producer}' (stage {stage_of[producer]}); stages must not decrease along "
                                     f"the graph (an operator's stage >= each of its producers')")
-    return stage_of
+    return {name: stage_of[name] for name in mb.copies}     # in the model's order (``describe``)
 
 
 def _block_split(width: int) -> list[dict[str, int]]:

@@ -248,3 +248,14 @@ def test_a_cost_model_balances_stages_by_its_seconds_not_by_flops():
     assert [by_flops[n] for n in ("wide", "fc0")] == [0, 1]
     counts = [sum(1 for v in by_time.values() if v == s) for s in range(4)]
     assert counts == [2, 2, 2, 2], by_time
+
+
+def test_a_plan_lists_its_stages_in_the_models_order_whatever_the_order_it_was_given():
+    """A search moves stage boundaries by rebuilding ``stage_of`` with the moved operator first;
+    the plan keeps the model's order, so ``describe`` names each stage's first and last operator
+    (it printed "0: fc2..fc1" for a stage running fc0..fc2)."""
+    machine = load_machine("dgx1_v100")
+    given = {"fc2": 0, "sm": 1, "fc3": 1, "fc0": 0, "fc1": 0}
+    plan = pipeline_strategy(mlp(32), machine, 2, 4, "1f1b", stage_of=given).pipeline
+    assert list(plan.stage_of) == ["fc0", "fc1", "fc2", "fc3", "sm"] and dict(plan.stage_of) == given
+    assert plan.describe().endswith("stages 0: fc0..fc2; 1: fc3..sm")
