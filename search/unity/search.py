@@ -351,11 +351,13 @@ def unity(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUDGET, 
                      **_rewrite_notes(pcg, best_pcg, state))
     log.stop_reason = "interrupted" if log.interrupted else "queue empty or budget spent"
     overlap = _overlap_dp(costs, sp, min_degree, n, cache, config_ratio)
-    finalists = _finalists("unity", best_pcg, pcg, mapping, costs, sp, min_degree, n, cache, overlap, config_ratio)
+    unpacked = MappingDP(machine, costs, cache=cache, devices=n, packing=False)   # both graphs share its memo
+    finalists = _finalists("unity", best_pcg, pcg, mapping, costs, sp, min_degree, n, cache, overlap, config_ratio,
+                           unpacked)
     if best_pcg is not pcg:        # the joint choice: the rewritten graph or the input one, each mapped every way
         finalists += [(f"input graph, {lab}", s) for lab, s in
                       _finalists("mapped", pcg, pcg, state["input_mapping"], costs, sp, min_degree, n, cache,
-                                 overlap, config_ratio) if lab != "data-parallel"]
+                                 overlap, config_ratio, unpacked) if lab != "data-parallel"]
     if enable_pipeline:      # pipelined finalists: stages, micro-batches and schedule searched (search.pipelines)
         block_costs = LocalCosts(machine, cost_model, sp.kinds, optimizer, min_degree, config_ratio=config_ratio,
                                  like=costs)
@@ -406,7 +408,7 @@ def sequential(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUD
 
 def _finalists(label: str, best_pcg: PCG, pcg: PCG, mapping, costs: LocalCosts, sp: SearchSpace,
                min_degree: int, n: int, cache: bool = True, overlap: Optional[MappingDP] = None,
-               config_ratio: float = DEFAULT_CONFIG_RATIO) -> list:
+               config_ratio: float = DEFAULT_CONFIG_RATIO, unpacked: Optional[MappingDP] = None) -> list:
     """The strategies ``unity`` and ``sequential`` both simulate in full at the end: the search's graph
     and mapping, data parallelism, the search's graph mapped with the overlap model (``LocalCosts(
     overlap=True)``: gradient rings as the simulator's, hidden behind the backward as a flow shop; it
@@ -416,7 +418,7 @@ def _finalists(label: str, best_pcg: PCG, pcg: PCG, mapping, costs: LocalCosts, 
     and a larger space must never return worse), each DP's mapping also with its other peel orders'
     (``Mapping.others``), so that the two differ only in how the graph was chosen (Unity Fig. 15b).
     ``costs``: the search's (their DPs share its caches, ``LocalCosts(like=...)``);
-    ``overlap``: the overlap DP to use (one is made when None)."""
+    ``overlap``, ``unpacked``: the overlap DP and the DP without packing to use (made when None)."""
     machine = costs.machine
     overlap = overlap or _overlap_dp(costs, sp, min_degree, n, cache, config_ratio)
     out = _mapped(label, best_pcg, pcg, mapping)
@@ -425,8 +427,8 @@ def _finalists(label: str, best_pcg: PCG, pcg: PCG, mapping, costs: LocalCosts, 
     # without packing (independent branches one after the other or on disjoint devices): where the
     # packing bound misjudges, the DP keeps a packed mapping that simulates slower (XDL at 48 summit GPUs:
     # 2.435 ms packed, 2.062 apart)
-    out += _mapped("mapping without packing", best_pcg, pcg,
-                   MappingDP(machine, costs, cache=cache, devices=n, packing=False).solve(best_pcg))
+    unpacked = unpacked or MappingDP(machine, costs, cache=cache, devices=n, packing=False)
+    out += _mapped("mapping without packing", best_pcg, pcg, unpacked.solve(best_pcg))
     if sp.kinds != frozenset({AxisKind.SAMPLE}):
         only = SearchSpace(frozenset({AxisKind.SAMPLE}))
         sample = MappingDP(machine, LocalCosts(machine, costs.cost, only.kinds, costs.optimizer,

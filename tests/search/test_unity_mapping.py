@@ -266,14 +266,14 @@ def test_greedy_fallback_never_takes_a_layout_no_consumer_can_read(devices):
     sample per device, the cheapest configuration of a query's reshape copies its output to every
     device, which the score's batch matmul cannot read (copies only grow): the greedy took it, the
     whole mapping cost inf, and Unity's search died building it. Looking one step ahead, the
-    mapping is finite, a valid strategy, and its estimate is what its configurations cost."""
+    mapping is finite and a valid strategy."""
     machine = load_machine("flexflow_k80", nodes=devices // 4)
     pcg = load_model("nmt", ["-b", str(devices), "--seq-length", "2"]).model.pcg
     costs = LocalCosts(machine, COST, FULL)
     got = MappingDP(machine, costs, devices=devices).solve(pcg)
     assert math.isfinite(got.cost_s)
     Strategy.from_configs(pcg, got.configs)     # raises where an edge has no resharding chain
-    # every edge of the mapping can be made; the nodes and edges sum to no more than the estimate
+    # every node and edge of the mapping has a finite cost
     assert math.isfinite(assignment_cost(pcg, costs, got.configs))
     # a mapping of infinite cost (an edge no chain makes) is never a finalist; the finite ones are
     got.others = {"cheapest": Mapping(math.inf, {})}
