@@ -11,7 +11,7 @@ from flexrt.cli._common import (add_comm_cost_flag, add_fused_cost_flag, add_fus
                                 emit_json, fused_cost_model, fusion_arg, pipeline_arg, precision_arg, recompute_arg,
                                 warn_data_parallel, write_text)
 from flexrt.cli._large import add_symmetric_flag, flops_report, own_cost, symmetric_simulation
-from flexrt.errors import ConfigError
+from flexrt.errors import ConfigError, StrategyError
 from flexrt.gc_pause import no_gc
 from flexrt.machine import load_machine
 from flexrt.model import load_model
@@ -74,17 +74,33 @@ def _chosen(args, base, machine):
 
 
 def _delta_walk(sim: Simulator, base, machine, target):
-    """From data parallelism to ``target`` one operator at a time, each step delta-simulated."""
+    """From data parallelism to ``target`` one operator at a time, each step delta-simulated. An
+    operator whose new configuration its neighbours' current ones cannot take yet (a copy feeding a
+    split: copies only multiply) waits until they have changed; what never can changes at once."""
     if not isinstance(target, ConfigStrategy):
         raise ConfigError("--method delta needs a per-operator strategy (this file holds a whole PCG)")
     current = data_parallel(base, machine)
     result = sim.full(current)
     steps = 0
-    for nid in sorted(target.configs):
-        if current.configs[nid] != target.configs[nid]:
-            current = current.with_config(nid, target.configs[nid])
+    pending = [nid for nid in sorted(target.configs) if current.configs[nid] != target.configs[nid]]
+    while pending:
+        waiting = []
+        for nid in pending:
+            try:
+                step = current.with_config(nid, target.configs[nid])
+                step.pcg            # builds and checks its edges
+            except StrategyError:
+                waiting.append(nid)
+                continue
+            current = step
             result = sim.delta(current, {base.node(nid).name})
             steps += 1
+        if len(waiting) == len(pending):      # no single change is valid alone: the rest together
+            current = current.with_configs({nid: target.configs[nid] for nid in waiting})
+            result = sim.delta(current, {base.node(nid).name for nid in waiting})
+            steps += 1
+            waiting = []
+        pending = waiting
     return result, steps
 
 

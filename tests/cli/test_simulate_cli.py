@@ -48,3 +48,17 @@ def test_simulate_errors(tmp_path, capsys):
     assert main(["simulate", "mlp_unity_fig2", "--machine", "dgx1_v100", "--method", "delta", "--strategy",
                  str(unity_fig2.FILE)]) == 1
     assert "needs a per-operator strategy" in capsys.readouterr().err
+
+
+def test_simulate_delta_reaches_megatron_whose_copies_no_single_step_from_data_parallelism_can_take(capsys):
+    """Megatron-LM's replicated operators (LayerNorm, residual adds: copies of the tensor group) can
+    feed only operators that take copies, so the walk from data parallelism must change those
+    consumers first (it stopped on 'copies can only be multiplied'); the result equals full."""
+    args = ["simulate", "transformer", "--seq-length", "8", "-b", "8", "--machine", "local", "--megatron", "--json"]
+    assert main(args) == 0
+    full = json.loads(capsys.readouterr().out)
+    assert main(args + ["--method", "delta"]) == 0
+    delta = json.loads(capsys.readouterr().out)
+    assert delta["delta_steps"] > 1
+    assert delta["iteration_time_s"] == full["iteration_time_s"]
+    assert delta["moved_elements"] == full["moved_elements"]
