@@ -54,7 +54,7 @@ from flexrt.machine.views import view_from_device_ids
 from flexrt.search.api import SearchResult, fixed_result, register_algorithm
 from flexrt.strategy import OpConfig, Strategy, all_axes, apply_single, data_parallel, is_compute
 from flexrt.strategy.config import wiring_of
-from flexrt.strategy.pipeline import pipeline_strategy, source_of
+from flexrt.strategy.pipeline import default_micro_batches, pipeline_strategy, source_of
 from flexrt.strategy.recompute import checkpoint_cuts
 
 __all__ = [
@@ -272,8 +272,8 @@ def megatron(base: PCG, machine: Machine) -> Strategy:
 def megatron_lm(base: PCG, machine: Machine, tensor: Optional[int] = None, pipeline: int = 1,
                 micro_batches: Optional[int] = None, schedule: str = "1f1b", chunks: int = 1,
                 sequence_parallel: bool = False, data: Optional[int] = None) -> Strategy:
-    """Megatron-LM's 3-D parallelism (Narayanan et al., SC'21): ``tensor`` (t, default the largest
-    ``tensor_degrees``: a node's devices where they divide the attention heads) tensor parallel within a node, ``pipeline`` (p) stages across nodes, each a block of
+    """Megatron-LM's 3-D parallelism (Narayanan et al., SC'21): ``tensor`` (t, default the largest of
+    ``tensor_degrees`` that leaves whole pipeline blocks: a node's devices where they divide the attention heads) tensor parallel within a node, ``pipeline`` (p) stages across nodes, each a block of
     n / p devices, and data parallel over the remaining d = n / (t p).
 
     Tensor parallelism is ``megatron``'s: attention split on its heads, the feed-forward's first
@@ -284,7 +284,7 @@ def megatron_lm(base: PCG, machine: Machine, tensor: Optional[int] = None, pipel
     replicated over the group, or with ``sequence_parallel`` split over it along the sequence
     (dimension 1 of a [batch, sequence, hidden] tensor, as Megatron-LM does; the sample axis where
     the operator has no such dimension). Pipelines: ``pipeline_strategy`` with
-    ``micro_batches`` (default 4p), ``schedule`` and ``chunks``. Where shapes forbid a split the
+    ``micro_batches`` (default ``default_micro_batches``: 4p where they divide the batch), ``schedule`` and ``chunks``. Where shapes forbid a split the
     operator is data parallel over its block. ``data`` (d, default n / (t p)) smaller than that uses
     only the first t p d devices (Megatron-LM's weak-scaling runs: one tensor group, no data
     parallelism, ``data=1``); it needs ``pipeline=1``."""
@@ -296,7 +296,7 @@ def megatron_lm(base: PCG, machine: Machine, tensor: Optional[int] = None, pipel
             raise StrategyError(f"megatron: data parallel degree {data!r} must divide {d} (the machine's devices / "
                                 f"(tensor {t} x pipeline {pipeline})) and needs pipeline 1")
         d = data
-    m = micro_batches or 4 * pipeline
+    m = micro_batches or (default_micro_batches(base, pipeline, chunks) if pipeline > 1 else 1)
     splits = _megatron_splits(base, machine, t, d, sequence_parallel)
 
     def place(pcg: PCG, node: Node, start: int) -> Optional[OpConfig]:
@@ -354,8 +354,8 @@ def tensor_degrees(base: PCG, machine: Machine) -> list[int]:
 def megatron_best(base: PCG, machine: Machine, cost_model, optimizer: OptimizerKind = OptimizerKind.SGD,
                   pipelines: bool = True) -> SearchResult:
     """Megatron-LM at its best on ``base``: every supported (tensor t, pipeline p) configuration
-    (``tensor_degrees``; p a divisor of the machine's devices / t, with Megatron's default 4p
-    micro-batches where they divide the batch) scored by full simulation, the fastest returned,
+    (``tensor_degrees``; p a divisor of the machine's devices / t, with ``default_micro_batches``: 4p
+    where they divide the batch) scored by full simulation, the fastest returned,
     as Unity's evaluation reports Megatron (§6.2: "we explore different combinations of the
     supported parallelism degrees and report the best"). ``log.notes['configurations']`` holds
     every (t, p) tried and its simulated seconds."""
@@ -381,8 +381,13 @@ def megatron_best(base: PCG, machine: Machine, cost_model, optimizer: OptimizerK
 def _megatron_degree(base: PCG, machine: Machine, tensor: Optional[int], pipeline: int) -> int:
     """The tensor parallel degree ``megatron_lm`` uses (``tensor``, default the largest of
     ``tensor_degrees``), checked with ``pipeline``: StrategyError saying what is valid otherwise."""
-    t = tensor_degrees(base, machine)[0] if tensor is None else tensor
     n = machine.num_devices
+    if tensor is None:      # the largest valid degree that leaves whole pipeline blocks
+        fit = [d for d in tensor_degrees(base, machine) if isinstance(pipeline, int) and pipeline >= 1
+               and n % (d * pipeline) == 0]
+        t = (fit or tensor_degrees(base, machine))[0]
+    else:
+        t = tensor
     if isinstance(t, bool) or not isinstance(t, int) or t < 1 or machine.devices_per_node % t:
         raise StrategyError(f"megatron: tensor parallel degree {tensor!r} must divide the {machine.devices_per_node} "
                             f"devices of a node")

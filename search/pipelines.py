@@ -47,7 +47,7 @@ from flexrt.simulator.simulate import Simulator
 from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.search.api import Progress, SearchLog, SearchResult, progress_default, register_algorithm
 from flexrt.strategy import OpConfig, SearchSpace, data_parallel, is_compute, wiring_of
-from flexrt.strategy.pipeline import copy_name, micro_batch_pcg, piece_seconds, pipeline_strategy, source_of
+from flexrt.strategy.pipeline import batch_of, copy_name, micro_batch_pcg, piece_seconds, pipeline_strategy, source_of
 from flexrt.strategy.space import valid_configs
 
 MICRO_BATCH_FACTORS = (1, 2, 4, 8)
@@ -74,18 +74,11 @@ def _with_chunks(schedules) -> list[tuple[str, int]]:
     return [(x, 2 if x == "interleaved" else 1) for x in schedules]
 
 
-def _batch(pcg: PCG) -> int:
-    inputs = [n for n in pcg.nodes if n.op_type.value == "input"]
-    if not inputs:
-        raise StrategyError("pipelines need a model with an input")
-    return inputs[0].attrs.shape.dims[0]
-
-
 def pipeline_candidates(pcg: PCG, machine: Machine, schedules=FLUSHED) -> list[tuple[str, dict]]:
     """(label, pipeline_strategy keyword arguments) of the space in the module doc, with
     ``schedules``."""
     ops = sum(1 for n in pcg.nodes if is_compute(n))
-    batch = _batch(pcg)
+    batch = batch_of(pcg)
     out = []
     for p in divisors(machine.num_devices):
         if not 2 <= p <= ops:
@@ -103,7 +96,7 @@ def pipeline_candidates(pcg: PCG, machine: Machine, schedules=FLUSHED) -> list[t
 
 def _no_pipeline(pcg: PCG, machine: Machine) -> str:
     """Why ``pipeline_candidates`` is empty, for the error."""
-    ops, n, batch = sum(1 for node in pcg.nodes if is_compute(node)), machine.num_devices, _batch(pcg)
+    ops, n, batch = sum(1 for node in pcg.nodes if is_compute(node)), machine.num_devices, batch_of(pcg)
     blocks = [p for p in divisors(n) if 2 <= p <= ops]
     if not blocks:
         return (f"no pipeline fits: {ops} operator(s) on {n} device(s); a pipeline needs 2 or more device blocks "
@@ -350,7 +343,7 @@ def pipeline_mcmc(pcg: PCG, machine: Machine, cost_model, budget: int = 200, see
     cur_t = best_t = scored[0][0]
     best, best_kwargs = current, kwargs
     order = wiring_of(pcg).ops
-    ops, batch = len(order), _batch(pcg)
+    ops, batch = len(order), batch_of(pcg)
     bar = Progress(progress_default() if progress is None else progress, budget, "pipeline MCMC")
     log.record(0, t0, cur_t, best_t)
     try:

@@ -310,7 +310,8 @@ def add_pipeline_flags(parser) -> None:
     parser.add_argument("--pipeline", type=count(1), metavar="P",
                         help="pipeline parallelism over P stages (device blocks of n/P devices, data parallel within)")
     parser.add_argument("--micro-batches", type=count(1), metavar="M",
-                        help="micro-batches per iteration with --pipeline (default 4 P)")
+                        help="micro-batches per iteration with --pipeline (default 4 P, or the most below "
+                             "that divide the batch)")
     parser.add_argument("--schedule", choices=("gpipe", "1f1b", "interleaved", "zb-h1", "2bw"), default="1f1b",
                         help="pipeline schedule (default 1f1b; interleaved: --chunks stages per block)")
     parser.add_argument("--chunks", type=count(1), metavar="V",
@@ -320,7 +321,7 @@ def add_pipeline_flags(parser) -> None:
                              "nodes (default 1), data parallel over the rest")
     parser.add_argument("--tensor-parallel", type=count(1), metavar="T",
                         help="with --megatron: tensor parallel degree (default: the largest that divides a node's devices and "
-                             "the attention heads, as Megatron-LM requires)")
+                             "the attention heads, as Megatron-LM requires, and leaves whole --pipeline blocks)")
     parser.add_argument("--sequence-parallel", action="store_true",
                         help="with --megatron: split LayerNorm, dropout and residual adds over the tensor group")
     parser.add_argument("--recompute", choices=("none", "full", "selective"), default="none",
@@ -389,7 +390,8 @@ def pipeline_arg(args, base, machine):
         if args.micro_batches is not None or args.chunks is not None or args.schedule != "1f1b":
             raise ConfigError("--micro-batches, --schedule and --chunks shape a pipeline: give --pipeline P too")
         return None
-    from flexrt.strategy.pipeline import pipeline_strategy
+    from flexrt.strategy.pipeline import default_micro_batches, pipeline_strategy
     chunks = args.chunks if args.chunks is not None else (2 if args.schedule == "interleaved" else 1)
-    micro = args.micro_batches if args.micro_batches is not None else 4 * args.pipeline
+    micro = args.micro_batches if args.micro_batches is not None else \
+        default_micro_batches(base, args.pipeline, chunks)
     return pipeline_strategy(base, machine, args.pipeline, micro, args.schedule, chunks=chunks)

@@ -125,6 +125,28 @@ def _per_micro_batch(attrs, m: int):
     return attrs
 
 
+def batch_of(pcg: PCG) -> int:
+    """The batch a pipeline splits: the first input's first dimension."""
+    inputs = [n for n in pcg.nodes if n.op_type is OpType.INPUT]
+    if not inputs or not inputs[0].attrs.shape.dims:
+        raise StrategyError("pipelines need a model with an input whose first dimension is the batch")
+    return inputs[0].attrs.shape.dims[0]
+
+
+def default_micro_batches(pcg: PCG, stages: int, chunks: int = 1) -> int:
+    """The micro-batches a pipeline of ``stages`` (p) device blocks runs when none are given: 4p
+    (GPipe's m >= 4p keeps the bubble (p-1)/(m+p-1) under a fifth) where they divide the batch, else
+    the most below 4p that do (multiples of p where a block holds ``chunks`` > 1 stages, as the
+    interleaved schedule needs). StrategyError naming the batch where none does."""
+    _count("pipeline stages", stages)
+    batch = batch_of(pcg)
+    fits = [m for m in range(4 * stages, 0, -1) if batch % m == 0 and (chunks == 1 or m % stages == 0)]
+    if not fits:
+        raise StrategyError(f"no micro-batch count divides the batch of {batch} into multiples of the {stages} "
+                            f"pipeline stages (the interleaved schedule needs them); give a batch divisible by {stages}")
+    return fits[0]
+
+
 def micro_batch_pcg(pcg: PCG, micro_batches: int, loss_output: Optional[str] = None,
                     built: Optional[int] = None) -> MicroBatched:
     """``pcg`` (a sequential model) as ``micro_batches`` copies sharing its weights (see the module

@@ -259,3 +259,23 @@ def test_a_plan_lists_its_stages_in_the_models_order_whatever_the_order_it_was_g
     plan = pipeline_strategy(mlp(32), machine, 2, 4, "1f1b", stage_of=given).pipeline
     assert list(plan.stage_of) == ["fc0", "fc1", "fc2", "fc3", "sm"] and dict(plan.stage_of) == given
     assert plan.describe().endswith("stages 0: fc0..fc2; 1: fc3..sm")
+
+
+@pytest.mark.parametrize("batch, stages, chunks, expected", [
+    (64, 4, 1, 16),       # 4p where it divides the batch
+    (8, 4, 1, 8),         # else the most below 4p that divide it
+    (6, 2, 1, 6),
+    (80, 8, 1, 20),
+    (6, 2, 2, 6),         # interleaved: multiples of p
+    (12, 4, 2, 12),
+    (7, 4, 1, 7),
+])
+def test_default_micro_batches_are_4p_or_the_most_below_that_divide_the_batch(batch, stages, chunks, expected):
+    from flexrt.strategy.pipeline import default_micro_batches
+    assert default_micro_batches(mlp(batch), stages, chunks) == expected
+
+
+def test_default_micro_batches_say_when_no_multiple_of_the_stages_divides_the_batch():
+    from flexrt.strategy.pipeline import default_micro_batches
+    with pytest.raises(StrategyError, match="batch of 6 into multiples of the 4 pipeline stages"):
+        default_micro_batches(mlp(6), 4, 2)
