@@ -43,10 +43,11 @@ from flexrt.errors import ConfigError, ShapeError, StrategyError
 from flexrt.ir.parallel_tensor import divisors
 from flexrt.ir.pcg import PCG
 from flexrt.machine import Machine
+from flexrt.machine.views import Projection
 from flexrt.simulator.simulate import Simulator
 from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.search.api import Progress, SearchLog, SearchResult, progress_default, register_algorithm
-from flexrt.strategy import OpConfig, SearchSpace, data_parallel, is_compute, wiring_of
+from flexrt.strategy import OpConfig, SearchSpace, data_parallel, is_compute, node_axes, wiring_of
 from flexrt.strategy.pipeline import batch_of, copy_name, micro_batch_pcg, piece_seconds, pipeline_strategy, source_of
 from flexrt.strategy.space import valid_configs
 
@@ -196,13 +197,30 @@ def mapped_blocks(pcg: PCG, width: int, block_mapping: Callable) -> Callable:
     """A ``place`` for ``pipeline_strategy``: every operator as ``block_mapping(pcg, width)`` (node id ->
     ``OpConfig`` on the first ``width`` devices; Unity's DP) maps the whole batch, moved to its stage's
     block. The whole batch, not one micro-batch: a block computes every micro-batch but synchronizes
-    its gradients once, and so does the mapping it is given."""
-    by_name = {pcg.node(nid).name: cfg for nid, cfg in block_mapping(pcg, width).items() if is_compute(pcg.node(nid))}
+    its gradients once, and so does the mapping it is given. A micro-batch of one sample may lose an
+    axis the whole batch has (a broadcast add's batch of 1): the view then follows the axes by name,
+    and an operator split along the lost axis keeps ``pipeline_strategy``'s default."""
+    by_name = {}
+    for nid, cfg in block_mapping(pcg, width).items():
+        node = pcg.node(nid)
+        if is_compute(node):
+            by_name[node.name] = (cfg, [a.name for a in node_axes(pcg, node)[0]])
 
-    def place(_mb, node, start: int) -> Optional[OpConfig]:
-        cfg = by_name.get(source_of(node.name)[0])
-        return None if cfg is None else OpConfig(cfg.degrees, dataclasses.replace(cfg.view,
-                                                                                  start=cfg.view.start + start))
+    def place(mb_pcg, node, start: int) -> Optional[OpConfig]:
+        hit = by_name.get(source_of(node.name)[0])
+        if hit is None:
+            return None
+        cfg, names = hit
+        view = dataclasses.replace(cfg.view, start=cfg.view.start + start)
+        have = [a.name for a in node_axes(mb_pcg, node)[0]]
+        if have == names:
+            return OpConfig(cfg.degrees, view)
+        if any(a not in have for a, _ in cfg.degrees):
+            return None
+        dims = {a: (view.strides[i], view.projections[i]) for i, a in enumerate(names)}
+        kept = [dims.get(a, (1, Projection.INTRA)) for a in have]
+        return OpConfig(cfg.degrees, dataclasses.replace(view, strides=tuple(s for s, _ in kept),
+                                                         projections=tuple(p for _, p in kept)))
     return place
 
 

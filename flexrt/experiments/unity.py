@@ -23,6 +23,7 @@ from flexrt.experiments.common import (COST, Timer, budget_param, devices_param,
 from flexrt.experiments.kinds import REQUIRED, Outcome, Param, register_kind
 from flexrt.ir.precision import with_precision
 from flexrt.ir.registry import AxisKind
+from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.machine import load_machine
 from flexrt.search.api import cut_in_parts, fixed_result
 from flexrt.search.baselines import expert_strategy, megatron_best
@@ -33,6 +34,18 @@ from flexrt.strategy import SearchSpace, data_parallel, load_strategy
 # Unity §6.1: per-GPU batch of each model; global batch = GPUs x this
 UNITY_BATCH = {"resnext50": 64, "inception_v3": 64, "bert_large": 4, "dlrm": 1024, "xdl": 1024, "candle_uno": 256,
                "mlp": 256}
+# Unity §6.1: Adam for BERT-Large, SGD for the other models
+UNITY_OPTIMIZER = {"bert_large": OptimizerKind.ADAM}
+
+
+def _optimizer_param() -> Param:
+    return Param("optimizer", "str", "paper", choices=("paper",) + tuple(k.value for k in OptimizerKind),
+                 help="the optimizer the simulator costs; paper: Unity §6.1's (Adam for BERT-Large, else SGD)")
+
+
+def _optimizer(inputs) -> OptimizerKind:
+    name = inputs["optimizer"]
+    return UNITY_OPTIMIZER.get(inputs["model"], OptimizerKind.SGD) if name == "paper" else OptimizerKind.parse(name)
 
 
 def _batch_param() -> Param:
@@ -52,7 +65,7 @@ def _setup(inputs):
 
 
 COMMON = (model_param(), machine_param("summit"), devices_param(), _batch_param(), budget_param(1000),
-          model_flags_param(), precision_param(),
+          model_flags_param(), precision_param(), _optimizer_param(),
           Param("config_ratio", "float", DEFAULT_CONFIG_RATIO, minimum=0.0,
                 help="the mapping DP's configuration pruning bound (--config-ratio); 0: every configuration"))
 
@@ -98,10 +111,11 @@ def unity_fig2(inputs) -> Outcome:
     description="Unity's search time with graph splitting and the cache on or off (Unity Table 2)")
 def unity_search_time(inputs) -> Outcome:
     machine, base = _setup(inputs)
+    opt = _optimizer(inputs)
     with Timer() as t:
         r = unity(base, machine, COST, budget=inputs["budget"], split_size=inputs["split_size"] or None,
-                  cache=inputs["cache"], progress=False, config_ratio=inputs["config_ratio"])
-    dp = fixed_result("data-parallel", data_parallel(base, machine), machine, COST).cost_s
+                  cache=inputs["cache"], progress=False, config_ratio=inputs["config_ratio"], optimizer=opt)
+    dp = fixed_result("data-parallel", data_parallel(base, machine), machine, COST, opt).cost_s
     return Outcome({"search_s": t.s, "found_ms": r.cost_s * 1e3, "dp_ms": dp * 1e3, "speedup_vs_dp": dp / r.cost_s},
                    strategy_doc(r.strategy, machine))
 
@@ -115,18 +129,19 @@ def unity_search_time(inputs) -> Outcome:
     description="Unity against data parallelism, the expert strategy, TASO+FlexFlow and Megatron (Unity Fig. 14)")
 def unity_speedup(inputs) -> Outcome:
     machine, base = _setup(inputs)
-    times = {"dp": fixed_result("dp", data_parallel(base, machine), machine, COST).cost_s}
+    opt = _optimizer(inputs)
+    times = {"dp": fixed_result("dp", data_parallel(base, machine), machine, COST, opt).cost_s}
     ex = expert_strategy(inputs["model"], base, machine)
-    times["expert"] = fixed_result("expert", ex, machine, COST).cost_s if ex is not None else None
+    times["expert"] = fixed_result("expert", ex, machine, COST, opt).cost_s if ex is not None else None
     ratio = inputs["config_ratio"]
     times["sequential"] = sequential(base, machine, COST, budget=inputs["budget"], progress=False,
-                                     config_ratio=ratio).cost_s
+                                     config_ratio=ratio, optimizer=opt).cost_s
     # Megatron-LM as Unity reports it: the best of the configurations it supports (tensor degrees that
     # divide the heads, pipelines)
-    mg = megatron_best(base, machine, COST) if inputs["model"] == "bert_large" else None
+    mg = megatron_best(base, machine, COST, opt) if inputs["model"] == "bert_large" else None
     times["megatron"] = mg.cost_s if mg is not None else None
     with Timer() as t:
-        r = unity(base, machine, COST, budget=inputs["budget"], progress=False, config_ratio=ratio)
+        r = unity(base, machine, COST, budget=inputs["budget"], progress=False, config_ratio=ratio, optimizer=opt)
     metrics = {f"{k}_ms": v * 1e3 if v is not None else None for k, v in times.items()}
     metrics.update({f"speedup_vs_{k}": v / r.cost_s if v is not None else None for k, v in times.items()})
     best = min((v, k) for k, v in times.items() if v is not None)
@@ -135,7 +150,7 @@ def unity_speedup(inputs) -> Outcome:
                     "unity_pipelined_ms": None, "pipelined_speedup_vs_megatron": None})
     if mg is not None:       # Megatron-LM pipelines, so against it Unity may too (Unity §6.1)
         up = unity(base, machine, COST, budget=inputs["budget"], progress=False, enable_pipeline=True,
-                   config_ratio=ratio)
+                   config_ratio=ratio, optimizer=opt)
         metrics.update(unity_pipelined_ms=up.cost_s * 1e3, pipelined_speedup_vs_megatron=mg.cost_s / up.cost_s)
     return Outcome(metrics, strategy_doc(r.strategy, machine))
 
@@ -159,17 +174,18 @@ DIMENSIONS = {"data+model": ({S}, None), "+reduction": ({S, R}, None), "+attenti
 def unity_dimensions(inputs) -> Outcome:
     machine, base = _setup(inputs)
     kinds, schedules = DIMENSIONS[inputs["dimensions"]]
+    opt = _optimizer(inputs)
     with Timer() as t:
         r = unity(base, machine, COST, budget=inputs["budget"], space=SearchSpace(frozenset(kinds)),
                   enable_pipeline=schedules is not None, pipeline_schedules=schedules or FLUSHED, progress=False,
-                  config_ratio=inputs["config_ratio"])
-    bound = work_bound_s(base, machine)
+                  config_ratio=inputs["config_ratio"], optimizer=opt)
+    bound = work_bound_s(base, machine, opt)
     return Outcome({"time_ms": r.cost_s * 1e3, "iterations_per_s": 1 / r.cost_s, "search_s": t.s,
                     "pipelined": getattr(r.strategy, "pipeline", None) is not None, "bound_ms": bound * 1e3,
                     "over_bound": r.cost_s / bound}, strategy_doc(r.strategy, machine))
 
 
-def work_bound_s(pcg, machine) -> float:
+def work_bound_s(pcg, machine, optimizer=OptimizerKind.SGD) -> float:
     """A lower bound of any strategy's iteration time without operator fusion (whose fused tasks keep
     intermediates on chip) or recomputation, under the analytic cost model: the whole batch's
     iteration on one device of ``machine`` (every operator unsplit, no communication), divided by
@@ -177,7 +193,7 @@ def work_bound_s(pcg, machine) -> float:
     launch: k pieces of an operator take at least the whole operator's time, their bytes at least
     the whole one's), so n devices cannot share the work in less. Data parallelism's time over it is
     the most any strategy can gain over data parallelism in this simulator."""
-    return simulated(data_parallel(pcg, machine, 1), machine).iteration_time_s / machine.num_devices
+    return simulated(data_parallel(pcg, machine, 1), machine, optimizer).iteration_time_s / machine.num_devices
 
 
 @register_kind(
@@ -194,7 +210,7 @@ def joint_vs_sequential(inputs) -> Outcome:
     for name, fn in (("unity", unity), ("sequential", sequential)):
         with Timer() as t:
             r = fn(base, machine, COST, budget=inputs["budget"], space=space, progress=False,
-                   config_ratio=inputs["config_ratio"])
+                   config_ratio=inputs["config_ratio"], optimizer=_optimizer(inputs))
         out[name] = r
         out[f"{name}_s"] = t.s
     u, s = out["unity"], out["sequential"]
@@ -223,7 +239,6 @@ def _megatron_rate(efficiency: float, gpus: int) -> float:
     from flexrt.machine.load import load_spec
     from flexrt.machine.spec import build_machine
     from flexrt.cli._large import flops_report
-    from flexrt.kernels.optimizers import OptimizerKind
     from flexrt.model import load_model
     from flexrt.search.baselines import megatron_lm
     spec = load_spec("dgx2h")

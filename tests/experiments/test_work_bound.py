@@ -44,3 +44,18 @@ def test_bert_large_runs_at_512_unless_the_model_flags_set_the_sequence():
         return g.output_shapes(g.node_by_name("input_1").id)[0].tensor_shape.dims
     assert tokens(()) == (8, 512)
     assert tokens(("--seq-length", "128")) == (8, 128)
+
+
+def test_unity_experiments_cost_adam_for_bert_large_and_sgd_for_the_others_as_unity_61():
+    """Unity §6.1: "We use Adam ... for BERT-Large, and SGD ... for the other DNNs"; ``optimizer``
+    overrides it. Adam's update is costed (two moments per weight), so the bound moves with it."""
+    from flexrt.experiments.kinds import kind
+    from flexrt.experiments.unity import _optimizer
+    from flexrt.kernels.optimizers import OptimizerKind
+    assert _optimizer({"model": "bert_large", "optimizer": "paper"}) is OptimizerKind.ADAM
+    assert _optimizer({"model": "dlrm", "optimizer": "paper"}) is OptimizerKind.SGD
+    assert _optimizer({"model": "bert_large", "optimizer": "sgd"}) is OptimizerKind.SGD
+    for name in ("unity_speedup", "unity_dimensions", "joint_vs_sequential", "unity_search_time"):
+        assert any(p.name == "optimizer" and p.default == "paper" for p in kind(name).params), name
+    pcg, machine = pcg_of("transformer", 16), load_machine("dgx1_v100")
+    assert work_bound_s(pcg, machine, OptimizerKind.ADAM) > work_bound_s(pcg, machine, OptimizerKind.SGD)
