@@ -188,7 +188,7 @@ cdef int _replay_suffix(Engine eng) noexcept nogil:
             eng.head[d] = -1
     for i in range(count):
         eng.inset[eng.buf[i]] = 1
-    cdef int rv = eng._replay(count, False)
+    cdef int rv = _replay(eng, count, False)
     for i in range(count):
         eng.inset[eng.buf[i]] = 0
     eng.replays += 1

@@ -280,73 +280,6 @@ cdef class Engine:
             self.head[d] = -1
             self.tail[d] = -1
 
-    # -- delta machinery ----------------------------------------------------------------------
-
-    cdef int _replay(self, i64 count, bint everything) noexcept nogil:
-        """Algorithm 1 over the tasks in buf[:count] (inset marks them unless ``everything``),
-        after every task outside the set: those keep their timing, and device lists end where
-        the set begins. OK, CYCLE (aux > 0 marks the stuck tasks) or VANISH (err_task)."""
-        cdef i64 i, t, d, last, e, c, p, k, done = 0
-        cdef double r, s, en
-        cdef Item item
-        if self.hcap < count:
-            if grow(<void**>&self.heap, count * sizeof(Item)):
-                return NOMEM
-            self.hcap = count
-        self.hsize = 0
-        for i in range(count):
-            t = self.buf[i]
-            self.dprev[t] = -1
-            self.dnext[t] = -1
-            self.linked[t] = 0
-            self.queued[t] = 0
-            if everything:
-                r = 0.0
-                k = self.indeg[t]
-            else:
-                r = 0.0
-                k = 0
-                e = self.in_head[t]
-                while e >= 0:
-                    p = self.e_src[e]
-                    if self.inset[p]:
-                        k += 1
-                    elif self.end_[p] > r:
-                        r = self.end_[p]
-                    e = self.e_inext[e]
-            self.rdy_[t] = r
-            self.aux[t] = k
-            if k == 0:
-                push(self, r, t)  # capacity reserved above: cannot fail
-        while self.hsize > 0:
-            item = pop(self)
-            t = item.id
-            d = self.dev_[t]
-            last = self.tail[d]
-            s = item.key
-            if last >= 0 and self.end_[last] > s:
-                s = self.end_[last]
-            en = s + self.exe_[t]
-            if not en > s:
-                self.err_task = t
-                self.err_start = s
-                return VANISH
-            self.start_[t] = s
-            self.end_[t] = en
-            insert_after(self, t, last)
-            done += 1
-            e = self.out_head[t]
-            while e >= 0:
-                c = self.e_dst[e]
-                if en > self.rdy_[c]:
-                    self.rdy_[c] = en
-                self.aux[c] -= 1
-                if self.aux[c] == 0:
-                    push(self, self.rdy_[c], c)
-                e = self.e_onext[e]
-        self.last_processed += done
-        return OK if done == count else CYCLE
-
     cdef int _reserve_buf(self, i64 need) noexcept nogil:
         cdef i64 c
         if need > self.bcap:
@@ -368,7 +301,7 @@ cdef class Engine:
                 count += 1
         self._reset_devices()
         self.last_processed = 0
-        return self._replay(count, True)
+        return _replay(self, count, True)
 
     cdef double _makespan(self) noexcept nogil:
         cdef double m = 0.0
@@ -696,59 +629,8 @@ cdef class Engine:
         passes (full simulation, ``task_ids``) shrink back to the live tasks. For long searches
         that add and remove tasks."""
         old_ids = self.task_ids()
-        self._compact()
+        _compact(self)
         return old_ids
-
-    cdef void _compact(self) noexcept nogil:
-        cdef i64 t, k = 0, e, d, i, m = 0
-        for t in range(self.n):  # aux: old id -> new id
-            if self.alive[t]:
-                self.aux[t] = k
-                k += 1
-            else:
-                self.aux[t] = -1
-        for t in range(self.n):
-            if not self.alive[t]:
-                continue
-            # edges first: they name tasks by old id, reached through the old slot
-            e = self.out_head[t]
-            while e >= 0:
-                self.e_src[e] = self.aux[t]
-                self.e_dst[e] = self.aux[self.e_dst[e]]
-                e = self.e_onext[e]
-        for t in range(self.n):
-            if not self.alive[t]:
-                continue
-            k = self.aux[t]
-            self.dev_[k] = self.dev_[t]
-            self.exe_[k] = self.exe_[t]
-            self.prio[k] = self.prio[t]
-            self.rdy_[k] = self.rdy_[t]
-            self.start_[k] = self.start_[t]
-            self.end_[k] = self.end_[t]
-            self.qkey[k] = self.qkey[t]
-            self.dprev[k] = self.aux[self.dprev[t]] if self.dprev[t] >= 0 else -1
-            self.dnext[k] = self.aux[self.dnext[t]] if self.dnext[t] >= 0 else -1
-            self.out_head[k] = self.out_head[t]
-            self.in_head[k] = self.in_head[t]
-            self.indeg[k] = self.indeg[t]
-            self.alive[k] = 1
-            self.linked[k] = self.linked[t]
-            self.queued[k] = 0
-            self.flags[k] = self.flags[t]
-            self.inset[k] = 0
-        for d in range(self.num_devices):
-            if self.head[d] >= 0:
-                self.head[d] = self.aux[self.head[d]]
-                self.tail[d] = self.aux[self.tail[d]]
-        for i in range(self.ndirty):
-            if self.aux[self.dirty[i]] >= 0:
-                self.dirty[m] = self.aux[self.dirty[i]]
-                m += 1
-        self.ndirty = m
-        self.n = self.live
-        for t in range(self.n):
-            self.aux[t] = 0
 
     @property
     def num_tasks(self) -> int:
@@ -877,4 +759,5 @@ cdef class _PredView:
 
 
 include "_lists.pxi"
+include "_replay.pxi"
 include "_delta.pxi"
