@@ -62,8 +62,6 @@ def _chosen(args, base, machine):
         if args.strategy or args.random_strategy is not None or args.data_parallel:
             raise ConfigError("--pipeline and --megatron build their own strategy: leave out --strategy, "
                               "--random-strategy and --data-parallel")
-        if getattr(pipelined, "pipeline", None) is not None and args.method == "delta":
-            raise ConfigError("--pipeline: simulate it with --method full")
         return pipelined
     if args.strategy:
         return load_strategy(args.strategy, base, machine)
@@ -79,7 +77,12 @@ def _delta_walk(sim: Simulator, base, machine, target):
     split: copies only multiply) waits until they have changed; what never can changes at once."""
     if not isinstance(target, ConfigStrategy):
         raise ConfigError("--method delta needs a per-operator strategy (this file holds a whole PCG)")
+    if getattr(target, "pipeline", None) is not None:
+        raise ConfigError("--method delta walks one operator's configuration at a time; a pipelined strategy "
+                          "(micro-batch copies of every operator) has none to walk: simulate it with --method full")
     current = data_parallel(base, machine)
+    if target.recompute:         # recomputing the same operators all the way
+        current = current.with_recompute(sorted(target.recompute))
     result = sim.full(current)
     steps = 0
     pending = [nid for nid in sorted(target.configs) if current.configs[nid] != target.configs[nid]]

@@ -62,3 +62,22 @@ def test_simulate_delta_reaches_megatron_whose_copies_no_single_step_from_data_p
     assert delta["delta_steps"] > 1
     assert delta["iteration_time_s"] == full["iteration_time_s"]
     assert delta["moved_elements"] == full["moved_elements"]
+
+
+def test_simulate_delta_keeps_recomputation_and_refuses_a_pipelined_strategy_file(tmp_path, capsys):
+    """The walk from data parallelism recomputes what the strategy recomputes (it dropped it and
+    stopped on 'delta simulation diverged'); a pipelined file, like --pipeline, is a clear error
+    (it was an internal KeyError)."""
+    args = ["simulate", "lenet", "-b", "8", "--machine", "local", "--random-strategy", "2", "--recompute", "full",
+            "--json"]
+    assert main(args) == 0
+    full = json.loads(capsys.readouterr().out)
+    assert main(args + ["--method", "delta"]) == 0
+    assert json.loads(capsys.readouterr().out)["iteration_time_s"] == full["iteration_time_s"]
+    piped = tmp_path / "p.json"
+    assert main(["search", "lenet", "-b", "8", "--machine", "local", "--algo", "pipeline", "--budget", "2",
+                 "--no-progress", "--export", str(piped)]) == 0
+    capsys.readouterr()
+    for extra in (["--strategy", str(piped)], ["--pipeline", "2"]):
+        assert main(["simulate", "lenet", "-b", "8", "--machine", "local", "--method", "delta"] + extra) == 1
+        assert "a pipelined strategy" in capsys.readouterr().err
