@@ -216,11 +216,24 @@ def _operator_config(op, where: str, base: PCG, machine: Machine) -> tuple[Node,
     return node, OpConfig(tuple(degrees.items()), view)
 
 
+def made_for(model_hash, base: PCG) -> bool:
+    """Whether a strategy file's ``model_hash`` names ``base``, in any precision: a strategy
+    configures operators, whose axes and splits do not depend on their floating-point type, so one
+    searched in float32 trains in mixed precision (``flexrt.ir.precision``) and back."""
+    if model_hash == base.structural_hash():
+        return True
+    from flexrt.ir.precision import Precision, with_precision
+    try:
+        return any(model_hash == with_precision(base, p).structural_hash() for p in Precision)
+    except FlexrtError:
+        return False
+
+
 def _config_strategy(data: dict, base: Optional[PCG], machine: Machine, source: str) -> ConfigStrategy:
     if base is None:
         raise StrategyError(f"{source}: a per-operator strategy needs the model it was made for")
     model_hash = check_type(data["model_hash"], str, f"{source}: model_hash", StrategyError)
-    if model_hash != base.structural_hash():
+    if not made_for(model_hash, base):
         raise StrategyError(f"{source}: the strategy was made for another model (PCG hash "
                             f"{short(model_hash)} vs this model's {base.structural_hash()})")
     configs: dict[int, OpConfig] = {}
@@ -273,7 +286,7 @@ def strategy_from_json(data: dict, base: Optional[PCG], machine: Machine, source
     _check_header(data, machine, source)
     if "pipeline" in data:
         from flexrt.strategy.pipeline import pipeline_from_json
-        if base is None or data.get("model_hash") != base.structural_hash():
+        if base is None or not made_for(data.get("model_hash"), base):
             raise StrategyError(f"{source}: made for another model (model_hash {short(data.get('model_hash'))}"
                                 + (f" vs this model's {base.structural_hash()})" if base is not None else ")"))
         strategy = pipeline_from_json(data["pipeline"], base, machine, f"{source}: pipeline", _view_from_json)

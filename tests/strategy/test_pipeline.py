@@ -279,3 +279,26 @@ def test_default_micro_batches_say_when_no_multiple_of_the_stages_divides_the_ba
     from flexrt.strategy.pipeline import default_micro_batches
     with pytest.raises(StrategyError, match="batch of 6 into multiples of the 4 pipeline stages"):
         default_micro_batches(mlp(6), 4, 2)
+
+
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_a_strategy_file_loads_into_its_model_in_any_precision(tmp_path, pipelined):
+    """Searched in float32, trained in mixed precision (and back): the operators' axes and splits do
+    not depend on their floating-point type (it was 'made for another model'). Another model is
+    still refused."""
+    from flexrt.ir.precision import with_precision
+    from flexrt.strategy import data_parallel, load_strategy, save_strategy
+    machine = load_machine("dgx1_v100")
+    pcg = mlp(32)
+    s = pipeline_strategy(pcg, machine, 2, 4) if pipelined else data_parallel(pcg, machine)
+    path = tmp_path / "s.json"
+    save_strategy(str(path), s, machine)
+    for precision in ("fp16", "bf16"):
+        low = with_precision(pcg, precision)
+        assert low.structural_hash() != pcg.structural_hash()
+        back = load_strategy(str(path), low, machine)
+        assert back.configs == s.configs
+        save_strategy(str(tmp_path / "low.json"), back, machine)
+        assert load_strategy(str(tmp_path / "low.json"), pcg, machine).configs == s.configs
+    with pytest.raises(StrategyError, match="made for another model"):
+        load_strategy(str(path), with_precision(mlp(16), "fp16"), machine)
