@@ -532,7 +532,7 @@ class Lowering:
             devices = sorted(d for _, d in reps)   # a ring in device order: crosses nodes least (NCCL)
             self.core.memory_each(oid, devices, _MEMORY_CODE["weights"], piece.size_bytes)
             self.core.memory_each(oid, devices, _MEMORY_CODE["gradients"], piece.size_bytes)
-            if self.fold is not None:   # one replica's image of the ring over every replica
+            if self.fold is not None and self.fold.replicas > 1:   # one replica's image of the ring over every replica
                 done, gkey = folded_allreduce(self, owner, devices, [deps[ranges][d] for d in devices], ranges,
                                               dtype, Category.WEIGHT_SYNC, f"allreduce {wname}"), None
             elif len(devices) > 1:

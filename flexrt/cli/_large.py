@@ -33,7 +33,7 @@ def symmetric_simulation(args, extra, loaded, machine, cost, optimizer):
     """(result, the replica's strategy, the simulator, replicas) of ``--symmetric``: Megatron-LM's
     strategy for ``machine`` folded onto one data-parallel replica (ConfigError where it cannot be)."""
     from flexrt.cli._common import precision_arg, recompute_arg, warn_megatron_shortfalls
-    from flexrt.search.baselines import megatron_lm
+    from flexrt.search.baselines import megatron_lm, tensor_degrees
     from flexrt.simulator.folding import Fold
     from flexrt.simulator.simulate import Simulator
     if not args.megatron:
@@ -56,6 +56,11 @@ def symmetric_simulation(args, extra, loaded, machine, cost, optimizer):
     sub = load_machine(args.machine, nodes=machine.num_nodes // replicas)
     one = load_model(args.model, _replica_argv(extra, batch // replicas))
     base = precision_arg(args, one.model.pcg)
+    valid = tensor_degrees(base, sub)
+    if t not in valid:
+        raise ConfigError(f"--symmetric folds replicas of whole nodes, so its tensor parallel degree is a node's {t} "
+                          f"devices, but this model's attention heads allow only {', '.join(map(str, valid))} "
+                          f"(Megatron-LM's degree must divide them): simulate it without --symmetric")
     warn_megatron_shortfalls(base, sub, t, p)
     strategy = megatron_lm(base, sub, tensor=t, pipeline=p, micro_batches=args.micro_batches, schedule=args.schedule,
                            chunks=args.chunks or (2 if args.schedule == "interleaved" else 1),

@@ -45,21 +45,22 @@ def both(full_strategy, sub_strategy, full, sub, replicas):
     return whole, folded
 
 
-@pytest.mark.parametrize("nodes, replicas", [(2, 2), (4, 4), (4, 2)])
+@pytest.mark.parametrize("nodes, replicas", [(2, 2), (4, 4), (4, 2), (2, 1)])
 def test_data_parallel_replicas_fold_exactly(nodes, replicas):
     full, sub = load_machine("dgx_a100", nodes=nodes), load_machine("dgx_a100", nodes=nodes // replicas)
     whole, folded = both(data_parallel(mlp(64 * replicas), full), data_parallel(mlp(64), sub), full, sub, replicas)
     assert folded.iteration_time_s == pytest.approx(whole.iteration_time_s, rel=1e-12)
-    assert folded.num_tasks < whole.num_tasks
+    assert folded.num_tasks < whole.num_tasks or replicas == 1
     assert folded.memory_bytes[0] == whole.memory_bytes[0]
 
 
 @pytest.mark.parametrize("nodes, pipeline, replicas, extra", [
     (2, 1, 2, ""), (4, 2, 2, ""), (8, 2, 4, ""), (8, 4, 2, ""), (4, 2, 2, "recompute"), (4, 2, 2, "bf16"),
-    (4, 2, 2, "small"), (8, 2, 4, "small")])
+    (4, 2, 2, "small"), (8, 2, 4, "small"), (2, 2, 1, "")])
 def test_megatron_replicas_fold_exactly(nodes, pipeline, replicas, extra):
     """Also where a micro-batch holds one sample per replica ("small": the output is split along the
-    sequence within a replica, and each replica scores its own rows, as a framework does)."""
+    sequence within a replica, and each replica scores its own rows, as a framework does), and one
+    replica alone (its rings close inside it: they ran to a device past the machine's)."""
     m = 4 if pipeline > 1 else 1
     batch = m * replicas * (1 if extra == "small" else 8)     # else micro-batches split over a whole stage block
     full, sub = load_machine("dgx_a100", nodes=nodes), load_machine("dgx_a100", nodes=nodes // replicas)
@@ -101,3 +102,12 @@ def test_simulate_symmetric_reports_throughput_flops_and_its_own_cost(capsys):
     assert "--symmetric folds Megatron-LM's data-parallel replicas: give --megatron" in capsys.readouterr().err
     assert main(args + ["--symmetric", "--tensor-parallel", "4"]) == 1
     assert "tensor parallelism over whole nodes" in capsys.readouterr().err
+    four_heads = [a if a != "8" else "4" for a in args]       # --heads 4: no 8-way tensor group
+    assert main(four_heads + ["--symmetric"]) == 1
+    assert "attention heads allow only 4, 2, 1" in capsys.readouterr().err
+    one = [a if a != "4" else "2" for a in args]               # --nodes 2 --pipeline 2: one replica
+    assert main(one + ["--json"]) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert main(one + ["--json", "--symmetric"]) == 0
+    assert json.loads(capsys.readouterr().out)["iteration_time_s"] == pytest.approx(alone["iteration_time_s"],
+                                                                                    rel=1e-12)
