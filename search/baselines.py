@@ -296,7 +296,7 @@ def megatron_lm(base: PCG, machine: Machine, tensor: Optional[int] = None, pipel
             raise StrategyError(f"megatron: data parallel degree {data!r} must divide {d} (the machine's devices / "
                                 f"(tensor {t} x pipeline {pipeline})) and needs pipeline 1")
         d = data
-    m = micro_batches or (default_micro_batches(base, pipeline, chunks) if pipeline > 1 else 1)
+    m = micro_batches or (default_micro_batches(base, pipeline, chunks, d) if pipeline > 1 else 1)
     splits = _megatron_splits(base, machine, t, d, sequence_parallel)
 
     def place(pcg: PCG, node: Node, start: int) -> Optional[OpConfig]:

@@ -133,14 +133,17 @@ def batch_of(pcg: PCG) -> int:
     return inputs[0].attrs.shape.dims[0]
 
 
-def default_micro_batches(pcg: PCG, stages: int, chunks: int = 1) -> int:
+def default_micro_batches(pcg: PCG, stages: int, chunks: int = 1, replicas: int = 1) -> int:
     """The micro-batches a pipeline of ``stages`` (p) device blocks runs when none are given: 4p
     (GPipe's m >= 4p keeps the bubble (p-1)/(m+p-1) under a fifth) where they divide the batch, else
     the most below 4p that do (multiples of p where a block holds ``chunks`` > 1 stages, as the
-    interleaved schedule needs). StrategyError naming the batch where none does."""
+    interleaved schedule needs). With ``replicas`` (data-parallel copies of each stage, Megatron-LM's
+    d) those whose micro-batch also divides over the replicas come first, as Megatron-LM's global
+    batch is micro-batch x m x d. StrategyError naming the batch where none divides it."""
     _count("pipeline stages", stages)
     batch = batch_of(pcg)
     fits = [m for m in range(4 * stages, 0, -1) if batch % m == 0 and (chunks == 1 or m % stages == 0)]
+    fits = [m for m in fits if batch % (m * replicas) == 0] + [m for m in fits if batch % (m * replicas)]
     if not fits:
         raise StrategyError(f"no micro-batch count divides the batch of {batch} into multiples of the {stages} "
                             f"pipeline stages (the interleaved schedule needs them); give a batch divisible by {stages}")

@@ -284,10 +284,11 @@ def test_megatron_tensor_degree_must_divide_the_heads_and_its_best_is_the_fastes
     for n in compute(pcg, OpType.MULTIHEAD_ATTENTION):
         assert default.configs[n.id].degree_map == {"heads": 2, "sample": 3}
     # with a pipeline, the largest supported degree that leaves whole blocks (t 2 x p 2 does not divide 6)
-    for p, t in ((2, 1), (3, 2)):
+    # and micro-batches that leave each of d = 6 / (t p) replicas whole samples (12 / (4 x 3) at p 2)
+    for p, t, m in ((2, 1, 4), (3, 2, 12)):
         piped = megatron_lm(pcg, machine, pipeline=p)
         attention = [nid for nid in piped.configs if piped.base.node(nid).op_type is OpType.MULTIHEAD_ATTENTION]
-        assert piped.pipeline.stages == p and attention
+        assert piped.pipeline.stages == p and piped.pipeline.micro_batches == m and attention
         assert {piped.configs[nid].degree_map.get("heads", 1) for nid in attention} == {t}
     one_group = megatron_lm(pcg, machine, tensor=2, data=1)   # Megatron's weak-scaling runs: the first t devices
     assert {d for n in compute(pcg) for d in pieces(one_group, n.id, machine)} == {0, 1}

@@ -275,6 +275,18 @@ def test_default_micro_batches_are_4p_or_the_most_below_that_divide_the_batch(ba
     assert default_micro_batches(mlp(batch), stages, chunks) == expected
 
 
+@pytest.mark.parametrize("batch, stages, replicas, expected", [
+    (8, 2, 2, 4),         # a micro-batch of 1 would not split over 2 replicas
+    (64, 2, 2, 8),        # 4p: micro-batches of 8, 4 per replica
+    (32, 2, 3, 8),        # no micro-batch divides over 3 replicas: the plain default
+])
+def test_default_micro_batches_divide_over_the_data_parallel_replicas_first(batch, stages, replicas, expected):
+    """Megatron-LM's global batch is micro-batch x m x d: its default micro-batches (``megatron_lm``)
+    leave each of d replicas whole samples where the batch allows."""
+    from flexrt.strategy.pipeline import default_micro_batches
+    assert default_micro_batches(mlp(batch), stages, replicas=replicas) == expected
+
+
 def test_default_micro_batches_say_when_no_multiple_of_the_stages_divides_the_batch():
     from flexrt.strategy.pipeline import default_micro_batches
     with pytest.raises(StrategyError, match="batch of 6 into multiples of the 4 pipeline stages"):
