@@ -224,6 +224,19 @@ def mapped_blocks(pcg: PCG, width: int, block_mapping: Callable) -> Callable:
     return place
 
 
+def _distinct(scored: list, k: int) -> list:
+    """The first ``k`` entries of ``scored`` (fastest first) with distinct blocks, micro-batches and
+    schedule: a plan's two stage cuts count once, its faster."""
+    seen, out = set(), []
+    for entry in scored:
+        kw = entry[2]
+        key = (kw["stages"], kw["micro_batches"], kw["schedule"], kw.get("chunks", 1))
+        if key not in seen and len(out) < k:
+            seen.add(key)
+            out.append(entry)
+    return out
+
+
 def best_pipeline(pcg: PCG, machine: Machine, cost_model, optimizer, budget: int = 40,
                   log_notes: Optional[dict] = None, block_mapping: Optional[Callable] = None,
                   mapped: int = 3, schedules=FLUSHED) -> list[tuple[str, object]]:
@@ -233,7 +246,8 @@ def best_pipeline(pcg: PCG, machine: Machine, cost_model, optimizer, budget: int
     cannot win and is not simulated (exact). The ``mapped`` best are simulated again with their
     stages cut by work alone (``cut="work"``: the cuts' objective ignores 1F1B's round trip, which
     can favour them) and compete too. With ``block_mapping`` (``mapped_blocks``), the
-    ``mapped`` best of them are simulated again with each block mapped by it (a stage data-, tensor-
+    ``mapped`` best of them, and the ``mapped`` best distinct plans (blocks, micro-batches and
+    schedule: ``_distinct``), are simulated again with each block mapped by it (a stage data-, tensor-
     or reduction-parallel as Unity's DP chooses on the block) and compete too, where its splits fit
     their micro-batches.
     ``log_notes`` gets each simulated candidate's time, the candidates left out by their bound, and
@@ -266,7 +280,8 @@ def best_pipeline(pcg: PCG, machine: Machine, cost_model, optimizer, budget: int
     scored.sort(key=lambda x: x[0])
     if block_mapping is not None:
         places: dict = {}           # block width -> its mapping (one DP per width)
-        for _, label, kwargs in scored[:mapped]:
+        best = scored[:mapped]      # the best few, and the best few distinct plans among them
+        for _, label, kwargs in best + [e for e in _distinct(scored, mapped) if e not in best]:
             width = machine.num_devices // kwargs["stages"]
             if width not in places:
                 places[width] = mapped_blocks(pcg, width, block_mapping)

@@ -102,7 +102,13 @@ def test_unity_with_pipelines_maps_blocks_and_keeps_the_fastest():
     pcg = mlp(64)
     r = unity(pcg, machine, cost, budget=5, progress=False, enable_pipeline=True)
     times = r.log.notes["pipeline_candidates_s"]
-    assert any(label.endswith("blocks mapped") for label in times)
+    mapped = [label for label in times if label.endswith("blocks mapped")]
+    assert mapped
+    # distinct plans: a plan's second stage cut does not take another plan's place (it hid the
+    # 16-stage x 32-micro-batch plan that maps to 131.7 ms on BERT-Large at 96 GPUs)
+    plain = sorted((t, label) for label, t in times.items() if not label.endswith("blocks mapped"))
+    best_plans = list(dict.fromkeys(label.split(",")[0] for _, label in plain))[:3]
+    assert set(best_plans) <= {label.split(",")[0] for label in mapped}
     assert r.cost_s <= min(times.values()) * (1 + 1e-9)
 
 
