@@ -90,8 +90,7 @@ def _delta_walk(sim: Simulator, base, machine, target):
         waiting = []
         for nid in pending:
             try:
-                step = current.with_config(nid, target.configs[nid])
-                step.pcg            # builds and checks its edges
+                step = current.with_config(nid, target.configs[nid])     # checks its edges
             except StrategyError:
                 waiting.append(nid)
                 continue
