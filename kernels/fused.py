@@ -36,13 +36,14 @@ MAX_TEXT = 4000      # longer (operands repeated in deep chains) is not worth on
 MAX_INPUTS = 24      # numexpr's operand limit is higher; a chain this wide is rare
 
 # op -> (numexpr template, CUDA C template); {0} {1} are the operands' expressions, {s} the scalar's name.
-# Each is the member kernel's own formula: maximum(x, 0) keeps x when x >= 0 (NumPy's rule).
+# Each is the member kernel's own formula, NaNs included: NumPy's maximum(x, 0) and minimum return a
+# NaN operand (x != x holds for a NaN alone).
 _TEMPLATES = {
-    OpType.RELU: ("where({0} >= zero, {0}, zero)", "({0} >= zero ? {0} : zero)"),
+    OpType.RELU: ("where({0} < zero, zero, {0})", "({0} < zero ? zero : {0})"),
     OpType.SIGMOID: ("one / (one + exp(-{0}))", "one / (one + exp(-{0}))"),
     OpType.TANH: ("tanh({0})", "tanh({0})"),
-    OpType.ELU: ("where({0} > zero, {0}, expm1(where({0} <= zero, {0}, zero)))",
-                 "({0} > zero ? {0} : expm1({0} <= zero ? {0} : zero))"),
+    OpType.ELU: ("where({0} > zero, {0}, expm1(where({0} > zero, zero, {0})))",
+                 "({0} > zero ? {0} : expm1({0} > zero ? zero : {0}))"),
     OpType.EXP: ("exp({0})", "exp({0})"),
     OpType.SIN: ("sin({0})", "sin({0})"),
     OpType.COS: ("cos({0})", "cos({0})"),
@@ -57,8 +58,8 @@ _TEMPLATES = {
     OpType.EW_SUB: ("{0} - {1}", "{0} - {1}"),
     OpType.EW_MUL: ("{0} * {1}", "{0} * {1}"),
     OpType.EW_DIV: ("{0} / {1}", "{0} / {1}"),
-    OpType.EW_MAX: ("where({0} >= {1}, {0}, {1})", "({0} >= {1} ? {0} : {1})"),
-    OpType.EW_MIN: ("where({0} <= {1}, {0}, {1})", "({0} <= {1} ? {0} : {1})"),
+    OpType.EW_MAX: ("where(({0} >= {1}) | ({0} != {0}), {0}, {1})", "(({0} >= {1} || {0} != {0}) ? {0} : {1})"),
+    OpType.EW_MIN: ("where(({0} <= {1}) | ({0} != {0}), {0}, {1})", "(({0} <= {1} || {0} != {0}) ? {0} : {1})"),
 }
 # GELU needs erf, which numexpr lacks: a chain holding it runs member by member.
 CHAIN_OPS = frozenset(_TEMPLATES)
