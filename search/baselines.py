@@ -382,12 +382,11 @@ def _megatron_degree(base: PCG, machine: Machine, tensor: Optional[int], pipelin
     """The tensor parallel degree ``megatron_lm`` uses (``tensor``, default the largest of
     ``tensor_degrees``), checked with ``pipeline``: StrategyError saying what is valid otherwise."""
     n = machine.num_devices
-    if tensor is None:      # the largest valid degree that leaves whole pipeline blocks
-        fit = [d for d in tensor_degrees(base, machine) if isinstance(pipeline, int) and pipeline >= 1
-               and n % (d * pipeline) == 0]
-        t = (fit or tensor_degrees(base, machine))[0]
-    else:
-        t = tensor
+    t = tensor
+    if tensor is None:      # the largest valid degree that leaves whole pipeline blocks (a bad pipeline fails below)
+        degrees = tensor_degrees(base, machine)
+        whole = [d for d in degrees if type(pipeline) is int and pipeline >= 1 and n % (d * pipeline) == 0]
+        t = (whole or degrees)[0]
     if isinstance(t, bool) or not isinstance(t, int) or t < 1 or machine.devices_per_node % t:
         raise StrategyError(f"megatron: tensor parallel degree {tensor!r} must divide the {machine.devices_per_node} "
                             f"devices of a node")

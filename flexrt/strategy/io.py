@@ -223,10 +223,7 @@ def made_for(model_hash, base: PCG) -> bool:
     if model_hash == base.structural_hash():
         return True
     from flexrt.ir.precision import Precision, with_precision
-    try:
-        return any(model_hash == with_precision(base, p).structural_hash() for p in Precision)
-    except FlexrtError:
-        return False
+    return any(model_hash == with_precision(base, p).structural_hash() for p in Precision)
 
 
 def _config_strategy(data: dict, base: Optional[PCG], machine: Machine, source: str) -> ConfigStrategy:
