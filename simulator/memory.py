@@ -16,6 +16,12 @@ each one lives:
   ready; a gradient bucket's segments as one flat buffer per member, freed with its last segment);
   a buffer is freed when the last task reading it completes, or when its writer does if no task
   reads it (``released``); weight instances (and the optimizer's state) persist.
+- Sums taken as their contributions come (``Buffers.accumulated``, ``Accumulation``): a gradient
+  with several contributions (a weight read by the steps of an unrolled RNN, a tensor read by
+  several operators, gradients arriving from other devices) is allocated by its first contribution,
+  and each is added and freed when its producer ends, in the order of the producers' predicted
+  ends (one produced early waits), as FlexFlow's kernels accumulate into one gradient buffer;
+  the contributions are not all held until the sum is read.
 - ``ReadyQueue``: the serial executor's dispatch (of the ready tasks, the first in the predicted
   order runs next); ``serial_times`` is the run it makes, step by step, as a timeline.
 - ``replay``: live bytes per device over a timeline (per task its start and end), their peak and
@@ -39,7 +45,7 @@ Example (Unity's Fig. 2 MLP, data parallel on two GPUs):
     >>> peak_memory(sim.graph, dict(zip(ids, r.timeline["start"])), dict(zip(ids, r.timeline["end"])))  # doctest: +SKIP
     {0: 3483648, 1: 3483648}
 
-Entry points: ``Buffers``, ``released``, ``ReadyQueue``, ``serial_times``, ``replay``,
+Entry points: ``Buffers``, ``released``, ``Accumulation``, ``ReadyQueue``, ``serial_times``, ``replay``,
 ``MemoryTimeline``, ``memory_timeline``, ``peak_memory``, ``combined_peak``.
 """
 
@@ -81,7 +87,7 @@ class Buffers:
     ``tasks`` (its ``Task`` values, in the order whose indices ``reads``, ``writes`` and
     ``ring_members`` use). See the module doc."""
 
-    def __init__(self, graph, tasks: list) -> None:
+    def __init__(self, graph, tasks: list, end=None) -> None:
         if not graph.detail:
             raise StrategyError("buffers need a task graph lowered with detail (actions and parts)")
         self.parts: dict[BufId, list] = defaultdict(list)   # buffer -> the parts assembling it
@@ -118,9 +124,11 @@ class Buffers:
         missing = [bid for bid, ps in self.parts.items() for p in ps if (p.src, p.device) not in self.decl]
         if missing:
             raise StrategyError(f"plan: parts of {missing[0][0]} read buffers no task writes")
-        self.alias = self._aliases(assembled, tasks)
-        self._reads_and_writes(tasks)
+        never = self._never_aliased(tasks)
+        self.alias = self._aliases(assembled, never)
         self.persistent = {bid for bid in self.decl if bid[0].kind is BufKind.WEIGHT or bid[1] == HOST}
+        self._accumulations(tasks, assembled, never, end)
+        self._reads_and_writes(tasks)
         self.weight_instances = sorted({(a.weight.key, a.weight.device): a.weight for t in tasks
                                         if isinstance((a := t.action), Update)}.values(), key=lambda b: repr(b.key))
         self.updates = {(a.weight.key, a.weight.device): i for i, t in enumerate(tasks)
@@ -130,14 +138,10 @@ class Buffers:
         self.bfloat16_weights = frozenset(b.key.name for b in self.weight_instances
                                           if (s := shapes.get(b.key.name)) is not None and is_bfloat16(s.dtype))
 
-    def _aliases(self, assembled: dict, tasks) -> dict:
-        """One exact part on the same device makes a buffer its source; never for buffers summed in
-        place (ring members) unless their source has no other reader, for a bucket's segments (they
-        live in one flat buffer), nor for a buffer a fused task assembles from its private buffers."""
-        uses: dict[BufId, int] = defaultdict(int)
-        for ps in self.parts.values():
-            for p in ps:
-                uses[(p.src, p.device)] += 1
+    def _never_aliased(self, tasks) -> set:
+        """The buffers that are never another's alias nor summed as their contributions come: a
+        bucket's segments (they live in one flat buffer) and a buffer a fused task assembles from its
+        private buffers."""
         never = set()
         for t in tasks:
             a = t.action
@@ -147,6 +151,15 @@ class Buffers:
                 private = a.private
                 never.update((b.key, b.device) for b in gathered(a)
                              if any((p.src, p.device) in private for p in self.parts.get((b.key, b.device), ())))
+        return never
+
+    def _aliases(self, assembled: dict, never: set) -> dict:
+        """One exact part on the same device makes a buffer its source; never for buffers summed in
+        place (ring members) unless their source has no other reader, nor for ``never``."""
+        uses: dict[BufId, int] = defaultdict(int)
+        for ps in self.parts.values():
+            for p in ps:
+                uses[(p.src, p.device)] += 1
         alias: dict[BufId, BufId] = {}
         for bid in assembled:
             ps = self.parts.get(bid, [])
@@ -163,6 +176,65 @@ class Buffers:
             alias[bid] = (p.src, p.device)
         return alias
 
+    def _accumulations(self, tasks, assembled: dict, never: set, end) -> None:
+        """Gradients summed as their contributions come (``accumulated``), as FlexFlow's backward
+        kernels accumulate into one gradient buffer: a buffer (not an alias, nor in ``never``) whose
+        parts all add, and at least two of them contributions holding more bytes than the buffer
+        (they overlap: a sum, not pieces side by side), is allocated by its first
+        contribution, and each contribution is added and freed when its producer ends. A
+        contribution is a part nothing else reads: an operand's gradient computed on the buffer's
+        device by a task other than its assembler, or a transfer from another device (a gradient
+        or a partial sum). They are added in a fixed order, that of their producers' predicted ends
+        (``end``: per task; None: the tasks' order), then task ids, so that every dispatch of a
+        plan (and every plan of one timeline) makes the same sum; one produced earlier than predicted waits for those before it. The other parts
+        are added by the assembling task, after them."""
+        writer: dict[BufId, int] = {}
+        uses: dict[BufId, int] = defaultdict(int)
+        for i, t in enumerate(tasks):
+            for b in _written(t.action):
+                writer[(b.key, b.device)] = i
+            for b in self._read(t.action):
+                uses[(b.key, b.device)] += 1
+        for ps in self.parts.values():
+            for p in ps:
+                uses[(p.src, p.device)] += 1
+        aliased = set(self.alias.values())
+
+        def contribution(src, w, i) -> bool:
+            if w is None or w == i or uses[src] != 1 or src in aliased:
+                return False
+            a = tasks[w].action
+            if isinstance(a, Move):
+                return a.dst.device == src[1]
+            return src[0].kind is BufKind.GRAD_OPERAND and tasks[w].device == src[1]
+
+        self.accumulated: dict[BufId, tuple] = {}     # buffer -> its contributions ((source, part), in order)
+        self.late_parts: dict[BufId, tuple] = {}      # buffer -> the parts its assembling task adds
+        contributes: dict[int, tuple] = defaultdict(tuple)
+        for bid, i in assembled.items():
+            ps = self.parts.get(bid, ())
+            if len(ps) < 2 or bid in self.alias or bid in never or not all(p.add for p in ps):
+                continue
+            eager = [(float(end[w]) if end is not None else w, tasks[w].id, k, src, p) for k, p in enumerate(ps)
+                     if contribution(src := (p.src, p.device), w := writer.get(src), i)]
+            if len(eager) < 2 or sum(box_bytes(self.decl[e[3]]) for e in eager) <= box_bytes(self.decl[bid]):
+                continue   # (pieces of the buffer side by side: summing them early would hold it whole sooner)
+            eager.sort(key=lambda e: e[:3])
+            self.accumulated[bid] = tuple((src, p) for *_, src, p in eager)
+            taken = {k for _, _, k, _, _ in eager}
+            self.late_parts[bid] = tuple(p for k, p in enumerate(ps) if k not in taken)
+            for *_, src, _ in eager:
+                contributes[writer[src]] += (src,)
+        self.contributes = dict(contributes)     # task -> the contributions it writes
+        self.contribution_of = {src: bid for bid, cs in self.accumulated.items() for src, _ in cs}
+        self.kept = frozenset(self.persistent | set(self.contribution_of))  # never freed by ``released``
+
+    def assembly_parts(self, bid: BufId) -> tuple:
+        """The parts the task assembling ``bid`` adds (all of them, but a summed gradient's
+        contributions: see ``_accumulations``)."""
+        late = self.late_parts.get(bid)
+        return late if late is not None else self.parts.get(bid, ())
+
     def _reads_and_writes(self, tasks) -> None:
         """Per task the canonical buffers it reads and allocates, and every buffer's reader count."""
         self.reads: list[tuple] = []
@@ -172,7 +244,8 @@ class Buffers:
             a = t.action
             reads = {self.canonical(src) for src in self._part_sources(a)}
             reads.update(self.canonical((b.key, b.device)) for b in self._read(a))
-            writes = {(b.key, b.device) for b in _assembled_by(a) if (b.key, b.device) not in self.alias}
+            writes = {(b.key, b.device) for b in _assembled_by(a)
+                      if (b.key, b.device) not in self.alias and (b.key, b.device) not in self.accumulated}
             writes.update((b.key, b.device) for b in _written(a))
             reads = tuple(sorted(reads, key=repr))
             for r in reads:
@@ -187,9 +260,9 @@ class Buffers:
         if isinstance(a, Fused):
             private = a.private
             bufs = [b for m in a.members for b in gathered(m)]
-            return [(p.src, p.device) for b in bufs for p in self.parts.get((b.key, b.device), ())
+            return [(p.src, p.device) for b in bufs for p in self.assembly_parts((b.key, b.device))
                     if (p.src, p.device) not in private]
-        return [(p.src, p.device) for b in _assembled_by(a) for p in self.parts.get((b.key, b.device), ())]
+        return [(p.src, p.device) for b in _assembled_by(a) for p in self.assembly_parts((b.key, b.device))]
 
     def _declare(self, b: Buf) -> None:
         bid = (b.key, b.device)
@@ -287,6 +360,34 @@ class ReadyQueue:
             remaining[s] -= 1
             if remaining[s] == 0 and (eligible is None or eligible(s)):
                 heapq.heappush(self._heap, s)
+
+
+class Accumulation:
+    """One iteration's progress of the gradients summed as their contributions come
+    (``Buffers.accumulated``), for the executor and ``replay`` alike: ``produced(src)`` records that
+    contribution ``src`` exists and returns what to add now to its sum, or None: the sum's buffer,
+    whether it is new (allocate it, filled, first) and the contributions (source, part) to add and
+    free, in order. Calls for one sum must not overlap (the executor locks per sum)."""
+
+    __slots__ = ("_buffers", "_next", "_ready")
+
+    def __init__(self, buffers: Buffers) -> None:
+        self._buffers = buffers
+        self._next: dict[BufId, int] = {}
+        self._ready: set = set()
+
+    def produced(self, src: BufId):
+        b = self._buffers
+        self._ready.add(src)
+        bid = b.contribution_of[src]
+        order, first = b.accumulated[bid], self._next.get(bid, 0)
+        k = first
+        while k < len(order) and order[k][0] in self._ready:
+            k += 1
+        if k == first:
+            return None
+        self._next[bid] = k
+        return bid, first == 0, order[first:k]
 
 
 def serial_times(succ, num_preds, ring_members: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -470,7 +571,7 @@ def replay(buffers: Buffers, start, end, optimizer_state: int = 0, state_held: b
     events += [(float(e), 0 if e > s else 2, i) for i, (s, e) in enumerate(zip(start.tolist(), end.tolist()))]
     events.sort()
     readers = dict(buffers.readers)
-    decl, persistent = buffers.decl, buffers.persistent
+    decl, kept, summed = buffers.decl, buffers.kept, Accumulation(buffers)
     for t, kind, i in events:
         if kind == 1:
             for w in buffers.writes[i]:
@@ -479,7 +580,15 @@ def replay(buffers: Buffers, start, end, optimizer_state: int = 0, state_held: b
             if i in state_at:
                 mem.add(*state_at[i], t)
         else:
-            for bid in released(buffers.reads[i], buffers.writes[i], readers, persistent):
+            for src in buffers.contributes.get(i, ()):
+                now = summed.produced(src)
+                if now is not None:
+                    bid, new, adds = now
+                    if new:
+                        mem.alloc(bid, box_bytes(decl[bid]), t)
+                    for c, _ in adds:
+                        mem.drop(c, t)
+            for bid in released(buffers.reads[i], buffers.writes[i], readers, kept):
                 mem.drop(bid, t)
     devices = sorted(mem.course)
     return MemoryTimeline({d: int(mem.peak[d]) for d in devices},
@@ -488,14 +597,17 @@ def replay(buffers: Buffers, start, end, optimizer_state: int = 0, state_held: b
                           {d: int(mem.allocated[d]) for d in devices})
 
 
-def memory_timeline(graph, start, end, optimizer_state: int = 0, state_held: bool = True) -> MemoryTimeline:
+def memory_timeline(graph, start, end, optimizer_state: int = 0, state_held: bool = True,
+                    order=None) -> MemoryTimeline:
     """``replay`` of a simulated timeline of ``graph`` (lowered with detail): ``start`` and ``end``
-    map each task id to seconds (a dict, or an array indexed by task id)."""
-    ids = graph.ids()
-    buffers = Buffers(graph, [graph.task(t) for t in ids])
+    map each task id to seconds (a dict, or an array indexed by task id). ``order`` is the tasks'
+    order (ids: the plan's, in which summed gradients take their contributions); by default the ids'
+    order."""
+    ids = list(order) if order is not None else graph.ids()
+    buffers = Buffers(graph, [graph.task(t) for t in ids], [end[t] for t in ids] if graph.detail else None)
     return replay(buffers, [start[t] for t in ids], [end[t] for t in ids], optimizer_state, state_held)
 
 
-def peak_memory(graph, start, end, optimizer_state: int = 0, state_held: bool = True) -> dict[int, int]:
+def peak_memory(graph, start, end, optimizer_state: int = 0, state_held: bool = True, order=None) -> dict[int, int]:
     """Per device, the peak bytes of live buffers over a simulated timeline (see ``memory_timeline``)."""
-    return memory_timeline(graph, start, end, optimizer_state, state_held).peak_bytes
+    return memory_timeline(graph, start, end, optimizer_state, state_held, order).peak_bytes

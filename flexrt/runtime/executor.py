@@ -15,8 +15,11 @@ between device memories and adds, leaving every member the same sum. A gradient 
 (``RingGroup.segments`` > 1) gives each member one flat buffer: each segment is assembled into its
 view of it, the view is that segment's buffer (the updates read it: nothing is copied out), and
 the ring sums the flat buffers. Buffers are allocated when written and freed after their last
-reader (a flat buffer when its last segment is); live and peak bytes are kept per device. Every
-task's real start and end are recorded (seconds from the start of the iteration).
+reader (a flat buffer when its last segment is); live and peak bytes are kept per device. A
+gradient with several contributions is summed as they come (``_accumulate``: each added into one
+buffer and freed when its producer, a backward or a transfer, ends; in the order of their predicted
+ends, so every dispatch makes the same sum), as FlexFlow's kernels accumulate into one gradient
+buffer. Every task's real start and end are recorded (seconds from the start of the iteration).
 
 A fused task (``Fused``) runs its members one after the other. A recomputed (duplicated) member
 works on the task's own buffers: its operands are assembled into a dict local to the task and its
@@ -59,7 +62,7 @@ from flexrt.runtime.plan import ExecPlan
 from flexrt.runtime.reference import loss_gradient
 from flexrt.runtime.threads import run_threads
 from flexrt.simulator.actions import HOST, Backward, Buf, Forward, Fused, Key, Loss, Move, RingStep, Sum, Update
-from flexrt.simulator.memory import ReadyQueue, released
+from flexrt.simulator.memory import Accumulation, ReadyQueue, released
 
 MODES = ("serial", "threads")
 
@@ -95,6 +98,7 @@ class _State:
     wall_s: float = 0.0                          # time spent in the phases run so far
     skipped: bool = False                        # mixed precision: the updates were skipped (overflow)
     assembly: list = field(default_factory=list)  # per task: seconds spent assembling buffers from parts
+    summed: Optional[Accumulation] = None        # the gradients summed as their contributions come
 
 
 def _slices(ranges, box) -> tuple:
@@ -144,6 +148,7 @@ class Executor:
         self._lock = threading.Lock()
         self._timing = threading.local()   # per worker thread: the running task's assembly seconds so far
         self._ring_members = plan.buffers.ring_members  # ring group -> its member tasks
+        self._sum_locks = {bid: threading.Lock() for bid in plan.buffers.accumulated}
         self.fused_softmax = _fused_softmax(plan, self.loss)
         self.loss_backward = _loss_backward(plan, self.loss)
         self._pass = None                 # the _State of a forward pass whose rest has not run
@@ -257,7 +262,7 @@ class Executor:
         hold ``b`` there instead (a recomputed member's operand); ``out`` is the (zeroed) array to
         assemble into, registered by the caller (a bucket's segment view)."""
         bid = (b.key, b.device)
-        parts = self.plan.parts.get(bid, ())
+        parts = self.plan.buffers.assembly_parts(bid)
         if bid in self.plan.alias:
             if keep:
                 (p,) = parts
@@ -269,7 +274,10 @@ class Executor:
         tl.assembly = getattr(tl, "assembly", 0.0) + (time.perf_counter() - t0)
 
     def _assemble_parts(self, b: Buf, bid, parts, local: Optional[dict], keep: bool, out) -> None:
-        if out is None:
+        summed = bid in self.plan.buffers.accumulated   # its contributions are in it already
+        if summed:
+            arr = self.get(bid)
+        elif out is None:
             arr = self.backend.full(_shape(b), b.dtype, b.fill, b.device)
         else:
             arr = out
@@ -282,8 +290,30 @@ class Executor:
             self.backend.put(arr[_slices(b.ranges, p.box)], src, p.add)
         if keep:
             local[bid] = arr
-        elif out is None:
+        elif out is None and not summed:
             self._alloc(bid, arr)
+
+    def _accumulate(self, index: int, st: _State) -> None:
+        """Add the gradient contributions task ``index`` wrote to their sums, each freed once added
+        (``flexrt.simulator.memory.Accumulation``: in the plan's order, whatever the dispatch; a
+        transfer and a device's task may add to one sum, so each sum has its lock)."""
+        t0 = time.perf_counter()
+        for src in self.plan.buffers.contributes[index]:
+            bid = self.plan.buffers.contribution_of[src]
+            with self._sum_locks[bid]:
+                now = st.summed.produced(src)
+                if now is None:
+                    continue
+                _, new, adds = now
+                b = self.plan.decl[bid]
+                with self.backend.on(b.device):
+                    if new:
+                        self._alloc(bid, self.backend.full(_shape(b), b.dtype, b.fill, b.device))
+                    arr = self.get(bid)
+                    for c, p in adds:
+                        self.backend.put(arr[_slices(b.ranges, p.box)], self.view(c, p.box), True)
+                        self._free(c)
+        self._timing.assembly = getattr(self._timing, "assembly", 0.0) + (time.perf_counter() - t0)
 
     def _forward(self, a: Forward, local: Optional[dict] = None, keep: bool = False) -> None:
         """Run one forward piece; inside a fused task with ``local`` buffers, and with ``keep`` (a
@@ -475,6 +505,8 @@ class Executor:
             return True
         if isinstance(a, Move):  # a transfer orders itself between its two devices (copy_to)
             self._move(a)
+            if task.index in self.plan.buffers.contributes:
+                self._accumulate(task.index, st)
             return True
         # mixed precision: an overflow is expected now and then (the step is skipped), not warned about
         quiet = np.errstate(over="ignore", invalid="ignore") if self.scaler is not None else contextlib.nullcontext()
@@ -491,10 +523,12 @@ class Executor:
                 self._update(a)
             elif isinstance(a, Loss):
                 self._loss(a, st, task.index)
+        if task.index in self.plan.buffers.contributes:
+            self._accumulate(task.index, st)
         return True
 
     def _release(self, task, st: _State) -> None:
-        for bid in released(task.reads, task.writes, st.readers, self.plan.persistent, self._held, self._lock):
+        for bid in released(task.reads, task.writes, st.readers, self.plan.buffers.kept, self._held, self._lock):
             self._free(bid)
 
     def _members(self, task) -> list:
@@ -585,7 +619,7 @@ class Executor:
         self._has_pass = hold
         n = plan.num_tasks
         st = _State(plan.num_preds.tolist(), dict(plan.readers), [0.0] * n, [0.0] * n, done=[False] * n,
-                    assembly=[0.0] * n)
+                    assembly=[0.0] * n, summed=Accumulation(plan.buffers))
         for dev in list(self.peak):
             self.peak[dev] = self.live[dev]
         return st

@@ -89,7 +89,7 @@ class ExecPlan:
         self.weight_shapes = graph.weight_shapes
         self.loss_node = graph.loss_node
 
-        self.buffers = b = Buffers(graph, tasks)
+        self.buffers = b = Buffers(graph, tasks, self.predicted_end)
         self.parts, self.decl, self.alias, self.inputs = b.parts, b.decl, b.alias, b.inputs
         self.ring_groups, self.readers, self.persistent = b.ring_groups, b.readers, b.persistent
         self.weight_instances = b.weight_instances

@@ -382,8 +382,8 @@ class Session:
         peak (``measured_peak``, the runtime's) and the relative error of the prediction
         ((predicted - measured) / measured), beside the simulator's total of weights, gradients,
         optimizer state and kept activations (``predicted_total``; also ``predicted``, its older
-        name), which is no bound of the peak (operand copies, activation gradients and each
-        consumer's contribution to a weight's gradient are not in it).
+        name), which is no bound of the peak (operand copies, activation gradients and a
+        contribution to a gradient while it is being added are not in it).
 
         The predicted peak replays the buffers' lifetimes (``flexrt.simulator.memory.replay``) in the
         order this session's executor runs its tasks: the serial executor's dispatch order (the

@@ -179,7 +179,7 @@ class SpmdExecutor(Executor):
             for b in tasks[first].action.group.buffers:
                 if self.layout.owns(b.device):
                     reads.add(plan.canonical((b.key, b.device)))
-                    reads.update(plan.canonical((p.src, p.device)) for p in plan.parts.get((b.key, b.device), ()))
+                    reads.update(plan.canonical((p.src, p.device)) for p in plan.buffers.assembly_parts((b.key, b.device)))
             tasks[first] = dataclasses.replace(tasks[first], reads=tuple(sorted(reads, key=repr)))
         readers: dict = {}
         for t in tasks:
@@ -312,6 +312,8 @@ class _Iteration:
 
         def done(t0=self.now()):
             ex._alloc((a.dst.key, a.dst.device), ex.backend.upload(buf, a.dst.device))
+            if i in self.plan.buffers.contributes:   # a gradient's contribution: added to its sum
+                ex._accumulate(i, self.st)
             self.complete(i, t0)
         self.callbacks.append(done)
 

@@ -154,8 +154,11 @@ def collective_order(case: Case, seed: int) -> Schedule:
             if indeg[v] == 0:
                 ready.append(v)
     assert len(order) == len(case.plan.tasks), "the contracted graph has a cycle"
-    zeros = np.zeros(len(order))
-    return Schedule(tuple(order), zeros, zeros)
+    # each task keeps its predicted times: a gradient summed as its contributions come takes them in
+    # the order of their predicted ends (flexrt.simulator.memory.Accumulation), whatever the dispatch
+    at = {t.id: i for i, t in enumerate(case.plan.tasks)}
+    start, end = case.plan.predicted_start, case.plan.predicted_end
+    return Schedule(tuple(order), np.array([start[at[t]] for t in order]), np.array([end[at[t]] for t in order]))
 
 
 def assert_same_training(got, want) -> None:

@@ -304,6 +304,10 @@ def check_each_transient_buffer_written_once_before_its_readers(L: Lowered) -> N
         for w in t.writes:
             writers[w].append(t.index)
     assert all(len(ws) == 1 for ws in writers.values()), {w: ws for w, ws in writers.items() if len(ws) != 1}
+    b = plan.buffers
+    for bid, contributions in b.accumulated.items():   # a summed gradient: written by its contributions
+        assert bid not in writers
+        writers[bid] = [writers[src][0] for src, _ in contributions]
     readers = Counter(r for t in plan.tasks for r in t.reads)
     assert dict(plan.readers) == dict(readers)
     anc = ancestors(plan)
@@ -317,8 +321,33 @@ def check_each_transient_buffer_written_once_before_its_readers(L: Lowered) -> N
             if r in plan.persistent:
                 continue
             assert r in writers, f"task '{t.name}' reads {r}, which no task writes"
-            w = writers[r][0]
-            assert w == t.index or before >> w & 1, f"task '{t.name}' may read {r} before '{plan.tasks[w].name}'"
+            for w in writers[r]:
+                assert w == t.index or before >> w & 1, f"task '{t.name}' may read {r} before '{plan.tasks[w].name}'"
+
+
+def check_summed_gradients_take_their_contributions_in_predicted_order(L: Lowered) -> None:
+    """A gradient summed as its contributions come: all its parts add; its contributions (at least
+    two) are operand gradients computed on its device by tasks on its device other than its
+    assembler, or transfers from other devices, in the order of their producers' predicted
+    ends, and read by no task; its other parts are the assembler's."""
+    plan = L.plan
+    b = plan.buffers
+    written = {w: t.index for t in plan.tasks for w in t.writes}
+    read = {r for t in plan.tasks for r in t.reads}
+    for bid, contributions in b.accumulated.items():
+        parts = b.parts[bid]
+        assert all(p.add for p in parts) and len(contributions) >= 2
+        assert sorted(map(repr, [p for _, p in contributions] + list(b.late_parts[bid]))) == sorted(map(repr, parts))
+        producers = [written[src] for src, _ in contributions]
+        assert producers == sorted(producers, key=lambda w: (plan.predicted_end[w], plan.tasks[w].id))
+        for (src, p), w in zip(contributions, producers):
+            assert src == (p.src, p.device) and src[1] == bid[1] and src not in read and src in b.kept
+            a = plan.tasks[w].action
+            if isinstance(a, Move):
+                assert src[0].kind is BufKind.TRANSFER
+            else:
+                assert src[0].kind is BufKind.GRAD_OPERAND and plan.tasks[w].device == bid[1]
+            assert b.contribution_of[src] == bid and src in b.contributes[w]
 
 
 def check_ring_groups_have_one_step_per_member(L: Lowered) -> None:
@@ -340,7 +369,8 @@ def check_ring_groups_have_one_step_per_member(L: Lowered) -> None:
         assert len({b.dtype for b in group.buffers}) == 1
 
 
-CHECKS = [check_tasks_are_the_graphs_and_actions_match_kinds, check_predicted_times_are_the_simulators_timeline,
+CHECKS = [check_summed_gradients_take_their_contributions_in_predicted_order,
+          check_tasks_are_the_graphs_and_actions_match_kinds, check_predicted_times_are_the_simulators_timeline,
           check_weight_shapes_and_instances, check_inputs_are_the_models_batch_on_the_host,
           check_parts_assemble_buffers_within_devices, check_aliases_are_exact_same_device_pieces,
           check_each_transient_buffer_written_once_before_its_readers, check_ring_groups_have_one_step_per_member]

@@ -62,7 +62,8 @@ def fake(tasks, rings=()) -> SimpleNamespace:
             decl[(b.key, b.device)] = b
     ids = lambda bs: tuple((b.key, b.device) for b in bs)  # noqa: E731
     return SimpleNamespace(reads=[ids(r) for r, _ in tasks], writes=[ids(w) for _, w in tasks], decl=decl,
-                           readers=readers, persistent=set(), weight_instances=[], updates={},
+                           readers=readers, persistent=set(), kept=frozenset(), weight_instances=[], updates={},
+                           contributes={}, accumulated={}, contribution_of={},
                            ring_groups={g.id: g for g, _ in rings}, ring_members={g.id: list(ms) for g, ms in rings})
 
 
@@ -126,7 +127,8 @@ def test_detailed_result_carries_the_peak_of_its_timeline_and_a_search_result_no
     sim = Simulator(MACHINE, COST, "momentum")
     r = sim.full(strategy)
     start, end = _timeline_dicts(r)
-    assert r.peak_bytes == peak_memory(sim.graph, start, end, OPTIMIZER_STATE[sim.optimizer])
+    assert r.peak_bytes == peak_memory(sim.graph, start, end, OPTIMIZER_STATE[sim.optimizer],
+                                       order=sim.schedule().task_ids)
     assert set(r.peak_bytes) == {0, 1, 2, 3}
     for d, p in r.peak_bytes.items():
         assert p == int(r.memory_timeline.live_bytes[d].max()) > 0
@@ -195,7 +197,7 @@ def test_fused_graph_with_groups_and_a_bucket_replays():
     fused = sim.full(strategy.with_fusion(plan))
     assert sim.fused is not None
     start, end = _timeline_dicts(fused)
-    assert fused.peak_bytes == peak_memory(sim.graph, start, end, 1)
+    assert fused.peak_bytes == peak_memory(sim.graph, start, end, 1, order=sim.schedule().task_ids)
     plain = Simulator(MACHINE, COST, "momentum").full(strategy)
     held = _weights_and_state(sim, 1)
     for d, p in fused.peak_bytes.items():
