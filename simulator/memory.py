@@ -51,6 +51,7 @@ Entry points: ``Buffers``, ``released``, ``Accumulation``, ``ReadyQueue``, ``ser
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import heapq
 import math
@@ -99,6 +100,9 @@ class Buffers:
         self.ring_groups: dict[int, object] = {}
         self.ring_members: dict[int, list[int]] = defaultdict(list)  # ring group -> its member tasks
         self.tasks_member: dict[int, int] = {}                       # member task -> its index in the group
+        self.moves: dict[int, tuple] = {}      # transfer task -> (source device, destination device)
+        self.devices = [t.device for t in tasks]                    # per task its (engine) device
+        self.num_compute_devices = graph.num_compute_devices
         for i, t in enumerate(tasks):
             a = t.action
             for b in gathered(a):
@@ -113,6 +117,8 @@ class Buffers:
                     assembled.setdefault((b.key, b.device), i)
             for b in _written(a):
                 self._declare(b)
+            if isinstance(a, Move):
+                self.moves[i] = (a.src_device, a.dst.device)
             if isinstance(a, Update):
                 self._declare(a.weight)
                 if not a.gather_grad:
@@ -484,6 +490,38 @@ def _collective_times(buffers: Buffers, start, end, rank_of=None, succ=None) -> 
     return start, end
 
 
+_END, _SEND, _RECEIVE, _START, _INSTANT = range(5)
+
+
+def _arrivals(buffers: Buffers, start, end, rank_of) -> dict:
+    """The messages between MPI ranks (transfers whose devices' ranks differ) -> when the receiving
+    rank takes them: their simulated arrival (``end``), or, where a compute task of the rank runs
+    then, that task's end (a rank runs its tasks one at a time and completes receives between
+    them). The sender's buffer is free from the send (``start``)."""
+    owner = rank_of.get if hasattr(rank_of, "get") else rank_of.__getitem__
+    moves = {i: d for i, (s, d) in buffers.moves.items() if owner(s) != owner(d)}
+    if not moves:
+        return {}
+    busy: dict = defaultdict(list)   # compute device -> (start, end) of its tasks, in order
+    for i, dev in enumerate(buffers.devices):
+        if 0 <= dev < buffers.num_compute_devices and end[i] > start[i]:
+            busy[dev].append((float(start[i]), float(end[i])))
+    devices_of: dict = defaultdict(list)
+    for dev, spans in busy.items():
+        spans.sort()
+        devices_of[owner(dev)].append(spans)
+    out = {}
+    for i, d in moves.items():
+        t = float(end[i])
+        inside = []
+        for spans in devices_of[owner(d)]:
+            k = bisect.bisect_left(spans, (t, math.inf)) - 1   # the last task starting before t
+            if k >= 0 and spans[k][0] < t < spans[k][1]:
+                inside.append(spans[k][1])
+        out[i] = min(inside) if inside else t
+    return out
+
+
 def _flat_units(buffers: Buffers) -> dict:
     """A gradient bucket's segment buffer -> its member's flat buffer ((group, member))."""
     unit = {}
@@ -567,27 +605,43 @@ def replay(buffers: Buffers, start, end, optimizer_state: int = 0, state_held: b
             mem.add(b.device, state, t0)
         elif state:
             state_at[buffers.updates[(b.key, b.device)]] = (b.device, state)
-    events = [(float(s), 1, i) for i, s in enumerate(start.tolist())]
-    events += [(float(e), 0 if e > s else 2, i) for i, (s, e) in enumerate(zip(start.tolist(), end.tolist()))]
+    received = _arrivals(buffers, start, end, rank_of) if rank_of is not None else {}
+    events = []   # (time, what, task): at one instant ends, sends, receives, starts, then ends taking no time
+    for i, (s, e) in enumerate(zip(start.tolist(), end.tolist())):
+        if i in received:
+            events += [(s, _SEND, i), (received[i], _RECEIVE, i)]
+        else:
+            events += [(s, _START, i), (e, _END if e > s else _INSTANT, i)]
     events.sort()
     readers = dict(buffers.readers)
     decl, kept, summed = buffers.decl, buffers.kept, Accumulation(buffers)
-    for t, kind, i in events:
-        if kind == 1:
+
+    def add_contributions(i: int, t: float) -> None:
+        for src in buffers.contributes.get(i, ()):
+            now = summed.produced(src)
+            if now is not None:
+                bid, new, adds = now
+                if new:
+                    mem.alloc(bid, box_bytes(decl[bid]), t)
+                for c, _ in adds:
+                    mem.drop(c, t)
+
+    for t, what, i in events:
+        if what == _START or what == _RECEIVE:
             for w in buffers.writes[i]:
                 if w not in unmaterialized:
                     mem.alloc(w, box_bytes(decl[w]), t)
             if i in state_at:
                 mem.add(*state_at[i], t)
-        else:
-            for src in buffers.contributes.get(i, ()):
-                now = summed.produced(src)
-                if now is not None:
-                    bid, new, adds = now
-                    if new:
-                        mem.alloc(bid, box_bytes(decl[bid]), t)
-                    for c, _ in adds:
-                        mem.drop(c, t)
+        if what == _SEND:
+            for bid in released(buffers.reads[i], (), readers, kept):
+                mem.drop(bid, t)
+        elif what == _RECEIVE:
+            add_contributions(i, t)
+            for bid in released((), buffers.writes[i], readers, kept):
+                mem.drop(bid, t)
+        elif what != _START:
+            add_contributions(i, t)
             for bid in released(buffers.reads[i], buffers.writes[i], readers, kept):
                 mem.drop(bid, t)
     devices = sorted(mem.course)

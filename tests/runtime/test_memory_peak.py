@@ -212,12 +212,17 @@ def test_serial_executor_runs_in_the_order_serial_times_replays():
                                          ("dlrm", "model")])
 def test_threaded_peak_within_10_percent_of_the_simulated_timeline(model, kind):
     s, (inputs, labels) = session_of(model, lambda pcg: strategy_of(kind, pcg, MACHINE), mode="threads")
+    """The median of 7 iterations within 10% of the prediction, and no iteration more than 25% above
+    it. An iteration may stay well below it: where the timeline has two transfers in flight at once
+    whose contributions go to one sum (each added and freed when it lands), the threads may land
+    them one after the other (a reduction-parallel transformer's device 3: 4608 bytes predicted, 3072
+    measured in about 1 iteration of 10)."""
     s.step(inputs, labels)
-    reports = [s.memory_report(s.step(inputs, labels)) for _ in range(5)]
+    reports = [s.memory_report(s.step(inputs, labels)) for _ in range(7)]
     for d, v in reports[0].items():
         measured = statistics.median(r[d]["measured_peak"] for r in reports)
         assert abs(v["predicted_peak"] - measured) <= 0.10 * measured, (d, v["predicted_peak"], measured)
-        assert all(abs(r[d]["relative_error"]) <= 0.25 for r in reports), [r[d] for r in reports]
+        assert all(r[d]["measured_peak"] <= 1.25 * v["predicted_peak"] for r in reports), [r[d] for r in reports]
 
 
 # ---- bounds and the report -------------------------------------------------------------------------

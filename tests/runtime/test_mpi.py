@@ -68,17 +68,16 @@ def test_peak_memory_per_rank_is_predicted_from_the_simulated_timeline():
     the simulated timeline's within 10% (a ring's buffers live on a rank from its own members'
     arrival: an RNN's were missed by 8-11% when they were taken to start with the simulated ring); of 3
     steps, the closest: the measured peak follows the order tasks really ran in, which load perturbs.
-    Since a gradient's contributions are summed and freed as they come, the peak is set by what
-    coincides: the simulated timeline may deliver a message in the middle of a backward, which a rank
-    (taking messages between its tasks) never does; such a prediction errs high, up to 12% (an RNN
-    placed round robin: 1.56 MB predicted, 1.40 MB measured; 2.11 MB both before the sums)."""
+    A message is taken when it arrives or, if the rank is running a task then, when that task ends (a
+    rank completes receives between its tasks), and the sender's buffer is free from the send: on an
+    idle host all 42 peaks are predicted exactly (before that model, with a gradient's contributions
+    summed as they come, an RNN placed round robin was predicted 11% high)."""
     r = mpirun(2, "memory", "mlp,rnn,dlrm")
     assert r.returncode == 0, r.stdout + r.stderr
     peaks = [line.split()[1:] for line in r.stdout.splitlines() if line.startswith("PEAK ")]
     assert len(peaks) == 3 * 7 * 2, r.stdout
-    errors = {(m, s, d): (int(p) - int(q)) / int(q) for m, s, d, p, q in peaks}
-    worst = sorted(errors.items(), key=lambda kv: -abs(kv[1]))[:3]
-    assert -0.10 <= min(errors.values()) and max(errors.values()) <= 0.12, worst
+    errors = {(m, s, d): abs(int(p) - int(q)) / int(q) for m, s, d, p, q in peaks}
+    assert max(errors.values()) <= 0.10, sorted(errors.items(), key=lambda kv: -kv[1])[:3]
 
 
 def test_a_failing_rank_ends_the_job_with_its_message():
