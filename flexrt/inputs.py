@@ -20,6 +20,10 @@ as the reader's own error type (``error=``: a ``FlexrtError`` subclass).
   names cut to about 200 characters.
 - Field checks: ``check_keys``, ``check_type``, ``check_int``, ``check_number``; each names the
   field, the bad value (shortened) and what is valid.
+- Where users say to write: ``writable_file(path, flag)`` and ``writable_folder(path, flag)``
+  refuse, before any work, an empty path, a folder where a file goes (or a file where a folder
+  goes), a FIFO or device, a parent that is a file or (for a file) does not exist, and a folder
+  that takes no new file (tried with a temporary one).
 
 Entry points: the functions above, ``LineMap``, ``LineSeq``, ``MAX_BYTES``, ``MAX_DEPTH``, ``MAX_YAML_NODES``.
 """
@@ -32,6 +36,8 @@ import math
 import os
 import re
 import stat
+import sys
+import tempfile
 import tokenize
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
@@ -190,7 +196,10 @@ def parse_json(text: str, where: str, error: type = ConfigError, max_depth: int 
         raise error(f"{where}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
     except FlexrtError:
         raise
-    except ValueError as e:  # NaN / Infinity
+    except ValueError as e:  # NaN / Infinity, or an integer of more digits than Python converts
+        if "digits" in str(e):
+            raise error(f"{where}: invalid JSON: an integer of more than {sys.get_int_max_str_digits()} digits; "
+                        f"no value flexrt reads needs one") from None
         raise error(f"{where}: invalid JSON: {e}") from None
 
 
@@ -403,3 +412,56 @@ def _range(lo, hi) -> str:
     if lo is not None and hi is not None:
         return f"between {lo} and {hi}"
     return f">= {lo}" if lo is not None else f"<= {hi}"
+
+
+def _named(path, flag: str) -> Path:
+    if not str(path).strip():
+        raise ConfigError(f"{flag} is empty; give a path")
+    return Path(path).expanduser()
+
+
+def _probe(folder: Path, where: str) -> None:
+    """Refuse ``folder`` unless it is a folder that takes a new file."""
+    if not folder.is_dir():
+        raise ConfigError(f"{where}: {clip(str(folder), 200)} is a file, not a folder")
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".flexrt-probe.", suffix=".tmp")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise ConfigError(f"{where}: cannot write in {clip(str(folder), 200)}: {e.strerror or e}") from None
+
+
+def _existing_ancestor(p: Path) -> Path:
+    folder = p.parent
+    while not os.path.lexists(folder) and folder != folder.parent:
+        folder = folder.parent
+    return folder
+
+
+def writable_file(path, flag: str, parents: bool = False) -> Path:
+    """``path`` (``~`` expanded) when a file can be written there, else a ConfigError naming
+    ``flag``: not empty, not a folder or another non-regular file, and its folder a folder that
+    takes a new file (with ``parents``, the nearest existing one: the caller creates the rest)."""
+    p = _named(path, flag)
+    where = f"{flag} {clip(str(path), 200)}"
+    if p.is_dir():
+        raise ConfigError(f"{where} is a folder; give a file name")
+    if os.path.lexists(p) and not p.is_file():
+        raise ConfigError(f"{where} is not a regular file (a FIFO, socket or device); give a file")
+    folder = _existing_ancestor(p) if parents else p.parent
+    if not parents and not os.path.lexists(folder):
+        raise ConfigError(f"{where}: the folder {clip(str(folder), 200)} does not exist")
+    _probe(folder, where)
+    return p
+
+
+def writable_folder(path, flag: str) -> Path:
+    """``path`` (``~`` expanded) when it is, or can be made, a folder to write in, else a
+    ConfigError naming ``flag``."""
+    p = _named(path, flag)
+    where = f"{flag} {clip(str(path), 200)}"
+    if os.path.lexists(p) and not p.is_dir():
+        raise ConfigError(f"{where} is a file, not a folder")
+    _probe(p if p.is_dir() else _existing_ancestor(p), where)
+    return p

@@ -45,6 +45,9 @@ from flexrt.simulator.simulate import Simulator
 from flexrt.strategy import ConfigStrategy, OpChoices, SearchSpace, Strategy, data_parallel, node_axes
 
 DEFAULT_BUDGET = 1000  # proposals (MCMC) or simulated leaves (exhaustive) when none is given
+# The largest budget a search takes: about a day of the fastest proposals; a larger one could only
+# run until interrupted (every search keeps its best so far when it is).
+MAX_BUDGET = 10_000_000
 
 
 # ---- scoring ------------------------------------------------------------------------------------
@@ -254,6 +257,8 @@ class SearchRequest:
             raise ConfigError(f"a search request's cost_model must be a cost model (AnalyticCostModel, "
                               f"ProfiledCostModel), got {type(self.cost_model).__name__}")
         _check_int("budget", self.budget, 0)
+        if self.budget > MAX_BUDGET:
+            raise ConfigError(f"a search request's budget must be at most {MAX_BUDGET:,}, got {self.budget:,}")
         _check_int("seed", self.seed)
         if self.space is not None and not isinstance(self.space, SearchSpace):
             raise ConfigError(f"a search request's space must be a SearchSpace or None (the algorithm's "
@@ -372,6 +377,17 @@ def algorithm(name: str) -> Algorithm:
     return _ALGORITHMS[name]
 
 
+def check_options(name: str, options) -> Algorithm:
+    """The algorithm ``name``, when it takes every option of ``options`` (names), else a ConfigError
+    naming the unknown ones and the valid ones."""
+    algo = algorithm(name)
+    unknown = sorted(set(options) - algo.options)
+    if unknown:
+        raise ConfigError(f"search algorithm {name!r} takes no option {', '.join(map(repr, unknown))}; valid options: "
+                          f"{', '.join(sorted(algo.options)) or 'none'}")
+    return algo
+
+
 def search(name: str, request: SearchRequest) -> SearchResult:
     """Run the registered search algorithm ``name`` (see :func:`algorithms`) on ``request``.
 
@@ -387,11 +403,7 @@ def search(name: str, request: SearchRequest) -> SearchResult:
     if not isinstance(request, SearchRequest):
         raise ConfigError(f"search({name!r}, request): request must be a SearchRequest(pcg, machine, cost_model, "
                           f"budget=, seed=, ...), got {type(request).__name__}")
-    algo = algorithm(name)
-    unknown = sorted(set(request.options) - algo.options)
-    if unknown:
-        raise ConfigError(f"search algorithm {name!r} takes no option {', '.join(map(repr, unknown))}; valid options: "
-                          f"{', '.join(sorted(algo.options)) or 'none'}")
+    algo = check_options(name, request.options)
     for what, unset in REQUEST_FIELDS.items():
         value = getattr(request, what)
         if what != "progress" and what not in algo.fields and value != unset:

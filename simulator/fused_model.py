@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 import numpy as np
 
 from flexrt.errors import ConfigError, FlexrtError
+from flexrt.inputs import check_keys, check_type, parse_json, read_text
 from flexrt.ir.costs import op_cost
 from flexrt.ir.datatype import DataType
 from flexrt.ir.op_type import PARALLEL_OPS, SOURCE_OPS, OpType
@@ -95,13 +96,23 @@ class FusedSample:
     def from_json(data: dict, where: str = "sample") -> "FusedSample":
         """The sample ``to_json`` wrote; ``ConfigError`` naming ``where`` if it is not one."""
         try:
+            check_keys(data, _SAMPLE_KEYS, where, required=_SAMPLE_KEYS)
             members = tuple(_member_from_json(m, f"{where}.members[{i}]") for i, m in enumerate(data["members"]))
+            for i, m in enumerate(members):
+                bad = [x for x in m.sources if not -1 <= x < i]
+                if bad:
+                    raise ConfigError(f"{where}.members[{i}].sources: {bad[0]} is no earlier member; valid: -1 (read "
+                                      f"from outside) or 0..{i - 1}" if i else f"{where}.members[0].sources: "
+                                      f"{bad[0]} is no earlier member; the first member reads from outside (-1)")
             return FusedSample(members, tuple(data["member_times"]), data["time_s"], str(data["model"]))
+        except ConfigError:
+            raise   # (it names its place)
         except (KeyError, TypeError, ValueError, AttributeError) as e:
-            if isinstance(e, ConfigError):
-                raise ConfigError(f"{where}: {e}") from None
             raise ConfigError(f"{where}: not a fused sample ({type(e).__name__}: {e}); expected keys model, "
                               f"time_s, member_times, members") from None
+
+
+_SAMPLE_KEYS = ("model", "time_s", "member_times", "members")
 
 
 def _shape_to_json(s: TensorShape) -> dict:
@@ -144,15 +155,14 @@ def load_samples(path) -> list[FusedSample]:
     if not os.path.exists(path):
         raise ConfigError(f"{path}: no such samples file (write one with `flexrt fusion-model collect`)")
     out = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ConfigError(f"{path}:{n}: not JSON ({e.msg})") from None
-            out.append(FusedSample.from_json(data, f"{path}:{n}"))
+    for n, line in enumerate(read_text(path, "samples file").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            data = parse_json(line, f"{path}:{n}")
+        except ConfigError as e:   # (one line: the parser's own line 1 is dropped from the place)
+            raise ConfigError(str(e).replace(f"{path}:{n}:1:", f"{path}:{n}:", 1)) from None
+        out.append(FusedSample.from_json(check_type(data, dict, f"{path}:{n}"), f"{path}:{n}"))
     return out
 
 
@@ -447,7 +457,10 @@ class LearnedFusedModel:
             with np.load(path, allow_pickle=False) as f:
                 data = {k: f[k] for k in f.files}
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
-            raise ConfigError(f"{path}: not a learned fused model file ({type(e).__name__}: {e})") from None
+            why = "it holds Python objects, which a model file never does" if "pickle" in str(e) else \
+                f"{type(e).__name__}: {e}"
+            raise ConfigError(f"{path}: not a learned fused model file ({why}); train one with `flexrt "
+                              f"fusion-model train`") from None
         missing = {"version", "config", "vocab", "host", "feat_mean", "feat_std", "target"} - set(data)
         if missing:
             raise ConfigError(f"{path}: not a learned fused model file (missing {', '.join(sorted(missing))})")

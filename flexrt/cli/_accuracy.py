@@ -40,6 +40,8 @@ from pathlib import Path
 
 from flexrt.cli._common import add_json_flag, count, emit_json, fused_cost_choice, learned_model_path
 from flexrt.errors import ConfigError
+from flexrt.inputs import writable_folder
+from flexrt.machine import load_machine
 from flexrt.model.accuracy import scores
 from flexrt.runtime import mpi
 
@@ -122,9 +124,7 @@ def measure(args, models: list[str]) -> dict:
               f"include contention the simulator does not model", file=sys.stderr)
     if args.fusion and args.fused_cost.startswith("learned"):
         learned_model_path(args.fused_cost)    # before anything runs
-    out = Path(args.output)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--output {out} is not a directory")
+    out = writable_folder(args.output, "--output")
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, FLEXRT_CACHE_DIR=str(out.resolve() / "cache"))
     t0 = time.perf_counter()
@@ -133,6 +133,7 @@ def measure(args, models: list[str]) -> dict:
         if not machine.is_file():
             raise ConfigError(f"--machine {machine}: no such file; write one with `mpiexec -n {ranks} flexrt calibrate "
                               f"--devices 1 --output {machine}`")
+        load_machine(str(machine))   # a bad file refused here, once, before the ranks start
     else:
         machine = out / "local.yaml"
         mpi.launch(ranks, mpi.flexrt_command() + ["calibrate", "--devices", "1", "--output", str(machine)]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from flexrt.cli._common import add_json_flag, count, emit_json
 from flexrt.errors import ConfigError
-from flexrt.inputs import listing, short
+from flexrt.inputs import listing, short, writable_folder
 
 MAX_JOBS = 256
 
@@ -54,7 +54,7 @@ class Run:
     def run(args, extra) -> int:
         from flexrt.experiments import default_output, load_experiment, run_experiment
         exp = load_experiment(_resolve(args.experiment), "quick" if args.quick else "full")
-        out = Path(args.output) if args.output else default_output(exp)
+        out = writable_folder(args.output, "--output") if args.output is not None else default_output(exp)
         tty = sys.stderr.isatty()
         done = [0]
 
@@ -85,7 +85,14 @@ class Run:
                   f"report {summary.report}")
             for key, error in summary.failed:
                 print(f"  failed {key}: {error}", file=sys.stderr)
-        return 1 if summary.failed else 0
+        if summary.failed:
+            return 1
+        from flexrt.experiments import load_results
+        rows = load_results(out / "results.jsonl")
+        if rows and not any(r.get("status") == "ok" for r in rows):
+            raise ConfigError(f"every run of {exp.name} was skipped, so the report is empty; the first: "
+                              f"{rows[0].get('reason')}")
+        return 0
 
 
 def _varying(exp) -> tuple[str, ...]:

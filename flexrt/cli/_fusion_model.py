@@ -23,6 +23,7 @@ from pathlib import Path
 
 from flexrt.cli._common import add_json_flag, count, emit_json
 from flexrt.errors import ConfigError
+from flexrt.inputs import writable_file
 
 NAME = "fusion-model"
 HELP = "collect fused-operator samples, train and evaluate the learned fused-operator cost model"
@@ -96,18 +97,6 @@ def _existing(path: str, flag: str, what: str) -> Path:
     return p
 
 
-def _writable(path: str, flag: str) -> Path:
-    """Refused before any long work when ``path`` cannot become a file."""
-    p = Path(path)
-    if p.is_dir():
-        raise ConfigError(f"{flag} {path} is a directory; give a file name")
-    if p.exists() and not p.is_file():
-        raise ConfigError(f"{flag} {path} is not a regular file")
-    if not p.parent.is_dir():
-        raise ConfigError(f"{flag} {path}: the folder {p.parent} does not exist")
-    return p
-
-
 def _model_names(text: str) -> list[str]:
     from flexrt.model.loader import zoo_models
     names = [n.strip() for n in text.split(",") if n.strip()]
@@ -137,7 +126,7 @@ def _collect(args) -> int:
     from flexrt.simulator.fused_samples import collect
     from flexrt.strategy import data_parallel
     names = _model_names(args.models)
-    output = _writable(args.output, "--output")
+    output = writable_file(args.output, "--output")
     fm = _fused_model()
     machine = local_machine(args.devices)
     spec = machine.devices[0].spec
@@ -201,7 +190,7 @@ def _split(samples: list, seed: int) -> tuple[list, list]:
 def _train(args) -> int:
     fm = _fused_model()
     samples = _load(args.samples, "--samples")
-    output = _writable(args.output, "--output")
+    output = writable_file(args.output, "--output")
     train, held = _split(samples, args.seed)
     if args.init:
         model = fm.LearnedFusedModel.load(_existing(args.init, "--init", "train one with `flexrt fusion-model train`"))
@@ -271,7 +260,7 @@ def _evaluate(args) -> int:
     fm = _fused_model()
     samples = _load(args.samples, "--samples")
     model_path = _existing(args.model, "--model", "train one with `flexrt fusion-model train --output MODEL.npz`")
-    cdf = _writable(args.cdf, "--cdf") if args.cdf else None
+    cdf = writable_file(args.cdf, "--cdf") if args.cdf else None
     model = fm.LearnedFusedModel.load(model_path)
     spec = local_machine(args.devices).devices[0].spec
     predictors = {"learned": model.predict, "sum of members": fm.sum_baseline,

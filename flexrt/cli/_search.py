@@ -22,10 +22,12 @@ from flexrt.cli._common import (add_comm_cost_flag, add_fused_cost_flag, add_fus
                                 emit_json, fused_cost_model, fused_result, fusion_arg, number, precision_arg,
                                 warn_data_parallel)
 from flexrt.errors import ConfigError
+from flexrt.inputs import writable_file
 from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.machine import load_machine
 from flexrt.model import load_model
 from flexrt.search import SearchRequest, algorithm, describe, search
+from flexrt.search.api import MAX_BUDGET
 from flexrt.search.baselines import expert_name
 from flexrt.search.fusion_policies import apply_policy
 from flexrt.simulator.cost_model import AnalyticCostModel, ProfiledCostModel
@@ -55,7 +57,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--machine", required=True, help="preset name (see `flexrt machines`) or machine YAML")
     parser.add_argument("--nodes", type=count(1), help="scale the machine to this many nodes")
     parser.add_argument("--algo", choices=ALGOS, default="mcmc")
-    parser.add_argument("--budget", type=count(0), help="MCMC proposals / exhaustive leaves (default: FFConfig's, 1000)")
+    parser.add_argument("--budget", type=count(0, MAX_BUDGET), help="MCMC proposals / exhaustive leaves (default: FFConfig's, 1000)")
     parser.add_argument("--alpha", type=number(above=0.0), help="MCMC: inverse temperature per percent of the data-parallel "
                         "time; unity, disco: the pruning threshold (candidates over alpha x best are dropped; default 1.05)")
     parser.add_argument("--split-size", type=count(0), default=None,
@@ -164,6 +166,9 @@ def run(args, extra) -> int:
     if cfg.search_num_workers is not None:
         raise ConfigError("--search-num-workers: machine presets fix the devices per node; describe another "
                           "machine in YAML (--machine FILE) and use --nodes / --search-num-nodes for the node count")
+    for path, flag in ((args.export or cfg.export_strategy_file, "--export"), (args.plot, "--plot")):
+        if path is not None:
+            writable_file(path, flag)      # before the search: its result is not lost on a bad path
     nodes = args.search_num_nodes or cfg.search_num_nodes or args.nodes
     machine = load_machine(args.machine, nodes=nodes)
     _check_against_machine(args, machine)
@@ -208,7 +213,10 @@ def run(args, extra) -> int:
             from flexrt.search.plot import plot_strategy
         except ImportError as e:
             raise ConfigError(f"cannot plot strategies: {e}") from None
-        plot_strategy(result.strategy, machine, args.plot)
+        try:
+            plot_strategy(result.strategy, machine, args.plot)
+        except OSError as e:
+            raise ConfigError(f"cannot write the plot to {args.plot}: {e.strerror or e}") from None
         files["plot"] = args.plot
     if args.json:
         emit_json({"model": loaded.name, "machine": machine.name, "num_devices": machine.num_devices,

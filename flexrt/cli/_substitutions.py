@@ -25,7 +25,7 @@ from pathlib import Path
 
 from flexrt.cli._common import add_json_flag, count, emit_json, number
 from flexrt.errors import ConfigError, NotYetAvailableError
-from flexrt.inputs import clip
+from flexrt.inputs import clip, listing, writable_file
 from flexrt.paths import cache_dir
 
 NAME = "substitutions"
@@ -99,12 +99,9 @@ def _add_dims_flag(parser) -> None:
 def _output(args) -> Path:
     """Where ``generate`` writes: ``--output``, else the cache folder (never the installed package);
     refused before the long generation when it cannot be a file."""
-    path = Path(args.output) if args.output else cache_dir() / "substitutions" / "library.json"
-    if path.is_dir():
-        raise ConfigError(f"--output {path} is a directory; give a file name such as {path / 'library.json'}")
-    if path.exists() and not path.is_file():
-        raise ConfigError(f"--output {path} is not a regular file (a FIFO, socket or device); give a file")
-    return path
+    if args.output is None:
+        return writable_file(cache_dir() / "substitutions" / "library.json", "the library's path", parents=True)
+    return writable_file(args.output, "--output", parents=True)
 
 
 def _lazy(module: str, name: str, who: str):
@@ -236,6 +233,9 @@ def _verify_cmd(args) -> int:
         print(f"{doc['file']}: {len(rules)} rules")
         for k in ("proved", "refuted", "unknown", "unusable", "unparsed"):
             print(f"{k:>9}: {counts[k]}")
+        if unusable:
+            print(f"unusable: the destination reads inputs the source does not match: "
+                  f"{listing(r.name for r in unusable)}")
     return 0
 
 

@@ -15,7 +15,9 @@ from flexrt.experiments.kinds import REQUIRED, Param, SkipRun
 from flexrt.ir.precision import Precision
 from flexrt.ir.registry import AxisKind
 from flexrt.machine import load_machine, preset_names
+from flexrt.machine.limits import MAX_NODES
 from flexrt.model import load_model, zoo_models
+from flexrt.search.api import MAX_BUDGET
 from flexrt.simulator.cost_model import AnalyticCostModel
 from flexrt.simulator.simulate import Simulator
 from flexrt.strategy import SearchSpace, strategy_to_json
@@ -55,7 +57,8 @@ def seed_param() -> Param:
 
 
 def budget_param(default: int) -> Param:
-    return Param("budget", "int", default, minimum=0, help="the search's budget (proposals, or candidate graphs)")
+    return Param("budget", "int", default, minimum=0, maximum=MAX_BUDGET,
+                 help="the search's budget (proposals, or candidate graphs)")
 
 
 def devices_param(default: Any = None) -> Param:
@@ -68,6 +71,17 @@ def machine_for(name: str, devices: int):
     if devices % per_node:
         raise SkipRun(f"{devices} devices are not whole nodes of {name} ({per_node} devices per node)")
     return load_machine(name, nodes=devices // per_node)
+
+
+@functools.cache
+def machine_problem(name: str, devices: int) -> Optional[str]:
+    """What ``machine_for(name, devices)`` would refuse, said before any run (None: nothing; a count
+    that is not whole nodes is a skip, not a problem)."""
+    per_node = load_machine(name).devices_per_node
+    if devices % per_node == 0 and devices // per_node > MAX_NODES:
+        return (f"{devices} devices are {devices // per_node:,} nodes of {name} ({per_node} devices per node); a "
+                f"machine has at most {MAX_NODES:,} nodes (flexrt.machine.limits.MAX_NODES)")
+    return None
 
 
 def pcg_of(model: str, batch: int, seq_length: int = 0, extra: tuple[str, ...] = ()):

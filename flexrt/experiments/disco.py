@@ -93,6 +93,20 @@ def fusion_search(inputs) -> Outcome:
                     "speedup_pct": 100 * (base - t) / t}, strategy_doc(result.strategy, machine))
 
 
+def _fusion_model_problem(path: str):
+    """What loading the learned model at ``path`` would refuse, before any run (None: nothing; empty:
+    the shipped one)."""
+    if not path:
+        return None
+    from flexrt.errors import FlexrtError
+    from flexrt.simulator import fused_model as fm
+    try:
+        fm.LearnedFusedModel.load(path)
+    except FlexrtError as e:
+        return str(e)
+    return None
+
+
 @register_kind(
     "fusion_model_accuracy",
     params=(model_param(), Param("batch", "int", 4, minimum=1), Param("devices", "int", 4, minimum=1, maximum=64),
@@ -100,7 +114,8 @@ def fusion_search(inputs) -> Outcome:
             Param("fusion_model", "str", "", help="a model from `flexrt fusion-model train`; empty: the shipped one")),
     metrics=("samples", "learned_within_10pct", "learned_within_14pct", "learned_median_error", "sum_within_10pct",
              "analytic_within_10pct", "learned_errors", "collect_s"),
-    description="the learned fused-operator estimator's error on fused groups measured here (DisCo Fig. 9)")
+    description="the learned fused-operator estimator's error on fused groups measured here (DisCo Fig. 9)",
+    check=lambda i: _fusion_model_problem(i["fusion_model"]))
 def fusion_model_accuracy(inputs) -> Outcome:
     from importlib import resources
     from flexrt.machine import local_machine

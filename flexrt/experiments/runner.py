@@ -34,7 +34,7 @@ from flexrt import __version__
 from flexrt.errors import ConfigError, FlexrtError
 from flexrt.experiments.kinds import Outcome, SkipRun, kind
 from flexrt.experiments.schema import Experiment, Run
-from flexrt.inputs import clip, parse_json, read_text
+from flexrt.inputs import clip, parse_json, read_text, writable_folder
 
 RESULTS = "results.jsonl"
 DONE = ("ok", "skipped")
@@ -57,20 +57,46 @@ def default_output(exp: Experiment) -> Path:
 
 
 def load_results(path: Path) -> list[dict]:
-    """The rows of a ``results.jsonl`` (a line cut short by a crash is skipped: it had not finished)."""
+    """The rows of a ``results.jsonl`` (a last line cut short by a crash is skipped: it had not
+    finished; any other line that is not a JSON object is refused, with its line)."""
     if not path.is_file():
         return []
     rows, lines = [], read_text(path, "results file").splitlines()
     for i, line in enumerate(lines):
         if not line.strip():
             continue
+        if _cut_short(lines, i):
+            continue
         try:
-            rows.append(parse_json(line, f"{path}:{i + 1}"))
-        except ConfigError:
-            if i == len(lines) - 1:
-                continue  # the last line, cut short when the process died
-            raise
+            row = parse_json(line, f"{path}:{i + 1}")
+        except ConfigError as e:   # (one line: the parser's own line 1 is dropped from the place)
+            raise ConfigError(str(e).replace(f"{path}:{i + 1}:1:", f"{path}:{i + 1}:", 1)) from None
+        if not isinstance(row, dict) or "key" not in row:
+            raise ConfigError(f"{path}:{i + 1}: not a result row of flexrt run (a JSON object with a key); "
+                              f"was this file written by flexrt?")
+        rows.append(row)
     return rows
+
+
+def _cut_short(lines: list, i: int) -> bool:
+    """Whether line ``i`` is the last, begun as a row and cut short (the process died writing it)."""
+    if i != len(lines) - 1 or not lines[i].lstrip().startswith("{"):
+        return False
+    try:
+        json.loads(lines[i])
+    except ValueError:
+        return True
+    return False
+
+
+def _drop_cut_line(results: Path) -> None:
+    """Before appending to ``results``: drop a last line cut short, so that the rows added after it
+    are not read as following a broken line."""
+    if not results.is_file():
+        return
+    lines = read_text(results, "results file").splitlines()
+    if lines and _cut_short(lines, len(lines) - 1):
+        results.write_text("".join(line + "\n" for line in lines[:-1]), encoding="utf-8")
 
 
 _COMMIT: Optional[dict] = None
@@ -195,16 +221,19 @@ def run_experiment(exp: Experiment, output: Path, resume: bool = False, jobs: in
     """Run every run of ``exp`` not yet finished in ``output``, appending a line per run, then write
     the report and plots. Raises ConfigError where ``output`` already holds results and ``resume`` is
     off (module doc)."""
-    output = Path(output)
+    output = writable_folder(output, "--output")
     results = output / RESULTS
     rows = load_results(results)
     if rows and not resume:
         raise ConfigError(f"{output} already holds the results of {len(rows)} runs ({results}); pass --resume to "
                           f"keep them and run only what is missing, or give another --output (or delete the folder "
                           f"to start over)")
-    if output.exists() and not output.is_dir():
-        raise ConfigError(f"--output {output} is a file, not a folder")
+    others = sorted({str(r.get("experiment")) for r in rows} - {exp.name})
+    if others:
+        raise ConfigError(f"{output} holds the results of experiment {', '.join(map(repr, others))}, not "
+                          f"{exp.name!r}; give another --output to run {exp.name!r}")
     output.mkdir(parents=True, exist_ok=True)
+    _drop_cut_line(results)
     done = {r["key"] for r in rows if r.get("status") in DONE}
     summary = Summary(output, cached=[r.key for r in exp.runs if r.key in done])
     pending = [r for r in exp.runs if r.key not in done]

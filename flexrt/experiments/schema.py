@@ -31,6 +31,8 @@ Entry points: :func:`load_experiment`, :func:`parse_experiment`, :class:`Experim
 
 from __future__ import annotations
 
+import functools
+
 import hashlib
 import itertools
 import json
@@ -224,6 +226,7 @@ class _Reader:
             if not resolved.is_file():
                 raise self.error(line, path, f"machine file {short(value)} does not exist (paths are relative to "
                                              f"the experiment file's folder)")
+            _machine_file(str(resolved))   # its own errors (file:line, field) before any run
             return str(resolved)
         choices = p.valid_choices()
         if choices is not None and value not in choices:
@@ -312,10 +315,20 @@ def _runs(r: _Reader, k: Kind, top: LineMap, variant: str) -> tuple[Run, ...]:
     return tuple(runs)
 
 
+@functools.cache
+def _machine_file(path: str) -> None:
+    from flexrt.machine import load_machine
+    load_machine(path)
+
+
 def _check_run(r: _Reader, k: Kind, inputs: dict, combo: dict, fixed: dict, line: int, field: str) -> None:
-    """The kind's check of one run's inputs together (``Kind.check``): our error at the run's line,
-    naming where its values are given and the values the file gives."""
+    """The kind's check of one run's inputs together (``Kind.check``), and of its machine and devices
+    (``common.machine_problem``): our error at the run's line, naming where its values are given and
+    the values the file gives."""
     problem = k.check(inputs) if k.check is not None else None
+    if not problem and "machine" in inputs and "devices" in inputs:
+        from flexrt.experiments.common import machine_problem
+        problem = machine_problem(inputs["machine"], inputs["devices"])
     if problem:
         at = min((ln for _, ln in combo.values()), default=line)
         given = ", ".join(f"{n}: {short(v)}" for n, v in sorted(inputs.items()) if n in combo or n in fixed)

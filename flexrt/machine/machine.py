@@ -167,9 +167,21 @@ class DeviceSpec:
         try:
             return self.peak_flops[dtype]
         except KeyError:
-            known = ", ".join(d.name for d in self.peak_flops)
-            raise MachineSpecError(f"device kind {self.name!r} has no peak FLOP/s for {dtype.name}; "
-                                   f"known: {known}") from None
+            known = ", ".join(dtype_name(d) for d in self.peak_flops)
+            raise MachineSpecError(f"device kind {self.name!r} has no peak_flops for {dtype_name(dtype)}, which the "
+                                   f"model computes in; it gives {known}: add {dtype_name(dtype)} to the kind's "
+                                   f"peak_flops in its machine file, or choose the model's precision "
+                                   f"(--precision)") from None
+
+
+# A machine file's names of the data types (``peak_flops: {float32: 15.7, ...}``).
+DTYPE_NAMES = {"float32": DataType.DT_FLOAT, "float16": DataType.DT_HALF, "bfloat16": DataType.DT_BFLOAT16,
+               "float64": DataType.DT_DOUBLE, "int32": DataType.DT_INT32, "int64": DataType.DT_INT64}
+
+
+def dtype_name(dtype: DataType) -> str:
+    """The machine file's name of ``dtype`` (``float32``), else its enum name."""
+    return next((n for n, d in DTYPE_NAMES.items() if d is dtype), dtype.name)
 
 
 @dataclass(frozen=True, slots=True)

@@ -78,6 +78,7 @@ Entry points: :func:`load_yaml_spec` (file -> MachineSpec), :func:`parse_yaml_sp
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -85,16 +86,25 @@ import yaml
 
 from flexrt.errors import MachineSpecError
 from flexrt.inputs import LineMap, LineSeq, line_loader, listing, parse_yaml, short
-from flexrt.ir.datatype import DataType
 from flexrt.machine import limits
 from flexrt.machine.limits import named
-from flexrt.machine.machine import CPU, DEVICE_KINDS, MOVED_BY, Collective, CollectiveFit, DeviceSpec, LinkType
+from flexrt.machine.machine import (CPU, DEVICE_KINDS, DTYPE_NAMES, MOVED_BY, Collective, CollectiveFit, DeviceSpec,
+                                    LinkType)
 from flexrt.machine.spec import (read_machine_file, CpuLinks, DeviceLinks, InterNodeSpec, IntraNodeSpec,
                                  LinkSpec, MachineSpec, NicAttach, SocketSpec, Topology)
 
-DTYPE_NAMES = {"float32": DataType.DT_FLOAT, "float16": DataType.DT_HALF, "bfloat16": DataType.DT_BFLOAT16,
-               "float64": DataType.DT_DOUBLE, "int32": DataType.DT_INT32, "int64": DataType.DT_INT64}
 LINK_NAMES = {t.value: t for t in LinkType}
+
+
+def _as_text(value: Any) -> str:
+    """A hint for a number YAML read as text (YAML 1.1 takes ``1e2`` as a string, ``1.0e2`` as a number)."""
+    if not isinstance(value, str):
+        return ""
+    try:
+        number = float(value)
+    except ValueError:
+        return ""
+    return f" (YAML read {_show(value)} as text; write {number:g} or {number:.1e})" if math.isfinite(number) else ""
 TFLOPS, GB, GIB, US = 1e12, 1e9, 2**30, 1e-6
 
 
@@ -185,7 +195,7 @@ class _Reader:
         if not ok:
             what = "a non-negative" if lo == 0 else "a positive"
             raise self.error(self.line(m, key), _at(path, key), f"expected {what} number ({unit}), got {_show(value)}; "
-                                                                f"valid: between {lo:g} and {hi:g}")
+                                                                f"valid: between {lo:g} and {hi:g}{_as_text(value)}")
         return float(value)
 
     def integer(self, value: Any, line: int, path: str, *, minimum: int, limit: str | None = None) -> int:

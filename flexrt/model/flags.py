@@ -25,6 +25,7 @@ from typing import Any, Optional, Sequence
 
 from flexrt.errors import ConfigError
 from flexrt.inputs import short
+from flexrt.search.api import MAX_BUDGET
 
 
 class FlagWarning(UserWarning):
@@ -43,7 +44,8 @@ class Kind(enum.Enum):
 class Flag:
     """One flag: ``names`` (first short, then long spellings), the attribute it sets, its kind and range.
 
-    ``low`` is the smallest valid value (``low_open``: strictly greater than ``low``).
+    ``low`` is the smallest valid value (``low_open``: strictly greater than ``low``), ``high`` the
+    largest.
     """
 
     names: tuple[str, ...]
@@ -54,6 +56,7 @@ class Flag:
     low: Optional[float] = None
     low_open: bool = False
     choices: tuple = ()    # the valid values of a TEXT flag (empty: any)
+    high: Optional[float] = None
 
     @property
     def valid(self) -> str:
@@ -67,16 +70,19 @@ class Flag:
         article = "an" if self.kind is Kind.INT else "a"
         if self.low is None:
             return f"{article} {self.kind.value}"
-        bound = f"{self.low:g}" if self.kind is Kind.FLOAT else str(int(self.low))
-        return f"{article} {self.kind.value} {'>' if self.low_open else '>='} {bound}"
+        shown = (lambda v: f"{v:g}") if self.kind is Kind.FLOAT else (lambda v: f"{int(v):,}")
+        if self.high is not None:
+            return f"{article} {self.kind.value} between {shown(self.low)} and {shown(self.high)}"
+        return f"{article} {self.kind.value} {'>' if self.low_open else '>='} {shown(self.low)}"
 
     @property
     def spelling(self) -> str:
         return "/".join(self.names)
 
 
-def _f(names, attr, kind, default, help, low=None, low_open=False, choices=()) -> Flag:
-    return Flag(tuple(names.split("|")), attr, kind, default, help, low, low_open, tuple(choices))
+def _f(names, attr, kind, default, help, low=None, low_open=False, choices=(), high=None) -> Flag:
+    return Flag(tuple(names.split("|")), attr, kind, default, help, low, low_open, tuple(choices), high)
+
 
 
 # The searches compile can run (flexrt.search's algorithms that search a space; a test keeps them equal).
@@ -93,7 +99,7 @@ FLAGS: tuple[Flag, ...] = (
     _f("-p|--print-freq", "print_frequency", Kind.INT, 10, "print metrics every N iterations", 1),
     _f("-d|--dataset", "dataset_path", Kind.PATH, None, "dataset file or folder"),
     # Upstream's budget is unbounded by default (a known complaint); ours is bounded.
-    _f("--budget|--search-budget", "search_budget", Kind.INT, 1000, "search iterations", 0),
+    _f("--budget|--search-budget", "search_budget", Kind.INT, 1000, "search iterations", 0, high=MAX_BUDGET),
     # Unity's relaxation factor (§5); FlexFlow's MCMC reads it as its temperature.
     _f("--alpha|--search-alpha", "search_alpha", Kind.FLOAT, 1.05, "search alpha", 0.0, True),
     # flexrt's: which search compile runs when it searches (FlexFlow's MCMC or Unity's, §5)
@@ -223,10 +229,10 @@ def _convert(flag: Flag, name: str, raw: str) -> Any:
 
 
 def check_range(flag: Flag, name: str, value: Any) -> None:
-    """Raise a ConfigError when ``value`` is below the flag's lower bound."""
+    """Raise a ConfigError when ``value`` is outside the flag's bounds."""
     if flag.low is None or value is None:
         return
-    if value < flag.low or (flag.low_open and value == flag.low):
+    if value < flag.low or (flag.low_open and value == flag.low) or (flag.high is not None and value > flag.high):
         raise ConfigError(f"flag {name} got {short(value)}; valid: {flag.valid}")
 
 

@@ -63,7 +63,7 @@ from pathlib import Path
 import numpy as np
 
 from flexrt.errors import ConfigError, MachineSpecError
-from flexrt.inputs import short
+from flexrt.inputs import short, writable_file
 from flexrt.ir.op_type import OpType
 from flexrt.ir.ops.conv2d import Conv2DAttrs
 from flexrt.ir.ops.element_unary import ElementUnaryAttrs
@@ -501,28 +501,12 @@ collectives:
 
 def check_output_path(path: str | Path, flag: str = "the calibrated machine's path") -> Path:
     """``path`` (``~`` expanded) when the machine YAML can be written there: it ends in ``.yaml`` or
-    ``.yml`` (so ``--machine PATH`` reads it as a file), is not a folder or another non-regular file,
-    and its nearest existing folder is a folder that takes a new file (tried with a temporary one). A
-    ConfigError naming ``flag`` otherwise."""
-    p = Path(path).expanduser()
-    where = f"{flag} {shown(str(path))}"
-    if p.suffix.lower() not in (".yaml", ".yml"):
-        raise ConfigError(f"{where}: a machine file must end in .yaml or .yml")
-    folder = p.parent
-    while not os.path.lexists(folder) and folder != folder.parent:
-        folder = folder.parent
-    if not folder.is_dir():
-        raise ConfigError(f"{where}: {shown(str(folder))} is not a folder")
-    if os.path.lexists(p) and (p.is_symlink() or not p.is_file()):
-        what = "a folder" if p.is_dir() else "a link" if p.is_symlink() else "not a regular file"
-        raise ConfigError(f"{where}: it is {what}; give the path of a .yaml file")
-    try:
-        fd, probe = tempfile.mkstemp(dir=folder, prefix=".flexrt-calibrate.", suffix=".tmp")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        raise ConfigError(f"{where}: cannot write in {shown(str(folder))}: {e.strerror or e}") from None
-    return p
+    ``.yml`` (so ``--machine PATH`` reads it as a file) and a file can be written there
+    (``flexrt.inputs.writable_file``; missing folders are made). A ConfigError naming ``flag``
+    otherwise."""
+    if Path(path).suffix.lower() not in (".yaml", ".yml"):
+        raise ConfigError(f"{flag} {shown(str(path))}: a machine file must end in .yaml or .yml")
+    return writable_file(path, flag, parents=True)
 
 
 def write_machine_yaml(result: CalibrationResult, path: str | Path, devices: int) -> Path:

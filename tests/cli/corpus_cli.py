@@ -10,9 +10,10 @@ TRAIN = "train mlp --machine local --steps 1"
 NOT_USED = r"{flag}: flexrt {cmd} does not use this FlexFlow flag; it applies to "
 
 
-def _int_flag(cmd: str, base: str, flag: str, low: int, bad: str) -> object:
+def _int_flag(cmd: str, base: str, flag: str, low: int, bad: str, high: int = 0) -> object:
+    rule = f"between {low} and {high}" if high else f">= {low}"
     return case(f"{cmd}-{flag.strip('-')}-{bad}", f"{base} {flag} {bad}",
-                rf"flexrt {cmd}: error: argument {flag}: expected an integer >= {low}, got '?{bad}'?")
+                rf"flexrt {cmd}: error: argument {flag}: expected an integer {rule}, got '?{bad}'?")
 
 
 def _unused(cmd: str, base: str, flag: str, value: str = "") -> object:
@@ -77,8 +78,8 @@ CASES = [
     case("search-alpha-negative", f"{SEARCH} --alpha -1", r"argument --alpha: expected a finite number > 0, got '-1'"),
     case("search-alpha-zero", f"{SEARCH} --alpha 0", r"argument --alpha: expected a finite number > 0, got '0'"),
     case("search-alpha-text", f"{SEARCH} --alpha hot", r"argument --alpha: expected a finite number > 0, got 'hot'"),
-    _int_flag("search", SEARCH, "--budget", 0, "-1"),
-    _int_flag("search", SEARCH, "--budget", 0, "1.5"),
+    _int_flag("search", SEARCH, "--budget", 0, "-1", 10_000_000),
+    _int_flag("search", SEARCH, "--budget", 0, "1.5", 10_000_000),
     _int_flag("search", SEARCH, "--split-size", 0, "-1"),
     _int_flag("search", SEARCH, "--devices", 1, "0"),
     _int_flag("search", SEARCH, "--min-degree", 1, "0"),
@@ -116,7 +117,8 @@ CASES = [
     _unused("search", SEARCH, "--epochs", "2"),
     _unused("search", SEARCH, "--lr", "0.5"),
     case("search-legion", f"{SEARCH} -ll:zsize 100", r"-ll:zsize is a Legion runtime flag"),
-    case("search-budget-model-flag-negative", f"{SEARCH} --budget -4", r"argument --budget: expected an integer >= 0, got -4"),
+    case("search-budget-model-flag-negative", f"{SEARCH} --budget -4",
+         r"argument --budget: expected an integer between 0 and 10000000, got -4"),
     # -- train
     case("train-lr-nan", f"{TRAIN} --lr nan", r"argument --lr: expected a finite number > 0, got 'nan'"),
     case("train-lr-zero", f"{TRAIN} --lr 0", r"argument --lr: expected a finite number > 0, got '0'"),

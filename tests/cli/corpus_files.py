@@ -542,7 +542,7 @@ GENERATE_FLAGS = [
     case("generate-timeout-nan", f"{GENERATE} --timeout nan", r"argument --timeout: expected a finite number > 0, got 'nan'"),
     case("generate-jobs-zero", f"{GENERATE} --jobs 0", r"argument --jobs: expected an integer between 1 and 64, got 0"),
     case("generate-output-directory", f"{GENERATE} --output {{dir}}",
-         r"--output .* is a directory; give a file name such as .*library\.json"),
+         r"--output .* is a folder; give a file name"),
     case("generate-output-fifo", f"{GENERATE} --output {{dir}}/lib.json", r"--output .*lib\.json is not a regular file",
          setup=_fifo("lib.json")),
     case("verify-jobs-huge", "substitutions verify --jobs 1000",

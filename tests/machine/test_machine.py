@@ -172,7 +172,7 @@ def test_device_spec_flops_and_unknown_dtype_error():
     assert spec.flops(DataType.DT_FLOAT) == 15.7e12 and spec.flops(DataType.DT_HALF) == 125e12
     assert spec.memory_bandwidth == 900e9 and spec.memory_bytes == 16 * 2**30
     assert spec.launch_overhead_s == pytest.approx(5e-6) and spec.efficiency == 0.8
-    with pytest.raises(MachineSpecError, match=r"has no peak FLOP/s for DT_INT64; known: DT_HALF, DT_FLOAT"):
+    with pytest.raises(MachineSpecError, match=r"has no peak_flops for int64, which the model computes in; it gives float16, float32"):
         spec.flops(DataType.DT_INT64)
     assert hash(spec) == hash(load_machine("dgx1_v100").devices[0].spec)
 

@@ -166,8 +166,8 @@ def test_calibrate_writes_atomically_with_ordinary_permissions(tmp_path):
 
 @pytest.mark.parametrize("name, setup, expected", [
     ("local", None, "a machine file must end in .yaml or .yml"),
-    ("d.yaml", "dir", "it is a folder"),
-    ("f.yaml/x.yaml", "file", "f.yaml is not a folder"),
+    ("d.yaml", "dir", "d.yaml is a folder; give a file name"),
+    ("f.yaml/x.yaml", "file", "f.yaml is a file, not a folder"),
 ])
 def test_check_output_path(tmp_path, name, setup, expected):
     if setup == "dir":
@@ -186,7 +186,7 @@ def test_cli_calibrate_refuses_flags_before_measuring(tmp_path, monkeypatch, cap
     assert "--devices must be at most 1024" in capsys.readouterr().err
     (tmp_path / "out.yaml").mkdir()
     assert main(["calibrate", "--output", str(tmp_path / "out.yaml")]) == 1
-    assert "it is a folder" in capsys.readouterr().err
+    assert "is a folder; give a file name" in capsys.readouterr().err
     monkeypatch.setenv("FLEXRT_CACHE_DIR", str(tmp_path / "out.yaml" / "x"))
     (tmp_path / "out.yaml" / "x").write_text("")
     assert main(["calibrate"]) == 1
