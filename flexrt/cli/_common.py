@@ -20,6 +20,7 @@ from typing import Any, Optional, Sequence
 from flexrt.errors import ConfigError
 from flexrt.inputs import short
 from flexrt.model import FFConfig
+from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.model.flags import FLAG_BY_NAME, IGNORED_BY_NAME, LEGION_SWITCHES, LEGION_VALUE_FLAGS, FlagWarning
 from flexrt.model.loader import script_build_model, script_options, split_script_flags
 
@@ -235,7 +236,8 @@ def check_model_flags(command: str, model: str, flags: Sequence[str],
     Of FlexFlow's flags the command uses the batch size, the script's own flags and ``honours``
     (FFConfig attribute names; None: every flag, for a command that shows the configuration); any
     other FlexFlow or Legion flag is refused, saying where it applies, instead of being accepted
-    and ignored."""
+    and ignored. A script without ``build_model`` (FlexFlow's own scripts, with their own
+    argparse) gets every token FFConfig does not know, as FlexFlow's FFConfig leaves them to it."""
     build_model = script_build_model(model)
     options = script_options(build_model) if build_model else {}
     try:
@@ -243,7 +245,7 @@ def check_model_flags(command: str, model: str, flags: Sequence[str],
         with warnings.catch_warnings():
             if honours is not None:  # every ignored FlexFlow flag is refused below: no warning first
                 warnings.simplefilter("ignore", FlagWarning)
-            cfg = FFConfig(rest)
+            cfg = FFConfig(rest, tolerant=build_model is None)
     except ConfigError as e:
         own = f"; {model}'s own flags: {', '.join(options)}" if options else ""
         raise UsageError(command, f"{e}{own} (model flags follow MODEL)") from None
@@ -263,6 +265,52 @@ def check_model_flags(command: str, model: str, flags: Sequence[str],
             where = f"it applies to {home}" if home else "flexrt does not implement it"
             raise UsageError(command, f"{name}: flexrt {command} does not use this FlexFlow flag; {where}")
     return cfg
+
+
+def compiled_optimizer(model, flag: Optional[str], lr: Optional[float] = None) -> tuple:
+    """(OptimizerKind, parameters, where it came from) of a command: ``flag`` (``--optimizer``)
+    where given, with ``lr`` (``--lr``, else 0.01) as its rate; else what the script passed to
+    ``compile`` (``model``: the loaded FFModel; FlexFlow's simulator and runtime take the model's
+    own optimizer), its rate replaced by ``lr`` where given; else SGD. A simulator reads only the
+    kind: SGD with momentum is ``MOMENTUM`` there (``simulated_kind``)."""
+    from flexrt.model.training import optimizer_args
+    if flag is not None:
+        kind = OptimizerKind.parse(flag)
+        rate = 0.01 if lr is None else lr
+        return kind, ({"alpha": rate} if kind is OptimizerKind.ADAM else {"lr": rate}), "--optimizer"
+    opt = getattr(model, "_optimizer", None)
+    if opt is None:
+        return OptimizerKind.SGD, {"lr": 0.01 if lr is None else lr}, "default"
+    kind, params = optimizer_args(opt)
+    if lr is not None:
+        params["lr" if kind is OptimizerKind.SGD else "alpha"] = lr
+    return kind, params, "the script's compile"
+
+
+def simulated_kind(kind: OptimizerKind, params: dict) -> OptimizerKind:
+    """The optimizer as the simulator costs it (its state per weight): SGD with momentum is MOMENTUM."""
+    return OptimizerKind.MOMENTUM if kind is OptimizerKind.SGD and params.get("momentum") else kind
+
+
+def compiled_loss(model, flag: Optional[str]) -> tuple:
+    """(LossType, where it came from): ``--loss`` where given, else the script's ``compile``'s loss,
+    else sparse categorical cross-entropy (FlexFlow's default)."""
+    from flexrt.kernels.losses import LossType
+    if flag is not None:
+        return LossType.parse(flag), "--loss"
+    chosen = getattr(model, "loss_type", None)
+    if chosen is not None:
+        return chosen, "the script's compile"
+    return LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, "default"
+
+
+def warn_inference(model, command: str) -> None:
+    """Say so on stderr when the script compiles for inference (``comp_mode=INFERENCE``): flexrt
+    simulates and trains training iterations only."""
+    from flexrt.model.enums import CompMode
+    if getattr(model, "comp_mode", None) is CompMode.COMP_MODE_INFERENCE:
+        print(f"flexrt {command}: warning: the script compiles for inference (comp_mode=INFERENCE); flexrt "
+              f"{command} costs a training iteration (forward, backward, update)", file=sys.stderr)
 
 
 def warn_megatron_shortfalls(base, machine, tensor, pipeline: int) -> None:

@@ -17,7 +17,7 @@ Every strategy here, the chosen algorithm's and the baselines it is compared wit
 
 from __future__ import annotations
 
-from flexrt.cli._common import (add_comm_cost_flag, add_fused_cost_flag, add_fusion_flag, add_json_flag,
+from flexrt.cli._common import (compiled_optimizer, simulated_kind, warn_inference, add_comm_cost_flag, add_fused_cost_flag, add_fusion_flag, add_json_flag,
                                 add_precision_flags, check_comm_cost, check_model_flags, comm_cost_model, count,
                                 emit_json, fused_cost_model, fused_result, fusion_arg, number, precision_arg,
                                 warn_data_parallel)
@@ -96,7 +96,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--cost", choices=("analytic", "profiled"), default="analytic")
     add_fused_cost_flag(parser)
     add_comm_cost_flag(parser)
-    parser.add_argument("--optimizer", choices=[k.short_name for k in OptimizerKind], default="sgd")
+    parser.add_argument("--optimizer", choices=[k.short_name for k in OptimizerKind],
+                        help="the optimizer whose state is costed (default: the script's compile(), else sgd)")
     parser.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     add_json_flag(parser)
 
@@ -182,7 +183,8 @@ def run(args, extra) -> int:
                                                   else ProfiledCostModel()))
     imported = args.import_file or cfg.import_strategy_file
     given = [load_strategy(imported, base, machine)] if imported else []  # JSON or FlexFlow text
-    optimizer = OptimizerKind.parse(args.optimizer)
+    optimizer = simulated_kind(*compiled_optimizer(loaded.model, args.optimizer)[:2])
+    warn_inference(loaded.model, NAME)
 
     warn_data_parallel(base, machine)  # the baseline compared with
     # the baselines compared with, then the requested algorithm: all through search()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from flexrt.cli._common import (add_comm_cost_flag, add_fused_cost_flag, add_fusion_flag, add_json_flag,
+from flexrt.cli._common import (compiled_optimizer, simulated_kind, warn_inference, add_comm_cost_flag, add_fused_cost_flag, add_fusion_flag, add_json_flag,
                                 add_precision_flags,
                                 add_pipeline_flags, check_comm_cost, check_model_flags, comm_cost_model, count,
                                 emit_json, fused_cost_model, fusion_arg, pipeline_arg, precision_arg, recompute_arg,
@@ -46,7 +46,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--cost", choices=("analytic", "profiled"), default="analytic")
     add_fused_cost_flag(parser)
     add_comm_cost_flag(parser)
-    parser.add_argument("--optimizer", choices=[k.short_name for k in OptimizerKind], default="sgd")
+    parser.add_argument("--optimizer", choices=[k.short_name for k in OptimizerKind],
+                        help="the optimizer whose state is costed (default: the script's compile(), else sgd)")
     parser.add_argument("--trace", metavar="FILE", help="write the timeline as Chrome trace JSON (Perfetto)")
     parser.add_argument("--taskgraph", metavar="FILE", help="write the task graph as Graphviz dot")
     add_json_flag(parser)
@@ -146,7 +147,8 @@ def _run(args, extra) -> int:
     base = precision_arg(args, loaded.model.pcg)
     cost = comm_cost_model(args, fused_cost_model(args, AnalyticCostModel() if args.cost == "analytic"
                                                   else ProfiledCostModel()))
-    optimizer = OptimizerKind.parse(args.optimizer)
+    optimizer = simulated_kind(*compiled_optimizer(loaded.model, args.optimizer)[:2])
+    warn_inference(loaded.model, NAME)
     if args.symmetric:
         result, strategy, sim, replicas = symmetric_simulation(args, extra, loaded, machine, cost, optimizer)
         return _report(args, loaded, machine, base, strategy, sim, result, None, {}, t0, replicas)

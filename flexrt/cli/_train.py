@@ -10,7 +10,7 @@ import io
 import json
 import statistics
 
-from flexrt.cli._common import (add_comm_cost_flag, add_json_flag, add_pipeline_flags, add_precision_flags,
+from flexrt.cli._common import (compiled_loss, compiled_optimizer, warn_inference, add_comm_cost_flag, add_json_flag, add_pipeline_flags, add_precision_flags,
                                 check_comm_cost, loss_scale_arg, precision_arg,
                                 check_model_flags, comm_cost_model, count, emit_json, number,
                                 pipeline_arg, recompute_arg, warn_data_parallel, write_text)
@@ -51,9 +51,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--backend", default="numpy", help=f"array backend: {' or '.join(BACKENDS)} (default numpy)")
     parser.add_argument("--mode", default="serial", help=f"executor: {' or '.join(MODES)} (default serial)")
     parser.add_argument("--steps", type=count(1), default=10, help="training iterations to run (default 10)")
-    parser.add_argument("--optimizer", choices=[k.short_name for k in OPTIMIZER_PARAMS], default="sgd")
-    parser.add_argument("--lr", type=number(above=0.0), default=0.01, help="learning rate (SGD lr, Adam alpha)")
-    parser.add_argument("--loss", choices=LOSSES, default=LOSSES[0])
+    parser.add_argument("--optimizer", choices=[k.short_name for k in OPTIMIZER_PARAMS],
+                        help="default: the script's compile() optimizer, else sgd")
+    parser.add_argument("--lr", type=number(above=0.0),
+                        help="learning rate (SGD lr, Adam alpha; default: the optimizer's, else 0.01)")
+    parser.add_argument("--loss", choices=LOSSES, help=f"default: the script's compile() loss, else {LOSSES[0]}")
     parser.add_argument("--cost", choices=("analytic", "profiled"), default="analytic",
                         help="cost model of the simulated times (profiled: time the NumPy kernels here)")
     add_comm_cost_flag(parser)
@@ -70,8 +72,7 @@ def _check_backend(name: str) -> None:
                           f"(or use --backend numpy)")
 
 
-def _session(args, strategy, machine, optimizer: OptimizerKind, loss: LossType) -> Session:
-    params = {"lr": args.lr} if optimizer is OptimizerKind.SGD else {"alpha": args.lr}
+def _session(args, strategy, machine, optimizer: OptimizerKind, params: dict, loss: LossType) -> Session:
     try:
         cost = comm_cost_model(args, AnalyticCostModel() if args.cost == "analytic" else ProfiledCostModel())
         return Session(strategy, machine, cost_model=cost, backend=args.backend, mode=args.mode,
@@ -128,8 +129,11 @@ def run(args, extra) -> int:
     strategy = recompute_arg(args, base, strategy)
     if args.recompute != "none":
         described += f", {args.recompute} recomputation"
-    loss = LossType.parse(args.loss)
-    session = _session(args, strategy, machine, OptimizerKind.parse(args.optimizer), loss)
+    loss, _ = compiled_loss(loaded.model, args.loss)
+    optimizer, params, _ = compiled_optimizer(loaded.model, args.optimizer, args.lr)
+    warn_inference(loaded.model, NAME)
+    args.chosen = f"{optimizer.short_name} {', '.join(f'{k} {v:g}' for k, v in params.items() if v)}, {loss.short_name}"
+    session = _session(args, strategy, machine, optimizer, params, loss)
     if not session.is_root:  # under MPI every rank trains; rank 0 reports and writes files
         with contextlib.redirect_stdout(io.StringIO()):
             _train(args, loaded, machine, session, described, loss)
@@ -150,7 +154,7 @@ def _train(args, loaded, machine, session, described, loss: LossType) -> int:
     if not args.json:
         print(f"model {loaded.name} (batch {batch}) on {machine.name}: {machine.num_devices} devices; "
               f"{described}; backend {args.backend}, "
-              f"{args.mode} executor; {args.optimizer} lr {args.lr}, {args.loss}"
+              f"{args.mode} executor; {args.chosen}"
               + ("; simulated AllReduces timed by measured T = C x + D" if args.comm_cost == "measured" else ""))
     steps = []
     result = None

@@ -28,7 +28,8 @@ class FFConfig:
     ``FFConfig()`` parses ``sys.argv[1:]`` as FlexFlow's does: it reads the flags it knows and leaves
     every other token to the script (``unknown_args``; the script's own argparse flags such as ``-a``),
     warning only about a token that looks like a mistyped flag. ``FFConfig(argv)`` (the CLI, tests)
-    parses the given list strictly: an unknown token is a ``ConfigError``. Either way a bad value of a
+    parses the given list strictly: an unknown token is a ``ConfigError`` (``tolerant=True`` leaves
+    it to the script, as for ``sys.argv``). Either way a bad value of a
     known flag raises ``ConfigError`` naming the flag and what is valid, and FlexFlow's flags that
     flexrt does not act on (``IGNORED_FLAGS``) are accepted with one ``FlagWarning`` each and kept in
     ``ignored_flags``. The value is immutable; ``with_values(batch_size=128)`` gives a changed copy.
@@ -68,8 +69,8 @@ class FFConfig:
     # tokens of sys.argv[1:] left to the script (always empty for an explicit argv)
     unknown_args: tuple[str, ...] = field(compare=False)
 
-    def __init__(self, argv: Optional[Sequence[str]] = None) -> None:
-        tolerant = argv is None
+    def __init__(self, argv: Optional[Sequence[str]] = None, *, tolerant: Optional[bool] = None) -> None:
+        tolerant = argv is None if tolerant is None else tolerant
         argv = tuple(sys.argv[1:] if argv is None else argv)
         parsed = parse_argv(argv, tolerant=tolerant)
         self._set(parsed.values, parsed.legion, argv, parsed.ignored, parsed.unknown)

@@ -39,7 +39,7 @@ from typing import Optional
 
 import numpy as np
 
-from flexrt.errors import ConfigError, StrategyError
+from flexrt.errors import ConfigError, GraphError, StrategyError
 from flexrt.ir.op_type import OpType
 from flexrt.ir.pcg import PCG
 from flexrt.ir.registry import op_def
@@ -186,6 +186,7 @@ class Session:
         self.predicted: SimResult = self.simulator.full(strategy)
         self.loss_output = self.simulator.lowering.loss_node
         out_type = strategy.wiring().nodes[self.loss_output].op_type
+        self._check_loss_output(loss)
         if loss in CROSS_ENTROPIES and out_type is not OpType.SOFTMAX and _is_root(comm):
             _warn_once(f"loss {loss.short_name!r} scores the model's output operator '{self.loss_output}' "
                        f"({out_type.value}), which is not a softmax: training uses FlexFlow's gradient "
@@ -217,6 +218,19 @@ class Session:
         self.executor.penalties = self._checked_penalties(penalties or {})
         self.load_weights(weights if weights is not None else initial_weights(self.base, seed))
         self.last: Optional[IterationResult] = None
+
+    def _check_loss_output(self, loss: LossType) -> None:
+        """A cross-entropy scores a [batch, classes] output: refuse one of rank 1 (one value per
+        sample) before anything runs, naming the output and the losses that take it."""
+        try:
+            node = self.base.node_by_name(self.loss_output)
+        except GraphError:  # (a strategy holding its own graph: its node names may differ)
+            return
+        dims = [d.size for d in self.base.output_shapes(node.id)[0].dims]
+        if loss in CROSS_ENTROPIES and len(dims) < 2:
+            raise ConfigError(f"loss {loss.short_name!r} scores output '{self.loss_output}' of shape {list(dims)}, one "
+                              f"value per sample; a cross-entropy needs [batch, classes]: use loss identity or "
+                              f"mean_squared_error_avg (--loss)")
 
     def _checked_penalties(self, penalties: dict) -> dict:
         """By the graph's weights: a folded weight's parts must carry one penalty (or none)."""

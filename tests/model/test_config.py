@@ -119,7 +119,7 @@ def test_config_unknown_flag_suggests_close_spelling():
     (["--lr", "nan"], "flag --lr got 'nan'; valid: a number > 0 (finite)"),
     (["--wd", "-0.1"], "flag --wd got -0.1; valid: a number >= 0"),
     (["--alpha", "0"], "flag --alpha got 0.0; valid: a number > 0"),
-    (["--budget", "-1"], "flag --budget got -1; valid: an integer >= 0"),
+    (["--budget", "-1"], "flag --budget got -1; valid: an integer between 0 and 10,000,000"),
     (["-ll:gpu", "0"], "flag -ll:gpu got 0; valid: an integer >= 1"),
     (["-ll:gpu", "two"], "flag -ll:gpu got 'two'"),
     (["--search-num-workers", "0"], "flag --search-num-workers got 0; valid: an integer >= 1"),
