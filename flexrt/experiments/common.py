@@ -12,6 +12,7 @@ import time
 from typing import Any, Optional
 
 from flexrt.experiments.kinds import REQUIRED, Param, SkipRun
+from flexrt.inputs import clip
 from flexrt.ir.precision import Precision
 from flexrt.ir.registry import AxisKind
 from flexrt.machine import load_machine, preset_names
@@ -81,6 +82,27 @@ def machine_problem(name: str, devices: int) -> Optional[str]:
     if devices % per_node == 0 and devices // per_node > MAX_NODES:
         return (f"{devices} devices are {devices // per_node:,} nodes of {name} ({per_node} devices per node); a "
                 f"machine has at most {MAX_NODES:,} nodes (flexrt.machine.limits.MAX_NODES)")
+    return None
+
+
+def model_flags_problem(model: str, seq_length: int = 0, extra: tuple[str, ...] = ()) -> Optional[str]:
+    """What building zoo model ``model`` with these flags (``pcg_of``'s) would refuse of them, said
+    before any run (None: nothing): a flag neither the script nor FFConfig takes, a bad value."""
+    flags = (*extra, *(("--seq-length", str(seq_length)) if seq_length else ()))
+    return _flags_problem(model, tuple(flags)) if flags else None
+
+
+@functools.cache
+def _flags_problem(model: str, flags: tuple) -> Optional[str]:
+    from flexrt.errors import ConfigError
+    from flexrt.model.config import FFConfig
+    from flexrt.model.loader import script_build_model, split_script_flags
+    try:
+        build = script_build_model(model)
+        rest = split_script_flags(build, flags)[0] if build else list(flags)
+        FFConfig(rest, tolerant=build is None)
+    except ConfigError as e:
+        return f"model {model}: {clip(str(e), 160)}"
     return None
 
 

@@ -322,13 +322,18 @@ def _machine_file(path: str) -> None:
 
 
 def _check_run(r: _Reader, k: Kind, inputs: dict, combo: dict, fixed: dict, line: int, field: str) -> None:
-    """The kind's check of one run's inputs together (``Kind.check``), and of its machine and devices
-    (``common.machine_problem``): our error at the run's line, naming where its values are given and
+    """The kind's check of one run's inputs together (``Kind.check``), of its machine and devices
+    (``common.machine_problem``) and of its model's flags (``common.model_flags_problem``): our
+    error at the run's line, naming where its values are given and
     the values the file gives."""
     problem = k.check(inputs) if k.check is not None else None
     if not problem and "machine" in inputs and "devices" in inputs:
         from flexrt.experiments.common import machine_problem
         problem = machine_problem(inputs["machine"], inputs["devices"])
+    if not problem and "model" in inputs:
+        from flexrt.experiments.common import model_flags_problem
+        problem = model_flags_problem(inputs["model"], inputs.get("seq_length") or 0,
+                                      tuple(inputs.get("model_flags") or ()))
     if problem:
         at = min((ln for _, ln in combo.values()), default=line)
         given = ", ".join(f"{n}: {short(v)}" for n, v in sorted(inputs.items()) if n in combo or n in fixed)

@@ -1,8 +1,8 @@
 """Bad output paths, experiment files whose runs could not run, and readers found by a sweep of
 malformed inputs (the corpus of ``badinput.py``): where a command writes (``run --output``,
 ``search --plot / --export``, ``accuracy --output``, ``substitutions generate --output``) is
-refused before any work; an experiment's machine files, search options and device counts are
-checked when the file loads, a folder holding another experiment's results is refused on
+refused before any work; an experiment's machine files, search options, device counts and
+model flags are checked when the file loads, a folder holding another experiment's results is refused on
 ``--resume``, and a run of which every run was skipped is no success; fused-sample files go through
 the readers every other file does; huge budgets are refused with the limit; a number YAML read as text says so."""
 
@@ -95,6 +95,10 @@ CASES = [
          r"m\.yaml:\d+: field 'links\.nvlink\.bandwidth': expected a positive number \(GB/s\), got -25",
          {"e.yaml": _search_exp("e", "{budget: 3}", "{model: [mlp], devices: [8], machine: [m.yaml]}"),
           "m.yaml": _machine(bw=("bandwidth: 25", "bandwidth: -25"))}),
+    case("run-model-flag-the-script-lacks", "run {e.yaml} --output {dir}/out",
+         r"e\.yaml:\d+: field 'axes': run kind 'search_speedup': model mlp: unknown flag '--seq-length'",
+         {"e.yaml": _search_exp("e", "{machine: dgx1_v100, budget: 3}",
+                                "{model: [mlp], devices: [8], seq_length: [5]}")}),
     case("run-budget-huge", "run {e.yaml} --output {dir}/out",
          r"e\.yaml:6: field 'params\.budget'.*10000000",
          {"e.yaml": _search_exp("e", "{machine: dgx1_v100, budget: 1000000000000}", "{model: [mlp], devices: [8]}")}),
