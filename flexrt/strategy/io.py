@@ -231,8 +231,13 @@ def _config_strategy(data: dict, base: Optional[PCG], machine: Machine, source: 
         raise StrategyError(f"{source}: a per-operator strategy needs the model it was made for")
     model_hash = check_type(data["model_hash"], str, f"{source}: model_hash", StrategyError)
     if not made_for(model_hash, base):
+        ops = data.get("operators")
+        names = {op.get("name") for op in ops if isinstance(op, dict)} if isinstance(ops, list) else set()
+        same = names and names == {n.name for n in base.nodes if is_compute(n)}
+        hint = ("; its operators are this model's, with other shapes or attributes: another batch size, "
+                "sequence length or layer size?") if same else ""
         raise StrategyError(f"{source}: the strategy was made for another model (PCG hash "
-                            f"{short(model_hash)} vs this model's {base.structural_hash()})")
+                            f"{short(model_hash)} vs this model's {base.structural_hash()}){hint}")
     configs: dict[int, OpConfig] = {}
     first: dict[int, int] = {}  # node id -> index of its entry
     for i, op in enumerate(check_type(data["operators"], list, f"{source}: operators", StrategyError)):

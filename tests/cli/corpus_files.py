@@ -199,7 +199,10 @@ STRATEGY_JSON = [
     strategy("unknown-top-key", _set("comment", "hi"), rf"s\.json: unknown key 'comment'; {TOP_KEYS}"),
     strategy("model-hash-int", _set("model_hash", 7), r"s\.json: model_hash must be a string, got 7 \(int\)"),
     strategy("model-hash-other", _set("model_hash", "0" * 32),
-             r"s\.json: the strategy was made for another model \(PCG hash '0{32}' vs this model's [0-9a-f]{32}\)"),
+             r"s\.json: the strategy was made for another model \(PCG hash '0{32}' vs this model's [0-9a-f]{32}\); "
+             r"its operators are this model's, with other shapes or attributes: another batch size"),
+    strategy("other-batch", lambda d: d, r"s\.json: the strategy was made for another model .*another batch size",
+             argv="simulate mlp -b 32 --machine dgx1_v100 --strategy"),
     # -- machine
     strategy("machine-list", _set("machine", [1, 8]), r"s\.json: machine must be a mapping, got \[1, 8\] \(list\)"),
     strategy("machine-unknown-key", _set("machine/gpus", 8),
