@@ -22,6 +22,7 @@ Entry points: ``PyTorchModel``, ``file_to_ff``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -42,13 +43,24 @@ def _torch():
 class PyTorchModel:
     """FlexFlow's ``PyTorchModel(model, is_hf_model=False, input_names=None, batch_size=1,
     seq_length=None)``: ``model`` is a ``torch.nn.Module``; the other arguments are FlexFlow's
-    HuggingFace tracing options (``is_hf_model=True`` needs the ``transformers`` package)."""
+    HuggingFace tracing options (``is_hf_model=True`` needs the ``transformers`` package).
 
-    def __init__(self, model, is_hf_model: bool = False, input_names: Sequence[str] | None = None,
-                 batch_size: int = 1, seq_length: Any | None = None) -> None:
-        torch = _torch()
-        if not isinstance(model, torch.nn.Module):
-            raise ConfigError(f"PyTorchModel: model must be a torch.nn.Module, got {type(model).__name__}")
+    FlexFlow's older form (r21.09 and before) is accepted too: ``PyTorchModel(filename)`` (a file of
+    FlexFlow's format, no torch needed) or ``PyTorchModel(model=module)``, then
+    ``apply(ffmodel, input_tensors)``."""
+
+    def __init__(self, model=None, is_hf_model: bool = False, input_names: Sequence[str] | None = None,
+                 batch_size: int = 1, seq_length: Any | None = None, *, filename: str | None = None) -> None:
+        if isinstance(model, (str, os.PathLike)):   # the older PyTorchModel(filename)
+            model, filename = None, model
+        if model is None and filename is None:
+            raise ConfigError("PyTorchModel: give a torch.nn.Module (or, FlexFlow's older form, the file "
+                              "torch_to_file wrote)")
+        self.filename = None if filename is None else os.fspath(filename)
+        if model is not None:
+            torch = _torch()
+            if not isinstance(model, torch.nn.Module):
+                raise ConfigError(f"PyTorchModel: model must be a torch.nn.Module, got {type(model).__name__}")
         self.model = model
         self.is_hf_model = bool(is_hf_model)
         self.input_names = input_names
@@ -58,6 +70,9 @@ class PyTorchModel:
     # ---- tracing -------------------------------------------------------------------------------
     def _graph_module(self):
         from flexrt.torch import _fx
+        if self.model is None:
+            raise ConfigError(f"PyTorchModel({self.filename!r}) holds a file, not a module: build it with "
+                              f"apply(ffmodel, inputs) or file_to_ff")
         if not self.is_hf_model:
             return _fx.trace(self.model)
         try:
@@ -115,6 +130,13 @@ class PyTorchModel:
         return build(ffmodel, nodes, list(input_tensors))
 
     to_ff = torch_to_ff   # FlexFlow's mt5 README calls it so
+
+    def apply(self, ffmodel, input_tensors: Sequence[Any]) -> list:
+        """FlexFlow's older entry point: the layers of the file given (``PyTorchModel(filename)``),
+        else of the module, added to ``ffmodel``."""
+        if self.filename is not None and self.model is None:
+            return self.file_to_ff(self.filename, ffmodel, input_tensors)
+        return self.torch_to_ff(ffmodel, input_tensors)
 
     @staticmethod
     def file_to_ff(filename: str, ffmodel, input_tensors: Sequence[Any]) -> list:

@@ -222,3 +222,25 @@ class _Param(nn.Module):
 def test_needs_a_module():
     with pytest.raises(ConfigError, match="must be a torch.nn.Module"):
         PyTorchModel(object())
+
+
+def test_flexflows_older_api_builds_the_same_graph(tmp_path):
+    """FlexFlow r21.09's form: fx.torch_to_flexflow(module, file), then PyTorchModel(file) (or
+    PyTorchModel(model=module)).apply(ffmodel, inputs): the graph torch_to_ff builds."""
+    from flexrt.torch import fx
+    model, _, _ = make("cnn")
+    path = tmp_path / "cnn.ff"
+    fx.torch_to_flexflow(model, str(path))
+
+    def applied(pm):
+        m = FFModel(FFConfig(["-b", str(BATCH)]))
+        x = m.create_tensor([BATCH, 3, 8, 8], DataType.DT_FLOAT)
+        m.softmax(pm.apply(m, [x])[0], name="prob")
+        return [(n.name, n.attrs) for n in m.pcg.nodes]
+    want, _, _ = build(PyTorchModel(model), MODELS["cnn"][1])
+    assert applied(PyTorchModel(str(path))) == applied(PyTorchModel(model=model)) == \
+        [(n.name, n.attrs) for n in want.pcg.nodes]
+    with pytest.raises(ConfigError, match="holds a file, not a module"):
+        PyTorchModel(filename=str(path)).torch_to_file(str(tmp_path / "again.ff"))
+    with pytest.raises(ConfigError, match="give a torch.nn.Module"):
+        PyTorchModel()
