@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as cf
 import os
-import pickle
 import re
 import shutil
 import subprocess
@@ -37,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
+from flexrt.keras.datasets._synthetic import write_datasets
 
 # FlexFlow Serve's incremental-decoding and sampling operators: inference-only, out of scope.
 OUT_OF_SCOPE = {
@@ -108,40 +107,6 @@ def rename_imports(text: str) -> str:
     if re.search(r"^\s*import flexrt\b", text, re.M):
         text = re.sub(r"\bflexflow\.(core|keras)\b", r"flexrt.\1", text)
     return text
-
-
-def _images(rng, labels, shape) -> np.ndarray:
-    """uint8 images that a classifier can learn: per class a fixed random template, plus noise."""
-    templates = rng.integers(0, 256, (10, *shape))
-    noise = rng.integers(0, 256, (len(labels), *shape))
-    return ((templates[labels] * 3 + noise) // 4).astype(np.uint8)
-
-
-def write_datasets(home: Path, seed: int = 0) -> None:
-    """MNIST, CIFAR-10 and Reuters in the files and formats Keras caches. The contents are synthetic but
-    learnable (class templates plus noise), so that scripts asserting an accuracy can pass."""
-    rng = np.random.default_rng(seed)
-    d = home / "datasets"
-    d.mkdir(parents=True, exist_ok=True)
-    y_train, y_test = rng.integers(0, 10, 60000), rng.integers(0, 10, 10000)
-    np.savez(d / "mnist.npz", x_train=_images(rng, y_train, (28, 28)), y_train=y_train.astype(np.uint8),
-             x_test=_images(rng, y_test, (28, 28)), y_test=y_test.astype(np.uint8))
-    c = d / "cifar-10-batches-py"
-    c.mkdir(exist_ok=True)
-    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
-        labels = rng.integers(0, 10, 10000)
-        batch = {b"data": _images(rng, labels, (3072,)), b"labels": labels.tolist()}
-        with open(c / name, "wb") as f:
-            pickle.dump(batch, f, protocol=2)
-    # Reuters: 11228 newswires over 46 topics; each topic favours its own 20 of the 1000 most common words.
-    topics = rng.integers(0, 46, 11228)
-    vocab = rng.integers(1, 990, (46, 20))
-    wires = np.empty(len(topics), dtype=object)
-    for i, t in enumerate(topics):
-        n = int(rng.integers(20, 120))
-        own = vocab[t][rng.integers(0, 20, n)]
-        wires[i] = [int(w) for w in np.where(rng.random(n) < 0.7, own, rng.integers(1, 5000, n))]
-    np.savez(d / "reuters.npz", x=wires, y=topics.astype(np.int64))
 
 
 def suite_root(flexflow: Path, suite: str) -> Path:

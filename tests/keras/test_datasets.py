@@ -433,3 +433,51 @@ def test_flexflow_style_imports():
     from flexrt.keras.datasets import cifar10 as c
     from flexrt.keras.datasets import mnist as m
     assert flexrt.keras.datasets.mnist is m and callable(c.load_data)
+
+
+# ---- under the flexrt command ----------------------------------------------------------------------
+
+SCRIPT = """\
+from flexrt.keras.datasets import {name}
+from flexrt.keras.layers import Dense, Flatten, Input
+from flexrt.keras.models import Model
+import flexrt.keras.optimizers
+
+(x_train, y_train), _ = {name}.load_data()
+inp = Input(shape=x_train.shape[1:], dtype="float32")
+out = Dense(10, activation="softmax")(Flatten()(inp) if len(x_train.shape) > 2 else inp)
+model = Model(inp, out)
+model.compile(optimizer=flexrt.keras.optimizers.SGD(0.01), loss="sparse_categorical_crossentropy")
+model.fit(x_train, y_train, epochs=1)
+"""
+
+
+@pytest.mark.parametrize("name, shape", [("mnist", "[8, 28, 28]"), ("cifar10", "[8, 3, 32, 32]")])
+def test_the_flexrt_command_builds_a_script_on_synthetic_data_when_its_data_set_is_absent(
+        tmp_path, monkeypatch, capsys, name, shape):
+    """A Keras script loading its data set before compile: without the files, ``flexrt show`` builds
+    the model on synthetic data of the real shapes (never downloading: the data is never read), says
+    so once; outside the command the loader still refuses, naming the file."""
+    from flexrt.cli import main
+    monkeypatch.setenv("FLEXRT_CACHE_DIR", str(tmp_path / "cache"))
+
+    def no_network(url, out, desc):
+        raise AssertionError(f"the flexrt command tried to download {url}")
+
+    monkeypatch.setattr(_files, "fetch", no_network)
+    script = tmp_path / f"{name}_script.py"
+    script.write_text(SCRIPT.format(name=name))
+    assert main(["show", str(script), "-b", "8"]) == 0
+    out, err = capsys.readouterr()
+    assert shape in out and "is not on this host; the flexrt command builds the model on synthetic data" in err
+    assert main(["show", str(script), "-b", "8"]) == 0     # said once
+    assert "synthetic" not in capsys.readouterr().err
+    monkeypatch.setattr(_files, "fetch", lambda url, out, desc: (_ for _ in ()).throw(
+        urllib.error.URLError("no network")))
+    with pytest.raises(DatasetError, match="is missing"):
+        getattr(flexrt_datasets(), name).load_data()
+
+
+def flexrt_datasets():
+    import flexrt.keras.datasets as d
+    return d

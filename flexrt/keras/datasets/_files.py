@@ -8,7 +8,9 @@
    ``KERAS_HOME``), so a file Keras already downloaded is reused under its Keras name;
 3. with ``untar``, a tarball already in one of those folders (``<fname>.tar.gz``, Keras' name, or
    the name in the URL), unpacked into Keras' cache;
-4. else a download from ``origin`` into Keras' cache: a temporary file with a progress bar on
+4. under the ``flexrt`` command (a model captured up to its ``compile``: its data is never read),
+   the synthetic stand-in of ``flexrt.keras.datasets._synthetic``;
+5. else a download from ``origin`` into Keras' cache: a temporary file with a progress bar on
    stderr, its md5 or sha256 (by the length of ``file_hash``) checked, then renamed into place so
    that a broken download never leaves a file behind.
 
@@ -111,6 +113,12 @@ def get_file(fname: str, origin: str, file_hash: str | None = None, untar: bool 
                 if (d / name).is_file():
                     return extract_tar(d / name, cache, fname)
                 looked.append((d / name, what))
+    from flexrt.model import _capture
+    if _capture.active() is not None:   # the flexrt command: no download, the data is never read
+        from flexrt.keras.datasets._synthetic import synthetic_file
+        synthetic = synthetic_file(fname)
+        if synthetic is not None:
+            return synthetic
     dest = cache / (fname + ".tar.gz" if untar else fname)
     try:
         download(origin, dest, file_hash)
