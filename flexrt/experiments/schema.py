@@ -241,7 +241,8 @@ class _Reader:
             if name not in k.param_names:
                 raise self.error(self.line(m, name), f"{path}.{name}", f"run kind {k.name!r} takes no parameter "
                                  f"{short(name)}; valid: {', '.join(k.param_names)}")
-            p, fpath, fline = k.param(name), f"{path}.{name}", self.line(m, name)
+            p, fline = k.param(name), self.line(m, name)
+            fpath = getattr(m, "key_paths", {}).get(name, f"{path}.{name}")   # a variant's own keys: its section
             if lists:
                 seq = self.sequence(m[name], fline, fpath, f"a list of values of {name} (an axis)")
                 if not seq:
@@ -272,10 +273,12 @@ def _merged(r: _Reader, top: LineMap, variant: str) -> tuple[Any, Any, Any, int,
             return base
         new = r.mapping(section[key], r.line(section, key), f"{variant}.{key}")
         if base is None:
+            new.key_paths = {name: f"{variant}.{key}.{name}" for name in new}
             return new
         merged = LineMap(r.mapping(base, r.line(top, key), key))
         merged.line, merged.key_lines = new.line, {**base.key_lines, **new.key_lines}
         merged.update(new)
+        merged.key_paths = {name: f"{variant}.{key}.{name}" for name in new}   # where the section gave them
         return merged
     runs_path = f"{variant}.runs" if "runs" in section else "runs"
     return over(params, "params"), over(axes, "axes"), section.get("runs", runs), section.line, runs_path

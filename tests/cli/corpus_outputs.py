@@ -113,6 +113,9 @@ CASES = [
     case("run-resume-results-not-rows", "run {ok.yaml} --resume --output {dir}/out",
          r"out/results\.jsonl:1: not a result row of flexrt run", {"ok.yaml": BUBBLE},
          setup=_results("out", "[1, 2]\n{}\n")),
+    case("run-tiny-section-names-its-field", "run {ok.yaml} --output {dir}/out",
+         r"ok\.yaml:\d+: field 'tiny\.axes\.schedule\[0\]': unknown schedule 'bogus'",
+         {"ok.yaml": BUBBLE + "tiny:\n  axes: {schedule: [bogus]}\n"}),
     # fused-sample files through the common readers
     case("fusion-samples-not-utf8", f"{EVALUATE} {{s.jsonl}}", r"s\.jsonl:\d+: not valid UTF-8",
          {"s.jsonl": bytes(range(256))}),

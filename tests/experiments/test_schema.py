@@ -146,7 +146,7 @@ def test_every_variant_is_checked_whichever_runs():
                             "{stages: 4, micro_batches: 8, schedule: interleaved, chunks: 0}")
     assert "field 'runs[0].chunks' must be between 1 and 16, got 0" in error_of(runs_bad, "quick")
     quick_bad = GOOD.replace("  axes: {stages: [2]}", "  axes: {stages: [0]}")
-    assert "demo.yaml:13: field 'axes.stages[0]' must be between 1 and 64, got 0" in error_of(quick_bad, "full")
+    assert "demo.yaml:13: field 'quick.axes.stages[0]' must be between 1 and 64, got 0" in error_of(quick_bad, "full")
 
 
 def test_a_missing_variant_is_named():
