@@ -184,23 +184,27 @@ def _bracket_depth(text: str) -> int:
     return depth
 
 
-def parse_json(text: str, where: str, error: type = ConfigError, max_depth: int = MAX_DEPTH) -> Any:
-    """A JSON document (see the module doc); ``where`` names the file in messages."""
+def parse_json(text: str, where: str, error: type = ConfigError, max_depth: int = MAX_DEPTH,
+               line: Optional[int] = None) -> Any:
+    """A JSON document (see the module doc); ``where`` names the file in messages. ``line``: the
+    text is that one line of a JSON-lines file (messages say ``where:line:column``)."""
+    place = where if line is None else f"{where}:{line}"
     # nesting is checked on the text first (json.loads itself recurses once per level): strings are
     # cut out, then the brackets left are counted
     if _bracket_depth(text) > max_depth:
-        raise error(f"{where}: nested more than {max_depth} levels deep; flexrt's files need far fewer")
+        raise error(f"{place}: nested more than {max_depth} levels deep; flexrt's files need far fewer")
     try:
-        return json.loads(text, object_pairs_hook=_no_repeats(where, error), parse_constant=_no_constant)
+        return json.loads(text, object_pairs_hook=_no_repeats(place, error), parse_constant=_no_constant)
     except json.JSONDecodeError as e:
-        raise error(f"{where}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
+        at = f"{where}:{e.lineno}:{e.colno}" if line is None else f"{place}:{e.colno}"
+        raise error(f"{at}: invalid JSON: {e.msg}") from None
     except FlexrtError:
         raise
     except ValueError as e:  # NaN / Infinity, or an integer of more digits than Python converts
         if "digits" in str(e):
-            raise error(f"{where}: invalid JSON: an integer of more than {sys.get_int_max_str_digits()} digits; "
+            raise error(f"{place}: invalid JSON: an integer of more than {sys.get_int_max_str_digits()} digits; "
                         f"no value flexrt reads needs one") from None
-        raise error(f"{where}: invalid JSON: {e}") from None
+        raise error(f"{place}: invalid JSON: {e}") from None
 
 
 def parse_yaml(text: str, where: str, loader, error: type = ConfigError, max_depth: int = MAX_DEPTH,

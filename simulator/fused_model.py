@@ -158,10 +158,7 @@ def load_samples(path) -> list[FusedSample]:
     for n, line in enumerate(read_text(path, "samples file").splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            data = parse_json(line, f"{path}:{n}")
-        except ConfigError as e:   # (one line: the parser's own line 1 is dropped from the place)
-            raise ConfigError(str(e).replace(f"{path}:{n}:1:", f"{path}:{n}:", 1)) from None
+        data = parse_json(line, str(path), line=n)
         out.append(FusedSample.from_json(check_type(data, dict, f"{path}:{n}"), f"{path}:{n}"))
     return out
 

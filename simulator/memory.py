@@ -131,9 +131,13 @@ class Buffers:
         if missing:
             raise StrategyError(f"plan: parts of {missing[0][0]} read buffers no task writes")
         never = self._never_aliased(tasks)
-        self.alias = self._aliases(assembled, never)
+        part_uses: dict[BufId, int] = defaultdict(int)    # source buffer -> the parts reading it
+        for ps in self.parts.values():
+            for p in ps:
+                part_uses[(p.src, p.device)] += 1
+        self.alias = self._aliases(assembled, never, part_uses)
         self.persistent = {bid for bid in self.decl if bid[0].kind is BufKind.WEIGHT or bid[1] == HOST}
-        self._accumulations(tasks, assembled, never, end)
+        self._accumulations(tasks, assembled, never, part_uses, end)
         self._reads_and_writes(tasks)
         self.weight_instances = sorted({(a.weight.key, a.weight.device): a.weight for t in tasks
                                         if isinstance((a := t.action), Update)}.values(), key=lambda b: repr(b.key))
@@ -159,13 +163,10 @@ class Buffers:
                              if any((p.src, p.device) in private for p in self.parts.get((b.key, b.device), ())))
         return never
 
-    def _aliases(self, assembled: dict, never: set) -> dict:
+    def _aliases(self, assembled: dict, never: set, uses: dict) -> dict:
         """One exact part on the same device makes a buffer its source; never for buffers summed in
-        place (ring members) unless their source has no other reader, nor for ``never``."""
-        uses: dict[BufId, int] = defaultdict(int)
-        for ps in self.parts.values():
-            for p in ps:
-                uses[(p.src, p.device)] += 1
+        place (ring members) unless their source has no other reader (``uses``: parts per source),
+        nor for ``never``."""
         alias: dict[BufId, BufId] = {}
         for bid in assembled:
             ps = self.parts.get(bid, [])
@@ -182,7 +183,7 @@ class Buffers:
             alias[bid] = (p.src, p.device)
         return alias
 
-    def _accumulations(self, tasks, assembled: dict, never: set, end) -> None:
+    def _accumulations(self, tasks, assembled: dict, never: set, part_uses: dict, end) -> None:
         """Gradients summed as their contributions come (``accumulated``), as FlexFlow's backward
         kernels accumulate into one gradient buffer: a buffer (not an alias, nor in ``never``) whose
         parts all add, and at least two of them contributions holding more bytes than the buffer
@@ -192,18 +193,16 @@ class Buffers:
         device by a task other than its assembler, or a transfer from another device (a gradient
         or a partial sum). They are added in a fixed order, that of their producers' predicted ends
         (``end``: per task; None: the tasks' order), then task ids, so that every dispatch of a
-        plan (and every plan of one timeline) makes the same sum; one produced earlier than predicted waits for those before it. The other parts
-        are added by the assembling task, after them."""
+        plan (and every plan of one timeline) makes the same sum; one produced earlier than
+        predicted waits for those before it. The other parts are added by the assembling task,
+        after them."""
         writer: dict[BufId, int] = {}
-        uses: dict[BufId, int] = defaultdict(int)
+        uses = defaultdict(int, part_uses)           # parts and direct reads per buffer
         for i, t in enumerate(tasks):
             for b in _written(t.action):
                 writer[(b.key, b.device)] = i
             for b in self._read(t.action):
                 uses[(b.key, b.device)] += 1
-        for ps in self.parts.values():
-            for p in ps:
-                uses[(p.src, p.device)] += 1
         aliased = set(self.alias.values())
 
         def contribution(src, w, i) -> bool:
@@ -651,17 +650,14 @@ def replay(buffers: Buffers, start, end, optimizer_state: int = 0, state_held: b
                           {d: int(mem.allocated[d]) for d in devices})
 
 
-def memory_timeline(graph, start, end, optimizer_state: int = 0, state_held: bool = True,
-                    order=None) -> MemoryTimeline:
+def memory_timeline(graph, start, end, optimizer_state: int = 0, state_held: bool = True) -> MemoryTimeline:
     """``replay`` of a simulated timeline of ``graph`` (lowered with detail): ``start`` and ``end``
-    map each task id to seconds (a dict, or an array indexed by task id). ``order`` is the tasks'
-    order (ids: the plan's, in which summed gradients take their contributions); by default the ids'
-    order."""
-    ids = list(order) if order is not None else graph.ids()
+    map each task id to seconds (a dict, or an array indexed by task id)."""
+    ids = graph.ids()
     buffers = Buffers(graph, [graph.task(t) for t in ids], [end[t] for t in ids] if graph.detail else None)
     return replay(buffers, [start[t] for t in ids], [end[t] for t in ids], optimizer_state, state_held)
 
 
-def peak_memory(graph, start, end, optimizer_state: int = 0, state_held: bool = True, order=None) -> dict[int, int]:
+def peak_memory(graph, start, end, optimizer_state: int = 0, state_held: bool = True) -> dict[int, int]:
     """Per device, the peak bytes of live buffers over a simulated timeline (see ``memory_timeline``)."""
-    return memory_timeline(graph, start, end, optimizer_state, state_held, order).peak_bytes
+    return memory_timeline(graph, start, end, optimizer_state, state_held).peak_bytes

@@ -251,12 +251,10 @@ class Simulator:
 
     def memory_timeline(self, ids, start, end) -> MemoryTimeline:
         """Live bytes per device along the timeline ``start``, ``end`` (per task of ``ids``) of the last
-        simulated task graph, every iteration's optimizer state held (``flexrt.simulator.memory``),
-        the tasks in the predicted order (``schedule``: the runtime's plan's)."""
+        simulated task graph, every iteration's optimizer state held (``flexrt.simulator.memory``)."""
         ids = np.asarray(ids).tolist()
         return memory_timeline(self.graph, dict(zip(ids, np.asarray(start).tolist())),
-                               dict(zip(ids, np.asarray(end).tolist())), self.state_factor(),
-                               order=self.schedule().task_ids)
+                               dict(zip(ids, np.asarray(end).tolist())), self.state_factor())
 
     def state_factor(self) -> int:
         """Weight-sized arrays of optimizer state per weight: the optimizer's, and under ``2bw`` the

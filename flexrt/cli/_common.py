@@ -268,7 +268,7 @@ def check_model_flags(command: str, model: str, flags: Sequence[str],
 
 
 def compiled_optimizer(model, flag: Optional[str], lr: Optional[float] = None) -> tuple:
-    """(OptimizerKind, parameters, where it came from) of a command: ``flag`` (``--optimizer``)
+    """(OptimizerKind, parameters) of a command: ``flag`` (``--optimizer``)
     where given, with ``lr`` (``--lr``, else 0.01) as its rate; else what the script passed to
     ``compile`` (``model``: the loaded FFModel; FlexFlow's simulator and runtime take the model's
     own optimizer), its rate replaced by ``lr`` where given; else SGD. A simulator reads only the
@@ -277,14 +277,14 @@ def compiled_optimizer(model, flag: Optional[str], lr: Optional[float] = None) -
     if flag is not None:
         kind = OptimizerKind.parse(flag)
         rate = 0.01 if lr is None else lr
-        return kind, ({"alpha": rate} if kind is OptimizerKind.ADAM else {"lr": rate}), "--optimizer"
+        return kind, ({"alpha": rate} if kind is OptimizerKind.ADAM else {"lr": rate})
     opt = getattr(model, "_optimizer", None)
     if opt is None:
-        return OptimizerKind.SGD, {"lr": 0.01 if lr is None else lr}, "default"
+        return OptimizerKind.SGD, {"lr": 0.01 if lr is None else lr}
     kind, params = optimizer_args(opt)
     if lr is not None:
         params["lr" if kind is OptimizerKind.SGD else "alpha"] = lr
-    return kind, params, "the script's compile"
+    return kind, params
 
 
 def simulated_kind(kind: OptimizerKind, params: dict) -> OptimizerKind:
@@ -292,16 +292,14 @@ def simulated_kind(kind: OptimizerKind, params: dict) -> OptimizerKind:
     return OptimizerKind.MOMENTUM if kind is OptimizerKind.SGD and params.get("momentum") else kind
 
 
-def compiled_loss(model, flag: Optional[str]) -> tuple:
-    """(LossType, where it came from): ``--loss`` where given, else the script's ``compile``'s loss,
+def compiled_loss(model, flag: Optional[str]):
+    """The LossType of a command: ``--loss`` where given, else the script's ``compile``'s loss,
     else sparse categorical cross-entropy (FlexFlow's default)."""
     from flexrt.kernels.losses import LossType
     if flag is not None:
-        return LossType.parse(flag), "--loss"
+        return LossType.parse(flag)
     chosen = getattr(model, "loss_type", None)
-    if chosen is not None:
-        return chosen, "the script's compile"
-    return LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, "default"
+    return chosen if chosen is not None else LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY
 
 
 def warn_inference(model, command: str) -> None:

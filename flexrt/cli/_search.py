@@ -17,10 +17,10 @@ Every strategy here, the chosen algorithm's and the baselines it is compared wit
 
 from __future__ import annotations
 
-from flexrt.cli._common import (compiled_optimizer, simulated_kind, warn_inference, add_comm_cost_flag, add_fused_cost_flag, add_fusion_flag, add_json_flag,
-                                add_precision_flags, check_comm_cost, check_model_flags, comm_cost_model, count,
-                                emit_json, fused_cost_model, fused_result, fusion_arg, number, precision_arg,
-                                warn_data_parallel)
+from flexrt.cli._common import (add_comm_cost_flag, add_fused_cost_flag, add_fusion_flag, add_json_flag,
+                                add_precision_flags, check_comm_cost, check_model_flags, comm_cost_model,
+                                compiled_optimizer, count, emit_json, fused_cost_model, fused_result, fusion_arg,
+                                number, precision_arg, simulated_kind, warn_data_parallel, warn_inference)
 from flexrt.errors import ConfigError
 from flexrt.inputs import writable_file
 from flexrt.kernels.optimizers import OptimizerKind
@@ -183,7 +183,7 @@ def run(args, extra) -> int:
                                                   else ProfiledCostModel()))
     imported = args.import_file or cfg.import_strategy_file
     given = [load_strategy(imported, base, machine)] if imported else []  # JSON or FlexFlow text
-    optimizer = simulated_kind(*compiled_optimizer(loaded.model, args.optimizer)[:2])
+    optimizer = simulated_kind(*compiled_optimizer(loaded.model, args.optimizer))
     warn_inference(loaded.model, NAME)
 
     warn_data_parallel(base, machine)  # the baseline compared with

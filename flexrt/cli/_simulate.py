@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import time
 
-from flexrt.cli._common import (compiled_optimizer, simulated_kind, warn_inference, add_comm_cost_flag, add_fused_cost_flag, add_fusion_flag, add_json_flag,
+from flexrt.cli._common import (add_comm_cost_flag, add_fused_cost_flag, add_fusion_flag, add_json_flag,
                                 add_precision_flags,
-                                add_pipeline_flags, check_comm_cost, check_model_flags, comm_cost_model, count,
-                                emit_json, fused_cost_model, fusion_arg, pipeline_arg, precision_arg, recompute_arg,
-                                warn_data_parallel, write_text)
+                                add_pipeline_flags, check_comm_cost, check_model_flags, comm_cost_model,
+                                compiled_optimizer, count, emit_json, fused_cost_model, fusion_arg, pipeline_arg,
+                                precision_arg, recompute_arg, simulated_kind, warn_data_parallel, warn_inference,
+                                write_text)
 from flexrt.cli._large import add_symmetric_flag, flops_report, own_cost, symmetric_simulation
 from flexrt.errors import ConfigError, StrategyError
 from flexrt.gc_pause import no_gc
@@ -147,7 +148,7 @@ def _run(args, extra) -> int:
     base = precision_arg(args, loaded.model.pcg)
     cost = comm_cost_model(args, fused_cost_model(args, AnalyticCostModel() if args.cost == "analytic"
                                                   else ProfiledCostModel()))
-    optimizer = simulated_kind(*compiled_optimizer(loaded.model, args.optimizer)[:2])
+    optimizer = simulated_kind(*compiled_optimizer(loaded.model, args.optimizer))
     warn_inference(loaded.model, NAME)
     if args.symmetric:
         result, strategy, sim, replicas = symmetric_simulation(args, extra, loaded, machine, cost, optimizer)

@@ -10,10 +10,11 @@ import io
 import json
 import statistics
 
-from flexrt.cli._common import (compiled_loss, compiled_optimizer, warn_inference, add_comm_cost_flag, add_json_flag, add_pipeline_flags, add_precision_flags,
+from flexrt.cli._common import (add_comm_cost_flag, add_json_flag, add_pipeline_flags, add_precision_flags,
                                 check_comm_cost, loss_scale_arg, precision_arg,
-                                check_model_flags, comm_cost_model, count, emit_json, number,
-                                pipeline_arg, recompute_arg, warn_data_parallel, write_text)
+                                check_model_flags, comm_cost_model, compiled_loss, compiled_optimizer, count,
+                                emit_json, number, pipeline_arg, recompute_arg, warn_data_parallel, warn_inference,
+                                write_text)
 from flexrt.errors import ConfigError
 from flexrt.ir.summary import format_count
 from flexrt.kernels.losses import CROSS_ENTROPIES, LossType
@@ -129,10 +130,11 @@ def run(args, extra) -> int:
     strategy = recompute_arg(args, base, strategy)
     if args.recompute != "none":
         described += f", {args.recompute} recomputation"
-    loss, _ = compiled_loss(loaded.model, args.loss)
-    optimizer, params, _ = compiled_optimizer(loaded.model, args.optimizer, args.lr)
+    loss = compiled_loss(loaded.model, args.loss)
+    optimizer, params = compiled_optimizer(loaded.model, args.optimizer, args.lr)
     warn_inference(loaded.model, NAME)
-    args.chosen = f"{optimizer.short_name} {', '.join(f'{k} {v:g}' for k, v in params.items() if v)}, {loss.short_name}"
+    described += f"; {optimizer.short_name} {', '.join(f'{k} {v:g}' for k, v in params.items() if v)}, " \
+                 f"{loss.short_name}"
     session = _session(args, strategy, machine, optimizer, params, loss)
     if not session.is_root:  # under MPI every rank trains; rank 0 reports and writes files
         with contextlib.redirect_stdout(io.StringIO()):
@@ -154,7 +156,7 @@ def _train(args, loaded, machine, session, described, loss: LossType) -> int:
     if not args.json:
         print(f"model {loaded.name} (batch {batch}) on {machine.name}: {machine.num_devices} devices; "
               f"{described}; backend {args.backend}, "
-              f"{args.mode} executor; {args.chosen}"
+              f"{args.mode} executor"
               + ("; simulated AllReduces timed by measured T = C x + D" if args.comm_cost == "measured" else ""))
     steps = []
     result = None

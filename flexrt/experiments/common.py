@@ -11,7 +11,7 @@ import functools
 import time
 from typing import Any, Optional
 
-from flexrt.experiments.kinds import REQUIRED, Param, SkipRun
+from flexrt.experiments.kinds import REQUIRED, Param, SkipRun, problem_of
 from flexrt.inputs import clip
 from flexrt.ir.precision import Precision
 from flexrt.ir.registry import AxisKind
@@ -94,16 +94,14 @@ def model_flags_problem(model: str, seq_length: int = 0, extra: tuple[str, ...] 
 
 @functools.cache
 def _flags_problem(model: str, flags: tuple) -> Optional[str]:
-    from flexrt.errors import ConfigError
     from flexrt.model.config import FFConfig
     from flexrt.model.loader import script_build_model, split_script_flags
-    try:
+
+    def parse() -> None:
         build = script_build_model(model)
-        rest = split_script_flags(build, flags)[0] if build else list(flags)
-        FFConfig(rest, tolerant=build is None)
-    except ConfigError as e:
-        return f"model {model}: {clip(str(e), 160)}"
-    return None
+        FFConfig(split_script_flags(build, flags)[0] if build else list(flags), tolerant=build is None)
+    problem = problem_of(parse)
+    return None if problem is None else f"model {model}: {clip(problem, 160)}"
 
 
 def pcg_of(model: str, batch: int, seq_length: int = 0, extra: tuple[str, ...] = ()):

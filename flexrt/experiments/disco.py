@@ -12,7 +12,7 @@ by DisCo's search (``flexrt.search.disco``), scored with the analytic cost model
 from __future__ import annotations
 
 from flexrt.experiments.common import COST, Timer, budget_param, machine_param, model_param, pcg_of, seed_param, strategy_doc
-from flexrt.experiments.kinds import Outcome, Param, register_kind
+from flexrt.experiments.kinds import Outcome, Param, problem_of, register_kind
 from flexrt.machine import load_machine
 from flexrt.search import SearchRequest, search
 from flexrt.search.disco import METHODS
@@ -96,15 +96,8 @@ def fusion_search(inputs) -> Outcome:
 def _fusion_model_problem(path: str):
     """What loading the learned model at ``path`` would refuse, before any run (None: nothing; empty:
     the shipped one)."""
-    if not path:
-        return None
-    from flexrt.errors import FlexrtError
     from flexrt.simulator import fused_model as fm
-    try:
-        fm.LearnedFusedModel.load(path)
-    except FlexrtError as e:
-        return str(e)
-    return None
+    return problem_of(fm.LearnedFusedModel.load, path) if path else None
 
 
 @register_kind(

@@ -10,13 +10,10 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
-from flexrt.errors import ConfigError
 from flexrt.experiments.common import (COST, Timer, budget_param, curve, devices_param, machine_for, machine_param,
                                        model_param, pcg_of, peak_memory_bytes, seed_param, simulated, space_of,
                                        space_params, strategy_doc)
-from flexrt.experiments.kinds import Outcome, Param, register_kind
+from flexrt.experiments.kinds import Outcome, Param, problem_of, register_kind
 from flexrt.search import SearchRequest, exhaustive, mcmc, search
 from flexrt.search.api import check_options
 from flexrt.search.baselines import expert_strategy
@@ -25,15 +22,6 @@ from flexrt.strategy import data_parallel
 
 def _ratio(a: float, b: float):
     return a / b if b else None
-
-
-def _options_problem(name: str, options) -> Optional[str]:
-    """What the search ``name`` would refuse of ``options``, before any run (None: nothing)."""
-    try:
-        check_options(name, options)
-    except ConfigError as e:
-        return str(e)
-    return None
 
 
 def _sim_metrics(prefix: str, result) -> dict:
@@ -51,7 +39,7 @@ def _sim_metrics(prefix: str, result) -> dict:
              "expert_moved_elements", "found_moved_elements", "moved_reduction_vs_dp", "moved_reduction_vs_expert", "dp_compute_ms", "expert_compute_ms",
              "found_compute_ms", "compute_vs_dp", "found_peak_memory_bytes", "search_s", "proposals"),
     description="a search's strategy against data parallelism and the expert strategy (FlexFlow Fig. 6, 7)",
-    check=lambda i: _options_problem(i["algorithm"], i["options"]))
+    check=lambda i: problem_of(check_options, i["algorithm"], i["options"]))
 def search_speedup(inputs) -> Outcome:
     machine = machine_for(inputs["machine"], inputs["devices"])
     base = pcg_of(inputs["model"], inputs["per_device_batch"] * inputs["devices"], inputs["seq_length"])

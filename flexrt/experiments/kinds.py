@@ -10,7 +10,7 @@ so an experiment file is checked against them before anything runs.
     def pipeline_bubble(inputs) -> Outcome: ...
 
 Entry points: :func:`register_kind`, :func:`kind`, :func:`kinds`, :class:`Param`, :class:`Outcome`,
-:class:`SkipRun`.
+:class:`SkipRun`, :func:`problem_of`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
-from flexrt.errors import ConfigError
+from flexrt.errors import ConfigError, FlexrtError
 
 REQUIRED = object()   # a Param's default when the experiment must give the value
 TYPES = ("str", "int", "float", "bool", "strs", "ints", "floats", "mapping")
@@ -50,6 +50,16 @@ class Param:
         if self.choices is None:
             return None
         return tuple(self.choices() if callable(self.choices) else self.choices)
+
+
+def problem_of(check: Callable, *args) -> Optional[str]:
+    """What ``check(*args)`` refuses, as a run kind's ``check`` says it (our error's message), or
+    None when it passes: the same checks a run makes, made when the experiment file loads."""
+    try:
+        check(*args)
+    except FlexrtError as e:
+        return str(e)
+    return None
 
 
 @dataclass

@@ -67,10 +67,7 @@ def load_results(path: Path) -> list[dict]:
             continue
         if _cut_short(lines, i):
             continue
-        try:
-            row = parse_json(line, f"{path}:{i + 1}")
-        except ConfigError as e:   # (one line: the parser's own line 1 is dropped from the place)
-            raise ConfigError(str(e).replace(f"{path}:{i + 1}:1:", f"{path}:{i + 1}:", 1)) from None
+        row = parse_json(line, str(path), line=i + 1)
         if not isinstance(row, dict) or "key" not in row:
             raise ConfigError(f"{path}:{i + 1}: not a result row of flexrt run (a JSON object with a key); "
                               f"was this file written by flexrt?")

@@ -327,8 +327,7 @@ def _machine_file(path: str) -> None:
 def _check_run(r: _Reader, k: Kind, inputs: dict, combo: dict, fixed: dict, line: int, field: str) -> None:
     """The kind's check of one run's inputs together (``Kind.check``), of its machine and devices
     (``common.machine_problem``) and of its model's flags (``common.model_flags_problem``): our
-    error at the run's line, naming where its values are given and
-    the values the file gives."""
+    error at the run's line, naming where its values are given and the values the file gives."""
     problem = k.check(inputs) if k.check is not None else None
     if not problem and "machine" in inputs and "devices" in inputs:
         from flexrt.experiments.common import machine_problem

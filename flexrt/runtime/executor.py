@@ -295,8 +295,8 @@ class Executor:
 
     def _accumulate(self, index: int, st: _State) -> None:
         """Add the gradient contributions task ``index`` wrote to their sums, each freed once added
-        (``flexrt.simulator.memory.Accumulation``: in the plan's order, whatever the dispatch; a
-        transfer and a device's task may add to one sum, so each sum has its lock)."""
+        (``flexrt.simulator.memory.Accumulation``: in the order of their predicted ends, whatever the
+        dispatch; a transfer and a device's task may add to one sum, so each sum has its lock)."""
         t0 = time.perf_counter()
         for src in self.plan.buffers.contributes[index]:
             bid = self.plan.buffers.contribution_of[src]
@@ -487,7 +487,10 @@ class Executor:
         it is a collective member whose group is not complete yet."""
         self._timing.assembly = 0.0
         try:
-            return self._execute_action(task, st)
+            complete = self._execute_action(task, st)
+            if complete and task.index in self.plan.buffers.contributes:
+                self._accumulate(task.index, st)
+            return complete
         finally:
             st.assembly[task.index] += self._timing.assembly
 
@@ -505,8 +508,6 @@ class Executor:
             return True
         if isinstance(a, Move):  # a transfer orders itself between its two devices (copy_to)
             self._move(a)
-            if task.index in self.plan.buffers.contributes:
-                self._accumulate(task.index, st)
             return True
         # mixed precision: an overflow is expected now and then (the step is skipped), not warned about
         quiet = np.errstate(over="ignore", invalid="ignore") if self.scaler is not None else contextlib.nullcontext()
@@ -523,8 +524,6 @@ class Executor:
                 self._update(a)
             elif isinstance(a, Loss):
                 self._loss(a, st, task.index)
-        if task.index in self.plan.buffers.contributes:
-            self._accumulate(task.index, st)
         return True
 
     def _release(self, task, st: _State) -> None:

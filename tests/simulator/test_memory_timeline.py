@@ -127,8 +127,7 @@ def test_detailed_result_carries_the_peak_of_its_timeline_and_a_search_result_no
     sim = Simulator(MACHINE, COST, "momentum")
     r = sim.full(strategy)
     start, end = _timeline_dicts(r)
-    assert r.peak_bytes == peak_memory(sim.graph, start, end, OPTIMIZER_STATE[sim.optimizer],
-                                       order=sim.schedule().task_ids)
+    assert r.peak_bytes == peak_memory(sim.graph, start, end, OPTIMIZER_STATE[sim.optimizer])
     assert set(r.peak_bytes) == {0, 1, 2, 3}
     for d, p in r.peak_bytes.items():
         assert p == int(r.memory_timeline.live_bytes[d].max()) > 0
@@ -197,7 +196,7 @@ def test_fused_graph_with_groups_and_a_bucket_replays():
     fused = sim.full(strategy.with_fusion(plan))
     assert sim.fused is not None
     start, end = _timeline_dicts(fused)
-    assert fused.peak_bytes == peak_memory(sim.graph, start, end, 1, order=sim.schedule().task_ids)
+    assert fused.peak_bytes == peak_memory(sim.graph, start, end, 1)
     plain = Simulator(MACHINE, COST, "momentum").full(strategy)
     held = _weights_and_state(sim, 1)
     for d, p in fused.peak_bytes.items():
