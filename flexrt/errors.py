@@ -1,7 +1,11 @@
-"""Exception types shared by every layer of flexrt.
+"""Exception and warning types shared by every layer of flexrt.
 
 Each error says what was wrong, where (op name, file:line) and what is valid.
 """
+
+import os
+import sys
+import warnings
 
 
 class FlexrtError(Exception):
@@ -30,3 +34,20 @@ class ConfigError(FlexrtError, ValueError):
 
 class NotYetAvailableError(FlexrtError, NotImplementedError):
     """A documented feature whose implementation has not landed yet."""
+
+
+class FrontendWarning(UserWarning):
+    """A model file or traced module that flexrt builds as FlexFlow does, though it is inconsistent
+    (a layer's declared input size that its input does not have)."""
+
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def warn_caller(message: str, category: type[Warning]) -> None:
+    """``warnings.warn`` attributed to the innermost frame outside flexrt (the user's script line
+    that called into it), so that the warning names the user's file:line, not flexrt's."""
+    level, frame = 2, sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE):
+        level, frame = level + 1, frame.f_back
+    warnings.warn(message, category, stacklevel=level)

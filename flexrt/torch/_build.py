@@ -17,7 +17,7 @@ import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from flexrt.errors import ConfigError, FlexrtError, ShapeError
+from flexrt.errors import ConfigError, FlexrtError, FrontendWarning, ShapeError, warn_caller
 from flexrt.ir.datatype import DataType
 from flexrt.ir.enums import ActiMode, AggrMode, PoolType
 from flexrt.model.tensor import Tensor
@@ -129,10 +129,16 @@ def _shared(b: _Builder, node: IRNode) -> str | None:
 
 
 def _check_features(node, x: Tensor, key: str, dim: int) -> None:
+    """Warn when a layer's declared input size (``in_features``, ``in_channels``) is not its input's.
+    FlexFlow's front ends build the layer from its input and ignore the declared size (FFModel's
+    dense and conv2d take no input size), so flexrt builds it the same way; the source's weights for
+    that layer no longer fit, and ``load_weights`` refuses them by name."""
     want = node.kw(key)
     if want is not None and x.dims[dim] != want:
-        raise node_error(node, f"the layer takes {key}={want}, but its input {list(x.dims)} has {x.dims[dim]}",
-                         ShapeError)
+        where = f" at {node.origin}" if node.origin else ""
+        warn_caller(f"node '{node.name}' ({node.op}){where}: declares {key}={want}, but its input {list(x.dims)} has "
+                    f"{x.dims[dim]}; built from the input's size as FlexFlow does (the source's weights for this "
+                    f"layer do not fit it)", FrontendWarning)
 
 
 def _linear(b, node, ins, f):

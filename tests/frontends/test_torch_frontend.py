@@ -6,7 +6,7 @@ graph; what cannot map raises our error naming the node and its source line."""
 import numpy as np
 import pytest
 
-from flexrt.errors import ConfigError, FlexrtError
+from flexrt.errors import ConfigError, FlexrtError, FrontendWarning, ShapeError
 from flexrt.model import DataType, FFConfig, FFModel
 from flexrt.torch import PyTorchModel, file_to_ff
 from tests.frontends._models import (
@@ -196,8 +196,24 @@ def test_unsupported_module_and_arguments_raise_ours():
         PyTorchModel(_Named(nn.Conv2d(3, 3, 3, dilation=2))).torch_to_string()
     with pytest.raises(ConfigError, match="reads the module's parameter or buffer 'w'"):
         PyTorchModel(_Param()).torch_to_string()
-    with pytest.raises(FlexrtError, match=r"node 'fc' \(LINEAR\) at call_module fc.*in_features=5.*has 8"):
-        PyTorchModel(_Named(nn.Linear(5, 2), "fc")).torch_to_ff(ff, [x])  # 8 features, not 5
+
+
+def test_declared_input_size_mismatch_warns_and_builds_from_the_input_as_flexflow_does():
+    """FlexFlow's front ends ignore a layer's declared in_features / in_channels (FFModel's dense and
+    conv2d take their input size from the input); flexrt builds the same layer, warns at the
+    caller's line, and refuses the source's weights for it by name."""
+    ff = FFModel(FFConfig(["-b", "2"]))
+    x = ff.create_tensor([2, 3, 8], DataType.DT_FLOAT)
+    pm = PyTorchModel(_Named(nn.Linear(5, 2), "fc"))               # 8 features, not 5
+    with pytest.warns(FrontendWarning, match=r"node 'fc' \(LINEAR\) at call_module fc.*: declares in_features=5, "
+                                             r"but its input \[2, 3, 8\] has 8") as caught:
+        (out,) = pm.torch_to_ff(ff, [x])
+    assert [w.filename for w in caught] == [__file__]
+    assert list(out.dims) == [2, 3, 2]
+    assert list(ff.get_layer_by_name("fc").get_parameter_by_id(0).dims) == [8, 2]
+    ff.compile(loss_type="mean_squared_error_avg")
+    with pytest.raises(ShapeError, match=r"layer 'fc': weight kernel is \[8, 2\] in the FFModel, the source gives \[5, 2\]"):
+        pm.load_weights(ff)
 
 
 class _Named(nn.Module):
