@@ -342,7 +342,10 @@ def _check_run(r: _Reader, k: Kind, inputs: dict, combo: dict, fixed: dict, line
         raise r.error(at, field, f"run kind {k.name!r}: {problem} (the run with {given})")
 
 
-def _references(r: _Reader, k: Kind, top: LineMap, metrics: tuple[str, ...]) -> tuple[Reference, ...]:
+def _references(r: _Reader, k: Kind, top: LineMap, metrics: tuple[str, ...],
+                runs: tuple[Run, ...]) -> tuple[Reference, ...]:
+    """The paper's numbers; each one's ``where`` must match at least one of ``runs`` (the full
+    variant's: a number compared with no run is a mistyped value, not a reference)."""
     if "reference" not in top:
         return ()
     seq = r.sequence(top["reference"], r.line(top, "reference"), "reference", "a list of the paper's values")
@@ -366,9 +369,23 @@ def _references(r: _Reader, k: Kind, top: LineMap, metrics: tuple[str, ...]) -> 
             if low > high:
                 raise r.error(rng.line, f"{path}.range", f"low {_number(low)} is above high {_number(high)}; "
                                                           f"give [low, high] with low <= high")
-        out.append(Reference(tuple(sorted((n, v) for n, (v, _) in where.items())), metric, value, low, high,
-                             r.text(m, "source", f"{path}.source")))
+        ref = Reference(tuple(sorted((n, v) for n, (v, _) in where.items())), metric, value, low, high,
+                        r.text(m, "source", f"{path}.source"))
+        if not any(ref.matches(run.params) for run in runs):
+            raise r.error(r.line(m, "where"), f"{path}.where", _matches_no_run(ref, runs))
+        out.append(ref)
     return tuple(out)
+
+
+def _matches_no_run(ref: Reference, runs: tuple[Run, ...]) -> str:
+    """Why ``ref`` compares with nothing: the first of its values no run has, and the runs' values."""
+    for n, v in ref.where:
+        values = list(dict.fromkeys(run.params.get(n) for run in runs))
+        if v not in values:
+            return (f"{n}: {short(v)} matches none of the runs; their values of {n}: "
+                    f"{', '.join(short(x) for x in values[:12])}{' ...' if len(values) > 12 else ''}")
+    given = ", ".join(f"{n}: {short(v)}" for n, v in ref.where)
+    return f"no run has all of {given} (each value occurs, but never together)"
 
 
 def _report(r: _Reader, k: Kind, top: LineMap) -> tuple[tuple[str, ...], tuple[Relative, ...]]:
@@ -465,16 +482,19 @@ def parse_experiment(text: str, source: str = "<string>", variant: str = "full",
     if source != "<string>" and name != stem:
         raise r.error(r.line(top, "name"), "name", f"the name must be the file's stem {stem!r}, got {short(name)}")
     k = kind_of(r.text(top, "kind", "kind", kinds()))
+    full_runs = ()
     for other in VARIANTS:      # every variant the file has is checked, whichever one runs
         if other != variant and (other == "full" or other in top):
-            _runs(r, k, top, other)
+            checked = _runs(r, k, top, other)
+            full_runs = checked if other == "full" else full_runs
     runs = _runs(r, k, top, variant)
+    full_runs = runs if variant == "full" else full_runs
     rows, relative = _report(r, k, top)
     metrics = k.metrics + tuple(x.name for x in relative)
     measure = _names(r, top, "measure", metrics) if "measure" in top else k.metrics
     return Experiment(name, r.text(top, "title", "title"), r.text(top, "paper", "paper", PAPERS),
                       r.text(top, "reproduces", "reproduces"), k.name, variant, runs, measure,
-                      _references(r, k, top, metrics), rows, relative, _plots(r, k, top, metrics), source)
+                      _references(r, k, top, metrics, full_runs), rows, relative, _plots(r, k, top, metrics), source)
 
 
 def load_experiment(path: str | Path, variant: str = "full") -> Experiment:
