@@ -30,7 +30,9 @@ import inspect
 import io
 import os
 import re
+import signal
 import sys
+import threading
 import traceback
 import types
 from dataclasses import dataclass
@@ -242,6 +244,56 @@ def _flexflow_hint(exc: ModuleNotFoundError, path: Path) -> str:
     return f"the script imports {module}, which flexrt does not provide ({ours} does not exist)"
 
 
+SCRIPT_TIMEOUT_ENV = "FLEXRT_SCRIPT_TIMEOUT"
+DEFAULT_SCRIPT_TIMEOUT_S = 600.0
+
+
+class _ScriptTimeout(BaseException):
+    """Raised into a script that runs past its time (a BaseException: its ``except Exception`` cannot
+    swallow it)."""
+
+
+def script_timeout_s() -> float:
+    """Seconds a model script may run before flexrt stops it: ``$FLEXRT_SCRIPT_TIMEOUT`` (0: no
+    limit), else ``DEFAULT_SCRIPT_TIMEOUT_S``."""
+    text = os.environ.get(SCRIPT_TIMEOUT_ENV, "").strip()
+    if not text:
+        return DEFAULT_SCRIPT_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise ConfigError(f"${SCRIPT_TIMEOUT_ENV} must be a number of seconds >= 0 (0: no limit), got {short(text)}")
+    return value
+
+
+@contextlib.contextmanager
+def _time_limit(path: Path) -> Iterator[None]:
+    """Stop the script at ``script_timeout_s`` with a ConfigError naming the line it was running: a
+    script that loops never hangs a command. Only in the main thread where SIGALRM exists (elsewhere
+    it runs unlimited)."""
+    seconds = script_timeout_s()
+    if not seconds or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def expire(signum, frame):
+        raise _ScriptTimeout
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    except _ScriptTimeout as e:
+        raise ConfigError(f"{_script_line(e, path)}: the script ran {seconds:g} s without handing over a model (under "
+                          f"flexrt its FFModel.compile call, or build_model's return, ends the run); set "
+                          f"${SCRIPT_TIMEOUT_ENV} to allow longer (seconds, 0: no limit)") from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 @contextlib.contextmanager
 def _reported(name: str, path: Path) -> Iterator[None]:
     """An exception of the running script as one error naming the script's file:line: its own flexrt
@@ -290,7 +342,7 @@ def script_build_model(model: str):
         script = _read_script(Path(path))
         if not _defines_build_model(script.tree):
             return None
-        with _script_env(script.path, []):
+        with _script_env(script.path, []), _time_limit(script.path):
             try:
                 return _build_model_of(script, name)
             except SystemExit as e:
@@ -324,7 +376,7 @@ def load_model(model: str, argv: Sequence[str] = ()) -> LoadedModel:
         script = _read_script(Path(path))
         path = script.path
         built: Optional[FFModel] = None
-        with _capture.capturing() as state, _script_env(path, argv):
+        with _capture.capturing() as state, _script_env(path, argv), _time_limit(path):
             try:
                 built = _run(script, name, argv, _defines_build_model(script.tree))
             except _capture.ModelCaptured as captured:

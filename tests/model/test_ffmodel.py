@@ -306,6 +306,23 @@ def test_load_bad_scripts_say_where(tmp_path, body, error, fragment):
     assert fragment in str(e.value)
 
 
+@pytest.mark.parametrize("body, line", [
+    ("from flexrt.core import *\nm = FFModel(FFConfig())\nwhile True:\n    try:\n        pass\n"
+     "    except Exception:\n        pass\n", 3),                                    # swallows what it can
+    ("def build_model(ffconfig):\n    while True:\n        pass\n", 2),             # build_model loops
+    ("import time\nwhile True:\n    time.sleep(0.01)\n", 3)])                       # top level of a build_model script
+def test_a_script_that_never_hands_over_a_model_is_stopped_at_its_line(tmp_path, monkeypatch, body, line):
+    """No hang: a script running past $FLEXRT_SCRIPT_TIMEOUT is stopped with the line it was running."""
+    path = tmp_path / "loop.py"
+    path.write_text(body + ("def build_model(ffconfig):\n    pass\n" if "time.sleep" in body else ""))
+    monkeypatch.setenv("FLEXRT_SCRIPT_TIMEOUT", "0.3")
+    with pytest.raises(ConfigError, match=rf"loop.py:{line}: the script ran 0.3 s without handing over a model"):
+        load_model(str(path))
+    monkeypatch.setenv("FLEXRT_SCRIPT_TIMEOUT", "-1")
+    with pytest.raises(ConfigError, match=r"\$FLEXRT_SCRIPT_TIMEOUT must be a number of seconds >= 0"):
+        load_model(str(path))
+
+
 @pytest.mark.parametrize("head", [b"# -*- coding: latin-1 -*-\n", b"\xef\xbb\xbf"], ids=["pep263", "bom"])
 def test_load_script_decodes_as_python_does(tmp_path, head):
     """A PEP 263 coding line is honoured (and a UTF-8 byte order mark skipped), as `python m.py` would."""
