@@ -372,7 +372,8 @@ def _references(r: _Reader, k: Kind, top: LineMap, metrics: tuple[str, ...],
         ref = Reference(tuple(sorted((n, v) for n, (v, _) in where.items())), metric, value, low, high,
                         r.text(m, "source", f"{path}.source"))
         if not any(ref.matches(run.params) for run in runs):
-            raise r.error(r.line(m, "where"), f"{path}.where", _matches_no_run(ref, runs))
+            raise r.error(r.line(m, "where"), f"{path}.where", _matches_no_run(ref, runs) + "; a reference must "
+                          "match a run of the full experiment (remove it, or add the run to axes or runs)")
         out.append(ref)
     return tuple(out)
 

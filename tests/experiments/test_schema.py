@@ -127,7 +127,7 @@ def test_keys_hash_the_inputs():
      r"demo.yaml:18: field 'report.relative\[0\].to': expected at least one parameter .*an empty 'to' is the run itself"),
     # a reference compared with no run: a mistyped value, refused with the values the runs have
     ("{where: {stages: 4, micro_batches: 8}", "{where: {stages: 3, micro_batches: 8}",
-     r"demo.yaml:16: field 'reference\[0\].where': stages: 3 matches none of the runs; their values of stages: 2, 4$"),
+     r"demo.yaml:16: field 'reference\[0\].where': stages: 3 matches none of the runs; their values of stages: 2, 4; a reference must match a run"),
     ("{where: {stages: 4, micro_batches: 8}", "{where: {stages: 2, schedule: interleaved}",
      r"demo.yaml:16: field 'reference\[0\].where': no run has all of schedule: 'interleaved', stages: 2 \(each value occurs, but never together\)"),
     ("  axes: {stages: [2]}", "  axes: {stages: [2]}\ntiny:\n  runs: [interleaved]",
