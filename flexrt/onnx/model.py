@@ -302,7 +302,15 @@ class _Converter:
         return handler
 
     _Relu, _Sigmoid, _Tanh, _Elu, _Gelu = _unary("RELU"), _unary("SIGMOID"), _unary("TANH"), _unary("ELU"), _unary("GELU")
-    _Exp, _Sin, _Cos, _Identity = _unary("EXP"), _unary("SIN"), _unary("COS"), _unary("IDENTITY")
+    _Exp, _Sin, _Cos = _unary("EXP"), _unary("SIN"), _unary("COS")
+
+    def _Identity(self, node, name, a):
+        src = node.input[0]
+        if src in self.m.constants:     # torch's exporter shares equal initializers through Identity nodes
+            self.m.constants[node.output[0]] = self.m.constants[src]
+            self.m.shapes[node.output[0]] = self.m.shapes[src]
+            return []
+        return [self.ir(node, name, "IDENTITY", [src])]
 
     def _binary(op, scalar_op):
         def handler(self, node, name, a):

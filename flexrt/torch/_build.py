@@ -348,10 +348,11 @@ def _slice_tensor(b, node, x: Tensor, index: tuple) -> Tensor:
     used = sum(1 for i in index if i is not None and i is not Ellipsis)
     if used > x.num_dims:
         raise node_error(node, f"index {index} has {used} entries for a tensor of rank {x.num_dims}", ShapeError)
-    if Ellipsis in index:
+    if Ellipsis in index:      # ... stands for the dimensions the other entries leave
         k = index.index(Ellipsis)
         index = index[:k] + (slice(None),) * (x.num_dims - used) + index[k + 1:]
-    index = index + (slice(None),) * (x.num_dims - used)
+    else:                      # trailing dimensions not indexed are whole
+        index = index + (slice(None),) * (x.num_dims - used)
     out, dim, shape, parts = x, 0, [], 0
     for item in index:
         if item is None:

@@ -223,7 +223,11 @@ def _m_softmax(ctx, node, m):
 
 
 def _m_dropout(ctx, node, m):
-    ctx.add(node, "DROPOUT", [node.args[0].name], [float(m.p)])
+    # in eval mode a Dropout passes its input through, as F.dropout(training=False) does
+    if m.training and m.p > 0:
+        ctx.add(node, "DROPOUT", [node.args[0].name], [float(m.p)])
+    else:
+        ctx.add(node, "IDENTITY", [node.args[0].name])
 
 
 def _m_flatten(ctx, node, m: nn.Flatten):
@@ -274,7 +278,7 @@ def _encoder_layer(ctx, node, m: nn.TransformerEncoderLayer, x: str, prefix: str
         return f"{prefix}.{part}"
 
     def dropout(src, part, p):
-        return ctx.add(node, "DROPOUT", [src], [float(p)], name=name(part), users=()) if p > 0 else src
+        return ctx.add(node, "DROPOUT", [src], [float(p)], name=name(part), users=()) if p > 0 and m.training else src
 
     def block_sa(src):
         fields, kws = _attention_fields(ctx, node, m.self_attn, {})

@@ -127,3 +127,27 @@ def test_unsupported_operator_and_attributes_name_the_node():
         ONNXModel(_graph([pool], shape=(2, 3, 8, 8))).apply(ff, {"nope": x})
     with pytest.raises(ConfigError, match="cannot load"):
         ONNXModel("/nonexistent.onnx")
+
+
+def test_equal_initializers_shared_through_identity_load_and_match_torch(tmp_path):
+    """torch's exporter keeps one of equal initializers and reads it through Identity nodes (every
+    freshly initialized BatchNorm, tied or equal parameters): the graph builds, its weights load."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 4)).eval()
+    with torch.no_grad():
+        model[0].bias.fill_(0.25)
+        model[2].bias.fill_(0.25)         # equal to the first: exported once
+    x = np.random.default_rng(0).standard_normal((BATCH, 4)).astype(np.float32)
+    path = str(tmp_path / "shared.onnx")
+    torch.onnx.export(model, (torch.from_numpy(x),), path, dynamo=False, input_names=["x"])
+    assert "Identity" in [n.op_type for n in onnx.load(path).graph.node]
+    om = ONNXModel(path)
+    ff = FFModel(FFConfig(["-b", str(BATCH)]))
+    xt = ff.create_tensor([BATCH, 4], DataType.DT_FLOAT)
+    out = om.apply(ff, {"x": xt})
+    ff.compile(loss_type="mean_squared_error_avg")
+    om.load_weights(ff)
+    xt.set_tensor(ff, x)
+    ff.forward()
+    with torch.no_grad():
+        np.testing.assert_allclose(out.get_tensor(ff), model(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-6)

@@ -260,3 +260,37 @@ def test_flexflows_older_api_builds_the_same_graph(tmp_path):
         PyTorchModel(filename=str(path)).torch_to_file(str(tmp_path / "again.ff"))
     with pytest.raises(ConfigError, match="give a torch.nn.Module"):
         PyTorchModel()
+
+
+class _Indexed(nn.Module):
+    def forward(self, x):                       # x: [N, 3, 4, 6]
+        a = x[..., :4]                          # ... before a slice of the last dimension
+        b = x[0, ...]                           # an int before ...
+        c = x[:, ..., 2]                        # ... between
+        d = x[..., None, 1:3]                   # a new dimension after ...
+        return (a.sum(-1).sum(-1).sum(-1) + b.sum() + c.sum(-1).sum(-1) + d.sum(-1).sum(-1).sum(-1).sum(-1))
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_dropout_follows_the_module_mode_and_ellipsis_indexes_as_torch(train):
+    """nn.Dropout in eval mode passes its input through (as F.dropout(training=False) does); in
+    training mode it is FFModel's dropout. Indexes with ... select what torch selects."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 6), nn.Dropout(0.5), nn.Linear(6, 6))
+    model.train(train)
+    ops = [line.split("; ")[3] for line in PyTorchModel(model).torch_to_string()]
+    assert ("DROPOUT" in ops) == train and ("IDENTITY" in ops) == (not train)
+    if train:
+        return
+    ff = FFModel(FFConfig(["-b", "2"]))
+    xt = ff.create_tensor([2, 3, 4, 6], DataType.DT_FLOAT)
+    pm = PyTorchModel(nn.Sequential(model, _Indexed()))
+    (out,) = pm.torch_to_ff(ff, [xt])
+    ff.compile(loss_type="mean_squared_error_avg")
+    pm.load_weights(ff)
+    x = np.random.default_rng(1).standard_normal((2, 3, 4, 6)).astype(np.float32)
+    xt.set_tensor(ff, x)
+    ff.forward()
+    with torch.no_grad():
+        want = nn.Sequential(model, _Indexed())(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(out.get_tensor(ff), want, rtol=1e-5, atol=1e-4)
