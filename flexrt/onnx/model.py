@@ -304,6 +304,29 @@ class _Converter:
     _Relu, _Sigmoid, _Tanh, _Elu, _Gelu = _unary("RELU"), _unary("SIGMOID"), _unary("TANH"), _unary("ELU"), _unary("GELU")
     _Exp, _Sin, _Cos = _unary("EXP"), _unary("SIN"), _unary("COS")
 
+    def _Clip(self, node, name, a):
+        """Clip to [0, 6] (ReLU6: torch's export of nn.ReLU6 and F.relu6) or to [0, inf) (ReLU); the
+        bounds are attributes (opset < 11) or constant inputs."""
+        def bound(i, key, default):
+            if i < len(node.input) and node.input[i]:
+                return float(self.const(node, name, i, key).reshape(()))
+            return float(a.get(key, default))
+        lo, hi = bound(1, "min", -np.inf), bound(2, "max", np.inf)
+        if lo != 0.0 or hi not in (6.0, np.inf):
+            raise self.error(node, name, f"Clip to [{lo:g}, {hi:g}] has no FFModel layer; valid: [0, 6] (ReLU6) "
+                                         f"and [0, inf) (ReLU)")
+        return [self.ir(node, name, "RELU6" if hi == 6.0 else "RELU", [node.input[0]])]
+
+    def _HardSigmoid(self, node, name, a):
+        alpha, beta = a.get("alpha", 0.2), a.get("beta", 0.5)
+        if not (np.isclose(alpha, 1 / 6) and np.isclose(beta, 0.5)):
+            raise self.error(node, name, f"HardSigmoid alpha={alpha:g}, beta={beta:g}: only torch's (alpha 1/6, beta "
+                                         f"0.5) has an FFModel form, relu6(x + 3) / 6")
+        return [self.ir(node, name, "HARDSIGMOID", [node.input[0]])]
+
+    def _HardSwish(self, node, name, a):
+        return [self.ir(node, name, "HARDSWISH", [node.input[0]])]
+
     def _Identity(self, node, name, a):
         src = node.input[0]
         if src in self.m.constants:     # torch's exporter shares equal initializers through Identity nodes

@@ -250,6 +250,31 @@ def _unary(b, node, ins, f):
     return getattr(b.ff, _UNARY[node.op])(b.tensor(node, x), name=node.name)
 
 
+def _relu6(ff, x: Tensor, name: str) -> Tensor:
+    """min(max(x, 0), 6) = relu(x) - relu(x - 6), exactly, with torch's gradient off the two kinks."""
+    return ff.subtract(ff.relu(x, name=f"{name}.relu"), ff.relu(ff.scalar_sub(x, 6.0, name=f"{name}.minus6"),
+                                                                 name=f"{name}.relu_minus6"), name=name)
+
+
+def _composite(b, node, ins, f):
+    """SiLU, ReLU6, Hardsigmoid and Hardswish (MobileNet, EfficientNet), which FFModel has no layer
+    for, from its element-wise layers: silu = x * sigmoid(x); relu6 as ``_relu6``; hardsigmoid =
+    relu6(x + 3) / 6; hardswish = x * hardsigmoid(x). The layers are named ``{node}.{part}``, the
+    last one ``{node}``."""
+    ff, x, name = b.ff, b.tensor(node, ins[0] if ins else None), node.name
+    if node.op == "SILU":
+        return ff.multiply(x, ff.sigmoid(x, name=f"{name}.sigmoid"), name=name)
+    if node.op == "RELU6":
+        return _relu6(ff, x, name)
+    hard_sigmoid = node.op == "HARDSIGMOID"
+    h = _relu6(ff, ff.scalar_add(x, 3.0, name=f"{name}.plus3"), f"{name}.relu6")
+    h = ff.scalar_true_divide(h, 6.0, name=name if hard_sigmoid else f"{name}.hardsigmoid")
+    return h if hard_sigmoid else ff.multiply(x, h, name=name)
+
+
+_COMPOSITE = ("SILU", "RELU6", "HARDSIGMOID", "HARDSWISH")
+
+
 # binary op -> (FFModel method, Python operator, scalar method, reversed scalar form)
 _BINARY = {"ADD": ("add", operator.add), "SUBTRACT": ("subtract", operator.sub), "MULTIPLY": ("multiply", operator.mul),
            "DIVIDE": ("divide", operator.truediv), "MAX": ("max", max), "MIN": ("min", min)}
@@ -535,7 +560,8 @@ HANDLERS: dict[str, Callable] = {
     "SQUEEZE": _squeeze, "EXPAND": _expand, "TO": _convert, "FLOAT": _convert, "TYPE_AS": _convert,
     "CONTIGUOUS": _pass, "POW": _pow, "MEAN": _reduce, "REDUCE_SUM": _reduce,
     "MULTIHEAD_ATTENTION": _attention, "ATTRIBUTE": _attribute,
-    **{op: _unary for op in _UNARY}, **{op: _binary for op in _BINARY}, **{op: _binary for op in _SCALAR},
+    **{op: _unary for op in _UNARY}, **{op: _composite for op in _COMPOSITE}, **{op: _binary for op in _BINARY},
+    **{op: _binary for op in _SCALAR},
     "FLOOR_DIVIDE": _binary,
 }
 _SCALAR["FLOOR_DIVIDE"] = "FLOORDIV"

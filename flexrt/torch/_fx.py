@@ -354,7 +354,8 @@ MODULES: dict[type, Callable] = {
     nn.BatchNorm1d: _m_batch_norm, nn.LayerNorm: _m_layer_norm, nn.Embedding: _m_embedding,
     nn.Softmax: _m_softmax, nn.Dropout: _m_dropout, nn.Flatten: _m_flatten, nn.ReLU: _m_unary("RELU"),
     nn.GELU: _m_unary("GELU", _gelu_check), nn.Sigmoid: _m_unary("SIGMOID"), nn.Tanh: _m_unary("TANH"),
-    nn.ELU: _m_unary("ELU", _elu_check), nn.Identity: _m_unary("IDENTITY"),
+    nn.ELU: _m_unary("ELU", _elu_check), nn.Identity: _m_unary("IDENTITY"), nn.SiLU: _m_unary("SILU"),
+    nn.ReLU6: _m_unary("RELU6"), nn.Hardsigmoid: _m_unary("HARDSIGMOID"), nn.Hardswish: _m_unary("HARDSWISH"),
     nn.MultiheadAttention: _m_attention, nn.TransformerEncoderLayer: _m_encoder_layer,
     nn.TransformerEncoder: _m_encoder,
 }

@@ -247,6 +247,8 @@ FUNCTIONS: dict[Callable, Callable] = {
     operator.floordiv: _FLOORDIV, operator.neg: _neg, torch.neg: _neg,
     torch.maximum: _binary("MAX", "", True), torch.minimum: _binary("MIN", "", True),
     F.relu: _unary("RELU"), torch.relu: _unary("RELU"), F.gelu: _unary("GELU"), torch.sigmoid: _unary("SIGMOID"),
+    F.silu: _unary("SILU"), F.relu6: _unary("RELU6"), F.hardsigmoid: _unary("HARDSIGMOID"),
+    F.hardswish: _unary("HARDSWISH"),
     F.sigmoid: _unary("SIGMOID"), torch.tanh: _unary("TANH"), F.tanh: _unary("TANH"), F.elu: _unary("ELU"),
     torch.exp: _unary("EXP"), torch.sin: _unary("SIN"), torch.cos: _unary("COS"), torch.rsqrt: _unary("RSQRT"),
     F.softmax: _softmax, torch.softmax: _softmax, F.dropout: _dropout, torch.flatten: _flatten, torch.cat: _cat,

@@ -151,3 +151,40 @@ def test_equal_initializers_shared_through_identity_load_and_match_torch(tmp_pat
     ff.forward()
     with torch.no_grad():
         np.testing.assert_allclose(out.get_tensor(ff), model(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_relu6_clip_hardswish_hardsigmoid_equal_torch(tmp_path):
+    """torch exports ReLU6 as Clip(0, 6), clamp(min=0) as Clip(0), Hardswish and Hardsigmoid as
+    ONNX's own operators: each builds from FFModel's element-wise layers and computes torch's values."""
+    F = torch.nn.functional
+
+    class Acts(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(6, 6)
+
+        def forward(self, x):
+            h = self.fc(x) * 5.0
+            return F.silu(h) + F.relu6(h) + F.hardswish(h) + F.hardsigmoid(h) + torch.clamp(h, min=0)
+
+    torch.manual_seed(0)
+    model = Acts().eval()
+    x = np.random.default_rng(0).standard_normal((BATCH, 6)).astype(np.float32)
+    path = str(tmp_path / "acts.onnx")
+    torch.onnx.export(model, (torch.from_numpy(x),), path, dynamo=False, input_names=["x"])
+    assert {"Clip", "HardSwish", "HardSigmoid"} <= {n.op_type for n in onnx.load(path).graph.node}
+    om = ONNXModel(path)
+    ff = FFModel(FFConfig(["-b", str(BATCH)]))
+    xt = ff.create_tensor([BATCH, 6], DataType.DT_FLOAT)
+    out = om.apply(ff, {"x": xt})
+    ff.compile(loss_type="mean_squared_error_avg")
+    om.load_weights(ff)
+    xt.set_tensor(ff, x)
+    ff.forward()
+    with torch.no_grad():
+        np.testing.assert_allclose(out.get_tensor(ff), model(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-5)
+    clip = _graph([helper.make_node("Clip", ["x", "lo", "hi"], ["y"])],
+                  [helper.make_tensor("lo", TensorProto.FLOAT, [], [-1.0]), helper.make_tensor("hi", TensorProto.FLOAT, [], [1.0])])
+    ff = FFModel(FFConfig(["-b", "2"]))
+    with pytest.raises(ConfigError, match=r"Clip to \[-1, 1\] has no FFModel layer; valid: \[0, 6\]"):
+        ONNXModel(clip).apply(ff, {"x": ff.create_tensor([2, 4], DataType.DT_FLOAT)})

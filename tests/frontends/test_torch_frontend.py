@@ -21,6 +21,7 @@ from tests.frontends._models import (
     torch_sgd_step,
 )
 
+F = torch.nn.functional
 FAST = ["mlp", "cnn", "encoder"]
 # float32 forward tolerance: 1e-5 (ResNet-18 on 32x32 images: its last BatchNorms take statistics
 # over 4 values a channel on each of 2 devices; on 16x16 images, over 1, float32 rounding grows to 2e-5)
@@ -294,3 +295,39 @@ def test_dropout_follows_the_module_mode_and_ellipsis_indexes_as_torch(train):
     with torch.no_grad():
         want = nn.Sequential(model, _Indexed())(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(out.get_tensor(ff), want, rtol=1e-5, atol=1e-4)
+
+
+class _Activations(nn.Module):
+    """SiLU, ReLU6, Hardswish, Hardsigmoid as modules and functions (MobileNet, EfficientNet)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 6)
+        self.acts = nn.ModuleList([nn.SiLU(), nn.ReLU6(), nn.Hardswish(), nn.Hardsigmoid()])
+
+    def forward(self, x):
+        h = self.fc(x) * 5.0                      # spans every piece of ReLU6 (below 0, 0..6, above 6)
+        out = F.silu(h) + F.relu6(h) + F.hardswish(h) + F.hardsigmoid(h)
+        for act in self.acts:
+            out = out + act(h)
+        return out
+
+
+def test_composite_activations_equal_torch_through_the_model_and_its_file(tmp_path):
+    torch.manual_seed(0)
+    model = _Activations()
+    x = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)
+    with torch.no_grad():
+        want = model(torch.from_numpy(x)).numpy()
+    pm = PyTorchModel(model)
+    path = tmp_path / "acts.ff"
+    pm.torch_to_file(str(path))
+    for via_file in (False, True):
+        ff = FFModel(FFConfig(["-b", "4"]))
+        xt = ff.create_tensor([4, 6], DataType.DT_FLOAT)
+        (out,) = file_to_ff(str(path), ff, [xt]) if via_file else pm.torch_to_ff(ff, [xt])
+        ff.compile(loss_type="mean_squared_error_avg")
+        pm.load_weights(ff)
+        xt.set_tensor(ff, x)
+        ff.forward()
+        np.testing.assert_allclose(out.get_tensor(ff), want, rtol=1e-5, atol=1e-5, err_msg=f"file: {via_file}")
