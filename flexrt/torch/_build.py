@@ -20,6 +20,7 @@ from typing import Any
 from flexrt.errors import ConfigError, FlexrtError, FrontendWarning, ShapeError, warn_caller
 from flexrt.ir.datatype import DataType
 from flexrt.ir.enums import ActiMode, AggrMode, PoolType
+from flexrt.ir.ops import BatchNormAttrs
 from flexrt.model.tensor import Tensor
 from flexrt.torch._ir import IRNode, Ref
 
@@ -192,9 +193,12 @@ def _pool2d(b, node, ins, f):
 def _batch_norm(b, node, ins, f):
     x = b.tensor(node, ins[0])
     eps = node.kw("eps", 1e-5)
-    if abs(eps - 1e-5) > 1e-12:
-        raise node_error(node, f"eps={eps}: FFModel.batch_norm normalizes with eps 1e-05 only (PyTorch's default)")
-    return b.ff.batch_norm(x, relu=False, name=node.name)
+    if eps == 1e-5:
+        return b.ff.batch_norm(x, relu=False, name=node.name)
+    if not (isinstance(eps, (int, float)) and not isinstance(eps, bool) and 0 < eps < 1):
+        raise node_error(node, f"eps={eps!r}: must be a number between 0 and 1")
+    # FFModel.batch_norm takes only relu; eps is the operator's own attribute (as Keras' epsilon)
+    return b.ff._add_layer("batch_norm", BatchNormAttrs(relu=False, eps=float(eps)), [x], node.name).outputs[0]
 
 
 def _layer_norm(b, node, ins, f):

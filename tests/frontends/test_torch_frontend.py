@@ -331,3 +331,21 @@ def test_composite_activations_equal_torch_through_the_model_and_its_file(tmp_pa
         xt.set_tensor(ff, x)
         ff.forward()
         np.testing.assert_allclose(out.get_tensor(ff), want, rtol=1e-5, atol=1e-5, err_msg=f"file: {via_file}")
+
+
+def test_batch_norm_eps_is_the_modules(tmp_path):
+    """BatchNorm2d(eps=1e-3) (Inception-v3, GoogLeNet) normalizes with its eps, in training mode as FFModel does."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4, eps=1e-1), nn.ReLU()).train()
+    x = np.random.default_rng(0).standard_normal((2, 3, 6, 6)).astype(np.float32) * 0.1   # variance near eps
+    with torch.no_grad():
+        want = model(torch.from_numpy(x)).numpy()
+    ff = FFModel(FFConfig(["-b", "2"]))
+    xt = ff.create_tensor([2, 3, 6, 6], DataType.DT_FLOAT)
+    pm = PyTorchModel(model)
+    (out,) = pm.torch_to_ff(ff, [xt])
+    ff.compile(loss_type="mean_squared_error_avg")
+    pm.load_weights(ff)
+    xt.set_tensor(ff, x)
+    ff.forward()
+    np.testing.assert_allclose(out.get_tensor(ff), want, rtol=1e-4, atol=1e-5)
