@@ -5,7 +5,9 @@ front end uses (``flexrt.torch._build``), so both map operators the same way. In
 weights (copied in by ``load_weights`` after ``compile``) or constant arguments (a Reshape's
 shape, a scalar of Add/Mul); graphs exported with ``export_params=False`` (FlexFlow's examples)
 give weight shapes through their inputs. MatMul by a weight, plus an Add of a bias, is a dense
-layer (FlexFlow's fusion). An operator or attribute with no FFModel equivalent raises
+layer (FlexFlow's fusion). What a graph computes from constants alone (the sizes torch's exporter
+reads from tensors, then Gather, Concat, Mod ... of them) is folded with the FFModel inputs' static
+shapes (``flexrt.onnx._fold``). An operator or attribute with no FFModel equivalent raises
 ``ConfigError`` naming the node (name and op_type).
 
 Example:
@@ -24,6 +26,7 @@ import numpy as np
 
 from flexrt.errors import ConfigError
 from flexrt.ir.enums import ActiMode, PoolType
+from flexrt.onnx._fold import FOLDABLE, fold, shape_of, static_shapes
 from flexrt.torch._build import build
 from flexrt.torch._ir import IRNode
 from flexrt.torch._weights import ff_layout, set_layer_weights
@@ -65,13 +68,17 @@ class ONNXModel:
         self.symbol_table: dict[str, Any] = {}
 
     # ---- graph -> IR ---------------------------------------------------------------------------
-    def _nodes(self, input_names: list[str]) -> list[IRNode]:
+    def _nodes(self, input_names: list[str], input_dims: Mapping[str, tuple] | None = None) -> list[IRNode]:
+        """The IR of the graph; ``input_dims`` (the FFModel inputs' sizes) make its size arithmetic
+        constants (``flexrt.onnx._fold``)."""
         g = self.model.graph
         for name in input_names:
             if name not in self.shapes:
                 raise ConfigError(f"apply: the graph has no input {name!r}; its inputs: "
                                   f"{', '.join(i.name for i in g.input if i.name not in self.constants)}")
         self.weights = []
+        self.inferred = static_shapes(self.model, input_dims or {}) | dict(input_dims or {})
+        self.opset = next((o.version for o in self.model.opset_import if o.domain in ("", "ai.onnx")), 13)
         consumers: dict[str, list] = {}
         for n in g.node:
             for i in n.input:
@@ -89,7 +96,8 @@ class ONNXModel:
         if not isinstance(input_dict, Mapping) or not input_dict:
             raise ConfigError("apply: input_dict must map graph input names to FFModel tensors")
         names = list(input_dict)
-        outputs = build(ffmodel, self._nodes(names), [input_dict[n] for n in names])
+        dims = {n: tuple(t.dims) for n, t in input_dict.items() if hasattr(t, "dims")}
+        outputs = build(ffmodel, self._nodes(names, dims), [input_dict[n] for n in names])
         self.symbol_table = dict(input_dict) | dict(zip((o.name for o in self.model.graph.output), outputs))
         return outputs[0]
 
@@ -159,12 +167,37 @@ class _Converter:
         op = node.op_type
         if node.output and node.output[0] in self.fused.values():
             return []
+        if op in FOLDABLE and self._fold(node, name):
+            return []
         handler = getattr(self, f"_{op}", None)
         if handler is None:
             raise self.error(node, name, f"operator {op} has no FFModel mapping; supported: "
                                          f"{', '.join(sorted(k[1:] for k in dir(self) if k[1:2].isupper()))}")
         out = handler(node, name, self.attrs(node))
         return out
+
+    def _fold(self, node, name: str) -> bool:
+        """Make ``node``'s outputs constants when it computes from constants only (a Shape: from a
+        tensor of static shape); False when it does not."""
+        m = self.m
+        if node.op_type == "Shape":
+            src = node.input[0]
+            shape = m.shapes[src] if src in m.constants else m.inferred.get(src)
+            if shape is None:
+                return False
+            values = [shape_of(node, self.attrs(node), shape)]
+        else:
+            given = [i for i in node.input if i]
+            if not given or any(i not in m.constants for i in given):
+                return False
+            try:
+                values = fold(node, m.constants, m.opset)
+            except Exception as e:  # noqa: BLE001 - the evaluator's own errors: the graph is malformed
+                raise self.error(node, name, f"cannot evaluate it on its constant inputs: {e}") from None
+        for out, v in zip(node.output, values):
+            m.constants[out] = np.asarray(v)
+            m.shapes[out] = m.constants[out].shape
+        return True
 
     def ir(self, node, name, op, inputs, fields=(), keywords=(), output: str | None = None) -> IRNode:
         return IRNode(output or node.output[0], tuple(inputs), (), op, tuple(fields), tuple(keywords),
@@ -261,7 +294,16 @@ class _Converter:
             num, dim = self.m.shapes[data]
             return self._layer(node, name, "EMBEDDING", [node.input[1]], [num, dim], [], "embedding",
                                {"weight": (data, False)})
-        raise self.error(node, name, "only Gather of rows of a 2-D weight by computed indices (an embedding) maps")
+        index = self.m.constants.get(node.input[1])
+        if index is not None and index.ndim == 0 and not self.is_weight(data):
+            # one position of a dimension (q, k, v = the stacked projections [0], [1], [2]): torch's x[:, i]
+            axis, rank = int(a.get("axis", 0)), len(self.m.inferred.get(data, ()))
+            if axis < 0 and not rank:
+                raise self.error(node, name, f"axis {axis} of '{data}', whose rank is unknown; export with axis >= 0")
+            axis += rank if axis < 0 else 0
+            return [self.ir(node, name, "GETITEM", [data], [(slice(None),) * axis + (int(index),)])]
+        raise self.error(node, name, "only Gather of rows of a 2-D weight by computed indices (an embedding), or of "
+                                     "one constant position of a tensor, maps")
 
     # ---- pooling ---------------------------------------------------------------------------
     def _pool(self, node, name, a, pool: PoolType):
@@ -327,13 +369,8 @@ class _Converter:
     def _HardSwish(self, node, name, a):
         return [self.ir(node, name, "HARDSWISH", [node.input[0]])]
 
-    def _Identity(self, node, name, a):
-        src = node.input[0]
-        if src in self.m.constants:     # torch's exporter shares equal initializers through Identity nodes
-            self.m.constants[node.output[0]] = self.m.constants[src]
-            self.m.shapes[node.output[0]] = self.m.shapes[src]
-            return []
-        return [self.ir(node, name, "IDENTITY", [src])]
+    # an Identity of an initializer (torch's exporter shares equal initializers so) is folded
+    _Identity = _unary("IDENTITY")
 
     def _binary(op, scalar_op):
         def handler(self, node, name, a):

@@ -188,3 +188,40 @@ def test_relu6_clip_hardswish_hardsigmoid_equal_torch(tmp_path):
     ff = FFModel(FFConfig(["-b", "2"]))
     with pytest.raises(ConfigError, match=r"Clip to \[-1, 1\] has no FFModel layer; valid: \[0, 6\]"):
         ONNXModel(clip).apply(ff, {"x": ff.create_tensor([2, 4], DataType.DT_FLOAT)})
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_size_arithmetic_is_folded_and_transformer_encoders_equal_torch(tmp_path, batch_first):
+    """torch exports the sizes a model reads (view(x.size(0), -1), attention's head split) as Shape,
+    Gather, Mod, Concat ... subgraphs; with the FFModel inputs' static shapes they are constants, and
+    a TransformerEncoder (q, k, v taken from the stacked projection by Gather) builds and computes
+    torch's values. Exported without constant folding, so every such subgraph is in the file."""
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            layer = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=batch_first)
+            self.encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+            self.fc = torch.nn.Linear(5 * 16, 3)
+
+        def forward(self, x):
+            h = self.encoder(x)
+            h = h if batch_first else h.transpose(0, 1)
+            return self.fc(h.reshape(h.size(0), -1))
+
+    torch.manual_seed(0)
+    model = Net().eval()
+    shape = (BATCH, 5, 16) if batch_first else (5, BATCH, 16)
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    path = str(tmp_path / "encoder.onnx")
+    torch.onnx.export(model, (torch.from_numpy(x),), path, dynamo=False, input_names=["x"], do_constant_folding=False)
+    assert {"Shape", "Gather", "Concat"} <= {n.op_type for n in onnx.load(path).graph.node}
+    om = ONNXModel(path)
+    ff = FFModel(FFConfig(["-b", str(BATCH)]))
+    xt = ff.create_tensor(list(shape), DataType.DT_FLOAT)
+    out = om.apply(ff, {"x": xt})
+    ff.compile(loss_type="mean_squared_error_avg")
+    om.load_weights(ff)
+    xt.set_tensor(ff, x)
+    ff.forward()
+    with torch.no_grad():
+        np.testing.assert_allclose(out.get_tensor(ff), model(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-5)
