@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from flexrt.errors import ConfigError
+from flexrt.inputs import read_bytes
 from flexrt.ir.enums import ActiMode, PoolType
 from flexrt.onnx._fold import FOLDABLE, fold, shape_of, static_shapes
 from flexrt.torch._build import build
@@ -32,6 +33,7 @@ from flexrt.torch._ir import IRNode
 from flexrt.torch._weights import ff_layout, set_layer_weights
 
 _NONE = ActiMode.AC_MODE_NONE.value
+MAX_ONNX_BYTES = 2 ** 31     # protobuf's own limit of one message
 _DTYPES = {1: "torch.float32", 11: "torch.float64", 6: "torch.int32", 7: "torch.int64", 9: "torch.bool"}
 
 
@@ -49,10 +51,14 @@ class ONNXModel:
     def __init__(self, filename) -> None:
         onnx = _onnx()
         if isinstance(filename, str):
+            data = read_bytes(filename, "ONNX file (ONNXModel)", max_bytes=MAX_ONNX_BYTES)
             try:
-                model = onnx.load(filename)
+                model = onnx.load_model_from_string(data)
             except Exception as e:  # noqa: BLE001 - onnx raises DecodeError, OSError ...
                 raise ConfigError(f"ONNXModel: cannot load {filename}: {e}") from None
+            if not model.graph.node:
+                raise ConfigError(f"ONNXModel: {filename} ({len(data)} bytes) holds no graph nodes; not an ONNX "
+                                  f"model file?")
         elif isinstance(filename, onnx.ModelProto):
             model = filename
         else:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flexrt.errors import ConfigError
+from flexrt.inputs import read_text
 
 IR_DELIMITER = "; "
 INOUT_NODE_DELIMITER = ","
@@ -170,9 +171,14 @@ def write_ir(path: str, nodes: Iterable[IRNode]) -> None:
 
 
 def read_ir(path: str) -> list[IRNode]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.readlines()
-    except OSError as e:
-        raise ConfigError(f"file_to_ff: cannot read {path}: {e.strerror or e}") from None
-    return [parse_line(line, f"{path}:{i}") for i, line in enumerate(lines, 1) if line.strip()]
+    """The nodes of a FlexFlow text file (read through ``flexrt.inputs``: a regular UTF-8 file);
+    one without nodes, or without its OUTPUT line, is refused."""
+    lines = read_text(path, "FlexFlow model file (file_to_ff)").splitlines()
+    nodes = [parse_line(line, f"{path}:{i}") for i, line in enumerate(lines, 1) if line.strip()]
+    if not nodes:
+        raise ConfigError(f"{path}: the file holds no nodes (one line per node: name; inputs; outputs; OP; "
+                          f"fields, written by torch_to_file)")
+    if not any(n.op == "OUTPUT" for n in nodes):
+        raise ConfigError(f"{path}:{len(lines)}: the file has no OUTPUT line (the last line written by "
+                          f"torch_to_file names the model's outputs); cut short?")
+    return nodes

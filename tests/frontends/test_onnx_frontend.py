@@ -125,8 +125,19 @@ def test_unsupported_operator_and_attributes_name_the_node():
         ONNXModel(_graph([pool], shape=(2, 3, 8, 8))).apply(ff, {"x": x})
     with pytest.raises(ConfigError, match="the graph has no input 'nope'"):
         ONNXModel(_graph([pool], shape=(2, 3, 8, 8))).apply(ff, {"nope": x})
-    with pytest.raises(ConfigError, match="cannot load"):
+    with pytest.raises(ConfigError, match=r"ONNX file \(ONNXModel\) /nonexistent.onnx does not exist"):
         ONNXModel("/nonexistent.onnx")
+    with pytest.raises(ConfigError, match=r"/dev/zero is not a regular file"):     # read until memory ran out
+        ONNXModel("/dev/zero")
+
+
+def test_empty_or_garbled_files_are_refused_by_name(tmp_path):
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    with pytest.raises(ConfigError, match=r"empty.onnx \(0 bytes\) holds no graph nodes; not an ONNX model file"):
+        ONNXModel(str(tmp_path / "empty.onnx"))
+    (tmp_path / "garbage.onnx").write_bytes(b"\xff" * 64)
+    with pytest.raises(ConfigError, match=r"cannot load .*garbage.onnx"):
+        ONNXModel(str(tmp_path / "garbage.onnx"))
 
 
 def test_equal_initializers_shared_through_identity_load_and_match_torch(tmp_path):

@@ -349,3 +349,18 @@ def test_batch_norm_eps_is_the_modules(tmp_path):
     xt.set_tensor(ff, x)
     ff.forward()
     np.testing.assert_allclose(out.get_tensor(ff), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", r"empty.ff: the file holds no nodes"),
+    (b"input1; ; r,; INPUT\nr; input1,; ; RELU\n", r"empty.ff:2: the file has no OUTPUT line"),
+    (b"input1; ; r,; INPUT\n\xff\xfe\n", r"empty.ff:2: not valid UTF-8 text: byte 0xff"),
+])
+def test_bad_model_files_are_refused_with_file_and_line(tmp_path, content, message):
+    path = tmp_path / "empty.ff"
+    path.write_bytes(content)
+    ff = FFModel(FFConfig(["-b", "2"]))
+    with pytest.raises(ConfigError, match=message):
+        file_to_ff(str(path), ff, [ff.create_tensor([2, 3], DataType.DT_FLOAT)])
+    with pytest.raises(ConfigError, match=r"/dev/zero is not a regular file"):
+        file_to_ff("/dev/zero", ff, [])
