@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 import numpy as np
 
 from flexrt.errors import ConfigError, FlexrtError
-from flexrt.inputs import check_keys, check_type, parse_json, read_text
+from flexrt.inputs import check_keys, check_number, check_type, parse_json, read_text, short
 from flexrt.ir.costs import op_cost
 from flexrt.ir.datatype import DataType
 from flexrt.ir.op_type import PARALLEL_OPS, SOURCE_OPS, OpType
@@ -99,12 +99,23 @@ class FusedSample:
             check_keys(data, _SAMPLE_KEYS, where, required=_SAMPLE_KEYS)
             members = tuple(_member_from_json(m, f"{where}.members[{i}]") for i, m in enumerate(data["members"]))
             for i, m in enumerate(members):
+                bad = [x for x in m.internal if not 0 <= x < len(m.inputs)]
+                if bad:
+                    raise ConfigError(f"{where}.members[{i}].internal: {bad[0]} is not one of its "
+                                      f"{len(m.inputs)} inputs; valid: 0..{len(m.inputs) - 1}")
                 bad = [x for x in m.sources if not -1 <= x < i]
                 if bad:
                     raise ConfigError(f"{where}.members[{i}].sources: {bad[0]} is no earlier member; valid: -1 (read "
                                       f"from outside) or 0..{i - 1}" if i else f"{where}.members[0].sources: "
                                       f"{bad[0]} is no earlier member; the first member reads from outside (-1)")
-            return FusedSample(members, tuple(data["member_times"]), data["time_s"], str(data["model"]))
+            times = data["member_times"]
+            if not isinstance(times, list) or len(times) != len(members):
+                raise ConfigError(f"{where}.member_times: expected a list of {len(members)} times, one per member, "
+                                  f"got {short(times)}")
+            for key, values in (("member_times", times), ("time_s", [data["time_s"]])):
+                for v in values:
+                    check_number(v, f"{where}.{key}", minimum=0.0, maximum=MAX_SAMPLE_S)
+            return FusedSample(members, tuple(times), data["time_s"], str(data["model"]))
         except ConfigError:
             raise   # (it names its place)
         except (KeyError, TypeError, ValueError, AttributeError) as e:
@@ -113,6 +124,7 @@ class FusedSample:
 
 
 _SAMPLE_KEYS = ("model", "time_s", "member_times", "members")
+MAX_SAMPLE_S = 3600.0    # one measured kernel: an hour is no kernel time, a unit or a typo
 
 
 def _shape_to_json(s: TensorShape) -> dict:

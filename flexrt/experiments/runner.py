@@ -59,9 +59,9 @@ def default_output(exp: Experiment) -> Path:
 def load_results(path: Path) -> list[dict]:
     """The rows of a ``results.jsonl`` (a last line cut short by a crash is skipped: it had not
     finished; any other line that is not a JSON object is refused, with its line)."""
-    if not path.is_file():
+    if not os.path.lexists(path):
         return []
-    rows, lines = [], read_text(path, "results file").splitlines()
+    rows, lines = [], read_text(path, "results file").splitlines()   # a folder there is refused by name
     for i, line in enumerate(lines):
         if not line.strip():
             continue
