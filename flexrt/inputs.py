@@ -382,6 +382,12 @@ def parse_enum(cls, value: Any, what: str, error: type = ConfigError):
         raise error(f"unknown {what} {value!r}; valid: {', '.join(m.value for m in cls)}") from None
 
 
+def plain_number(text: str) -> bool:
+    """Whether ``text`` is written as C and JSON write numbers: ASCII, no '_' separators, no spaces
+    around (Python's int() and float() also take '٤', '6_4' and ' 8 ')."""
+    return text.isascii() and "_" not in text and text == text.strip()
+
+
 def check_int(value: Any, where: str, error: type = ConfigError, minimum: Optional[int] = None,
               maximum: Optional[int] = None) -> int:
     """An integer (an integral float such as ``4.0`` from YAML too) within [minimum, maximum]."""

@@ -79,6 +79,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         cmd = args._command
         if extra and not cmd.ACCEPTS_MODEL_FLAGS:
             args._parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        _refuse_empty_paths(args)
         return cmd.run(args, extra)
     except SystemExit as e:  # argparse's --help / --version (0) and usage errors (2)
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
@@ -105,6 +106,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"flexrt: internal error: {type(e).__name__}: {_one_line(str(e))}; this is a bug in flexrt"
               + ("" if show_traceback else "; rerun with --traceback to see where"), file=sys.stderr)
         return INTERNAL_ERROR
+
+
+def _refuse_empty_paths(args: argparse.Namespace) -> None:
+    """A file or folder option given as '' is a usage error (it would read as 'not given': a search's
+    --export '' would drop the strategy it found)."""
+    for action in args._parser._actions:
+        if action.metavar in ("FILE", "DIR") and getattr(args, action.dest, None) == "":
+            args._parser.error(f"argument {'/'.join(action.option_strings)}: empty; give a path")
 
 
 INTERNAL_ERROR = 70  # sysexits' EX_SOFTWARE: distinct from a user error (1) and a usage error (2)

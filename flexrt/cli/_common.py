@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from flexrt.errors import ConfigError
-from flexrt.inputs import short
+from flexrt.inputs import plain_number, short
 from flexrt.model import FFConfig
 from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.model.flags import FLAG_BY_NAME, IGNORED_BY_NAME, LEGION_SWITCHES, LEGION_VALUE_FLAGS, FlagWarning
@@ -46,6 +46,8 @@ def count(minimum: int = 0, maximum: Optional[int] = None):
 
     def parse(text: str) -> int:
         try:
+            if not plain_number(text):
+                raise ValueError(text)
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected an integer {rule}, got {short(text)}") from None
@@ -63,7 +65,7 @@ def number(minimum: Optional[float] = None, above: Optional[float] = None, maxim
 
     def parse(text: str) -> float:
         try:
-            value = float(text)
+            value = float(text) if plain_number(text) else math.nan
         except ValueError:
             value = math.nan
         if not math.isfinite(value) or (minimum is not None and value < minimum) or \

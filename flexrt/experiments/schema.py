@@ -315,6 +315,9 @@ def _runs(r: _Reader, k: Kind, top: LineMap, variant: str) -> tuple[Run, ...]:
         if key not in seen:
             seen.add(key)
             runs.append(Run(k.name, tuple(sorted(inputs.items())), key))
+    if not runs:
+        raise r.error(getattr(runs_m, "line", line), runs_path, "the experiment has no runs; give axes with values, "
+                                                                "or at least one entry in runs")
     return tuple(runs)
 
 
@@ -389,7 +392,7 @@ def _matches_no_run(ref: Reference, runs: tuple[Run, ...]) -> str:
     return f"no run has all of {given} (each value occurs, but never together)"
 
 
-def _report(r: _Reader, k: Kind, top: LineMap) -> tuple[tuple[str, ...], tuple[Relative, ...]]:
+def _report(r: _Reader, k: Kind, top: LineMap, runs: tuple[Run, ...]) -> tuple[tuple[str, ...], tuple[Relative, ...]]:
     if "report" not in top:
         return (), ()
     m = r.mapping(top["report"], r.line(top, "report"), "report", "a mapping with rows and relative")
@@ -414,8 +417,15 @@ def _report(r: _Reader, k: Kind, top: LineMap) -> tuple[tuple[str, ...], tuple[R
             if name in taken:
                 what = "a metric of run kind " + repr(k.name) if name in k.metrics else "the name of an earlier entry"
                 raise r.error(r.line(e, "name"), f"{path}.name", f"{short(name)} is already {what}; give a new name")
-            relative.append(Relative(name, r.text(e, "metric", f"{path}.metric", k.metrics),
-                                     tuple(sorted((n, v) for n, (v, _) in to.items()))))
+            rel = Relative(name, r.text(e, "metric", f"{path}.metric", k.metrics),
+                           tuple(sorted((n, v) for n, (v, _) in to.items())))
+            for n, v in rel.to:      # the run divided by has this value: some run must have it
+                values = list(dict.fromkeys(run.params.get(n) for run in runs))
+                if v not in values:
+                    raise r.error(r.line(e, "to"), f"{path}.to", f"{n}: {short(v)} matches none of the runs (their "
+                                  f"values of {n}: {', '.join(short(x) for x in values[:12])}); every row would "
+                                  f"have nothing to divide by")
+            relative.append(rel)
     return rows, tuple(relative)
 
 
@@ -490,7 +500,7 @@ def parse_experiment(text: str, source: str = "<string>", variant: str = "full",
             full_runs = checked if other == "full" else full_runs
     runs = _runs(r, k, top, variant)
     full_runs = runs if variant == "full" else full_runs
-    rows, relative = _report(r, k, top)
+    rows, relative = _report(r, k, top, full_runs)
     metrics = k.metrics + tuple(x.name for x in relative)
     measure = _names(r, top, "measure", metrics) if "measure" in top else k.metrics
     return Experiment(name, r.text(top, "title", "title"), r.text(top, "paper", "paper", PAPERS),

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from flexrt.errors import ConfigError
-from flexrt.inputs import short
+from flexrt.inputs import plain_number, short
 from flexrt.search.api import MAX_BUDGET
 
 
@@ -219,6 +219,8 @@ def _convert(flag: Flag, name: str, raw: str) -> Any:
             raise ConfigError(f"flag {name} got {short(raw)}; valid: {flag.valid}")
         return raw
     try:
+        if not plain_number(raw):
+            raise ValueError(raw)
         value = int(raw) if flag.kind is Kind.INT else float(raw)
     except ValueError:
         raise ConfigError(f"flag {name} got {short(raw)}; valid: {flag.valid}") from None

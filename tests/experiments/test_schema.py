@@ -130,6 +130,9 @@ def test_keys_hash_the_inputs():
      r"demo.yaml:16: field 'reference\[0\].where': stages: 3 matches none of the runs; their values of stages: 2, 4; a reference must match a run"),
     ("{where: {stages: 4, micro_batches: 8}", "{where: {stages: 2, schedule: interleaved}",
      r"demo.yaml:16: field 'reference\[0\].where': no run has all of schedule: 'interleaved', stages: 2 \(each value occurs, but never together\)"),
+    ("report:\n", "report:\n  relative: [{name: r, metric: law, to: {schedule: gpipe}}]\n",
+     r"demo.yaml:18: field 'report.relative\[0\].to': schedule: 'gpipe' matches none of the runs \(their values of "
+     r"schedule: '1f1b', 'interleaved'\); every row would have nothing to divide by"),
     ("  axes: {stages: [2]}", "  axes: {stages: [2]}\ntiny:\n  runs: [interleaved]",
      r"demo.yaml:15: field 'tiny.runs\[0\]': expected a mapping of pipeline_bubble's parameters, got 'interleaved'"),
 ])
@@ -206,3 +209,8 @@ def test_a_machine_file_is_found_beside_the_experiment_and_keyed_by_content(tmp_
     assert run.params["machine"] == str(machine.resolve()) and load_machine(run.params["machine"]).num_devices == 8
     machine.write_text(machine.read_text().replace("description:", "description: changed,"))
     assert load_experiment(f, "tiny").runs[0].key != run.key
+
+
+def test_an_experiment_without_runs_is_refused():
+    text = "name: demo\ntitle: t\npaper: host\nreproduces: x\nkind: pipeline_bubble\nruns: []\n"
+    assert re.search(r"demo.yaml:6: field 'runs': the experiment has no runs", error_of(text))
