@@ -334,6 +334,19 @@ def _make_line_loader():
         s.line, s.item_lines = node.start_mark.line + 1, [child.start_mark.line + 1 for child in node.value]
         return s
 
+    def integer(loader, node):
+        """YAML 1.1's integers, less the two forms no one means in a config: octal by a leading 0
+        (``010`` is 8) and base 60 (``1:30`` is 90)."""
+        value = loader.construct_yaml_int(node)
+        body = node.value.replace("_", "").lstrip("+-")
+        form = "base-60" if ":" in body else "octal" if len(body) > 1 and body[0] == "0" and body.isdigit() else None
+        if form is not None:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{short(node.value, 40)} is a YAML 1.1 {form} number ({value}); write the decimal "
+                            f"number you mean (without a leading 0 or ':'), or quote it for text", node.start_mark)
+        return value
+
+    LineLoader.add_constructor("tag:yaml.org,2002:int", integer)
     LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
     LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, sequence)
     return LineLoader

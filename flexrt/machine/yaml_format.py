@@ -123,7 +123,7 @@ def _construct_int(loader: _LineLoader, node: yaml.ScalarNode) -> int:
     if digits > limits.MAX_INT_DIGITS:
         raise yaml.constructor.ConstructorError(None, None, f"an integer of {digits} digits; machine files "
                                                 f"need at most {named('MAX_INT_DIGITS')}", node.start_mark)
-    return yaml.SafeLoader.construct_yaml_int(loader, node)
+    return line_loader().yaml_constructors["tag:yaml.org,2002:int"](loader, node)   # the shared checks
 
 
 _LineLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)

@@ -120,7 +120,9 @@ class FFModel(DenseLayers, ShapeLayers, ElementwiseLayers, FusedLayers, Training
         if not sizes:
             raise ConfigError(f"{where}: dims must name at least one dimension, got {dims!r}")
         _check.member(where, "data_type", data_type, DataType)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, float):
+            _check.number(where, "value", value)     # finite: a NaN or inf constant poisons the model
+        elif isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{where}: value must be a number, got {value!r}")
         attrs = InputAttrs(TensorShape(sizes, data_type))
         name = self._layer_name("constant", None)
@@ -194,6 +196,8 @@ class FFModel(DenseLayers, ShapeLayers, ElementwiseLayers, FusedLayers, Training
                     return candidate
         if not isinstance(name, str) or not name:
             raise ConfigError(f"{kind}: name must be a non-empty string, got {name!r}")
+        if not name.isprintable():   # a newline or tab would cut the name in strategy and dot files
+            raise ConfigError(f"{kind}: name {name!r} holds a control character; give a printable name")
         if self._name_taken(name):
             raise ConfigError(f"{kind}: the name '{name}' is already used in this model; layer names must be unique")
         return name

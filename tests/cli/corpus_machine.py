@@ -155,6 +155,10 @@ CASES = [
          r"m\.yaml:8: invalid YAML: an integer of 5000 digits; machine files need at "
          r"most 30 \(flexrt\.machine\.limits\.MAX_INT_DIGITS\)",
          {"m.yaml": GOOD.replace("memory: 8", "memory: " + "9" * 5000, 1)}),
+    case("machine-yaml-octal", SHOW, r"m\.yaml:8: invalid YAML: '010' is a YAML 1\.1 octal number \(8\); write the "
+         r"decimal number you mean", {"m.yaml": GOOD.replace("memory: 8", "memory: 010", 1)}),
+    case("machine-yaml-base-60", SHOW, r"m\.yaml:8: invalid YAML: '1:30' is a YAML 1\.1 base-60 number \(90\)",
+         {"m.yaml": GOOD.replace("memory: 8", "memory: 1:30", 1)}),
     case("machine-yaml-bad-date", SHOW,
          r"m\.yaml:1: invalid YAML: cannot read '2020-13-45' as timestamp: month must be in 1\.\.12",
          {"m.yaml": GOOD.replace("name: tiny", "name: 2020-13-45", 1)}),

@@ -375,3 +375,12 @@ def test_an_unknown_method_is_pythons_attribute_error_with_a_suggestion(m):
     with pytest.raises(AttributeError, match="'FFModel' object has no attribute 'denes'") as e:
         m.denes
     assert type(e.value) is AttributeError and e.value.name == "denes" and e.value.obj is m
+
+
+@pytest.mark.parametrize("name", ["a\nb", "tab\there", "nul\x00"])
+def test_a_layer_name_with_a_control_character_is_refused(name):
+    """A newline would cut the name in FlexFlow's text strategy files (written, then unreadable)."""
+    m = FFModel(FFConfig([]))
+    with pytest.raises(ConfigError, match="holds a control character; give a printable name"):
+        m.relu(m.create_tensor([2, 3]), name=name)
+    m.relu(m.create_tensor([2, 3]), name="spaces and é are fine")
