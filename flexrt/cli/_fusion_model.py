@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -191,6 +192,8 @@ def _train(args) -> int:
     fm = _fused_model()
     samples = _load(args.samples, "--samples")
     output = writable_file(args.output, "--output")
+    if output.exists() and os.path.samefile(output, args.samples):
+        raise ConfigError(f"--output {output} is the --samples file; writing the model there would lose the samples")
     train, held = _split(samples, args.seed)
     if args.init:
         model = fm.LearnedFusedModel.load(_existing(args.init, "--init", "train one with `flexrt fusion-model train`"))

@@ -236,6 +236,11 @@ def _verify_cmd(args) -> int:
         if unusable:
             print(f"unusable: the destination reads inputs the source does not match: "
                   f"{listing(r.name for r in unusable)}")
+    refuted = [r.name for r in todo if by_name[r.name] == "refuted"]
+    if refuted:   # an unsound rule would let a search change what the model computes: a failure, as in a test run
+        print(f"flexrt substitutions verify: {len(refuted)} rule(s) refuted (their two sides differ): "
+              f"{listing(refuted)}", file=sys.stderr)
+        return 1
     return 0
 
 

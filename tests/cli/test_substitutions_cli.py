@@ -100,6 +100,15 @@ def test_verify_counts(monkeypatch, lib, capsys):
     assert "needs_y" not in seen and doc["rules"][5]["status"] == "unusable"
 
 
+def test_verify_fails_when_a_rule_is_refuted(monkeypatch, lib, capsys):
+    """An unsound rule would let a search change what a model computes: exit 1, naming it."""
+    fake_module(monkeypatch, "verify",
+                verify_rules=lambda rules, timeout_s=None: ["refuted" if i == 1 else "proved" for i in range(len(rules))])
+    assert main(["substitutions", "verify", "--file", lib]) == 1
+    out, err = capsys.readouterr()
+    assert "refuted: 1" in out and err.startswith("flexrt substitutions verify: 1 rule(s) refuted")
+
+
 @needs_flexflow
 def test_verify_flexflow_file_reports_unusable(monkeypatch, capsys):
     seen = {}
@@ -108,9 +117,10 @@ def test_verify_flexflow_file_reports_unusable(monkeypatch, capsys):
         seen.update((r.name, r) for r in rules)
         return [{"status": "refuted"} for _ in rules]
     fake_module(monkeypatch, "verify", verify_rules=verify_rules)
-    assert main(["substitutions", "verify", "--file", str(FLEXFLOW_FILE), "--dims", "outermost"]) == 0
-    out = capsys.readouterr().out
+    assert main(["substitutions", "verify", "--file", str(FLEXFLOW_FILE), "--dims", "outermost"]) == 1
+    out, err = capsys.readouterr()
     assert "640 rules" in out and "unusable: 112" in out and "refuted: 528" in out
+    assert "528 rule(s) refuted (their two sides differ)" in err
     # converted to our numbering: rule 241's partition of the weight's dim 1 (outermost) is dim 0
     assert seen["taso_rule_241"].src[0].param("PM_PARALLEL_DIM") == 0
 
