@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 import traceback
 from typing import Optional, Sequence
 
@@ -64,6 +65,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the ``flexrt`` command line; returns the exit status."""
+    status = _main(argv)
+    if argv is None:
+        _leave_past_script_threads(status)
+    return status
+
+
+def _leave_past_script_threads(status: int) -> None:
+    """End the process now when a model script left threads running (Python would wait for them
+    at exit: the command would never end)."""
+    left = [t for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive() and not t.daemon]
+    if not left:
+        return
+    print(f"flexrt: note: the model script left {len(left)} thread(s) running ({', '.join(t.name for t in left[:3])}); "
+          f"exiting without waiting for them", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+def _main(argv: Optional[Sequence[str]] = None) -> int:
     process = argv is None     # the command line is this process's whole job (not a library call)
     argv = list(sys.argv[1:] if argv is None else argv)
     show_traceback = "--traceback" in argv  # anywhere on the line, also after the subcommand

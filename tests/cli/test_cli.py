@@ -167,3 +167,15 @@ def test_show_passes_script_flags_to_build_model(capsys):
     assert sum(op["op"] == "lstm" for op in doc["operators"]) == 4 * 3
     assert main(["show", "rnntc", "-b", "2", "--seq-length", "x"]) == 2
     assert "flag --seq-length takes an int, got 'x'" in capsys.readouterr().err
+
+
+def test_a_thread_the_script_leaves_running_does_not_hold_the_command(tmp_path):
+    """Python waits for live threads at exit; a script's never-ending thread must not hang `flexrt show`."""
+    script = tmp_path / "threads.py"
+    script.write_text("import threading, time\nfrom flexrt.core import *\n"
+                      "threading.Thread(target=lambda: time.sleep(10 ** 6), name='sleeper').start()\n"
+                      "m = FFModel(FFConfig())\nm.relu(m.create_tensor([8, 4]))\n")
+    proc = subprocess.run([sys.executable, "-m", "flexrt.cli", "show", str(script), "-b", "8"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and "operators: 1" in proc.stdout
+    assert "left 1 thread(s) running (sleeper); exiting without waiting for them" in proc.stderr
