@@ -494,8 +494,9 @@ class LearnedFusedModel:
                 got = data.get(name)
                 if got is None or got.shape != want.shape:
                     raise ConfigError(f"{path}: weight {name} is {None if got is None else got.shape}; the "
-                                      f"configuration {config} needs {want.shape}")
-                params[k] = got.astype(np.float64)
+                                      f"configuration (depth {config['depth']}, heads {config['heads']}, width "
+                                      f"{config['width']}) needs {want.shape}")
+                params[k] = _finite(path, name, got)
         if "linear_coef" in data:
             if data["linear_coef"].shape != (len(AGGREGATE_FEATURES),):
                 raise ConfigError(f"{path}: linear_coef has shape {data['linear_coef'].shape}; expected "
@@ -510,10 +511,22 @@ class LearnedFusedModel:
         if data["feat_mean"].shape != (model.num_features,) or data["feat_std"].shape != (model.num_features,):
             raise ConfigError(f"{path}: feature normalization has {data['feat_mean'].shape} entries; expected "
                               f"{model.num_features}")
-        model.feat_mean, model.feat_std = data["feat_mean"].astype(np.float64), data["feat_std"].astype(np.float64)
-        model.target_mean, model.target_std = (float(x) for x in data["target"])
+        model.feat_mean, model.feat_std = _finite(path, "feat_mean", data["feat_mean"]), _finite(path, "feat_std",
+                                                                                               data["feat_std"])
+        model.target_mean, model.target_std = (float(x) for x in _finite(path, "target", data["target"]))
+        if not (model.feat_std > 0).all() or not model.target_std > 0:
+            raise ConfigError(f"{path}: feat_std and the target's spread must be > 0 (they divide the features and "
+                              f"times); this file has a zero or negative one: train the model again")
         model.trained = bool(config.get("trained", True))
         return model
+
+
+def _finite(path, name: str, array) -> np.ndarray:
+    """``array`` as float64, refused (naming ``name`` in ``path``) when it holds NaN or inf."""
+    out = np.asarray(array, dtype=np.float64)
+    if not np.isfinite(out).all():
+        raise ConfigError(f"{path}: {name} holds NaN or inf; train the model again")
+    return out
 
 
 # ---- baselines -----------------------------------------------------------------------------------

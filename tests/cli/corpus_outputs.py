@@ -49,6 +49,20 @@ def _pickled_npz() -> bytes:
     return buf.getvalue()
 
 
+def _shipped_npz_with(**changes) -> bytes:
+    """The shipped learned model with arrays replaced (``feat_std=0.0``: every entry that value)."""
+    import io
+
+    import numpy as np
+    with np.load(SHIPPED_MODEL) as data:
+        arrays = {k: data[k] for k in data.files}
+    for k, v in changes.items():
+        arrays[k] = np.full_like(arrays[k], v)
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
 def _results(name: str, text: str):
     def make(folder: Path) -> None:
         (folder / name).mkdir(parents=True, exist_ok=True)
@@ -151,6 +165,12 @@ CASES = [
          r"m\.npz: not a learned fused model file \(it holds Python objects",
          {"s.jsonl": SAMPLE % "-1",
           "m.npz": _pickled_npz()}),
+    case("fusion-model-feat-std-zero", f"fusion-model evaluate --model {{m.npz}} --samples {{s.jsonl}}",
+         r"m\.npz: feat_std and the target's spread must be > 0", {"s.jsonl": SAMPLE % "-1",
+                                                                   "m.npz": _shipped_npz_with(feat_std=0.0)}),
+    case("fusion-model-nan-normalization", f"fusion-model evaluate --model {{m.npz}} --samples {{s.jsonl}}",
+         r"m\.npz: feat_mean holds NaN or inf", {"s.jsonl": SAMPLE % "-1",
+                                                 "m.npz": _shipped_npz_with(feat_mean=float("nan"))}),
     # rules, machine files, strategies
     case("machine-number-read-as-text", "machines show {m.yaml}",
          r"m\.yaml:\d+: field 'links\.nvlink\.bandwidth': .*got '1e2'.*YAML read '1e2' as text; write 100",
