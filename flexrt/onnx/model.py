@@ -82,6 +82,13 @@ class ONNXModel:
             if name not in self.shapes:
                 raise ConfigError(f"apply: the graph has no input {name!r}; its inputs: "
                                   f"{', '.join(i.name for i in g.input if i.name not in self.constants)}")
+        for i in g.input:       # an input not given is a weight (export_params=False): its shape must be static
+            dims = i.type.tensor_type.shape.dim
+            symbolic = [d.dim_param or "?" for d in dims if not d.HasField("dim_value")]
+            if i.name not in input_names and i.name not in self.constants and symbolic:
+                raise ConfigError(f"apply: graph input {i.name!r} is not given, so it is a weight (exported with "
+                                  f"export_params=False), but its shape has symbolic dimension(s) "
+                                  f"{', '.join(symbolic)}; export it with static shapes, or give it to apply")
         self.weights = []
         self.inferred = static_shapes(self.model, input_dims or {}) | dict(input_dims or {})
         self.opset = next((o.version for o in self.model.opset_import if o.domain in ("", "ai.onnx")), 13)

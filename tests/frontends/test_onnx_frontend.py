@@ -236,3 +236,14 @@ def test_size_arithmetic_is_folded_and_transformer_encoders_equal_torch(tmp_path
     ff.forward()
     with torch.no_grad():
         np.testing.assert_allclose(out.get_tensor(ff), model(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_weight_input_with_a_symbolic_dimension_is_named(tmp_path):
+    """export_params=False leaves weights as graph inputs; one of symbolic shape cannot size its layer."""
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4]),
+                           helper.make_tensor_value_info("w", TensorProto.FLOAT, [4, "N"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    ff = FFModel(FFConfig(["-b", "2"]))
+    with pytest.raises(ConfigError, match=r"graph input 'w' is not given, so it is a weight .* symbolic dimension\(s\) N"):
+        ONNXModel(helper.make_model(g)).apply(ff, {"x": ff.create_tensor([2, 4], DataType.DT_FLOAT)})
