@@ -376,6 +376,7 @@ def load_model(model: str, argv: Sequence[str] = ()) -> LoadedModel:
         script = _read_script(Path(path))
         path = script.path
         built: Optional[FFModel] = None
+        exited = ""
         with _capture.capturing() as state, _script_env(path, argv), _time_limit(path):
             try:
                 built = _run(script, name, argv, _defines_build_model(script.tree))
@@ -385,19 +386,20 @@ def load_model(model: str, argv: Sequence[str] = ()) -> LoadedModel:
                 if not state.models:
                     raise ConfigError(f"model script {path} exited (status {short(e.code)}) before making an "
                                       f"FFModel") from None
+                exited = f"; the script exited (status {short(e.code)}, {_script_line(e, path)}) before adding any"
         if built is None:
             if not state.models:
                 raise ConfigError(f"model script {path} made no FFModel (define build_model(ffconfig) or build one "
                                   f"at top level / under `if __name__ == \"__main__\":`)")
             built = state.models[-1]
-        _check_has_operators(built, name, path)
+        _check_has_operators(built, name, path, exited)
         return LoadedModel(name, str(path), built)
 
 
-def _check_has_operators(model: FFModel, name: str, path) -> None:
+def _check_has_operators(model: FFModel, name: str, path, why: str = "") -> None:
     """A model to show, simulate or train computes something: refuse one of inputs only."""
     nodes = model.pcg.nodes
     if not any(n.op_type not in (OpType.INPUT, OpType.WEIGHT) for n in nodes):
         inputs = [n.name for n in nodes if n.op_type is OpType.INPUT]
         raise ConfigError(f"model {name} ({path}) has no operators (only {len(inputs)} input(s)"
-                          f"{': ' + short(inputs) if inputs else ''}); add layers such as dense or conv2d to it")
+                          f"{': ' + short(inputs) if inputs else ''}){why or '; add layers such as dense or conv2d to it'}")

@@ -292,6 +292,8 @@ def test_load_script_without_compile_takes_last_model(tmp_path):
     ("import flexflow.serve as ff\n", ConfigError,
      "imports flexflow.serve, which flexrt does not provide (flexrt.serve does not exist)"),
     ("x = 1\n", ConfigError, "made no FFModel"),
+    ("import sys\nfrom flexrt.core import *\nm = FFModel(FFConfig())\nm.create_tensor([2, 3])\nsys.exit('bye')\n",
+     ConfigError, "has no operators (only 1 input(s): ['input_1']); the script exited (status 'bye', "),
     ("def f(:\n", ConfigError, "bad.py:1: syntax error"),
     ("from flexrt.core import *\nm = FFModel(FFConfig())\n1 / 0\n", ConfigError,
      "bad.py:3: the script raised ZeroDivisionError: division by zero"),
