@@ -35,7 +35,7 @@ def _zoo() -> tuple[str, ...]:
 
 def model_param(default: Any = None) -> Param:
     return Param("model", "str", REQUIRED if default is None else default, choices=_zoo,
-                 help="a zoo model (`flexrt models`)")
+                 help="a zoo model (`flexrt models`) or a model script, relative to the experiment file")
 
 
 def model_flags_param() -> Param:

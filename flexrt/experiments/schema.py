@@ -138,11 +138,11 @@ class Experiment:
 
 
 def run_key(kind_name: str, inputs: dict) -> str:
-    """The cache key of a run: a hash of its kind, canonical inputs (a machine file by its content)
-    and the flexrt version."""
+    """The cache key of a run: a hash of its kind, canonical inputs (a machine file or model script
+    by its content) and the flexrt version."""
     canonical = {}
     for k, v in sorted(inputs.items()):
-        if k == "machine" and isinstance(v, str) and os.path.isfile(v):
+        if k in ("machine", "model") and isinstance(v, str) and os.path.isfile(v):
             v = {"file_sha256": hashlib.sha256(Path(v).read_bytes()).hexdigest()}
         canonical[k] = v
     text = json.dumps({"kind": kind_name, "inputs": canonical, "flexrt": __version__}, sort_keys=True)
@@ -221,6 +221,12 @@ class _Reader:
             return plain(m)
         if not isinstance(value, str) or not value:
             raise self.error(line, path, f"expected a non-empty string, got {short(value)}")
+        if p.name == "model" and ("/" in value or value.endswith(".py")):
+            resolved = (self.base_dir / value).resolve()
+            if not resolved.is_file():
+                raise self.error(line, path, f"model script {short(value)} does not exist (paths are relative to "
+                                             f"the experiment file's folder; or give a zoo model)")
+            return str(resolved)
         if p.name == "machine" and ("/" in value or value.endswith((".yaml", ".yml"))):
             resolved = (self.base_dir / value).resolve()
             if not resolved.is_file():

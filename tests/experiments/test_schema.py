@@ -211,6 +211,24 @@ def test_a_machine_file_is_found_beside_the_experiment_and_keyed_by_content(tmp_
     assert load_experiment(f, "tiny").runs[0].key != run.key
 
 
+def test_a_model_script_is_found_beside_the_experiment_and_keyed_by_content(tmp_path):
+    from importlib import resources
+    script = tmp_path / "models" / "mine.py"
+    script.parent.mkdir()
+    script.write_text((resources.files("flexrt.examples") / "mlp.py").read_text())
+    f = tmp_path / "mine.yaml"
+    f.write_text("name: mine\ntitle: t\npaper: host\nreproduces: x\nkind: search_speedup\n"
+                 "params: {model: models/mine.py, machine: dgx1_v100, devices: 8, budget: 5}\n")
+    run = load_experiment(f).runs[0]
+    assert run.params["model"] == str(script.resolve())
+    script.write_text(script.read_text() + "\n# changed\n")
+    assert load_experiment(f).runs[0].key != run.key
+    f.write_text(f.read_text().replace("models/mine.py", "models/other.py"))
+    with pytest.raises(ConfigError, match=r"mine.yaml:6: field 'params.model': model script 'models/other.py' does "
+                                          r"not exist \(paths are relative to the experiment file's folder"):
+        load_experiment(f)
+
+
 def test_an_experiment_without_runs_is_refused():
     text = "name: demo\ntitle: t\npaper: host\nreproduces: x\nkind: pipeline_bubble\nruns: []\n"
     assert re.search(r"demo.yaml:6: field 'runs': the experiment has no runs", error_of(text))
