@@ -238,8 +238,10 @@ def strategy_from_text(text: str, base: PCG, machine: Machine, source: str = "<t
     """A strategy from FlexFlow's text format; operators the text leaves out are data parallel."""
     r = _Reader(text, source)
     (count,) = r.ints("the number of operators", 1)
-    if count < 0:
-        raise StrategyError(f"{r.where()}: the number of operators must be >= 0, got {count}")
+    computes = sum(1 for n in base.nodes if is_compute(n))
+    if not 0 <= count <= computes:
+        raise StrategyError(f"{r.where()}: line 1 announces {count} operators; the model has {computes} (valid: "
+                            f"0..{computes}, those the file configures)")
     configs: dict[int, OpConfig] = {}
     for _ in range(count):
         nid, cfg = _read_operator(r, base, machine)

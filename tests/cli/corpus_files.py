@@ -365,7 +365,8 @@ def _line(k: int, value: str):
 
 TEXT_STRATEGY = [
     text("count-word", _line(1, "many"), rf"{TEXT}:1: the number of operators must be integers, got 'many'"),
-    text("count-negative", _line(1, "-1"), rf"{TEXT}:1: the number of operators must be >= 0, got -1"),
+    text("count-negative", _line(1, "-1"), rf"{TEXT}:1: line 1 announces -1 operators; the model has \d+ \(valid: 0\.\."),
+    text("count-huge", _line(1, "1000000000000"), rf"{TEXT}:1: line 1 announces 1000000000000 operators; the model has"),
     text("count-19-digits", _line(1, "1" * 19), rf"{TEXT}:1: the number of operators must be integers"),
     text("count-underscore", _line(1, "1_8"), rf"{TEXT}:1: the number of operators must be integers, got '1_8'"),
     text("unknown-operator", _line(2, "conv9"),
