@@ -46,6 +46,7 @@ from flexrt.model.training import TrainingMixin, optimizer_args, resolve_loss, r
 
 # FlexFlow Serve's FFModel methods (LLM inference: incremental decoding, speculative inference,
 # sampling); flexrt trains models and leaves them out (README, "Porting a FlexFlow script")
+MAX_LAYERS = 1_000_000   # a script adding layers in an endless loop stops here (~1.5 GB), not at memory's end
 SERVE_ONLY = ("arg_top_k", "argmax", "beam_top_k", "sampling", "inc_multihead_self_attention",
               "inc_multihead_self_attention_verify", "inc_multiquery_self_attention",
               "inc_multiquery_self_attention_verify", "spec_inc_multihead_self_attention",
@@ -144,6 +145,9 @@ class FFModel(DenseLayers, ShapeLayers, ElementwiseLayers, FusedLayers, Training
         ``kernel_initializer`` (None: the runtime's default); a layer with ``shared_op`` reads the
         owner's weights and so keeps the owner's initializers.
         """
+        if len(self._by_name) >= MAX_LAYERS:
+            raise ConfigError(f"{kind}: the model already has {MAX_LAYERS:,} layers, flexrt's limit (a GPT-3-sized model has "
+                              f"a few thousand); does the script add layers in a loop without end?")
         automatic = name is None
         name = self._layer_name(kind, name)
         label = f"{kind} '{name}'"

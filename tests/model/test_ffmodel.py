@@ -386,3 +386,13 @@ def test_a_layer_name_with_a_control_character_is_refused(name):
     with pytest.raises(ConfigError, match="holds a control character; give a printable name"):
         m.relu(m.create_tensor([2, 3]), name=name)
     m.relu(m.create_tensor([2, 3]), name="spaces and é are fine")
+
+
+def test_a_script_adding_layers_without_end_stops_at_the_limit(monkeypatch):
+    import flexrt.model.ffmodel as ffmodel_module
+    monkeypatch.setattr(ffmodel_module, "MAX_LAYERS", 50)
+    m = FFModel(FFConfig([]))
+    y = m.create_tensor([2, 3])
+    with pytest.raises(ConfigError, match="already has 50 layers, flexrt's limit"):
+        while True:
+            y = m.relu(y)
