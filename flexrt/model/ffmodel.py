@@ -146,8 +146,8 @@ class FFModel(DenseLayers, ShapeLayers, ElementwiseLayers, FusedLayers, Training
         owner's weights and so keeps the owner's initializers.
         """
         if len(self._by_name) >= MAX_LAYERS:
-            raise ConfigError(f"{kind}: the model already has {MAX_LAYERS:,} layers, flexrt's limit (a GPT-3-sized model has "
-                              f"a few thousand); does the script add layers in a loop without end?")
+            raise ConfigError(f"{kind}: the model already has {MAX_LAYERS:,} layers, flexrt's limit (a GPT-3-sized "
+                              f"model has a few thousand); does the script add layers in a loop without end?")
         automatic = name is None
         name = self._layer_name(kind, name)
         label = f"{kind} '{name}'"

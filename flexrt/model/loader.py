@@ -401,5 +401,6 @@ def _check_has_operators(model: FFModel, name: str, path, why: str = "") -> None
     nodes = model.pcg.nodes
     if not any(n.op_type not in (OpType.INPUT, OpType.WEIGHT) for n in nodes):
         inputs = [n.name for n in nodes if n.op_type is OpType.INPUT]
+        why = why or "; add layers such as dense or conv2d to it"
         raise ConfigError(f"model {name} ({path}) has no operators (only {len(inputs)} input(s)"
-                          f"{': ' + short(inputs) if inputs else ''}){why or '; add layers such as dense or conv2d to it'}")
+                          f"{': ' + short(inputs) if inputs else ''}){why}")
