@@ -14,13 +14,11 @@ from __future__ import annotations
 from typing import Any
 
 from flexrt.errors import ConfigError, NotYetAvailableError
-from flexrt.model import AdamOptimizer, SGDOptimizer
+from flexrt.model import AdamOptimizer, SGDOptimizer, _check
 
 
 def _rate(where: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ConfigError(f"{where}: learning_rate must be a number > 0, got {value!r}")
-    return float(value)
+    return _check.number(where, "learning_rate", value, low=0.0, low_open=True)
 
 
 def _no_extras(where: str, kwargs: dict) -> None:

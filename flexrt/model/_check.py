@@ -7,17 +7,22 @@ import math
 from typing import Any, Optional
 
 from flexrt.errors import ConfigError
+from flexrt.inputs import short
 
 
 def number(where: str, name: str, value: Any, low: Optional[float] = None, low_open: bool = False,
            high: Optional[float] = None, high_open: bool = False) -> float:
     """A finite real number within bounds; returned as float."""
     valid = _range_text("a number", low, low_open, high, high_open)
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-        raise ConfigError(f"{where}: {name} must be {valid}, got {value!r}")
+    try:   # math.isfinite of an int beyond float's range raises OverflowError
+        finite = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    except OverflowError:
+        finite = False
+    if not finite:
+        raise ConfigError(f"{where}: {name} must be {valid} (finite), got {short(value)}")
     if (low is not None and (value < low or (low_open and value == low))) or \
             (high is not None and (value > high or (high_open and value == high))):
-        raise ConfigError(f"{where}: {name} must be {valid}, got {value!r}")
+        raise ConfigError(f"{where}: {name} must be {valid}, got {short(value)}")
     return float(value)
 
 
@@ -25,7 +30,7 @@ def integer(where: str, name: str, value: Any, low: Optional[int] = None) -> int
     """An int (not a bool) >= ``low``."""
     valid = _range_text("an integer", low, False, None, False)
     if not isinstance(value, int) or isinstance(value, bool) or (low is not None and value < low):
-        raise ConfigError(f"{where}: {name} must be {valid}, got {value!r}")
+        raise ConfigError(f"{where}: {name} must be {valid}, got {short(value)}")
     return int(value)
 
 

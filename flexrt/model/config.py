@@ -71,6 +71,12 @@ class FFConfig:
 
     def __init__(self, argv: Optional[Sequence[str]] = None, *, tolerant: Optional[bool] = None) -> None:
         tolerant = argv is None if tolerant is None else tolerant
+        if not isinstance(tolerant, bool):
+            raise ConfigError(f"FFConfig: tolerant must be True or False, got {tolerant!r}")
+        if argv is not None and (isinstance(argv, (str, bytes)) or not isinstance(argv, Sequence)
+                                 or not all(isinstance(a, str) for a in argv)):
+            raise ConfigError(f"FFConfig: argv must be a list of strings (as sys.argv[1:], e.g. ['-b', '64']), got "
+                              f"{type(argv).__name__} {short(argv)}")
         argv = tuple(sys.argv[1:] if argv is None else argv)
         parsed = parse_argv(argv, tolerant=tolerant)
         self._set(parsed.values, parsed.legion, argv, parsed.ignored, parsed.unknown)

@@ -40,9 +40,12 @@ class SingleDataLoader:
     ``"label"``."""
 
     def __init__(self, ffmodel: Any, tensor: Any, full_array: Any, name: str) -> None:
-        arr = np.asarray(full_array)
-        dims = tuple(tensor.dims)
         where = f"create_data_loader({name})"
+        try:
+            arr = np.asarray(full_array)
+        except ValueError as e:   # ragged nested lists
+            raise ConfigError(f"{where}: not an array of one shape (samples first): {e}") from None
+        dims = tuple(tensor.dims)
         if arr.ndim != len(dims) and not (name == "label" and arr.ndim == len(dims) - 1 and dims[-1] == 1):
             raise ConfigError(f"{where}: the array has {arr.ndim} dimension(s) {list(arr.shape)}; the tensor has "
                               f"{len(dims)} {list(dims)} (samples first)")
@@ -58,6 +61,12 @@ class SingleDataLoader:
             raise ConfigError(f"{where}: the array must be numeric, got dtype {arr.dtype}")
         if arr.dtype.kind == "f" and want.kind in "iu":
             raise ConfigError(f"{where}: the tensor holds {want} (ids) but the array is {arr.dtype}")
+        if arr.dtype.kind in "iu" and want.kind in "iu" and arr.size:
+            info = np.iinfo(want)
+            lo, hi = arr.min(), arr.max()
+            if lo < info.min or hi > info.max:   # a cast would wrap them: 2**32 + 1 would train as 1
+                raise ConfigError(f"{where}: values {lo}..{hi} do not fit the tensor's {want} "
+                                  f"({info.min}..{info.max})")
         self.ffmodel = ffmodel
         self.name = name
         self.tensor = tensor

@@ -245,6 +245,8 @@ class FFModel(DenseLayers, ShapeLayers, ElementwiseLayers, FusedLayers, Training
         if isinstance(ref, Tensor):
             if ref.model is not self:
                 raise ConfigError(f"{where}: {ref!r} belongs to another FFModel")
+            if ref.owner_layer not in self._by_name:    # an input or the label tensor: no layer made it
+                raise ConfigError(f"{where}: {ref!r} is not the output of a layer (an input or the label tensor)")
             return self._by_name[ref.owner_layer]
         if isinstance(ref, Layer):
             if self._by_name.get(ref.name) is not ref:
@@ -261,7 +263,7 @@ class FFModel(DenseLayers, ShapeLayers, ElementwiseLayers, FusedLayers, Training
         return {layer.index: layer for layer in self._layers}
 
     def get_layer_by_id(self, layer_id: int) -> Layer:
-        if not isinstance(layer_id, int) or not 0 <= layer_id < len(self._layers):
+        if isinstance(layer_id, bool) or not isinstance(layer_id, int) or not 0 <= layer_id < len(self._layers):
             raise ConfigError(f"get_layer_by_id: no layer {layer_id!r}; valid: 0..{len(self._layers) - 1}")
         return self._layers[layer_id]
 
@@ -331,6 +333,7 @@ class FFModel(DenseLayers, ShapeLayers, ElementwiseLayers, FusedLayers, Training
 
     def print_layers(self, id: int = -1) -> None:  # noqa: A002 (FlexFlow's argument name)
         """Print every layer (``id=-1``, FlexFlow's default) or one layer by index."""
+        _check.integer("print_layers", "id", id, low=-1)
         if id == -1:
             self.summary()
             return
@@ -348,6 +351,8 @@ class FFModel(DenseLayers, ShapeLayers, ElementwiseLayers, FusedLayers, Training
         where = "compile"
         if optimizer is not None and not isinstance(optimizer, Optimizer):
             raise ConfigError(f"{where}: optimizer must be SGDOptimizer(...) or AdamOptimizer(...), got {optimizer!r}")
+        if optimizer is not None and optimizer.ffmodel is not self:
+            raise ConfigError(f"{where}: the optimizer was made for another FFModel")
         loss = resolve_loss(loss_type)
         metric_types = resolve_metrics(metrics)
         if comp_mode is not None:

@@ -9,8 +9,10 @@ Entry points: ``GlorotUniformInitializer``, ``ZeroInitializer``, ``UniformInitia
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from flexrt.errors import ConfigError
 from flexrt.model import _check
 
 
@@ -27,7 +29,7 @@ class GlorotUniformInitializer(Initializer):
     seed: int
 
     def __post_init__(self):
-        _check.integer("GlorotUniformInitializer", "seed", self.seed)
+        _check.integer("GlorotUniformInitializer", "seed", self.seed, low=0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,9 +46,11 @@ class UniformInitializer(Initializer):
     maxv: float
 
     def __post_init__(self):
-        _check.integer("UniformInitializer", "seed", self.seed)
+        _check.integer("UniformInitializer", "seed", self.seed, low=0)
         lo = _check.number("UniformInitializer", "minv", self.minv)
         hi = _check.number("UniformInitializer", "maxv", self.maxv, low=lo)
+        if not math.isfinite(hi - lo):
+            raise ConfigError(f"UniformInitializer: the range maxv - minv must be finite, got {hi!r} - {lo!r}")
         object.__setattr__(self, "minv", lo)
         object.__setattr__(self, "maxv", hi)
 
@@ -68,6 +72,7 @@ class NormInitializer(Initializer):
     stddev: float
 
     def __post_init__(self):
-        _check.integer("NormInitializer", "seed", self.seed)
+        _check.integer("NormInitializer", "seed", self.seed, low=0)
         object.__setattr__(self, "mean", _check.number("NormInitializer", "mean", self.mean))
-        object.__setattr__(self, "stddev", _check.number("NormInitializer", "stddev", self.stddev, low=0.0))
+        # + 0.0: a stddev of -0.0 is 0 (NumPy refuses its sign)
+        object.__setattr__(self, "stddev", _check.number("NormInitializer", "stddev", self.stddev, low=0.0) + 0.0)

@@ -68,10 +68,15 @@ class Layer:
 
     # FlexFlow's Op methods --------------------------------------------------------------------
     def get_output_tensor(self, index: int = 0) -> Tensor:
-        return self.outputs[index]
+        return self.outputs[self._index("get_output_tensor", index, len(self.outputs), "outputs")]
 
     def get_input_tensor(self, index: int = 0) -> Tensor:
-        return self.inputs[index]
+        return self.inputs[self._index("get_input_tensor", index, len(self.inputs), "inputs")]
+
+    def _index(self, where: str, index: Any, n: int, what: str) -> int:
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < n:
+            raise ConfigError(f"layer '{self.name}': {where}({index!r}): the layer has {n} {what}; valid: 0..{n - 1}")
+        return index
 
     def get_number_outputs(self) -> int:
         return len(self.outputs)

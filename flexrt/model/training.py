@@ -44,6 +44,7 @@ from typing import Any, Optional
 import numpy as np
 
 from flexrt.errors import ConfigError, StrategyError
+from flexrt.inputs import short
 from flexrt.ir.ops import BatchMatmulAttrs
 from flexrt.ir.op_type import OpType
 from flexrt.ir.pcg import PCG, TensorRef
@@ -53,7 +54,7 @@ from flexrt.kernels.losses import loss_forward
 from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.kernels.metrics import MetricsAccumulator
 from flexrt.kernels.registry import run_forward
-from flexrt.model import _capture
+from flexrt.model import _capture, _check
 from flexrt.model.dataloader import SingleDataLoader, batch_dtype
 from flexrt.model.enums import CompMode, LossType, MetricsType
 from flexrt.model.initializers import (GlorotUniformInitializer, NormInitializer, UniformInitializer,
@@ -241,11 +242,12 @@ class TrainingMixin:
     def set_runtime(self, backend: str = "numpy", mode: str = "serial", seed: int = 0) -> None:
         """flexrt's runtime choices (not FlexFlow's): array backend, executor mode and the seed of the
         default initializers and synthetic data. Call before ``compile``."""
-        if backend not in BACKENDS:
-            raise ConfigError(f"set_runtime: unknown backend {backend!r}; valid: {', '.join(BACKENDS)}")
-        if mode not in MODES:
-            raise ConfigError(f"set_runtime: unknown mode {mode!r}; valid: {', '.join(MODES)}")
-        self.runtime_options = {"backend": backend, "mode": mode, "seed": int(seed)}
+        if not isinstance(backend, str) or backend not in BACKENDS:
+            raise ConfigError(f"set_runtime: unknown backend {short(backend)}; valid: {', '.join(BACKENDS)}")
+        if not isinstance(mode, str) or mode not in MODES:
+            raise ConfigError(f"set_runtime: unknown mode {short(mode)}; valid: {', '.join(MODES)}")
+        seed = _check.integer("set_runtime", "seed", seed, low=0)
+        self.runtime_options = {"backend": backend, "mode": mode, "seed": seed}
 
     # ---- compile ------------------------------------------------------------------------------
     def _compile_runtime(self, loss: LossType, metrics: tuple[MetricsType, ...]) -> None:
@@ -270,11 +272,14 @@ class TrainingMixin:
         out = loss_output(self.pcg)
         self._output_shape = self.pcg.shape(TensorRef(self.pcg.node_by_name(out).id, 0)).tensor_shape
         self._make_label_tensor(loss)
-        self._initial = model_initial_weights(self.pcg, self._layers, self.runtime_options["seed"])
         opts = self.runtime_options
+
+        def draw() -> dict:   # after the session's memory checks: a model too big is refused before it is drawn
+            self._initial = model_initial_weights(self.pcg, self._layers, opts["seed"])
+            return self._initial
         try:
             self.session = Session(strategy, machine, backend=opts["backend"], mode=opts["mode"],
-                                   optimizer=opt_kind, loss=loss, metrics=metrics, weights=self._initial,
+                                   optimizer=opt_kind, loss=loss, metrics=metrics, weights=draw,
                                    seed=opts["seed"], loss_output=out, penalties=self._penalties(), **params)
         except ModuleNotFoundError as e:
             if opts["backend"] != "cupy":

@@ -35,7 +35,7 @@ Entry points: ``Session``, ``initial_weights``.
 from __future__ import annotations
 
 import sys
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -159,7 +159,8 @@ class Session:
     def __init__(self, strategy: Strategy, machine: Machine, *, cost_model=None, backend: str = "numpy",
                  mode: str = "serial", optimizer: OptimizerKind | str = OptimizerKind.SGD,
                  loss: LossType | str = LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY,
-                 metrics=(), weights: Optional[dict] = None, seed: int = 0, loss_output: Optional[str] = None,
+                 metrics=(), weights: Optional[dict | Callable[[], dict]] = None, seed: int = 0,
+                 loss_output: Optional[str] = None,
                  check_memory: bool = True, comm=None, loss_scale=None, penalties: Optional[dict] = None,
                  **optimizer_params) -> None:
         """``optimizer`` (SGD or ADAM), ``loss`` and each of ``metrics`` are an ``OptimizerKind`` /
@@ -170,7 +171,8 @@ class Session:
         FlexFlow's ``kernel_regularizer``) add their gradient to those weights' at every update.
         ``check_memory`` refuses, before anything runs, a strategy the simulator predicts over a
         device's memory and, on the NumPy backend, one whose devices together would need more host
-        memory than is available (``_check_host_memory``)."""
+        memory than is available (``_check_host_memory``). ``weights`` may be a function drawing them:
+        it is called after those checks (a model too big is refused before its weights exist)."""
         optimizer = OptimizerKind.parse(optimizer, OPTIMIZER_PARAMS)
         loss = LossType.parse(loss)
         metrics = [MetricsType.parse(m) for m in metrics]
@@ -216,6 +218,8 @@ class Session:
             self._check_host_memory()
         self._set_loss_scale(loss_scale)
         self.executor.penalties = self._checked_penalties(penalties or {})
+        if callable(weights):
+            weights = weights()
         self.load_weights(weights if weights is not None else initial_weights(self.base, seed))
         self.last: Optional[IterationResult] = None
 

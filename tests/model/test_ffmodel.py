@@ -1,9 +1,10 @@
 """FFModel builds the right PCG: shapes, parameter counts, names, shared weights, errors; training
 calls wait for the runtime; scripts load in capture mode."""
 
+import numpy as np
 import pytest
 
-from flexrt.errors import ConfigError, ShapeError
+from flexrt.errors import ConfigError, FlexrtError, ShapeError, StrategyError
 from flexrt.ir.op_type import OpType
 from flexrt.model import (ActiMode, AdamOptimizer, AggrMode, DataType, FFConfig, FFModel, GlorotUniformInitializer,
                           LossType, MetricsType, NormInitializer, PoolType, SGDOptimizer, UniformInitializer,
@@ -396,3 +397,54 @@ def test_a_script_adding_layers_without_end_stops_at_the_limit(monkeypatch):
     with pytest.raises(ConfigError, match="already has 50 layers, flexrt's limit"):
         while True:
             y = m.relu(y)
+
+
+def _api_model():
+    m = FFModel(FFConfig(["-b", "4"]))
+    x = m.create_tensor([4, 8])
+    return m, x, m.softmax(m.dense(x, 3))
+
+
+def _compile_with(init):
+    m = FFModel(FFConfig(["-b", "4"]))
+    m.dense(m.create_tensor([4, 8]), 3, kernel_initializer=init)
+    m.compile(loss_type="mean_squared_error_avg")
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: _api_model()[0].scalar_add(_api_model()[1], 10 ** 400), r"scalar must be a number \(finite\), got 1000"),
+    (lambda: GlorotUniformInitializer(-1), "seed must be an integer >= 0, got -1"),
+    (lambda: UniformInitializer(0, -1e308, 1e308), "the range maxv - minv must be finite"),
+    (lambda: _api_model()[0].set_runtime(seed=2.5), "set_runtime: seed must be an integer >= 0, got 2.5"),
+    (lambda: _api_model()[0].get_layers()[0].get_output_tensor(5), r"get_output_tensor\(5\): the layer has 1 outputs"),
+    (lambda: FFConfig(3), r"FFConfig: argv must be a list of strings .* got int 3"),
+    (lambda: FFConfig("-b 4"), r"FFConfig: argv must be a list of strings .* got str '-b 4'"),
+    (lambda: FFConfig([], tolerant="no"), "tolerant must be True or False"),
+    (lambda: _api_model()[0].compile(optimizer=SGDOptimizer(FFModel(FFConfig([])), 0.1)),
+     "compile: the optimizer was made for another FFModel"),
+    (lambda: _api_model()[0].lsh_self_attention(_api_model()[0].create_tensor([4, 16, 8]), 8, 2, 2 ** 63, 1, 4),
+     "n_buckets must be at most 65,536"),
+    (lambda: __import__("flexrt.keras.optimizers", fromlist=["SGD"]).SGD(learning_rate=10 ** 400),
+     r"SGD: learning_rate must be a number > 0 \(finite\)"),
+    (lambda: __import__("flexrt.keras.layers", fromlist=["x"]).BatchNormalization(epsilon=float("inf")),
+     r"epsilon must be a number > 0 \(finite\), got inf"),
+])
+def test_odd_api_arguments_raise_ours(call, message):
+    """Values the API fuzz sweep found escaping as Python's or NumPy's errors (OverflowError, IndexError,
+    TypeError, NumPy's 'scale < 0') or accepted silently."""
+    with pytest.raises(FlexrtError, match=message):
+        call()
+
+
+def test_weights_are_drawn_after_the_memory_check_and_labels_must_fit_their_dtype():
+    m = FFModel(FFConfig(["-b", "4"]))
+    m.dense(m.create_tensor([4, 8]), 10 ** 12)    # 32 TB of weights: refused before any is drawn
+    with pytest.raises(StrategyError, match="strategy does not fit"):
+        m.compile(loss_type="mean_squared_error_avg")
+    _compile_with(NormInitializer(1, 0.0, -0.0))   # a stddev of -0.0 is 0 (NumPy refused its sign)
+    m, x, _ = _api_model()
+    m.compile()
+    with pytest.raises(ConfigError, match=r"values 4294967297\.\.4294967297 do not fit the tensor's int32"):
+        m.create_data_loader(m.label_tensor, np.full((8, 1), 2 ** 32 + 1, np.int64))   # would train as 1
+    with pytest.raises(ConfigError, match="not an array of one shape"):
+        m.create_data_loader(x, [[0.0] * 8] * 7 + [[0.0] * 3])

@@ -37,11 +37,13 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from flexrt.errors import ShapeError
+from flexrt.inputs import short
 from flexrt.ir.op_type import OpType
 from flexrt.ir.registry import COPY, SUM, AxisKind, OpDef, ParallelAxis, register_op, shard
 from flexrt.ir.tensor_shape import TensorShape
 
 _W = "lsh_self_attention"
+MAX_LSH_COUNT = 65_536   # buckets or hash rounds: Reformer uses up to 64 and 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +69,9 @@ class LSHSelfAttentionAttrs:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ShapeError(f"{_W}: {name} must be an int >= 1, got {v!r}")
+        for name in ("n_buckets", "n_hashes"):     # the rotations hold n_hashes * D * n_buckets / 2 values
+            if getattr(self, name) > MAX_LSH_COUNT:
+                raise ShapeError(f"{_W}: {name} must be at most {MAX_LSH_COUNT:,}, got {short(getattr(self, name))}")
         if self.embed_dim % self.num_heads:
             raise ShapeError(f"{_W}: num_heads {self.num_heads} does not divide embed_dim {self.embed_dim}; "
                              f"each head gets embed_dim / num_heads channels")

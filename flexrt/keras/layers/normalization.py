@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from flexrt.errors import ConfigError, ShapeError
 from flexrt.ir.ops import BatchNormAttrs
+from flexrt.model import _check
 from flexrt.keras.layers._common import check_regularizer, refuse
 from flexrt.keras.layers.base_layer import Layer
 
@@ -41,7 +42,9 @@ class BatchNormalization(Layer):
                beta_constraint=(beta_constraint, None), gamma_constraint=(gamma_constraint, None))
         check_regularizer(where, "beta_regularizer", beta_regularizer)
         check_regularizer(where, "gamma_regularizer", gamma_regularizer)
-        self.axis, self.momentum, self.epsilon = axis, float(momentum), float(epsilon)
+        self.axis = axis
+        self.momentum = _check.number(where, "momentum", momentum, low=0.0, high=1.0)
+        self.epsilon = _check.number(where, "epsilon", epsilon, low=0.0, low_open=True)
 
     def lower(self, ffmodel, inputs, name, shared):
         # FFModel.batch_norm takes only relu; eps and momentum are the operator's own attributes.
