@@ -75,8 +75,12 @@ def number(minimum: Optional[float] = None, above: Optional[float] = None, maxim
     return parse
 
 
-def add_json_flag(parser) -> None:
-    parser.add_argument("--json", action="store_true", help="print the result as one JSON document on stdout")
+def add_json_flag(parser, action: bool = False) -> None:
+    """``--json``; ``action``: on an action's subparser under a command that has its own ``--json``
+    (``flexrt machines --json show X`` and ``... show X --json`` both count: argparse would otherwise
+    reset the command's value to the action's default)."""
+    parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS if action else False,
+                        help="print the result as one JSON document on stdout")
 
 
 FUSION_CHOICES = ("off", "none", "xla", "combiner", "horovod", "ddp", "jax")

@@ -115,7 +115,7 @@ class Experiments:
         show.add_argument("name", metavar="NAME", help="a shipped experiment or an experiment YAML file")
         sub.add_parser("kinds", help="the run kinds, their parameters and metrics", allow_abbrev=False)
         for p in sub.choices.values():
-            add_json_flag(p)
+            add_json_flag(p, action=True)
 
     @staticmethod
     def run(args, extra) -> int:

@@ -20,7 +20,7 @@ def add_arguments(parser) -> None:
     show.add_argument("machine", metavar="NAME", help="preset name (see `flexrt machines`) or path to a machine file")
     show.add_argument("--nodes", type=count(1, MAX_NODES), metavar="N",
                       help=f"scale the machine to N nodes (1..{MAX_NODES})")
-    add_json_flag(show)
+    add_json_flag(show, action=True)
 
 
 def _kinds(machine: Machine) -> str:

@@ -190,7 +190,7 @@ def run(args, extra) -> int:
     # the baselines compared with, then the requested algorithm: all through search()
     fixed = SearchRequest(base, machine, cost, budget=0, seed=args.seed, optimizer=optimizer, progress=False)
     dp = search("data-parallel", fixed)
-    has_expert = args.algo != "data-parallel" and expert_name(loaded.name) is not None
+    has_expert = expert_name(loaded.name) is not None
     expert = search("expert", SearchRequest(base, machine, cost, budget=0, seed=args.seed, optimizer=optimizer,
                                             progress=False, options={"model": loaded.name})) if has_expert else None
     takes_space = "space" in algorithm(args.algo).fields
