@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 
+from flexrt.errors import ShapeError
 from flexrt.ir.op_type import OpType
 from flexrt.kernels.ops._scatter import scatter_add_along
 from flexrt.kernels.registry import register_backward, register_forward
@@ -69,6 +70,11 @@ def gather_forward(xp, attrs, operands):
     x, index = operands
     dim = attrs.dim % x.ndim
     x = x[tuple(slice(None) if d == dim else slice(0, n) for d, n in enumerate(index.shape))]
+    if index.size:      # ONNX GatherElements' range: -n..n-1 (a negative index counts from the end)
+        lo, hi, n = int(index.min()), int(index.max()), x.shape[dim]
+        if lo < -n or hi >= n:
+            raise ShapeError(f"gather: index {lo if lo < -n else hi} is out of range for dimension {dim} of size "
+                             f"{n}; valid indices: {-n}..{n - 1} (negative ones count from the end)")
     return (xp.take_along_axis(x, index, axis=dim),)
 
 

@@ -347,3 +347,14 @@ def test_multihead_attention_partitionings_never_split_a_head():
     shapes = [TensorShape((2, 4, 8)), TensorShape((2, 6, 8)), TensorShape((2, 6, 8))]
     heads = {deg["heads"] for deg, _ in partitionings(attrs, shapes, totals=(2, 4))}
     assert heads == {1, 2}
+
+
+def test_gather_refuses_an_index_out_of_range_with_the_valid_range():
+    from flexrt.errors import ShapeError
+    from flexrt.kernels.ops.shape_ops import gather_forward
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    assert gather_forward(np, GatherAttrs(1), (x, np.full((4, 1), -1)))[0][0, 0] == 5.0   # from the end
+    for bad in (6, -7):
+        with pytest.raises(ShapeError, match=rf"gather: index {bad} is out of range for dimension 1 of size 6; "
+                                             r"valid indices: -6\.\.5"):
+            gather_forward(np, GatherAttrs(1), (x, np.full((4, 1), bad)))
