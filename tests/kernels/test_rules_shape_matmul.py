@@ -350,7 +350,6 @@ def test_multihead_attention_partitionings_never_split_a_head():
 
 
 def test_gather_refuses_an_index_out_of_range_with_the_valid_range():
-    from flexrt.errors import ShapeError
     from flexrt.kernels.ops.shape_ops import gather_forward
     x = np.arange(24, dtype=np.float32).reshape(4, 6)
     assert gather_forward(np, GatherAttrs(1), (x, np.full((4, 1), -1)))[0][0, 0] == 5.0   # from the end
