@@ -204,8 +204,8 @@ class PerfMetrics:
         return self._values["accuracy"]
 
     def get(self, name: str) -> float:
-        if name not in self._values:
-            raise ConfigError(f"no metric {name!r}; compiled: {', '.join(self._values) or 'none'}")
+        if not isinstance(name, str) or name not in self._values:
+            raise ConfigError(f"no metric {short(name)}; compiled: {', '.join(self._values) or 'none'}")
         return self._values[name]
 
     def result(self) -> dict:
@@ -367,13 +367,15 @@ class TrainingMixin:
 
     def current_batch(self, name: str):
         """The batch the last ``next_batch`` handed over for input ``name`` (or ``"label"``)."""
-        if name not in self._batch:
-            raise ConfigError(f"no batch for {name!r} yet; call its loader's next_batch(ffmodel)")
+        if not isinstance(name, str) or name not in self._batch:
+            raise ConfigError(f"no batch for {short(name)} yet; call its loader's next_batch(ffmodel)")
         return self._batch[name]
 
     def _loaders(self, where: str, x, y, batch_size) -> list[SingleDataLoader]:
         self._need_session(where)
         bs = self.inputs[0].dims[0]
+        if batch_size is not None:
+            _check.integer(where, "batch_size", batch_size, low=1)
         if batch_size is not None and batch_size != bs:
             raise ConfigError(f"{where}: batch_size={batch_size}, but the model's tensors were made for batch "
                               f"{bs} (-b {bs}); the batch size is fixed when the graph is built")
@@ -546,10 +548,12 @@ class TrainingMixin:
         self._train_step(0, labels=self._batch[LABEL])
 
     def _check_seq_length(self, where: str, seq_length) -> None:
-        if seq_length is None or seq_length == -1:
+        if seq_length is None:
             return
         if isinstance(seq_length, bool) or not isinstance(seq_length, int):
-            raise ConfigError(f"{where}: seq_length must be an integer or None, got {seq_length!r}")
+            raise ConfigError(f"{where}: seq_length must be an integer or None, got {short(seq_length)}")
+        if seq_length == -1:
+            return
         for node in self.pcg.nodes:
             if not isinstance(node.attrs, BatchMatmulAttrs):
                 continue

@@ -61,9 +61,9 @@ def pair(where: str, arg: str, value: Any) -> tuple[int, int]:
 
 def padding_of(where: str, padding: Any):
     """'valid' -> (0, 0); 'same' stays 'same' (resolved against the input); a pair of ints >= 0."""
-    if padding == "valid":
+    if same(padding, "valid"):
         return (0, 0)
-    if padding == "same":
+    if same(padding, "same"):
         return "same"
     if isinstance(padding, (list, tuple)) and len(padding) == 2 and \
             all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in padding):
@@ -85,10 +85,25 @@ def same_padding(where: str, axis: str, size: int, kernel: int, stride: int) -> 
     return total // 2
 
 
+def same(value: Any, default: Any) -> bool:
+    """Whether an option's ``value`` is ``default``; False, not an error, where ``==`` gives no plain
+    truth value (a NumPy array passed for a flag or a name)."""
+    if value is default:
+        return True
+    try:
+        return bool(value == default)
+    except (ValueError, TypeError):
+        return False
+
+
+def one_of(value: Any, choices: tuple) -> bool:
+    return any(same(value, c) for c in choices)
+
+
 def refuse(where: str, **given: Any) -> None:
     """NotYetAvailableError for an option given other than its default; each keyword is (value, default)."""
     for arg, (value, default) in given.items():
-        if value is default or (value is not None and value == default):
+        if same(value, default):
             continue
         raise NotYetAvailableError(f"{where}: {arg}={value!r} is not available (only {default!r})")
 

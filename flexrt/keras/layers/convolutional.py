@@ -13,7 +13,7 @@ import numbers
 
 from flexrt.errors import ConfigError, ShapeError
 from flexrt.keras.layers._common import (activation_of, check_regularizer, initializer_handle, lower_fused,
-                                         padding_of, pair, refuse, same_padding)
+                                         one_of, padding_of, pair, refuse, same_padding)
 from flexrt.keras.layers.base_layer import Layer
 
 
@@ -39,7 +39,7 @@ class Conv2D(Layer):
         self.kernel_size = pair(where, "kernel_size", kernel_size)
         self.strides = self.stride = pair(where, "strides", strides)
         self.padding = padding_of(where, padding)
-        if data_format not in (None, "channels_first"):
+        if not one_of(data_format, (None, "channels_first")):
             refuse(where, data_format=(data_format, "channels_first"))
         if pair(where, "dilation_rate", dilation_rate) != (1, 1):
             refuse(where, dilation_rate=(dilation_rate, (1, 1)))

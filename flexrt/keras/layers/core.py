@@ -19,7 +19,7 @@ from typing import Optional
 from flexrt.errors import ConfigError, ShapeError
 from flexrt.ir.datatype import DataType
 from flexrt.keras.layers._common import (apply_activation, activation_of, check_regularizer, initializer_handle,
-                                         lower_fused, refuse)
+                                         lower_fused, one_of, refuse)
 from flexrt.keras.layers.base_layer import Layer
 from flexrt.keras._tensor import dtype_of
 from flexrt.model import AggrMode
@@ -67,7 +67,7 @@ class Flatten(Layer):
 
     def __init__(self, data_format=None, **kwargs) -> None:
         super().__init__("flat", "Flatten", **kwargs)
-        if data_format not in (None, "channels_first"):
+        if not one_of(data_format, (None, "channels_first")):
             refuse(f"Flatten '{self.name}'", data_format=(data_format, None))
 
     def lower(self, ffmodel, inputs, name, shared):

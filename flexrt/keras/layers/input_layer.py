@@ -17,6 +17,7 @@ import numbers
 from typing import Optional
 
 from flexrt.errors import ConfigError, NotYetAvailableError
+from flexrt.keras.layers._common import same
 from flexrt.keras.layers.base_layer import Layer
 from flexrt.keras._tensor import Tensor, dtype_of
 
@@ -31,7 +32,7 @@ class InputLayer(Layer):
         super().__init__("input", "InputLayer", name=name)
         where = f"Input '{self.name}'"
         for arg, value, default in (("sparse", sparse, False), ("tensor", tensor, None), ("ragged", ragged, False)):
-            if value is not default and value != default:
+            if not same(value, default):
                 raise NotYetAvailableError(f"{where}: {arg}={value!r} is not available (dense tensors only)")
         if batch_shape is not None:
             if shape is not None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from flexrt.errors import ConfigError, ShapeError
 from flexrt.ir.ops import BatchNormAttrs
 from flexrt.model import _check
-from flexrt.keras.layers._common import check_regularizer, refuse
+from flexrt.keras.layers._common import check_regularizer, one_of, refuse
 from flexrt.keras.layers.base_layer import Layer
 
 
@@ -28,7 +28,7 @@ class BatchNormalization(Layer):
                  **kwargs) -> None:
         super().__init__("batch_normalization", "BatchNormalization", **kwargs)
         where = f"BatchNormalization '{self.name}'"
-        if axis not in (1, -1) or isinstance(axis, bool):
+        if not one_of(axis, (1, -1)) or isinstance(axis, bool):
             raise ShapeError(f"{where}: axis={axis!r}; the channel axis of FlexFlow's channels-first data is 1 "
                              f"(-1, Keras' default, is taken as it)")
         for arg, value, low, high in (("momentum", momentum, 0.0, 1.0), ("epsilon", epsilon, 0.0, None)):

@@ -11,7 +11,7 @@ Entry points: ``Pooling2D``, ``MaxPooling2D``, ``AveragePooling2D``.
 from __future__ import annotations
 
 from flexrt.errors import NotYetAvailableError, ShapeError
-from flexrt.keras.layers._common import padding_of, pair, refuse
+from flexrt.keras.layers._common import one_of, padding_of, pair, refuse
 from flexrt.keras.layers.base_layer import Layer
 from flexrt.keras.layers.convolutional import resolve_padding
 from flexrt.model import PoolType
@@ -29,7 +29,7 @@ class Pooling2D(Layer):
         self.pool_size = self.kernel_size = pair(where, "pool_size", pool_size)
         self.strides = self.stride = self.pool_size if strides is None else pair(where, "strides", strides)
         self.padding = padding_of(where, padding)
-        if data_format not in (None, "channels_first"):
+        if not one_of(data_format, (None, "channels_first")):
             refuse(where, data_format=(data_format, "channels_first"))
         self.pool_type = pool_type
 
