@@ -466,6 +466,25 @@ class _Converter:
         nodes += [IRNode(o, (whole,), ("used",), "GETITEM", (i,), (), nodes[0].origin) for i, o in enumerate(node.output)]
         return nodes
 
+    def _Slice(self, node, name, a):
+        """A Slice of a tensor with constant starts, ends, axes and unit steps: torch's x[:, lo:hi]
+        (ONNX clamps ends beyond the size, as Python's slices do)."""
+        starts, ends = (self.const(node, name, i, what).tolist() for i, what in ((1, "starts"), (2, "ends")))
+        rank = len(self.m.inferred.get(node.input[0], ()))
+        axes = self.const(node, name, 3, "axes").tolist() if len(node.input) > 3 and node.input[3] else \
+            list(range(len(starts)))
+        steps = self.const(node, name, 4, "steps").tolist() if len(node.input) > 4 and node.input[4] else \
+            [1] * len(starts)
+        if any(st != 1 for st in steps):
+            raise self.error(node, name, f"steps {steps}: only unit steps map (FFModel's split)")
+        if any(ax < 0 for ax in axes) and not rank:
+            raise self.error(node, name, f"axes {axes} of '{node.input[0]}', whose rank is unknown; export with "
+                                         f"axes >= 0")
+        index = [slice(None)] * (max(ax % rank if rank else ax for ax in axes) + 1)
+        for ax, lo, hi in zip(axes, starts, ends):
+            index[ax % rank if rank else ax] = slice(int(lo), int(min(hi, 2 ** 62)))
+        return [self.ir(node, name, "GETITEM", [node.input[0]], [tuple(index)])]
+
     def _axes(self, node, name, a):
         if "axes" in a:
             return list(a["axes"])

@@ -247,3 +247,32 @@ def test_a_weight_input_with_a_symbolic_dimension_is_named(tmp_path):
     ff = FFModel(FFConfig(["-b", "2"]))
     with pytest.raises(ConfigError, match=r"graph input 'w' is not given, so it is a weight .* symbolic dimension\(s\) N"):
         ONNXModel(helper.make_model(g)).apply(ff, {"x": ff.create_tensor([2, 4], DataType.DT_FLOAT)})
+
+
+def test_slices_of_a_tensor_equal_torch(tmp_path):
+    """chunk (ShuffleNet's channel split) and x[:, :, 1:, :-1] export as Slice with computed ends."""
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(4, 8, 1)
+
+        def forward(self, x):
+            a, b = self.conv(x).chunk(2, dim=1)
+            return (a * 2.0 + b[:, :, 1:, :-1].mean()).flatten(1)
+
+    torch.manual_seed(0)
+    model = Net().eval()
+    x = np.random.default_rng(0).standard_normal((BATCH, 4, 3, 3)).astype(np.float32)
+    path = str(tmp_path / "slice.onnx")
+    torch.onnx.export(model, (torch.from_numpy(x),), path, dynamo=False, input_names=["x"])
+    assert "Slice" in {n.op_type for n in onnx.load(path).graph.node}
+    om = ONNXModel(path)
+    ff = FFModel(FFConfig(["-b", str(BATCH)]))
+    xt = ff.create_tensor([BATCH, 4, 3, 3], DataType.DT_FLOAT)
+    out = om.apply(ff, {"x": xt})
+    ff.compile(loss_type="mean_squared_error_avg")
+    om.load_weights(ff)
+    xt.set_tensor(ff, x)
+    ff.forward()
+    with torch.no_grad():
+        np.testing.assert_allclose(out.get_tensor(ff), model(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-5)
