@@ -273,9 +273,28 @@ METHODS: dict[str, Callable] = {
 }
 
 
+def _stochastic_depth(ctx, node):
+    """torchvision.ops.stochastic_depth (EfficientNet, ConvNeXt): the identity outside training or
+    at p = 0; in training it drops whole samples or rows, which no FFModel layer does."""
+    a = _bind(ctx, node, ["input", "p", "mode", "training"], {"training": True})
+    if a["training"] is False or a["p"] == 0:
+        ctx.add(node, "IDENTITY", [_tensor_arg(ctx, node, a["input"])])
+    else:
+        raise ctx.error(node, f"stochastic_depth(p={a['p']}, mode={a['mode']!r}) in training drops whole samples, "
+                              f"which no FFModel layer does; convert the module in eval mode (module.eval(), with "
+                              f"its BatchNorms in train mode) or with p=0")
+
+
+# functions of optional packages, by their qualified name (flexrt does not import those packages)
+BY_NAME: dict[str, Callable] = {"torchvision.ops.stochastic_depth.stochastic_depth": _stochastic_depth}
+
+
 def convert_call(ctx: _Ctx, node: fx.Node) -> None:
     table = FUNCTIONS if node.op == "call_function" else METHODS
     convert = table.get(node.target)
+    if convert is None and node.op == "call_function":
+        target = node.target
+        convert = BY_NAME.get(f"{getattr(target, '__module__', '')}.{getattr(target, '__name__', '')}")
     if convert is None:
         what = "method" if node.op == "call_method" else "function"
         raise ctx.error(node, f"the {what} has no FFModel mapping; supported {what}s: "

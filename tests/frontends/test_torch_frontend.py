@@ -364,3 +364,29 @@ def test_bad_model_files_are_refused_with_file_and_line(tmp_path, content, messa
         file_to_ff(str(path), ff, [ff.create_tensor([2, 3], DataType.DT_FLOAT)])
     with pytest.raises(ConfigError, match=r"/dev/zero is not a regular file"):
         file_to_ff("/dev/zero", ff, [])
+
+
+def stochastic_depth(input, p, mode, training=True):    # torchvision.ops' signature; flexrt maps it by name
+    return input
+
+
+stochastic_depth.__module__ = "torchvision.ops.stochastic_depth"
+torch.fx.wrap("stochastic_depth")
+
+
+class _Residual(nn.Module):
+    def __init__(self, p):
+        super().__init__()
+        self.fc, self.p = nn.Linear(4, 4), p
+
+    def forward(self, x):
+        return x + stochastic_depth(self.fc(x), self.p, "row", self.training)
+
+
+def test_stochastic_depth_is_the_identity_outside_training_and_refused_in_it():
+    """EfficientNet's torchvision.ops.stochastic_depth, mapped by name (flexrt does not import torchvision)."""
+    model = _Residual(0.2).eval()
+    ops = [line.split("; ")[3] for line in PyTorchModel(model).torch_to_string()]
+    assert "IDENTITY" in ops and "DROPOUT" not in ops
+    with pytest.raises(ConfigError, match=r"stochastic_depth\(p=0.2, mode='row'\) in training drops whole samples"):
+        PyTorchModel(_Residual(0.2).train()).torch_to_string()
