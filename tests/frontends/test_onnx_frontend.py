@@ -140,6 +140,23 @@ def test_empty_or_garbled_files_are_refused_by_name(tmp_path):
         ONNXModel(str(tmp_path / "garbage.onnx"))
 
 
+def _matches_torch(model, x, path, ops, tol=1e-5, **export_kw):
+    """Export ``model`` on ``x`` to ``path`` (its graph must hold ``ops``), build it into an FFModel,
+    load its initializers and check the forward equals torch's."""
+    torch.onnx.export(model, (torch.from_numpy(x),), str(path), dynamo=False, input_names=["x"], **export_kw)
+    assert set(ops) <= {n.op_type for n in onnx.load(str(path)).graph.node}
+    om = ONNXModel(str(path))
+    ff = FFModel(FFConfig(["-b", str(x.shape[0])]))
+    xt = ff.create_tensor(list(x.shape), DataType.DT_FLOAT)
+    out = om.apply(ff, {"x": xt})
+    ff.compile(loss_type="mean_squared_error_avg")
+    om.load_weights(ff)
+    xt.set_tensor(ff, x)
+    ff.forward()
+    with torch.no_grad():
+        np.testing.assert_allclose(out.get_tensor(ff), model(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=tol)
+
+
 def test_equal_initializers_shared_through_identity_load_and_match_torch(tmp_path):
     """torch's exporter keeps one of equal initializers and reads it through Identity nodes (every
     freshly initialized BatchNorm, tied or equal parameters): the graph builds, its weights load."""
@@ -149,20 +166,7 @@ def test_equal_initializers_shared_through_identity_load_and_match_torch(tmp_pat
         model[0].bias.fill_(0.25)
         model[2].bias.fill_(0.25)         # equal to the first: exported once
     x = np.random.default_rng(0).standard_normal((BATCH, 4)).astype(np.float32)
-    path = str(tmp_path / "shared.onnx")
-    torch.onnx.export(model, (torch.from_numpy(x),), path, dynamo=False, input_names=["x"])
-    assert "Identity" in [n.op_type for n in onnx.load(path).graph.node]
-    om = ONNXModel(path)
-    ff = FFModel(FFConfig(["-b", str(BATCH)]))
-    xt = ff.create_tensor([BATCH, 4], DataType.DT_FLOAT)
-    out = om.apply(ff, {"x": xt})
-    ff.compile(loss_type="mean_squared_error_avg")
-    om.load_weights(ff)
-    xt.set_tensor(ff, x)
-    ff.forward()
-    with torch.no_grad():
-        np.testing.assert_allclose(out.get_tensor(ff), model(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-6)
-
+    _matches_torch(model, x, tmp_path / "shared.onnx", ["Identity"], tol=1e-6)
 
 def test_relu6_clip_hardswish_hardsigmoid_equal_torch(tmp_path):
     """torch exports ReLU6 as Clip(0, 6), clamp(min=0) as Clip(0), Hardswish and Hardsigmoid as
@@ -181,19 +185,7 @@ def test_relu6_clip_hardswish_hardsigmoid_equal_torch(tmp_path):
     torch.manual_seed(0)
     model = Acts().eval()
     x = np.random.default_rng(0).standard_normal((BATCH, 6)).astype(np.float32)
-    path = str(tmp_path / "acts.onnx")
-    torch.onnx.export(model, (torch.from_numpy(x),), path, dynamo=False, input_names=["x"])
-    assert {"Clip", "HardSwish", "HardSigmoid"} <= {n.op_type for n in onnx.load(path).graph.node}
-    om = ONNXModel(path)
-    ff = FFModel(FFConfig(["-b", str(BATCH)]))
-    xt = ff.create_tensor([BATCH, 6], DataType.DT_FLOAT)
-    out = om.apply(ff, {"x": xt})
-    ff.compile(loss_type="mean_squared_error_avg")
-    om.load_weights(ff)
-    xt.set_tensor(ff, x)
-    ff.forward()
-    with torch.no_grad():
-        np.testing.assert_allclose(out.get_tensor(ff), model(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-5)
+    _matches_torch(model, x, tmp_path / "acts.onnx", ["Clip", "HardSwish", "HardSigmoid"])
     clip = _graph([helper.make_node("Clip", ["x", "lo", "hi"], ["y"])],
                   [helper.make_tensor("lo", TensorProto.FLOAT, [], [-1.0]), helper.make_tensor("hi", TensorProto.FLOAT, [], [1.0])])
     ff = FFModel(FFConfig(["-b", "2"]))
@@ -223,19 +215,7 @@ def test_size_arithmetic_is_folded_and_transformer_encoders_equal_torch(tmp_path
     model = Net().eval()
     shape = (BATCH, 5, 16) if batch_first else (5, BATCH, 16)
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-    path = str(tmp_path / "encoder.onnx")
-    torch.onnx.export(model, (torch.from_numpy(x),), path, dynamo=False, input_names=["x"], do_constant_folding=False)
-    assert {"Shape", "Gather", "Concat"} <= {n.op_type for n in onnx.load(path).graph.node}
-    om = ONNXModel(path)
-    ff = FFModel(FFConfig(["-b", str(BATCH)]))
-    xt = ff.create_tensor(list(shape), DataType.DT_FLOAT)
-    out = om.apply(ff, {"x": xt})
-    ff.compile(loss_type="mean_squared_error_avg")
-    om.load_weights(ff)
-    xt.set_tensor(ff, x)
-    ff.forward()
-    with torch.no_grad():
-        np.testing.assert_allclose(out.get_tensor(ff), model(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-5)
+    _matches_torch(model, x, tmp_path / "encoder.onnx", ["Shape", "Gather", "Concat"], do_constant_folding=False)
 
 
 def test_a_weight_input_with_a_symbolic_dimension_is_named(tmp_path):
@@ -263,16 +243,4 @@ def test_slices_of_a_tensor_equal_torch(tmp_path):
     torch.manual_seed(0)
     model = Net().eval()
     x = np.random.default_rng(0).standard_normal((BATCH, 4, 3, 3)).astype(np.float32)
-    path = str(tmp_path / "slice.onnx")
-    torch.onnx.export(model, (torch.from_numpy(x),), path, dynamo=False, input_names=["x"])
-    assert "Slice" in {n.op_type for n in onnx.load(path).graph.node}
-    om = ONNXModel(path)
-    ff = FFModel(FFConfig(["-b", str(BATCH)]))
-    xt = ff.create_tensor([BATCH, 4, 3, 3], DataType.DT_FLOAT)
-    out = om.apply(ff, {"x": xt})
-    ff.compile(loss_type="mean_squared_error_avg")
-    om.load_weights(ff)
-    xt.set_tensor(ff, x)
-    ff.forward()
-    with torch.no_grad():
-        np.testing.assert_allclose(out.get_tensor(ff), model(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-5)
+    _matches_torch(model, x, tmp_path / "slice.onnx", ["Slice"])
