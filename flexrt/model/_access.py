@@ -135,6 +135,10 @@ def check_array(t, where: str, arr) -> np.ndarray:
         raise ShapeError(f"{where}: {describe(t)} needs an array of shape {list(t.dims)}, got {list(arr.shape)}")
     if arr.dtype != want and arr.dtype.kind in "iu" and want.kind in "iu" and _fits(arr, want):
         return arr.astype(want)   # ids of another width (FlexFlow's demo_gather.py attaches int64 ids)
+    if arr.dtype != want and arr.dtype.kind in "iu" and want.kind in "iu":   # ids that do not fit: casting would wrap
+        info = np.iinfo(want)
+        raise ShapeError(f"{where}: {describe(t)} holds {want} ids ({info.min}..{info.max}); the array's {arr.dtype} "
+                         f"values {arr.min()}..{arr.max()} do not fit")
     if arr.dtype != want:
         raise ShapeError(f"{where}: {describe(t)} needs dtype {want}, got {arr.dtype}; convert it with "
                          f"array.astype(np.{want})")

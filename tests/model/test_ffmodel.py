@@ -452,3 +452,5 @@ def test_weights_are_drawn_after_the_memory_check_and_labels_must_fit_their_dtyp
         m.create_data_loader(m.label_tensor, np.full((8, 1), 2 ** 32 + 1, np.int64))   # would train as 1
     with pytest.raises(ConfigError, match="not an array of one shape"):
         m.create_data_loader(x, [[0.0] * 8] * 7 + [[0.0] * 3])
+    with pytest.raises(ShapeError, match=r"holds int32 ids .* int64 values 4294967297\.\.4294967297 do not fit"):
+        m.label_tensor.set_tensor(m, np.full((4, 1), 2 ** 32 + 1, np.int64))   # astype(np.int32) would wrap
