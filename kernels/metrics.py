@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from flexrt.kernels.kinds import NamedKind
 from flexrt.kernels.losses import _dense_labels, _sparse_labels, safe_log
 
-from flexrt.errors import ConfigError
+from flexrt.errors import ConfigError, ShapeError
 
 
 class MetricsType(NamedKind):
@@ -60,8 +60,15 @@ def _class_ids(xp, where: str, out, labels):
 
 
 def _accuracy(xp, out, labels):
+    rows = _rows(out)
+    if rows.shape[1] == 1:   # one probability per sample (a sigmoid): Keras' binary accuracy, both sides at 0.5
+        truth = labels.reshape(-1)
+        if truth.shape[0] != rows.shape[0]:
+            raise ShapeError(f"accuracy: labels {list(labels.shape)} do not give one value per sample of the output "
+                             f"{list(out.shape)}")
+        return xp.sum((rows[:, 0] > 0.5) == (truth > 0.5)) * 100.0
     ids = _class_ids(xp, "accuracy", out, labels)
-    return xp.sum(xp.argmax(_rows(out), axis=1) == ids) * 100.0
+    return xp.sum(xp.argmax(rows, axis=1) == ids) * 100.0
 
 
 def _cce(xp, out, labels):

@@ -2,7 +2,8 @@
 with any strategy flexrt finds, simulates and runs.
 
 The module layout is FlexFlow's, so a FlexFlow Keras script runs after renaming ``flexflow`` to
-``flexrt`` in its imports: ``models`` (``Sequential``, ``Model``), ``layers`` (``Input``, ``Dense``,
+``flexrt`` in its imports (Keras' own top-level ``keras.Sequential``, ``keras.Model`` and
+``keras.Input`` are here too): ``models`` (``Sequential``, ``Model``), ``layers`` (``Input``, ``Dense``,
 ``Conv2D``, ``MaxPooling2D``, ``AveragePooling2D``, ``Flatten``, ``Activation``, ``Dropout``,
 ``BatchNormalization``, ``Embedding``, ``Reshape``, ``Permute``, ``Concatenate``, ``Add``,
 ``Subtract``, ``Multiply``, ``Maximum``, ``Minimum``, ...), ``optimizers`` (``SGD``, ``Adam``),
@@ -29,6 +30,9 @@ Entry points: ``flexrt.keras.models``, ``flexrt.keras.layers``.
 
 from flexrt.keras import (backend, callbacks, datasets, initializers, layers, losses, metrics, models, optimizers,
                           preprocessing, regularizers, utils)
+from flexrt.keras.layers import Input
+from flexrt.keras.models import Model, Sequential
 
-__all__ = ["backend", "callbacks", "datasets", "initializers", "layers", "losses", "metrics", "models", "optimizers",
-           "preprocessing", "regularizers", "utils"]
+# keras.Sequential, keras.Model, keras.Input: the top-level names keras.io's examples use
+__all__ = ["Input", "Model", "Sequential", "backend", "callbacks", "datasets", "initializers", "layers", "losses",
+           "metrics", "models", "optimizers", "preprocessing", "regularizers", "utils"]

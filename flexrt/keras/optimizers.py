@@ -21,6 +21,16 @@ def _rate(where: str, value: Any) -> float:
     return _check.number(where, "learning_rate", value, low=0.0, low_open=True)
 
 
+def _learning_rate(where: str, learning_rate: Any, kwargs: dict) -> float:
+    """``learning_rate``, or Keras 2's older name ``lr`` for it (not both)."""
+    if "lr" in kwargs:
+        lr = kwargs.pop("lr")
+        if learning_rate is not None:
+            raise ConfigError(f"{where}: give learning_rate or lr (its older Keras name), not both")
+        learning_rate = lr
+    return _rate(where, learning_rate)
+
+
 def _no_extras(where: str, kwargs: dict) -> None:
     if kwargs:
         raise NotYetAvailableError(f"{where}: {', '.join(sorted(kwargs))} not available (decay, clipping and "
@@ -56,10 +66,11 @@ class Optimizer:
 class SGD(Optimizer):
     """Stochastic gradient descent with optional (Nesterov) momentum."""
 
-    def __init__(self, learning_rate=0.01, momentum=0.0, nesterov=False, name="SGD", **kwargs) -> None:
+    def __init__(self, learning_rate=None, momentum=0.0, nesterov=False, name="SGD", **kwargs) -> None:
         super().__init__()
+        self.lr = _learning_rate("SGD", learning_rate, kwargs) if learning_rate is not None or "lr" in kwargs \
+            else 0.01
         _no_extras("SGD", kwargs)
-        self.lr = _rate("SGD", learning_rate)
         self.momentum, self.nesterov, self.name = momentum, nesterov, name
 
     def create_ffhandle(self, ffmodel):
@@ -70,13 +81,14 @@ class SGD(Optimizer):
 class Adam(Optimizer):
     """Adam (Kingma and Ba); Keras' defaults (epsilon 1e-7)."""
 
-    def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-07, amsgrad=False, name="Adam",
+    def __init__(self, learning_rate=None, beta_1=0.9, beta_2=0.999, epsilon=1e-07, amsgrad=False, name="Adam",
                  **kwargs) -> None:
         super().__init__()
+        self.lr = _learning_rate("Adam", learning_rate, kwargs) if learning_rate is not None or "lr" in kwargs \
+            else 0.001
         _no_extras("Adam", kwargs)
         if amsgrad is not False:
             raise NotYetAvailableError(f"Adam: amsgrad={amsgrad!r} is not available (only False)")
-        self.lr = _rate("Adam", learning_rate)
         self.beta1, self.beta2, self.epsilon, self.amsgrad, self.name = beta_1, beta_2, epsilon, amsgrad, name
 
     def create_ffhandle(self, ffmodel):

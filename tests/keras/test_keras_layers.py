@@ -219,3 +219,22 @@ def test_numpy_integers_are_sizes_too():
     assert Reshape((np.int32(2), 4))(x).batch_shape == (None, 2, 4)
     with pytest.raises(ConfigError, match="units must be a positive integer, got 2.5"):
         Dense(2.5)
+
+
+def test_keras_positional_order_top_level_names_and_lr_are_accepted():
+    """keras.io's forms: keras.Sequential / keras.Input, Conv2D(32, (3, 3)), Conv2D(8, 3, (2, 2)),
+    Dense(16, "relu"), Permute((2, 1)) and Adam(lr=...); FlexFlow's positional (filters, input_shape,
+    kernel_size) and (units, input_shape) still read the same."""
+    from flexrt import keras
+    model = keras.Sequential([Conv2D(8, (3, 3), input_shape=(3, 16, 16), activation="relu"), Conv2D(4, 3, (2, 2)),
+                              keras.layers.Flatten(), Dense(16, "relu"), Dense(3, activation="softmax")],
+                             ffconfig=FFConfig(["-b", "8"]))
+    model.compile(optimizer=keras.optimizers.Adam(lr=1e-3), loss="sparse_categorical_crossentropy")
+    assert model.ffmodel.num_parameters() == (8 * 27 + 8) + (4 * 72 + 4) + (4 * 6 * 6 * 16 + 16) + (16 * 3 + 3)
+    assert keras.Input is keras.layers.Input and keras.Model is Model
+    flexflow_order = Conv2D(4, (3, 7, 7), (2, 2))
+    assert (flexflow_order.kernel_size, flexflow_order.strides) == ((2, 2), (1, 1))
+    assert keras.layers.Permute((2, 1)).perm == (0, 2, 1) and keras.layers.Permute((0, 2, 1)).perm == (0, 2, 1)
+    assert keras.optimizers.SGD(lr=0.5).lr == 0.5 and keras.optimizers.SGD().lr == 0.01
+    with pytest.raises(ConfigError, match="give learning_rate or lr"):
+        keras.optimizers.Adam(learning_rate=0.1, lr=0.2)

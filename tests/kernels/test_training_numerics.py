@@ -347,3 +347,15 @@ def test_cross_entropy_metrics_stay_finite_when_a_probability_underflows(dtype):
     worst = -np.log(np.finfo(dtype).tiny)
     for got in (sparse["sparse_categorical_crossentropy"], dense["categorical_crossentropy"]):
         assert np.isfinite(got) and got == pytest.approx((worst + np.log(2)) / 2, rel=1e-3)
+
+
+@pytest.mark.parametrize("label_dtype", [np.int32, np.float32])
+def test_accuracy_of_one_probability_per_sample_is_binary_accuracy(label_dtype):
+    """A sigmoid output (one column): Keras' binary accuracy, prediction and label each thresholded at
+    0.5 (an argmax over one column scored every sample right)."""
+    rng = np.random.default_rng(3)
+    out = rng.random((64, 1)).astype(np.float32)
+    labels = rng.integers(0, 2, (64, 1)).astype(label_dtype)
+    want = np.mean((out[:, 0] > 0.5) == (labels[:, 0] > 0.5)) * 100.0
+    assert 20.0 < want < 80.0
+    assert compute_metrics(np, _metrics("accuracy"), out, labels)["accuracy"] == pytest.approx(want)

@@ -27,10 +27,15 @@ def _image_input_shape(input_shape):
 class Conv2D(Layer):
     """2-D convolution (channels first)."""
 
-    def __init__(self, filters, input_shape=None, kernel_size=0, strides=(1, 1), padding="valid", data_format=None,
+    def __init__(self, filters, kernel_size=0, strides=(1, 1), padding="valid", data_format=None,
                  dilation_rate=(1, 1), groups=1, activation=None, use_bias=True, kernel_initializer="glorot_uniform",
                  bias_initializer="zeros", kernel_regularizer=None, bias_regularizer=None, activity_regularizer=None,
-                 kernel_constraint=None, bias_constraint=None, **kwargs) -> None:
+                 kernel_constraint=None, bias_constraint=None, input_shape=None, **kwargs) -> None:
+        # Keras' positional order (filters, kernel_size, strides, ...); FlexFlow's scripts name every
+        # argument, and its positional (filters, input_shape, kernel_size) is read too: an image shape
+        # has 3 dimensions, a kernel size 1 or 2
+        if input_shape is None and isinstance(kernel_size, (list, tuple)) and len(kernel_size) == 3:
+            input_shape, kernel_size, strides = kernel_size, strides, (1, 1)
         super().__init__("conv2d", "Conv2D", input_shape=_image_input_shape(input_shape), **kwargs)
         where = f"Conv2D '{self.name}'"
         if isinstance(filters, bool) or not isinstance(filters, numbers.Integral) or filters < 1:

@@ -34,9 +34,13 @@ def _positive(where: str, arg: str, value) -> int:
 class Dense(Layer):
     """``activation(x @ kernel + bias)`` over the last dimension; kernel ``(in, units)``, bias ``(units,)``."""
 
-    def __init__(self, units, input_shape=None, activation=None, use_bias=True, kernel_initializer="glorot_uniform",
+    def __init__(self, units, activation=None, use_bias=True, kernel_initializer="glorot_uniform",
                  bias_initializer="zeros", kernel_regularizer=None, bias_regularizer=None, activity_regularizer=None,
-                 kernel_constraint=None, bias_constraint=None, **kwargs) -> None:
+                 kernel_constraint=None, bias_constraint=None, input_shape=None, **kwargs) -> None:
+        # Keras' positional order (units, activation, use_bias, ...); FlexFlow's positional
+        # (units, input_shape) is read too: a shape is a tuple, an activation a name or a function
+        if input_shape is None and isinstance(activation, (list, tuple)):
+            input_shape, activation = activation, None
         super().__init__("dense", "Dense", input_shape=input_shape, **kwargs)
         where = f"Dense '{self.name}'"
         self.units = self.out_channels = _positive(where, "units", units)
@@ -145,6 +149,8 @@ class Permute(Layer):
     shares_weights = False
 
     def __init__(self, perm=None, input_shape=None, dims=None, **kwargs) -> None:
+        if dims is None and isinstance(perm, (list, tuple)) and 0 not in perm:
+            perm, dims = None, perm     # tf.keras: Permute((2, 1)), dims without the batch (FlexFlow's perm has 0)
         super().__init__("permute", "Permute", input_shape=input_shape, **kwargs)
         where = f"Permute '{self.name}'"
         if (perm is None) == (dims is None):
