@@ -203,3 +203,13 @@ def test_sequential_adam_and_mean_squared_error_fit_a_linear_map():
     m.compile(optimizers.Adam(learning_rate=0.05), "mean_squared_error", ["mean_squared_error"])
     history = m.fit(x.astype(np.float32), y.astype(np.float32), epochs=40, verbose=0)
     assert history.history["loss"][-1] < 0.01 * history.history["loss"][0]
+
+
+def test_evaluate_says_when_samples_do_not_fill_the_last_batch():
+    """Keras scores every sample; flexrt runs whole batches, and says how many it left out."""
+    model = Sequential([Dense(2, input_shape=(4,)), Activation("softmax")], ffconfig=FFConfig(["-b", "8"]))
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    x = np.random.default_rng(0).standard_normal((20, 4)).astype(np.float32)
+    y = np.zeros((20, 1), np.int32)
+    with pytest.warns(UserWarning, match="evaluate: scores 16 of the 20 samples; the last 4 do not fill a batch of 8"):
+        model.evaluate(x, y, verbose=0)

@@ -32,7 +32,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from flexrt.errors import ConfigError, NotYetAvailableError, ShapeError
+from flexrt.errors import ConfigError, NotYetAvailableError, ShapeError, warn_caller
 from flexrt.keras import callbacks as kcallbacks
 from flexrt.keras import losses as klosses
 from flexrt.keras import metrics as kmetrics
@@ -286,6 +286,11 @@ class BaseModel:
             cb.on_train_begin()
             cb.on_epoch_begin(0)
         loaders = self._loaders(arrays, labels)
+        n, batch = int(labels.shape[0]), self._ffconfig.batch_size
+        if n % batch:   # Keras scores every sample; flexrt's runtime runs whole batches, as fit does
+            warn_caller(f"evaluate: scores {n - n % batch} of the {n} samples; the last {n % batch} do not fill a "
+                        f"batch of {batch} and are left out (give a multiple of the batch size to score them)",
+                        UserWarning)
         perf = self._ffmodel.eval(x=loaders[:-1], y=loaders[-1])
         logs = {"loss": perf.loss, **perf.result()}
         for cb in cbs:
