@@ -59,8 +59,11 @@ class SingleDataLoader:
         want = batch_dtype(tensor.data_type)
         if arr.dtype.kind not in "biuf":
             raise ConfigError(f"{where}: the array must be numeric, got dtype {arr.dtype}")
-        if arr.dtype.kind == "f" and want.kind in "iu":
-            raise ConfigError(f"{where}: the tensor holds {want} (ids) but the array is {arr.dtype}")
+        if arr.dtype.kind == "f" and want.kind in "iu":   # class ids as floats (Keras casts them): whole numbers only
+            if not (np.isfinite(arr).all() and (arr == np.round(arr)).all()):
+                raise ConfigError(f"{where}: the tensor holds {want} (ids) but the array is {arr.dtype} with values "
+                                  f"that are not whole numbers")
+            arr = arr.astype(np.int64)
         if arr.dtype.kind in "iu" and want.kind in "iu" and arr.size:
             info = np.iinfo(want)
             lo, hi = arr.min(), arr.max()

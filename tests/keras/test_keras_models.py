@@ -177,5 +177,6 @@ def test_fit_and_evaluate_refuse_bad_data():
         m.fit(xs, ys, epochs=0)
     with pytest.raises(ConfigError, match="callbacks must be a list of Callback"):
         m.fit(xs, ys, callbacks=[print])
-    with pytest.raises(ConfigError, match="holds .*ids"):
-        m.fit(xs, ys.astype(np.float32))
+    m.fit(xs, ys.astype(np.float32))                  # class ids as whole floats: cast, as Keras does
+    with pytest.raises(ConfigError, match="holds .*ids.* values that are not whole numbers"):
+        m.fit(xs, ys.astype(np.float32) + 0.5)
