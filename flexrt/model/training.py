@@ -474,9 +474,10 @@ class TrainingMixin:
                       f"{s.predicted_time_s * 1e3:.3f} ms simulated", file=sys.stdout)
         self._phase = "idle"
 
-    def eval(self, x=None, y=None, batch_size=None) -> PerfMetrics:
+    def eval(self, x=None, y=None, batch_size=None, *, verbose: bool = True) -> PerfMetrics:
         """Forward and metrics over the dataset without updating (the strategy's forward pass with
-        the session's current weights); prints and returns the metrics (also ``get_perf_metrics``)."""
+        the session's current weights); prints (unless not ``verbose``) and returns the metrics (also
+        ``get_perf_metrics``)."""
         loaders = self._loaders("eval", x, y, batch_size)
         iterations = min(dl.num_batches for dl in loaders)
         s = self.session
@@ -493,7 +494,7 @@ class TrainingMixin:
             losses.append(float(loss_forward(np, self._loss, out, labels)))
             acc.update(np, out, labels)
         self._perf = PerfMetrics(acc.result(), float(np.mean(losses)) if losses else None)
-        if s.is_root:
+        if s.is_root and verbose:
             print(f"eval: {iterations} iterations, loss {self._perf.loss:.4f}"
                   + (f", {_fmt_metrics(acc.result())}" if acc.names else ""), file=sys.stdout)
         self._phase = "idle"

@@ -171,8 +171,11 @@ def test_fit_and_evaluate_refuse_bad_data():
         m.fit(xs[:4], ys[:4])
     with pytest.raises(ConfigError, match="batch_size=16, but the model was compiled for batch 8.*-b 16"):
         m.fit(xs, ys, batch_size=16)
-    with pytest.raises(NotYetAvailableError, match="validation_split=0.2"):
+    with pytest.raises(ConfigError, match=r"validation_split=0.2 leaves 26 training and 6 validation samples; each "
+                                          r"needs at least one batch of 8"):
         m.fit(xs, ys, validation_split=0.2)
+    with pytest.raises(ConfigError, match="give validation_split or validation_data, not both"):
+        m.fit(xs, ys, validation_split=0.5, validation_data=(xs, ys))
     with pytest.raises(ConfigError, match="epochs must be an integer >= 1"):
         m.fit(xs, ys, epochs=0)
     with pytest.raises(ConfigError, match="callbacks must be a list of Callback"):

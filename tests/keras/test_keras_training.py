@@ -213,3 +213,25 @@ def test_evaluate_says_when_samples_do_not_fill_the_last_batch():
     y = np.zeros((20, 1), np.int32)
     with pytest.warns(UserWarning, match="evaluate: scores 16 of the 20 samples; the last 4 do not fill a batch of 8"):
         model.evaluate(x, y, verbose=0)
+
+
+def test_validation_metrics_are_evaluate_on_those_samples_after_the_epoch():
+    """Keras' validation_data / validation_split: per epoch val_loss and val_<metric> equal evaluate
+    on the held-out samples with that epoch's weights; validation_split holds out the last samples."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((64, 4)).astype(np.float32)
+    y = (x[:, :1] > 0).astype(np.int32)
+
+    def model():
+        m = Sequential([Dense(8, input_shape=(4,), activation="relu"), Dense(2), Activation("softmax")],
+                       ffconfig=FFConfig(["-b", "16"]))
+        m.compile(optimizer=optimizers.SGD(0.1), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+        return m
+
+    a, b = model(), model()
+    ha = a.fit(x, y, epochs=1, validation_split=0.25, shuffle=False, verbose=0)
+    hb = b.fit(x[:48], y[:48], epochs=1, validation_data=(x[48:], y[48:]), shuffle=False, verbose=0)
+    loss, accuracy = b.evaluate(x[48:], y[48:], verbose=0)
+    for h in (ha, hb):
+        assert h.history["val_loss"][0] == pytest.approx(loss) and h.history["val_accuracy"][0] == pytest.approx(accuracy)
+    assert ha.history["loss"] == pytest.approx(hb.history["loss"])    # the same 48 samples trained

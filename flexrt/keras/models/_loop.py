@@ -16,7 +16,7 @@ SHUFFLE_SEED = 0x5EED  # the permutation of epoch e comes from (SHUFFLE_SEED, ru
 
 
 def _fmt(logs: dict) -> str:
-    return ", ".join(f"{k} {v:.2f}%" if k == "accuracy" else f"{k} {v:.4g}" for k, v in logs.items())
+    return ", ".join(f"{k} {v:.2f}%" if k in ("accuracy", "val_accuracy") else f"{k} {v:.4g}" for k, v in logs.items())
 
 
 def epoch_order(model, epoch: int, n: int):
@@ -25,7 +25,10 @@ def epoch_order(model, epoch: int, n: int):
     return np.random.default_rng((SHUFFLE_SEED, seed, epoch)).permutation(n)
 
 
-def train(model, arrays, labels, n: int, epochs: int, cbs: list, shuffle: bool, verbose) -> kcallbacks.History:
+def train(model, arrays, labels, n: int, epochs: int, cbs: list, shuffle: bool, verbose,
+          validation=None) -> kcallbacks.History:
+    """``epochs`` epochs of whole batches; with ``validation`` (data loaders), each epoch's logs also
+    hold ``val_loss`` and ``val_<metric>`` over those samples with the epoch's final weights, as Keras'."""
     ffmodel = model.ffmodel
     batch = model.ffconfig.batch_size
     iterations = n // batch
@@ -58,6 +61,11 @@ def train(model, arrays, labels, n: int, epochs: int, cbs: list, shuffle: bool, 
                 cb.on_batch_end(it, {"loss": ffmodel.history[-1]["loss"]})
         logs = {"loss": float(np.mean([h["loss"] for h in ffmodel.history[first:]])),
                 **ffmodel.get_perf_metrics().result()}
+        if validation is not None:
+            trained = ffmodel.get_perf_metrics()
+            perf = ffmodel.eval(x=validation[:-1], y=validation[-1], verbose=False)
+            logs.update({"val_loss": perf.loss, **{f"val_{k}": v for k, v in perf.result().items()}})
+            ffmodel._perf = trained     # callbacks read the epoch's training metrics from the model
         done += 1
         if verbose:
             print(f"epoch {epoch + 1}/{epochs}: {iterations} iterations, {_fmt(logs)}", file=sys.stdout)

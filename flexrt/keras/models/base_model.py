@@ -245,8 +245,7 @@ class BaseModel:
             max_queue_size=10, workers=1, use_multiprocessing=False):
         """Train ``epochs`` epochs on numpy arrays (one per input) and labels; returns a ``History``."""
         where = "fit"
-        _not_default(where, validation_split=(validation_split, 0.0), validation_data=(validation_data, None),
-                     class_weight=(class_weight, None), sample_weight=(sample_weight, None),
+        _not_default(where, class_weight=(class_weight, None), sample_weight=(sample_weight, None),
                      initial_epoch=(initial_epoch, 0), steps_per_epoch=(steps_per_epoch, None),
                      validation_steps=(validation_steps, None), validation_batch_size=(validation_batch_size, None),
                      validation_freq=(validation_freq, 1))
@@ -257,9 +256,32 @@ class BaseModel:
         if y is None:
             raise ConfigError(f"{where}: y (the labels) is required")
         arrays, labels, n = self._arrays(where, x, y, batch_size)
+        arrays, labels, n, validation = self._validation(where, arrays, labels, n, validation_split, validation_data)
         cbs = self._callbacks(callbacks, where)
         from flexrt.keras.models._loop import train
-        return train(self, arrays, labels, n, epochs, cbs, shuffle, verbose)
+        return train(self, arrays, labels, n, epochs, cbs, shuffle, verbose, validation)
+
+    def _validation(self, where: str, arrays, labels, n: int, split, data):
+        """(training arrays, labels, samples, the validation loaders or None): ``validation_data``
+        ``(x, y)``, or Keras' ``validation_split``: the last fraction of the samples, before shuffling."""
+        if data is not None and not (isinstance(split, numbers.Real) and split == 0):
+            raise ConfigError(f"{where}: give validation_split or validation_data, not both")
+        if data is not None:
+            if not isinstance(data, (list, tuple)) or len(data) != 2:
+                raise ConfigError(f"{where}: validation_data must be (x, y), got {type(data).__name__}"
+                                  + (f" of {len(data)}" if isinstance(data, (list, tuple)) else ""))
+            vx, vy, _ = self._arrays(f"{where} (validation_data)", data[0], data[1], None)
+            return arrays, labels, n, self._loaders(vx, vy)
+        if isinstance(split, bool) or not isinstance(split, numbers.Real) or not 0 <= split < 1:
+            raise ConfigError(f"{where}: validation_split must be a fraction in [0, 1), got {split!r}")
+        if split == 0:
+            return arrays, labels, n, None
+        keep = n - int(n * split)       # Keras: the last samples, before shuffling
+        if n - keep < self._ffconfig.batch_size or keep < self._ffconfig.batch_size:
+            raise ConfigError(f"{where}: validation_split={split} leaves {keep} training and {n - keep} validation "
+                              f"samples; each needs at least one batch of {self._ffconfig.batch_size}")
+        validation = self._loaders([a[keep:] for a in arrays], labels[keep:])
+        return [a[:keep] for a in arrays], labels[:keep], keep, validation
 
     def _callbacks(self, callbacks, where: str) -> list:
         if callbacks is None:
@@ -291,7 +313,7 @@ class BaseModel:
             warn_caller(f"evaluate: scores {n - n % batch} of the {n} samples; the last {n % batch} do not fill a "
                         f"batch of {batch} and are left out (give a multiple of the batch size to score them)",
                         UserWarning)
-        perf = self._ffmodel.eval(x=loaders[:-1], y=loaders[-1])
+        perf = self._ffmodel.eval(x=loaders[:-1], y=loaders[-1], verbose=bool(verbose))
         logs = {"loss": perf.loss, **perf.result()}
         for cb in cbs:
             kcallbacks.call_epoch_end(cb, 0, logs)
