@@ -474,10 +474,14 @@ class TrainingMixin:
                       f"{s.predicted_time_s * 1e3:.3f} ms simulated", file=sys.stdout)
         self._phase = "idle"
 
-    def eval(self, x=None, y=None, batch_size=None, *, verbose: bool = True) -> PerfMetrics:
+    def eval(self, x=None, y=None, batch_size=None) -> PerfMetrics:
         """Forward and metrics over the dataset without updating (the strategy's forward pass with
-        the session's current weights); prints (unless not ``verbose``) and returns the metrics (also
-        ``get_perf_metrics``)."""
+        the session's current weights); prints and returns the metrics (also ``get_perf_metrics``)."""
+        return self.evaluate_quietly(x, y, batch_size, verbose=True)
+
+    def evaluate_quietly(self, x=None, y=None, batch_size=None, verbose: bool = False) -> PerfMetrics:
+        """``eval`` (FlexFlow's signature, which prints) without the printed line unless ``verbose``:
+        for Keras' ``evaluate(verbose=0)`` and ``fit``'s validation."""
         loaders = self._loaders("eval", x, y, batch_size)
         iterations = min(dl.num_batches for dl in loaders)
         s = self.session

@@ -313,7 +313,7 @@ class BaseModel:
             warn_caller(f"evaluate: scores {n - n % batch} of the {n} samples; the last {n % batch} do not fill a "
                         f"batch of {batch} and are left out (give a multiple of the batch size to score them)",
                         UserWarning)
-        perf = self._ffmodel.eval(x=loaders[:-1], y=loaders[-1], verbose=bool(verbose))
+        perf = self._ffmodel.evaluate_quietly(x=loaders[:-1], y=loaders[-1], verbose=bool(verbose))
         logs = {"loss": perf.loss, **perf.result()}
         for cb in cbs:
             kcallbacks.call_epoch_end(cb, 0, logs)
