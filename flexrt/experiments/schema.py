@@ -387,13 +387,22 @@ def _references(r: _Reader, k: Kind, top: LineMap, metrics: tuple[str, ...],
     return tuple(out)
 
 
-def _matches_no_run(ref: Reference, runs: tuple[Run, ...]) -> str:
-    """Why ``ref`` compares with nothing: the first of its values no run has, and the runs' values."""
-    for n, v in ref.where:
+def _value_no_run_has(items, runs: tuple[Run, ...]) -> Optional[tuple[str, Any, str]]:
+    """The first (parameter, value) of ``items`` that no run has, with the runs' values of that
+    parameter as text; None when each value occurs in some run."""
+    for n, v in items:
         values = list(dict.fromkeys(run.params.get(n) for run in runs))
         if v not in values:
-            return (f"{n}: {short(v)} matches none of the runs; their values of {n}: "
-                    f"{', '.join(short(x) for x in values[:12])}{' ...' if len(values) > 12 else ''}")
+            return n, v, f"{', '.join(short(x) for x in values[:12])}{' ...' if len(values) > 12 else ''}"
+    return None
+
+
+def _matches_no_run(ref: Reference, runs: tuple[Run, ...]) -> str:
+    """Why ``ref`` compares with nothing: the first of its values no run has, and the runs' values."""
+    missing = _value_no_run_has(ref.where, runs)
+    if missing is not None:
+        n, v, values = missing
+        return f"{n}: {short(v)} matches none of the runs; their values of {n}: {values}"
     given = ", ".join(f"{n}: {short(v)}" for n, v in ref.where)
     return f"no run has all of {given} (each value occurs, but never together)"
 
@@ -425,12 +434,11 @@ def _report(r: _Reader, k: Kind, top: LineMap, runs: tuple[Run, ...]) -> tuple[t
                 raise r.error(r.line(e, "name"), f"{path}.name", f"{short(name)} is already {what}; give a new name")
             rel = Relative(name, r.text(e, "metric", f"{path}.metric", k.metrics),
                            tuple(sorted((n, v) for n, (v, _) in to.items())))
-            for n, v in rel.to:      # the run divided by has this value: some run must have it
-                values = list(dict.fromkeys(run.params.get(n) for run in runs))
-                if v not in values:
-                    raise r.error(r.line(e, "to"), f"{path}.to", f"{n}: {short(v)} matches none of the runs (their "
-                                  f"values of {n}: {', '.join(short(x) for x in values[:12])}); every row would "
-                                  f"have nothing to divide by")
+            missing = _value_no_run_has(rel.to, runs)     # the run divided by must exist
+            if missing is not None:
+                n, v, values = missing
+                raise r.error(r.line(e, "to"), f"{path}.to", f"{n}: {short(v)} matches none of the runs (their "
+                              f"values of {n}: {values}); every row would have nothing to divide by")
             relative.append(rel)
     return rows, tuple(relative)
 

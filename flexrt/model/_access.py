@@ -36,7 +36,7 @@ import numpy as np
 
 from flexrt.errors import ConfigError, FlexrtError, ShapeError
 from flexrt.ir.datatype import DataType
-from flexrt.model.dataloader import batch_dtype
+from flexrt.model.dataloader import batch_dtype, ids_outside
 
 LABEL = "label"
 
@@ -133,21 +133,17 @@ def check_array(t, where: str, arr) -> np.ndarray:
     want = batch_dtype(t.data_type)
     if tuple(arr.shape) != tuple(t.dims):
         raise ShapeError(f"{where}: {describe(t)} needs an array of shape {list(t.dims)}, got {list(arr.shape)}")
-    if arr.dtype != want and arr.dtype.kind in "iu" and want.kind in "iu" and _fits(arr, want):
-        return arr.astype(want)   # ids of another width (FlexFlow's demo_gather.py attaches int64 ids)
-    if arr.dtype != want and arr.dtype.kind in "iu" and want.kind in "iu":   # ids that do not fit: casting would wrap
+    if arr.dtype != want and arr.dtype.kind in "iu" and want.kind in "iu":
+        outside = ids_outside(arr, want)
+        if outside is None:
+            return arr.astype(want)   # ids of another width (FlexFlow's demo_gather.py attaches int64 ids)
         info = np.iinfo(want)
         raise ShapeError(f"{where}: {describe(t)} holds {want} ids ({info.min}..{info.max}); the array's {arr.dtype} "
-                         f"values {arr.min()}..{arr.max()} do not fit")
+                         f"values {outside[0]}..{outside[1]} do not fit")
     if arr.dtype != want:
         raise ShapeError(f"{where}: {describe(t)} needs dtype {want}, got {arr.dtype}; convert it with "
                          f"array.astype(np.{want})")
     return arr
-
-
-def _fits(arr: np.ndarray, want: np.dtype) -> bool:
-    info = np.iinfo(want)
-    return arr.size == 0 or (int(arr.min()) >= info.min and int(arr.max()) <= info.max)
 
 
 def write(model, t, arr, where: str) -> None:

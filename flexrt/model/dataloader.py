@@ -23,7 +23,7 @@ Entry points: ``SingleDataLoader``, ``batch_dtype``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -33,6 +33,16 @@ from flexrt.ir.datatype import DataType
 
 def batch_dtype(data_type: DataType) -> np.dtype:
     return np.dtype(data_type.numpy_name)
+
+
+def ids_outside(arr: np.ndarray, want: np.dtype) -> Optional[tuple[int, int]]:
+    """(lowest, highest) of integer ``arr`` when some value does not fit integer dtype ``want`` (a
+    cast would wrap it: 2**32 + 1 would read as 1), else None."""
+    if not arr.size:
+        return None
+    info = np.iinfo(want)
+    lo, hi = int(arr.min()), int(arr.max())
+    return (lo, hi) if lo < info.min or hi > info.max else None
 
 
 class SingleDataLoader:
@@ -64,12 +74,11 @@ class SingleDataLoader:
                 raise ConfigError(f"{where}: the tensor holds {want} (ids) but the array is {arr.dtype} with values "
                                   f"that are not whole numbers")
             arr = arr.astype(np.int64)
-        if arr.dtype.kind in "iu" and want.kind in "iu" and arr.size:
+        outside = ids_outside(arr, want) if arr.dtype.kind in "iu" and want.kind in "iu" else None
+        if outside is not None:
             info = np.iinfo(want)
-            lo, hi = arr.min(), arr.max()
-            if lo < info.min or hi > info.max:   # a cast would wrap them: 2**32 + 1 would train as 1
-                raise ConfigError(f"{where}: values {lo}..{hi} do not fit the tensor's {want} "
-                                  f"({info.min}..{info.max})")
+            raise ConfigError(f"{where}: values {outside[0]}..{outside[1]} do not fit the tensor's {want} "
+                              f"({info.min}..{info.max})")
         self.ffmodel = ffmodel
         self.name = name
         self.tensor = tensor

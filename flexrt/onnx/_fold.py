@@ -55,7 +55,7 @@ def static_shapes(model, input_dims: Mapping[str, tuple]) -> dict[str, tuple]:
     return out
 
 
-def shape_of(node, attrs: Mapping, shape: tuple) -> np.ndarray:
+def shape_of(attrs: Mapping, shape: tuple) -> np.ndarray:
     """The value of a Shape node (``start`` / ``end`` as ONNX clamps them) on a tensor of ``shape``."""
     rank = len(shape)
     start, end = attrs.get("start", 0), attrs.get("end", rank)

@@ -198,7 +198,7 @@ class _Converter:
             shape = m.shapes[src] if src in m.constants else m.inferred.get(src)
             if shape is None:
                 return False
-            values = [shape_of(node, self.attrs(node), shape)]
+            values = [shape_of(self.attrs(node), shape)]
         else:
             given = [i for i in node.input if i]
             if not given or any(i not in m.constants for i in given):
