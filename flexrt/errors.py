@@ -38,7 +38,8 @@ class NotYetAvailableError(FlexrtError, NotImplementedError):
 
 class FrontendWarning(UserWarning):
     """A model file or traced module that flexrt builds as FlexFlow does, though it is inconsistent
-    (a layer's declared input size that its input does not have)."""
+    (a layer's declared input size that its input does not have) or means something FFModel does not
+    compute (an inference-mode BatchNorm's running statistics: FFModel's trains on batch statistics)."""
 
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep

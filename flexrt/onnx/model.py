@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from flexrt.errors import ConfigError
+from flexrt.errors import ConfigError, FrontendWarning, warn_caller
 from flexrt.inputs import read_bytes
 from flexrt.ir.enums import ActiMode, PoolType
 from flexrt.onnx._fold import FOLDABLE, fold, shape_of, static_shapes
@@ -282,9 +282,12 @@ class _Converter:
 
     def _BatchNormalization(self, node, name, a):
         if not a.get("training_mode", 0) and len(node.output) == 1:
-            raise self.error(node, name, "an inference-mode BatchNormalization normalizes with running statistics; "
-                                         "FFModel.batch_norm uses the batch's (export with "
-                                         "training=torch.onnx.TrainingMode.TRAINING, as FlexFlow's examples do)")
+            warn_caller(f"ONNX node '{name}' (BatchNormalization): inference mode, normalizing with the running "
+                        f"statistics (inputs 3 and 4); FFModel.batch_norm trains, and normalizes with each batch's "
+                        f"statistics, as FlexFlow's ONNX front end builds it (the running statistics are not used, so "
+                        f"forward results differ from the file's inference graph; export with "
+                        f"training=torch.onnx.TrainingMode.TRAINING, as FlexFlow's examples do, to silence this)",
+                        FrontendWarning)
         kws = [("eps", a["epsilon"])] if abs(a.get("epsilon", 1e-5) - 1e-5) > 1e-12 else []
         return self._layer(node, name, "BATCH_NORM", [node.input[0]], [], kws, "batch_norm",
                            {"weight": (node.input[1], False), "bias": (node.input[2], False)})

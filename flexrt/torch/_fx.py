@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
-from flexrt.errors import ConfigError
+from flexrt.errors import ConfigError, FrontendWarning, warn_caller
 from flexrt.ir.enums import ActiMode, PoolType
 from flexrt.torch._ir import IRNode, Ref
 
@@ -193,8 +193,10 @@ def _m_batch_norm(ctx, node, m):
         raise ctx.error(node, f"{type(m).__name__}(affine=False): FFModel.batch_norm always learns a scale and "
                               f"a bias; valid: affine=True")
     if not m.training and m.track_running_stats:
-        raise ctx.error(node, f"{type(m).__name__} in eval mode normalizes with running statistics; FFModel.batch_norm "
-                              f"normalizes with the batch's statistics (training mode): call module.train()")
+        warn_caller(f"torch node '{node.name}' ({origin(node)}): {type(m).__name__} in eval mode normalizes with its "
+                    f"running statistics; FFModel.batch_norm trains, and normalizes with each batch's statistics, as "
+                    f"FlexFlow's front end builds it (the running statistics are not used, so forward results differ "
+                    f"from the eval-mode module's; call module.train() to silence this)", FrontendWarning)
     ctx.layer(node, "BATCH_NORM", m, "batch_norm", [node.args[0].name], [], [("eps", m.eps)] if m.eps != 1e-5 else [])
 
 

@@ -244,3 +244,39 @@ def test_slices_of_a_tensor_equal_torch(tmp_path):
     model = Net().eval()
     x = np.random.default_rng(0).standard_normal((BATCH, 4, 3, 3)).astype(np.float32)
     _matches_torch(model, x, tmp_path / "slice.onnx", ["Slice"])
+
+
+def test_inference_mode_batch_norm_builds_training_batch_norm_with_a_warning(tmp_path):
+    """torch.onnx.export's default (eval mode) writes BatchNormalization with running statistics.
+    FFModel.batch_norm trains on batch statistics, as FlexFlow's ONNX front end builds it: the graph
+    builds with a FrontendWarning naming the node, the scale and bias load, and the forward is the
+    training-mode module's."""
+    from flexrt.errors import FrontendWarning
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.BatchNorm2d(3), torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU())
+    with torch.no_grad():
+        model[0].weight.uniform_(0.5, 1.5)
+        model[0].bias.uniform_(-1, 1)
+        model[0].running_mean.uniform_(-1, 1)
+        model[0].running_var.uniform_(0.5, 2)
+    x = np.random.default_rng(0).standard_normal((BATCH, 3, 6, 6)).astype(np.float32)
+    path = str(tmp_path / "bn_eval.onnx")
+    torch.onnx.export(model.eval(), (torch.from_numpy(x),), path, dynamo=False, input_names=["x"],
+                      do_constant_folding=False)
+    node = next(n for n in onnx.load(path).graph.node if n.op_type == "BatchNormalization")
+    assert len(node.input) == 5 and len(node.output) == 1      # inference form: running mean and var
+    om = ONNXModel(path)
+    ff = FFModel(FFConfig(["-b", str(BATCH)]))
+    xt = ff.create_tensor(list(x.shape), DataType.DT_FLOAT)
+    with pytest.warns(FrontendWarning, match=rf"ONNX node '{node.name}' \(BatchNormalization\): inference mode.*"
+                                             r"running statistics are not used"):
+        out = om.apply(ff, {"x": xt})
+    ff.compile(loss_type="mean_squared_error_avg")
+    om.load_weights(ff)
+    xt.set_tensor(ff, x)
+    ff.forward()
+    with torch.no_grad():
+        trained = model.train()(torch.from_numpy(x)).numpy()
+        inferred = model.eval()(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(out.get_tensor(ff), trained, rtol=1e-5, atol=1e-5)
+    assert np.abs(out.get_tensor(ff) - inferred).max() > 1e-2     # the running statistics differ

@@ -390,3 +390,29 @@ def test_stochastic_depth_is_the_identity_outside_training_and_refused_in_it():
     assert "IDENTITY" in ops and "DROPOUT" not in ops
     with pytest.raises(ConfigError, match=r"stochastic_depth\(p=0.2, mode='row'\) in training drops whole samples"):
         PyTorchModel(_Residual(0.2).train()).torch_to_string()
+
+
+def test_eval_mode_batch_norm_builds_training_batch_norm_with_a_warning():
+    """A BatchNorm module in eval mode normalizes with running statistics, which FFModel.batch_norm
+    does not keep: it builds (as FlexFlow's front end does) with a FrontendWarning naming the node, and
+    the forward is the training-mode module's."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU())
+    with torch.no_grad():
+        model[1].running_mean.uniform_(-1, 1)
+        model[1].running_var.uniform_(0.5, 2)
+        model[1].weight.uniform_(0.5, 1.5)
+    x = np.random.default_rng(0).standard_normal((2, 3, 6, 6)).astype(np.float32)
+    ff = FFModel(FFConfig(["-b", "2"]))
+    xt = ff.create_tensor([2, 3, 6, 6], DataType.DT_FLOAT)
+    pm = PyTorchModel(model.eval())
+    with pytest.warns(FrontendWarning, match=r"torch node '_1' .*BatchNorm2d in eval mode.*running statistics are "
+                                             r"not used"):
+        (out,) = pm.torch_to_ff(ff, [xt])
+    ff.compile(loss_type="mean_squared_error_avg")
+    pm.load_weights(ff)
+    xt.set_tensor(ff, x)
+    ff.forward()
+    with torch.no_grad():
+        want = model.train()(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(out.get_tensor(ff), want, rtol=1e-4, atol=1e-5)
