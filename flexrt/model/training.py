@@ -479,9 +479,12 @@ class TrainingMixin:
         the session's current weights); prints and returns the metrics (also ``get_perf_metrics``)."""
         return self.evaluate_quietly(x, y, batch_size, verbose=True)
 
-    def evaluate_quietly(self, x=None, y=None, batch_size=None, verbose: bool = False) -> PerfMetrics:
+    def evaluate_quietly(self, x=None, y=None, batch_size=None, verbose: bool = False,
+                         training: bool | None = None) -> PerfMetrics:
         """``eval`` (FlexFlow's signature, which prints) without the printed line unless ``verbose``:
-        for Keras' ``evaluate(verbose=0)`` and ``fit``'s validation."""
+        for Keras' ``evaluate(verbose=0)`` and ``fit``'s validation. ``training``: as ``forward``'s
+        (Keras' ``evaluate`` and validation pass False: dropout passes through)."""
+        training = self._training_mode("eval", training)
         loaders = self._loaders("eval", x, y, batch_size)
         iterations = min(dl.num_batches for dl in loaders)
         s = self.session
@@ -493,7 +496,7 @@ class TrainingMixin:
             for dl in loaders:
                 dl.next_batch(self)
             inputs, labels = self._step_batch()
-            s.forward(inputs)
+            s.forward(inputs, training)
             out = s.output(s.loss_output)
             losses.append(float(loss_forward(np, self._loss, out, labels)))
             acc.update(np, out, labels)
@@ -510,14 +513,31 @@ class TrainingMixin:
         self._need_session("reset_metrics").reset_metrics()
         self._perf = None
 
-    def forward(self, seq_length=None) -> None:
+    def forward(self, seq_length=None, *, training: bool | None = None) -> None:
         """Run the forward pass now on the inputs' current batches (no labels needed); every tensor's
         value can then be read (``get_array``, ``get_tensor``). ``update()`` completes the iteration.
-        ``seq_length``: see the module doc (None, -1, or what FlexFlow would ignore)."""
+        ``seq_length``: see the module doc (None, -1, or what FlexFlow would ignore).
+        ``training`` (a flexrt extension): False runs an inference forward, dropout passing its
+        input through (``torch.nn.Dropout`` in eval mode, Keras' ``predict``), which ``backward``
+        cannot follow; the default is training mode, as FlexFlow's forward, unless the model was
+        compiled with ``comp_mode=COMP_MODE_INFERENCE``. BatchNorm normalizes with the batch's
+        statistics in both (FFModel keeps no running statistics)."""
         s = self._need_session("forward")
         self._check_seq_length("forward", seq_length)
-        s.forward(self._forward_inputs("forward"))
-        self._phase = "forward"
+        training = self._training_mode("forward", training)
+        s.forward(self._forward_inputs("forward"), training)
+        self._phase = "forward" if training else "inference"
+
+    def _training_mode(self, where: str, training) -> bool:
+        if training is None:
+            return self.comp_mode is not CompMode.COMP_MODE_INFERENCE
+        if not isinstance(training, bool):
+            raise ConfigError(f"{where}: training must be True, False or None (the compiled mode), got "
+                              f"{short(training)}")
+        if training and self.comp_mode is CompMode.COMP_MODE_INFERENCE:
+            raise ConfigError(f"{where}: training=True, but the model was compiled with "
+                              f"comp_mode=COMP_MODE_INFERENCE")
+        return training
 
     def zero_gradients(self) -> None:
         """Discard a recorded ``backward()`` (the runtime never accumulates gradients across
@@ -533,6 +553,9 @@ class TrainingMixin:
         self._check_seq_length("backward", seq_length)
         if self.comp_mode is CompMode.COMP_MODE_INFERENCE:
             raise ConfigError("backward: the model was compiled with comp_mode=COMP_MODE_INFERENCE")
+        if self._phase == "inference":
+            raise ConfigError("backward: the last forward() ran in inference mode (training=False), which has no "
+                              "backward; run forward() (training mode) first")
         if self._phase != "forward":
             raise ConfigError("backward: call forward() first (after the loaders' next_batch(ffmodel)); order: "
                               "forward(), zero_gradients(), backward(), update()")
@@ -544,7 +567,7 @@ class TrainingMixin:
         self._need_session("update")
         if self._phase != "backward":
             raise ConfigError(f"update: call forward() and backward() first (state: "
-                              f"{'nothing recorded' if self._phase == 'idle' else 'forward() only'}); order: "
+                              f"{'forward() only' if self._phase == 'forward' else 'nothing recorded'}); order: "
                               f"forward(), zero_gradients(), backward(), update()")
         if LABEL not in self._batch:
             raise ConfigError("update: no labels; give ffmodel.label_tensor a batch (its data loader's "

@@ -165,6 +165,7 @@ class Executor:
         self._not_updates = [not u for u in self._updates]
         self.penalties: dict = {}         # weight name -> ("l1" | "l2", factor): added to its gradient
         self.step = -1                    # the training step running (dropout draws a mask per step)
+        self.training = True              # False during an inference forward (dropout passes through)
 
     # ---- memory ------------------------------------------------------------------------------
     def _alloc(self, bid, arr) -> None:
@@ -323,7 +324,7 @@ class Executor:
         get = (lambda bid: local[bid]) if keep else self.get
         args = [self.xp.zeros_like(get((b.key, b.device))) if i in a.zeroed else get((b.key, b.device))
                 for i, b in enumerate(a.operands)]
-        results = forward_kernel(a.attrs.op_type)(self.xp, at_step(a.attrs, self.step), args)
+        results = forward_kernel(a.attrs.op_type)(self.xp, at_step(a.attrs, self.step, self.training), args)
         for b, r in zip(a.outputs, results):
             if tuple(r.shape) != _shape(b):
                 raise ShapeError(f"{a.attrs.op_type.value} '{a.node}': piece computed shape {list(r.shape)}, "
@@ -544,18 +545,26 @@ class Executor:
         self._scaled_phases(st, None)
         return self._result(st)
 
-    def forward(self, inputs: dict) -> None:
+    def forward(self, inputs: dict, training: bool = True) -> None:
         """Run the forward phase on ``inputs`` (no labels needed), keeping every operator's output
-        pieces for ``read_output`` until the next pass; ``finish`` runs the rest of the iteration."""
-        st = self._begin(inputs, hold=True)
-        self._phase(st, self.plan.forward_phase)
-        self._pass = st
+        pieces for ``read_output`` until the next pass; ``finish`` runs the rest of the iteration.
+        ``training=False``: an inference forward (dropout passes through; the training step does not
+        advance, so training draws the same masks with or without inference passes between steps);
+        ``finish`` refuses to complete it."""
+        st = self._begin(inputs, hold=True, training=training)
+        self.training = training
+        try:
+            self._phase(st, self.plan.forward_phase)
+        finally:
+            self.training = True
+        self._pass = st if training else None
 
     def finish(self, labels) -> IterationResult:
         """The rest of the iteration begun by ``forward`` (loss, backward, synchronization, update)."""
         st = self._pass
         if st is None:
-            raise StrategyError("finish: no forward pass to complete; run forward(inputs) first")
+            raise StrategyError("finish: no training forward pass to complete; run forward(inputs) first (an "
+                                "inference forward, training=False, has no backward)")
         self._set_labels(labels)
         self._pass = None
         st.t0 = time.perf_counter() - st.wall_s  # the time between the two calls is not the iteration's
@@ -601,7 +610,7 @@ class Executor:
         """Every process's verdict on overflow combined (one process: its own)."""
         return found
 
-    def _begin(self, inputs: dict, hold: bool) -> _State:
+    def _begin(self, inputs: dict, hold: bool, training: bool = True) -> _State:
         plan = self.plan
         for name, b in plan.inputs.items():
             if name not in inputs:
@@ -611,7 +620,7 @@ class Executor:
             if arr.shape != want:
                 raise ShapeError(f"input '{name}': batch of shape {list(arr.shape)}, expected {list(want)}")
         self.discard()
-        self.step += 1
+        self.step += 1 if training else 0
         for name in plan.inputs:
             self.mem[HOST][Key.input(name)] = self._rounded(np.asarray(inputs[name]), np)
         self._held = plan.forward_outputs if hold else frozenset()

@@ -313,10 +313,11 @@ class Session:
         self.last = self.executor.run(self._batch(inputs), labels)
         return self.last
 
-    def forward(self, inputs: dict) -> None:
+    def forward(self, inputs: dict, training: bool = True) -> None:
         """The forward pass alone on the batch; ``output`` reads what it computed, ``finish`` completes
-        the iteration (a later ``forward`` or ``step`` abandons it)."""
-        self.executor.forward(self._batch(inputs))
+        the iteration (a later ``forward`` or ``step`` abandons it). ``training=False``: an inference
+        forward (dropout passes through), which ``finish`` cannot complete."""
+        self.executor.forward(self._batch(inputs), training)
 
     def finish(self, labels) -> IterationResult:
         """The rest of the iteration ``forward`` began: loss, backward, gradient sync, update."""

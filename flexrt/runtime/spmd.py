@@ -193,9 +193,9 @@ class SpmdExecutor(Executor):
     def _run_serial(self, st: _State, phase=None) -> None:
         _Iteration(self, st, phase).run()
 
-    def _begin(self, inputs: dict, hold: bool) -> _State:
+    def _begin(self, inputs: dict, hold: bool, training: bool = True) -> _State:
         self.comm.Barrier()  # a common start, so the ranks' timelines line up
-        return super()._begin(inputs, hold)
+        return super()._begin(inputs, hold, training)
 
     def _result(self, st: _State) -> IterationResult:
         r = super()._result(st)

@@ -235,3 +235,33 @@ def test_validation_metrics_are_evaluate_on_those_samples_after_the_epoch():
     for h in (ha, hb):
         assert h.history["val_loss"][0] == pytest.approx(loss) and h.history["val_accuracy"][0] == pytest.approx(accuracy)
     assert ha.history["loss"] == pytest.approx(hb.history["loss"])    # the same 48 samples trained
+
+
+def test_predict_evaluate_and_validation_run_without_dropout():
+    """Keras' inference: predict, evaluate and fit's validation pass Dropout's input through, so
+    predictions are deterministic and equal those of the same model without its Dropout layer; a
+    fit with validation trains the same weights (the same masks) as one without."""
+    from flexrt.keras.layers import Dropout
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((32, 6))
+    y = rng.integers(0, 3, (32, 1)).astype(np.int32)
+
+    def model(dropout, argv=()):
+        layers = [Dense(16, input_shape=(6,), activation="relu", name="fc1"), Dropout(0.5),
+                  Dense(3, name="fc2"), Activation("softmax")]
+        m = Sequential([la for la in layers if dropout or not isinstance(la, Dropout)],
+                       ffconfig=FFConfig(["-b", str(BATCH), *argv]))
+        m.compile(optimizers.SGD(0.1), "sparse_categorical_crossentropy", ["accuracy"])
+        return m
+
+    with_dropout, without = model(True, ["-ll:gpu", "2"]), model(False)
+    for name in ("fc1", "fc2"):
+        without.get_layer(name).set_weights(without.ffmodel, *with_dropout.get_layer(name).get_weights())
+    first = with_dropout.predict(x)
+    np.testing.assert_array_equal(with_dropout.predict(x), first)
+    np.testing.assert_allclose(first, without.predict(x), rtol=1e-12, atol=1e-15)
+    assert with_dropout.evaluate(x, y, verbose=0) == pytest.approx(without.evaluate(x, y, verbose=0), rel=1e-12)
+    a, b = model(True), model(True)
+    a.fit(x, y, epochs=2, shuffle=False, verbose=0, validation_data=(x[:16], y[:16]))
+    b.fit(x, y, epochs=2, shuffle=False, verbose=0)
+    np.testing.assert_array_equal(a.get_layer("fc1").get_weights()[0], b.get_layer("fc1").get_weights()[0])

@@ -197,6 +197,36 @@ def test_ffmodel_training_calls_need_compile_first(m):
     assert m.session is not None and m.strategy is not None
 
 
+
+@pytest.mark.parametrize("comp_mode", [None, "inference"])
+def test_forward_training_flag_and_inference_compile_mode(comp_mode):
+    """forward(training=False) is an inference forward (dropout passes through); backward cannot
+    follow it. A model compiled with COMP_MODE_INFERENCE runs inference forwards by default and
+    refuses training=True."""
+    from flexrt.model import CompMode
+    m = FFModel(FFConfig(["-b", "4"]))
+    x = m.create_tensor([4, 8])
+    out = m.softmax(m.dropout(m.dense(x, 3, name="fc"), 0.5, 3, name="drop"))
+    mode = CompMode.COMP_MODE_INFERENCE if comp_mode else None
+    m.compile(loss_type=LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, comp_mode=mode)
+    x.set_tensor(m, np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32))
+    m.forward(training=False)
+    np.testing.assert_array_equal(m.get_layer_by_name("drop").get_output_tensor().get_tensor(m),
+                                  m.get_layer_by_name("fc").get_output_tensor().get_tensor(m))
+    probs = out.get_tensor(m)
+    with pytest.raises(ConfigError, match=r"backward: the (last forward\(\) ran in inference mode|model was "
+                                          r"compiled with comp_mode=COMP_MODE_INFERENCE)"):
+        m.backward()
+    if comp_mode:
+        m.forward()
+        np.testing.assert_array_equal(out.get_tensor(m), probs)
+        with pytest.raises(ConfigError, match="forward: training=True, but the model was compiled with "
+                                              "comp_mode=COMP_MODE_INFERENCE"):
+            m.forward(training=True)
+    with pytest.raises(ConfigError, match="forward: training must be True, False or None"):
+        m.forward(training=1)
+
+
 def test_optimizers_and_initializers_validate():
     m = FFModel(FFConfig([]))
     assert SGDOptimizer(m) == SGDOptimizer(m, 0.01, 0.0, False, 0.0)

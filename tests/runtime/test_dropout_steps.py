@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from flexrt.core import ActiMode, DataType, FFConfig, FFModel, LossType
+from flexrt.errors import StrategyError
 from flexrt.ir.ops.dropout import DropoutAttrs, at_step
 from flexrt.kernels.registry import run_forward
 from flexrt.machine import load_machine
@@ -63,3 +64,34 @@ def test_dropout_trains_like_the_reference_step_after_step(kind, recompute):
     got = session.weights()
     assert max(relative_error(got[k], ref.weights[k]) for k in got) <= 1e-10
     assert len(set(losses)) == 4
+
+
+def _no_dropout_forward(w: dict, x):
+    h = np.maximum(x @ w["fc1.kernel"] + w["fc1.bias"], 0)
+    logits = h @ w["fc2.kernel"] + w["fc2.bias"]
+    e = np.exp(logits - logits.max(1, keepdims=True))
+    return e / e.sum(1, keepdims=True)
+
+
+def test_inference_forward_passes_dropout_through_and_does_not_advance_the_step():
+    """``forward(training=False)``: every dropout passes its input through (the one-device forward
+    with rate 0, under any strategy), ``finish`` refuses to complete it, and the training step does
+    not advance: training with inference passes between the steps draws the same masks and reaches
+    the same weights as training without them."""
+    pcg = model()
+    rng = np.random.default_rng(1)
+    w0 = {n.name: rng.standard_normal(n.attrs.shape.dims) * 0.3 for n in pcg.nodes if n.op_type.value == "weight"}
+    x, y = rng.standard_normal((8, 6)), rng.integers(0, 4, (8, 1)).astype(np.int32)
+    for kind in ("one", "model", "data"):
+        s = data_parallel(pcg, MACHINE, 1) if kind == "one" else strategy_of(kind, pcg, MACHINE)
+        plain = Session(s, MACHINE, loss=SCCE, weights=w0, lr=0.1)
+        probed = Session(s, MACHINE, loss=SCCE, weights=w0, lr=0.1)
+        name = plain.input_names[0]
+        for step in range(3):
+            probed.forward({name: x}, training=False)
+            assert relative_error(probed.output("sm"), _no_dropout_forward(probed.weights(), x)) <= 1e-12
+            if step == 0:
+                with pytest.raises(StrategyError, match="no training forward pass to complete"):
+                    probed.finish(y)
+            assert probed.step({name: x}, y).loss == plain.step({name: x}, y).loss
+        assert all(np.array_equal(probed.weights()[k], w) for k, w in plain.weights().items())

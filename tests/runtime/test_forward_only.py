@@ -145,7 +145,7 @@ def test_reading_before_a_forward_pass_and_unknown_operators_fail():
         s.output("nope")
     s.finish(labels)
     np.testing.assert_array_equal(s.output("fc1").shape, (16, 16))   # kept until the next pass
-    with pytest.raises(StrategyError, match="no forward pass to complete"):
+    with pytest.raises(StrategyError, match="no training forward pass to complete"):
         s.finish(labels)
     with pytest.raises(StrategyError, match="no weight 'fc9.kernel'"):
         s.set_weight("fc9.kernel", np.zeros(3))

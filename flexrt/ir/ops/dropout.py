@@ -45,10 +45,16 @@ def piece_seed(seed: int, shard_index: int) -> int:
     return _splitmix64(seed ^ _splitmix64(shard_index)) >> 1  # a non-negative int below 2**63
 
 
-def at_step(attrs, step: int):
+def at_step(attrs, step: int, training: bool = True):
     """``attrs`` as training step ``step`` runs it: a dropout's seed mixed with the step (a new mask
-    every step; step 0 keeps it); any other operator's attributes unchanged."""
-    if step == 0 or attrs.op_type is not OpType.DROPOUT or attrs.rate == 0.0:
+    every step; step 0 keeps it); any other operator's attributes unchanged. Outside training
+    (``training=False``: an inference forward, as ``torch.nn.Dropout`` in eval mode and Keras'
+    ``predict``) a dropout passes its input through: rate 0."""
+    if attrs.op_type is not OpType.DROPOUT or attrs.rate == 0.0:
+        return attrs
+    if not training:
+        return dataclasses.replace(attrs, rate=0.0)
+    if step == 0:
         return attrs
     return dataclasses.replace(attrs, seed=_splitmix64(attrs.seed ^ _splitmix64((step << 1) | 1)) >> 1)
 

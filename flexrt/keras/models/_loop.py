@@ -63,7 +63,7 @@ def train(model, arrays, labels, n: int, epochs: int, cbs: list, shuffle: bool, 
                 **ffmodel.get_perf_metrics().result()}
         if validation is not None:
             trained = ffmodel.get_perf_metrics()
-            perf = ffmodel.evaluate_quietly(x=validation[:-1], y=validation[-1])
+            perf = ffmodel.evaluate_quietly(x=validation[:-1], y=validation[-1], training=False)
             logs.update({"val_loss": perf.loss, **{f"val_{k}": v for k, v in perf.result().items()}})
             ffmodel._perf = trained     # callbacks read the epoch's training metrics from the model
         done += 1

@@ -18,7 +18,10 @@ Semantics, as FlexFlow's Keras (where Keras differs, said here):
   a seeded permutation (reproducible); ``shuffle=False`` keeps the order;
 - ``summary()`` returns the table as a string (FlexFlow's scripts print it);
 - ``evaluate`` returns ``[loss, *metrics]`` (Keras; FlexFlow returns None); its callbacks see one
-  epoch, without batch hooks.
+  epoch, without batch hooks;
+- ``evaluate``, ``predict`` and ``fit``'s validation run the inference forward (Keras; FlexFlow's
+  run the training one): Dropout passes its input through. BatchNormalization still normalizes
+  with the batch's statistics (FFModel keeps no running statistics).
 
 Entry point: ``BaseModel`` (subclassed by ``Model`` and ``Sequential``).
 """
@@ -313,7 +316,7 @@ class BaseModel:
             warn_caller(f"evaluate: scores {n - n % batch} of the {n} samples; the last {n % batch} do not fill a "
                         f"batch of {batch} and are left out (give a multiple of the batch size to score them)",
                         UserWarning)
-        perf = self._ffmodel.evaluate_quietly(x=loaders[:-1], y=loaders[-1], verbose=bool(verbose))
+        perf = self._ffmodel.evaluate_quietly(x=loaders[:-1], y=loaders[-1], verbose=bool(verbose), training=False)
         logs = {"loss": perf.loss, **perf.result()}
         for cb in cbs:
             kcallbacks.call_epoch_end(cb, 0, logs)
@@ -339,7 +342,7 @@ class BaseModel:
         for _ in range(len(rows) // batch):
             for dl in loaders:
                 dl.next_batch(ffmodel)
-            ffmodel.forward()
+            ffmodel.forward(training=False)
             outs.append(self._output_tensor.ffhandle.get_tensor(ffmodel))
         return np.concatenate(outs)[:n]
 
