@@ -169,8 +169,9 @@ def test_fit_and_evaluate_refuse_bad_data():
         m.fit(xs, np.zeros((32, 3), np.int32))
     with pytest.raises(ConfigError, match="4 sample\\(s\\) is less than one batch of 8"):
         m.fit(xs[:4], ys[:4])
-    with pytest.raises(ConfigError, match="batch_size=16, but the model was compiled for batch 8.*-b 16"):
-        m.fit(xs, ys, batch_size=16)
+    for bad in (0, 2.5, True):
+        with pytest.raises(ConfigError, match=f"fit: batch_size must be an integer >= 1, got {bad}"):
+            m.fit(xs, ys, batch_size=bad)
     with pytest.raises(ConfigError, match=r"validation_split=0.2 leaves 26 training and 6 validation samples; each "
                                           r"needs at least one batch of 8"):
         m.fit(xs, ys, validation_split=0.2)

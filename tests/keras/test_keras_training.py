@@ -265,3 +265,38 @@ def test_predict_evaluate_and_validation_run_without_dropout():
     a.fit(x, y, epochs=2, shuffle=False, verbose=0, validation_data=(x[:16], y[:16]))
     b.fit(x, y, epochs=2, shuffle=False, verbose=0)
     np.testing.assert_array_equal(a.get_layer("fc1").get_weights()[0], b.get_layer("fc1").get_weights()[0])
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_fit_batch_size_rebuilds_the_model_for_that_batch(optimizer):
+    """Keras' fit(batch_size=B) with a config compiled for another batch (-b) rebuilds the FFModel
+    for B with the current weights: it trains to the weights of a model compiled at -b B from the
+    same weights (float64, same strategy kind), and evaluate / predict then run at B too. Training
+    at another batch after that starts a stateful optimizer over, with a warning."""
+    x, y = blobs(n=48)
+
+    def model(b):
+        i = Input(shape=(6,), dtype="float64")
+        m = Model(i, Activation("softmax")(Dense(4, name="fc2")(Dense(12, activation="relu", name="fc1")(i))),
+                  ffconfig=FFConfig(["-b", str(b), "-ll:gpu", "2"]))
+        m.compile(optimizer, "sparse_categorical_crossentropy", ["accuracy"])
+        return m
+
+    rebuilt, native = model(8), model(16)
+    for name in ("fc1", "fc2"):
+        native.get_layer(name).set_weights(native.ffmodel, *rebuilt.get_layer(name).get_weights())
+    h1 = rebuilt.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+    h2 = native.fit(x, y, epochs=2, shuffle=False, verbose=0)
+    assert rebuilt.ffconfig.batch_size == 16 and rebuilt.ffmodel.ffconfig.batch_size == 16
+    assert h1.history["loss"] == pytest.approx(h2.history["loss"], rel=1e-12)
+    for name in ("fc1", "fc2"):
+        for a, b in zip(rebuilt.get_layer(name).get_weights(), native.get_layer(name).get_weights()):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(rebuilt.predict(x, batch_size=16), native.predict(x), rtol=1e-12)
+    assert rebuilt.evaluate(x, y, batch_size=16, verbose=0) == pytest.approx(native.evaluate(x, y, verbose=0))
+    if optimizer == "adam":
+        with pytest.warns(UserWarning, match="predict: batch_size=8 after training at 16.*starts over"):
+            probs = rebuilt.predict(x, batch_size=8)
+    else:
+        probs = rebuilt.predict(x, batch_size=8)
+    np.testing.assert_allclose(probs, native.predict(x), rtol=1e-12)   # the same function of the same weights

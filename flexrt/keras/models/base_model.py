@@ -12,7 +12,9 @@ models take ``ffconfig=FFConfig([...])`` as well (tests, notebooks).
 
 Semantics, as FlexFlow's Keras (where Keras differs, said here):
 
-- the batch size is the config's (``-b``); ``fit(batch_size=...)`` must agree with it;
+- the batch size is the config's (``-b``) unless ``fit``, ``evaluate`` or ``predict`` is given another
+  ``batch_size`` (Keras): the FFModel is then rebuilt for that batch (its strategy chosen as at
+  compile) with the current weights; a stateful optimizer's state starts over, with a warning;
 - an epoch is ``num_samples // batch`` iterations (a last partial batch is not trained);
 - ``fit`` shuffles each epoch (Keras' ``shuffle=True``; FlexFlow ignores it and never shuffles) with
   a seeded permutation (reproducible); ``shuffle=False`` keeps the order;
@@ -35,14 +37,15 @@ from typing import Any, Optional
 
 import numpy as np
 
-from flexrt.errors import ConfigError, NotYetAvailableError, ShapeError, warn_caller
+from flexrt.errors import ConfigError, FlexrtError, NotYetAvailableError, ShapeError, warn_caller
+from flexrt.inputs import short
 from flexrt.keras import callbacks as kcallbacks
 from flexrt.keras import losses as klosses
 from flexrt.keras import metrics as kmetrics
 from flexrt.keras import optimizers as koptimizers
 from flexrt.keras._tensor import shape_text
 from flexrt.keras.models import _graph
-from flexrt.model import CompMode, FFConfig, FFModel
+from flexrt.model import AdamOptimizer, CompMode, FFConfig, FFModel
 
 
 def _not_default(where: str, **given) -> None:
@@ -68,6 +71,7 @@ class BaseModel:
         self._metrics: list = []
         self.stop_training = False
         self.history: Optional[kcallbacks.History] = None
+        self._optimizer_stepped = False
 
     # ---- views ------------------------------------------------------------------------------
     @property
@@ -175,16 +179,49 @@ class BaseModel:
         if not isinstance(metrics, (list, tuple)):
             raise ConfigError(f"{where}: metrics must be a list, e.g. ['accuracy'], got {metrics!r}")
         metric_objs = [kmetrics.get(m, f"{where}: metrics[{i}]") for i, m in enumerate(metrics)]
+        comp_mode = CompMode.COMP_MODE_TRAINING if comp_mode is None else comp_mode
+        self._ffmodel = self._build_ffmodel(self._ffconfig, opt, loss, metric_objs, comp_mode)
+        self._ffoptimizer, self._loss, self._metrics = opt, loss, metric_objs
+        self._optimizer_stepped = False     # whether the FFModel's optimizer holds state from fit
+
+    def _build_ffmodel(self, config: FFConfig, opt, loss, metric_objs, comp_mode) -> FFModel:
+        """The FFModel of the model's graph at ``config``'s batch, compiled (strategy and session)."""
         nodes = self._nodes()
-        ffmodel = FFModel(self._ffconfig)
-        owner = _graph.lower(ffmodel, self._input_tensors, nodes, self._ffconfig.batch_size)
+        ffmodel = FFModel(config)
+        owner = _graph.lower(ffmodel, self._input_tensors, nodes, config.batch_size)
         ffmodel.optimizer = opt.create_ffhandle(ffmodel)
-        ffmodel.compile(loss_type=loss.type, metrics=[m.type for m in metric_objs],
-                        comp_mode=CompMode.COMP_MODE_TRAINING if comp_mode is None else comp_mode)
+        ffmodel.compile(loss_type=loss.type, metrics=[m.type for m in metric_objs], comp_mode=comp_mode)
         for layer in _graph.layers_of(nodes):
             layer._built[ffmodel] = owner[id(layer)]
             layer._last_model = ffmodel
-        self._ffmodel, self._ffoptimizer, self._loss, self._metrics = ffmodel, opt, loss, metric_objs
+        return ffmodel
+
+    def _at_batch(self, where: str, batch_size) -> FFModel:
+        """The compiled FFModel that runs batches of ``batch_size`` (fit's, evaluate's, predict's
+        argument; None: the current one, ``-b`` at compile). Another size rebuilds the FFModel for it
+        as compile built it (its strategy chosen the same way, for that batch) with the current
+        weights; a stateful optimizer (momentum, Adam) starts its state over, with a warning, when
+        the model being replaced has trained."""
+        old = self._need_compiled(where)
+        if batch_size is None or batch_size == self._ffconfig.batch_size:
+            return old
+        if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+            raise ConfigError(f"{where}: batch_size must be an integer >= 1, got {short(batch_size)}")
+        config = self._ffconfig.with_values(batch_size=int(batch_size))
+        try:
+            new = self._build_ffmodel(config, self._ffoptimizer, self._loss, self._metrics, old.comp_mode)
+        except FlexrtError as e:
+            raise type(e)(f"{where}: rebuilding the model for batch_size={batch_size} (compiled for "
+                          f"{self._ffconfig.batch_size}): {e}") from None
+        new.session.load_weights(old.session.weights())
+        stateful = isinstance(old.optimizer, AdamOptimizer) or getattr(old.optimizer, "momentum", 0.0)
+        if self._optimizer_stepped and stateful:
+            warn_caller(f"{where}: batch_size={batch_size} after training at {self._ffconfig.batch_size}: the model "
+                        f"is rebuilt for the new batch with the trained weights; the optimizer's state (momentum, "
+                        f"Adam's moments and step) starts over", UserWarning)
+        self._optimizer_stepped = False
+        self._ffmodel, self._ffconfig = new, config
+        return new
 
     def _need_compiled(self, where: str) -> FFModel:
         if self._ffmodel is None:
@@ -194,11 +231,8 @@ class BaseModel:
     # ---- data -------------------------------------------------------------------------------
     def _arrays(self, where: str, x, y, batch_size) -> tuple[list, Any, int]:
         """(input arrays, label array, samples), checked against the model."""
-        ffmodel = self._need_compiled(where)
+        ffmodel = self._at_batch(where, batch_size)
         batch = self._ffconfig.batch_size
-        if batch_size is not None and batch_size != batch:
-            raise ConfigError(f"{where}: batch_size={batch_size}, but the model was compiled for batch {batch}; "
-                              f"the batch comes from the config: run with -b {batch_size}")
         if x is None:
             raise ConfigError(f"{where}: x is required (one array per model input)")
         xs = list(x) if isinstance(x, (list, tuple)) else [x]
@@ -262,6 +296,7 @@ class BaseModel:
         arrays, labels, n, validation = self._validation(where, arrays, labels, n, validation_split, validation_data)
         cbs = self._callbacks(callbacks, where)
         from flexrt.keras.models._loop import train
+        self._optimizer_stepped = True
         return train(self, arrays, labels, n, epochs, cbs, shuffle, verbose, validation)
 
     def _validation(self, where: str, arrays, labels, n: int, split, data):
@@ -328,7 +363,7 @@ class BaseModel:
         """The model's output for every sample of ``x`` (the strategy's forward pass, current weights)."""
         where = "predict"
         _not_default(where, steps=(steps, None), callbacks=(callbacks, None))
-        ffmodel = self._need_compiled(where)
+        ffmodel = self._at_batch(where, batch_size)
         batch = self._ffconfig.batch_size
         xs = _as_list(x)
         n = int(xs[0].shape[0]) if xs[0].ndim else 0
