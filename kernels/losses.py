@@ -13,7 +13,9 @@ The mean squared errors compare the output with labels of the same shape: ``avg`
 mean over every element, ``sum`` by the sum (``torch.nn.functional.mse_loss`` with
 ``reduction="mean"`` / ``"sum"``). The identity loss (FlexFlow's ``LOSS_IDENTITY``) takes the
 model's output as the loss: its sum over the batch (the first axis), gradient ``1 / batch``; labels
-are not read.
+are not read. ``LOSS_BINARY_CROSSENTROPY`` (flexrt's, for Keras' ``binary_crossentropy``) scores
+sigmoid probabilities against 0/1 labels of the output's shape, ``-mean(t log p + (1 - t) log(1 - p))``
+with p clipped to [1e-7, 1 - 1e-7] as Keras clips it.
 
 Example:
     >>> import numpy as np
@@ -45,6 +47,8 @@ class LossType(NamedKind):
     LOSS_MEAN_SQUARED_ERROR_AVG_REDUCE = 52
     LOSS_MEAN_SQUARED_ERROR_SUM_REDUCE = 53
     LOSS_IDENTITY = 54   # the model's output is the loss (summed, over the batch); labels unused
+    # flexrt's extension (FlexFlow has none): Keras' binary_crossentropy of sigmoid probabilities
+    LOSS_BINARY_CROSSENTROPY = 60
 
     @classmethod
     def noun(cls) -> str:
@@ -158,6 +162,30 @@ def _mse_sum_backward(xp, out, labels):
     return d * out.dtype.type(2.0)
 
 
+BCE_EPSILON = 1e-7   # Keras' backend.epsilon(): probabilities are clipped to [eps, 1 - eps]
+
+
+def _bce_terms(xp, probs, labels):
+    t = _dense_labels(xp, "binary_crossentropy", probs, labels)
+    eps = probs.dtype.type(max(BCE_EPSILON, float(xp.finfo(probs.dtype).eps)))
+    return t, xp.clip(probs, eps, probs.dtype.type(1) - eps)
+
+
+def _bce_forward(xp, probs, labels):
+    t, p = _bce_terms(xp, probs, labels)
+    one = probs.dtype.type(1)
+    return -xp.sum(t * xp.log(p) + (one - t) * xp.log(one - p)) / probs.dtype.type(max(probs.size, 1))
+
+
+def _bce_backward(xp, probs, labels):
+    """``(p - t) / (p (1 - p)) / size`` with p clipped: through a sigmoid's backward (``p (1 - p)``)
+    that is ``(p - t) / size``, the gradient of Keras' (logit-based) sigmoid cross-entropy, for every
+    probability that is not saturated at 0 or 1 in its type."""
+    t, p = _bce_terms(xp, probs, labels)
+    one = probs.dtype.type(1)
+    return (p - t) / (p * (one - p)) / probs.dtype.type(max(probs.size, 1))
+
+
 def _identity_forward(xp, out, labels):
     return xp.sum(out) / out.dtype.type(max(out.shape[0], 1) if out.ndim else 1)
 
@@ -184,6 +212,7 @@ LOSSES: dict[LossType, Loss] = {l.kind: l for l in (
     Loss(LossType.LOSS_MEAN_SQUARED_ERROR_AVG_REDUCE, _mse_avg_forward, _mse_avg_backward, False),
     Loss(LossType.LOSS_MEAN_SQUARED_ERROR_SUM_REDUCE, _mse_sum_forward, _mse_sum_backward, False),
     Loss(LossType.LOSS_IDENTITY, _identity_forward, _identity_backward, False),
+    Loss(LossType.LOSS_BINARY_CROSSENTROPY, _bce_forward, _bce_backward, False),
 )}
 
 

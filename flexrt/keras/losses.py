@@ -1,7 +1,8 @@
 """Keras losses by FlexFlow's names: each names a ``LossType`` (``type``).
 
 ``compile(loss=...)`` takes one of these or its name: ``'categorical_crossentropy'``,
-``'sparse_categorical_crossentropy'``, ``'mean_squared_error'`` (``'mse'``). FlexFlow's
+``'sparse_categorical_crossentropy'``, ``'binary_crossentropy'`` (flexrt's: FlexFlow has none),
+``'mean_squared_error'`` (``'mse'``). FlexFlow's
 ``'identity'`` loss is FlexFlow's ``LOSS_IDENTITY``: the output itself is the loss.
 
 Entry points: the loss classes, ``get``.
@@ -60,6 +61,23 @@ class MeanSquaredError(Loss):
         super().__init__(name, reduction)
 
 
+class BinaryCrossentropy(Loss):
+    """Cross-entropy of 0/1 labels (the output's shape; ``(N,)`` for an ``(N, 1)`` output) against
+    sigmoid probabilities: a ``Dense(1, activation="sigmoid")`` output (flexrt's
+    ``LOSS_BINARY_CROSSENTROPY``; FlexFlow has no binary cross-entropy)."""
+
+    type = LossType.LOSS_BINARY_CROSSENTROPY
+
+    def __init__(self, from_logits=False, label_smoothing=0, reduction="auto", name="binary_crossentropy"):
+        super().__init__(name, reduction)
+        if from_logits:
+            raise NotYetAvailableError("BinaryCrossentropy: from_logits=True is not available; end the model with a "
+                                       "sigmoid (the loss scores probabilities)")
+        if label_smoothing:
+            raise NotYetAvailableError(f"BinaryCrossentropy: label_smoothing={label_smoothing!r} is not available "
+                                       f"(only 0)")
+
+
 class Identity(Loss):
     """FlexFlow's identity loss: the model's output is the loss (summed over the batch, divided by
     the batch); the labels ``fit`` is given are not read."""
@@ -78,7 +96,8 @@ def _probabilities(loss: Loss, from_logits) -> None:
 
 _BY_NAME = {"categorical_crossentropy": CategoricalCrossentropy,
             "sparse_categorical_crossentropy": SparseCategoricalCrossentropy,
-            "mean_squared_error": MeanSquaredError, "mse": MeanSquaredError, "identity": Identity}
+            "binary_crossentropy": BinaryCrossentropy, "mean_squared_error": MeanSquaredError,
+            "mse": MeanSquaredError, "identity": Identity}
 
 
 def get(identifier: Any) -> Loss:

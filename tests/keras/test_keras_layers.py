@@ -172,7 +172,7 @@ def test_compiled_ffmodel_has_the_inferred_shapes_and_parameters():
     (lambda: Dense(4, kernel_initializer="he_normal"), ConfigError, "unknown initializer 'he_normal'"),
     (lambda: Dense(4, kernel_constraint="max_norm"), NotYetAvailableError, "kernel_constraint='max_norm'"),
     (lambda: Conv2D(4, kernel_size=(3, 3), dilation_rate=(2, 2)), NotYetAvailableError, "dilation_rate"),
-    (lambda: Conv2D(4, kernel_size=(3, 3), data_format="channels_last"), NotYetAvailableError, "data_format"),
+    (lambda: Conv2D(4, kernel_size=(3, 3), data_format="nhwc"), ConfigError, "data_format=.nhwc.; valid: None"),
     (lambda: Conv2D(4, kernel_size=(3,)), ConfigError, "kernel_size must be a positive integer or a pair"),
     (lambda: Conv2D(4, kernel_size=3, padding="full"), ConfigError, "padding must be 'valid', 'same'"),
     (lambda: Dropout(1.0), ConfigError, r"rate must be a number in \[0, 1\)"),

@@ -35,6 +35,7 @@ except Exception as e:  # torch is only a cross-check, never a dependency
 needs_torch = pytest.mark.skipif(TORCH_MISSING is not None, reason=TORCH_MISSING or "")
 TOL = {np.float64: 1e-12, np.float32: 1e-5}
 CCE, SCCE = LossType.LOSS_CATEGORICAL_CROSSENTROPY, LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY
+BCE = LossType.LOSS_BINARY_CROSSENTROPY
 
 
 def _metrics(*names):
@@ -54,6 +55,8 @@ def _case(loss, dtype, rng, shape=(6, 5)):
     if loss is CCE:
         ids = rng.integers(0, shape[-1], size=shape[:-1])
         return _probs(rng, shape, dtype), np.eye(shape[-1], dtype=dtype)[ids]
+    if loss is BCE:   # sigmoid probabilities, 0/1 labels
+        return (1 / (1 + np.exp(-2 * rng.standard_normal(shape)))).astype(dtype), rng.integers(0, 2, shape).astype(dtype)
     return rng.standard_normal(shape).astype(dtype), rng.standard_normal(shape).astype(dtype)
 
 
@@ -67,6 +70,8 @@ def _torch_loss(loss, o, t):
         return -(t * torch.log(o)).sum() / o.shape[0]
     if loss is LossType.LOSS_IDENTITY:
         return o.sum() / o.shape[0]
+    if loss is BCE:
+        return torch.nn.functional.binary_cross_entropy(o, t)
     return torch.nn.functional.mse_loss(o, t, reduction="mean" if loss.short_name.endswith("avg") else "sum")
 
 
@@ -103,6 +108,26 @@ def test_loss_backward_matches_finite_differences(loss):
         minus[i] -= h
         fd = (float(loss_forward(np, loss, plus, labels)) - float(loss_forward(np, loss, minus, labels))) / (2 * h)
         assert abs(fd - grad[i]) <= 1e-6 * max(1.0, abs(fd)), (i, fd, grad[i])
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_binary_cross_entropy_through_a_sigmoid_is_the_logit_gradient(dtype):
+    """Keras' binary_crossentropy on a Dense(1, sigmoid) output: the loss gradient pushed through the
+    sigmoid (a dense layer's fused activation) is (p - t) / size, the gradient of the sigmoid
+    cross-entropy of the logits, also for confident predictions (|logit| up to 12); the value is
+    Keras' clipped one."""
+    rng = np.random.default_rng(3)
+    z = np.concatenate([rng.standard_normal(6) * 3, [12.0, -12.0]]).reshape(-1, 1).astype(dtype)
+    p = (1 / (1 + np.exp(-z))).astype(dtype)
+    t = np.array([[1], [0], [1], [1], [0], [0], [0], [1]], dtype=dtype)
+    g = loss_backward(np, BCE, p, t) * p * (1 - p)
+    np.testing.assert_allclose(g, (p - t) / p.size, rtol=TOL[dtype] * 10, atol=0)
+    eps = max(1e-7, float(np.finfo(dtype).eps))
+    pc = np.clip(p.astype(np.float64), eps, 1 - eps)
+    want = -np.mean(t * np.log(pc) + (1 - t) * np.log(1 - pc))
+    assert float(loss_forward(np, BCE, p, t)) == pytest.approx(want, rel=TOL[dtype] * 10)
+    assert float(loss_forward(np, BCE, np.array([[1.0], [0.0]], dtype), np.array([[0], [1]], dtype))) == \
+        pytest.approx(-np.log(eps), rel=1e-3)    # a confident wrong answer costs -log(eps), not inf
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

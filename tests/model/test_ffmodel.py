@@ -457,7 +457,7 @@ def _compile_with(init):
     (lambda: _api_model()[0].print_layers(np.array([0, 1])), r"print_layers: id must be an integer >= -1"),
     (lambda: _api_model()[0].current_batch(["input_1"]), r"no batch for \['input_1'\] yet"),
     (lambda: __import__("flexrt.keras.layers", fromlist=["x"]).Flatten(data_format=np.array([1, 2])),
-     r"Flatten 'flat.*': data_format=array\(\[1, 2\]\) is not available"),
+     r"Flatten 'flat.*': data_format=array\(\[1, 2\]\); valid: None"),
     (lambda: __import__("flexrt.keras.optimizers", fromlist=["SGD"]).SGD(learning_rate=10 ** 400),
      r"SGD: learning_rate must be a number > 0 \(finite\)"),
     (lambda: __import__("flexrt.keras.layers", fromlist=["x"]).BatchNormalization(epsilon=float("inf")),

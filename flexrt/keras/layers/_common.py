@@ -6,7 +6,7 @@ import numbers
 
 from typing import Any, Optional
 
-from flexrt.errors import ConfigError, NotYetAvailableError
+from flexrt.errors import ConfigError, NotYetAvailableError, ShapeError
 from flexrt.model import ActiMode
 
 # Keras activation name -> (the ActiMode a dense / conv2d fuses, or None; the FFModel method applying it alone)
@@ -125,3 +125,64 @@ def check_regularizer(where: str, arg: str, value: Optional[Any], applied: bool 
         return value
     raise NotYetAvailableError(f"{where}: {arg}={value!r}: flexrt applies regularizers to Dense kernels only "
                                f"(the loss would be trained without this one); leave {arg}=None")
+
+
+# ---- image data format ----------------------------------------------------------------------------
+# FlexFlow's Keras reads images channels-first, (N, C, H, W); Keras' own default is channels-last.
+# ``keras.backend.set_image_data_format`` changes the default of every layer made after it.
+_FORMATS = ("channels_first", "channels_last")
+_image_format = {"value": "channels_first"}
+
+
+def image_data_format() -> str:
+    return _image_format["value"]
+
+
+def set_image_data_format(data_format) -> None:
+    if not one_of(data_format, _FORMATS):
+        raise ConfigError(f"set_image_data_format: {data_format!r}; valid: {', '.join(map(repr, _FORMATS))}")
+    _image_format["value"] = str(data_format)
+
+
+def data_format_of(where: str, data_format) -> str:
+    """A layer's ``data_format`` argument (None: the backend's ``image_data_format()``)."""
+    if data_format is None:
+        return image_data_format()
+    if not one_of(data_format, _FORMATS):
+        raise ConfigError(f"{where}: data_format={data_format!r}; valid: None (the backend's, now "
+                          f"{image_data_format()!r}), {', '.join(map(repr, _FORMATS))}")
+    return str(data_format)
+
+
+def channels_first_input(where: str, x, data_format: str):
+    """Check ``x`` is a 4-D image batch in ``data_format``; a ShapeError otherwise."""
+    if x.num_dims == 4:
+        return
+    layout = "(N, C, H, W)" if data_format == "channels_first" else "(N, H, W, C)"
+    raise ShapeError(f"the input must be {layout} ({data_format}), got shape {x.dims}")
+
+
+def format_hint(x, data_format: str) -> str:
+    """What to say when a channels-first image layer fails on ``x`` that looks channels-last."""
+    if data_format == "channels_first" and x.num_dims == 4 and x.dims[3] in (1, 3, 4) and min(x.dims[1:3]) > 4:
+        return (f" (the input {list(x.dims)} looks channels-last, (N, H, W, C): FlexFlow's Keras reads images "
+                f"channels-first; pass data_format='channels_last' or call "
+                f"keras.backend.set_image_data_format('channels_last') first)")
+    return ""
+
+
+def lower_image(where: str, ffmodel, x, data_format: str, name: str, build):
+    """``build(x)`` on channels-first data (``x`` checked 4-D): for channels-last ``x``, transposed to
+    (N, C, H, W) and the result (4-D) back to (N, H, W, C); a 2-D result (a global pooling's (N, C))
+    stays as it is. A ShapeError of ``build`` on channels-first data that looks channels-last says so."""
+    channels_first_input(where, x, data_format)
+    if data_format == "channels_first":
+        try:
+            return build(x)
+        except ShapeError as e:
+            hint = format_hint(x, data_format)
+            if not hint:
+                raise
+            raise ShapeError(f"{e}{hint}") from None
+    y = build(ffmodel.transpose(x, [0, 3, 1, 2], name=f"{name}_to_nchw"))
+    return ffmodel.transpose(y, [0, 2, 3, 1], name=f"{name}_to_nhwc") if y.num_dims == 4 else y

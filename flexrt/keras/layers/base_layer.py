@@ -47,6 +47,7 @@ class Layer:
     """Base of the Keras layers. Subclasses set ``multi_input`` and implement ``lower``."""
 
     multi_input = False        # takes a list of tensors (merge layers) rather than one tensor
+    input_dtype = None         # the dtype of the Input a Sequential makes for it first (None: float32)
     shares_weights = True      # the FFModel method takes shared_op (a second call reuses the weights)
 
     def __init__(self, default_name: str, layer_type: str, name: Optional[str] = None, input_shape=None,

@@ -1,4 +1,6 @@
-"""``Conv2D``: 2-D convolution of channels-first ``(N, C, H, W)`` tensors (FlexFlow's layout).
+"""``Conv2D``: 2-D convolution of channels-first ``(N, C, H, W)`` tensors (FlexFlow's layout), or of
+channels-last ``(N, H, W, C)`` ones with ``data_format='channels_last'`` (or the backend's
+``set_image_data_format``): transposed to channels-first around the FFModel convolution.
 
 Kernel ``(filters, C / groups, kh, kw)``, bias ``(filters,)``. ``padding`` is 'valid', 'same'
 (Keras' output size ceil(H / stride); see ``_common.same_padding``) or FlexFlow's explicit pair.
@@ -11,9 +13,9 @@ from __future__ import annotations
 
 import numbers
 
-from flexrt.errors import ConfigError, ShapeError
-from flexrt.keras.layers._common import (activation_of, check_regularizer, initializer_handle, lower_fused,
-                                         one_of, padding_of, pair, refuse, same_padding)
+from flexrt.errors import ConfigError
+from flexrt.keras.layers._common import (activation_of, check_regularizer, data_format_of, initializer_handle,
+                                         lower_fused, lower_image, padding_of, pair, refuse, same_padding)
 from flexrt.keras.layers.base_layer import Layer
 
 
@@ -44,8 +46,7 @@ class Conv2D(Layer):
         self.kernel_size = pair(where, "kernel_size", kernel_size)
         self.strides = self.stride = pair(where, "strides", strides)
         self.padding = padding_of(where, padding)
-        if not one_of(data_format, (None, "channels_first")):
-            refuse(where, data_format=(data_format, "channels_first"))
+        self.data_format = data_format_of(where, data_format)
         if pair(where, "dilation_rate", dilation_rate) != (1, 1):
             refuse(where, dilation_rate=(dilation_rate, (1, 1)))
         if isinstance(groups, bool) or not isinstance(groups, numbers.Integral) or groups < 1:
@@ -63,9 +64,11 @@ class Conv2D(Layer):
         refuse(where, kernel_constraint=(kernel_constraint, None), bias_constraint=(bias_constraint, None))
 
     def lower(self, ffmodel, inputs, name, shared):
-        x = inputs[0]
-        if x.num_dims != 4:
-            raise ShapeError(f"the input must be (N, C, H, W), got shape {x.dims}")
+        where = f"Conv2D '{self.name}'"
+        return lower_image(where, ffmodel, inputs[0], self.data_format, name,
+                           lambda x: self._lower_nchw(ffmodel, x, name, shared))
+
+    def _lower_nchw(self, ffmodel, x, name, shared):
         pad = resolve_padding(f"Conv2D '{self.name}'", self.padding, x.dims, self.kernel_size, self.strides)
         kh, kw = self.kernel_size
         sh, sw = self.strides

@@ -18,8 +18,8 @@ from typing import Optional
 
 from flexrt.errors import ConfigError, ShapeError
 from flexrt.ir.datatype import DataType
-from flexrt.keras.layers._common import (apply_activation, activation_of, check_regularizer, initializer_handle,
-                                         lower_fused, one_of, refuse)
+from flexrt.keras.layers._common import (apply_activation, activation_of, check_regularizer, data_format_of,
+                                         initializer_handle, lower_fused, one_of, refuse)
 from flexrt.keras.layers.base_layer import Layer
 from flexrt.keras._tensor import dtype_of
 from flexrt.model import AggrMode
@@ -71,8 +71,7 @@ class Flatten(Layer):
 
     def __init__(self, data_format=None, **kwargs) -> None:
         super().__init__("flat", "Flatten", **kwargs)
-        if not one_of(data_format, (None, "channels_first")):
-            refuse(f"Flatten '{self.name}'", data_format=(data_format, None))
+        data_format_of(f"Flatten '{self.name}'", data_format)   # either: the dimensions flatten as stored
 
     def lower(self, ffmodel, inputs, name, shared):
         x = inputs[0]
@@ -174,11 +173,18 @@ class Permute(Layer):
 
 
 class Embedding(Layer):
-    """Rows of an ``(input_dim, output_dim)`` table for integer ids: ``(N, L) -> (N, L, output_dim)``."""
+    """Rows of an ``(input_dim, output_dim)`` table for integer ids: ``(N, L) -> (N, L, output_dim)``.
+    As a Sequential's first layer (``input_shape=(L,)`` or Keras 2's ``input_length=L``) its input
+    holds int32 ids."""
+
+    input_dtype = "int32"     # the dtype of the Input a Sequential makes for it as its first layer
 
     def __init__(self, input_dim, output_dim, embeddings_initializer="uniform", embeddings_regularizer=None,
                  activity_regularizer=None, embeddings_constraint=None, mask_zero=False, input_length=None,
                  dtype="float32", **kwargs) -> None:
+        if kwargs.get("input_shape") is None and isinstance(input_length, numbers.Integral) and \
+                not isinstance(input_length, bool) and input_length > 0:
+            kwargs["input_shape"] = (int(input_length),)    # Keras 2: input_length gives a first layer its input
         super().__init__("embedding", "Embedding", **kwargs)
         where = f"Embedding '{self.name}'"
         self.input_dim = _positive(where, "input_dim", input_dim)

@@ -2,7 +2,9 @@
 
 Training-mode statistics of the batch, a scale (gamma, starting at ones) and a shift (beta, at
 zeros) per channel, as Keras. ``axis``: the channel axis, 1; Keras' default -1 is taken as that
-channel axis too (FlexFlow's data are channels first; FlexFlow ignores ``axis``). ``epsilon`` and
+channel axis too (FlexFlow's data are channels first; FlexFlow ignores ``axis``), unless the
+backend's image data format is channels-last: -1 (and 3) is then the last axis of an image batch,
+transposed to channels-first around the operator. ``epsilon`` and
 ``momentum`` are honoured (Keras' momentum m keeps m of the running statistics). Unlike FlexFlow's
 Keras, no ReLU follows. Options the operator cannot honour (no scale or shift, other initializers,
 regularizers, constraints) raise ``NotYetAvailableError``.
@@ -15,7 +17,7 @@ from __future__ import annotations
 from flexrt.errors import ConfigError, ShapeError
 from flexrt.ir.ops import BatchNormAttrs
 from flexrt.model import _check
-from flexrt.keras.layers._common import check_regularizer, one_of, refuse
+from flexrt.keras.layers._common import check_regularizer, image_data_format, lower_image, one_of, refuse
 from flexrt.keras.layers.base_layer import Layer
 
 
@@ -28,9 +30,10 @@ class BatchNormalization(Layer):
                  **kwargs) -> None:
         super().__init__("batch_normalization", "BatchNormalization", **kwargs)
         where = f"BatchNormalization '{self.name}'"
-        if not one_of(axis, (1, -1)) or isinstance(axis, bool):
-            raise ShapeError(f"{where}: axis={axis!r}; the channel axis of FlexFlow's channels-first data is 1 "
-                             f"(-1, Keras' default, is taken as it)")
+        if not one_of(axis, (1, -1, 3)) or isinstance(axis, bool):
+            raise ShapeError(f"{where}: axis={axis!r}; valid: 1 (FlexFlow's channels-first data), -1 (Keras' "
+                             f"default: 1 under channels-first image_data_format, else the last axis) or 3 "
+                             f"(channels-last images)")
         for arg, value, low, high in (("momentum", momentum, 0.0, 1.0), ("epsilon", epsilon, 0.0, None)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low or \
                     (high is not None and value > high) or (arg == "epsilon" and value == 0):
@@ -43,10 +46,20 @@ class BatchNormalization(Layer):
         check_regularizer(where, "beta_regularizer", beta_regularizer)
         check_regularizer(where, "gamma_regularizer", gamma_regularizer)
         self.axis = axis
+        # -1 means 1 under FlexFlow's channels-first default; the last axis when the backend's image
+        # data format is channels-last (an image batch is then transposed around FFModel's batch_norm)
+        self.data_format = ("channels_last" if axis == 3 or (axis == -1 and image_data_format() == "channels_last")
+                            else "channels_first")
         self.momentum = _check.number(where, "momentum", momentum, low=0.0, high=1.0)
         self.epsilon = _check.number(where, "epsilon", epsilon, low=0.0, low_open=True)
 
     def lower(self, ffmodel, inputs, name, shared):
         # FFModel.batch_norm takes only relu; eps and momentum are the operator's own attributes.
         attrs = BatchNormAttrs(relu=False, eps=self.epsilon, momentum=1.0 - self.momentum)
-        return ffmodel._add_layer("batch_norm", attrs, [inputs[0]], name).outputs[0]
+        x = inputs[0]
+        if x.num_dims == 4 and self.data_format == "channels_last":
+            return lower_image(f"BatchNormalization '{self.name}'", ffmodel, x, "channels_last", name,
+                               lambda t: ffmodel._add_layer("batch_norm", attrs, [t], name).outputs[0])
+        if self.axis == 3:
+            raise ShapeError(f"axis=3 is the channels of a channels-last image batch; got shape {x.dims}")
+        return ffmodel._add_layer("batch_norm", attrs, [x], name).outputs[0]

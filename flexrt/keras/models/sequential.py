@@ -52,7 +52,7 @@ class Sequential(BaseModel):
             if item.multi_input:
                 raise ConfigError(f"{where}: {item.layer_type} '{item.name}' takes several tensors; use the "
                                   f"functional Model for it")
-            self._start(where, item.input_shape, None, item)
+            self._start(where, item.input_shape, item.input_dtype, item)
         elif isinstance(item, BaseModel):
             if len(item.input) != 1:
                 raise ConfigError(f"{where}: model '{item.name}' has {len(item.input)} inputs; Sequential chains "

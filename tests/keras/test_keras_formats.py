@@ -1,0 +1,117 @@
+"""flexrt.keras beyond FlexFlow's channels-first layers: channels-last images (``data_format`` and
+``backend.set_image_data_format``), global poolings, Keras 2's ``Embedding(input_length=...)`` as a
+first layer, and ``binary_crossentropy``.
+
+Laws: a channels-last model computes what the channels-first model with the same weights computes
+on the transposed images (float64, 1e-12), under data parallelism too; global poolings are NumPy's
+means and maxima; a binary model trains to one device's weights (float64, 1e-10)."""
+
+import numpy as np
+import pytest
+
+from flexrt.errors import ConfigError, ShapeError
+from flexrt.keras import backend as K
+from flexrt.keras import optimizers
+from flexrt.keras.layers import (Activation, BatchNormalization, Conv2D, Dense, Embedding, Flatten,
+                                 GlobalAveragePooling1D, GlobalAveragePooling2D, GlobalMaxPooling1D,
+                                 GlobalMaxPooling2D, Input, MaxPooling2D)
+from flexrt.keras.models import Model, Sequential
+from flexrt.model import DataType, FFConfig
+from flexrt.runtime.executor import optimizer_step
+from flexrt.runtime.reference import ReferenceTrainer
+
+BATCH = 4
+
+
+@pytest.fixture
+def channels_last():
+    K.set_image_data_format("channels_last")
+    yield
+    K.set_image_data_format("channels_first")
+
+
+def _image_model(fmt, pooling, argv=()):
+    shape = (3, 8, 8) if fmt == "channels_first" else (8, 8, 3)
+    x = Input(shape=shape, dtype="float64")
+    t = Conv2D(4, (3, 3), padding="same", activation="relu", data_format=fmt, name="conv")(x)
+    t = MaxPooling2D((2, 2), data_format=fmt)(t)
+    t = BatchNormalization(axis=1 if fmt == "channels_first" else 3)(t)
+    t = pooling(data_format=fmt)(t)
+    y = Activation("softmax")(Dense(3, name="fc")(t))
+    m = Model(x, y, ffconfig=FFConfig(["-b", str(BATCH), *argv]))
+    m.compile("sgd", "sparse_categorical_crossentropy", ["accuracy"])
+    return m
+
+
+@pytest.mark.parametrize("pooling", [GlobalAveragePooling2D, GlobalMaxPooling2D])
+@pytest.mark.parametrize("argv", [(), ("-ll:gpu", "2")])
+def test_channels_last_model_equals_channels_first_on_transposed_images(pooling, argv):
+    first, last = _image_model("channels_first", pooling, argv), _image_model("channels_last", pooling, argv)
+    for name in ("conv", "fc"):
+        last.get_layer(name).set_weights(last.ffmodel, *first.get_layer(name).get_weights())
+    nchw = np.random.default_rng(0).standard_normal((BATCH * 2, 3, 8, 8))
+    np.testing.assert_allclose(last.predict(nchw.transpose(0, 2, 3, 1)), first.predict(nchw), rtol=1e-12,
+                               atol=1e-14)
+    assert last.get_layer("conv").nodes[0].outputs[0].batch_shape == (None, 8, 8, 4)
+
+
+def test_backend_image_data_format_is_the_default_of_later_layers(channels_last):
+    assert K.image_data_format() == "channels_last"
+    m = Sequential([Conv2D(2, (3, 3), input_shape=(6, 6, 1)), MaxPooling2D((2, 2)), Flatten(), Dense(2)],
+                   ffconfig=FFConfig(["-b", "2"]))
+    assert m.layers[2].nodes[0].outputs[0].batch_shape == (None, 2 * 2 * 2)     # Flatten of (2, 2, 2)
+    assert m.layers[0].nodes[0].outputs[0].batch_shape == (None, 4, 4, 2)
+    with pytest.raises(ConfigError, match="set_image_data_format: 'nhwc'; valid: 'channels_first', 'channels_last'"):
+        K.set_image_data_format("nhwc")
+
+
+def test_channels_first_layer_on_channels_last_looking_data_says_so():
+    with pytest.raises(ShapeError, match=r"Conv2D 'conv2d' called on \(None, 28, 28, 1\).*looks channels-last.*"
+                                         r"data_format='channels_last'.*set_image_data_format"):
+        Sequential([Input(shape=(28, 28, 1)), Conv2D(8, (3, 3))])
+
+
+@pytest.mark.parametrize("fmt", ["channels_last", "channels_first"])
+def test_global_poolings_1d_are_numpy_means_and_maxima(fmt):
+    x = Input(shape=(5, 3) if fmt == "channels_last" else (3, 5), dtype="float64")
+    steps = 1 if fmt == "channels_last" else 2
+    data = np.random.default_rng(1).standard_normal((BATCH, *x.batch_shape[1:]))
+    for layer, want in ((GlobalAveragePooling1D(data_format=fmt), data.mean(axis=steps)),
+                        (GlobalMaxPooling1D(data_format=fmt), data.max(axis=steps))):
+        m = Model(x, layer(x), ffconfig=FFConfig(["-b", str(BATCH)]))
+        m.compile("sgd", "mean_squared_error")
+        assert m.output.batch_shape == (None, 3)
+        np.testing.assert_allclose(m.predict(data), want, rtol=1e-12)
+
+
+def test_embedding_input_length_makes_an_int_input_and_binary_crossentropy_trains_like_one_device():
+    """Keras' text classifier: Embedding(input_length=L) first, GlobalAveragePooling1D, a sigmoid
+    output and binary_crossentropy with (N,) int labels; under data parallelism it trains to the
+    one-device reference's weights, and its accuracy is binary accuracy."""
+    rng = np.random.default_rng(2)
+    ids = rng.integers(0, 50, (32, 6)).astype(np.int32)
+    labels = (ids[:, 0] < 25).astype(np.int32)
+
+    def model(argv):
+        m = Sequential([Embedding(50, 8, input_length=6, dtype="float64", name="emb"), GlobalAveragePooling1D(),
+                        Dense(1, activation="sigmoid", name="out")], ffconfig=FFConfig(["-b", "8", *argv]))
+        m.compile(optimizers.SGD(0.5), "binary_crossentropy", ["accuracy"])
+        return m
+
+    m = model(["-ll:gpu", "2"])
+    assert m.input[0].dtype is DataType.DT_INT32
+    initial = m.ffmodel.session.weights()
+    ref = ReferenceTrainer(m.ffmodel.pcg, initial, optimizer_step("sgd", lr=0.5), "binary_crossentropy")
+    history = m.fit(ids, labels, epochs=3, shuffle=False, verbose=0)
+    name = m.input[0].ffhandle.owner_layer
+    losses = [float(ref.step({name: ids[i:i + 8]}, labels[i:i + 8, None].astype(np.float64)))
+              for _ in range(3) for i in range(0, 32, 8)]
+    assert history.history["loss"] == pytest.approx([np.mean(losses[k:k + 4]) for k in (0, 4, 8)], rel=1e-10)
+    got = m.ffmodel.session.weights()
+    for k, w in ref.weights.items():
+        np.testing.assert_allclose(got[k], w, rtol=1e-10, atol=1e-12, err_msg=k)
+    probs = m.predict(ids)
+    loss, accuracy = m.evaluate(ids, labels, verbose=0)
+    assert accuracy == pytest.approx(100 * np.mean((probs[:, 0] > 0.5) == labels))
+    p = np.clip(probs[:, 0], 1e-7, 1 - 1e-7)
+    assert loss == pytest.approx(-np.mean(labels * np.log(p) + (1 - labels) * np.log(1 - p)), rel=1e-10)
