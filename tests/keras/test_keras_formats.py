@@ -115,3 +115,80 @@ def test_embedding_input_length_makes_an_int_input_and_binary_crossentropy_train
     assert accuracy == pytest.approx(100 * np.mean((probs[:, 0] > 0.5) == labels))
     p = np.clip(probs[:, 0], 1e-7, 1 - 1e-7)
     assert loss == pytest.approx(-np.mean(labels * np.log(p) + (1 - labels) * np.log(1 - p)), rel=1e-10)
+
+
+def _binary_mlp(argv=("-b", "8"), lr=0.5):
+    m = Sequential([Dense(6, input_shape=(4,), activation="relu", name="h"), Dense(1, activation="sigmoid", name="o")],
+                   ffconfig=FFConfig(list(argv)))
+    m.compile(optimizers.SGD(lr), "binary_crossentropy", ["accuracy"])
+    return m
+
+
+def _binary_data(n=32):
+    x = np.random.default_rng(4).standard_normal((n, 4)).astype(np.float32)
+    return x, (x[:, 0] + 0.5 * x[:, 1] > 0).astype(np.int32)
+
+
+def test_early_stopping_stops_and_restores_the_best_weights():
+    """patience 1 with a min_delta no epoch can reach: training stops after epoch 2 (index 1), and
+    restore_best_weights writes back the weights of epoch 1 (the first, counted best)."""
+    from flexrt.keras.callbacks import Callback, EarlyStopping
+    x, y = _binary_data()
+    m = _binary_mlp()
+    seen = []
+
+    class Record(Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            seen.append(m.get_weights())
+
+    stop = EarlyStopping(monitor="loss", min_delta=1e9, patience=1, restore_best_weights=True)
+    history = m.fit(x, y, epochs=10, verbose=0, callbacks=[Record(), stop])
+    assert len(history.history["loss"]) == 2 and stop.stopped_epoch == 1 and stop.best_epoch == 0
+    assert not all(np.array_equal(a, b) for a, b in zip(seen[0], seen[1]))
+    for got, want in zip(m.get_weights(), seen[0]):
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(ConfigError, match="EarlyStopping: mode='up'; valid"):
+        EarlyStopping(mode="up")
+    with pytest.warns(UserWarning, match="EarlyStopping: the monitored metric 'val_loss' is not in the epoch's logs"):
+        _binary_mlp().fit(x, y, epochs=1, verbose=0, callbacks=[EarlyStopping()])
+
+
+def test_weights_round_trip_through_npz_and_checkpoints(tmp_path):
+    from flexrt.errors import NotYetAvailableError
+    from flexrt.keras.callbacks import ModelCheckpoint
+    x, y = _binary_data()
+    m = _binary_mlp()
+    path = str(tmp_path / "best.npz")
+    m.fit(x, y, epochs=3, verbose=0, callbacks=[ModelCheckpoint(path, monitor="loss", save_best_only=True)])
+    fresh = _binary_mlp(("-b", "8", "-ll:gpu", "2"))
+    fresh.load_weights(path)
+    saved = np.load(path)
+    assert sorted(saved.files) == ["h/0", "h/1", "o/0", "o/1"]
+    for got, want in zip(fresh.get_weights(), [saved["h/0"], saved["h/1"], saved["o/0"], saved["o/1"]]):
+        np.testing.assert_array_equal(got, want)
+    m.save_weights(str(tmp_path / "now.npz"))
+    fresh.load_weights(str(tmp_path / "now.npz"))
+    np.testing.assert_allclose(fresh.predict(x), m.predict(x), rtol=1e-6)
+    with pytest.raises(NotYetAvailableError, match=r"w.h5: Keras' HDF5 formats need h5py"):
+        m.save_weights(str(tmp_path / "w.h5"))
+    with pytest.raises(NotYetAvailableError, match="only weights to .npz files"):
+        ModelCheckpoint("ckpt.keras")
+    other = Sequential([Dense(3, input_shape=(4,), name="z"), Activation("softmax")], ffconfig=FFConfig(["-b", "8"]))
+    other.compile("sgd", "sparse_categorical_crossentropy")
+    with pytest.raises(ConfigError, match=r"now.npz does not hold this model's weights \(missing: z/0, z/1; not in "
+                                          r"the model: h/0, h/1, o/0, o/1\)"):
+        other.load_weights(str(tmp_path / "now.npz"))
+    with pytest.raises(ShapeError, match=r"set_weights: weight 0 \(layer 'h', weight 0\) has shape \(4, 6\)"):
+        m.set_weights([np.zeros((6, 4))] + m.get_weights()[1:])
+    (tmp_path / "bad.npz").write_bytes(b"not a zip")
+    with pytest.raises(ConfigError, match="bad.npz is not a weights file save_weights wrote"):
+        m.load_weights(str(tmp_path / "bad.npz"))
+
+
+def test_keras2_input_spellings():
+    """Keras 2's input_dim=d and batch_input_shape=(None, ...) are input_shape; two at once is an error."""
+    for layer in (Dense(3, input_dim=5), Dense(3, batch_input_shape=(None, 5)), Dense(3, input_shape=(5,))):
+        m = Sequential([layer], ffconfig=FFConfig(["-b", "2"]))
+        assert m.input[0].batch_shape == (None, 5) and m.output.batch_shape == (None, 3)
+    with pytest.raises(ConfigError, match="Dense: give one of input_shape, input_dim, not several"):
+        Dense(3, input_shape=(5,), input_dim=5)

@@ -52,6 +52,7 @@ class Layer:
 
     def __init__(self, default_name: str, layer_type: str, name: Optional[str] = None, input_shape=None,
                  trainable: bool = True, **kwargs) -> None:
+        input_shape = self._keras2_input_shape(layer_type, input_shape, kwargs)
         if kwargs:
             raise ConfigError(f"{layer_type}: unknown argument(s) {', '.join(sorted(kwargs))}; every layer takes "
                               f"name, input_shape and its own arguments (see help({layer_type}))")
@@ -66,6 +67,24 @@ class Layer:
         self._weight_shapes: tuple = ()
         self._built: dict = {}     # FFModel -> name of the FFModel layer holding this layer's weights
         self._last_model: Optional[FFModel] = None
+
+    @staticmethod
+    def _keras2_input_shape(layer_type: str, input_shape, kwargs: dict):
+        """Keras 2's other spellings of a first layer's input: ``input_dim=d`` (``input_shape=(d,)``)
+        and ``batch_input_shape=(None, ...)`` (its batch is the config's)."""
+        input_dim, batch_shape = kwargs.pop("input_dim", None), kwargs.pop("batch_input_shape", None)
+        given = [k for k, v in (("input_shape", input_shape), ("input_dim", input_dim),
+                                ("batch_input_shape", batch_shape)) if v is not None]
+        if len(given) > 1:
+            raise ConfigError(f"{layer_type}: give one of {', '.join(given)}, not several")
+        if input_dim is not None:
+            return (input_dim,)
+        if batch_shape is not None:
+            if not isinstance(batch_shape, (list, tuple)) or len(batch_shape) < 2:
+                raise ConfigError(f"{layer_type}: batch_input_shape must be (batch, ...) with at least one sample "
+                                  f"dimension, got {batch_shape!r}")
+            return tuple(batch_shape[1:])
+        return input_shape
 
     # ---- identity ---------------------------------------------------------------------------
     @property
@@ -175,6 +194,10 @@ class Layer:
         raise NotImplementedError(type(self).__name__)
 
     # ---- weights ----------------------------------------------------------------------------
+    def weight_shapes(self) -> tuple:
+        """The shapes of this layer's weights (as its latest call shapes them), in FlexFlow's layouts."""
+        return tuple(tuple(int(d) for d in s) for s in self._weight_shapes)
+
     def count_params(self) -> int:
         """Elements of this layer's weights (as its latest call shapes them)."""
         return int(sum(np.prod(s) for s in self._weight_shapes))

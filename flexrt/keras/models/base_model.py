@@ -44,7 +44,7 @@ from flexrt.keras import losses as klosses
 from flexrt.keras import metrics as kmetrics
 from flexrt.keras import optimizers as koptimizers
 from flexrt.keras._tensor import shape_text
-from flexrt.keras.models import _graph
+from flexrt.keras.models import _graph, _saving
 from flexrt.model import AdamOptimizer, CompMode, FFConfig, FFModel
 
 
@@ -222,6 +222,24 @@ class BaseModel:
         self._optimizer_stepped = False
         self._ffmodel, self._ffconfig = new, config
         return new
+
+    # ---- weights ----------------------------------------------------------------------------
+    def get_weights(self) -> list:
+        """Every layer's weights, layer after layer (``flexrt.keras.models._saving``)."""
+        return _saving.model_weights(self, self._need_compiled("get_weights"))
+
+    def set_weights(self, weights) -> None:
+        """Write ``weights`` as ``get_weights`` lists them."""
+        _saving.set_model_weights(self, self._need_compiled("set_weights"), weights)
+
+    def save_weights(self, filepath, overwrite=True) -> None:
+        """The weights to ``filepath`` (``.npz``)."""
+        _saving.save_weights(self, self._need_compiled("save_weights"), filepath, overwrite)
+
+    def load_weights(self, filepath, skip_mismatch=False) -> None:
+        """The weights ``save_weights`` wrote to ``filepath``."""
+        _not_default("load_weights", skip_mismatch=(skip_mismatch, False))
+        _saving.load_weights(self, self._need_compiled("load_weights"), filepath)
 
     def _need_compiled(self, where: str) -> FFModel:
         if self._ffmodel is None:
