@@ -1,4 +1,5 @@
-"""Optimizer updates, in place, matching ``torch.optim.SGD`` and ``torch.optim.Adam`` exactly.
+"""Optimizer updates, in place, matching ``torch.optim.SGD``, ``torch.optim.Adam``,
+``torch.optim.RMSprop`` (without momentum or centering) and ``torch.optim.Adagrad`` exactly.
 
 Each update takes the weight ``w``, its gradient ``g`` and a per-weight ``state`` dict that it fills
 lazily (no arrays until the first step that needs them), for any array module ``xp``. Weight decay is
@@ -22,7 +23,8 @@ A weight may carry a penalty (FlexFlow's ``kernel_regularizer``): ``penalized`` 
 ``factor * w`` (L2) or ``factor * sign(w)`` (L1), to the weight's gradient before the step, once per
 weight whatever the strategy.
 
-Entry points: ``OptimizerKind``, ``sgd_update``, ``adam_update``, ``state_factor``, ``state_bytes``,
+Entry points: ``OptimizerKind``, ``sgd_update``, ``adam_update``, ``rmsprop_update``, ``adagrad_update``,
+``state_factor``, ``state_bytes``,
 ``master_step``, ``LossScaler``, ``penalized``.
 """
 
@@ -37,11 +39,15 @@ from flexrt.kernels.kinds import NamedKind
 
 class OptimizerKind(NamedKind):
     """What the simulator costs and the memory model counts: plain SGD, SGD with momentum (one
-    buffer per weight), Adam (two moments per weight). ``OptimizerKind.parse("adam")`` converts a name."""
+    buffer per weight), Adam (two moments per weight), RMSprop (a mean of squared gradients) and
+    Adagrad (a sum of them). ``OptimizerKind.parse("adam")`` converts a name. FlexFlow has SGD and
+    Adam; RMSprop and Adagrad are flexrt's, for Keras' optimizers of those names."""
 
     SGD = "sgd"
     MOMENTUM = "momentum"
     ADAM = "adam"
+    RMSPROP = "rmsprop"
+    ADAGRAD = "adagrad"
 
     @classmethod
     def noun(cls) -> str:
@@ -49,11 +55,13 @@ class OptimizerKind(NamedKind):
 
 
 # Optimizer-state arrays per weight, as multiples of the weight (simulator.simulate.OPTIMIZER_STATE).
-STATE_FACTOR = {OptimizerKind.SGD: 0, OptimizerKind.MOMENTUM: 1, OptimizerKind.ADAM: 2}
+STATE_FACTOR = {OptimizerKind.SGD: 0, OptimizerKind.MOMENTUM: 1, OptimizerKind.ADAM: 2, OptimizerKind.RMSPROP: 1,
+                OptimizerKind.ADAGRAD: 1}
 
 
 def state_factor(kind: OptimizerKind) -> int:
-    """How many weight-sized arrays optimizer ``kind`` keeps per weight: SGD 0, MOMENTUM 1, ADAM 2."""
+    """How many weight-sized arrays optimizer ``kind`` keeps per weight: SGD 0, MOMENTUM 1, ADAM 2,
+    RMSPROP 1, ADAGRAD 1."""
     return STATE_FACTOR[kind]
 
 
@@ -121,6 +129,39 @@ def adam_update(xp, w, g, state: dict, alpha: float = 0.001, beta1: float = 0.9,
     step_size = alpha / (1.0 - beta1 ** step)
     denom = xp.sqrt(v) / t(math.sqrt(1.0 - beta2 ** step)) + t(epsilon)
     w -= t(step_size) * (m / denom)
+
+
+def rmsprop_update(xp, w, g, state: dict, lr: float = 0.01, alpha: float = 0.99, eps: float = 1e-8,
+                   weight_decay: float = 0.0) -> None:
+    """One RMSprop step on ``w`` in place (``torch.optim.RMSprop`` without momentum or centering):
+    ``square_avg = alpha * square_avg + (1 - alpha) * g^2`` (zeros at first), then
+    ``w -= lr * g / (sqrt(square_avg) + eps)``."""
+    _check("rmsprop_update", w, g)
+    t = w.dtype.type
+    if weight_decay:
+        g = g + t(weight_decay) * w
+    sq = state.get("square_avg")
+    if sq is None:
+        sq = state["square_avg"] = xp.zeros_like(w)
+    sq *= t(alpha)
+    sq += t(1.0 - alpha) * g * g
+    w -= t(lr) * (g / (xp.sqrt(sq) + t(eps)))
+
+
+def adagrad_update(xp, w, g, state: dict, lr: float = 0.01, lr_decay: float = 0.0, weight_decay: float = 0.0,
+                   initial_accumulator_value: float = 0.0, eps: float = 1e-10, step: int = 1) -> None:
+    """One Adagrad step on ``w`` in place (``torch.optim.Adagrad``): ``sum += g^2`` (starting at
+    ``initial_accumulator_value``), ``w -= lr / (1 + (step - 1) * lr_decay) * g / (sqrt(sum) + eps)``."""
+    _check("adagrad_update", w, g)
+    t = w.dtype.type
+    if weight_decay:
+        g = g + t(weight_decay) * w
+    acc = state.get("sum")
+    if acc is None:
+        acc = state["sum"] = xp.full_like(w, t(initial_accumulator_value))
+    acc += g * g
+    clr = lr / (1.0 + (step - 1) * lr_decay)
+    w -= t(clr) * (g / (xp.sqrt(acc) + t(eps)))
 
 
 def master_step(update, xp, w, g, state: dict, inv_scale: float = 1.0, penalty=None, rounding=None) -> None:

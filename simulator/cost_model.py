@@ -53,9 +53,12 @@ log = logging.getLogger(__name__)
 MIN_TASK_S = 1e-9  # floor of every compute time, for devices whose launch overhead is 0
 # Passes over the weight's bytes and FLOPs per element of one optimizer step:
 # sgd: w -= lr * g (read w, g; write w); momentum: v = m v + g; w -= lr v (read w, g, v; write w, v);
-# adam: m, v moments, bias correction, sqrt, divide (read w, g, m, v; write w, m, v).
-OPTIMIZER_PASSES = {OptimizerKind.SGD: 3, OptimizerKind.MOMENTUM: 5, OptimizerKind.ADAM: 7}
-OPTIMIZER_FLOPS_PER_ELEMENT = {OptimizerKind.SGD: 2, OptimizerKind.MOMENTUM: 4, OptimizerKind.ADAM: 12}
+# adam: m, v moments, bias correction, sqrt, divide (read w, g, m, v; write w, m, v);
+# rmsprop / adagrad: s = a s + b g^2 (or s += g^2); w -= lr g / (sqrt(s) + eps) (read w, g, s; write w, s).
+OPTIMIZER_PASSES = {OptimizerKind.SGD: 3, OptimizerKind.MOMENTUM: 5, OptimizerKind.ADAM: 7, OptimizerKind.RMSPROP: 5,
+                    OptimizerKind.ADAGRAD: 5}
+OPTIMIZER_FLOPS_PER_ELEMENT = {OptimizerKind.SGD: 2, OptimizerKind.MOMENTUM: 4, OptimizerKind.ADAM: 12,
+                               OptimizerKind.RMSPROP: 7, OptimizerKind.ADAGRAD: 6}
 # Backward traffic relative to forward: it reads what forward read plus the output gradient and
 # writes a gradient for every operand, so about twice forward's bytes.
 BACKWARD_BYTES_FACTOR = 2

@@ -21,7 +21,7 @@ from typing import Optional
 import numpy as np
 
 from flexrt.ir.precision import is_half
-from flexrt.kernels.optimizers import OptimizerKind, state_bytes_of
+from flexrt.kernels.optimizers import STATE_FACTOR, OptimizerKind, state_bytes_of
 from flexrt.machine import Machine
 from flexrt.simulator.collectives import CommCost
 from flexrt.simulator.fusion import FusedGraph
@@ -32,8 +32,8 @@ from flexrt.strategy.pipeline_2bw import delays_updates, unrolled
 from flexrt.strategy import Strategy
 from flexrt.simulator.task_graph import CATEGORIES, TRANSFER_CODE, Category, TaskKind
 
-# optimizer state per weight element, as a multiple of the weight's bytes
-OPTIMIZER_STATE = {OptimizerKind.SGD: 0, OptimizerKind.MOMENTUM: 1, OptimizerKind.ADAM: 2}
+# optimizer state per weight element, as a multiple of the weight's bytes (the kernels' own factors)
+OPTIMIZER_STATE = STATE_FACTOR
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,8 @@ class Simulator:
     def __init__(self, machine: Machine, cost_model, optimizer: OptimizerKind | str = OptimizerKind.SGD,
                  loss_output: Optional[str] = None, detail: bool = True, incremental: bool = True,
                  comm_cost: CommCost | str | None = None, fold=None) -> None:
-        """``optimizer`` is an ``OptimizerKind`` or its name ("sgd", "momentum", "adam"). ``detail``
+        """``optimizer`` is an ``OptimizerKind`` or its name ("sgd", "momentum", "adam", "rmsprop",
+        "adagrad"). ``detail``
         keeps each task's name, regions and action (traces, the runtime); a search needs only times
         and dependencies. ``incremental`` keeps what delta simulation needs (each owner's tasks and
         dependencies, counted); without it ``delta`` simulates in full, with less memory.

@@ -289,7 +289,7 @@ def compiled_optimizer(model, flag: Optional[str], lr: Optional[float] = None) -
         return OptimizerKind.SGD, {"lr": 0.01 if lr is None else lr}
     kind, params = optimizer_args(opt)
     if lr is not None:
-        params["lr" if kind is OptimizerKind.SGD else "alpha"] = lr
+        params["alpha" if kind is OptimizerKind.ADAM else "lr"] = lr
     return kind, params
 
 

@@ -1,4 +1,4 @@
-"""Keras optimizers (``SGD``, ``Adam``), each becoming a ``flexrt.model`` optimizer of the compiled
+"""Keras optimizers (``SGD``, ``Adam``, and flexrt's ``RMSprop``, ``Adagrad``), each becoming a ``flexrt.model`` optimizer of the compiled
 model (``ffhandle``). ``set_learning_rate`` changes the rate of the next updates, as FlexFlow's.
 
 Example:
@@ -6,7 +6,7 @@ Example:
     >>> opt.lr, opt.momentum
     (0.01, 0.9)
 
-Entry points: ``SGD``, ``Adam``, ``get``.
+Entry points: ``SGD``, ``Adam``, ``RMSprop``, ``Adagrad``, ``get``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from flexrt.errors import ConfigError, NotYetAvailableError
-from flexrt.model import AdamOptimizer, SGDOptimizer, _check
+from flexrt.model import AdagradOptimizer, AdamOptimizer, RMSpropOptimizer, SGDOptimizer, _check
 
 
 def _rate(where: str, value: Any) -> float:
@@ -96,7 +96,46 @@ class Adam(Optimizer):
         return self._ffhandle
 
 
-_BY_NAME = {"sgd": SGD, "adam": Adam}
+class RMSprop(Optimizer):
+    """RMSprop (flexrt's ``RMSpropOptimizer``: ``torch.optim.RMSprop``'s step, ``rho`` its ``alpha``).
+    ``epsilon`` is added to the root of the mean square, as torch adds it (Keras adds it under the
+    root: the two differ only while the mean square is near epsilon squared)."""
+
+    def __init__(self, learning_rate=None, rho=0.9, momentum=0.0, epsilon=1e-07, centered=False, name="RMSprop",
+                 **kwargs) -> None:
+        super().__init__()
+        self.lr = _learning_rate("RMSprop", learning_rate, kwargs) if learning_rate is not None or "lr" in kwargs \
+            else 0.001
+        _no_extras("RMSprop", kwargs)
+        if momentum != 0.0 or centered is not False:
+            raise NotYetAvailableError(f"RMSprop: momentum={momentum!r}, centered={centered!r} are not available "
+                                       f"(only momentum=0.0, centered=False)")
+        self.rho, self.epsilon, self.name = rho, epsilon, name
+
+    def create_ffhandle(self, ffmodel):
+        self._ffhandle = RMSpropOptimizer(ffmodel, self.lr, self.rho, self.epsilon)
+        return self._ffhandle
+
+
+class Adagrad(Optimizer):
+    """Adagrad (flexrt's ``AdagradOptimizer``: ``torch.optim.Adagrad``'s step), Keras' defaults
+    (accumulators start at 0.1); ``epsilon`` is added as torch adds it (see ``RMSprop``)."""
+
+    def __init__(self, learning_rate=None, initial_accumulator_value=0.1, epsilon=1e-07, name="Adagrad",
+                 **kwargs) -> None:
+        super().__init__()
+        self.lr = _learning_rate("Adagrad", learning_rate, kwargs) if learning_rate is not None or "lr" in kwargs \
+            else 0.001
+        _no_extras("Adagrad", kwargs)
+        self.initial_accumulator_value, self.epsilon, self.name = initial_accumulator_value, epsilon, name
+
+    def create_ffhandle(self, ffmodel):
+        self._ffhandle = AdagradOptimizer(ffmodel, self.lr, initial_accumulator_value=self.initial_accumulator_value,
+                                          eps=self.epsilon)
+        return self._ffhandle
+
+
+_BY_NAME = {"sgd": SGD, "adam": Adam, "rmsprop": RMSprop, "adagrad": Adagrad}
 
 
 def get(identifier: Any) -> Optimizer:
@@ -105,5 +144,6 @@ def get(identifier: Any) -> Optimizer:
         return identifier
     if isinstance(identifier, str) and identifier.lower() in _BY_NAME:
         return _BY_NAME[identifier.lower()]()
-    raise ConfigError(f"compile: unknown optimizer {identifier!r}; valid: SGD(...), Adam(...) or one of "
+    raise ConfigError(f"compile: unknown optimizer {identifier!r}; valid: SGD(...), Adam(...), RMSprop(...), "
+                      f"Adagrad(...) or one of "
                       f"{', '.join(repr(n) for n in _BY_NAME)}")

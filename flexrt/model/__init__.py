@@ -12,15 +12,15 @@ from flexrt.model.initializers import (GlorotUniformInitializer, Initializer, No
                                        ZeroInitializer)
 from flexrt.model.layer import Layer, Weight
 from flexrt.model.loader import LoadedModel, ZooModel, load_model, zoo_models
-from flexrt.model.optimizers import AdamOptimizer, Optimizer, SGDOptimizer
+from flexrt.model.optimizers import AdagradOptimizer, AdamOptimizer, Optimizer, RMSpropOptimizer, SGDOptimizer
 from flexrt.model.runtime_init import (DLRMConfig, NetConfig, flexflow_already_initialized, flexflow_python_binding,
                                        get_configs, init_flexflow_runtime)
 from flexrt.model.tensor import Tensor
 
 __all__ = [
-    "ActiMode", "AdamOptimizer", "AggrMode", "CompMode", "DLRMConfig", "DataType", "FFConfig", "FFModel",
-    "GlorotUniformInitializer", "Initializer", "Layer", "LoadedModel", "LossType", "MetricsType", "NetConfig",
-    "NormInitializer", "Optimizer", "PoolType", "RegularizerMode", "SGDOptimizer", "Tensor", "UniformInitializer", "Weight",
-    "ZeroInitializer", "ZooModel", "flexflow_already_initialized", "flexflow_python_binding", "get_configs",
-    "init_flexflow_runtime", "load_model", "zoo_models",
+    "ActiMode", "AdagradOptimizer", "AdamOptimizer", "AggrMode", "CompMode", "DLRMConfig", "DataType", "FFConfig",
+    "FFModel", "GlorotUniformInitializer", "Initializer", "Layer", "LoadedModel", "LossType", "MetricsType",
+    "NetConfig", "NormInitializer", "Optimizer", "PoolType", "RMSpropOptimizer", "RegularizerMode", "SGDOptimizer",
+    "Tensor", "UniformInitializer", "Weight", "ZeroInitializer", "ZooModel", "flexflow_already_initialized",
+    "flexflow_python_binding", "get_configs", "init_flexflow_runtime", "load_model", "zoo_models",
 ]

@@ -313,8 +313,8 @@ class FFModel(DenseLayers, ShapeLayers, ElementwiseLayers, FusedLayers, Training
         too); after ``compile`` the running session switches to it (another kind of optimizer starts
         its state afresh)."""
         if optimizer is not None and not isinstance(optimizer, Optimizer):
-            raise ConfigError(f"set_optimizer: optimizer must be SGDOptimizer(...) or AdamOptimizer(...), "
-                              f"got {optimizer!r}")
+            raise ConfigError(f"set_optimizer: optimizer must be SGDOptimizer(...), AdamOptimizer(...), "
+                              f"RMSpropOptimizer(...) or AdagradOptimizer(...), got {optimizer!r}")
         if optimizer is not None and optimizer.ffmodel is not self:
             raise ConfigError("set_optimizer: the optimizer was made for another FFModel")
         self._optimizer = optimizer
@@ -350,7 +350,8 @@ class FFModel(DenseLayers, ShapeLayers, ElementwiseLayers, FusedLayers, Training
         ``--export FILE`` is given, and build the runtime session (``ffmodel.session``)."""
         where = "compile"
         if optimizer is not None and not isinstance(optimizer, Optimizer):
-            raise ConfigError(f"{where}: optimizer must be SGDOptimizer(...) or AdamOptimizer(...), got {optimizer!r}")
+            raise ConfigError(f"{where}: optimizer must be SGDOptimizer(...), AdamOptimizer(...), "
+                              f"RMSpropOptimizer(...) or AdagradOptimizer(...), got {optimizer!r}")
         if optimizer is not None and optimizer.ffmodel is not self:
             raise ConfigError(f"{where}: the optimizer was made for another FFModel")
         loss = resolve_loss(loss_type)

@@ -4,7 +4,10 @@ The model is the first argument, as in FlexFlow (``SGDOptimizer(ffmodel, 0.01)``
 takes no part in equality. ``set_learning_rate`` changes the rate, as FlexFlow's does, for the next
 updates of the model's running session when this is the model's optimizer.
 
-Entry points: ``SGDOptimizer``, ``AdamOptimizer``.
+``RMSpropOptimizer`` and ``AdagradOptimizer`` are flexrt's (FlexFlow has neither), for Keras'
+``RMSprop`` and ``Adagrad``, with ``torch.optim``'s arguments and updates.
+
+Entry points: ``SGDOptimizer``, ``AdamOptimizer``, ``RMSpropOptimizer``, ``AdagradOptimizer``.
 """
 
 from __future__ import annotations
@@ -85,3 +88,53 @@ class AdamOptimizer(Optimizer):
     def set_learning_rate(self, learning_rate: float) -> None:
         """The rate (``alpha``) of the next updates (FlexFlow's ``set_learning_rate``)."""
         self._set_rate("alpha", learning_rate)
+
+
+@dataclass(slots=True)
+class RMSpropOptimizer(Optimizer):
+    """RMSprop as ``torch.optim.RMSprop`` without momentum or centering: a mean of squared gradients
+    (decay ``alpha``) divides each step (flexrt's; FlexFlow has none)."""
+
+    ffmodel: Any = field(repr=False, compare=False)
+    lr: float = 0.01
+    alpha: float = 0.99
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+
+    def __post_init__(self):
+        w = "RMSpropOptimizer"
+        _check_model(w, self.ffmodel)
+        object.__setattr__(self, "lr", _check.number(w, "lr", self.lr, low=0.0, low_open=True))
+        object.__setattr__(self, "alpha", _check.number(w, "alpha", self.alpha, low=0.0, high=1.0))
+        object.__setattr__(self, "eps", _check.number(w, "eps", self.eps, low=0.0, low_open=True))
+        object.__setattr__(self, "weight_decay", _check.number(w, "weight_decay", self.weight_decay, low=0.0))
+
+    def set_learning_rate(self, learning_rate: float) -> None:
+        """The rate of the next updates."""
+        self._set_rate("lr", learning_rate)
+
+
+@dataclass(slots=True)
+class AdagradOptimizer(Optimizer):
+    """Adagrad as ``torch.optim.Adagrad``: the sum of squared gradients (from
+    ``initial_accumulator_value``) divides each step; the rate decays as ``lr / (1 + (t - 1) lr_decay)``
+    (flexrt's; FlexFlow has none)."""
+
+    ffmodel: Any = field(repr=False, compare=False)
+    lr: float = 0.01
+    lr_decay: float = 0.0
+    weight_decay: float = 0.0
+    initial_accumulator_value: float = 0.0
+    eps: float = 1e-10
+
+    def __post_init__(self):
+        w = "AdagradOptimizer"
+        _check_model(w, self.ffmodel)
+        object.__setattr__(self, "lr", _check.number(w, "lr", self.lr, low=0.0, low_open=True))
+        for name in ("lr_decay", "weight_decay", "initial_accumulator_value"):
+            object.__setattr__(self, name, _check.number(w, name, getattr(self, name), low=0.0))
+        object.__setattr__(self, "eps", _check.number(w, "eps", self.eps, low=0.0, low_open=True))
+
+    def set_learning_rate(self, learning_rate: float) -> None:
+        """The rate of the next updates."""
+        self._set_rate("lr", learning_rate)

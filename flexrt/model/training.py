@@ -59,7 +59,7 @@ from flexrt.model.dataloader import SingleDataLoader, batch_dtype
 from flexrt.model.enums import CompMode, LossType, MetricsType
 from flexrt.model.initializers import (GlorotUniformInitializer, NormInitializer, UniformInitializer,
                                        ZeroInitializer)
-from flexrt.model.optimizers import AdamOptimizer, Optimizer, SGDOptimizer
+from flexrt.model.optimizers import AdagradOptimizer, AdamOptimizer, Optimizer, RMSpropOptimizer, SGDOptimizer
 from flexrt.model.tensor import Tensor
 from flexrt.runtime.backend import BACKENDS
 from flexrt.runtime.executor import MODES
@@ -104,7 +104,13 @@ def optimizer_args(opt: Optimizer) -> tuple[OptimizerKind, dict]:
     if isinstance(opt, AdamOptimizer):
         return OptimizerKind.ADAM, {"alpha": opt.alpha, "beta1": opt.beta1, "beta2": opt.beta2, "epsilon": opt.epsilon,
                         "weight_decay": opt.weight_decay}
-    raise ConfigError(f"compile: optimizer must be SGDOptimizer(...) or AdamOptimizer(...), got {opt!r}")
+    if isinstance(opt, RMSpropOptimizer):
+        return OptimizerKind.RMSPROP, {"lr": opt.lr, "alpha": opt.alpha, "eps": opt.eps, "weight_decay": opt.weight_decay}
+    if isinstance(opt, AdagradOptimizer):
+        return OptimizerKind.ADAGRAD, {"lr": opt.lr, "lr_decay": opt.lr_decay, "weight_decay": opt.weight_decay,
+                                       "initial_accumulator_value": opt.initial_accumulator_value, "eps": opt.eps}
+    raise ConfigError(f"compile: optimizer must be SGDOptimizer(...), AdamOptimizer(...), RMSpropOptimizer(...) or "
+                      f"AdagradOptimizer(...), got {opt!r}")
 
 
 def _initializer_kind(init: Any) -> tuple[str, dict, int]:

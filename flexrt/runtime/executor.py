@@ -54,7 +54,8 @@ from flexrt.errors import FlexrtError, ShapeError, StrategyError
 from flexrt.kernels.losses import LossType, fuses_with_softmax, loss_forward
 from flexrt.kernels.metrics import MetricsAccumulator, MetricsType
 from flexrt.kernels.bfloat16 import bfloat16_if, to_bfloat16
-from flexrt.kernels.optimizers import LossScaler, OptimizerKind, adam_update, master_step, penalized, sgd_update
+from flexrt.kernels.optimizers import (LossScaler, OptimizerKind, adagrad_update, adam_update, master_step, penalized,
+                                      rmsprop_update, sgd_update)
 from flexrt.kernels.fused import backward_reads
 from flexrt.ir.ops.dropout import at_step
 from flexrt.kernels.registry import backward_kernel, forward_kernel
@@ -761,20 +762,24 @@ class Executor:
 
 
 # The optimizers the runtime runs (SGD's momentum is a parameter of SGD here).
-RUNTIME_OPTIMIZERS = (OptimizerKind.SGD, OptimizerKind.ADAM)
+RUNTIME_OPTIMIZERS = (OptimizerKind.SGD, OptimizerKind.ADAM, OptimizerKind.RMSPROP, OptimizerKind.ADAGRAD)
 
 
 def optimizer_step(kind: OptimizerKind | str, **params) -> Callable:
-    """``update(xp, w, g, state)`` for optimizer ``kind`` (SGD or ADAM, or its name "sgd" / "adam")
-    with its parameters."""
+    """``update(xp, w, g, state)`` for optimizer ``kind`` (SGD, ADAM, RMSPROP or ADAGRAD, or its
+    name "sgd" / "adam" / "rmsprop" / "adagrad") with its parameters."""
     kind = OptimizerKind.parse(kind, RUNTIME_OPTIMIZERS, StrategyError)
     if kind is OptimizerKind.SGD:
         params = {"lr": 0.01, **params}  # FlexFlow's SGDOptimizer default
         return lambda xp, w, g, state: sgd_update(xp, w, g, state, **params)
-    def adam(xp, w, g, state):
+    if kind is OptimizerKind.RMSPROP:
+        return lambda xp, w, g, state: rmsprop_update(xp, w, g, state, **params)
+    stepped = adam_update if kind is OptimizerKind.ADAM else adagrad_update
+
+    def counted(xp, w, g, state):   # Adam's bias correction and Adagrad's lr_decay count the steps
         state["step"] = state.get("step", 0) + 1
-        adam_update(xp, w, g, state, step=state["step"], **params)
-    return adam
+        stepped(xp, w, g, state, step=state["step"], **params)
+    return counted
 
 
 def relative_error(a, b) -> float:

@@ -63,7 +63,9 @@ from flexrt.strategy.pipeline_2bw import delays_updates
 from flexrt.strategy.weights import fold_values, folded, locate, unfold_values
 
 OPTIMIZER_PARAMS = {OptimizerKind.SGD: ("lr", "momentum", "nesterov", "weight_decay"),
-                    OptimizerKind.ADAM: ("alpha", "beta1", "beta2", "epsilon", "weight_decay")}
+                    OptimizerKind.ADAM: ("alpha", "beta1", "beta2", "epsilon", "weight_decay"),
+                    OptimizerKind.RMSPROP: ("lr", "alpha", "eps", "weight_decay"),
+                    OptimizerKind.ADAGRAD: ("lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps")}
 _WARNED: set = set()   # warnings already printed by this process
 
 
@@ -181,7 +183,7 @@ class Session:
         self.strategy = strategy
         self.machine = machine
         self.base = strategy.base if isinstance(strategy, ConfigStrategy) else strategy.pcg  # weights and inputs are named alike
-        state = optimizer if optimizer is OptimizerKind.ADAM else (
+        state = optimizer if optimizer is not OptimizerKind.SGD else (
             OptimizerKind.MOMENTUM if optimizer_params.get("momentum") else OptimizerKind.SGD)
         self.simulator = Simulator(machine, cost_model or AnalyticCostModel(), state, loss_output=loss_output,
                                    incremental=False)

@@ -192,3 +192,26 @@ def test_keras2_input_spellings():
         assert m.input[0].batch_shape == (None, 5) and m.output.batch_shape == (None, 3)
     with pytest.raises(ConfigError, match="Dense: give one of input_shape, input_dim, not several"):
         Dense(3, input_shape=(5,), input_dim=5)
+
+
+@pytest.mark.parametrize("name, kind, params", [
+    ("rmsprop", "rmsprop", {"lr": 0.001, "alpha": 0.9, "eps": 1e-7}),
+    ("adagrad", "adagrad", {"lr": 0.001, "initial_accumulator_value": 0.1, "eps": 1e-7})])
+def test_rmsprop_and_adagrad_by_name_train_like_one_device(name, kind, params):
+    """compile('rmsprop' / 'adagrad') takes Keras' defaults onto flexrt's torch-style optimizers; under
+    data parallelism the model trains to the one-device reference's weights."""
+    x, y = _binary_data()
+    m = Sequential([Dense(6, input_shape=(4,), activation="relu"), Dense(1, activation="sigmoid")],
+                   ffconfig=FFConfig(["-b", "8", "-ll:gpu", "2"]))
+    m.compile(name, "binary_crossentropy")
+    initial = m.ffmodel.session.weights()
+    ref = ReferenceTrainer(m.ffmodel.pcg, initial, optimizer_step(kind, **params), "binary_crossentropy")
+    m.fit(x, y, epochs=2, shuffle=False, verbose=0)
+    feed = m.input[0].ffhandle.owner_layer
+    for _ in range(2):
+        for i in range(0, 32, 8):
+            ref.step({feed: x[i:i + 8]}, y[i:i + 8, None].astype(np.float32))
+    got = m.ffmodel.session.weights()
+    for k, w in ref.weights.items():
+        np.testing.assert_allclose(got[k], w, rtol=1e-5, atol=1e-6, err_msg=k)
+    assert any(not np.allclose(got[k], initial[k]) for k in got)

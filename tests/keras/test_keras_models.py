@@ -130,8 +130,9 @@ def test_compile_refuses_bad_names_and_options():
     def model():
         x = Input(shape=(4,))
         return Model(x, Activation("softmax")(Dense(3)(x)), ffconfig=CFG)
-    with pytest.raises(ConfigError, match="unknown optimizer 'rmsprop'; valid: SGD\\(...\\), Adam\\(...\\) or one of 'sgd', 'adam'"):
-        model().compile("rmsprop", "sparse_categorical_crossentropy")
+    with pytest.raises(ConfigError, match="unknown optimizer 'lamb'; valid: SGD\\(...\\), Adam\\(...\\), RMSprop"
+                                          "\\(...\\), Adagrad\\(...\\) or one of 'sgd', 'adam', 'rmsprop', 'adagrad'"):
+        model().compile("lamb", "sparse_categorical_crossentropy")
     with pytest.raises(ConfigError, match="unknown loss 'hinge'; valid: .*'sparse_categorical_crossentropy'"):
         model().compile("sgd", "hinge")
     with pytest.raises(ConfigError, match=r"metrics\[1\]: unknown metric 'auc'"):

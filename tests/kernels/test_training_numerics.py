@@ -255,6 +255,30 @@ def test_sgd_matches_torch_over_five_steps(kw):
     assert allocated_state_bytes(state) == (w.nbytes if kw.get("momentum") else 0)
 
 
+RMSPROP_CASES = [dict(lr=0.01), dict(lr=0.005, alpha=0.9, eps=1e-6, weight_decay=0.01)]
+ADAGRAD_CASES = [dict(lr=0.1), dict(lr=0.05, lr_decay=0.1, weight_decay=0.01, initial_accumulator_value=0.1, eps=1e-7)]
+
+
+@needs_torch
+@pytest.mark.parametrize("kind, kw", [("rmsprop", kw) for kw in RMSPROP_CASES]
+                         + [("adagrad", kw) for kw in ADAGRAD_CASES],
+                         ids=lambda v: v if isinstance(v, str) else ",".join(f"{k}={x}" for k, x in v.items()))
+def test_rmsprop_and_adagrad_match_torch_over_five_steps(kind, kw):
+    """flexrt's RMSprop (no momentum, not centered) and Adagrad are torch.optim's, step for step,
+    through the runtime's ``optimizer_step`` (which counts Adagrad's steps), with one state array."""
+    from flexrt.runtime.executor import optimizer_step
+    rng = np.random.default_rng(6)
+    w0 = rng.standard_normal((4, 3))
+    grads = [rng.standard_normal((4, 3)) for _ in range(5)]
+    w, state, step = w0.copy(), {}, optimizer_step(kind, **kw)
+    for g in grads:
+        step(np, w, g, state)
+    cls = torch.optim.RMSprop if kind == "rmsprop" else torch.optim.Adagrad
+    ref = _torch_steps(cls, dict(kw, foreach=False), w0, grads)
+    np.testing.assert_allclose(w, ref, rtol=1e-12, atol=1e-12)
+    assert allocated_state_bytes(state) == w.nbytes
+
+
 ADAM_CASES = [dict(alpha=0.01), dict(alpha=0.01, weight_decay=0.05), dict(alpha=0.003, beta1=0.8, beta2=0.99,
                                                                           epsilon=1e-6)]
 
@@ -290,9 +314,8 @@ def test_state_factor_agrees_with_simulator():
     from flexrt.simulator.simulate import OPTIMIZER_STATE
     assert {k: state_factor(k) for k in OPTIMIZER_STATE} == OPTIMIZER_STATE
     assert state_bytes(OptimizerKind.ADAM, 1000) == 2000 and state_bytes(OptimizerKind.SGD) == 0
-    with pytest.raises(ConfigError, match="unknown optimizer 'rmsprop'; valid: sgd, momentum, adam"):
-        OptimizerKind.parse("rmsprop")
-
+    with pytest.raises(ConfigError, match="unknown optimizer 'lamb'; valid: sgd, momentum, adam, rmsprop, adagrad"):
+        OptimizerKind.parse("lamb")
 
 
 def test_kinds_keep_flexflow_values_and_parse_members_or_names():

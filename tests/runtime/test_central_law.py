@@ -227,6 +227,14 @@ def test_adam_and_threads(model, machine):
                       optimizer="adam", params={"alpha": 0.01}, mode="threads")
 
 
+@pytest.mark.parametrize("optimizer, params", [("rmsprop", {"lr": 0.01, "alpha": 0.9}),
+                                               ("adagrad", {"lr": 0.05, "lr_decay": 0.01,
+                                                            "initial_accumulator_value": 0.1})])
+def test_rmsprop_and_adagrad_train_like_one_device(optimizer, params, machine):
+    train_and_compare("cnn", DataType.DT_DOUBLE, lambda pcg: strategy_of("hybrid", pcg, machine), machine,
+                      optimizer=optimizer, params=params)
+
+
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(model=st.sampled_from(sorted(MODELS)), seed=st.integers(0, 10_000))
 def test_random_valid_strategies_train_like_one_device(model, seed, machine):

@@ -134,10 +134,11 @@ def test_a_shared_weights_gradient_takes_one_buffer_however_many_steps_read_it(k
     assert peaks[16] - peaks[2] < 14 * gradient / 4, peaks
 
 
-@pytest.mark.parametrize("model", ["mlp", "cnn"])
-def test_serial_peak_equals_the_prediction_with_adam(model):
-    s, (inputs, labels) = session_of(model, lambda pcg: strategy_of("hybrid", pcg, MACHINE), optimizer="adam",
-                                     params={"alpha": 0.01})
+@pytest.mark.parametrize("model, optimizer, params", [("mlp", "adam", {"alpha": 0.01}), ("cnn", "adam", {"alpha": 0.01}),
+                                                       ("mlp", "rmsprop", {"lr": 0.01}), ("cnn", "adagrad", {"lr": 0.1})])
+def test_serial_peak_equals_the_prediction_with_stateful_optimizers(model, optimizer, params):
+    s, (inputs, labels) = session_of(model, lambda pcg: strategy_of("hybrid", pcg, MACHINE), optimizer=optimizer,
+                                     params=params)
     check_serial_exact(s, inputs, labels)
 
 

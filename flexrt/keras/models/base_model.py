@@ -45,7 +45,7 @@ from flexrt.keras import metrics as kmetrics
 from flexrt.keras import optimizers as koptimizers
 from flexrt.keras._tensor import shape_text
 from flexrt.keras.models import _graph, _saving
-from flexrt.model import AdamOptimizer, CompMode, FFConfig, FFModel
+from flexrt.model import CompMode, FFConfig, FFModel, SGDOptimizer
 
 
 def _not_default(where: str, **given) -> None:
@@ -200,7 +200,7 @@ class BaseModel:
         """The compiled FFModel that runs batches of ``batch_size`` (fit's, evaluate's, predict's
         argument; None: the current one, ``-b`` at compile). Another size rebuilds the FFModel for it
         as compile built it (its strategy chosen the same way, for that batch) with the current
-        weights; a stateful optimizer (momentum, Adam) starts its state over, with a warning, when
+        weights; a stateful optimizer (momentum, Adam, RMSprop, Adagrad) starts its state over, with a warning, when
         the model being replaced has trained."""
         old = self._need_compiled(where)
         if batch_size is None or batch_size == self._ffconfig.batch_size:
@@ -214,7 +214,7 @@ class BaseModel:
             raise type(e)(f"{where}: rebuilding the model for batch_size={batch_size} (compiled for "
                           f"{self._ffconfig.batch_size}): {e}") from None
         new.session.load_weights(old.session.weights())
-        stateful = isinstance(old.optimizer, AdamOptimizer) or getattr(old.optimizer, "momentum", 0.0)
+        stateful = not isinstance(old.optimizer, SGDOptimizer) or old.optimizer.momentum
         if self._optimizer_stepped and stateful:
             warn_caller(f"{where}: batch_size={batch_size} after training at {self._ffconfig.batch_size}: the model "
                         f"is rebuilt for the new batch with the trained weights; the optimizer's state (momentum, "
