@@ -111,7 +111,7 @@ def read(model, t, where: str) -> np.ndarray:
         arr = model._batch.get(t.owner_layer)
         return np.zeros(t.dims, dtype=want) if arr is None else np.array(arr, dtype=want, copy=True)
     if kind is Kind.CONSTANT:
-        return np.full(t.dims, model._constants[t.owner_layer], dtype=want)
+        return np.array(np.broadcast_to(np.asarray(model._constants[t.owner_layer], dtype=want), t.dims))
     session = model.session
     if session is None:
         raise ConfigError(f"{where}: {describe(t)} has no value before compile(...)")

@@ -79,9 +79,18 @@ class ShapeLayers:
                             _check.flag("mean", "keepdims", keepdims))
         return self._add_layer("mean", attrs, [input], name).outputs[0]
 
-    def softmax(self, input, axis=-1, name=None):
-        """Softmax along ``axis``."""
-        attrs = SoftmaxAttrs(_check.integer("softmax", "axis", axis))
+    def softmax(self, input, axis=-1, name=None, *, causal=False):
+        """Softmax along ``axis``. ``causal`` (keyword-only, flexrt's): attention scores [..., L, S]
+        along the last axis, row i seeing columns 0..i only (GPT's mask; torch's ``is_causal``)."""
+        axis = _check.integer("softmax", "axis", axis)
+        if _check.flag("softmax", "causal", causal):
+            rank = len(getattr(input, "dims", ()))
+            if rank < 2 or axis % rank != rank - 1:
+                raise ShapeError(f"softmax: causal=True runs along the last axis of [..., rows, columns] scores; "
+                                 f"got axis {axis} of an input of shape {list(getattr(input, 'dims', ()))}")
+            attrs = SoftmaxAttrs(rank - 1, causal=True)
+        else:
+            attrs = SoftmaxAttrs(axis)
         return self._add_layer("softmax", attrs, [input], name).outputs[0]
 
     def dropout(self, input, rate, seed, name=None):

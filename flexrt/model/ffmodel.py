@@ -24,6 +24,8 @@ from __future__ import annotations
 import sys
 from typing import Any, Iterable, Optional, Sequence, TextIO
 
+import numpy as np
+
 from flexrt.errors import ConfigError, FlexrtError, GraphError, NotYetAvailableError, ShapeError
 from flexrt.ir.datatype import DataType
 from flexrt.ir.ops import InputAttrs, WeightAttrs
@@ -35,7 +37,9 @@ from flexrt.model._layers_dense import DenseLayers
 from flexrt.model._layers_elementwise import ElementwiseLayers
 from flexrt.model._layers_fused import FusedLayers
 from flexrt.model._layers_shape import ShapeLayers
+from flexrt.inputs import short
 from flexrt.model.config import FFConfig
+from flexrt.model.dataloader import batch_dtype
 from flexrt.model.enums import CompMode, LossType, MetricsType
 from flexrt.model.initializers import Initializer
 from flexrt.model.layer import Layer, Weight
@@ -57,6 +61,23 @@ SERVE_ONLY = ("arg_top_k", "argmax", "beam_top_k", "sampling", "inc_multihead_se
 class ServeOnlyError(NotYetAvailableError, AttributeError):
     """A FlexFlow Serve method called on ``FFModel`` (``SERVE_ONLY``); an AttributeError too, so that
     ``hasattr`` says False as it would in a FlexFlow without Serve."""
+
+
+def _constant_array(where: str, value: np.ndarray, sizes: tuple, data_type: DataType) -> np.ndarray:
+    """``value`` checked as a constant's array: shape ``sizes``, finite numbers, cast to ``data_type``
+    (exactly: integers must be whole and fit), read-only."""
+    if tuple(value.shape) != tuple(sizes):
+        raise ConfigError(f"{where}: value has shape {list(value.shape)}; dims are {list(sizes)}")
+    if value.dtype.kind not in "iufb":
+        raise ConfigError(f"{where}: value must hold numbers, got dtype {value.dtype}")
+    if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
+        raise ConfigError(f"{where}: value holds NaN or inf, which would poison the model")
+    out = value.astype(batch_dtype(data_type))
+    if not np.array_equal(out.astype(np.float64), value.astype(np.float64)):
+        raise ConfigError(f"{where}: value does not fit {data_type.name} exactly (whole numbers in range for "
+                          f"integers)")
+    out.setflags(write=False)
+    return out
 
 
 class FFModel(DenseLayers, ShapeLayers, ElementwiseLayers, FusedLayers, TrainingMixin):
@@ -81,7 +102,7 @@ class FFModel(DenseLayers, ShapeLayers, ElementwiseLayers, FusedLayers, Training
         self._by_name: dict[str, Layer] = {}
         self._counters: dict[str, int] = {}
         self._metric_types: tuple[MetricsType, ...] = ()
-        self._constants: dict[str, float] = {}   # constant input name -> its value
+        self._constants: dict[str, Any] = {}     # constant input name -> its value (a number or an array)
         self._init_training()
         state = _capture.active()
         if state is not None:
@@ -115,21 +136,26 @@ class FFModel(DenseLayers, ShapeLayers, ElementwiseLayers, FusedLayers, Training
 
     def create_constant(self, dims, value, data_type=DataType.DT_FLOAT) -> Tensor:
         """A tensor of sizes ``dims`` holding ``value`` everywhere (FlexFlow's ``create_constant``),
-        named ``constant_{n}``: an input the model feeds itself, not among ``inputs``."""
+        named ``constant_{n}``: an input the model feeds itself, not among ``inputs``. ``value`` may
+        also be an array of shape ``dims`` (flexrt's: the positions ``torch.arange`` gives a GPT)."""
         where = "create_constant"
         sizes = _check.int_tuple(where, "dims", dims, low=1)
         if not sizes:
             raise ConfigError(f"{where}: dims must name at least one dimension, got {dims!r}")
         _check.member(where, "data_type", data_type, DataType)
-        if isinstance(value, float):
+        if isinstance(value, np.ndarray):
+            value = _constant_array(where, value, sizes, data_type)
+        elif isinstance(value, float):
             _check.number(where, "value", value)     # finite: a NaN or inf constant poisons the model
         elif isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: value must be a number, got {value!r}")
+            raise ConfigError(f"{where}: value must be a number or an array of shape {list(sizes)}, got "
+                              f"{short(value)}")
         attrs = InputAttrs(TensorShape(sizes, data_type))
         name = self._layer_name("constant", None)
         nid = self.pcg.add_node(attrs, (), name=name)
         out = Tensor(self, TensorRef(nid), attrs.shape, name)
-        layer = Layer(len(self._inputs), name, "constant", attrs, nid, (), (out,), (), (("value", value),))
+        shown = f"array {list(value.shape)}" if isinstance(value, np.ndarray) else value
+        layer = Layer(len(self._inputs), name, "constant", attrs, nid, (), (out,), (), (("value", shown),))
         self._inputs.append(layer)
         self._constants[name] = value
         self._named("constant", layer, True)

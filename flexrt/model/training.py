@@ -431,7 +431,7 @@ class TrainingMixin:
         out = {t.owner_layer: self._batch[t.owner_layer] for t in self.inputs}
         for name, value in self._constants.items():
             shape = self._by_name[name].attrs.shape
-            out[name] = np.full(shape.dims, value, dtype=batch_dtype(shape.dtype))
+            out[name] = np.broadcast_to(np.asarray(value, dtype=batch_dtype(shape.dtype)), shape.dims)
         return out
 
     def _train_step(self, epoch: int, labels=None) -> dict:

@@ -222,7 +222,22 @@ def _embedding(b, node, ins, f):
 
 def _softmax(b, node, ins, f):
     x = b.tensor(node, ins[0])
-    return b.ff.softmax(x, _axis(node, node.kw("dim", -1), x.num_dims), name=node.name)
+    return b.ff.softmax(x, _axis(node, node.kw("dim", -1), x.num_dims), name=node.name,
+                        causal=bool(node.kw("causal", False)))
+
+
+def _arange(b, node, ins, f):
+    """torch.arange(start, end, step) as a constant of the model (FFModel.create_constant of the
+    array): GPT's positions. Integer bounds give int64, as torch's."""
+    import numpy as np
+    if len(f) != 3 or not all(_is_number(v) for v in f) or f[2] == 0:
+        raise node_error(node, f"arange needs numbers start, end and a step != 0, got {f}")
+    dtype = DTYPES.get(node.kw("dtype") or "", DataType.DT_INT64 if all(isinstance(v, int) for v in f)
+                       else DataType.DT_FLOAT)
+    values = np.arange(*f)
+    if values.size == 0:
+        raise node_error(node, f"arange({', '.join(map(str, f))}) is empty", ShapeError)
+    return b.ff.create_constant([int(values.size)], values, dtype)
 
 
 def _dropout(b, node, ins, f):
@@ -242,15 +257,17 @@ def _flat(b, node, ins, f):
 
 
 _UNARY = {"RELU": "relu", "IDENTITY": "identity", "GELU": "gelu", "SIGMOID": "sigmoid", "TANH": "tanh",
-          "ELU": "elu", "EXP": "exp", "SIN": "sin", "COS": "cos", "RSQRT": "rsqrt"}
+          "ELU": "elu", "EXP": "exp", "SIN": "sin", "COS": "cos", "RSQRT": "rsqrt", "SQRT": "pow"}
 _PY_UNARY = {"RELU": lambda v: max(v, 0), "IDENTITY": lambda v: v, "EXP": math.exp, "SIN": math.sin,
-             "COS": math.cos, "TANH": math.tanh, "RSQRT": lambda v: 1 / math.sqrt(v)}
+             "COS": math.cos, "TANH": math.tanh, "RSQRT": lambda v: 1 / math.sqrt(v), "SQRT": math.sqrt}
 
 
 def _unary(b, node, ins, f):
     x = ins[0] if ins else None
     if isinstance(x, (int, float)) and node.op in _PY_UNARY:
         return _PY_UNARY[node.op](x)
+    if node.op == "SQRT":   # FFModel has no sqrt layer: x ** 0.5
+        return b.ff.pow(b.tensor(node, x), 0.5, name=node.name)
     return getattr(b.ff, _UNARY[node.op])(b.tensor(node, x), name=node.name)
 
 
@@ -349,8 +366,9 @@ def _split(b, node, ins, f):
     x = b.tensor(node, ins[0])
     axis = _axis(node, f[0] if f else 0, x.num_dims)
     size = x.dims[axis]
-    sizes = split_sizes(node, size, split_size=node.kw("split_size"), sections=node.kw("sections"),
-                        chunks=node.kw("chunks"), pieces=len(node.outputs))
+    sizes = split_sizes(node, size, split_size=b.resolve(node, node.kw("split_size")),
+                        sections=b.resolve(node, node.kw("sections")), chunks=b.resolve(node, node.kw("chunks")),
+                        pieces=len(node.outputs))
     if len(sizes) == 1:
         return [x]
     return b.ff.split(x, sizes, axis, name=node.name)
@@ -563,7 +581,7 @@ HANDLERS: dict[str, Callable] = {
     "TRANSPOSE": _transpose, "PERMUTE": _permute, "RESHAPE": _reshape, "VIEW": _reshape, "UNSQUEEZE": _unsqueeze,
     "SQUEEZE": _squeeze, "EXPAND": _expand, "TO": _convert, "FLOAT": _convert, "TYPE_AS": _convert,
     "CONTIGUOUS": _pass, "POW": _pow, "MEAN": _reduce, "REDUCE_SUM": _reduce,
-    "MULTIHEAD_ATTENTION": _attention, "ATTRIBUTE": _attribute,
+    "MULTIHEAD_ATTENTION": _attention, "ATTRIBUTE": _attribute, "ARANGE": _arange,
     **{op: _unary for op in _UNARY}, **{op: _composite for op in _COMPOSITE}, **{op: _binary for op in _BINARY},
     **{op: _binary for op in _SCALAR},
     "FLOOR_DIVIDE": _binary,

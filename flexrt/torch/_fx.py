@@ -37,6 +37,9 @@ class WeightSource:
 
 
 class _Tracer(fx.Tracer):
+    # buffers become get_attr nodes, so a causal mask buffer sliced by a traced length is traceable
+    proxy_buffer_attributes = True
+
     def __init__(self) -> None:
         super().__init__()
         self.record_stack_traces = True
@@ -77,6 +80,12 @@ class _Ctx:
         self.nodes: list[IRNode] = []
         self.weights: list[WeightSource] = []
         self.first_layer: dict[int, str] = {}     # id(module) -> the layer that owns its weights
+        self.param_owner: dict[int, str] = {}     # id(parameter) -> the module (qualified name) that has it
+        # causal masks (no IR node): fx node -> "keep" (True where a query sees a key: tril) or "hide"
+        self.masks: dict[str, str] = {}
+        # masked_fill of scores by a causal mask (no IR node): fx node -> the scores' IR name
+        self.masked: dict[str, str] = {}
+        self.ignored: set[str] = set()            # values no layer reads (x.device)
 
     def error(self, node: fx.Node, message: str) -> ConfigError:
         return ConfigError(f"torch node '{node.name}' ({origin(node)}): {message}")
@@ -96,9 +105,57 @@ class _Ctx:
         if owner is None:
             self.first_layer[id(module)] = name
             self.weights.append(WeightSource(name, kind, module))
+            self._tied(node, module)
         else:
             keywords = tuple(keywords) + (("shares", owner),)
         return self.add(node, op, inputs, fields, keywords, name, users)
+
+
+    def _tied(self, node: fx.Node, module: nn.Module) -> None:
+        """Warn when ``module`` holds a parameter another module holds too (tied weights, as a GPT's
+        output layer and token embedding): FFModel gives each layer its own weights."""
+        where = node.target if isinstance(node.target, str) else node.name
+        for pname, p in module.named_parameters(recurse=False):
+            other = self.param_owner.setdefault(id(p), f"{where}.{pname}")
+            if other != f"{where}.{pname}":
+                warn_caller(f"torch node '{node.name}' ({origin(node)}): parameter '{where}.{pname}' is "
+                            f"'{other}' too (tied weights); FFModel gives each layer its own weights, so the two "
+                            f"train apart and the model has {p.numel()} parameters more than torch counts",
+                            FrontendWarning)
+
+    def check_no_mask(self, node: fx.Node, device_ok: bool = False) -> None:
+        """A causal mask or masked scores read by anything but the mask's supported use (or a
+        tensor's device, unless ``device_ok``: arange's ``device=``)."""
+        for arg in node.all_input_nodes:
+            if arg.name in self.masks or arg.name in self.masked:
+                raise self.error(node, f"reads '{arg.name}', a causal mask (or scores masked by one); flexrt maps "
+                                       f"a mask only as scores.masked_fill(mask == 0, float('-inf')) followed by "
+                                       f"softmax(dim=-1), from a buffer holding torch.tril(torch.ones(T, T))")
+            if arg.name in self.ignored and not device_ok:
+                raise self.error(node, f"reads '{arg.name}' (a tensor's device), which no FFModel layer computes")
+
+
+def is_causal_mask(value: Any) -> bool:
+    """``value`` is [1, ..., 1, T, T] holding torch.tril(torch.ones(T, T)) (as numbers or bools)."""
+    if not isinstance(value, torch.Tensor) or value.dim() < 2 or value.shape[-1] != value.shape[-2] or \
+            any(d != 1 for d in value.shape[:-2]) or value.is_complex():
+        return False
+    t = value.detach().reshape(value.shape[-2], value.shape[-1]).to("cpu")
+    return bool(torch.equal(t != 0, torch.ones_like(t, dtype=torch.bool).tril()))
+
+
+def attribute(ctx: _Ctx, node: fx.Node) -> None:
+    """A get_attr node: a causal mask buffer becomes a mask (no IR node); anything else is refused."""
+    value = ctx.gm
+    for atom in node.target.split("."):
+        value = getattr(value, atom, None)
+    if not isinstance(value, nn.Parameter) and is_causal_mask(value):
+        ctx.masks[node.name] = "keep"
+        return
+    raise ctx.error(node, f"reads the module's parameter or buffer '{node.target}' directly; FFModel has "
+                          f"no free-standing weight, so parameters map only inside supported modules "
+                          f"(Linear, Conv2d, LayerNorm, ...), and a buffer only as a causal mask "
+                          f"(torch.tril(torch.ones(T, T)), used by masked_fill before a softmax)")
 
 
 def _ref(v: Any) -> Any:

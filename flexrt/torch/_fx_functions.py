@@ -8,6 +8,7 @@ Entry points: ``FUNCTIONS``, ``METHODS``, ``convert_call``.
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable
 
@@ -64,8 +65,120 @@ def _softmax(ctx, node):
     a = _bind(ctx, node, ["input", "dim", "_stacklevel", "dtype"], {"dim": None, "dtype": None})
     if a["dtype"] is not None:
         raise ctx.error(node, "softmax(dtype=...) is not supported; cast the input first")
-    ctx.add(node, "SOFTMAX", [_tensor_arg(ctx, node, a["input"])], [],
+    x = a["input"]
+    if isinstance(x, fx.Node) and x.name in ctx.masked:   # scores masked causally: a causal softmax
+        ctx.add(node, "SOFTMAX", [ctx.masked[x.name]], [], [("dim", -1), ("causal", True)])
+        return
+    ctx.check_no_mask(node)
+    ctx.add(node, "SOFTMAX", [_tensor_arg(ctx, node, x)], [],
             [("dim", a["dim"])] if a["dim"] is not None else [])
+
+
+# ---- causal masks (flexrt.torch._fx.attribute makes the first) ----------------------------------------
+_FILL_LIMIT = -1e9   # a masked_fill value at most this (or -inf) zeroes the probability in float32 and float64
+
+
+def _mask_getitem(ctx, node) -> None:
+    """mask[:, :, :T, :T]: a top-left square of a causal mask is causal."""
+    x, index = node.args
+    index = index if isinstance(index, tuple) else (index,)
+    full = slice(None, None, None)
+    tail = index[-2:]
+
+    def from_zero(s) -> bool:
+        return isinstance(s, slice) and s.start in (None, 0) and s.step in (None, 1)
+
+    square = len(tail) == 2 and all(from_zero(s) for s in tail) and (
+        tail[0].stop is tail[1].stop or tail[0].stop == tail[1].stop)
+    if not square or any(s != full for s in index[:-2]):
+        raise ctx.error(node, f"indexes a causal mask with {index}; valid: mask[:, :, :T, :T] (a top-left square)")
+    ctx.masks[node.name] = ctx.masks[x.name]
+
+
+def _mask_flip(ctx, node, x, other=None) -> None:
+    """mask == 0, mask == 1, ~mask, mask.logical_not()."""
+    if other is None:
+        ctx.masks[node.name] = "hide" if ctx.masks[x.name] == "keep" else "keep"
+    elif isinstance(other, (bool, int, float)) and other in (0, 1):
+        same = bool(other)
+        ctx.masks[node.name] = ctx.masks[x.name] if same else ("hide" if ctx.masks[x.name] == "keep" else "keep")
+    else:
+        raise ctx.error(node, f"compares a causal mask with {other!r}; valid: 0 or 1")
+
+
+def _eq(ctx, node):
+    a = _bind(ctx, node, ["input", "other"], {})
+    x, y = a["input"], a["other"]
+    for m, o in ((x, y), (y, x)):
+        if isinstance(m, fx.Node) and m.name in ctx.masks:
+            return _mask_flip(ctx, node, m, o)
+    raise ctx.error(node, "== of tensors has no FFModel layer; it maps only on a causal mask (mask == 0)")
+
+
+def _logical_not(ctx, node):
+    x = node.args[0]
+    if isinstance(x, fx.Node) and x.name in ctx.masks:
+        return _mask_flip(ctx, node, x)
+    raise ctx.error(node, "logical not has no FFModel layer; it maps only on a causal mask")
+
+
+def _masked_fill(ctx, node):
+    a = _bind(ctx, node, ["input", "mask", "value"], {})
+    x, mask, value = a["input"], a["mask"], a["value"]
+    if not (isinstance(mask, fx.Node) and ctx.masks.get(mask.name) == "hide"):
+        raise ctx.error(node, "masked_fill maps only with a causal mask that hides the future keys "
+                              "(mask == 0 of a buffer holding torch.tril(torch.ones(T, T)))")
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value > _FILL_LIMIT:
+        raise ctx.error(node, f"masked_fill with {value!r}; valid: float('-inf') or a number <= {_FILL_LIMIT:g} "
+                              f"(the masked probabilities are then 0)")
+    for user in node.users:
+        dim = user.kwargs.get("dim", user.args[1] if len(user.args) > 1 else None)
+        if user.target not in (F.softmax, torch.softmax, "softmax") or dim != -1:
+            raise ctx.error(node, f"the masked scores are read by '{user.name}' ({user.target}); flexrt maps a "
+                                  f"causal mask only when softmax(dim=-1) alone reads the scores")
+    ctx.masked[node.name] = _tensor_arg(ctx, node, x)
+
+
+def _sdpa(ctx, node):
+    """F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0, is_causal, scale):
+    softmax(q k^T * scale) v as FFModel layers (batch matmuls and a softmax, causal or not)."""
+    a = _bind(ctx, node, ["query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"],
+              {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None, "enable_gqa": False})
+    if a["attn_mask"] is not None or a["dropout_p"] != 0 or a["enable_gqa"] is not False:
+        raise ctx.error(node, f"scaled_dot_product_attention with attn_mask={a['attn_mask']!r}, dropout_p="
+                              f"{a['dropout_p']!r}, enable_gqa={a['enable_gqa']!r}; valid: no mask (is_causal for "
+                              f"GPT's), dropout_p=0 (eval mode) and no grouped queries")
+    if not isinstance(a["is_causal"], bool):
+        raise ctx.error(node, f"is_causal must be True or False, got {a['is_causal']!r}")
+    q, k, v = (_tensor_arg(ctx, node, a[n], n) for n in ("query", "key", "value"))
+    n = node.name
+    ctx.add(node, "TRANSPOSE", [k], [-2, -1], name=f"{n}.key_t", users=(f"{n}.scores",))
+    ctx.add(node, "BATCH_MATMUL", [q, f"{n}.key_t"], name=f"{n}.scores", users=(f"{n}.scaled",))
+    scale = a["scale"]
+    if scale is None:   # 1 / sqrt(E), E the queries' last dimension
+        ctx.add(node, "GETATTR", [q], ["size", -1], name=f"{n}.width", users=(f"{n}.scale",))
+        ctx.add(node, "RSQRT", [f"{n}.width"], name=f"{n}.scale", users=(f"{n}.scaled",))
+        ctx.add(node, "MULTIPLY", [f"{n}.scores", f"{n}.scale"], name=f"{n}.scaled", users=(f"{n}.probs",))
+    else:
+        ctx.add(node, "SCALAR_MULTIPLY", [f"{n}.scores"], [float(scale)], name=f"{n}.scaled", users=(f"{n}.probs",))
+    ctx.add(node, "SOFTMAX", [f"{n}.scaled"], [], [("dim", -1)] + ([("causal", True)] if a["is_causal"] else []),
+            name=f"{n}.probs", users=(n,))
+    ctx.add(node, "BATCH_MATMUL", [f"{n}.probs", v])
+
+
+def _arange(ctx, node):
+    """torch.arange(end) / (start, end) / (start, end, step): the numbers may be traced sizes."""
+    args = list(node.args)
+    kw = {k: v for k, v in node.kwargs.items() if k not in ("device", "requires_grad", "layout", "pin_memory")}
+    for k in ("start", "end", "step"):
+        if k in kw:
+            raise ctx.error(node, f"arange({k}=...) by keyword is not supported; give the bounds by position")
+    dtype = kw.pop("dtype", None)
+    if kw or not 1 <= len(args) <= 3:
+        raise ctx.error(node, f"arange takes (end), (start, end) or (start, end, step), got {len(args)} argument(s)"
+                              + (f" and {', '.join(kw)}" if kw else ""))
+    start, end, step = ([0] + args + [1])[:3] if len(args) == 1 else (args + [1])[:3]
+    ctx.add(node, "ARANGE", [], [_ref(start), _ref(end), _ref(step)], [("dtype", str(dtype))] if dtype else [])
 
 
 def _dropout(ctx, node):
@@ -96,7 +209,7 @@ def _cat(ctx, node):
 def _split(ctx, node):
     a = _bind(ctx, node, ["tensor", "split_size_or_sections", "dim"], {"dim": 0, "split_size": None})
     s = a.get("split_size_or_sections", a["split_size"])
-    kw = ("split_size", s) if isinstance(s, int) else ("sections", tuple(s))
+    kw = ("split_size", _ref(s)) if isinstance(s, (int, fx.Node)) else ("sections", tuple(_ref(v) for v in s))
     ctx.add(node, "SPLIT", [_tensor_arg(ctx, node, a["tensor"])], [a["dim"]], [kw])
 
 
@@ -107,12 +220,17 @@ def _chunk(ctx, node):
 
 def _getitem(ctx, node):
     x, index = node.args
+    if isinstance(x, fx.Node) and x.name in ctx.masks:
+        return _mask_getitem(ctx, node)
     ctx.add(node, "GETITEM", [_tensor_arg(ctx, node, x)], list(_ref(index)) if isinstance(index, tuple)
             else [_ref(index)])
 
 
 def _getattr(ctx, node):
     x, attr = node.args
+    if attr == "device":   # read by arange(..., device=x.device) only: no layer computes it
+        ctx.ignored.add(node.name)
+        return
     ctx.add(node, "GETATTR", [_tensor_arg(ctx, node, x)], [attr])
 
 
@@ -257,6 +375,9 @@ FUNCTIONS: dict[Callable, Callable] = {
     torch.permute: _dims_op("PERMUTE"), torch.transpose: _transpose, torch.unsqueeze: _unsqueeze("UNSQUEEZE"),
     torch.squeeze: _unsqueeze("SQUEEZE"), torch.pow: _pow, operator.pow: _pow, torch.mean: _reduce("MEAN"),
     torch.sum: _reduce("REDUCE_SUM"), F.max_pool2d: _pool_fn(PoolType.POOL_MAX),
+    math.sqrt: _unary("SQRT"), torch.sqrt: _unary("SQRT"), operator.eq: _eq, torch.eq: _eq,
+    operator.invert: _logical_not, torch.logical_not: _logical_not, torch.masked_fill: _masked_fill,
+    F.scaled_dot_product_attention: _sdpa, torch.arange: _arange,
     F.avg_pool2d: _pool_fn(PoolType.POOL_AVG), F.adaptive_avg_pool2d: _adaptive_fn(PoolType.POOL_AVG),
     F.adaptive_max_pool2d: _adaptive_fn(PoolType.POOL_MAX), F.layer_norm: _layer_norm_fn,
 }
@@ -269,8 +390,10 @@ METHODS: dict[str, Callable] = {
     "permute": _dims_op("PERMUTE"), "expand": _dims_op("EXPAND"), "transpose": _transpose,
     "unsqueeze": _unsqueeze("UNSQUEEZE"), "squeeze": _unsqueeze("SQUEEZE"), "view_as": _as, "reshape_as": _as,
     "type_as": _as, "expand_as": _expand_as, "to": _to, "float": _pass("FLOAT"), "contiguous": _pass("CONTIGUOUS"),
-    "pow": _pow, "mean": _reduce("MEAN"), "sum": _reduce("REDUCE_SUM"),
+    "pow": _pow, "mean": _reduce("MEAN"), "sum": _reduce("REDUCE_SUM"), "sqrt": _unary("SQRT"), "eq": _eq,
+    "logical_not": _logical_not, "masked_fill": _masked_fill,
 }
+_MASK_AWARE = (_getitem, _eq, _logical_not, _masked_fill, _softmax)
 
 
 def _stochastic_depth(ctx, node):
@@ -299,6 +422,8 @@ def convert_call(ctx: _Ctx, node: fx.Node) -> None:
         what = "method" if node.op == "call_method" else "function"
         raise ctx.error(node, f"the {what} has no FFModel mapping; supported {what}s: "
                               f"{', '.join(sorted(_label(t) for t in table))}")
+    if convert not in _MASK_AWARE:
+        ctx.check_no_mask(node, device_ok=convert is _arange)
     convert(ctx, node)
 
 

@@ -95,8 +95,10 @@ class PyTorchModel:
             if node.op == "placeholder":
                 ctx.add(node, "INPUT", [])
             elif node.op == "output":
+                ctx.check_no_mask(node)
                 ctx.add(node, "OUTPUT", [n.name for n in _output_nodes(node.args[0])], users=())
             elif node.op == "call_module":
+                ctx.check_no_mask(node)
                 module = ctx.modules[node.target]
                 convert = _fx.MODULES.get(type(module))
                 if convert is None:
@@ -105,9 +107,7 @@ class PyTorchModel:
                                           f"{', '.join(sorted(t.__name__ for t in _fx.MODULES))}")
                 convert(ctx, node, module)
             elif node.op == "get_attr":
-                raise ctx.error(node, f"reads the module's parameter or buffer '{node.target}' directly; FFModel has "
-                                      f"no free-standing weight, so parameters map only inside supported modules "
-                                      f"(Linear, Conv2d, LayerNorm, ...)")
+                _fx.attribute(ctx, node)
             else:
                 convert_call(ctx, node)
         return ctx.nodes, ctx.weights

@@ -19,9 +19,10 @@ def _softmax_last(xp, s):
     return e / xp.sum(e, axis=-1, keepdims=True)
 
 
-def _masked(xp, attrs, scores):
+def causal_masked(xp, attrs, scores):
     """Causal attention: query i (of the whole sequence: a piece's first query is ``query_offset``
-    times its length) sees keys 0..i; the others get -inf before the softmax (probability 0)."""
+    times its length) sees keys 0..i; the others get -inf before the softmax (probability 0).
+    Shared by multi-head attention and the causal softmax."""
     if not getattr(attrs, "causal", False):
         return scores
     lq, lk = scores.shape[-2], scores.shape[-1]
@@ -51,7 +52,7 @@ def multihead_attention_forward(xp, attrs, operands):
     q = q.reshape(n, lq, heads, d).transpose(0, 2, 1, 3)     # [N, h, Lq, D]
     k = k.reshape(n, lk, heads, d).transpose(0, 2, 3, 1)     # [N, h, D, Lk]
     v = v.reshape(n, lk, heads, d).transpose(0, 2, 1, 3)     # [N, h, Lk, D]
-    scores = _masked(xp, attrs, xp.matmul(q, k) * q.dtype.type(1.0 / math.sqrt(d)))
+    scores = causal_masked(xp, attrs, xp.matmul(q, k) * q.dtype.type(1.0 / math.sqrt(d)))
     ctx = xp.matmul(_softmax_last(xp, scores), v)              # [N, h, Lq, D]
     ctx = ctx.transpose(0, 2, 1, 3).reshape(n, lq, width)
     out = xp.matmul(ctx, wo)
@@ -100,7 +101,7 @@ def multihead_attention_backward(xp, attrs, operands, outputs, grad_outputs):
     kh = k.reshape(n, lk, heads, d).transpose(0, 2, 1, 3)     # [N, h, Lk, D]
     vh = v.reshape(n, lk, heads, d).transpose(0, 2, 1, 3)     # [N, h, Lk, D]
     scale = q.dtype.type(1.0 / math.sqrt(d))
-    p = _softmax_last(xp, _masked(xp, attrs, xp.matmul(qh, kh.transpose(0, 1, 3, 2)) * scale))   # [N, h, Lq, Lk]
+    p = _softmax_last(xp, causal_masked(xp, attrs, xp.matmul(qh, kh.transpose(0, 1, 3, 2)) * scale))   # [N, h, Lq, Lk]
     ctx = xp.matmul(p, vh).transpose(0, 2, 1, 3).reshape(n, lq, width)
 
     g2 = gout.reshape(-1, gout.shape[-1])

@@ -6,6 +6,7 @@ from __future__ import annotations
 from flexrt.errors import ShapeError
 from flexrt.ir.op_type import OpType
 from flexrt.kernels.ops.elementwise import unbroadcast
+from flexrt.kernels.ops.matmul_attention import causal_masked
 from flexrt.kernels.registry import register_backward, register_forward
 
 
@@ -55,6 +56,7 @@ def rms_norm_forward(xp, attrs, operands):
 def softmax_forward(xp, attrs, operands):
     (x,) = operands
     axis = attrs.axis % x.ndim
+    x = causal_masked(xp, attrs, x)   # a causal softmax: -inf above the diagonal (exp gives 0)
     e = xp.exp(x - xp.max(x, axis=axis, keepdims=True))  # max subtraction: exp never overflows
     return (e / xp.sum(e, axis=axis, keepdims=True),)
 

@@ -241,7 +241,7 @@ def pattern_of(attrs, inputs: Sequence[TensorShape]) -> Optional[PatternOp]:
         return PatternOp(UNARY_CODE[t], ())
     if t is OpType.BIAS_ADD:
         return PatternOp("OP_BIAS_ADD", ())
-    if t is OpType.SOFTMAX:
+    if t is OpType.SOFTMAX and not attrs.causal:
         return PatternOp("OP_SOFTMAX", (), (("PM_SOFTMAX_DIM", flexflow_dim(softmax_axis(attrs, rank), rank)),))
     if t is OpType.BATCH_MATMUL and attrs.a_seq_length_dim is None and attrs.b_seq_length_dim is None:
         return PatternOp("OP_BATCHMATMUL", ())

@@ -81,7 +81,7 @@ CLASSES = {
 
 
 # flexrt's own additions: keyword-only, after every FlexFlow parameter, so FlexFlow calls are unchanged
-EXTENSIONS = {"multihead_attention": [("causal", False)], "forward": [("training", None)]}
+EXTENSIONS = {"multihead_attention": [("causal", False)], "forward": [("training", None)], "softmax": [("causal", False)]}
 
 
 def _params(fn, skip_self: bool, keyword_only: bool = False):

@@ -37,7 +37,7 @@ def test_request_rejects_a_bad_budget(mlp, p100, cost, budget):
     ("space", "full", "space must be a SearchSpace or None"),
     ("initial", "dp", "initial strategies are a tuple of strategies, got str"),
     ("initial", (1,), "initial strategies must be strategies .*got int"),
-    ("optimizer", "lamb", "optimizer must be one of sgd, momentum, adam, got 'lamb'"),
+    ("optimizer", "lamb", "optimizer must be one of sgd, momentum, adam, rmsprop, adagrad, got 'lamb'"),
     ("progress", 1, "progress must be True, False or None"),
     ("options", 3, "options are a mapping of option name to value"),
     ("options", {"not a name": 1}, "option names are keyword names"),

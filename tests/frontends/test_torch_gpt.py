@@ -1,0 +1,212 @@
+"""GPT-style PyTorch modules (nanoGPT / minGPT layout) through flexrt.torch: causal attention written
+as masked_fill of a tril buffer or as scaled_dot_product_attention(is_causal=True), positions from
+torch.arange, sizes read with x.size().
+
+Laws: the forward with torch's weights equals torch's (float32, 1e-5) on one device, under data
+parallelism and under random strategies (which cut the causal softmax along its rows too); one
+SGD step equals torch's; FlexFlow's text format round-trips the model. Tied weights warn; masks
+used any other way are refused naming the node."""
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="flexrt.torch tests need torch")
+from torch import nn  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
+
+from flexrt.errors import ConfigError, FrontendWarning  # noqa: E402
+from flexrt.machine import load_machine  # noqa: E402
+from flexrt.model import DataType, FFConfig, FFModel, SGDOptimizer  # noqa: E402
+from flexrt.strategy import random_strategy, save_strategy  # noqa: E402
+from flexrt.torch import PyTorchModel, file_to_ff  # noqa: E402
+
+B, T, V, D, H = 2, 8, 16, 16, 4
+SCCE = "sparse_categorical_crossentropy"
+
+
+class Attention(nn.Module):
+    def __init__(self, sdpa: bool, fill=float("-inf")):
+        super().__init__()
+        self.sdpa, self.fill = sdpa, fill
+        self.qkv, self.proj = nn.Linear(D, 3 * D), nn.Linear(D, D)
+        self.register_buffer("mask", torch.tril(torch.ones(T, T)).view(1, 1, T, T))
+
+    def forward(self, x):
+        b, t, c = x.size()
+        q, k, v = self.qkv(x).split(c, dim=2)
+        q, k, v = (z.view(b, t, H, c // H).transpose(1, 2) for z in (q, k, v))
+        if self.sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            att = att.masked_fill(self.mask[:, :, :t, :t] == 0, self.fill)
+            y = F.softmax(att, dim=-1) @ v
+        return self.proj(y.transpose(1, 2).contiguous().view(b, t, c))
+
+
+class GPT(nn.Module):
+    def __init__(self, sdpa: bool, tie: bool = False, fill=float("-inf")):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(V, D), nn.Embedding(T, D)
+        self.ln1, self.ln2, self.ln_f = nn.LayerNorm(D), nn.LayerNorm(D), nn.LayerNorm(D)
+        self.attn = Attention(sdpa, fill)
+        self.mlp = nn.Sequential(nn.Linear(D, 4 * D), nn.GELU(), nn.Linear(4 * D, D))
+        self.head = nn.Linear(D, V, bias=False)
+        if tie:
+            self.head.weight = self.wte.weight
+
+    def forward(self, idx):
+        _, t = idx.size()
+        pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)
+        x = x + self.attn(self.ln1(x))
+        x = x + self.mlp(self.ln2(x))
+        return self.head(self.ln_f(x))
+
+
+def _data(seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, V, (B, T)).astype(np.int64), rng.integers(0, V, (B, T, 1)).astype(np.int32)
+
+
+def _build(pm, argv=(), source=None):
+    ff = FFModel(FFConfig(["-b", str(B), *argv]))
+    x = ff.create_tensor([B, T], DataType.DT_INT64)
+    out = (file_to_ff(source, ff, [x]) if source else pm.torch_to_ff(ff, [x]))[0]
+    ff.softmax(out, name="prob")
+    return ff, x, out
+
+
+def _strategies(pm, tmp_path):
+    base, _, _ = _build(pm)
+    machine = load_machine("local")
+    files = []
+    for seed in (1, 2, 3):
+        path = str(tmp_path / f"random{seed}.json")
+        save_strategy(path, random_strategy(base.pcg, machine, seed), machine)
+        files.append(["--import", path])
+    return [[], ["-ll:gpu", "2"], *files]
+
+
+@pytest.mark.parametrize("sdpa", [False, True], ids=["masked_fill", "sdpa"])
+def test_gpt_forward_equals_torch_under_every_strategy(sdpa, tmp_path):
+    torch.manual_seed(0)
+    model = GPT(sdpa).eval()
+    idx, _ = _data()
+    pm = PyTorchModel(model)
+    with torch.no_grad():
+        want = model(torch.from_numpy(idx)).numpy()
+    for argv in _strategies(pm, tmp_path):
+        ff, x, out = _build(pm, argv)
+        ff.compile(optimizer=SGDOptimizer(ff, 0.1), loss_type=SCCE)
+        pm.load_weights(ff)
+        x.set_tensor(ff, idx)
+        ff.forward()
+        np.testing.assert_allclose(out.get_tensor(ff), want, rtol=1e-5, atol=1e-5, err_msg=str(argv))
+    assert ff.num_parameters() == sum(p.numel() for p in model.parameters())
+    causal = [n for n in ff.pcg.nodes if n.op_type.name == "SOFTMAX" and n.attrs.causal]
+    assert len(causal) == 1
+
+
+def test_gpt_text_file_round_trip_and_one_sgd_step_equal_torch(tmp_path):
+    torch.manual_seed(1)
+    model = GPT(sdpa=False).eval()
+    idx, labels = _data(1)
+    pm = PyTorchModel(model)
+    path = str(tmp_path / "gpt.ff")
+    pm.torch_to_file(path)
+    ff, x, out = _build(pm, ["--import", _strategies(pm, tmp_path)[3][1]], source=path)
+    ff.compile(optimizer=SGDOptimizer(ff, 0.1), loss_type=SCCE)
+    pm.load_weights(ff)
+    ff.fit(x=idx, y=labels, epochs=1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss = F.cross_entropy(model(torch.from_numpy(idx)).reshape(-1, V), torch.from_numpy(labels).long().reshape(-1))
+    loss.backward()
+    opt.step()
+    assert ff.history[0]["loss"] == pytest.approx(float(loss), rel=1e-5)
+    got = ff.get_weights()
+    for name, want in pm.ff_weights().items():
+        np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=2e-6, err_msg=name)
+
+
+def test_tied_weights_warn_and_large_negative_fills_are_masks():
+    ff = FFModel(FFConfig(["-b", str(B)]))
+    x = ff.create_tensor([B, T], DataType.DT_INT64)
+    with pytest.warns(FrontendWarning, match=r"parameter 'head.weight' is 'wte.weight' too \(tied weights\).*"
+                                             rf"{V * D} parameters more"):
+        PyTorchModel(GPT(sdpa=True, tie=True)).torch_to_ff(ff, [x])
+    ff = FFModel(FFConfig(["-b", str(B)]))
+    PyTorchModel(GPT(sdpa=False, fill=torch.finfo(torch.float32).min)).torch_to_ff(
+        ff, [ff.create_tensor([B, T], DataType.DT_INT64)])
+    assert any(n.op_type.name == "SOFTMAX" and n.attrs.causal for n in ff.pcg.nodes)
+
+
+class _Misuse(nn.Module):
+    def __init__(self, how: str):
+        super().__init__()
+        self.how = how
+        mask = torch.tril(torch.ones(T, T)) if how != "full" else torch.ones(T, T)
+        self.register_buffer("mask", mask.view(1, 1, T, T))
+
+    def forward(self, x):   # x: [B, H, T, T] scores
+        t = x.size(-1)
+        hidden = self.mask[:, :, :t, :t] == 0
+        if self.how == "fill":
+            return F.softmax(x.masked_fill(hidden, -1.0), dim=-1)
+        if self.how == "add":
+            return x + hidden
+        if self.how == "rows":
+            return F.softmax(x.masked_fill(self.mask[:, :, :t, :4] == 0, float("-inf")), dim=-1)
+        if self.how == "sdpa_mask":
+            return F.scaled_dot_product_attention(x, x, x, attn_mask=self.mask)
+        return F.softmax(x.masked_fill(hidden, float("-inf")), dim=-1)
+
+
+@pytest.mark.parametrize("how, match", [
+    ("fill", r"masked_fill with -1.0; valid: float\('-inf'\) or a number <= -1e\+09"),
+    ("add", r"torch node 'add'.*reads 'eq', a causal mask"),
+    ("rows", r"indexes a causal mask with .*; valid: mask\[:, :, :T, :T\]"),
+    ("sdpa_mask", r"torch node 'scaled_dot_product_attention'.*reads 'mask', a causal mask"),
+    ("full", r"reads the module's parameter or buffer 'mask' directly.*only as a causal mask"),
+])
+def test_masks_used_otherwise_are_refused_naming_the_node(how, match):
+    ff = FFModel(FFConfig(["-b", str(B)]))
+    with pytest.raises(ConfigError, match=match):
+        PyTorchModel(_Misuse(how)).torch_to_ff(ff, [ff.create_tensor([B, H, T, T], DataType.DT_FLOAT)])
+
+
+@pytest.mark.parametrize("degrees", [{"dim2": 2}, {"dim2": 4}, {"dim1": 2, "dim2": 2}, {"dim0": 2, "dim2": 2}])
+def test_causal_softmax_cut_along_its_rows_equals_one_device(degrees):
+    """A causal softmax piece cut along the rows learns its first row (piece_call): forward and one
+    SGD step of scores -> causal softmax -> matmul equal one device's (float64)."""
+    from flexrt.runtime.executor import optimizer_step
+    from flexrt.runtime.reference import ReferenceTrainer
+    from flexrt.runtime.session import Session
+    from flexrt.strategy import ConfigStrategy, data_parallel
+    from flexrt.strategy.space import config_at
+    ff = FFModel(FFConfig(["-b", "2"]))
+    x = ff.create_tensor([2, 4, 8, 8], DataType.DT_DOUBLE)
+    s = ff.dense(x, 8, name="scores")
+    p = ff.softmax(s, name="probs", causal=True)
+    ff.dense(ff.reshape(p, [2, 4 * 8 * 8]), 3, name="out")
+    machine = load_machine("local")
+    node = next(n for n in ff.pcg.nodes if n.name == "probs")
+    cfg = config_at(ff.pcg, node, machine, degrees)
+    assert dict(cfg.degrees) == degrees
+    configs = dict(data_parallel(ff.pcg, machine, 1).configs)
+    configs[node.id] = cfg
+    strategy = ConfigStrategy(ff.pcg, configs)
+    rng = np.random.default_rng(0)
+    w0 = {n.name: rng.standard_normal(n.attrs.shape.dims) * 0.3 for n in ff.pcg.nodes if n.op_type.name == "WEIGHT"}
+    xs, ys = rng.standard_normal((2, 4, 8, 8)), rng.integers(0, 3, (2, 1)).astype(np.int32)
+    session = Session(strategy, machine, loss=SCCE, weights=w0, lr=0.1)
+    ref = ReferenceTrainer(ff.pcg, w0, optimizer_step("sgd", lr=0.1), SCCE)
+    name = session.input_names[0]
+    session.forward({name: xs})
+    probs = session.output("probs")
+    assert np.allclose(np.triu(probs[0, 0], 1), 0) and np.allclose(probs.sum(-1), 1)
+    assert session.step({name: xs}, ys).loss == pytest.approx(ref.step({name: xs}, ys), rel=1e-12)
+    for k, w in ref.weights.items():
+        np.testing.assert_allclose(session.weights()[k], w, rtol=1e-10, atol=1e-12, err_msg=k)
