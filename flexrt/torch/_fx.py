@@ -12,6 +12,7 @@ Entry points: ``trace``, ``to_ir`` (nodes, and per layer the module whose parame
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -48,13 +49,64 @@ class _Tracer(fx.Tracer):
         return type(m) in MODULES or super().is_leaf_module(m, qualname)
 
 
-def trace(module: nn.Module) -> fx.GraphModule:
-    try:
-        graph = _Tracer().trace(module)
-    except Exception as e:  # noqa: BLE001 - fx raises many kinds; say which module and why
-        raise ConfigError(f"torch.fx cannot trace {type(module).__name__}: {type(e).__name__}: {e} (data-dependent "
-                          f"control flow and Proxy arguments to C functions cannot be traced)") from None
-    return fx.GraphModule(module, graph)
+def _meta_tracer():
+    from torch.fx.experimental.meta_tracer import MetaTracer
+
+    class _Meta(MetaTracer):
+        """torch.fx's tracer that runs every operation on meta tensors, so sizes (``x.size()``) are
+        numbers: for modules whose Python reads them (``assert t <= block_size``)."""
+        proxy_buffer_attributes = True
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.record_stack_traces = True
+
+        def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
+            return type(m) in MODULES or super().is_leaf_module(m, qualname)
+    return _Meta()
+
+
+# FFModel data types -> torch's, for the meta tensors of a traced module's inputs
+TORCH_DTYPES = {"DT_FLOAT": torch.float32, "DT_DOUBLE": torch.float64, "DT_HALF": torch.float16,
+                "DT_BFLOAT16": torch.bfloat16, "DT_INT32": torch.int32, "DT_INT64": torch.int64,
+                "DT_BOOLEAN": torch.bool}
+
+
+def _quiet(fn):
+    """``fn()`` without the meta tracer's warnings about values it could not give sizes (they stay
+    traced values, as in the symbolic trace)."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Could not compute metadata")
+        return fn()
+
+
+def trace(module: nn.Module, inputs=None) -> fx.GraphModule:
+    """The fx trace of ``module``: every ``forward`` argument traced, as FlexFlow's front end does;
+    when that fails, the arguments after the given inputs that have defaults (``targets=None``) held
+    at them; when that fails too and the inputs' shapes are known (``inputs``: (dims, DataType name)
+    per input, from ``torch_to_ff``), traced on meta tensors of those shapes, so sizes are numbers."""
+    params = [p for p in inspect.signature(module.forward).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    given = len(inputs) if inputs is not None else len([p for p in params if p.default is p.empty])
+    concrete = {p.name: p.default for p in params[given:] if p.default is not p.empty}
+    attempts = [lambda: _Tracer().trace(module)]
+    if concrete:
+        attempts.append(lambda: _Tracer().trace(module, concrete_args=concrete))
+    if inputs is not None and len(inputs) <= len(params):
+        meta = {p.name: torch.empty(tuple(dims), dtype=TORCH_DTYPES.get(dtype, torch.float32), device="meta")
+                for p, (dims, dtype) in zip(params, inputs)}
+        attempts.append(lambda: _quiet(lambda: _meta_tracer().trace(module, meta, concrete_args=concrete or None)))
+    first = None
+    for attempt in attempts:
+        try:
+            return fx.GraphModule(module, attempt())
+        except Exception as e:  # noqa: BLE001 - fx raises many kinds; say which module and why
+            first = first or e
+    raise ConfigError(f"torch.fx cannot trace {type(module).__name__}: {type(first).__name__}: {first} "
+                      f"(data-dependent control flow and Proxy arguments to C functions cannot be traced"
+                      f"{'' if inputs is not None else '; torch_to_ff, given the inputs, also traces with their shapes'})"
+                      ) from None
 
 
 def origin(node: fx.Node) -> str:
@@ -86,6 +138,10 @@ class _Ctx:
         # masked_fill of scores by a causal mask (no IR node): fx node -> the scores' IR name
         self.masked: dict[str, str] = {}
         self.ignored: set[str] = set()            # values no layer reads (x.device)
+        # parameters read directly (get_attr; no IR node): fx node -> (qualified name, the parameter);
+        # F.layer_norm maps them when they are one module's weight and bias
+        self.params: dict[str, tuple[str, Any]] = {}
+        self.consts: dict[str, Any] = {}          # values known when tracing (a parameter's shape)
 
     def error(self, node: fx.Node, message: str) -> ConfigError:
         return ConfigError(f"torch node '{node.name}' ({origin(node)}): {message}")
@@ -133,6 +189,12 @@ class _Ctx:
                                        f"softmax(dim=-1), from a buffer holding torch.tril(torch.ones(T, T))")
             if arg.name in self.ignored and not device_ok:
                 raise self.error(node, f"reads '{arg.name}' (a tensor's device), which no FFModel layer computes")
+            if arg.name in self.params or arg.name in self.consts:
+                target = self.params[arg.name][0] if arg.name in self.params else arg.name
+                raise self.error(node, f"reads the module's parameter '{target}' directly; FFModel has no "
+                                       f"free-standing weight, so parameters map only inside supported modules "
+                                       f"(Linear, Conv2d, LayerNorm, ...) and as a module's own weight and bias "
+                                       f"in F.layer_norm")
 
 
 def is_causal_mask(value: Any) -> bool:
@@ -149,7 +211,10 @@ def attribute(ctx: _Ctx, node: fx.Node) -> None:
     value = ctx.gm
     for atom in node.target.split("."):
         value = getattr(value, atom, None)
-    if not isinstance(value, nn.Parameter) and is_causal_mask(value):
+    if isinstance(value, nn.Parameter):    # read later by F.layer_norm, or refused by its reader
+        ctx.params[node.name] = (node.target, value)
+        return
+    if is_causal_mask(value):
         ctx.masks[node.name] = "keep"
         return
     raise ctx.error(node, f"reads the module's parameter or buffer '{node.target}' directly; FFModel has "

@@ -218,16 +218,29 @@ def _chunk(ctx, node):
     ctx.add(node, "SPLIT", [_tensor_arg(ctx, node, a["input"])], [a["dim"]], [("chunks", a["chunks"])])
 
 
+def _one_of_list(item):
+    """x[:, [k]] keeps the dimension with the one position k: the slice k:k+1."""
+    if isinstance(item, list) and len(item) == 1 and isinstance(item[0], int) and not isinstance(item[0], bool):
+        k = item[0]
+        return slice(k, k + 1 if k != -1 else None, None)
+    return item
+
+
 def _getitem(ctx, node):
     x, index = node.args
     if isinstance(x, fx.Node) and x.name in ctx.masks:
         return _mask_getitem(ctx, node)
+    index = tuple(_one_of_list(i) for i in index) if isinstance(index, tuple) else _one_of_list(index)
     ctx.add(node, "GETITEM", [_tensor_arg(ctx, node, x)], list(_ref(index)) if isinstance(index, tuple)
             else [_ref(index)])
 
 
 def _getattr(ctx, node):
     x, attr = node.args
+    if isinstance(x, fx.Node) and x.name in ctx.params and attr == "shape":   # F.layer_norm's normalized_shape
+        ctx.consts[node.name] = tuple(ctx.params[x.name][1].shape)
+        return
+    ctx.check_no_mask(node)
     if attr == "device":   # read by arange(..., device=x.device) only: no layer computes it
         ctx.ignored.add(node.name)
         return
@@ -341,15 +354,33 @@ def _adaptive_fn(pool: PoolType):
 
 
 def _layer_norm_fn(ctx, node):
+    """F.layer_norm, without weights or with a module's own ``weight`` (and ``bias`` or None), as
+    nanoGPT's LayerNorm calls it: that module's layer norm."""
     a = _bind(ctx, node, ["input", "normalized_shape", "weight", "bias", "eps"],
               {"weight": None, "bias": None, "eps": 1e-5})
-    if a["weight"] is not None or a["bias"] is not None:
-        raise ctx.error(node, "F.layer_norm with weight/bias tensors: use nn.LayerNorm (FFModel has no "
-                              "free-standing weight)")
     shape = a["normalized_shape"]
-    ctx.add(node, "LAYER_NORM", [_tensor_arg(ctx, node, a["input"])], [],
-            [("shape", tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)), ("eps", a["eps"]),
-             ("affine", False)])
+    if isinstance(shape, fx.Node) and shape.name in ctx.consts:
+        shape = ctx.consts[shape.name]
+    elif isinstance(shape, fx.Node):
+        raise ctx.error(node, "F.layer_norm's normalized_shape must be known when tracing (numbers, or a "
+                              "parameter's .shape)")
+    shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    x = _tensor_arg(ctx, node, a["input"])
+    for arg in node.all_input_nodes:
+        if arg is not a["input"] and arg.name not in ctx.consts and arg not in (a["weight"], a["bias"]):
+            ctx.check_no_mask(node)
+    kws = [("shape", shape), ("eps", a["eps"])]
+    w, b = a["weight"], a["bias"]
+    if w is None and b is None:
+        ctx.add(node, "LAYER_NORM", [x], [], kws + [("affine", False)])
+        return
+    names = [ctx.params[v.name][0] if isinstance(v, fx.Node) and v.name in ctx.params else None for v in (w, b)]
+    owner = names[0].rpartition(".")[0] if names[0] else None
+    if names[0] != f"{owner}.weight" or (b is not None and names[1] != f"{owner}.bias") or owner not in ctx.modules:
+        raise ctx.error(node, f"F.layer_norm with weight {names[0] or w!r} and bias {names[1] or b!r}; valid: no "
+                              f"weights, or one module's own .weight and .bias (or None), as nn.LayerNorm holds them")
+    ctx.layer(node, "LAYER_NORM", ctx.modules[owner], "layer_norm", [x], [],
+              kws + ([] if b is not None else [("bias", False)]))
 
 
 _ADD = _binary("ADD", "SCALAR_ADD", True)
@@ -393,7 +424,7 @@ METHODS: dict[str, Callable] = {
     "pow": _pow, "mean": _reduce("MEAN"), "sum": _reduce("REDUCE_SUM"), "sqrt": _unary("SQRT"), "eq": _eq,
     "logical_not": _logical_not, "masked_fill": _masked_fill,
 }
-_MASK_AWARE = (_getitem, _eq, _logical_not, _masked_fill, _softmax)
+_MASK_AWARE = (_getitem, _eq, _logical_not, _masked_fill, _softmax, _layer_norm_fn, _getattr)
 
 
 def _stochastic_depth(ctx, node):
@@ -408,8 +439,15 @@ def _stochastic_depth(ctx, node):
                               f"its BatchNorms in train mode) or with p=0")
 
 
-# functions of optional packages, by their qualified name (flexrt does not import those packages)
-BY_NAME: dict[str, Callable] = {"torchvision.ops.stochastic_depth.stochastic_depth": _stochastic_depth}
+def _guard(ctx, node):
+    """torch.fx's check that an argument held at its default (``targets=None``) is it: no layer."""
+    ctx.ignored.add(node.name)
+
+
+# functions of optional packages, or private ones, by their qualified name (flexrt does not import
+# those packages)
+BY_NAME: dict[str, Callable] = {"torchvision.ops.stochastic_depth.stochastic_depth": _stochastic_depth,
+                                "torch.fx._symbolic_trace._assert_is_none": _guard}
 
 
 def convert_call(ctx: _Ctx, node: fx.Node) -> None:
@@ -422,7 +460,7 @@ def convert_call(ctx: _Ctx, node: fx.Node) -> None:
         what = "method" if node.op == "call_method" else "function"
         raise ctx.error(node, f"the {what} has no FFModel mapping; supported {what}s: "
                               f"{', '.join(sorted(_label(t) for t in table))}")
-    if convert not in _MASK_AWARE:
+    if convert not in _MASK_AWARE and convert is not _guard:
         ctx.check_no_mask(node, device_ok=convert is _arange)
     convert(ctx, node)
 

@@ -66,6 +66,8 @@ class PyTorchModel:
         self.input_names = input_names
         self.batch_size = batch_size
         self.seq_length = seq_length
+        self._input_specs = None   # (dims, DataType name) of torch_to_ff's inputs: tracing may read sizes
+        self._converted = None     # (input specs, (IR nodes, weight sources)) of the last trace
 
     # ---- tracing -------------------------------------------------------------------------------
     def _graph_module(self):
@@ -74,7 +76,7 @@ class PyTorchModel:
             raise ConfigError(f"PyTorchModel({self.filename!r}) holds a file, not a module: build it with "
                               f"apply(ffmodel, inputs) or file_to_ff")
         if not self.is_hf_model:
-            return _fx.trace(self.model)
+            return _fx.trace(self.model, self._input_specs)
         try:
             from transformers.utils.fx import symbolic_trace
         except ImportError:
@@ -86,13 +88,23 @@ class PyTorchModel:
         return symbolic_trace(self.model, batch_size=self.batch_size, **kwargs)
 
     def _convert(self):
-        """(IR nodes, weight sources) of the traced module."""
+        """(IR nodes, weight sources) of the traced module, traced once per input shapes given
+        (``load_weights`` and ``ff_weights`` read the parameters' values through the sources)."""
+        key = None if self._input_specs is None else tuple(self._input_specs)
+        if self._converted is None or self._converted[0] != key:
+            self._converted = (key, self._trace_and_convert())
+        return self._converted[1]
+
+    def _trace_and_convert(self):
         from flexrt.torch import _fx
         from flexrt.torch._fx_functions import convert_call
         gm = self._graph_module()
         ctx = _fx._Ctx(gm)
         for node in gm.graph.nodes:
             if node.op == "placeholder":
+                if node.users and all(getattr(u.target, "__name__", "") == "_assert_is_none" for u in node.users):
+                    ctx.ignored.add(node.name)   # an argument held at its default None (targets=None)
+                    continue
                 ctx.add(node, "INPUT", [])
             elif node.op == "output":
                 ctx.check_no_mask(node)
@@ -123,6 +135,8 @@ class PyTorchModel:
     def torch_to_ff(self, ffmodel, input_tensors: Sequence[Any], verbose: bool = False) -> list:
         """Add the module's layers to ``ffmodel`` reading ``input_tensors`` (one per ``forward``
         argument, in order); returns the output tensors (a list, as FlexFlow)."""
+        specs = [(tuple(t.dims), t.data_type.name) for t in input_tensors if hasattr(t, "dims")]
+        self._input_specs = specs if len(specs) == len(input_tensors) else None
         nodes, _ = self._convert()
         if verbose:
             for n in nodes:

@@ -195,7 +195,7 @@ def test_unsupported_module_and_arguments_raise_ours():
         PyTorchModel(_Named(nn.Conv1d(3, 3, 1))).torch_to_ff(ff, [x])
     with pytest.raises(ConfigError, match="dilation"):
         PyTorchModel(_Named(nn.Conv2d(3, 3, 3, dilation=2))).torch_to_string()
-    with pytest.raises(ConfigError, match="reads the module's parameter or buffer 'w'"):
+    with pytest.raises(ConfigError, match="reads the module's parameter 'w' directly"):
         PyTorchModel(_Param()).torch_to_string()
 
 

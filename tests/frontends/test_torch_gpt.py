@@ -125,7 +125,7 @@ def test_gpt_text_file_round_trip_and_one_sgd_step_equal_torch(tmp_path):
     loss = F.cross_entropy(model(torch.from_numpy(idx)).reshape(-1, V), torch.from_numpy(labels).long().reshape(-1))
     loss.backward()
     opt.step()
-    assert ff.history[0]["loss"] == pytest.approx(float(loss), rel=1e-5)
+    assert ff.history[0]["loss"] == pytest.approx(loss.item(), rel=1e-5)
     got = ff.get_weights()
     for name, want in pm.ff_weights().items():
         np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=2e-6, err_msg=name)
@@ -210,3 +210,84 @@ def test_causal_softmax_cut_along_its_rows_equals_one_device(degrees):
     assert session.step({name: xs}, ys).loss == pytest.approx(ref.step({name: xs}, ys), rel=1e-12)
     for k, w in ref.weights.items():
         np.testing.assert_allclose(session.weights()[k], w, rtol=1e-10, atol=1e-12, err_msg=k)
+
+
+class _OwnLayerNorm(nn.Module):
+    """nanoGPT's LayerNorm: its own weight and (optional) bias through F.layer_norm."""
+
+    def __init__(self, bias: bool):
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(D) + 0.5)
+        self.bias = nn.Parameter(torch.rand(D)) if bias else None
+
+    def forward(self, x):
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
+
+
+class NanoLayout(nn.Module):
+    """nanoGPT's GPT.forward: reads sizes in Python (an assert), takes optional targets and returns
+    (logits, loss), keeps only the last position's logits without targets, ties the head."""
+
+    def __init__(self, bias: bool):
+        super().__init__()
+        self.block_size = T
+        self.transformer = nn.ModuleDict(dict(wte=nn.Embedding(V, D), wpe=nn.Embedding(T, D),
+                                              ln_1=_OwnLayerNorm(bias), ln_f=_OwnLayerNorm(bias)))
+        self.attn = Attention(sdpa=True)
+        self.lm_head = nn.Linear(D, V, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight
+
+    def forward(self, idx, targets=None):
+        device = idx.device
+        b, t = idx.size()
+        assert t <= self.block_size, f"sequence of length {t} over the block size {self.block_size}"
+        pos = torch.arange(0, t, dtype=torch.long, device=device)
+        x = self.transformer.wte(idx) + self.transformer.wpe(pos)
+        x = self.transformer.ln_f(x + self.attn(self.transformer.ln_1(x)))
+        if targets is not None:
+            logits = self.lm_head(x)
+            return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+        return self.lm_head(x[:, [-1], :]), None
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_nanogpt_layout_traces_with_sizes_and_equals_torch(bias):
+    """Sizes read in Python need their values: torch_to_ff traces such a module on meta tensors of
+    its inputs' shapes, with targets held at None; F.layer_norm of a module's own weight and bias
+    maps to that module's layer norm; x[:, [-1], :] keeps the last position."""
+    torch.manual_seed(2)
+    model = NanoLayout(bias).eval()
+    idx, _ = _data(2)
+    pm = PyTorchModel(model)
+    ff = FFModel(FFConfig(["-b", str(B), "-ll:gpu", "2"]))
+    x = ff.create_tensor([B, T], DataType.DT_INT64)
+    with pytest.warns(FrontendWarning, match="tied weights"):
+        (out,) = pm.torch_to_ff(ff, [x])
+    assert out.dims == (B, 1, V)
+    ff.compile(optimizer=SGDOptimizer(ff, 0.1), loss_type="mean_squared_error_avg")
+    pm.load_weights(ff)
+    x.set_tensor(ff, idx)
+    ff.forward()
+    with torch.no_grad():
+        want = model(torch.from_numpy(idx))[0].numpy()
+    np.testing.assert_allclose(out.get_tensor(ff), want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ConfigError, match=r"torch.fx cannot trace NanoLayout.*torch_to_ff, given the inputs, also "
+                                          r"traces with their shapes"):
+        PyTorchModel(model).torch_to_string()    # no inputs: no shapes to trace with
+    assert len(pm.torch_to_string()) > 10            # after torch_to_ff: traced with its inputs' shapes
+
+
+class _ParamMisuse(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(D))
+        self.norm = _OwnLayerNorm(True)
+
+    def forward(self, x):
+        return x * self.scale
+
+
+def test_parameters_read_outside_a_layer_norm_are_refused_naming_the_reader():
+    ff = FFModel(FFConfig(["-b", str(B)]))
+    with pytest.raises(ConfigError, match=r"torch node 'mul'.*reads the module's parameter 'scale' directly"):
+        PyTorchModel(_ParamMisuse()).torch_to_ff(ff, [ff.create_tensor([B, D], DataType.DT_FLOAT)])
