@@ -160,12 +160,29 @@ def _conv2d(b, node, ins, f):
                        shared_op=_shared(b, node), name=node.name)
 
 
-def _pool_size(node, size, k, s, p, ceil):
-    floor_out = (size + 2 * p - k) // s + 1
-    if ceil and -(-(size + 2 * p - k) // s) + 1 != floor_out:
-        raise node_error(node, f"ceil_mode=True gives another output size than FFModel.pool2d's floor rounding "
-                               f"for input size {size} (kernel {k}, stride {s}, padding {p}); use ceil_mode=False "
-                               f"or an input size where both agree", ShapeError)
+def _ceil_extra(size: int, k: int, s: int, p: int) -> int:
+    """How many positions past the padded end torch's ceil_mode windows reach: out = ceil((size + 2p
+    - k) / s) + 1, less one when the last window would start in the right padding."""
+    out = -(-(size + 2 * p - k) // s) + 1
+    if (out - 1) * s >= size + p:
+        out -= 1
+    return max(0, (out - 1) * s + k - (size + 2 * p))
+
+
+def _ceil_pad(b, node, x: Tensor, extra: tuple[int, int]) -> Tensor:
+    """``x`` extended at the bottom and right by ``extra`` rows and columns of the dtype's lowest
+    number, which no max takes (every ceil_mode window holds an input position): max pooling with
+    ceil_mode as FFModel's floor-rounded pool2d."""
+    import numpy as np
+    from flexrt.model.dataloader import batch_dtype
+    low = float(np.finfo(batch_dtype(x.data_type)).min)
+    for axis, e in ((2, extra[0]), (3, extra[1])):
+        if e:
+            dims = list(x.dims)
+            dims[axis] = e
+            fill = b.ff.create_constant(dims, low, x.data_type)
+            x = b.ff.concat([x, fill], axis, name=f"{node.name}.ceil_pad{axis}")
+    return x
 
 
 def _pool2d(b, node, ins, f):
@@ -185,8 +202,13 @@ def _pool2d(b, node, ins, f):
     else:
         kh, sh, ph = f[0], f[1], f[2]
         kw, sw, pw = node.kw("kernel_w", kh), node.kw("stride_w", sh), node.kw("padding_w", ph)
-        _pool_size(node, h, kh, sh, ph, node.kw("ceil_mode", False))
-        _pool_size(node, w, kw, sw, pw, node.kw("ceil_mode", False))
+        extra = (_ceil_extra(h, kh, sh, ph), _ceil_extra(w, kw, sw, pw)) if node.kw("ceil_mode", False) else (0, 0)
+        if any(extra):
+            if pool_type is not PoolType.POOL_MAX:
+                raise node_error(node, f"average pooling with ceil_mode=True here reaches {extra} positions past the "
+                                       f"padded input, where torch divides by fewer positions than FFModel.pool2d; "
+                                       f"use ceil_mode=False or an input size where both round alike", ShapeError)
+            x = _ceil_pad(b, node, x, extra)
     return b.ff.pool2d(x, kh, kw, sh, sw, ph, pw, pool_type, acti, name=node.name)
 
 

@@ -416,3 +416,36 @@ def test_eval_mode_batch_norm_builds_training_batch_norm_with_a_warning():
     with torch.no_grad():
         want = model.train()(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(out.get_tensor(ff), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("k, s, p, hw", [(3, 2, 0, (13, 14)), (3, 2, 1, (8, 9)), (2, 2, 0, (7, 7))])
+def test_max_pool_ceil_mode_equals_torch_forward_and_sgd_step(k, s, p, hw):
+    """MaxPool2d(ceil_mode=True) (SqueezeNet, GoogLeNet): windows past the padded input read the
+    dtype's lowest number (a constant concatenated at the bottom and right), which no max takes:
+    the forward and one SGD step equal torch's."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(2, 3, 1), nn.MaxPool2d(k, s, p, ceil_mode=True), nn.Flatten(),
+                          nn.LazyLinear(4))
+    x = np.random.default_rng(0).standard_normal((2, 2, *hw)).astype(np.float32)
+    y = np.array([[1], [3]], np.int32)
+    with torch.no_grad():
+        model(torch.from_numpy(x))          # materializes the lazy linear
+    ff = FFModel(FFConfig(["-b", "2", "-ll:gpu", "2"]))
+    xt = ff.create_tensor(list(x.shape), DataType.DT_FLOAT)
+    pm = PyTorchModel(model)
+    (out,) = pm.torch_to_ff(ff, [xt])
+    ff.softmax(out)
+    from flexrt.model import SGDOptimizer
+    ff.compile(optimizer=SGDOptimizer(ff, 0.1), loss_type="sparse_categorical_crossentropy")
+    pm.load_weights(ff)
+    xt.set_tensor(ff, x)
+    ff.forward()
+    with torch.no_grad():
+        want = model(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(out.get_tensor(ff), want, rtol=1e-5, atol=1e-6)
+    ff.fit(x=x, y=y, epochs=1)
+    loss = torch_sgd_step(model, x, y)
+    assert ff.history[0]["loss"] == pytest.approx(loss, rel=1e-5)
+    got = ff.get_weights()
+    for name, w in pm.ff_weights().items():
+        np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-6, err_msg=name)
