@@ -248,6 +248,18 @@ def _softmax(b, node, ins, f):
                         causal=bool(node.kw("causal", False)))
 
 
+def _parameter(b, node, ins, f):
+    """A parameter the module reads directly, of shape ``f``: a bias-free dense layer (named after the
+    node; its kernel [1, n] holds the values) of the constant 1, reshaped (``{node}.shape``). Its
+    gradient is the parameter's, exactly; a second read of the parameter shares the layer's kernel."""
+    if not f or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in f):
+        raise node_error(node, f"a parameter's shape must be sizes >= 1, got {f}", ShapeError)
+    dtype = DTYPES.get(node.kw("dtype") or "", DataType.DT_FLOAT)
+    one = b.ff.create_constant([1, 1], 1.0, dtype)
+    flat = b.ff.dense(one, math.prod(f), use_bias=False, shared_op=_shared(b, node), name=node.name)
+    return b.ff.reshape(flat, list(f), name=f"{node.name}.shape")
+
+
 def _arange(b, node, ins, f):
     """torch.arange(start, end, step) as a constant of the model (FFModel.create_constant of the
     array): GPT's positions. Integer bounds give int64, as torch's."""
@@ -603,7 +615,7 @@ HANDLERS: dict[str, Callable] = {
     "TRANSPOSE": _transpose, "PERMUTE": _permute, "RESHAPE": _reshape, "VIEW": _reshape, "UNSQUEEZE": _unsqueeze,
     "SQUEEZE": _squeeze, "EXPAND": _expand, "TO": _convert, "FLOAT": _convert, "TYPE_AS": _convert,
     "CONTIGUOUS": _pass, "POW": _pow, "MEAN": _reduce, "REDUCE_SUM": _reduce,
-    "MULTIHEAD_ATTENTION": _attention, "ATTRIBUTE": _attribute, "ARANGE": _arange,
+    "MULTIHEAD_ATTENTION": _attention, "ATTRIBUTE": _attribute, "ARANGE": _arange, "PARAMETER": _parameter,
     **{op: _unary for op in _UNARY}, **{op: _composite for op in _COMPOSITE}, **{op: _binary for op in _BINARY},
     **{op: _binary for op in _SCALAR},
     "FLOOR_DIVIDE": _binary,

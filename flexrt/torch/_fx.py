@@ -13,6 +13,7 @@ Entry points: ``trace``, ``to_ir`` (nodes, and per layer the module whose parame
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -115,8 +116,9 @@ def origin(node: fx.Node) -> str:
     mod = getattr(node.target, "__module__", None)
     where = f"{node.op} {mod + '.' if mod and not isinstance(node.target, str) else ''}{target}"
     lines = [ln.strip() for ln in (node.stack_trace or "").strip().splitlines()]
+    torch_dir = os.path.dirname(torch.__file__) + os.sep
     files = [i for i, ln in enumerate(lines) if ln.startswith("File ") and "/torch/fx/" not in ln
-             and "/torch/nn/modules/module.py" not in ln]
+             and "/torch/nn/modules/module.py" not in ln and torch_dir not in ln]
     if files:
         i = files[-1]
         loc = lines[i].replace("File ", "", 1).replace('", line ', ":").replace('"', "").split(",")[0]
@@ -189,12 +191,36 @@ class _Ctx:
                                        f"softmax(dim=-1), from a buffer holding torch.tril(torch.ones(T, T))")
             if arg.name in self.ignored and not device_ok:
                 raise self.error(node, f"reads '{arg.name}' (a tensor's device), which no FFModel layer computes")
-            if arg.name in self.params or arg.name in self.consts:
-                target = self.params[arg.name][0] if arg.name in self.params else arg.name
-                raise self.error(node, f"reads the module's parameter '{target}' directly; FFModel has no "
-                                       f"free-standing weight, so parameters map only inside supported modules "
-                                       f"(Linear, Conv2d, LayerNorm, ...) and as a module's own weight and bias "
-                                       f"in F.layer_norm")
+            if arg.name in self.params:
+                self.free_parameter(arg)
+            elif arg.name in self.consts:
+                raise self.error(node, f"reads '{arg.name}', a parameter's shape, which flexrt maps only as "
+                                       f"F.layer_norm's normalized_shape")
+
+
+    def free_parameter(self, node: fx.Node) -> None:
+        """A parameter read directly (ViT's class token and position embedding, ConvNeXt's layer
+        scale): a PARAMETER node (FFModel: a bias-free dense layer of the constant 1, its kernel
+        the parameter's values, reshaped), made where it is first read."""
+        target, param = self.params.pop(node.name)
+        if param.dim() == 0:
+            raise self.error(node, f"the parameter '{target}' is a 0-d tensor; FFModel's tensors have at least one "
+                                   f"dimension")
+        owner = self.first_layer.get(id(param))
+        keywords = [("dtype", str(param.dtype))] + ([("shares", owner)] if owner else [])
+        if owner is None:
+            self.first_layer[id(param)] = node.name
+            self.weights.append(WeightSource(node.name, "parameter", _Holder(param)))
+            self.param_owner.setdefault(id(param), target)
+        self.nodes.append(IRNode(node.name, (), tuple(u.name for u in node.users), "PARAMETER",
+                                 tuple(param.shape), tuple(keywords), origin(node)))
+
+
+class _Holder:
+    """A free parameter as a weight source: ``weight`` is the parameter (``_params`` reads it)."""
+
+    def __init__(self, param) -> None:
+        self.weight, self.bias = param, None
 
 
 def is_causal_mask(value: Any) -> bool:

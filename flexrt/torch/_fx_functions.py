@@ -109,6 +109,9 @@ def _mask_flip(ctx, node, x, other=None) -> None:
 def _eq(ctx, node):
     a = _bind(ctx, node, ["input", "other"], {})
     x, y = a["input"], a["other"]
+    if node.users and all(u.target is torch._assert for u in node.users):   # a shape check (ViT): no layer
+        ctx.ignored.add(node.name)
+        return
     for m, o in ((x, y), (y, x)):
         if isinstance(m, fx.Node) and m.name in ctx.masks:
             return _mask_flip(ctx, node, m, o)
@@ -245,6 +248,10 @@ def _getattr(ctx, node):
         ctx.ignored.add(node.name)
         return
     ctx.add(node, "GETATTR", [_tensor_arg(ctx, node, x)], [attr])
+
+
+def _dim(ctx, node):
+    ctx.add(node, "GETATTR", [_tensor_arg(ctx, node, node.args[0])], ["ndim"])
 
 
 def _size(ctx, node):
@@ -422,7 +429,7 @@ METHODS: dict[str, Callable] = {
     "unsqueeze": _unsqueeze("UNSQUEEZE"), "squeeze": _unsqueeze("SQUEEZE"), "view_as": _as, "reshape_as": _as,
     "type_as": _as, "expand_as": _expand_as, "to": _to, "float": _pass("FLOAT"), "contiguous": _pass("CONTIGUOUS"),
     "pow": _pow, "mean": _reduce("MEAN"), "sum": _reduce("REDUCE_SUM"), "sqrt": _unary("SQRT"), "eq": _eq,
-    "logical_not": _logical_not, "masked_fill": _masked_fill,
+    "logical_not": _logical_not, "masked_fill": _masked_fill, "dim": _dim,
 }
 _MASK_AWARE = (_getitem, _eq, _logical_not, _masked_fill, _softmax, _layer_norm_fn, _getattr)
 
@@ -448,6 +455,7 @@ def _guard(ctx, node):
 # those packages)
 BY_NAME: dict[str, Callable] = {"torchvision.ops.stochastic_depth.stochastic_depth": _stochastic_depth,
                                 "torch.fx._symbolic_trace._assert_is_none": _guard}
+FUNCTIONS[torch._assert] = _guard   # a shape check (ViT's image size): no layer
 
 
 def convert_call(ctx: _Ctx, node: fx.Node) -> None:

@@ -26,7 +26,7 @@ def ff_layout(kind: str, params: Mapping[str, np.ndarray | None]) -> dict[str, n
     - ``dense``: weight [out, in], bias -> kernel [in, out], bias
     - ``conv2d``: weight OIHW, bias -> kernel, bias
     - ``batch_norm``: weight, bias -> scale, bias; ``layer_norm``: weight, bias -> gamma, beta
-    - ``embedding``: weight -> table
+    - ``embedding``: weight -> table; ``parameter`` (a parameter read directly): weight -> kernel [1, n]
     - ``multihead_attention``: in_proj_weight [3E, E] (or q/k/v_proj_weight), in_proj_bias,
       out_proj_weight, out_proj_bias -> wq, wk, wv, wo, bq, bk, bv, bo
     """
@@ -43,6 +43,8 @@ def ff_layout(kind: str, params: Mapping[str, np.ndarray | None]) -> dict[str, n
         return out | ({"beta": p["bias"]} if p.get("bias") is not None else {})
     if kind == "embedding":
         return {"table": p["weight"]}
+    if kind == "parameter":   # a free parameter: the kernel [1, n] of a dense layer of the constant 1
+        return {"kernel": np.ascontiguousarray(p["weight"].reshape(1, -1))}
     if kind == "multihead_attention":
         return _attention(p)
     raise ConfigError(f"no weight layout for layer kind {kind!r}")

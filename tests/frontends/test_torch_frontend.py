@@ -195,8 +195,8 @@ def test_unsupported_module_and_arguments_raise_ours():
         PyTorchModel(_Named(nn.Conv1d(3, 3, 1))).torch_to_ff(ff, [x])
     with pytest.raises(ConfigError, match="dilation"):
         PyTorchModel(_Named(nn.Conv2d(3, 3, 3, dilation=2))).torch_to_string()
-    with pytest.raises(ConfigError, match="reads the module's parameter 'w' directly"):
-        PyTorchModel(_Param()).torch_to_string()
+    with pytest.raises(ConfigError, match="reads the module's parameter or buffer 'idx' directly"):
+        PyTorchModel(_Buffer()).torch_to_string()
 
 
 def test_declared_input_size_mismatch_warns_and_builds_from_the_input_as_flexflow_does():
@@ -227,13 +227,58 @@ class _Named(nn.Module):
         return getattr(self, self.name)(x)
 
 
-class _Param(nn.Module):
+class _Buffer(nn.Module):
     def __init__(self):
         super().__init__()
-        self.w = nn.Parameter(torch.ones(3))
+        self.register_buffer("idx", torch.arange(3.0))
 
     def forward(self, x):
-        return x * self.w
+        return x * self.idx
+
+
+class _FreeParams(nn.Module):
+    """Parameters read directly, as ViT's class token and position embedding and ConvNeXt's layer
+    scale: concatenated, added and multiplied."""
+
+    def __init__(self):
+        super().__init__()
+        self.token = nn.Parameter(torch.randn(1, 1, 6))
+        self.pos = nn.Parameter(torch.randn(1, 5, 6))
+        self.scale = nn.Parameter(torch.rand(6) + 0.5)
+        self.fc = nn.Linear(6, 5)
+
+    def forward(self, x):                     # x: [N, 4, 6]
+        t = torch.cat([self.token.expand(x.size(0), -1, -1), x], dim=1) + self.pos
+        return self.fc((t * self.scale)[:, 0])
+
+
+def test_parameters_read_directly_train_like_torch(tmp_path):
+    """A parameter read directly is a bias-free dense layer of the constant 1 (its kernel the values):
+    the forward and one SGD step equal torch's, under data parallelism, and a parameter read twice
+    shares one kernel; the parameter count is torch's."""
+    torch.manual_seed(3)
+    model = _FreeParams()
+    rng = np.random.default_rng(3)
+    x, y = rng.standard_normal((4, 4, 6)).astype(np.float32), rng.integers(0, 5, (4, 1)).astype(np.int32)
+    ff = FFModel(FFConfig(["-b", "4", "-ll:gpu", "2"]))
+    xt = ff.create_tensor([4, 4, 6], DataType.DT_FLOAT)
+    pm = PyTorchModel(model)
+    (out,) = pm.torch_to_ff(ff, [xt])
+    ff.softmax(out)
+    from flexrt.model import SGDOptimizer
+    ff.compile(optimizer=SGDOptimizer(ff, 0.1), loss_type="sparse_categorical_crossentropy")
+    assert ff.num_parameters() == sum(p.numel() for p in model.parameters())
+    pm.load_weights(ff)
+    xt.set_tensor(ff, x)
+    ff.forward()
+    with torch.no_grad():
+        want = model(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(out.get_tensor(ff), want, rtol=1e-5, atol=1e-6)
+    ff.fit(x=x, y=y, epochs=1)
+    assert ff.history[0]["loss"] == pytest.approx(torch_sgd_step(model, x, y), rel=1e-5)
+    got = ff.get_weights()
+    for name, w in pm.ff_weights().items():
+        np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-6, err_msg=name)
 
 
 def test_needs_a_module():

@@ -277,17 +277,19 @@ def test_nanogpt_layout_traces_with_sizes_and_equals_torch(bias):
     assert len(pm.torch_to_string()) > 10            # after torch_to_ff: traced with its inputs' shapes
 
 
-class _ParamMisuse(nn.Module):
+class _OtherNorm(nn.Module):
     def __init__(self):
         super().__init__()
-        self.scale = nn.Parameter(torch.ones(D))
         self.norm = _OwnLayerNorm(True)
+        self.gain = nn.Parameter(torch.ones(D))
 
     def forward(self, x):
-        return x * self.scale
+        return F.layer_norm(x, (D,), self.gain, self.norm.bias)
 
 
-def test_parameters_read_outside_a_layer_norm_are_refused_naming_the_reader():
+def test_layer_norm_of_parameters_of_two_modules_is_refused():
     ff = FFModel(FFConfig(["-b", str(B)]))
-    with pytest.raises(ConfigError, match=r"torch node 'mul'.*reads the module's parameter 'scale' directly"):
-        PyTorchModel(_ParamMisuse()).torch_to_ff(ff, [ff.create_tensor([B, D], DataType.DT_FLOAT)])
+    with pytest.raises(ConfigError, match=r"torch node 'layer_norm' \(.*test_torch_gpt.py:\d+: return F.layer_norm.*F.layer_norm "
+                                          r"with weight 'gain' and bias 'norm.bias'; valid: no weights, or one "
+                                          r"module's own .weight and .bias"):
+        PyTorchModel(_OtherNorm()).torch_to_ff(ff, [ff.create_tensor([B, D], DataType.DT_FLOAT)])
