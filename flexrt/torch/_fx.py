@@ -38,8 +38,10 @@ class WeightSource:
     module: nn.Module
 
 
-class _Tracer(fx.Tracer):
-    # buffers become get_attr nodes, so a causal mask buffer sliced by a traced length is traceable
+class _Rules:
+    """What flexrt's tracers share: modules with an FFModel layer stay leaves, stack traces are kept
+    (errors name the source line), and buffers become get_attr nodes (a causal mask buffer sliced by
+    a traced length is traceable)."""
     proxy_buffer_attributes = True
 
     def __init__(self) -> None:
@@ -50,20 +52,17 @@ class _Tracer(fx.Tracer):
         return type(m) in MODULES or super().is_leaf_module(m, qualname)
 
 
+class _Tracer(_Rules, fx.Tracer):
+    pass
+
+
 def _meta_tracer():
+    """torch.fx's MetaTracer with flexrt's rules: every operation runs on meta tensors, so sizes
+    (``x.size()``) are numbers, for modules whose Python reads them (``assert t <= block_size``)."""
     from torch.fx.experimental.meta_tracer import MetaTracer
 
-    class _Meta(MetaTracer):
-        """torch.fx's tracer that runs every operation on meta tensors, so sizes (``x.size()``) are
-        numbers: for modules whose Python reads them (``assert t <= block_size``)."""
-        proxy_buffer_attributes = True
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.record_stack_traces = True
-
-        def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
-            return type(m) in MODULES or super().is_leaf_module(m, qualname)
+    class _Meta(_Rules, MetaTracer):
+        pass
     return _Meta()
 
 

@@ -260,14 +260,20 @@ def test_parameters_read_directly_train_like_torch(tmp_path):
     model = _FreeParams()
     rng = np.random.default_rng(3)
     x, y = rng.standard_normal((4, 4, 6)).astype(np.float32), rng.integers(0, 5, (4, 1)).astype(np.int32)
-    ff = FFModel(FFConfig(["-b", "4", "-ll:gpu", "2"]))
-    xt = ff.create_tensor([4, 4, 6], DataType.DT_FLOAT)
+    ff = _forward_and_sgd_step_equal_torch(model, x, y)
+    assert ff.num_parameters() == sum(p.numel() for p in model.parameters())
+
+
+def _forward_and_sgd_step_equal_torch(model, x, y, argv=("-ll:gpu", "2")):
+    """Convert ``model`` (float32, a softmax added), check its forward with torch's weights and one
+    SGD step (lr 0.1, sparse cross-entropy) against torch's; the FFModel."""
+    from flexrt.model import SGDOptimizer
+    ff = FFModel(FFConfig(["-b", str(x.shape[0]), *argv]))
+    xt = ff.create_tensor(list(x.shape), DataType.DT_FLOAT)
     pm = PyTorchModel(model)
     (out,) = pm.torch_to_ff(ff, [xt])
     ff.softmax(out)
-    from flexrt.model import SGDOptimizer
     ff.compile(optimizer=SGDOptimizer(ff, 0.1), loss_type="sparse_categorical_crossentropy")
-    assert ff.num_parameters() == sum(p.numel() for p in model.parameters())
     pm.load_weights(ff)
     xt.set_tensor(ff, x)
     ff.forward()
@@ -279,6 +285,7 @@ def test_parameters_read_directly_train_like_torch(tmp_path):
     got = ff.get_weights()
     for name, w in pm.ff_weights().items():
         np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-6, err_msg=name)
+    return ff
 
 
 def test_needs_a_module():
@@ -475,22 +482,4 @@ def test_max_pool_ceil_mode_equals_torch_forward_and_sgd_step(k, s, p, hw):
     y = np.array([[1], [3]], np.int32)
     with torch.no_grad():
         model(torch.from_numpy(x))          # materializes the lazy linear
-    ff = FFModel(FFConfig(["-b", "2", "-ll:gpu", "2"]))
-    xt = ff.create_tensor(list(x.shape), DataType.DT_FLOAT)
-    pm = PyTorchModel(model)
-    (out,) = pm.torch_to_ff(ff, [xt])
-    ff.softmax(out)
-    from flexrt.model import SGDOptimizer
-    ff.compile(optimizer=SGDOptimizer(ff, 0.1), loss_type="sparse_categorical_crossentropy")
-    pm.load_weights(ff)
-    xt.set_tensor(ff, x)
-    ff.forward()
-    with torch.no_grad():
-        want = model(torch.from_numpy(x)).numpy()
-    np.testing.assert_allclose(out.get_tensor(ff), want, rtol=1e-5, atol=1e-6)
-    ff.fit(x=x, y=y, epochs=1)
-    loss = torch_sgd_step(model, x, y)
-    assert ff.history[0]["loss"] == pytest.approx(loss, rel=1e-5)
-    got = ff.get_weights()
-    for name, w in pm.ff_weights().items():
-        np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-6, err_msg=name)
+    _forward_and_sgd_step_equal_torch(model, x, y)
