@@ -147,12 +147,38 @@ class ONNXModelKeras(ONNXModel):
         super().__init__(filename)
 
 
+_FILL_LIMIT = -1e9   # a masked fill at most this zeroes the probability in float32 and float64
+
+
+def _square(arr: np.ndarray):
+    """``arr`` [1, ..., 1, T, T] as [T, T], else None."""
+    if arr.ndim < 2 or arr.shape[-1] != arr.shape[-2] or any(d != 1 for d in arr.shape[:-2]):
+        return None
+    return arr.reshape(arr.shape[-2:])
+
+
+def _causal_hide(arr: np.ndarray) -> bool:
+    """True exactly where a key lies after its query (above the diagonal)."""
+    sq = _square(arr)
+    return sq is not None and bool(np.array_equal(sq.astype(bool), np.triu(np.ones(sq.shape, bool), 1)))
+
+
+def _additive_causal(arr: np.ndarray) -> bool:
+    """0 on and below the diagonal, <= -1e9 (or -inf) above: an additive causal mask."""
+    sq = _square(arr)
+    if sq is None or sq.dtype.kind != "f":
+        return False
+    above = np.triu(np.ones(sq.shape, bool), 1)
+    return bool(np.all(sq[~above] == 0) and np.all(sq[above] <= _FILL_LIMIT))
+
+
 class _Converter:
     def __init__(self, model: ONNXModel, consumers: dict, inputs: set) -> None:
         self.m = model
         self.inputs = inputs
         self.consumers = consumers
         self.fused: dict[str, str] = {}    # Add output folded into a dense layer -> that layer's output
+        self.causal: dict[str, str] = {}   # scores masked causally (no IR node) -> the scores' name
 
     def is_weight(self, tensor: str) -> bool:
         """An initializer, or a graph input that ``apply`` was not given (export_params=False)."""
@@ -392,10 +418,17 @@ class _Converter:
         def handler(self, node, name, a):
             x, y = node.input[:2]
             scal = {i: self.m.constants[t] for i, t in enumerate((x, y)) if t in self.m.constants}
-            for i, v in scal.items():
-                if v.size != 1:
-                    raise self.error(node, name, f"operand {i} is a constant of shape {list(v.shape)}; FFModel has "
-                                                 f"constants of one value only")
+            arrays = {i: v for i, v in scal.items() if v.size != 1}
+            if arrays and len(scal) == 1:
+                i, v = next(iter(arrays.items()))
+                tensor = y if i == 0 else x
+                if op == "ADD" and _additive_causal(v) and self._softmax_alone(node):   # SDPA's causal mask
+                    self.causal[node.output[0]] = tensor
+                    return []
+                const = f"{name}.const{i}"
+                ins = [const, y] if i == 0 else [x, const]
+                return [IRNode(const, (), (), "CONSTANT", (v,), (), f"ONNX node '{name}' ({node.op_type})"),
+                        self.ir(node, name, op, ins)]
             if not scal:
                 return [self.ir(node, name, op, [x, y])]
             if len(scal) == 2:
@@ -423,7 +456,32 @@ class _Converter:
 
     # ---- shapes ----------------------------------------------------------------------------
     def _Softmax(self, node, name, a):
-        return [self.ir(node, name, "SOFTMAX", [node.input[0]], [], [("dim", a.get("axis", -1))])]
+        x = node.input[0]
+        if x in self.causal:
+            return [self.ir(node, name, "SOFTMAX", [self.causal[x]], [], [("dim", -1), ("causal", True)])]
+        return [self.ir(node, name, "SOFTMAX", [x], [], [("dim", a.get("axis", -1))])]
+
+    def _softmax_alone(self, node) -> bool:
+        """Whether only softmaxes over the last axis read ``node``'s output (a causal mask's scores)."""
+        out = node.output[0]
+        users = self.consumers.get(out, [])
+        rank = len(self.m.shapes[out]) if out in self.m.shapes else None
+        return bool(users) and all(u.op_type == "Softmax" and self.attrs(u).get("axis", -1) in (-1, rank and rank - 1)
+                                   for u in users)
+
+    def _Where(self, node, name, a):
+        """Where(mask, fill, scores) of torch's masked_fill by a causal mask (the mask and the fill
+        constants: a fill <= -1e9 or -inf where a key lies in the future), read by softmaxes over
+        the last axis only: their causal softmax of the scores."""
+        cond, fill, scores = node.input[:3]
+        c, f = self.m.constants.get(cond), self.m.constants.get(fill)
+        if c is None or f is None or scores in self.m.constants or not _causal_hide(c) or \
+                not bool(np.all(f <= _FILL_LIMIT)) or not self._softmax_alone(node):
+            raise self.error(node, name, "Where maps only as torch's masked_fill by a causal mask: Where(constant "
+                                         "mask hiding the future keys, constant fill <= -1e9 or -inf, scores) read "
+                                         "by Softmax over the last axis")
+        self.causal[node.output[0]] = scores
+        return []
 
     def _Dropout(self, node, name, a):
         ratio = a.get("ratio", 0.5)

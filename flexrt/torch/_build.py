@@ -260,6 +260,15 @@ def _parameter(b, node, ins, f):
     return b.ff.reshape(flat, list(f), name=f"{node.name}.shape")
 
 
+def _constant(b, node, ins, f):
+    """An array constant of the graph (an ONNX initializer operand): FFModel.create_constant of it."""
+    import numpy as np
+    arr = np.asarray(f[0])
+    kind = {"f": DataType.DT_DOUBLE if arr.dtype == np.float64 else DataType.DT_FLOAT, "b": DataType.DT_BOOLEAN}
+    dtype = kind.get(arr.dtype.kind, DataType.DT_INT64 if arr.dtype.itemsize == 8 else DataType.DT_INT32)
+    return b.ff.create_constant(list(arr.shape) or [1], arr.reshape(arr.shape or (1,)), dtype)
+
+
 def _arange(b, node, ins, f):
     """torch.arange(start, end, step) as a constant of the model (FFModel.create_constant of the
     array): GPT's positions. Integer bounds give int64, as torch's."""
@@ -616,6 +625,7 @@ HANDLERS: dict[str, Callable] = {
     "SQUEEZE": _squeeze, "EXPAND": _expand, "TO": _convert, "FLOAT": _convert, "TYPE_AS": _convert,
     "CONTIGUOUS": _pass, "POW": _pow, "MEAN": _reduce, "REDUCE_SUM": _reduce,
     "MULTIHEAD_ATTENTION": _attention, "ATTRIBUTE": _attribute, "ARANGE": _arange, "PARAMETER": _parameter,
+    "CONSTANT": _constant,
     **{op: _unary for op in _UNARY}, **{op: _composite for op in _COMPOSITE}, **{op: _binary for op in _BINARY},
     **{op: _binary for op in _SCALAR},
     "FLOOR_DIVIDE": _binary,

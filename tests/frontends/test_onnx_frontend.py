@@ -278,3 +278,42 @@ def test_inference_mode_batch_norm_builds_training_batch_norm_with_a_warning(tmp
         inferred = model.eval()(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(got, trained, rtol=1e-5, atol=1e-5)
     assert np.abs(got - inferred).max() > 1e-2     # the running statistics differ
+
+
+@pytest.mark.parametrize("sdpa", [False, True], ids=["masked_fill", "sdpa"])
+def test_gpt_exports_with_causal_masks_equal_torch(sdpa, tmp_path):
+    """torch's exports of causal attention: masked_fill as Where(mask, -inf, scores), SDPA as an
+    additive mask (Trilu, Equal, Where of the shapes, folded to a constant) added to the scores,
+    each before a Softmax, map to FFModel's causal softmax; constant arrays (the positions' folded
+    embedding rows) become model constants. The forward equals torch's."""
+    from tests.frontends.test_torch_gpt import B, GPT, T, V
+    torch.manual_seed(4)
+    model = GPT(sdpa).eval()
+    idx = np.random.default_rng(4).integers(0, V, (B, T)).astype(np.int64)
+    path = str(tmp_path / "gpt.onnx")
+    torch.onnx.export(model, (torch.from_numpy(idx),), path, dynamo=False, input_names=["x"])
+    assert {"Where", "Softmax"} <= {n.op_type for n in onnx.load(path).graph.node}
+    om = ONNXModel(path)
+    ff = FFModel(FFConfig(["-b", str(B), "-ll:gpu", "2"]))
+    xt = ff.create_tensor([B, T], DataType.DT_INT64)
+    out = om.apply(ff, {"x": xt})
+    ff.compile(loss_type="mean_squared_error_avg")
+    om.load_weights(ff)
+    xt.set_tensor(ff, idx)
+    ff.forward()
+    assert any(n.op_type.name == "SOFTMAX" and n.attrs.causal for n in ff.pcg.nodes)
+    with torch.no_grad():
+        np.testing.assert_allclose(out.get_tensor(ff), model(torch.from_numpy(idx)).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_where_other_than_a_causal_mask_is_refused():
+    cond = helper.make_tensor("c", TensorProto.BOOL, [2, 2], [True, False, False, True])
+    fill = helper.make_tensor("f", TensorProto.FLOAT, [], [-1e10])
+    node = helper.make_node("Where", ["c", "f", "x"], ["y"], name="w")
+    soft = helper.make_node("Softmax", ["y"], ["z"], name="s", axis=-1)
+    graph = helper.make_graph([node, soft], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 2])], initializer=[cond, fill])
+    ff = FFModel(FFConfig(["-b", "2"]))
+    with pytest.raises(ConfigError, match=r"ONNX node 'w' \(Where\): Where maps only as torch's masked_fill by a "
+                                          r"causal mask"):
+        ONNXModel(helper.make_model(graph)).apply(ff, {"x": ff.create_tensor([2, 2], DataType.DT_FLOAT)})
