@@ -70,6 +70,7 @@ class ONNXModel:
         self.shapes: dict[str, tuple] = {i.name: tuple(d.dim_value for d in i.type.tensor_type.shape.dim)
                                          for i in model.graph.input}
         self.shapes.update({k: v.shape for k, v in self.constants.items()})
+        self.initializers = frozenset(self.constants)   # the file's weights (the rest: Constant nodes, folds)
         self.weights: list[tuple[str, str, dict]] = []   # (layer, kind, source names of its parameters)
         self.symbol_table: dict[str, Any] = {}
 
@@ -179,6 +180,7 @@ class _Converter:
         self.consumers = consumers
         self.fused: dict[str, str] = {}    # Add output folded into a dense layer -> that layer's output
         self.causal: dict[str, str] = {}   # scores masked causally (no IR node) -> the scores' name
+        self.free: dict[str, str] = {}     # initializer read as a tensor -> its PARAMETER layer
 
     def is_weight(self, tensor: str) -> bool:
         """An initializer, or a graph input that ``apply`` was not given (export_params=False)."""
@@ -425,10 +427,8 @@ class _Converter:
                 if op == "ADD" and _additive_causal(v) and self._softmax_alone(node):   # SDPA's causal mask
                     self.causal[node.output[0]] = tensor
                     return []
-                const = f"{name}.const{i}"
-                ins = [const, y] if i == 0 else [x, const]
-                return [IRNode(const, (), (), "CONSTANT", (v,), (), f"ONNX node '{name}' ({node.op_type})"),
-                        self.ir(node, name, op, ins)]
+                made, ref = self._array_operand(node, name, (x, y)[i], v, i)
+                return made + [self.ir(node, name, op, [ref, y] if i == 0 else [x, ref])]
             if not scal:
                 return [self.ir(node, name, op, [x, y])]
             if len(scal) == 2:
@@ -460,6 +460,20 @@ class _Converter:
         if x in self.causal:
             return [self.ir(node, name, "SOFTMAX", [self.causal[x]], [], [("dim", -1), ("causal", True)])]
         return [self.ir(node, name, "SOFTMAX", [x], [], [("dim", a.get("axis", -1))])]
+
+    def _array_operand(self, node, name: str, tensor: str, value: np.ndarray, i: int) -> tuple[list, str]:
+        """(IR nodes, the name to read) for an array operand of an element-wise op: an initializer is
+        a weight (a PARAMETER, trainable, as the torch front end makes a parameter read directly;
+        one layer per initializer), any other constant a model constant."""
+        where = f"ONNX node '{name}' ({node.op_type})"
+        if tensor not in self.m.initializers:
+            const = f"{name}.const{i}"
+            return [IRNode(const, (), (), "CONSTANT", (value,), (), where)], const
+        if tensor in self.free:
+            return [], self.free[tensor]
+        layer = self.free[tensor] = f"{name}.param{i}"
+        self.m.weights.append((layer, "parameter", {"weight": (tensor, False)}))
+        return [IRNode(layer, (), (), "PARAMETER", tuple(value.shape), (("dtype", str(value.dtype)),), where)], layer
 
     def _softmax_alone(self, node) -> bool:
         """Whether only softmaxes over the last axis read ``node``'s output (a causal mask's scores)."""

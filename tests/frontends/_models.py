@@ -46,6 +46,19 @@ class CNN(nn.Module):
         return self.fc(z)
 
 
+class Scaled(nn.Module):
+    """ConvNeXt's layer scale: a parameter [C, 1, 1] read directly, multiplied into a conv's output."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, 1, 1)
+        self.gamma = nn.Parameter(torch.rand(4, 1, 1) + 0.5)
+        self.fc = nn.Linear(4 * 8 * 8, 5)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(torch.relu(self.conv(x)) * self.gamma, 1))
+
+
 class Encoder(nn.Module):
     def __init__(self):
         super().__init__()
@@ -101,7 +114,8 @@ class ResNet18(nn.Module):
 
 
 # name -> (model factory, input shape without the batch)
-MODELS = {"mlp": (MLP, (12,)), "cnn": (CNN, (3, 8, 8)), "encoder": (Encoder, (5, 6)), "resnet18": (ResNet18, (3, 32, 32))}
+MODELS = {"mlp": (MLP, (12,)), "cnn": (CNN, (3, 8, 8)), "encoder": (Encoder, (5, 6)), "resnet18": (ResNet18, (3, 32, 32)),
+          "scaled": (Scaled, (3, 8, 8))}
 
 
 def make(name: str, seed: int = 0):
