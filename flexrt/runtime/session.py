@@ -127,6 +127,18 @@ def initial_weights(pcg: PCG, seed: int = 0, initializers: Optional[dict] = None
     return out
 
 
+def largest_tensor(pcg: PCG) -> str:
+    """The largest tensor of the model (an operator's output or a weight), said with its operator:
+    where to look when a strategy does not fit."""
+    best = max(((t.size_bytes, node.name, "weight" if node.op_type is OpType.WEIGHT else "output", t)
+                for node in pcg.nodes for t in (s.tensor_shape for s in pcg.output_shapes(node.id))),
+               default=None, key=lambda t: t[0])
+    if best is None:
+        return "the model is empty"
+    size, name, what, shape = best
+    return f"the largest tensor is the {what} of '{name}', {list(shape.dims)} ({size / 2**20:.1f} MiB)"
+
+
 def _check_optimizer_params(optimizer: OptimizerKind, params: dict) -> None:
     bad = sorted(set(params) - set(OPTIMIZER_PARAMS[optimizer]))
     if bad:
@@ -201,7 +213,7 @@ class Session:
             raise StrategyError(f"strategy does not fit: device {d} needs {need / 2**20:.1f} MiB "
                                 f"({', '.join(f'{k} {v / 2**20:.1f}' for k, v in self.predicted.memory_bytes[d].items() if k != 'total')}) "
                                 f"but has {have / 2**20:.1f} MiB; devices over capacity: "
-                                f"{', '.join(map(str, self.predicted.over_capacity))}")
+                                f"{', '.join(map(str, self.predicted.over_capacity))}; {largest_tensor(self.base)}")
         self.plan = ExecPlan(self.simulator.graph, self.simulator.schedule())
         self.backend = get_backend(backend, machine.num_devices)
         update = self._update_of(optimizer, optimizer_params)

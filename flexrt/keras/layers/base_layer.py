@@ -230,6 +230,9 @@ class Layer:
                               f"array(s)")
         for i, (w, arr) in enumerate(zip(layer.weights, arrays)):
             arr = np.asarray(arr)
+            if arr.dtype.kind not in "iufb":
+                raise ConfigError(f"set_weights: layer '{self._name}' weight {w.name} must hold real numbers, got "
+                                  f"dtype {arr.dtype}")
             if tuple(arr.shape) != tuple(w.shape.dims):
                 raise ShapeError(f"set_weights: layer '{self._name}' weight {w.name} has shape {w.shape.dims}, got an "
                                  f"array of shape {arr.shape}")
