@@ -585,7 +585,7 @@ class _Converter:
                             [("keepdim", bool(a.get("keepdims", 1)))])]
         return handler
 
-    _ReduceMean, _ReduceSum = _reduce("MEAN"), _reduce("REDUCE_SUM")
+    _ReduceMean, _ReduceSum, _ReduceMax = _reduce("MEAN"), _reduce("REDUCE_SUM"), _reduce("REDUCE_MAX")
 
     def _Cast(self, node, name, a):
         to = a.get("to")

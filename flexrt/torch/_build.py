@@ -597,7 +597,24 @@ def _reduce(b, node, ins, f):
     axes = [_axis(node, d, x.num_dims) for d in dims] if dims else list(range(x.num_dims))
     if node.op == "MEAN":
         return b.ff.mean(x, axes, bool(keep), name=node.name)
+    if node.op == "REDUCE_MAX":
+        return _reduce_max(b, node, x, sorted(set(axes)), bool(keep))
     return b.ff.reduce_sum(x, axes, bool(keep), name=node.name)
+
+
+def _reduce_max(b, node, x: Tensor, axes: list, keep: bool) -> Tensor:
+    """The maximum over ``axes`` (torch's amax, ONNX ReduceMax), which FFModel has no layer for: the
+    reduced dimensions moved last, the tensor viewed as [kept, 1, reduced, 1] and max-pooled by one
+    window over the reduced positions, then shaped as the result."""
+    r = x.num_dims
+    kept = [d for d in range(r) if d not in axes]
+    order = kept + axes
+    t = x if order == list(range(r)) else b.ff.transpose(x, order, name=f"{node.name}.order")
+    m, n = math.prod(x.dims[d] for d in kept), math.prod(x.dims[d] for d in axes)
+    image = b.ff.reshape(t, [m, 1, n, 1], name=f"{node.name}.image")
+    pooled = b.ff.pool2d(image, n, 1, n, 1, 0, 0, PoolType.POOL_MAX, name=f"{node.name}.pool")
+    shape = [1 if d in axes else x.dims[d] for d in range(r)] if keep else [x.dims[d] for d in kept]
+    return b.ff.reshape(pooled, shape or [1], name=node.name)
 
 
 def _attention(b, node, ins, f):
@@ -623,7 +640,7 @@ HANDLERS: dict[str, Callable] = {
     "SPLIT": _split, "GETITEM": _getitem, "BATCH_MATMUL": _batch_matmul, "GETATTR": _getattr,
     "TRANSPOSE": _transpose, "PERMUTE": _permute, "RESHAPE": _reshape, "VIEW": _reshape, "UNSQUEEZE": _unsqueeze,
     "SQUEEZE": _squeeze, "EXPAND": _expand, "TO": _convert, "FLOAT": _convert, "TYPE_AS": _convert,
-    "CONTIGUOUS": _pass, "POW": _pow, "MEAN": _reduce, "REDUCE_SUM": _reduce,
+    "CONTIGUOUS": _pass, "POW": _pow, "MEAN": _reduce, "REDUCE_SUM": _reduce, "REDUCE_MAX": _reduce,
     "MULTIHEAD_ATTENTION": _attention, "ATTRIBUTE": _attribute, "ARANGE": _arange, "PARAMETER": _parameter,
     "CONSTANT": _constant,
     **{op: _unary for op in _UNARY}, **{op: _composite for op in _COMPOSITE}, **{op: _binary for op in _BINARY},

@@ -222,13 +222,16 @@ class _Holder:
         self.weight, self.bias = param, None
 
 
-def is_causal_mask(value: Any) -> bool:
-    """``value`` is [1, ..., 1, T, T] holding torch.tril(torch.ones(T, T)) (as numbers or bools)."""
+def causal_kind(value: Any):
+    """"keep" when ``value`` is [1, ..., 1, T, T] holding torch.tril(torch.ones(T, T)) (a query sees
+    the keys where it is nonzero), "hide" for torch.triu(torch.ones(T, T), diagonal=1) (the keys a
+    query must not see), else None; numbers or bools."""
     if not isinstance(value, torch.Tensor) or value.dim() < 2 or value.shape[-1] != value.shape[-2] or \
             any(d != 1 for d in value.shape[:-2]) or value.is_complex():
-        return False
-    t = value.detach().reshape(value.shape[-2], value.shape[-1]).to("cpu")
-    return bool(torch.equal(t != 0, torch.ones_like(t, dtype=torch.bool).tril()))
+        return None
+    t = value.detach().reshape(value.shape[-2], value.shape[-1]).to("cpu") != 0
+    keep = torch.ones_like(t, dtype=torch.bool).tril()
+    return "keep" if torch.equal(t, keep) else "hide" if torch.equal(t, ~keep) else None
 
 
 def attribute(ctx: _Ctx, node: fx.Node) -> None:
@@ -239,13 +242,15 @@ def attribute(ctx: _Ctx, node: fx.Node) -> None:
     if isinstance(value, nn.Parameter):    # read later by F.layer_norm, or refused by its reader
         ctx.params[node.name] = (node.target, value)
         return
-    if is_causal_mask(value):
-        ctx.masks[node.name] = "keep"
+    kind = causal_kind(value)
+    if kind is not None:
+        ctx.masks[node.name] = kind
         return
     raise ctx.error(node, f"reads the module's parameter or buffer '{node.target}' directly; FFModel has "
                           f"no free-standing weight, so parameters map only inside supported modules "
                           f"(Linear, Conv2d, LayerNorm, ...), and a buffer only as a causal mask "
-                          f"(torch.tril(torch.ones(T, T)), used by masked_fill before a softmax)")
+                          f"(torch.tril(torch.ones(T, T)) or its complement, used by masked_fill before a "
+                          f"softmax)")
 
 
 def _ref(v: Any) -> Any:

@@ -413,7 +413,7 @@ FUNCTIONS: dict[Callable, Callable] = {
     torch.permute: _dims_op("PERMUTE"), torch.transpose: _transpose, torch.unsqueeze: _unsqueeze("UNSQUEEZE"),
     torch.squeeze: _unsqueeze("SQUEEZE"), torch.pow: _pow, operator.pow: _pow, torch.mean: _reduce("MEAN"),
     torch.sum: _reduce("REDUCE_SUM"), F.max_pool2d: _pool_fn(PoolType.POOL_MAX),
-    math.sqrt: _unary("SQRT"), torch.sqrt: _unary("SQRT"), operator.eq: _eq, torch.eq: _eq,
+    math.sqrt: _unary("SQRT"), torch.sqrt: _unary("SQRT"), torch.amax: _reduce("REDUCE_MAX"), operator.eq: _eq, torch.eq: _eq,
     operator.invert: _logical_not, torch.logical_not: _logical_not, torch.masked_fill: _masked_fill,
     F.scaled_dot_product_attention: _sdpa, torch.arange: _arange,
     F.avg_pool2d: _pool_fn(PoolType.POOL_AVG), F.adaptive_avg_pool2d: _adaptive_fn(PoolType.POOL_AVG),
@@ -428,7 +428,8 @@ METHODS: dict[str, Callable] = {
     "permute": _dims_op("PERMUTE"), "expand": _dims_op("EXPAND"), "transpose": _transpose,
     "unsqueeze": _unsqueeze("UNSQUEEZE"), "squeeze": _unsqueeze("SQUEEZE"), "view_as": _as, "reshape_as": _as,
     "type_as": _as, "expand_as": _expand_as, "to": _to, "float": _pass("FLOAT"), "contiguous": _pass("CONTIGUOUS"),
-    "pow": _pow, "mean": _reduce("MEAN"), "sum": _reduce("REDUCE_SUM"), "sqrt": _unary("SQRT"), "eq": _eq,
+    "pow": _pow, "mean": _reduce("MEAN"), "sum": _reduce("REDUCE_SUM"), "amax": _reduce("REDUCE_MAX"),
+    "sqrt": _unary("SQRT"), "eq": _eq,
     "logical_not": _logical_not, "masked_fill": _masked_fill, "dim": _dim,
 }
 _MASK_AWARE = (_getitem, _eq, _logical_not, _masked_fill, _softmax, _layer_norm_fn, _getattr)

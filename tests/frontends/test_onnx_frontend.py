@@ -317,3 +317,18 @@ def test_where_other_than_a_causal_mask_is_refused():
     with pytest.raises(ConfigError, match=r"ONNX node 'w' \(Where\): Where maps only as torch's masked_fill by a "
                                           r"causal mask"):
         ONNXModel(helper.make_model(graph)).apply(ff, {"x": ff.create_tensor([2, 2], DataType.DT_FLOAT)})
+
+
+def test_reduce_max_equals_torch(tmp_path):
+    class AmaxNet(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3)
+
+        def forward(self, x):
+            y = self.conv(x)
+            return torch.cat([y.amax((2, 3)), y.amax(1).flatten(1)], 1)
+
+    torch.manual_seed(0)
+    x = np.random.default_rng(0).standard_normal((BATCH, 3, 6, 6)).astype(np.float32)
+    _matches_torch(AmaxNet().eval(), x, tmp_path / "amax.onnx", ["ReduceMax"], tol=1e-6)

@@ -483,3 +483,25 @@ def test_max_pool_ceil_mode_equals_torch_forward_and_sgd_step(k, s, p, hw):
     with torch.no_grad():
         model(torch.from_numpy(x))          # materializes the lazy linear
     _forward_and_sgd_step_equal_torch(model, x, y)
+
+
+class _Amax(nn.Module):
+    def __init__(self, dims, keepdim):
+        super().__init__()
+        self.dims, self.keepdim = dims, keepdim
+        self.conv, self.fc = nn.Conv2d(2, 3, 1), nn.LazyLinear(4)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(torch.amax(self.conv(x), self.dims, keepdim=self.keepdim), 1))
+
+
+@pytest.mark.parametrize("dims, keepdim", [((2, 3), False), ((1,), True), ((1, 3), False), ((3,), False)])
+def test_amax_equals_torch_forward_and_sgd_step(dims, keepdim):
+    """torch.amax (and ONNX ReduceMax) over any dimensions: the reduced dimensions moved last and
+    max-pooled by one window; the forward and one SGD step equal torch's."""
+    torch.manual_seed(0)
+    model = _Amax(dims, keepdim)
+    x = np.random.default_rng(1).standard_normal((2, 2, 5, 6)).astype(np.float32)
+    with torch.no_grad():
+        model(torch.from_numpy(x))
+    _forward_and_sgd_step_equal_torch(model, x, np.array([[0], [3]], np.int32))
