@@ -163,8 +163,8 @@ def test_weights_round_trip_through_npz_and_checkpoints(tmp_path):
     fresh = _binary_mlp(("-b", "8", "-ll:gpu", "2"))
     fresh.load_weights(path)
     saved = np.load(path)
-    assert sorted(saved.files) == ["h/0", "h/1", "o/0", "o/1"]
-    for got, want in zip(fresh.get_weights(), [saved["h/0"], saved["h/1"], saved["o/0"], saved["o/1"]]):
+    assert sorted(saved.files) == ["0/h/0", "0/h/1", "1/o/0", "1/o/1"]
+    for got, want in zip(fresh.get_weights(), [saved["0/h/0"], saved["0/h/1"], saved["1/o/0"], saved["1/o/1"]]):
         np.testing.assert_array_equal(got, want)
     m.save_weights(str(tmp_path / "now.npz"))
     fresh.load_weights(str(tmp_path / "now.npz"))
@@ -175,8 +175,8 @@ def test_weights_round_trip_through_npz_and_checkpoints(tmp_path):
         ModelCheckpoint("ckpt.keras")
     other = Sequential([Dense(3, input_shape=(4,), name="z"), Activation("softmax")], ffconfig=FFConfig(["-b", "8"]))
     other.compile("sgd", "sparse_categorical_crossentropy")
-    with pytest.raises(ConfigError, match=r"now.npz does not hold this model's weights \(missing: z/0, z/1; not in "
-                                          r"the model: h/0, h/1, o/0, o/1\)"):
+    with pytest.raises(ConfigError, match=r"now.npz does not hold this model's weights \(missing: 0/z/0, 0/z/1; not "
+                                          r"in the model: 0/h/0, 0/h/1, 1/o/0, 1/o/1\)"):
         other.load_weights(str(tmp_path / "now.npz"))
     with pytest.raises(ShapeError, match=r"set_weights: weight 0 \(layer 'h', weight 0\) has shape \(4, 6\)"):
         m.set_weights([np.zeros((6, 4))] + m.get_weights()[1:])
@@ -215,3 +215,18 @@ def test_rmsprop_and_adagrad_by_name_train_like_one_device(name, kind, params):
     for k, w in ref.weights.items():
         np.testing.assert_allclose(got[k], w, rtol=1e-5, atol=1e-6, err_msg=k)
     assert any(not np.allclose(got[k], initial[k]) for k in got)
+
+
+def test_weights_of_layers_named_alike_round_trip(tmp_path):
+    """FlexFlow's Keras names layers by kind (two Dense layers are both 'dense'): the file keys them by
+    position too."""
+    def model():
+        m = Sequential([Dense(5, input_shape=(4,)), Dense(3)], ffconfig=FFConfig(["-b", "8"]))
+        m.compile("sgd", "mse")
+        return m
+    a, b = model(), model()
+    assert [la.name for la in a.layers] == ["dense", "dense"]
+    a.save_weights(str(tmp_path / "w.npz"))
+    b.load_weights(str(tmp_path / "w.npz"))
+    for x, y in zip(a.get_weights(), b.get_weights()):
+        np.testing.assert_array_equal(x, y)

@@ -4,7 +4,8 @@
 The list holds each layer's weights (FlexFlow's layouts: a Dense kernel is ``(in, out)``, a Conv2D
 kernel ``(filters, C / groups, kh, kw)``) layer after layer, in ``model.layers`` order, as Keras'
 ``Model.get_weights``. The file is NumPy's ``.npz``, one array per weight named
-``"<layer>/<index>"``: Keras' HDF5 formats (``.h5``, ``.weights.h5``, ``.keras``) need h5py, which
+``"<k>/<layer>/<index>"``, ``k`` the layer's position among the layers with weights (FlexFlow's Keras
+names layers by kind, so two Dense layers are both ``dense``): Keras' HDF5 formats (``.h5``, ``.weights.h5``, ``.keras``) need h5py, which
 flexrt does not depend on, and are refused by name. Loading checks every layer's weights by name and
 shape before writing any.
 
@@ -59,6 +60,10 @@ def set_model_weights(model, ffmodel, arrays, where: str = "set_weights") -> Non
         layer.set_weights(ffmodel, *mine)
 
 
+def _key(k: int, layer, i: int) -> str:
+    return f"{k}/{layer.name}/{i}"
+
+
 def _npz_path(filepath, where: str) -> str:
     path = os.fspath(filepath) if isinstance(filepath, (str, os.PathLike)) else None
     if not path:
@@ -79,10 +84,8 @@ def save_weights(model, ffmodel, filepath, overwrite: bool = True) -> None:
     if not overwrite and os.path.exists(path):
         raise ConfigError(f"{where}: {path} exists and overwrite=False")
     writable_file(path, where)
-    arrays = {f"{layer.name}/{i}": np.array(a) for layer in _weighted(model)
+    arrays = {_key(k, layer, i): np.array(a) for k, layer in enumerate(_weighted(model))
               for i, a in enumerate(layer.get_weights(ffmodel))}
-    if len(arrays) != sum(len(layer.weight_shapes()) for layer in _weighted(model)):
-        raise ConfigError(f"{where}: two layers with weights share a name; name the layers apart to save them")
     with open(path, "wb") as f:
         np.savez(f, **arrays)
 
@@ -101,9 +104,9 @@ def load_weights(model, ffmodel, filepath) -> None:
         raise ConfigError(f"{where}: {path} is not a weights file save_weights wrote ({type(e).__name__}: "
                           f"{short(str(e))})") from None
     arrays, missing = [], []
-    for layer in _weighted(model):
+    for k, layer in enumerate(_weighted(model)):
         for i in range(len(layer.weight_shapes())):
-            key = f"{layer.name}/{i}"
+            key = _key(k, layer, i)
             if key in data:
                 arrays.append(data.pop(key))
             else:
