@@ -102,7 +102,7 @@ class ONNXModel:
         for i, node in enumerate(g.node):
             out += conv.node(node, node.name or f"{node.op_type}_{i}")
         out.append(IRNode("output", tuple(o.name for o in g.output), (), "OUTPUT"))
-        return out
+        return conv.materialize(out)
 
     def apply(self, ffmodel, input_dict: Mapping[str, Any]):
         """Add the graph's layers to ``ffmodel``; ``input_dict`` maps graph input names to tensors.
@@ -149,6 +149,13 @@ class ONNXModelKeras(ONNXModel):
 
 
 _FILL_LIMIT = -1e9   # a masked fill at most this zeroes the probability in float32 and float64
+_GROWS = frozenset({"Expand", "Tile", "Concat"})   # ops whose folding would turn a weight into a constant
+
+
+def _is_weight_array(m, tensor: str) -> bool:
+    """An initializer of more than one floating value: a weight of the file."""
+    v = m.constants.get(tensor)
+    return tensor in m.initializers and v is not None and v.dtype.kind == "f" and v.size > 1
 
 
 def _square(arr: np.ndarray):
@@ -231,6 +238,8 @@ class _Converter:
             given = [i for i in node.input if i]
             if not given or any(i not in m.constants for i in given):
                 return False
+            if node.op_type in _GROWS and any(_is_weight_array(m, i) for i in given):
+                return False   # a weight made larger (ViT's class token expanded) stays a trainable weight
             try:
                 values = fold(node, m.constants, m.opset)
             except Exception as e:  # noqa: BLE001 - the evaluator's own errors: the graph is malformed
@@ -427,7 +436,8 @@ class _Converter:
                 if op == "ADD" and _additive_causal(v) and self._softmax_alone(node):   # SDPA's causal mask
                     self.causal[node.output[0]] = tensor
                     return []
-                made, ref = self._array_operand(node, name, (x, y)[i], v, i)
+                made, ref = self._array_operand(f"ONNX node '{name}' ({node.op_type})", (x, y)[i], v,
+                                                f"{name}.{'param' if (x, y)[i] in self.m.initializers else 'const'}{i}")
                 return made + [self.ir(node, name, op, [ref, y] if i == 0 else [x, ref])]
             if not scal:
                 return [self.ir(node, name, op, [x, y])]
@@ -461,19 +471,34 @@ class _Converter:
             return [self.ir(node, name, "SOFTMAX", [self.causal[x]], [], [("dim", -1), ("causal", True)])]
         return [self.ir(node, name, "SOFTMAX", [x], [], [("dim", a.get("axis", -1))])]
 
-    def _array_operand(self, node, name: str, tensor: str, value: np.ndarray, i: int) -> tuple[list, str]:
-        """(IR nodes, the name to read) for an array operand of an element-wise op: an initializer is
-        a weight (a PARAMETER, trainable, as the torch front end makes a parameter read directly;
-        one layer per initializer), any other constant a model constant."""
-        where = f"ONNX node '{name}' ({node.op_type})"
+    def materialize(self, nodes: list) -> list:
+        """``nodes`` with a node before the first reader of each array no node defines: an
+        initializer (a weight: a PARAMETER, trainable) or another constant (a CONSTANT), read as a
+        tensor by an op that does not take it as its own weight (ViT's class token, a Concat)."""
+        defined, out = set(), []
+        for n in nodes:
+            for t in n.inputs:
+                if t not in defined and t in self.m.constants and self.m.constants[t].size > 1:
+                    made, ref = self._array_operand(n.origin, t, self.m.constants[t], t)
+                    if ref != t:   # the initializer's layer exists under another name: read it by an alias
+                        made = made + [IRNode(t, (ref,), (), "CONTIGUOUS", (), (), n.origin)]
+                    out += made
+                    defined.add(t)
+            out.append(n)
+            defined.add(n.name)
+        return out
+
+    def _array_operand(self, where: str, tensor: str, value: np.ndarray, name: str) -> tuple[list, str]:
+        """(IR nodes, the name to read) for an array read as a tensor, the new node named ``name``:
+        an initializer is a weight (a PARAMETER, trainable, as the torch front end makes a parameter
+        read directly; one layer per initializer), any other constant a model constant."""
         if tensor not in self.m.initializers:
-            const = f"{name}.const{i}"
-            return [IRNode(const, (), (), "CONSTANT", (value,), (), where)], const
+            return [IRNode(name, (), (), "CONSTANT", (value,), (), where)], name
         if tensor in self.free:
             return [], self.free[tensor]
-        layer = self.free[tensor] = f"{name}.param{i}"
-        self.m.weights.append((layer, "parameter", {"weight": (tensor, False)}))
-        return [IRNode(layer, (), (), "PARAMETER", tuple(value.shape), (("dtype", str(value.dtype)),), where)], layer
+        self.free[tensor] = name
+        self.m.weights.append((name, "parameter", {"weight": (tensor, False)}))
+        return [IRNode(name, (), (), "PARAMETER", tuple(value.shape), (("dtype", str(value.dtype)),), where)], name
 
     def _softmax_alone(self, node) -> bool:
         """Whether only softmaxes over the last axis read ``node``'s output (a causal mask's scores)."""
@@ -526,6 +551,19 @@ class _Converter:
         if perm is None:
             raise self.error(node, name, "Transpose without perm (a full reversal) is not supported")
         return [self.ir(node, name, "PERMUTE", [node.input[0]], list(perm))]
+
+    def _Expand(self, node, name, a):
+        """Expand of a tensor (ViT's class token, an initializer, to the batch): torch's expand to
+        the broadcast of its shape and the constant target shape."""
+        x = node.input[0]
+        target = [int(d) for d in self.const(node, name, 1, "shape")]
+        if x not in self.m.shapes:
+            raise self.error(node, name, f"the shape of '{x}' is unknown")
+        try:
+            sizes = np.broadcast_shapes(tuple(self.m.shapes[x]), tuple(target))
+        except ValueError as e:
+            raise self.error(node, name, f"cannot expand {list(self.m.shapes[x])} to {target}: {e}") from None
+        return [self.ir(node, name, "EXPAND", [x], [int(d) for d in sizes])]
 
     def _Concat(self, node, name, a):
         return [self.ir(node, name, "CONCAT", list(node.input), [a["axis"]])]

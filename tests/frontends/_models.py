@@ -59,6 +59,25 @@ class Scaled(nn.Module):
         return self.fc(torch.flatten(torch.relu(self.conv(x)) * self.gamma, 1))
 
 
+class ViT(nn.Module):
+    """A vision transformer as torchvision's: patches by a strided conv, a class token expanded to
+    the batch and position embeddings (parameters read directly), an encoder layer, the token's head."""
+
+    def __init__(self):
+        super().__init__()
+        self.patch = nn.Conv2d(3, 8, 4, stride=4)
+        self.token = nn.Parameter(torch.randn(1, 1, 8) * 0.5)
+        self.pos = nn.Parameter(torch.randn(1, 5, 8) * 0.5)
+        self.layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+        self.head = nn.Linear(8, 5)
+
+    def forward(self, x):
+        n = x.shape[0]
+        x = self.patch(x).reshape(n, 8, 4).permute(0, 2, 1)           # [N, 4 patches, 8]
+        x = torch.cat([self.token.expand(n, -1, -1), x], dim=1) + self.pos
+        return self.head(self.layer(x)[:, 0])
+
+
 class Encoder(nn.Module):
     def __init__(self):
         super().__init__()
@@ -115,7 +134,7 @@ class ResNet18(nn.Module):
 
 # name -> (model factory, input shape without the batch)
 MODELS = {"mlp": (MLP, (12,)), "cnn": (CNN, (3, 8, 8)), "encoder": (Encoder, (5, 6)), "resnet18": (ResNet18, (3, 32, 32)),
-          "scaled": (Scaled, (3, 8, 8))}
+          "scaled": (Scaled, (3, 8, 8)), "vit": (ViT, (3, 8, 8))}
 
 
 def make(name: str, seed: int = 0):

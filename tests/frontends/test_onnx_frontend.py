@@ -16,8 +16,8 @@ from flexrt.strategy import random_strategy, save_strategy
 from tests.frontends._models import BATCH, MODELS, SCCE, make, torch, torch_sgd_step
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
-ALL = ["mlp", "cnn", "scaled", pytest.param("resnet18", marks=pytest.mark.slow)]
-TOL = {"mlp": 1e-5, "cnn": 1e-5, "scaled": 1e-5, "resnet18": 1e-5}
+ALL = ["mlp", "cnn", "scaled", "vit", pytest.param("resnet18", marks=pytest.mark.slow)]
+TOL = {"mlp": 1e-5, "cnn": 1e-5, "scaled": 1e-5, "vit": 1e-5, "resnet18": 1e-5}
 
 
 def export(model, x, path, params=True):
