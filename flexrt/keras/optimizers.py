@@ -110,7 +110,9 @@ class RMSprop(Optimizer):
         if momentum != 0.0 or centered is not False:
             raise NotYetAvailableError(f"RMSprop: momentum={momentum!r}, centered={centered!r} are not available "
                                        f"(only momentum=0.0, centered=False)")
-        self.rho, self.epsilon, self.name = rho, epsilon, name
+        self.rho = _check.number("RMSprop", "rho", rho, low=0.0, high=1.0)
+        self.epsilon = _check.number("RMSprop", "epsilon", epsilon, low=0.0, low_open=True)
+        self.name = name
 
     def create_ffhandle(self, ffmodel):
         self._ffhandle = RMSpropOptimizer(ffmodel, self.lr, self.rho, self.epsilon)
@@ -127,7 +129,10 @@ class Adagrad(Optimizer):
         self.lr = _learning_rate("Adagrad", learning_rate, kwargs) if learning_rate is not None or "lr" in kwargs \
             else 0.001
         _no_extras("Adagrad", kwargs)
-        self.initial_accumulator_value, self.epsilon, self.name = initial_accumulator_value, epsilon, name
+        self.initial_accumulator_value = _check.number("Adagrad", "initial_accumulator_value",
+                                                       initial_accumulator_value, low=0.0)
+        self.epsilon = _check.number("Adagrad", "epsilon", epsilon, low=0.0, low_open=True)
+        self.name = name
 
     def create_ffhandle(self, ffmodel):
         self._ffhandle = AdagradOptimizer(ffmodel, self.lr, initial_accumulator_value=self.initial_accumulator_value,
