@@ -484,3 +484,21 @@ def test_weights_are_drawn_after_the_memory_check_and_labels_must_fit_their_dtyp
         m.create_data_loader(x, [[0.0] * 8] * 7 + [[0.0] * 3])
     with pytest.raises(ShapeError, match=r"holds int32 ids .* int64 values 4294967297\.\.4294967297 do not fit"):
         m.label_tensor.set_tensor(m, np.full((4, 1), 2 ** 32 + 1, np.int64))   # astype(np.int32) would wrap
+
+
+def test_create_constant_takes_an_array_of_its_shape():
+    """create_constant(dims, array) (flexrt's: a GPT's positions) is fed as given; arrays of another
+    shape, non-numbers, NaN or values the data type cannot hold exactly are refused."""
+    m = FFModel(FFConfig(["-b", "2"]))
+    c = m.create_constant([3], np.arange(3), DataType.DT_INT32)
+    x = m.create_tensor([2, 3])
+    m.add(x, m.cast(c, DataType.DT_FLOAT))
+    m.compile(loss_type=LossType.LOSS_MEAN_SQUARED_ERROR_AVG_REDUCE)
+    np.testing.assert_array_equal(c.get_tensor(m), [0, 1, 2])
+    for value, dtype, message in [(np.zeros((2, 3)), DataType.DT_FLOAT, r"value has shape \[2, 3\]; dims are \[3\]"),
+                                  (np.array([1.0, np.nan, 0]), DataType.DT_FLOAT, "NaN or inf"),
+                                  (np.array(["a", "b", "c"]), DataType.DT_FLOAT, "must hold numbers"),
+                                  (np.array([2 ** 40, 0, 0]), DataType.DT_INT32, "does not fit DT_INT32 exactly"),
+                                  (np.array([0.5, 0, 0]), DataType.DT_INT64, "does not fit DT_INT64 exactly")]:
+        with pytest.raises(ConfigError, match=message):
+            FFModel(FFConfig(["-b", "2"])).create_constant([3], value, dtype)
