@@ -160,6 +160,32 @@ def _conv2d(b, node, ins, f):
                        shared_op=_shared(b, node), name=node.name)
 
 
+def _window_matrix(size: int, out: int):
+    """[out, size]: row i averages torch's adaptive window i, [floor(i size / out), ceil((i+1) size / out))."""
+    import numpy as np
+    m = np.zeros((out, size))
+    for i in range(out):
+        lo, hi = (i * size) // out, -(-((i + 1) * size) // out)
+        m[i, lo:hi] = 1.0 / (hi - lo)
+    return m
+
+
+def _adaptive_average(b, node, x: Tensor, oh: int, ow: int) -> Tensor:
+    """Adaptive average pooling with uneven windows (torch's, e.g. 7x7 of a 2x2 input), which is
+    linear: rows_matrix @ x @ cols_matrix^T, two batch matmuls with constants of the model (the
+    matrices broadcast over the batch and channels), exact with torch's gradient."""
+    import numpy as np
+    from flexrt.model.dataloader import batch_dtype
+    n, c, h, w = x.dims
+    dtype = batch_dtype(x.data_type)
+    cols = np.broadcast_to(_window_matrix(w, ow).T.astype(dtype), (n, c, w, ow))
+    rows = np.broadcast_to(_window_matrix(h, oh).astype(dtype), (n, c, oh, h))
+    y = b.ff.batch_matmul(x, b.ff.create_constant([n, c, w, ow], np.ascontiguousarray(cols), x.data_type),
+                          name=f"{node.name}.cols")
+    return b.ff.batch_matmul(b.ff.create_constant([n, c, oh, h], np.ascontiguousarray(rows), x.data_type), y,
+                             name=node.name)
+
+
 def _ceil_extra(size: int, k: int, s: int, p: int) -> int:
     """How many positions past the padded end torch's ceil_mode windows reach: out = ceil((size + 2p
     - k) / s) + 1, less one when the last window would start in the right padding."""
@@ -193,10 +219,12 @@ def _pool2d(b, node, ins, f):
     acti = ActiMode(f[4]) if len(f) > 4 else ActiMode.AC_MODE_NONE
     h, w = x.dims[2:]
     out = node.kw("output_size")
-    if out is not None:   # adaptive pooling: only where windows tile the input evenly
+    if out is not None:   # adaptive pooling: a pool2d where windows tile the input evenly
         oh, ow = (out, out) if isinstance(out, int) else (out[0] or h, out[1] or w)
         if h % oh or w % ow:
-            raise node_error(node, f"adaptive pooling to {oh}x{ow} of a {h}x{w} input has uneven windows, which "
+            if pool_type is PoolType.POOL_AVG and acti is ActiMode.AC_MODE_NONE:
+                return _adaptive_average(b, node, x, oh, ow)
+            raise node_error(node, f"adaptive max pooling to {oh}x{ow} of a {h}x{w} input has uneven windows, which "
                                    f"FFModel.pool2d cannot express; valid output sizes divide {h} and {w}", ShapeError)
         kh, kw, sh, sw, ph, pw = h // oh, w // ow, h // oh, w // ow, 0, 0
     else:

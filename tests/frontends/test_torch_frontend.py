@@ -505,3 +505,19 @@ def test_amax_equals_torch_forward_and_sgd_step(dims, keepdim):
     with torch.no_grad():
         model(torch.from_numpy(x))
     _forward_and_sgd_step_equal_torch(model, x, np.array([[0], [3]], np.int32))
+
+
+@pytest.mark.parametrize("hw, out", [((1, 1), 6), ((2, 3), 7), ((5, 7), (3, 2))])
+def test_adaptive_average_pooling_with_uneven_windows_equals_torch(hw, out):
+    """AdaptiveAvgPool2d where windows do not tile the input (AlexNet's and VGG's on small images):
+    two batch matmuls with constant window matrices; forward and SGD step equal torch's. Adaptive
+    max pooling there is refused (not linear)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(2, 3, 1), nn.AdaptiveAvgPool2d(out), nn.Flatten(), nn.LazyLinear(4))
+    x = np.random.default_rng(2).standard_normal((2, 2, *hw)).astype(np.float32)
+    with torch.no_grad():
+        model(torch.from_numpy(x))
+    _forward_and_sgd_step_equal_torch(model, x, np.array([[2], [1]], np.int32))
+    ff = FFModel(FFConfig(["-b", "2"]))
+    with pytest.raises(ShapeError, match=r"adaptive max pooling to 7x7 of a 2x3 input has uneven windows"):
+        PyTorchModel(nn.AdaptiveMaxPool2d(7)).torch_to_ff(ff, [ff.create_tensor([2, 2, 2, 3], DataType.DT_FLOAT)])
