@@ -22,7 +22,7 @@ from flexrt.inputs import plain_number, short
 from flexrt.model import FFConfig
 from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.model.flags import FLAG_BY_NAME, IGNORED_BY_NAME, LEGION_SWITCHES, LEGION_VALUE_FLAGS, FlagWarning
-from flexrt.model.loader import script_build_model, script_options, split_script_flags
+from flexrt.model.loader import is_onnx, script_build_model, script_options, split_script_flags
 
 
 class UsageError(Exception):
@@ -251,7 +251,7 @@ def check_model_flags(command: str, model: str, flags: Sequence[str],
         with warnings.catch_warnings():
             if honours is not None:  # every ignored FlexFlow flag is refused below: no warning first
                 warnings.simplefilter("ignore", FlagWarning)
-            cfg = FFConfig(rest, tolerant=build_model is None)
+            cfg = FFConfig(rest, tolerant=build_model is None and not is_onnx(model))
     except ConfigError as e:
         own = f"; {model}'s own flags: {', '.join(options)}" if options else ""
         raise UsageError(command, f"{e}{own} (model flags follow MODEL)") from None

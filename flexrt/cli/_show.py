@@ -13,7 +13,7 @@ ACCEPTS_MODEL_FLAGS = True
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("model", metavar="MODEL", help="zoo name (see `flexrt models`) or path to a .py script")
+    parser.add_argument("model", metavar="MODEL", help="zoo name (see `flexrt models`), path to a .py script, or an .onnx file")
     parser.add_argument("--dot", metavar="FILE", help="write the graph as Graphviz dot")
     parser.add_argument("--save", metavar="FILE", help="write the PCG as JSON")
     add_json_flag(parser)

@@ -39,7 +39,7 @@ GPU_INSTALL = 'pip install -e ".[gpu]"'
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("model", metavar="MODEL", help="zoo name (see `flexrt models`) or path to a .py script")
+    parser.add_argument("model", metavar="MODEL", help="zoo name (see `flexrt models`), path to a .py script, or an .onnx file")
     parser.add_argument("--machine", required=True, help="preset name (see `flexrt machines`) or machine YAML")
     parser.add_argument("--nodes", type=count(1), help="scale the machine to this many nodes")
     parser.add_argument("--strategy", metavar="FILE",

@@ -335,8 +335,63 @@ def _build_model_of(script: _Script, name: str):
     return build_model
 
 
+def is_onnx(model: str) -> bool:
+    """``model`` names an ONNX file (``load_model`` builds it through ``flexrt.onnx``)."""
+    return isinstance(model, str) and model.lower().endswith(".onnx")
+
+
+def _onnx_inputs(om, config: FFConfig, batch_given: bool, path: str) -> list:
+    """(name, dims, DataType) of each graph input that is not an initializer: the first dimension is
+    the batch (``-b`` when given or when the file leaves it symbolic), the others the file's."""
+    from flexrt.onnx.model import input_data_type
+    out = []
+    for i in om.model.graph.input:
+        if i.name in om.constants:
+            continue
+        t = i.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in t.shape.dim]
+        if not dims:
+            raise ConfigError(f"{path}: input '{i.name}' has no dimensions; flexrt's inputs have a batch dimension")
+        if batch_given or dims[0] is None:
+            dims[0] = config.batch_size
+        if any(d is None for d in dims[1:]):
+            shown = [d.dim_value or d.dim_param or "?" for d in t.shape.dim]
+            raise ConfigError(f"{path}: input '{i.name}' has symbolic dimensions {shown}; only the first (the "
+                              f"batch) may be symbolic: export with fixed sizes")
+        dtype = input_data_type(t.elem_type)
+        if dtype is None:
+            raise ConfigError(f"{path}: input '{i.name}' has ONNX element type {t.elem_type}; valid: float, double, "
+                              f"int32, int64, bool (1, 11, 6, 7, 9)")
+        out.append((i.name, dims, dtype))
+    if not out:
+        raise ConfigError(f"{path}: the graph has no inputs besides its initializers")
+    return out
+
+
+def _load_onnx(model: str, argv: Sequence[str]) -> LoadedModel:
+    """An ONNX file as a model: its graph inputs at the batch of ``-b`` (else the file's, or ``-b``'s
+    default where the file leaves it symbolic), built by ``flexrt.onnx.ONNXModel``. The FFModel
+    starts from its own initial weights, as a zoo model does."""
+    from flexrt.onnx import ONNXModel   # the ONNX front end builds on this layer: imported when used
+    config = FFConfig(list(argv))
+    batch_given = any(a in ("-b", "--batch-size") or a.startswith("--batch-size=") for a in argv)
+    om = ONNXModel(model)
+    specs = _onnx_inputs(om, config, batch_given, model)
+    if not batch_given and specs[0][1][0] != config.batch_size:   # the file fixes the batch: the model's
+        config = config.with_values(batch_size=specs[0][1][0])
+    ffmodel = FFModel(config)
+    inputs = {name: ffmodel.create_tensor(dims, dtype) for name, dims, dtype in specs}
+    om.apply(ffmodel, inputs)
+    name = Path(model).stem
+    _check_has_operators(ffmodel, name, model)
+    return LoadedModel(name, model, ffmodel)
+
+
 def script_build_model(model: str):
-    """The ``build_model`` function of a zoo name or script path, or None when it has none."""
+    """The ``build_model`` function of a zoo name or script path, or None when it has none (or an
+    ONNX file)."""
+    if is_onnx(model):
+        return None
     name, entry = _resolve(model)
     with resources.as_file(entry) as path:
         script = _read_script(Path(path))
@@ -368,8 +423,11 @@ def load_model(model: str, argv: Sequence[str] = ()) -> LoadedModel:
     """Build the model of a zoo name or script path, with model flags ``argv`` (``["-b", "64"]``).
 
     Raises ConfigError for an unknown model or a script that fails (with the script's file:line),
-    and passes on the script's own flexrt errors (ShapeError, ...) with that location added.
+    and passes on the script's own flexrt errors (ShapeError, ...) with that location added. An
+    ``.onnx`` path is built through the ONNX front end (``_load_onnx``).
     """
+    if is_onnx(model):
+        return _load_onnx(model, argv)
     name, entry = _resolve(model)
     argv = list(argv)
     with resources.as_file(entry) as path:

@@ -37,6 +37,12 @@ MAX_ONNX_BYTES = 2 ** 31     # protobuf's own limit of one message
 _DTYPES = {1: "torch.float32", 11: "torch.float64", 6: "torch.int32", 7: "torch.int64", 9: "torch.bool"}
 
 
+def input_data_type(elem_type: int):
+    """FFModel's DataType of an ONNX element type of a graph input, or None when it has none."""
+    from flexrt.torch._build import DTYPES
+    return DTYPES.get(_DTYPES.get(elem_type, ""))
+
+
 def _onnx():
     try:
         import onnx

@@ -332,3 +332,22 @@ def test_reduce_max_equals_torch(tmp_path):
     torch.manual_seed(0)
     x = np.random.default_rng(0).standard_normal((BATCH, 3, 6, 6)).astype(np.float32)
     _matches_torch(AmaxNet().eval(), x, tmp_path / "amax.onnx", ["ReduceMax"], tol=1e-6)
+
+
+def test_an_onnx_file_is_a_model_for_the_commands(tmp_path, capsys):
+    """`flexrt show|simulate|train FILE.onnx`: the graph inputs at -b's batch (else the file's fixed
+    one), built through the ONNX front end; a missing or corrupt file is one clear line."""
+    import json as _json
+    from flexrt.cli import main
+    model, x, _ = make("cnn")
+    path = export(model, x, tmp_path / "cnn.onnx")             # the file fixes the batch (BATCH)
+    assert main(["show", path, "--json"]) == 0
+    shown = _json.loads(capsys.readouterr().out)
+    assert shown["config"]["batch_size"] == BATCH and shown["source"] == path
+    assert main(["simulate", path, "-b", "8", "--machine", "dgx1_v100"]) == 0
+    assert "model cnn (batch 8) on dgx1_v100" in capsys.readouterr().out
+    assert main(["train", path, "--machine", "local", "--steps", "1"]) == 0
+    capsys.readouterr()
+    (tmp_path / "junk.onnx").write_bytes(b"junk")
+    assert main(["show", str(tmp_path / "junk.onnx")]) == 1
+    assert "cannot load" in capsys.readouterr().err
