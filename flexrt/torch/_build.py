@@ -658,8 +658,8 @@ def _attention(b, node, ins, f):
 
 
 def _attribute(b, node, ins, f):
-    raise node_error(node, "reads a parameter or buffer of the module directly; FFModel has no free-standing "
-                           "weight, so only parameters inside supported modules (Linear, Conv2d, ...) map")
+    raise node_error(node, "reads an attribute of the module (a buffer: a constant array), whose values FlexFlow's "
+                           "text format does not hold; build the model from the module (torch_to_ff) instead")
 
 
 HANDLERS: dict[str, Callable] = {

@@ -235,7 +235,9 @@ def causal_kind(value: Any):
 
 
 def attribute(ctx: _Ctx, node: fx.Node) -> None:
-    """A get_attr node: a causal mask buffer becomes a mask (no IR node); anything else is refused."""
+    """A get_attr node: a parameter is deferred to its reader (F.layer_norm's weight, else a
+    PARAMETER); a causal mask buffer becomes a mask (no IR node); any other tensor buffer (RoPE's
+    cos/sin, position ids) a constant of the model; anything else is refused."""
     value = ctx.gm
     for atom in node.target.split("."):
         value = getattr(value, atom, None)
@@ -246,11 +248,12 @@ def attribute(ctx: _Ctx, node: fx.Node) -> None:
     if kind is not None:
         ctx.masks[node.name] = kind
         return
-    raise ctx.error(node, f"reads the module's parameter or buffer '{node.target}' directly; FFModel has "
-                          f"no free-standing weight, so parameters map only inside supported modules "
-                          f"(Linear, Conv2d, LayerNorm, ...), and a buffer only as a causal mask "
-                          f"(torch.tril(torch.ones(T, T)) or its complement, used by masked_fill before a "
-                          f"softmax)")
+    if isinstance(value, torch.Tensor) and not value.is_complex():   # a buffer (RoPE's cos/sin, position ids)
+        ctx.nodes.append(IRNode(node.name, (), tuple(u.name for u in node.users), "CONSTANT",
+                                (value.detach().to("cpu").numpy().copy(),), (), origin(node)))
+        return
+    raise ctx.error(node, f"reads the module's attribute '{node.target}' ({type(value).__name__}), which is not "
+                          f"a parameter or a tensor buffer")
 
 
 def _ref(v: Any) -> Any:

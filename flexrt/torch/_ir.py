@@ -131,9 +131,10 @@ def _names(names: Iterable[str]) -> str:
 
 
 def format_line(node: IRNode) -> str:
-    """The node as one line of FlexFlow's format."""
-    if node.op == "ATTRIBUTE":
-        return IR_DELIMITER.join([node.name, node.op])
+    """The node as one line of FlexFlow's format. A constant array (a buffer the module reads) is
+    written as FlexFlow writes an attribute, its name alone: the format holds no values."""
+    if node.op in ("ATTRIBUTE", "CONSTANT"):
+        return IR_DELIMITER.join([node.name, "ATTRIBUTE"])
     items = [node.name, _names(node.inputs), _names(node.outputs), node.op]
     items += [format_value(v) for v in node.fields]
     items += [f"{k}={format_value(v)}" for k, v in node.keywords]

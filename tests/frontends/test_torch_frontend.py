@@ -195,8 +195,9 @@ def test_unsupported_module_and_arguments_raise_ours():
         PyTorchModel(_Named(nn.Conv1d(3, 3, 1))).torch_to_ff(ff, [x])
     with pytest.raises(ConfigError, match="dilation"):
         PyTorchModel(_Named(nn.Conv2d(3, 3, 3, dilation=2))).torch_to_string()
-    with pytest.raises(ConfigError, match="reads the module's parameter or buffer 'idx' directly"):
-        PyTorchModel(_Buffer()).torch_to_string()
+    with pytest.raises(ConfigError, match=r"node 'idx' \(ATTRIBUTE\).*whose values FlexFlow's text format does "
+                                          r"not hold"):
+        file_to_ff(_written(PyTorchModel(_Buffer())), ff, [x])
 
 
 def test_declared_input_size_mismatch_warns_and_builds_from_the_input_as_flexflow_does():
@@ -230,10 +231,29 @@ class _Named(nn.Module):
 class _Buffer(nn.Module):
     def __init__(self):
         super().__init__()
-        self.register_buffer("idx", torch.arange(3.0))
+        self.register_buffer("idx", torch.arange(8.0))
 
     def forward(self, x):
         return x * self.idx
+
+
+def _written(pm) -> str:
+    import tempfile
+    path = tempfile.mkstemp(suffix=".ff")[1]
+    pm.torch_to_file(path)
+    return path
+
+
+def test_a_buffer_read_directly_is_a_constant():
+    """A tensor buffer read in forward (RoPE's cos/sin, position ids) is a constant of the model."""
+    ff = FFModel(FFConfig(["-b", "2", "-ll:gpu", "2"]))
+    x = ff.create_tensor([2, 3, 8], DataType.DT_FLOAT)
+    (out,) = PyTorchModel(_Buffer()).torch_to_ff(ff, [x])
+    ff.compile(loss_type="mean_squared_error_avg")
+    data = np.random.default_rng(0).standard_normal((2, 3, 8)).astype(np.float32)
+    x.set_tensor(ff, data)
+    ff.forward()
+    np.testing.assert_allclose(out.get_tensor(ff), data * np.arange(8.0), rtol=1e-6)
 
 
 class _FreeParams(nn.Module):

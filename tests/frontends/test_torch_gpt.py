@@ -173,7 +173,7 @@ class _Misuse(nn.Module):
     ("add", r"torch node 'add'.*reads 'eq', a causal mask"),
     ("rows", r"indexes a causal mask with .*; valid: mask\[:, :, :T, :T\]"),
     ("sdpa_mask", r"torch node 'scaled_dot_product_attention'.*reads 'mask', a causal mask"),
-    ("full", r"reads the module's parameter or buffer 'mask' directly.*only as a causal mask"),
+    ("full", r"torch node 'eq'.*== of tensors has no FFModel layer; it maps only on a causal mask"),
 ])
 def test_masks_used_otherwise_are_refused_naming_the_node(how, match):
     ff = FFModel(FFConfig(["-b", str(B)]))
