@@ -184,10 +184,13 @@ class FFModel(DenseLayers, ShapeLayers, ElementwiseLayers, FusedLayers, Training
         if not opdef.data_input_count_ok(len(inputs)):
             raise GraphError(f"{label}: takes {opdef.num_inputs} input(s), got {len(inputs)}")
         try:
-            opdef.output_shapes(attrs, shapes)
+            outs = opdef.output_shapes(attrs, shapes)
             wshapes = tuple(opdef.weight_shapes(attrs, shapes)) if opdef.weight_shapes is not None else ()
         except ShapeError as e:
             raise ShapeError(f"{label}: {e}") from None
+        if any(o.rank == 0 for o in outs):
+            raise ShapeError(f"{label}: its output would have no dimension (a reduction over every dimension); "
+                             f"FFModel's tensors have at least one: keep the reduced dimensions (keepdims=True)")
         wnames = tuple(opdef.weight_names(attrs))
         for arg, init in (("kernel_initializer", kernel_initializer), ("bias_initializer", bias_initializer)):
             if init is not None and not isinstance(init, Initializer):

@@ -354,13 +354,16 @@ class _Converter:
             return self._layer(node, name, "EMBEDDING", [node.input[1]], [num, dim], [], "embedding",
                                {"weight": (data, False)})
         index = self.m.constants.get(node.input[1])
-        if index is not None and index.ndim == 0 and not self.is_weight(data):
-            # one position of a dimension (q, k, v = the stacked projections [0], [1], [2]): torch's x[:, i]
+        if index is not None and index.size == 1 and index.ndim <= 1 and not self.is_weight(data):
+            # one position of a dimension (q, k, v = the stacked projections [0], [1], [2]): torch's x[:, i];
+            # a 1-element index keeps the dimension (x[:, [-1], :], a GPT's last position)
             axis, rank = int(a.get("axis", 0)), len(self.m.inferred.get(data, ()))
             if axis < 0 and not rank:
                 raise self.error(node, name, f"axis {axis} of '{data}', whose rank is unknown; export with axis >= 0")
             axis += rank if axis < 0 else 0
-            return [self.ir(node, name, "GETITEM", [data], [(slice(None),) * axis + (int(index),)])]
+            k = int(index.reshape(()))
+            item = k if index.ndim == 0 else slice(k, k + 1 if k != -1 else None)
+            return [self.ir(node, name, "GETITEM", [data], [(slice(None),) * axis + (item,)])]
         raise self.error(node, name, "only Gather of rows of a 2-D weight by computed indices (an embedding), or of "
                                      "one constant position of a tensor, maps")
 
@@ -459,6 +462,9 @@ class _Converter:
     _Sub = _binary("SUBTRACT", "SCALAR_SUB")
     _Mul = _binary("MULTIPLY", "SCALAR_MULTIPLY")
     _Div = _binary("DIVIDE", "SCALAR_TRUEDIV")
+
+    def _Neg(self, node, name, a):
+        return [self.ir(node, name, "SCALAR_MULTIPLY", [node.input[0]], [-1.0])]
 
     def _Pow(self, node, name, a):
         e = self.const(node, name, 1, "exponent")
@@ -563,12 +569,13 @@ class _Converter:
         the broadcast of its shape and the constant target shape."""
         x = node.input[0]
         target = [int(d) for d in self.const(node, name, 1, "shape")]
-        if x not in self.m.shapes:
+        shape = self.m.shapes.get(x) or self.m.inferred.get(x)
+        if shape is None:
             raise self.error(node, name, f"the shape of '{x}' is unknown")
         try:
-            sizes = np.broadcast_shapes(tuple(self.m.shapes[x]), tuple(target))
+            sizes = np.broadcast_shapes(tuple(shape), tuple(target))
         except ValueError as e:
-            raise self.error(node, name, f"cannot expand {list(self.m.shapes[x])} to {target}: {e}") from None
+            raise self.error(node, name, f"cannot expand {list(shape)} to {target}: {e}") from None
         return [self.ir(node, name, "EXPAND", [x], [int(d) for d in sizes])]
 
     def _Concat(self, node, name, a):

@@ -58,6 +58,8 @@ class _Builder:
             return self.value(node, v.name)
         if isinstance(v, tuple):
             return tuple(self.resolve(node, x) for x in v)
+        if isinstance(v, slice):
+            return slice(self.resolve(node, v.start), self.resolve(node, v.stop), self.resolve(node, v.step))
         return v
 
     def args(self, node: IRNode) -> tuple[list, list]:
@@ -186,6 +188,14 @@ def _adaptive_average(b, node, x: Tensor, oh: int, ow: int) -> Tensor:
                              name=node.name)
 
 
+def _pair_of(node, v) -> tuple[int, int]:
+    """A pooling size (an int or two) resolved from traced sizes."""
+    pair = (v, v) if isinstance(v, int) else tuple(v) if isinstance(v, (tuple, list)) else None
+    if pair is None or len(pair) != 2 or not all(isinstance(d, int) and not isinstance(d, bool) for d in pair):
+        raise node_error(node, f"a pooling size must be an int or two, got {v!r}", ShapeError)
+    return pair
+
+
 def _ceil_extra(size: int, k: int, s: int, p: int) -> int:
     """How many positions past the padded end torch's ceil_mode windows reach: out = ceil((size + 2p
     - k) / s) + 1, less one when the last window would start in the right padding."""
@@ -218,7 +228,7 @@ def _pool2d(b, node, ins, f):
     pool_type = PoolType(f[3]) if len(f) > 3 else PoolType.POOL_MAX
     acti = ActiMode(f[4]) if len(f) > 4 else ActiMode.AC_MODE_NONE
     h, w = x.dims[2:]
-    out = node.kw("output_size")
+    out = b.resolve(node, node.kw("output_size"))
     if out is not None:   # adaptive pooling: a pool2d where windows tile the input evenly
         oh, ow = (out, out) if isinstance(out, int) else (out[0] or h, out[1] or w)
         if h % oh or w % ow:
@@ -230,6 +240,10 @@ def _pool2d(b, node, ins, f):
     else:
         kh, sh, ph = f[0], f[1], f[2]
         kw, sw, pw = node.kw("kernel_w", kh), node.kw("stride_w", sh), node.kw("padding_w", ph)
+        if node.kw("kernel") is not None:   # sizes read from the tensor when traced
+            (kh, kw), (ph, pw) = (_pair_of(node, b.resolve(node, node.kw(k))) for k in ("kernel", "padding"))
+            stride = node.kw("stride")
+            sh, sw = (kh, kw) if stride is None else _pair_of(node, b.resolve(node, stride))
         extra = (_ceil_extra(h, kh, sh, ph), _ceil_extra(w, kw, sw, pw)) if node.kw("ceil_mode", False) else (0, 0)
         if any(extra):
             if pool_type is not PoolType.POOL_MAX:
@@ -272,7 +286,10 @@ def _embedding(b, node, ins, f):
 
 def _softmax(b, node, ins, f):
     x = b.tensor(node, ins[0])
-    return b.ff.softmax(x, _axis(node, node.kw("dim", -1), x.num_dims), name=node.name,
+    dim = b.resolve(node, node.kw("dim", -1))
+    if dim == "implicit":   # torch's softmax without dim (F._get_softmax_dim)
+        dim = 0 if x.num_dims in (0, 1, 3) else 1
+    return b.ff.softmax(x, _axis(node, dim, x.num_dims), name=node.name,
                         causal=bool(node.kw("causal", False)))
 
 
@@ -448,6 +465,8 @@ def _split(b, node, ins, f):
 def _getitem(b, node, ins, f):
     x = ins[0]
     index = f[0] if len(f) == 1 else tuple(f)
+    if isinstance(x, tuple) and isinstance(index, slice):   # sizes: x.size()[2:]
+        return x[index]
     if isinstance(x, (list, tuple)):
         if not isinstance(index, int) or not -len(x) <= index < len(x):
             raise node_error(node, f"index {index!r} is out of range for a value of {len(x)} items")
@@ -623,26 +642,32 @@ def _reduce(b, node, ins, f):
     dims = list(dims[0]) if len(dims) == 1 and isinstance(dims[0], tuple) else dims
     keep = node.kw("keepdim", any(d is True for d in f))
     axes = [_axis(node, d, x.num_dims) for d in dims] if dims else list(range(x.num_dims))
+    if not keep and len(set(axes)) == x.num_dims:   # to a scalar (x.sum()): FFModel keeps one dimension
+        return b.ff.reshape(_reduced(b, node, x, axes, True, f"{node.name}.all"), [1], name=node.name)
+    return _reduced(b, node, x, axes, bool(keep), node.name)
+
+
+def _reduced(b, node, x: Tensor, axes: list, keep: bool, name: str) -> Tensor:
     if node.op == "MEAN":
-        return b.ff.mean(x, axes, bool(keep), name=node.name)
+        return b.ff.mean(x, axes, keep, name=name)
     if node.op == "REDUCE_MAX":
-        return _reduce_max(b, node, x, sorted(set(axes)), bool(keep))
-    return b.ff.reduce_sum(x, axes, bool(keep), name=node.name)
+        return _reduce_max(b, node, x, sorted(set(axes)), keep, name)
+    return b.ff.reduce_sum(x, axes, keep, name=name)
 
 
-def _reduce_max(b, node, x: Tensor, axes: list, keep: bool) -> Tensor:
+def _reduce_max(b, node, x: Tensor, axes: list, keep: bool, name: str) -> Tensor:
     """The maximum over ``axes`` (torch's amax, ONNX ReduceMax), which FFModel has no layer for: the
     reduced dimensions moved last, the tensor viewed as [kept, 1, reduced, 1] and max-pooled by one
     window over the reduced positions, then shaped as the result."""
     r = x.num_dims
     kept = [d for d in range(r) if d not in axes]
     order = kept + axes
-    t = x if order == list(range(r)) else b.ff.transpose(x, order, name=f"{node.name}.order")
+    t = x if order == list(range(r)) else b.ff.transpose(x, order, name=f"{name}.order")
     m, n = math.prod(x.dims[d] for d in kept), math.prod(x.dims[d] for d in axes)
-    image = b.ff.reshape(t, [m, 1, n, 1], name=f"{node.name}.image")
-    pooled = b.ff.pool2d(image, n, 1, n, 1, 0, 0, PoolType.POOL_MAX, name=f"{node.name}.pool")
+    image = b.ff.reshape(t, [m, 1, n, 1], name=f"{name}.image")
+    pooled = b.ff.pool2d(image, n, 1, n, 1, 0, 0, PoolType.POOL_MAX, name=f"{name}.pool")
     shape = [1 if d in axes else x.dims[d] for d in range(r)] if keep else [x.dims[d] for d in kept]
-    return b.ff.reshape(pooled, shape or [1], name=node.name)
+    return b.ff.reshape(pooled, shape or [1], name=name)
 
 
 def _attention(b, node, ins, f):

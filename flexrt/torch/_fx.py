@@ -259,6 +259,8 @@ def attribute(ctx: _Ctx, node: fx.Node) -> None:
 def _ref(v: Any) -> Any:
     if isinstance(v, fx.Node):
         return Ref(v.name)
+    if isinstance(v, slice):   # x[..., : x.shape[-1] // 2]: bounds resolved when built
+        return slice(_ref(v.start), _ref(v.stop), _ref(v.step))
     if isinstance(v, (tuple, list)):
         return tuple(_ref(x) for x in v)
     if isinstance(v, torch.dtype):
@@ -310,12 +312,20 @@ def _m_conv2d(ctx, node, m: nn.Conv2d):
               [("in_channels", m.in_channels)])
 
 
+def _traced(v) -> bool:
+    return isinstance(v, fx.Node) or isinstance(v, (tuple, list)) and any(isinstance(x, fx.Node) for x in v)
+
+
 def _pool_fields(ctx, node, kernel, stride, padding, dilation, ceil, pool: PoolType):
+    if _pair(dilation) != (1, 1):
+        raise ctx.error(node, f"pooling with dilation={dilation}: FFModel.pool2d has dilation 1 only")
+    if any(_traced(v) for v in (kernel, stride, padding)):   # sizes read from the tensor: resolved when built
+        kws = [("kernel", _ref(kernel)), ("padding", _ref(padding))]
+        kws += [("stride", _ref(stride))] if stride not in (None, ()) else []
+        return [0, 0, 0, pool.value, _NONE], kws + ([("ceil_mode", True)] if ceil else [])
     kh, kw = _pair(kernel)
     sh, sw = _pair(stride if stride not in (None, ()) else kernel)
     ph, pw = _pair(padding)
-    if _pair(dilation) != (1, 1):
-        raise ctx.error(node, f"pooling with dilation={dilation}: FFModel.pool2d has dilation 1 only")
     kws = [(k, v) for k, v, h in (("kernel_w", kw, kh), ("stride_w", sw, sh), ("padding_w", pw, ph)) if v != h]
     if ceil:
         kws.append(("ceil_mode", True))
@@ -375,8 +385,8 @@ def _m_embedding(ctx, node, m: nn.Embedding):
 
 
 def _m_softmax(ctx, node, m):
-    dim = m.dim
-    ctx.add(node, "SOFTMAX", [node.args[0].name], [], [("dim", dim)] if dim is not None else [])
+    # no dim: torch's implicit one (dim 0 for inputs of rank 0, 1 or 3, else 1), resolved when built
+    ctx.add(node, "SOFTMAX", [node.args[0].name], [], [("dim", m.dim if m.dim is not None else "implicit")])
 
 
 def _m_dropout(ctx, node, m):

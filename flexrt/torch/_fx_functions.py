@@ -70,8 +70,9 @@ def _softmax(ctx, node):
         ctx.add(node, "SOFTMAX", [ctx.masked[x.name]], [], [("dim", -1), ("causal", True)])
         return
     ctx.check_no_mask(node)
+    # no dim: torch's implicit one (dim 0 for inputs of rank 0, 1 or 3, else 1), resolved when built
     ctx.add(node, "SOFTMAX", [_tensor_arg(ctx, node, x)], [],
-            [("dim", a["dim"])] if a["dim"] is not None else [])
+            [("dim", _ref(a["dim"]) if a["dim"] is not None else "implicit")])
 
 
 # ---- causal masks (flexrt.torch._fx.attribute makes the first) ----------------------------------------
@@ -301,16 +302,25 @@ def _expand_as(ctx, node):
     ctx.add(node, "EXPAND", [_tensor_arg(ctx, node, node.args[0]), _tensor_arg(ctx, node, node.args[1], "other")])
 
 
+def _is_dtype_value(v) -> bool:
+    """A traced ``x.dtype``."""
+    return isinstance(v, fx.Node) and v.op == "call_function" and v.target is getattr and v.args[1:] == ("dtype",)
+
+
 def _to(ctx, node):
+    """x.to(dtype), x.to(other), x.to(y.dtype), x.to(dtype=y.dtype), x.to(device): a cast (to a traced
+    dtype: resolved when built) or the values as they are."""
     x = _tensor_arg(ctx, node, node.args[0])
-    rest = [a for a in node.args[1:] if isinstance(a, torch.dtype)]
+    rest = [a for a in node.args[1:] if isinstance(a, torch.dtype) or _is_dtype_value(a)]
     if "dtype" in node.kwargs:
         rest = [node.kwargs["dtype"]]
-    others = [a for a in node.args[1:] if isinstance(a, fx.Node)]
+    others = [a for a in node.args[1:] if isinstance(a, fx.Node) and not _is_dtype_value(a)]
     if others:
         ctx.add(node, "TYPE_AS", [x, others[0].name])
+    elif rest:
+        ctx.add(node, "TO", [x], [_ref(rest[0]) if isinstance(rest[0], fx.Node) else str(rest[0])])
     else:
-        ctx.add(node, "TO", [x], [str(rest[0])] if rest else [])
+        ctx.add(node, "TO", [x], [])
 
 
 def _pass(op: str):
@@ -355,8 +365,9 @@ def _adaptive_fn(pool: PoolType):
     def convert(ctx, node):
         a = _bind(ctx, node, ["input", "output_size", "return_indices"], {"return_indices": False})
         out = a["output_size"]
+        size = (out, out) if isinstance(out, (int, fx.Node)) and not isinstance(out, bool) else tuple(out)
         ctx.add(node, "POOL2D", [_tensor_arg(ctx, node, a["input"])], [3, 1, 0, pool.value, 10],
-                [("output_size", (out, out) if isinstance(out, int) else tuple(out))])
+                [("output_size", _ref(size))])
     return convert
 
 

@@ -85,6 +85,8 @@ def format_value(v: Any) -> str:
         return f"slice({format_value(v.start)}, {format_value(v.stop)}, {format_value(v.step)})"
     if v is None or isinstance(v, (bool, int, float)):
         return repr(v)
+    if v is Ellipsis:
+        return "..."
     if isinstance(v, str):
         if v.startswith("torch.") or re.fullmatch(r"[A-Za-z_]\w*", v):
             return v
@@ -108,7 +110,8 @@ def parse_value(text: str, where: str) -> Any:
 
 
 def _literal(node: ast.AST) -> Any:
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str, bool, type(None))):
+    if isinstance(node, ast.Constant) and (isinstance(node.value, (int, float, str, bool, type(None)))
+                                           or node.value is Ellipsis):
         return node.value
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         v = _literal(node.operand)
