@@ -1,0 +1,148 @@
+"""Forms of real PyTorch code a sweep of 69 modules found mapped wrongly or not at all: softmax
+without dim, casts to a traced dtype, pooling sizes and slice bounds read from the tensor, a
+reduction to a scalar; and in ONNX files Neg, Expand of a computed tensor and Gather of a
+one-element index. Each converts and equals torch's forward (float32, 1e-5), through the module
+and, where the module does not need its input shapes to trace, through FlexFlow's text format."""
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="flexrt.torch tests need torch")
+from torch import nn  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
+
+from flexrt.errors import ShapeError  # noqa: E402
+from flexrt.model import DataType, FFConfig, FFModel  # noqa: E402
+from flexrt.torch import PyTorchModel, file_to_ff  # noqa: E402
+
+
+class _Fn(nn.Module):
+    def __init__(self, fn, width=None):
+        super().__init__()
+        self.fn = fn
+        self.fc = nn.Linear(width, width) if width else None
+
+    def forward(self, x):
+        return self.fn(self.fc(x) if self.fc is not None else x)
+
+
+def _rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def _compare(module, x, tmp_path=None, dtype=DataType.DT_FLOAT):
+    """torch's forward against flexrt's, through the module and (``tmp_path``) the text format."""
+    with torch.no_grad():
+        want = module(torch.from_numpy(x)).numpy()
+    paths = ["module"] + (["file"] if tmp_path is not None else [])
+    for path in paths:
+        ff = FFModel(FFConfig(["-b", str(x.shape[0])]))
+        xt = ff.create_tensor(list(x.shape), dtype)
+        pm = PyTorchModel(module)
+        if path == "file":
+            pm.torch_to_file(str(tmp_path / "m.ff"))
+            (out,) = file_to_ff(str(tmp_path / "m.ff"), ff, [xt])
+        else:
+            (out,) = pm.torch_to_ff(ff, [xt])
+        ff.compile(loss_type="mean_squared_error_avg")
+        pm.load_weights(ff)
+        xt.set_tensor(ff, x)
+        ff.forward()
+        got = out.get_tensor(ff)
+        np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-5, atol=1e-6, err_msg=path)
+
+
+RNG = np.random.default_rng(0)
+X4 = RNG.standard_normal((2, 3, 4, 6)).astype(np.float32)
+X3 = RNG.standard_normal((2, 5, 6)).astype(np.float32)
+
+
+@pytest.mark.parametrize("module, x", [
+    (nn.Softmax(), X4), (_Fn(lambda x: F.softmax(x)), X3), (_Fn(lambda x: F.softmax(x)), X4[:, :, 0, :]),
+], ids=["module_4d", "function_3d", "function_3d_b"])
+def test_softmax_without_dim_takes_torchs_implicit_dim(module, x, tmp_path):
+    """torch's softmax without dim normalizes dim 0 for inputs of rank 0, 1 or 3, else dim 1."""
+    _compare(module, x, tmp_path)
+
+
+@pytest.mark.parametrize("form", ["kw", "positional"])
+def test_cast_to_a_traced_dtype(form, tmp_path):
+    class CastInput(nn.Module):
+        def forward(self, x, mask):
+            m = mask.to(dtype=x.dtype) if form == "kw" else mask.to(x.dtype)
+            return x + m * 0.5
+
+    x = RNG.standard_normal((2, 4)).astype(np.float32)
+    mask = np.array([[1, 0, 1, 0], [0, 0, 1, 1]], np.int64)
+    ff = FFModel(FFConfig(["-b", "2"]))
+    xt, mt = ff.create_tensor([2, 4], DataType.DT_FLOAT), ff.create_tensor([2, 4], DataType.DT_INT64)
+    (out,) = PyTorchModel(CastInput()).torch_to_ff(ff, [xt, mt])
+    assert out.data_type is DataType.DT_FLOAT
+    ff.compile(loss_type="mean_squared_error_avg")
+    xt.set_tensor(ff, x)
+    mt.set_tensor(ff, mask)
+    ff.forward()
+    np.testing.assert_allclose(out.get_tensor(ff), x + mask * 0.5, rtol=1e-6)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: F.avg_pool2d(x, x.size()[3]),
+    lambda x: F.max_pool2d(x, kernel_size=x.size()[2:]),
+    lambda x: F.max_pool2d(x, x.size(2)),
+    lambda x: F.adaptive_avg_pool2d(x, x.size(2) // 2),
+], ids=["avg_by_width", "max_by_sizes", "max_by_height", "adaptive_by_size"])
+def test_pooling_sizes_read_from_the_tensor(fn, tmp_path):
+    x = RNG.standard_normal((2, 3, 4, 4)).astype(np.float32)
+    _compare(_Fn(fn), x, tmp_path)
+
+
+def test_slice_bounds_from_traced_sizes_and_ellipsis_round_trip(tmp_path):
+    """rotate_half (RoPE): x[..., : x.shape[-1] // 2]; the text format writes ... and the bounds."""
+    _compare(_Fn(lambda h: h + _rotate_half(h), 8), RNG.standard_normal((2, 3, 8)).astype(np.float32), tmp_path)
+    _compare(_Fn(lambda x: x[..., 0:1] * x[..., 1:]), RNG.standard_normal((2, 3, 4)).astype(np.float32), tmp_path)
+
+
+def test_a_reduction_to_a_scalar_keeps_one_dimension():
+    """x.pow(2).mean() (a scalar in torch) is [1] in FFModel; FFModel refuses a 0-d output by layer."""
+    _compare(_Fn(lambda x: x.pow(2).mean() + x.sum() * 0.1, 6), RNG.standard_normal((2, 6)).astype(np.float32))
+    ff = FFModel(FFConfig(["-b", "2"]))
+    x = ff.create_tensor([2, 6])
+    with pytest.raises(ShapeError, match=r"reduce_sum.*its output would have no dimension.*keepdims=True"):
+        ff.reduce_sum(x, [0, 1], keepdims=False)
+
+
+def test_onnx_neg_expand_of_a_computed_tensor_and_last_position(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    from flexrt.onnx import ONNXModel
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 1)
+            self.gate = nn.Linear(4, 4)
+
+        def forward(self, x):
+            y = self.conv(x)
+            s = torch.sigmoid(self.gate(y.mean((2, 3)))).view(y.size(0), 4, 1, 1)
+            z = (y * s.expand_as(y)).flatten(2).transpose(1, 2)          # [N, HW, C]
+            return -z[:, [-1], :] * math.pi
+
+    torch.manual_seed(0)
+    model = Net().eval()
+    x = RNG.standard_normal((2, 3, 4, 4)).astype(np.float32)
+    path = str(tmp_path / "net.onnx")
+    torch.onnx.export(model, (torch.from_numpy(x),), path, dynamo=False, input_names=["x"])
+    assert {"Neg", "Expand", "Gather"} <= {n.op_type for n in onnx.load(path).graph.node}
+    om = ONNXModel(path)
+    ff = FFModel(FFConfig(["-b", "2"]))
+    xt = ff.create_tensor([2, 3, 4, 4], DataType.DT_FLOAT)
+    out = om.apply(ff, {"x": xt})
+    ff.compile(loss_type="mean_squared_error_avg")
+    om.load_weights(ff)
+    xt.set_tensor(ff, x)
+    ff.forward()
+    with torch.no_grad():
+        np.testing.assert_allclose(out.get_tensor(ff), model(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-6)
