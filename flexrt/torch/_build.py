@@ -284,6 +284,18 @@ def _embedding(b, node, ins, f):
     return b.ff.embedding(x, f[0], f[1], AggrMode.AGGR_MODE_NONE, shared_op=_shared(b, node), name=node.name)
 
 
+def _stack(b, node, ins, f):
+    """torch.stack: each tensor given the new dimension, then concatenated along it."""
+    ts = [b.tensor(node, t, f"tensor {i}") for i, t in enumerate(ins)]
+    dim = f[0] if f else 0
+    rank = ts[0].num_dims + 1
+    if isinstance(dim, bool) or not isinstance(dim, int) or not -rank <= dim < rank:
+        raise node_error(node, f"dimension {dim!r} is out of range for the stacked rank {rank}", ShapeError)
+    dim %= rank
+    parts = [b.ff.reshape(t, [*t.dims[:dim], 1, *t.dims[dim:]], name=f"{node.name}.part{i}") for i, t in enumerate(ts)]
+    return parts[0] if len(parts) == 1 else b.ff.concat(parts, dim, name=node.name)
+
+
 def _softmax(b, node, ins, f):
     x = b.tensor(node, ins[0])
     dim = b.resolve(node, node.kw("dim", -1))
@@ -431,6 +443,8 @@ def _binary(b, node, ins, f):
     if _is_number(x) and _is_number(y):
         py = operator.floordiv if op == "FLOORDIV" else _BINARY[op][1]
         return py(x, y)
+    if op == "ADD" and isinstance(x, tuple) and isinstance(y, tuple):   # sizes: x.size()[:-1] + (h, d)
+        return x + y
     if isinstance(x, Tensor) and isinstance(y, Tensor):
         if op == "FLOORDIV":
             raise node_error(node, "floor division of tensors has no FFModel layer")
@@ -523,10 +537,12 @@ def _slice_tensor(b, node, x: Tensor, index: tuple) -> Tensor:
 
 def _batch_matmul(b, node, ins, f):
     x, y = (b.tensor(node, t, f"input {i}") for i, t in enumerate(ins[:2]))
-    if x.num_dims == 2 and y.num_dims == 2:
-        r = b.ff.batch_matmul(b.ff.reshape(x, [1, *x.dims], name=f"{node.name}.a"),
+    if y.num_dims == 2 and x.num_dims >= 2:   # [..., m, k] @ [k, n]: the leading dimensions as rows
+        rows = math.prod(x.dims[:-1])
+        flat = x if x.num_dims == 2 else b.ff.reshape(x, [rows, x.dims[-1]], name=f"{node.name}.rows")
+        r = b.ff.batch_matmul(b.ff.reshape(flat, [1, rows, x.dims[-1]], name=f"{node.name}.a"),
                               b.ff.reshape(y, [1, *y.dims], name=f"{node.name}.b"), name=f"{node.name}.bmm")
-        return b.ff.reshape(r, [x.dims[0], y.dims[1]], name=node.name)
+        return b.ff.reshape(r, [*x.dims[:-1], y.dims[1]], name=node.name)
     return b.ff.batch_matmul(x, y, name=node.name)
 
 
@@ -694,7 +710,7 @@ HANDLERS: dict[str, Callable] = {
     "TRANSPOSE": _transpose, "PERMUTE": _permute, "RESHAPE": _reshape, "VIEW": _reshape, "UNSQUEEZE": _unsqueeze,
     "SQUEEZE": _squeeze, "EXPAND": _expand, "TO": _convert, "FLOAT": _convert, "TYPE_AS": _convert,
     "CONTIGUOUS": _pass, "POW": _pow, "MEAN": _reduce, "REDUCE_SUM": _reduce, "REDUCE_MAX": _reduce,
-    "MULTIHEAD_ATTENTION": _attention, "ATTRIBUTE": _attribute, "ARANGE": _arange, "PARAMETER": _parameter,
+    "MULTIHEAD_ATTENTION": _attention, "ATTRIBUTE": _attribute, "ARANGE": _arange, "PARAMETER": _parameter, "STACK": _stack,
     "CONSTANT": _constant,
     **{op: _unary for op in _UNARY}, **{op: _composite for op in _COMPOSITE}, **{op: _binary for op in _BINARY},
     **{op: _binary for op in _SCALAR},

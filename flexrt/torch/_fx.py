@@ -378,9 +378,13 @@ def _m_layer_norm(ctx, node, m: nn.LayerNorm):
 
 
 def _m_embedding(ctx, node, m: nn.Embedding):
-    if m.padding_idx is not None or m.max_norm is not None or m.sparse:
-        raise ctx.error(node, f"Embedding with padding_idx={m.padding_idx}, max_norm={m.max_norm}, sparse={m.sparse}: "
-                              f"FFModel.embedding has none of these")
+    if m.max_norm is not None or m.sparse:
+        raise ctx.error(node, f"Embedding with max_norm={m.max_norm}, sparse={m.sparse}: FFModel.embedding has "
+                              f"neither")
+    if m.padding_idx is not None:   # the forward is the table's rows; only training differs
+        warn_caller(f"torch node '{node.name}' ({origin(node)}): Embedding(padding_idx={m.padding_idx}): FFModel's "
+                    f"embedding trains that row too (torch gives it no gradient); the forward is the same",
+                    FrontendWarning)
     ctx.layer(node, "EMBEDDING", m, "embedding", [node.args[0].name], [m.num_embeddings, m.embedding_dim])
 
 

@@ -42,6 +42,10 @@ def _binary(op: str, scalar_op: str, commutes: bool):
             ctx.add(node, scalar_op, [x.name], [y])
         elif isinstance(y, fx.Node) and isinstance(x, _NUMBER):
             ctx.add(node, scalar_op, [y.name], [x], [] if commutes else [("reverse", True)])
+        elif op == "ADD" and isinstance(x, fx.Node) and isinstance(y, tuple):   # x.size()[:-1] + (h, d)
+            ctx.add(node, scalar_op, [x.name], [_ref(y)])
+        elif op == "ADD" and isinstance(y, fx.Node) and isinstance(x, tuple):
+            ctx.add(node, scalar_op, [y.name], [_ref(x)], [("reverse", True)])
         else:
             raise ctx.error(node, f"operands must be traced values or numbers, got {x!r} and {y!r}")
     return convert
@@ -63,9 +67,12 @@ def _unary(op: str, extra: tuple = ()):
 
 def _softmax(ctx, node):
     a = _bind(ctx, node, ["input", "dim", "_stacklevel", "dtype"], {"dim": None, "dtype": None})
-    if a["dtype"] is not None:
-        raise ctx.error(node, "softmax(dtype=...) is not supported; cast the input first")
     x = a["input"]
+    if a["dtype"] is not None:   # softmax(x, dtype=...): the input cast first, as torch does
+        cast = f"{node.name}.cast"
+        ctx.add(node, "TO", [_tensor_arg(ctx, node, x)], [_ref(a["dtype"])], name=cast, users=(node.name,))
+        ctx.add(node, "SOFTMAX", [cast], [], [("dim", _ref(a["dim"]) if a["dim"] is not None else "implicit")])
+        return
     if isinstance(x, fx.Node) and x.name in ctx.masked:   # scores masked causally: a causal softmax
         ctx.add(node, "SOFTMAX", [ctx.masked[x.name]], [], [("dim", -1), ("causal", True)])
         return
@@ -200,6 +207,30 @@ def _flatten(ctx, node):
     a = _bind(ctx, node, ["input", "start_dim", "end_dim"], {"start_dim": 0, "end_dim": -1})
     kws = [("start_dim", a["start_dim"])] + ([("end_dim", a["end_dim"])] if a["end_dim"] != -1 else [])
     ctx.add(node, "FLAT", [_tensor_arg(ctx, node, a["input"])], [], kws)
+
+
+def _stack(ctx, node):
+    a = _bind(ctx, node, ["tensors", "dim"], {"dim": 0})
+    ts = a["tensors"]
+    if not isinstance(ts, (list, tuple)) or not ts:
+        raise ctx.error(node, f"tensors must be a non-empty list of traced tensors, got {ts!r}")
+    ctx.add(node, "STACK", [_tensor_arg(ctx, node, t, f"tensor {i}") for i, t in enumerate(ts)], [a["dim"]])
+
+
+def _t(ctx, node):
+    """x.t(): the transpose of a 2-D tensor (of a 1-D one: itself)."""
+    ctx.add(node, "TRANSPOSE", [_tensor_arg(ctx, node, node.args[0])], [0, -1])
+
+
+def _addmm(ctx, node):
+    """torch.addmm(input, mat1, mat2) = input + mat1 @ mat2 (GPT-2's Conv1D), beta = alpha = 1."""
+    a = _bind(ctx, node, ["input", "mat1", "mat2", "beta", "alpha"], {"beta": 1, "alpha": 1})
+    if a["beta"] != 1 or a["alpha"] != 1:
+        raise ctx.error(node, f"addmm with beta={a['beta']!r}, alpha={a['alpha']!r}; valid: 1 and 1")
+    prod = f"{node.name}.mm"
+    ctx.add(node, "BATCH_MATMUL", [_tensor_arg(ctx, node, a["mat1"], "mat1"), _tensor_arg(ctx, node, a["mat2"], "mat2")],
+            name=prod, users=(node.name,))
+    ctx.add(node, "ADD", [_tensor_arg(ctx, node, a["input"]), prod])
 
 
 def _cat(ctx, node):
@@ -419,7 +450,8 @@ FUNCTIONS: dict[Callable, Callable] = {
     F.sigmoid: _unary("SIGMOID"), torch.tanh: _unary("TANH"), F.tanh: _unary("TANH"), F.elu: _unary("ELU"),
     torch.exp: _unary("EXP"), torch.sin: _unary("SIN"), torch.cos: _unary("COS"), torch.rsqrt: _unary("RSQRT"),
     F.softmax: _softmax, torch.softmax: _softmax, F.dropout: _dropout, torch.flatten: _flatten, torch.cat: _cat,
-    torch.concat: _cat, torch.split: _split, torch.chunk: _chunk, operator.getitem: _getitem, getattr: _getattr,
+    torch.concat: _cat, torch.stack: _stack, torch.addmm: _addmm, torch.split: _split, torch.chunk: _chunk,
+    operator.getitem: _getitem, getattr: _getattr,
     operator.matmul: _matmul, torch.matmul: _matmul, torch.bmm: _matmul, torch.reshape: _dims_op("RESHAPE"),
     torch.permute: _dims_op("PERMUTE"), torch.transpose: _transpose, torch.unsqueeze: _unsqueeze("UNSQUEEZE"),
     torch.squeeze: _unsqueeze("SQUEEZE"), torch.pow: _pow, operator.pow: _pow, torch.mean: _reduce("MEAN"),
@@ -441,7 +473,7 @@ METHODS: dict[str, Callable] = {
     "type_as": _as, "expand_as": _expand_as, "to": _to, "float": _pass("FLOAT"), "contiguous": _pass("CONTIGUOUS"),
     "pow": _pow, "mean": _reduce("MEAN"), "sum": _reduce("REDUCE_SUM"), "amax": _reduce("REDUCE_MAX"),
     "sqrt": _unary("SQRT"), "eq": _eq,
-    "logical_not": _logical_not, "masked_fill": _masked_fill, "dim": _dim,
+    "logical_not": _logical_not, "masked_fill": _masked_fill, "dim": _dim, "t": _t,
 }
 _MASK_AWARE = (_getitem, _eq, _logical_not, _masked_fill, _softmax, _layer_norm_fn, _getattr)
 

@@ -146,3 +146,32 @@ def test_onnx_neg_expand_of_a_computed_tensor_and_last_position(tmp_path):
     ff.forward()
     with torch.no_grad():
         np.testing.assert_allclose(out.get_tensor(ff), model(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-6)
+
+
+class _HFStyle(nn.Module):
+    """HuggingFace-style code: sizes as tuples (x.size()[:-1] + (h, d)), GPT-2's Conv1D (addmm of
+    parameters), a 3-D @ 2-D product with a parameter, torch.stack, softmax(dtype=...), .t(), and an
+    Embedding with padding_idx (same forward; torch gives that row no gradient, with a warning)."""
+
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Linear(8, 8)
+        self.w, self.b = nn.Parameter(torch.randn(8, 6)), nn.Parameter(torch.randn(6))
+        self.emb = nn.Embedding(10, 8, padding_idx=0)
+
+    def forward(self, ids):
+        x = self.emb(ids)
+        h = self.q(x).view(x.size()[:-1] + (2, 4))
+        y = torch.addmm(self.b, x.view(-1, x.size(-1)), self.w)
+        z = torch.softmax(torch.stack([h[..., 0, :], h[..., 1, :]], dim=1), dim=-1, dtype=torch.float32)
+        return ((z.sum(1) @ self.w[:4]).sum(-1) + y.view(x.size()[:-1] + (6,)).mean(-1)
+                + (x.view(-1, 8) @ self.w).t().mean())
+
+
+def test_hf_style_size_tuples_addmm_stack_and_matrix_parameters():
+    from flexrt.errors import FrontendWarning
+    torch.manual_seed(0)
+    model = _HFStyle()
+    ids = RNG.integers(0, 10, (2, 5)).astype(np.int64)
+    with pytest.warns(FrontendWarning, match=r"Embedding\(padding_idx=0\).*the forward is the same"):
+        _compare(model, ids, dtype=DataType.DT_INT64)
