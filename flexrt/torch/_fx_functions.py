@@ -209,14 +209,6 @@ def _flatten(ctx, node):
     ctx.add(node, "FLAT", [_tensor_arg(ctx, node, a["input"])], [], kws)
 
 
-def _stack(ctx, node):
-    a = _bind(ctx, node, ["tensors", "dim"], {"dim": 0})
-    ts = a["tensors"]
-    if not isinstance(ts, (list, tuple)) or not ts:
-        raise ctx.error(node, f"tensors must be a non-empty list of traced tensors, got {ts!r}")
-    ctx.add(node, "STACK", [_tensor_arg(ctx, node, t, f"tensor {i}") for i, t in enumerate(ts)], [a["dim"]])
-
-
 def _t(ctx, node):
     """x.t(): the transpose of a 2-D tensor (of a 1-D one: itself)."""
     ctx.add(node, "TRANSPOSE", [_tensor_arg(ctx, node, node.args[0])], [0, -1])
@@ -233,12 +225,18 @@ def _addmm(ctx, node):
     ctx.add(node, "ADD", [_tensor_arg(ctx, node, a["input"]), prod])
 
 
-def _cat(ctx, node):
-    a = _bind(ctx, node, ["tensors", "dim"], {"dim": 0})
-    ts = a["tensors"]
-    if not isinstance(ts, (list, tuple)) or not ts:
-        raise ctx.error(node, f"tensors must be a non-empty list of traced tensors, got {ts!r}")
-    ctx.add(node, "CONCAT", [_tensor_arg(ctx, node, t, f"tensor {i}") for i, t in enumerate(ts)], [a["dim"]])
+def _tensors_along(op: str):
+    """torch.cat (CONCAT) and torch.stack (STACK): a list of tensors and a dimension."""
+    def convert(ctx, node):
+        a = _bind(ctx, node, ["tensors", "dim"], {"dim": 0})
+        ts = a["tensors"]
+        if not isinstance(ts, (list, tuple)) or not ts:
+            raise ctx.error(node, f"tensors must be a non-empty list of traced tensors, got {ts!r}")
+        ctx.add(node, op, [_tensor_arg(ctx, node, t, f"tensor {i}") for i, t in enumerate(ts)], [a["dim"]])
+    return convert
+
+
+_cat, _stack = _tensors_along("CONCAT"), _tensors_along("STACK")
 
 
 def _split(ctx, node):
