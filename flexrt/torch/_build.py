@@ -403,6 +403,17 @@ _SCALAR = {"SCALAR_ADD": "ADD", "SCALAR_SUB": "SUBTRACT", "SCALAR_MULTIPLY": "MU
            "SCALAR_FLOORDIV": "FLOORDIV"}
 
 
+def _promoted(b, node, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+    """torch's type promotion of an integer (or bool) tensor meeting a floating one: the integer one
+    cast to the floating type (a padding mask times the hidden states)."""
+    fx_, fy = x.data_type in _FLOATS, y.data_type in _FLOATS
+    if fx_ == fy:
+        return x, y
+    if fx_:
+        return x, b.ff.cast(y, x.data_type, name=f"{node.name}.promote")
+    return b.ff.cast(x, y.data_type, name=f"{node.name}.promote"), y
+
+
 def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
@@ -448,6 +459,7 @@ def _binary(b, node, ins, f):
     if isinstance(x, Tensor) and isinstance(y, Tensor):
         if op == "FLOORDIV":
             raise node_error(node, "floor division of tensors has no FFModel layer")
+        x, y = _promoted(b, node, x, y)
         return getattr(b.ff, _BINARY[op][0])(x, y, name=node.name)
     if isinstance(x, Tensor) and _is_number(y):
         return _scalar_op(b, node, op, x, float(y), False)

@@ -175,3 +175,23 @@ def test_hf_style_size_tuples_addmm_stack_and_matrix_parameters():
     ids = RNG.integers(0, 10, (2, 5)).astype(np.int64)
     with pytest.warns(FrontendWarning, match=r"Embedding\(padding_idx=0\).*the forward is the same"):
         _compare(model, ids, dtype=DataType.DT_INT64)
+
+
+def test_an_integer_mask_times_float_states_is_promoted():
+    """torch promotes int64 * float32 to float32 (sentence-BERT's mean pooling by an attention mask)."""
+    class Pool(nn.Module):
+        def forward(self, x, mask):
+            return (x * mask.unsqueeze(-1)).sum(1) / mask.sum(1, keepdim=True)
+
+    x = RNG.standard_normal((2, 4, 3)).astype(np.float32)
+    mask = np.array([[1, 1, 0, 0], [1, 1, 1, 0]], np.int64)
+    ff = FFModel(FFConfig(["-b", "2"]))
+    xt, mt = ff.create_tensor([2, 4, 3], DataType.DT_FLOAT), ff.create_tensor([2, 4], DataType.DT_INT64)
+    (out,) = PyTorchModel(Pool()).torch_to_ff(ff, [xt, mt])
+    ff.compile(loss_type="mean_squared_error_avg")
+    xt.set_tensor(ff, x)
+    mt.set_tensor(ff, mask)
+    ff.forward()
+    with torch.no_grad():
+        want = Pool()(torch.from_numpy(x), torch.from_numpy(mask)).numpy()
+    np.testing.assert_allclose(out.get_tensor(ff), want, rtol=1e-6)
