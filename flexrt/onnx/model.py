@@ -463,6 +463,9 @@ class _Converter:
     _Mul = _binary("MULTIPLY", "SCALAR_MULTIPLY")
     _Div = _binary("DIVIDE", "SCALAR_TRUEDIV")
 
+    def _LeakyRelu(self, node, name, a):
+        return [self.ir(node, name, "LEAKY_RELU", [node.input[0]], [float(a.get("alpha", 0.01))])]
+
     def _Neg(self, node, name, a):
         return [self.ir(node, name, "SCALAR_MULTIPLY", [node.input[0]], [-1.0])]
 

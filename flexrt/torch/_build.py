@@ -378,11 +378,19 @@ def _relu6(ff, x: Tensor, name: str) -> Tensor:
 
 
 def _composite(b, node, ins, f):
-    """SiLU, ReLU6, Hardsigmoid and Hardswish (MobileNet, EfficientNet), which FFModel has no layer
-    for, from its element-wise layers: silu = x * sigmoid(x); relu6 as ``_relu6``; hardsigmoid =
-    relu6(x + 3) / 6; hardswish = x * hardsigmoid(x). The layers are named ``{node}.{part}``, the
+    """SiLU, ReLU6, Hardsigmoid, Hardswish (MobileNet, EfficientNet) and LeakyReLU, which FFModel
+    has no layer for, from its element-wise layers: silu = x * sigmoid(x); relu6 as ``_relu6``;
+    hardsigmoid = relu6(x + 3) / 6; hardswish = x * hardsigmoid(x); leaky_relu = relu(x) - slope *
+    relu(-x). The layers are named ``{node}.{part}``, the
     last one ``{node}``."""
     ff, x, name = b.ff, b.tensor(node, ins[0] if ins else None), node.name
+    if node.op == "LEAKY_RELU":   # relu(x) - slope * relu(-x), exactly (the slope: a field)
+        slope = f[0] if f else 0.01
+        if not _is_number(slope):
+            raise node_error(node, f"the negative slope must be a number, got {slope!r}")
+        neg = ff.relu(ff.scalar_multiply(x, -1.0, name=f"{name}.neg"), name=f"{name}.relu_neg")
+        return ff.subtract(ff.relu(x, name=f"{name}.relu"), ff.scalar_multiply(neg, float(slope), name=f"{name}.slope"),
+                           name=name)
     if node.op == "SILU":
         return ff.multiply(x, ff.sigmoid(x, name=f"{name}.sigmoid"), name=name)
     if node.op == "RELU6":
@@ -393,7 +401,7 @@ def _composite(b, node, ins, f):
     return h if hard_sigmoid else ff.multiply(x, h, name=name)
 
 
-_COMPOSITE = ("SILU", "RELU6", "HARDSIGMOID", "HARDSWISH")
+_COMPOSITE = ("SILU", "RELU6", "HARDSIGMOID", "HARDSWISH", "LEAKY_RELU")
 
 
 # binary op -> (FFModel method, Python operator, scalar method, reversed scalar form)

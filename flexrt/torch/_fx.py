@@ -406,6 +406,10 @@ def _m_flatten(ctx, node, m: nn.Flatten):
     ctx.add(node, "FLAT", [node.args[0].name], [], kws)
 
 
+def _m_leaky_relu(ctx, node, m):
+    ctx.add(node, "LEAKY_RELU", [node.args[0].name], [float(m.negative_slope)])
+
+
 def _m_unary(op: str, check: Callable | None = None):
     def convert(ctx, node, m):
         if check is not None:
@@ -526,7 +530,7 @@ MODULES: dict[type, Callable] = {
     nn.Softmax: _m_softmax, nn.Dropout: _m_dropout, nn.Flatten: _m_flatten, nn.ReLU: _m_unary("RELU"),
     nn.GELU: _m_unary("GELU", _gelu_check), nn.Sigmoid: _m_unary("SIGMOID"), nn.Tanh: _m_unary("TANH"),
     nn.ELU: _m_unary("ELU", _elu_check), nn.Identity: _m_unary("IDENTITY"), nn.SiLU: _m_unary("SILU"),
-    nn.ReLU6: _m_unary("RELU6"), nn.Hardsigmoid: _m_unary("HARDSIGMOID"), nn.Hardswish: _m_unary("HARDSWISH"),
+    nn.ReLU6: _m_unary("RELU6"), nn.LeakyReLU: _m_leaky_relu, nn.Hardsigmoid: _m_unary("HARDSIGMOID"), nn.Hardswish: _m_unary("HARDSWISH"),
     nn.MultiheadAttention: _m_attention, nn.TransformerEncoderLayer: _m_encoder_layer,
     nn.TransformerEncoder: _m_encoder,
 }

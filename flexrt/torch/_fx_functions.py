@@ -51,6 +51,11 @@ def _binary(op: str, scalar_op: str, commutes: bool):
     return convert
 
 
+def _leaky_relu(ctx, node):
+    a = _bind(ctx, node, ["input", "negative_slope", "inplace"], {"negative_slope": 0.01, "inplace": False})
+    ctx.add(node, "LEAKY_RELU", [_tensor_arg(ctx, node, a["input"])], [a["negative_slope"]])
+
+
 def _neg(ctx, node):
     ctx.add(node, "SCALAR_MULTIPLY", [_tensor_arg(ctx, node, node.args[0])], [-1.0])
 
@@ -443,7 +448,8 @@ FUNCTIONS: dict[Callable, Callable] = {
     operator.floordiv: _FLOORDIV, operator.neg: _neg, torch.neg: _neg,
     torch.maximum: _binary("MAX", "", True), torch.minimum: _binary("MIN", "", True),
     F.relu: _unary("RELU"), torch.relu: _unary("RELU"), F.gelu: _unary("GELU"), torch.sigmoid: _unary("SIGMOID"),
-    F.silu: _unary("SILU"), F.relu6: _unary("RELU6"), F.hardsigmoid: _unary("HARDSIGMOID"),
+    F.silu: _unary("SILU"), F.relu6: _unary("RELU6"), F.leaky_relu: _leaky_relu,
+    F.hardsigmoid: _unary("HARDSIGMOID"),
     F.hardswish: _unary("HARDSWISH"),
     F.sigmoid: _unary("SIGMOID"), torch.tanh: _unary("TANH"), F.tanh: _unary("TANH"), F.elu: _unary("ELU"),
     torch.exp: _unary("EXP"), torch.sin: _unary("SIN"), torch.cos: _unary("COS"), torch.rsqrt: _unary("RSQRT"),

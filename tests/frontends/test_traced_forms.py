@@ -195,3 +195,34 @@ def test_an_integer_mask_times_float_states_is_promoted():
     with torch.no_grad():
         want = Pool()(torch.from_numpy(x), torch.from_numpy(mask)).numpy()
     np.testing.assert_allclose(out.get_tensor(ff), want, rtol=1e-6)
+
+
+def test_leaky_relu_equals_torch_through_module_function_file_and_onnx(tmp_path):
+    """LeakyReLU (nn.LeakyReLU, F.leaky_relu, ONNX LeakyRelu) = relu(x) - slope * relu(-x)."""
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.act = nn.Linear(6, 6), nn.LeakyReLU(0.2)
+
+        def forward(self, x):
+            return F.leaky_relu(self.act(self.fc(x)), 0.05)
+
+    torch.manual_seed(0)
+    model = Net()
+    x = RNG.standard_normal((2, 6)).astype(np.float32) * 3
+    _compare(model, x, tmp_path)
+    onnx = pytest.importorskip("onnx")
+    from flexrt.onnx import ONNXModel
+    path = str(tmp_path / "leaky.onnx")
+    torch.onnx.export(model, (torch.from_numpy(x),), path, dynamo=False, input_names=["x"])
+    assert "LeakyRelu" in {n.op_type for n in onnx.load(path).graph.node}
+    om = ONNXModel(path)
+    ff = FFModel(FFConfig(["-b", "2"]))
+    xt = ff.create_tensor([2, 6], DataType.DT_FLOAT)
+    out = om.apply(ff, {"x": xt})
+    ff.compile(loss_type="mean_squared_error_avg")
+    om.load_weights(ff)
+    xt.set_tensor(ff, x)
+    ff.forward()
+    with torch.no_grad():
+        np.testing.assert_allclose(out.get_tensor(ff), model(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-6)
