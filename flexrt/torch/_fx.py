@@ -103,9 +103,9 @@ def trace(module: nn.Module, inputs=None) -> fx.GraphModule:
             return fx.GraphModule(module, attempt())
         except Exception as e:  # noqa: BLE001 - fx raises many kinds; say which module and why
             first = first or e
+    hint = "" if inputs is not None else "; torch_to_ff, given the inputs, also traces with their shapes"
     raise ConfigError(f"torch.fx cannot trace {type(module).__name__}: {type(first).__name__}: {first} "
-                      f"(data-dependent control flow and Proxy arguments to C functions cannot be traced"
-                      f"{'' if inputs is not None else '; torch_to_ff, given the inputs, also traces with their shapes'})"
+                      f"(data-dependent control flow and Proxy arguments to C functions cannot be traced{hint})"
                       ) from None
 
 
@@ -530,7 +530,8 @@ MODULES: dict[type, Callable] = {
     nn.Softmax: _m_softmax, nn.Dropout: _m_dropout, nn.Flatten: _m_flatten, nn.ReLU: _m_unary("RELU"),
     nn.GELU: _m_unary("GELU", _gelu_check), nn.Sigmoid: _m_unary("SIGMOID"), nn.Tanh: _m_unary("TANH"),
     nn.ELU: _m_unary("ELU", _elu_check), nn.Identity: _m_unary("IDENTITY"), nn.SiLU: _m_unary("SILU"),
-    nn.ReLU6: _m_unary("RELU6"), nn.LeakyReLU: _m_leaky_relu, nn.Hardsigmoid: _m_unary("HARDSIGMOID"), nn.Hardswish: _m_unary("HARDSWISH"),
+    nn.ReLU6: _m_unary("RELU6"), nn.LeakyReLU: _m_leaky_relu, nn.Hardsigmoid: _m_unary("HARDSIGMOID"),
+    nn.Hardswish: _m_unary("HARDSWISH"),
     nn.MultiheadAttention: _m_attention, nn.TransformerEncoderLayer: _m_encoder_layer,
     nn.TransformerEncoder: _m_encoder,
 }

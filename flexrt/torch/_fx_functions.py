@@ -225,8 +225,8 @@ def _addmm(ctx, node):
     if a["beta"] != 1 or a["alpha"] != 1:
         raise ctx.error(node, f"addmm with beta={a['beta']!r}, alpha={a['alpha']!r}; valid: 1 and 1")
     prod = f"{node.name}.mm"
-    ctx.add(node, "BATCH_MATMUL", [_tensor_arg(ctx, node, a["mat1"], "mat1"), _tensor_arg(ctx, node, a["mat2"], "mat2")],
-            name=prod, users=(node.name,))
+    mats = [_tensor_arg(ctx, node, a[k], k) for k in ("mat1", "mat2")]
+    ctx.add(node, "BATCH_MATMUL", mats, name=prod, users=(node.name,))
     ctx.add(node, "ADD", [_tensor_arg(ctx, node, a["input"]), prod])
 
 
@@ -460,7 +460,8 @@ FUNCTIONS: dict[Callable, Callable] = {
     torch.permute: _dims_op("PERMUTE"), torch.transpose: _transpose, torch.unsqueeze: _unsqueeze("UNSQUEEZE"),
     torch.squeeze: _unsqueeze("SQUEEZE"), torch.pow: _pow, operator.pow: _pow, torch.mean: _reduce("MEAN"),
     torch.sum: _reduce("REDUCE_SUM"), F.max_pool2d: _pool_fn(PoolType.POOL_MAX),
-    math.sqrt: _unary("SQRT"), torch.sqrt: _unary("SQRT"), torch.amax: _reduce("REDUCE_MAX"), operator.eq: _eq, torch.eq: _eq,
+    math.sqrt: _unary("SQRT"), torch.sqrt: _unary("SQRT"), torch.amax: _reduce("REDUCE_MAX"), operator.eq: _eq,
+    torch.eq: _eq,
     operator.invert: _logical_not, torch.logical_not: _logical_not, torch.masked_fill: _masked_fill,
     F.scaled_dot_product_attention: _sdpa, torch.arange: _arange,
     F.avg_pool2d: _pool_fn(PoolType.POOL_AVG), F.adaptive_avg_pool2d: _adaptive_fn(PoolType.POOL_AVG),

@@ -15,8 +15,8 @@ from flexrt.keras.layers.normalization import BatchNormalization
 from flexrt.keras.layers.pool import (AveragePooling2D, GlobalAveragePooling1D, GlobalAveragePooling2D,
                                       GlobalMaxPooling1D, GlobalMaxPooling2D, MaxPooling2D, Pooling2D)
 
-__all__ = ["Activation", "Add", "AveragePooling2D", "BatchNormalization", "Concatenate", "Conv2D", "Dense", "Dropout",
-           "Embedding", "Flatten", "GlobalAveragePooling1D", "GlobalAveragePooling2D",
-           "GlobalMaxPooling1D", "GlobalMaxPooling2D", "Input", "InputLayer", "Layer", "MaxPooling2D", "Maximum", "Minimum", "Multiply",
-           "Permute", "Pooling2D", "Reshape", "Subtract", "add", "concatenate", "maximum", "minimum", "multiply",
-           "subtract"]
+__all__ = ["Activation", "Add", "AveragePooling2D", "BatchNormalization", "Concatenate", "Conv2D", "Dense",
+           "Dropout", "Embedding", "Flatten", "GlobalAveragePooling1D", "GlobalAveragePooling2D",
+           "GlobalMaxPooling1D", "GlobalMaxPooling2D", "Input", "InputLayer", "Layer", "MaxPooling2D", "Maximum",
+           "Minimum", "Multiply", "Permute", "Pooling2D", "Reshape", "Subtract", "add", "concatenate", "maximum",
+           "minimum", "multiply", "subtract"]
