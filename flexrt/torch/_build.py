@@ -318,11 +318,11 @@ def _parameter(b, node, ins, f):
 
 
 def _constant(b, node, ins, f):
-    """An array constant of the graph (an ONNX initializer operand): FFModel.create_constant of it."""
+    """An array constant (a buffer the module reads, an ONNX constant operand): FFModel.create_constant
+    of it, in its own type (other floating types as float32, other integers as int64)."""
     import numpy as np
     arr = np.asarray(f[0])
-    kind = {"f": DataType.DT_DOUBLE if arr.dtype == np.float64 else DataType.DT_FLOAT, "b": DataType.DT_BOOLEAN}
-    dtype = kind.get(arr.dtype.kind, DataType.DT_INT64 if arr.dtype.itemsize == 8 else DataType.DT_INT32)
+    dtype = DTYPES.get(arr.dtype.name) or (DataType.DT_FLOAT if arr.dtype.kind == "f" else DataType.DT_INT64)
     return b.ff.create_constant(list(arr.shape) or [1], arr.reshape(arr.shape or (1,)), dtype)
 
 

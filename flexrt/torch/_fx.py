@@ -180,9 +180,10 @@ class _Ctx:
                             f"train apart and the model has {p.numel()} parameters more than torch counts",
                             FrontendWarning)
 
-    def check_no_mask(self, node: fx.Node, device_ok: bool = False) -> None:
-        """A causal mask or masked scores read by anything but the mask's supported use (or a
-        tensor's device, unless ``device_ok``: arange's ``device=``)."""
+    def check_inputs(self, node: fx.Node, device_ok: bool = False) -> None:
+        """Check what ``node`` reads that has no IR value of its own: a causal mask or masked scores
+        (refused outside their supported use), a tensor's device (refused unless ``device_ok``:
+        arange's ``device=``), a parameter's shape (refused), a parameter (made a PARAMETER here)."""
         for arg in node.all_input_nodes:
             if arg.name in self.masks or arg.name in self.masked:
                 raise self.error(node, f"reads '{arg.name}', a causal mask (or scores masked by one); flexrt maps "

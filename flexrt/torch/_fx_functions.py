@@ -81,7 +81,7 @@ def _softmax(ctx, node):
     if isinstance(x, fx.Node) and x.name in ctx.masked:   # scores masked causally: a causal softmax
         ctx.add(node, "SOFTMAX", [ctx.masked[x.name]], [], [("dim", -1), ("causal", True)])
         return
-    ctx.check_no_mask(node)
+    ctx.check_inputs(node)
     # no dim: torch's implicit one (dim 0 for inputs of rank 0, 1 or 3, else 1), resolved when built
     ctx.add(node, "SOFTMAX", [_tensor_arg(ctx, node, x)], [],
             [("dim", _ref(a["dim"]) if a["dim"] is not None else "implicit")])
@@ -278,7 +278,7 @@ def _getattr(ctx, node):
     if isinstance(x, fx.Node) and x.name in ctx.params and attr == "shape":   # F.layer_norm's normalized_shape
         ctx.consts[node.name] = tuple(ctx.params[x.name][1].shape)
         return
-    ctx.check_no_mask(node)
+    ctx.check_inputs(node)
     if attr == "device":   # read by arange(..., device=x.device) only: no layer computes it
         ctx.ignored.add(node.name)
         return
@@ -420,7 +420,7 @@ def _layer_norm_fn(ctx, node):
     x = _tensor_arg(ctx, node, a["input"])
     for arg in node.all_input_nodes:
         if arg is not a["input"] and arg.name not in ctx.consts and arg not in (a["weight"], a["bias"]):
-            ctx.check_no_mask(node)
+            ctx.check_inputs(node)
     kws = [("shape", shape), ("eps", a["eps"])]
     w, b = a["weight"], a["bias"]
     if w is None and b is None:
@@ -518,7 +518,7 @@ def convert_call(ctx: _Ctx, node: fx.Node) -> None:
         raise ctx.error(node, f"the {what} has no FFModel mapping; supported {what}s: "
                               f"{', '.join(sorted(_label(t) for t in table))}")
     if convert not in _MASK_AWARE and convert is not _guard:
-        ctx.check_no_mask(node, device_ok=convert is _arange)
+        ctx.check_inputs(node, device_ok=convert is _arange)
     convert(ctx, node)
 
 

@@ -107,10 +107,10 @@ class PyTorchModel:
                     continue
                 ctx.add(node, "INPUT", [])
             elif node.op == "output":
-                ctx.check_no_mask(node)
+                ctx.check_inputs(node)
                 ctx.add(node, "OUTPUT", [n.name for n in _output_nodes(node.args[0])], users=())
             elif node.op == "call_module":
-                ctx.check_no_mask(node)
+                ctx.check_inputs(node)
                 module = ctx.modules[node.target]
                 convert = _fx.MODULES.get(type(module))
                 if convert is None:

@@ -149,12 +149,15 @@ def _matches_torch(model, x, path, ops, tol=1e-5, **export_kw):
         np.testing.assert_allclose(_onnx_forward(path, x), model(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=tol)
 
 
-def _onnx_forward(path, x) -> np.ndarray:
-    """The forward of the ONNX file at ``path`` on ``x`` with its initializers, on one device."""
+def _onnx_forward(path, x, argv=(), dtype=DataType.DT_FLOAT, built=None) -> np.ndarray:
+    """The forward of the ONNX file at ``path`` on ``x`` with its initializers (on one device, or
+    as ``argv`` says); ``built(ffmodel)`` checks the graph before it runs."""
     om = ONNXModel(str(path))
-    ff = FFModel(FFConfig(["-b", str(x.shape[0])]))
-    xt = ff.create_tensor(list(x.shape), DataType.DT_FLOAT)
+    ff = FFModel(FFConfig(["-b", str(x.shape[0]), *argv]))
+    xt = ff.create_tensor(list(x.shape), dtype)
     out = om.apply(ff, {"x": xt})
+    if built is not None:
+        built(ff)
     ff.compile(loss_type="mean_squared_error_avg")
     om.load_weights(ff)
     xt.set_tensor(ff, x)
@@ -293,17 +296,12 @@ def test_gpt_exports_with_causal_masks_equal_torch(sdpa, tmp_path):
     path = str(tmp_path / "gpt.onnx")
     torch.onnx.export(model, (torch.from_numpy(idx),), path, dynamo=False, input_names=["x"])
     assert {"Where", "Softmax"} <= {n.op_type for n in onnx.load(path).graph.node}
-    om = ONNXModel(path)
-    ff = FFModel(FFConfig(["-b", str(B), "-ll:gpu", "2"]))
-    xt = ff.create_tensor([B, T], DataType.DT_INT64)
-    out = om.apply(ff, {"x": xt})
-    ff.compile(loss_type="mean_squared_error_avg")
-    om.load_weights(ff)
-    xt.set_tensor(ff, idx)
-    ff.forward()
-    assert any(n.op_type.name == "SOFTMAX" and n.attrs.causal for n in ff.pcg.nodes)
+
+    def causal(ff):
+        assert any(n.op_type.name == "SOFTMAX" and n.attrs.causal for n in ff.pcg.nodes)
+    got = _onnx_forward(path, idx, ["-ll:gpu", "2"], DataType.DT_INT64, causal)
     with torch.no_grad():
-        np.testing.assert_allclose(out.get_tensor(ff), model(torch.from_numpy(idx)).numpy(), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got, model(torch.from_numpy(idx)).numpy(), rtol=1e-5, atol=1e-5)
 
 
 def test_where_other_than_a_causal_mask_is_refused():

@@ -55,6 +55,24 @@ def _compare(module, x, tmp_path=None, dtype=DataType.DT_FLOAT):
         np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-5, atol=1e-6, err_msg=path)
 
 
+def _compare_onnx(module, x, path, ops):
+    """torch's forward against flexrt's through the ONNX export of ``module`` (holding ``ops``)."""
+    onnx = pytest.importorskip("onnx")
+    from flexrt.onnx import ONNXModel
+    torch.onnx.export(module, (torch.from_numpy(x),), str(path), dynamo=False, input_names=["x"])
+    assert set(ops) <= {n.op_type for n in onnx.load(str(path)).graph.node}
+    om = ONNXModel(str(path))
+    ff = FFModel(FFConfig(["-b", str(x.shape[0])]))
+    xt = ff.create_tensor(list(x.shape), DataType.DT_FLOAT)
+    out = om.apply(ff, {"x": xt})
+    ff.compile(loss_type="mean_squared_error_avg")
+    om.load_weights(ff)
+    xt.set_tensor(ff, x)
+    ff.forward()
+    with torch.no_grad():
+        np.testing.assert_allclose(out.get_tensor(ff), module(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-6)
+
+
 RNG = np.random.default_rng(0)
 X4 = RNG.standard_normal((2, 3, 4, 6)).astype(np.float32)
 X3 = RNG.standard_normal((2, 5, 6)).astype(np.float32)
@@ -115,8 +133,6 @@ def test_a_reduction_to_a_scalar_keeps_one_dimension():
 
 
 def test_onnx_neg_expand_of_a_computed_tensor_and_last_position(tmp_path):
-    onnx = pytest.importorskip("onnx")
-    from flexrt.onnx import ONNXModel
 
     class Net(nn.Module):
         def __init__(self):
@@ -133,19 +149,7 @@ def test_onnx_neg_expand_of_a_computed_tensor_and_last_position(tmp_path):
     torch.manual_seed(0)
     model = Net().eval()
     x = RNG.standard_normal((2, 3, 4, 4)).astype(np.float32)
-    path = str(tmp_path / "net.onnx")
-    torch.onnx.export(model, (torch.from_numpy(x),), path, dynamo=False, input_names=["x"])
-    assert {"Neg", "Expand", "Gather"} <= {n.op_type for n in onnx.load(path).graph.node}
-    om = ONNXModel(path)
-    ff = FFModel(FFConfig(["-b", "2"]))
-    xt = ff.create_tensor([2, 3, 4, 4], DataType.DT_FLOAT)
-    out = om.apply(ff, {"x": xt})
-    ff.compile(loss_type="mean_squared_error_avg")
-    om.load_weights(ff)
-    xt.set_tensor(ff, x)
-    ff.forward()
-    with torch.no_grad():
-        np.testing.assert_allclose(out.get_tensor(ff), model(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-6)
+    _compare_onnx(model, x, tmp_path / "net.onnx", ["Neg", "Expand", "Gather"])
 
 
 class _HFStyle(nn.Module):
@@ -211,18 +215,4 @@ def test_leaky_relu_equals_torch_through_module_function_file_and_onnx(tmp_path)
     model = Net()
     x = RNG.standard_normal((2, 6)).astype(np.float32) * 3
     _compare(model, x, tmp_path)
-    onnx = pytest.importorskip("onnx")
-    from flexrt.onnx import ONNXModel
-    path = str(tmp_path / "leaky.onnx")
-    torch.onnx.export(model, (torch.from_numpy(x),), path, dynamo=False, input_names=["x"])
-    assert "LeakyRelu" in {n.op_type for n in onnx.load(path).graph.node}
-    om = ONNXModel(path)
-    ff = FFModel(FFConfig(["-b", "2"]))
-    xt = ff.create_tensor([2, 6], DataType.DT_FLOAT)
-    out = om.apply(ff, {"x": xt})
-    ff.compile(loss_type="mean_squared_error_avg")
-    om.load_weights(ff)
-    xt.set_tensor(ff, x)
-    ff.forward()
-    with torch.no_grad():
-        np.testing.assert_allclose(out.get_tensor(ff), model(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-6)
+    _compare_onnx(model, x, tmp_path / "leaky.onnx", ["LeakyRelu"])
