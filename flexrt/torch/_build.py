@@ -22,108 +22,13 @@ from flexrt.ir.datatype import DataType
 from flexrt.ir.enums import ActiMode, AggrMode, PoolType
 from flexrt.ir.ops import BatchNormAttrs
 from flexrt.model.tensor import Tensor
-from flexrt.torch._ir import IRNode, Ref
+from flexrt.torch._composites import HANDLERS as COMPOSITES
+from flexrt.torch._composites import ceil_extra, ceil_pad, reduce_max, resample, window_matrix
+from flexrt.torch._build_base import (DTYPES, FLOATS, _Builder, norm_axis, describe, is_number, node_error,
+                                     shape_with_inferred, split_sizes)
+from flexrt.torch._ir import IRNode
 
-# torch / NumPy dtype names -> FFModel's
-DTYPES = {"torch.float32": DataType.DT_FLOAT, "torch.float": DataType.DT_FLOAT, "float32": DataType.DT_FLOAT,
-          "torch.float64": DataType.DT_DOUBLE, "torch.double": DataType.DT_DOUBLE, "float64": DataType.DT_DOUBLE,
-          "torch.int32": DataType.DT_INT32, "torch.int": DataType.DT_INT32, "int32": DataType.DT_INT32,
-          "torch.int64": DataType.DT_INT64, "torch.long": DataType.DT_INT64, "int64": DataType.DT_INT64,
-          "torch.bool": DataType.DT_BOOLEAN, "bool": DataType.DT_BOOLEAN}
-_FLOATS = (DataType.DT_FLOAT, DataType.DT_DOUBLE, DataType.DT_HALF, DataType.DT_BFLOAT16)
-
-
-def node_error(node: IRNode, message: str, kind: type = ConfigError) -> FlexrtError:
-    where = f" at {node.origin}" if node.origin else ""
-    return kind(f"node '{node.name}' ({node.op}){where}: {message}")
-
-
-class _Builder:
-    def __init__(self, ffmodel, inputs: Sequence[Any]) -> None:
-        self.ff = ffmodel
-        self.inputs = list(inputs)
-        self.next_input = 0
-        self.values: dict[str, Any] = {}
-        self.outputs: list[Any] = []
-
-    # ---- values ---------------------------------------------------------------------------
-    def value(self, node: IRNode, name: str) -> Any:
-        if name not in self.values:
-            raise node_error(node, f"reads '{name}', which no earlier node defines; nodes must come in "
-                                   f"topological order")
-        return self.values[name]
-
-    def resolve(self, node: IRNode, v: Any) -> Any:
-        if isinstance(v, Ref):
-            return self.value(node, v.name)
-        if isinstance(v, tuple):
-            return tuple(self.resolve(node, x) for x in v)
-        if isinstance(v, slice):
-            return slice(self.resolve(node, v.start), self.resolve(node, v.stop), self.resolve(node, v.step))
-        return v
-
-    def args(self, node: IRNode) -> tuple[list, list]:
-        """(input values, resolved positional fields)."""
-        return [self.value(node, n) for n in node.inputs], [self.resolve(node, f) for f in node.fields]
-
-    def tensor(self, node: IRNode, v: Any, what: str = "its input") -> Tensor:
-        if not isinstance(v, Tensor):
-            raise node_error(node, f"{what} must be a tensor, got {_describe(v)}")
-        return v
-
-
-def _describe(v: Any) -> str:
-    if v is None:
-        return "None (a value no FFModel layer computes, such as attention weights)"
-    if isinstance(v, Tensor):
-        return f"tensor {list(v.dims)}"
-    return f"{type(v).__name__} {v!r}"
-
-
-def _axis(node: IRNode, d: Any, rank: int) -> int:
-    if isinstance(d, bool) or not isinstance(d, int) or not -rank <= d < rank:
-        raise node_error(node, f"dimension {d!r} is out of range for rank {rank}; valid: {-rank}..{rank - 1}",
-                         ShapeError)
-    return d % rank
-
-
-def shape_with_inferred(node: IRNode, numel: int, shape: Sequence[Any]) -> list[int]:
-    """``shape`` (ints, at most one -1) with its -1 filled in for ``numel`` elements."""
-    shape = list(shape)
-    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-        shape = list(shape[0])
-    if any(isinstance(s, bool) or not isinstance(s, int) for s in shape):
-        raise node_error(node, f"shape {shape} must hold integers (sizes or -1)", ShapeError)
-    known = math.prod(s for s in shape if s != -1)
-    if shape.count(-1) > 1 or any(s < -1 or s == 0 for s in shape):
-        raise node_error(node, f"shape {shape}: sizes must be >= 1 with at most one -1", ShapeError)
-    if -1 in shape:
-        if known == 0 or numel % known:
-            raise node_error(node, f"shape {shape} is invalid for {numel} elements", ShapeError)
-        shape[shape.index(-1)] = numel // known
-    if math.prod(shape) != numel:
-        raise node_error(node, f"shape {shape} is invalid for {numel} elements", ShapeError)
-    return shape
-
-
-def split_sizes(node: IRNode, size: int, *, split_size=None, sections=None, chunks=None, pieces=None) -> list[int]:
-    """The piece sizes of torch.split (``split_size`` or ``sections``), torch.chunk (``chunks``) or
-    FlexFlow's equal ``pieces`` of a dimension of ``size``."""
-    if sections is not None:
-        sections = list(sections)
-        if sum(sections) != size or any(s < 1 for s in sections):
-            raise node_error(node, f"sections {sections} must be >= 1 and sum to the dimension's size {size}",
-                             ShapeError)
-        return sections
-    if chunks is not None:
-        split_size = -(-size // chunks)
-    if split_size is not None:
-        if split_size < 1:
-            raise node_error(node, f"split size {split_size} must be >= 1", ShapeError)
-        return [min(split_size, size - lo) for lo in range(0, size, split_size)]
-    if pieces is None or pieces < 1 or size % pieces:
-        raise node_error(node, f"cannot split a dimension of size {size} into {pieces} equal pieces", ShapeError)
-    return [size // pieces] * pieces
+__all__ = ["build", "DTYPES", "node_error", "shape_with_inferred", "split_sizes"]
 
 
 # ---- handlers: (builder, node, inputs, fields) -> value ------------------------------------------
@@ -162,63 +67,12 @@ def _conv2d(b, node, ins, f):
                        shared_op=_shared(b, node), name=node.name)
 
 
-def _window_matrix(size: int, out: int):
-    """[out, size]: row i averages torch's adaptive window i, [floor(i size / out), ceil((i+1) size / out))."""
-    import numpy as np
-    m = np.zeros((out, size))
-    for i in range(out):
-        lo, hi = (i * size) // out, -(-((i + 1) * size) // out)
-        m[i, lo:hi] = 1.0 / (hi - lo)
-    return m
-
-
-def _adaptive_average(b, node, x: Tensor, oh: int, ow: int) -> Tensor:
-    """Adaptive average pooling with uneven windows (torch's, e.g. 7x7 of a 2x2 input), which is
-    linear: rows_matrix @ x @ cols_matrix^T, two batch matmuls with constants of the model (the
-    matrices broadcast over the batch and channels), exact with torch's gradient."""
-    import numpy as np
-    from flexrt.model.dataloader import batch_dtype
-    n, c, h, w = x.dims
-    dtype = batch_dtype(x.data_type)
-    cols = np.broadcast_to(_window_matrix(w, ow).T.astype(dtype), (n, c, w, ow))
-    rows = np.broadcast_to(_window_matrix(h, oh).astype(dtype), (n, c, oh, h))
-    y = b.ff.batch_matmul(x, b.ff.create_constant([n, c, w, ow], np.ascontiguousarray(cols), x.data_type),
-                          name=f"{node.name}.cols")
-    return b.ff.batch_matmul(b.ff.create_constant([n, c, oh, h], np.ascontiguousarray(rows), x.data_type), y,
-                             name=node.name)
-
-
 def _pair_of(node, v) -> tuple[int, int]:
     """A pooling size (an int or two) resolved from traced sizes."""
     pair = (v, v) if isinstance(v, int) else tuple(v) if isinstance(v, (tuple, list)) else None
     if pair is None or len(pair) != 2 or not all(isinstance(d, int) and not isinstance(d, bool) for d in pair):
         raise node_error(node, f"a pooling size must be an int or two, got {v!r}", ShapeError)
     return pair
-
-
-def _ceil_extra(size: int, k: int, s: int, p: int) -> int:
-    """How many positions past the padded end torch's ceil_mode windows reach: out = ceil((size + 2p
-    - k) / s) + 1, less one when the last window would start in the right padding."""
-    out = -(-(size + 2 * p - k) // s) + 1
-    if (out - 1) * s >= size + p:
-        out -= 1
-    return max(0, (out - 1) * s + k - (size + 2 * p))
-
-
-def _ceil_pad(b, node, x: Tensor, extra: tuple[int, int]) -> Tensor:
-    """``x`` extended at the bottom and right by ``extra`` rows and columns of the dtype's lowest
-    number, which no max takes (every ceil_mode window holds an input position): max pooling with
-    ceil_mode as FFModel's floor-rounded pool2d."""
-    import numpy as np
-    from flexrt.model.dataloader import batch_dtype
-    low = float(np.finfo(batch_dtype(x.data_type)).min)
-    for axis, e in ((2, extra[0]), (3, extra[1])):
-        if e:
-            dims = list(x.dims)
-            dims[axis] = e
-            fill = b.ff.create_constant(dims, low, x.data_type)
-            x = b.ff.concat([x, fill], axis, name=f"{node.name}.ceil_pad{axis}")
-    return x
 
 
 def _pool2d(b, node, ins, f):
@@ -233,7 +87,7 @@ def _pool2d(b, node, ins, f):
         oh, ow = (out, out) if isinstance(out, int) else (out[0] or h, out[1] or w)
         if h % oh or w % ow:
             if pool_type is PoolType.POOL_AVG and acti is ActiMode.AC_MODE_NONE:
-                return _adaptive_average(b, node, x, oh, ow)
+                return resample(b, node, x, {2: window_matrix(h, oh), 3: window_matrix(w, ow)}, node.name)
             raise node_error(node, f"adaptive max pooling to {oh}x{ow} of a {h}x{w} input has uneven windows, which "
                                    f"FFModel.pool2d cannot express; valid output sizes divide {h} and {w}", ShapeError)
         kh, kw, sh, sw, ph, pw = h // oh, w // ow, h // oh, w // ow, 0, 0
@@ -244,13 +98,13 @@ def _pool2d(b, node, ins, f):
             (kh, kw), (ph, pw) = (_pair_of(node, b.resolve(node, node.kw(k))) for k in ("kernel", "padding"))
             stride = node.kw("stride")
             sh, sw = (kh, kw) if stride is None else _pair_of(node, b.resolve(node, stride))
-        extra = (_ceil_extra(h, kh, sh, ph), _ceil_extra(w, kw, sw, pw)) if node.kw("ceil_mode", False) else (0, 0)
+        extra = (ceil_extra(h, kh, sh, ph), ceil_extra(w, kw, sw, pw)) if node.kw("ceil_mode", False) else (0, 0)
         if any(extra):
             if pool_type is not PoolType.POOL_MAX:
                 raise node_error(node, f"average pooling with ceil_mode=True here reaches {extra} positions past the "
                                        f"padded input, where torch divides by fewer positions than FFModel.pool2d; "
                                        f"use ceil_mode=False or an input size where both round alike", ShapeError)
-            x = _ceil_pad(b, node, x, extra)
+            x = ceil_pad(b, node, x, extra)
     return b.ff.pool2d(x, kh, kw, sh, sw, ph, pw, pool_type, acti, name=node.name)
 
 
@@ -301,7 +155,7 @@ def _softmax(b, node, ins, f):
     dim = b.resolve(node, node.kw("dim", -1))
     if dim == "implicit":   # torch's softmax without dim (F._get_softmax_dim)
         dim = 0 if x.num_dims in (0, 1, 3) else 1
-    return b.ff.softmax(x, _axis(node, dim, x.num_dims), name=node.name,
+    return b.ff.softmax(x, norm_axis(node, dim, x.num_dims), name=node.name,
                         causal=bool(node.kw("causal", False)))
 
 
@@ -330,7 +184,7 @@ def _arange(b, node, ins, f):
     """torch.arange(start, end, step) as a constant of the model (FFModel.create_constant of the
     array): GPT's positions. Integer bounds give int64, as torch's."""
     import numpy as np
-    if len(f) != 3 or not all(_is_number(v) for v in f) or f[2] == 0:
+    if len(f) != 3 or not all(is_number(v) for v in f) or f[2] == 0:
         raise node_error(node, f"arange needs numbers start, end and a step != 0, got {f}")
     dtype = DTYPES.get(node.kw("dtype") or "", DataType.DT_INT64 if all(isinstance(v, int) for v in f)
                        else DataType.DT_FLOAT)
@@ -347,7 +201,7 @@ def _dropout(b, node, ins, f):
 def _flat(b, node, ins, f):
     x = b.tensor(node, ins[0])
     r = x.num_dims
-    start, end = _axis(node, node.kw("start_dim", 1), r), _axis(node, node.kw("end_dim", -1), r)
+    start, end = norm_axis(node, node.kw("start_dim", 1), r), norm_axis(node, node.kw("end_dim", -1), r)
     if start == 1 and end == r - 1 and r == 4:
         return b.ff.flat(x, name=node.name)
     if start >= end:
@@ -386,7 +240,7 @@ def _composite(b, node, ins, f):
     ff, x, name = b.ff, b.tensor(node, ins[0] if ins else None), node.name
     if node.op == "LEAKY_RELU":   # relu(x) - slope * relu(-x), exactly (the slope: a field)
         slope = f[0] if f else 0.01
-        if not _is_number(slope):
+        if not is_number(slope):
             raise node_error(node, f"the negative slope must be a number, got {slope!r}")
         neg = ff.relu(ff.scalar_multiply(x, -1.0, name=f"{name}.neg"), name=f"{name}.relu_neg")
         return ff.subtract(ff.relu(x, name=f"{name}.relu"), ff.scalar_multiply(neg, float(slope), name=f"{name}.slope"),
@@ -414,16 +268,12 @@ _SCALAR = {"SCALAR_ADD": "ADD", "SCALAR_SUB": "SUBTRACT", "SCALAR_MULTIPLY": "MU
 def _promoted(b, node, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
     """torch's type promotion of an integer (or bool) tensor meeting a floating one: the integer one
     cast to the floating type (a padding mask times the hidden states)."""
-    fx_, fy = x.data_type in _FLOATS, y.data_type in _FLOATS
+    fx_, fy = x.data_type in FLOATS, y.data_type in FLOATS
     if fx_ == fy:
         return x, y
     if fx_:
         return x, b.ff.cast(y, x.data_type, name=f"{node.name}.promote")
     return b.ff.cast(x, y.data_type, name=f"{node.name}.promote"), y
-
-
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _scalar_op(b, node, op: str, x, s, reverse: bool):
@@ -459,7 +309,7 @@ def _binary(b, node, ins, f):
         if len(ins) != 2:
             raise node_error(node, f"takes two inputs, got {len(ins)}")
         x, y = ins
-    if _is_number(x) and _is_number(y):
+    if is_number(x) and is_number(y):
         py = operator.floordiv if op == "FLOORDIV" else _BINARY[op][1]
         return py(x, y)
     if op == "ADD" and isinstance(x, tuple) and isinstance(y, tuple):   # sizes: x.size()[:-1] + (h, d)
@@ -469,24 +319,24 @@ def _binary(b, node, ins, f):
             raise node_error(node, "floor division of tensors has no FFModel layer")
         x, y = _promoted(b, node, x, y)
         return getattr(b.ff, _BINARY[op][0])(x, y, name=node.name)
-    if isinstance(x, Tensor) and _is_number(y):
+    if isinstance(x, Tensor) and is_number(y):
         return _scalar_op(b, node, op, x, float(y), False)
-    if _is_number(x) and isinstance(y, Tensor):
+    if is_number(x) and isinstance(y, Tensor):
         if op in ("ADD", "MULTIPLY"):
             return _scalar_op(b, node, op, y, float(x), False)
         return _scalar_op(b, node, op, y, float(x), True)
-    raise node_error(node, f"operands must be tensors or numbers, got {_describe(x)} and {_describe(y)}")
+    raise node_error(node, f"operands must be tensors or numbers, got {describe(x)} and {describe(y)}")
 
 
 def _concat(b, node, ins, f):
     ts = [b.tensor(node, t, f"input {i}") for i, t in enumerate(ins)]
     axis = f[0] if f else 1
-    return b.ff.concat(ts, _axis(node, axis, ts[0].num_dims), name=node.name)
+    return b.ff.concat(ts, norm_axis(node, axis, ts[0].num_dims), name=node.name)
 
 
 def _split(b, node, ins, f):
     x = b.tensor(node, ins[0])
-    axis = _axis(node, f[0] if f else 0, x.num_dims)
+    axis = norm_axis(node, f[0] if f else 0, x.num_dims)
     size = x.dims[axis]
     sizes = split_sizes(node, size, split_size=b.resolve(node, node.kw("split_size")),
                         sections=b.resolve(node, node.kw("sections")), chunks=b.resolve(node, node.kw("chunks")),
@@ -571,18 +421,18 @@ def _getattr(b, node, ins, f):
     attr = f[0] if f else "shape"
     if attr in ("shape", "size") and isinstance(x, Tensor):
         if len(f) > 1 and f[1] is not None:
-            return x.dims[_axis(node, f[1], x.num_dims)]
+            return x.dims[norm_axis(node, f[1], x.num_dims)]
         return tuple(x.dims)
     if attr == "ndim" and isinstance(x, Tensor):
         return x.num_dims
     if attr == "dtype" and isinstance(x, Tensor):
         return next(k for k, v in DTYPES.items() if v is x.data_type)
-    raise node_error(node, f"attribute {attr!r} of {_describe(x)} is not supported; valid: shape, size, ndim, dtype")
+    raise node_error(node, f"attribute {attr!r} of {describe(x)} is not supported; valid: shape, size, ndim, dtype")
 
 
 def _transpose(b, node, ins, f):
     x = b.tensor(node, ins[0])
-    d0, d1 = (_axis(node, d, x.num_dims) for d in f[:2])
+    d0, d1 = (norm_axis(node, d, x.num_dims) for d in f[:2])
     perm = list(range(x.num_dims))
     perm[d0], perm[d1] = perm[d1], perm[d0]
     return b.ff.transpose(x, perm, name=node.name)
@@ -591,7 +441,7 @@ def _transpose(b, node, ins, f):
 def _permute(b, node, ins, f):
     x = b.tensor(node, ins[0])
     dims = list(f[0]) if len(f) == 1 and isinstance(f[0], tuple) else list(f)
-    return b.ff.transpose(x, [_axis(node, d, x.num_dims) for d in dims], name=node.name)
+    return b.ff.transpose(x, [norm_axis(node, d, x.num_dims) for d in dims], name=node.name)
 
 
 def _reshape(b, node, ins, f):
@@ -608,13 +458,13 @@ def _reshape(b, node, ins, f):
 
 def _unsqueeze(b, node, ins, f):
     x = b.tensor(node, ins[0])
-    d = _axis(node, f[0], x.num_dims + 1)
+    d = norm_axis(node, f[0], x.num_dims + 1)
     return b.ff.reshape(x, list(x.dims[:d]) + [1] + list(x.dims[d:]), name=node.name)
 
 
 def _squeeze(b, node, ins, f):
     x = b.tensor(node, ins[0])
-    dims = {_axis(node, d, x.num_dims) for d in f} if f else set(range(x.num_dims))
+    dims = {norm_axis(node, d, x.num_dims) for d in f} if f else set(range(x.num_dims))
     shape = [s for i, s in enumerate(x.dims) if not (i in dims and s == 1)]
     return x if shape == list(x.dims) else b.ff.reshape(x, shape, name=node.name)
 
@@ -665,10 +515,10 @@ def _pass(b, node, ins, f):
 
 def _pow(b, node, ins, f):
     x, e = ins[0], f[0]
-    if _is_number(x):
+    if is_number(x):
         return x ** e
-    if not _is_number(e):
-        raise node_error(node, f"the exponent must be a number, got {_describe(e)}")
+    if not is_number(e):
+        raise node_error(node, f"the exponent must be a number, got {describe(e)}")
     return b.ff.pow(b.tensor(node, x), float(e), name=node.name)
 
 
@@ -677,7 +527,7 @@ def _reduce(b, node, ins, f):
     dims = [d for d in f if not isinstance(d, bool)]
     dims = list(dims[0]) if len(dims) == 1 and isinstance(dims[0], tuple) else dims
     keep = node.kw("keepdim", any(d is True for d in f))
-    axes = [_axis(node, d, x.num_dims) for d in dims] if dims else list(range(x.num_dims))
+    axes = [norm_axis(node, d, x.num_dims) for d in dims] if dims else list(range(x.num_dims))
     if not keep and len(set(axes)) == x.num_dims:   # to a scalar (x.sum()): FFModel keeps one dimension
         return b.ff.reshape(_reduced(b, node, x, axes, True, f"{node.name}.all"), [1], name=node.name)
     return _reduced(b, node, x, axes, bool(keep), node.name)
@@ -687,23 +537,8 @@ def _reduced(b, node, x: Tensor, axes: list, keep: bool, name: str) -> Tensor:
     if node.op == "MEAN":
         return b.ff.mean(x, axes, keep, name=name)
     if node.op == "REDUCE_MAX":
-        return _reduce_max(b, node, x, sorted(set(axes)), keep, name)
+        return reduce_max(b, node, x, sorted(set(axes)), keep, name)
     return b.ff.reduce_sum(x, axes, keep, name=name)
-
-
-def _reduce_max(b, node, x: Tensor, axes: list, keep: bool, name: str) -> Tensor:
-    """The maximum over ``axes`` (torch's amax, ONNX ReduceMax), which FFModel has no layer for: the
-    reduced dimensions moved last, the tensor viewed as [kept, 1, reduced, 1] and max-pooled by one
-    window over the reduced positions, then shaped as the result."""
-    r = x.num_dims
-    kept = [d for d in range(r) if d not in axes]
-    order = kept + axes
-    t = x if order == list(range(r)) else b.ff.transpose(x, order, name=f"{name}.order")
-    m, n = math.prod(x.dims[d] for d in kept), math.prod(x.dims[d] for d in axes)
-    image = b.ff.reshape(t, [m, 1, n, 1], name=f"{name}.image")
-    pooled = b.ff.pool2d(image, n, 1, n, 1, 0, 0, PoolType.POOL_MAX, name=f"{name}.pool")
-    shape = [1 if d in axes else x.dims[d] for d in range(r)] if keep else [x.dims[d] for d in kept]
-    return b.ff.reshape(pooled, shape or [1], name=name)
 
 
 def _attention(b, node, ins, f):
@@ -732,7 +567,7 @@ HANDLERS: dict[str, Callable] = {
     "CONTIGUOUS": _pass, "POW": _pow, "MEAN": _reduce, "REDUCE_SUM": _reduce, "REDUCE_MAX": _reduce,
     "MULTIHEAD_ATTENTION": _attention, "ATTRIBUTE": _attribute, "ARANGE": _arange, "PARAMETER": _parameter,
     "STACK": _stack,
-    "CONSTANT": _constant,
+    "CONSTANT": _constant, **COMPOSITES,
     **{op: _unary for op in _UNARY}, **{op: _composite for op in _COMPOSITE}, **{op: _binary for op in _BINARY},
     **{op: _binary for op in _SCALAR},
     "FLOOR_DIVIDE": _binary,

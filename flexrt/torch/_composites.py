@@ -1,0 +1,356 @@
+"""Operators FFModel has no layer for, built from its layers: the IR builder's handlers for them and
+the helpers ``flexrt.torch._build`` calls. Every form is exact (up to rounding) in the forward and
+in the gradient, so the layers train as torch's operator does:
+
+- linear resampling of spatial axes by constant matrices (``resample``): torch's interpolation
+  (nearest, nearest-exact, linear, bilinear; ONNX Resize), adaptive average pooling with uneven
+  windows, and the transposed convolution's stride dilation and padding, before an FFModel conv2d;
+- group and instance normalization: a layer norm over each group's values, then the per-channel
+  scale and shift;
+- variance and standard deviation, p-norm normalization (F.normalize), the L2 norm (ReduceL2);
+- the maximum over dimensions (one max-pool window), max pooling's ceil_mode padding;
+- tensors made in forward (torch.full, zeros, ones) and Unflatten.
+
+Layers are named ``{node}.{part}``; the last one ``{node}`` where the form allows.
+
+Entry points: ``HANDLERS`` (IR op -> handler), ``resample``, ``window_matrix``, ``ceil_extra``,
+``ceil_pad``, ``reduce_max``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from flexrt.errors import ShapeError
+from flexrt.ir.datatype import DataType
+from flexrt.ir.enums import ActiMode, PoolType
+from flexrt.model.dataloader import batch_dtype
+from flexrt.model.tensor import Tensor
+from flexrt.torch._build_base import DTYPES, FLOATS, norm_axis, is_number, node_error, shape_with_inferred
+
+
+# ---- resampling by constant matrices ----------------------------------------------------------
+def resample(b, node, x: Tensor, matrices: dict[int, np.ndarray], name: str) -> Tensor:
+    """``x`` with each axis k of ``matrices`` (k >= 1) mapped by M_k ([out, in]): the axis moved last,
+    the tensor viewed as [N, rest, in] and batch-multiplied by the constant M_k^T broadcast over the
+    batch only ([N, in, out]), then shaped and ordered back. Linear, so the gradient is exact."""
+    ff, n = b.ff, x.dims[0]
+    dtype = batch_dtype(x.data_type)
+    steps = sorted(matrices.items(), reverse=True)     # the last axis first: it needs no transpose
+    for i, (k, m) in enumerate(steps):
+        last = i == len(steps) - 1
+        r = x.num_dims
+        if m.shape[1] != x.dims[k]:
+            raise node_error(node, f"resampling matrix {list(m.shape)} for axis {k} of {list(x.dims)}", ShapeError)
+        perm = [d for d in range(r) if d != k] + [k]
+        t = x if k == r - 1 else ff.transpose(x, perm, name=f"{name}.move{k}")
+        lead = list(t.dims[:-1])
+        flat = t if r == 3 else ff.reshape(t, [n, math.prod(lead[1:]), m.shape[1]], name=f"{name}.flat{k}")
+        const = np.ascontiguousarray(np.broadcast_to(m.T.astype(dtype), (n, m.shape[1], m.shape[0])))
+        mat = ff.create_constant([n, m.shape[1], m.shape[0]], const, x.data_type)
+        back_shape = r != 3
+        back_perm = k != r - 1
+        y = ff.batch_matmul(flat, mat, name=name if last and not (back_shape or back_perm) else f"{name}.mm{k}")
+        if back_shape:
+            y = ff.reshape(y, lead + [m.shape[0]], name=name if last and not back_perm else f"{name}.shape{k}")
+        if back_perm:
+            y = ff.transpose(y, [perm.index(d) for d in range(r)], name=name if last else f"{name}.back{k}")
+        x = y
+    return x
+
+
+def window_matrix(size: int, out: int) -> np.ndarray:
+    """[out, size]: row i averages torch's adaptive window i, [floor(i size / out), ceil((i+1) size / out))."""
+    m = np.zeros((out, size))
+    for i in range(out):
+        lo, hi = (i * size) // out, -(-((i + 1) * size) // out)
+        m[i, lo:hi] = 1.0 / (hi - lo)
+    return m
+
+
+# coordinate transformation -> source coordinate of output position d for ratio in/out (float32,
+# as torch and ONNX runtimes compute it)
+_COORDS = {
+    "asymmetric": lambda d, ratio, n_in, n_out: d * ratio,
+    "half_pixel": lambda d, ratio, n_in, n_out: (d + np.float32(0.5)) * ratio - np.float32(0.5),
+    "pytorch_half_pixel": lambda d, ratio, n_in, n_out:
+        (d + np.float32(0.5)) * ratio - np.float32(0.5) if n_out > 1 else np.float32(0.0),
+    "align_corners": lambda d, ratio, n_in, n_out:
+        d * np.float32((n_in - 1) / (n_out - 1)) if n_out > 1 else np.float32(0.0),
+}
+_ROUND = {"floor": np.floor, "ceil": np.ceil,
+          "round_prefer_floor": lambda v: np.ceil(v - np.float32(0.5)),
+          "round_prefer_ceil": lambda v: np.floor(v + np.float32(0.5))}
+MODES = ("nearest", "linear")
+
+
+def interpolation_matrix(n_in: int, n_out: int, ratio: float, mode: str, coords: str, rounding: str) -> np.ndarray:
+    """[n_out, n_in]: torch's (and ONNX Resize's) 1-D resampling. ``ratio``: the source step per
+    output step (in/out, or 1/scale_factor when a scale is given); ``mode`` nearest or linear
+    (bilinear is linear on each axis); ``coords`` ONNX's coordinate_transformation_mode (torch:
+    nearest = asymmetric + floor, nearest-exact = half_pixel + round_prefer_ceil, linear =
+    half_pixel clamped at 0, or align_corners)."""
+    d = np.arange(n_out, dtype=np.float32)
+    src = _COORDS[coords](d, np.float32(ratio), n_in, n_out).astype(np.float32)
+    m = np.zeros((n_out, n_in))
+    rows = np.arange(n_out)
+    if mode == "nearest":
+        m[rows, np.clip(_ROUND[rounding](src).astype(np.int64), 0, n_in - 1)] = 1.0
+        return m
+    src = np.maximum(src, 0)
+    lo = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
+    hi = np.minimum(lo + 1, n_in - 1)
+    lam = (src - lo).astype(np.float64)
+    np.add.at(m, (rows, lo), 1.0 - lam)
+    np.add.at(m, (rows, hi), lam)
+    return m
+
+
+def _interpolate(b, node, ins, f):
+    """torch's F.interpolate / nn.Upsample and ONNX Resize on [N, C, *spatial] (1 or 2 spatial axes):
+    keywords ``size`` or ``scale`` (per spatial axis), ``mode`` (nearest, linear), ``coords`` and
+    ``rounding`` (``interpolation_matrix``); a scale gives floor(in * scale) positions at the step
+    1/scale, a size the step in/size."""
+    x = b.tensor(node, ins[0])
+    spatial = x.num_dims - 2
+    mode, coords, rounding = node.kw("mode", "nearest"), node.kw("coords", "asymmetric"), node.kw("rounding", "floor")
+    if spatial not in (1, 2):
+        raise node_error(node, f"interpolation needs [N, C, L] or [N, C, H, W], got {list(x.dims)}", ShapeError)
+    if mode not in MODES or coords not in _COORDS or rounding not in _ROUND:
+        raise node_error(node, f"mode={mode!r}, coords={coords!r}, rounding={rounding!r}; valid modes: "
+                               f"{', '.join(MODES)}; coords: {', '.join(_COORDS)}; rounding: {', '.join(_ROUND)}")
+    size, scale = b.resolve(node, node.kw("size")), node.kw("scale")
+    per_axis = [v if isinstance(v, (tuple, list)) else (v,) * spatial for v in (size, scale)]
+    if (size is None) == (scale is None) or len(per_axis[0 if size is not None else 1]) != spatial:
+        raise node_error(node, f"give one of size or scale, one per spatial axis of {list(x.dims)}; got size={size!r}, "
+                               f"scale={scale!r}")
+    matrices = {}
+    for i in range(spatial):
+        n_in = x.dims[2 + i]
+        if size is not None:
+            n_out = per_axis[0][i]
+            if not isinstance(n_out, int) or isinstance(n_out, bool) or n_out < 1:
+                raise node_error(node, f"output size {n_out!r} must be an int >= 1", ShapeError)
+            ratio = np.float32(n_in) / np.float32(n_out)
+        else:
+            s = per_axis[1][i]
+            if not is_number(s) or s <= 0:
+                raise node_error(node, f"scale {s!r} must be a number > 0", ShapeError)
+            n_out, ratio = int(math.floor(n_in * s)), np.float32(1.0) / np.float32(s)
+            if n_out < 1:
+                raise node_error(node, f"scale {s} leaves no positions of {n_in}", ShapeError)
+        m = interpolation_matrix(n_in, n_out, ratio, mode, coords, rounding)
+        if n_out != n_in or not np.array_equal(m, np.eye(n_in)):
+            matrices[2 + i] = m
+    return resample(b, node, x, matrices, node.name) if matrices else x
+
+
+def _dilation_matrix(n_in: int, stride: int, lo: int, hi: int) -> np.ndarray:
+    """[n_out, n_in]: input i at position i * stride + lo of (n_in - 1) * stride + 1 + lo + hi
+    positions (zeros between and around; a negative ``lo`` / ``hi`` crops)."""
+    n_out = (n_in - 1) * stride + 1 + lo + hi
+    m = np.zeros((n_out, n_in))
+    for i in range(n_in):
+        p = i * stride + lo
+        if 0 <= p < n_out:
+            m[p, i] = 1.0
+    return m
+
+
+def _conv_transpose2d(b, node, ins, f):
+    """torch's ConvTranspose2d (ONNX ConvTranspose), fields as CONV2D's (out_channels, kernel,
+    stride, padding, activation, groups, use_bias), keywords ``output_padding`` and
+    ``padding_end`` (ONNX's end pads; torch's equal the begin pads): the input dilated by the
+    stride and padded by kernel - 1 - padding (constant 0/1 matrices, ``resample``), then an
+    FFModel conv2d of stride 1 whose kernel is the transposed convolution's, flipped and with its
+    channel axes swapped (``flexrt.torch._weights``: ``conv_transpose2d``)."""
+    x = b.tensor(node, ins[0])
+    if x.num_dims != 4 or len(f) < 10:
+        raise node_error(node, f"needs an NCHW input and 10 fields, got {list(x.dims)} and {len(f)}", ShapeError)
+    oc, kh, kw, sh, sw, ph, pw, acti, groups, use_bias = f[:10]
+    oph, opw = node.kw("output_padding", (0, 0))
+    eh, ew = node.kw("padding_end", (ph, pw))
+    if any(not isinstance(v, int) or v < 0 for v in (ph, pw, eh, ew, oph, opw)) or min(kh, kw, sh, sw) < 1:
+        raise node_error(node, f"kernel {kh}x{kw}, stride {sh}x{sw}, padding {ph},{pw} (end {eh},{ew}), output "
+                               f"padding {oph},{opw}: sizes >= 1, paddings >= 0", ShapeError)
+    if oph >= sh or opw >= sw:
+        raise node_error(node, f"output_padding ({oph}, {opw}) must be smaller than the stride ({sh}, {sw})", ShapeError)
+    pads = ((kh - 1 - ph, kh - 1 - eh + oph), (kw - 1 - pw, kw - 1 - ew + opw))
+    h, w = x.dims[2:]
+    out = ((h - 1) * sh + kh - ph - eh + oph, (w - 1) * sw + kw - pw - ew + opw)
+    if min(out) < 1:
+        raise node_error(node, f"the output of a {h}x{w} input would be {out[0]}x{out[1]}", ShapeError)
+    ch = node.kw("in_channels")
+    if ch is not None and x.dims[1] != ch:
+        raise node_error(node, f"declares in_channels={ch}, its input {list(x.dims)} has {x.dims[1]}", ShapeError)
+    if (sh, sw) == (1, 1) and pads[0][0] == pads[0][1] >= 0 and pads[1][0] == pads[1][1] >= 0:
+        y, cp = x, (pads[0][0], pads[1][0])       # a stride-1 transposed convolution is a padded convolution
+    else:
+        matrices = {2: _dilation_matrix(h, sh, *pads[0]), 3: _dilation_matrix(w, sw, *pads[1])}
+        y, cp = resample(b, node, x, matrices, f"{node.name}.dilate"), (0, 0)
+    return b.ff.conv2d(y, oc, kh, kw, 1, 1, cp[0], cp[1], ActiMode(acti), groups, bool(use_bias),
+                       shared_op=node.kw("shares"), name=node.name)
+
+
+# ---- normalization ---------------------------------------------------------------------------
+def _group_norm(b, node, ins, f):
+    """torch's GroupNorm (field: the groups) and InstanceNorm (field None: one group per channel;
+    ONNX InstanceNormalization) on [N, C, *]: each group's values normalized by a layer norm
+    without weights (torch's biased variance, eps inside the root), then times the per-channel
+    scale and plus the shift (inputs 2 and 3, [C], when affine)."""
+    x = b.tensor(node, ins[0])
+    if x.num_dims < 2:
+        raise node_error(node, f"needs [N, C, *], got {list(x.dims)}", ShapeError)
+    n, c = x.dims[:2]
+    groups = f[0] if f and f[0] is not None else c
+    if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1 or c % groups:
+        raise node_error(node, f"{groups!r} groups do not divide {c} channels", ShapeError)
+    eps = node.kw("eps", 1e-5)
+    if not is_number(eps) or not 0 <= eps < 1:
+        raise node_error(node, f"eps={eps!r}: must be a number in [0, 1)")
+    ff, name = b.ff, node.name
+    affine = [b.tensor(node, t, f"its {what}") for t, what in zip(ins[1:3], ("scale", "shift")) if t is not None]
+    g = ff.reshape(x, [n, groups, math.prod(x.dims[1:]) // groups], name=f"{name}.groups")
+    g = ff.layer_norm(g, [2], False, float(eps), name=f"{name}.norm")
+    y = ff.reshape(g, list(x.dims), name=name if not affine else f"{name}.shape")
+    per_channel = [c] + [1] * (x.num_dims - 2)
+    for i, t in enumerate(affine):
+        if math.prod(t.dims) != c:
+            raise node_error(node, f"its {('scale', 'shift')[i]} {list(t.dims)} must hold one value per channel ({c})",
+                             ShapeError)
+        t = ff.reshape(t, per_channel, name=f"{name}.{('scale', 'shift')[i]}_shape")
+        last = i == len(affine) - 1
+        y = (ff.multiply if i == 0 else ff.add)(y, t, name=name if last else f"{name}.scaled")
+    return y
+
+
+def _moments(b, node, x: Tensor, axes: list, keep: bool, correction, name: str) -> Tensor:
+    """The variance of ``x`` over ``axes``: mean((x - mean(x))^2) * n / (n - correction)."""
+    ff = b.ff
+    n = math.prod(x.dims[a] for a in axes)
+    if not is_number(correction) or correction < 0 or n - correction <= 0:
+        raise node_error(node, f"correction {correction!r} leaves no degrees of freedom over {n} values", ShapeError)
+    centered = ff.subtract(x, ff.mean(x, axes, True, name=f"{name}.mean"), name=f"{name}.centered")
+    sq = ff.multiply(centered, centered, name=f"{name}.square")
+    if correction == 0:
+        return ff.mean(sq, axes, keep, name=name)
+    return ff.scalar_multiply(ff.mean(sq, axes, keep, name=f"{name}.biased"), n / (n - correction), name=name)
+
+
+def _var(b, node, ins, f):
+    """torch's var / std over the dimensions ``f`` (all when none): keywords ``keepdim``,
+    ``correction`` (1: unbiased, torch's default), ``std`` (the square root of the variance)."""
+    x = b.tensor(node, ins[0])
+    if x.data_type not in FLOATS:
+        raise node_error(node, f"var/std need a floating tensor, got {x.data_type.name}")
+    axes = sorted({norm_axis(node, d, x.num_dims) for d in f}) if f else list(range(x.num_dims))
+    keep = bool(node.kw("keepdim", False))
+    std = bool(node.kw("std", False))
+    to_scalar = not keep and len(axes) == x.num_dims
+    inner = f"{node.name}.var" if std or to_scalar else node.name
+    v = _moments(b, node, x, axes, keep or to_scalar, node.kw("correction", 1), inner)
+    if std:
+        v = b.ff.pow(v, 0.5, name=node.name if not to_scalar else f"{node.name}.std")
+    return b.ff.reshape(v, [1], name=node.name) if to_scalar else v
+
+
+def _l2(b, node, x: Tensor, axes: list, keep: bool, name: str) -> Tensor:
+    ff = b.ff
+    return ff.pow(ff.reduce_sum(ff.multiply(x, x, name=f"{name}.square"), axes, keep, name=f"{name}.sum"), 0.5,
+                  name=name)
+
+
+def _reduce_l2(b, node, ins, f):
+    """ONNX ReduceL2: sqrt(sum(x^2)) over the axes ``f`` (all when none), keyword ``keepdim``."""
+    x = b.tensor(node, ins[0])
+    axes = sorted({norm_axis(node, d, x.num_dims) for d in f}) if f else list(range(x.num_dims))
+    keep = bool(node.kw("keepdim", True))
+    if not keep and len(axes) == x.num_dims:
+        return b.ff.reshape(_l2(b, node, x, axes, True, f"{node.name}.all"), [1], name=node.name)
+    return _l2(b, node, x, axes, keep, node.name)
+
+
+def _normalize(b, node, ins, f):
+    """F.normalize(x, p=2, dim, eps): x / max(||x||_2 over dim, eps) (fields p, dim, eps)."""
+    x = b.tensor(node, ins[0])
+    p, dim, eps = (list(f) + [2.0, 1, 1e-12][len(f):])[:3]
+    if p != 2:
+        raise node_error(node, f"F.normalize with p={p!r}: only p=2 maps")
+    if not is_number(eps) or eps < 0:
+        raise node_error(node, f"eps={eps!r} must be a number >= 0")
+    ff, name = b.ff, node.name
+    norm = _l2(b, node, x, [norm_axis(node, dim, x.num_dims)], True, f"{name}.norm")
+    floor = ff.create_constant(list(norm.dims), float(eps), norm.data_type)
+    return ff.divide(x, ff.max(norm, floor, name=f"{name}.clamp"), name=name)
+
+
+# ---- max ---------------------------------------------------------------------------------------
+def reduce_max(b, node, x: Tensor, axes: list, keep: bool, name: str) -> Tensor:
+    """The maximum over ``axes`` (torch's amax, ONNX ReduceMax), which FFModel has no layer for: the
+    reduced dimensions moved last, the tensor viewed as [kept, 1, reduced, 1] and max-pooled by one
+    window over the reduced positions, then shaped as the result."""
+    r = x.num_dims
+    kept = [d for d in range(r) if d not in axes]
+    order = kept + axes
+    t = x if order == list(range(r)) else b.ff.transpose(x, order, name=f"{name}.order")
+    m, n = math.prod(x.dims[d] for d in kept), math.prod(x.dims[d] for d in axes)
+    image = b.ff.reshape(t, [m, 1, n, 1], name=f"{name}.image")
+    pooled = b.ff.pool2d(image, n, 1, n, 1, 0, 0, PoolType.POOL_MAX, name=f"{name}.pool")
+    shape = [1 if d in axes else x.dims[d] for d in range(r)] if keep else [x.dims[d] for d in kept]
+    return b.ff.reshape(pooled, shape or [1], name=name)
+
+
+def ceil_extra(size: int, k: int, s: int, p: int) -> int:
+    """How many positions past the padded end torch's ceil_mode windows reach: out = ceil((size + 2p
+    - k) / s) + 1, less one when the last window would start in the right padding."""
+    out = -(-(size + 2 * p - k) // s) + 1
+    if (out - 1) * s >= size + p:
+        out -= 1
+    return max(0, (out - 1) * s + k - (size + 2 * p))
+
+
+def ceil_pad(b, node, x: Tensor, extra: tuple[int, int]) -> Tensor:
+    """``x`` extended at the bottom and right by ``extra`` rows and columns of the dtype's lowest
+    number, which no max takes (every ceil_mode window holds an input position): max pooling with
+    ceil_mode as FFModel's floor-rounded pool2d."""
+    low = float(np.finfo(batch_dtype(x.data_type)).min)
+    for ax, e in ((2, extra[0]), (3, extra[1])):
+        if e:
+            dims = list(x.dims)
+            dims[ax] = e
+            fill = b.ff.create_constant(dims, low, x.data_type)
+            x = b.ff.concat([x, fill], ax, name=f"{node.name}.ceil_pad{ax}")
+    return x
+
+
+# ---- tensors made in forward, shapes -----------------------------------------------------------
+def _full(b, node, ins, f):
+    """torch.full(size, value) / zeros / ones made in forward: a constant of the model (fields: the
+    sizes, the value; keyword ``dtype``, else int64 for an int value and float32 otherwise, as torch)."""
+    sizes, value = f[0], f[1] if len(f) > 1 else 0.0
+    sizes = list(sizes) if isinstance(sizes, (tuple, list)) else [sizes]
+    if not sizes or any(not isinstance(s, int) or isinstance(s, bool) or s < 1 for s in sizes):
+        raise node_error(node, f"sizes {sizes} must be ints >= 1 (FFModel's tensors have at least one dimension)",
+                         ShapeError)
+    if not isinstance(value, (int, float)):
+        raise node_error(node, f"the fill value must be a number, got {value!r}")
+    name = node.kw("dtype")
+    dtype = DTYPES.get(name) if name else (DataType.DT_BOOLEAN if isinstance(value, bool) else
+                                           DataType.DT_INT64 if isinstance(value, int) else DataType.DT_FLOAT)
+    if dtype is None:
+        raise node_error(node, f"dtype {name!r} is not supported; valid: {', '.join(sorted(DTYPES))}")
+    return b.ff.create_constant(sizes, float(value), dtype)
+
+
+def _unflatten(b, node, ins, f):
+    """nn.Unflatten / Tensor.unflatten(dim, sizes): dimension ``dim`` viewed as ``sizes`` (one may be -1)."""
+    x = b.tensor(node, ins[0])
+    d = norm_axis(node, f[0], x.num_dims)
+    sizes = shape_with_inferred(node, x.dims[d], list(f[1]) if isinstance(f[1], (tuple, list)) else [f[1]])
+    return b.ff.reshape(x, [*x.dims[:d], *sizes, *x.dims[d + 1:]], name=node.name)
+
+
+HANDLERS = {"INTERPOLATE": _interpolate, "CONV_TRANSPOSE2D": _conv_transpose2d, "GROUP_NORM": _group_norm,
+            "VAR": _var, "REDUCE_L2": _reduce_l2, "NORMALIZE": _normalize, "FULL": _full, "UNFLATTEN": _unflatten}
