@@ -158,6 +158,10 @@ _FILL_LIMIT = -1e9   # a masked fill at most this zeroes the probability in floa
 _GROWS = frozenset({"Expand", "Tile", "Concat"})   # ops whose folding would turn a weight into a constant
 
 
+def _text(v) -> str:
+    return v.decode() if isinstance(v, bytes) else v
+
+
 def _is_weight_array(m, tensor: str) -> bool:
     """An initializer of more than one floating value: a weight of the file."""
     v = m.constants.get(tensor)
@@ -323,6 +327,33 @@ class _Converter:
                            [w[0], kh, kw, sh, sw, ph, pw, _NONE, groups, int(bias)],
                            [("in_channels", w[1] * groups)], "conv2d", params)
 
+    def _ConvTranspose(self, node, name, a):
+        """A 2-D transposed convolution (weight [in, out / group, kh, kw]); begin and end pads may differ."""
+        w = self.shape(node, name, node.input[1])
+        auto = a.get("auto_pad", b"NOTSET")
+        if len(w) != 4 or any(d != 1 for d in a.get("dilations", [1, 1])) or "output_shape" in a or \
+                (auto.decode() if isinstance(auto, bytes) else auto) not in ("NOTSET", "VALID"):
+            raise self.error(node, name, f"only 2-D transposed convolutions without dilation, output_shape or "
+                                         f"auto_pad SAME map (weight {list(w)}, attributes {sorted(a)})")
+        kh, kw = a.get("kernel_shape", w[2:])
+        sh, sw = a.get("strides", [1, 1])
+        ph, pw, eh, ew = a.get("pads", [0, 0, 0, 0])
+        groups = a.get("group", 1)
+        bias = len(node.input) > 2 and node.input[2] != ""
+        self.m.constants[f"{name}.groups"] = np.asarray(groups)    # the weight layout's group count
+        params = {"weight": (node.input[1], False), "groups": (f"{name}.groups", False)} | \
+            ({"bias": (node.input[2], False)} if bias else {})
+        return self._layer(node, name, "CONV_TRANSPOSE2D", [node.input[0]],
+                           [w[1] * groups, kh, kw, sh, sw, ph, pw, _NONE, groups, int(bias)],
+                           [("output_padding", tuple(a.get("output_padding", [0, 0]))), ("padding_end", (eh, ew)),
+                            ("in_channels", w[0])], "conv_transpose2d", params)
+
+    def _InstanceNormalization(self, node, name, a):
+        """Per-channel normalization with a scale and shift (inputs 1, 2; torch's InstanceNorm, and the
+        core of its GroupNorm export)."""
+        nodes = [self.ir(node, name, "GROUP_NORM", node.input[:3], [None], [("eps", a.get("epsilon", 1e-5))])]
+        return self.materialize(nodes)
+
     def _BatchNormalization(self, node, name, a):
         if not a.get("training_mode", 0) and len(node.output) == 1:
             warn_caller(f"ONNX node '{name}' (BatchNormalization): inference mode, normalizing with the running "
@@ -409,17 +440,21 @@ class _Converter:
     _Exp, _Sin, _Cos = _unary("EXP"), _unary("SIN"), _unary("COS")
 
     def _Clip(self, node, name, a):
-        """Clip to [0, 6] (ReLU6: torch's export of nn.ReLU6 and F.relu6) or to [0, inf) (ReLU); the
-        bounds are attributes (opset < 11) or constant inputs."""
+        """Clip to [0, 6] (ReLU6: torch's export of nn.ReLU6 and F.relu6), to [0, inf) (ReLU), or to
+        other bounds (CLAMP: F.normalize's floor); the bounds are attributes (opset < 11) or constant
+        inputs."""
         def bound(i, key, default):
             if i < len(node.input) and node.input[i]:
                 return float(self.const(node, name, i, key).reshape(()))
             return float(a.get(key, default))
         lo, hi = bound(1, "min", -np.inf), bound(2, "max", np.inf)
-        if lo != 0.0 or hi not in (6.0, np.inf):
-            raise self.error(node, name, f"Clip to [{lo:g}, {hi:g}] has no FFModel layer; valid: [0, 6] (ReLU6) "
-                                         f"and [0, inf) (ReLU)")
-        return [self.ir(node, name, "RELU6" if hi == 6.0 else "RELU", [node.input[0]])]
+        if lo == 0.0 and hi in (6.0, np.inf):
+            return [self.ir(node, name, "RELU6" if hi == 6.0 else "RELU", [node.input[0]])]
+        if np.isnan(lo) or np.isnan(hi) or lo == np.inf or hi == -np.inf:
+            raise self.error(node, name, f"Clip to [{lo:g}, {hi:g}]: the bounds must be numbers")
+        bounds = [None if np.isinf(v) else v for v in (lo, hi)]
+        return [self.ir(node, name, "CLAMP", [node.input[0]], bounds)] if bounds != [None, None] else \
+            [self.ir(node, name, "IDENTITY", [node.input[0]])]
 
     def _HardSigmoid(self, node, name, a):
         alpha, beta = a.get("alpha", 0.2), a.get("beta", 0.5)
@@ -480,6 +515,36 @@ class _Converter:
         return [self.ir(node, name, "POW", [node.input[0]], [-1.0])]
 
     # ---- shapes ----------------------------------------------------------------------------
+    def _Resize(self, node, name, a):
+        """Resize (opset 10+: X, roi, scales, sizes) and Upsample (X, scales) of the last one or two
+        axes, nearest or linear, by torch's and ONNX's coordinate transformations."""
+        mode = _text(a.get("mode", "nearest"))
+        coords = _text(a.get("coordinate_transformation_mode", "half_pixel" if node.op_type == "Resize" else
+                             "asymmetric"))
+        rounding = _text(a.get("nearest_mode", "round_prefer_floor" if node.op_type == "Resize" else "floor"))
+        if mode not in ("nearest", "linear") or a.get("antialias", 0) or "axes" in a or \
+                a.get("keep_aspect_ratio_policy", b"stretch") not in (b"stretch", "stretch"):
+            raise self.error(node, name, f"mode {mode!r} with attributes {sorted(a)}: only nearest and linear "
+                                         f"resizing of whole axes maps")
+        scale_at = 1 if node.op_type == "Upsample" or self.m.opset < 11 else 2
+        scales = self.const(node, name, scale_at, "scales") if len(node.input) > scale_at and node.input[scale_at] \
+            else np.asarray(a["scales"]) if "scales" in a else None
+        sizes = self.const(node, name, 3, "sizes") if len(node.input) > 3 and node.input[3] else None
+        given = sizes if sizes is not None and sizes.size else scales
+        if given is None or given.size < 3 or given.size > 4:
+            raise self.error(node, name, "needs scales or sizes for [N, C, L] or [N, C, H, W]")
+        lead = [float(v) for v in given[:2]]
+        x_shape = self.m.shapes.get(node.input[0]) or self.m.inferred.get(node.input[0])
+        if (sizes is not None and sizes.size and x_shape is not None and [int(v) for v in sizes[:2]] != list(x_shape[:2])
+                or (sizes is None or not sizes.size) and lead != [1.0, 1.0]):
+            raise self.error(node, name, f"resizes the batch or channel axis ({given.tolist()}); only spatial axes map")
+        kws = [("mode", mode), ("coords", coords), ("rounding", rounding)]
+        kws.append(("size", tuple(int(v) for v in given[2:])) if given is sizes else
+                   ("scale", tuple(float(v) for v in given[2:])))
+        return [self.ir(node, name, "INTERPOLATE", [node.input[0]], [], kws)]
+
+    _Upsample = _Resize
+
     def _Softmax(self, node, name, a):
         x = node.input[0]
         if x in self.causal:
@@ -640,6 +705,7 @@ class _Converter:
         return handler
 
     _ReduceMean, _ReduceSum, _ReduceMax = _reduce("MEAN"), _reduce("REDUCE_SUM"), _reduce("REDUCE_MAX")
+    _ReduceL2 = _reduce("REDUCE_L2")
 
     def _Cast(self, node, name, a):
         to = a.get("to")

@@ -135,7 +135,13 @@ def _embedding(b, node, ins, f):
     x = b.tensor(node, ins[0])
     if x.data_type not in (DataType.DT_INT32, DataType.DT_INT64):
         raise node_error(node, f"embedding indices must be integers (DT_INT32 or DT_INT64), got {x.data_type.name}")
-    return b.ff.embedding(x, f[0], f[1], AggrMode.AGGR_MODE_NONE, shared_op=_shared(b, node), name=node.name)
+    aggr = node.kw("aggr")   # an EmbeddingBag's: sum or avg over the last index dimension (the bag)
+    if aggr not in (None, "sum", "avg"):
+        raise node_error(node, f"aggr={aggr!r}; valid: sum, avg")
+    if aggr is not None and x.num_dims != 2:
+        raise node_error(node, f"a bag of embeddings takes [batch, bag] indices, got {list(x.dims)}", ShapeError)
+    mode = {None: AggrMode.AGGR_MODE_NONE, "sum": AggrMode.AGGR_MODE_SUM, "avg": AggrMode.AGGR_MODE_AVG}[aggr]
+    return b.ff.embedding(x, f[0], f[1], mode, shared_op=_shared(b, node), name=node.name)
 
 
 def _stack(b, node, ins, f):

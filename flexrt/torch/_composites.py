@@ -7,7 +7,8 @@ in the gradient, so the layers train as torch's operator does:
   windows, and the transposed convolution's stride dilation and padding, before an FFModel conv2d;
 - group and instance normalization: a layer norm over each group's values, then the per-channel
   scale and shift;
-- variance and standard deviation, p-norm normalization (F.normalize), the L2 norm (ReduceL2);
+- variance and standard deviation, p-norm normalization (F.normalize), the L2 norm (ReduceL2),
+  clamping to bounds (torch.clamp, ONNX Clip);
 - the maximum over dimensions (one max-pool window), max pooling's ceil_mode padding;
 - tensors made in forward (torch.full, zeros, ones) and Unflatten.
 
@@ -141,6 +142,8 @@ def _interpolate(b, node, ins, f):
             n_out, ratio = int(math.floor(n_in * s)), np.float32(1.0) / np.float32(s)
             if n_out < 1:
                 raise node_error(node, f"scale {s} leaves no positions of {n_in}", ShapeError)
+            if node.kw("recompute", False):    # torch's recompute_scale_factor: the step of the rounded size
+                ratio = np.float32(n_in) / np.float32(n_out)
         m = interpolation_matrix(n_in, n_out, ratio, mode, coords, rounding)
         if n_out != n_in or not np.array_equal(m, np.eye(n_in)):
             matrices[2 + i] = m
@@ -201,8 +204,10 @@ def _group_norm(b, node, ins, f):
     without weights (torch's biased variance, eps inside the root), then times the per-channel
     scale and plus the shift (inputs 2 and 3, [C], when affine)."""
     x = b.tensor(node, ins[0])
-    if x.num_dims < 2:
-        raise node_error(node, f"needs [N, C, *], got {list(x.dims)}", ShapeError)
+    rank = node.kw("rank")     # an InstanceNorm module's: 3 (1d) or 4 (2d)
+    if x.num_dims < 2 or rank is not None and x.num_dims != rank:
+        raise node_error(node, f"needs [N, C, *]{f' of rank {rank}' if rank else ''}, got {list(x.dims)}",
+                         ShapeError)
     n, c = x.dims[:2]
     groups = f[0] if f and f[0] is not None else c
     if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1 or c % groups:
@@ -286,6 +291,22 @@ def _normalize(b, node, ins, f):
     return ff.divide(x, ff.max(norm, floor, name=f"{name}.clamp"), name=name)
 
 
+def _clamp(b, node, ins, f):
+    """torch.clamp(min, max) and ONNX Clip (fields: the bounds, None for none): max and min with
+    constants of the input's shape, exact in the forward and the gradient."""
+    x, (lo, hi) = ins[0], (list(f) + [None, None])[:2]
+    if any(v is not None and not is_number(v) for v in (lo, hi)) or lo is None and hi is None:
+        raise node_error(node, f"clamp bounds must be numbers (at least one), got {lo!r}, {hi!r}")
+    if is_number(x):
+        return min(max(x, lo if lo is not None else x), hi if hi is not None else x)
+    x, ff, name = b.tensor(node, x), b.ff, node.name
+    for i, (v, op) in enumerate(((lo, ff.max), (hi, ff.min))):
+        if v is not None:
+            last = i == 1 or hi is None
+            x = op(x, ff.create_constant(list(x.dims), float(v), x.data_type), name=name if last else f"{name}.min")
+    return x
+
+
 # ---- max ---------------------------------------------------------------------------------------
 def reduce_max(b, node, x: Tensor, axes: list, keep: bool, name: str) -> Tensor:
     """The maximum over ``axes`` (torch's amax, ONNX ReduceMax), which FFModel has no layer for: the
@@ -353,4 +374,4 @@ def _unflatten(b, node, ins, f):
 
 
 HANDLERS = {"INTERPOLATE": _interpolate, "CONV_TRANSPOSE2D": _conv_transpose2d, "GROUP_NORM": _group_norm,
-            "VAR": _var, "REDUCE_L2": _reduce_l2, "NORMALIZE": _normalize, "FULL": _full, "UNFLATTEN": _unflatten}
+            "VAR": _var, "REDUCE_L2": _reduce_l2, "CLAMP": _clamp, "NORMALIZE": _normalize, "FULL": _full, "UNFLATTEN": _unflatten}

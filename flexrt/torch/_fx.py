@@ -200,20 +200,26 @@ class _Ctx:
 
     def free_parameter(self, node: fx.Node) -> None:
         """A parameter read directly (ViT's class token and position embedding, ConvNeXt's layer
-        scale): a PARAMETER node (FFModel: a bias-free dense layer of the constant 1, its kernel
-        the parameter's values, reshaped), made where it is first read."""
+        scale): a PARAMETER node, made where it is first read (``parameter``)."""
         target, param = self.params.pop(node.name)
+        self.parameter(node, param, node.name, tuple(u.name for u in node.users), target)
+
+    def parameter(self, node: fx.Node, param, name: str, users: tuple, target: str) -> str:
+        """A PARAMETER node ``name`` of ``param`` (FFModel: a bias-free dense layer of the constant 1,
+        its kernel the parameter's values, reshaped); a later node of the same parameter shares its
+        kernel. Also a module's own parameters an operator built of several layers reads (a
+        GroupNorm's scale and shift)."""
         if param.dim() == 0:
             raise self.error(node, f"the parameter '{target}' is a 0-d tensor; FFModel's tensors have at least one "
                                    f"dimension")
         owner = self.first_layer.get(id(param))
         keywords = [("dtype", str(param.dtype))] + ([("shares", owner)] if owner else [])
         if owner is None:
-            self.first_layer[id(param)] = node.name
-            self.weights.append(WeightSource(node.name, "parameter", _Holder(param)))
+            self.first_layer[id(param)] = name
+            self.weights.append(WeightSource(name, "parameter", _Holder(param)))
             self.param_owner.setdefault(id(param), target)
-        self.nodes.append(IRNode(node.name, (), tuple(u.name for u in node.users), "PARAMETER",
-                                 tuple(param.shape), tuple(keywords), origin(node)))
+        self.nodes.append(IRNode(name, (), users, "PARAMETER", tuple(param.shape), tuple(keywords), origin(node)))
+        return name
 
 
 class _Holder:
@@ -352,6 +358,91 @@ def _m_adaptive(pool: PoolType):
         ctx.add(node, "POOL2D", [node.args[0].name], [3, 1, 0, pool.value, _NONE],
                 [("output_size", _pair(m.output_size))])
     return convert
+
+
+def _m_conv_transpose2d(ctx, node, m: nn.ConvTranspose2d):
+    a = _bind(ctx, node, ["input", "output_size"], {"output_size": None})
+    if a["output_size"] is not None:
+        raise ctx.error(node, "ConvTranspose2d with output_size= is not supported; give the module its "
+                              "output_padding instead")
+    if _pair(m.dilation) != (1, 1) or m.padding_mode != "zeros":
+        raise ctx.error(node, f"ConvTranspose2d with dilation={m.dilation}, padding_mode={m.padding_mode!r}: only "
+                              f"dilation 1 and zero padding map")
+    (kh, kw), (sh, sw), (ph, pw) = _pair(m.kernel_size), _pair(m.stride), _pair(m.padding)
+    ctx.layer(node, "CONV_TRANSPOSE2D", m, "conv_transpose2d", [a["input"].name],
+              [m.out_channels, kh, kw, sh, sw, ph, pw, _NONE, m.groups, int(m.bias is not None)],
+              [("output_padding", _pair(m.output_padding)), ("in_channels", m.in_channels)])
+
+
+# torch's interpolation modes -> (mode, coordinate transformation, rounding) of the builder's INTERPOLATE
+_INTERPOLATION = {"nearest": ("nearest", "asymmetric", "floor"),
+                  "nearest-exact": ("nearest", "half_pixel", "round_prefer_ceil"),
+                  "linear": ("linear", "half_pixel", "floor"), "bilinear": ("linear", "half_pixel", "floor")}
+
+
+def interpolation(ctx, node, x: str, size, scale, mode: str, align_corners, recompute, antialias=False) -> None:
+    """An INTERPOLATE node of F.interpolate's arguments (nn.Upsample's attributes)."""
+    if mode not in _INTERPOLATION:
+        raise ctx.error(node, f"interpolation mode {mode!r} is not supported; valid: {', '.join(_INTERPOLATION)}")
+    if antialias:
+        raise ctx.error(node, "interpolation with antialias=True is not supported")
+    kind, coords, rounding = _INTERPOLATION[mode]
+    if kind == "linear" and align_corners:
+        coords = "align_corners"
+    if (size is None) == (scale is None):
+        raise ctx.error(node, "give exactly one of size and scale_factor")
+    kws = [("mode", kind), ("coords", coords), ("rounding", rounding)]
+    if size is not None:
+        kws.append(("size", _ref(size)))
+    else:
+        scale = tuple(float(v) for v in scale) if isinstance(scale, (tuple, list)) else float(scale)
+        kws.append(("scale", scale))
+        if recompute:      # the step is in/out of the rounded size, as torch computes it then
+            kws.append(("recompute", True))
+    ctx.add(node, "INTERPOLATE", [x], [], kws)
+
+
+def _m_upsample(ctx, node, m: nn.Upsample):
+    interpolation(ctx, node, node.args[0].name, m.size, m.scale_factor, m.mode, m.align_corners,
+                  getattr(m, "recompute_scale_factor", None))
+
+
+def _m_group_norm(ctx, node, m: nn.GroupNorm):
+    ins = [node.args[0].name]
+    if m.affine:
+        ins += [ctx.parameter(node, p, f"{node.name}.{k}", (node.name,), f"{node.target}.{k}")
+                for k, p in (("weight", m.weight), ("bias", m.bias))]
+    ctx.add(node, "GROUP_NORM", ins, [m.num_groups], [("eps", m.eps)])
+
+
+def _m_instance_norm(ctx, node, m):
+    if not m.training and m.track_running_stats:
+        raise ctx.error(node, f"{type(m).__name__}(track_running_stats=True) in eval mode normalizes with running "
+                              f"statistics, which FFModel does not keep; convert it in train mode or without them")
+    ins = [node.args[0].name]
+    if m.affine:
+        ins += [ctx.parameter(node, p, f"{node.name}.{k}", (node.name,), f"{node.target}.{k}")
+                for k, p in (("weight", m.weight), ("bias", m.bias))]
+    rank = 3 if isinstance(m, nn.InstanceNorm1d) else 4
+    ctx.add(node, "GROUP_NORM", ins, [None], [("eps", m.eps), ("rank", rank)])
+
+
+def _m_embedding_bag(ctx, node, m: nn.EmbeddingBag):
+    a = _bind(ctx, node, ["input", "offsets", "per_sample_weights"], {"offsets": None, "per_sample_weights": None})
+    problems = [f"{k}={v!r}" for k, v, ok in (
+        ("mode", m.mode, m.mode in ("sum", "mean")), ("offsets", "given", a["offsets"] is None),
+        ("per_sample_weights", "given", a["per_sample_weights"] is None), ("padding_idx", m.padding_idx,
+         m.padding_idx is None), ("max_norm", m.max_norm, m.max_norm is None)) if not ok]
+    if problems:
+        raise ctx.error(node, f"EmbeddingBag with {', '.join(problems)}: FFModel.embedding sums or averages bags "
+                              f"of equal length, given as a 2-D index tensor [batch, bag] (mode 'sum' or 'mean', no "
+                              f"offsets, per-sample weights, padding_idx or max_norm)")
+    ctx.layer(node, "EMBEDDING", m, "embedding", [a["input"].name], [m.num_embeddings, m.embedding_dim],
+              [("aggr", "sum" if m.mode == "sum" else "avg")])
+
+
+def _m_unflatten(ctx, node, m: nn.Unflatten):
+    ctx.add(node, "UNFLATTEN", [node.args[0].name], [m.dim, tuple(m.unflattened_size)])
 
 
 def _m_batch_norm(ctx, node, m):
@@ -534,5 +625,8 @@ MODULES: dict[type, Callable] = {
     nn.ReLU6: _m_unary("RELU6"), nn.LeakyReLU: _m_leaky_relu, nn.Hardsigmoid: _m_unary("HARDSIGMOID"),
     nn.Hardswish: _m_unary("HARDSWISH"),
     nn.MultiheadAttention: _m_attention, nn.TransformerEncoderLayer: _m_encoder_layer,
-    nn.TransformerEncoder: _m_encoder,
+    nn.TransformerEncoder: _m_encoder, nn.ConvTranspose2d: _m_conv_transpose2d, nn.Upsample: _m_upsample,
+    nn.UpsamplingNearest2d: _m_upsample, nn.UpsamplingBilinear2d: _m_upsample, nn.GroupNorm: _m_group_norm,
+    nn.InstanceNorm1d: _m_instance_norm, nn.InstanceNorm2d: _m_instance_norm, nn.EmbeddingBag: _m_embedding_bag,
+    nn.Unflatten: _m_unflatten,
 }

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import fx
 
 from flexrt.ir.enums import PoolType
-from flexrt.torch._fx import _bind, _Ctx, _pool_fields, _ref
+from flexrt.torch._fx import _bind, _Ctx, _pool_fields, _ref, interpolation
 
 _NUMBER = (int, float)
 
@@ -435,6 +435,74 @@ def _layer_norm_fn(ctx, node):
               kws + ([] if b is not None else [("bias", False)]))
 
 
+def _interpolate(ctx, node):
+    a = _bind(ctx, node, ["input", "size", "scale_factor", "mode", "align_corners", "recompute_scale_factor",
+                          "antialias"], {"size": None, "scale_factor": None, "mode": "nearest", "align_corners": None,
+                                         "recompute_scale_factor": None, "antialias": False})
+    interpolation(ctx, node, _tensor_arg(ctx, node, a["input"]), a["size"], a["scale_factor"], a["mode"],
+                  a["align_corners"], a["recompute_scale_factor"], a["antialias"])
+
+
+def _var(std: bool):
+    """torch.var / std and the methods: (dim, unbiased, keepdim), (unbiased) or correction=."""
+    def convert(ctx, node):
+        a = _bind(ctx, node, ["input", "dim", "unbiased", "keepdim"],
+                  {"dim": None, "unbiased": None, "keepdim": False, "correction": None})
+        dim, unbiased = a["dim"], a["unbiased"]
+        if isinstance(dim, bool):        # var(x, unbiased)
+            dim, unbiased = None, dim
+        if a["correction"] is not None and unbiased is not None:
+            raise ctx.error(node, "give unbiased or correction, not both")
+        correction = a["correction"] if a["correction"] is not None else 0 if unbiased is False else 1
+        dims = [] if dim is None else list(dim) if isinstance(dim, (tuple, list)) else [dim]
+        ctx.add(node, "VAR", [_tensor_arg(ctx, node, a["input"])], dims,
+                [("keepdim", bool(a["keepdim"])), ("correction", correction)] + ([("std", True)] if std else []))
+    return convert
+
+
+def _normalize(ctx, node):
+    a = _bind(ctx, node, ["input", "p", "dim", "eps", "out"], {"p": 2.0, "dim": 1, "eps": 1e-12, "out": None})
+    if a["out"] is not None:
+        raise ctx.error(node, "F.normalize(out=...) is not supported")
+    ctx.add(node, "NORMALIZE", [_tensor_arg(ctx, node, a["input"])], [a["p"], a["dim"], a["eps"]])
+
+
+_CREATION_KWARGS = ("device", "requires_grad", "layout", "pin_memory", "memory_format")
+
+
+def _full(value):
+    """torch.full(size, fill_value), torch.zeros(*size), torch.ones(*size): a constant of the model
+    (the sizes may be traced); ``value`` None: full's own fill value."""
+    def convert(ctx, node):
+        args = list(node.args)
+        kw = {k: v for k, v in node.kwargs.items() if k not in _CREATION_KWARGS}
+        dtype = kw.pop("dtype", None)
+        fill = value
+        if value is None:
+            fill = kw.pop("fill_value", args.pop() if len(args) == 2 else None)
+        sizes = kw.pop("size", args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else tuple(args))
+        if kw or fill is None or isinstance(fill, fx.Node):
+            raise ctx.error(node, f"{getattr(node.target, '__name__', node.target)} takes sizes and a number to fill "
+                                  f"with (not a traced value); got {node.args}, {dict(node.kwargs)}")
+        ctx.add(node, "FULL", [], [_ref(tuple(sizes)), fill], [("dtype", str(dtype))] if dtype else [])
+    return convert
+
+
+def _clamp(ctx, node):
+    """torch.clamp / clip (min, max), clamp_min, clamp_max: numbers as bounds."""
+    name = node.target if isinstance(node.target, str) else node.target.__name__
+    defaults = {"min": None, "max": None}
+    a = _bind(ctx, node, ["input", "max"] if name == "clamp_max" else ["input", "min", "max"], defaults)
+    if any(isinstance(a[k], fx.Node) for k in ("min", "max")):
+        raise ctx.error(node, f"{name} with a traced bound is not supported; valid: numbers")
+    ctx.add(node, "CLAMP", [_tensor_arg(ctx, node, a["input"])], [a["min"], a["max"]])
+
+
+def _unflatten(ctx, node):
+    a = _bind(ctx, node, ["input", "dim", "sizes"], {})
+    ctx.add(node, "UNFLATTEN", [_tensor_arg(ctx, node, a["input"])], [a["dim"], _ref(tuple(a["sizes"]))])
+
+
 _ADD = _binary("ADD", "SCALAR_ADD", True)
 _SUB = _binary("SUBTRACT", "SCALAR_SUB", False)
 _MUL = _binary("MULTIPLY", "SCALAR_MULTIPLY", True)
@@ -466,6 +534,10 @@ FUNCTIONS: dict[Callable, Callable] = {
     F.scaled_dot_product_attention: _sdpa, torch.arange: _arange,
     F.avg_pool2d: _pool_fn(PoolType.POOL_AVG), F.adaptive_avg_pool2d: _adaptive_fn(PoolType.POOL_AVG),
     F.adaptive_max_pool2d: _adaptive_fn(PoolType.POOL_MAX), F.layer_norm: _layer_norm_fn,
+    F.interpolate: _interpolate, F.upsample: _interpolate, torch.var: _var(False), torch.std: _var(True),
+    F.normalize: _normalize, torch.full: _full(None), torch.zeros: _full(0.0), torch.ones: _full(1.0),
+    torch.unflatten: _unflatten, torch.clamp: _clamp, torch.clip: _clamp, torch.clamp_min: _clamp,
+    torch.clamp_max: _clamp,
 }
 
 METHODS: dict[str, Callable] = {
@@ -478,7 +550,9 @@ METHODS: dict[str, Callable] = {
     "type_as": _as, "expand_as": _expand_as, "to": _to, "float": _pass("FLOAT"), "contiguous": _pass("CONTIGUOUS"),
     "pow": _pow, "mean": _reduce("MEAN"), "sum": _reduce("REDUCE_SUM"), "amax": _reduce("REDUCE_MAX"),
     "sqrt": _unary("SQRT"), "eq": _eq,
-    "logical_not": _logical_not, "masked_fill": _masked_fill, "dim": _dim, "t": _t,
+    "logical_not": _logical_not, "masked_fill": _masked_fill, "dim": _dim, "t": _t, "var": _var(False),
+    "std": _var(True), "unflatten": _unflatten, "clamp": _clamp, "clip": _clamp, "clamp_min": _clamp,
+    "clamp_max": _clamp,
 }
 _MASK_AWARE = (_getitem, _eq, _logical_not, _masked_fill, _softmax, _layer_norm_fn, _getattr)
 
@@ -518,8 +592,11 @@ def convert_call(ctx: _Ctx, node: fx.Node) -> None:
         raise ctx.error(node, f"the {what} has no FFModel mapping; supported {what}s: "
                               f"{', '.join(sorted(_label(t) for t in table))}")
     if convert not in _MASK_AWARE and convert is not _guard:
-        ctx.check_inputs(node, device_ok=convert is _arange)
+        ctx.check_inputs(node, device_ok=convert is _arange or node.target in _MADE)
     convert(ctx, node)
+
+
+_MADE = (torch.full, torch.zeros, torch.ones)   # tensors made in forward: device= is allowed
 
 
 def _label(t) -> str:

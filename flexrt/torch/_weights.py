@@ -25,6 +25,8 @@ def ff_layout(kind: str, params: Mapping[str, np.ndarray | None]) -> dict[str, n
 
     - ``dense``: weight [out, in], bias -> kernel [in, out], bias
     - ``conv2d``: weight OIHW, bias -> kernel, bias
+    - ``conv_transpose2d``: weight [in, out / groups, kh, kw], bias, groups (a number) -> the kernel
+      of the conv2d of stride 1 over the dilated input: [out, in / groups, kh, kw], flipped in kh and kw
     - ``batch_norm``: weight, bias -> scale, bias; ``layer_norm``: weight, bias -> gamma, beta
     - ``embedding``: weight -> table; ``parameter`` (a parameter read directly): weight -> kernel [1, n]
     - ``multihead_attention``: in_proj_weight [3E, E] (or q/k/v_proj_weight), in_proj_bias,
@@ -36,6 +38,8 @@ def ff_layout(kind: str, params: Mapping[str, np.ndarray | None]) -> dict[str, n
         return out | ({"bias": p["bias"]} if p.get("bias") is not None else {})
     if kind == "conv2d":
         return {"kernel": p["weight"]} | ({"bias": p["bias"]} if p.get("bias") is not None else {})
+    if kind == "conv_transpose2d":
+        return _conv_transpose(p)
     if kind == "batch_norm":
         return {"scale": p["weight"], "bias": p["bias"]}
     if kind == "layer_norm":
@@ -48,6 +52,16 @@ def ff_layout(kind: str, params: Mapping[str, np.ndarray | None]) -> dict[str, n
     if kind == "multihead_attention":
         return _attention(p)
     raise ConfigError(f"no weight layout for layer kind {kind!r}")
+
+
+def _conv_transpose(p: Mapping[str, np.ndarray | None]) -> dict[str, np.ndarray]:
+    w, g = p["weight"], int(p["groups"]) if p.get("groups") is not None else 1
+    cin, cout_g, kh, kw = w.shape
+    if cin % g:
+        raise ShapeError(f"a transposed convolution's weight {list(w.shape)} does not split into {g} groups")
+    k = w.reshape(g, cin // g, cout_g, kh, kw).transpose(0, 2, 1, 3, 4).reshape(g * cout_g, cin // g, kh, kw)
+    out = {"kernel": np.ascontiguousarray(k[:, :, ::-1, ::-1])}
+    return out | ({"bias": p["bias"]} if p.get("bias") is not None else {})
 
 
 def _attention(p: Mapping[str, np.ndarray | None]) -> dict[str, np.ndarray]:

@@ -193,7 +193,8 @@ def _params(kind: str, module) -> dict:
         names = ("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias")
         out = {n: arr(getattr(module, n, None)) for n in names}
         return out | {"out_proj_weight": arr(module.out_proj.weight), "out_proj_bias": arr(module.out_proj.bias)}
-    return {"weight": arr(getattr(module, "weight", None)), "bias": arr(getattr(module, "bias", None))}
+    out = {"weight": arr(getattr(module, "weight", None)), "bias": arr(getattr(module, "bias", None))}
+    return out | ({"groups": module.groups} if kind == "conv_transpose2d" else {})
 
 
 # FlexFlow's module-level name: reading a file needs no torch
