@@ -27,14 +27,24 @@ FOLDABLE = frozenset({
 })
 
 
-def static_shapes(model, input_dims: Mapping[str, tuple]) -> dict[str, tuple]:
+def static_shapes(model, input_dims: Mapping[str, tuple], folded: Mapping[str, np.ndarray] | None = None
+                  ) -> dict[str, tuple]:
     """Every tensor's shape that ONNX's shape inference finds static, with the graph's inputs at
-    ``input_dims`` (the FFModel tensors': a batch dimension exported as symbolic takes its size)."""
+    ``input_dims`` (the FFModel tensors': a batch dimension exported as symbolic takes its size).
+    ``folded``: node outputs already computed from constants (an Expand's target shape that ONNX's
+    data propagation loses at a Where), given to the inference as initializers in place of their
+    nodes, so the shapes after them are static too."""
     import onnx
-    from onnx import shape_inference
+    from onnx import numpy_helper, shape_inference
 
     m = onnx.ModelProto()
     m.CopyFrom(model)
+    if folded:
+        keep = [n for n in m.graph.node if not n.output or not all(o in folded for o in n.output)]
+        made = {o for n in m.graph.node for o in n.output} & set(folded)
+        del m.graph.node[:]
+        m.graph.node.extend(keep)
+        m.graph.initializer.extend(numpy_helper.from_array(np.asarray(folded[o]), o) for o in sorted(made))
     for value in m.graph.input:
         dims = input_dims.get(value.name)
         if dims is None:

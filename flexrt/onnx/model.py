@@ -76,7 +76,9 @@ class ONNXModel:
         self.shapes: dict[str, tuple] = {i.name: tuple(d.dim_value for d in i.type.tensor_type.shape.dim)
                                          for i in model.graph.input}
         self.shapes.update({k: v.shape for k, v in self.constants.items()})
-        self.initializers = frozenset(self.constants)   # the file's weights (the rest: Constant nodes, folds)
+        # the file's weights, and views of one (Unsqueeze, Reshape ... of it, folded); the rest of the
+        # constants: Constant nodes and what is folded from them
+        self.initializers = set(self.constants)
         self.weights: list[tuple[str, str, dict]] = []   # (layer, kind, source names of its parameters)
         self.symbol_table: dict[str, Any] = {}
 
@@ -97,7 +99,9 @@ class ONNXModel:
                                   f"export_params=False), but its shape has symbolic dimension(s) "
                                   f"{', '.join(symbolic)}; export it with static shapes, or give it to apply")
         self.weights = []
-        self.inferred = static_shapes(self.model, input_dims or {}) | dict(input_dims or {})
+        self.input_dims = dict(input_dims or {})
+        self.inferred = static_shapes(self.model, self.input_dims) | self.input_dims
+        self.reinferred_at = len(self.constants)
         self.opset = next((o.version for o in self.model.opset_import if o.domain in ("", "ai.onnx")), 13)
         consumers: dict[str, list] = {}
         for n in g.node:
@@ -156,6 +160,7 @@ class ONNXModelKeras(ONNXModel):
 
 _FILL_LIMIT = -1e9   # a masked fill at most this zeroes the probability in float32 and float64
 _GROWS = frozenset({"Expand", "Tile", "Concat"})   # ops whose folding would turn a weight into a constant
+_VIEWS = frozenset({"Unsqueeze", "Squeeze", "Reshape", "Flatten", "Identity", "Transpose"})   # same values
 
 
 def _text(v) -> str:
@@ -241,6 +246,10 @@ class _Converter:
         if node.op_type == "Shape":
             src = node.input[0]
             shape = m.shapes[src] if src in m.constants else m.inferred.get(src)
+            if shape is None and m.reinferred_at != len(m.constants):   # ONNX's inference stopped short:
+                m.reinferred_at = len(m.constants)                         # again with what is folded since
+                m.inferred = static_shapes(m.model, m.input_dims, m.constants) | m.inferred
+                shape = m.inferred.get(src)
             if shape is None:
                 return False
             values = [shape_of(self.attrs(node), shape)]
@@ -257,6 +266,8 @@ class _Converter:
         for out, v in zip(node.output, values):
             m.constants[out] = np.asarray(v)
             m.shapes[out] = m.constants[out].shape
+        if node.op_type in _VIEWS and _is_weight_array(m, node.input[0]):
+            m.initializers.update(node.output)     # a weight reshaped (GroupNorm's scale, unsqueezed) stays one
         return True
 
     def ir(self, node, name, op, inputs, fields=(), keywords=(), output: str | None = None) -> IRNode:
@@ -638,8 +649,8 @@ class _Converter:
         x = node.input[0]
         target = [int(d) for d in self.const(node, name, 1, "shape")]
         shape = self.m.shapes.get(x) or self.m.inferred.get(x)
-        if shape is None:
-            raise self.error(node, name, f"the shape of '{x}' is unknown")
+        if shape is None:   # broadcast when the graph is built, from the tensor's shape
+            return [self.ir(node, name, "EXPAND", [x], target, [("broadcast", True)])]
         try:
             sizes = np.broadcast_shapes(tuple(shape), tuple(target))
         except ValueError as e:

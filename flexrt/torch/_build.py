@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import math
 import operator
+
+import numpy as np
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -480,6 +482,11 @@ def _expand(b, node, ins, f):
     sizes = list(f[0]) if len(f) == 1 and isinstance(f[0], tuple) else list(f)
     if len(ins) == 2 and isinstance(ins[1], Tensor):       # expand_as
         sizes = list(ins[1].dims)
+    if node.kw("broadcast"):   # ONNX Expand: the broadcast of the input's shape and the target
+        try:
+            sizes = list(np.broadcast_shapes(tuple(x.dims), tuple(sizes)))
+        except ValueError as e:
+            raise node_error(node, f"cannot expand {list(x.dims)} to {sizes}: {e}", ShapeError) from None
     lead = len(sizes) - x.num_dims
     if lead < 0:
         raise node_error(node, f"expand to {sizes} has fewer dimensions than input {list(x.dims)}", ShapeError)

@@ -132,9 +132,35 @@ class ResNet18(nn.Module):
         return self.fc(torch.flatten(self.avgpool(x), 1))
 
 
+class UNet(nn.Module):
+    """A U-Net's decoder pieces as diffusion and segmentation models write them: GroupNorm + SiLU,
+    a strided ConvTranspose2d (output_padding), an affine InstanceNorm2d, a bilinear Upsample, a
+    skip concatenation, a nearest F.interpolate by size, var and F.normalize in the head."""
+
+    def __init__(self):
+        super().__init__()
+        self.down = nn.Conv2d(3, 4, 3, 2, 1)                             # [N, 4, 4, 4]
+        self.norm1 = nn.GroupNorm(2, 4)
+        self.up1 = nn.ConvTranspose2d(4, 4, 3, 2, 1, output_padding=1)    # [N, 4, 8, 8]
+        self.norm2 = nn.InstanceNorm2d(8, affine=True)
+        self.up2 = nn.Upsample(scale_factor=0.5, mode="bilinear")         # [N, 8, 4, 4]
+        self.head = nn.Linear(8 * 4 * 4 + 8, 5)
+        with torch.no_grad():
+            for m in (self.norm1, self.norm2):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.5, 0.5)
+
+    def forward(self, x):
+        h = torch.relu(self.up1(nn.functional.silu(self.norm1(self.down(x)))))
+        h = self.up2(self.norm2(torch.cat([h, x[:, :1].expand(-1, 4, -1, -1)], dim=1)))
+        h = nn.functional.interpolate(h, size=(4, 4)) + h.var(dim=(2, 3), keepdim=True, unbiased=False)
+        s = nn.functional.normalize(h.mean((2, 3)), dim=1)
+        return self.head(torch.cat([torch.flatten(h, 1), s], dim=1))
+
+
 # name -> (model factory, input shape without the batch)
 MODELS = {"mlp": (MLP, (12,)), "cnn": (CNN, (3, 8, 8)), "encoder": (Encoder, (5, 6)), "resnet18": (ResNet18, (3, 32, 32)),
-          "scaled": (Scaled, (3, 8, 8)), "vit": (ViT, (3, 8, 8))}
+          "scaled": (Scaled, (3, 8, 8)), "vit": (ViT, (3, 8, 8)), "unet": (UNet, (3, 8, 8))}
 
 
 def make(name: str, seed: int = 0):

@@ -16,8 +16,8 @@ from flexrt.strategy import random_strategy, save_strategy
 from tests.frontends._models import BATCH, MODELS, SCCE, make, torch, torch_sgd_step
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
-ALL = ["mlp", "cnn", "scaled", "vit", pytest.param("resnet18", marks=pytest.mark.slow)]
-TOL = {"mlp": 1e-5, "cnn": 1e-5, "scaled": 1e-5, "vit": 1e-5, "resnet18": 1e-5}
+ALL = ["mlp", "cnn", "scaled", "vit", "unet", pytest.param("resnet18", marks=pytest.mark.slow)]
+TOL = {"mlp": 1e-5, "cnn": 1e-5, "scaled": 1e-5, "vit": 1e-5, "unet": 1e-5, "resnet18": 1e-5}
 
 
 def export(model, x, path, params=True):
@@ -196,9 +196,18 @@ def test_relu6_clip_hardswish_hardsigmoid_equal_torch(tmp_path):
     _matches_torch(model, x, tmp_path / "acts.onnx", ["Clip", "HardSwish", "HardSigmoid"])
     clip = _graph([helper.make_node("Clip", ["x", "lo", "hi"], ["y"])],
                   [helper.make_tensor("lo", TensorProto.FLOAT, [], [-1.0]), helper.make_tensor("hi", TensorProto.FLOAT, [], [1.0])])
+    ff = FFModel(FFConfig(["-b", "2"]))      # other bounds: max and min with constants (CLAMP)
+    xt = ff.create_tensor([2, 4], DataType.DT_FLOAT)
+    out = ONNXModel(clip).apply(ff, {"x": xt})
+    ff.compile(loss_type="mean_squared_error_avg")
+    x = np.linspace(-2, 2, 8, dtype=np.float32).reshape(2, 4)
+    xt.set_tensor(ff, x)
+    ff.forward()
+    np.testing.assert_array_equal(out.get_tensor(ff), np.clip(x, -1, 1))
+    bad = _graph([helper.make_node("Clip", ["x", "lo"], ["y"])], [helper.make_tensor("lo", TensorProto.FLOAT, [], [np.nan])])
     ff = FFModel(FFConfig(["-b", "2"]))
-    with pytest.raises(ConfigError, match=r"Clip to \[-1, 1\] has no FFModel layer; valid: \[0, 6\]"):
-        ONNXModel(clip).apply(ff, {"x": ff.create_tensor([2, 4], DataType.DT_FLOAT)})
+    with pytest.raises(ConfigError, match=r"Clip to \[nan, inf\]: the bounds must be numbers"):
+        ONNXModel(bad).apply(ff, {"x": ff.create_tensor([2, 4], DataType.DT_FLOAT)})
 
 
 @pytest.mark.parametrize("batch_first", [True, False])

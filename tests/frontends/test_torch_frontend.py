@@ -22,10 +22,10 @@ from tests.frontends._models import (
 )
 
 F = torch.nn.functional
-FAST = ["mlp", "cnn", "encoder", "scaled", "vit"]
+FAST = ["mlp", "cnn", "encoder", "scaled", "vit", "unet"]
 # float32 forward tolerance: 1e-5 (ResNet-18 on 32x32 images: its last BatchNorms take statistics
 # over 4 values a channel on each of 2 devices; on 16x16 images, over 1, float32 rounding grows to 2e-5)
-TOL = {"mlp": 1e-5, "cnn": 1e-5, "encoder": 1e-5, "scaled": 1e-5, "vit": 1e-5, "resnet18": 1e-5}
+TOL = {"mlp": 1e-5, "cnn": 1e-5, "encoder": 1e-5, "scaled": 1e-5, "vit": 1e-5, "unet": 1e-5, "resnet18": 1e-5}
 ALL = FAST + [pytest.param("resnet18", marks=pytest.mark.slow)]
 
 
@@ -43,7 +43,7 @@ def _reference_forward(model, name, x, argv):
         return model(torch.from_numpy(x)).numpy()
 
 
-@pytest.mark.parametrize("name", ["mlp", "cnn", "encoder", "resnet18"])
+@pytest.mark.parametrize("name", ["mlp", "cnn", "encoder", "unet", "resnet18"])
 def test_parameter_counts_equal_torch(name):
     model, _, _ = make(name)
     pm = PyTorchModel(model)
