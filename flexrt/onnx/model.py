@@ -362,8 +362,20 @@ class _Converter:
     def _InstanceNormalization(self, node, name, a):
         """Per-channel normalization with a scale and shift (inputs 1, 2; torch's InstanceNorm, and the
         core of its GroupNorm export)."""
-        nodes = [self.ir(node, name, "GROUP_NORM", node.input[:3], [None], [("eps", a.get("epsilon", 1e-5))])]
-        return self.materialize(nodes)
+        x, scale, shift = node.input[:3]
+        values = [self.m.constants.get(t) for t in (scale, shift)]
+        eps = [("eps", a.get("epsilon", 1e-5))]
+        if all(v is not None and t not in self.m.initializers for v, t in zip(values, (scale, shift))) and \
+                np.all(values[0] == 1) and np.all(values[1] == 0):   # torch's GroupNorm export: no affine here
+            return [self.ir(node, name, "GROUP_NORM", [x], [None], eps)]
+        made, refs = [], []
+        for t, v, part in zip((scale, shift), values, ("scale", "shift")):
+            if v is None:
+                refs.append(t)
+                continue
+            nodes, ref = self._array_operand(f"ONNX node '{name}' (InstanceNormalization)", t, v, f"{name}.{part}")
+            made, refs = made + nodes, refs + [ref]
+        return made + [self.ir(node, name, "GROUP_NORM", [x, *refs], [None], eps)]
 
     def _BatchNormalization(self, node, name, a):
         if not a.get("training_mode", 0) and len(node.output) == 1:

@@ -1,5 +1,7 @@
 """Small PyTorch models and the helpers the front-end tests share: an MLP, a CNN, a transformer
-encoder layer and a ResNet-18-style network; compiling an FFModel under a strategy; torch's SGD step."""
+encoder layer, a ViT, a U-Net's decoder pieces and a ResNet-18-style network; compiling an FFModel
+under a strategy; torch's SGD step; a function as a module and its forward compared with torch's
+through the module, the text format and ONNX."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from flexrt.model import DataType, FFConfig, FFModel, LossType, SGDOptimizer
 from flexrt.strategy import random_strategy, save_strategy
 from flexrt.strategy.config import ConfigStrategy
 from flexrt.strategy.space import config_at
+from flexrt.torch import PyTorchModel, file_to_ff
 
 BATCH = 4
 SCCE = LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY
@@ -210,3 +213,55 @@ def torch_sgd_step(model, x, y, lr=0.1):
     loss.backward()
     opt.step()
     return float(loss.detach())
+
+
+class Fn(nn.Module):
+    """A function (and an optional Linear before it) as a module."""
+
+    def __init__(self, fn, width=None):
+        super().__init__()
+        self.fn = fn
+        self.fc = nn.Linear(width, width) if width else None
+
+    def forward(self, x):
+        return self.fn(self.fc(x) if self.fc is not None else x)
+
+
+def compare_forward(module, x, tmp_path=None, dtype=DataType.DT_FLOAT):
+    """torch's forward against flexrt's, through the module and (``tmp_path``) the text format."""
+    with torch.no_grad():
+        want = module(torch.from_numpy(x)).numpy()
+    paths = ["module"] + (["file"] if tmp_path is not None else [])
+    for path in paths:
+        ff = FFModel(FFConfig(["-b", str(x.shape[0])]))
+        xt = ff.create_tensor(list(x.shape), dtype)
+        pm = PyTorchModel(module)
+        if path == "file":
+            pm.torch_to_file(str(tmp_path / "m.ff"))
+            (out,) = file_to_ff(str(tmp_path / "m.ff"), ff, [xt])
+        else:
+            (out,) = pm.torch_to_ff(ff, [xt])
+        ff.compile(loss_type="mean_squared_error_avg")
+        pm.load_weights(ff)
+        xt.set_tensor(ff, x)
+        ff.forward()
+        got = out.get_tensor(ff)
+        np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-5, atol=1e-6, err_msg=path)
+
+
+def compare_onnx(module, x, path, ops):
+    """torch's forward against flexrt's through the ONNX export of ``module`` (holding ``ops``)."""
+    onnx = pytest.importorskip("onnx")
+    from flexrt.onnx import ONNXModel
+    torch.onnx.export(module, (torch.from_numpy(x),), str(path), dynamo=False, input_names=["x"])
+    assert set(ops) <= {n.op_type for n in onnx.load(str(path)).graph.node}
+    om = ONNXModel(str(path))
+    ff = FFModel(FFConfig(["-b", str(x.shape[0])]))
+    xt = ff.create_tensor(list(x.shape), DataType.DT_FLOAT)
+    out = om.apply(ff, {"x": xt})
+    ff.compile(loss_type="mean_squared_error_avg")
+    om.load_weights(ff)
+    xt.set_tensor(ff, x)
+    ff.forward()
+    with torch.no_grad():
+        np.testing.assert_allclose(out.get_tensor(ff), module(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-6)

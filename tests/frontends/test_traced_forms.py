@@ -15,62 +15,13 @@ from torch.nn import functional as F  # noqa: E402
 
 from flexrt.errors import ShapeError  # noqa: E402
 from flexrt.model import DataType, FFConfig, FFModel  # noqa: E402
-from flexrt.torch import PyTorchModel, file_to_ff  # noqa: E402
-
-
-class _Fn(nn.Module):
-    def __init__(self, fn, width=None):
-        super().__init__()
-        self.fn = fn
-        self.fc = nn.Linear(width, width) if width else None
-
-    def forward(self, x):
-        return self.fn(self.fc(x) if self.fc is not None else x)
+from flexrt.torch import PyTorchModel  # noqa: E402
+from tests.frontends._models import Fn, compare_forward, compare_onnx  # noqa: E402
 
 
 def _rotate_half(x):
     x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
     return torch.cat((-x2, x1), dim=-1)
-
-
-def _compare(module, x, tmp_path=None, dtype=DataType.DT_FLOAT):
-    """torch's forward against flexrt's, through the module and (``tmp_path``) the text format."""
-    with torch.no_grad():
-        want = module(torch.from_numpy(x)).numpy()
-    paths = ["module"] + (["file"] if tmp_path is not None else [])
-    for path in paths:
-        ff = FFModel(FFConfig(["-b", str(x.shape[0])]))
-        xt = ff.create_tensor(list(x.shape), dtype)
-        pm = PyTorchModel(module)
-        if path == "file":
-            pm.torch_to_file(str(tmp_path / "m.ff"))
-            (out,) = file_to_ff(str(tmp_path / "m.ff"), ff, [xt])
-        else:
-            (out,) = pm.torch_to_ff(ff, [xt])
-        ff.compile(loss_type="mean_squared_error_avg")
-        pm.load_weights(ff)
-        xt.set_tensor(ff, x)
-        ff.forward()
-        got = out.get_tensor(ff)
-        np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-5, atol=1e-6, err_msg=path)
-
-
-def _compare_onnx(module, x, path, ops):
-    """torch's forward against flexrt's through the ONNX export of ``module`` (holding ``ops``)."""
-    onnx = pytest.importorskip("onnx")
-    from flexrt.onnx import ONNXModel
-    torch.onnx.export(module, (torch.from_numpy(x),), str(path), dynamo=False, input_names=["x"])
-    assert set(ops) <= {n.op_type for n in onnx.load(str(path)).graph.node}
-    om = ONNXModel(str(path))
-    ff = FFModel(FFConfig(["-b", str(x.shape[0])]))
-    xt = ff.create_tensor(list(x.shape), DataType.DT_FLOAT)
-    out = om.apply(ff, {"x": xt})
-    ff.compile(loss_type="mean_squared_error_avg")
-    om.load_weights(ff)
-    xt.set_tensor(ff, x)
-    ff.forward()
-    with torch.no_grad():
-        np.testing.assert_allclose(out.get_tensor(ff), module(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-6)
 
 
 RNG = np.random.default_rng(0)
@@ -79,11 +30,11 @@ X3 = RNG.standard_normal((2, 5, 6)).astype(np.float32)
 
 
 @pytest.mark.parametrize("module, x", [
-    (nn.Softmax(), X4), (_Fn(lambda x: F.softmax(x)), X3), (_Fn(lambda x: F.softmax(x)), X4[:, :, 0, :]),
+    (nn.Softmax(), X4), (Fn(lambda x: F.softmax(x)), X3), (Fn(lambda x: F.softmax(x)), X4[:, :, 0, :]),
 ], ids=["module_4d", "function_3d", "function_3d_b"])
 def test_softmax_without_dim_takes_torchs_implicit_dim(module, x, tmp_path):
     """torch's softmax without dim normalizes dim 0 for inputs of rank 0, 1 or 3, else dim 1."""
-    _compare(module, x, tmp_path)
+    compare_forward(module, x, tmp_path)
 
 
 @pytest.mark.parametrize("form", ["kw", "positional"])
@@ -114,18 +65,18 @@ def test_cast_to_a_traced_dtype(form, tmp_path):
 ], ids=["avg_by_width", "max_by_sizes", "max_by_height", "adaptive_by_size"])
 def test_pooling_sizes_read_from_the_tensor(fn, tmp_path):
     x = RNG.standard_normal((2, 3, 4, 4)).astype(np.float32)
-    _compare(_Fn(fn), x, tmp_path)
+    compare_forward(Fn(fn), x, tmp_path)
 
 
 def test_slice_bounds_from_traced_sizes_and_ellipsis_round_trip(tmp_path):
     """rotate_half (RoPE): x[..., : x.shape[-1] // 2]; the text format writes ... and the bounds."""
-    _compare(_Fn(lambda h: h + _rotate_half(h), 8), RNG.standard_normal((2, 3, 8)).astype(np.float32), tmp_path)
-    _compare(_Fn(lambda x: x[..., 0:1] * x[..., 1:]), RNG.standard_normal((2, 3, 4)).astype(np.float32), tmp_path)
+    compare_forward(Fn(lambda h: h + _rotate_half(h), 8), RNG.standard_normal((2, 3, 8)).astype(np.float32), tmp_path)
+    compare_forward(Fn(lambda x: x[..., 0:1] * x[..., 1:]), RNG.standard_normal((2, 3, 4)).astype(np.float32), tmp_path)
 
 
 def test_a_reduction_to_a_scalar_keeps_one_dimension():
     """x.pow(2).mean() (a scalar in torch) is [1] in FFModel; FFModel refuses a 0-d output by layer."""
-    _compare(_Fn(lambda x: x.pow(2).mean() + x.sum() * 0.1, 6), RNG.standard_normal((2, 6)).astype(np.float32))
+    compare_forward(Fn(lambda x: x.pow(2).mean() + x.sum() * 0.1, 6), RNG.standard_normal((2, 6)).astype(np.float32))
     ff = FFModel(FFConfig(["-b", "2"]))
     x = ff.create_tensor([2, 6])
     with pytest.raises(ShapeError, match=r"reduce_sum.*its output would have no dimension.*keepdims=True"):
@@ -149,7 +100,7 @@ def test_onnx_neg_expand_of_a_computed_tensor_and_last_position(tmp_path):
     torch.manual_seed(0)
     model = Net().eval()
     x = RNG.standard_normal((2, 3, 4, 4)).astype(np.float32)
-    _compare_onnx(model, x, tmp_path / "net.onnx", ["Neg", "Expand", "Gather"])
+    compare_onnx(model, x, tmp_path / "net.onnx", ["Neg", "Expand", "Gather"])
 
 
 class _HFStyle(nn.Module):
@@ -178,7 +129,7 @@ def test_hf_style_size_tuples_addmm_stack_and_matrix_parameters():
     model = _HFStyle()
     ids = RNG.integers(0, 10, (2, 5)).astype(np.int64)
     with pytest.warns(FrontendWarning, match=r"Embedding\(padding_idx=0\).*the forward is the same"):
-        _compare(model, ids, dtype=DataType.DT_INT64)
+        compare_forward(model, ids, dtype=DataType.DT_INT64)
 
 
 def test_an_integer_mask_times_float_states_is_promoted():
@@ -214,5 +165,5 @@ def test_leaky_relu_equals_torch_through_module_function_file_and_onnx(tmp_path)
     torch.manual_seed(0)
     model = Net()
     x = RNG.standard_normal((2, 6)).astype(np.float32) * 3
-    _compare(model, x, tmp_path)
-    _compare_onnx(model, x, tmp_path / "leaky.onnx", ["LeakyRelu"])
+    compare_forward(model, x, tmp_path)
+    compare_onnx(model, x, tmp_path / "leaky.onnx", ["LeakyRelu"])

@@ -1,0 +1,221 @@
+"""Operators FFModel has no layer for, built from its layers (``flexrt.torch._composites``): the
+transposed convolution, interpolation, group and instance norms, bags of embeddings, var/std,
+F.normalize, clamp, tensors made in forward, Unflatten. Laws: each equals torch's forward on
+random configurations (float32, 1e-5) through the module, FlexFlow's text format and ONNX; the
+ones with weights train like torch (one SGD step); what cannot map raises our error naming it."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+torch = pytest.importorskip("torch", reason="flexrt.torch tests need torch")
+from torch import nn  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
+
+from flexrt.errors import ConfigError, ShapeError  # noqa: E402
+from flexrt.model import DataType, FFConfig, FFModel, SGDOptimizer  # noqa: E402
+from flexrt.torch import PyTorchModel  # noqa: E402
+from tests.frontends._models import SCCE, Fn, compare_forward, compare_onnx, torch_sgd_step  # noqa: E402
+
+SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def _image(n, c, h, w, seed=0):
+    return np.random.default_rng(seed).standard_normal((n, c, h, w)).astype(np.float32)
+
+
+@st.composite
+def _conv_transposes(draw):
+    groups = draw(st.sampled_from([1, 2]))
+    k, s = draw(st.integers(1, 4)), draw(st.integers(1, 3))
+    p = draw(st.integers(0, k))                  # padding up to the kernel: crops past kernel - 1
+    op = draw(st.integers(0, s - 1))
+    h, w = draw(st.integers(1, 5)), draw(st.integers(1, 5))
+    if (h - 1) * s + k - 2 * p + op < 1 or (w - 1) * s + k - 2 * p + op < 1:
+        p = 0
+    return groups, k, s, p, op, h, w, draw(st.booleans())
+
+
+@SETTINGS
+@given(_conv_transposes())
+def test_conv_transpose2d_equals_torch(tmp_path, cfg):
+    groups, k, s, p, op, h, w, bias = cfg
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.ConvTranspose2d(2 * groups, 3 * groups, k, s, p, output_padding=op, groups=groups, bias=bias))
+    compare_forward(m, _image(2, 2 * groups, h, w), tmp_path)
+
+
+@st.composite
+def _interpolations(draw):
+    rank = draw(st.sampled_from([3, 4]))
+    mode = draw(st.sampled_from(["nearest", "nearest-exact", "linear" if rank == 3 else "bilinear"]))
+    corners = draw(st.booleans()) if mode in ("linear", "bilinear") else None
+    sizes = [draw(st.integers(1, 6)) for _ in range(rank - 2)]
+    if draw(st.booleans()):
+        return rank, sizes, {"size": tuple(draw(st.integers(1, 9)) for _ in sizes)}, mode, corners
+    scale = draw(st.sampled_from([0.5, 1.0, 1.5, 2.0, 3.0]))
+    recompute = draw(st.booleans())
+    return rank, sizes, {"scale_factor": scale, "recompute_scale_factor": recompute}, mode, corners
+
+
+@SETTINGS
+@given(_interpolations())
+def test_interpolation_equals_torch(tmp_path, cfg):
+    rank, sizes, how, mode, corners = cfg
+    x = np.random.default_rng(1).standard_normal((2, 3, *sizes)).astype(np.float32)
+    if "scale_factor" in how and any(int(d * how["scale_factor"]) < 1 for d in sizes):
+        return
+    fn = Fn(lambda t: F.interpolate(t, mode=mode, align_corners=corners, **how) * 2.0)   # an operator after it
+    compare_forward(fn, x, tmp_path)
+
+
+@pytest.mark.parametrize("kind", ["upsample", "upsample_bilinear", "corners", "size"])
+def test_interpolation_through_onnx_resize(tmp_path, kind):
+    module = {"upsample": nn.Upsample(scale_factor=2), "upsample_bilinear": nn.Upsample(scale_factor=2, mode="bilinear"),
+              "corners": nn.UpsamplingBilinear2d(scale_factor=3),
+              "size": Fn(lambda t: F.interpolate(t, size=(7, 3), mode="bilinear"))}[kind]
+    compare_onnx(module, _image(2, 3, 4, 5), tmp_path / "m.onnx", ["Resize"])
+
+
+def _affine(m, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        m.weight.copy_(torch.rand(m.weight.shape, generator=g) + 0.5)
+        m.bias.copy_(torch.rand(m.bias.shape, generator=g) - 0.5)
+    return m
+
+
+@pytest.mark.parametrize("norm", ["group1", "group2", "group4", "group_plain", "instance", "instance_affine"])
+def test_group_and_instance_norms_equal_torch(tmp_path, norm):
+    module = {"group1": _affine(nn.GroupNorm(1, 4)), "group2": _affine(nn.GroupNorm(2, 4, eps=1e-3)),
+              "group4": _affine(nn.GroupNorm(4, 4)), "group_plain": nn.GroupNorm(2, 4, affine=False),
+              "instance": nn.InstanceNorm2d(4), "instance_affine": _affine(nn.InstanceNorm2d(4, affine=True))}[norm]
+    m = nn.Sequential(module)
+    x = _image(2, 4, 3, 5)
+    compare_forward(m, x, tmp_path)
+    compare_onnx(m, x, tmp_path / "m.onnx", ["InstanceNormalization"])
+
+
+def test_instance_norm_1d_and_its_refusals():
+    compare_forward(nn.Sequential(_affine(nn.InstanceNorm1d(3, affine=True))), _image(2, 3, 6, 1)[..., 0])
+    tracked = nn.Sequential(nn.InstanceNorm2d(3, track_running_stats=True)).eval()
+    ff = FFModel(FFConfig(["-b", "2"]))
+    with pytest.raises(ConfigError, match=r"track_running_stats=True\) in eval mode normalizes with running"):
+        PyTorchModel(tracked).torch_to_ff(ff, [ff.create_tensor([2, 3, 4, 4], DataType.DT_FLOAT)])
+    ff = FFModel(FFConfig(["-b", "2"]))     # an InstanceNorm1d given a 4-D tensor: torch refuses too
+    with pytest.raises(ShapeError, match=r"needs \[N, C, \*\] of rank 3, got \[2, 3, 4, 4\]"):
+        PyTorchModel(nn.Sequential(nn.InstanceNorm1d(3))).torch_to_ff(ff, [ff.create_tensor([2, 3, 4, 4],
+                                                                                             DataType.DT_FLOAT)])
+
+
+class _Bags(nn.Module):
+    """DLRM's sparse side: bags of embeddings summed and averaged, concatenated, a top MLP."""
+
+    def __init__(self):
+        super().__init__()
+        self.sum, self.mean = nn.EmbeddingBag(20, 6, mode="sum"), nn.EmbeddingBag(20, 6, mode="mean")
+        self.top = nn.Linear(12, 5)
+
+    def forward(self, ids):
+        return self.top(torch.relu(torch.cat([self.sum(ids), self.mean(ids)], dim=1)))
+
+
+@pytest.mark.parametrize("argv", [[], ["-ll:gpu", "2"]])
+def test_embedding_bags_forward_and_sgd_step_equal_torch(argv):
+    torch.manual_seed(0)
+    model, pm = _Bags(), None
+    ids = np.random.default_rng(0).integers(0, 20, (4, 3)).astype(np.int64)
+    y = np.array([[0], [3], [1], [4]], dtype=np.int32)
+    pm = PyTorchModel(model)
+    ff = FFModel(FFConfig(["-b", "4", *argv]))
+    xt = ff.create_tensor([4, 3], DataType.DT_INT64)
+    (out,) = pm.torch_to_ff(ff, [xt])
+    ff.softmax(out)
+    ff.compile(optimizer=SGDOptimizer(ff, 0.1), loss_type=SCCE)
+    pm.load_weights(ff)
+    xt.set_tensor(ff, ids)
+    ff.forward()
+    with torch.no_grad():
+        np.testing.assert_allclose(out.get_tensor(ff), model(torch.from_numpy(ids)).numpy(), rtol=1e-5, atol=1e-6)
+    before = pm.ff_weights()
+    ff.fit(x=ids, y=y, epochs=1)
+    torch_sgd_step(model, ids, y)
+    got, after = ff.get_weights(), pm.ff_weights()
+    for name, want in after.items():
+        np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=2e-6, err_msg=name)
+        assert np.abs(before[name] - want).max() > 1e-5, name      # every weight moved: the check can fail
+
+
+@pytest.mark.parametrize("bag, call, message", [
+    (nn.EmbeddingBag(9, 4, mode="max"), lambda m, t: m(t), r"mode='max'"),
+    (nn.EmbeddingBag(9, 4), lambda m, t: m(t.flatten(), torch.arange(0, 6, 3)), r"offsets='given'"),
+    (nn.EmbeddingBag(9, 4, padding_idx=0), lambda m, t: m(t), r"padding_idx=0"),
+])
+def test_embedding_bag_forms_flexrt_cannot_take_are_refused(bag, call, message):
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bag = bag
+
+        def forward(self, t):
+            return call(self.bag, t)
+    ff = FFModel(FFConfig(["-b", "2"]))
+    with pytest.raises(ConfigError, match=message + r".*2-D index tensor \[batch, bag\]"):
+        PyTorchModel(M()).torch_to_ff(ff, [ff.create_tensor([2, 3], DataType.DT_INT64)])
+
+
+FORMS = {
+    "var": lambda t: t.var(-1, keepdim=True, unbiased=False) + t,
+    "var_dims": lambda t: torch.var(t, dim=(1, 2)),
+    "std": lambda t: t.std(1),
+    "std_all": lambda t: t.std() * t,
+    "var_correction": lambda t: torch.var(t, 1, correction=0),
+    "normalize": lambda t: F.normalize(t, dim=-1),
+    "normalize_default": lambda t: F.normalize(t) * 3.0,
+    "clamp": lambda t: t.clamp(-0.5, 0.7) + torch.clamp(t, min=0.1) + t.clamp_max(0.2),
+    "full": lambda t: t + torch.full((t.size(0), 3, 4, 5), 2.5),
+    "zeros_ones": lambda t: t * torch.ones(4, 5) + torch.zeros((5,), device=t.device),
+    "unflatten": lambda t: t.flatten(1).unflatten(1, (3, -1)),
+    "unflatten_module": nn.Sequential(nn.Flatten(), nn.Unflatten(1, (3, 20))),
+}
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_reductions_clamps_and_made_tensors_equal_torch(tmp_path, form):
+    fn = FORMS[form]
+    module = fn if isinstance(fn, nn.Module) else Fn(fn)
+    x = _image(2, 3, 4, 5, seed=3)
+    compare_forward(module, x, tmp_path if form != "zeros_ones" else None)   # its constant: a buffer, no text
+    if form in ("var", "normalize", "clamp", "unflatten"):
+        compare_onnx(module, x, tmp_path / "m.onnx", [])
+
+
+@pytest.mark.parametrize("fn, message", [
+    (lambda t: F.interpolate(t, scale_factor=2, mode="bicubic"), r"mode 'bicubic' is not supported; valid: nearest"),
+    (lambda t: F.interpolate(t, size=(3, 3), mode="bilinear", antialias=True), r"antialias=True is not supported"),
+    (lambda t: F.normalize(t, p=1.0), r"only p=2 maps"),
+    (lambda t: t.clamp(min=t.mean()), r"clamp with a traced bound is not supported"),
+    (lambda t: t.var(0, unbiased=True, correction=1), r"give unbiased or correction, not both"),
+])
+def test_forms_flexrt_cannot_take_name_the_node(fn, message):
+    ff = FFModel(FFConfig(["-b", "2"]))
+    with pytest.raises(ConfigError, match=message):
+        (out,) = PyTorchModel(Fn(fn)).torch_to_ff(ff, [ff.create_tensor([2, 3, 4, 5], DataType.DT_FLOAT)])
+
+
+def test_transposed_convolution_refusals():
+    ff = FFModel(FFConfig(["-b", "2"]))
+    x = ff.create_tensor([2, 2, 3, 3], DataType.DT_FLOAT)
+    with pytest.raises(ConfigError, match=r"dilation=\(2, 2\).*only dilation 1 and zero padding map"):
+        PyTorchModel(nn.Sequential(nn.ConvTranspose2d(2, 2, 3, dilation=2))).torch_to_ff(ff, [x])
+
+    class Sized(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up = nn.ConvTranspose2d(2, 2, 3, 2)
+
+        def forward(self, t):
+            return self.up(t, output_size=[8, 8])
+    with pytest.raises(ConfigError, match=r"output_size= is not supported; give the module its output_padding"):
+        PyTorchModel(Sized()).torch_to_ff(FFModel(FFConfig(["-b", "2"])), [x])
