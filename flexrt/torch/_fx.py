@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import fx, nn
 
 from flexrt.errors import ConfigError, FrontendWarning, warn_caller
@@ -27,6 +26,7 @@ from flexrt.ir.enums import ActiMode, PoolType
 from flexrt.torch._ir import IRNode, Ref
 
 _NONE = ActiMode.AC_MODE_NONE.value
+FILL_LIMIT = -1e9   # a masked value at most this (or -inf) zeroes the probability in float32 and float64
 
 
 @dataclass(frozen=True)
@@ -138,6 +138,11 @@ class _Ctx:
         self.masks: dict[str, str] = {}
         # masked_fill of scores by a causal mask (no IR node): fx node -> the scores' IR name
         self.masked: dict[str, str] = {}
+        # causal masks an attention may take as attn_mask (tgt_mask, src_mask): "bool" (True where a key
+        # is hidden) or "additive" (-inf or <= -1e9 where hidden, 0 elsewhere)
+        self.attn_masks: dict[str, str] = {}
+        # torch.full / zeros / ones made in forward (no IR node until read: triu of one is a mask)
+        self.fulls: dict[str, tuple] = {}
         self.ignored: set[str] = set()            # values no layer reads (x.device)
         # parameters read directly (get_attr; no IR node): fx node -> (qualified name, the parameter);
         # F.layer_norm maps them when they are one module's weight and bias
@@ -180,12 +185,17 @@ class _Ctx:
                             f"train apart and the model has {p.numel()} parameters more than torch counts",
                             FrontendWarning)
 
-    def check_inputs(self, node: fx.Node, device_ok: bool = False) -> None:
+    def check_inputs(self, node: fx.Node, device_ok: bool = False, masks_ok: bool = False) -> None:
         """Check what ``node`` reads that has no IR value of its own: a causal mask or masked scores
-        (refused outside their supported use), a tensor's device (refused unless ``device_ok``:
-        arange's ``device=``), a parameter's shape (refused), a parameter (made a PARAMETER here)."""
+        (refused outside their supported use; ``masks_ok``: an attention module checks its masks
+        itself), a tensor's device (refused unless ``device_ok``: arange's ``device=``), a
+        parameter's shape (refused), a parameter (made a PARAMETER here), a tensor made in forward
+        (made a FULL here)."""
         for arg in node.all_input_nodes:
-            if arg.name in self.masks or arg.name in self.masked:
+            if arg.name in self.fulls:
+                sizes, fill, kws = self.fulls.pop(arg.name)
+                self.add(arg, "FULL", [], [sizes, fill], kws)
+            if (arg.name in self.masks or arg.name in self.masked) and not (masks_ok and arg.name in self.masks):
                 raise self.error(node, f"reads '{arg.name}', a causal mask (or scores masked by one); flexrt maps "
                                        f"a mask only as scores.masked_fill(mask == 0, float('-inf')) followed by "
                                        f"softmax(dim=-1), from a buffer holding torch.tril(torch.ones(T, T))")
@@ -254,6 +264,12 @@ def attribute(ctx: _Ctx, node: fx.Node) -> None:
     kind = causal_kind(value)
     if kind is not None:
         ctx.masks[node.name] = kind
+        if kind == "hide":
+            hidden = value.detach().reshape(value.shape[-2:]).to("cpu").triu(1)
+            if value.dtype == torch.bool:
+                ctx.attn_masks[node.name] = "bool"
+            elif value.is_floating_point() and bool((hidden[hidden != 0] <= FILL_LIMIT).all()):
+                ctx.attn_masks[node.name] = "additive"
         return
     if isinstance(value, torch.Tensor) and not value.is_complex():   # a buffer (RoPE's cos/sin, position ids)
         ctx.nodes.append(IRNode(node.name, (), tuple(u.name for u in node.users), "CONSTANT",
@@ -512,100 +528,6 @@ def _m_unary(op: str, check: Callable | None = None):
     return convert
 
 
-def _attention_fields(ctx, node, m: nn.MultiheadAttention, a: dict):
-    for arg in ("key_padding_mask", "attn_mask"):
-        if a.get(arg) is not None:
-            raise ctx.error(node, f"MultiheadAttention with {arg}: FFModel.multihead_attention takes no mask (only "
-                                  f"is_causal=True, as flexrt's causal attention)")
-    if m.bias_k is not None or m.add_zero_attn:
-        raise ctx.error(node, "MultiheadAttention(add_bias_kv=True or add_zero_attn=True) is not supported")
-    fields = [m.embed_dim, m.num_heads, m.kdim, m.vdim, float(m.dropout), int(m.in_proj_bias is not None)]
-    return fields, [("batch_first", bool(m.batch_first))] + ([("causal", True)] if a.get("is_causal") else [])
-
-
-def _m_attention(ctx, node, m):
-    a = _bind(ctx, node, ["query", "key", "value", "key_padding_mask", "need_weights", "attn_mask",
-                          "average_attn_weights", "is_causal"], {})
-    fields, kws = _attention_fields(ctx, node, m, a)
-    ctx.layer(node, "MULTIHEAD_ATTENTION", m, "multihead_attention",
-              [a["query"].name, a["key"].name, a["value"].name], fields, kws)
-
-
-def _activation_op(ctx, node, act) -> str:
-    if act in (F.relu, torch.relu) or isinstance(act, nn.ReLU) or act == "relu":
-        return "RELU"
-    if act in (F.gelu,) or (isinstance(act, nn.GELU) and act.approximate == "none") or act == "gelu":
-        return "GELU"
-    raise ctx.error(node, f"feed-forward activation {act!r} is not supported; valid: relu, gelu")
-
-
-def _encoder_layer(ctx, node, m: nn.TransformerEncoderLayer, x: str, prefix: str, users) -> str:
-    """The nodes of one TransformerEncoderLayer on ``x``; returns the name of its output."""
-    def name(part):
-        return f"{prefix}.{part}"
-
-    def dropout(src, part, p):
-        return ctx.add(node, "DROPOUT", [src], [float(p)], name=name(part), users=()) if p > 0 and m.training else src
-
-    def block_sa(src):
-        fields, kws = _attention_fields(ctx, node, m.self_attn, {})
-        att = ctx.layer(node, "MULTIHEAD_ATTENTION", m.self_attn, "multihead_attention", [src, src, src], fields, kws,
-                        name=name("self_attn"), users=())
-        out = ctx.add(node, "GETITEM", [att], [0], name=name("self_attn_out"), users=())
-        return dropout(out, "dropout1", m.dropout1.p)
-
-    def block_ff(src):
-        h = ctx.layer(node, "LINEAR", m.linear1, "dense", [src], [m.linear1.out_features, _NONE,
-                      int(m.linear1.bias is not None)], name=name("linear1"), users=())
-        h = ctx.add(node, _activation_op(ctx, node, m.activation), [h], name=name("activation"), users=())
-        h = dropout(h, "dropout", m.dropout.p)
-        h = ctx.layer(node, "LINEAR", m.linear2, "dense", [h], [m.linear2.out_features, _NONE,
-                      int(m.linear2.bias is not None)], name=name("linear2"), users=())
-        return dropout(h, "dropout2", m.dropout2.p)
-
-    def norm(src, part, mod):
-        kws = [("shape", tuple(mod.normalized_shape)), ("eps", mod.eps)] + ([("bias", False)] if mod.bias is None
-                                                                            else [])
-        return ctx.layer(node, "LAYER_NORM", mod, "layer_norm", [src], [], kws, name=name(part), users=())
-
-    def add(a, b_, part):
-        return ctx.add(node, "ADD", [a, b_], name=name(part), users=())
-
-    if m.norm_first:
-        h = add(x, block_sa(norm(x, "norm1", m.norm1)), "add1")
-        return add(h, block_ff(norm(h, "norm2", m.norm2)), "add2")
-    h = norm(add(x, block_sa(x), "add1"), "norm1", m.norm1)
-    return norm(add(h, block_ff(h), "add2"), "norm2", m.norm2)
-
-
-def _check_masks(ctx, node, a: dict) -> None:
-    for arg in ("src_mask", "mask", "src_key_padding_mask"):
-        if a.get(arg) is not None:
-            raise ctx.error(node, f"{arg} is not supported (FFModel.multihead_attention takes no mask)")
-
-
-def _m_encoder_layer(ctx, node, m):
-    a = _bind(ctx, node, ["src", "src_mask", "src_key_padding_mask", "is_causal"], {})
-    _check_masks(ctx, node, a)
-    if m.norm1.elementwise_affine is False or m.norm2.elementwise_affine is False:
-        raise ctx.error(node, "TransformerEncoderLayer norms without elementwise_affine are not supported")
-    out = _encoder_layer(ctx, node, m, a["src"].name, node.name, ())
-    ctx.add(node, "IDENTITY", [out])
-
-
-def _m_encoder(ctx, node, m: nn.TransformerEncoder):
-    a = _bind(ctx, node, ["src", "mask", "src_key_padding_mask", "is_causal"], {})
-    _check_masks(ctx, node, a)
-    x = a["src"].name
-    for i, layer in enumerate(m.layers):
-        x = _encoder_layer(ctx, node, layer, x, f"{node.name}.layers_{i}", ())
-    if m.norm is not None:
-        x = ctx.layer(node, "LAYER_NORM", m.norm, "layer_norm", [x], [],
-                      [("shape", tuple(m.norm.normalized_shape)), ("eps", m.norm.eps)], name=f"{node.name}.norm",
-                      users=())
-    ctx.add(node, "IDENTITY", [x])
-
-
 def _gelu_check(m):
     return None if m.approximate == "none" else f"GELU(approximate={m.approximate!r}): FFModel.gelu is the exact GELU"
 
@@ -624,9 +546,13 @@ MODULES: dict[type, Callable] = {
     nn.ELU: _m_unary("ELU", _elu_check), nn.Identity: _m_unary("IDENTITY"), nn.SiLU: _m_unary("SILU"),
     nn.ReLU6: _m_unary("RELU6"), nn.LeakyReLU: _m_leaky_relu, nn.Hardsigmoid: _m_unary("HARDSIGMOID"),
     nn.Hardswish: _m_unary("HARDSWISH"),
-    nn.MultiheadAttention: _m_attention, nn.TransformerEncoderLayer: _m_encoder_layer,
-    nn.TransformerEncoder: _m_encoder, nn.ConvTranspose2d: _m_conv_transpose2d, nn.Upsample: _m_upsample,
+    nn.ConvTranspose2d: _m_conv_transpose2d, nn.Upsample: _m_upsample,
     nn.UpsamplingNearest2d: _m_upsample, nn.UpsamplingBilinear2d: _m_upsample, nn.GroupNorm: _m_group_norm,
     nn.InstanceNorm1d: _m_instance_norm, nn.InstanceNorm2d: _m_instance_norm, nn.EmbeddingBag: _m_embedding_bag,
     nn.Unflatten: _m_unflatten,
 }
+
+# the transformer modules' converters use this module's context; they join the table here
+from flexrt.torch._fx_transformer import TRANSFORMER_MODULES  # noqa: E402
+
+MODULES.update(TRANSFORMER_MODULES)

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import fx
 
 from flexrt.ir.enums import PoolType
-from flexrt.torch._fx import _bind, _Ctx, _pool_fields, _ref, interpolation
+from flexrt.torch._fx import FILL_LIMIT, _bind, _Ctx, _pool_fields, _ref, interpolation
 
 _NUMBER = (int, float)
 
@@ -88,7 +88,7 @@ def _softmax(ctx, node):
 
 
 # ---- causal masks (flexrt.torch._fx.attribute makes the first) ----------------------------------------
-_FILL_LIMIT = -1e9   # a masked_fill value at most this (or -inf) zeroes the probability in float32 and float64
+_FILL_LIMIT = FILL_LIMIT
 
 
 def _mask_getitem(ctx, node) -> None:
@@ -106,6 +106,28 @@ def _mask_getitem(ctx, node) -> None:
     if not square or any(s != full for s in index[:-2]):
         raise ctx.error(node, f"indexes a causal mask with {index}; valid: mask[:, :, :T, :T] (a top-left square)")
     ctx.masks[node.name] = ctx.masks[x.name]
+    if x.name in ctx.attn_masks:
+        ctx.attn_masks[node.name] = ctx.attn_masks[x.name]
+
+
+def _triangle(upper: bool):
+    """torch.triu(full, diagonal=1) / torch.tril(full) of a square tensor made in forward by
+    torch.full / ones (nn.Transformer.generate_square_subsequent_mask: triu of -inf): a causal mask."""
+    def convert(ctx, node):
+        a = _bind(ctx, node, ["input", "diagonal"], {"diagonal": 0})
+        x = a["input"]
+        made = ctx.fulls.get(x.name) if isinstance(x, fx.Node) else None
+        sizes, fill, kws = made if made is not None else ((), 0, ())
+        square = len(sizes) == 2 and sizes[0] == sizes[1]
+        if not square or fill == 0 or a["diagonal"] != (1 if upper else 0):
+            raise ctx.error(node, f"torch.{'triu' if upper else 'tril'} maps only as a causal mask: triu(diagonal=1) "
+                                  f"or tril(diagonal=0) of a square torch.full / torch.ones made in forward")
+        ctx.masks[node.name] = "hide" if upper else "keep"
+        if upper and (dict(kws).get("dtype") == "torch.bool" or isinstance(fill, bool)):
+            ctx.attn_masks[node.name] = "bool"
+        elif upper and fill <= _FILL_LIMIT:
+            ctx.attn_masks[node.name] = "additive"
+    return convert
 
 
 def _mask_flip(ctx, node, x, other=None) -> None:
@@ -147,12 +169,28 @@ def _masked_fill(ctx, node):
     if not isinstance(value, (int, float)) or isinstance(value, bool) or value > _FILL_LIMIT:
         raise ctx.error(node, f"masked_fill with {value!r}; valid: float('-inf') or a number <= {_FILL_LIMIT:g} "
                               f"(the masked probabilities are then 0)")
+    _mask_scores(ctx, node, x)
+
+
+def _mask_scores(ctx, node, scores) -> None:
+    """``node`` is ``scores`` masked causally: softmax(dim=-1) alone may read it (a causal softmax)."""
     for user in node.users:
         dim = user.kwargs.get("dim", user.args[1] if len(user.args) > 1 else None)
         if user.target not in (F.softmax, torch.softmax, "softmax") or dim != -1:
             raise ctx.error(node, f"the masked scores are read by '{user.name}' ({user.target}); flexrt maps a "
                                   f"causal mask only when softmax(dim=-1) alone reads the scores")
-    ctx.masked[node.name] = _tensor_arg(ctx, node, x)
+    ctx.masked[node.name] = _tensor_arg(ctx, node, scores)
+
+
+def _add(ctx, node):
+    """x + y; scores + an additive causal mask (-inf above the diagonal) read by softmax(dim=-1) is
+    the causal softmax of the scores."""
+    x, y = (list(node.args) + [node.kwargs.get("other")])[:2]
+    for mask, scores in ((x, y), (y, x)):
+        if isinstance(mask, fx.Node) and ctx.attn_masks.get(mask.name) == "additive":
+            return _mask_scores(ctx, node, scores)
+    ctx.check_inputs(node)
+    _ADD(ctx, node)
 
 
 def _sdpa(ctx, node):
@@ -160,12 +198,16 @@ def _sdpa(ctx, node):
     softmax(q k^T * scale) v as FFModel layers (batch matmuls and a softmax, causal or not)."""
     a = _bind(ctx, node, ["query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"],
               {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None, "enable_gqa": False})
-    if a["attn_mask"] is not None or a["dropout_p"] != 0 or a["enable_gqa"] is not False:
-        raise ctx.error(node, f"scaled_dot_product_attention with attn_mask={a['attn_mask']!r}, dropout_p="
-                              f"{a['dropout_p']!r}, enable_gqa={a['enable_gqa']!r}; valid: no mask (is_causal for "
-                              f"GPT's), dropout_p=0 (eval mode) and no grouped queries")
+    mask = a["attn_mask"]
+    if mask is not None and not (isinstance(mask, fx.Node) and mask.name in ctx.attn_masks) or \
+            a["dropout_p"] != 0 or a["enable_gqa"] is not False:
+        raise ctx.error(node, f"scaled_dot_product_attention with attn_mask={mask!r}, dropout_p="
+                              f"{a['dropout_p']!r}, enable_gqa={a['enable_gqa']!r}; valid: no mask or a causal one "
+                              f"(is_causal for GPT's), dropout_p=0 (eval mode) and no grouped queries")
     if not isinstance(a["is_causal"], bool):
         raise ctx.error(node, f"is_causal must be True or False, got {a['is_causal']!r}")
+    ctx.check_inputs(node, masks_ok=True)
+    a["is_causal"] = a["is_causal"] or mask is not None
     q, k, v = (_tensor_arg(ctx, node, a[n], n) for n in ("query", "key", "value"))
     n = node.name
     ctx.add(node, "TRANSPOSE", [k], [-2, -1], name=f"{n}.key_t", users=(f"{n}.scores",))
@@ -484,7 +526,8 @@ def _full(value):
         if kw or fill is None or isinstance(fill, fx.Node):
             raise ctx.error(node, f"{getattr(node.target, '__name__', node.target)} takes sizes and a number to fill "
                                   f"with (not a traced value); got {node.args}, {dict(node.kwargs)}")
-        ctx.add(node, "FULL", [], [_ref(tuple(sizes)), fill], [("dtype", str(dtype))] if dtype else [])
+        # made when first read (check_inputs); triu / tril of it may be a causal mask instead
+        ctx.fulls[node.name] = (_ref(tuple(sizes)), fill, (("dtype", str(dtype)),) if dtype else ())
     return convert
 
 
@@ -503,6 +546,7 @@ def _unflatten(ctx, node):
     ctx.add(node, "UNFLATTEN", [_tensor_arg(ctx, node, a["input"])], [a["dim"], _ref(tuple(a["sizes"]))])
 
 
+_TRIU, _TRIL = _triangle(True), _triangle(False)
 _ADD = _binary("ADD", "SCALAR_ADD", True)
 _SUB = _binary("SUBTRACT", "SCALAR_SUB", False)
 _MUL = _binary("MULTIPLY", "SCALAR_MULTIPLY", True)
@@ -510,7 +554,7 @@ _DIV = _binary("DIVIDE", "SCALAR_TRUEDIV", False)
 _FLOORDIV = _binary("FLOOR_DIVIDE", "SCALAR_FLOORDIV", False)
 
 FUNCTIONS: dict[Callable, Callable] = {
-    operator.add: _ADD, operator.iadd: _ADD, torch.add: _ADD, operator.sub: _SUB, operator.isub: _SUB,
+    operator.add: _add, operator.iadd: _add, torch.add: _add, operator.sub: _SUB, operator.isub: _SUB,
     torch.sub: _SUB, torch.subtract: _SUB, operator.mul: _MUL, operator.imul: _MUL, torch.mul: _MUL,
     torch.multiply: _MUL, operator.truediv: _DIV, operator.itruediv: _DIV, torch.div: _DIV, torch.true_divide: _DIV,
     operator.floordiv: _FLOORDIV, operator.neg: _neg, torch.neg: _neg,
@@ -537,11 +581,11 @@ FUNCTIONS: dict[Callable, Callable] = {
     F.interpolate: _interpolate, F.upsample: _interpolate, torch.var: _var(False), torch.std: _var(True),
     F.normalize: _normalize, torch.full: _full(None), torch.zeros: _full(0.0), torch.ones: _full(1.0),
     torch.unflatten: _unflatten, torch.clamp: _clamp, torch.clip: _clamp, torch.clamp_min: _clamp,
-    torch.clamp_max: _clamp,
+    torch.clamp_max: _clamp, torch.triu: _TRIU, torch.tril: _TRIL,
 }
 
 METHODS: dict[str, Callable] = {
-    "add": _ADD, "add_": _ADD, "sub": _SUB, "mul": _MUL, "div": _DIV, "relu": _unary("RELU"), "relu_": _unary("RELU"),
+    "add": _add, "add_": _add, "sub": _SUB, "mul": _MUL, "div": _DIV, "relu": _unary("RELU"), "relu_": _unary("RELU"),
     "sigmoid": _unary("SIGMOID"), "tanh": _unary("TANH"), "exp": _unary("EXP"), "rsqrt": _unary("RSQRT"),
     "softmax": _softmax, "flatten": _flatten, "split": _split, "chunk": _chunk, "size": _size,
     "matmul": _matmul, "bmm": _matmul, "view": _dims_op("VIEW"), "reshape": _dims_op("RESHAPE"),
@@ -554,7 +598,7 @@ METHODS: dict[str, Callable] = {
     "std": _var(True), "unflatten": _unflatten, "clamp": _clamp, "clip": _clamp, "clamp_min": _clamp,
     "clamp_max": _clamp,
 }
-_MASK_AWARE = (_getitem, _eq, _logical_not, _masked_fill, _softmax, _layer_norm_fn, _getattr)
+_MASK_AWARE = (_getitem, _eq, _logical_not, _masked_fill, _softmax, _layer_norm_fn, _getattr, _sdpa, _TRIU, _TRIL, _add)
 
 
 def _stochastic_depth(ctx, node):

@@ -97,6 +97,7 @@ class PyTorchModel:
 
     def _trace_and_convert(self):
         from flexrt.torch import _fx
+        from flexrt.torch._fx_transformer import TAKES_MASKS
         from flexrt.torch._fx_functions import convert_call
         gm = self._graph_module()
         ctx = _fx._Ctx(gm)
@@ -110,8 +111,8 @@ class PyTorchModel:
                 ctx.check_inputs(node)
                 ctx.add(node, "OUTPUT", [n.name for n in _output_nodes(node.args[0])], users=())
             elif node.op == "call_module":
-                ctx.check_inputs(node)
                 module = ctx.modules[node.target]
+                ctx.check_inputs(node, masks_ok=type(module) in TAKES_MASKS)
                 convert = _fx.MODULES.get(type(module))
                 if convert is None:
                     raise ctx.error(node, f"module {type(module).__module__}.{type(module).__name__} has no FFModel "

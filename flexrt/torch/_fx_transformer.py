@@ -1,0 +1,186 @@
+"""torch's attention and transformer modules -> ``IRNode``s (see ``flexrt.torch._fx``): nn.MultiheadAttention,
+TransformerEncoderLayer / TransformerEncoder and TransformerDecoderLayer / TransformerDecoder (whose
+own forwards cannot be traced) as the nodes of their computation: attention, residual adds, norms,
+feed-forward. A causal mask given as ``attn_mask`` / ``src_mask`` / ``tgt_mask`` (a bool
+``triu(ones, 1)``, or an additive one of -inf above the diagonal: ``generate_square_subsequent_mask``,
+made in forward or held in a buffer) makes the self-attention FFModel's causal attention; any
+other mask, and key padding masks, are refused naming the node.
+
+Entry points: ``TRANSFORMER_MODULES``, ``TAKES_MASKS``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from flexrt.torch._fx import _NONE, _bind
+
+
+def causal(ctx, node, mask, is_causal, what: str) -> bool:
+    """Whether an attention given ``mask`` (an fx node or None) and the ``is_causal`` hint is causal."""
+    if mask is None:
+        if is_causal:
+            return True
+        return False
+    if not (hasattr(mask, "name") and mask.name in ctx.attn_masks):
+        raise ctx.error(node, f"{what}: FFModel's attention takes no mask; flexrt maps only a causal one "
+                              f"(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), or "
+                              f"nn.Transformer.generate_square_subsequent_mask(T): -inf above the diagonal)")
+    return True
+
+
+def _refuse(ctx, node, a: dict, names) -> None:
+    for arg in names:
+        if a.get(arg) is not None:
+            raise ctx.error(node, f"{arg} is not supported (FFModel's attention takes no padding mask)")
+
+
+def _attention_fields(ctx, node, m: nn.MultiheadAttention, is_causal: bool):
+    if m.bias_k is not None or m.add_zero_attn:
+        raise ctx.error(node, "MultiheadAttention(add_bias_kv=True or add_zero_attn=True) is not supported")
+    fields = [m.embed_dim, m.num_heads, m.kdim, m.vdim, float(m.dropout), int(m.in_proj_bias is not None)]
+    return fields, [("batch_first", bool(m.batch_first))] + ([("causal", True)] if is_causal else [])
+
+
+def _m_attention(ctx, node, m):
+    a = _bind(ctx, node, ["query", "key", "value", "key_padding_mask", "need_weights", "attn_mask",
+                          "average_attn_weights", "is_causal"], {})
+    _refuse(ctx, node, a, ["key_padding_mask"])
+    fields, kws = _attention_fields(ctx, node, m, causal(ctx, node, a.get("attn_mask"), a.get("is_causal"),
+                                                         "attn_mask"))
+    ctx.layer(node, "MULTIHEAD_ATTENTION", m, "multihead_attention",
+              [a["query"].name, a["key"].name, a["value"].name], fields, kws)
+
+
+def _activation_op(ctx, node, act) -> str:
+    if act in (F.relu, torch.relu) or isinstance(act, nn.ReLU) or act == "relu":
+        return "RELU"
+    if act in (F.gelu,) or (isinstance(act, nn.GELU) and act.approximate == "none") or act == "gelu":
+        return "GELU"
+    raise ctx.error(node, f"feed-forward activation {act!r} is not supported; valid: relu, gelu")
+
+
+class _Layer:
+    """The nodes of one encoder or decoder layer ``m``, named ``{prefix}.{part}``."""
+
+    def __init__(self, ctx, node, m, prefix: str) -> None:
+        self.ctx, self.node, self.m, self.prefix = ctx, node, m, prefix
+        for norm in (getattr(m, k) for k in ("norm1", "norm2", "norm3") if hasattr(m, k)):
+            if not norm.elementwise_affine:
+                raise ctx.error(node, f"{type(m).__name__} norms without elementwise_affine are not supported")
+
+    def name(self, part: str) -> str:
+        return f"{self.prefix}.{part}"
+
+    def dropout(self, src: str, part: str, p: float) -> str:
+        if p > 0 and self.m.training:
+            return self.ctx.add(self.node, "DROPOUT", [src], [float(p)], name=self.name(part), users=())
+        return src
+
+    def attention(self, module, q: str, kv: str, part: str, is_causal: bool, drop: str) -> str:
+        fields, kws = _attention_fields(self.ctx, self.node, module, is_causal)
+        att = self.ctx.layer(self.node, "MULTIHEAD_ATTENTION", module, "multihead_attention", [q, kv, kv], fields,
+                             kws, name=self.name(part), users=())
+        out = self.ctx.add(self.node, "GETITEM", [att], [0], name=self.name(f"{part}_out"), users=())
+        return self.dropout(out, drop, getattr(self.m, drop).p)
+
+    def feed_forward(self, src: str, last_dropout: str) -> str:
+        ctx, node, m = self.ctx, self.node, self.m
+        h = ctx.layer(node, "LINEAR", m.linear1, "dense", [src], [m.linear1.out_features, _NONE,
+                      int(m.linear1.bias is not None)], name=self.name("linear1"), users=())
+        h = ctx.add(node, _activation_op(ctx, node, m.activation), [h], name=self.name("activation"), users=())
+        h = self.dropout(h, "dropout", m.dropout.p)
+        h = ctx.layer(node, "LINEAR", m.linear2, "dense", [h], [m.linear2.out_features, _NONE,
+                      int(m.linear2.bias is not None)], name=self.name("linear2"), users=())
+        return self.dropout(h, last_dropout, getattr(m, last_dropout).p)
+
+    def norm(self, src: str, part: str) -> str:
+        mod = getattr(self.m, part)
+        kws = [("shape", tuple(mod.normalized_shape)), ("eps", mod.eps)] + ([("bias", False)] if mod.bias is None
+                                                                            else [])
+        return self.ctx.layer(self.node, "LAYER_NORM", mod, "layer_norm", [src], [], kws, name=self.name(part),
+                              users=())
+
+    def residual(self, x: str, block, norm: str, part: str) -> str:
+        """x + block(norm(x)) when the layer normalizes first, else norm(x + block(x))."""
+        if self.m.norm_first:
+            return self.ctx.add(self.node, "ADD", [x, block(self.norm(x, norm))], name=self.name(part), users=())
+        return self.norm(self.ctx.add(self.node, "ADD", [x, block(x)], name=self.name(part), users=()), norm)
+
+
+def _encoder_layer(ctx, node, m: nn.TransformerEncoderLayer, x: str, prefix: str, is_causal: bool) -> str:
+    """The nodes of one TransformerEncoderLayer on ``x``; returns the name of its output."""
+    p = _Layer(ctx, node, m, prefix)
+    h = p.residual(x, lambda s: p.attention(m.self_attn, s, s, "self_attn", is_causal, "dropout1"), "norm1", "add1")
+    return p.residual(h, lambda s: p.feed_forward(s, "dropout2"), "norm2", "add2")
+
+
+def _decoder_layer(ctx, node, m: nn.TransformerDecoderLayer, x: str, memory: str, prefix: str,
+                   is_causal: bool) -> str:
+    """The nodes of one TransformerDecoderLayer on ``x`` reading ``memory``; returns its output's name."""
+    p = _Layer(ctx, node, m, prefix)
+    h = p.residual(x, lambda s: p.attention(m.self_attn, s, s, "self_attn", is_causal, "dropout1"), "norm1", "add1")
+    h = p.residual(h, lambda s: p.attention(m.multihead_attn, s, memory, "multihead_attn", False, "dropout2"),
+                   "norm2", "add2")
+    return p.residual(h, lambda s: p.feed_forward(s, "dropout3"), "norm3", "add3")
+
+
+def _final_norm(ctx, node, m, x: str) -> str:
+    if m.norm is None:
+        return x
+    return ctx.layer(node, "LAYER_NORM", m.norm, "layer_norm", [x], [],
+                     [("shape", tuple(m.norm.normalized_shape)), ("eps", m.norm.eps)], name=f"{node.name}.norm",
+                     users=())
+
+
+def _m_encoder_layer(ctx, node, m):
+    a = _bind(ctx, node, ["src", "src_mask", "src_key_padding_mask", "is_causal"], {})
+    _refuse(ctx, node, a, ["src_key_padding_mask"])
+    out = _encoder_layer(ctx, node, m, a["src"].name, node.name,
+                         causal(ctx, node, a.get("src_mask"), a.get("is_causal"), "src_mask"))
+    ctx.add(node, "IDENTITY", [out])
+
+
+def _m_encoder(ctx, node, m: nn.TransformerEncoder):
+    a = _bind(ctx, node, ["src", "mask", "src_key_padding_mask", "is_causal"], {})
+    _refuse(ctx, node, a, ["src_key_padding_mask"])
+    is_causal = causal(ctx, node, a.get("mask"), a.get("is_causal"), "mask")
+    x = a["src"].name
+    for i, layer in enumerate(m.layers):
+        x = _encoder_layer(ctx, node, layer, x, f"{node.name}.layers_{i}", is_causal)
+    ctx.add(node, "IDENTITY", [_final_norm(ctx, node, m, x)])
+
+
+_DECODER_ARGS = ["tgt", "memory", "tgt_mask", "memory_mask", "tgt_key_padding_mask", "memory_key_padding_mask",
+                 "tgt_is_causal", "memory_is_causal"]
+
+
+def _decoder_args(ctx, node) -> tuple[dict, bool]:
+    a = _bind(ctx, node, _DECODER_ARGS, {})
+    _refuse(ctx, node, a, ["tgt_key_padding_mask", "memory_key_padding_mask"])
+    if a.get("memory_mask") is not None or a.get("memory_is_causal"):
+        raise ctx.error(node, "memory_mask / memory_is_causal are not supported (the cross-attention sees all of "
+                              "the memory)")
+    return a, causal(ctx, node, a.get("tgt_mask"), a.get("tgt_is_causal"), "tgt_mask")
+
+
+def _m_decoder_layer(ctx, node, m):
+    a, is_causal = _decoder_args(ctx, node)
+    out = _decoder_layer(ctx, node, m, a["tgt"].name, a["memory"].name, node.name, is_causal)
+    ctx.add(node, "IDENTITY", [out])
+
+
+def _m_decoder(ctx, node, m: nn.TransformerDecoder):
+    a, is_causal = _decoder_args(ctx, node)
+    x = a["tgt"].name
+    for i, layer in enumerate(m.layers):
+        x = _decoder_layer(ctx, node, layer, x, a["memory"].name, f"{node.name}.layers_{i}", is_causal)
+    ctx.add(node, "IDENTITY", [_final_norm(ctx, node, m, x)])
+
+
+TRANSFORMER_MODULES = {nn.MultiheadAttention: _m_attention, nn.TransformerEncoderLayer: _m_encoder_layer,
+                       nn.TransformerEncoder: _m_encoder, nn.TransformerDecoderLayer: _m_decoder_layer,
+                       nn.TransformerDecoder: _m_decoder}
+TAKES_MASKS = frozenset(TRANSFORMER_MODULES)

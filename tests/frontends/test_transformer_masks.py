@@ -1,0 +1,158 @@
+"""torch's transformer modules with causal masks: TransformerDecoderLayer / TransformerDecoder
+(self-attention, cross-attention to a memory, feed-forward; post- and pre-norm; batch first or
+not), encoders given a causal src_mask, and a causal mask made the ways real code makes it
+(nn.Transformer.generate_square_subsequent_mask in forward or with a fixed size, a bool triu buffer)
+and used as attn_mask, by F.scaled_dot_product_attention, or added to scores before a softmax.
+Each equals torch's forward (float32, 1e-5) under one device and data parallelism; masks that are
+not causal are refused naming the node."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="flexrt.torch tests need torch")
+from torch import nn  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
+
+from flexrt.errors import ConfigError  # noqa: E402
+from flexrt.model import DataType, FFConfig, FFModel  # noqa: E402
+from flexrt.torch import PyTorchModel  # noqa: E402
+
+B, T, S, D = 2, 5, 4, 8
+
+
+def _mask(how, h, batch_first=True):
+    if how == "generated":     # the size read from the tensor: torch.full + torch.triu in the trace
+        return nn.Transformer.generate_square_subsequent_mask(h.size(1 if batch_first else 0))
+    if how == "fixed":         # a constant the trace holds
+        return nn.Transformer.generate_square_subsequent_mask(T)
+    return None
+
+
+class Decoder(nn.Module):
+    def __init__(self, how, norm_first=False, batch_first=True):
+        super().__init__()
+        self.how, self.batch_first = how, batch_first
+        self.embed = nn.Linear(3, D)
+        self.layer = nn.TransformerDecoderLayer(D, 2, 16, dropout=0.0, batch_first=batch_first, norm_first=norm_first)
+        self.stack = nn.TransformerDecoder(nn.TransformerDecoderLayer(D, 2, 16, dropout=0.0, batch_first=batch_first,
+                                                                      activation="gelu"), 2, norm=nn.LayerNorm(D))
+        self.register_buffer("hidden", torch.triu(torch.ones(T, T, dtype=torch.bool), 1))
+
+    def forward(self, x, memory):
+        h = self.embed(x)
+        if not self.batch_first:
+            h, memory = h.transpose(0, 1), memory.transpose(0, 1)
+        mask = self.hidden if self.how == "buffer" else _mask(self.how, h, self.batch_first)
+        out = self.stack(self.layer(h, memory, tgt_mask=mask, tgt_is_causal=mask is not None), memory, tgt_mask=mask)
+        return out if self.batch_first else out.transpose(0, 1)
+
+
+def _run(module, arrays, argv=()):
+    ff = FFModel(FFConfig(["-b", str(B), *argv]))
+    ts = [ff.create_tensor(list(a.shape), DataType.DT_FLOAT) for a in arrays]
+    pm = PyTorchModel(module)
+    (out,) = pm.torch_to_ff(ff, ts)
+    ff.compile(loss_type="mean_squared_error_avg")
+    pm.load_weights(ff)
+    for t, a in zip(ts, arrays):
+        t.set_tensor(ff, a)
+    ff.forward()
+    with torch.no_grad():
+        want = module(*[torch.from_numpy(a) for a in arrays]).numpy()
+    np.testing.assert_allclose(out.get_tensor(ff).reshape(want.shape), want, rtol=1e-5, atol=1e-6, err_msg=str(argv))
+
+
+RNG = np.random.default_rng(0)
+X, MEMORY = RNG.standard_normal((B, T, 3)).astype(np.float32), RNG.standard_normal((B, S, D)).astype(np.float32)
+
+
+@pytest.mark.parametrize("how", ["generated", "fixed", "buffer", "none"])
+@pytest.mark.parametrize("norm_first, batch_first", [(False, True), (True, True), (False, False)])
+def test_decoders_equal_torch(how, norm_first, batch_first):
+    torch.manual_seed(0)
+    module = Decoder(how, norm_first, batch_first).eval()
+    for argv in ([], ["-ll:gpu", "2"]):
+        _run(module, [X, MEMORY], argv)
+
+
+def test_the_causal_mask_is_used():
+    """The same decoder with and without its mask differ, and flexrt follows each."""
+    torch.manual_seed(0)
+    masked, plain = Decoder("generated").eval(), Decoder("none").eval()
+    plain.load_state_dict(masked.state_dict())
+    with torch.no_grad():
+        a, b = (m(torch.from_numpy(X), torch.from_numpy(MEMORY)).numpy() for m in (masked, plain))
+    assert np.abs(a - b).max() > 1e-2
+    _run(masked, [X, MEMORY])
+    _run(plain, [X, MEMORY])
+
+
+class Causal(nn.Module):
+    """A causal self-attention written by hand: scores + mask (or SDPA's attn_mask), softmax."""
+
+    def __init__(self, form):
+        super().__init__()
+        self.form = form
+        self.qkv, self.proj = nn.Linear(D, 3 * D), nn.Linear(D, D)
+        self.encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(D, 2, 16, dropout=0.0, batch_first=True), 1)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).split(D, dim=2)
+        mask = nn.Transformer.generate_square_subsequent_mask(x.size(1))
+        if self.form == "added":
+            att = F.softmax(q @ k.transpose(-2, -1) / D ** 0.5 + mask, dim=-1) @ v
+        elif self.form == "sdpa":
+            att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        else:
+            att = self.encoder(x, mask=mask, is_causal=True)
+        return self.proj(att)
+
+
+@pytest.mark.parametrize("form", ["added", "sdpa", "encoder"])
+def test_hand_written_causal_attention_equals_torch(form):
+    torch.manual_seed(1)
+    x = RNG.standard_normal((B, T, D)).astype(np.float32)
+    _run(Causal(form).eval(), [x])
+    _run(Causal(form).eval(), [x], ["-ll:gpu", "2"])
+
+
+class _Masked(nn.Module):
+    def __init__(self, mask):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(D, 2, batch_first=True)
+        self.register_buffer("mask", mask)
+
+    def forward(self, x):
+        return self.attn(x, x, x, attn_mask=self.mask, need_weights=False)[0]
+
+
+@pytest.mark.parametrize("mask", [
+    torch.tril(torch.ones(T, T, dtype=torch.bool), -1),           # hides the past: not causal
+    torch.triu(torch.ones(T, T), 1),                              # additive +1: hides nothing
+    torch.zeros(T, T, dtype=torch.bool),
+], ids=["past", "plus_one", "none_hidden"])
+def test_masks_that_are_not_causal_are_refused(mask):
+    ff = FFModel(FFConfig(["-b", str(B)]))
+    with pytest.raises(ConfigError, match=r"attn_mask: FFModel's attention takes no mask; flexrt maps only a causal"):
+        PyTorchModel(_Masked(mask)).torch_to_ff(ff, [ff.create_tensor([B, T, D], DataType.DT_FLOAT)])
+
+
+def test_padding_masks_and_memory_masks_are_refused():
+    layer = nn.TransformerDecoderLayer(D, 2, 16, dropout=0.0, batch_first=True)
+
+    class M(nn.Module):
+        def __init__(self, kw, mask):
+            super().__init__()
+            self.layer, self.kw = layer, kw
+            self.register_buffer("mask", mask)
+
+        def forward(self, x, memory):
+            return self.layer(x, memory, **{self.kw: self.mask})
+    for kw, mask, message in (("tgt_key_padding_mask", torch.zeros(B, T, dtype=torch.bool),
+                               "tgt_key_padding_mask is not supported"),
+                              ("memory_mask", torch.zeros(T, S, dtype=torch.bool),
+                               "memory_mask / memory_is_causal are not supported")):
+        ff = FFModel(FFConfig(["-b", str(B)]))
+        ts = [ff.create_tensor([B, T, D], DataType.DT_FLOAT), ff.create_tensor([B, S, D], DataType.DT_FLOAT)]
+        with pytest.raises(ConfigError, match=message):
+            PyTorchModel(M(kw, mask)).torch_to_ff(ff, ts)
