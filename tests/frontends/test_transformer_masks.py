@@ -156,3 +156,29 @@ def test_padding_masks_and_memory_masks_are_refused():
         ts = [ff.create_tensor([B, T, D], DataType.DT_FLOAT), ff.create_tensor([B, S, D], DataType.DT_FLOAT)]
         with pytest.raises(ConfigError, match=message):
             PyTorchModel(M(kw, mask)).torch_to_ff(ff, ts)
+
+
+@pytest.mark.parametrize("how", ["generated", "buffer"])
+def test_decoder_exports_equal_torch_through_onnx(tmp_path, how):
+    """torch's ONNX export of a decoder (attention decomposed; the causal mask an additive constant
+    before each self-attention Softmax) builds the same computation."""
+    pytest.importorskip("onnx")
+    from flexrt.onnx import ONNXModel
+    torch.manual_seed(0)
+    module = Decoder(how).eval()
+    path = str(tmp_path / "decoder.onnx")
+    torch.onnx.export(module, (torch.from_numpy(X), torch.from_numpy(MEMORY)), path, dynamo=False,
+                      input_names=["x", "memory"])
+    om = ONNXModel(path)
+    ff = FFModel(FFConfig(["-b", str(B)]))
+    ts = {"x": ff.create_tensor(list(X.shape), DataType.DT_FLOAT),
+          "memory": ff.create_tensor(list(MEMORY.shape), DataType.DT_FLOAT)}
+    out = om.apply(ff, ts)
+    ff.compile(loss_type="mean_squared_error_avg")
+    om.load_weights(ff)
+    ts["x"].set_tensor(ff, X)
+    ts["memory"].set_tensor(ff, MEMORY)
+    ff.forward()
+    with torch.no_grad():
+        want = module(torch.from_numpy(X), torch.from_numpy(MEMORY)).numpy()
+    np.testing.assert_allclose(out.get_tensor(ff), want, rtol=1e-5, atol=1e-6)
