@@ -45,6 +45,7 @@ _TEMPLATES = {
     OpType.ELU: ("where({0} > zero, {0}, expm1(where({0} > zero, zero, {0})))",
                  "({0} > zero ? {0} : expm1({0} > zero ? zero : {0}))"),
     OpType.EXP: ("exp({0})", "exp({0})"),
+    OpType.LOG: ("log({0})", "log({0})"),
     OpType.SIN: ("sin({0})", "sin({0})"),
     OpType.COS: ("cos({0})", "cos({0})"),
     OpType.IDENTITY: ("{0}", "{0}"),
@@ -65,7 +66,7 @@ _TEMPLATES = {
 CHAIN_OPS = frozenset(_TEMPLATES)
 # Transcendental steps: NumPy's own loops are vectorized (SIMD), numexpr's are scalar libm calls unless
 # it was built with Intel's VML, so on NumPy a chain holding one pays only with VML.
-TRANSCENDENTAL = frozenset({OpType.SIGMOID, OpType.TANH, OpType.ELU, OpType.EXP, OpType.SIN, OpType.COS,
+TRANSCENDENTAL = frozenset({OpType.SIGMOID, OpType.TANH, OpType.ELU, OpType.EXP, OpType.LOG, OpType.SIN, OpType.COS,
                             OpType.POW})
 assert CHAIN_OPS == (ELEMENT_UNARY | ELEMENT_BINARY) - {OpType.GELU}
 _SCALAR_OPS = frozenset({OpType.POW, OpType.SCALAR_ADD, OpType.SCALAR_SUB, OpType.SCALAR_MUL,
@@ -75,7 +76,7 @@ _SCALAR_OPS = frozenset({OpType.POW, OpType.SCALAR_ADD, OpType.SCALAR_SUB, OpTyp
 # (A kernel that reads none of them still takes the arrays for their shapes and dtypes.)
 _BACKWARD_READS = {
     OpType.RELU: ((0,), ()), OpType.GELU: ((0,), ()), OpType.SIN: ((0,), ()), OpType.COS: ((0,), ()),
-    OpType.POW: ((0,), ()), OpType.ELU: ((0,), (0,)),
+    OpType.POW: ((0,), ()), OpType.LOG: ((0,), ()), OpType.ELU: ((0,), (0,)),
     OpType.SIGMOID: ((), (0,)), OpType.TANH: ((), (0,)), OpType.EXP: ((), (0,)), OpType.RSQRT: ((), (0,)),
     OpType.IDENTITY: ((), ()), OpType.SCALAR_ADD: ((), ()), OpType.SCALAR_SUB: ((), ()),
     OpType.SCALAR_MUL: ((), ()), OpType.SCALAR_TRUE_DIV: ((), ()),

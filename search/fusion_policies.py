@@ -62,7 +62,7 @@ HOROVOD_CYCLE_S = 5e-3              # HOROVOD_CYCLE_TIME
 DDP_BUCKET_BYTES = 25 * MiB         # bucket_cap_mb
 DDP_FIRST_BUCKET_BYTES = 1 * MiB    # dist._DEFAULT_FIRST_BUCKET_BYTES
 
-EXPENSIVE = frozenset({OpType.EXP, OpType.TANH, OpType.SIGMOID, OpType.GELU, OpType.ELU, OpType.SIN, OpType.COS,
+EXPENSIVE = frozenset({OpType.EXP, OpType.LOG, OpType.TANH, OpType.SIGMOID, OpType.GELU, OpType.ELU, OpType.SIN, OpType.COS,
                        OpType.RSQRT, OpType.POW, OpType.EW_DIV, OpType.SCALAR_TRUE_DIV})
 CHEAP = LOOP_FUSIBLE - EXPENSIVE
 LIBRARY = frozenset({OpType.CONV2D, OpType.LINEAR, OpType.BATCH_MATMUL, OpType.MULTIHEAD_ATTENTION,

@@ -47,6 +47,7 @@ class OpType(enum.Enum):
     GELU = "gelu"
     ELU = "elu"
     EXP = "exp"
+    LOG = "log"
     SIN = "sin"
     COS = "cos"
     IDENTITY = "identity"
@@ -75,7 +76,7 @@ ELEMENT_BINARY = frozenset({OpType.EW_ADD, OpType.EW_SUB, OpType.EW_MUL, OpType.
 SCALAR_OPS = frozenset({OpType.SCALAR_ADD, OpType.SCALAR_SUB, OpType.SCALAR_MUL, OpType.SCALAR_TRUE_DIV})
 ELEMENT_UNARY = frozenset({
     OpType.RELU, OpType.SIGMOID, OpType.TANH, OpType.GELU, OpType.ELU, OpType.EXP, OpType.SIN, OpType.COS,
-    OpType.IDENTITY, OpType.RSQRT, OpType.POW}) | SCALAR_OPS
+    OpType.IDENTITY, OpType.RSQRT, OpType.POW, OpType.LOG}) | SCALAR_OPS
 REDUCE_OPS = frozenset({OpType.REDUCE_SUM, OpType.MEAN})
 # Loop fusion (XLA's): operators that compute each output element from the same element of their
 # operands (or move elements), so a fused kernel feeds them tile by tile, on chip.

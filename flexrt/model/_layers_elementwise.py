@@ -92,6 +92,10 @@ class ElementwiseLayers:
         """exp(x), element-wise."""
         return self._unary("exp", OpType.EXP, x, None, name)
 
+    def log(self, x, name=None):
+        """The natural logarithm, element-wise (flexrt's; torch.log, log_softmax)."""
+        return self._unary("log", OpType.LOG, x, None, name)
+
     def sin(self, x, name=None):
         """sin(x), element-wise."""
         return self._unary("sin", OpType.SIN, x, None, name)

@@ -460,7 +460,11 @@ class _Converter:
         return handler
 
     _Relu, _Sigmoid, _Tanh, _Elu, _Gelu = _unary("RELU"), _unary("SIGMOID"), _unary("TANH"), _unary("ELU"), _unary("GELU")
-    _Exp, _Sin, _Cos = _unary("EXP"), _unary("SIN"), _unary("COS")
+    _Exp, _Sin, _Cos, _Log = _unary("EXP"), _unary("SIN"), _unary("COS"), _unary("LOG")
+    _Softplus, _Mish, _Abs = _unary("SOFTPLUS"), _unary("MISH"), _unary("ABS")
+
+    def _LogSoftmax(self, node, name, a):
+        return [self.ir(node, name, "LOG_SOFTMAX", [node.input[0]], [], [("dim", a.get("axis", -1))])]
 
     def _Clip(self, node, name, a):
         """Clip to [0, 6] (ReLU6: torch's export of nn.ReLU6 and F.relu6), to [0, inf) (ReLU), or to
@@ -728,7 +732,7 @@ class _Converter:
         return handler
 
     _ReduceMean, _ReduceSum, _ReduceMax = _reduce("MEAN"), _reduce("REDUCE_SUM"), _reduce("REDUCE_MAX")
-    _ReduceL2 = _reduce("REDUCE_L2")
+    _ReduceL2, _ReduceLogSumExp = _reduce("REDUCE_L2"), _reduce("LOGSUMEXP")
 
     def _Cast(self, node, name, a):
         to = a.get("to")

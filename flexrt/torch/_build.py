@@ -219,8 +219,8 @@ def _flat(b, node, ins, f):
 
 
 _UNARY = {"RELU": "relu", "IDENTITY": "identity", "GELU": "gelu", "SIGMOID": "sigmoid", "TANH": "tanh",
-          "ELU": "elu", "EXP": "exp", "SIN": "sin", "COS": "cos", "RSQRT": "rsqrt", "SQRT": "pow"}
-_PY_UNARY = {"RELU": lambda v: max(v, 0), "IDENTITY": lambda v: v, "EXP": math.exp, "SIN": math.sin,
+          "ELU": "elu", "EXP": "exp", "LOG": "log", "SIN": "sin", "COS": "cos", "RSQRT": "rsqrt", "SQRT": "pow"}
+_PY_UNARY = {"RELU": lambda v: max(v, 0), "IDENTITY": lambda v: v, "EXP": math.exp, "LOG": math.log, "SIN": math.sin,
              "COS": math.cos, "TANH": math.tanh, "RSQRT": lambda v: 1 / math.sqrt(v), "SQRT": math.sqrt}
 
 

@@ -7,6 +7,7 @@ in the gradient, so the layers train as torch's operator does:
   windows, and the transposed convolution's stride dilation and padding, before an FFModel conv2d;
 - group and instance normalization: a layer norm over each group's values, then the per-channel
   scale and shift;
+- log-softmax and logsumexp (stable: the max subtracted first), softplus and mish, abs;
 - variance and standard deviation, p-norm normalization (F.normalize), the L2 norm (ReduceL2),
   clamping to bounds (torch.clamp, ONNX Clip);
 - the maximum over dimensions (one max-pool window), max pooling's ceil_mode padding;
@@ -307,6 +308,69 @@ def _clamp(b, node, ins, f):
     return x
 
 
+def _softmax_parts(b, node, x: Tensor, axes: list, name: str) -> tuple[Tensor, Tensor]:
+    """(x - max, log(sum(exp(x - max)))) over ``axes`` (kept): the stable pieces of log-softmax and
+    logsumexp. The gradient through the max cancels (d/dm of x - m - log sum exp(x - m) is 0)."""
+    ff = b.ff
+    shifted = ff.subtract(x, reduce_max(b, node, x, axes, True, f"{name}.max"), name=f"{name}.shifted")
+    total = ff.reduce_sum(ff.exp(shifted, name=f"{name}.exp"), axes, True, name=f"{name}.sum")
+    return shifted, ff.log(total, name=f"{name}.log")
+
+
+def _log_softmax(b, node, ins, f):
+    """torch's log_softmax / nn.LogSoftmax / ONNX LogSoftmax over ``dim`` (keyword, or torch's implicit)."""
+    x = b.tensor(node, ins[0])
+    dim = b.resolve(node, node.kw("dim", -1))
+    if dim == "implicit":   # torch's softmax without dim (F._get_softmax_dim)
+        dim = 0 if x.num_dims in (0, 1, 3) else 1
+    shifted, lse = _softmax_parts(b, node, x, [norm_axis(node, dim, x.num_dims)], node.name)
+    return b.ff.subtract(shifted, lse, name=node.name)
+
+
+def _logsumexp(b, node, ins, f):
+    """torch.logsumexp over the dimensions ``f`` (keyword ``keepdim``): max + log(sum(exp(x - max)))."""
+    x = b.tensor(node, ins[0])
+    axes = sorted({norm_axis(node, d, x.num_dims) for d in f}) if f else list(range(x.num_dims))
+    keep = bool(node.kw("keepdim", False))
+    shifted, lse = _softmax_parts(b, node, x, axes, node.name)
+    top = reduce_max(b, node, x, axes, True, f"{node.name}.top")
+    out = b.ff.add(top, lse, name=node.name if keep else f"{node.name}.kept")
+    if keep:
+        return out
+    shape = [d for i, d in enumerate(x.dims) if i not in axes] or [1]
+    return b.ff.reshape(out, shape, name=node.name)
+
+
+def _abs(b, node, ins, f):
+    """|x| = relu(x) + relu(-x), with torch's gradient (0 at 0)."""
+    x = ins[0]
+    if is_number(x):
+        return abs(x)
+    x, ff, name = b.tensor(node, x), b.ff, node.name
+    neg = ff.relu(ff.scalar_multiply(x, -1.0, name=f"{name}.neg_in"), name=f"{name}.neg")
+    return ff.add(ff.relu(x, name=f"{name}.pos"), neg, name=name)
+
+
+def _softplus(b, node, ins, f):
+    """softplus(x) = log(1 + exp(beta x)) / beta as relu(y) + log(1 + exp(-|y|)), y = beta x (exact
+    for every x, where torch returns x itself past ``threshold``: they differ by below 1e-8); MISH:
+    x * tanh(softplus(x))."""
+    x, ff, name = b.tensor(node, ins[0]), b.ff, node.name
+    beta = f[0] if f and node.op == "SOFTPLUS" else 1.0
+    if not is_number(beta) or beta <= 0:
+        raise node_error(node, f"beta={beta!r}: must be a number > 0")
+    y = x if beta == 1 else ff.scalar_multiply(x, float(beta), name=f"{name}.beta")
+    pos, neg = ff.relu(y, name=f"{name}.pos"), ff.relu(ff.scalar_multiply(y, -1.0, name=f"{name}.neg_in"),
+                                                       name=f"{name}.neg")
+    tail = ff.exp(ff.scalar_multiply(ff.add(pos, neg, name=f"{name}.abs"), -1.0, name=f"{name}.minus_abs"),
+                  name=f"{name}.exp")
+    sp = ff.add(pos, ff.log(ff.scalar_add(tail, 1.0, name=f"{name}.one_plus"), name=f"{name}.log"),
+                name=name if beta == 1 and node.op == "SOFTPLUS" else f"{name}.softplus")
+    if node.op == "MISH":
+        return ff.multiply(x, ff.tanh(sp, name=f"{name}.tanh"), name=name)
+    return sp if beta == 1 else ff.scalar_true_divide(sp, float(beta), name=name)
+
+
 # ---- max ---------------------------------------------------------------------------------------
 def reduce_max(b, node, x: Tensor, axes: list, keep: bool, name: str) -> Tensor:
     """The maximum over ``axes`` (torch's amax, ONNX ReduceMax), which FFModel has no layer for: the
@@ -374,4 +438,6 @@ def _unflatten(b, node, ins, f):
 
 
 HANDLERS = {"INTERPOLATE": _interpolate, "CONV_TRANSPOSE2D": _conv_transpose2d, "GROUP_NORM": _group_norm,
-            "VAR": _var, "REDUCE_L2": _reduce_l2, "CLAMP": _clamp, "NORMALIZE": _normalize, "FULL": _full, "UNFLATTEN": _unflatten}
+            "VAR": _var, "REDUCE_L2": _reduce_l2, "CLAMP": _clamp,
+            "LOG_SOFTMAX": _log_softmax, "LOGSUMEXP": _logsumexp, "SOFTPLUS": _softplus, "MISH": _softplus,
+            "ABS": _abs, "NORMALIZE": _normalize, "FULL": _full, "UNFLATTEN": _unflatten}

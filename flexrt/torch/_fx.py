@@ -501,6 +501,14 @@ def _m_softmax(ctx, node, m):
     ctx.add(node, "SOFTMAX", [node.args[0].name], [], [("dim", m.dim if m.dim is not None else "implicit")])
 
 
+def _m_log_softmax(ctx, node, m):
+    ctx.add(node, "LOG_SOFTMAX", [node.args[0].name], [], [("dim", m.dim if m.dim is not None else "implicit")])
+
+
+def _m_softplus(ctx, node, m):
+    ctx.add(node, "SOFTPLUS", [node.args[0].name], [float(m.beta)])
+
+
 def _m_dropout(ctx, node, m):
     # in eval mode a Dropout passes its input through, as F.dropout(training=False) does
     if m.training and m.p > 0:
@@ -549,7 +557,7 @@ MODULES: dict[type, Callable] = {
     nn.ConvTranspose2d: _m_conv_transpose2d, nn.Upsample: _m_upsample,
     nn.UpsamplingNearest2d: _m_upsample, nn.UpsamplingBilinear2d: _m_upsample, nn.GroupNorm: _m_group_norm,
     nn.InstanceNorm1d: _m_instance_norm, nn.InstanceNorm2d: _m_instance_norm, nn.EmbeddingBag: _m_embedding_bag,
-    nn.Unflatten: _m_unflatten,
+    nn.Unflatten: _m_unflatten, nn.LogSoftmax: _m_log_softmax, nn.Softplus: _m_softplus, nn.Mish: _m_unary("MISH"),
 }
 
 # the transformer modules' converters use this module's context; they join the table here

@@ -87,6 +87,27 @@ def _softmax(ctx, node):
             [("dim", _ref(a["dim"]) if a["dim"] is not None else "implicit")])
 
 
+def _log_softmax(ctx, node):
+    a = _bind(ctx, node, ["input", "dim", "_stacklevel", "dtype"], {"dim": None, "dtype": None})
+    x = _tensor_arg(ctx, node, a["input"])
+    if a["dtype"] is not None:
+        cast = f"{node.name}.cast"
+        x = ctx.add(node, "TO", [x], [_ref(a["dtype"])], name=cast, users=(node.name,))
+    ctx.add(node, "LOG_SOFTMAX", [x], [], [("dim", _ref(a["dim"]) if a["dim"] is not None else "implicit")])
+
+
+def _logsumexp(ctx, node):
+    a = _bind(ctx, node, ["input", "dim", "keepdim"], {"keepdim": False})
+    dim = a["dim"]
+    dims = list(dim) if isinstance(dim, (tuple, list)) else [dim]
+    ctx.add(node, "LOGSUMEXP", [_tensor_arg(ctx, node, a["input"])], dims, [("keepdim", bool(a["keepdim"]))])
+
+
+def _softplus(ctx, node):
+    a = _bind(ctx, node, ["input", "beta", "threshold"], {"beta": 1.0, "threshold": 20.0})
+    ctx.add(node, "SOFTPLUS", [_tensor_arg(ctx, node, a["input"])], [a["beta"]])
+
+
 # ---- causal masks (flexrt.torch._fx.attribute makes the first) ----------------------------------------
 _FILL_LIMIT = FILL_LIMIT
 
@@ -581,7 +602,9 @@ FUNCTIONS: dict[Callable, Callable] = {
     F.interpolate: _interpolate, F.upsample: _interpolate, torch.var: _var(False), torch.std: _var(True),
     F.normalize: _normalize, torch.full: _full(None), torch.zeros: _full(0.0), torch.ones: _full(1.0),
     torch.unflatten: _unflatten, torch.clamp: _clamp, torch.clip: _clamp, torch.clamp_min: _clamp,
-    torch.clamp_max: _clamp, torch.triu: _TRIU, torch.tril: _TRIL,
+    torch.clamp_max: _clamp, torch.triu: _TRIU, torch.tril: _TRIL, torch.log: _unary("LOG"),
+    F.log_softmax: _log_softmax, torch.log_softmax: _log_softmax, torch.logsumexp: _logsumexp,
+    F.softplus: _softplus, F.mish: _unary("MISH"), torch.abs: _unary("ABS"), torch.absolute: _unary("ABS"),
 }
 
 METHODS: dict[str, Callable] = {
@@ -596,7 +619,8 @@ METHODS: dict[str, Callable] = {
     "sqrt": _unary("SQRT"), "eq": _eq,
     "logical_not": _logical_not, "masked_fill": _masked_fill, "dim": _dim, "t": _t, "var": _var(False),
     "std": _var(True), "unflatten": _unflatten, "clamp": _clamp, "clip": _clamp, "clamp_min": _clamp,
-    "clamp_max": _clamp,
+    "clamp_max": _clamp, "log": _unary("LOG"), "log_softmax": _log_softmax, "logsumexp": _logsumexp,
+    "abs": _unary("ABS"),
 }
 _MASK_AWARE = (_getitem, _eq, _logical_not, _masked_fill, _softmax, _layer_norm_fn, _getattr, _sdpa, _TRIU, _TRIL, _add)
 

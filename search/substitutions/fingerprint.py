@@ -62,7 +62,7 @@ def _poly(x, modulus: int):
 # Salts of the uninterpreted operators; a fused activation uses its operator's salt, so that
 # linear(sigmoid) and sigmoid(linear) agree.
 _SALT = {OpType.SIGMOID: 1, OpType.TANH: 2, OpType.GELU: 3, OpType.ELU: 4, OpType.EXP: 5, OpType.SIN: 6,
-         OpType.COS: 7, OpType.SOFTMAX: 8, OpType.LAYER_NORM: 9, OpType.BATCH_NORM: 10}
+         OpType.COS: 7, OpType.SOFTMAX: 8, OpType.LAYER_NORM: 9, OpType.BATCH_NORM: 10, OpType.LOG: 11}
 _FUSED = {ActiMode.AC_MODE_SIGMOID: OpType.SIGMOID, ActiMode.AC_MODE_TANH: OpType.TANH,
           ActiMode.AC_MODE_GELU: OpType.GELU}
 _FUSING = (OpType.LINEAR, OpType.CONV2D)   # operators with a fused activation (PM_ACTI)

@@ -1,6 +1,6 @@
 """Operators FFModel has no layer for, built from its layers (``flexrt.torch._composites``): the
 transposed convolution, interpolation, group and instance norms, bags of embeddings, var/std,
-F.normalize, clamp, tensors made in forward, Unflatten. Laws: each equals torch's forward on
+F.normalize, clamp, log-softmax, logsumexp, softplus, mish, abs, tensors made in forward, Unflatten. Laws: each equals torch's forward on
 random configurations (float32, 1e-5) through the module, FlexFlow's text format and ONNX; the
 ones with weights train like torch (one SGD step); what cannot map raises our error naming it."""
 
@@ -178,6 +178,13 @@ FORMS = {
     "zeros_ones": lambda t: t * torch.ones(4, 5) + torch.zeros((5,), device=t.device),
     "unflatten": lambda t: t.flatten(1).unflatten(1, (3, -1)),
     "unflatten_module": nn.Sequential(nn.Flatten(), nn.Unflatten(1, (3, 20))),
+    "log_abs": lambda t: torch.log(t.abs() + 0.1),
+    "log_softmax": lambda t: F.log_softmax(t * 5.0, dim=1),
+    "log_softmax_module": nn.Sequential(nn.LogSoftmax(dim=-1)),
+    "logsumexp": lambda t: torch.logsumexp(t * 5.0, dim=(1, 3)),
+    "logsumexp_kept": lambda t: t.logsumexp(-1, keepdim=True) * t,
+    "softplus": lambda t: F.softplus(t * 5.0) + F.softplus(t, beta=2.0),
+    "mish": nn.Sequential(nn.Mish()),
 }
 
 
@@ -187,7 +194,7 @@ def test_reductions_clamps_and_made_tensors_equal_torch(tmp_path, form):
     module = fn if isinstance(fn, nn.Module) else Fn(fn)
     x = _image(2, 3, 4, 5, seed=3)
     compare_forward(module, x, tmp_path if form != "zeros_ones" else None)   # its constant: a buffer, no text
-    if form in ("var", "normalize", "clamp", "unflatten"):
+    if form in ("var", "normalize", "clamp", "unflatten", "log_abs", "log_softmax", "logsumexp", "softplus", "mish"):
         compare_onnx(module, x, tmp_path / "m.onnx", [])
 
 

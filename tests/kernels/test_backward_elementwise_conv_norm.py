@@ -21,7 +21,7 @@ def _away_from(x, kink=0.0, gap=1e-3):
 
 # ---------------------------------------------------------------- element-wise
 
-UNARY = [OpType.RELU, OpType.SIGMOID, OpType.TANH, OpType.GELU, OpType.ELU, OpType.EXP, OpType.SIN, OpType.COS,
+UNARY = [OpType.RELU, OpType.SIGMOID, OpType.TANH, OpType.GELU, OpType.ELU, OpType.EXP, OpType.LOG, OpType.SIN, OpType.COS,
          OpType.IDENTITY, OpType.RSQRT, OpType.POW, OpType.SCALAR_ADD, OpType.SCALAR_SUB, OpType.SCALAR_MUL,
          OpType.SCALAR_TRUE_DIV]
 
@@ -31,7 +31,7 @@ UNARY = [OpType.RELU, OpType.SIGMOID, OpType.TANH, OpType.GELU, OpType.ELU, OpTy
 def test_unary_backward_matches_finite_differences(op, shape):
     rng = np.random.default_rng(1)
     x = _away_from(rng.standard_normal(shape))
-    if op in (OpType.RSQRT, OpType.POW):
+    if op in (OpType.RSQRT, OpType.POW, OpType.LOG):
         x = np.abs(x) + 0.5
     scalars = [2.5, -1.5] if op is OpType.POW else [1.5]
     for s in scalars:

@@ -31,7 +31,7 @@ def attrs_of(t: OpType):
 
 
 def safe_input(t: OpType, x):
-    return np.abs(x) + 0.5 if t in (OpType.RSQRT, OpType.POW) else x
+    return np.abs(x) + 0.5 if t in (OpType.RSQRT, OpType.POW, OpType.LOG) else x
 
 
 @st.composite
@@ -39,7 +39,7 @@ def chains(draw):
     n = draw(st.integers(1, 5))
     steps, num_in = [], 0
     for k in range(n):
-        t = draw(st.sampled_from(sorted(CHAIN_OPS - {OpType.RSQRT, OpType.POW}, key=lambda o: o.value)))
+        t = draw(st.sampled_from(sorted(CHAIN_OPS - {OpType.RSQRT, OpType.POW, OpType.LOG}, key=lambda o: o.value)))
         args = []
         for j in range(2 if t in ELEMENT_BINARY else 1):
             if k and (j == 0 or draw(st.booleans())):

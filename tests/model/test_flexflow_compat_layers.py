@@ -29,7 +29,7 @@ def test_conv2d_groups_true_is_one_as_in_flexflow_scripts(m):
         m.conv2d(x, 4, 3, 3, 1, 1, 1, 1, ActiMode.AC_MODE_RELU, False)
 
 
-@pytest.mark.parametrize("method, op", [("exp", OpType.EXP), ("sin", OpType.SIN), ("cos", OpType.COS),
+@pytest.mark.parametrize("method, op", [("exp", OpType.EXP), ("log", OpType.LOG), ("sin", OpType.SIN), ("cos", OpType.COS),
                                         ("sigmoid", OpType.SIGMOID), ("tanh", OpType.TANH),
                                         ("rsqrt", OpType.RSQRT), ("identity", OpType.IDENTITY)])
 def test_unary_without_inplace_takes_name_second(m, method, op):

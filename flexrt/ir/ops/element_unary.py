@@ -1,4 +1,4 @@
-"""Element-wise unary operators: relu, sigmoid, tanh, gelu, elu, exp, sin, cos, identity, rsqrt,
+"""Element-wise unary operators: relu, sigmoid, tanh, gelu, elu, exp, log, sin, cos, identity, rsqrt,
 pow (``scalar`` is the exponent) and the scalar ops add / sub / multiply / true_divide.
 
 Parallel axes: every dimension (sample / attribute), replicas pass through, and partial sums pass
@@ -19,7 +19,7 @@ from flexrt.ir.registry import OpDef, register_op
 _FLOPS_PER_ELEMENT = {
     OpType.RELU: 1, OpType.IDENTITY: 0, OpType.SCALAR_ADD: 1, OpType.SCALAR_SUB: 1, OpType.SCALAR_MUL: 1,
     OpType.SCALAR_TRUE_DIV: 1, OpType.SIGMOID: 4, OpType.TANH: 4, OpType.GELU: 8, OpType.ELU: 4,
-    OpType.EXP: 4, OpType.SIN: 4, OpType.COS: 4, OpType.RSQRT: 2, OpType.POW: 4,
+    OpType.EXP: 4, OpType.SIN: 4, OpType.COS: 4, OpType.RSQRT: 2, OpType.POW: 4, OpType.LOG: 4,
 }
 
 
