@@ -463,6 +463,35 @@ class _Converter:
     _Exp, _Sin, _Cos, _Log = _unary("EXP"), _unary("SIN"), _unary("COS"), _unary("LOG")
     _Softplus, _Mish, _Abs = _unary("SOFTPLUS"), _unary("MISH"), _unary("ABS")
 
+    def _Pad(self, node, name, a):
+        """Pad (constant, reflect, edge, wrap) of the axes after the batch; ONNX's pads are all begins
+        then all ends, torch's (what the builder takes) (begin, end) pairs from the last axis back."""
+        mode = {"constant": "constant", "reflect": "reflect", "edge": "replicate", "wrap": "circular"}.get(
+            _text(a.get("mode", "constant")))
+        pads = [int(v) for v in (self.const(node, name, 1, "pads") if len(node.input) > 1 and node.input[1]
+                                 else a.get("pads", []))]
+        value = float(self.const(node, name, 2, "constant_value").reshape(())) \
+            if len(node.input) > 2 and node.input[2] else float(a.get("value", 0.0))
+        if mode is None or (len(node.input) > 3 and node.input[3]) or len(pads) % 2:
+            raise self.error(node, name, f"mode {a.get('mode')!r}, pads {pads}: constant, reflect, edge or wrap "
+                                         f"padding of every axis (no axes input)")
+        rank = len(pads) // 2
+        begins, ends = pads[:rank], pads[rank:]
+        if begins[0] or ends[0]:
+            raise self.error(node, name, f"pads {pads} pad the batch axis; only the axes after it map")
+        torch_pads = tuple(p for ax in range(rank - 1, 0, -1) for p in (begins[ax], ends[ax]))
+        kws = [("mode", mode)] + ([("value", value)] if value else [])
+        return [self.ir(node, name, "PAD", [node.input[0]], [torch_pads], kws)]
+
+    def _PRelu(self, node, name, a):
+        """PRelu(X, slope): the slope an initializer (trainable) of one value or one per channel."""
+        x, slope = node.input[:2]
+        value = self.m.constants.get(slope)
+        if value is None:
+            return [self.ir(node, name, "PRELU", [x, slope])]
+        made, ref = self._array_operand(f"ONNX node '{name}' (PRelu)", slope, value, f"{name}.slope")
+        return made + [self.ir(node, name, "PRELU", [x, ref])]
+
     def _LogSoftmax(self, node, name, a):
         return [self.ir(node, name, "LOG_SOFTMAX", [node.input[0]], [], [("dim", a.get("axis", -1))])]
 

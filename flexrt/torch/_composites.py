@@ -11,6 +11,7 @@ in the gradient, so the layers train as torch's operator does:
 - variance and standard deviation, p-norm normalization (F.normalize), the L2 norm (ReduceL2),
   clamping to bounds (torch.clamp, ONNX Clip);
 - the maximum over dimensions (one max-pool window), max pooling's ceil_mode padding;
+- padding (constant, reflect, replicate, circular) by the same 0/1 matrices; PReLU;
 - tensors made in forward (torch.full, zeros, ones) and Unflatten.
 
 Layers are named ``{node}.{part}``; the last one ``{node}`` where the form allows.
@@ -149,6 +150,75 @@ def _interpolate(b, node, ins, f):
         if n_out != n_in or not np.array_equal(m, np.eye(n_in)):
             matrices[2 + i] = m
     return resample(b, node, x, matrices, node.name) if matrices else x
+
+
+PAD_MODES = ("constant", "reflect", "replicate", "circular")
+
+
+def pad_matrix(n: int, lo: int, hi: int, mode: str) -> np.ndarray:
+    """[n + lo + hi, n]: torch's F.pad of one axis (a negative ``lo`` / ``hi`` crops, constant mode):
+    output j reads input j - lo, reflected, clamped or wrapped at the ends, or nothing (constant)."""
+    out = n + lo + hi
+    m = np.zeros((out, n))
+    for j in range(out):
+        src = j - lo
+        if mode == "reflect":
+            src = -src if src < 0 else 2 * (n - 1) - src if src >= n else src
+        elif mode == "replicate":
+            src = min(max(src, 0), n - 1)
+        elif mode == "circular":
+            src %= n
+        if 0 <= src < n:
+            m[j, src] = 1.0
+    return m
+
+
+def _pad(b, node, ins, f):
+    """torch's F.pad / padding modules and ONNX Pad: ``f`` the pads in torch's order (the last axis'
+    (left, right) first), keywords ``mode`` (constant, reflect, replicate, circular) and ``value``
+    (constant mode): a resampling by 0/1 matrices, plus the constant where nothing is read."""
+    x = b.tensor(node, ins[0])
+    pads = list(f[0]) if len(f) == 1 and isinstance(f[0], (tuple, list)) else list(f)
+    mode, value = node.kw("mode", "constant"), node.kw("value", 0.0) or 0.0
+    if mode not in PAD_MODES or len(pads) % 2 or len(pads) // 2 > x.num_dims - 1 or \
+            any(not isinstance(p, int) or isinstance(p, bool) for p in pads) or not is_number(value):
+        raise node_error(node, f"pads {pads}, mode {mode!r}, value {value!r}: give (left, right) pairs of ints from "
+                               f"the last axis back, for at most {x.num_dims - 1} axes (not the batch); modes "
+                               f"{', '.join(PAD_MODES)}", ShapeError)
+    matrices = {}
+    for i in range(len(pads) // 2):
+        ax, (lo, hi) = x.num_dims - 1 - i, pads[2 * i: 2 * i + 2]
+        n = x.dims[ax]
+        if n + lo + hi < 1 or mode == "reflect" and (lo >= n or hi >= n) or mode != "constant" and min(lo, hi) < 0 \
+                or mode == "circular" and (lo > n or hi > n):
+            raise node_error(node, f"pads ({lo}, {hi}) of an axis of {n} in {mode} mode: reflect pads must be smaller "
+                                   f"than the axis, circular ones at most it, and only constant mode crops", ShapeError)
+        if (lo, hi) != (0, 0):
+            matrices[ax] = pad_matrix(n, lo, hi, mode)
+    if not matrices:
+        return x
+    y = resample(b, node, x, matrices, node.name if mode != "constant" or value == 0 else f"{node.name}.resample")
+    if mode == "constant" and value != 0:   # the value where no input is read
+        dtype = batch_dtype(x.data_type)
+        read = np.ones(x.dims, dtype=dtype)
+        for ax, m in matrices.items():
+            read = np.moveaxis(np.moveaxis(read, ax, -1) @ m.T.astype(dtype), -1, ax)
+        fill = b.ff.create_constant(list(y.dims), np.ascontiguousarray((1 - read) * value), x.data_type)
+        y = b.ff.add(y, fill, name=node.name)
+    return y
+
+
+def _prelu(b, node, ins, f):
+    """PReLU: relu(x) - a * relu(-x), ``a`` (input 2) one slope or one per channel (axis 1)."""
+    x, a = b.tensor(node, ins[0]), b.tensor(node, ins[1], "its slope")
+    ff, name, n = b.ff, node.name, math.prod(a.dims)
+    if n not in (1, x.dims[1] if x.num_dims > 1 else 1):
+        raise node_error(node, f"{n} slopes for input {list(x.dims)}; valid: 1 or one per channel (axis 1)",
+                         ShapeError)
+    shape = [n] + [1] * (x.num_dims - 2) if n > 1 else [1]
+    slope = ff.reshape(a, shape, name=f"{name}.slope") if list(a.dims) != shape else a
+    neg = ff.relu(ff.scalar_multiply(x, -1.0, name=f"{name}.neg_in"), name=f"{name}.neg")
+    return ff.subtract(ff.relu(x, name=f"{name}.pos"), ff.multiply(slope, neg, name=f"{name}.scaled"), name=name)
 
 
 def _dilation_matrix(n_in: int, stride: int, lo: int, hi: int) -> np.ndarray:
@@ -440,4 +510,4 @@ def _unflatten(b, node, ins, f):
 HANDLERS = {"INTERPOLATE": _interpolate, "CONV_TRANSPOSE2D": _conv_transpose2d, "GROUP_NORM": _group_norm,
             "VAR": _var, "REDUCE_L2": _reduce_l2, "CLAMP": _clamp,
             "LOG_SOFTMAX": _log_softmax, "LOGSUMEXP": _logsumexp, "SOFTPLUS": _softplus, "MISH": _softplus,
-            "ABS": _abs, "NORMALIZE": _normalize, "FULL": _full, "UNFLATTEN": _unflatten}
+            "ABS": _abs, "PAD": _pad, "PRELU": _prelu, "NORMALIZE": _normalize, "FULL": _full, "UNFLATTEN": _unflatten}

@@ -318,9 +318,8 @@ def _m_linear(ctx, node, m: nn.Linear):
 
 
 def _m_conv2d(ctx, node, m: nn.Conv2d):
-    if _pair(m.dilation) != (1, 1) or m.padding_mode != "zeros":
-        raise ctx.error(node, f"Conv2d with dilation={m.dilation}, padding_mode={m.padding_mode!r}: FFModel.conv2d "
-                              f"has dilation 1 and zero padding only")
+    if _pair(m.dilation) != (1, 1):
+        raise ctx.error(node, f"Conv2d with dilation={m.dilation}: FFModel.conv2d has dilation 1 only")
     kh, kw = _pair(m.kernel_size)
     if m.padding == "same":
         if kh % 2 == 0 or kw % 2 == 0:
@@ -330,7 +329,12 @@ def _m_conv2d(ctx, node, m: nn.Conv2d):
     else:
         ph, pw = (0, 0) if m.padding == "valid" else _pair(m.padding)
     sh, sw = _pair(m.stride)
-    ctx.layer(node, "CONV2D", m, "conv2d", [node.args[0].name],
+    x = node.args[0].name
+    if m.padding_mode != "zeros":    # reflect / replicate / circular: padded first, then a convolution without
+        x = ctx.add(node, "PAD", [x], [(pw, pw, ph, ph)], [("mode", m.padding_mode)], name=f"{node.name}.pad",
+                    users=(node.name,))
+        ph = pw = 0
+    ctx.layer(node, "CONV2D", m, "conv2d", [x],
               [m.out_channels, kh, kw, sh, sw, ph, pw, _NONE, m.groups, int(m.bias is not None)],
               [("in_channels", m.in_channels)])
 
@@ -509,6 +513,22 @@ def _m_softplus(ctx, node, m):
     ctx.add(node, "SOFTPLUS", [node.args[0].name], [float(m.beta)])
 
 
+_PAD_MODULES = {nn.ZeroPad1d: "constant", nn.ZeroPad2d: "constant", nn.ConstantPad1d: "constant",
+                nn.ConstantPad2d: "constant", nn.ReflectionPad1d: "reflect", nn.ReflectionPad2d: "reflect",
+                nn.ReplicationPad1d: "replicate", nn.ReplicationPad2d: "replicate", nn.CircularPad1d: "circular",
+                nn.CircularPad2d: "circular"}
+
+
+def _m_pad(ctx, node, m):
+    kws = [("mode", _PAD_MODULES[type(m)])] + ([("value", float(m.value))] if getattr(m, "value", 0) else [])
+    ctx.add(node, "PAD", [node.args[0].name], [tuple(m.padding)], kws)
+
+
+def _m_prelu(ctx, node, m: nn.PReLU):
+    w = ctx.parameter(node, m.weight, f"{node.name}.weight", (node.name,), f"{node.target}.weight")
+    ctx.add(node, "PRELU", [node.args[0].name, w])
+
+
 def _m_dropout(ctx, node, m):
     # in eval mode a Dropout passes its input through, as F.dropout(training=False) does
     if m.training and m.p > 0:
@@ -558,6 +578,7 @@ MODULES: dict[type, Callable] = {
     nn.UpsamplingNearest2d: _m_upsample, nn.UpsamplingBilinear2d: _m_upsample, nn.GroupNorm: _m_group_norm,
     nn.InstanceNorm1d: _m_instance_norm, nn.InstanceNorm2d: _m_instance_norm, nn.EmbeddingBag: _m_embedding_bag,
     nn.Unflatten: _m_unflatten, nn.LogSoftmax: _m_log_softmax, nn.Softplus: _m_softplus, nn.Mish: _m_unary("MISH"),
+    nn.PReLU: _m_prelu, **{t: _m_pad for t in _PAD_MODULES},
 }
 
 # the transformer modules' converters use this module's context; they join the table here

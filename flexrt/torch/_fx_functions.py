@@ -103,6 +103,12 @@ def _logsumexp(ctx, node):
     ctx.add(node, "LOGSUMEXP", [_tensor_arg(ctx, node, a["input"])], dims, [("keepdim", bool(a["keepdim"]))])
 
 
+def _pad(ctx, node):
+    a = _bind(ctx, node, ["input", "pad", "mode", "value"], {"mode": "constant", "value": None})
+    kws = [("mode", a["mode"])] + ([("value", a["value"])] if a["value"] else [])
+    ctx.add(node, "PAD", [_tensor_arg(ctx, node, a["input"])], [_ref(tuple(a["pad"]))], kws)
+
+
 def _softplus(ctx, node):
     a = _bind(ctx, node, ["input", "beta", "threshold"], {"beta": 1.0, "threshold": 20.0})
     ctx.add(node, "SOFTPLUS", [_tensor_arg(ctx, node, a["input"])], [a["beta"]])
@@ -604,7 +610,7 @@ FUNCTIONS: dict[Callable, Callable] = {
     torch.unflatten: _unflatten, torch.clamp: _clamp, torch.clip: _clamp, torch.clamp_min: _clamp,
     torch.clamp_max: _clamp, torch.triu: _TRIU, torch.tril: _TRIL, torch.log: _unary("LOG"),
     F.log_softmax: _log_softmax, torch.log_softmax: _log_softmax, torch.logsumexp: _logsumexp,
-    F.softplus: _softplus, F.mish: _unary("MISH"), torch.abs: _unary("ABS"), torch.absolute: _unary("ABS"),
+    F.softplus: _softplus, F.mish: _unary("MISH"), F.pad: _pad, torch.abs: _unary("ABS"), torch.absolute: _unary("ABS"),
 }
 
 METHODS: dict[str, Callable] = {

@@ -136,13 +136,14 @@ class ResNet18(nn.Module):
 
 
 class UNet(nn.Module):
-    """A U-Net's decoder pieces as diffusion and segmentation models write them: GroupNorm + SiLU,
-    a strided ConvTranspose2d (output_padding), an affine InstanceNorm2d, a bilinear Upsample, a
-    skip concatenation, a nearest F.interpolate by size, var and F.normalize in the head."""
+    """A U-Net's pieces as diffusion and segmentation models write them: reflection padding, GroupNorm
+    + SiLU, a strided ConvTranspose2d (output_padding) and PReLU, an affine InstanceNorm2d, a bilinear
+    Upsample, a skip concatenation, a nearest F.interpolate by size, var and F.normalize in the head."""
 
     def __init__(self):
         super().__init__()
-        self.down = nn.Conv2d(3, 4, 3, 2, 1)                             # [N, 4, 4, 4]
+        self.down = nn.Conv2d(3, 4, 3, 2, 0)                             # [N, 4, 4, 4] of the padded input
+        self.act = nn.PReLU(4)
         self.norm1 = nn.GroupNorm(2, 4)
         self.up1 = nn.ConvTranspose2d(4, 4, 3, 2, 1, output_padding=1)    # [N, 4, 8, 8]
         self.norm2 = nn.InstanceNorm2d(8, affine=True)
@@ -154,7 +155,8 @@ class UNet(nn.Module):
                 m.bias.uniform_(-0.5, 0.5)
 
     def forward(self, x):
-        h = torch.relu(self.up1(nn.functional.silu(self.norm1(self.down(x)))))
+        h = self.down(nn.functional.pad(x, (1, 1, 1, 1), mode="reflect"))
+        h = self.act(self.up1(nn.functional.silu(self.norm1(h))))
         h = self.up2(self.norm2(torch.cat([h, x[:, :1].expand(-1, 4, -1, -1)], dim=1)))
         h = nn.functional.interpolate(h, size=(4, 4)) + h.var(dim=(2, 3), keepdim=True, unbiased=False)
         s = nn.functional.normalize(h.mean((2, 3)), dim=1)

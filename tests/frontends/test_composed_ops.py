@@ -1,6 +1,7 @@
 """Operators FFModel has no layer for, built from its layers (``flexrt.torch._composites``): the
 transposed convolution, interpolation, group and instance norms, bags of embeddings, var/std,
-F.normalize, clamp, log-softmax, logsumexp, softplus, mish, abs, tensors made in forward, Unflatten. Laws: each equals torch's forward on
+F.normalize, clamp, log-softmax, logsumexp, softplus, mish, abs, padding (F.pad, the padding modules,
+Conv2d's padding_mode), PReLU, tensors made in forward, Unflatten. Laws: each equals torch's forward on
 random configurations (float32, 1e-5) through the module, FlexFlow's text format and ONNX; the
 ones with weights train like torch (one SGD step); what cannot map raises our error naming it."""
 
@@ -165,6 +166,13 @@ def test_embedding_bag_forms_flexrt_cannot_take_are_refused(bag, call, message):
         PyTorchModel(M()).torch_to_ff(ff, [ff.create_tensor([2, 3], DataType.DT_INT64)])
 
 
+def _prelu(channels):
+    m = nn.PReLU(channels)
+    with torch.no_grad():
+        m.weight.copy_(torch.linspace(-1, 1, channels))
+    return m
+
+
 FORMS = {
     "var": lambda t: t.var(-1, keepdim=True, unbiased=False) + t,
     "var_dims": lambda t: torch.var(t, dim=(1, 2)),
@@ -185,6 +193,18 @@ FORMS = {
     "logsumexp_kept": lambda t: t.logsumexp(-1, keepdim=True) * t,
     "softplus": lambda t: F.softplus(t * 5.0) + F.softplus(t, beta=2.0),
     "mish": nn.Sequential(nn.Mish()),
+    "zero_pad": nn.Sequential(nn.ZeroPad2d((1, 2, 0, 3))),
+    "constant_pad": nn.Sequential(nn.ConstantPad2d(2, 1.5)),
+    "reflection_pad": nn.Sequential(nn.ReflectionPad2d((1, 2, 3, 1))),
+    "replication_pad": nn.Sequential(nn.ReplicationPad2d(2)),
+    "circular_pad": nn.Sequential(nn.CircularPad2d(1)),
+    "pad_crop": lambda t: F.pad(t, (-1, 2)),
+    "pad_reflect": lambda t: F.pad(t, (2, 2, 1, 1), mode="reflect"),
+    "pad_value": lambda t: F.pad(t, (1, 0, 0, 1), value=-2.0),
+    "conv_reflect": nn.Sequential(nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect")),
+    "conv_circular": nn.Sequential(nn.Conv2d(3, 4, 3, padding=1, padding_mode="circular")),
+    "prelu": nn.Sequential(nn.PReLU()),
+    "prelu_channels": nn.Sequential(_prelu(3)),
 }
 
 
@@ -194,7 +214,9 @@ def test_reductions_clamps_and_made_tensors_equal_torch(tmp_path, form):
     module = fn if isinstance(fn, nn.Module) else Fn(fn)
     x = _image(2, 3, 4, 5, seed=3)
     compare_forward(module, x, tmp_path if form != "zeros_ones" else None)   # its constant: a buffer, no text
-    if form in ("var", "normalize", "clamp", "unflatten", "log_abs", "log_softmax", "logsumexp", "softplus", "mish"):
+    if form in ("var", "normalize", "clamp", "unflatten", "log_abs", "log_softmax", "logsumexp", "softplus", "mish",
+                "zero_pad", "constant_pad", "reflection_pad", "replication_pad", "circular_pad", "pad_value",
+                "conv_reflect", "prelu", "prelu_channels"):
         compare_onnx(module, x, tmp_path / "m.onnx", [])
 
 
