@@ -472,9 +472,10 @@ class _Converter:
                                  else a.get("pads", []))]
         value = float(self.const(node, name, 2, "constant_value").reshape(())) \
             if len(node.input) > 2 and node.input[2] else float(a.get("value", 0.0))
-        if mode is None or (len(node.input) > 3 and node.input[3]) or len(pads) % 2:
-            raise self.error(node, name, f"mode {a.get('mode')!r}, pads {pads}: constant, reflect, edge or wrap "
-                                         f"padding of every axis (no axes input)")
+        if mode is None or (len(node.input) > 3 and node.input[3]) or len(pads) % 2 or not pads:
+            mode_name = _text(a.get("mode", "constant"))
+            raise self.error(node, name, f"mode {mode_name!r}, pads {pads}: constant, reflect, edge or wrap padding of "
+                                         f"every axis (no axes input)")
         rank = len(pads) // 2
         begins, ends = pads[:rank], pads[rank:]
         if begins[0] or ends[0]:

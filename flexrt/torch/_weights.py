@@ -29,6 +29,8 @@ def ff_layout(kind: str, params: Mapping[str, np.ndarray | None]) -> dict[str, n
       of the conv2d of stride 1 over the dilated input: [out, in / groups, kh, kw], flipped in kh and kw
     - ``batch_norm``: weight, bias -> scale, bias; ``layer_norm``: weight, bias -> gamma, beta
     - ``embedding``: weight -> table; ``parameter`` (a parameter read directly): weight -> kernel [1, n]
+    - ``lstm`` (one layer of nn.LSTM): weight_ih [4H, in], weight_hh [4H, H], bias_ih, bias_hh ->
+      w_ih [in, 4H], w_hh [H, 4H], bias (the sum; gate blocks i, f, g, o on both sides)
     - ``multihead_attention``: in_proj_weight [3E, E] (or q/k/v_proj_weight), in_proj_bias,
       out_proj_weight, out_proj_bias -> wq, wk, wv, wo, bq, bk, bv, bo
     """
@@ -51,6 +53,9 @@ def ff_layout(kind: str, params: Mapping[str, np.ndarray | None]) -> dict[str, n
         return {"kernel": np.ascontiguousarray(p["weight"].reshape(1, -1))}
     if kind == "multihead_attention":
         return _attention(p)
+    if kind == "lstm":   # one bias: torch's two summed
+        return {"w_ih": np.ascontiguousarray(p["weight_ih"].T), "w_hh": np.ascontiguousarray(p["weight_hh"].T),
+                "bias": p["bias_ih"] + p["bias_hh"]}
     raise ConfigError(f"no weight layout for layer kind {kind!r}")
 
 

@@ -190,6 +190,8 @@ def _output_nodes(value) -> list:
 def _params(kind: str, module) -> dict:
     def arr(t):
         return None if t is None else t.detach().cpu().numpy().copy()
+    if kind == "lstm":
+        return {n: arr(getattr(module, n)) for n in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")}
     if kind == "multihead_attention":
         names = ("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias")
         out = {n: arr(getattr(module, n, None)) for n in names}

@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch", reason="flexrt.torch tests need torch")
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
-from flexrt.errors import ConfigError, ShapeError  # noqa: E402
+from flexrt.errors import ConfigError, FrontendWarning, ShapeError  # noqa: E402
 from flexrt.model import DataType, FFConfig, FFModel, SGDOptimizer  # noqa: E402
 from flexrt.torch import PyTorchModel  # noqa: E402
 from tests.frontends._models import SCCE, Fn, compare_forward, compare_onnx, torch_sgd_step  # noqa: E402
@@ -248,3 +248,58 @@ def test_transposed_convolution_refusals():
             return self.up(t, output_size=[8, 8])
     with pytest.raises(ConfigError, match=r"output_size= is not supported; give the module its output_padding"):
         PyTorchModel(Sized()).torch_to_ff(FFModel(FFConfig(["-b", "2"])), [x])
+
+
+class _Recurrent(nn.Module):
+    """An LSTM classifier: two layers, batch first, the last step's hidden state to a Linear."""
+
+    def __init__(self, batch_first=True):
+        super().__init__()
+        self.batch_first = batch_first
+        self.lstm = nn.LSTM(3, 6, 2, batch_first=batch_first)
+        self.fc = nn.Linear(6 + 6, 5)
+
+    def forward(self, x):
+        out, (h, c) = self.lstm(x)
+        last = out[:, -1] if self.batch_first else out[-1]
+        return self.fc(torch.cat([last, c[0]], dim=1))
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_lstm_unrolls_to_torchs_forward_and_sgd_step(batch_first):
+    """nn.LSTM as FFModel's LSTM cells, unrolled: forward equal to torch's on one device and under
+    data parallelism; one SGD step moves the weights as torch's, and the one bias (torch's
+    bias_ih + bias_hh) by one of torch's two equal steps."""
+    torch.manual_seed(0)
+    model = _Recurrent(batch_first)
+    shape = (4, 5, 3) if batch_first else (5, 4, 3)
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    y = np.array([[0], [3], [1], [4]], dtype=np.int32)
+    for argv in ([], ["-ll:gpu", "2"]):
+        pm = PyTorchModel(model)
+        ff = FFModel(FFConfig(["-b", "4", *argv]))
+        xt = ff.create_tensor(list(shape), DataType.DT_FLOAT)
+        with pytest.warns(FrontendWarning, match=r"one bias, torch's bias_ih \+ bias_hh"):
+            (out,) = pm.torch_to_ff(ff, [xt])
+        ff.softmax(out)
+        ff.compile(optimizer=SGDOptimizer(ff, 0.1), loss_type=SCCE)
+        pm.load_weights(ff)
+        xt.set_tensor(ff, x)
+        ff.forward()
+        with torch.no_grad():
+            np.testing.assert_allclose(out.get_tensor(ff), model(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-6)
+    if not batch_first:      # the SGD step once: [T, N, F] batches are not FFModel's sample-first data
+        return
+    before = pm.ff_weights()
+    ff.fit(x=x, y=y, epochs=1)
+    steps = {k: v.detach().clone() for k, v in model.named_parameters()}
+    torch_sgd_step(model, x, y)
+    got, after = ff.get_weights(), pm.ff_weights()
+    for layer in range(2):
+        step_ih = (model.get_parameter(f"lstm.bias_ih_l{layer}") - steps[f"lstm.bias_ih_l{layer}"]).detach().numpy()
+        name = f"lstm.l{layer}.bias"
+        np.testing.assert_allclose(got[name], before[name] + step_ih, rtol=1e-5, atol=2e-6)
+        for w in ("w_ih", "w_hh"):
+            key = f"lstm.l{layer}.{w}"
+            np.testing.assert_allclose(got[key], after[key], rtol=1e-5, atol=2e-6, err_msg=key)
+            assert np.abs(before[key] - after[key]).max() > 1e-5, key

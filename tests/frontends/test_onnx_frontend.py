@@ -114,9 +114,13 @@ def test_matmul_add_is_a_dense_layer_and_split_concat_map():
 
 
 def test_unsupported_operator_and_attributes_name_the_node():
-    with pytest.raises(ConfigError, match=r"ONNX node 'pad1' \(Pad\): operator Pad has no FFModel mapping"):
+    with pytest.raises(ConfigError, match=r"ONNX node 'loop1' \(Loop\): operator Loop has no FFModel mapping"):
         ff = FFModel(FFConfig(["-b", "2"]))
-        ONNXModel(_graph([helper.make_node("Pad", ["x"], ["y"], name="pad1")])).apply(
+        ONNXModel(_graph([helper.make_node("Loop", ["x"], ["y"], name="loop1")])).apply(
+            ff, {"x": ff.create_tensor([2, 4], DataType.DT_FLOAT)})
+    with pytest.raises(ConfigError, match=r"ONNX node 'pad1' \(Pad\): mode 'reflect', pads \[\]: constant, reflect"):
+        ff = FFModel(FFConfig(["-b", "2"]))
+        ONNXModel(_graph([helper.make_node("Pad", ["x"], ["y"], name="pad1", mode="reflect")])).apply(
             ff, {"x": ff.create_tensor([2, 4], DataType.DT_FLOAT)})
     ff = FFModel(FFConfig(["-b", "2"]))
     x = ff.create_tensor([2, 3, 8, 8], DataType.DT_FLOAT)
