@@ -484,6 +484,9 @@ class _Converter:
         kws = [("mode", mode)] + ([("value", value)] if value else [])
         return [self.ir(node, name, "PAD", [node.input[0]], [torch_pads], kws)]
 
+    def _Einsum(self, node, name, a):
+        return [self.ir(node, name, "EINSUM", list(node.input), [_text(a["equation"])])]
+
     def _PRelu(self, node, name, a):
         """PRelu(X, slope): the slope an initializer (trainable) of one value or one per channel."""
         x, slope = node.input[:2]

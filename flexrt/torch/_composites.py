@@ -12,7 +12,8 @@ in the gradient, so the layers train as torch's operator does:
   clamping to bounds (torch.clamp, ONNX Clip);
 - the maximum over dimensions (one max-pool window), max pooling's ceil_mode padding;
 - padding (constant, reflect, replicate, circular) by the same 0/1 matrices; PReLU;
-- torch's multi-layer LSTM, unrolled into FFModel's LSTM cells;
+- torch's multi-layer LSTM, unrolled into FFModel's LSTM cells; einsum of one or two tensors as
+  one batch matmul;
 - tensors made in forward (torch.full, zeros, ones) and Unflatten.
 
 Layers are named ``{node}.{part}``; the last one ``{node}`` where the form allows.
@@ -442,6 +443,87 @@ def _softplus(b, node, ins, f):
     return sp if beta == 1 else ff.scalar_true_divide(sp, float(beta), name=name)
 
 
+# ---- einsum --------------------------------------------------------------------------------------
+def _einsum_terms(node, equation: str, ranks: list[int]) -> tuple[list[str], str]:
+    """The operands' and the output's index letters, '...' expanded to letters for the rank it covers."""
+    if not isinstance(equation, str) or equation.count("->") > 1:
+        raise node_error(node, f"einsum equation {equation!r} must be a string with at most one '->'")
+    lhs, arrow, rhs = equation.replace(" ", "").partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ranks):
+        raise node_error(node, f"einsum {equation!r} names {len(terms)} operands, got {len(ranks)}")
+    spare = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in equation]
+    width = max([r - len(t.replace("...", "")) for t, r in zip(terms, ranks) if "..." in t] or [0])
+    dots = "".join(spare[:width])
+    out_terms = []
+    for t, r in zip(terms, ranks):
+        t = t.replace("...", dots[width - (r - len(t.replace("...", ""))):] if "..." in t else "")
+        if len(t) != r or not t.isalpha() or len(set(t)) != len(t):
+            raise node_error(node, f"einsum term {t!r} does not index a tensor of rank {r} (repeated indices, "
+                                   f"diagonals, are not supported)", ShapeError)
+        out_terms.append(t)
+    if arrow:
+        out = rhs.replace("...", dots)
+    else:     # implicit output: the letters seen once, in alphabetical order (after '...')
+        seen = "".join(out_terms)
+        out = dots + "".join(sorted(c for c in set(seen) if seen.count(c) == 1 and c not in dots))
+    if not out.isalpha() and out or len(set(out)) != len(out) or any(c not in "".join(out_terms) for c in out):
+        raise node_error(node, f"einsum output {out!r} must name distinct indices of the operands", ShapeError)
+    return out_terms, out
+
+
+def _einsum(b, node, ins, f):
+    """torch.einsum / ONNX Einsum of one or two tensors (field: the equation): indices only one
+    operand has and the output lacks are summed first; two operands become one batch matmul of
+    [batch, left, contracted] @ [batch, contracted, right] (transposes and reshapes around it)."""
+    xs = [b.tensor(node, t, f"operand {i}") for i, t in enumerate(ins)]
+    if len(xs) not in (1, 2):
+        raise node_error(node, f"einsum of {len(xs)} operands; valid: 1 or 2")
+    terms, out = _einsum_terms(node, f[0], [x.num_dims for x in xs])
+    ff, name = b.ff, node.name
+    sizes = {}
+    for t, x in zip(terms, xs):
+        for c, d in zip(t, x.dims):
+            if sizes.setdefault(c, d) != d:
+                raise node_error(node, f"einsum index {c!r} is {sizes[c]} and {d} (broadcasting is not supported)",
+                                 ShapeError)
+    for i, (t, x) in enumerate(zip(terms, xs)):      # indices no one else reads: summed now
+        others = out + "".join(terms[j] for j in range(len(xs)) if j != i)
+        gone = [k for k, c in enumerate(t) if c not in others]
+        if len(gone) == len(t):
+            if len(xs) == 1:     # a full sum: one element
+                return ff.reshape(ff.reduce_sum(x, gone, True, name=f"{name}.sum"), [1], name=name)
+            raise node_error(node, f"einsum {f[0]!r} sums operand {i} whole; give its sum as a separate step")
+        if gone:
+            xs[i] = ff.reduce_sum(x, gone, False, name=f"{name}.sum{i}")
+            terms[i] = "".join(c for c in t if c in others)
+    if len(xs) == 1:
+        return _arranged(b, xs[0], terms[0], out, sizes, name)
+    (ta, tb), (xa, xb) = terms, xs
+    batch = [c for c in ta if c in tb and c in out]
+    con = [c for c in ta if c in tb and c not in out]
+    left, right = [c for c in ta if c not in tb], [c for c in tb if c not in ta]
+    nb, nl, nk, nr = (math.prod(sizes[c] for c in g) for g in (batch, left, con, right))
+    a = _arranged(b, xa, ta, "".join(batch + left + con), sizes, f"{name}.a")
+    bb = _arranged(b, xb, tb, "".join(batch + con + right), sizes, f"{name}.b")
+    y = ff.batch_matmul(ff.reshape(a, [nb, nl, nk], name=f"{name}.a3"), ff.reshape(bb, [nb, nk, nr], name=f"{name}.b3"),
+                        name=f"{name}.bmm")
+    return _arranged(b, y, "".join(batch + left + right), out, sizes, name, from_flat=True)
+
+
+def _arranged(b, x: Tensor, have: str, want: str, sizes: dict, name: str, from_flat: bool = False) -> Tensor:
+    """``x`` indexed by ``have`` (or, ``from_flat``, a 3-D view of it) shaped and transposed to ``want``."""
+    ff = b.ff
+    if from_flat:
+        shape = [sizes[c] for c in have] or [1]
+        if have == want or list(x.dims) == shape:
+            return ff.reshape(x, shape, name=name) if list(x.dims) != shape else x
+        x = ff.reshape(x, shape, name=f"{name}.unflat")
+    if have == want:
+        return x
+    return ff.transpose(x, [have.index(c) for c in want], name=name)
+
+
 # ---- recurrent ---------------------------------------------------------------------------------
 def _time_steps(b, node, x: Tensor, axis_t: int, name: str) -> list[Tensor]:
     """``x`` ([T, N, F] or [N, T, F]) as T tensors [N, F]."""
@@ -567,4 +649,5 @@ def _unflatten(b, node, ins, f):
 HANDLERS = {"INTERPOLATE": _interpolate, "CONV_TRANSPOSE2D": _conv_transpose2d, "GROUP_NORM": _group_norm,
             "VAR": _var, "REDUCE_L2": _reduce_l2, "CLAMP": _clamp,
             "LOG_SOFTMAX": _log_softmax, "LOGSUMEXP": _logsumexp, "SOFTPLUS": _softplus, "MISH": _softplus,
-            "ABS": _abs, "PAD": _pad, "PRELU": _prelu, "LSTM": _lstm, "NORMALIZE": _normalize, "FULL": _full, "UNFLATTEN": _unflatten}
+            "ABS": _abs, "PAD": _pad, "PRELU": _prelu, "LSTM": _lstm,
+            "EINSUM": _einsum, "NORMALIZE": _normalize, "FULL": _full, "UNFLATTEN": _unflatten}

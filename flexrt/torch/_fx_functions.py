@@ -109,6 +109,14 @@ def _pad(ctx, node):
     ctx.add(node, "PAD", [_tensor_arg(ctx, node, a["input"])], [_ref(tuple(a["pad"]))], kws)
 
 
+def _einsum(ctx, node):
+    """torch.einsum(equation, a, b) or (equation, [a, b])."""
+    eq, *ops = node.args
+    if len(ops) == 1 and isinstance(ops[0], (tuple, list)):
+        ops = list(ops[0])
+    ctx.add(node, "EINSUM", [_tensor_arg(ctx, node, o, f"operand {i}") for i, o in enumerate(ops)], [eq])
+
+
 def _softplus(ctx, node):
     a = _bind(ctx, node, ["input", "beta", "threshold"], {"beta": 1.0, "threshold": 20.0})
     ctx.add(node, "SOFTPLUS", [_tensor_arg(ctx, node, a["input"])], [a["beta"]])
@@ -610,7 +618,7 @@ FUNCTIONS: dict[Callable, Callable] = {
     torch.unflatten: _unflatten, torch.clamp: _clamp, torch.clip: _clamp, torch.clamp_min: _clamp,
     torch.clamp_max: _clamp, torch.triu: _TRIU, torch.tril: _TRIL, torch.log: _unary("LOG"),
     F.log_softmax: _log_softmax, torch.log_softmax: _log_softmax, torch.logsumexp: _logsumexp,
-    F.softplus: _softplus, F.mish: _unary("MISH"), F.pad: _pad, torch.abs: _unary("ABS"), torch.absolute: _unary("ABS"),
+    F.softplus: _softplus, F.mish: _unary("MISH"), F.pad: _pad, torch.einsum: _einsum, torch.abs: _unary("ABS"), torch.absolute: _unary("ABS"),
 }
 
 METHODS: dict[str, Callable] = {

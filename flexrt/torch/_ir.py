@@ -90,7 +90,10 @@ def format_value(v: Any) -> str:
     if isinstance(v, str):
         if v.startswith("torch.") or re.fullmatch(r"[A-Za-z_]\w*", v):
             return v
-        raise ConfigError(f"a field of the format cannot hold the string {v!r} (';' and ',' separate items)")
+        if not re.search(r"[;%\n\r]", v):      # quoted (an einsum equation): ';' separates items, '%' refers
+            return repr(v)
+        raise ConfigError(f"a field of the format cannot hold the string {v!r} ('; ' separates items, '%' refers "
+                          f"to a node)")
     raise ConfigError(f"a field of the format cannot hold {type(v).__name__} {v!r}")
 
 

@@ -303,3 +303,45 @@ def test_lstm_unrolls_to_torchs_forward_and_sgd_step(batch_first):
             key = f"lstm.l{layer}.{w}"
             np.testing.assert_allclose(got[key], after[key], rtol=1e-5, atol=2e-6, err_msg=key)
             assert np.abs(before[key] - after[key]).max() > 1e-5, key
+
+
+class _WeightEinsum(nn.Module):
+    def __init__(self, equation, shape):
+        super().__init__()
+        self.equation = equation
+        self.w = nn.Parameter(torch.linspace(-1, 1, int(np.prod(shape))).reshape(shape))
+
+    def forward(self, t):
+        return torch.einsum(self.equation, t, self.w)
+
+
+EINSUMS = {
+    "scores": lambda t: torch.einsum("bhid,bhjd->bhij", t, t),
+    "attention": lambda t: torch.einsum("bhij,bhjd->bhid", torch.einsum("bhid,bhjd->bhij", t, t).softmax(-1), t),
+    "permute": lambda t: torch.einsum("abcd->adbc", t),
+    "sum": lambda t: torch.einsum("abcd->ad", t),
+    "ellipsis": lambda t: torch.einsum("...ij,...kj->...ik", t, t),
+    "implicit_output": lambda t: torch.einsum("abij,abjk", t, t.transpose(-1, -2)),
+    "operand_list": lambda t: torch.einsum("abcd,abce->abde", [t, t]),
+    "full_sum": lambda t: torch.einsum("abcd->", t) + t,
+    "inner": lambda t: torch.einsum("abcd,abcd->", t, t) * t,
+}
+
+
+@pytest.mark.parametrize("form", list(EINSUMS) + ["weight", "weight_channels"])
+def test_einsum_equals_torch_through_module_file_and_onnx(tmp_path, form):
+    module = {"weight": _WeightEinsum("bcij,jk->bcik", (5, 6)),
+              "weight_channels": _WeightEinsum("bcij,ck->bkij", (3, 7))}.get(form) or Fn(EINSUMS[form])
+    x = _image(2, 3, 4, 5, seed=4)
+    compare_forward(module, x, tmp_path)
+    compare_onnx(module, x, tmp_path / "m.onnx", ["Einsum"] if form not in ("permute", "full_sum", "sum") else [])
+
+
+@pytest.mark.parametrize("fn, message", [
+    (lambda t: torch.einsum("abii->abi", t[:, :, :4, :4]), r"repeated indices, diagonals, are not supported"),
+    (lambda t: torch.einsum("abcd,abcd->abd", t, t[:, :1]), r"index 'b' is 3 and 1 \(broadcasting is not supported"),
+])
+def test_einsum_forms_flexrt_cannot_take(fn, message):
+    ff = FFModel(FFConfig(["-b", "2"]))
+    with pytest.raises(ShapeError, match=message):
+        PyTorchModel(Fn(fn)).torch_to_ff(ff, [ff.create_tensor([2, 3, 4, 5], DataType.DT_FLOAT)])
