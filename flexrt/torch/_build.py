@@ -25,7 +25,7 @@ from flexrt.ir.enums import ActiMode, AggrMode, PoolType
 from flexrt.ir.ops import BatchNormAttrs
 from flexrt.model.tensor import Tensor
 from flexrt.torch._composites import HANDLERS as COMPOSITES
-from flexrt.torch._composites import ceil_extra, ceil_pad, reduce_max, resample, window_matrix
+from flexrt.torch._composites import ceil_extra, ceil_pad, gather, reduce_max, resample, window_matrix
 from flexrt.torch._build_base import (DTYPES, FLOATS, _Builder, norm_axis, describe, is_number, node_error,
                                      shape_with_inferred, split_sizes)
 from flexrt.torch._ir import IRNode
@@ -180,12 +180,10 @@ def _parameter(b, node, ins, f):
 
 
 def _constant(b, node, ins, f):
-    """An array constant (a buffer the module reads, an ONNX constant operand): FFModel.create_constant
-    of it, in its own type (other floating types as float32, other integers as int64)."""
+    """An array constant (a buffer the module reads, an ONNX constant operand): its values, made a
+    constant of the model where a layer reads it (``_Builder.constant``), read as values by an index."""
     import numpy as np
-    arr = np.asarray(f[0])
-    dtype = DTYPES.get(arr.dtype.name) or (DataType.DT_FLOAT if arr.dtype.kind == "f" else DataType.DT_INT64)
-    return b.ff.create_constant(list(arr.shape) or [1], arr.reshape(arr.shape or (1,)), dtype)
+    return np.asarray(f[0])
 
 
 def _arange(b, node, ins, f):
@@ -367,7 +365,12 @@ def _getitem(b, node, ins, f):
             raise node_error(node, "reads a value no FFModel layer computes (attention weights: call "
                                    "MultiheadAttention with need_weights=False or leave its second output unused)")
         return v
-    return _slice_tensor(b, node, b.tensor(node, x), index if isinstance(index, tuple) else (index,))
+    index = index if isinstance(index, tuple) else (index,)
+    if isinstance(x, np.ndarray):   # an index of an array constant: its values (a mask's rows)
+        return x[tuple(np.asarray(i) if isinstance(i, tuple) else i for i in index)]
+    if any(isinstance(i, (np.ndarray, tuple)) for i in index):   # x[:, rows, cols]: a gather by constants
+        return gather(b, node, b.tensor(node, b.constant(x)), index)
+    return _slice_tensor(b, node, b.tensor(node, x), index)
 
 
 def _slice_tensor(b, node, x: Tensor, index: tuple) -> Tensor:
@@ -588,6 +591,9 @@ HANDLERS: dict[str, Callable] = {
 _SCALAR["FLOOR_DIVIDE"] = "FLOORDIV"
 
 
+_READS_ARRAYS = frozenset({"GETITEM"})   # handlers given array constants as values
+
+
 def build(ffmodel, nodes: Sequence[IRNode], input_tensors: Sequence[Any]) -> list:
     """Add the layers of ``nodes`` to ``ffmodel``; the INPUT nodes take ``input_tensors`` in order;
     returns the values the OUTPUT node lists."""
@@ -603,13 +609,13 @@ def build(ffmodel, nodes: Sequence[IRNode], input_tensors: Sequence[Any]) -> lis
             b.next_input += 1
             continue
         if node.op == "OUTPUT":
-            b.outputs.extend(b.value(node, n) for n in node.inputs)
+            b.outputs.extend(b.constant(b.value(node, n)) for n in node.inputs)
             continue
         handler = HANDLERS.get(node.op)
         if handler is None:
             raise node_error(node, f"operator {node.op} has no FFModel mapping; supported: "
                                    f"{', '.join(sorted(HANDLERS))}")
-        ins, fields = b.args(node)
+        ins, fields = b.args(node, arrays=node.op in _READS_ARRAYS)
         try:
             b.values[node.name] = handler(b, node, ins, fields)
         except FlexrtError as e:

@@ -12,6 +12,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from flexrt.errors import ConfigError, FlexrtError, ShapeError
 from flexrt.ir.datatype import DataType
 from flexrt.model.tensor import Tensor
@@ -38,6 +40,7 @@ class _Builder:
         self.next_input = 0
         self.values: dict[str, Any] = {}
         self.outputs: list[Any] = []
+        self._made: dict[int, tuple] = {}     # id(array) -> (array, its model constant)
 
     # ---- values ---------------------------------------------------------------------------
     def value(self, node: IRNode, name: str) -> Any:
@@ -55,9 +58,23 @@ class _Builder:
             return slice(self.resolve(node, v.start), self.resolve(node, v.stop), self.resolve(node, v.step))
         return v
 
-    def args(self, node: IRNode) -> tuple[list, list]:
-        """(input values, resolved positional fields)."""
-        return [self.value(node, n) for n in node.inputs], [self.resolve(node, f) for f in node.fields]
+    def args(self, node: IRNode, arrays: bool = False) -> tuple[list, list]:
+        """(input values, resolved positional fields); array constants as model constants unless
+        ``arrays`` (a handler that reads their values: an index)."""
+        ins = [self.value(node, n) for n in node.inputs]
+        return [v if arrays else self.constant(v) for v in ins], [self.resolve(node, f) for f in node.fields]
+
+    def constant(self, v: Any) -> Any:
+        """An array value (a CONSTANT node's: a buffer, an ONNX constant) as a constant of the model
+        (FFModel.create_constant), made once per array, in its own type (other floating types as
+        float32, other integers as int64); any other value as it is."""
+        if not isinstance(v, np.ndarray):
+            return v
+        if id(v) not in self._made:
+            dtype = DTYPES.get(v.dtype.name) or (DataType.DT_FLOAT if v.dtype.kind == "f" else DataType.DT_INT64)
+            made = self.ff.create_constant(list(v.shape) or [1], v.reshape(v.shape or (1,)), dtype)
+            self._made[id(v)] = (v, made)
+        return self._made[id(v)][1]
 
     def tensor(self, node: IRNode, v: Any, what: str = "its input") -> Tensor:
         if not isinstance(v, Tensor):

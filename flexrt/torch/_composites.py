@@ -12,13 +12,14 @@ in the gradient, so the layers train as torch's operator does:
   clamping to bounds (torch.clamp, ONNX Clip);
 - the maximum over dimensions (one max-pool window), max pooling's ceil_mode padding;
 - padding (constant, reflect, replicate, circular) by the same 0/1 matrices; PReLU;
+- gathers by constant index arrays (advanced indexing) by one-hot matrices;
 - torch's multi-layer LSTM, unrolled into FFModel's LSTM cells; einsum of one or two tensors as
   one batch matmul;
 - tensors made in forward (torch.full, zeros, ones) and Unflatten.
 
 Layers are named ``{node}.{part}``; the last one ``{node}`` where the form allows.
 
-Entry points: ``HANDLERS`` (IR op -> handler), ``resample``, ``window_matrix``, ``ceil_extra``,
+Entry points: ``HANDLERS`` (IR op -> handler), ``resample``, ``gather``, ``window_matrix``, ``ceil_extra``,
 ``ceil_pad``, ``reduce_max``.
 """
 
@@ -441,6 +442,62 @@ def _softplus(b, node, ins, f):
     if node.op == "MISH":
         return ff.multiply(x, ff.tanh(sp, name=f"{name}.tanh"), name=name)
     return sp if beta == 1 else ff.scalar_true_divide(sp, float(beta), name=name)
+
+
+# ---- gathers by constant indices -------------------------------------------------------------------
+def gather(b, node, x: Tensor, index: tuple) -> Tensor:
+    """NumPy's advanced indexing of ``x`` by constant integer (or bool) arrays at adjacent axes after
+    the batch (DLRM's ``Z[:, li, lj]``, ``x[:, perm]``), with ``:`` elsewhere: the indexed axes moved
+    last and flattened, multiplied by a constant one-hot matrix (``resample``: the gradient adds
+    into the positions read), shaped as the broadcast indices, and moved back."""
+    from flexrt.torch._build_base import describe
+    index = list(index)
+    dots = [i for i, item in enumerate(index) if item is Ellipsis]
+    if dots:
+        k = dots[0]
+        index[k:k + 1] = [slice(None)] * (x.num_dims - len(index) + 1)
+    index += [slice(None)] * (x.num_dims - len(index))
+    if len(index) != x.num_dims:
+        raise node_error(node, f"index {tuple(index)} has more entries than rank {x.num_dims}", ShapeError)
+    arrays = {}
+    for ax, item in enumerate(index):
+        if isinstance(item, (np.ndarray, tuple)) or isinstance(item, int) and not isinstance(item, bool):
+            arr = np.asarray(item)
+            arr = np.nonzero(arr)[0] if arr.dtype == bool and arr.ndim == 1 else arr
+            if arr.dtype.kind not in "iu":
+                raise node_error(node, f"index {describe(item)} at axis {ax}: only integer (or 1-D bool) arrays gather",
+                                 ShapeError)
+            arrays[ax] = arr
+        elif not (isinstance(item, slice) and item == slice(None)):
+            raise node_error(node, f"index item {item!r} beside array indices; valid there: ':'", ShapeError)
+    axes = sorted(arrays)
+    if axes != list(range(axes[0], axes[-1] + 1)) or axes[0] == 0:
+        raise node_error(node, f"array indices at axes {axes}: they must be adjacent and after the batch axis",
+                         ShapeError)
+    try:
+        parts = np.broadcast_arrays(*(arrays[a] for a in axes))
+    except ValueError as e:
+        raise node_error(node, f"array indices do not broadcast: {e}", ShapeError) from None
+    sizes = [x.dims[a] for a in axes]
+    for a, p in zip(axes, parts):
+        if p.size and (p.min() < -x.dims[a] or p.max() >= x.dims[a]):
+            raise node_error(node, f"an index at axis {a} is out of range for size {x.dims[a]}", ShapeError)
+    flat = np.ravel_multi_index(tuple(p % s for p, s in zip(parts, sizes)), sizes).reshape(-1)
+    ff, name, r = b.ff, node.name, x.num_dims
+    rest = [a for a in range(r) if a not in axes]
+    t = x if axes[-1] == r - 1 else ff.transpose(x, rest + axes, name=f"{name}.to_last")
+    t = ff.reshape(t, [x.dims[a] for a in rest] + [math.prod(sizes)], name=f"{name}.flat")
+    pick = np.zeros((flat.size, math.prod(sizes)))
+    pick[np.arange(flat.size), flat] = 1.0
+    y = resample(b, node, t, {len(rest): pick}, f"{name}.pick")
+    shape = list(parts[0].shape)
+    y = ff.reshape(y, [x.dims[a] for a in rest] + shape, name=name if axes[-1] == r - 1 or not shape
+                   else f"{name}.shape")
+    if axes[-1] == r - 1 or not shape:
+        return y
+    k = axes[0]     # the gathered dimensions back where the indexed axes were
+    perm = list(range(k)) + list(range(len(rest), len(rest) + len(shape))) + list(range(k, len(rest)))
+    return ff.transpose(y, perm, name=name)
 
 
 # ---- einsum --------------------------------------------------------------------------------------

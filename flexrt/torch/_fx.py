@@ -59,10 +59,27 @@ class _Tracer(_Rules, fx.Tracer):
 def _meta_tracer():
     """torch.fx's MetaTracer with flexrt's rules: every operation runs on meta tensors, so sizes
     (``x.size()``) are numbers, for modules whose Python reads them (``assert t <= block_size``)."""
-    from torch.fx.experimental.meta_tracer import MetaTracer
+    from torch.fx.experimental.meta_tracer import MetaProxy, MetaTracer
+
+    class _Sized(MetaProxy):
+        """A size the module's Python uses as a number (``range(n)``, ``torch.tensor([...])`` of a
+        loop over it): its value on the meta tensors, so the trace holds the constant it makes."""
+
+        def _number(self):
+            v = getattr(self, "_tensor_meta", None)
+            if isinstance(v, (int, torch.SymInt)) and not isinstance(v, bool):
+                return int(v)
+            raise TypeError(f"'{self.node.name}' is not a size known when tracing")
+
+        def __index__(self):
+            return self._number()
+
+        def __int__(self):
+            return self._number()
 
     class _Meta(_Rules, MetaTracer):
-        pass
+        def proxy(self, node):
+            return _Sized(node, self)
     return _Meta()
 
 
@@ -98,17 +115,50 @@ def trace(module: nn.Module, inputs=None) -> fx.GraphModule:
     if inputs is not None and len(inputs) <= len(params):
         meta = {p.name: torch.empty(tuple(dims), dtype=TORCH_DTYPES.get(dtype, torch.float32), device="meta")
                 for p, (dims, dtype) in zip(params, inputs)}
-        attempts.append(lambda: _quiet(lambda: _meta_tracer().trace(module, meta, concrete_args=concrete or None)))
+        attempts.append(lambda: _meta_trace(module, meta, concrete))
     first = None
     for attempt in attempts:
         try:
-            return fx.GraphModule(module, attempt())
+            graph = attempt()
+            return graph if isinstance(graph, fx.GraphModule) else fx.GraphModule(module, graph)
         except Exception as e:  # noqa: BLE001 - fx raises many kinds; say which module and why
             first = first or e
     hint = "" if inputs is not None else "; torch_to_ff, given the inputs, also traces with their shapes"
     raise ConfigError(f"torch.fx cannot trace {type(module).__name__}: {type(first).__name__}: {first} "
                       f"(data-dependent control flow and Proxy arguments to C functions cannot be traced{hint})"
                       ) from None
+
+
+def _meta_trace(module: nn.Module, meta: dict, concrete: dict) -> fx.GraphModule:
+    """The MetaTracer's trace of a copy of ``module`` whose parameters and buffers are meta tensors
+    (so its leaf modules run on the meta inputs too, and the sizes after them are numbers); the
+    graph module takes its attributes from ``module`` (real values), and the constants the trace
+    made (``torch.tensor`` of a list built from sizes) from the copy."""
+    import copy
+    import itertools
+    memo = {}
+    for t in itertools.chain(module.parameters(), module.buffers()):
+        if id(t) not in memo:
+            m = t.detach().to("meta")
+            memo[id(t)] = nn.Parameter(m, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) else m
+    twin = copy.deepcopy(module, memo)
+    graph = _quiet(lambda: _meta_tracer().trace(twin, meta, concrete_args=concrete or None))
+    root = {}
+    for node in graph.nodes:
+        if node.op in ("get_attr", "call_module"):
+            try:
+                root[node.target] = module.get_submodule(node.target) if node.op == "call_module" else \
+                    _attr(module, node.target)
+            except AttributeError:
+                root[node.target] = _attr(twin, node.target)
+    return fx.GraphModule(root, graph, class_name=type(module).__name__)
+
+
+def _attr(module: nn.Module, target: str):
+    value = module
+    for atom in target.split("."):
+        value = getattr(value, atom)
+    return value
 
 
 def origin(node: fx.Node) -> str:

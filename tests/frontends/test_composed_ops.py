@@ -345,3 +345,55 @@ def test_einsum_forms_flexrt_cannot_take(fn, message):
     ff = FFModel(FFConfig(["-b", "2"]))
     with pytest.raises(ShapeError, match=message):
         PyTorchModel(Fn(fn)).torch_to_ff(ff, [ff.create_tensor([2, 3, 4, 5], DataType.DT_FLOAT)])
+
+
+class _Interaction(nn.Module):
+    """DLRM's dot interaction: pairwise dots of the features by torch.bmm, the lower triangle read
+    by index lists built from the traced sizes (torch.fx's meta trace makes them numbers)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(5, 8)
+
+    def forward(self, x):                          # x: [N, 3, 5]
+        t = self.fc(x)
+        z = torch.bmm(t, t.transpose(1, 2))
+        _, ni, nj = z.shape
+        li = torch.tensor([i for i in range(ni) for j in range(i)])
+        lj = torch.tensor([j for i in range(nj) for j in range(i)])
+        return z[:, li, lj]
+
+
+GATHERS = {
+    "pairs": lambda t: t[:, [2, 0, 1, 1], [0, 1, 3, 2]],
+    "permute_channels": lambda t: t[:, [2, 0, 1]] * 2.0,
+    "middle_axis": lambda t: t[:, :, [3, 0, 0]],
+    "repeated_rows": lambda t: t[:, 1, [3, 3, 0]],
+    "mask": lambda t: t[:, torch.tensor([True, False, True])],
+}
+
+
+@pytest.mark.parametrize("form", list(GATHERS) + ["interaction"])
+def test_gathers_by_constant_indices_equal_torch_forward_and_gradient(form):
+    """Advanced indexing by constant integer or bool arrays equals torch's forward and, through an
+    SGD step of the Linear before it, its gradient (repeated positions add)."""
+    torch.manual_seed(0)
+    if form == "interaction":
+        module, x = _Interaction(), np.random.default_rng(5).standard_normal((4, 3, 5)).astype(np.float32)
+    else:
+        module, x = Fn(GATHERS[form], width=5), _image(4, 3, 4, 5, seed=5)
+    compare_forward(module, x)
+    ff = FFModel(FFConfig(["-b", "4"]))
+    xt = ff.create_tensor(list(x.shape), DataType.DT_FLOAT)
+    pm = PyTorchModel(module)
+    (out,) = pm.torch_to_ff(ff, [xt])
+    target = np.random.default_rng(6).standard_normal(out.dims).astype(np.float32)
+    ff.compile(optimizer=SGDOptimizer(ff, 0.1), loss_type="mean_squared_error_avg")
+    pm.load_weights(ff)
+    ff.fit(x=x, y=target, epochs=1)
+    opt = torch.optim.SGD(module.parameters(), lr=0.1)
+    loss = F.mse_loss(module(torch.from_numpy(x)), torch.from_numpy(target))
+    loss.backward()
+    opt.step()
+    for name, want in pm.ff_weights().items():
+        np.testing.assert_allclose(ff.get_weights()[name], want, rtol=1e-5, atol=1e-6, err_msg=name)
