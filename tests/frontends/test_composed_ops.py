@@ -122,23 +122,30 @@ class _Bags(nn.Module):
         return self.top(torch.relu(torch.cat([self.sum(ids), self.mean(ids)], dim=1)))
 
 
-@pytest.mark.parametrize("argv", [[], ["-ll:gpu", "2"]])
-def test_embedding_bags_forward_and_sgd_step_equal_torch(argv):
-    torch.manual_seed(0)
-    model, pm = _Bags(), None
-    ids = np.random.default_rng(0).integers(0, 20, (4, 3)).astype(np.int64)
-    y = np.array([[0], [3], [1], [4]], dtype=np.int32)
+def _classifier(model, x, argv, dtype=DataType.DT_FLOAT):
+    """(PyTorchModel, FFModel) of ``model`` + softmax, compiled for SGD, its forward on ``x`` checked
+    against torch's."""
     pm = PyTorchModel(model)
     ff = FFModel(FFConfig(["-b", "4", *argv]))
-    xt = ff.create_tensor([4, 3], DataType.DT_INT64)
+    xt = ff.create_tensor(list(x.shape), dtype)
     (out,) = pm.torch_to_ff(ff, [xt])
     ff.softmax(out)
     ff.compile(optimizer=SGDOptimizer(ff, 0.1), loss_type=SCCE)
     pm.load_weights(ff)
-    xt.set_tensor(ff, ids)
+    xt.set_tensor(ff, x)
     ff.forward()
     with torch.no_grad():
-        np.testing.assert_allclose(out.get_tensor(ff), model(torch.from_numpy(ids)).numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(out.get_tensor(ff), model(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-6)
+    return pm, ff
+
+
+@pytest.mark.parametrize("argv", [[], ["-ll:gpu", "2"]])
+def test_embedding_bags_forward_and_sgd_step_equal_torch(argv):
+    torch.manual_seed(0)
+    model = _Bags()
+    ids = np.random.default_rng(0).integers(0, 20, (4, 3)).astype(np.int64)
+    y = np.array([[0], [3], [1], [4]], dtype=np.int32)
+    pm, ff = _classifier(model, ids, argv, DataType.DT_INT64)
     before = pm.ff_weights()
     ff.fit(x=ids, y=y, epochs=1)
     torch_sgd_step(model, ids, y)
@@ -276,18 +283,8 @@ def test_lstm_unrolls_to_torchs_forward_and_sgd_step(batch_first):
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     y = np.array([[0], [3], [1], [4]], dtype=np.int32)
     for argv in ([], ["-ll:gpu", "2"]):
-        pm = PyTorchModel(model)
-        ff = FFModel(FFConfig(["-b", "4", *argv]))
-        xt = ff.create_tensor(list(shape), DataType.DT_FLOAT)
         with pytest.warns(FrontendWarning, match=r"one bias, torch's bias_ih \+ bias_hh"):
-            (out,) = pm.torch_to_ff(ff, [xt])
-        ff.softmax(out)
-        ff.compile(optimizer=SGDOptimizer(ff, 0.1), loss_type=SCCE)
-        pm.load_weights(ff)
-        xt.set_tensor(ff, x)
-        ff.forward()
-        with torch.no_grad():
-            np.testing.assert_allclose(out.get_tensor(ff), model(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-6)
+            pm, ff = _classifier(model, x, argv)
     if not batch_first:      # the SGD step once: [T, N, F] batches are not FFModel's sample-first data
         return
     before = pm.ff_weights()
