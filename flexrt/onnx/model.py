@@ -236,8 +236,11 @@ class _Converter:
         if handler is None:
             raise self.error(node, name, f"operator {op} has no FFModel mapping; supported: "
                                          f"{', '.join(sorted(k[1:] for k in dir(self) if k[1:2].isupper()))}")
-        out = handler(node, name, self.attrs(node))
-        return out
+        try:
+            return handler(node, name, self.attrs(node))
+        except (KeyError, TypeError, ValueError, IndexError, OverflowError, ZeroDivisionError) as e:
+            raise self.error(node, name, f"malformed attributes or inputs ({type(e).__name__}: {e}); attributes "
+                                         f"{sorted(self.attrs(node))}, inputs {list(node.input)}") from None
 
     def _fold(self, node, name: str) -> bool:
         """Make ``node``'s outputs constants when it computes from constants only (a Shape: from a

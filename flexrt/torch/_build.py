@@ -369,7 +369,7 @@ def _getitem(b, node, ins, f):
     if isinstance(x, np.ndarray):   # an index of an array constant: its values (a mask's rows)
         return x[tuple(np.asarray(i) if isinstance(i, tuple) else i for i in index)]
     if any(isinstance(i, (np.ndarray, tuple)) for i in index):   # x[:, rows, cols]: a gather by constants
-        return gather(b, node, b.tensor(node, b.constant(x)), index)
+        return gather(b, node, b.tensor(node, b.constant(x, node)), index)
     return _slice_tensor(b, node, b.tensor(node, x), index)
 
 
@@ -609,7 +609,7 @@ def build(ffmodel, nodes: Sequence[IRNode], input_tensors: Sequence[Any]) -> lis
             b.next_input += 1
             continue
         if node.op == "OUTPUT":
-            b.outputs.extend(b.constant(b.value(node, n)) for n in node.inputs)
+            b.outputs.extend(b.constant(b.value(node, n), node) for n in node.inputs)
             continue
         handler = HANDLERS.get(node.op)
         if handler is None:
@@ -622,6 +622,6 @@ def build(ffmodel, nodes: Sequence[IRNode], input_tensors: Sequence[Any]) -> lis
             if str(e).startswith(f"node '{node.name}'"):
                 raise
             raise node_error(node, str(e), type(e)) from None
-        except (TypeError, ValueError, IndexError) as e:
+        except (TypeError, ValueError, IndexError, KeyError, OverflowError, ZeroDivisionError) as e:
             raise node_error(node, f"invalid fields {fields} or inputs ({e})") from None
     return b.outputs

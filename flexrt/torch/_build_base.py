@@ -62,15 +62,16 @@ class _Builder:
         """(input values, resolved positional fields); array constants as model constants unless
         ``arrays`` (a handler that reads their values: an index)."""
         ins = [self.value(node, n) for n in node.inputs]
-        return [v if arrays else self.constant(v) for v in ins], [self.resolve(node, f) for f in node.fields]
+        return [v if arrays else self.constant(v, node) for v in ins], [self.resolve(node, f) for f in node.fields]
 
-    def constant(self, v: Any) -> Any:
+    def constant(self, v: Any, node: IRNode) -> Any:
         """An array value (a CONSTANT node's: a buffer, an ONNX constant) as a constant of the model
         (FFModel.create_constant), made once per array, in its own type (other floating types as
         float32, other integers as int64); any other value as it is."""
         if not isinstance(v, np.ndarray):
             return v
         if id(v) not in self._made:
+            check_size(node, v.size, "an array constant")
             dtype = DTYPES.get(v.dtype.name) or (DataType.DT_FLOAT if v.dtype.kind == "f" else DataType.DT_INT64)
             made = self.ff.create_constant(list(v.shape) or [1], v.reshape(v.shape or (1,)), dtype)
             self._made[id(v)] = (v, made)
@@ -80,6 +81,17 @@ class _Builder:
         if not isinstance(v, Tensor):
             raise node_error(node, f"{what} must be a tensor, got {describe(v)}")
         return v
+
+
+MAX_CONSTANT = 2 ** 27   # elements of one constant a handler makes (1 GiB of doubles): beyond, a bad size
+
+
+def check_size(node: IRNode, count: int, what: str) -> None:
+    """Refuse a constant of ``count`` elements past ``MAX_CONSTANT`` (an output size of 10**9) before
+    it is allocated."""
+    if count > MAX_CONSTANT:
+        raise node_error(node, f"{what} would hold {count} values (more than {MAX_CONSTANT}): check the sizes",
+                         ShapeError)
 
 
 def describe(v: Any) -> str:

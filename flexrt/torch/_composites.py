@@ -34,7 +34,8 @@ from flexrt.ir.datatype import DataType
 from flexrt.ir.enums import ActiMode, PoolType
 from flexrt.model.dataloader import batch_dtype
 from flexrt.model.tensor import Tensor
-from flexrt.torch._build_base import DTYPES, FLOATS, norm_axis, is_number, node_error, shape_with_inferred
+from flexrt.torch._build_base import (DTYPES, FLOATS, check_size, is_number, node_error, norm_axis,
+                                     shape_with_inferred)
 
 
 # ---- resampling by constant matrices ----------------------------------------------------------
@@ -50,6 +51,7 @@ def resample(b, node, x: Tensor, matrices: dict[int, np.ndarray], name: str) -> 
         r = x.num_dims
         if m.shape[1] != x.dims[k]:
             raise node_error(node, f"resampling matrix {list(m.shape)} for axis {k} of {list(x.dims)}", ShapeError)
+        check_size(node, n * m.shape[0] * m.shape[1], f"the resampling constant of axis {k}")
         perm = [d for d in range(r) if d != k] + [k]
         t = x if k == r - 1 else ff.transpose(x, perm, name=f"{name}.move{k}")
         lead = list(t.dims[:-1])
@@ -142,13 +144,14 @@ def _interpolate(b, node, ins, f):
             ratio = np.float32(n_in) / np.float32(n_out)
         else:
             s = per_axis[1][i]
-            if not is_number(s) or s <= 0:
+            if not is_number(s) or not 0 < s < float("inf"):
                 raise node_error(node, f"scale {s!r} must be a number > 0", ShapeError)
             n_out, ratio = int(math.floor(n_in * s)), np.float32(1.0) / np.float32(s)
             if n_out < 1:
                 raise node_error(node, f"scale {s} leaves no positions of {n_in}", ShapeError)
             if node.kw("recompute", False):    # torch's recompute_scale_factor: the step of the rounded size
                 ratio = np.float32(n_in) / np.float32(n_out)
+        check_size(node, n_in * n_out * x.dims[0], f"interpolating {n_in} positions to {n_out}")
         m = interpolation_matrix(n_in, n_out, ratio, mode, coords, rounding)
         if n_out != n_in or not np.array_equal(m, np.eye(n_in)):
             matrices[2 + i] = m
@@ -197,6 +200,7 @@ def _pad(b, node, ins, f):
             raise node_error(node, f"pads ({lo}, {hi}) of an axis of {n} in {mode} mode: reflect pads must be smaller "
                                    f"than the axis, circular ones at most it, and only constant mode crops", ShapeError)
         if (lo, hi) != (0, 0):
+            check_size(node, x.dims[0] * n * (n + lo + hi), f"padding an axis of {n} by ({lo}, {hi})")
             matrices[ax] = pad_matrix(n, lo, hi, mode)
     if not matrices:
         return x
@@ -265,6 +269,7 @@ def _conv_transpose2d(b, node, ins, f):
     if (sh, sw) == (1, 1) and pads[0][0] == pads[0][1] >= 0 and pads[1][0] == pads[1][1] >= 0:
         y, cp = x, (pads[0][0], pads[1][0])       # a stride-1 transposed convolution is a padded convolution
     else:
+        check_size(node, x.dims[0] * (h * sh + kh) * (w * sw + kw) * max(h, w), "the dilated input's constants")
         matrices = {2: _dilation_matrix(h, sh, *pads[0]), 3: _dilation_matrix(w, sw, *pads[1])}
         y, cp = resample(b, node, x, matrices, f"{node.name}.dilate"), (0, 0)
     return b.ff.conv2d(y, oc, kh, kw, 1, 1, cp[0], cp[1], ActiMode(acti), groups, bool(use_bias),
@@ -482,6 +487,7 @@ def gather(b, node, x: Tensor, index: tuple) -> Tensor:
     for a, p in zip(axes, parts):
         if p.size and (p.min() < -x.dims[a] or p.max() >= x.dims[a]):
             raise node_error(node, f"an index at axis {a} is out of range for size {x.dims[a]}", ShapeError)
+    check_size(node, parts[0].size * math.prod(sizes) * x.dims[0], "the gather's one-hot constant")
     flat = np.ravel_multi_index(tuple(p % s for p, s in zip(parts, sizes)), sizes).reshape(-1)
     ff, name, r = b.ff, node.name, x.num_dims
     rest = [a for a in range(r) if a not in axes]
@@ -687,6 +693,7 @@ def _full(b, node, ins, f):
                          ShapeError)
     if not isinstance(value, (int, float)):
         raise node_error(node, f"the fill value must be a number, got {value!r}")
+    check_size(node, math.prod(sizes), f"a tensor of sizes {sizes}")
     name = node.kw("dtype")
     dtype = DTYPES.get(name) if name else (DataType.DT_BOOLEAN if isinstance(value, bool) else
                                            DataType.DT_INT64 if isinstance(value, int) else DataType.DT_FLOAT)

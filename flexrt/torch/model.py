@@ -97,32 +97,13 @@ class PyTorchModel:
 
     def _trace_and_convert(self):
         from flexrt.torch import _fx
-        from flexrt.torch._fx_transformer import TAKES_MASKS
-        from flexrt.torch._fx_functions import convert_call
         gm = self._graph_module()
         ctx = _fx._Ctx(gm)
         for node in gm.graph.nodes:
-            if node.op == "placeholder":
-                if node.users and all(getattr(u.target, "__name__", "") == "_assert_is_none" for u in node.users):
-                    ctx.ignored.add(node.name)   # an argument held at its default None (targets=None)
-                    continue
-                ctx.add(node, "INPUT", [])
-            elif node.op == "output":
-                ctx.check_inputs(node)
-                ctx.add(node, "OUTPUT", [n.name for n in _output_nodes(node.args[0])], users=())
-            elif node.op == "call_module":
-                module = ctx.modules[node.target]
-                ctx.check_inputs(node, masks_ok=type(module) in TAKES_MASKS)
-                convert = _fx.MODULES.get(type(module))
-                if convert is None:
-                    raise ctx.error(node, f"module {type(module).__module__}.{type(module).__name__} has no FFModel "
-                                          f"mapping; supported modules: "
-                                          f"{', '.join(sorted(t.__name__ for t in _fx.MODULES))}")
-                convert(ctx, node, module)
-            elif node.op == "get_attr":
-                _fx.attribute(ctx, node)
-            else:
-                convert_call(ctx, node)
+            try:
+                _convert_node(ctx, node)
+            except (TypeError, ValueError, KeyError, IndexError, OverflowError, ZeroDivisionError) as e:
+                raise ctx.error(node, f"arguments flexrt cannot read ({type(e).__name__}: {e})") from None
         return ctx.nodes, ctx.weights
 
     def torch_to_string(self) -> list[str]:
@@ -174,6 +155,34 @@ class PyTorchModel:
         from flexrt.torch._weights import ff_layout, set_layer_weights
         for src in self._convert()[1]:
             set_layer_weights(ffmodel, src.layer, ff_layout(src.kind, _params(src.kind, src.module)))
+
+
+def _convert_node(ctx, node) -> None:
+    """One fx node into ``ctx``'s IR nodes (by its op: placeholder, output, module, attribute, call)."""
+    from flexrt.torch import _fx
+    from flexrt.torch._fx_functions import convert_call
+    from flexrt.torch._fx_transformer import TAKES_MASKS
+    if node.op == "placeholder":
+        if node.users and all(getattr(u.target, "__name__", "") == "_assert_is_none" for u in node.users):
+            ctx.ignored.add(node.name)   # an argument held at its default None (targets=None)
+            return
+        ctx.add(node, "INPUT", [])
+    elif node.op == "output":
+        ctx.check_inputs(node)
+        ctx.add(node, "OUTPUT", [n.name for n in _output_nodes(node.args[0])], users=())
+    elif node.op == "call_module":
+        module = ctx.modules[node.target]
+        ctx.check_inputs(node, masks_ok=type(module) in TAKES_MASKS)
+        convert = _fx.MODULES.get(type(module))
+        if convert is None:
+            raise ctx.error(node, f"module {type(module).__module__}.{type(module).__name__} has no FFModel "
+                                  f"mapping; supported modules: "
+                                  f"{', '.join(sorted(t.__name__ for t in _fx.MODULES))}")
+        convert(ctx, node, module)
+    elif node.op == "get_attr":
+        _fx.attribute(ctx, node)
+    else:
+        convert_call(ctx, node)
 
 
 def _output_nodes(value) -> list:
