@@ -39,7 +39,7 @@ class NotYetAvailableError(FlexrtError, NotImplementedError):
 class FrontendWarning(UserWarning):
     """A model file or traced module that flexrt builds as FlexFlow does, though it is inconsistent
     (a layer's declared input size that its input does not have) or means something FFModel does not
-    compute (an inference-mode BatchNorm's running statistics: FFModel's trains on batch statistics)."""
+    compute exactly (tied weights trained as two copies, an LSTM's two biases as one)."""
 
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep

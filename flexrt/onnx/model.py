@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from flexrt.errors import ConfigError, FrontendWarning, warn_caller
+from flexrt.errors import ConfigError
 from flexrt.inputs import read_bytes
 from flexrt.ir.enums import ActiMode, PoolType
 from flexrt.onnx._fold import FOLDABLE, fold, shape_of, static_shapes
@@ -381,13 +381,19 @@ class _Converter:
         return made + [self.ir(node, name, "GROUP_NORM", [x, *refs], [None], eps)]
 
     def _BatchNormalization(self, node, name, a):
+        """Training form (torch's TrainingMode.TRAINING export, FlexFlow's examples): FFModel's
+        batch_norm. Inference form (the default export): a BatchNorm with the file's running
+        statistics (torch's eval mode), its scale and shift trainable."""
         if not a.get("training_mode", 0) and len(node.output) == 1:
-            warn_caller(f"ONNX node '{name}' (BatchNormalization): inference mode, normalizing with the running "
-                        f"statistics (inputs 3 and 4); FFModel.batch_norm trains, and normalizes with each batch's "
-                        f"statistics, as FlexFlow's ONNX front end builds it (the running statistics are not used, so "
-                        f"forward results differ from the file's inference graph; export with "
-                        f"training=torch.onnx.TrainingMode.TRAINING, as FlexFlow's examples do, to silence this)",
-                        FrontendWarning)
+            where = f"ONNX node '{name}' (BatchNormalization)"
+            made, ins = [], [node.input[0]]
+            for i, part in ((3, "running_mean"), (4, "running_var")):
+                ins.append(f"{name}.{part}")
+                made.append(IRNode(ins[-1], (), (), "CONSTANT", (self.const(node, name, i, part),), (), where))
+            for i, part in ((1, "scale"), (2, "shift")):
+                nodes, ref = self._array_operand(where, node.input[i], self.const(node, name, i, part), f"{name}.{part}")
+                made, ins = made + nodes, ins + [ref]
+            return made + [self.ir(node, name, "FROZEN_BATCH_NORM", ins, [], [("eps", a.get("epsilon", 1e-5))])]
         kws = [("eps", a["epsilon"])] if abs(a.get("epsilon", 1e-5) - 1e-5) > 1e-12 else []
         return self._layer(node, name, "BATCH_NORM", [node.input[0]], [], kws, "batch_norm",
                            {"weight": (node.input[1], False), "bias": (node.input[2], False)})

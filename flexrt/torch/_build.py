@@ -591,7 +591,7 @@ HANDLERS: dict[str, Callable] = {
 _SCALAR["FLOOR_DIVIDE"] = "FLOORDIV"
 
 
-_READS_ARRAYS = frozenset({"GETITEM"})   # handlers given array constants as values
+_READS_ARRAYS = frozenset({"GETITEM", "FROZEN_BATCH_NORM"})   # handlers given array constants as values
 
 
 def build(ffmodel, nodes: Sequence[IRNode], input_tensors: Sequence[Any]) -> list:

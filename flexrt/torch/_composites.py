@@ -6,7 +6,7 @@ in the gradient, so the layers train as torch's operator does:
   (nearest, nearest-exact, linear, bilinear; ONNX Resize), adaptive average pooling with uneven
   windows, and the transposed convolution's stride dilation and padding, before an FFModel conv2d;
 - group and instance normalization: a layer norm over each group's values, then the per-channel
-  scale and shift;
+  scale and shift; batch normalization with fixed (running) statistics, torch's eval mode;
 - log-softmax and logsumexp (stable: the max subtracted first), softplus and mish, abs;
 - variance and standard deviation, p-norm normalization (F.normalize), the L2 norm (ReduceL2),
   clamping to bounds (torch.clamp, ONNX Clip);
@@ -307,6 +307,38 @@ def _group_norm(b, node, ins, f):
         t = ff.reshape(t, per_channel, name=f"{name}.{('scale', 'shift')[i]}_shape")
         last = i == len(affine) - 1
         y = (ff.multiply if i == 0 else ff.add)(y, t, name=name if last else f"{name}.scaled")
+    return y
+
+
+def _frozen_batch_norm(b, node, ins, f):
+    """A BatchNorm with fixed statistics: torch's BatchNorm in eval mode, ONNX BatchNormalization in
+    inference form. Inputs x [N, C, *], the running mean and variance (arrays), and, when affine,
+    the scale and shift (trainable, [C]): (x - mean) / sqrt(var + eps) * scale + shift, as torch
+    computes it; its gradient is torch's eval-mode one (the statistics are constants)."""
+    x = b.tensor(node, ins[0])
+    if x.num_dims < 2:
+        raise node_error(node, f"needs [N, C, *], got {list(x.dims)}", ShapeError)
+    c, eps = x.dims[1], node.kw("eps", 1e-5)
+    if not is_number(eps) or not 0 <= eps < 1:
+        raise node_error(node, f"eps={eps!r}: must be a number in [0, 1)")
+    stats = [np.asarray(v, dtype=np.float64).reshape(-1) if isinstance(v, np.ndarray) else None for v in ins[1:3]]
+    if len(stats) != 2 or any(s is None or s.size != c for s in stats) or np.any(stats[1] + eps <= 0):
+        raise node_error(node, f"the running mean and variance must be {c} constants (variance + eps > 0)",
+                         ShapeError)
+    ff, name, dtype = b.ff, node.name, batch_dtype(x.data_type)
+    per_channel = [c] + [1] * (x.num_dims - 2)
+
+    def constant(values):
+        return ff.create_constant(per_channel, np.ascontiguousarray(values.astype(dtype).reshape(per_channel)),
+                                  x.data_type)
+    affine = [b.tensor(node, b.constant(t, node), what) for t, what in zip(ins[3:5], ("scale", "shift"))]
+    y = ff.multiply(ff.subtract(x, constant(stats[0]), name=f"{name}.centered"),
+                    constant(1.0 / np.sqrt(stats[1] + eps)), name=name if not affine else f"{name}.normalized")
+    for i, t in enumerate(affine):
+        if math.prod(t.dims) != c:
+            raise node_error(node, f"its {('scale', 'shift')[i]} {list(t.dims)} must hold {c} values", ShapeError)
+        t = ff.reshape(t, per_channel, name=f"{name}.{('scale', 'shift')[i]}_shape")
+        y = (ff.multiply if i == 0 else ff.add)(y, t, name=name if i == len(affine) - 1 else f"{name}.scaled")
     return y
 
 
@@ -714,4 +746,4 @@ HANDLERS = {"INTERPOLATE": _interpolate, "CONV_TRANSPOSE2D": _conv_transpose2d, 
             "VAR": _var, "REDUCE_L2": _reduce_l2, "CLAMP": _clamp,
             "LOG_SOFTMAX": _log_softmax, "LOGSUMEXP": _logsumexp, "SOFTPLUS": _softplus, "MISH": _softplus,
             "ABS": _abs, "PAD": _pad, "PRELU": _prelu, "LSTM": _lstm,
-            "EINSUM": _einsum, "NORMALIZE": _normalize, "FULL": _full, "UNFLATTEN": _unflatten}
+            "EINSUM": _einsum, "FROZEN_BATCH_NORM": _frozen_batch_norm, "NORMALIZE": _normalize, "FULL": _full, "UNFLATTEN": _unflatten}

@@ -488,9 +488,8 @@ def _m_group_norm(ctx, node, m: nn.GroupNorm):
 
 
 def _m_instance_norm(ctx, node, m):
-    if not m.training and m.track_running_stats:
-        raise ctx.error(node, f"{type(m).__name__}(track_running_stats=True) in eval mode normalizes with running "
-                              f"statistics, which FFModel does not keep; convert it in train mode or without them")
+    if not m.training and m.track_running_stats:   # eval mode with running statistics: a frozen batch norm
+        return _m_batch_norm(ctx, node, m)
     ins = [node.args[0].name]
     if m.affine:
         ins += [ctx.parameter(node, p, f"{node.name}.{k}", (node.name,), f"{node.target}.{k}")
@@ -518,14 +517,20 @@ def _m_unflatten(ctx, node, m: nn.Unflatten):
 
 
 def _m_batch_norm(ctx, node, m):
+    if not m.training and m.track_running_stats:   # eval mode: torch normalizes with the running statistics
+        ins = [node.args[0].name]
+        for k in ("running_mean", "running_var"):
+            ctx.nodes.append(IRNode(f"{node.name}.{k}", (), (node.name,), "CONSTANT",
+                                    (getattr(m, k).detach().to("cpu").numpy().copy(),), (), origin(node)))
+            ins.append(f"{node.name}.{k}")
+        if m.affine:
+            ins += [ctx.parameter(node, p, f"{node.name}.{k}", (node.name,), f"{node.target}.{k}")
+                    for k, p in (("weight", m.weight), ("bias", m.bias))]
+        ctx.add(node, "FROZEN_BATCH_NORM", ins, [], [("eps", m.eps)])
+        return
     if not m.affine:
-        raise ctx.error(node, f"{type(m).__name__}(affine=False): FFModel.batch_norm always learns a scale and "
-                              f"a bias; valid: affine=True")
-    if not m.training and m.track_running_stats:
-        warn_caller(f"torch node '{node.name}' ({origin(node)}): {type(m).__name__} in eval mode normalizes with its "
-                    f"running statistics; FFModel.batch_norm trains, and normalizes with each batch's statistics, as "
-                    f"FlexFlow's front end builds it (the running statistics are not used, so forward results differ "
-                    f"from the eval-mode module's; call module.train() to silence this)", FrontendWarning)
+        raise ctx.error(node, f"{type(m).__name__}(affine=False) in train mode: FFModel.batch_norm always learns a "
+                              f"scale and a bias; valid: affine=True (or the module in eval mode)")
     ctx.layer(node, "BATCH_NORM", m, "batch_norm", [node.args[0].name], [], [("eps", m.eps)] if m.eps != 1e-5 else [])
 
 

@@ -98,12 +98,13 @@ def test_group_and_instance_norms_equal_torch(tmp_path, norm):
     compare_onnx(m, x, tmp_path / "m.onnx", ["InstanceNormalization"])
 
 
-def test_instance_norm_1d_and_its_refusals():
+def test_instance_norm_1d_running_statistics_and_a_refusal():
     compare_forward(nn.Sequential(_affine(nn.InstanceNorm1d(3, affine=True))), _image(2, 3, 6, 1)[..., 0])
-    tracked = nn.Sequential(nn.InstanceNorm2d(3, track_running_stats=True)).eval()
-    ff = FFModel(FFConfig(["-b", "2"]))
-    with pytest.raises(ConfigError, match=r"track_running_stats=True\) in eval mode normalizes with running"):
-        PyTorchModel(tracked).torch_to_ff(ff, [ff.create_tensor([2, 3, 4, 4], DataType.DT_FLOAT)])
+    tracked = nn.InstanceNorm2d(3, affine=True, track_running_stats=True)
+    with torch.no_grad():
+        tracked.running_mean.uniform_(-1, 1)
+        tracked.running_var.uniform_(0.5, 2)
+    compare_forward(nn.Sequential(_affine(tracked)).eval(), _image(2, 3, 4, 4))   # eval: the running statistics
     ff = FFModel(FFConfig(["-b", "2"]))     # an InstanceNorm1d given a 4-D tensor: torch refuses too
     with pytest.raises(ShapeError, match=r"needs \[N, C, \*\] of rank 3, got \[2, 3, 4, 4\]"):
         PyTorchModel(nn.Sequential(nn.InstanceNorm1d(3))).torch_to_ff(ff, [ff.create_tensor([2, 3, 4, 4],

@@ -267,12 +267,10 @@ def test_slices_of_a_tensor_equal_torch(tmp_path):
     _matches_torch(model, x, tmp_path / "slice.onnx", ["Slice"])
 
 
-def test_inference_mode_batch_norm_builds_training_batch_norm_with_a_warning(tmp_path):
-    """torch.onnx.export's default (eval mode) writes BatchNormalization with running statistics.
-    FFModel.batch_norm trains on batch statistics, as FlexFlow's ONNX front end builds it: the graph
-    builds with a FrontendWarning naming the node, the scale and bias load, and the forward is the
-    training-mode module's."""
-    from flexrt.errors import FrontendWarning
+def test_inference_mode_batch_norm_normalizes_with_the_files_running_statistics(tmp_path):
+    """torch.onnx.export's default (eval mode) writes BatchNormalization with running statistics:
+    the graph builds a BatchNorm with those statistics (constants) and a trainable scale and shift,
+    and the forward equals the eval-mode module's."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.BatchNorm2d(3), torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU())
     with torch.no_grad():
@@ -286,14 +284,17 @@ def test_inference_mode_batch_norm_builds_training_batch_norm_with_a_warning(tmp
                       do_constant_folding=False)
     node = next(n for n in onnx.load(path).graph.node if n.op_type == "BatchNormalization")
     assert len(node.input) == 5 and len(node.output) == 1      # inference form: running mean and var
-    with pytest.warns(FrontendWarning, match=rf"ONNX node '{node.name}' \(BatchNormalization\): inference mode.*"
-                                             r"running statistics are not used"):
-        got = _onnx_forward(path, x)
+    got = _onnx_forward(path, x)
     with torch.no_grad():
-        trained = model.train()(torch.from_numpy(x)).numpy()
         inferred = model.eval()(torch.from_numpy(x)).numpy()
-    np.testing.assert_allclose(got, trained, rtol=1e-5, atol=1e-5)
-    assert np.abs(got - inferred).max() > 1e-2     # the running statistics differ
+        trained = model.train()(torch.from_numpy(x)).numpy()
+    model.eval()
+    np.testing.assert_allclose(got, inferred, rtol=1e-5, atol=1e-5)
+    assert np.abs(got - trained).max() > 1e-2     # the running statistics are used
+    om = ONNXModel(path)
+    ff = FFModel(FFConfig(["-b", str(BATCH)]))
+    om.apply(ff, {"x": ff.create_tensor([BATCH, 3, 6, 6], DataType.DT_FLOAT)})
+    assert ff.num_parameters() == sum(p.numel() for p in model.parameters())
 
 
 @pytest.mark.parametrize("sdpa", [False, True], ids=["masked_fill", "sdpa"])

@@ -3,6 +3,8 @@ forward pass with torch's weights equals torch's under data parallelism and a hy
 several devices; one SGD step equals torch's SGD step; torch_to_file -> file_to_ff builds the same
 graph; what cannot map raises our error naming the node and its source line."""
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -464,30 +466,40 @@ def test_stochastic_depth_is_the_identity_outside_training_and_refused_in_it():
         PyTorchModel(_Residual(0.2).train()).torch_to_string()
 
 
-def test_eval_mode_batch_norm_builds_training_batch_norm_with_a_warning():
-    """A BatchNorm module in eval mode normalizes with running statistics, which FFModel.batch_norm
-    does not keep: it builds (as FlexFlow's front end does) with a FrontendWarning naming the node, and
-    the forward is the training-mode module's."""
+@pytest.mark.parametrize("argv", [[], ["-ll:gpu", "2"]])
+def test_eval_mode_batch_norm_normalizes_with_the_running_statistics_as_torch(argv):
+    """A BatchNorm module in eval mode normalizes with its running statistics (constants of the
+    model), its scale and shift trainable: the forward equals the eval-mode module's on one device
+    and under data parallelism (no per-device statistics), and one SGD step equals torch's SGD step
+    in eval mode (the statistics stay; the scale, shift and conv move)."""
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU())
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.BatchNorm1d(64),
+                          nn.Linear(64, 5))
     with torch.no_grad():
-        model[1].running_mean.uniform_(-1, 1)
-        model[1].running_var.uniform_(0.5, 2)
-        model[1].weight.uniform_(0.5, 1.5)
-    x = np.random.default_rng(0).standard_normal((2, 3, 6, 6)).astype(np.float32)
-    ff = FFModel(FFConfig(["-b", "2"]))
-    xt = ff.create_tensor([2, 3, 6, 6], DataType.DT_FLOAT)
-    pm = PyTorchModel(model.eval())
-    with pytest.warns(FrontendWarning, match=r"torch node '_1' .*BatchNorm2d in eval mode.*running statistics are "
-                                             r"not used"):
-        (out,) = pm.torch_to_ff(ff, [xt])
-    ff.compile(loss_type="mean_squared_error_avg")
-    pm.load_weights(ff)
+        for bn in (model[1], model[4]):
+            bn.running_mean.uniform_(-1, 1)
+            bn.running_var.uniform_(0.5, 2)
+            bn.weight.uniform_(0.5, 1.5)
+            bn.bias.uniform_(-0.5, 0.5)
+    model.eval()
+    x = np.random.default_rng(0).standard_normal((BATCH, 3, 6, 6)).astype(np.float32)
+    y = np.array([[0], [3], [1], [4]], dtype=np.int32)
+    pm = PyTorchModel(model)
+    ff, xt, out = compiled(pm, (3, 6, 6), argv)
+    assert not any(n.op_type.name == "BATCH_NORM" for n in ff.pcg.nodes)
     xt.set_tensor(ff, x)
     ff.forward()
     with torch.no_grad():
-        want = model.train()(torch.from_numpy(x)).numpy()
-    np.testing.assert_allclose(out.get_tensor(ff), want, rtol=1e-4, atol=1e-5)
+        want = model(torch.from_numpy(x)).numpy()
+        trained = copy.deepcopy(model).train()(torch.from_numpy(x)).numpy()   # a copy: train mode updates stats
+    np.testing.assert_allclose(out.get_tensor(ff), want, rtol=1e-5, atol=1e-6)
+    assert np.abs(want - trained).max() > 1e-2          # the running statistics differ from the batch's
+    ff.fit(x=x, y=y, epochs=1)
+    stats = {k: v.clone() for k, v in model.state_dict().items() if "running" in k}
+    torch_sgd_step(model, x, y)
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in stats.items())
+    for name, w in pm.ff_weights().items():
+        np.testing.assert_allclose(ff.get_weights()[name], w, rtol=1e-5, atol=2e-6, err_msg=name)
 
 
 @pytest.mark.parametrize("k, s, p, hw", [(3, 2, 0, (13, 14)), (3, 2, 1, (8, 9)), (2, 2, 0, (7, 7))])
