@@ -362,6 +362,35 @@ class _Converter:
                            [("output_padding", tuple(a.get("output_padding", [0, 0]))), ("padding_end", (eh, ew)),
                             ("in_channels", w[0])], "conv_transpose2d", params)
 
+    def _LSTM(self, node, name, a):
+        """A one-directional LSTM with the default activations: torch's nn.LSTM layer, unrolled into
+        FFModel's LSTM cells (the builder's LSTM); outputs Y [T, 1, N, H] (layout 1: [N, T, 1, H]),
+        Y_h and Y_c [1, N, H]."""
+        inputs = list(node.input) + [""] * (8 - len(node.input))
+        unsupported = [k for k in ("activations", "activation_alpha", "activation_beta", "clip") if k in a] + \
+            (["input_forget"] if a.get("input_forget", 0) else []) + \
+            (["direction"] if _text(a.get("direction", "forward")) != "forward" else []) + \
+            [what for i, what in ((4, "sequence_lens"), (7, "peepholes")) if inputs[i]]
+        if unsupported or "hidden_size" not in a:
+            raise self.error(node, name, f"LSTM with {', '.join(unsupported) or 'no hidden_size'}: only a forward "
+                                         f"LSTM with the default activations, every sequence whole, maps")
+        hidden, layout = int(a["hidden_size"]), int(a.get("layout", 0))
+        lstm = f"{name}.lstm"
+        params = {"W": (inputs[1], False), "R": (inputs[2], False)} | ({"B": (inputs[3], False)} if inputs[3] else {})
+        self.m.weights.append((f"{lstm}.l0", "lstm_onnx", params))
+        ins = [inputs[0]] + ([inputs[5], inputs[6]] if inputs[5] and inputs[6] else [])
+        where = f"ONNX node '{name}' (LSTM)"
+        nodes = [IRNode(lstm, tuple(ins), (), "LSTM", (hidden, 1), (("batch_first", bool(layout)),), where),
+                 IRNode(f"{lstm}.out", (lstm,), (), "GETITEM", (0,), (), where),
+                 IRNode(f"{lstm}.state", (lstm,), (), "GETITEM", (1,), (), where)]
+        outs = (list(node.output) + ["", "", ""])[:3]
+        if outs[0]:
+            nodes.append(IRNode(outs[0], (f"{lstm}.out",), (), "UNSQUEEZE", (2 if layout else 1,), (), where))
+        for k, out in ((0, outs[1]), (1, outs[2])):
+            if out:
+                nodes.append(IRNode(out, (f"{lstm}.state",), (), "GETITEM", (k,), (), where))
+        return nodes
+
     def _InstanceNormalization(self, node, name, a):
         """Per-channel normalization with a scale and shift (inputs 1, 2; torch's InstanceNorm, and the
         core of its GroupNorm export)."""

@@ -31,6 +31,7 @@ def ff_layout(kind: str, params: Mapping[str, np.ndarray | None]) -> dict[str, n
     - ``embedding``: weight -> table; ``parameter`` (a parameter read directly): weight -> kernel [1, n]
     - ``lstm`` (one layer of nn.LSTM): weight_ih [4H, in], weight_hh [4H, H], bias_ih, bias_hh ->
       w_ih [in, 4H], w_hh [H, 4H], bias (the sum; gate blocks i, f, g, o on both sides)
+    - ``lstm_onnx``: ONNX LSTM's W [1, 4H, in], R [1, 4H, H], B [1, 8H] (blocks i, o, f, c) -> the same
     - ``multihead_attention``: in_proj_weight [3E, E] (or q/k/v_proj_weight), in_proj_bias,
       out_proj_weight, out_proj_bias -> wq, wk, wv, wo, bq, bk, bv, bo
     """
@@ -56,6 +57,8 @@ def ff_layout(kind: str, params: Mapping[str, np.ndarray | None]) -> dict[str, n
     if kind == "lstm":   # one bias: torch's two summed
         return {"w_ih": np.ascontiguousarray(p["weight_ih"].T), "w_hh": np.ascontiguousarray(p["weight_hh"].T),
                 "bias": p["bias_ih"] + p["bias_hh"]}
+    if kind == "lstm_onnx":
+        return _onnx_lstm(p)
     raise ConfigError(f"no weight layout for layer kind {kind!r}")
 
 
@@ -67,6 +70,18 @@ def _conv_transpose(p: Mapping[str, np.ndarray | None]) -> dict[str, np.ndarray]
     k = w.reshape(g, cin // g, cout_g, kh, kw).transpose(0, 2, 1, 3, 4).reshape(g * cout_g, cin // g, kh, kw)
     out = {"kernel": np.ascontiguousarray(k[:, :, ::-1, ::-1])}
     return out | ({"bias": p["bias"]} if p.get("bias") is not None else {})
+
+
+def _onnx_lstm(p: Mapping[str, np.ndarray | None]) -> dict[str, np.ndarray]:
+    """ONNX LSTM's W [1, 4H, in], R [1, 4H, H], B [1, 8H] (gate blocks i, o, f, c) as FFModel's
+    cell (blocks i, f, g, o; one bias, the sum of Wb and Rb)."""
+    w, r = p["W"][0], p["R"][0]
+    h = r.shape[1]
+    order = np.concatenate([np.arange(k * h, (k + 1) * h) for k in (0, 2, 3, 1)])
+    b = p.get("B")
+    bias = (b[0][:4 * h] + b[0][4 * h:]) if b is not None else np.zeros(4 * h, dtype=w.dtype)
+    return {"w_ih": np.ascontiguousarray(w[order].T), "w_hh": np.ascontiguousarray(r[order].T),
+            "bias": np.ascontiguousarray(bias[order])}
 
 
 def _attention(p: Mapping[str, np.ndarray | None]) -> dict[str, np.ndarray]:

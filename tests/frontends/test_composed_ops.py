@@ -395,3 +395,14 @@ def test_gathers_by_constant_indices_equal_torch_forward_and_gradient(form):
     opt.step()
     for name, want in pm.ff_weights().items():
         np.testing.assert_allclose(ff.get_weights()[name], want, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_lstm_onnx_exports_equal_torch(tmp_path, batch_first):
+    """torch's ONNX export of a 2-layer LSTM (two LSTM nodes, gate blocks i, o, f, c, initial states
+    made by Expand of zeros) builds FFModel's unrolled cells and equals torch's forward."""
+    pytest.importorskip("onnx")
+    torch.manual_seed(0)
+    model = _Recurrent(batch_first).eval()
+    x = np.random.default_rng(0).standard_normal((4, 5, 3) if batch_first else (5, 4, 3)).astype(np.float32)
+    compare_onnx(model, x, tmp_path / "lstm.onnx", ["LSTM"])
