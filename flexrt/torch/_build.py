@@ -30,7 +30,7 @@ from flexrt.torch._build_base import (DTYPES, FLOATS, _Builder, norm_axis, descr
                                      shape_with_inferred, split_sizes)
 from flexrt.torch._ir import IRNode
 
-__all__ = ["build", "DTYPES", "node_error", "shape_with_inferred", "split_sizes"]
+__all__ = ["apply_op", "build", "DTYPES", "node_error", "shape_with_inferred", "split_sizes"]
 
 
 # ---- handlers: (builder, node, inputs, fields) -> value ------------------------------------------
@@ -591,7 +591,16 @@ HANDLERS: dict[str, Callable] = {
 _SCALAR["FLOOR_DIVIDE"] = "FLOORDIV"
 
 
-_READS_ARRAYS = frozenset({"GETITEM", "FROZEN_BATCH_NORM"})   # handlers given array constants as values
+_READS_ARRAYS = frozenset({"GETITEM", "FROZEN_BATCH_NORM"})
+
+
+def apply_op(ffmodel, op: str, tensors: Sequence[Any], fields=(), keywords=(), name: str = "op"):
+    """One operator of the IR (a composed one: INTERPOLATE, PAD, CONV_TRANSPOSE2D ...) on ``tensors``,
+    its layers named ``{name}...``: for front ends that build FFModel layers directly (Keras)."""
+    names = [f"{name}.input{i}" for i in range(len(tensors))]
+    nodes = [IRNode(n, (), (), "INPUT") for n in names] + [
+        IRNode(name, tuple(names), (), op, tuple(fields), tuple(keywords)), IRNode("output", (name,), (), "OUTPUT")]
+    return build(ffmodel, nodes, list(tensors))[0]   # handlers given array constants as values
 
 
 def build(ffmodel, nodes: Sequence[IRNode], input_tensors: Sequence[Any]) -> list:

@@ -19,7 +19,7 @@ from typing import Optional
 from flexrt.errors import ConfigError, ShapeError
 from flexrt.ir.datatype import DataType
 from flexrt.keras.layers._common import (apply_activation, activation_of, check_regularizer, data_format_of,
-                                         initializer_handle, lower_fused, one_of, refuse)
+                                         initializer_handle, lower_fused, refuse)
 from flexrt.keras.layers.base_layer import Layer
 from flexrt.keras._tensor import dtype_of
 from flexrt.model import AggrMode

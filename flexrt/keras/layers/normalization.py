@@ -14,7 +14,7 @@ Entry point: ``BatchNormalization``.
 
 from __future__ import annotations
 
-from flexrt.errors import ConfigError, ShapeError
+from flexrt.errors import ConfigError, NotYetAvailableError, ShapeError
 from flexrt.ir.ops import BatchNormAttrs
 from flexrt.model import _check
 from flexrt.keras.layers._common import check_regularizer, image_data_format, lower_image, one_of, refuse
@@ -63,3 +63,39 @@ class BatchNormalization(Layer):
         if self.axis == 3:
             raise ShapeError(f"axis=3 is the channels of a channels-last image batch; got shape {x.dims}")
         return ffmodel._add_layer("batch_norm", attrs, [x], name).outputs[0]
+
+
+class LayerNormalization(Layer):
+    """Keras' LayerNormalization over ``axis`` (an int or a list; -1: the last): FFModel's layer_norm,
+    with a scale (``scale``) and a shift (``center``) of the normalized dimensions' shape."""
+
+    def __init__(self, axis=-1, epsilon=1e-3, center=True, scale=True, beta_initializer="zeros",
+                 gamma_initializer="ones", beta_regularizer=None, gamma_regularizer=None, beta_constraint=None,
+                 gamma_constraint=None, **kwargs) -> None:
+        super().__init__("layer_normalization", "LayerNormalization", **kwargs)
+        where = f"LayerNormalization '{self.name}'"
+        axes = list(axis) if isinstance(axis, (list, tuple)) else [axis]
+        if not axes or any(isinstance(a, bool) or not isinstance(a, int) for a in axes):
+            raise ConfigError(f"{where}: axis must be an int or a list of ints, got {axis!r}")
+        self.axes = axes
+        self.epsilon = _check.number(where, "epsilon", epsilon, low=0.0, low_open=True)
+        for arg, value in (("center", center), ("scale", scale)):
+            if not isinstance(value, bool):
+                raise ConfigError(f"{where}: {arg} must be True or False, got {value!r}")
+        if center and not scale:
+            raise NotYetAvailableError(f"{where}: center=True with scale=False: FFModel's layer_norm has a shift only "
+                                       f"with a scale")
+        self.center, self.scale = center, scale
+        refuse(where, beta_initializer=(beta_initializer, "zeros"), gamma_initializer=(gamma_initializer, "ones"),
+               beta_constraint=(beta_constraint, None), gamma_constraint=(gamma_constraint, None))
+        check_regularizer(where, "beta_regularizer", beta_regularizer)
+        check_regularizer(where, "gamma_regularizer", gamma_regularizer)
+
+    def lower(self, ffmodel, inputs, name, shared):
+        x = inputs[0]
+        where = f"LayerNormalization '{self.name}'"
+        axes = sorted({a % x.num_dims if -x.num_dims <= a < x.num_dims else -1 for a in self.axes})
+        if axes[0] < 1 or axes != list(range(axes[0], x.num_dims)):
+            raise ShapeError(f"{where}: axis {self.axes} of a rank-{x.num_dims} tensor; valid: trailing axes after "
+                             f"the batch")
+        return ffmodel.layer_norm(x, axes, self.scale, self.epsilon, self.center, name=name)
