@@ -329,6 +329,8 @@ class _Converter:
 
     def _Conv(self, node, name, a):
         w = self.shape(node, name, node.input[1])
+        if len(w) == 3:
+            return self._conv1d(node, name, a, w)
         if len(w) != 4 or any(d != 1 for d in a.get("dilations", [1, 1])):
             raise self.error(node, name, f"only 2-D convolutions without dilation map (weight {list(w)})")
         kh, kw = a.get("kernel_shape", w[2:])
@@ -340,6 +342,20 @@ class _Converter:
         return self._layer(node, name, "CONV2D", [node.input[0]],
                            [w[0], kh, kw, sh, sw, ph, pw, _NONE, groups, int(bias)],
                            [("in_channels", w[1] * groups)], "conv2d", params)
+
+    def _conv1d(self, node, name, a, w):
+        """A 1-D convolution (weight [out, in / group, k]) as torch's Conv1d."""
+        if any(d != 1 for d in a.get("dilations", [1])) or _text(a.get("auto_pad", "NOTSET")) not in ("NOTSET", "VALID"):
+            raise self.error(node, name, "1-D convolutions with dilation or auto_pad SAME do not map")
+        pads = list(a.get("pads", [0, 0]))
+        if pads[0] != pads[-1]:
+            raise self.error(node, name, f"pads {pads} are uneven (begin != end); FFModel pads both sides equally")
+        groups = a.get("group", 1)
+        bias = len(node.input) > 2 and node.input[2] != ""
+        params = {"weight": (node.input[1], False)} | ({"bias": (node.input[2], False)} if bias else {})
+        return self._layer(node, name, "CONV1D", [node.input[0]],
+                           [w[0], a.get("kernel_shape", w[2:])[0], a.get("strides", [1])[0], pads[0], _NONE, groups,
+                            int(bias)], [("in_channels", w[1] * groups)], "conv1d", params)
 
     def _ConvTranspose(self, node, name, a):
         """A 2-D transposed convolution (weight [in, out / group, kh, kw]); begin and end pads may differ."""
@@ -461,6 +477,14 @@ class _Converter:
 
     # ---- pooling ---------------------------------------------------------------------------
     def _pool(self, node, name, a, pool: PoolType):
+        if len(a["kernel_shape"]) == 1:       # a 1-D pool, as torch's MaxPool1d / AvgPool1d
+            pads = list(a.get("pads", [0, 0]))
+            if pads[0] != pads[-1] or a.get("ceil_mode", 0) or pool is PoolType.POOL_AVG and pads[0] and \
+                    not a.get("count_include_pad", 0):
+                raise self.error(node, name, f"1-D pooling with pads {pads}, ceil_mode or count_include_pad=0 does "
+                                             f"not map")
+            k = a["kernel_shape"][0]
+            return [self.ir(node, name, "POOL1D", [node.input[0]], [k, a.get("strides", [k])[0], pads[0], pool.value])]
         kh, kw = a["kernel_shape"]
         sh, sw = a.get("strides", [1, 1])
         ph, pw = self._pads(node, name, a, (kh, kw))
@@ -479,13 +503,19 @@ class _Converter:
     def _AveragePool(self, node, name, a):
         return self._pool(node, name, a, PoolType.POOL_AVG)
 
+    def _global_pool(self, node, name, pool: PoolType):
+        """Over every spatial axis: a pool2d of one window for images, else a mean / max (1-D data)."""
+        rank = len(self.m.inferred.get(node.input[0], ()) or self.m.shapes.get(node.input[0], ()))
+        if rank and rank != 4:
+            op = "MEAN" if pool is PoolType.POOL_AVG else "REDUCE_MAX"
+            return [self.ir(node, name, op, [node.input[0]], list(range(2, rank)), [("keepdim", True)])]
+        return [self.ir(node, name, "POOL2D", [node.input[0]], [3, 1, 0, pool.value, _NONE], [("output_size", (1, 1))])]
+
     def _GlobalAveragePool(self, node, name, a):
-        return [self.ir(node, name, "POOL2D", [node.input[0]], [3, 1, 0, PoolType.POOL_AVG.value, _NONE],
-                        [("output_size", (1, 1))])]
+        return self._global_pool(node, name, PoolType.POOL_AVG)
 
     def _GlobalMaxPool(self, node, name, a):
-        return [self.ir(node, name, "POOL2D", [node.input[0]], [3, 1, 0, PoolType.POOL_MAX.value, _NONE],
-                        [("output_size", (1, 1))])]
+        return self._global_pool(node, name, PoolType.POOL_MAX)
 
     # ---- element-wise ----------------------------------------------------------------------
     def _unary(op):
@@ -656,7 +686,7 @@ class _Converter:
         defined, out = set(), []
         for n in nodes:
             for t in n.inputs:
-                if t not in defined and t in self.m.constants and self.m.constants[t].size > 1:
+                if t not in defined and t in self.m.constants:
                     made, ref = self._array_operand(n.origin, t, self.m.constants[t], t)
                     if ref != t:   # the initializer's layer exists under another name: read it by an alias
                         made = made + [IRNode(t, (ref,), (), "CONTIGUOUS", (), (), n.origin)]
@@ -670,6 +700,7 @@ class _Converter:
         """(IR nodes, the name to read) for an array read as a tensor, the new node named ``name``:
         an initializer is a weight (a PARAMETER, trainable, as the torch front end makes a parameter
         read directly; one layer per initializer), any other constant a model constant."""
+        value = value.reshape(1) if value.ndim == 0 else value     # a 0-d one (CLIP's logit scale): one element
         if tensor not in self.m.initializers:
             return [IRNode(name, (), (), "CONSTANT", (value,), (), where)], name
         if tensor in self.free:

@@ -113,12 +113,14 @@ def _pool2d(b, node, ins, f):
 def _batch_norm(b, node, ins, f):
     x = b.tensor(node, ins[0])
     eps = node.kw("eps", 1e-5)
-    if eps == 1e-5:
-        return b.ff.batch_norm(x, relu=False, name=node.name)
     if not (isinstance(eps, (int, float)) and not isinstance(eps, bool) and 0 < eps < 1):
         raise node_error(node, f"eps={eps!r}: must be a number between 0 and 1")
+    image = x.num_dims == 3      # BatchNorm1d of [N, C, L]: the same statistics over [N, C, L, 1]
+    t = b.ff.reshape(x, [*x.dims, 1], name=f"{node.name}.image") if image else x
     # FFModel.batch_norm takes only relu; eps is the operator's own attribute (as Keras' epsilon)
-    return b.ff._add_layer("batch_norm", BatchNormAttrs(relu=False, eps=float(eps)), [x], node.name).outputs[0]
+    y = b.ff.batch_norm(t, relu=False, name=node.name) if eps == 1e-5 else \
+        b.ff._add_layer("batch_norm", BatchNormAttrs(relu=False, eps=float(eps)), [t], node.name).outputs[0]
+    return b.ff.reshape(y, list(x.dims), name=f"{node.name}.back") if image else y
 
 
 def _layer_norm(b, node, ins, f):

@@ -276,6 +276,43 @@ def _conv_transpose2d(b, node, ins, f):
                        shared_op=node.kw("shares"), name=node.name)
 
 
+def _conv1d(b, node, ins, f):
+    """torch's Conv1d (ONNX Conv of a 1-D kernel), fields (out_channels, kernel, stride, padding,
+    activation, groups, use_bias): FFModel's conv2d of a 1 x kernel window over [N, C, 1, L] (the
+    kernel [out, in / groups, 1, k]: ``flexrt.torch._weights`` ``conv1d``)."""
+    x = b.tensor(node, ins[0])
+    if x.num_dims != 3 or len(f) < 7:
+        raise node_error(node, f"needs [N, C, L] and 7 fields, got {list(x.dims)} and {len(f)}", ShapeError)
+    oc, k, s, p, acti, groups, use_bias = f[:7]
+    ff, name = b.ff, node.name
+    image = ff.reshape(x, [x.dims[0], x.dims[1], 1, x.dims[2]], name=f"{name}.image")
+    y = ff.conv2d(image, oc, 1, k, 1, s, 0, p, ActiMode(acti), groups, bool(use_bias), shared_op=node.kw("shares"),
+                  name=name)
+    return ff.reshape(y, [y.dims[0], y.dims[1], y.dims[3]], name=f"{name}.back")
+
+
+def _pool1d(b, node, ins, f):
+    """MaxPool1d / AvgPool1d (fields kernel, stride, padding, pool type; ONNX 1-D pools) and their
+    adaptive forms (keyword ``output_size``): FFModel's pool2d over [N, C, 1, L]."""
+    x = b.tensor(node, ins[0])
+    if x.num_dims != 3:
+        raise node_error(node, f"needs [N, C, L], got {list(x.dims)}", ShapeError)
+    ff, name = b.ff, node.name
+    pool = PoolType(f[3]) if len(f) > 3 else PoolType.POOL_MAX
+    image = ff.reshape(x, [x.dims[0], x.dims[1], 1, x.dims[2]], name=f"{name}.image")
+    out = node.kw("output_size")
+    if out is not None:
+        if not isinstance(out, int) or isinstance(out, bool) or out < 1 or x.dims[2] % out:
+            raise node_error(node, f"adaptive pooling of {x.dims[2]} positions to {out!r}: the output size must "
+                                   f"divide the length", ShapeError)
+        k = s = x.dims[2] // out
+        p = 0
+    else:
+        k, s, p = f[0], (f[1] if f[1] not in (None, ()) else f[0]), f[2]
+    y = ff.pool2d(image, 1, k, 1, s, 0, p, pool, name=name)
+    return ff.reshape(y, [y.dims[0], y.dims[1], y.dims[3]], name=f"{name}.back")
+
+
 # ---- normalization ---------------------------------------------------------------------------
 def _group_norm(b, node, ins, f):
     """torch's GroupNorm (field: the groups) and InstanceNorm (field None: one group per channel;
@@ -726,7 +763,7 @@ def _full(b, node, ins, f):
     if not isinstance(value, (int, float)):
         raise node_error(node, f"the fill value must be a number, got {value!r}")
     check_size(node, math.prod(sizes), f"a tensor of sizes {sizes}")
-    name = node.kw("dtype")
+    name = b.resolve(node, node.kw("dtype"))     # a name, or x.dtype read when built
     dtype = DTYPES.get(name) if name else (DataType.DT_BOOLEAN if isinstance(value, bool) else
                                            DataType.DT_INT64 if isinstance(value, int) else DataType.DT_FLOAT)
     if dtype is None:
@@ -746,4 +783,4 @@ HANDLERS = {"INTERPOLATE": _interpolate, "CONV_TRANSPOSE2D": _conv_transpose2d, 
             "VAR": _var, "REDUCE_L2": _reduce_l2, "CLAMP": _clamp,
             "LOG_SOFTMAX": _log_softmax, "LOGSUMEXP": _logsumexp, "SOFTPLUS": _softplus, "MISH": _softplus,
             "ABS": _abs, "PAD": _pad, "PRELU": _prelu, "LSTM": _lstm,
-            "EINSUM": _einsum, "FROZEN_BATCH_NORM": _frozen_batch_norm, "NORMALIZE": _normalize, "FULL": _full, "UNFLATTEN": _unflatten}
+            "EINSUM": _einsum, "FROZEN_BATCH_NORM": _frozen_batch_norm, "CONV1D": _conv1d, "POOL1D": _pool1d, "NORMALIZE": _normalize, "FULL": _full, "UNFLATTEN": _unflatten}

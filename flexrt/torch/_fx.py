@@ -77,6 +77,12 @@ def _meta_tracer():
         def __int__(self):
             return self._number()
 
+        def size(self, dim=None):   # MetaProxy.size(0) returns the whole size (it tests ``if dim``)
+            meta = getattr(self, "_tensor_meta", None)
+            if isinstance(meta, torch.Tensor):
+                return meta.size() if dim is None else meta.size(dim)
+            return super().size(dim)
+
     class _Meta(_Rules, MetaTracer):
         def proxy(self, node):
             return _Sized(node, self)
@@ -243,10 +249,8 @@ class _Ctx:
         itself), a tensor's device (refused unless ``device_ok``: arange's ``device=``), a
         parameter's shape (refused), a parameter (made a PARAMETER here), a tensor made in forward
         (made a FULL here)."""
+        self.emit_fulls(node)
         for arg in node.all_input_nodes:
-            if arg.name in self.fulls:
-                sizes, fill, kws = self.fulls.pop(arg.name)
-                self.add(arg, "FULL", [], [sizes, fill], kws)
             if (arg.name in self.masks or arg.name in self.masked) and not (masks_ok and arg.name in self.masks):
                 raise self.error(node, f"reads '{arg.name}', a causal mask (or scores masked by one); flexrt maps "
                                        f"a mask only as scores.masked_fill(mask == 0, float('-inf')) followed by "
@@ -260,6 +264,14 @@ class _Ctx:
                                        f"F.layer_norm's normalized_shape")
 
 
+    def emit_fulls(self, node: fx.Node) -> None:
+        """Make the FULL nodes of the tensors made in forward that ``node`` reads (deferred until read:
+        triu of one may be a causal mask instead)."""
+        for arg in node.all_input_nodes:
+            if arg.name in self.fulls:
+                sizes, fill, kws = self.fulls.pop(arg.name)
+                self.add(arg, "FULL", [], [sizes, fill], kws)
+
     def free_parameter(self, node: fx.Node) -> None:
         """A parameter read directly (ViT's class token and position embedding, ConvNeXt's layer
         scale): a PARAMETER node, made where it is first read (``parameter``)."""
@@ -271,16 +283,14 @@ class _Ctx:
         its kernel the parameter's values, reshaped); a later node of the same parameter shares its
         kernel. Also a module's own parameters an operator built of several layers reads (a
         GroupNorm's scale and shift)."""
-        if param.dim() == 0:
-            raise self.error(node, f"the parameter '{target}' is a 0-d tensor; FFModel's tensors have at least one "
-                                   f"dimension")
         owner = self.first_layer.get(id(param))
         keywords = [("dtype", str(param.dtype))] + ([("shares", owner)] if owner else [])
         if owner is None:
             self.first_layer[id(param)] = name
             self.weights.append(WeightSource(name, "parameter", _Holder(param)))
             self.param_owner.setdefault(id(param), target)
-        self.nodes.append(IRNode(name, (), users, "PARAMETER", tuple(param.shape), tuple(keywords), origin(node)))
+        shape = tuple(param.shape) or (1,)       # a 0-d parameter (CLIP's logit scale): one element
+        self.nodes.append(IRNode(name, (), users, "PARAMETER", shape, tuple(keywords), origin(node)))
         return name
 
 
@@ -389,6 +399,47 @@ def _m_conv2d(ctx, node, m: nn.Conv2d):
     ctx.layer(node, "CONV2D", m, "conv2d", [x],
               [m.out_channels, kh, kw, sh, sw, ph, pw, _NONE, m.groups, int(m.bias is not None)],
               [("in_channels", m.in_channels)])
+
+
+def _one(v) -> int:
+    return v[0] if isinstance(v, (tuple, list)) else v
+
+
+def _m_conv1d(ctx, node, m: nn.Conv1d):
+    if _one(m.dilation) != 1:
+        raise ctx.error(node, f"Conv1d with dilation={m.dilation}: FFModel's convolutions have dilation 1 only")
+    k, s = _one(m.kernel_size), _one(m.stride)
+    if m.padding == "same":
+        if k % 2 == 0:
+            raise ctx.error(node, f"padding='same' with an even kernel {k} pads unevenly")
+        p = k // 2
+    else:
+        p = 0 if m.padding == "valid" else _one(m.padding)
+    x = node.args[0].name
+    if m.padding_mode != "zeros":
+        x = ctx.add(node, "PAD", [x], [(p, p)], [("mode", m.padding_mode)], name=f"{node.name}.pad",
+                    users=(node.name,))
+        p = 0
+    ctx.layer(node, "CONV1D", m, "conv1d", [x], [m.out_channels, k, s, p, _NONE, m.groups, int(m.bias is not None)],
+              [("in_channels", m.in_channels)])
+
+
+def _m_pool1d(pool: PoolType):
+    def convert(ctx, node, m):
+        if getattr(m, "ceil_mode", False) or _one(getattr(m, "dilation", 1)) != 1 or getattr(m, "return_indices", False) \
+                or pool is PoolType.POOL_AVG and not m.count_include_pad and _one(m.padding):
+            raise ctx.error(node, f"{type(m).__name__} with ceil_mode, dilation, return_indices or "
+                                  f"count_include_pad=False: FFModel's pool2d has none of them")
+        k = _one(m.kernel_size)
+        ctx.add(node, "POOL1D", [node.args[0].name], [k, _one(m.stride) if m.stride else k, _one(m.padding),
+                                                       pool.value])
+    return convert
+
+
+def _m_adaptive1d(pool: PoolType):
+    def convert(ctx, node, m):
+        ctx.add(node, "POOL1D", [node.args[0].name], [0, 0, 0, pool.value], [("output_size", _one(m.output_size))])
+    return convert
 
 
 def _traced(v) -> bool:
@@ -666,7 +717,9 @@ MODULES: dict[type, Callable] = {
     nn.UpsamplingNearest2d: _m_upsample, nn.UpsamplingBilinear2d: _m_upsample, nn.GroupNorm: _m_group_norm,
     nn.InstanceNorm1d: _m_instance_norm, nn.InstanceNorm2d: _m_instance_norm, nn.EmbeddingBag: _m_embedding_bag,
     nn.Unflatten: _m_unflatten, nn.LogSoftmax: _m_log_softmax, nn.Softplus: _m_softplus, nn.Mish: _m_unary("MISH"),
-    nn.PReLU: _m_prelu, nn.LSTM: _m_lstm, **{t: _m_pad for t in _PAD_MODULES},
+    nn.PReLU: _m_prelu, nn.LSTM: _m_lstm, nn.Conv1d: _m_conv1d, nn.MaxPool1d: _m_pool1d(PoolType.POOL_MAX),
+    nn.AvgPool1d: _m_pool1d(PoolType.POOL_AVG), nn.AdaptiveAvgPool1d: _m_adaptive1d(PoolType.POOL_AVG),
+    nn.AdaptiveMaxPool1d: _m_adaptive1d(PoolType.POOL_MAX), **{t: _m_pad for t in _PAD_MODULES},
 }
 
 # the transformer modules' converters use this module's context; they join the table here

@@ -117,6 +117,18 @@ def _einsum(ctx, node):
     ctx.add(node, "EINSUM", [_tensor_arg(ctx, node, o, f"operand {i}") for i, o in enumerate(ops)], [eq])
 
 
+def _norm(ctx, node):
+    """Tensor.norm / torch.norm / torch.linalg.vector_norm with p=2 (or 'fro'): the L2 norm over dim."""
+    a = _bind(ctx, node, ["input", "p", "dim", "keepdim", "dtype"], {"p": 2, "dim": None, "keepdim": False,
+                                                                    "dtype": None, "ord": None, "out": None})
+    p = a["ord"] if a["ord"] is not None else a["p"]
+    if p not in (2, 2.0, "fro") or a["dtype"] is not None or a["out"] is not None:
+        raise ctx.error(node, f"norm with p={p!r}, dtype={a['dtype']!r}: only the 2-norm maps")
+    dim = a["dim"]
+    dims = [] if dim is None else list(dim) if isinstance(dim, (tuple, list)) else [dim]
+    ctx.add(node, "REDUCE_L2", [_tensor_arg(ctx, node, a["input"])], dims, [("keepdim", bool(a["keepdim"]))])
+
+
 def _softplus(ctx, node):
     a = _bind(ctx, node, ["input", "beta", "threshold"], {"beta": 1.0, "threshold": 20.0})
     ctx.add(node, "SOFTPLUS", [_tensor_arg(ctx, node, a["input"])], [a["beta"]])
@@ -158,7 +170,7 @@ def _triangle(upper: bool):
             raise ctx.error(node, f"torch.{'triu' if upper else 'tril'} maps only as a causal mask: triu(diagonal=1) "
                                   f"or tril(diagonal=0) of a square torch.full / torch.ones made in forward")
         ctx.masks[node.name] = "hide" if upper else "keep"
-        if upper and (dict(kws).get("dtype") == "torch.bool" or isinstance(fill, bool)):
+        if upper and (dict(kws).get("dtype") == "torch.bool" or isinstance(fill, bool)):   # a traced dtype: a Ref
             ctx.attn_masks[node.name] = "bool"
         elif upper and fill <= _FILL_LIMIT:
             ctx.attn_masks[node.name] = "additive"
@@ -562,7 +574,7 @@ def _full(value):
             raise ctx.error(node, f"{getattr(node.target, '__name__', node.target)} takes sizes and a number to fill "
                                   f"with (not a traced value); got {node.args}, {dict(node.kwargs)}")
         # made when first read (check_inputs); triu / tril of it may be a causal mask instead
-        ctx.fulls[node.name] = (_ref(tuple(sizes)), fill, (("dtype", str(dtype)),) if dtype else ())
+        ctx.fulls[node.name] = (_ref(tuple(sizes)), fill, (("dtype", _ref(dtype)),) if dtype else ())
     return convert
 
 
@@ -618,7 +630,7 @@ FUNCTIONS: dict[Callable, Callable] = {
     torch.unflatten: _unflatten, torch.clamp: _clamp, torch.clip: _clamp, torch.clamp_min: _clamp,
     torch.clamp_max: _clamp, torch.triu: _TRIU, torch.tril: _TRIL, torch.log: _unary("LOG"),
     F.log_softmax: _log_softmax, torch.log_softmax: _log_softmax, torch.logsumexp: _logsumexp,
-    F.softplus: _softplus, F.mish: _unary("MISH"), F.pad: _pad, torch.einsum: _einsum, torch.abs: _unary("ABS"), torch.absolute: _unary("ABS"),
+    F.softplus: _softplus, F.mish: _unary("MISH"), torch.norm: _norm, torch.linalg.vector_norm: _norm, F.pad: _pad, torch.einsum: _einsum, torch.abs: _unary("ABS"), torch.absolute: _unary("ABS"),
 }
 
 METHODS: dict[str, Callable] = {
@@ -634,7 +646,7 @@ METHODS: dict[str, Callable] = {
     "logical_not": _logical_not, "masked_fill": _masked_fill, "dim": _dim, "t": _t, "var": _var(False),
     "std": _var(True), "unflatten": _unflatten, "clamp": _clamp, "clip": _clamp, "clamp_min": _clamp,
     "clamp_max": _clamp, "log": _unary("LOG"), "log_softmax": _log_softmax, "logsumexp": _logsumexp,
-    "abs": _unary("ABS"),
+    "abs": _unary("ABS"), "norm": _norm,
 }
 _MASK_AWARE = (_getitem, _eq, _logical_not, _masked_fill, _softmax, _layer_norm_fn, _getattr, _sdpa, _TRIU, _TRIL, _add)
 
@@ -675,6 +687,8 @@ def convert_call(ctx: _Ctx, node: fx.Node) -> None:
                               f"{', '.join(sorted(_label(t) for t in table))}")
     if convert not in _MASK_AWARE and convert is not _guard:
         ctx.check_inputs(node, device_ok=convert is _arange or node.target in _MADE)
+    elif convert not in (_TRIU, _TRIL):
+        ctx.emit_fulls(node)
     convert(ctx, node)
 
 

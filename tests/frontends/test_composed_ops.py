@@ -406,3 +406,65 @@ def test_lstm_onnx_exports_equal_torch(tmp_path, batch_first):
     model = _Recurrent(batch_first).eval()
     x = np.random.default_rng(0).standard_normal((4, 5, 3) if batch_first else (5, 4, 3)).astype(np.float32)
     compare_onnx(model, x, tmp_path / "lstm.onnx", ["LSTM"])
+
+
+ONE_D = {
+    "conv1d": nn.Sequential(nn.Conv1d(4, 6, 3, padding=1), nn.ReLU(), nn.Conv1d(6, 5, 5, stride=2)),
+    "conv1d_groups": nn.Sequential(nn.Conv1d(4, 8, 3, groups=2, bias=False)),
+    "conv1d_same_reflect": nn.Sequential(nn.Conv1d(4, 4, 5, padding="same", padding_mode="reflect")),
+    "pools": nn.Sequential(nn.MaxPool1d(2), nn.AvgPool1d(3, stride=1, padding=1), nn.AdaptiveAvgPool1d(1)),
+    "batch_norm_1d": nn.Sequential(nn.Conv1d(4, 6, 3), nn.BatchNorm1d(6), nn.ReLU(), nn.AdaptiveMaxPool1d(2)),
+    "norm": Fn(lambda t: t / t.norm(dim=1, keepdim=True) + torch.norm(t)),
+}
+
+
+@pytest.mark.parametrize("form", ONE_D)
+def test_one_dimensional_convolutions_pools_and_norms_equal_torch(tmp_path, form):
+    """Conv1d, the 1-D pools (adaptive too) and BatchNorm1d of [N, C, L] as FFModel's 2-D operators over
+    [N, C, 1, L]; Tensor.norm as the L2 reduction. Through the module, the text format and ONNX
+    (BatchNorm in train mode is exported in training form)."""
+    torch.manual_seed(0)
+    module, x = ONE_D[form], np.random.default_rng(0).standard_normal((2, 4, 12)).astype(np.float32)
+    compare_forward(module, x, tmp_path)
+    if form != "batch_norm_1d":
+        compare_onnx(module, x, tmp_path / "m.onnx", [])
+
+
+class _Clip(nn.Module):
+    """CLIP's head: a 0-d logit scale parameter, exp'd; features normalized by Tensor.norm."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(5, 6)
+        self.logit_scale = nn.Parameter(torch.tensor(0.7))
+
+    def forward(self, x):
+        f = self.proj(x)
+        return f / f.norm(dim=1, keepdim=True) * self.logit_scale.exp()
+
+
+class _MadeInForward(nn.Module):
+    """Tensors made in forward and read by an index (HF's default attention mask) or with a dtype
+    read from a tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(5, 5)
+
+    def forward(self, x):
+        h = self.fc(x)
+        mask = torch.ones(x.size(0), x.size(1), device=x.device)
+        bias = torch.full((x.size(0), 1, h.size(-1)), 0.5, dtype=h.dtype)
+        return h * (1.0 - mask[:, :, None]) + bias + h
+
+
+@pytest.mark.parametrize("module", [_Clip, _MadeInForward])
+def test_zero_dim_parameters_and_tensors_made_in_forward_read_by_indexes(tmp_path, module):
+    torch.manual_seed(0)
+    model, x = module(), np.random.default_rng(1).standard_normal((2, 3, 5)).astype(np.float32)
+    compare_forward(model, x)
+    compare_onnx(model, x, tmp_path / "m.onnx", [])
+    if module is _Clip:
+        ff = FFModel(FFConfig(["-b", "2"]))
+        PyTorchModel(model).torch_to_ff(ff, [ff.create_tensor([2, 3, 5], DataType.DT_FLOAT)])
+        assert ff.num_parameters() == sum(p.numel() for p in model.parameters())
