@@ -193,8 +193,8 @@ def test_unsupported_function_names_the_node_and_source_line():
 def test_unsupported_module_and_arguments_raise_ours():
     ff = FFModel(FFConfig(["-b", "2"]))
     x = ff.create_tensor([2, 3, 8], DataType.DT_FLOAT)
-    with pytest.raises(ConfigError, match=r"torch node 'conv_1d'.*module torch.nn.modules.conv.Conv1d has no FFModel"):
-        PyTorchModel(_Named(nn.Conv1d(3, 3, 1))).torch_to_ff(ff, [x])
+    with pytest.raises(ConfigError, match=r"torch node 'conv_1d'.*module torch.nn.modules.conv.Conv3d has no FFModel"):
+        PyTorchModel(_Named(nn.Conv3d(3, 3, 1))).torch_to_ff(ff, [x])
     with pytest.raises(ConfigError, match="dilation"):
         PyTorchModel(_Named(nn.Conv2d(3, 3, 3, dilation=2))).torch_to_string()
     with pytest.raises(ConfigError, match=r"node 'idx' \(ATTRIBUTE\).*whose values FlexFlow's text format does "
