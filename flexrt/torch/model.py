@@ -26,7 +26,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from flexrt.errors import ConfigError
+from flexrt.errors import ConfigError, FlexrtError
 from flexrt.torch._build import build
 from flexrt.torch._ir import IRNode, format_line, read_ir, write_ir
 
@@ -102,6 +102,8 @@ class PyTorchModel:
         for node in gm.graph.nodes:
             try:
                 _convert_node(ctx, node)
+            except FlexrtError:
+                raise
             except (TypeError, ValueError, KeyError, IndexError, OverflowError, ZeroDivisionError) as e:
                 raise ctx.error(node, f"arguments flexrt cannot read ({type(e).__name__}: {e})") from None
         return ctx.nodes, ctx.weights
