@@ -1,5 +1,5 @@
 """torch's attention and transformer modules -> ``IRNode``s (see ``flexrt.torch._fx``): nn.MultiheadAttention,
-TransformerEncoderLayer / TransformerEncoder and TransformerDecoderLayer / TransformerDecoder (whose
+TransformerEncoderLayer / TransformerEncoder, TransformerDecoderLayer / TransformerDecoder and nn.Transformer (whose
 own forwards cannot be traced) as the nodes of their computation: attention, residual adds, norms,
 feed-forward. A causal mask given as ``attn_mask`` / ``src_mask`` / ``tgt_mask`` (a bool
 ``triu(ones, 1)``, or an additive one of -inf above the diagonal: ``generate_square_subsequent_mask``,
@@ -127,11 +127,11 @@ def _decoder_layer(ctx, node, m: nn.TransformerDecoderLayer, x: str, memory: str
     return p.residual(h, lambda s: p.feed_forward(s, "dropout3"), "norm3", "add3")
 
 
-def _final_norm(ctx, node, m, x: str) -> str:
+def _final_norm(ctx, node, m, x: str, name: str | None = None) -> str:
     if m.norm is None:
         return x
     return ctx.layer(node, "LAYER_NORM", m.norm, "layer_norm", [x], [],
-                     [("shape", tuple(m.norm.normalized_shape)), ("eps", m.norm.eps)], name=f"{node.name}.norm",
+                     [("shape", tuple(m.norm.normalized_shape)), ("eps", m.norm.eps)], name=name or f"{node.name}.norm",
                      users=())
 
 
@@ -180,7 +180,29 @@ def _m_decoder(ctx, node, m: nn.TransformerDecoder):
     ctx.add(node, "IDENTITY", [_final_norm(ctx, node, m, x)])
 
 
+def _m_transformer(ctx, node, m: nn.Transformer):
+    """nn.Transformer(src, tgt, masks...): its encoder on src (src_mask), its decoder on tgt reading
+    the encoder's output (tgt_mask)."""
+    a = _bind(ctx, node, ["src", "tgt", "src_mask", "tgt_mask", "memory_mask", "src_key_padding_mask",
+                          "tgt_key_padding_mask", "memory_key_padding_mask", "src_is_causal", "tgt_is_causal",
+                          "memory_is_causal"], {})
+    _refuse(ctx, node, a, ["src_key_padding_mask", "tgt_key_padding_mask", "memory_key_padding_mask"])
+    if a.get("memory_mask") is not None or a.get("memory_is_causal"):
+        raise ctx.error(node, "memory_mask / memory_is_causal are not supported (the cross-attention sees all of "
+                              "the memory)")
+    src_causal = causal(ctx, node, a.get("src_mask"), a.get("src_is_causal"), "src_mask")
+    tgt_causal = causal(ctx, node, a.get("tgt_mask"), a.get("tgt_is_causal"), "tgt_mask")
+    x = a["src"].name
+    for i, layer in enumerate(m.encoder.layers):
+        x = _encoder_layer(ctx, node, layer, x, f"{node.name}.encoder.layers_{i}", src_causal)
+    memory = _final_norm(ctx, node, m.encoder, x, f"{node.name}.encoder.norm")
+    y = a["tgt"].name
+    for i, layer in enumerate(m.decoder.layers):
+        y = _decoder_layer(ctx, node, layer, y, memory, f"{node.name}.decoder.layers_{i}", tgt_causal)
+    ctx.add(node, "IDENTITY", [_final_norm(ctx, node, m.decoder, y, f"{node.name}.decoder.norm")])
+
+
 TRANSFORMER_MODULES = {nn.MultiheadAttention: _m_attention, nn.TransformerEncoderLayer: _m_encoder_layer,
                        nn.TransformerEncoder: _m_encoder, nn.TransformerDecoderLayer: _m_decoder_layer,
-                       nn.TransformerDecoder: _m_decoder}
+                       nn.TransformerDecoder: _m_decoder, nn.Transformer: _m_transformer}
 TAKES_MASKS = frozenset(TRANSFORMER_MODULES)

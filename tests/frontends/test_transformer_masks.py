@@ -182,3 +182,24 @@ def test_decoder_exports_equal_torch_through_onnx(tmp_path, how):
     with torch.no_grad():
         want = module(torch.from_numpy(X), torch.from_numpy(MEMORY)).numpy()
     np.testing.assert_allclose(out.get_tensor(ff), want, rtol=1e-5, atol=1e-6)
+
+
+class Seq2Seq(nn.Module):
+    """nn.Transformer: an encoder on the source, a causal decoder on the target."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Linear(3, D)
+        self.model = nn.Transformer(D, 2, num_encoder_layers=2, num_decoder_layers=1, dim_feedforward=16,
+                                    dropout=0.0, batch_first=True)
+
+    def forward(self, src, tgt):
+        mask = nn.Transformer.generate_square_subsequent_mask(tgt.size(1))
+        return self.model(self.embed(src), self.embed(tgt), tgt_mask=mask, tgt_is_causal=True)
+
+
+def test_nn_transformer_equals_torch():
+    torch.manual_seed(0)
+    src, tgt = RNG.standard_normal((B, S, 3)).astype(np.float32), X
+    for argv in ([], ["-ll:gpu", "2"]):
+        _run(Seq2Seq().eval(), [src, tgt], argv)
