@@ -535,12 +535,19 @@ class _Converter(ComposedHandlers):
         """``nodes`` with a node before the first reader of each array no node defines: an
         initializer (a weight: a PARAMETER, trainable) or another constant (a CONSTANT), read as a
         tensor by an op that does not take it as its own weight (ViT's class token, a Concat)."""
-        defined, out = set(), []
+        defined, out, moved = set(), [], set()
+        params = {n.name: n for n in nodes if n.op == "PARAMETER"}
         for n in nodes:
+            if n.name in moved:
+                continue
             for t in n.inputs:
                 if t not in defined and t in self.m.constants:
                     made, ref = self._array_operand(n.origin, t, self.m.constants[t], t)
                     if ref != t:   # the initializer's layer exists under another name: read it by an alias
+                        if ref not in defined and ref in params:   # made by a later reader: defined here first
+                            made = made + [params[ref]]
+                            moved.add(ref)
+                            defined.add(ref)
                         made = made + [IRNode(t, (ref,), (), "CONTIGUOUS", (), (), n.origin)]
                     out += made
                     defined.add(t)

@@ -469,3 +469,24 @@ def test_zero_dim_parameters_and_tensors_made_in_forward_read_by_indexes(tmp_pat
         ff = FFModel(FFConfig(["-b", "2"]))
         PyTorchModel(model).torch_to_ff(ff, [ff.create_tensor([2, 3, 5], DataType.DT_FLOAT)])
         assert ff.num_parameters() == sum(p.numel() for p in model.parameters())
+
+
+class _Prototypes(nn.Module):
+    """A cosine classifier: features and a parameter table each normalized, compared by einsum (the
+    table's ONNX initializer is read by a ReduceL2 first and a Div later)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(5, 8)
+        self.prototypes = nn.Parameter(torch.randn(4, 8))
+
+    def forward(self, x):
+        f = F.normalize(torch.relu(self.fc(x)), dim=-1)
+        return 10.0 * torch.einsum("bd,cd->bc", f, F.normalize(self.prototypes, dim=-1))
+
+
+def test_a_parameter_read_twice_equals_torch_through_onnx(tmp_path):
+    torch.manual_seed(0)
+    x = np.random.default_rng(2).standard_normal((4, 5)).astype(np.float32)
+    compare_forward(_Prototypes(), x)
+    compare_onnx(_Prototypes(), x, tmp_path / "m.onnx", ["ReduceL2", "Einsum"])
