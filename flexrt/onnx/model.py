@@ -405,10 +405,9 @@ class _Converter(ComposedHandlers):
         kh, kw = a["kernel_shape"]
         sh, sw = a.get("strides", [1, 1])
         ph, pw = self._pads(node, name, a, (kh, kw))
-        if pool is PoolType.POOL_AVG and (ph or pw) and not a.get("count_include_pad", 0):
-            raise self.error(node, name, "AveragePool with padding and count_include_pad=0: FFModel.pool2d divides by "
-                                         "the whole window, padding included")
         kws = [(k, v) for k, v, h in (("kernel_w", kw, kh), ("stride_w", sw, sh), ("padding_w", pw, ph)) if v != h]
+        if pool is PoolType.POOL_AVG and (ph or pw) and not a.get("count_include_pad", 0):   # ONNX's default
+            kws.append(("exclude_pad", True))
         kws += [("ceil_mode", True)] if a.get("ceil_mode", 0) else []
         return [self.ir(node, name, "POOL2D", [node.input[0]], [kh, sh, ph, pool.value, _NONE], kws)]
 

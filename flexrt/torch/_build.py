@@ -25,7 +25,8 @@ from flexrt.ir.enums import ActiMode, AggrMode, PoolType
 from flexrt.ir.ops import BatchNormAttrs
 from flexrt.model.tensor import Tensor
 from flexrt.torch._composites import HANDLERS as COMPOSITES
-from flexrt.torch._composites import ceil_extra, ceil_pad, gather, reduce_max, resample, window_matrix
+from flexrt.torch._composites import (ceil_extra, ceil_pad, gather, reduce_max, resample, rescale_average,
+                                     window_matrix)
 from flexrt.torch._build_base import (DTYPES, FLOATS, _Builder, norm_axis, describe, is_number, node_error,
                                      shape_with_inferred, split_sizes)
 from flexrt.torch._ir import IRNode
@@ -107,7 +108,14 @@ def _pool2d(b, node, ins, f):
                                        f"padded input, where torch divides by fewer positions than FFModel.pool2d; "
                                        f"use ceil_mode=False or an input size where both round alike", ShapeError)
             x = ceil_pad(b, node, x, extra)
-    return b.ff.pool2d(x, kh, kw, sh, sw, ph, pw, pool_type, acti, name=node.name)
+    divisor, exclude = node.kw("divisor"), node.kw("exclude_pad", False) and (ph or pw)
+    if pool_type is not PoolType.POOL_AVG or not exclude and divisor is None:
+        return b.ff.pool2d(x, kh, kw, sh, sw, ph, pw, pool_type, acti, name=node.name)
+    if acti is not ActiMode.AC_MODE_NONE or exclude and any(extra):
+        raise node_error(node, "average pooling dividing by other than its window (count_include_pad=False or "
+                               "divisor_override) with a fused activation or ceil_mode windows past the input")
+    y = b.ff.pool2d(x, kh, kw, sh, sw, ph, pw, pool_type, acti, name=f"{node.name}.window")
+    return rescale_average(b, node, y, (h, w), (kh, kw), (sh, sw), (ph, pw), divisor)
 
 
 def _batch_norm(b, node, ins, f):

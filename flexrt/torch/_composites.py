@@ -728,6 +728,25 @@ def reduce_max(b, node, x: Tensor, axes: list, keep: bool, name: str) -> Tensor:
     return b.ff.reshape(pooled, shape or [1], name=name)
 
 
+def rescale_average(b, node, y: Tensor, size: tuple, kernel: tuple, stride: tuple, pad: tuple, divisor) -> Tensor:
+    """An average pool ``y`` (sums over the window, padding included, divided by its area) divided
+    instead by ``divisor`` (divisor_override) or, without one, by the positions of each window
+    inside the input (count_include_pad=False): times a constant [1, 1, oh, ow]."""
+    area = kernel[0] * kernel[1]
+    if divisor is not None:
+        if not is_number(divisor) or divisor == 0:
+            raise node_error(node, f"divisor_override={divisor!r} must be a nonzero number")
+        return b.ff.scalar_multiply(y, area / float(divisor), name=node.name)
+    counts = []
+    for n, k, s, p, o in zip(size, kernel, stride, pad, y.dims[2:]):
+        starts = np.arange(o) * s - p
+        counts.append(np.minimum(starts + k, n) - np.maximum(starts, 0))
+    inside = np.outer(counts[0], counts[1]).astype(np.float64)
+    scale = (area / np.maximum(inside, 1)).astype(batch_dtype(y.data_type)).reshape(1, 1, *inside.shape)
+    return b.ff.multiply(y, b.ff.create_constant(list(scale.shape), np.ascontiguousarray(scale), y.data_type),
+                         name=node.name)
+
+
 def ceil_extra(size: int, k: int, s: int, p: int) -> int:
     """How many positions past the padded end torch's ceil_mode windows reach: out = ceil((size + 2p
     - k) / s) + 1, less one when the last window would start in the right padding."""

@@ -462,16 +462,21 @@ def _pool_fields(ctx, node, kernel, stride, padding, dilation, ceil, pool: PoolT
     return [kh, sh, ph, pool.value, _NONE], kws
 
 
+def _divisor_keywords(count_include_pad: bool, divisor) -> list:
+    """Average pooling's divisor when it is not the whole window: the positions inside the input
+    (count_include_pad=False) or a given number (divisor_override); the builder rescales."""
+    return ([("exclude_pad", True)] if not count_include_pad else []) + \
+        ([("divisor", divisor)] if divisor is not None else [])
+
+
 def _m_pool(pool: PoolType):
     def convert(ctx, node, m):
-        if pool is PoolType.POOL_AVG and (not m.count_include_pad and _pair(m.padding) != (0, 0)
-                                          or m.divisor_override is not None):
-            raise ctx.error(node, "AvgPool2d with count_include_pad=False or divisor_override: FFModel.pool2d "
-                                  "divides by the whole window, padding included")
         if pool is PoolType.POOL_MAX and m.return_indices:
             raise ctx.error(node, "MaxPool2d(return_indices=True): FFModel.pool2d returns no indices")
         fields, kws = _pool_fields(ctx, node, m.kernel_size, m.stride, m.padding, getattr(m, "dilation", 1),
                                    m.ceil_mode, pool)
+        if pool is PoolType.POOL_AVG:
+            kws += _divisor_keywords(m.count_include_pad, m.divisor_override)
         ctx.add(node, "POOL2D", [node.args[0].name], fields, kws)
     return convert
 

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import fx
 
 from flexrt.ir.enums import PoolType
-from flexrt.torch._fx import FILL_LIMIT, _bind, _Ctx, _pool_fields, _ref, interpolation
+from flexrt.torch._fx import FILL_LIMIT, _bind, _Ctx, _divisor_keywords, _pool_fields, _ref, interpolation
 
 _NUMBER = (int, float)
 
@@ -476,10 +476,12 @@ def _pool_fn(pool: PoolType):
                               "count_include_pad", "divisor_override", "return_indices"],
                   {"stride": None, "padding": 0, "dilation": 1, "ceil_mode": False, "count_include_pad": True,
                    "divisor_override": None, "return_indices": False})
-        if not a["count_include_pad"] or a["divisor_override"] is not None or a["return_indices"]:
-            raise ctx.error(node, "count_include_pad=False, divisor_override and return_indices are not supported")
+        if a["return_indices"]:
+            raise ctx.error(node, "return_indices is not supported (FFModel.pool2d returns no indices)")
         fields, kws = _pool_fields(ctx, node, a["kernel_size"], a["stride"], a["padding"], a["dilation"],
                                    a["ceil_mode"], pool)
+        if pool is PoolType.POOL_AVG:
+            kws += _divisor_keywords(a["count_include_pad"], a["divisor_override"])
         ctx.add(node, "POOL2D", [_tensor_arg(ctx, node, a["input"])], fields, kws)
     return convert
 

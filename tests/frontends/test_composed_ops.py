@@ -490,3 +490,21 @@ def test_a_parameter_read_twice_equals_torch_through_onnx(tmp_path):
     x = np.random.default_rng(2).standard_normal((4, 5)).astype(np.float32)
     compare_forward(_Prototypes(), x)
     compare_onnx(_Prototypes(), x, tmp_path / "m.onnx", ["ReduceL2", "Einsum"])
+
+
+AVERAGES = {
+    "exclude_padding": nn.Sequential(nn.AvgPool2d(3, 2, 1, count_include_pad=False)),
+    "exclude_padding_rectangular": nn.Sequential(nn.AvgPool2d((3, 2), (1, 2), (1, 1), count_include_pad=False)),
+    "exclude_padding_function": Fn(lambda t: F.avg_pool2d(t, 3, 1, 1, count_include_pad=False)),
+    "divisor_override": nn.Sequential(nn.AvgPool2d(2, divisor_override=3)),
+}
+
+
+@pytest.mark.parametrize("form", AVERAGES)
+def test_average_pools_dividing_by_other_than_the_window_equal_torch(tmp_path, form):
+    """count_include_pad=False (ONNX AveragePool's default) divides each window by its positions
+    inside the input, divisor_override by a number: the window average rescaled by a constant."""
+    module, x = AVERAGES[form], _image(2, 3, 7, 8, seed=7)
+    compare_forward(module, x, tmp_path)
+    if form != "divisor_override":      # torch's exporter drops divisor_override
+        compare_onnx(module, x, tmp_path / "m.onnx", ["AveragePool"])
