@@ -25,6 +25,7 @@ from flexrt.ir.enums import ActiMode, AggrMode, PoolType
 from flexrt.ir.ops import BatchNormAttrs
 from flexrt.model.tensor import Tensor
 from flexrt.torch._composites import HANDLERS as COMPOSITES
+from flexrt.torch._recurrent import HANDLERS as RECURRENT
 from flexrt.torch._composites import (ceil_extra, ceil_pad, gather, reduce_max, resample, rescale_average,
                                      window_matrix)
 from flexrt.torch._build_base import (DTYPES, FLOATS, _Builder, norm_axis, describe, is_number, node_error,
@@ -593,7 +594,7 @@ HANDLERS: dict[str, Callable] = {
     "CONTIGUOUS": _pass, "POW": _pow, "MEAN": _reduce, "REDUCE_SUM": _reduce, "REDUCE_MAX": _reduce,
     "MULTIHEAD_ATTENTION": _attention, "ATTRIBUTE": _attribute, "ARANGE": _arange, "PARAMETER": _parameter,
     "STACK": _stack,
-    "CONSTANT": _constant, **COMPOSITES,
+    "CONSTANT": _constant, **COMPOSITES, **RECURRENT,
     **{op: _unary for op in _UNARY}, **{op: _composite for op in _COMPOSITE}, **{op: _binary for op in _BINARY},
     **{op: _binary for op in _SCALAR},
     "FLOOR_DIVIDE": _binary,

@@ -13,8 +13,7 @@ in the gradient, so the layers train as torch's operator does:
 - the maximum over dimensions (one max-pool window), max pooling's ceil_mode padding;
 - padding (constant, reflect, replicate, circular) by the same 0/1 matrices; PReLU;
 - gathers by constant index arrays (advanced indexing) by one-hot matrices;
-- torch's multi-layer LSTM, unrolled into FFModel's LSTM cells; einsum of one or two tensors as
-  one batch matmul;
+- einsum of one or two tensors as one batch matmul;
 - tensors made in forward (torch.full, zeros, ones) and Unflatten.
 
 Layers are named ``{node}.{part}``; the last one ``{node}`` where the form allows.
@@ -656,62 +655,6 @@ def _arranged(b, x: Tensor, have: str, want: str, sizes: dict, name: str, from_f
     return ff.transpose(x, [have.index(c) for c in want], name=name)
 
 
-# ---- recurrent ---------------------------------------------------------------------------------
-def _time_steps(b, node, x: Tensor, axis_t: int, name: str) -> list[Tensor]:
-    """``x`` ([T, N, F] or [N, T, F]) as T tensors [N, F]."""
-    t = x.dims[axis_t]
-    pieces = [x] if t == 1 else b.ff.split(x, [1] * t, axis_t, name=f"{name}.steps")
-    rest = [d for i, d in enumerate(x.dims) if i != axis_t]
-    return [b.ff.reshape(p, rest, name=f"{name}.step{i}") for i, p in enumerate(pieces)]
-
-
-def _stacked(b, x: Tensor, layers: int, name: str) -> list[Tensor]:
-    """[L, N, H] as L tensors [N, H]."""
-    pieces = [x] if layers == 1 else b.ff.split(x, [1] * layers, 0, name=f"{name}.layers")
-    return [b.ff.reshape(p, list(x.dims[1:]), name=f"{name}.layer{i}") for i, p in enumerate(pieces)]
-
-
-def _gathered(b, steps: list[Tensor], axis_t: int, name: str) -> Tensor:
-    """T tensors [N, H] stacked along ``axis_t`` of the result."""
-    parts = [b.ff.reshape(s, [*s.dims[:axis_t], 1, *s.dims[axis_t:]], name=f"{name}.part{i}") for i, s in
-             enumerate(steps)]
-    return parts[0] if len(parts) == 1 else b.ff.concat(parts, axis_t, name=name)
-
-
-def _lstm(b, node, ins, f):
-    """torch's nn.LSTM (fields: hidden size, layers; keyword ``batch_first``; inputs x and optionally
-    h0, c0 [L, N, H]) unrolled: FFModel's LSTM cell per layer and step, the steps of a layer sharing
-    its first cell's weights (``{node}.l{k}``). Returns (output, (h_n, c_n)) as torch does."""
-    x = b.tensor(node, ins[0])
-    hidden, layers = f[0], f[1]
-    first = bool(node.kw("batch_first", False))
-    if x.num_dims != 3:
-        raise node_error(node, f"an LSTM takes [{'N, T' if first else 'T, N'}, features], got {list(x.dims)}",
-                         ShapeError)
-    axis_t = 1 if first else 0
-    n = x.dims[1 - axis_t]
-    ff, name, shares = b.ff, node.name, node.kw("shares")
-    if len(ins) > 1 and ins[1] is not None:
-        h0, c0 = (_stacked(b, b.tensor(node, t, what), layers, f"{name}.{what}") for t, what in
-                  zip(ins[1:3], ("h0", "c0")))
-    else:
-        zeros = ff.create_constant([n, hidden], 0.0, x.data_type)
-        h0 = c0 = [zeros] * layers
-    steps, h_n, c_n = _time_steps(b, node, x, axis_t, name), [], []
-    for k in range(layers):
-        cell = f"{name}.l{k}"
-        h, c, outs = h0[k], c0[k], []
-        for t, xt in enumerate(steps):
-            owner = (f"{shares}.l{k}" if shares else None) if t == 0 else cell
-            h, c = ff.lstm(xt, h, c, hidden, shared_op=owner, name=cell if t == 0 else f"{cell}.t{t}")
-            outs.append(h)
-        steps = outs
-        h_n.append(h)
-        c_n.append(c)
-    out = _gathered(b, steps, axis_t, f"{name}.output")
-    return out, (_gathered(b, h_n, 0, f"{name}.h_n"), _gathered(b, c_n, 0, f"{name}.c_n"))
-
-
 # ---- max ---------------------------------------------------------------------------------------
 def reduce_max(b, node, x: Tensor, axes: list, keep: bool, name: str) -> Tensor:
     """The maximum over ``axes`` (torch's amax, ONNX ReduceMax), which FFModel has no layer for: the
@@ -801,5 +744,5 @@ def _unflatten(b, node, ins, f):
 HANDLERS = {"INTERPOLATE": _interpolate, "CONV_TRANSPOSE2D": _conv_transpose2d, "GROUP_NORM": _group_norm,
             "VAR": _var, "REDUCE_L2": _reduce_l2, "CLAMP": _clamp,
             "LOG_SOFTMAX": _log_softmax, "LOGSUMEXP": _logsumexp, "SOFTPLUS": _softplus, "MISH": _softplus,
-            "ABS": _abs, "PAD": _pad, "PRELU": _prelu, "LSTM": _lstm,
+            "ABS": _abs, "PAD": _pad, "PRELU": _prelu,
             "EINSUM": _einsum, "FROZEN_BATCH_NORM": _frozen_batch_norm, "CONV1D": _conv1d, "POOL1D": _pool1d, "NORMALIZE": _normalize, "FULL": _full, "UNFLATTEN": _unflatten}

@@ -642,37 +642,6 @@ def _m_prelu(ctx, node, m: nn.PReLU):
     ctx.add(node, "PRELU", [node.args[0].name, w])
 
 
-def _m_lstm(ctx, node, m: nn.LSTM):
-    a = _bind(ctx, node, ["input", "hx"], {"hx": None})
-    problems = [k for k, bad in (("bidirectional=True", m.bidirectional), ("proj_size", m.proj_size),
-                                 ("bias=False", not m.bias),
-                                 ("dropout between layers in training", m.dropout and m.training and m.num_layers > 1))
-                if bad]
-    if problems:
-        raise ctx.error(node, f"LSTM with {', '.join(problems)}: FFModel's LSTM cell is one direction with a bias")
-    hx = a["hx"]
-    ins = [a["input"].name] + ([v.name for v in hx] if isinstance(hx, (tuple, list)) else [])
-    owner = ctx.first_layer.get(id(m))
-    if owner is None:
-        ctx.first_layer[id(m)] = node.name
-        for k in range(m.num_layers):
-            ctx.weights.append(WeightSource(f"{node.name}.l{k}", "lstm", _LSTMLayer(m, k)))
-        warn_caller(f"torch node '{node.name}' ({origin(node)}): FFModel's LSTM cell has one bias, torch's "
-                    f"bias_ih + bias_hh: the same forward, {4 * m.hidden_size * m.num_layers} parameters fewer than "
-                    f"torch counts, and a gradient step moves the sum once where torch moves each of the two",
-                    FrontendWarning)
-    kws = [("batch_first", bool(m.batch_first))] + ([("shares", owner)] if owner else [])
-    ctx.add(node, "LSTM", ins, [m.hidden_size, m.num_layers], kws)
-
-
-class _LSTMLayer:
-    """Layer ``k`` of an nn.LSTM as a weight source (``_params`` reads its four tensors)."""
-
-    def __init__(self, m: nn.LSTM, k: int) -> None:
-        self.weight_ih, self.weight_hh = getattr(m, f"weight_ih_l{k}"), getattr(m, f"weight_hh_l{k}")
-        self.bias_ih, self.bias_hh = getattr(m, f"bias_ih_l{k}"), getattr(m, f"bias_hh_l{k}")
-
-
 def _m_dropout(ctx, node, m):
     # in eval mode a Dropout passes its input through, as F.dropout(training=False) does
     if m.training and m.p > 0:
@@ -722,12 +691,14 @@ MODULES: dict[type, Callable] = {
     nn.UpsamplingNearest2d: _m_upsample, nn.UpsamplingBilinear2d: _m_upsample, nn.GroupNorm: _m_group_norm,
     nn.InstanceNorm1d: _m_instance_norm, nn.InstanceNorm2d: _m_instance_norm, nn.EmbeddingBag: _m_embedding_bag,
     nn.Unflatten: _m_unflatten, nn.LogSoftmax: _m_log_softmax, nn.Softplus: _m_softplus, nn.Mish: _m_unary("MISH"),
-    nn.PReLU: _m_prelu, nn.LSTM: _m_lstm, nn.Conv1d: _m_conv1d, nn.MaxPool1d: _m_pool1d(PoolType.POOL_MAX),
+    nn.PReLU: _m_prelu, nn.Conv1d: _m_conv1d, nn.MaxPool1d: _m_pool1d(PoolType.POOL_MAX),
     nn.AvgPool1d: _m_pool1d(PoolType.POOL_AVG), nn.AdaptiveAvgPool1d: _m_adaptive1d(PoolType.POOL_AVG),
     nn.AdaptiveMaxPool1d: _m_adaptive1d(PoolType.POOL_MAX), **{t: _m_pad for t in _PAD_MODULES},
 }
 
 # the transformer modules' converters use this module's context; they join the table here
+from flexrt.torch._fx_recurrent import RECURRENT_MODULES  # noqa: E402
 from flexrt.torch._fx_transformer import TRANSFORMER_MODULES  # noqa: E402
 
 MODULES.update(TRANSFORMER_MODULES)
+MODULES.update(RECURRENT_MODULES)

@@ -25,10 +25,10 @@ KEYWORDS = {
     "REDUCE_L2": {"keepdim": VALUES}, "NORMALIZE": {}, "FULL": {"dtype": ["torch.float32", "bogus", None]},
     "UNFLATTEN": {}, "CLAMP": {}, "LOG_SOFTMAX": {"dim": VALUES}, "LOGSUMEXP": {"keepdim": VALUES}, "SOFTPLUS": {},
     "MISH": {}, "ABS": {}, "PAD": {"mode": ["constant", "reflect", "circular", "edge", None], "value": VALUES},
-    "PRELU": {}, "LSTM": {"batch_first": VALUES}, "EINSUM": {}, "EMBEDDING": {"aggr": ["sum", "avg", "max", None]},
+    "PRELU": {}, "LSTM": {"batch_first": VALUES}, "GRU": {"batch_first": VALUES}, "EINSUM": {}, "EMBEDDING": {"aggr": ["sum", "avg", "max", None]},
     "EXPAND": {"broadcast": [True]},
 }
-INPUTS = {"PRELU": [2], "EINSUM": [1, 2], "GROUP_NORM": [1, 3], "LSTM": [1, 3]}
+INPUTS = {"PRELU": [2], "EINSUM": [1, 2], "GROUP_NORM": [1, 3], "LSTM": [1, 3], "GRU": [1, 2]}
 
 
 @st.composite

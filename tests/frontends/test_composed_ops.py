@@ -508,3 +508,34 @@ def test_average_pools_dividing_by_other_than_the_window_equal_torch(tmp_path, f
     compare_forward(module, x, tmp_path)
     if form != "divisor_override":      # torch's exporter drops divisor_override
         compare_onnx(module, x, tmp_path / "m.onnx", ["AveragePool"])
+
+
+class _GatedRecurrent(nn.Module):
+    """A GRU classifier: two layers, batch first, the last step and the final state to a Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(3, 6, 2, batch_first=True)
+        self.fc = nn.Linear(12, 5)
+
+    def forward(self, x):
+        out, h = self.gru(x)
+        return self.fc(torch.cat([out[:, -1], h[0]], dim=1))
+
+
+@pytest.mark.parametrize("argv", [[], ["-ll:gpu", "2"]])
+def test_gru_unrolls_to_torchs_forward_and_sgd_step(argv):
+    """nn.GRU as dense and element-wise layers per step (each layer's two dense layers carry torch's
+    two biases): parameter counts, forward and one SGD step equal torch's."""
+    torch.manual_seed(0)
+    model = _GatedRecurrent()
+    x = np.random.default_rng(0).standard_normal((4, 5, 3)).astype(np.float32)
+    y = np.array([[0], [3], [1], [4]], dtype=np.int32)
+    pm, ff = _classifier(model, x, argv)
+    assert ff.num_parameters() == sum(p.numel() for p in model.parameters())
+    before = pm.ff_weights()
+    ff.fit(x=x, y=y, epochs=1)
+    torch_sgd_step(model, x, y)
+    for name, want in pm.ff_weights().items():
+        np.testing.assert_allclose(ff.get_weights()[name], want, rtol=1e-5, atol=2e-6, err_msg=name)
+        assert np.abs(before[name] - want).max() > 1e-5, name
