@@ -193,14 +193,12 @@ def _parameter(b, node, ins, f):
 def _constant(b, node, ins, f):
     """An array constant (a buffer the module reads, an ONNX constant operand): its values, made a
     constant of the model where a layer reads it (``_Builder.constant``), read as values by an index."""
-    import numpy as np
     return np.asarray(f[0])
 
 
 def _arange(b, node, ins, f):
     """torch.arange(start, end, step) as a constant of the model (FFModel.create_constant of the
     array): GPT's positions. Integer bounds give int64, as torch's."""
-    import numpy as np
     if len(f) != 3 or not all(is_number(v) for v in f) or f[2] == 0:
         raise node_error(node, f"arange needs numbers start, end and a step != 0, got {f}")
     dtype = DTYPES.get(node.kw("dtype") or "", DataType.DT_INT64 if all(isinstance(v, int) for v in f)

@@ -33,7 +33,7 @@ from flexrt.ir.datatype import DataType
 from flexrt.ir.enums import ActiMode, PoolType
 from flexrt.model.dataloader import batch_dtype
 from flexrt.model.tensor import Tensor
-from flexrt.torch._build_base import (DTYPES, FLOATS, check_size, is_number, node_error, norm_axis,
+from flexrt.torch._build_base import (DTYPES, FLOATS, check_size, describe, is_number, node_error, norm_axis,
                                      shape_with_inferred)
 
 
@@ -335,14 +335,20 @@ def _group_norm(b, node, ins, f):
     g = ff.reshape(x, [n, groups, math.prod(x.dims[1:]) // groups], name=f"{name}.groups")
     g = ff.layer_norm(g, [2], False, float(eps), name=f"{name}.norm")
     y = ff.reshape(g, list(x.dims), name=name if not affine else f"{name}.shape")
-    per_channel = [c] + [1] * (x.num_dims - 2)
+    return _per_channel_affine(b, node, y, affine)
+
+
+def _per_channel_affine(b, node, y: Tensor, affine: list) -> Tensor:
+    """``y`` [N, C, *] times the scale and plus the shift (``affine``: none, the scale, or both,
+    each [C]), broadcast over the other axes; the last layer named after the node."""
+    c, ff, name = y.dims[1], b.ff, node.name
+    per_channel = [c] + [1] * (y.num_dims - 2)
     for i, t in enumerate(affine):
+        part = ("scale", "shift")[i]
         if math.prod(t.dims) != c:
-            raise node_error(node, f"its {('scale', 'shift')[i]} {list(t.dims)} must hold one value per channel ({c})",
-                             ShapeError)
-        t = ff.reshape(t, per_channel, name=f"{name}.{('scale', 'shift')[i]}_shape")
-        last = i == len(affine) - 1
-        y = (ff.multiply if i == 0 else ff.add)(y, t, name=name if last else f"{name}.scaled")
+            raise node_error(node, f"its {part} {list(t.dims)} must hold one value per channel ({c})", ShapeError)
+        t = ff.reshape(t, per_channel, name=f"{name}.{part}_shape")
+        y = (ff.multiply if i == 0 else ff.add)(y, t, name=name if i == len(affine) - 1 else f"{name}.scaled")
     return y
 
 
@@ -370,12 +376,7 @@ def _frozen_batch_norm(b, node, ins, f):
     affine = [b.tensor(node, b.constant(t, node), what) for t, what in zip(ins[3:5], ("scale", "shift"))]
     y = ff.multiply(ff.subtract(x, constant(stats[0]), name=f"{name}.centered"),
                     constant(1.0 / np.sqrt(stats[1] + eps)), name=name if not affine else f"{name}.normalized")
-    for i, t in enumerate(affine):
-        if math.prod(t.dims) != c:
-            raise node_error(node, f"its {('scale', 'shift')[i]} {list(t.dims)} must hold {c} values", ShapeError)
-        t = ff.reshape(t, per_channel, name=f"{name}.{('scale', 'shift')[i]}_shape")
-        y = (ff.multiply if i == 0 else ff.add)(y, t, name=name if i == len(affine) - 1 else f"{name}.scaled")
-    return y
+    return _per_channel_affine(b, node, y, affine)
 
 
 def _moments(b, node, x: Tensor, axes: list, keep: bool, correction, name: str) -> Tensor:
@@ -523,7 +524,6 @@ def gather(b, node, x: Tensor, index: tuple) -> Tensor:
     the batch (DLRM's ``Z[:, li, lj]``, ``x[:, perm]``), with ``:`` elsewhere: the indexed axes moved
     last and flattened, multiplied by a constant one-hot matrix (``resample``: the gradient adds
     into the positions read), shaped as the broadcast indices, and moved back."""
-    from flexrt.torch._build_base import describe
     index = list(index)
     dots = [i for i, item in enumerate(index) if item is Ellipsis]
     if dots:

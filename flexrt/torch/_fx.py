@@ -272,6 +272,17 @@ class _Ctx:
                 sizes, fill, kws = self.fulls.pop(arg.name)
                 self.add(arg, "FULL", [], [sizes, fill], kws)
 
+    def affine_parameters(self, node: fx.Node, m: nn.Module) -> list[str]:
+        """PARAMETER nodes of a normalization module's ``weight`` and ``bias``, read by ``node``."""
+        return [self.parameter(node, p, f"{node.name}.{k}", (node.name,), f"{node.target}.{k}")
+                for k, p in (("weight", m.weight), ("bias", m.bias))]
+
+    def constant(self, node: fx.Node, name: str, value, users: tuple) -> str:
+        """A CONSTANT node ``name`` of the tensor ``value`` (a buffer: its values, not trained)."""
+        self.nodes.append(IRNode(name, (), users, "CONSTANT", (value.detach().to("cpu").numpy().copy(),), (),
+                                 origin(node)))
+        return name
+
     def free_parameter(self, node: fx.Node) -> None:
         """A parameter read directly (ViT's class token and position embedding, ConvNeXt's layer
         scale): a PARAMETER node, made where it is first read (``parameter``)."""
@@ -334,8 +345,7 @@ def attribute(ctx: _Ctx, node: fx.Node) -> None:
                 ctx.attn_masks[node.name] = "additive"
         return
     if isinstance(value, torch.Tensor) and not value.is_complex():   # a buffer (RoPE's cos/sin, position ids)
-        ctx.nodes.append(IRNode(node.name, (), tuple(u.name for u in node.users), "CONSTANT",
-                                (value.detach().to("cpu").numpy().copy(),), (), origin(node)))
+        ctx.constant(node, node.name, value, tuple(u.name for u in node.users))
         return
     raise ctx.error(node, f"reads the module's attribute '{node.target}' ({type(value).__name__}), which is not "
                           f"a parameter or a tensor buffer")
@@ -538,8 +548,7 @@ def _m_upsample(ctx, node, m: nn.Upsample):
 def _m_group_norm(ctx, node, m: nn.GroupNorm):
     ins = [node.args[0].name]
     if m.affine:
-        ins += [ctx.parameter(node, p, f"{node.name}.{k}", (node.name,), f"{node.target}.{k}")
-                for k, p in (("weight", m.weight), ("bias", m.bias))]
+        ins += ctx.affine_parameters(node, m)
     ctx.add(node, "GROUP_NORM", ins, [m.num_groups], [("eps", m.eps)])
 
 
@@ -548,8 +557,7 @@ def _m_instance_norm(ctx, node, m):
         return _m_batch_norm(ctx, node, m)
     ins = [node.args[0].name]
     if m.affine:
-        ins += [ctx.parameter(node, p, f"{node.name}.{k}", (node.name,), f"{node.target}.{k}")
-                for k, p in (("weight", m.weight), ("bias", m.bias))]
+        ins += ctx.affine_parameters(node, m)
     rank = 3 if isinstance(m, nn.InstanceNorm1d) else 4
     ctx.add(node, "GROUP_NORM", ins, [None], [("eps", m.eps), ("rank", rank)])
 
@@ -575,13 +583,10 @@ def _m_unflatten(ctx, node, m: nn.Unflatten):
 def _m_batch_norm(ctx, node, m):
     if not m.training and m.track_running_stats:   # eval mode: torch normalizes with the running statistics
         ins = [node.args[0].name]
-        for k in ("running_mean", "running_var"):
-            ctx.nodes.append(IRNode(f"{node.name}.{k}", (), (node.name,), "CONSTANT",
-                                    (getattr(m, k).detach().to("cpu").numpy().copy(),), (), origin(node)))
-            ins.append(f"{node.name}.{k}")
+        ins += [ctx.constant(node, f"{node.name}.{k}", getattr(m, k), (node.name,))
+                for k in ("running_mean", "running_var")]
         if m.affine:
-            ins += [ctx.parameter(node, p, f"{node.name}.{k}", (node.name,), f"{node.target}.{k}")
-                    for k, p in (("weight", m.weight), ("bias", m.bias))]
+            ins += ctx.affine_parameters(node, m)
         ctx.add(node, "FROZEN_BATCH_NORM", ins, [], [("eps", m.eps)])
         return
     if not m.affine:

@@ -208,7 +208,7 @@ def _params(kind: str, module) -> dict:
         out = {n: arr(getattr(module, n, None)) for n in names}
         return out | {"out_proj_weight": arr(module.out_proj.weight), "out_proj_bias": arr(module.out_proj.bias)}
     out = {"weight": arr(getattr(module, "weight", None)), "bias": arr(getattr(module, "bias", None))}
-    return out | ({"groups": module.groups} if kind == "conv_transpose2d" else {})   # conv1d: weight, bias
+    return out | ({"groups": module.groups} if kind == "conv_transpose2d" else {})
 
 
 # FlexFlow's module-level name: reading a file needs no torch

@@ -89,8 +89,10 @@ class Conv2DTranspose(Conv2D):
         where = f"Conv2DTranspose '{self.name}'"
         if self.padding not in ("same", (0, 0)):
             raise ConfigError(f"{where}: padding must be 'valid' or 'same', got {padding!r}")
-        self.output_padding = None if output_padding is None else pair(where, "output_padding", output_padding) \
-            if output_padding not in (0, (0, 0)) else (0, 0)
+        self.output_padding = None
+        if output_padding is not None:
+            zero = output_padding in (0, (0, 0), [0, 0])
+            self.output_padding = (0, 0) if zero else pair(where, "output_padding", output_padding)
         if self.output_padding is not None and any(o >= s for o, s in zip(self.output_padding, self.strides)):
             raise ConfigError(f"{where}: output_padding {self.output_padding} must be smaller than the strides "
                               f"{self.strides}")
