@@ -135,7 +135,6 @@ def _softplus(ctx, node):
 
 
 # ---- causal masks (flexrt.torch._fx.attribute makes the first) ----------------------------------------
-_FILL_LIMIT = FILL_LIMIT
 
 
 def _mask_getitem(ctx, node) -> None:
@@ -172,7 +171,7 @@ def _triangle(upper: bool):
         ctx.masks[node.name] = "hide" if upper else "keep"
         if upper and (dict(kws).get("dtype") == "torch.bool" or isinstance(fill, bool)):   # a traced dtype: a Ref
             ctx.attn_masks[node.name] = "bool"
-        elif upper and fill <= _FILL_LIMIT:
+        elif upper and fill <= FILL_LIMIT:
             ctx.attn_masks[node.name] = "additive"
     return convert
 
@@ -213,8 +212,8 @@ def _masked_fill(ctx, node):
     if not (isinstance(mask, fx.Node) and ctx.masks.get(mask.name) == "hide"):
         raise ctx.error(node, "masked_fill maps only with a causal mask that hides the future keys "
                               "(mask == 0 of a buffer holding torch.tril(torch.ones(T, T)))")
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value > _FILL_LIMIT:
-        raise ctx.error(node, f"masked_fill with {value!r}; valid: float('-inf') or a number <= {_FILL_LIMIT:g} "
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value > FILL_LIMIT:
+        raise ctx.error(node, f"masked_fill with {value!r}; valid: float('-inf') or a number <= {FILL_LIMIT:g} "
                               f"(the masked probabilities are then 0)")
     _mask_scores(ctx, node, x)
 
