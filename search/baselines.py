@@ -446,7 +446,7 @@ def _megatron_splits(base: PCG, machine: Machine, t: int, d: int, sequence_paral
                 break
         else:
             out[node.name] = _data_splits(base, node, t * d)
-            if short is not None:
+            if short is not None and t > 1:      # a group of one device splits nothing short
                 short[node.name] = 1
     consumers = _consumers(base)
     for node in reversed(_compute(base)):
