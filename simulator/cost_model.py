@@ -38,6 +38,7 @@ from flexrt.errors import ConfigError, FlexrtError, MachineSpecError
 from flexrt.ir.datatype import DataType
 from flexrt.ir.costs import op_cost
 from flexrt.ir.op_type import LOOP_FUSIBLE, PARALLEL_OPS, SOURCE_OPS
+from flexrt.ir.registry import op_def
 from flexrt.ir.serialize import attrs_to_json
 from flexrt.ir.tensor_shape import TensorShape
 from flexrt.kernels.optimizers import OptimizerKind
@@ -303,6 +304,23 @@ def _check_efficiency(value, what: str) -> float:
     return float(value)
 
 
+# How attention is implemented, for the analytic model: "fused" keeps the [n, heads, Lq, Lk] scores on
+# chip (FlashAttention, one kernel); "materialized" writes them to device memory and reads them back
+# between its kernels (cuDNN's attention, Megatron-LM's before FlashAttention), which costs
+# ``OpDef.intermediate_bytes`` at the memory bandwidth on top of the operator's roofline.
+ATTENTION_KERNELS = ("fused", "materialized")
+
+
+def intermediate_times(attrs, inputs, outputs, device: "DeviceSpec") -> tuple[float, float]:
+    """(forward, backward) seconds an implementation that materializes ``attrs``'s internal tensors
+    spends moving them (memory-bound kernels of their own: they add to the operator's roofline)."""
+    hook = op_def(attrs.op_type).intermediate_bytes
+    if hook is None:
+        return 0.0, 0.0
+    fwd, bwd = hook(attrs, inputs, outputs)
+    return fwd / device.memory_bandwidth, bwd / device.memory_bandwidth
+
+
 @dataclass(frozen=True, slots=True)
 class AnalyticCostModel:
     """Roofline per phase: ``launch + max(flops / (peak(dtype) * efficiency), bytes / bandwidth)``.
@@ -312,6 +330,8 @@ class AnalyticCostModel:
     output gradient and writes the input and weight gradients). Parallelization operators and
     sources compute nothing (the lowering turns their data movement into transfers), so they cost
     the launch overhead. ``efficiency_override`` replaces every device's ``efficiency``.
+    ``attention`` (``ATTENTION_KERNELS``): "materialized" adds the traffic of attention's scores
+    (``intermediate_times``); "fused" (the default) keeps them on chip.
 
     Example:
         >>> from flexrt.ir import TensorShape
@@ -326,11 +346,19 @@ class AnalyticCostModel:
     linear_transfers = True
 
     efficiency_override: Optional[float] = None
+    attention: str = "fused"
     name: ClassVar[str] = "analytic"
 
     def __post_init__(self):
         if self.efficiency_override is not None:
             _check_efficiency(self.efficiency_override, "AnalyticCostModel.efficiency_override")
+        if self.attention not in ATTENTION_KERNELS:
+            raise ConfigError(f"AnalyticCostModel.attention is {self.attention!r}; valid: {', '.join(ATTENTION_KERNELS)}")
+
+    def _intermediates(self, attrs, inputs, outputs, device) -> tuple[float, float]:
+        if self.attention == "fused":
+            return 0.0, 0.0
+        return intermediate_times(attrs, inputs, outputs, device)
 
     def efficiency(self, device: "DeviceSpec") -> float:
         if self.efficiency_override is not None:
@@ -345,8 +373,9 @@ class AnalyticCostModel:
         cost = op_cost(attrs, inputs, outputs)
         dtype, eff = compute_dtype(inputs, outputs), self.efficiency(device)
         moved = cost.bytes_read + cost.bytes_written
-        return OpTimes(_roofline(device, cost.forward_flops, moved, dtype, eff),
-                       _roofline(device, cost.backward_flops, BACKWARD_BYTES_FACTOR * moved, dtype, eff),
+        fwd, bwd = self._intermediates(attrs, inputs, outputs, device)
+        return OpTimes(_roofline(device, cost.forward_flops, moved, dtype, eff) + fwd,
+                       _roofline(device, cost.backward_flops, BACKWARD_BYTES_FACTOR * moved, dtype, eff) + bwd,
                        self.name)
 
     def fused_time(self, members: Sequence[FusedMember], phase: str, device: "DeviceSpec") -> float:
@@ -356,6 +385,7 @@ class AnalyticCostModel:
         eff = self.efficiency(device)
         busy = sum(_roofline(device, f, b, dt, eff) - device.launch_overhead_s for f, b, dt in
                    fused_traffic(members, phase))
+        busy += sum(self._intermediates(m.attrs, m.inputs, m.outputs, device)[phase != "forward"] for m in members)
         return max(device.launch_overhead_s + busy, MIN_TASK_S)
 
     def update_time(self, weight: TensorShape, device: "DeviceSpec",

@@ -177,6 +177,30 @@ def learned_model_path(choice: str) -> str:
     return path
 
 
+def add_cost_flags(parser, help_text: str = "") -> None:
+    """``--cost analytic|profiled`` and ``--attention fused|materialized`` (how the analytic model
+    times attention's scores: ``flexrt.simulator.cost_model.ATTENTION_KERNELS``)."""
+    from flexrt.simulator.cost_model import ATTENTION_KERNELS
+    parser.add_argument("--cost", choices=("analytic", "profiled"), default="analytic", help=help_text or None)
+    parser.add_argument("--attention", choices=ATTENTION_KERNELS,
+                        help="with --cost analytic: fused (default) keeps attention's [batch, heads, seq, seq] "
+                             "scores on chip (FlashAttention); materialized writes and reads them back between "
+                             "its kernels (cuDNN's attention, Megatron-LM before FlashAttention)")
+
+
+def operator_cost_model(args):
+    """The operator cost model ``--cost`` and ``--attention`` choose (a ConfigError where ``--attention``
+    is given with ``--cost profiled``, which measures the kernels this host runs)."""
+    from flexrt.simulator.cost_model import AnalyticCostModel, ProfiledCostModel
+    attention = getattr(args, "attention", None)
+    if args.cost == "analytic":
+        return AnalyticCostModel(attention=attention or "fused")
+    if attention is not None:
+        raise ConfigError(f"--attention {attention} sets how the analytic cost model times attention; --cost profiled "
+                          f"measures the kernels this host runs: leave out one of them")
+    return ProfiledCostModel()
+
+
 COMM_COSTS = ("analytic", "measured")
 
 
@@ -336,7 +360,7 @@ def warn_megatron_shortfalls(base, machine, tensor, pipeline: int) -> None:
         print(f"flexrt: warning: Megatron-LM's strategy splits {len(short)} operator(s) fewer than the tensor group's {t} "
               f"ways, as their shapes allow: {listed}. Megatron-LM pads the vocabulary to a multiple of 128 x {t}"
               + (f" ({hint}; gpt: --vocab)" if hint else "") + "; unpadded, these operators and the ones around them "
-              f"are not laid out as Megatron-LM's", file=sys.stderr)
+              "are not laid out as Megatron-LM's", file=sys.stderr)
 
 
 def warn_data_parallel(base, machine) -> None:

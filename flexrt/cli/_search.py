@@ -17,7 +17,7 @@ Every strategy here, the chosen algorithm's and the baselines it is compared wit
 
 from __future__ import annotations
 
-from flexrt.cli._common import (add_comm_cost_flag, add_fused_cost_flag, add_fusion_flag, add_json_flag,
+from flexrt.cli._common import (add_comm_cost_flag, add_cost_flags, operator_cost_model, add_fused_cost_flag, add_fusion_flag, add_json_flag,
                                 add_precision_flags, check_comm_cost, check_model_flags, comm_cost_model,
                                 compiled_optimizer, count, emit_json, fused_cost_model, fused_result, fusion_arg,
                                 number, precision_arg, simulated_kind, warn_data_parallel, warn_inference)
@@ -30,7 +30,6 @@ from flexrt.search import SearchRequest, algorithm, describe, search
 from flexrt.search.api import MAX_BUDGET
 from flexrt.search.baselines import expert_name
 from flexrt.search.fusion_policies import apply_policy
-from flexrt.simulator.cost_model import AnalyticCostModel, ProfiledCostModel
 from flexrt.strategy import SearchSpace, data_parallel, export_strategy, load_strategy
 
 NAME = "search"
@@ -93,7 +92,7 @@ def add_arguments(parser) -> None:
                         help="a strategy file (JSON or FlexFlow text) used as an initial candidate")
     parser.add_argument("--export", metavar="FILE", help="write the best strategy (FlexFlow text format if .txt)")
     parser.add_argument("--plot", metavar="FILE", help="draw the best strategy as PNG")
-    parser.add_argument("--cost", choices=("analytic", "profiled"), default="analytic")
+    add_cost_flags(parser)
     add_fused_cost_flag(parser)
     add_comm_cost_flag(parser)
     parser.add_argument("--optimizer", choices=[k.short_name for k in OptimizerKind],
@@ -179,8 +178,7 @@ def run(args, extra) -> int:
     budget = args.budget if args.budget is not None else cfg.search_budget
     space = _space(args, cfg)
     options = _options(args, cfg, loaded.name)
-    cost = comm_cost_model(args, fused_cost_model(args, AnalyticCostModel() if args.cost == "analytic"
-                                                  else ProfiledCostModel()))
+    cost = comm_cost_model(args, fused_cost_model(args, operator_cost_model(args)))
     imported = args.import_file or cfg.import_strategy_file
     given = [load_strategy(imported, base, machine)] if imported else []  # JSON or FlexFlow text
     optimizer = simulated_kind(*compiled_optimizer(loaded.model, args.optimizer))

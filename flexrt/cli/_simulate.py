@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from flexrt.cli._common import (add_comm_cost_flag, add_fused_cost_flag, add_fusion_flag, add_json_flag,
+from flexrt.cli._common import (add_comm_cost_flag, add_cost_flags, operator_cost_model, add_fused_cost_flag, add_fusion_flag, add_json_flag,
                                 add_precision_flags,
                                 add_pipeline_flags, check_comm_cost, check_model_flags, comm_cost_model,
                                 compiled_optimizer, count, emit_json, fused_cost_model, fusion_arg, pipeline_arg,
@@ -18,7 +18,6 @@ from flexrt.machine import load_machine
 from flexrt.model import load_model
 from flexrt.ir.summary import format_count
 from flexrt.kernels.optimizers import OptimizerKind
-from flexrt.simulator.cost_model import AnalyticCostModel, ProfiledCostModel
 from flexrt.simulator.simulate import Simulator, timelines_equal
 from flexrt.strategy import ConfigStrategy, data_parallel, load_strategy, random_strategy
 from flexrt.strategy.pipeline_2bw import delays_updates
@@ -44,7 +43,7 @@ def add_arguments(parser) -> None:
     add_symmetric_flag(parser)
     add_precision_flags(parser)
     add_fusion_flag(parser, "the strategy before simulating it")
-    parser.add_argument("--cost", choices=("analytic", "profiled"), default="analytic")
+    add_cost_flags(parser)
     add_fused_cost_flag(parser)
     add_comm_cost_flag(parser)
     parser.add_argument("--optimizer", choices=[k.short_name for k in OptimizerKind],
@@ -146,8 +145,7 @@ def _run(args, extra) -> int:
     t0 = time.perf_counter()
     loaded = load_model(args.model, extra)
     base = precision_arg(args, loaded.model.pcg)
-    cost = comm_cost_model(args, fused_cost_model(args, AnalyticCostModel() if args.cost == "analytic"
-                                                  else ProfiledCostModel()))
+    cost = comm_cost_model(args, fused_cost_model(args, operator_cost_model(args)))
     optimizer = simulated_kind(*compiled_optimizer(loaded.model, args.optimizer))
     warn_inference(loaded.model, NAME)
     if args.symmetric:

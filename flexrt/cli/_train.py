@@ -10,7 +10,7 @@ import io
 import json
 import statistics
 
-from flexrt.cli._common import (add_comm_cost_flag, add_json_flag, add_pipeline_flags, add_precision_flags,
+from flexrt.cli._common import (add_comm_cost_flag, add_cost_flags, operator_cost_model, add_json_flag, add_pipeline_flags, add_precision_flags,
                                 check_comm_cost, loss_scale_arg, precision_arg,
                                 check_model_flags, comm_cost_model, compiled_loss, compiled_optimizer, count,
                                 emit_json, number, pipeline_arg, recompute_arg, warn_data_parallel, warn_inference,
@@ -27,7 +27,6 @@ from flexrt.runtime import mpi
 from flexrt.runtime.backend import BACKENDS
 from flexrt.runtime.executor import MODES
 from flexrt.runtime.session import OPTIMIZER_PARAMS, Session
-from flexrt.simulator.cost_model import AnalyticCostModel, ProfiledCostModel
 from flexrt.strategy import data_parallel, load_strategy, random_strategy
 
 NAME = "train"
@@ -57,8 +56,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--lr", type=number(above=0.0),
                         help="learning rate (SGD lr, Adam alpha; default: the optimizer's, else 0.01)")
     parser.add_argument("--loss", choices=LOSSES, help=f"default: the script's compile() loss, else {LOSSES[0]}")
-    parser.add_argument("--cost", choices=("analytic", "profiled"), default="analytic",
-                        help="cost model of the simulated times (profiled: time the NumPy kernels here)")
+    add_cost_flags(parser, "cost model of the simulated times (profiled: time the NumPy kernels here)")
     add_comm_cost_flag(parser)
     parser.add_argument("--seed", type=count(0), default=0, help="seed of the initial weights and the synthetic data")
     parser.add_argument("--trace", metavar="FILE", help="write the last step as Chrome trace JSON (Perfetto)")
@@ -75,7 +73,7 @@ def _check_backend(name: str) -> None:
 
 def _session(args, strategy, machine, optimizer: OptimizerKind, params: dict, loss: LossType) -> Session:
     try:
-        cost = comm_cost_model(args, AnalyticCostModel() if args.cost == "analytic" else ProfiledCostModel())
+        cost = comm_cost_model(args, operator_cost_model(args))
         return Session(strategy, machine, cost_model=cost, backend=args.backend, mode=args.mode,
                        optimizer=optimizer,
                        loss=loss, metrics=(MetricsType.METRICS_ACCURACY,) if loss in CROSS_ENTROPIES else (),

@@ -138,6 +138,9 @@ class OpDef:
     # Extra bytes kept for the backward pass beyond the outputs (masks, saved statistics).
     extra_memory_bytes: Callable[[Any, Sequence[TensorShape], Sequence[TensorShape]], int] = (
         lambda attrs, ins, outs: 0)
+    # (forward, backward) bytes an implementation that materializes the operator's internal tensors
+    # (attention's scores) moves through device memory beyond its operands; None: it has none.
+    intermediate_bytes: Optional[Callable[[Any, Sequence[TensorShape], Sequence[TensorShape]], tuple[int, int]]] = None
     # (attrs, operand, dim, input shapes (full), (out_start, out_stop)) -> (in_start, in_stop)
     halo: Optional[Callable[[Any, int, int, Sequence[TensorShape], tuple[int, int]], tuple[int, int]]] = None
     # Adjusts one piece's call: (attrs, {axis: coordinate}, {axis: degree}) -> (attrs for the piece, operands to zero).

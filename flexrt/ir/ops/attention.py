@@ -189,8 +189,29 @@ def extra_memory_bytes(attrs: MultiHeadAttentionAttrs, ins, outs):
     return (2 * n * lq * width + 2 * n * lk * width + n * heads * lq * lk) * ins[0].dtype.size_bytes
 
 
+# Passes over the [n, heads, Lq, Lk] scores of an attention that materializes them (cuDNN's, or
+# Megatron-LM's before FlashAttention: QK^T, a fused scale-mask-softmax, dropout, AV as kernels of their
+# own). Forward: QK^T writes them, the softmax reads and writes them, AV reads them. Backward: AV's
+# backward reads the probabilities and writes their gradient, the softmax's reads both and writes the
+# scores' gradient, which QK^T's backward reads twice (for dQ and for dK). Dropout adds a read and a
+# write each way, and its mask (one byte an element: written, then read back).
+_SCORE_PASSES = {"forward": 4, "backward": 7}
+_DROPOUT_PASSES = 2
+
+
+def intermediate_bytes(attrs: MultiHeadAttentionAttrs, ins, outs):
+    """(forward, backward) bytes the scores move through device memory where an implementation
+    materializes them; a fused kernel (FlashAttention) keeps them on chip."""
+    n, lq, lk, width, _ = _sizes(ins)
+    elements = n * (width // attrs.head_dim) * lq * lk
+    size = ins[0].dtype.size_bytes
+    extra = (_DROPOUT_PASSES * size + 1) * elements if attrs.dropout > 0 else 0
+    return (_SCORE_PASSES["forward"] * size * elements + extra, _SCORE_PASSES["backward"] * size * elements + extra)
+
+
 register_op(OpDef(OpType.MULTIHEAD_ATTENTION, MultiHeadAttentionAttrs, output_shapes=output_shapes, flops=flops,
                   num_inputs=3, weight_shapes=weight_shapes, weight_names=weight_names,
                   parallel_axes=parallel_axes, backward_flops=backward_flops,
-                  extra_memory_bytes=extra_memory_bytes, piece_call=piece_call, piece_call_axes=("heads", "seq"),
+                  extra_memory_bytes=extra_memory_bytes, intermediate_bytes=intermediate_bytes,
+                  piece_call=piece_call, piece_call_axes=("heads", "seq"),
                   check_degrees=check_degrees))
