@@ -284,7 +284,9 @@ def megatron_lm(base: PCG, machine: Machine, tensor: Optional[int] = None, pipel
     replicated over the group, or with ``sequence_parallel`` split over it along the sequence
     (dimension 1 of a [batch, sequence, hidden] tensor, as Megatron-LM does; the sample axis where
     the operator has no such dimension). Pipelines: ``pipeline_strategy`` with
-    ``micro_batches`` (default ``default_micro_batches``: 4p where they divide the batch), ``schedule`` and ``chunks``. Where shapes forbid a split the
+    ``micro_batches`` (default ``default_micro_batches``: 4p where they divide the batch), ``schedule`` and ``chunks``;
+    ``micro_batches`` > 1 with one stage is Megatron-LM's gradient accumulation (a one-stage
+    pipeline: the micro-batches run in turn, their gradients summed). Where shapes forbid a split the
     operator is data parallel over its block. ``data`` (d, default n / (t p)) smaller than that uses
     only the first t p d devices (Megatron-LM's weak-scaling runs: one tensor group, no data
     parallelism, ``data=1``); it needs ``pipeline=1``."""
@@ -300,11 +302,11 @@ def megatron_lm(base: PCG, machine: Machine, tensor: Optional[int] = None, pipel
     splits = _megatron_splits(base, machine, t, d, sequence_parallel)
 
     def place(pcg: PCG, node: Node, start: int) -> Optional[OpConfig]:
-        name = source_of(node.name)[0] if pipeline > 1 else node.name
+        name = source_of(node.name)[0] if pipeline > 1 or m > 1 else node.name
         # the first alternative that the operator's (micro-batch's) shapes take
         return next((cfg for alt in splits[name] if (cfg := _placed(pcg, node, machine, start, alt)) is not None), None)
 
-    if pipeline == 1:
+    if pipeline == 1 and m == 1:
         configs = {node.id: place(base, node, 0) or data_parallel(base, machine).configs[node.id]
                    for node in _compute(base)}
         return Strategy.from_configs(base, configs)

@@ -343,3 +343,17 @@ def test_megatron_stages_fall_back_where_layers_are_not_separated():
     """An encoder-decoder's decoder layers all read the encoder's output: no cut separates them."""
     from flexrt.search.baselines import megatron_stages
     assert megatron_stages(zoo_pcg("transformer", 4), 2) is None
+
+
+def test_megatron_micro_batches_without_a_pipeline_accumulate_gradients():
+    """Megatron-LM with one stage and m micro-batches runs them in turn and sums their gradients: a
+    one-stage pipeline of m micro-batches (they were ignored before), the tensor split unchanged."""
+    from flexrt.model import load_model
+    from flexrt.search.baselines import megatron_lm
+    pcg = load_model("gpt", ["-b", "32", "--config", "gpt-tiny"]).model.pcg
+    machine = load_machine("dgx_a100")
+    s = megatron_lm(pcg, machine, tensor=2, micro_batches=4)
+    assert s.pipeline.stages == 1 and s.pipeline.micro_batches == 4
+    heads = {c.degree_map.get("heads") for nid, c in s.configs.items() if s.base.node(nid).op_type is OpType.MULTIHEAD_ATTENTION}
+    assert heads == {2}
+    assert getattr(megatron_lm(pcg, machine, tensor=2), "pipeline", None) is None
