@@ -189,7 +189,8 @@ def _report(args, loaded, machine, base, strategy, sim, result, steps, files, t0
                    "pipeline": pipeline, "recompute": {"granularity": args.recompute, "operators": recomputed},
                    "precision": args.precision, "symmetric_replicas": replicas, **flops,
                    "simulation_wall_s": cost_of_run["wall_s"], "simulation_peak_rss_bytes": cost_of_run["peak_rss_bytes"],
-                   "method": args.method, "delta_steps": steps, "cost": args.cost, "fusion": args.fusion,
+                   "method": args.method, "delta_steps": steps, "cost": args.cost,
+                   "attention": args.attention or ("fused" if args.cost == "analytic" else None), "fusion": args.fusion,
                    "fused_cost": args.fused_cost, "comm_cost": args.comm_cost,
                    "allreduce_fits": _fits_used(sim),
                    **result.to_json(),
@@ -197,6 +198,7 @@ def _report(args, loaded, machine, base, strategy, sim, result, steps, files, t0
         return 0
     print(f"model {loaded.name} (batch {loaded.config.batch_size}) on {machine.name}: {machine.num_nodes} node(s), "
           f"{machine.num_devices} devices; {args.method} simulation, {args.cost} costs"
+          + (f" (attention {args.attention})" if args.attention else "")
           + (f" ({steps} delta steps from data parallelism)" if steps is not None else "")
           + ("; the strategy file holds its own PCG" if not isinstance(strategy, ConfigStrategy) else "")
           + (f"; fusion policy {args.fusion}" if args.fusion != "off" else "")

@@ -24,7 +24,8 @@ from flexrt.experiments.kinds import Outcome, Param, SkipRun, kind, kinds, regis
 from flexrt.experiments.runner import default_output, load_results, run_experiment
 from flexrt.experiments.schema import Experiment, Run, load_experiment, parse_experiment
 # the run kinds register themselves when imported
-from flexrt.experiments import disco as _disco, flexflow as _flexflow, host as _host, unity as _unity  # noqa: F401
+from flexrt.experiments import (disco as _disco, flexflow as _flexflow, host as _host, megatron as _megatron,  # noqa: F401
+                                unity as _unity)
 
 
 def experiments_dir() -> Path:

@@ -47,7 +47,7 @@ from flexrt.experiments.kinds import Kind, Param, kind as kind_of, kinds
 from flexrt.inputs import (LineMap, LineSeq, check_int, check_number, line_loader, listing, parse_yaml, read_text,
                            short)
 
-PAPERS = ("flexflow", "unity", "disco", "host")
+PAPERS = ("flexflow", "unity", "disco", "megatron", "host")
 VARIANTS = ("full", "quick", "tiny")
 PLOT_TYPES = ("bar", "line", "convergence", "scatter", "cdf")
 TOP_KEYS = ("name", "title", "paper", "reproduces", "kind", "params", "axes", "runs", "quick", "tiny", "measure",

@@ -15,8 +15,6 @@ model in mixed precision (``flexrt.ir.precision``), timed at the devices' 16-bit
 
 from __future__ import annotations
 
-import functools
-
 from flexrt.experiments.common import (COST, Timer, budget_param, devices_param, machine_for, machine_param,
                                        model_flags_param, model_param, pcg_of, precision_param, simulated, space_of,
                                        space_params, strategy_doc)
@@ -224,43 +222,3 @@ def joint_vs_sequential(inputs) -> Outcome:
                     "unity_parts": ", ".join(cut_in_parts(u.strategy)),
                     "sequential_parts": ", ".join(cut_in_parts(s.strategy))},
                    strategy_doc(u.strategy, machine))
-
-
-# GPUs -> (layers, hidden, heads): Megatron-LM's weak-scaling models (Shoeybi et al. 2019, Table 1)
-MEGATRON_WEAK = {1: (40, 1536, 16), 2: (54, 1920, 20), 4: (64, 2304, 24), 8: (72, 3072, 32)}
-
-
-@functools.lru_cache(maxsize=None)
-def _megatron_rate(efficiency: float, gpus: int) -> float:
-    """Model TFLOP/s per GPU of Megatron-LM's weak-scaling GPT on ``gpus`` GPUs of the dgx2h preset at
-    ``efficiency`` of peak, one tensor group (batch 8, sequence 1,024, vocabulary 51,200, fp16, Adam);
-    computed once per process (every run of a weak-scaling experiment divides by the 1-GPU rate)."""
-    import dataclasses
-    from flexrt.machine.load import load_spec
-    from flexrt.machine.spec import build_machine
-    from flexrt.cli._large import flops_report
-    from flexrt.model import load_model
-    from flexrt.search.baselines import megatron_lm
-    spec = load_spec("dgx2h")
-    machine = build_machine(dataclasses.replace(spec, device_kinds=tuple(
-        dataclasses.replace(k, efficiency=efficiency) for k in spec.device_kinds)))
-    layers, hidden, heads = MEGATRON_WEAK[gpus]
-    model = load_model("gpt", ["-b", "8", "--layers", str(layers), "--hidden", str(hidden), "--heads", str(heads),
-                               "--seq-length", "1024", "--vocab", "51200"])
-    pcg = with_precision(model.model.pcg, "fp16")
-    strategy = megatron_lm(pcg, machine, tensor=gpus, data=1)
-    r = fixed_result("megatron", strategy, machine, COST, OptimizerKind.ADAM)
-    return flops_report(pcg, strategy, r.cost_s, gpus)["model_tflops_per_gpu"]
-
-
-@register_kind(
-    "megatron_weak_scaling",
-    params=(Param("gpus", "int", REQUIRED, choices=tuple(MEGATRON_WEAK), help="GPUs of the tensor group"),
-            Param("efficiency", "float", 0.8, minimum=0.01, maximum=1.0,
-                  help="the GPUs' fraction of peak (the dgx2h preset's 0.8; Megatron-LM v1.0 measured 48 %)")),
-    metrics=("tflops_per_gpu", "tflops_per_gpu_one", "efficiency"),
-    description="Megatron-LM's tensor parallelism within a DGX-2H node, weak scaling (Shoeybi et al. 2019 §5.1): "
-                "what checks the simulator's cost of tensor parallelism")
-def megatron_weak_scaling(inputs) -> Outcome:
-    rate, one = _megatron_rate(inputs["efficiency"], inputs["gpus"]), _megatron_rate(inputs["efficiency"], 1)
-    return Outcome({"tflops_per_gpu": rate, "tflops_per_gpu_one": one, "efficiency": rate / one})
