@@ -299,6 +299,7 @@ class Algorithm:
     fn: Callable[..., SearchResult]
     fields: frozenset[str]
     options: frozenset[str]
+    defaults: Mapping[str, Any] = field(default_factory=dict)   # option -> its default, where the signature gives one
 
     def __str__(self) -> str:
         return f"{self.name} (options: {', '.join(sorted(self.options)) or 'none'})"
@@ -360,7 +361,9 @@ def register_algorithm(name: str, fn: Callable[..., SearchResult],
     if old is not None and _definition(old.fn) != _definition(fn):
         raise ConfigError(f"search algorithm {name!r} is registered twice: by {'.'.join(map(str, _definition(old.fn)))} "
                           f"and by {'.'.join(map(str, _definition(fn)))}")
-    entry = Algorithm(name, fn, fields, opts)
+    params = inspect.signature(fn).parameters
+    defaults = {o: params[o].default for o in opts if o in params and params[o].default is not inspect.Parameter.empty}
+    entry = Algorithm(name, fn, fields, opts, MappingProxyType(defaults))
     _ALGORITHMS[name] = entry
     return entry
 
@@ -385,7 +388,30 @@ def check_options(name: str, options) -> Algorithm:
     if unknown:
         raise ConfigError(f"search algorithm {name!r} takes no option {', '.join(map(repr, unknown))}; valid options: "
                           f"{', '.join(sorted(algo.options)) or 'none'}")
+    for option, value in options.items():
+        expected = _option_type_problem(algo.defaults.get(option, None), value)
+        if expected:
+            raise ConfigError(f"search algorithm {name!r}: option {option!r} must be {expected}, got {value!r}")
     return algo
+
+
+def _option_type_problem(default: Any, value: Any) -> Optional[str]:
+    """What ``value`` should be, for an option whose default is ``default`` (its type), or None when it
+    is that: a bool for a bool, an integer for an int, a finite number for a float, a string for a
+    string, a list for a tuple or list; any finite value where the default is None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "a finite number"
+    if isinstance(default, bool):
+        return None if isinstance(value, bool) else "true or false"
+    if isinstance(default, int):
+        return None if isinstance(value, int) and not isinstance(value, bool) else "an integer"
+    if isinstance(default, float):
+        return None if isinstance(value, (int, float)) and not isinstance(value, bool) else "a number"
+    if isinstance(default, str):
+        return None if isinstance(value, str) else "a string"
+    if isinstance(default, (tuple, list, frozenset)):
+        return None if isinstance(value, (tuple, list, frozenset)) else "a list"
+    return None
 
 
 def search(name: str, request: SearchRequest) -> SearchResult:

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from flexrt.errors import ConfigError
 from flexrt.experiments.common import (COST, Timer, budget_param, curve, devices_param, machine_for, machine_param,
                                        model_param, pcg_of, peak_memory_bytes, seed_param, simulated, space_of,
                                        space_params, strategy_doc)
@@ -29,6 +30,13 @@ def _sim_metrics(prefix: str, result) -> dict:
             f"{prefix}_compute_ms": result.compute_time_s * 1e3, f"{prefix}_peak_memory_bytes": peak_memory_bytes(result)}
 
 
+def _check_search_options(algorithm: str, options) -> None:
+    check_options(algorithm, options)
+    if "rules" in options:   # Rule objects: what a YAML file cannot hold
+        raise ConfigError("option 'rules' takes a list of substitution rules in Python; an experiment searches "
+                          "with the shipped library (leave out rules)")
+
+
 @register_kind(
     "search_speedup",
     params=(model_param(), machine_param("flexflow_p100"), devices_param(),
@@ -39,7 +47,7 @@ def _sim_metrics(prefix: str, result) -> dict:
              "expert_moved_elements", "found_moved_elements", "moved_reduction_vs_dp", "moved_reduction_vs_expert", "dp_compute_ms", "expert_compute_ms",
              "found_compute_ms", "compute_vs_dp", "found_peak_memory_bytes", "search_s", "proposals"),
     description="a search's strategy against data parallelism and the expert strategy (FlexFlow Fig. 6, 7)",
-    check=lambda i: problem_of(check_options, i["algorithm"], i["options"]))
+    check=lambda i: problem_of(_check_search_options, i["algorithm"], i["options"]))
 def search_speedup(inputs) -> Outcome:
     machine = machine_for(inputs["machine"], inputs["devices"])
     base = pcg_of(inputs["model"], inputs["per_device_batch"] * inputs["devices"], inputs["seq_length"])

@@ -229,6 +229,7 @@ def run_experiment(exp: Experiment, output: Path, resume: bool = False, jobs: in
     if others:
         raise ConfigError(f"{output} holds the results of experiment {', '.join(map(repr, others))}, not "
                           f"{exp.name!r}; give another --output to run {exp.name!r}")
+    _check_entries(output, exp)
     output.mkdir(parents=True, exist_ok=True)
     _drop_cut_line(results)
     done = {r["key"] for r in rows if r.get("status") in DONE}
@@ -255,6 +256,22 @@ def run_experiment(exp: Experiment, output: Path, resume: bool = False, jobs: in
     if report:
         _report(exp, results, output, summary)
     return summary
+
+
+def _check_entries(output: Path, exp: Experiment) -> None:
+    """Refuse, before any run, an entry of ``output`` that the runs and the report cannot write: a
+    file where a folder goes (strategies/, plots/) or a folder where a file goes (report.md, a run's
+    strategies/KEY.json)."""
+    folders = [output / "strategies", output / "plots"]
+    files = [output / "report.md"] + [output / "strategies" / f"{run.key}.json" for run in exp.runs]
+    for path in folders:
+        if os.path.lexists(path) and not path.is_dir():
+            raise ConfigError(f"--output {output}: {path} is not a folder, and the experiment writes its "
+                              f"{path.name} there; move it away or give another --output")
+    for path in files:
+        if os.path.lexists(path) and (path.is_dir() or not path.is_file()):
+            raise ConfigError(f"--output {output}: {path} is not a regular file, and the experiment writes it; move "
+                              f"it away or give another --output")
 
 
 def _report(exp: Experiment, results: Path, output: Path, summary: Summary) -> None:

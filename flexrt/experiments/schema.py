@@ -36,6 +36,7 @@ import functools
 import hashlib
 import itertools
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -201,6 +202,17 @@ class _Reader:
             raise self.error(self.line(m, key), path, f"unknown value {short(value)}; valid: {', '.join(choices)}")
         return value
 
+    def finite(self, value: Any, line: int, path: str) -> None:
+        """Refuse a NaN or infinity anywhere in ``value`` (results are JSON, which holds neither)."""
+        if isinstance(value, float) and not math.isfinite(value):
+            raise self.error(line, path, f"expected a finite number, got {value}")
+        if isinstance(value, dict):
+            for k, v in value.items():
+                self.finite(v, value.key_lines.get(k, line) if isinstance(value, LineMap) else line, f"{path}.{k}")
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                self.finite(v, value.item_lines[i] if isinstance(value, LineSeq) else line, f"{path}[{i}]")
+
     def value(self, p: Param, value: Any, line: int, path: str) -> Any:
         """``value`` checked against parameter ``p`` (a list parameter item by item)."""
         if p.type in ("strs", "ints", "floats"):
@@ -218,6 +230,7 @@ class _Reader:
             return value
         if p.type == "mapping":
             m = self.mapping(value, line, path, "a mapping of option name to value")
+            self.finite(m, line, path)
             return plain(m)
         if not isinstance(value, str) or not value:
             raise self.error(line, path, f"expected a non-empty string, got {short(value)}")

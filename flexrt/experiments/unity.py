@@ -18,7 +18,7 @@ from __future__ import annotations
 from flexrt.experiments.common import (COST, Timer, budget_param, devices_param, machine_for, machine_param,
                                        model_flags_param, model_param, pcg_of, precision_param, simulated, space_of,
                                        space_params, strategy_doc)
-from flexrt.experiments.kinds import REQUIRED, Outcome, Param, register_kind
+from flexrt.experiments.kinds import REQUIRED, Outcome, Param, problem_of, register_kind
 from flexrt.ir.precision import with_precision
 from flexrt.ir.registry import AxisKind
 from flexrt.kernels.optimizers import OptimizerKind
@@ -27,6 +27,7 @@ from flexrt.search.api import cut_in_parts, fixed_result
 from flexrt.search.baselines import expert_strategy, megatron_best
 from flexrt.search.pipelines import FLUSHED
 from flexrt.search.unity import DEFAULT_CONFIG_RATIO, sequential, unity
+from flexrt.search.unity.costs import check_config_ratio
 from flexrt.strategy import SearchSpace, data_parallel, load_strategy
 
 # Unity §6.1: per-GPU batch of each model; global batch = GPUs x this
@@ -60,6 +61,11 @@ def _pcg(inputs):
 def _setup(inputs):
     machine = machine_for(inputs["machine"], inputs["devices"])
     return machine, _pcg(inputs)
+
+
+def _check_common(inputs):
+    """The configuration ratio as the mapping DP takes it (0, or a finite number >= 1), when the file is read."""
+    return problem_of(check_config_ratio, inputs["config_ratio"])
 
 
 COMMON = (model_param(), machine_param("summit"), devices_param(), _batch_param(), budget_param(1000),
@@ -106,7 +112,8 @@ def unity_fig2(inputs) -> Outcome:
     params=COMMON + (Param("split_size", "int", 10, minimum=0, help="graph splitting's k; 0 turns splitting off"),
                      Param("cache", "bool", True, help="the DP's cross-invocation cache")),
     metrics=("search_s", "found_ms", "dp_ms", "speedup_vs_dp"),
-    description="Unity's search time with graph splitting and the cache on or off (Unity Table 2)")
+    description="Unity's search time with graph splitting and the cache on or off (Unity Table 2)",
+    check=_check_common)
 def unity_search_time(inputs) -> Outcome:
     machine, base = _setup(inputs)
     opt = _optimizer(inputs)
@@ -124,7 +131,8 @@ def unity_search_time(inputs) -> Outcome:
     metrics=("dp_ms", "expert_ms", "sequential_ms", "megatron_ms", "unity_ms", "speedup_vs_dp", "speedup_vs_expert",
              "speedup_vs_sequential", "speedup_vs_megatron", "speedup_vs_best", "best_baseline", "search_s",
              "megatron_config", "unity_pipelined_ms", "pipelined_speedup_vs_megatron"),
-    description="Unity against data parallelism, the expert strategy, TASO+FlexFlow and Megatron (Unity Fig. 14)")
+    description="Unity against data parallelism, the expert strategy, TASO+FlexFlow and Megatron (Unity Fig. 14)",
+    check=_check_common)
 def unity_speedup(inputs) -> Outcome:
     machine, base = _setup(inputs)
     opt = _optimizer(inputs)
@@ -168,7 +176,8 @@ DIMENSIONS = {"data+model": ({S}, None), "+reduction": ({S, R}, None), "+attenti
               help="data+model (sample splits and placement), +reduction, +attention_head (parameter axes), "
                    "+pipeline (flushed schedules), +pipeline_2bw (PipeDream-2BW, Unity's)"),),
     metrics=("time_ms", "iterations_per_s", "search_s", "pipelined", "bound_ms", "over_bound"),
-    description="Unity's search as parallelization dimensions are added (Unity Fig. 15a)")
+    description="Unity's search as parallelization dimensions are added (Unity Fig. 15a)",
+    check=_check_common)
 def unity_dimensions(inputs) -> Outcome:
     machine, base = _setup(inputs)
     kinds, schedules = DIMENSIONS[inputs["dimensions"]]
@@ -200,7 +209,8 @@ def work_bound_s(pcg, machine, optimizer=OptimizerKind.SGD) -> float:
     metrics=("unity_ms", "sequential_ms", "speedup", "unity_rewritten", "sequential_rewritten", "unity_search_s",
              "sequential_search_s", "unity_chosen", "unity_rewrites", "sequential_rewrites", "unity_parts",
              "sequential_parts"),
-    description="Unity's joint search against sequential optimization with the same space (Unity Fig. 15b)")
+    description="Unity's joint search against sequential optimization with the same space (Unity Fig. 15b)",
+    check=_check_common)
 def joint_vs_sequential(inputs) -> Outcome:
     machine, base = _setup(inputs)
     space = space_of(inputs)

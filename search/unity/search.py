@@ -323,6 +323,7 @@ def unity(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUDGET, 
     ``initial``: strategies (the expert's, an imported one) simulated with the finalists, so the
     search never returns one slower than them (FlexFlow's initial candidates)."""
     _check(budget, alpha, split_size, devices, machine, config_ratio)
+    _check_rules(rules)
     schedules = checked_schedules(pipeline_schedules)
     if enable_pipeline and devices is not None and devices < machine.num_devices:
         raise ConfigError("--enable-pipeline places pipelines on every device of the machine; leave out --devices")
@@ -379,6 +380,7 @@ def sequential(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUD
     parallelization of that graph alone (the same DP, space and ``config_ratio`` as ``unity``); data parallelism and
     the data+model mapping are finalists too, as in ``unity`` (``_finalists``), and ``initial``."""
     _check(budget, alpha, split_size, devices, machine, config_ratio)
+    _check_rules(rules)
     sp = _space(space)
     t0 = time.perf_counter()
     n = devices or machine.num_devices
@@ -468,8 +470,8 @@ def _overlap_dp(like: LocalCosts, sp: SearchSpace, min_degree: int, n: int, cach
 def _check(budget, alpha, split_size, devices, machine: Machine, config_ratio) -> None:
     check_budget(budget, "unity")
     check_config_ratio(config_ratio)
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or alpha < 1.0:
-        raise ConfigError(f"unity: alpha (the pruning threshold) must be a number >= 1.0, got {alpha!r}")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 1.0 <= alpha < math.inf:
+        raise ConfigError(f"unity: alpha (the pruning threshold) must be a finite number >= 1.0, got {alpha!r}")
     if split_size is not None and (isinstance(split_size, bool) or not isinstance(split_size, int) or split_size < 0):
         raise ConfigError(f"unity: the split size k must be an integer >= 1 (0 turns graph splitting off), "
                           f"got {split_size!r}")
@@ -477,6 +479,14 @@ def _check(budget, alpha, split_size, devices, machine: Machine, config_ratio) -
                                 or not 1 <= devices <= machine.num_devices):
         raise ConfigError(f"unity: devices must be an integer in 1..{machine.num_devices} for machine "
                           f"{machine.name!r}, got {devices!r}")
+
+
+def _check_rules(rules) -> None:
+    """``rules``: None (the shipped library) or a list of rules (``load_library(path)`` reads a file)."""
+    if rules is not None and (isinstance(rules, (str, bytes)) or not isinstance(rules, Sequence)
+                              or not all(isinstance(r, Rule) for r in rules)):
+        raise ConfigError(f"unity: rules must be a list of substitution rules (flexrt.search.substitutions."
+                          f"load_library(path) reads a rule file), got {rules!r:.80}")
 
 
 register_algorithm("unity", unity)

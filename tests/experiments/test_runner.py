@@ -145,3 +145,20 @@ def test_workers_give_the_same_results(tmp_path):
     run_experiment(exp, tmp_path / "two", jobs=2, report=False)
     one, two = ({r["key"]: r["metrics"] for r in load_results(tmp_path / d / "results.jsonl")} for d in ("one", "two"))
     assert one == two and len(one) == 5
+
+
+@pytest.mark.parametrize("make, where", [
+    (lambda out, key: (out / "strategies").write_text("x"), "strategies is not a folder"),
+    (lambda out, key: (out / "plots").write_text("x"), "plots is not a folder"),
+    (lambda out, key: (out / "report.md").mkdir(), "report.md is not a regular file"),
+    (lambda out, key: (out / "strategies" / f"{key}.json").mkdir(parents=True), ".json is not a regular file"),
+])
+def test_an_output_entry_of_the_wrong_kind_is_refused_before_any_run(tmp_path, make, where):
+    exp = experiment([3])
+    out = tmp_path / "out"
+    out.mkdir()
+    make(out, exp.runs[0].key)
+    CALLS.clear()
+    with pytest.raises(ConfigError, match=where):
+        run_experiment(exp, out)
+    assert CALLS == [] and not (out / "results.jsonl").exists()

@@ -106,7 +106,7 @@ def test_keys_hash_the_inputs():
     ("params: {schedule: 1f1b}", "params: {schedule: 1f1b, chunks: 2}",
      r"demo.yaml:9: field 'axes': run kind 'pipeline_bubble': chunks 2 is only for the interleaved schedule; "
      r"give chunks: 1 with 1f1b \(the run with chunks: 2, micro_batches: 4, schedule: '1f1b', stages: 2\)"),
-    ("paper: host", "paper: taso", r"demo.yaml:3: field 'paper': unknown value 'taso'; valid: flexflow, unity, disco, host"),
+    ("paper: host", "paper: taso", r"demo.yaml:3: field 'paper': unknown value 'taso'; valid: flexflow, unity, disco, megatron, host"),
     ("measure: [bubble, law]", "measure: [bubble, speed]", r"demo.yaml:14: field 'measure\[1\]': unknown value 'speed'; valid: idle_fraction"),
     ("value: 0.375", "value: high", r"demo.yaml:16: field 'reference\[0\].value' must be a number, got 'high'"),
     ("{type: bar,", "{type: pie,", r"demo.yaml:20: field 'plots\[0\].type': unknown value 'pie'; valid: bar, line, convergence, scatter"),
@@ -232,3 +232,37 @@ def test_a_model_script_is_found_beside_the_experiment_and_keyed_by_content(tmp_
 def test_an_experiment_without_runs_is_refused():
     text = "name: demo\ntitle: t\npaper: host\nreproduces: x\nkind: pipeline_bubble\nruns: []\n"
     assert re.search(r"demo.yaml:6: field 'runs': the experiment has no runs", error_of(text))
+
+
+SEARCH = """\
+name: demo
+title: t
+paper: unity
+reproduces: r
+kind: search_speedup
+params: {model: mlp_unity_fig2, machine: dgx1_v100, budget: 5, algorithm: unity, per_device_batch: 8,
+         options: OPTIONS}
+axes: {devices: [8]}
+measure: [found_ms]
+"""
+
+
+@pytest.mark.parametrize("options, expected", [
+    ("{alpha: .nan}", r"demo.yaml:7: field 'params.options.alpha': expected a finite number, got nan"),
+    ("{devices: .inf}", r"field 'params.options.devices': expected a finite number, got inf"),
+    ("{split: [1, .nan]}", r"field 'params.options.split\[1\]': expected a finite number, got nan"),
+    ("{cache: maybe}", r"search algorithm 'unity': option 'cache' must be true or false, got 'maybe'"),
+    ("{min_degree: 2.5}", r"option 'min_degree' must be an integer, got 2.5"),
+    ("{alpha: fast}", r"option 'alpha' must be a number, got 'fast'"),
+    ("{rules: lib.json}", r"option 'rules' takes a list of substitution rules in Python"),
+])
+def test_search_options_are_checked_when_read(options, expected):
+    """Results are JSON (no NaN), and every option has its default's type: refused before any run."""
+    assert re.search(expected, error_of(SEARCH.replace("OPTIONS", options))), error_of(SEARCH.replace("OPTIONS", options))
+
+
+def test_a_configuration_ratio_the_dp_refuses_is_refused_when_read():
+    text = ("name: demo\ntitle: t\npaper: unity\nreproduces: r\nkind: joint_vs_sequential\n"
+            "params: {model: mlp, config_ratio: 0.5, budget: 4}\naxes: {devices: [6]}\nmeasure: [speedup]\n")
+    assert "configuration ratio (--config-ratio) must be 0 (every configuration) or a finite number >= 1, got 0.5" \
+        in error_of(text)
