@@ -398,7 +398,8 @@ def check_options(name: str, options) -> Algorithm:
 def _option_type_problem(default: Any, value: Any) -> Optional[str]:
     """What ``value`` should be, for an option whose default is ``default`` (its type), or None when it
     is that: a bool for a bool, an integer for an int, a finite number for a float, a string for a
-    string, a list for a tuple or list; any finite value where the default is None."""
+    string, a list (or a comma-separated string) for a tuple or list; any finite value where the default is
+    None."""
     if isinstance(value, float) and not math.isfinite(value):
         return "a finite number"
     if isinstance(default, bool):
@@ -409,8 +410,8 @@ def _option_type_problem(default: Any, value: Any) -> Optional[str]:
         return None if isinstance(value, (int, float)) and not isinstance(value, bool) else "a number"
     if isinstance(default, str):
         return None if isinstance(value, str) else "a string"
-    if isinstance(default, (tuple, list, frozenset)):
-        return None if isinstance(value, (tuple, list, frozenset)) else "a list"
+    if isinstance(default, (tuple, list, frozenset)):   # or its items comma-separated, as on a command line
+        return None if isinstance(value, (tuple, list, frozenset, str)) else "a list"
     return None
 
 
@@ -438,8 +439,24 @@ def search(name: str, request: SearchRequest) -> SearchResult:
             raise ConfigError(f"search algorithm {name!r} takes no {what} (the request sets {shown}); algorithms "
                               f"that do: {', '.join(takers) or 'none'}")
     taken = {what: getattr(request, what) for what in algo.fields}
-    return algo.fn(request.pcg, request.machine, request.cost_model, budget=request.budget, seed=request.seed,
-                   **taken, **request.options)
+    result = algo.fn(request.pcg, request.machine, request.cost_model, budget=request.budget, seed=request.seed,
+                     **taken, **request.options)
+    return _no_slower_than_initial(result, request) if "initial" in algo.fields else result
+
+
+def _no_slower_than_initial(result: SearchResult, request: SearchRequest) -> SearchResult:
+    """``result``, or the fastest of the request's initial strategies where it beats it: a search never
+    returns a strategy slower than one it was given (an imported strategy whose graph the algorithm
+    cannot explore, or one a small budget did not reach). The log notes which, and by how much."""
+    if not request.initial:
+        return result
+    scorer = Scorer(request.machine, request.cost_model, request.optimizer)
+    costs = [scorer.full(s) for s in request.initial]
+    best = min(range(len(costs)), key=costs.__getitem__)
+    if not costs[best] < result.cost_s:
+        return result
+    result.log.notes["initial_kept"] = {"index": best, "initial_s": costs[best], "found_s": result.cost_s}
+    return SearchResult(request.initial[best], costs[best], result.log)
 
 
 def fixed_result(name: str, strategy: Strategy, machine: Machine, cost_model,

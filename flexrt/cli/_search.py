@@ -267,6 +267,10 @@ def _print_text(args, model_name: str, machine, space, budget: int, result, dp, 
               f"{log.elapsed_s:.1f} s ({log.stop_reason}"
               + (f"; acceptance {log.acceptance_rate:.0%}" if args.algo == "mcmc" else "") + ")"
               + ("; INTERRUPTED, keeping the best so far" if log.interrupted else ""))
+    kept = log.notes.get("initial_kept")
+    if kept:
+        print(f"an initial candidate (the expert strategy or --import) simulates faster ({kept['initial_s'] * 1e3:.3f} "
+              f"ms) than what the search found ({kept['found_s'] * 1e3:.3f} ms): keeping it")
     print(f"{'found' if args.algo in SEARCHES else args.algo:<14} {result.cost_s * 1e3:10.3f} ms")
     print(f"{'data parallel':<14} {dp.cost_s * 1e3:10.3f} ms   (speed-up {dp.cost_s / result.cost_s:.2f}x)")
     if expert:

@@ -170,3 +170,18 @@ def test_baselines_are_algorithms_scored_by_one_simulation(mlp, p100, cost):
         search("expert", SearchRequest(mlp, p100, cost, options={"model": "mlp"}))
     with pytest.raises(ConfigError, match="needs option 'model'"):
         search("expert", SearchRequest(mlp, p100, cost))
+
+
+@pytest.mark.parametrize("name", sorted(a for a in EVERY_ALGORITHM if "initial" in algorithm(a).fields))
+def test_a_search_never_returns_a_strategy_slower_than_an_initial_one(name, mlp, p100, cost):
+    """Given Unity's strategy (one a budget of 1 cannot reach, or a graph the algorithm cannot walk), every
+    algorithm that takes initial strategies returns one at least as fast, and says so in its log."""
+    from flexrt.search.api import Scorer
+    good = search("unity", SearchRequest(mlp, p100, cost, budget=50))
+    dp_cost = Scorer(p100, cost).full(data_parallel(mlp, p100))
+    assert good.cost_s < dp_cost
+    r = search(name, SearchRequest(mlp, p100, cost, budget=1, initial=(data_parallel(mlp, p100), good.strategy)))
+    assert r.cost_s <= good.cost_s * (1 + 1e-12)
+    kept = r.log.notes.get("initial_kept")
+    if kept:
+        assert kept["index"] == 1 and kept["initial_s"] == r.cost_s < kept["found_s"]
