@@ -432,8 +432,11 @@ class Executor:
         labels = self.backend.upload(self.labels[lo:hi], a.output.device)
         share = out.size / a.full_elements
         value = loss_forward(self.xp, self.loss, out, labels) * share  # a device scalar: no host sync here
-        scale = self.scaler.scale if self.scaler is not None else 1.0
-        grad = self.loss_backward(self.xp, self.loss, out, labels) * out.dtype.type(share * scale)
+        grad = self.loss_backward(self.xp, self.loss, out, labels)
+        if self.scaler is None:
+            grad = grad * out.dtype.type(share)
+        else:   # the scale (2^16 by default) is past float16's range: scaled in float32, then rounded
+            grad = (grad.astype("float32") * np.float32(share * self.scaler.scale)).astype(out.dtype)
         self._alloc((a.grad.key, a.grad.device), self._rounded(grad))
         with self._lock:
             st.losses[index] = value

@@ -97,8 +97,8 @@ class ReferenceTrainer:
         out_node = pcg.node(out_ref.node)
         backward, fused = loss_gradient(self.loss, out_node.attrs, out.ndim)
         seed = self._rounded(backward(np, self.loss, out, labels))
-        if self.scaler is not None:
-            seed = seed * seed.dtype.type(self.scaler.scale)
+        if self.scaler is not None:   # in float32: the scale (2^16 by default) is past float16's range
+            seed = (seed.astype(np.float32) * np.float32(self.scaler.scale)).astype(seed.dtype)
         grads: dict[TensorRef, np.ndarray] = (  # fused: d loss / d logits, the softmax's backward skipped
             {out_node.inputs[0]: seed} if fused else {out_ref: seed})
         for nid in reversed(order):

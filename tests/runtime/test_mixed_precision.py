@@ -117,6 +117,19 @@ def test_float16_strategies_train_like_one_device_within_two_ulps(model, kind):
     assert max_rel(w, one.executor.weights()) <= ULPS2
 
 
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_the_default_dynamic_scale_skips_the_same_steps_on_one_device_and_many(model):
+    """GradScaler's 2^16 is past float16's largest value (65504): the loss gradient is scaled in float32,
+    then rounded. Scaled in float16 it was infinite on one device (scale x 1) but finite on four
+    (scale / 4 each), so only one device skipped its steps."""
+    pcg, loss = half_model(model)
+    one, r1 = train(pcg, loss, data_parallel(pcg, MACHINE, 1), loss_scale=None)
+    other, r4 = train(pcg, loss, data_parallel(pcg, MACHINE, 4), loss_scale=None)
+    assert [r.skipped for r in r1] == [r.skipped for r in r4]
+    assert one.executor.scaler.scale == other.executor.scaler.scale
+    assert max_rel(other.executor.weights(), one.executor.weights()) <= ULPS2
+
+
 def test_master_weights_keep_updates_smaller_than_an_ulp():
     pcg, loss = half_model("mlp")
     s, _ = train(pcg, loss, data_parallel(pcg, MACHINE, 2), steps=1, lr=1e-5)
