@@ -54,7 +54,7 @@ from flexrt.machine.views import view_from_device_ids
 from flexrt.search.api import SearchResult, fixed_result, register_algorithm
 from flexrt.strategy import OpConfig, Strategy, all_axes, apply_single, data_parallel, is_compute
 from flexrt.strategy.config import wiring_of
-from flexrt.strategy.pipeline import default_micro_batches, pipeline_strategy, source_of
+from flexrt.strategy.pipeline import batch_of, default_micro_batches, pipeline_strategy, source_of
 from flexrt.strategy.recompute import checkpoint_cuts
 
 __all__ = [
@@ -299,6 +299,13 @@ def megatron_lm(base: PCG, machine: Machine, tensor: Optional[int] = None, pipel
                                 f"(tensor {t} x pipeline {pipeline})) and needs pipeline 1")
         d = data
     m = micro_batches or (default_micro_batches(base, pipeline, chunks, d) if pipeline > 1 else 1)
+    batch = batch_of(base)
+    if isinstance(m, int) and m >= 1 and batch % m == 0 and (batch // m) % d:
+        raise StrategyError(f"megatron: the batch of {batch} in {m} micro-batch(es) of {batch // m} does not divide "
+                            f"over the {d} data-parallel replicas (Megatron-LM's batch is micro-batch size x "
+                            f"micro-batches x replicas); give a batch that is a multiple of {m * d}"
+                            + (", or fewer micro-batches" if m > 1 else "")
+                            + (", or fewer replicas (more --tensor-parallel or --pipeline)" if d > 1 else ""))
     splits = _megatron_splits(base, machine, t, d, sequence_parallel)
 
     def place(pcg: PCG, node: Node, start: int) -> Optional[OpConfig]:

@@ -142,7 +142,7 @@ def default_micro_batches(pcg: PCG, stages: int, chunks: int = 1, replicas: int 
     batch is micro-batch x m x d. StrategyError naming the batch where none divides it."""
     _count("pipeline stages", stages)
     batch = batch_of(pcg)
-    fits = [m for m in range(4 * stages, 0, -1) if batch % m == 0 and (chunks == 1 or m % stages == 0)]
+    fits = [m for m in sorted(divisors(batch), reverse=True) if m <= 4 * stages and (chunks == 1 or m % stages == 0)]
     fits = [m for m in fits if batch % (m * replicas) == 0] + [m for m in fits if batch % (m * replicas)]
     if not fits:
         raise StrategyError(f"no micro-batch count divides the batch of {batch} into multiples of the {stages} "

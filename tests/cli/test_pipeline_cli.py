@@ -91,3 +91,26 @@ def test_recompute_flag_on_simulate_and_train(capsys):
     assert main(["train", "mlp_unity_fig2", "-b", "16", "--machine", "local", "--recompute", "full", "--steps", "2",
                  "--lr", "0.1"]) == 0
     assert "full recomputation" in capsys.readouterr().out
+
+
+def test_a_huge_pipeline_is_refused_at_once(capsys):
+    """The default micro-batch count looked at every count up to 4p before the stages were checked
+    against the devices: 10^20 stages never finished."""
+    from flexrt.model import load_model
+    from flexrt.strategy.pipeline import default_micro_batches
+    base = ["simulate", "gpt", "-b", "8", "--config", "gpt-tiny", "--machine", "dgx_a100"]
+    assert main(base + ["--pipeline", "99999999999999999999"]) == 1
+    assert "99999999999999999999 pipeline stages do not divide the machine's 8 devices" in capsys.readouterr().err
+    pcg = load_model("gpt", ["-b", "12", "--config", "gpt-tiny"]).model.pcg
+    assert default_micro_batches(pcg, 10 ** 18) == 12 and default_micro_batches(pcg, 2) == 6
+    assert default_micro_batches(pcg, 4, chunks=2) == 12 and default_micro_batches(pcg, 3, chunks=2) == 12
+
+
+def test_megatron_refuses_a_batch_that_does_not_divide_over_its_replicas(capsys):
+    """It ran on device 0 alone (no split of the sample axis fits), saying it was tensor and data parallel."""
+    base = ["simulate", "gpt", "--config", "gpt-tiny", "--machine", "dgx_a100", "--nodes", "4", "--megatron",
+            "--pipeline", "2"]
+    assert main(base + ["-b", "8", "--micro-batches", "8"]) == 1
+    assert ("the batch of 8 in 8 micro-batch(es) of 1 does not divide over the 4 data-parallel replicas"
+            in capsys.readouterr().err)
+    assert main(base + ["-b", "32", "--micro-batches", "8"]) == 0
