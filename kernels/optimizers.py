@@ -195,6 +195,12 @@ def delayed(update: Callable) -> Callable:
     return step
 
 
+# The loss scales a LossScaler starts from: below 2^-24 (float16's smallest subnormal) every scaled
+# gradient of a well-scaled loss underflows; above 2^64 every one overflows (and 1 / scale nears
+# float32's smallest normal, where unscaling loses the gradient).
+MIN_LOSS_SCALE, MAX_LOSS_SCALE = 2.0 ** -24, 2.0 ** 64
+
+
 class LossScaler:
     """Dynamic loss scaling: the loss's gradient is multiplied by ``scale``; a step whose gradients
     hold an inf or NaN is skipped and the scale multiplied by ``backoff_factor``; after
@@ -205,6 +211,9 @@ class LossScaler:
                  growth_interval: int = 2000, dynamic: bool = True) -> None:
         if not (isinstance(init_scale, (int, float)) and math.isfinite(init_scale) and init_scale > 0):
             raise ConfigError(f"loss scale must be a finite number > 0, got {init_scale!r}")
+        if not MIN_LOSS_SCALE <= init_scale <= MAX_LOSS_SCALE:
+            raise ConfigError(f"loss scale {init_scale!r} is outside 2^-24 .. 2^64: below, a float16 loss gradient "
+                              f"(at least 2^-24 where it is not 0) flushes to zero; above, it overflows at once")
         if not growth_factor > 1 or not 0 < backoff_factor < 1:
             raise ConfigError(f"loss scaler: growth_factor must be > 1 and backoff_factor in (0, 1), got "
                               f"{growth_factor!r} and {backoff_factor!r}")

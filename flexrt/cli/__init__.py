@@ -84,6 +84,11 @@ def _leave_past_script_threads(status: int) -> None:
     os._exit(status)
 
 
+def _peak_rss_gb() -> float:
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024) / 1e9
+
+
 def _main(argv: Optional[Sequence[str]] = None) -> int:
     process = argv is None     # the command line is this process's whole job (not a library call)
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -114,6 +119,13 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print("flexrt: interrupted", file=sys.stderr)
         return 130
+    except MemoryError as e:   # the input asks more than this host holds: what to do, not a bug
+        _abort_world(f"error: out of memory: {e}", 1)
+        print(f"flexrt: error: out of memory{': ' + _one_line(str(e)) if str(e) else ''}: the model, batch, "
+              f"micro-batches or machine asked for more than this host's memory (peak RSS "
+              f"{_peak_rss_gb():.1f} GB); try fewer micro-batches or layers, --symmetric, or a larger host",
+              file=sys.stderr)
+        return 1
     except BrokenPipeError:  # `flexrt show resnet50 | head`: stop quietly, as SIGPIPE would
         try:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

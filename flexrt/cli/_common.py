@@ -228,8 +228,19 @@ def comm_cost_model(args, cost):
 
 
 def emit_json(doc: Any) -> None:
-    json.dump(doc, sys.stdout, indent=2)
+    """``doc`` as JSON on stdout; a NaN or infinity (a diverged loss) as null: JSON holds neither."""
+    json.dump(_finite(doc), sys.stdout, indent=2, allow_nan=False)
     sys.stdout.write("\n")
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def write_text(path: str, text: str, what: str) -> str:
@@ -355,12 +366,16 @@ def warn_megatron_shortfalls(base, machine, tensor, pipeline: int) -> None:
     if short:
         listed = ", ".join(f"'{name}' {k}-way" for name, k in list(short.items())[:4]) + (", ..." if len(short) > 4 else "")
         multiple = 128 * t
-        widths = sorted({n.attrs.out_channels for n in base.nodes if n.name in short and hasattr(n.attrs, "out_channels")})
-        hint = "; ".join(f"{w} outputs padded to {-(-w // multiple) * multiple}" for w in widths)
+        vocabularies = {n.attrs.num_entries for n in base.nodes if hasattr(n.attrs, "num_entries")}
+        widths = sorted({w for n in base.nodes if n.name in short
+                         for w in (getattr(n.attrs, "out_channels", None), getattr(n.attrs, "num_entries", None))
+                         if w in vocabularies})
+        hint = "; ".join(f"{w} padded to {-(-w // multiple) * multiple}" for w in widths)
+        why = (f"Megatron-LM pads the vocabulary to a multiple of 128 x {t} ({hint}; gpt: --vocab); unpadded, these "
+               f"operators and the ones around them are not laid out as Megatron-LM's" if hint else
+               f"Their widths (or heads) do not divide by {t}, which Megatron-LM's layout assumes")
         print(f"flexrt: warning: Megatron-LM's strategy splits {len(short)} operator(s) fewer than the tensor group's {t} "
-              f"ways, as their shapes allow: {listed}. Megatron-LM pads the vocabulary to a multiple of 128 x {t}"
-              + (f" ({hint}; gpt: --vocab)" if hint else "") + "; unpadded, these operators and the ones around them "
-              "are not laid out as Megatron-LM's", file=sys.stderr)
+              f"ways, as their shapes allow: {listed}. {why}", file=sys.stderr)
 
 
 def warn_data_parallel(base, machine) -> None:
@@ -455,6 +470,9 @@ def pipeline_arg(args, base, machine):
     pipeline's other flags without ``--pipeline`` (or ``--megatron``) are a ConfigError."""
     if args.megatron:
         from flexrt.search.baselines import megatron_lm
+        if (args.pipeline or 1) == 1 and (args.chunks is not None or args.schedule not in ("1f1b",)):
+            raise ConfigError("--schedule and --chunks order a pipeline's stages: with --megatron give --pipeline P "
+                              "> 1 too (one stage runs its --micro-batches in turn)")
         warn_megatron_shortfalls(base, machine, args.tensor_parallel, args.pipeline or 1)
         return megatron_lm(base, machine, tensor=args.tensor_parallel, pipeline=args.pipeline or 1,
                            micro_batches=args.micro_batches, schedule=args.schedule,
@@ -468,6 +486,8 @@ def pipeline_arg(args, base, machine):
         return None
     from flexrt.strategy.pipeline import default_micro_batches, pipeline_strategy
     chunks = args.chunks if args.chunks is not None else (2 if args.schedule == "interleaved" else 1)
+    # by default, micro-batches that split over each stage's block of devices (else most of it idles)
+    block = machine.num_devices // args.pipeline if machine.num_devices % args.pipeline == 0 else 1
     micro = args.micro_batches if args.micro_batches is not None else \
-        default_micro_batches(base, args.pipeline, chunks)
+        default_micro_batches(base, args.pipeline, chunks, block)
     return pipeline_strategy(base, machine, args.pipeline, micro, args.schedule, chunks=chunks)

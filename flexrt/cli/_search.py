@@ -133,6 +133,9 @@ def _options(args, cfg, model_name: str) -> dict:
         valid = [f for k, f in OPTION_FLAGS.items() if k in takes]
         raise ConfigError(f"{', '.join(wrong)}: --algo {args.algo} takes no such option; its options here: "
                           f"{', '.join(valid) or 'none'}")
+    if "pipeline_schedules" in options and args.algo in ("unity", "sequential") and not options.get("enable_pipeline"):
+        raise ConfigError(f"--pipeline-schedules: --algo {args.algo} searches pipelines only with --enable-pipeline; "
+                          f"give it too")
     if args.algo == "expert":
         options["model"] = model_name
     return options

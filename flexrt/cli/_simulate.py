@@ -187,7 +187,8 @@ def _report(args, loaded, machine, base, strategy, sim, result, steps, files, t0
     if args.json:
         emit_json({"model": loaded.name, "machine": machine.name, "num_devices": machine.num_devices,
                    "pipeline": pipeline, "recompute": {"granularity": args.recompute, "operators": recomputed},
-                   "precision": args.precision, "symmetric_replicas": replicas, **flops,
+                   "precision": args.precision, "symmetric_replicas": replicas,
+                   "totals_of": "one data-parallel replica" if replicas > 1 else "the machine", **flops,
                    "simulation_wall_s": cost_of_run["wall_s"], "simulation_peak_rss_bytes": cost_of_run["peak_rss_bytes"],
                    "method": args.method, "delta_steps": steps, "cost": args.cost,
                    "attention": args.attention or ("fused" if args.cost == "analytic" else None), "fusion": args.fusion,
@@ -220,12 +221,13 @@ def _report(args, loaded, machine, base, strategy, sim, result, steps, files, t0
     print(f"iteration time     {result.iteration_time_s * 1e3:.3f} ms   ({result.num_tasks} tasks)")
     print(f"achieved           {flops['model_tflops_per_gpu']:.1f} TFLOP/s per GPU (model), "
           f"{flops['hardware_tflops_per_gpu']:.1f} with recomputation's forwards (hardware)")
+    of = " of one replica" if replicas > 1 else ""     # --symmetric: the totals are the simulated replica's
     print(f"compute / comm     {result.compute_time_s * 1e3:.3f} ms / {result.communication_time_s * 1e3:.3f} ms "
-          f"(summed task times)")
+          f"(summed task times{of})")
     for cat, n in result.moved_elements.items():
-        print(f"moved {cat:<12} {n:,} elements ({format_count(result.moved_bytes[cat], 'B')})")
+        print(f"moved {cat:<12} {n:,} elements ({format_count(result.moved_bytes[cat], 'B')}){of}")
     for lt, b in sorted(result.link_bytes.items()):
-        print(f"link {lt:<13} {format_count(b, 'B')} (all hops)")
+        print(f"link {lt:<13} {format_count(b, 'B')} (all hops{of})")
     peak = max(result.memory_bytes.items(), key=lambda kv: kv[1]["total"])
     print(f"peak memory        device {peak[0]}: {format_count(peak[1]['total'], 'B')} of "
           f"{format_count(result.memory_capacity[peak[0]], 'B')}"

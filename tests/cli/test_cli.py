@@ -179,3 +179,25 @@ def test_a_thread_the_script_leaves_running_does_not_hold_the_command(tmp_path):
                           text=True, timeout=120)
     assert proc.returncode == 0 and "operators: 1" in proc.stdout
     assert "left 1 thread(s) running (sleeper); exiting without waiting for them" in proc.stderr
+
+
+def test_json_output_holds_no_nan(capsys):
+    """A diverged loss is null in --json (JSON has no NaN or infinity); finite numbers pass unchanged."""
+    import json as _json
+    from flexrt.cli._common import emit_json
+    emit_json({"loss": float("nan"), "steps": [{"loss": float("inf")}, {"loss": 1.5}], "n": (1, float("-inf"))})
+    assert _json.loads(capsys.readouterr().out) == {"loss": None, "steps": [{"loss": None}, {"loss": 1.5}],
+                                                   "n": [1, None]}
+
+
+def test_running_out_of_memory_is_an_error_not_a_bug(capsys, monkeypatch):
+    """A MemoryError (a model or simulation larger than the host) exits 1 saying what to try, not 70."""
+    from flexrt.cli import _simulate, main
+
+    def run(args, extra):
+        raise MemoryError("the simulation engine ran out of memory")
+    monkeypatch.setattr(_simulate, "run", run)
+    assert main(["simulate", "mlp", "--machine", "dgx1_v100"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("flexrt: error: out of memory: the simulation engine ran out of memory: the model")
+    assert "bug" not in err and len(err.strip().splitlines()) == 1

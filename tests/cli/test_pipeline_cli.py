@@ -114,3 +114,26 @@ def test_megatron_refuses_a_batch_that_does_not_divide_over_its_replicas(capsys)
     assert ("the batch of 8 in 8 micro-batch(es) of 1 does not divide over the 4 data-parallel replicas"
             in capsys.readouterr().err)
     assert main(base + ["-b", "32", "--micro-batches", "8"]) == 0
+
+
+def test_megatron_warns_of_the_vocabulary_only_where_there_is_one(capsys):
+    assert main(["simulate", "lenet", "-b", "8", "--machine", "dgx_a100", "--megatron"]) == 0
+    err = capsys.readouterr().err
+    assert "fewer than the tensor group's 8 ways" in err and "vocabulary" not in err and "do not divide by 8" in err
+    assert main(["simulate", "gpt", "-b", "8", "--config", "gpt-tiny", "--vocab", "66", "--machine", "dgx_a100",
+                 "--megatron", "--tensor-parallel", "4"]) == 0
+    assert "pads the vocabulary to a multiple of 128 x 4 (66 padded to 512; gpt: --vocab)" in capsys.readouterr().err
+
+
+def test_megatron_schedule_flags_need_a_pipeline(capsys):
+    base = ["simulate", "gpt", "-b", "8", "--config", "gpt-tiny", "--machine", "dgx_a100", "--megatron"]
+    assert main(base + ["--schedule", "interleaved", "--chunks", "3"]) == 1
+    assert "--schedule and --chunks order a pipeline's stages" in capsys.readouterr().err
+    assert main(base + ["--micro-batches", "2"]) == 0     # one stage accumulating two micro-batches
+
+
+def test_a_plain_pipeline_defaults_to_micro_batches_that_fill_each_block(capsys):
+    """8 sequences, 2 stages of 4 GPUs: 2 micro-batches of 4 (one sequence per GPU), not 8 of 1 on one GPU each."""
+    assert main(["simulate", "gpt", "-b", "8", "--config", "gpt-tiny", "--machine", "dgx_a100", "--pipeline", "2",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["pipeline"]["micro_batches"] == 2

@@ -176,6 +176,10 @@ def test_loss_scaler_and_session_options_are_checked():
         LossScaler(0.0)
     with pytest.raises(ConfigError, match="growth_factor"):
         LossScaler(backoff_factor=1.5)
+    for scale in (1e-40, 2.0 ** -25, 2.0 ** 65):    # 1e-40: 1 / scale is infinite in float32 and the weights went NaN
+        with pytest.raises(ConfigError, match=r"outside 2\^-24 \.\. 2\^64"):
+            LossScaler(scale)
+    assert LossScaler(2.0 ** -24).scale == 2.0 ** -24 and LossScaler(2.0 ** 64).scale == 2.0 ** 64
     m, loss = MODELS["mlp"](F32)
     with pytest.raises(ConfigError, match="applies to models with float16 weights"):
         Session(data_parallel(m.pcg, MACHINE, 1), MACHINE, loss=loss, loss_scale=128.0)

@@ -94,6 +94,8 @@ def test_simulate_symmetric_reports_throughput_flops_and_its_own_cost(capsys):
     assert main(args + ["--json", "--symmetric"]) == 0
     folded = json.loads(capsys.readouterr().out)
     assert folded["symmetric_replicas"] == 2 and whole["symmetric_replicas"] == 1
+    assert folded["totals_of"] == "one data-parallel replica" and whole["totals_of"] == "the machine"
+    assert folded["compute_time_s"] == pytest.approx(whole["compute_time_s"] / 2, rel=1e-9)  # one replica's of two
     assert folded["iteration_time_s"] == pytest.approx(whole["iteration_time_s"], rel=1e-12)
     assert folded["model_tflops_per_gpu"] == pytest.approx(whole["model_tflops_per_gpu"], rel=1e-9)
     assert folded["model_tflops_per_gpu"] > 0
