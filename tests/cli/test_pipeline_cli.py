@@ -137,3 +137,10 @@ def test_a_plain_pipeline_defaults_to_micro_batches_that_fill_each_block(capsys)
     assert main(["simulate", "gpt", "-b", "8", "--config", "gpt-tiny", "--machine", "dgx_a100", "--pipeline", "2",
                  "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["pipeline"]["micro_batches"] == 2
+
+
+def test_micro_batches_past_what_a_host_holds_are_refused_before_building(capsys):
+    """A million micro-batches of a 4-operator model ran 9 minutes into 16 GB before; now refused at once."""
+    assert main(["simulate", "mlp_unity_fig2", "-b", "1048576", "--machine", "dgx_a100", "--pipeline", "2",
+                 "--micro-batches", "1048576"]) == 1
+    assert "make 4,194,304 operator copies, more than the 2,097,152 flexrt builds" in capsys.readouterr().err
