@@ -11,6 +11,7 @@ import functools
 import time
 from typing import Any, Optional
 
+from flexrt.errors import ConfigError
 from flexrt.experiments.kinds import REQUIRED, Param, SkipRun, problem_of
 from flexrt.inputs import clip
 from flexrt.ir.precision import Precision
@@ -99,9 +100,15 @@ def _flags_problem(model: str, flags: tuple) -> Optional[str]:
 
     def parse() -> None:
         build = script_build_model(model)
-        FFConfig(split_script_flags(build, flags)[0] if build else list(flags), tolerant=build is None)
+        rest = split_script_flags(build, flags)[0] if build else list(flags)
+        FFConfig(rest, tolerant=build is None)
+        if build and rest:   # FFConfig's own: the batch, epochs, search settings are the experiment's to set
+            from flexrt.model.loader import script_options
+            own = ", ".join(script_options(build)) or "none"
+            raise ConfigError(f"{' '.join(rest)}: a FlexFlow flag, which the experiment sets itself (the batch is "
+                              f"the per-device batch x devices); model_flags take the script's own: {own}")
     problem = problem_of(parse)
-    return None if problem is None else f"model {model}: {clip(problem, 160)}"
+    return None if problem is None else f"model {model}: {clip(problem, 240)}"
 
 
 def pcg_of(model: str, batch: int, seq_length: int = 0, extra: tuple[str, ...] = ()):

@@ -266,3 +266,13 @@ def test_a_configuration_ratio_the_dp_refuses_is_refused_when_read():
             "params: {model: mlp, config_ratio: 0.5, budget: 4}\naxes: {devices: [6]}\nmeasure: [speedup]\n")
     assert "configuration ratio (--config-ratio) must be 0 (every configuration) or a finite number >= 1, got 0.5" \
         in error_of(text)
+
+
+@pytest.mark.parametrize("flags", ['["-b", "64"]', '["--epochs", "3"]', '["--search-budget", "3"]'])
+def test_model_flags_take_only_the_scripts_own(flags):
+    """FlexFlow's flags in model_flags were accepted and ignored (--epochs), or overrode the
+    experiment's batch without a trace (-b): refused when read."""
+    text = ("name: demo\ntitle: t\npaper: unity\nreproduces: r\nkind: joint_vs_sequential\n"
+            f"params: {{model: dlrm, budget: 4, model_flags: {flags}}}\naxes: {{devices: [6]}}\nmeasure: [speedup]\n")
+    assert "a FlexFlow flag, which the experiment sets itself (the batch is the per-device batch x devices)" \
+        in error_of(text)
