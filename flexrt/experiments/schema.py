@@ -429,6 +429,7 @@ def _report(r: _Reader, k: Kind, top: LineMap, runs: tuple[Run, ...]) -> tuple[t
     if "rows" in m:
         seq = r.sequence(m["rows"], r.line(m, "rows"), "report.rows", "a list of parameter names")
         rows = _unique(r, seq, "report.rows", k.param_names)
+        _rows_tell_runs_apart(r, r.line(m, "rows"), k, rows, runs)
     relative = []
     if "relative" in m:
         seq = r.sequence(m["relative"], r.line(m, "relative"), "report.relative", "a list of {name, metric, to}")
@@ -454,6 +455,20 @@ def _report(r: _Reader, k: Kind, top: LineMap, runs: tuple[Run, ...]) -> tuple[t
                               f"values of {n}: {values}); every row would have nothing to divide by")
             relative.append(rel)
     return rows, tuple(relative)
+
+
+def _rows_tell_runs_apart(r: _Reader, line: int, k: Kind, rows: tuple[str, ...], runs: tuple[Run, ...]) -> None:
+    """Refuse report rows under which two runs look alike: the report would show them with one label
+    (and beside the paper's number of one of them)."""
+    seen: dict[str, Run] = {}
+    for run in runs:
+        label = json.dumps([run.params.get(n) for n in rows], sort_keys=True, default=str)
+        other = seen.setdefault(label, run)
+        if other is not run:
+            differ = [n for n in k.param_names if run.params.get(n) != other.params.get(n)]
+            raise r.error(line, "report.rows", f"two runs differ only in {', '.join(differ)}, so rows of "
+                          f"{', '.join(rows) or 'nothing'} show them alike (and the paper's number of one beside "
+                          f"the other); add {', '.join(differ)}")
 
 
 def _one(seq: LineSeq, i: int) -> LineMap:

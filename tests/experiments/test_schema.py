@@ -276,3 +276,11 @@ def test_model_flags_take_only_the_scripts_own(flags):
             f"params: {{model: dlrm, budget: 4, model_flags: {flags}}}\naxes: {{devices: [6]}}\nmeasure: [speedup]\n")
     assert "a FlexFlow flag, which the experiment sets itself (the batch is the per-device batch x devices)" \
         in error_of(text)
+
+
+def test_report_rows_must_tell_the_runs_apart():
+    """Rows of `space` alone showed the 2- and 4-GPU runs both as 'figure', the 2-GPU paper number beside each."""
+    text = ("name: demo\ntitle: t\npaper: unity\nreproduces: r\nkind: unity_fig2\n"
+            "axes: {space: [figure], devices: [2, 4]}\nmeasure: [dp_moved_elements]\nreport: {rows: [space]}\n")
+    assert "field 'report.rows': two runs differ only in devices, so rows of space show them alike" in error_of(text)
+    parse_experiment(text.replace("rows: [space]", "rows: [space, devices]"), "demo.yaml")
