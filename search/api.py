@@ -503,6 +503,18 @@ def describe(strategy: Strategy, machine: Machine, limit: int = 6) -> list[str]:
     return ([plan.describe()] if plan is not None else []) + lines
 
 
+def below_degree(strategy: Strategy, k: int) -> list[str]:
+    """The operators a strategy runs on fewer than ``k`` devices (their pieces), in graph order: where
+    a search's ``min_degree`` could not be met (the shapes do not split that far)."""
+    pcg = strategy.pcg
+    out = []
+    for nid in sorted(strategy.views):
+        axes, degree = node_axes(pcg, pcg.node(nid))
+        if math.prod(degree[a.name] for a in axes) < k:
+            out.append(pcg.node(nid).name)
+    return out
+
+
 def cut_in_parts(strategy: Strategy) -> list[str]:
     """The operators a strategy cuts on a part axis (a Concat's pieces holding whole inputs where
     they lie, Unity Fig. 16b), in graph order."""

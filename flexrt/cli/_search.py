@@ -17,6 +17,8 @@ Every strategy here, the chosen algorithm's and the baselines it is compared wit
 
 from __future__ import annotations
 
+import sys
+
 from flexrt.cli._common import (add_comm_cost_flag, add_cost_flags, operator_cost_model, add_fused_cost_flag, add_fusion_flag, add_json_flag,
                                 add_precision_flags, check_comm_cost, check_model_flags, comm_cost_model,
                                 compiled_optimizer, count, emit_json, fused_cost_model, fused_result, fusion_arg,
@@ -163,6 +165,22 @@ def _initial(args, expert, given: list) -> tuple:
     return tuple(s for s in ((expert.strategy if expert and takes else None), *given) if s is not None)
 
 
+def _export(path: str, strategy, machine) -> str:
+    """Write the found strategy to ``path``; where FlexFlow's text format cannot hold it (a rewritten
+    graph, a pipeline Unity chose), to the same name as JSON instead, saying so: the search is not lost."""
+    from flexrt.errors import StrategyError
+    try:
+        return export_strategy(path, strategy, machine)
+    except StrategyError:
+        if not path.endswith(".txt"):
+            raise
+        instead = path[:-len(".txt")] + ".json"
+        written = export_strategy(instead, strategy, machine)
+        print(f"flexrt: warning: --export {path}: FlexFlow's text format cannot hold this strategy (a rewritten graph "
+              f"or a pipeline); wrote it as JSON to {instead}", file=sys.stderr)
+        return written
+
+
 def run(args, extra) -> int:
     cfg = check_model_flags(NAME, args.model, extra, HONOURED)
     fusion_arg(args, NAME)
@@ -172,6 +190,12 @@ def run(args, extra) -> int:
     for path, flag in ((args.export or cfg.export_strategy_file, "--export"), (args.plot, "--plot")):
         if path is not None:
             writable_file(path, flag)      # before the search: its result is not lost on a bad path
+    text = (args.export or cfg.export_strategy_file or "").endswith(".txt")
+    if text and (args.algo in ("pipeline", "disco") or args.fusion != "off"):
+        raise ConfigError(f"--export {args.export or cfg.export_strategy_file}: FlexFlow's text format holds neither "
+                          f"pipelines nor fusion plans, which --algo {args.algo}"
+                          + (f" with --fusion {args.fusion}" if args.fusion != "off" else "") + " finds; export to a "
+                          ".json file")
     nodes = args.search_num_nodes or cfg.search_num_nodes or args.nodes
     machine = load_machine(args.machine, nodes=nodes)
     _check_against_machine(args, machine)
@@ -202,6 +226,13 @@ def run(args, extra) -> int:
                             initial=initial, optimizer=optimizer,
                             progress=False if (args.no_progress or args.json) else None, options=options)
     result = search(args.algo, request)
+    if args.min_degree:
+        from flexrt.search.api import below_degree
+        short = below_degree(result.strategy, args.min_degree)
+        if short:
+            print(f"flexrt: warning: --min-degree {args.min_degree}: {len(short)} operator(s) run on fewer devices, as "
+                  f"their shapes allow no more pieces: {', '.join(short[:4])}" + (", ..." if len(short) > 4 else ""),
+                  file=sys.stderr)
     unfused_s = None
     if args.algo != "disco" and args.fusion != "off":
         unfused_s = result.cost_s
@@ -210,7 +241,7 @@ def run(args, extra) -> int:
     files = {}
     export = args.export or cfg.export_strategy_file
     if export:
-        files["strategy"] = export_strategy(export, result.strategy, machine)
+        files["strategy"] = _export(export, result.strategy, machine)
     if args.plot:
         try:
             from flexrt.search.plot import plot_strategy

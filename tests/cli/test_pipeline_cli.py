@@ -144,3 +144,32 @@ def test_micro_batches_past_what_a_host_holds_are_refused_before_building(capsys
     assert main(["simulate", "mlp_unity_fig2", "-b", "1048576", "--machine", "dgx_a100", "--pipeline", "2",
                  "--micro-batches", "1048576"]) == 1
     assert "make 4,194,304 operator copies, more than the 2,097,152 flexrt builds" in capsys.readouterr().err
+
+
+def test_a_text_export_the_format_cannot_hold_is_written_as_json(tmp_path, capsys):
+    """--export x.txt of a pipeline (or a rewritten graph) failed after the whole search, losing it:
+    refused before searching where the algorithm always finds one, written as x.json otherwise."""
+    from flexrt.cli._search import _export
+    from flexrt.machine import load_machine
+    from flexrt.model import load_model
+    from flexrt.strategy import load_strategy
+    from flexrt.strategy.pipeline import pipeline_strategy
+    machine = load_machine("dgx1_v100")
+    pcg = load_model("mlp_unity_fig2", ["-b", "64"]).model.pcg
+    piped = pipeline_strategy(pcg, machine, 2, 4)
+    written = _export(str(tmp_path / "s.txt"), piped, machine)
+    assert written.endswith("s.json") and not (tmp_path / "s.txt").exists()
+    assert "wrote it as JSON to" in capsys.readouterr().err
+    assert load_strategy(written, pcg, machine).pipeline.micro_batches == 4
+    assert main(["search", "mlp_unity_fig2", "-b", "64", "--machine", "dgx1_v100", "--algo", "pipeline", "--export",
+                 str(tmp_path / "p.txt")]) == 1
+    assert "FlexFlow's text format holds neither pipelines nor fusion plans" in capsys.readouterr().err
+
+
+def test_search_says_where_min_degree_could_not_be_met(capsys):
+    """One sample cannot split 8 ways: the search ran everything on one device without a word."""
+    args = ["search", "mlp_unity_fig2", "--machine", "dgx1_v100", "--algo", "unity", "--budget", "5", "--min-degree"]
+    assert main(args + ["8", "-b", "1"]) == 0
+    assert "--min-degree 8: 3 operator(s) run on fewer devices" in capsys.readouterr().err
+    assert main(args + ["2", "-b", "64"]) == 0
+    assert "--min-degree" not in capsys.readouterr().err
