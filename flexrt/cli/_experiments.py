@@ -27,8 +27,10 @@ def _resolve(name: str) -> Path:
         return Path(name)
     files = shipped()
     if name not in files:
-        raise ConfigError(f"unknown experiment {short(name)}; shipped: {listing(files)} (or give a file: a path with "
-                          f"a '/' or ending in .yaml)")
+        import difflib
+        close = difflib.get_close_matches(name, list(files), n=3)
+        raise ConfigError(f"unknown experiment {short(name)}" + (f" (did you mean {', '.join(close)}?)" if close else "")
+                          + f"; shipped: {listing(files, 1000)} (or give a file: a path with a '/' or ending in .yaml)")
     return files[name]
 
 

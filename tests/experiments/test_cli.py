@@ -68,5 +68,8 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     assert "bubbles.yaml:7: field 'axes.stages[1]' must be between 1 and 64, got -4" in err
     rc, _, err = run(capsys, "run", "no_such_experiment")
     assert rc == 1 and "unknown experiment 'no_such_experiment'; shipped: disco_fig10" in err
+    assert "unity_fig16b" in err and "in all" not in err        # every shipped name, not the first 13
+    rc, _, err = run(capsys, "run", "unity_fig15")
+    assert rc == 1 and "unknown experiment 'unity_fig15' (did you mean unity_fig15b, unity_fig15a" in err
     rc, _, err = run(capsys, "run", "unity_fig2", "--jobs", "0")
     assert rc == 2 and "--jobs" in err
