@@ -185,7 +185,9 @@ def micro_batch_pcg(pcg: PCG, micro_batches: int, loss_output: Optional[str] = N
                 batch = dims[0]
             if not dims or dims[0] != batch or batch % m:
                 raise StrategyError(f"input '{node.name}' {list(dims)}: its first dimension must be the batch "
-                                    f"({batch}) and divide into {m} micro-batches")
+                                    f"({batch}) and divide into {m} micro-batches"
+                                    + (f"; micro-batch counts that divide it: {listing(divisors(batch))}"
+                                       if dims and dims[0] == batch else ""))
             b = batch // m
             shape = TensorShape((b,) + tuple(dims[1:]), node.attrs.shape.dtype)
             refs[nid] = [out.add_node(InputAttrs(shape), (), name=copy_name(node.name, j)) for j in range(k)]

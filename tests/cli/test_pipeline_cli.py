@@ -29,7 +29,7 @@ def test_pipeline_flags_are_checked(capsys):
     assert main(base + ["--pipeline", "4", "--schedule", "interleaved", "--micro-batches", "2"]) == 1
     assert "micro-batches divisible by the 4 stages" in capsys.readouterr().err
     assert main(base + ["--pipeline", "2", "--micro-batches", "3"]) == 1
-    assert "divide into 3 micro-batches" in capsys.readouterr().err
+    assert "divide into 3 micro-batches; micro-batch counts that divide it: 1, 2, 4, 8, 16, 32, 64" in capsys.readouterr().err
 
 
 def test_train_pipeline_runs_and_learns(capsys):
