@@ -271,6 +271,24 @@ _FLAG_HOME = {
 }
 
 
+def _other_commands_flag(command: str, flags: Sequence[str]) -> Optional[str]:
+    """Where the first of ``flags`` that is another flexrt command's own flag (not this one's, nor a
+    model flag) belongs, said for the user; None when there is none."""
+    from flexrt.cli import build_parser
+    owners: dict[str, list[str]] = {}
+    for action in build_parser()._subparsers._group_actions:
+        for name, sub in action.choices.items():
+            for flag in sub._option_string_actions:
+                owners.setdefault(flag, []).append(name)
+    for token in flags:
+        flag = token.split("=", 1)[0]
+        known = flag in FLAG_BY_NAME or flag in IGNORED_BY_NAME or flag in LEGION_VALUE_FLAGS or flag in LEGION_SWITCHES
+        if flag.startswith("--") and not known and command not in owners.get(flag, [command]):
+            return (f"{flag} is a flag of flexrt {' and '.join(sorted(set(owners[flag])))}, not of flexrt {command} "
+                    f"(`flexrt {command} --help` lists its flags)")
+    return None
+
+
 def check_model_flags(command: str, model: str, flags: Sequence[str],
                       honours: Optional[frozenset] = frozenset()) -> FFConfig:
     """Parse the model flags now (FFConfig's and the script's own), so that a typo is a usage error.
@@ -288,6 +306,10 @@ def check_model_flags(command: str, model: str, flags: Sequence[str],
                 warnings.simplefilter("ignore", FlagWarning)
             cfg = FFConfig(rest, tolerant=build_model is None and not is_onnx(model))
     except ConfigError as e:
+        elsewhere = _other_commands_flag(command, [f for f in flags
+                                                   if f.split("=", 1)[0].lstrip("-").replace("-", "_") not in options])
+        if elsewhere:
+            raise UsageError(command, elsewhere) from None
         own = f"; {model}'s own flags: {', '.join(options)}" if options else ""
         raise UsageError(command, f"{e}{own} (model flags follow MODEL)") from None
     if honours is None:

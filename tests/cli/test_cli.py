@@ -201,3 +201,11 @@ def test_running_out_of_memory_is_an_error_not_a_bug(capsys, monkeypatch):
     err = capsys.readouterr().err
     assert err.startswith("flexrt: error: out of memory: the simulation engine ran out of memory: the model")
     assert "bug" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_flag_of_another_command_says_where_it_belongs(capsys):
+    from flexrt.cli import main
+    assert main(["search", "mlp", "--machine", "dgx1_v100", "--recompute", "full"]) == 2
+    assert "--recompute is a flag of flexrt simulate and train, not of flexrt search" in capsys.readouterr().err
+    assert main(["simulate", "mlp", "--machine", "dgx1_v100", "--loss-scale", "8"]) == 2
+    assert "--loss-scale is a flag of flexrt train, not of flexrt simulate" in capsys.readouterr().err
