@@ -351,6 +351,9 @@ def unity(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUDGET, 
                      edge_evaluations=costs.edge_evaluations, estimated_s=mapping.cost_s, config_ratio=config_ratio,
                      **_rewrite_notes(pcg, best_pcg, state))
     log.stop_reason = "interrupted" if log.interrupted else "queue empty or budget spent"
+    if log.interrupted:      # Ctrl-C: the best so far, data parallelism and the given ones, without more mapping
+        return _finish(machine, cost_model, optimizer, _interrupted_finalists(best_pcg, pcg, mapping, machine, n)
+                       + _given(initial), log, t0)
     overlap = _overlap_dp(costs, sp, min_degree, n, cache, config_ratio)
     unpacked = MappingDP(machine, costs, cache=cache, devices=n, packing=False)   # both graphs share its memo
     finalists = _finalists("unity", best_pcg, pcg, mapping, costs, sp, min_degree, n, cache, overlap, config_ratio,
@@ -402,10 +405,17 @@ def sequential(pcg: PCG, machine: Machine, cost_model, budget: int = DEFAULT_BUD
     log.proposals = count
     log.notes.update(estimated_s=mapping.cost_s, config_ratio=config_ratio, **_rewrite_notes(pcg, best_pcg, state))
     log.stop_reason = "interrupted" if log.interrupted else "queue empty or budget spent"
-    return _finish(machine, cost_model, optimizer,
-                   _finalists("sequential", best_pcg, pcg, mapping, costs, sp, min_degree, n,
-                              config_ratio=config_ratio) + _given(initial),
-                   log, t0)
+    finalists = (_interrupted_finalists(best_pcg, pcg, mapping, machine, n) if log.interrupted else
+                 _finalists("sequential", best_pcg, pcg, mapping, costs, sp, min_degree, n, config_ratio=config_ratio))
+    return _finish(machine, cost_model, optimizer, finalists + _given(initial), log, t0)
+
+
+def _interrupted_finalists(best_pcg: PCG, pcg: PCG, mapping, machine: Machine, n: int) -> list:
+    """After Ctrl-C, the finalists simulated at once: the best graph's mapping so far and data
+    parallelism (``_finalists``' other mappings each solve the DP again: tens of seconds on a large
+    model, while the user waits to stop)."""
+    return _mapped("best so far", best_pcg, pcg, mapping) + [
+        ("data-parallel", data_parallel(pcg, machine, n if n < machine.num_devices else None))]
 
 
 def _finalists(label: str, best_pcg: PCG, pcg: PCG, mapping, costs: LocalCosts, sp: SearchSpace,

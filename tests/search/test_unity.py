@@ -365,6 +365,9 @@ def test_ctrl_c_keeps_the_best_graph_so_far(dgx1, monkeypatch):
     monkeypatch.setattr(mapping_mod.MappingDP, "solve", solve)
     r = unity(pcg, dgx1, COST, budget=50, devices=4, split_size=0, progress=False)
     assert r.log.interrupted and r.log.proposals == 2  # calls 1-2 cost the input graph
+    assert calls["n"] == 5       # after Ctrl-C no other mapping is solved: the user waits to stop
+    assert set(r.log.notes["finalists_s"]) <= {"best so far", "data-parallel"} | {
+        k for k in r.log.notes["finalists_s"] if k.startswith("best so far, branches")}
     sim = Simulator(dgx1, COST)
     sim.full(r.strategy)
     assert sim.iteration_time() == pytest.approx(r.cost_s, rel=1e-12)
