@@ -103,8 +103,7 @@ def run(args, extra) -> int:
     _check_backend(args.backend)
     check_model_flags(NAME, args.model, extra)
     machine = load_machine(args.machine, nodes=args.nodes)
-    if machine.name == "local" and machine.num_nodes > 1 and not mpi.launched_by_mpi():
-        return _launch_local(args, machine)
+    launcher = machine.name == "local" and machine.num_nodes > 1 and not mpi.launched_by_mpi()
     check_comm_cost(args, machine)
     loaded = load_model(args.model, extra)
     base = precision_arg(args, loaded.model.pcg)
@@ -130,6 +129,8 @@ def run(args, extra) -> int:
         described += f", {args.recompute} recomputation"
     loss = compiled_loss(loaded.model, args.loss)
     optimizer, params = compiled_optimizer(loaded.model, args.optimizer, args.lr)
+    if launcher:    # checked here first: a mistake is said once, not by every rank and then the launcher
+        return _launch_local(args, machine)
     warn_inference(loaded.model, NAME)
     described += f"; {optimizer.short_name} {', '.join(f'{k} {v:g}' for k, v in params.items() if v)}, " \
                  f"{loss.short_name}"

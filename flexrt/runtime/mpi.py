@@ -73,6 +73,7 @@ def launch(ranks: int, cmd: list[str], env: Optional[dict] = None, timeout_s: fl
         cmd = [mpiexec, "-n", str(ranks)] + list(cmd)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     timer = threading.Timer(timeout_s, proc.kill)
+    timer.daemon = True      # flexrt's own: never mistaken for a thread a model script left running
     timer.start()
     lines = []
     try:
@@ -87,6 +88,7 @@ def launch(ranks: int, cmd: list[str], env: Optional[dict] = None, timeout_s: fl
         raise
     finally:
         timer.cancel()
+        timer.join()
     if rc != 0:
         tail = "".join(lines[-20:]).strip()
         raise ConfigError(f"{' '.join(cmd)} failed (exit {rc}{', killed after ' + str(timeout_s) + ' s' if rc < 0 else ''})"

@@ -173,3 +173,11 @@ def test_search_says_where_min_degree_could_not_be_met(capsys):
     assert "--min-degree 8: 3 operator(s) run on fewer devices" in capsys.readouterr().err
     assert main(args + ["2", "-b", "64"]) == 0
     assert "--min-degree" not in capsys.readouterr().err
+
+
+def test_a_mistake_under_several_local_processes_is_said_once(capsys):
+    """Each rank said it, then the launcher repeated it: now the launcher checks first and starts nothing."""
+    assert main(["train", "gpt", "--config", "gpt-tiny", "-b", "4", "--machine", "local", "--nodes", "2",
+                 "--steps", "1", "--pipeline", "8", "--micro-batches", "3"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "divide into 3 micro-batches" in err[0] and "mpiexec" not in err[0]
