@@ -53,6 +53,11 @@ def symmetric_simulation(args, extra, loaded, machine, cost, optimizer):
     batch = loaded.config.batch_size
     if batch % replicas:
         raise ConfigError(f"--symmetric: batch {batch} does not divide over {replicas} data-parallel replicas")
+    m = args.micro_batches
+    if m and (batch // replicas) % m:
+        raise ConfigError(f"the batch of {batch} over {replicas} data-parallel replicas is {batch // replicas} a "
+                          f"replica, which does not divide into {m} micro-batches (--micro-batches); give a batch that "
+                          f"is a multiple of {replicas * m}, or --micro-batches dividing {batch // replicas}")
     sub = load_machine(args.machine, nodes=machine.num_nodes // replicas)
     one = load_model(args.model, _replica_argv(extra, batch // replicas))
     base = precision_arg(args, one.model.pcg)

@@ -114,6 +114,10 @@ def test_megatron_refuses_a_batch_that_does_not_divide_over_its_replicas(capsys)
     assert ("the batch of 8 in 8 micro-batch(es) of 1 does not divide over the 4 data-parallel replicas"
             in capsys.readouterr().err)
     assert main(base + ["-b", "32", "--micro-batches", "8"]) == 0
+    capsys.readouterr()
+    assert main(base + ["-b", "8", "--micro-batches", "8", "--heads", "8", "--symmetric"]) == 1   # per replica: 4
+    assert ("the batch of 8 over 2 data-parallel replicas is 4 a replica, which does not divide into 8 micro-batches"
+            in capsys.readouterr().err)
 
 
 def test_megatron_warns_of_the_vocabulary_only_where_there_is_one(capsys):
