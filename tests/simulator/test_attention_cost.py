@@ -91,3 +91,17 @@ def test_simulate_attention_flag(capsys):
     fused = json.loads(capsys.readouterr().out)["iteration_time_s"]
     assert main(args + ["--attention", "materialized"]) == 0
     assert json.loads(capsys.readouterr().out)["iteration_time_s"] > fused
+
+
+def test_search_export_simulate_round_trip_with_materialized_attention(tmp_path, capsys):
+    """A search costed with materialized attention exports a strategy that simulates, with the same flag,
+    at the time the search reported (and slower than under the fused model)."""
+    path = str(tmp_path / "s.json")
+    model = ["gpt", "-b", "8", "--config", "gpt-tiny", "--seq-length", "64", "--machine", "dgx1_v100"]
+    assert main(["search", *model, "--algo", "unity", "--budget", "5", "--attention", "materialized",
+                 "--export", path, "--json", "--no-progress"]) == 0
+    found = json.loads(capsys.readouterr().out)["iteration_time_s"]
+    assert main(["simulate", *model, "--strategy", path, "--attention", "materialized", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["iteration_time_s"] == pytest.approx(found, rel=1e-12)
+    assert main(["simulate", *model, "--strategy", path, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["iteration_time_s"] < found
