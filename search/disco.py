@@ -218,13 +218,18 @@ def _methods(methods) -> tuple:
     return tuple(m for m in METHODS if m in methods)
 
 
+MAX_BETA = 10_000     # DisCo uses 10 (Table 4: 1-30); each candidate applies up to beta moves per method
+
+
 def _check_options(alpha, beta, patience) -> None:
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha >= 1.0 or math.isinf(alpha):
         raise ConfigError(f"disco: alpha is the pruning threshold (candidates over alpha x the best are dropped), "
                           f"a finite number >= 1; got {alpha!r}")
-    for what, value, low in (("beta", beta, 1), ("patience", patience, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ConfigError(f"disco: {what} must be an integer >= {low}, got {value!r}")
+    if isinstance(beta, bool) or not isinstance(beta, int) or not 1 <= beta <= MAX_BETA:
+        raise ConfigError(f"disco: beta (each method applied up to beta times per candidate) must be an integer in "
+                          f"1..{MAX_BETA}, got {beta!r}: a candidate's time grows with it, unbounded by the budget")
+    if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
+        raise ConfigError(f"disco: patience must be an integer >= 1, got {patience!r}")
 
 
 def disco(pcg: PCG, machine: Machine, cost_model, budget: int = 1000, seed: int = 0,

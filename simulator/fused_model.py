@@ -282,6 +282,7 @@ class LearnedFusedModel:
         self.feat_std = np.ones(self.num_features)
         self.target_mean, self.target_std = 0.0, 1.0
         self.trained = False
+        self.source = ""                   # the file it was loaded from (for messages)
         self.shrink = 1.0                  # the residual's weight (``fit_shrink``)
         self.shrink_scores: dict = {}      # shrink -> leave-one-model-out share within 10 % (``fit_shrink``)
         self.cross_model: dict = {}        # predictor -> leave-one-model-out share within 10 % (``choose``)
@@ -388,7 +389,8 @@ class LearnedFusedModel:
 
     def predict(self, samples: Sequence[FusedSample]) -> np.ndarray:
         """Predicted forward seconds per sample (``samples``' labels are not read)."""
-        return np.exp(self.predict_log(samples))
+        with np.errstate(over="ignore"):     # an overflow is infinite time: LearnedCostModel refuses it by name
+            return np.exp(self.predict_log(samples))
 
     def predict_members(self, members: Sequence[FusedMember], member_times: Sequence[float]) -> float:
         """Predicted forward seconds of one fused task, by the chosen predictor (``choose``)."""
@@ -502,7 +504,7 @@ class LearnedFusedModel:
                 raise ConfigError(f"{path}: linear_coef has shape {data['linear_coef'].shape}; expected "
                                   f"({len(AGGREGATE_FEATURES)},)")
             model.linear = LinearFusedModel()
-            model.linear.coef = data["linear_coef"].astype(np.float64)
+            model.linear.coef = _finite(path, "linear_coef", data["linear_coef"])
         if chosen not in model.predictors():
             raise ConfigError(f"{path}: the chosen predictor {chosen!r} is not one of {', '.join(model.predictors())}")
         model.chosen, model.held_out = chosen, held_out
@@ -513,19 +515,31 @@ class LearnedFusedModel:
                               f"{model.num_features}")
         model.feat_mean, model.feat_std = _finite(path, "feat_mean", data["feat_mean"]), _finite(path, "feat_std",
                                                                                                data["feat_std"])
-        model.target_mean, model.target_std = (float(x) for x in _finite(path, "target", data["target"]))
+        model.target_mean, model.target_std = (float(x) for x in _finite(path, "target", data["target"], size=2))
         if not (model.feat_std > 0).all() or not model.target_std > 0:
             raise ConfigError(f"{path}: feat_std and the target's spread must be > 0 (they divide the features and "
                               f"times); this file has a zero or negative one: train the model again")
         model.trained = bool(config.get("trained", True))
+        model.source = str(path)
         return model
 
 
-def _finite(path, name: str, array) -> np.ndarray:
-    """``array`` as float64, refused (naming ``name`` in ``path``) when it holds NaN or inf."""
-    out = np.asarray(array, dtype=np.float64)
-    if not np.isfinite(out).all():
-        raise ConfigError(f"{path}: {name} holds NaN or inf; train the model again")
+# The largest magnitude a stored weight or statistic may have: the predictors exponentiate sums of
+# their products, so beyond this a prediction overflows (a trained model's are within about 1e3).
+MAX_STORED = 1e6
+
+
+def _finite(path, name: str, array, size: Optional[int] = None) -> np.ndarray:
+    """``array`` as float64, refused (naming ``name`` in ``path``) when it is not numbers, holds NaN,
+    inf or values past ``MAX_STORED``, or (``size``) has another number of values."""
+    try:
+        out = np.asarray(array, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{path}: {name} is not numbers ({np.asarray(array).dtype}); train the model again") from None
+    if size is not None and out.size != size:
+        raise ConfigError(f"{path}: {name} holds {out.size} values; expected {size} (train the model again)")
+    if not np.isfinite(out).all() or (np.abs(out) > MAX_STORED).any():
+        raise ConfigError(f"{path}: {name} holds NaN, inf or values past {MAX_STORED:g}; train the model again")
     return out
 
 
@@ -574,7 +588,8 @@ class LinearFusedModel:
     def predict(self, samples: Sequence[FusedSample]) -> np.ndarray:
         if self.coef is None:
             raise ConfigError("LinearFusedModel.predict: fit it first")
-        return np.exp(np.stack([aggregate_features(s) for s in samples]) @ self.coef)
+        with np.errstate(over="ignore"):
+            return np.exp(np.stack([aggregate_features(s) for s in samples]) @ self.coef)
 
 
 # ---- evaluation ----------------------------------------------------------------------------------
@@ -667,6 +682,11 @@ class LearnedCostModel(CostModelWrapper):
             forward = [max(t.forward_s - over, MIN_TASK_S) for t in own]
             backward = sum(max(t.backward_s - over, MIN_TASK_S) for t in own)
             predicted = max(self.model.predict_members(members, forward), MIN_TASK_S)
+            if not math.isfinite(predicted):
+                raise ConfigError(f"the learned fused model{' ' + self.model.source if self.model.source else ''} "
+                                  f"predicts {predicted} s for a fused task of {', '.join(m.attrs.op_type.value for m in members)}: "
+                                  f"its weights are corrupt or the task is far outside what it was trained on; train "
+                                  f"it again, or time fused tasks with --fused-cost analytic")
             got = (predicted + over, max(backward * predicted / sum(forward), MIN_TASK_S) + over)
             if key is not None:
                 self._memo[key] = got

@@ -59,7 +59,7 @@ def add_arguments(parser) -> None:
     add_json_flag(col)
     tr = sub.add_parser("train", help="fit the learned fused-operator model to collected samples", allow_abbrev=False)
     tr.add_argument("--samples", required=True, metavar="FILE", help="samples from `flexrt fusion-model collect`")
-    tr.add_argument("--epochs", type=count(1), metavar="E", help="training epochs (default: the model's)")
+    tr.add_argument("--epochs", type=count(1, 100_000), metavar="E", help="training epochs (default: the model's)")
     tr.add_argument("--seed", type=count(0), default=0, help="seed of the split and the initial weights (default 0)")
     tr.add_argument("--ensemble", type=count(1, 64), default=DEFAULT_ENSEMBLE, metavar="K",
                     help=f"networks trained from K seeds and averaged (default {DEFAULT_ENSEMBLE}; a fine-tuned "
@@ -260,6 +260,8 @@ def _linear_cross_fit(fm, samples: list):
 
 def _evaluate(args) -> int:
     from flexrt.machine import local_machine
+    if args.cdf and not args.cdf.lower().endswith(".png"):
+        raise ConfigError(f"--cdf {args.cdf}: the CDF plot is a PNG image; give a file name ending in .png")
     fm = _fused_model()
     samples = _load(args.samples, "--samples")
     model_path = _existing(args.model, "--model", "train one with `flexrt fusion-model train --output MODEL.npz`")

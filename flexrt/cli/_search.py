@@ -76,7 +76,7 @@ def add_arguments(parser) -> None:
                         help="unity --enable-pipeline, pipeline: the schedules to choose among, comma-separated, of "
                              "gpipe,1f1b,interleaved,zb-h1,2bw (default the flushed four; 2bw trains on one-step-old "
                              "weights, PipeDream-2BW, as Unity's pipelines do)")
-    parser.add_argument("--beta", type=count(1), help="disco: each method is applied up to BETA times per candidate "
+    parser.add_argument("--beta", type=count(1, 10_000), help="disco: each method is applied up to BETA times per candidate "
                         "(default 10)")
     parser.add_argument("--patience", type=count(1), help="disco: stop after this many candidates without "
                         "improvement (default 1000)")

@@ -3,6 +3,7 @@ the iteration time, compute vs communication, data moved, link traffic and memor
 
 from __future__ import annotations
 
+import sys
 import time
 
 from flexrt.cli._common import (add_comm_cost_flag, add_cost_flags, operator_cost_model, add_fused_cost_flag, add_fusion_flag, add_json_flag,
@@ -152,6 +153,13 @@ def _run(args, extra) -> int:
         result, strategy, sim, replicas = symmetric_simulation(args, extra, loaded, machine, cost, optimizer)
         return _report(args, loaded, machine, base, strategy, sim, result, None, {}, t0, replicas)
     strategy = _strategy(args, base, machine)
+    planned = bool(getattr(strategy, "fusion", None))
+    if planned and args.method == "delta":
+        raise ConfigError(f"--method delta: the strategy file {args.strategy} holds a fusion plan, and delta simulation "
+                          f"walks per-operator changes without fusion; use --method full")
+    if planned and args.fusion != "off":
+        print(f"flexrt: warning: --fusion {args.fusion} replaces the fusion plan the strategy file {args.strategy} "
+              f"holds", file=sys.stderr)
     if args.fusion != "off":
         from flexrt.search.fusion_policies import apply_policy
         if args.method == "delta":
@@ -193,6 +201,7 @@ def _report(args, loaded, machine, base, strategy, sim, result, steps, files, t0
                    "method": args.method, "delta_steps": steps, "cost": args.cost,
                    "attention": args.attention or ("fused" if args.cost == "analytic" else None), "fusion": args.fusion,
                    "fused_cost": args.fused_cost, "comm_cost": args.comm_cost,
+                   "fusion_groups": len(strategy.fusion.groups) if getattr(strategy, "fusion", None) else 0,
                    "allreduce_fits": _fits_used(sim),
                    **result.to_json(),
                    "files": files})
@@ -202,7 +211,9 @@ def _report(args, loaded, machine, base, strategy, sim, result, steps, files, t0
           + (f" (attention {args.attention})" if args.attention else "")
           + (f" ({steps} delta steps from data parallelism)" if steps is not None else "")
           + ("; the strategy file holds its own PCG" if not isinstance(strategy, ConfigStrategy) else "")
-          + (f"; fusion policy {args.fusion}" if args.fusion != "off" else "")
+          + (f"; fusion policy {args.fusion}" if args.fusion != "off" else
+             f"; the strategy's fusion plan ({len(strategy.fusion.groups)} groups, {len(strategy.fusion.buckets)} "
+             f"buckets)" if getattr(strategy, "fusion", None) else "")
           + (f"; fused tasks timed {args.fused_cost}" if args.fused_cost else ""))
     if sim.lowering.ring_fits is not None:
         from flexrt.simulator.collectives import describe_used

@@ -77,7 +77,7 @@ def fusion_speedup(inputs) -> Outcome:
 
 @register_kind(
     "fusion_search",
-    params=COMMON + (Param("alpha", "float", 1.05, minimum=1.0), Param("beta", "int", 10, minimum=1),
+    params=COMMON + (Param("alpha", "float", 1.05, minimum=1.0), Param("beta", "int", 10, minimum=1, maximum=10_000),
                      Param("methods", "strs", list(METHODS), choices=METHODS)),
     metrics=("time_ms", "time_s", "search_s", "search_min", "candidates", "no_fusion_ms", "speedup_pct"),
     description="DisCo's search at one alpha, beta and set of methods (DisCo Tables 3 and 4, Fig. 10)")

@@ -150,3 +150,11 @@ def test_the_packaged_model_times_fused_tasks(capsys):
     import json
     doc = json.loads(capsys.readouterr().out)
     assert doc["iteration_time_s"] > 0
+
+
+def test_the_cdf_must_be_a_png_before_anything_runs(tmp_path, capsys):
+    """--cdf x.txt ran the whole evaluation, then failed in matplotlib (exit 70)."""
+    from flexrt.cli import main
+    assert main(["fusion-model", "evaluate", "--samples", str(tmp_path / "none.jsonl"), "--model",
+                 str(tmp_path / "none.npz"), "--cdf", str(tmp_path / "x.txt")]) == 1
+    assert "the CDF plot is a PNG image; give a file name ending in .png" in capsys.readouterr().err

@@ -107,3 +107,15 @@ def test_search_cli_runs_disco_and_applies_fusion_policies(capsys):
     assert json.loads(capsys.readouterr().out)["fusion"] == "xla"
     assert main(args + ["--algo", "mcmc", "--budget", "2", "--beta", "3"]) != 0
     assert "--beta: --algo mcmc takes no such option" in capsys.readouterr().err
+
+
+def test_a_fusion_plan_from_a_strategy_file_is_reported_and_refused_by_delta(tmp_path, capsys):
+    """A plan arriving through --strategy ran as "internal error: delta diverged"; --json said fusion off."""
+    path = str(tmp_path / "d.json")
+    args = ["lenet", "--machine", "flexflow_p100", "--nodes", "1"]
+    assert main(["search", *args, "--algo", "disco", "--budget", "10", "--export", path, "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["simulate", *args, "--strategy", path, "--method", "delta"]) == 1
+    assert "holds a fusion plan, and delta simulation walks per-operator changes" in capsys.readouterr().err
+    assert main(["simulate", *args, "--strategy", path, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["fusion_groups"] > 0

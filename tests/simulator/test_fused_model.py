@@ -239,7 +239,11 @@ def test_bad_model_files_raise_config_errors(trained, tmp_path):
         data = {k: f[k] for k in f.files}
     for name, edit, match in (("old", {"version": np.array(FORMAT_VERSION + 1)}, "format version"),
                               ("shape", {"param/0/dense0.W": np.zeros((3, 3))}, "weight param/0/dense0.W"),
-                              ("norm", {"feat_mean": np.zeros(3)}, "feature normalization")):
+                              ("norm", {"feat_mean": np.zeros(3)}, "feature normalization"),
+                              # tampered files reached NumPy's own errors (exit 70) before
+                              ("text", {"target": np.array("bogus")}, r"target is not numbers"),
+                              ("three", {"target": np.array([0.0, 1.0, 2.0])}, "target holds 3 values; expected 2"),
+                              ("inf", {"feat_std": np.full(data["feat_std"].shape, np.inf)}, "feat_std holds NaN, inf")):
         path = tmp_path / f"{name}.npz"
         with open(path, "wb") as f:
             np.savez(f, **{**data, **edit})
@@ -311,6 +315,21 @@ def test_learned_cost_model_times_fused_tasks_in_the_simulator(trained):
     w = TensorShape((256, 256))
     assert cost.update_time(w, spec) == COST.update_time(w, spec)
     assert cost.reduce_time(w, 2, spec) == COST.reduce_time(w, 2, spec)
+
+
+def test_a_learned_model_predicting_infinite_time_is_refused_by_name(trained, tmp_path):
+    """Coefficients in range that overflow exp() on a real task: a clear error naming the file, not a
+    non-finite task time deep in the simulator."""
+    from tests.simulator.test_fusion_sim import mlp
+    model, = trained[:1]
+    path = tmp_path / "big.npz"
+    model.save(path)
+    loaded = LearnedFusedModel.load(path)
+    loaded.predict_members = lambda members, times: float("inf")
+    dgx = load_machine("dgx1_v100")
+    s = data_parallel(mlp(), dgx, 2).with_fusion(FusionPlan((FusionGroup(("fc1", "r1")),)))
+    with pytest.raises(ConfigError, match=r"the learned fused model .*big.npz predicts inf s for a fused task of linear"):
+        Simulator(dgx, LearnedCostModel(COST, loaded)).time_full(s)
 
 
 def test_learned_cost_model_keeps_a_nonlinear_base_nonlinear(trained):
