@@ -77,7 +77,8 @@ def run(args, extra) -> int:
     except MachineSpecError as e:
         args._parser.error(str(e))
     output = check_output_path(args.output or calibrated_local_path(),
-                               "--output" if args.output else "the calibrated machine's path (FLEXRT_CACHE_DIR)")
+                               "--output" if args.output else "the calibrated machine's path (FLEXRT_CACHE_DIR)",
+                               parents=not args.output)
     if args.devices is None:
         if not mpi.launched_by_mpi() and _as_processes(args, output):
             return 0

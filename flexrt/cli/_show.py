@@ -3,7 +3,10 @@ forward FLOPs) and its totals; ``--dot`` writes Graphviz, ``--save`` the PCG as 
 
 from __future__ import annotations
 
+import os
+
 from flexrt.cli._common import add_json_flag, check_model_flags, emit_json, write_text
+from flexrt.errors import ConfigError
 from flexrt.model import load_model
 from flexrt.model.report import format_table, table_json
 
@@ -21,6 +24,10 @@ def add_arguments(parser) -> None:
 
 def run(args, extra) -> int:
     check_model_flags(NAME, args.model, extra, honours=None)  # the configuration is part of what it shows
+    if args.save and args.dot and os.path.abspath(os.path.expanduser(args.save)) == \
+            os.path.abspath(os.path.expanduser(args.dot)):
+        raise ConfigError(f"--save and --dot both name {args.save}: the graph's JSON and its Graphviz text need two "
+                          f"files")
     loaded = load_model(args.model, extra)
     pcg = loaded.model.pcg
     files = {}

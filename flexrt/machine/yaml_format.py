@@ -485,9 +485,8 @@ def _collective_fit(r: _Reader, collective: Collective, m: Any, line: int, path:
     return CollectiveFit(collective, devices, nodes, c, d, r2, errors[0], errors[1], sizes)
 
 
-def _collectives(r: _Reader, value: Any, line: int, per_node: int) -> tuple[CollectiveFit, ...]:
-    """``collectives``: per collective a list of fits, one per (devices, nodes) group, each group
-    fitting on its nodes (at most ``per_node`` devices on one)."""
+def _collectives(r: _Reader, value: Any, line: int) -> tuple[CollectiveFit, ...]:
+    """``collectives``: per collective a list of fits, one per (devices, nodes) group."""
     valid = {c.value: c for c in Collective}
     m = r.mapping(value, line, "collectives", f"a mapping collective -> list of fits ({', '.join(valid)})")
     fits: list[CollectiveFit] = []
@@ -501,10 +500,6 @@ def _collectives(r: _Reader, value: Any, line: int, per_node: int) -> tuple[Coll
         first: dict[tuple, int] = {}
         for i, item in enumerate(seq):
             fit = _collective_fit(r, valid[name], item, seq.item_lines[i], f"{path}[{i}]")
-            if -(-fit.devices // fit.nodes) > per_node:
-                raise r.error(seq.item_lines[i], f"{path}[{i}].devices", f"{fit.devices} devices on {fit.nodes} "
-                              f"node(s) puts {-(-fit.devices // fit.nodes)} on a node of {per_node} devices; a fit "
-                              f"holds at most {per_node * fit.nodes} devices on {fit.nodes} node(s)")
             if fit.key in first:
                 raise r.error(seq.item_lines[i], f"{path}[{i}]", f"a second fit for {fit.devices} devices on "
                                                                  f"{fit.nodes} node(s) (the first is on line "
@@ -569,8 +564,7 @@ def parse_yaml_spec(text: str, source: str = "<string>") -> MachineSpec:
         inter = _inter_node(r, top["inter_node"], r.line(top, "inter_node"), links, sockets, devices)
     if nodes > 1 and (inter is None or not inter.nics):
         raise r.error(r.line(top, "nodes"), "nodes", f"{nodes} nodes need an inter_node section with nics > 0")
-    collectives = _collectives(r, top["collectives"], r.line(top, "collectives"), devices) if "collectives" in top \
-        else ()
+    collectives = _collectives(r, top["collectives"], r.line(top, "collectives")) if "collectives" in top else ()
     return MachineSpec(name, nodes, tuple(kinds.values()), sockets, tuple(links.values()), intra, inter,
                        source=source, description=description, nodes_where=r.where(r.line(top, "nodes"), "nodes"),
                        collectives=collectives)

@@ -499,14 +499,15 @@ collectives:
 {rows}"""
 
 
-def check_output_path(path: str | Path, flag: str = "the calibrated machine's path") -> Path:
+def check_output_path(path: str | Path, flag: str = "the calibrated machine's path", parents: bool = True) -> Path:
     """``path`` (``~`` expanded) when the machine YAML can be written there: it ends in ``.yaml`` or
     ``.yml`` (so ``--machine PATH`` reads it as a file) and a file can be written there
-    (``flexrt.inputs.writable_file``; missing folders are made). A ConfigError naming ``flag``
-    otherwise."""
+    (``flexrt.inputs.writable_file``; with ``parents``, missing folders are made: the cache's; a
+    path the user gives must be in a folder that exists, as every other output). A ConfigError
+    naming ``flag`` otherwise."""
     if Path(path).suffix.lower() not in (".yaml", ".yml"):
         raise ConfigError(f"{flag} {shown(str(path))}: a machine file must end in .yaml or .yml")
-    return writable_file(path, flag, parents=True)
+    return writable_file(path, flag, parents=parents)
 
 
 def write_machine_yaml(result: CalibrationResult, path: str | Path, devices: int) -> Path:

@@ -209,3 +209,14 @@ def test_a_flag_of_another_command_says_where_it_belongs(capsys):
     assert "--recompute is a flag of flexrt simulate and train, not of flexrt search" in capsys.readouterr().err
     assert main(["simulate", "mlp", "--machine", "dgx1_v100", "--loss-scale", "8"]) == 2
     assert "--loss-scale is a flag of flexrt train, not of flexrt simulate" in capsys.readouterr().err
+
+
+def test_show_refuses_one_file_for_two_outputs_and_calibrate_a_missing_folder(tmp_path, capsys):
+    """--save and --dot on one path wrote the JSON, then overwrote it with Graphviz text; calibrate made
+    any missing folder (every other output refuses one)."""
+    from flexrt.cli import main
+    same = str(tmp_path / "g.json")
+    assert main(["show", "mlp", "--save", same, "--dot", same]) == 1
+    assert "--save and --dot both name" in capsys.readouterr().err
+    assert main(["calibrate", "--devices", "2", "--quick", "--output", str(tmp_path / "no" / "x.yaml")]) == 1
+    assert "the folder" in capsys.readouterr().err and not (tmp_path / "no").exists()

@@ -82,9 +82,6 @@ ENTRY = "    - {devices: 2, nodes: 1, c_ns_per_byte: 0.2, d_us: 15, r2: 0.999, m
     ("devices: 2, nodes: 1, c_ns", "devices: 2, nodes: 3, c_ns",
      f"FILE:{ENTRY_LINE}: field 'collectives.allreduce[0].nodes': a group of 2 devices spans at most 2 nodes, "
      f"got 3; valid: 1..2"),
-    ("devices: 2, nodes: 1, c_ns", "devices: 9, nodes: 2, c_ns",     # a group larger than its nodes: was accepted
-     f"FILE:{ENTRY_LINE}: field 'collectives.allreduce[0].devices': 9 devices on 2 node(s) puts 5 on a node of 4 "
-     f"devices; a fit holds at most 8 devices on 2 node(s)"),
     ("c_ns_per_byte: 0.2,", "c_ns_per_byte: -0.2,",
      f"FILE:{ENTRY_LINE}: field 'collectives.allreduce[0].c_ns_per_byte': expected a non-negative number "
      f"(ns per byte), got -0.2; valid: between 0 and 1e+06"),
