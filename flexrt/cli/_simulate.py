@@ -166,6 +166,9 @@ def _run(args, extra) -> int:
             raise ConfigError(f"--fusion {args.fusion}: delta simulation walks per-operator changes without fusion; "
                               f"use --method full")
         strategy = apply_policy(args.fusion, strategy, machine, cost)
+    if args.fused_cost and not getattr(strategy, "fusion", None):
+        print(f"flexrt: warning: --fused-cost {args.fused_cost} times fused tasks, and this strategy has none (give "
+              f"--fusion POLICY, or a strategy file with a fusion plan)", file=sys.stderr)
     sim = Simulator(machine, cost, optimizer, detail=bool(args.trace or args.taskgraph),
                     incremental=args.method == "delta")
     steps = None

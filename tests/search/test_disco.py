@@ -119,3 +119,12 @@ def test_a_fusion_plan_from_a_strategy_file_is_reported_and_refused_by_delta(tmp
     assert "holds a fusion plan, and delta simulation walks per-operator changes" in capsys.readouterr().err
     assert main(["simulate", *args, "--strategy", path, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["fusion_groups"] > 0
+
+
+def test_fused_cost_without_fused_tasks_warns(capsys):
+    """It was accepted and printed "fused tasks timed ..." though nothing was fused."""
+    args = ["simulate", "lenet", "--machine", "flexflow_p100", "--nodes", "1", "--fused-cost", "analytic"]
+    assert main(args) == 0
+    assert "times fused tasks, and this strategy has none" in capsys.readouterr().err
+    assert main(args + ["--fusion", "xla"]) == 0
+    assert "has none" not in capsys.readouterr().err
