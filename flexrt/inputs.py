@@ -474,6 +474,9 @@ def writable_file(path, flag: str, parents: bool = False) -> Path:
         raise ConfigError(f"{where} is not a regular file (a FIFO, socket or device); give a file")
     folder = _existing_ancestor(p) if parents else p.parent
     if not parents and not os.path.lexists(folder):
+        nearest = _existing_ancestor(p)
+        if not nearest.is_dir():
+            raise ConfigError(f"{where}: {clip(str(nearest), 200)} is a file, not a folder")
         raise ConfigError(f"{where}: the folder {clip(str(folder), 200)} does not exist")
     _probe(folder, where)
     return p
