@@ -209,7 +209,7 @@ class _Moves:
 
 def _methods(methods) -> tuple:
     if isinstance(methods, str):
-        methods = [m.strip() for m in methods.split(",") if m.strip()]
+        methods = [m.strip() for m in methods.split(",")]
     methods = tuple(methods)
     bad = [m for m in methods if m not in METHODS]
     if bad or not methods or len(set(methods)) != len(methods):

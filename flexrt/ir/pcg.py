@@ -366,8 +366,7 @@ class PCG:
         """Graphviz source: operators as boxes, weights and inputs as ellipses, parallel ops as diamonds."""
         lines = [f"digraph {json.dumps(name)} {{", "  rankdir=TB;", "  node [fontname=Helvetica fontsize=10];"]
         for n in self.nodes:
-            shapes = "\\n".join(str(s) for s in self._shapes[n.id])
-            label = f"{n.name}\\n{n.op_type.value}\\n{shapes}".replace('"', '\\"')
+            label = "\\n".join(_dot_escape(str(t)) for t in (n.name, n.op_type.value, *self._shapes[n.id]))
             if n.op_type in SOURCE_OPS:
                 style = 'shape=ellipse style=filled fillcolor="#e8e8e8"'
             elif n.op_type in PARALLEL_OPS:
@@ -437,3 +436,8 @@ def _refuse_node(nd: Any, where: str) -> None:
 def input_shapes_of(pcg: PCG, node: Node) -> list[TensorShape]:
     """Full (logical) shapes of a node's operands."""
     return [pcg.shape(r).tensor_shape for r in node.inputs]
+
+
+def _dot_escape(text: str) -> str:
+    """``text`` inside a Graphviz double-quoted string: backslashes and quotes escaped."""
+    return text.replace("\\", "\\\\").replace('"', '\\"')

@@ -190,3 +190,12 @@ def test_remove_node():
         g.remove_node(g.node_by_name("relu").id)
     g.remove_node(fc2)
     assert "fc2" not in {n.name for n in g.nodes}
+
+
+def test_dot_labels_escape_backslashes_and_quotes():
+    """A layer named a"b\\c had its backslash written bare into the label (an escape sequence to Graphviz)."""
+    from flexrt.core import DataType, FFConfig, FFModel
+    m = FFModel(FFConfig(["-b", "4"]))
+    m.dense(m.create_tensor([4, 8], DataType.DT_FLOAT), 4, name='a"b\\c')
+    dot = m.pcg.to_dot("x")
+    assert 'label="a\\"b\\\\c\\nlinear\\n[4, 4] f32"' in dot

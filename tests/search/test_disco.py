@@ -128,3 +128,10 @@ def test_fused_cost_without_fused_tasks_warns(capsys):
     assert "times fused tasks, and this strategy has none" in capsys.readouterr().err
     assert main(args + ["--fusion", "xla"]) == 0
     assert "has none" not in capsys.readouterr().err
+
+
+def test_methods_with_an_empty_item_are_refused():
+    from flexrt.search.disco import _methods
+    with pytest.raises(ConfigError, match="non-empty subset of op, dup, allreduce"):
+        _methods("op,")
+    assert _methods(" op , allreduce") == ("op", "allreduce")
