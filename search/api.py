@@ -300,6 +300,7 @@ class Algorithm:
     fields: frozenset[str]
     options: frozenset[str]
     defaults: Mapping[str, Any] = field(default_factory=dict)   # option -> its default, where the signature gives one
+    keeps_initial: bool = False   # its own result is never slower than its initial strategies (it simulates them)
 
     def __str__(self) -> str:
         return f"{self.name} (options: {', '.join(sorted(self.options)) or 'none'})"
@@ -340,14 +341,15 @@ def _definition(fn: Callable) -> tuple:
 
 
 def register_algorithm(name: str, fn: Callable[..., SearchResult],
-                       options: Optional[Iterable[str]] = None) -> Algorithm:
+                       options: Optional[Iterable[str]] = None, keeps_initial: bool = False) -> Algorithm:
     """Register ``fn(pcg, machine, cost_model, budget=, seed=, ..., **options) -> SearchResult`` as
     the search algorithm ``name``.
 
     The request fields it takes (``space``, ``initial``, ``optimizer``, ``progress``) and its
     options are read from its signature: every other keyword parameter after the cost model,
     ``budget`` and ``seed`` is an option. ``options`` names them instead (for a function taking
-    ``**options``). A name registered twice is an error, unless by the same definition (its
+    ``**options``). ``keeps_initial``: the function itself never returns a strategy slower than its
+    initial ones (else ``search`` compares them with its result). A name registered twice is an error, unless by the same definition (its
     module executed again, e.g. by ``importlib.reload``), which replaces the old entry.
 
     Example:
@@ -363,7 +365,7 @@ def register_algorithm(name: str, fn: Callable[..., SearchResult],
                           f"and by {'.'.join(map(str, _definition(fn)))}")
     params = inspect.signature(fn).parameters
     defaults = {o: params[o].default for o in opts if o in params and params[o].default is not inspect.Parameter.empty}
-    entry = Algorithm(name, fn, fields, opts, MappingProxyType(defaults))
+    entry = Algorithm(name, fn, fields, opts, MappingProxyType(defaults), keeps_initial)
     _ALGORITHMS[name] = entry
     return entry
 
@@ -441,7 +443,7 @@ def search(name: str, request: SearchRequest) -> SearchResult:
     taken = {what: getattr(request, what) for what in algo.fields}
     result = algo.fn(request.pcg, request.machine, request.cost_model, budget=request.budget, seed=request.seed,
                      **taken, **request.options)
-    return _no_slower_than_initial(result, request) if "initial" in algo.fields else result
+    return _no_slower_than_initial(result, request) if "initial" in algo.fields and not algo.keeps_initial else result
 
 
 def _no_slower_than_initial(result: SearchResult, request: SearchRequest) -> SearchResult:

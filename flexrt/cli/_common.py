@@ -492,7 +492,7 @@ def pipeline_arg(args, base, machine):
     pipeline's other flags without ``--pipeline`` (or ``--megatron``) are a ConfigError."""
     if args.megatron:
         from flexrt.search.baselines import megatron_lm
-        if (args.pipeline or 1) == 1 and (args.chunks is not None or args.schedule not in ("1f1b",)):
+        if (args.pipeline or 1) == 1 and (args.chunks is not None or args.schedule != "1f1b"):
             raise ConfigError("--schedule and --chunks order a pipeline's stages: with --megatron give --pipeline P "
                               "> 1 too (one stage runs its --micro-batches in turn)")
         warn_megatron_shortfalls(base, machine, args.tensor_parallel, args.pipeline or 1)

@@ -187,12 +187,12 @@ def run(args, extra) -> int:
     if cfg.search_num_workers is not None:
         raise ConfigError("--search-num-workers: machine presets fix the devices per node; describe another "
                           "machine in YAML (--machine FILE) and use --nodes / --search-num-nodes for the node count")
-    for path, flag in ((args.export or cfg.export_strategy_file, "--export"), (args.plot, "--plot")):
+    export = args.export or cfg.export_strategy_file
+    for path, flag in ((export, "--export"), (args.plot, "--plot")):
         if path is not None:
             writable_file(path, flag)      # before the search: its result is not lost on a bad path
-    text = (args.export or cfg.export_strategy_file or "").endswith(".txt")
-    if text and (args.algo in ("pipeline", "disco") or args.fusion != "off"):
-        raise ConfigError(f"--export {args.export or cfg.export_strategy_file}: FlexFlow's text format holds neither "
+    if (export or "").endswith(".txt") and (args.algo in ("pipeline", "disco") or args.fusion != "off"):
+        raise ConfigError(f"--export {export}: FlexFlow's text format holds neither "
                           f"pipelines nor fusion plans, which --algo {args.algo}"
                           + (f" with --fusion {args.fusion}" if args.fusion != "off" else "") + " finds; export to a "
                           ".json file")
@@ -239,7 +239,6 @@ def run(args, extra) -> int:
         result = fused_result(args.fusion, result, machine, cost, optimizer)
 
     files = {}
-    export = args.export or cfg.export_strategy_file
     if export:
         files["strategy"] = _export(export, result.strategy, machine)
     if args.plot:

@@ -25,6 +25,7 @@ from flexrt.machine import load_machine
 from flexrt.search.api import fixed_result
 from flexrt.simulator.cost_model import ATTENTION_KERNELS
 from flexrt.strategy.pipeline import Schedule
+from flexrt.strategy.recompute import Granularity
 
 # GPUs -> (layers, hidden, heads): Megatron-LM's weak-scaling models (Shoeybi et al. 2019, Table 1)
 MEGATRON_WEAK = {1: (40, 1536, 16), 2: (54, 1920, 20), 4: (64, 2304, 24), 8: (72, 3072, 32)}
@@ -64,9 +65,6 @@ def _megatron_rate(efficiency: float, gpus: int) -> float:
 def megatron_weak_scaling(inputs) -> Outcome:
     rate, one = _megatron_rate(inputs["efficiency"], inputs["gpus"]), _megatron_rate(inputs["efficiency"], 1)
     return Outcome({"tflops_per_gpu": rate, "tflops_per_gpu_one": one, "efficiency": rate / one})
-
-
-RECOMPUTE = ("none", "full", "selective")
 
 
 def _simulate_json(argv: list) -> dict:
@@ -120,7 +118,7 @@ def megatron_argv(inputs) -> list:
             Param("micro_batch", "int", 1, minimum=1, help="sequences per micro-batch per replica"),
             Param("seq_length", "int", 2048, minimum=1), Param("vocab", "int", 51200, minimum=1),
             machine_param("dgx_a100"), precision_param(),
-            Param("recompute", "str", "full", choices=RECOMPUTE),
+            Param("recompute", "str", "full", choices=tuple(g.value for g in Granularity)),
             Param("attention", "str", "materialized", choices=ATTENTION_KERNELS,
                   help="how attention's scores are timed (materialized: Megatron-LM before FlashAttention)"),
             Param("schedule", "str", "1f1b", choices=tuple(s.value for s in Schedule))),

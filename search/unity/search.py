@@ -499,5 +499,5 @@ def _check_rules(rules) -> None:
                           f"load_library(path) reads a rule file), got {rules!r:.80}")
 
 
-register_algorithm("unity", unity)
-register_algorithm("sequential", sequential)
+register_algorithm("unity", unity, keeps_initial=True)           # _given(initial) among the finalists
+register_algorithm("sequential", sequential, keeps_initial=True)
