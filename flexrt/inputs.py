@@ -311,20 +311,49 @@ def _make_line_loader():
                                                         f"{node.tag.rpartition(':')[2]}: {clip(str(e), 80)}",
                                                         node.start_mark) from None
 
+    def merged(loader, node, value_node) -> dict:
+        """The pairs a ``<<`` key brings: its mapping's, or its list's, earlier mappings winning."""
+        sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+        out: dict = {}
+        for src in sources:
+            if not isinstance(src, yaml.MappingNode):
+                raise yaml.constructor.ConstructorError("while constructing a mapping", node.start_mark,
+                                                        f"expected a mapping or list of mappings for merging, "
+                                                        f"but found {src.id}", src.start_mark)
+            sub = loader.construct_object(src, deep=True)
+            for k, v in sub.items():
+                out.setdefault(k, (v, sub.key_lines[k]))
+        return out
+
     def mapping(loader, node):
-        loader.flatten_mapping(node)
+        """A mapping with its lines. A key given twice is refused; a key given beside a ``<<`` merge
+        overrides the merged one, and of several merged mappings the earlier wins (YAML's merge)."""
         m = LineMap()
         m.line, m.key_lines = node.start_mark.line + 1, {}
+        given: dict = {}
         for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                if "<<" in given:
+                    raise yaml.constructor.ConstructorError("while constructing a mapping", node.start_mark,
+                                                            "found duplicate key '<<' (merge several mappings "
+                                                            "with one: <<: [*a, *b])", key_node.start_mark)
+                given["<<"] = False
+                for k, (v, line) in merged(loader, node, value_node).items():
+                    if not given.get(k):
+                        m[k], m.key_lines[k] = v, line
+                continue
+            if key_node.tag == "tag:yaml.org,2002:value":
+                key_node.tag = "tag:yaml.org,2002:str"
             key = loader.construct_object(key_node, deep=True)
             try:
                 hash(key)
             except TypeError:
                 raise yaml.constructor.ConstructorError("while constructing a mapping", node.start_mark,
                                                         "found an unhashable key", key_node.start_mark) from None
-            if key in m:
+            if given.get(key):
                 raise yaml.constructor.ConstructorError("while constructing a mapping", node.start_mark,
                                                         f"found duplicate key {short(key)}", key_node.start_mark)
+            given[key] = True
             m[key] = loader.construct_object(value_node, deep=True)
             m.key_lines[key] = key_node.start_mark.line + 1
         return m

@@ -50,10 +50,10 @@ def _local_machine(calibration: str):
     if calibration == "none":
         return load_machine("local"), "built-in estimate"
     if calibration not in _CALIBRATED:
-        folder = tempfile.mkdtemp(prefix="flexrt-calibration-")
-        path = write_machine_yaml(calibrate(LOCAL_DEVICES, quick=calibration == "quick"), f"{folder}/local.yaml",
-                                  LOCAL_DEVICES)
-        _CALIBRATED[calibration] = (load_machine(path), f"calibrated now ({calibration})")
+        with tempfile.TemporaryDirectory(prefix="flexrt-calibration-") as folder:
+            path = write_machine_yaml(calibrate(LOCAL_DEVICES, quick=calibration == "quick"), f"{folder}/local.yaml",
+                                      LOCAL_DEVICES)
+            _CALIBRATED[calibration] = (load_machine(path), f"calibrated now ({calibration})")
     return _CALIBRATED[calibration]
 
 

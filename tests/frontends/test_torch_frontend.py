@@ -190,7 +190,7 @@ def test_unsupported_function_names_the_node_and_source_line():
     assert "return torch.cumsum(x, 1)" in msg and "supported functions" in msg
 
 
-def test_unsupported_module_and_arguments_raise_ours():
+def test_unsupported_module_and_arguments_raise_ours(tmp_path):
     ff = FFModel(FFConfig(["-b", "2"]))
     x = ff.create_tensor([2, 3, 8], DataType.DT_FLOAT)
     with pytest.raises(ConfigError, match=r"torch node 'conv_1d'.*module torch.nn.modules.conv.Conv3d has no FFModel"):
@@ -199,7 +199,7 @@ def test_unsupported_module_and_arguments_raise_ours():
         PyTorchModel(_Named(nn.Conv2d(3, 3, 3, dilation=2))).torch_to_string()
     with pytest.raises(ConfigError, match=r"node 'idx' \(ATTRIBUTE\).*whose values FlexFlow's text format does "
                                           r"not hold"):
-        file_to_ff(_written(PyTorchModel(_Buffer())), ff, [x])
+        file_to_ff(_written(PyTorchModel(_Buffer()), tmp_path), ff, [x])
 
 
 def test_declared_input_size_mismatch_warns_and_builds_from_the_input_as_flexflow_does():
@@ -239,9 +239,8 @@ class _Buffer(nn.Module):
         return x * self.idx
 
 
-def _written(pm) -> str:
-    import tempfile
-    path = tempfile.mkstemp(suffix=".ff")[1]
+def _written(pm, folder) -> str:
+    path = str(folder / "model.ff")
     pm.torch_to_file(path)
     return path
 

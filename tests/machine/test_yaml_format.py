@@ -120,6 +120,24 @@ def test_malformed_yaml_gives_the_parser_line(tmp_path):
     assert error_of(tmp_path, "name: x\n  bad: 1\n").startswith("FILE:2: invalid YAML: mapping values are not allowed")
 
 
+def test_merge_keys_follow_yaml(tmp_path):
+    """``<<: *anchor`` brings a mapping's keys; a key given beside it overrides, and of a list of merged
+    mappings the earlier wins; a key given twice, or two ``<<`` keys, are refused at their line."""
+    links = ("  nvlink: &fast {bandwidth: 20, latency_us: 1}\n"
+             "  pcie: {<<: *fast, bandwidth: 10, latency_us: 2}\n"
+             "  xbus: {<<: [{bandwidth: 15}, *fast], latency_us: 0.5}\n")
+    old = ("  nvlink: {bandwidth: 20, latency_us: 1}\n  pcie: {bandwidth: 10, latency_us: 2}\n"
+           "  xbus: {bandwidth: 15, latency_us: 0.5}\n")
+    assert old in GOOD
+    merged = load_spec(str(write(tmp_path, GOOD.replace(old, links))))
+    plain = load_spec(str(write(tmp_path, GOOD, "plain.yaml")))
+    assert merged.links == plain.links
+    assert error_of(tmp_path, GOOD.replace(old, links.replace("bandwidth: 10,", "bandwidth: 10, bandwidth: 9,"))) \
+        .startswith("FILE:18: invalid YAML: found duplicate key 'bandwidth'")
+    assert error_of(tmp_path, GOOD.replace(old, links.replace("{<<: *fast,", "{<<: *fast, <<: *fast,"))) \
+        .startswith("FILE:18: invalid YAML: found duplicate key '<<'")
+
+
 def test_top_level_must_be_a_mapping(tmp_path):
     assert error_of(tmp_path, "- 1\n- 2\n").startswith("FILE:1: field '<top level>': expected a mapping")
     assert error_of(tmp_path, "").startswith("FILE:1: field '<top level>': expected a mapping")

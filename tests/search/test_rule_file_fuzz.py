@@ -5,6 +5,7 @@ them and converting their dimensions raise nothing either."""
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -17,7 +18,13 @@ from flexrt.search.substitutions.library import (activation_fusion_rules, librar
 from flexrt.search.substitutions.rule import OP_SPECS, Rule, check_rule_ops, load_rules, save_rules
 from tests.strategy.mutations import mangled, mutated_json
 
-FOLDER = Path(tempfile.mkdtemp(prefix="flexrt-rule-fuzz-"))
+FOLDER = Path(tempfile.mkdtemp(prefix="flexrt-rule-fuzz-"))  # hypothesis' examples outlive tmp_path; removed below
+
+
+def teardown_module():
+    shutil.rmtree(FOLDER, ignore_errors=True)
+
+
 SHIPPED = json.loads(library_files()[0].read_text())["rule"][:3] if library_files() else []
 EXAMPLES = [r.to_json() for r in [*unity_example_rules().values(), *activation_fusion_rules()]]
 VALID = {"_t": "RuleCollection", "rule": SHIPPED + EXAMPLES}

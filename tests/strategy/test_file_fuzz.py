@@ -5,6 +5,7 @@ a valid strategy of the model."""
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -27,7 +28,11 @@ CONFIG_JSON = strategy_to_json(RANDOM, MACHINE)
 GRAPH_JSON = json.loads(unity_fig2.FILE.read_text())
 TEXT = strategy_to_text(RANDOM, MACHINE).encode()
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-FOLDER = Path(tempfile.mkdtemp(prefix="flexrt-fuzz-"))
+FOLDER = Path(tempfile.mkdtemp(prefix="flexrt-fuzz-"))  # hypothesis' examples outlive tmp_path; removed below
+
+
+def teardown_module():
+    shutil.rmtree(FOLDER, ignore_errors=True)
 
 
 def _load(data: bytes, name: str, base):
