@@ -70,6 +70,7 @@ from flexrt.simulator.pipeline_lowering import (accumulate_micro_batches, lower_
 from flexrt.simulator.precision_lowering import has_half_weights, lower_overflow_check
 from flexrt.simulator.recompute_lowering import lower_recompute, recompute_copies
 from flexrt.simulator.ring_lowering import WeightRing, lower_allreduce
+from flexrt.simulator.sync_lowering import grad_sync_of, lower_sync_after_backward, parse_grad_sync
 from flexrt.strategy import Strategy
 from flexrt.strategy.layout import Layouts, OperatorLayout
 from flexrt.strategy.reshard import Reshards, numel, overlap
@@ -116,11 +117,14 @@ class Lowering:
 
     def __init__(self, machine: Machine, cost_model, optimizer: OptimizerKind = OptimizerKind.SGD, engine_cls=Engine,
                  loss_output: Optional[str] = None, detail: bool = True, incremental: bool = True,
-                 comm_cost: CommCost | str | None = None, fold=None) -> None:
+                 comm_cost: CommCost | str | None = None, fold=None, grad_sync: Optional[str] = None) -> None:
         """``comm_cost`` (default: what ``cost_model`` carries, else analytic) times ring AllReduces
         from the links or from the machine's measured fits (a ConfigError when it has none).
-        ``fold``: one of identical data-parallel replicas (``flexrt.simulator.folding``)."""
+        ``fold``: one of identical data-parallel replicas (``flexrt.simulator.folding``).
+        ``grad_sync`` (default: what ``cost_model`` carries, else overlap): gradients synchronized during
+        the backward pass or after it (``flexrt.simulator.sync_lowering``)."""
         self.fold = fold
+        self.grad_sync = parse_grad_sync(grad_sync_of(cost_model) if grad_sync is None else grad_sync)
         self.machine = machine
         self.cost = cost_model
         self.comm_cost = comm_cost_of(cost_model) if comm_cost is None else CommCost.parse(comm_cost)
@@ -703,6 +707,8 @@ class Lowering:
                 lower_overflow_check(self)
             if self.pipeline is not None:
                 lower_schedule(self)
+            if self.grad_sync == "after_backward":
+                lower_sync_after_backward(self, strategy)
             self.engine = self.graph.engine(self.engine_cls)
 
     def _release_plan(self) -> dict[str, list[str]]:
@@ -747,8 +753,9 @@ class Lowering:
         engine in step (only the changed tasks and edges)."""
         if self.strategy is None or strategy.wiring() is not self.wiring or not self.incremental \
                 or getattr(strategy, "pipeline", None) is not None or self.pipeline is not None \
-                or getattr(strategy, "recompute", None) or self.recompute or self.half:
-            self.build(strategy)   # a pipeline's schedule and recomputation order tasks of many owners: lowered whole
+                or getattr(strategy, "recompute", None) or self.recompute or self.half \
+                or self.grad_sync != "overlap":
+            self.build(strategy)   # a pipeline's schedule, recomputation and barriers order tasks of many owners
             return
         self._set_strategy(strategy)
         self.fusion_cache.clear()

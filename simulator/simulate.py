@@ -96,7 +96,7 @@ class Simulator:
 
     def __init__(self, machine: Machine, cost_model, optimizer: OptimizerKind | str = OptimizerKind.SGD,
                  loss_output: Optional[str] = None, detail: bool = True, incremental: bool = True,
-                 comm_cost: CommCost | str | None = None, fold=None) -> None:
+                 comm_cost: CommCost | str | None = None, fold=None, grad_sync: Optional[str] = None) -> None:
         """``optimizer`` is an ``OptimizerKind`` or its name ("sgd", "momentum", "adam", "rmsprop",
         "adagrad"). ``detail``
         keeps each task's name, regions and action (traces, the runtime); a search needs only times
@@ -105,12 +105,14 @@ class Simulator:
         ``comm_cost`` ("analytic" or "measured"; default: what ``cost_model`` carries, see
         ``flexrt.simulator.collectives.with_comm_cost``) says how ring AllReduces are timed. ``fold``
         (``flexrt.simulator.folding.Fold``, ``machine`` its ``sub``) simulates one of identical
-        data-parallel replicas for the whole machine (timing only: no ``detail``)."""
+        data-parallel replicas for the whole machine (timing only: no ``detail``). ``grad_sync``:
+        "overlap" or "after_backward" (default: what ``cost_model`` carries; ``flexrt.simulator.sync_lowering``)."""
         optimizer = OptimizerKind.parse(optimizer)
         self.machine = machine
         self.optimizer = optimizer
         self.lowering = Lowering(machine, cost_model, optimizer, loss_output=loss_output, detail=detail,
-                                 incremental=incremental, comm_cost=comm_cost, fold=fold)
+                                 incremental=incremental, comm_cost=comm_cost, fold=fold,
+                                 grad_sync=grad_sync)
         self.fused: Optional[FusedGraph] = None  # the last strategy's task graph with its fusion plan applied
         self.fold = fold
         self._period: Optional[float] = None    # a 2bw pipeline's steady-state time per iteration
@@ -169,7 +171,8 @@ class Simulator:
         if self._unroll is None:
             low = self.lowering
             self._unroll = Simulator(self.machine, low.cost, self.optimizer, low.loss_output, detail=False,
-                                     incremental=False, comm_cost=low.comm_cost, fold=self.fold)
+                                     incremental=False, comm_cost=low.comm_cost, fold=self.fold,
+                                     grad_sync=low.grad_sync)
             self._unroll._check_plans = False   # its buckets interleave the two iterations' gradients
         return self._unroll.time_full(unrolled(strategy))
 

@@ -205,11 +205,16 @@ COMM_COSTS = ("analytic", "measured")
 
 
 def add_comm_cost_flag(parser) -> None:
-    """``--comm-cost analytic|measured``: how ring AllReduces are timed."""
+    """``--comm-cost analytic|measured``: how ring AllReduces are timed; ``--grad-sync
+    overlap|after-backward``: when gradients are synchronized."""
     parser.add_argument("--comm-cost", choices=COMM_COSTS, default="analytic",
                         help="how ring AllReduces are timed: analytic (default: each hop's link latency and "
                              "bandwidth), measured (DisCo's T = C x + D per device group, from the machine's "
                              "collectives section, which `mpiexec -n N flexrt calibrate` writes)")
+    parser.add_argument("--grad-sync", choices=("overlap", "after-backward"), default="overlap",
+                        help="when gradients are synchronized: overlap (default: each as soon as its backward is "
+                             "done, as PyTorch's DDP), after-backward (once the device's whole backward pass, every "
+                             "micro-batch, is done: Megatron-LM's default, and FlexFlow's without --overlap)")
 
 
 def check_comm_cost(args, machine) -> None:
@@ -221,10 +226,13 @@ def check_comm_cost(args, machine) -> None:
 
 
 def comm_cost_model(args, cost):
-    """``cost`` carrying ``--comm-cost`` (``flexrt.simulator.collectives.with_comm_cost``), so every
-    simulator built from it, a search's and a training session's too, times rings alike."""
+    """``cost`` carrying ``--comm-cost`` and ``--grad-sync`` (``flexrt.simulator.collectives.with_comm_cost``,
+    ``flexrt.simulator.sync_lowering.with_grad_sync``), so every simulator built from it, a search's
+    and a training session's too, times and orders gradient synchronization alike."""
     from flexrt.simulator.collectives import with_comm_cost
-    return with_comm_cost(cost, getattr(args, "comm_cost", "analytic"))
+    from flexrt.simulator.sync_lowering import with_grad_sync
+    return with_comm_cost(with_grad_sync(cost, getattr(args, "grad_sync", "overlap")),
+                          getattr(args, "comm_cost", "analytic"))
 
 
 def emit_json(doc: Any) -> None:

@@ -138,6 +138,10 @@ def _options(args, cfg, model_name: str) -> dict:
     if "pipeline_schedules" in options and args.algo in ("unity", "sequential") and not options.get("enable_pipeline"):
         raise ConfigError(f"--pipeline-schedules: --algo {args.algo} searches pipelines only with --enable-pipeline; "
                           f"give it too")
+    schedules = [x.strip() for x in str(options.get("pipeline_schedules", "")).split(",")]
+    if args.grad_sync == "after-backward" and "2bw" in schedules:
+        raise ConfigError("--pipeline-schedules 2bw with --grad-sync after-backward: a 2bw pipeline's iterations "
+                          "overlap by design; leave out one of them")
     if args.algo == "expert":
         options["model"] = model_name
     return options
@@ -256,6 +260,7 @@ def run(args, extra) -> int:
                    "algorithm": args.algo, "space": str(space), "budget": budget, "seed": args.seed,
                    "precision": args.precision,
                    "fusion": args.fusion, "fused_cost": args.fused_cost, "comm_cost": args.comm_cost,
+                   "grad_sync": args.grad_sync.replace("-", "_"),
                    "unfused_s": unfused_s,
                    "iteration_time_s": result.cost_s, "data_parallel_s": dp.cost_s,
                    "expert_s": expert.cost_s if expert else None,

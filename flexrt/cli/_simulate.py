@@ -204,6 +204,7 @@ def _report(args, loaded, machine, base, strategy, sim, result, steps, files, t0
                    "method": args.method, "delta_steps": steps, "cost": args.cost,
                    "attention": args.attention or ("fused" if args.cost == "analytic" else None), "fusion": args.fusion,
                    "fused_cost": args.fused_cost, "comm_cost": args.comm_cost,
+                   "grad_sync": args.grad_sync.replace("-", "_"),
                    "fusion_groups": len(strategy.fusion.groups) if getattr(strategy, "fusion", None) else 0,
                    "allreduce_fits": _fits_used(sim),
                    **result.to_json(),

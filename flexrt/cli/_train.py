@@ -176,7 +176,8 @@ def _train(args, loaded, machine, session, described, loss: LossType) -> int:
         files["trace"] = write_text(args.trace, json.dumps(session.chrome_trace(result)), "trace")
     if args.json:
         emit_json({"model": loaded.name, "machine": machine.name, "num_devices": machine.num_devices,
-                   "backend": args.backend, "mode": args.mode, "comm_cost": args.comm_cost, "steps": steps,
+                   "backend": args.backend, "mode": args.mode, "comm_cost": args.comm_cost,
+                   "grad_sync": args.grad_sync.replace("-", "_"), "steps": steps,
                    "median_measured_ms": median,
                    "simulated_ms": predicted_ms, "simulated_summed_ms": summed_ms,
                    "ratio": median / predicted_ms if predicted_ms else None,

@@ -24,6 +24,7 @@ from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.machine import load_machine
 from flexrt.search.api import fixed_result
 from flexrt.simulator.cost_model import ATTENTION_KERNELS
+from flexrt.simulator.sync_lowering import GRAD_SYNCS
 from flexrt.strategy.pipeline import Schedule
 from flexrt.strategy.recompute import Granularity
 
@@ -104,7 +105,7 @@ def megatron_argv(inputs) -> list:
             "--megatron", "--tensor-parallel", str(t), "--pipeline", str(p),
             "--micro-batches", str(inputs["batch"] // (d * inputs["micro_batch"])), "--schedule", inputs["schedule"],
             "--precision", inputs["precision"], "--recompute", inputs["recompute"], "--attention", inputs["attention"],
-            "--optimizer", "adam"]
+            "--optimizer", "adam", "--grad-sync", inputs["grad_sync"].replace("_", "-")]
     return argv + (["--symmetric"] if t == per_node and d > 1 else [])
 
 
@@ -121,7 +122,10 @@ def megatron_argv(inputs) -> list:
             Param("recompute", "str", "full", choices=tuple(g.value for g in Granularity)),
             Param("attention", "str", "materialized", choices=ATTENTION_KERNELS,
                   help="how attention's scores are timed (materialized: Megatron-LM before FlashAttention)"),
-            Param("schedule", "str", "1f1b", choices=tuple(s.value for s in Schedule))),
+            Param("schedule", "str", "1f1b", choices=tuple(s.value for s in Schedule)),
+            Param("grad_sync", "str", "after_backward", choices=GRAD_SYNCS,
+                  help="when gradients are all-reduced (after_backward: Megatron-LM's default, "
+                       "overlap_grad_reduce off)")),
     metrics=("iteration_s", "hardware_tflops_per_gpu", "model_tflops_per_gpu", "memory_gb", "fits", "bubble",
              "simulation_s", "simulation_gb", "tasks"),
     description="one GPT run under Megatron-LM's 3-D strategy, simulated as `flexrt simulate gpt --megatron` "

@@ -157,7 +157,8 @@ IGNORED_FLAGS: tuple[Flag, ...] = (
     _f("--memory-search", "perform_memory_search", Kind.SWITCH, False,
        "flexrt's search does not do FlexFlow's memory-aware search"),
     _f("--overlap", "search_overlap_backward_update", Kind.SWITCH, False,
-       "flexrt's simulator always orders each weight update after its backward pass"),
+       "flexrt overlaps gradient synchronization with the backward pass unless --grad-sync after-backward "
+       "(FlexFlow's default without --overlap) is given to the flexrt command"),
     _f("--simulator-workspace-size", "simulator_workspace_size", Kind.INT, None,
        "flexrt's simulator needs no device workspace", 0),
     _f("--simulator-segment-size", "simulator_segment_size", Kind.INT, 16777216,

@@ -14,7 +14,7 @@ from flexrt.experiments.megatron import megatron_argv
 
 TINY = {"layers": 2, "hidden": 64, "heads": 8, "tensor": 8, "pipeline": 2, "gpus": 32, "batch": 16, "micro_batch": 1,
         "seq_length": 64, "vocab": 1024, "machine": "dgx_a100", "precision": "fp16", "recompute": "full",
-        "attention": "materialized", "schedule": "1f1b"}
+        "attention": "materialized", "schedule": "1f1b", "grad_sync": "after_backward"}
 
 
 def test_the_run_is_the_command_a_user_runs(capsys):
@@ -22,6 +22,7 @@ def test_the_run_is_the_command_a_user_runs(capsys):
     over a node, p=2), symmetric, 8 micro-batches of one sequence each."""
     argv = megatron_argv(TINY)
     assert argv[argv.index("--micro-batches") + 1] == "8" and "--symmetric" in argv and "--nodes" in argv
+    assert argv[argv.index("--grad-sync") + 1] == "after-backward"   # Megatron-LM's default
     out = kind("megatron_gpt").fn(TINY).metrics
     assert main(argv + ["--json"]) == 0
     doc = json.loads(capsys.readouterr().out)

@@ -34,7 +34,8 @@ def law(models: str, kinds: str) -> None:
     """A kind may end in ``+recompute`` (full recomputation, 2 operators a segment) or ``+fp16``
     (the model in float16, loss scale 256: within two float16 ulps of the reference) or ``+bf16``
     (bfloat16: within four bfloat16 ulps), and in ``+xla`` or ``+jax`` (that fusion policy's plan,
-    ``flexrt.search.fusion_policies``)."""
+    ``flexrt.search.fusion_policies``), and in ``+sync`` (gradients synchronized after the backward
+    pass, ``flexrt.simulator.sync_lowering``)."""
     from flexrt.ir.precision import with_precision
     from flexrt.strategy.config import wiring_of
     from flexrt.strategy.recompute import recompute_set
@@ -58,7 +59,12 @@ def law(models: str, kinds: str) -> None:
                 from flexrt.search.fusion_policies import apply_policy
                 strategy = apply_policy(policy, strategy, machine)
                 assert strategy.fusion, f"{model} {spec}: the {policy} policy fused nothing"
-            session = Session(strategy, machine, loss=loss, weights=w0, **scale, **SGD)
+            cost = None
+            if "sync" in extras:   # gradients synchronized after the backward pass (a barrier per device)
+                from flexrt.simulator.cost_model import AnalyticCostModel
+                from flexrt.simulator.sync_lowering import with_grad_sync
+                cost = with_grad_sync(AnalyticCostModel(), "after_backward")
+            session = Session(strategy, machine, loss=loss, weights=w0, cost_model=cost, **scale, **SGD)
             assert session.layout is not None and session.layout.size == comm.Get_size()
             loss_err = max(abs(ref.step(inputs, labels) - session.step(inputs, labels).loss) for _ in range(3))
             got = session.weights()

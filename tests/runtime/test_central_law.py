@@ -185,12 +185,13 @@ def reference_update(strategy, optimizer="sgd", **params):
 
 
 def compare_with_one_device(label: str, pcg, strategy, machine, loss, tol, w0, optimizer="sgd", params=SGD,
-                            mode="serial"):
+                            mode="serial", cost_model=None):
     """``STEPS`` steps under ``strategy`` against the one-device reference from weights ``w0``: the
     losses, the weights and every replica of each weight agree within ``tol``. Returns the session."""
     inputs, labels = batch(pcg, loss)
     ref = ReferenceTrainer(pcg, w0, reference_update(strategy, optimizer, **params), loss)
-    session = Session(strategy, machine, optimizer=optimizer, loss=loss, weights=w0, mode=mode, **params)
+    session = Session(strategy, machine, optimizer=optimizer, loss=loss, weights=w0, mode=mode,
+                      cost_model=cost_model, **params)
     for step in range(STEPS):
         want = ref.step(inputs, labels)
         got = session.step(inputs, labels).loss

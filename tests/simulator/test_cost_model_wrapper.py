@@ -1,5 +1,5 @@
 """``CostModelWrapper``: one way every cost model over a base (learned fused costs, measured costs,
-measured collectives, analytic fusion) answers as its base and keeps the base's linear transfers."""
+measured collectives, analytic fusion, gradient synchronization after the backward pass) answers as its base and keeps the base's linear transfers."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from flexrt.machine import local_machine
 from flexrt.simulator.collectives import MeasuredComm
 from flexrt.simulator.cost_model import AnalyticCostModel, CostModelWrapper, ScaledFusion, has_linear_transfers
 from flexrt.simulator.measured_costs import MeasuredCostModel, MeasuredTimes
+from flexrt.simulator.sync_lowering import SyncAfterBackward
 
 SPEC = local_machine(2).devices[0].spec
 
@@ -28,7 +29,7 @@ def _linear():
 
 def _wrappers(base):
     times = MeasuredTimes("numpy")
-    return [ScaledFusion(base), MeasuredComm(base), MeasuredCostModel(base, times)]
+    return [ScaledFusion(base), MeasuredComm(base), MeasuredCostModel(base, times), SyncAfterBackward(base)]
 
 
 @pytest.mark.parametrize("base, linear", [(AnalyticCostModel(), True), (_NotLinear(), False)])
