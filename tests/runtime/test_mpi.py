@@ -38,7 +38,7 @@ def mpirun(n: int, *args: str, timeout: float = 240, script: Path = CASE) -> sub
     (4, "mlp", "data,model,reduction,hybrid"),
     (2, "mlp,transformer", "gpipe,1f1b,interleaved,2bw,2bw+fp16"),     # pipelines: stages on ranks
     (4, "cnn", "1f1b"),
-    (2, "mlp,dlrm", "data+sync,hybrid+sync,1f1b+sync+fp16"),          # gradients synchronized after the backward
+    (2, "mlp,dlrm", "data+sync,hybrid+sync,1f1b+sync+fp16,data+sync+jax"),   # gradients synchronized after backward
     (2, "mlp,transformer", "1f1b+recompute,hybrid+recompute,data+fp16,1f1b+fp16,zb-h1,zb-h1+recompute"),
     (2, "cnn,dlrm", "data+bf16,hybrid+bf16,1f1b+bf16"),
     (2, "mlp,transformer", "1f1b+jax,zb-h1+recompute+jax,interleaved+jax+recompute"),   # fused pipelines
