@@ -135,7 +135,11 @@ class Buffers:
         for ps in self.parts.values():
             for p in ps:
                 part_uses[(p.src, p.device)] += 1
-        self.alias = self._aliases(assembled, never, part_uses)
+        readers = defaultdict(int, part_uses)               # ... and the tasks reading it directly
+        for t in tasks:
+            for b in self._read(t.action):
+                readers[(b.key, b.device)] += 1
+        self.alias = self._aliases(assembled, never, readers)
         self.persistent = {bid for bid in self.decl if bid[0].kind is BufKind.WEIGHT or bid[1] == HOST}
         self._accumulations(tasks, assembled, never, part_uses, end)
         self._reads_and_writes(tasks)
@@ -165,8 +169,9 @@ class Buffers:
 
     def _aliases(self, assembled: dict, never: set, uses: dict) -> dict:
         """One exact part on the same device makes a buffer its source; never for buffers summed in
-        place (ring members) unless their source has no other reader (``uses``: parts per source),
-        nor for ``never``."""
+        place (ring members) unless their source has no other reader (``uses``: parts and tasks
+        reading each source: a transfer sending a partial sum elsewhere, a backward reading its
+        output, must not see the ring's sum), nor for ``never``."""
         alias: dict[BufId, BufId] = {}
         for bid in assembled:
             ps = self.parts.get(bid, [])
