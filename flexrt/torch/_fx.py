@@ -567,11 +567,12 @@ def _m_embedding_bag(ctx, node, m: nn.EmbeddingBag):
     problems = [f"{k}={v!r}" for k, v, ok in (
         ("mode", m.mode, m.mode in ("sum", "mean")), ("offsets", "given", a["offsets"] is None),
         ("per_sample_weights", "given", a["per_sample_weights"] is None), ("padding_idx", m.padding_idx,
-         m.padding_idx is None), ("max_norm", m.max_norm, m.max_norm is None)) if not ok]
+         m.padding_idx is None), ("max_norm", m.max_norm, m.max_norm is None),
+        ("scale_grad_by_freq", m.scale_grad_by_freq, not m.scale_grad_by_freq)) if not ok]
     if problems:
         raise ctx.error(node, f"EmbeddingBag with {', '.join(problems)}: FFModel.embedding sums or averages bags "
                               f"of equal length, given as a 2-D index tensor [batch, bag] (mode 'sum' or 'mean', no "
-                              f"offsets, per-sample weights, padding_idx or max_norm)")
+                              f"offsets, per-sample weights, padding_idx, max_norm or scale_grad_by_freq)")
     ctx.layer(node, "EMBEDDING", m, "embedding", [a["input"].name], [m.num_embeddings, m.embedding_dim],
               [("aggr", "sum" if m.mode == "sum" else "avg")])
 
@@ -608,9 +609,10 @@ def _m_layer_norm(ctx, node, m: nn.LayerNorm):
 
 
 def _m_embedding(ctx, node, m: nn.Embedding):
-    if m.max_norm is not None or m.sparse:
-        raise ctx.error(node, f"Embedding with max_norm={m.max_norm}, sparse={m.sparse}: FFModel.embedding has "
-                              f"neither")
+    if m.max_norm is not None or m.sparse or m.scale_grad_by_freq:
+        raise ctx.error(node, f"Embedding with max_norm={m.max_norm}, sparse={m.sparse}, scale_grad_by_freq="
+                              f"{m.scale_grad_by_freq}: FFModel.embedding has none of them (valid: max_norm=None, "
+                              f"sparse=False, scale_grad_by_freq=False)")
     if m.padding_idx is not None:   # the forward is the table's rows; only training differs
         warn_caller(f"torch node '{node.name}' ({origin(node)}): Embedding(padding_idx={m.padding_idx}): FFModel's "
                     f"embedding trains that row too (torch gives it no gradient); the forward is the same",
@@ -627,7 +629,21 @@ def _m_log_softmax(ctx, node, m):
     ctx.add(node, "LOG_SOFTMAX", [node.args[0].name], [], [("dim", m.dim if m.dim is not None else "implicit")])
 
 
+SOFTPLUS_MIN_THRESHOLD = 15.0
+
+
+def check_softplus_threshold(ctx, node, threshold) -> None:
+    """FFModel's softplus is exact everywhere, where torch's returns x past ``threshold`` (of beta x);
+    the two differ by log(1 + exp(-threshold)) / beta there, under float32's resolution only for a
+    threshold of at least 15 (torch's default is 20)."""
+    if not isinstance(threshold, (int, float)) or threshold < SOFTPLUS_MIN_THRESHOLD:
+        raise ctx.error(node, f"softplus with threshold={threshold!r}: torch returns x itself past the threshold, "
+                              f"flexrt's softplus is exact there; they agree only for a threshold of at least "
+                              f"{SOFTPLUS_MIN_THRESHOLD:g} (torch's default: 20)")
+
+
 def _m_softplus(ctx, node, m):
+    check_softplus_threshold(ctx, node, m.threshold)
     ctx.add(node, "SOFTPLUS", [node.args[0].name], [float(m.beta)])
 
 

@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from torch import fx
 
 from flexrt.ir.enums import PoolType
-from flexrt.torch._fx import FILL_LIMIT, _bind, _Ctx, _divisor_keywords, _pool_fields, _ref, interpolation
+from flexrt.torch._fx import (FILL_LIMIT, _bind, _Ctx, _divisor_keywords, _pool_fields, _ref, check_softplus_threshold,
+                              interpolation)
 
 _NUMBER = (int, float)
 
@@ -63,9 +64,11 @@ def _neg(ctx, node):
 def _unary(op: str, extra: tuple = ()):
     def convert(ctx, node):
         a = _bind(ctx, node, ["input", *extra], {"inplace": False, "approximate": "none", "alpha": 1.0})
-        if a["approximate"] != "none" or a["alpha"] != 1.0:
-            raise ctx.error(node, f"approximate={a['approximate']!r}, alpha={a['alpha']} are not supported "
-                                  f"(FFModel's gelu is exact, its elu has alpha 1)")
+        if a["approximate"] != "none":
+            raise ctx.error(node, f"approximate={a['approximate']!r} is not supported (FFModel's gelu is exact: "
+                                  f"approximate='none')")
+        if a["alpha"] != 1.0:
+            raise ctx.error(node, f"alpha={a['alpha']} is not supported (FFModel's elu has alpha 1)")
         ctx.add(node, op, [_tensor_arg(ctx, node, a["input"])])
     return convert
 
@@ -131,6 +134,7 @@ def _norm(ctx, node):
 
 def _softplus(ctx, node):
     a = _bind(ctx, node, ["input", "beta", "threshold"], {"beta": 1.0, "threshold": 20.0})
+    check_softplus_threshold(ctx, node, a["threshold"])
     ctx.add(node, "SOFTPLUS", [_tensor_arg(ctx, node, a["input"])], [a["beta"]])
 
 

@@ -160,6 +160,7 @@ def test_embedding_bags_forward_and_sgd_step_equal_torch(argv):
     (nn.EmbeddingBag(9, 4, mode="max"), lambda m, t: m(t), r"mode='max'"),
     (nn.EmbeddingBag(9, 4), lambda m, t: m(t.flatten(), torch.arange(0, 6, 3)), r"offsets='given'"),
     (nn.EmbeddingBag(9, 4, padding_idx=0), lambda m, t: m(t), r"padding_idx=0"),
+    (nn.EmbeddingBag(9, 4, scale_grad_by_freq=True), lambda m, t: m(t), r"scale_grad_by_freq=True"),
 ])
 def test_embedding_bag_forms_flexrt_cannot_take_are_refused(bag, call, message):
     class M(nn.Module):
@@ -539,3 +540,48 @@ def test_gru_unrolls_to_torchs_forward_and_sgd_step(argv):
     for name, want in pm.ff_weights().items():
         np.testing.assert_allclose(ff.get_weights()[name], want, rtol=1e-5, atol=2e-6, err_msg=name)
         assert np.abs(before[name] - want).max() > 1e-5, name
+
+
+def test_embedding_options_that_change_training_are_refused():
+    """``scale_grad_by_freq`` leaves the forward as it is and scales the gradient by each id's count:
+    accepted, training differed from torch's (found by a sweep); refused like ``max_norm``."""
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.e = nn.Embedding(10, 4, scale_grad_by_freq=True)
+
+        def forward(self, t):
+            return self.e(t)
+    ff = FFModel(FFConfig(["-b", "2"]))
+    with pytest.raises(ConfigError, match=r"torch node 'e'.*scale_grad_by_freq=True: FFModel.embedding has none"):
+        PyTorchModel(M()).torch_to_ff(ff, [ff.create_tensor([2, 3], DataType.DT_INT64)])
+
+
+@pytest.mark.parametrize("threshold, ok", [(20.0, True), (15, True), (1, False), (14.9, False)])
+@pytest.mark.parametrize("form", ["function", "module"])
+def test_softplus_thresholds_that_change_the_values_are_refused(threshold, ok, form):
+    """torch's softplus returns x past beta x > threshold; flexrt's is exact there. Within float32's
+    resolution from 15 on (default 20): equal to torch's; below, refused (it was silently off by 0.1)."""
+    fn = (lambda x: F.softplus(x, beta=2, threshold=threshold)) if form == "function" else \
+        nn.Softplus(beta=2, threshold=threshold)
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.f = fn if form == "module" else None
+
+        def forward(self, x):
+            return self.f(x) if form == "module" else F.softplus(x, beta=2, threshold=threshold)
+    x = np.array([[0.0, 0.25, 0.5, 1.0, 2.0, 8.0, 9.0, 30.0]], dtype=np.float32)
+    ff = FFModel(FFConfig(["-b", "1"]))
+    t = ff.create_tensor([1, 8], DataType.DT_FLOAT)
+    if not ok:
+        with pytest.raises(ConfigError, match=f"softplus with threshold={threshold!r}.*at least 15"):
+            PyTorchModel(M()).torch_to_ff(ff, [t])
+        return
+    (out,) = PyTorchModel(M()).torch_to_ff(ff, [t])
+    ff.compile(loss_type="mean_squared_error_avg")
+    t.set_tensor(ff, x)
+    ff.forward()
+    want = M()(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(out.get_tensor(ff), want, rtol=1e-6, atol=1e-7)
