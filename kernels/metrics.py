@@ -119,6 +119,28 @@ METRICS: dict[MetricsType, Metric] = {m.kind: m for m in (
 )}
 
 
+_DENSE_LABELS = frozenset({MetricsType.METRICS_CATEGORICAL_CROSSENTROPY, MetricsType.METRICS_MEAN_SQUARED_ERROR,
+                           MetricsType.METRICS_ROOT_MEAN_SQUARED_ERROR, MetricsType.METRICS_MEAN_ABSOLUTE_ERROR})
+
+
+def check_metrics_for_loss(loss, metrics, where: str = "compile") -> None:
+    """One label array feeds the loss and every metric: a ConfigError where they want different
+    labels, class ids (sparse categorical cross-entropy) against the output's shape (the others;
+    accuracy takes either)."""
+    from flexrt.kernels.losses import LossType
+    if loss is LossType.LOSS_IDENTITY:
+        return
+    sparse = loss is LossType.LOSS_SPARSE_CATEGORICAL_CROSSENTROPY
+    clash = _DENSE_LABELS if sparse else {MetricsType.METRICS_SPARSE_CATEGORICAL_CROSSENTROPY}
+    wrong = [m for m in metrics if m in clash]
+    if wrong:
+        fits = [m.short_name for m in MetricsType if m not in clash]
+        raise ConfigError(f"{where}: metric {', '.join(m.short_name for m in wrong)} wants "
+                          f"{'labels of the output shape' if sparse else 'integer class ids'}, but loss "
+                          f"{loss.short_name} takes {'integer class ids' if sparse else 'labels of the output shape'}"
+                          f" (one label array feeds both); metrics that fit this loss: {', '.join(fits)}")
+
+
 def _samples(out) -> int:
     return _rows(out).shape[0]
 

@@ -79,11 +79,14 @@ def call_epoch_end(callback: Callback, epoch: int, logs: dict) -> bool:
 class LearningRateScheduler(Callback):
     """At each epoch's start, the rate ``schedule(epoch)`` (or ``schedule(epoch, lr)``)."""
 
-    def __init__(self, schedule) -> None:
+    def __init__(self, schedule, verbose=None) -> None:
+        """``verbose`` (Keras'): 0 silent, 1 Keras' line per epoch; not given: FlexFlow's line."""
         super().__init__()
         if not callable(schedule):
             raise ConfigError(f"LearningRateScheduler: schedule must be a function of the epoch, got {schedule!r}")
-        self.schedule = schedule
+        if verbose is not None and (isinstance(verbose, bool) or verbose not in (0, 1, 2)):
+            raise ConfigError(f"LearningRateScheduler: verbose must be 0, 1 or 2, got {verbose!r}")
+        self.schedule, self.verbose = schedule, verbose
 
     def on_epoch_begin(self, epoch, logs=None):
         opt = self.model.optimizer
@@ -94,7 +97,10 @@ class LearningRateScheduler(Callback):
         if isinstance(lr, bool) or not isinstance(lr, (int, float, np.floating)):
             raise ConfigError(f"LearningRateScheduler: schedule({epoch}) returned {lr!r}; it must return a float")
         opt.set_learning_rate(float(lr))
-        print("set learning rate ", opt.lr)
+        if self.verbose is None:
+            print("set learning rate ", opt.lr)
+        elif self.verbose:
+            print(f"\nEpoch {epoch + 1}: LearningRateScheduler setting learning rate to {opt.lr}.")
 
 
 class VerifyMetrics(Callback):

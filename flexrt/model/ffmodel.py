@@ -41,6 +41,7 @@ from flexrt.inputs import short
 from flexrt.model.config import FFConfig
 from flexrt.model.dataloader import batch_dtype
 from flexrt.model.enums import CompMode, LossType, MetricsType
+from flexrt.kernels.metrics import check_metrics_for_loss
 from flexrt.model.initializers import Initializer
 from flexrt.model.layer import Layer, Weight
 from flexrt.model.optimizers import Optimizer, SGDOptimizer
@@ -385,6 +386,7 @@ class FFModel(DenseLayers, ShapeLayers, ElementwiseLayers, FusedLayers, Training
             raise ConfigError(f"{where}: the optimizer was made for another FFModel")
         loss = resolve_loss(loss_type)
         metric_types = resolve_metrics(metrics)
+        check_metrics_for_loss(loss, metric_types, where)
         if comp_mode is not None:
             _check.member(where, "comp_mode", comp_mode, CompMode)
         self._optimizer = optimizer if optimizer is not None else (

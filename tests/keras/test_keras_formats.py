@@ -30,12 +30,13 @@ def channels_last():
     K.set_image_data_format("channels_first")
 
 
-def _image_model(fmt, pooling, argv=()):
+def _image_model(fmt, pooling, argv=(), bn_axis=True):
+    """bn_axis: True, the channel axis given (1 or 3); False, Keras' default (-1)."""
     shape = (3, 8, 8) if fmt == "channels_first" else (8, 8, 3)
     x = Input(shape=shape, dtype="float64")
     t = Conv2D(4, (3, 3), padding="same", activation="relu", data_format=fmt, name="conv")(x)
     t = MaxPooling2D((2, 2), data_format=fmt)(t)
-    t = BatchNormalization(axis=1 if fmt == "channels_first" else 3)(t)
+    t = BatchNormalization(axis=1 if fmt == "channels_first" else 3)(t) if bn_axis else BatchNormalization()(t)
     t = pooling(data_format=fmt)(t)
     y = Activation("softmax")(Dense(3, name="fc")(t))
     m = Model(x, y, ffconfig=FFConfig(["-b", str(BATCH), *argv]))
@@ -53,6 +54,20 @@ def test_channels_last_model_equals_channels_first_on_transposed_images(pooling,
     np.testing.assert_allclose(last.predict(nchw.transpose(0, 2, 3, 1)), first.predict(nchw), rtol=1e-12,
                                atol=1e-14)
     assert last.get_layer("conv").nodes[0].outputs[0].batch_shape == (None, 8, 8, 4)
+
+
+@pytest.mark.parametrize("argv", [(), ("-ll:gpu", "2")])
+def test_default_axis_batch_norm_after_a_channels_last_layer_normalizes_its_channels(argv):
+    """BatchNormalization() (Keras' axis -1) on the output of a layer given data_format='channels_last'
+    normalizes the last axis, the channels, whatever the backend's format: it normalized the height."""
+    first, last = _image_model("channels_first", GlobalAveragePooling2D, argv), \
+        _image_model("channels_last", GlobalAveragePooling2D, argv, bn_axis=False)
+    assert [w.shape for w in last.get_layer("batch_normalization").get_weights()] == [(4,), (4,)]
+    for name in ("conv", "fc"):
+        last.get_layer(name).set_weights(last.ffmodel, *first.get_layer(name).get_weights())
+    nchw = np.random.default_rng(1).standard_normal((BATCH * 2, 3, 8, 8))
+    np.testing.assert_allclose(last.predict(nchw.transpose(0, 2, 3, 1)), first.predict(nchw), rtol=1e-12,
+                               atol=1e-14)
 
 
 def test_backend_image_data_format_is_the_default_of_later_layers(channels_last):

@@ -185,3 +185,72 @@ def test_fit_and_evaluate_refuse_bad_data():
     m.fit(xs, ys.astype(np.float32))                  # class ids as whole floats: cast, as Keras does
     with pytest.raises(ConfigError, match="holds .*ids.* values that are not whole numbers"):
         m.fit(xs, ys.astype(np.float32) + 0.5)
+
+
+def test_get_layer_numbers_repeated_names_as_keras_and_the_ffmodel_do():
+    """Layers keep FlexFlow's unnumbered names; ``get_layer('dense_1')`` is the second ``dense`` (what
+    Keras and ``flexrt show`` call it), and a name that matches nothing lists the numbered names."""
+    m = Sequential([Dense(8, input_shape=(4,)), Dense(6, name="hidden"), Dense(3), Dense(2)], ffconfig=CFG)
+    assert [m.get_layer(n).units for n in ("dense", "dense_1", "dense_2", "hidden")] == [8, 3, 2, 6]
+    with pytest.raises(ConfigError, match=r"no layer named 'dense_3'; layers: dense, hidden, dense_1, dense_2"):
+        m.get_layer("dense_3")
+    with pytest.raises(ConfigError, match="no layer named 'dense_01'"):
+        m.get_layer("dense_01")
+
+
+def test_freezing_subclassing_and_mismatched_metrics_are_refused_when_written():
+    """Transfer learning's ``layer.trainable = False`` was silently ignored (the layer trained); a
+    subclassed Model or Layer failed with a Python TypeError; a metric wanting other labels than the
+    loss failed inside the runtime. Each is now refused where it is written, naming it."""
+    d = Dense(8, input_shape=(4,))
+    m = Sequential([d, Dense(2)], ffconfig=CFG)
+    with pytest.raises(NotYetAvailableError, match=r"Dense 'dense': trainable=False: frozen layers are not available"):
+        d.trainable = False
+    with pytest.raises(NotYetAvailableError, match=r"model 'sequential': trainable=False"):
+        m.trainable = False
+    assert d.trainable and m.trainable
+    d.trainable = True
+
+    class Sub(Model):
+        def __init__(self):
+            super().__init__()
+
+    with pytest.raises(NotYetAvailableError, match=r"Sub: a Model made without inputs and outputs .*functional API"):
+        Sub()
+    from flexrt.keras.layers import Layer
+
+    class Scale(Layer):
+        def call(self, x):
+            return x
+
+    class Bare(Layer):
+        def __init__(self):
+            pass
+
+    with pytest.raises(NotYetAvailableError, match=r"Scale: custom layers .* are not available"):
+        Scale()
+    with pytest.raises(NotYetAvailableError, match=r"Bare: custom layers"):
+        Bare()(Input(shape=(3,)))
+    with pytest.raises(ConfigError, match=r"compile: metric mean_absolute_error wants labels of the output shape, "
+                                          r"but loss sparse_categorical_crossentropy takes integer class ids"):
+        Sequential([Dense(2, input_shape=(4,))], ffconfig=CFG).compile("sgd", "sparse_categorical_crossentropy",
+                                                                       ["mae"])
+    with pytest.raises(ConfigError, match=r"metric sparse_categorical_crossentropy wants integer class ids"):
+        Sequential([Dense(2, input_shape=(4,))], ffconfig=CFG).compile("sgd", "mean_squared_error",
+                                                                       ["sparse_categorical_crossentropy"])
+
+
+def test_concatenate_joins_the_channels_of_images_and_the_last_axis_of_other_tensors():
+    """Keras' ``concatenate`` joins the last axis; FlexFlow's joins axis 1, the channels of its
+    channels-first images. Without an axis: the channels of image batches as their layout has them,
+    the last axis of anything else (it joined (N, 3, 4) tensors along the 3)."""
+    from flexrt.keras.layers import concatenate
+    a, b = Input(shape=(3, 4)), Input(shape=(3, 4))
+    assert concatenate([a, b]).shape == Concatenate()([a, b]).shape == [None, 3, 8]
+    x = Input(shape=(3, 8, 8))
+    assert concatenate([Conv2D(4, (3, 3))(x), Conv2D(2, (3, 3))(x)]).shape == [None, 6, 6, 6]
+    x = Input(shape=(8, 8, 3))
+    last = [Conv2D(4, (3, 3), data_format="channels_last")(x), Conv2D(2, (3, 3), data_format="channels_last")(x)]
+    assert concatenate(last).shape == [None, 6, 6, 6]
+    assert concatenate([last[0], last[0]], axis=1).shape == [None, 12, 6, 4]   # an axis given is kept
+    assert concatenate([Input(shape=(5,)), Input(shape=(7,))]).shape == [None, 12]

@@ -5,6 +5,8 @@ and weight access behave as FlexFlow's Keras (flexrt.keras.models.base_model, _l
 import numpy as np
 import pytest
 
+from flexrt.errors import ConfigError
+
 from flexrt.keras import callbacks, optimizers
 from flexrt.keras.callbacks import AccuracyCheckError, EpochVerifyMetrics, LearningRateScheduler, VerifyMetrics
 from flexrt.keras.layers import Activation, Concatenate, Conv2D, Dense, Flatten, Input, MaxPooling2D
@@ -134,6 +136,32 @@ def test_learning_rate_scheduler_sets_each_epochs_rate_and_training_follows_it()
         for xs, yb in batches_of([x], y, [np.arange(len(y))]):
             ref.step({name: xs[0]}, yb)
     assert_same_weights(m, ref.weights, "scheduled")
+
+
+def test_learning_rate_scheduler_takes_keras_verbose(capsys):
+    x, y = blobs()
+    for verbose, printed in ((None, "set learning rate  0.05"), (1, "Epoch 1: LearningRateScheduler setting learning "
+                                                                     "rate to 0.05."), (0, None)):
+        m = mlp([])
+        m.fit(x, y, epochs=1, verbose=0, callbacks=[LearningRateScheduler(lambda e: 0.05, verbose=verbose)])
+        out = capsys.readouterr().out
+        assert (printed in out) if printed else "learning rate" not in out, (verbose, out)
+    with pytest.raises(ConfigError, match="verbose must be 0, 1 or 2"):
+        LearningRateScheduler(lambda e: 0.1, verbose="yes")
+
+
+def test_fit_says_it_leaves_out_a_last_partial_batch(capsys):
+    """The runtime trains whole batches (FlexFlow's data loader): a last partial batch is left out.
+    That was silent, and the summary counted the samples left out as trained."""
+    x, y = blobs()
+    n = len(y)
+    m = mlp([])
+    batch = m.ffconfig.batch_size
+    k = 5
+    with pytest.warns(UserWarning, match=f"fit: trains {n - batch} of the {n - batch + k} samples per epoch: {k} do "
+                                         f"not fill a batch of {batch}.*the last ones"):
+        m.fit(x[:n - batch + k], y[:n - batch + k], epochs=1, shuffle=False, verbose=0)
+    assert f"samples {n - batch}," in capsys.readouterr().out
 
 
 def test_epoch_verify_metrics_stops_early_and_verify_metrics_checks_the_end(capsys):

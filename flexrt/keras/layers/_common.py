@@ -138,6 +138,27 @@ def image_data_format() -> str:
     return _image_format["value"]
 
 
+_KEEP_LAYOUT = frozenset(("Activation", "Dropout", "BatchNormalization", "Add", "Subtract", "Multiply", "Maximum",
+                          "Minimum", "Concatenate"))
+
+
+def image_layout(t):
+    """The data format ("channels_first" or "channels_last") of the layer that made Keras tensor ``t``,
+    followed back through layers that keep their input's layout (activations, dropout, merges);
+    None where it is unknown (an Input, a Reshape)."""
+    for _ in range(10_000):
+        if t is None or t.node is None:
+            return None
+        layer = t.from_layer
+        fmt = getattr(layer, "data_format", None)
+        if fmt in _FORMATS:
+            return fmt
+        if layer.layer_type not in _KEEP_LAYOUT or not t.node.inputs:
+            return None
+        t = t.node.inputs[0]
+    return None
+
+
 def set_image_data_format(data_format) -> None:
     if not one_of(data_format, _FORMATS):
         raise ConfigError(f"set_image_data_format: {data_format!r}; valid: {', '.join(map(repr, _FORMATS))}")

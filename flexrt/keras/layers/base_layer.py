@@ -43,6 +43,19 @@ class Node:
     outputs: tuple
 
 
+def custom_layer(layer) -> str:
+    """The message refusing a user's subclass of Layer."""
+    return (f"{type(layer).__name__}: custom layers (a subclass of Layer computing in its own call()) are not "
+            f"available: flexrt builds FFModel operators from its own layers; compose the computation from them "
+            f"(Dense, Conv2D, Activation, the merges Add and Multiply, ...)")
+
+
+def frozen(what: str, value) -> str:
+    """The message refusing ``trainable = value`` on ``what``."""
+    return (f"{what}: trainable={value!r}: frozen layers are not available (every weight is trained); leave the "
+            f"layer trainable, or build the model without it and feed its outputs as data")
+
+
 class Layer:
     """Base of the Keras layers. Subclasses set ``multi_input`` and implement ``lower``."""
 
@@ -50,17 +63,17 @@ class Layer:
     input_dtype = None         # the dtype of the Input a Sequential makes for it first (None: float32)
     shares_weights = True      # the FFModel method takes shared_op (a second call reuses the weights)
 
-    def __init__(self, default_name: str, layer_type: str, name: Optional[str] = None, input_shape=None,
-                 trainable: bool = True, **kwargs) -> None:
+    def __init__(self, default_name: Optional[str] = None, layer_type: Optional[str] = None,
+                 name: Optional[str] = None, input_shape=None, trainable: bool = True, **kwargs) -> None:
+        if default_name is None or layer_type is None:
+            raise NotYetAvailableError(custom_layer(self))
         input_shape = self._keras2_input_shape(layer_type, input_shape, kwargs)
         if kwargs:
             raise ConfigError(f"{layer_type}: unknown argument(s) {', '.join(sorted(kwargs))}; every layer takes "
                               f"name, input_shape and its own arguments (see help({layer_type}))")
-        if trainable is not True:
-            raise NotYetAvailableError(f"{layer_type}: trainable={trainable!r}: frozen layers are not available; "
-                                       f"every weight is trained")
         self._name = optional_name(layer_type, name) or default_name
         self._layer_type = layer_type
+        self.trainable = trainable
         self.nodes: list[Node] = []
         self.layer_id = -1
         self._declared_input = self._input_shape_arg(input_shape)
@@ -90,6 +103,16 @@ class Layer:
     @property
     def name(self) -> str:
         return self._name
+
+    @property
+    def trainable(self) -> bool:
+        return True
+
+    @trainable.setter
+    def trainable(self, value) -> None:
+        """Freezing (``trainable=False`` or ``layer.trainable = False``) is refused: every weight trains."""
+        if value is not True:
+            raise NotYetAvailableError(frozen(f"{self._layer_type} '{self._name}'", value))
 
     @property
     def layer_type(self) -> str:
@@ -149,6 +172,8 @@ class Layer:
 
     # ---- calls ------------------------------------------------------------------------------
     def __call__(self, inputs):
+        if "_layer_type" not in self.__dict__:    # a subclass that never called Layer.__init__
+            raise NotYetAvailableError(custom_layer(self))
         tensors = self._call_inputs(inputs)
         out_shape, out_dtype, weights = self._infer(tensors)
         node = Node(self, tuple(tensors), ())

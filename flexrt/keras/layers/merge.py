@@ -5,8 +5,10 @@
 The element-wise ones broadcast (as FlexFlow's Keras does: ``(N, 10, 1) * (N, 1, 2)`` is
 ``(N, 10, 2)``). ``Add``, ``Multiply``, ``Maximum`` and ``Minimum`` take two or more tensors (a
 chain of binary FFModel layers ``{name}.1``, ... ending in ``{name}``); ``Subtract`` takes two.
-``Concatenate(axis=-1)`` defaults to the last dimension (Keras); FlexFlow's function
-``concatenate(tensors, _axis=1)`` to dimension 1. The batch (dimension 0) cannot be an axis.
+``Concatenate(axis=-1)`` defaults to the last dimension (Keras); the function ``concatenate``
+to the channels of image batches (FlexFlow's ``_axis=1`` for channels-first ones, -1 for
+channels-last ones) and to the last dimension of other tensors. The batch (dimension 0) cannot be
+an axis.
 
 Entry points: the classes and functions above.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 import numbers
 
 from flexrt.errors import ConfigError, ShapeError
+from flexrt.keras.layers._common import image_data_format, image_layout
 from flexrt.keras.layers.base_layer import Layer
 
 
@@ -101,9 +104,18 @@ class Concatenate(_Merge):
         return ffmodel.concat(inputs, self.axis % inputs[0].num_dims, name=name)
 
 
-def concatenate(input_tensors, _axis=1, axis=None, **kwargs):
-    """``Concatenate(axis)(input_tensors)``; FlexFlow's default axis is 1."""
-    return Concatenate(axis=_axis if axis is None else axis, **kwargs)(input_tensors)
+def concatenate(input_tensors, _axis=None, axis=None, **kwargs):
+    """``Concatenate(axis)(input_tensors)``. Without an axis: the channels of image batches (1, FlexFlow's
+    default, for channels-first ones; -1 for those a channels-last layer made, or under a channels-last
+    image data format), else the last axis (Keras' -1, FlexFlow's 1 for (N, C) tensors)."""
+    if axis is None:
+        axis = _axis
+    if axis is None:
+        first = input_tensors[0] if isinstance(input_tensors, (list, tuple)) and input_tensors else None
+        image = getattr(first, "num_dims", 0) == 4
+        last = image_data_format() == "channels_last" or image_layout(first) == "channels_last"
+        axis = 1 if image and not last else -1
+    return Concatenate(axis=axis, **kwargs)(input_tensors)
 
 
 def add(input_tensors, **kwargs):

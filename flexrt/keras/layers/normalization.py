@@ -3,8 +3,9 @@
 Training-mode statistics of the batch, a scale (gamma, starting at ones) and a shift (beta, at
 zeros) per channel, as Keras. ``axis``: the channel axis, 1; Keras' default -1 is taken as that
 channel axis too (FlexFlow's data are channels first; FlexFlow ignores ``axis``), unless the
-backend's image data format is channels-last: -1 (and 3) is then the last axis of an image batch,
-transposed to channels-first around the operator. ``epsilon`` and
+backend's image data format is channels-last, or the image batch comes from a layer given
+``data_format='channels_last'`` (through activations, dropout and merges): -1 (and 3) is then the
+last axis of an image batch, transposed to channels-first around the operator. ``epsilon`` and
 ``momentum`` are honoured (Keras' momentum m keeps m of the running statistics). Unlike FlexFlow's
 Keras, no ReLU follows. Options the operator cannot honour (no scale or shift, other initializers,
 regularizers, constraints) raise ``NotYetAvailableError``.
@@ -17,7 +18,8 @@ from __future__ import annotations
 from flexrt.errors import ConfigError, NotYetAvailableError, ShapeError
 from flexrt.ir.ops import BatchNormAttrs
 from flexrt.model import _check
-from flexrt.keras.layers._common import check_regularizer, image_data_format, lower_image, one_of, refuse
+from flexrt.keras.layers._common import (check_regularizer, image_data_format, image_layout, lower_image, one_of,
+                                        refuse)
 from flexrt.keras.layers.base_layer import Layer
 
 
@@ -50,8 +52,18 @@ class BatchNormalization(Layer):
         # data format is channels-last (an image batch is then transposed around FFModel's batch_norm)
         self.data_format = ("channels_last" if axis == 3 or (axis == -1 and image_data_format() == "channels_last")
                             else "channels_first")
+        # Keras' -1 under the channels-first default: the last axis of an image batch a channels-last layer
+        # made (Conv2D(data_format='channels_last') before it), else FlexFlow's channels (decided per call)
+        self._axis_from_input = axis == -1 and self.data_format == "channels_first"
         self.momentum = _check.number(where, "momentum", momentum, low=0.0, high=1.0)
         self.epsilon = _check.number(where, "epsilon", epsilon, low=0.0, low_open=True)
+
+    def __call__(self, inputs):
+        if self._axis_from_input:
+            t = inputs[0] if isinstance(inputs, (list, tuple)) and inputs else inputs
+            fmt = image_layout(t) if getattr(t, "num_dims", 0) == 4 else None
+            self.data_format = "channels_last" if fmt == "channels_last" else "channels_first"
+        return super().__call__(inputs)
 
     def lower(self, ffmodel, inputs, name, shared):
         # FFModel.batch_norm takes only relu; eps and momentum are the operator's own attributes.

@@ -74,8 +74,9 @@ def train(model, arrays, labels, n: int, epochs: int, cbs: list, shuffle: bool, 
             print(f"Accuracy reaches, now early stop, epoch: {epoch}")
             break
     wall_s = max((model.ffconfig.get_current_time() - start) * 1e-6, 1e-9)
-    print(f"epochs {done}, ELAPSED TIME = {wall_s:.4f}s, iterations {iterations}, samples {n}, "
-          f"THROUGHPUT = {n * done / wall_s:.2f} samples/s")
+    trained = iterations * batch   # whole batches: a last partial one is left out (fit warns)
+    print(f"epochs {done}, ELAPSED TIME = {wall_s:.4f}s, iterations {iterations}, samples {trained}, "
+          f"THROUGHPUT = {trained * done / wall_s:.2f} samples/s")
     for cb in cbs:
         cb.on_train_end()
     return model.history

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import numbers
 
-import time
 from typing import Any, Optional
 
 import numpy as np
@@ -44,6 +43,7 @@ from flexrt.keras import losses as klosses
 from flexrt.keras import metrics as kmetrics
 from flexrt.keras import optimizers as koptimizers
 from flexrt.keras._tensor import shape_text
+from flexrt.keras.layers.base_layer import frozen
 from flexrt.keras.models import _graph, _saving
 from flexrt.model import CompMode, FFConfig, FFModel, SGDOptimizer
 
@@ -77,6 +77,16 @@ class BaseModel:
     @property
     def name(self) -> str:
         return self._name
+
+    @property
+    def trainable(self) -> bool:
+        return True
+
+    @trainable.setter
+    def trainable(self, value) -> None:
+        """Freezing a model (a pretrained base) is refused as freezing a layer is."""
+        if value is not True:
+            raise NotYetAvailableError(frozen(f"model '{self._name}'", value))
 
     @property
     def input(self) -> list:
@@ -118,7 +128,8 @@ class BaseModel:
         return _graph.layers_of(self._nodes()) if self._output_tensor is not None else []
 
     def get_layer(self, name: Optional[str] = None, index: Optional[int] = None):
-        """The layer at ``index`` (in ``layers``) or the first one called ``name``."""
+        """The layer at ``index`` (in ``layers``) or the first one called ``name``; ``dense_1`` (Keras'
+        name of a model's second Dense, and the FFModel's) is the second layer named ``dense``."""
         layers = self.layers
         if index is not None:
             if isinstance(index, bool) or not isinstance(index, numbers.Integral) or not 0 <= index < len(layers):
@@ -130,7 +141,20 @@ class BaseModel:
         for layer in layers:
             if layer.name == name:
                 return layer
-        raise ConfigError(f"get_layer: no layer named {name!r}; layers: {', '.join(layer.name for layer in layers)}")
+        base, _, k = str(name).rpartition("_")
+        same = [layer for layer in layers if layer.name == base]
+        if k.isdigit() and k[0] != "0" and int(k) < len(same):   # Keras' and the FFModel's numbering: dense_1 is the 2nd
+            return same[int(k)]
+        raise ConfigError(f"get_layer: no layer named {name!r}; layers: {', '.join(self._numbered_names())}")
+
+    def _numbered_names(self) -> list[str]:
+        """The layers' names, the k-th repeat of a name numbered name_k as the FFModel and Keras number them."""
+        seen: dict = {}
+        out = []
+        for layer in self.layers:
+            k = seen[layer.name] = seen.get(layer.name, -1) + 1
+            out.append(layer.name if k == 0 else f"{layer.name}_{k}")
+        return out
 
     def count_params(self) -> int:
         return sum(layer.count_params() for layer in self.layers)
@@ -313,6 +337,13 @@ class BaseModel:
         arrays, labels, n = self._arrays(where, x, y, batch_size)
         arrays, labels, n, validation = self._validation(where, arrays, labels, n, validation_split, validation_data)
         cbs = self._callbacks(callbacks, where)
+        batch = self._ffconfig.batch_size
+        if n % batch:   # Keras trains a last partial batch; the runtime's task graph runs whole batches
+            k = n % batch
+            warn_caller(f"fit: trains {n - k} of the {n} samples per epoch: {k} do not fill a batch of {batch} and "
+                        f"are left out ({'different ones each epoch: shuffled' if shuffle else 'the last ones'}), as "
+                        f"FlexFlow's data loader leaves them; give a multiple of the batch size to train them all",
+                        UserWarning)
         from flexrt.keras.models._loop import train
         self._optimizer_stepped = True
         return train(self, arrays, labels, n, epochs, cbs, shuffle, verbose, validation)

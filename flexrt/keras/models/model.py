@@ -25,7 +25,18 @@ from flexrt.model import FFConfig
 class Model(BaseModel):
     """The layers computing ``outputs`` from ``inputs`` (a tensor or a list of tensors)."""
 
-    def __init__(self, inputs, outputs, name: Optional[str] = None, *, ffconfig: Optional[FFConfig] = None) -> None:
+    def __init__(self, inputs=None, outputs=None, name: Optional[str] = None, *, ffconfig: Optional[FFConfig] = None,
+                 **kwargs) -> None:
+        if inputs is None and outputs is None:
+            raise NotYetAvailableError(
+                f"{type(self).__name__}: a Model made without inputs and outputs (a subclass of Model whose call() "
+                f"computes the outputs) is not available; build it with the functional API, "
+                f"Model(inputs=Input(...), outputs=...), or Sequential([...])")
+        if inputs is None or outputs is None:
+            raise ConfigError(f"Model: give both inputs and outputs (got only {'outputs' if inputs is None else 'inputs'})")
+        if kwargs:
+            raise ConfigError(f"Model: unknown argument(s) {', '.join(sorted(kwargs))}; Model takes inputs, outputs "
+                              f"and name")
         super().__init__(name, ffconfig)
         ins = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
         if not ins:
