@@ -23,6 +23,7 @@ from flexrt.errors import ConfigError, FlexrtError, FrontendWarning, ShapeError,
 from flexrt.ir.datatype import DataType
 from flexrt.ir.enums import ActiMode, AggrMode, PoolType
 from flexrt.ir.ops import BatchNormAttrs
+from flexrt.model import composites
 from flexrt.model.tensor import Tensor
 from flexrt.torch._composites import HANDLERS as COMPOSITES
 from flexrt.torch._recurrent import HANDLERS as RECURRENT
@@ -240,34 +241,20 @@ def _unary(b, node, ins, f):
     return getattr(b.ff, _UNARY[node.op])(b.tensor(node, x), name=node.name)
 
 
-def _relu6(ff, x: Tensor, name: str) -> Tensor:
-    """min(max(x, 0), 6) = relu(x) - relu(x - 6), exactly, with torch's gradient off the two kinks."""
-    return ff.subtract(ff.relu(x, name=f"{name}.relu"), ff.relu(ff.scalar_sub(x, 6.0, name=f"{name}.minus6"),
-                                                                 name=f"{name}.relu_minus6"), name=name)
-
-
 def _composite(b, node, ins, f):
     """SiLU, ReLU6, Hardsigmoid, Hardswish (MobileNet, EfficientNet) and LeakyReLU, which FFModel
-    has no layer for, from its element-wise layers: silu = x * sigmoid(x); relu6 as ``_relu6``;
-    hardsigmoid = relu6(x + 3) / 6; hardswish = x * hardsigmoid(x); leaky_relu = relu(x) - slope *
-    relu(-x). The layers are named ``{node}.{part}``, the
-    last one ``{node}``."""
+    has no layer for, from its element-wise layers (``flexrt.model.composites``); the layers are
+    named ``{node}.{part}``, the last one ``{node}``."""
     ff, x, name = b.ff, b.tensor(node, ins[0] if ins else None), node.name
-    if node.op == "LEAKY_RELU":   # relu(x) - slope * relu(-x), exactly (the slope: a field)
+    if node.op == "LEAKY_RELU":   # the slope: a field
         slope = f[0] if f else 0.01
         if not is_number(slope):
             raise node_error(node, f"the negative slope must be a number, got {slope!r}")
-        neg = ff.relu(ff.scalar_multiply(x, -1.0, name=f"{name}.neg"), name=f"{name}.relu_neg")
-        return ff.subtract(ff.relu(x, name=f"{name}.relu"), ff.scalar_multiply(neg, float(slope), name=f"{name}.slope"),
-                           name=name)
-    if node.op == "SILU":
-        return ff.multiply(x, ff.sigmoid(x, name=f"{name}.sigmoid"), name=name)
+        return composites.leaky_relu(ff, x, float(slope), name)
     if node.op == "RELU6":
-        return _relu6(ff, x, name)
-    hard_sigmoid = node.op == "HARDSIGMOID"
-    h = _relu6(ff, ff.scalar_add(x, 3.0, name=f"{name}.plus3"), f"{name}.relu6")
-    h = ff.scalar_true_divide(h, 6.0, name=name if hard_sigmoid else f"{name}.hardsigmoid")
-    return h if hard_sigmoid else ff.multiply(x, h, name=name)
+        return composites.capped_relu(ff, x, 6.0, name)
+    return {"SILU": composites.silu, "HARDSIGMOID": composites.hard_sigmoid,
+            "HARDSWISH": composites.hard_swish}[node.op](ff, x, name)
 
 
 _COMPOSITE = ("SILU", "RELU6", "HARDSIGMOID", "HARDSWISH", "LEAKY_RELU")

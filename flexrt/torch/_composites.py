@@ -31,6 +31,7 @@ import numpy as np
 from flexrt.errors import ShapeError
 from flexrt.ir.datatype import DataType
 from flexrt.ir.enums import ActiMode, PoolType
+from flexrt.model import composites
 from flexrt.model.dataloader import batch_dtype
 from flexrt.model.tensor import Tensor
 from flexrt.torch._build_base import (DTYPES, FLOATS, check_size, describe, is_number, node_error, norm_axis,
@@ -489,33 +490,25 @@ def _logsumexp(b, node, ins, f):
 
 
 def _abs(b, node, ins, f):
-    """|x| = relu(x) + relu(-x), with torch's gradient (0 at 0)."""
+    """|x| (``flexrt.model.composites.absolute``: torch's gradient, 0 at 0)."""
     x = ins[0]
     if is_number(x):
         return abs(x)
-    x, ff, name = b.tensor(node, x), b.ff, node.name
-    neg = ff.relu(ff.scalar_multiply(x, -1.0, name=f"{name}.neg_in"), name=f"{name}.neg")
-    return ff.add(ff.relu(x, name=f"{name}.pos"), neg, name=name)
+    return composites.absolute(b.ff, b.tensor(node, x), node.name)
 
 
 def _softplus(b, node, ins, f):
-    """softplus(x) = log(1 + exp(beta x)) / beta as relu(y) + log(1 + exp(-|y|)), y = beta x (exact
-    for every x, where torch returns x itself past ``threshold``: they differ by below 1e-8); MISH:
+    """softplus(x) = log(1 + exp(beta x)) / beta (``flexrt.model.composites.softplus``: exact for every
+    x, where torch returns x itself past ``threshold``, which the converters check); MISH:
     x * tanh(softplus(x))."""
     x, ff, name = b.tensor(node, ins[0]), b.ff, node.name
     beta = f[0] if f and node.op == "SOFTPLUS" else 1.0
     if not is_number(beta) or beta <= 0:
         raise node_error(node, f"beta={beta!r}: must be a number > 0")
-    y = x if beta == 1 else ff.scalar_multiply(x, float(beta), name=f"{name}.beta")
-    pos, neg = ff.relu(y, name=f"{name}.pos"), ff.relu(ff.scalar_multiply(y, -1.0, name=f"{name}.neg_in"),
-                                                       name=f"{name}.neg")
-    tail = ff.exp(ff.scalar_multiply(ff.add(pos, neg, name=f"{name}.abs"), -1.0, name=f"{name}.minus_abs"),
-                  name=f"{name}.exp")
-    sp = ff.add(pos, ff.log(ff.scalar_add(tail, 1.0, name=f"{name}.one_plus"), name=f"{name}.log"),
-                name=name if beta == 1 and node.op == "SOFTPLUS" else f"{name}.softplus")
     if node.op == "MISH":
+        sp = composites.softplus(ff, x, 1.0, f"{name}.softplus")
         return ff.multiply(x, ff.tanh(sp, name=f"{name}.tanh"), name=name)
-    return sp if beta == 1 else ff.scalar_true_divide(sp, float(beta), name=name)
+    return composites.softplus(ff, x, float(beta), name)
 
 
 # ---- gathers by constant indices -------------------------------------------------------------------

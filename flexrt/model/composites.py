@@ -1,0 +1,65 @@
+"""Activations FFModel has no layer for, built exactly from its element-wise layers; shared by the
+front ends (PyTorch, ONNX, Keras), each of which names the parts after its own node or layer.
+
+Every function takes the FFModel, the input tensor and ``name``: the parts are named
+``{name}.{part}`` and the last layer ``name``. Each is exact in the forward and has the framework's
+gradient off its kinks:
+
+- ``capped_relu``: min(max(x, 0), cap) = relu(x) - relu(x - cap) (ReLU6: cap 6);
+- ``leaky_relu``: relu(x) - slope * relu(-x);
+- ``silu``: x * sigmoid(x) (Keras' swish);
+- ``hard_sigmoid``: relu6(x + 3) / 6 (torch's and Keras 3's); ``hard_swish``: x * hard_sigmoid(x);
+- ``absolute``: relu(x) + relu(-x) (gradient 0 at 0, as torch's);
+- ``softplus``: log(1 + exp(beta x)) / beta as relu(y) + log(1 + exp(-|y|)), y = beta x: stable
+  for every x;
+- ``softsign``: x / (1 + |x|).
+
+Entry points: the functions above.
+"""
+
+from __future__ import annotations
+
+
+def capped_relu(ff, x, cap: float, name: str):
+    return ff.subtract(ff.relu(x, name=f"{name}.relu"),
+                       ff.relu(ff.scalar_sub(x, float(cap), name=f"{name}.minus_cap"), name=f"{name}.relu_minus_cap"),
+                       name=name)
+
+
+def leaky_relu(ff, x, slope: float, name: str):
+    neg = ff.relu(ff.scalar_multiply(x, -1.0, name=f"{name}.neg"), name=f"{name}.relu_neg")
+    return ff.subtract(ff.relu(x, name=f"{name}.relu"), ff.scalar_multiply(neg, float(slope), name=f"{name}.slope"),
+                       name=name)
+
+
+def silu(ff, x, name: str):
+    return ff.multiply(x, ff.sigmoid(x, name=f"{name}.sigmoid"), name=name)
+
+
+def hard_sigmoid(ff, x, name: str):
+    h = capped_relu(ff, ff.scalar_add(x, 3.0, name=f"{name}.plus3"), 6.0, f"{name}.relu6")
+    return ff.scalar_true_divide(h, 6.0, name=name)
+
+
+def hard_swish(ff, x, name: str):
+    return ff.multiply(x, hard_sigmoid(ff, x, f"{name}.hardsigmoid"), name=name)
+
+
+def absolute(ff, x, name: str):
+    neg = ff.relu(ff.scalar_multiply(x, -1.0, name=f"{name}.neg_in"), name=f"{name}.neg")
+    return ff.add(ff.relu(x, name=f"{name}.pos"), neg, name=name)
+
+
+def softplus(ff, x, beta: float, name: str):
+    y = x if beta == 1 else ff.scalar_multiply(x, float(beta), name=f"{name}.beta")
+    pos, neg = ff.relu(y, name=f"{name}.pos"), ff.relu(ff.scalar_multiply(y, -1.0, name=f"{name}.neg_in"),
+                                                       name=f"{name}.neg")
+    tail = ff.exp(ff.scalar_multiply(ff.add(pos, neg, name=f"{name}.abs"), -1.0, name=f"{name}.minus_abs"),
+                  name=f"{name}.exp")
+    sp = ff.add(pos, ff.log(ff.scalar_add(tail, 1.0, name=f"{name}.one_plus"), name=f"{name}.log"),
+                name=name if beta == 1 else f"{name}.softplus")
+    return sp if beta == 1 else ff.scalar_true_divide(sp, float(beta), name=name)
+
+
+def softsign(ff, x, name: str):
+    return ff.divide(x, ff.scalar_add(absolute(ff, x, f"{name}.abs"), 1.0, name=f"{name}.one_plus"), name=name)
