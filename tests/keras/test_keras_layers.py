@@ -3,15 +3,16 @@ both at call time (shape inference) and in the FFModel that compile builds."""
 
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flexrt.errors import ConfigError, NotYetAvailableError, ShapeError
 from flexrt.keras import backend as K
-from flexrt.keras.layers import (Activation, Add, AveragePooling2D, BatchNormalization, Concatenate, Conv2D, Dense,
-                                 Dropout, Embedding, Flatten, Input, MaxPooling2D, Multiply, Permute, Reshape,
-                                 Subtract, concatenate)
+from flexrt.keras.layers import (ELU, Activation, Add, AveragePooling2D, BatchNormalization, Concatenate, Conv2D,
+                                 Dense, Dropout, Embedding, Flatten, Input, LeakyReLU, MaxPooling2D, Multiply, Permute,
+                                 ReLU, Reshape, Softmax, Subtract, concatenate)
 from flexrt.keras.models import Model
 from flexrt.model import FFConfig
 
@@ -166,7 +167,8 @@ def test_compiled_ffmodel_has_the_inferred_shapes_and_parameters():
 # ---- bad layer arguments and calls ----------------------------------------------------------------
 
 @pytest.mark.parametrize("make, error, match", [
-    (lambda: Dense(4, activation="swish"), ConfigError, "unknown activation 'swish'; valid: None, 'linear', 'relu'"),
+    (lambda: Dense(4, activation="hard_sigmoid"), ConfigError,
+     "unknown activation 'hard_sigmoid'; valid: None, 'linear', 'relu'"),
     (lambda: Activation("leaky"), ConfigError, "unknown activation 'leaky'"),
     (lambda: Dense(0), ConfigError, "units must be a positive integer, got 0"),
     (lambda: Dense(4, kernel_initializer="he_normal"), ConfigError, "unknown initializer 'he_normal'"),
@@ -238,3 +240,64 @@ def test_keras_positional_order_top_level_names_and_lr_are_accepted():
     assert keras.optimizers.SGD(lr=0.5).lr == 0.5 and keras.optimizers.SGD().lr == 0.01
     with pytest.raises(ConfigError, match="give learning_rate or lr"):
         keras.optimizers.Adam(learning_rate=0.1, lr=0.2)
+
+
+def _through(layer_fn, x, merge=False):
+    """``layer_fn`` applied to Input(s) of x's sample shape, predicted on float64 x (one device)."""
+    inputs = [Input(shape=x.shape[1:], dtype="float64") for _ in range(3 if merge else 1)]
+    out = layer_fn(inputs if merge else inputs[0])
+    m = Model(inputs if merge else inputs[0], out, ffconfig=FFConfig(["-b", str(len(x))]))
+    m.compile("sgd", "mean_squared_error")
+    return np.asarray(m.predict([x, 2 * x, x - 1] if merge else x))
+
+
+@pytest.mark.parametrize("make, want", [
+    (lambda: ReLU(), lambda x: np.maximum(x, 0)),
+    (lambda: ReLU(max_value=1.5),
+     lambda x: np.clip(x, 0, 1.5)),
+    (lambda: ReLU(negative_slope=0.1),
+     lambda x: np.where(x > 0, x, 0.1 * x)),
+    (lambda: LeakyReLU(),
+     lambda x: np.where(x > 0, x, 0.3 * x)),
+    (lambda: LeakyReLU(alpha=0.05),
+     lambda x: np.where(x > 0, x, 0.05 * x)),
+    (lambda: LeakyReLU(negative_slope=0.2),
+     lambda x: np.where(x > 0, x, 0.2 * x)),
+    (lambda: ELU(),
+     lambda x: np.where(x > 0, x, np.expm1(x))),
+    (lambda: Softmax(axis=1),
+     lambda x: np.exp(x) / np.exp(x).sum(axis=1, keepdims=True)),
+    (lambda: Activation("relu6"), lambda x: np.clip(x, 0, 6)),
+    (lambda: Activation("swish"), lambda x: x / (1 + np.exp(-x))),
+    (lambda: Activation("softplus"), lambda x: np.logaddexp(0, x)),
+    (lambda: Activation("softsign"), lambda x: x / (1 + abs(x))),
+    (lambda: Activation("leaky_relu"), lambda x: np.where(x > 0, x, 0.2 * x)),
+])
+def test_activation_layers_and_names_compute_keras_formulas(make, want):
+    x = np.random.default_rng(3).standard_normal((4, 3, 5)) * 4
+    np.testing.assert_allclose(_through(make(), x), want(x), rtol=1e-12, atol=1e-12)
+
+
+def test_average_is_the_mean_of_its_inputs():
+    from flexrt.keras.layers import Average, average
+    x = np.random.default_rng(4).standard_normal((4, 6))
+    np.testing.assert_allclose(_through(lambda ts: Average()(ts), x, merge=True), (x + 2 * x + x - 1) / 3, rtol=1e-12)
+    np.testing.assert_allclose(_through(average, x, merge=True), (4 * x - 1) / 3, rtol=1e-12)
+
+
+def test_keras_layers_flexrt_lacks_and_unsupported_options_are_refused_by_name():
+    import flexrt.keras.layers as layers
+    with pytest.raises(NotYetAvailableError, match=r"flexrt.keras.layers has no LSTM: .*its layers: Activation"):
+        layers.LSTM(4)
+    with pytest.raises(NotYetAvailableError, match=r"has no Conv1D"):
+        exec("from flexrt.keras.layers import Conv1D")
+    with pytest.raises(AttributeError, match="no attribute 'NoSuchLayer'"):
+        layers.NoSuchLayer
+    with pytest.raises(NotYetAvailableError, match=r"threshold=0.5: only threshold 0"):
+        ReLU(threshold=0.5)
+    with pytest.raises(NotYetAvailableError, match=r"alpha=2.0: FFModel's elu has alpha 1"):
+        ELU(alpha=2.0)
+    with pytest.raises(ConfigError, match=r"give alpha \(Keras 2\) or negative_slope \(Keras 3\), not both"):
+        layers.LeakyReLU(alpha=0.1, negative_slope=0.1)
+    with pytest.raises(ConfigError, match=r"unknown activation 'hard_sigmoid'"):
+        Activation("hard_sigmoid")

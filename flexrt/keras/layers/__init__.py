@@ -2,24 +2,57 @@
 
 Entry points: ``Input``, ``Dense``, ``Conv2D``, ``MaxPooling2D``, ``AveragePooling2D``, ``Flatten``,
 ``Activation``, ``Dropout``, ``BatchNormalization``, ``LayerNormalization``, ``Embedding``, ``Reshape``,
-``Permute``, ``Conv2DTranspose``, ``UpSampling2D``, ``ZeroPadding2D``, the
-merge layers and their functions, ``Layer``.
+``Permute``, ``Conv2DTranspose``, ``UpSampling2D``, ``ZeroPadding2D``, ``ReLU``, ``LeakyReLU``, ``ELU``,
+``Softmax``, the merge layers and their functions, ``Layer``. Keras layers flexrt does not have
+(``LSTM``, ``Conv1D``, ...) raise ``MissingLayerError`` when looked up, imported or not: a
+``NotYetAvailableError`` naming the layer and listing the layers there are.
 """
 
+from flexrt.errors import NotYetAvailableError
+from flexrt.keras.layers.activations import ELU, LeakyReLU, ReLU, Softmax
 from flexrt.keras.layers.base_layer import Layer
 from flexrt.keras.layers.convolutional import Conv2D
 from flexrt.keras.layers.core import Activation, Dense, Dropout, Embedding, Flatten, Permute, Reshape
 from flexrt.keras.layers.input_layer import Input, InputLayer
-from flexrt.keras.layers.merge import (Add, Concatenate, Maximum, Minimum, Multiply, Subtract, add, concatenate,
-                                       maximum, minimum, multiply, subtract)
+from flexrt.keras.layers.merge import (Add, Average, Concatenate, Maximum, Minimum, Multiply, Subtract, add, average,
+                                       concatenate, maximum, minimum, multiply, subtract)
 from flexrt.keras.layers.normalization import BatchNormalization, LayerNormalization
 from flexrt.keras.layers.resampling import Conv2DTranspose, UpSampling2D, ZeroPadding2D
 from flexrt.keras.layers.pool import (AveragePooling2D, GlobalAveragePooling1D, GlobalAveragePooling2D,
                                       GlobalMaxPooling1D, GlobalMaxPooling2D, MaxPooling2D, Pooling2D)
 
-__all__ = ["Activation", "Add", "AveragePooling2D", "BatchNormalization", "Concatenate", "Conv2D", "Conv2DTranspose",
+__all__ = ["Activation", "Add", "Average", "ELU", "LeakyReLU", "ReLU", "Softmax", "average", "AveragePooling2D", "BatchNormalization", "Concatenate", "Conv2D", "Conv2DTranspose",
            "Dense", "LayerNormalization", "UpSampling2D", "ZeroPadding2D",
            "Dropout", "Embedding", "Flatten", "GlobalAveragePooling1D", "GlobalAveragePooling2D",
            "GlobalMaxPooling1D", "GlobalMaxPooling2D", "Input", "InputLayer", "Layer", "MaxPooling2D", "Maximum",
            "Minimum", "Multiply", "Permute", "Pooling2D", "Reshape", "Subtract", "add", "concatenate", "maximum",
            "minimum", "multiply", "subtract"]
+
+
+class MissingLayerError(NotYetAvailableError, ImportError):
+    """A Keras layer flexrt.keras does not have, looked up by name (``layers.LSTM``, or ``from
+    flexrt.keras.layers import LSTM``, which shows this message rather than Python's "cannot import
+    name"; not an AttributeError: ``hasattr(layers, 'LSTM')`` raises it too)."""
+
+
+# Keras layers flexrt.keras does not have: a lookup says so and lists what there is (a plain
+# AttributeError named nothing)
+KERAS_ONLY = frozenset((
+    "Conv1D", "Conv3D", "SeparableConv1D", "SeparableConv2D", "DepthwiseConv1D", "DepthwiseConv2D", "Conv1DTranspose",
+    "Conv3DTranspose", "LSTM", "GRU", "SimpleRNN", "RNN", "Bidirectional", "TimeDistributed", "ConvLSTM2D",
+    "LSTMCell", "GRUCell", "SimpleRNNCell", "MaxPooling1D", "MaxPooling3D", "AveragePooling1D", "AveragePooling3D",
+    "GlobalMaxPooling3D", "GlobalAveragePooling3D", "Cropping1D", "Cropping2D", "Cropping3D", "UpSampling1D",
+    "UpSampling3D", "ZeroPadding1D", "ZeroPadding3D", "Lambda", "Masking", "RepeatVector", "Attention",
+    "AdditiveAttention", "MultiHeadAttention", "GroupNormalization", "UnitNormalization", "Normalization",
+    "Rescaling", "Resizing", "CenterCrop", "RandomFlip", "RandomRotation", "RandomZoom", "RandomCrop",
+    "RandomTranslation", "RandomContrast", "TextVectorization", "StringLookup", "IntegerLookup", "CategoryEncoding",
+    "Hashing", "Discretization", "SpatialDropout1D", "SpatialDropout2D", "SpatialDropout3D", "GaussianNoise",
+    "GaussianDropout", "AlphaDropout", "ActivityRegularization", "PReLU", "ThresholdedReLU", "Dot", "Identity",
+    "EinsumDense", "Wrapper", "CuDNNLSTM", "CuDNNGRU"))
+
+
+def __getattr__(name: str):
+    if name in KERAS_ONLY:
+        raise MissingLayerError(f"flexrt.keras.layers has no {name}: Keras' {name} is not available in flexrt's "
+                                f"Keras (FlexFlow's Keras API and more); its layers: {', '.join(sorted(__all__))}")
+    raise AttributeError(f"module 'flexrt.keras.layers' has no attribute {name!r}")

@@ -7,9 +7,10 @@ import numbers
 from typing import Any, Optional
 
 from flexrt.errors import ConfigError, NotYetAvailableError, ShapeError
-from flexrt.model import ActiMode
+from flexrt.model import ActiMode, composites
 
-# Keras activation name -> (the ActiMode a dense / conv2d fuses, or None; the FFModel method applying it alone)
+# Keras activation name -> (the ActiMode a dense / conv2d fuses, or None; the FFModel method applying it alone,
+# or a function (ffmodel, x, name) building it from FFModel's element-wise layers: flexrt.model.composites)
 ACTIVATIONS = {
     "linear": (ActiMode.AC_MODE_NONE, None),
     "relu": (ActiMode.AC_MODE_RELU, "relu"),
@@ -19,6 +20,12 @@ ACTIVATIONS = {
     "elu": (None, "elu"),
     "softmax": (None, "softmax"),
     "exponential": (None, "exp"),
+    "relu6": (None, lambda ff, x, name: composites.capped_relu(ff, x, 6.0, name)),
+    "swish": (None, composites.silu),
+    "silu": (None, composites.silu),
+    "softplus": (None, lambda ff, x, name: composites.softplus(ff, x, 1.0, name)),
+    "softsign": (None, composites.softsign),
+    "leaky_relu": (None, lambda ff, x, name: composites.leaky_relu(ff, x, 0.2, name)),   # Keras 3's default slope
 }
 
 
@@ -37,6 +44,8 @@ def apply_activation(ffmodel, x, activation: str, name: str):
     method = ACTIVATIONS[activation][1]
     if method is None:
         return x
+    if callable(method):
+        return method(ffmodel, x, name)
     return getattr(ffmodel, method)(x, name=name)
 
 

@@ -1,6 +1,6 @@
 """Merge layers, each called on a list of tensors: ``Concatenate``, ``Add``, ``Subtract``,
-``Multiply``, ``Maximum``, ``Minimum``, and the functions ``concatenate``, ``add``, ``subtract``,
-``multiply``, ``maximum``, ``minimum``.
+``Multiply``, ``Maximum``, ``Minimum``, ``Average``, and the functions ``concatenate``, ``add``,
+``subtract``, ``multiply``, ``maximum``, ``minimum``, ``average``.
 
 The element-wise ones broadcast (as FlexFlow's Keras does: ``(N, 10, 1) * (N, 1, 2)`` is
 ``(N, 10, 2)``). ``Add``, ``Multiply``, ``Maximum`` and ``Minimum`` take two or more tensors (a
@@ -83,6 +83,18 @@ class Minimum(_Merge):
         super().__init__("minimum", "Minimum", **kwargs)
 
 
+class Average(_Merge):
+    """The element-wise mean: the sum's chain of adds ``{name}.sum.1``, ..., then 1/n of it."""
+    method = "add"
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__("average", "Average", **kwargs)
+
+    def lower(self, ffmodel, inputs, name, shared):
+        total = super().lower(ffmodel, inputs, f"{name}.sum", shared)
+        return ffmodel.scalar_multiply(total, 1.0 / len(inputs), name=name)
+
+
 class Concatenate(_Merge):
     """Join tensors along ``axis`` (every other dimension equal)."""
 
@@ -116,6 +128,10 @@ def concatenate(input_tensors, _axis=None, axis=None, **kwargs):
         last = image_data_format() == "channels_last" or image_layout(first) == "channels_last"
         axis = 1 if image and not last else -1
     return Concatenate(axis=axis, **kwargs)(input_tensors)
+
+
+def average(input_tensors, **kwargs):
+    return Average(**kwargs)(input_tensors)
 
 
 def add(input_tensors, **kwargs):
