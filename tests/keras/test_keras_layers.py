@@ -289,8 +289,8 @@ def test_keras_layers_flexrt_lacks_and_unsupported_options_are_refused_by_name()
     import flexrt.keras.layers as layers
     with pytest.raises(NotYetAvailableError, match=r"flexrt.keras.layers has no LSTM: .*its layers: Activation"):
         layers.LSTM(4)
-    with pytest.raises(NotYetAvailableError, match=r"has no Conv1D"):
-        exec("from flexrt.keras.layers import Conv1D")
+    with pytest.raises(NotYetAvailableError, match=r"has no SeparableConv2D"):
+        exec("from flexrt.keras.layers import SeparableConv2D")
     with pytest.raises(AttributeError, match="no attribute 'NoSuchLayer'"):
         layers.NoSuchLayer
     with pytest.raises(NotYetAvailableError, match=r"threshold=0.5: only threshold 0"):
@@ -301,3 +301,57 @@ def test_keras_layers_flexrt_lacks_and_unsupported_options_are_refused_by_name()
         layers.LeakyReLU(alpha=0.1, negative_slope=0.1)
     with pytest.raises(ConfigError, match=r"unknown activation 'hard_sigmoid'"):
         Activation("hard_sigmoid")
+
+
+def _conv1d_reference(x, kernel, bias, stride, pad):
+    """x (N, C, L), kernel (F, C, 1, k): NumPy's 1-D cross-correlation."""
+    x = np.pad(x, ((0, 0), (0, 0), (pad, pad)))
+    k = kernel.shape[-1]
+    steps = (x.shape[2] - k) // stride + 1
+    windows = np.stack([x[:, :, i * stride:i * stride + k] for i in range(steps)], axis=2)   # N, C, L', k
+    return np.einsum("nclk,fck->nfl", windows, kernel[:, :, 0, :]) + bias[None, :, None]
+
+
+@pytest.mark.parametrize("fmt", ["channels_last", "channels_first"])
+@pytest.mark.parametrize("k, stride, padding, pad", [(3, 1, "valid", 0), (3, 1, "same", 1), (5, 2, "valid", 0),
+                                                     (3, 2, 2, 2)])
+@pytest.mark.parametrize("argv", [(), ("-ll:gpu", "2")])
+def test_conv1d_is_numpys_cross_correlation(fmt, k, stride, padding, pad, argv):
+    from flexrt.keras.layers import Conv1D
+    rng = np.random.default_rng(5)
+    ncl = rng.standard_normal((4, 3, 11))
+    x = Input(shape=(11, 3) if fmt == "channels_last" else (3, 11), dtype="float64")
+    layer = Conv1D(5, k, strides=stride, padding=padding, data_format=fmt)
+    m = Model(x, layer(x), ffconfig=FFConfig(["-b", "4", *argv]))
+    m.compile("sgd", "mean_squared_error")
+    kernel, bias = (w.astype(np.float64) for w in layer.get_weights())
+    assert kernel.shape == (5, 3, 1, k) and bias.shape == (5,)
+    bias = bias + rng.standard_normal(5)
+    layer.set_weights(m.ffmodel, kernel, bias)
+    want = _conv1d_reference(ncl, kernel, bias, stride, pad)
+    got = m.predict(ncl.transpose(0, 2, 1) if fmt == "channels_last" else ncl)
+    np.testing.assert_allclose(got, want.transpose(0, 2, 1) if fmt == "channels_last" else want, rtol=1e-12,
+                               atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["max", "average"])
+def test_pooling1d_over_steps(kind):
+    from flexrt.keras.layers import AveragePooling1D, MaxPooling1D
+    nlc = np.random.default_rng(6).standard_normal((4, 10, 3))
+    x = Input(shape=(10, 3), dtype="float64")
+    layer = (MaxPooling1D if kind == "max" else AveragePooling1D)(pool_size=3, strides=2)
+    m = Model(x, layer(x), ffconfig=FFConfig(["-b", "4"]))
+    m.compile("sgd", "mean_squared_error")
+    windows = np.stack([nlc[:, i * 2:i * 2 + 3, :] for i in range(4)], axis=1)   # N, 4, 3, C
+    want = windows.max(axis=2) if kind == "max" else windows.mean(axis=2)
+    np.testing.assert_allclose(m.predict(nlc), want, rtol=1e-12)
+
+
+def test_conv1d_options_it_cannot_honour_are_refused():
+    from flexrt.keras.layers import Conv1D
+    with pytest.raises(NotYetAvailableError, match="padding='causal' pads the start only"):
+        Conv1D(4, 3, padding="causal")
+    with pytest.raises(NotYetAvailableError, match="dilation_rate=2: only 1"):
+        Conv1D(4, 3, dilation_rate=2)
+    with pytest.raises(ShapeError, match=r"takes a sequence batch \(N, steps, channels\), got shape"):
+        Conv1D(4, 3)(Input(shape=(3, 8, 8)))

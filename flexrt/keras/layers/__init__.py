@@ -3,8 +3,8 @@
 Entry points: ``Input``, ``Dense``, ``Conv2D``, ``MaxPooling2D``, ``AveragePooling2D``, ``Flatten``,
 ``Activation``, ``Dropout``, ``BatchNormalization``, ``LayerNormalization``, ``Embedding``, ``Reshape``,
 ``Permute``, ``Conv2DTranspose``, ``UpSampling2D``, ``ZeroPadding2D``, ``ReLU``, ``LeakyReLU``, ``ELU``,
-``Softmax``, the merge layers and their functions, ``Layer``. Keras layers flexrt does not have
-(``LSTM``, ``Conv1D``, ...) raise ``MissingLayerError`` when looked up, imported or not: a
+``Softmax``, ``Conv1D``, ``MaxPooling1D``, ``AveragePooling1D``, the merge layers and their functions, ``Layer``. Keras layers flexrt does not have
+(``LSTM``, ``Lambda``, ...) raise ``MissingLayerError`` when looked up, imported or not: a
 ``NotYetAvailableError`` naming the layer and listing the layers there are.
 """
 
@@ -12,6 +12,7 @@ from flexrt.errors import NotYetAvailableError
 from flexrt.keras.layers.activations import ELU, LeakyReLU, ReLU, Softmax
 from flexrt.keras.layers.base_layer import Layer
 from flexrt.keras.layers.convolutional import Conv2D
+from flexrt.keras.layers.convolutional1d import AveragePooling1D, Conv1D, MaxPooling1D
 from flexrt.keras.layers.core import Activation, Dense, Dropout, Embedding, Flatten, Permute, Reshape
 from flexrt.keras.layers.input_layer import Input, InputLayer
 from flexrt.keras.layers.merge import (Add, Average, Concatenate, Maximum, Minimum, Multiply, Subtract, add, average,
@@ -21,12 +22,12 @@ from flexrt.keras.layers.resampling import Conv2DTranspose, UpSampling2D, ZeroPa
 from flexrt.keras.layers.pool import (AveragePooling2D, GlobalAveragePooling1D, GlobalAveragePooling2D,
                                       GlobalMaxPooling1D, GlobalMaxPooling2D, MaxPooling2D, Pooling2D)
 
-__all__ = ["Activation", "Add", "Average", "ELU", "LeakyReLU", "ReLU", "Softmax", "average", "AveragePooling2D", "BatchNormalization", "Concatenate", "Conv2D", "Conv2DTranspose",
-           "Dense", "LayerNormalization", "UpSampling2D", "ZeroPadding2D",
-           "Dropout", "Embedding", "Flatten", "GlobalAveragePooling1D", "GlobalAveragePooling2D",
-           "GlobalMaxPooling1D", "GlobalMaxPooling2D", "Input", "InputLayer", "Layer", "MaxPooling2D", "Maximum",
-           "Minimum", "Multiply", "Permute", "Pooling2D", "Reshape", "Subtract", "add", "concatenate", "maximum",
-           "minimum", "multiply", "subtract"]
+__all__ = ["Activation", "Add", "Average", "AveragePooling1D", "AveragePooling2D", "BatchNormalization",
+           "Concatenate", "Conv1D", "Conv2D", "Conv2DTranspose", "Dense", "Dropout", "ELU", "Embedding", "Flatten",
+           "GlobalAveragePooling1D", "GlobalAveragePooling2D", "GlobalMaxPooling1D", "GlobalMaxPooling2D", "Input",
+           "InputLayer", "Layer", "LayerNormalization", "LeakyReLU", "MaxPooling1D", "MaxPooling2D", "Maximum",
+           "Minimum", "Multiply", "Permute", "Pooling2D", "ReLU", "Reshape", "Softmax", "Subtract", "UpSampling2D",
+           "ZeroPadding2D", "add", "average", "concatenate", "maximum", "minimum", "multiply", "subtract"]
 
 
 class MissingLayerError(NotYetAvailableError, ImportError):
@@ -38,9 +39,9 @@ class MissingLayerError(NotYetAvailableError, ImportError):
 # Keras layers flexrt.keras does not have: a lookup says so and lists what there is (a plain
 # AttributeError named nothing)
 KERAS_ONLY = frozenset((
-    "Conv1D", "Conv3D", "SeparableConv1D", "SeparableConv2D", "DepthwiseConv1D", "DepthwiseConv2D", "Conv1DTranspose",
+    "Conv3D", "SeparableConv1D", "SeparableConv2D", "DepthwiseConv1D", "DepthwiseConv2D", "Conv1DTranspose",
     "Conv3DTranspose", "LSTM", "GRU", "SimpleRNN", "RNN", "Bidirectional", "TimeDistributed", "ConvLSTM2D",
-    "LSTMCell", "GRUCell", "SimpleRNNCell", "MaxPooling1D", "MaxPooling3D", "AveragePooling1D", "AveragePooling3D",
+    "LSTMCell", "GRUCell", "SimpleRNNCell", "MaxPooling3D", "AveragePooling3D",
     "GlobalMaxPooling3D", "GlobalAveragePooling3D", "Cropping1D", "Cropping2D", "Cropping3D", "UpSampling1D",
     "UpSampling3D", "ZeroPadding1D", "ZeroPadding3D", "Lambda", "Masking", "RepeatVector", "Attention",
     "AdditiveAttention", "MultiHeadAttention", "GroupNormalization", "UnitNormalization", "Normalization",

@@ -1,0 +1,125 @@
+"""Keras' 1-D layers over sequences: ``Conv1D``, ``MaxPooling1D``, ``AveragePooling1D``.
+
+A sequence batch is ``(N, steps, channels)`` (``data_format='channels_last'``, Keras' default for
+these layers: an Embedding's output) or ``(N, channels, steps)`` (``'channels_first'``). Each runs as
+the 2-D layer with a ``(1, k)`` window on the batch seen as ``(N, channels, 1, steps)``
+(``lower_sequence``): the same FFModel conv2d / pool2d, so every strategy and the runtime apply.
+``padding``: 'valid', 'same' (Keras' ceil(steps / stride) outputs, refused where it pads unevenly,
+as for Conv2D) or an int p (FlexFlow-style explicit padding on both ends); 'causal' is refused.
+The kernel is ``(filters, channels / groups, 1, k)``.
+
+Entry points: ``Conv1D``, ``MaxPooling1D``, ``AveragePooling1D``.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+from flexrt.errors import ConfigError, NotYetAvailableError, ShapeError
+from flexrt.keras.layers._common import one_of, same
+from flexrt.keras.layers.base_layer import Layer
+from flexrt.keras.layers.convolutional import Conv2D
+from flexrt.keras.layers.pool import Pooling2D
+from flexrt.model import PoolType
+
+_FORMATS = ("channels_last", "channels_first")
+
+
+def _int(where: str, arg: str, value) -> int:
+    if isinstance(value, (list, tuple)) and len(value) == 1:
+        value = value[0]
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ConfigError(f"{where}: {arg} must be a positive integer (or a 1-tuple of one), got {value!r}")
+    return int(value)
+
+
+def _padding(where: str, padding):
+    """'valid' / 'same' / an int p -> the 2-D form: (0, 0), 'same', (0, p)."""
+    if same(padding, "causal"):
+        raise NotYetAvailableError(f"{where}: padding='causal' pads the start only; flexrt's conv2d pads both "
+                                   f"ends alike; give 'valid', 'same' or an explicit int")
+    if same(padding, "valid"):
+        return (0, 0)
+    if same(padding, "same"):
+        return "same"
+    if isinstance(padding, numbers.Integral) and not isinstance(padding, bool) and padding >= 0:
+        return (0, int(padding))
+    raise ConfigError(f"{where}: padding must be 'valid', 'same' or an integer >= 0, got {padding!r}")
+
+
+def _data_format(where: str, data_format) -> str:
+    if data_format is None:
+        return "channels_last"
+    if not one_of(data_format, _FORMATS):
+        raise ConfigError(f"{where}: data_format={data_format!r}; valid: 'channels_last' (the default: (N, steps, "
+                          f"channels)), 'channels_first'")
+    return str(data_format)
+
+
+def lower_sequence(where: str, ffmodel, x, data_format: str, name: str, build):
+    """``build(x4)`` on the sequence batch ``x`` seen as (N, channels, 1, steps); the result
+    (N, F, 1, steps') back in ``data_format``."""
+    if x.num_dims != 3:
+        shape = "(N, steps, channels)" if data_format == "channels_last" else "(N, channels, steps)"
+        raise ShapeError(f"{where}: takes a sequence batch {shape}, got shape {list(x.dims)}")
+    if data_format == "channels_last":
+        x = ffmodel.transpose(x, [0, 2, 1], name=f"{name}_to_ncl")
+    n, c, steps = x.dims
+    y = build(ffmodel.reshape(x, [n, c, 1, steps], name=f"{name}_to_nc1l"))
+    y = ffmodel.reshape(y, [y.dims[0], y.dims[1], y.dims[3]], name=f"{name}_to_ncl_out")
+    return ffmodel.transpose(y, [0, 2, 1], name=f"{name}_to_nlc") if data_format == "channels_last" else y
+
+
+class Conv1D(Layer):
+    """1-D convolution: ``Conv2D`` with a (1, kernel_size) kernel (module doc)."""
+
+    def __init__(self, filters, kernel_size, strides=1, padding="valid", data_format=None, dilation_rate=1, groups=1,
+                 activation=None, use_bias=True, kernel_initializer="glorot_uniform", bias_initializer="zeros",
+                 kernel_regularizer=None, bias_regularizer=None, activity_regularizer=None, kernel_constraint=None,
+                 bias_constraint=None, input_shape=None, **kwargs) -> None:
+        super().__init__("conv1d", "Conv1D", input_shape=input_shape, **kwargs)
+        where = f"Conv1D '{self.name}'"
+        k, s = _int(where, "kernel_size", kernel_size), _int(where, "strides", strides)
+        if _int(where, "dilation_rate", dilation_rate) != 1:
+            raise NotYetAvailableError(f"{where}: dilation_rate={dilation_rate!r}: only 1 is available")
+        self.data_format = _data_format(where, data_format)
+        self.kernel_size, self.strides, self.padding = (k,), (s,), padding
+        self._conv = Conv2D(filters, (1, k), (1, s), _padding(where, padding), "channels_first", (1, 1), groups,
+                            activation, use_bias, kernel_initializer, bias_initializer, kernel_regularizer,
+                            bias_regularizer, activity_regularizer, kernel_constraint, bias_constraint,
+                            name=f"{self.name}.conv2d")
+        self.filters, self.activation, self.use_bias = self._conv.filters, self._conv.activation, self._conv.use_bias
+
+    def lower(self, ffmodel, inputs, name, shared):
+        return lower_sequence(f"Conv1D '{self.name}'", ffmodel, inputs[0], self.data_format, name,
+                              lambda x: self._conv._lower_nchw(ffmodel, x, name, shared))
+
+
+class _Pooling1D(Layer):
+    shares_weights = False
+
+    def __init__(self, pool_size, strides, padding, data_format, default_name, layer_type, pool_type, **kwargs):
+        super().__init__(default_name, layer_type, **kwargs)
+        where = f"{layer_type} '{self.name}'"
+        k = _int(where, "pool_size", pool_size)
+        s = k if strides is None else _int(where, "strides", strides)
+        self.data_format = _data_format(where, data_format)
+        self.pool_size, self.strides = (k,), (s,)
+        self._pool = Pooling2D((1, k), (1, s), _padding(where, padding), f"{default_name}.pool2d", pool_type,
+                               layer_type, "channels_first", name=f"{self.name}.pool2d")
+
+    def lower(self, ffmodel, inputs, name, shared):
+        return lower_sequence(f"{self.layer_type} '{self.name}'", ffmodel, inputs[0], self.data_format, name,
+                              lambda x: self._pool._lower_nchw(ffmodel, x, name))
+
+
+class MaxPooling1D(_Pooling1D):
+    def __init__(self, pool_size=2, strides=None, padding="valid", data_format=None, **kwargs) -> None:
+        super().__init__(pool_size, strides, padding, data_format, "maxpool1d", "MaxPooling1D", PoolType.POOL_MAX,
+                         **kwargs)
+
+
+class AveragePooling1D(_Pooling1D):
+    def __init__(self, pool_size=2, strides=None, padding="valid", data_format=None, **kwargs) -> None:
+        super().__init__(pool_size, strides, padding, data_format, "averagepool1d", "AveragePooling1D",
+                         PoolType.POOL_AVG, **kwargs)
