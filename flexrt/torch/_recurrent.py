@@ -8,16 +8,13 @@ Entry point: ``HANDLERS``.
 from __future__ import annotations
 
 from flexrt.errors import ShapeError
+from flexrt.model import recurrent
 from flexrt.model.tensor import Tensor
 from flexrt.torch._build_base import node_error
 
 
 def _time_steps(b, node, x: Tensor, axis_t: int, name: str) -> list[Tensor]:
-    """``x`` ([T, N, F] or [N, T, F]) as T tensors [N, F]."""
-    t = x.dims[axis_t]
-    pieces = [x] if t == 1 else b.ff.split(x, [1] * t, axis_t, name=f"{name}.steps")
-    rest = [d for i, d in enumerate(x.dims) if i != axis_t]
-    return [b.ff.reshape(p, rest, name=f"{name}.step{i}") for i, p in enumerate(pieces)]
+    return recurrent.time_steps(b.ff, x, axis_t, name)
 
 
 def _stacked(b, x: Tensor, layers: int, name: str) -> list[Tensor]:
@@ -27,10 +24,7 @@ def _stacked(b, x: Tensor, layers: int, name: str) -> list[Tensor]:
 
 
 def _gathered(b, steps: list[Tensor], axis_t: int, name: str) -> Tensor:
-    """T tensors [N, H] stacked along ``axis_t`` of the result."""
-    parts = [b.ff.reshape(s, [*s.dims[:axis_t], 1, *s.dims[axis_t:]], name=f"{name}.part{i}") for i, s in
-             enumerate(steps)]
-    return parts[0] if len(parts) == 1 else b.ff.concat(parts, axis_t, name=name)
+    return recurrent.gathered(b.ff, steps, axis_t, name)
 
 
 def _unpacked(b, node, ins, f, what: str, states: tuple) -> tuple:
@@ -59,13 +53,8 @@ def _lstm(b, node, ins, f):
     ff, name, shares = b.ff, node.name, node.kw("shares")
     steps, h_n, c_n = _time_steps(b, node, x, axis_t, name), [], []
     for k in range(layers):
-        cell = f"{name}.l{k}"
-        h, c, outs = h0[k], c0[k], []
-        for t, xt in enumerate(steps):
-            owner = (f"{shares}.l{k}" if shares else None) if t == 0 else cell
-            h, c = ff.lstm(xt, h, c, hidden, shared_op=owner, name=cell if t == 0 else f"{cell}.t{t}")
-            outs.append(h)
-        steps = outs
+        steps, h, c = recurrent.lstm_layer(ff, steps, h0[k], c0[k], hidden, f"{name}.l{k}",
+                                           f"{shares}.l{k}" if shares else None)
         h_n.append(h)
         c_n.append(c)
     out = _gathered(b, steps, axis_t, f"{name}.output")

@@ -210,7 +210,11 @@ class Layer:
         except FlexrtError as e:
             shapes = ", ".join(f"{shape_text(t.batch_shape)} {t.dtype_str}" for t in tensors)
             raise type(e)(f"{self._layer_type} '{self._name}' called on {shapes}: {e}") from None
-        weights = tuple(tuple(w.shape.dims) for layer in probe.get_layers().values() for w in layer.weights)
+        seen: dict = {}   # by PCG node: a layer unrolled over steps reads its first step's weights again
+        for layer in probe.get_layers().values():
+            for w in layer.weights:
+                seen.setdefault(w.node, tuple(w.shape.dims))
+        weights = tuple(seen.values())
         return (None,) + tuple(out.dims[1:]), out.data_type, weights
 
     def lower(self, ffmodel: FFModel, inputs: list, name: str, shared: Any):

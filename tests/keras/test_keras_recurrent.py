@@ -1,0 +1,105 @@
+"""Keras' LSTM and SimpleRNN: NumPy's recurrences (float64, 1e-12) from zero states, every step's
+output or the last, forwards or backwards; Keras' weight layouts and parameter counts; training under
+data parallelism equals one device; options they cannot honour are refused by name."""
+
+import numpy as np
+import pytest
+
+from flexrt.errors import ConfigError, NotYetAvailableError, ShapeError
+from flexrt.keras.layers import LSTM, Dense, Embedding, Input, SimpleRNN
+from flexrt.keras.models import Model
+from flexrt.model import FFConfig
+
+N, T, F, H = 4, 5, 3, 6
+
+
+def _sigmoid(z):
+    return 1 / (1 + np.exp(-z))
+
+
+def _lstm(x, w, u, b):
+    h, c, outs = np.zeros((len(x), H)), np.zeros((len(x), H)), []
+    for t in range(x.shape[1]):
+        z = x[:, t] @ w + h @ u + b
+        i, f, g, o = _sigmoid(z[:, :H]), _sigmoid(z[:, H:2 * H]), np.tanh(z[:, 2 * H:3 * H]), _sigmoid(z[:, 3 * H:])
+        c = f * c + i * g
+        h = o * np.tanh(c)
+        outs.append(h)
+    return np.stack(outs, 1)
+
+
+def _rnn(x, w, b, act):
+    h, outs = np.zeros((len(x), H)), []
+    for t in range(x.shape[1]):
+        h = act(np.concatenate([x[:, t], h], 1) @ w + b)
+        outs.append(h)
+    return np.stack(outs, 1)
+
+
+def _run(layer, x, argv=()):
+    inp = Input(shape=x.shape[1:], dtype="float64")
+    m = Model(inp, layer(inp), ffconfig=FFConfig(["-b", str(len(x)), *argv]))
+    m.compile("sgd", "mean_squared_error")
+    return m, np.asarray(m.predict(x))
+
+
+@pytest.mark.parametrize("sequences", [True, False])
+@pytest.mark.parametrize("backwards", [False, True])
+@pytest.mark.parametrize("argv", [(), ("-ll:gpu", "2")])
+def test_lstm_is_numpys_recurrence_with_keras_weights(sequences, backwards, argv):
+    x = np.random.default_rng(0).standard_normal((N, T, F))
+    layer = LSTM(H, return_sequences=sequences, go_backwards=backwards)
+    m, got = _run(layer, x, argv)
+    w, u, b = layer.get_weights()
+    assert (w.shape, u.shape, b.shape) == ((F, 4 * H), (H, 4 * H), (4 * H,))      # Keras' layout
+    assert layer.count_params() == 4 * H * (F + H) + 4 * H                          # Keras' count
+    want = _lstm(x[:, ::-1] if backwards else x, w.astype(np.float64), u.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(got, want if sequences else want[:, -1], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("activation, act", [("tanh", np.tanh), ("relu", lambda z: np.maximum(z, 0))])
+def test_simple_rnn_is_numpys_recurrence(activation, act):
+    x = np.random.default_rng(1).standard_normal((N, T, F))
+    layer = SimpleRNN(H, activation=activation, return_sequences=True)
+    m, got = _run(layer, x)
+    w, b = layer.get_weights()
+    assert w.shape == (F + H, H) and layer.count_params() == F * H + H * H + H     # Keras' count
+    np.testing.assert_allclose(got, _rnn(x, w.astype(np.float64), b.astype(np.float64), act), rtol=1e-12,
+                               atol=1e-12)
+
+
+def _text_model(argv):
+    inp = Input(shape=(T,), dtype="int32")
+    t = LSTM(H)(Embedding(20, F)(inp))
+    m = Model(inp, Dense(2, activation="softmax")(t), ffconfig=FFConfig(["-b", "8", *argv]))
+    m.compile("sgd", "sparse_categorical_crossentropy", ["accuracy"])
+    return m
+
+
+def test_an_lstm_text_classifier_trains_alike_on_one_and_two_devices():
+    rng = np.random.default_rng(2)
+    x = rng.integers(0, 20, (32, T)).astype(np.int32)
+    y = (x[:, 0] >= 10).astype(np.int32).reshape(-1, 1)
+    one, two = _text_model([]), _text_model(["-ll:gpu", "2"])
+    two.set_weights(one.get_weights())
+    h1 = one.fit(x, y, epochs=3, shuffle=False, verbose=0).history["loss"]
+    h2 = two.fit(x, y, epochs=3, shuffle=False, verbose=0).history["loss"]
+    np.testing.assert_allclose(h1, h2, rtol=1e-5)
+    for a, b in zip(one.get_weights(), two.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_what_the_layers_cannot_honour_is_refused():
+    with pytest.raises(NotYetAvailableError, match=r"LSTM 'lstm': return_state=True is not available"):
+        LSTM(4, return_state=True)
+    with pytest.raises(NotYetAvailableError, match=r"dropout=0.2 is not available"):
+        LSTM(4, dropout=0.2)
+    with pytest.raises(NotYetAvailableError, match=r"activation='relu' is not available"):
+        LSTM(4, activation="relu")
+    with pytest.raises(NotYetAvailableError, match=r"stateful=True"):
+        SimpleRNN(4, stateful=True)
+    with pytest.raises(ConfigError, match=r"units must be a positive integer"):
+        LSTM(0)
+    with pytest.raises(ShapeError, match=r"takes a sequence batch \(N, steps, features\)"):
+        LSTM(4)(Input(shape=(6,)))
+    LSTM(4, unroll=True)     # flexrt always unrolls
