@@ -12,7 +12,11 @@ gradient off its kinks:
 - ``absolute``: relu(x) + relu(-x) (gradient 0 at 0, as torch's);
 - ``softplus``: log(1 + exp(beta x)) / beta as relu(y) + log(1 + exp(-|y|)), y = beta x: stable
   for every x;
-- ``softsign``: x / (1 + |x|).
+- ``softsign``: x / (1 + |x|);
+- ``elu``: FFModel's elu for alpha 1, else relu(x) + alpha (exp(min(x, 0)) - 1), min(x, 0) as
+  -relu(-x); ``celu``: relu(x) + alpha (exp(min(x, 0) / alpha) - 1); ``selu``: torch's and Keras'
+  scale 1.0507... times the elu of alpha 1.6732...;
+- ``log1p``: log(1 + x).
 
 Entry points: the functions above.
 """
@@ -63,3 +67,34 @@ def softplus(ff, x, beta: float, name: str):
 
 def softsign(ff, x, name: str):
     return ff.divide(x, ff.scalar_add(absolute(ff, x, f"{name}.abs"), 1.0, name=f"{name}.one_plus"), name=name)
+
+
+SELU_ALPHA = 1.6732632423543772848170429916717
+SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def elu(ff, x, alpha: float, name: str):
+    if alpha == 1.0:
+        return ff.elu(x, name=name)
+    return _exp_below_zero(ff, x, float(alpha), 1.0, name)
+
+
+def celu(ff, x, alpha: float, name: str):
+    return _exp_below_zero(ff, x, float(alpha), 1.0 / float(alpha), name)
+
+
+def selu(ff, x, name: str):
+    return ff.scalar_multiply(_exp_below_zero(ff, x, SELU_ALPHA, 1.0, f"{name}.elu"), SELU_SCALE, name=name)
+
+
+def _exp_below_zero(ff, x, alpha: float, inside: float, name: str):
+    """relu(x) + alpha (exp(inside min(x, 0)) - 1)."""
+    below = ff.scalar_multiply(ff.relu(ff.scalar_multiply(x, -1.0, name=f"{name}.neg_in"), name=f"{name}.neg"),
+                               -inside, name=f"{name}.below")
+    tail = ff.scalar_multiply(ff.scalar_sub(ff.exp(below, name=f"{name}.exp"), 1.0, name=f"{name}.expm1"), alpha,
+                              name=f"{name}.alpha")
+    return ff.add(ff.relu(x, name=f"{name}.pos"), tail, name=name)
+
+
+def log1p(ff, x, name: str):
+    return ff.log(ff.scalar_add(x, 1.0, name=f"{name}.one_plus"), name=name)

@@ -27,6 +27,7 @@ import numpy as np
 from flexrt.errors import ConfigError, FlexrtError
 from flexrt.inputs import read_bytes
 from flexrt.ir.enums import ActiMode, PoolType
+from flexrt.model.composites import SELU_ALPHA, SELU_SCALE
 from flexrt.onnx._composed import ComposedHandlers
 from flexrt.onnx._fold import FOLDABLE, fold, shape_of, static_shapes
 from flexrt.torch._build import build
@@ -436,16 +437,20 @@ class _Converter(ComposedHandlers):
     # ---- element-wise ----------------------------------------------------------------------
     def _unary(op):
         def handler(self, node, name, a):
-            if node.op_type == "Elu" and a.get("alpha", 1.0) != 1.0:
-                raise self.error(node, name, f"Elu alpha={a['alpha']}: FFModel.elu has alpha 1 only")
             if node.op_type == "Gelu" and a.get("approximate", "none") not in ("none", b"none"):
                 raise self.error(node, name, "Gelu approximate=tanh: FFModel.gelu is the exact GELU")
-            return [self.ir(node, name, op, [node.input[0]])]
+            if node.op_type == "Selu" and (abs(a.get("alpha", SELU_ALPHA) - SELU_ALPHA) > 1e-6 or
+                                           abs(a.get("gamma", SELU_SCALE) - SELU_SCALE) > 1e-6):
+                raise self.error(node, name, f"Selu alpha={a.get('alpha')}, gamma={a.get('gamma')}: only the "
+                                             f"standard ones ({SELU_ALPHA:.6f}, {SELU_SCALE:.6f}) are available")
+            fields = [float(a.get("alpha", 1.0))] if op in ("ELU", "CELU") else []
+            return [self.ir(node, name, op, [node.input[0]], fields)]
         return handler
 
     _Relu, _Sigmoid, _Tanh, _Elu, _Gelu = _unary("RELU"), _unary("SIGMOID"), _unary("TANH"), _unary("ELU"), _unary("GELU")
     _Exp, _Sin, _Cos, _Log = _unary("EXP"), _unary("SIN"), _unary("COS"), _unary("LOG")
     _Softplus, _Mish, _Abs = _unary("SOFTPLUS"), _unary("MISH"), _unary("ABS")
+    _Celu, _Selu, _Softsign = _unary("CELU"), _unary("SELU"), _unary("SOFTSIGN")
 
     def _Clip(self, node, name, a):
         """Clip to [0, 6] (ReLU6: torch's export of nn.ReLU6 and F.relu6), to [0, inf) (ReLU), or to

@@ -227,7 +227,7 @@ def _flat(b, node, ins, f):
 
 
 _UNARY = {"RELU": "relu", "IDENTITY": "identity", "GELU": "gelu", "SIGMOID": "sigmoid", "TANH": "tanh",
-          "ELU": "elu", "EXP": "exp", "LOG": "log", "SIN": "sin", "COS": "cos", "RSQRT": "rsqrt", "SQRT": "pow"}
+          "EXP": "exp", "LOG": "log", "SIN": "sin", "COS": "cos", "RSQRT": "rsqrt", "SQRT": "pow"}
 _PY_UNARY = {"RELU": lambda v: max(v, 0), "IDENTITY": lambda v: v, "EXP": math.exp, "LOG": math.log, "SIN": math.sin,
              "COS": math.cos, "TANH": math.tanh, "RSQRT": lambda v: 1 / math.sqrt(v), "SQRT": math.sqrt}
 
@@ -242,9 +242,10 @@ def _unary(b, node, ins, f):
 
 
 def _composite(b, node, ins, f):
-    """SiLU, ReLU6, Hardsigmoid, Hardswish (MobileNet, EfficientNet) and LeakyReLU, which FFModel
-    has no layer for, from its element-wise layers (``flexrt.model.composites``); the layers are
-    named ``{node}.{part}``, the last one ``{node}``."""
+    """SiLU, ReLU6, Hardsigmoid, Hardswish (MobileNet, EfficientNet), LeakyReLU, ELU of any alpha,
+    CELU, SELU, Softsign, log1p and GLU, which FFModel has no layer for (or an ELU of alpha 1 only),
+    from its element-wise layers (``flexrt.model.composites``); the layers are named
+    ``{node}.{part}``, the last one ``{node}``."""
     ff, x, name = b.ff, b.tensor(node, ins[0] if ins else None), node.name
     if node.op == "LEAKY_RELU":   # the slope: a field
         slope = f[0] if f else 0.01
@@ -253,11 +254,24 @@ def _composite(b, node, ins, f):
         return composites.leaky_relu(ff, x, float(slope), name)
     if node.op == "RELU6":
         return composites.capped_relu(ff, x, 6.0, name)
-    return {"SILU": composites.silu, "HARDSIGMOID": composites.hard_sigmoid,
-            "HARDSWISH": composites.hard_swish}[node.op](ff, x, name)
+    if node.op in ("ELU", "CELU"):   # alpha: a field (1 when absent)
+        alpha = f[0] if f else 1.0
+        if not is_number(alpha) or (node.op == "CELU" and alpha == 0):
+            raise node_error(node, f"alpha must be a number{' other than 0' if node.op == 'CELU' else ''}, got "
+                                   f"{alpha!r}")
+        return (composites.elu if node.op == "ELU" else composites.celu)(ff, x, float(alpha), name)
+    if node.op == "GLU":            # the halves along dim (a field, -1 when absent): a * sigmoid(b)
+        dim = norm_axis(node, f[0] if f else -1, x.num_dims)
+        if x.dims[dim] % 2:
+            raise node_error(node, f"glu halves dimension {dim} of {list(x.dims)}, which is odd", ShapeError)
+        a, g = ff.split(x, [x.dims[dim] // 2] * 2, dim, name=f"{name}.halves")
+        return ff.multiply(a, ff.sigmoid(g, name=f"{name}.gate"), name=name)
+    return {"SILU": composites.silu, "HARDSIGMOID": composites.hard_sigmoid, "HARDSWISH": composites.hard_swish,
+            "SELU": composites.selu, "SOFTSIGN": composites.softsign, "LOG1P": composites.log1p}[node.op](ff, x, name)
 
 
-_COMPOSITE = ("SILU", "RELU6", "HARDSIGMOID", "HARDSWISH", "LEAKY_RELU")
+_COMPOSITE = ("SILU", "RELU6", "HARDSIGMOID", "HARDSWISH", "LEAKY_RELU", "ELU", "CELU", "SELU", "SOFTSIGN", "LOG1P",
+              "GLU")
 
 
 # binary op -> (FFModel method, Python operator, scalar method, reversed scalar form)

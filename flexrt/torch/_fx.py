@@ -694,8 +694,19 @@ def _gelu_check(m):
     return None if m.approximate == "none" else f"GELU(approximate={m.approximate!r}): FFModel.gelu is the exact GELU"
 
 
-def _elu_check(m):
-    return None if m.alpha == 1.0 else f"ELU(alpha={m.alpha}): FFModel.elu has alpha 1 only"
+def _m_alpha(op: str):
+    """ELU and CELU: the module's alpha a field (an ELU of alpha 1 is FFModel's elu)."""
+    def convert(ctx, node, m):
+        ctx.add(node, op, [node.args[0].name], [float(m.alpha)])
+    return convert
+
+
+def _m_hardtanh(ctx, node, m):
+    ctx.add(node, "CLAMP", [node.args[0].name], [float(m.min_val), float(m.max_val)])
+
+
+def _m_glu(ctx, node, m):
+    ctx.add(node, "GLU", [node.args[0].name], [m.dim])
 
 
 MODULES: dict[type, Callable] = {
@@ -705,7 +716,8 @@ MODULES: dict[type, Callable] = {
     nn.BatchNorm1d: _m_batch_norm, nn.LayerNorm: _m_layer_norm, nn.Embedding: _m_embedding,
     nn.Softmax: _m_softmax, nn.Dropout: _m_dropout, nn.Flatten: _m_flatten, nn.ReLU: _m_unary("RELU"),
     nn.GELU: _m_unary("GELU", _gelu_check), nn.Sigmoid: _m_unary("SIGMOID"), nn.Tanh: _m_unary("TANH"),
-    nn.ELU: _m_unary("ELU", _elu_check), nn.Identity: _m_unary("IDENTITY"), nn.SiLU: _m_unary("SILU"),
+    nn.ELU: _m_alpha("ELU"), nn.CELU: _m_alpha("CELU"), nn.SELU: _m_unary("SELU"), nn.Softsign: _m_unary("SOFTSIGN"),
+    nn.Hardtanh: _m_hardtanh, nn.GLU: _m_glu, nn.Identity: _m_unary("IDENTITY"), nn.SiLU: _m_unary("SILU"),
     nn.ReLU6: _m_unary("RELU6"), nn.LeakyReLU: _m_leaky_relu, nn.Hardsigmoid: _m_unary("HARDSIGMOID"),
     nn.Hardswish: _m_unary("HARDSWISH"),
     nn.ConvTranspose2d: _m_conv_transpose2d, nn.Upsample: _m_upsample,

@@ -67,10 +67,20 @@ def _unary(op: str, extra: tuple = ()):
         if a["approximate"] != "none":
             raise ctx.error(node, f"approximate={a['approximate']!r} is not supported (FFModel's gelu is exact: "
                                   f"approximate='none')")
-        if a["alpha"] != 1.0:
-            raise ctx.error(node, f"alpha={a['alpha']} is not supported (FFModel's elu has alpha 1)")
-        ctx.add(node, op, [_tensor_arg(ctx, node, a["input"])])
+        fields = [float(a["alpha"])] if op in ("ELU", "CELU") else []   # built of element-wise layers unless 1
+        ctx.add(node, op, [_tensor_arg(ctx, node, a["input"])], fields)
     return convert
+
+
+def _hardtanh(ctx, node):
+    a = _bind(ctx, node, ["input", "min_val", "max_val", "inplace"], {"min_val": -1.0, "max_val": 1.0,
+                                                                      "inplace": False})
+    ctx.add(node, "CLAMP", [_tensor_arg(ctx, node, a["input"])], [float(a["min_val"]), float(a["max_val"])])
+
+
+def _glu(ctx, node):
+    a = _bind(ctx, node, ["input", "dim"], {"dim": -1})
+    ctx.add(node, "GLU", [_tensor_arg(ctx, node, a["input"])], [a["dim"]])
 
 
 def _softmax(ctx, node):
@@ -616,6 +626,8 @@ FUNCTIONS: dict[Callable, Callable] = {
     F.hardsigmoid: _unary("HARDSIGMOID"),
     F.hardswish: _unary("HARDSWISH"),
     F.sigmoid: _unary("SIGMOID"), torch.tanh: _unary("TANH"), F.tanh: _unary("TANH"), F.elu: _unary("ELU"),
+    F.celu: _unary("CELU"), F.selu: _unary("SELU"), torch.selu: _unary("SELU"), F.softsign: _unary("SOFTSIGN"),
+    torch.log1p: _unary("LOG1P"), F.hardtanh: _hardtanh, F.glu: _glu,
     torch.exp: _unary("EXP"), torch.sin: _unary("SIN"), torch.cos: _unary("COS"), torch.rsqrt: _unary("RSQRT"),
     F.softmax: _softmax, torch.softmax: _softmax, F.dropout: _dropout, torch.flatten: _flatten, torch.cat: _cat,
     torch.concat: _cat, torch.stack: _stack, torch.addmm: _addmm, torch.split: _split, torch.chunk: _chunk,

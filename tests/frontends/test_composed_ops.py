@@ -585,3 +585,54 @@ def test_softplus_thresholds_that_change_the_values_are_refused(threshold, ok, f
     ff.forward()
     want = M()(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(out.get_tensor(ff), want, rtol=1e-6, atol=1e-7)
+
+
+_ALPHA_ACTIVATIONS = {
+    "elu2": (lambda: nn.ELU(alpha=2.0), "Elu"), "elu_fn": (lambda: Fn(lambda t: F.elu(t, alpha=0.5)), "Elu"),
+    "celu": (lambda: nn.CELU(0.7), "Celu"), "selu": (lambda: nn.SELU(), "Selu"), "selu_fn": (lambda: Fn(F.selu), "Selu"),
+    "softsign": (lambda: nn.Softsign(), "Div"), "hardtanh": (lambda: nn.Hardtanh(-2.0, 3.0), "Clip"),
+    "hardtanh_fn": (lambda: Fn(lambda t: F.hardtanh(t, -0.5, 0.5)), "Clip"),
+    "log1p": (lambda: Fn(lambda t: torch.log1p(t * t)), None), "glu": (lambda: nn.GLU(dim=1), None),
+    "glu_fn": (lambda: Fn(lambda t: F.glu(t, -1)), None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_ALPHA_ACTIVATIONS))
+def test_activations_built_from_element_wise_layers_equal_torch(tmp_path, name):
+    """ELU of any alpha, CELU, SELU, Softsign, Hardtanh, log1p and GLU (refused before, or ELU with
+    alpha 1 only) from FFModel's element-wise layers (``flexrt.model.composites``): torch's forward
+    through the module, the text format and, where torch exports it as one node, ONNX."""
+    make, onnx_op = _ALPHA_ACTIVATIONS[name]
+    x = (np.random.default_rng(7).standard_normal((2, 6, 4)) * 3).astype(np.float32)
+    compare_forward(make(), x, tmp_path)
+    if onnx_op is not None:
+        compare_onnx(make(), x, tmp_path / "m.onnx", [onnx_op])
+
+
+def test_activations_train_as_torch_does():
+    """One SGD step through the composed activations equals torch's."""
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(6, 8)
+            self.out = nn.Linear(4, 3)
+
+        def forward(self, x):
+            h = F.elu(self.fc(x), alpha=0.5) + F.selu(self.fc(x)) + F.celu(self.fc(x), 1.5) + F.softsign(self.fc(x))
+            return self.out(F.glu(h, -1))
+    torch.manual_seed(0)
+    model = M()
+    x = np.random.default_rng(8).standard_normal((4, 6)).astype(np.float32)
+    y = np.array([[0], [1], [2], [1]], dtype=np.int32)
+    ff = FFModel(FFConfig(["-b", "4"]))
+    xt = ff.create_tensor([4, 6], DataType.DT_FLOAT)
+    pm = PyTorchModel(model)
+    (out,) = pm.torch_to_ff(ff, [xt])
+    ff.softmax(out)
+    ff.compile(optimizer=SGDOptimizer(ff, 0.1), loss_type=SCCE)
+    pm.load_weights(ff)
+    ff.fit(x=x, y=y, epochs=1)
+    torch_sgd_step(model, x, y)
+    got, after = ff.get_weights(), pm.ff_weights()
+    for name, want in after.items():
+        np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=2e-6, err_msg=name)

@@ -265,6 +265,8 @@ def _through(layer_fn, x, merge=False):
      lambda x: np.where(x > 0, x, 0.2 * x)),
     (lambda: ELU(),
      lambda x: np.where(x > 0, x, np.expm1(x))),
+    (lambda: ELU(alpha=0.4),
+     lambda x: np.where(x > 0, x, 0.4 * np.expm1(x))),
     (lambda: Softmax(axis=1),
      lambda x: np.exp(x) / np.exp(x).sum(axis=1, keepdims=True)),
     (lambda: Activation("relu6"), lambda x: np.clip(x, 0, 6)),
@@ -295,8 +297,6 @@ def test_keras_layers_flexrt_lacks_and_unsupported_options_are_refused_by_name()
         layers.NoSuchLayer
     with pytest.raises(NotYetAvailableError, match=r"threshold=0.5: only threshold 0"):
         ReLU(threshold=0.5)
-    with pytest.raises(NotYetAvailableError, match=r"alpha=2.0: FFModel's elu has alpha 1"):
-        ELU(alpha=2.0)
     with pytest.raises(ConfigError, match=r"give alpha \(Keras 2\) or negative_slope \(Keras 3\), not both"):
         layers.LeakyReLU(alpha=0.1, negative_slope=0.1)
     with pytest.raises(ConfigError, match=r"unknown activation 'hard_sigmoid'"):

@@ -5,7 +5,7 @@ element-wise layers where it has none (``flexrt.model.composites``).
   (relu(x) - relu(x - max_value)), leaky below 0 with ``negative_slope``; a nonzero ``threshold``
   is refused.
 - ``LeakyReLU``: Keras 2's ``alpha`` (default 0.3) or Keras 3's ``negative_slope`` (default 0.3).
-- ``ELU(alpha=1.0)``: FFModel's elu has alpha 1; another alpha is refused.
+- ``ELU(alpha=1.0)``: FFModel's elu, or for another alpha relu(x) + alpha (exp(min(x, 0)) - 1).
 - ``Softmax(axis=-1)``.
 
 Entry points: the classes above.
@@ -66,11 +66,10 @@ class ELU(Layer):
 
     def __init__(self, alpha=1.0, **kwargs) -> None:
         super().__init__("elu", "ELU", **kwargs)
-        if _number(f"ELU '{self.name}'", "alpha", alpha) != 1.0:
-            raise NotYetAvailableError(f"ELU '{self.name}': alpha={alpha!r}: FFModel's elu has alpha 1")
+        self.alpha = _number(f"ELU '{self.name}'", "alpha", alpha)
 
     def lower(self, ffmodel, inputs, name, shared):
-        return ffmodel.elu(inputs[0], name=name)
+        return composites.elu(ffmodel, inputs[0], self.alpha, name)
 
 
 class Softmax(Layer):
