@@ -50,13 +50,26 @@ def custom_layer(layer) -> str:
             f"(Dense, Conv2D, Activation, the merges Add and Multiply, ...)")
 
 
-def frozen(what: str, value) -> str:
-    """The message refusing ``trainable = value`` on ``what``."""
-    return (f"{what}: trainable={value!r}: frozen layers are not available (every weight is trained); leave the "
-            f"layer trainable, or build the model without it and feed its outputs as data")
+class AlwaysTrainable:
+    """``trainable`` (Keras' freezing: ``trainable=False``, ``layer.trainable = False``, a pretrained
+    base's ``model.trainable = False``) is always True: every weight trains, and freezing is refused."""
+
+    @property
+    def trainable(self) -> bool:
+        return True
+
+    @trainable.setter
+    def trainable(self, value) -> None:
+        if value is not True:
+            raise NotYetAvailableError(f"{self._what()}: trainable={value!r}: frozen layers are not available (every "
+                                       f"weight is trained); leave it trainable, or build the model without it and "
+                                       f"feed its outputs as data")
+
+    def _what(self) -> str:
+        raise NotImplementedError
 
 
-class Layer:
+class Layer(AlwaysTrainable):
     """Base of the Keras layers. Subclasses set ``multi_input`` and implement ``lower``."""
 
     multi_input = False        # takes a list of tensors (merge layers) rather than one tensor
@@ -104,15 +117,8 @@ class Layer:
     def name(self) -> str:
         return self._name
 
-    @property
-    def trainable(self) -> bool:
-        return True
-
-    @trainable.setter
-    def trainable(self, value) -> None:
-        """Freezing (``trainable=False`` or ``layer.trainable = False``) is refused: every weight trains."""
-        if value is not True:
-            raise NotYetAvailableError(frozen(f"{self._layer_type} '{self._name}'", value))
+    def _what(self) -> str:
+        return f"{self._layer_type} '{self._name}'"
 
     @property
     def layer_type(self) -> str:

@@ -43,7 +43,7 @@ from flexrt.keras import losses as klosses
 from flexrt.keras import metrics as kmetrics
 from flexrt.keras import optimizers as koptimizers
 from flexrt.keras._tensor import shape_text
-from flexrt.keras.layers.base_layer import frozen
+from flexrt.keras.layers.base_layer import AlwaysTrainable
 from flexrt.keras.models import _graph, _saving
 from flexrt.model import CompMode, FFConfig, FFModel, SGDOptimizer
 
@@ -55,7 +55,7 @@ def _not_default(where: str, **given) -> None:
         raise NotYetAvailableError(f"{where}: {arg}={value!r:.60} is not available (only {default!r})")
 
 
-class BaseModel:
+class BaseModel(AlwaysTrainable):
     """A Keras model: inputs, one output, the layers between (see the module docstring)."""
 
     def __init__(self, name: Optional[str] = None, ffconfig: Optional[FFConfig] = None) -> None:
@@ -78,15 +78,8 @@ class BaseModel:
     def name(self) -> str:
         return self._name
 
-    @property
-    def trainable(self) -> bool:
-        return True
-
-    @trainable.setter
-    def trainable(self, value) -> None:
-        """Freezing a model (a pretrained base) is refused as freezing a layer is."""
-        if value is not True:
-            raise NotYetAvailableError(frozen(f"model '{self._name}'", value))
+    def _what(self) -> str:
+        return f"model '{self._name}'"
 
     @property
     def input(self) -> list:
