@@ -609,10 +609,11 @@ def _m_layer_norm(ctx, node, m: nn.LayerNorm):
 
 
 def _m_embedding(ctx, node, m: nn.Embedding):
-    if m.max_norm is not None or m.sparse or m.scale_grad_by_freq:
-        raise ctx.error(node, f"Embedding with max_norm={m.max_norm}, sparse={m.sparse}, scale_grad_by_freq="
-                              f"{m.scale_grad_by_freq}: FFModel.embedding has none of them (valid: max_norm=None, "
-                              f"sparse=False, scale_grad_by_freq=False)")
+    problems = [f"{k}={v!r}" for k, v, ok in (("max_norm", m.max_norm, m.max_norm is None), ("sparse", m.sparse,
+                not m.sparse), ("scale_grad_by_freq", m.scale_grad_by_freq, not m.scale_grad_by_freq)) if not ok]
+    if problems:
+        raise ctx.error(node, f"Embedding with {', '.join(problems)}: FFModel.embedding has no such option (valid: "
+                              f"max_norm=None, sparse=False, scale_grad_by_freq=False)")
     if m.padding_idx is not None:   # the forward is the table's rows; only training differs
         warn_caller(f"torch node '{node.name}' ({origin(node)}): Embedding(padding_idx={m.padding_idx}): FFModel's "
                     f"embedding trains that row too (torch gives it no gradient); the forward is the same",

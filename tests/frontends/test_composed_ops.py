@@ -553,7 +553,8 @@ def test_embedding_options_that_change_training_are_refused():
         def forward(self, t):
             return self.e(t)
     ff = FFModel(FFConfig(["-b", "2"]))
-    with pytest.raises(ConfigError, match=r"torch node 'e'.*scale_grad_by_freq=True: FFModel.embedding has none"):
+    with pytest.raises(ConfigError, match=r"torch node 'e'.*Embedding with scale_grad_by_freq=True: FFModel.embedding "
+                                          r"has no such option"):
         PyTorchModel(M()).torch_to_ff(ff, [ff.create_tensor([2, 3], DataType.DT_INT64)])
 
 

@@ -355,3 +355,25 @@ def test_conv1d_options_it_cannot_honour_are_refused():
         Conv1D(4, 3, dilation_rate=2)
     with pytest.raises(ShapeError, match=r"takes a sequence batch \(N, steps, channels\), got shape"):
         Conv1D(4, 3)(Input(shape=(3, 8, 8)))
+
+
+@pytest.mark.parametrize("axis, fmt", [(-1, "channels_last"), (1, "channels_first")])
+def test_batch_norm_of_a_sequence_batch_normalizes_its_channels(axis, fmt):
+    """(N, steps, C) (axis -1, what Conv1D, LSTM(return_sequences) and Embedding give) or (N, C, steps)
+    (axis 1): the batch statistics of each channel over the samples and steps (it was refused)."""
+    x = np.random.default_rng(10).standard_normal((8, 6, 3)) * 2 + 1
+    data = x if fmt == "channels_last" else x.transpose(0, 2, 1)
+    bn = BatchNormalization(axis=axis, epsilon=1e-3)
+    got = _through(bn, data)
+    want = (x - x.mean(axis=(0, 1))) / np.sqrt(x.var(axis=(0, 1)) + 1e-3)
+    np.testing.assert_allclose(got, want if fmt == "channels_last" else want.transpose(0, 2, 1), rtol=1e-12,
+                               atol=1e-12)
+    assert [w.shape for w in bn.get_weights()] == [(3,), (3,)]
+
+
+def test_one_d_same_padding_that_cannot_be_honoured_names_the_int_to_give():
+    from flexrt.keras.layers import AveragePooling1D, Conv1D
+    with pytest.raises(NotYetAvailableError, match=r"over steps 8 with kernel 4 .* give explicit padding=p \(an int"):
+        Conv1D(4, 4, padding="same")(Input(shape=(8, 3)))
+    with pytest.raises(NotYetAvailableError, match=r"pads 1 step\(s\) at each end.*give padding=1"):
+        AveragePooling1D(3, 1, padding="same")(Input(shape=(8, 3)))

@@ -62,10 +62,17 @@ def test_simple_rnn_is_numpys_recurrence(activation, act):
     x = np.random.default_rng(1).standard_normal((N, T, F))
     layer = SimpleRNN(H, activation=activation, return_sequences=True)
     m, got = _run(layer, x)
-    w, b = layer.get_weights()
-    assert w.shape == (F + H, H) and layer.count_params() == F * H + H * H + H     # Keras' count
-    np.testing.assert_allclose(got, _rnn(x, w.astype(np.float64), b.astype(np.float64), act), rtol=1e-12,
-                               atol=1e-12)
+    w, u, b = layer.get_weights()                                                  # Keras' three arrays
+    assert (w.shape, u.shape, b.shape) == ((F, H), (H, H), (H,)) and layer.count_params() == F * H + H * H + H
+    np.testing.assert_allclose(got, _rnn(x, np.concatenate([w, u]).astype(np.float64), b.astype(np.float64), act),
+                               rtol=1e-12, atol=1e-12)
+    rng = np.random.default_rng(9)
+    keras_weights = [rng.standard_normal((F, H)), rng.standard_normal((H, H)), rng.standard_normal(H)]
+    layer.set_weights(keras_weights)                        # as Keras takes them
+    np.testing.assert_allclose(m.predict(x), _rnn(x, np.concatenate(keras_weights[:2]), keras_weights[2], act),
+                               rtol=1e-12, atol=1e-12)
+    with pytest.raises(ConfigError, match=r"takes Keras' 3 arrays"):
+        layer.set_weights([np.concatenate(keras_weights[:2]), keras_weights[2]])
 
 
 def _text_model(argv):

@@ -81,7 +81,7 @@ def padding_of(where: str, padding: Any):
                       f"padding), got {padding!r}")
 
 
-def same_padding(where: str, axis: str, size: int, kernel: int, stride: int) -> int:
+def same_padding(where: str, axis: str, size: int, kernel: int, stride: int, explicit: str = "padding=(p, p)") -> int:
     """The padding on each side that gives Keras' 'same' output, ceil(size / stride) positions (the
     total FlexFlow computes too). An odd total needs one more row on one side (TensorFlow pads the end),
     which the symmetric padding of flexrt's conv2d / pool2d cannot express: NotYetAvailableError."""
@@ -89,8 +89,8 @@ def same_padding(where: str, axis: str, size: int, kernel: int, stride: int) -> 
     if total % 2:
         raise NotYetAvailableError(
             f"{where}: padding='same' over {axis} {size} with kernel {kernel} and stride {stride} needs {total} "
-            f"padding rows, split unevenly ({total // 2} before, {total - total // 2} after); conv2d and pool2d pad "
-            f"both sides alike; give explicit padding=(p, p)")
+            f"padding positions, split unevenly ({total // 2} before, {total - total // 2} after); conv2d and pool2d "
+            f"pad both sides alike; give explicit {explicit}")
     return total // 2
 
 

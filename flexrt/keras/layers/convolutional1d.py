@@ -16,7 +16,7 @@ from __future__ import annotations
 import numbers
 
 from flexrt.errors import ConfigError, NotYetAvailableError, ShapeError
-from flexrt.keras.layers._common import one_of, same
+from flexrt.keras.layers._common import one_of, same, same_padding
 from flexrt.keras.layers.base_layer import Layer
 from flexrt.keras.layers.convolutional import Conv2D
 from flexrt.keras.layers.pool import Pooling2D
@@ -56,6 +56,14 @@ def _data_format(where: str, data_format) -> str:
     return str(data_format)
 
 
+def resolved(where: str, padding, steps: int, kernel: int, stride: int) -> tuple[int, int]:
+    """The 2-D padding of a (1, kernel) window: 'same' resolved over ``steps`` (an uneven split refused,
+    naming the int padding to give instead)."""
+    if padding != "same":
+        return padding
+    return (0, same_padding(where, "steps", steps, kernel, stride, "padding=p (an int, both ends)"))
+
+
 def lower_sequence(where: str, ffmodel, x, data_format: str, name: str, build):
     """``build(x4)`` on the sequence batch ``x`` seen as (N, channels, 1, steps); the result
     (N, F, 1, steps') back in ``data_format``."""
@@ -84,15 +92,20 @@ class Conv1D(Layer):
             raise NotYetAvailableError(f"{where}: dilation_rate={dilation_rate!r}: only 1 is available")
         self.data_format = _data_format(where, data_format)
         self.kernel_size, self.strides, self.padding = (k,), (s,), padding
-        self._conv = Conv2D(filters, (1, k), (1, s), _padding(where, padding), "channels_first", (1, 1), groups,
+        self._padding = _padding(where, padding)
+        self._conv = Conv2D(filters, (1, k), (1, s), self._padding, "channels_first", (1, 1), groups,
                             activation, use_bias, kernel_initializer, bias_initializer, kernel_regularizer,
                             bias_regularizer, activity_regularizer, kernel_constraint, bias_constraint,
                             name=f"{self.name}.conv2d")
         self.filters, self.activation, self.use_bias = self._conv.filters, self._conv.activation, self._conv.use_bias
 
     def lower(self, ffmodel, inputs, name, shared):
-        return lower_sequence(f"Conv1D '{self.name}'", ffmodel, inputs[0], self.data_format, name,
-                              lambda x: self._conv._lower_nchw(ffmodel, x, name, shared))
+        where = f"Conv1D '{self.name}'"
+
+        def build(x):
+            self._conv.padding = resolved(where, self._padding, x.dims[3], self.kernel_size[0], self.strides[0])
+            return self._conv._lower_nchw(ffmodel, x, name, shared)
+        return lower_sequence(where, ffmodel, inputs[0], self.data_format, name, build)
 
 
 class _Pooling1D(Layer):
@@ -104,13 +117,23 @@ class _Pooling1D(Layer):
         k = _int(where, "pool_size", pool_size)
         s = k if strides is None else _int(where, "strides", strides)
         self.data_format = _data_format(where, data_format)
-        self.pool_size, self.strides = (k,), (s,)
-        self._pool = Pooling2D((1, k), (1, s), _padding(where, padding), f"{default_name}.pool2d", pool_type,
+        self.pool_size, self.strides, self._padding = (k,), (s,), _padding(where, padding)
+        self._pool = Pooling2D((1, k), (1, s), self._padding, f"{default_name}.pool2d", pool_type,
                                layer_type, "channels_first", name=f"{self.name}.pool2d")
 
     def lower(self, ffmodel, inputs, name, shared):
-        return lower_sequence(f"{self.layer_type} '{self.name}'", ffmodel, inputs[0], self.data_format, name,
-                              lambda x: self._pool._lower_nchw(ffmodel, x, name))
+        where = f"{self.layer_type} '{self.name}'"
+
+        def build(x):
+            pad = resolved(where, self._padding, x.dims[3], self.pool_size[0], self.strides[0])
+            if self._padding == "same" and self._pool.pool_type is PoolType.POOL_AVG and any(pad):
+                raise NotYetAvailableError(
+                    f"{where}: padding='same' pads {pad[1]} step(s) at each end here; Keras' average leaves the "
+                    f"padding out of each window's count, flexrt's pool2d counts it (cuDNN's INCLUDE_PADDING, "
+                    f"FlexFlow's); give padding={pad[1]} for that meaning")
+            self._pool.padding = pad
+            return self._pool._lower_nchw(ffmodel, x, name)
+        return lower_sequence(where, ffmodel, inputs[0], self.data_format, name, build)
 
 
 class MaxPooling1D(_Pooling1D):

@@ -1,4 +1,5 @@
-"""``BatchNormalization`` over the channels of ``(N, C)`` or channels-first ``(N, C, H, W)`` tensors.
+"""``BatchNormalization`` over the channels of ``(N, C)``, ``(N, steps, C)`` sequence (``axis=1``:
+``(N, C, steps)``) or channels-first ``(N, C, H, W)`` tensors.
 
 Training-mode statistics of the batch, a scale (gamma, starting at ones) and a shift (beta, at
 zeros) per channel, as Keras. ``axis``: the channel axis, 1; Keras' default -1 is taken as that
@@ -72,6 +73,14 @@ class BatchNormalization(Layer):
         if x.num_dims == 4 and self.data_format == "channels_last":
             return lower_image(f"BatchNormalization '{self.name}'", ffmodel, x, "channels_last", name,
                                lambda t: ffmodel._add_layer("batch_norm", attrs, [t], name).outputs[0])
+        if x.num_dims == 3:   # a sequence batch: axis -1 (or 2) its channels last (Keras'), 1 channels first
+            from flexrt.keras.layers.convolutional1d import lower_sequence
+            if self.axis == 3:
+                raise ShapeError(f"BatchNormalization '{self.name}': axis=3 of a rank-3 sequence batch; valid: -1 "
+                                 f"(the last axis) or 1")
+            return lower_sequence(f"BatchNormalization '{self.name}'", ffmodel, x,
+                                  "channels_first" if self.axis == 1 else "channels_last", name,
+                                  lambda t: ffmodel._add_layer("batch_norm", attrs, [t], name).outputs[0])
         if self.axis == 3:
             raise ShapeError(f"axis=3 is the channels of a channels-last image batch; got shape {x.dims}")
         return ffmodel._add_layer("batch_norm", attrs, [x], name).outputs[0]

@@ -5,7 +5,8 @@
   [features, 4 units], recurrent kernel [units, 4 units], bias [4 units], gates i, f, c, o: Keras'
   layout and parameter count.
 - ``SimpleRNN(units, activation='tanh')``: h' = activation([x, h] @ W + b), one Dense over the
-  concatenation per step (W [features + units, units]: Keras' kernel over its recurrent kernel).
+  concatenation per step, W [features + units, units] being Keras' kernel over its recurrent kernel:
+  ``get_weights`` / ``set_weights`` give and take Keras' three arrays (kernel, recurrent kernel, bias).
 
 Both start from zero states and return the last state, or every step's with
 ``return_sequences=True``; ``go_backwards=True`` reads the steps last to first (the sequence
@@ -20,10 +21,12 @@ from __future__ import annotations
 
 import numbers
 
+import numpy as np
+
 from flexrt.errors import ConfigError, ShapeError
 from flexrt.keras.layers._common import activation_of, check_regularizer, lower_fused, refuse
 from flexrt.keras.layers.base_layer import Layer
-from flexrt.model import recurrent
+from flexrt.model import FFModel, recurrent
 
 
 class _Recurrent(Layer):
@@ -98,3 +101,37 @@ class SimpleRNN(_Recurrent):
                                 xh, self.units, mode, True, shared_op=owner, name=f"{name}{tag}"), f"{name}{tag}")
             outs.append(h)
         return self._result(ffmodel, outs, name)
+
+    def weight_shapes(self) -> tuple:
+        """Keras' (kernel, recurrent kernel, bias): the Dense's kernel cut after the features."""
+        shapes = super().weight_shapes()
+        if len(shapes) != 2:
+            return shapes
+        (rows, h), bias = shapes
+        return ((rows - h, h), (h, h), bias)
+
+    def get_weights(self, ffmodel=None) -> tuple:
+        kernel, bias = super().get_weights(ffmodel)
+        return (kernel[:-self.units], kernel[-self.units:], bias)
+
+    def set_weights(self, ffmodel, *arrays) -> None:
+        """Keras' three arrays (kernel, recurrent kernel, bias), as ``Layer.set_weights`` takes weights."""
+        if not isinstance(ffmodel, FFModel):
+            if arrays:
+                raise ConfigError("set_weights: give set_weights(ffmodel, kernel, recurrent_kernel, bias) or "
+                                  "set_weights([kernel, recurrent_kernel, bias])")
+            ffmodel, arrays = None, tuple(ffmodel)
+        if len(arrays) != 3:
+            raise ConfigError(f"set_weights: SimpleRNN '{self.name}' takes Keras' 3 arrays (kernel, recurrent_kernel, "
+                              f"bias), got {len(arrays)}")
+        kernel, recurrent_kernel, bias = (np.asarray(a) for a in arrays)
+        if kernel.ndim != 2 or recurrent_kernel.shape != (self.units, self.units) or \
+                kernel.shape[1:] != (self.units,):
+            raise ShapeError(f"set_weights: SimpleRNN '{self.name}': kernel must be (features, {self.units}) and "
+                             f"recurrent_kernel ({self.units}, {self.units}), got {kernel.shape} and "
+                             f"{recurrent_kernel.shape}")
+        joined = np.concatenate([kernel, recurrent_kernel], 0)
+        if ffmodel is None:
+            super().set_weights([joined, bias])
+        else:
+            super().set_weights(ffmodel, joined, bias)
