@@ -1,4 +1,4 @@
-"""Keras' LSTM and SimpleRNN: NumPy's recurrences (float64, 1e-12) from zero states, every step's
+"""Keras' LSTM, GRU and SimpleRNN: NumPy's recurrences (float64, 1e-12) from zero states, every step's
 output or the last, forwards or backwards; Keras' weight layouts and parameter counts; training under
 data parallelism equals one device; options they cannot honour are refused by name."""
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from flexrt.errors import ConfigError, NotYetAvailableError, ShapeError
-from flexrt.keras.layers import LSTM, Dense, Embedding, Input, SimpleRNN
+from flexrt.keras.layers import GRU, LSTM, Dense, Embedding, Input, SimpleRNN
 from flexrt.keras.models import Model
 from flexrt.model import FFConfig
 
@@ -57,6 +57,39 @@ def test_lstm_is_numpys_recurrence_with_keras_weights(sequences, backwards, argv
     np.testing.assert_allclose(got, want if sequences else want[:, -1], rtol=1e-12, atol=1e-12)
 
 
+def _gru(x, w, u, b):
+    """Keras' GRU (reset_after=True), gates z, r, n."""
+    h, outs = np.zeros((len(x), H)), []
+    for t in range(x.shape[1]):
+        xi, hi = x[:, t] @ w + b[0], h @ u + b[1]
+        z = _sigmoid(xi[:, :H] + hi[:, :H])
+        r = _sigmoid(xi[:, H:2 * H] + hi[:, H:2 * H])
+        n = np.tanh(xi[:, 2 * H:] + r * hi[:, 2 * H:])
+        h = z * h + (1 - z) * n
+        outs.append(h)
+    return np.stack(outs, 1)
+
+
+@pytest.mark.parametrize("sequences, backwards", [(True, False), (False, True)])
+@pytest.mark.parametrize("argv", [(), ("-ll:gpu", "2")])
+def test_gru_is_keras_recurrence_with_keras_weights(sequences, backwards, argv):
+    x = np.random.default_rng(3).standard_normal((N, T, F))
+    layer = GRU(H, return_sequences=sequences, go_backwards=backwards)
+    m, _ = _run(layer, x, argv)
+    rng = np.random.default_rng(4)
+    keras_weights = [rng.standard_normal((F, 3 * H)), rng.standard_normal((H, 3 * H)), rng.standard_normal((2, 3 * H))]
+    layer.set_weights(keras_weights)
+    got = [a.astype(np.float64) for a in layer.get_weights()]
+    for a, b in zip(got, keras_weights):
+        np.testing.assert_array_equal(a, b)
+    assert layer.weight_shapes() == ((F, 3 * H), (H, 3 * H), (2, 3 * H))
+    assert layer.count_params() == 3 * H * (F + H) + 2 * 3 * H                     # Keras' count (reset_after)
+    want = _gru(x[:, ::-1] if backwards else x, *keras_weights)
+    np.testing.assert_allclose(m.predict(x), want if sequences else want[:, -1], rtol=1e-12, atol=1e-12)
+    with pytest.raises(ConfigError, match=r"GRU 'gru' takes Keras' 3 arrays"):
+        layer.set_weights(keras_weights[:2] + [keras_weights[2][0]])
+
+
 @pytest.mark.parametrize("activation, act", [("tanh", np.tanh), ("relu", lambda z: np.maximum(z, 0))])
 def test_simple_rnn_is_numpys_recurrence(activation, act):
     x = np.random.default_rng(1).standard_normal((N, T, F))
@@ -75,19 +108,20 @@ def test_simple_rnn_is_numpys_recurrence(activation, act):
         layer.set_weights([np.concatenate(keras_weights[:2]), keras_weights[2]])
 
 
-def _text_model(argv):
+def _text_model(argv, cell=LSTM):
     inp = Input(shape=(T,), dtype="int32")
-    t = LSTM(H)(Embedding(20, F)(inp))
+    t = cell(H)(Embedding(20, F)(inp))
     m = Model(inp, Dense(2, activation="softmax")(t), ffconfig=FFConfig(["-b", "8", *argv]))
     m.compile("sgd", "sparse_categorical_crossentropy", ["accuracy"])
     return m
 
 
-def test_an_lstm_text_classifier_trains_alike_on_one_and_two_devices():
+@pytest.mark.parametrize("cell", [LSTM, GRU, SimpleRNN])
+def test_a_recurrent_text_classifier_trains_alike_on_one_and_two_devices(cell):
     rng = np.random.default_rng(2)
     x = rng.integers(0, 20, (32, T)).astype(np.int32)
     y = (x[:, 0] >= 10).astype(np.int32).reshape(-1, 1)
-    one, two = _text_model([]), _text_model(["-ll:gpu", "2"])
+    one, two = _text_model([], cell), _text_model(["-ll:gpu", "2"], cell)
     two.set_weights(one.get_weights())
     h1 = one.fit(x, y, epochs=3, shuffle=False, verbose=0).history["loss"]
     h2 = two.fit(x, y, epochs=3, shuffle=False, verbose=0).history["loss"]
@@ -105,6 +139,8 @@ def test_what_the_layers_cannot_honour_is_refused():
         LSTM(4, activation="relu")
     with pytest.raises(NotYetAvailableError, match=r"stateful=True"):
         SimpleRNN(4, stateful=True)
+    with pytest.raises(NotYetAvailableError, match=r"GRU 'gru': reset_after=False is not available"):
+        GRU(4, reset_after=False)
     with pytest.raises(ConfigError, match=r"units must be a positive integer"):
         LSTM(0)
     with pytest.raises(ShapeError, match=r"takes a sequence batch \(N, steps, features\)"):

@@ -229,9 +229,21 @@ class Layer(AlwaysTrainable):
         raise NotImplementedError(type(self).__name__)
 
     # ---- weights ----------------------------------------------------------------------------
+    # A layer's weights are those of the FFModel layers holding them (``_weight_layers``: the one
+    # named ``name`` unless a subclass holds more), in Keras' arrays where a subclass lays them out
+    # otherwise (``_keras_shapes``, ``_keras_arrays``, ``_ff_arrays``: identities here).
     def weight_shapes(self) -> tuple:
-        """The shapes of this layer's weights (as its latest call shapes them), in FlexFlow's layouts."""
-        return tuple(tuple(int(d) for d in s) for s in self._weight_shapes)
+        """The shapes of this layer's weights (as its latest call shapes them), in Keras' arrays."""
+        return self._keras_shapes(tuple(tuple(int(d) for d in s) for s in self._weight_shapes))
+
+    def _keras_shapes(self, shapes: tuple) -> tuple:
+        return shapes
+
+    def _keras_arrays(self, arrays: tuple) -> tuple:
+        return arrays
+
+    def _ff_arrays(self, arrays: tuple) -> tuple:
+        return arrays
 
     def count_params(self) -> int:
         """Elements of this layer's weights (as its latest call shapes them)."""
@@ -246,10 +258,16 @@ class Layer(AlwaysTrainable):
                               f"compile a model that uses it first")
         return ffmodel, ffmodel.get_layer_by_name(self._built[ffmodel])
 
+    def _weight_layers(self, ffmodel, first) -> list:
+        """The FFModel layers holding this layer's weights, ``first`` (the one named ``name``) first."""
+        return [first]
+
     def get_weights(self, ffmodel=None) -> tuple:
         """The weights' current arrays (kernel, bias) in ``ffmodel`` (default: the model compiled last)."""
-        ffmodel, layer = self._ff_layer(ffmodel, "get_weights")
-        return tuple(layer.get_parameter_by_id(i).get_weights(ffmodel) for i in range(len(layer.weights)))
+        ffmodel, first = self._ff_layer(ffmodel, "get_weights")
+        return self._keras_arrays(tuple(layer.get_parameter_by_id(i).get_weights(ffmodel)
+                                        for layer in self._weight_layers(ffmodel, first)
+                                        for i in range(len(layer.weights))))
 
     def set_weights(self, ffmodel, *arrays) -> None:
         """Write the weights: ``set_weights(ffmodel, kernel, bias)`` (FlexFlow's) or
@@ -258,12 +276,14 @@ class Layer(AlwaysTrainable):
             if arrays:
                 raise ConfigError("set_weights: give set_weights(ffmodel, kernel, bias) or set_weights([kernel, bias])")
             ffmodel, arrays = None, tuple(ffmodel)
-        ffmodel, layer = self._ff_layer(ffmodel, "set_weights")
-        if len(arrays) != len(layer.weights):
-            raise ConfigError(f"set_weights: layer '{self._name}' has {len(layer.weights)} weight(s) "
-                              f"({', '.join(f'{w.name} {w.shape.dims}' for w in layer.weights)}), got {len(arrays)} "
+        ffmodel, first = self._ff_layer(ffmodel, "set_weights")
+        arrays = self._ff_arrays(tuple(arrays))
+        held = [(layer, i, w) for layer in self._weight_layers(ffmodel, first) for i, w in enumerate(layer.weights)]
+        if len(arrays) != len(held):
+            raise ConfigError(f"set_weights: layer '{self._name}' has {len(held)} weight(s) "
+                              f"({', '.join(f'{w.name} {w.shape.dims}' for _, _, w in held)}), got {len(arrays)} "
                               f"array(s)")
-        for i, (w, arr) in enumerate(zip(layer.weights, arrays)):
+        for (layer, i, w), arr in zip(held, arrays):
             arr = np.asarray(arr)
             if arr.dtype.kind not in "iufb":
                 raise ConfigError(f"set_weights: layer '{self._name}' weight {w.name} must hold real numbers, got "

@@ -1,5 +1,5 @@
 """Keras' recurrent layers over (N, steps, features) sequences, unrolled into FFModel layers
-(``flexrt.model.recurrent``): ``LSTM`` and ``SimpleRNN``.
+(``flexrt.model.recurrent``): ``LSTM``, ``GRU`` and ``SimpleRNN``.
 
 - ``LSTM(units)``: FFModel's LSTM cell per step, the steps reading the first's weights: kernel
   [features, 4 units], recurrent kernel [units, 4 units], bias [4 units], gates i, f, c, o: Keras'
@@ -14,7 +14,7 @@ returned in that order, as Keras'). What they cannot honour is refused naming it
 activations of the LSTM, dropout, ``return_state`` (one output per layer), ``stateful``,
 ``time_major``, initializers other than the defaults, regularizers and constraints.
 
-Entry points: ``LSTM``, ``SimpleRNN``.
+Entry points: ``LSTM``, ``GRU``, ``SimpleRNN``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import numpy as np
 from flexrt.errors import ConfigError, ShapeError
 from flexrt.keras.layers._common import activation_of, check_regularizer, lower_fused, refuse
 from flexrt.keras.layers.base_layer import Layer
-from flexrt.model import FFModel, recurrent
+from flexrt.model import recurrent
 
 
 class _Recurrent(Layer):
@@ -82,6 +82,59 @@ class LSTM(_Recurrent):
         return self._result(ffmodel, outs, name)
 
 
+class GRU(_Recurrent):
+    """Keras' GRU (``reset_after=True``, its default): per step ih = x W + b_in, hh = h U + b_rec
+    (two Dense layers, ``{name}`` and ``{name}.hh``, the steps reading the first step's), gates z, r
+    and the candidate in Keras' order: z = sigmoid(ih_z + hh_z), r = sigmoid(ih_r + hh_r),
+    n = tanh(ih_n + r * hh_n), h' = n + z (h - n). Weights as Keras': kernel [features, 3 units],
+    recurrent kernel [units, 3 units], bias [2, 3 units] (input's, recurrent's)."""
+
+    def __init__(self, units, activation="tanh", recurrent_activation="sigmoid", use_bias=True, reset_after=True,
+                 return_sequences=False, go_backwards=False, **kwargs) -> None:
+        super().__init__("gru", "GRU", units, return_sequences, go_backwards, kwargs,
+                         activation=(activation, "tanh"), recurrent_activation=(recurrent_activation, "sigmoid"),
+                         use_bias=(use_bias, True), reset_after=(reset_after, True))
+
+    def lower(self, ffmodel, inputs, name, shared):
+        x, H = inputs[0], self.units
+        h, outs = self._zeros(ffmodel, x), []
+        for t, xt in enumerate(self._steps(ffmodel, x, name)):
+            tag = "" if t == 0 else f".t{t}"
+            ih = ffmodel.dense(xt, 3 * H, shared_op=shared if t == 0 else name, name=f"{name}{tag}")
+            hh = ffmodel.dense(h, 3 * H, shared_op=(f"{shared}.hh" if shared else None) if t == 0 else f"{name}.hh",
+                               name=f"{name}.hh{tag}")
+            (iz, ir, i_n), (hz, hr, hn) = (ffmodel.split(g, [H] * 3, 1, name=f"{name}.{p}_gates{tag}")
+                                          for g, p in ((ih, "ih"), (hh, "hh")))
+            z = ffmodel.sigmoid(ffmodel.add(iz, hz, name=f"{name}.z_in{tag}"), name=f"{name}.z{tag}")
+            r = ffmodel.sigmoid(ffmodel.add(ir, hr, name=f"{name}.r_in{tag}"), name=f"{name}.r{tag}")
+            n = ffmodel.tanh(ffmodel.add(i_n, ffmodel.multiply(r, hn, name=f"{name}.rh{tag}"), name=f"{name}.n_in{tag}"),
+                             name=f"{name}.n{tag}")
+            h = ffmodel.add(n, ffmodel.multiply(z, ffmodel.subtract(h, n, name=f"{name}.diff{tag}"),
+                                                name=f"{name}.zd{tag}"), name=f"{name}.h{tag}")
+            outs.append(h)
+        return self._result(ffmodel, outs, name)
+
+    def _weight_layers(self, ffmodel, first) -> list:
+        return [first, ffmodel.get_layer_by_name(f"{first.name}.hh")]
+
+    def _keras_shapes(self, shapes: tuple) -> tuple:
+        if len(shapes) != 4:
+            return shapes
+        kernel, (three,), recurrent, _ = shapes
+        return (kernel, recurrent, (2, three))
+
+    def _keras_arrays(self, arrays: tuple) -> tuple:
+        kernel, b_in, recurrent, b_rec = arrays
+        return (kernel, recurrent, np.stack([b_in, b_rec]))
+
+    def _ff_arrays(self, arrays: tuple) -> tuple:
+        if len(arrays) != 3 or np.shape(arrays[2]) != (2, 3 * self.units):
+            raise ConfigError(f"set_weights: GRU '{self.name}' takes Keras' 3 arrays (kernel, recurrent_kernel, and a "
+                              f"bias of shape (2, {3 * self.units}): the input's and the recurrent one's)")
+        kernel, recurrent, bias = arrays
+        return (kernel, np.asarray(bias)[0], recurrent, np.asarray(bias)[1])
+
+
 class SimpleRNN(_Recurrent):
     def __init__(self, units, activation="tanh", use_bias=True, return_sequences=False, go_backwards=False,
                  **kwargs) -> None:
@@ -102,36 +155,24 @@ class SimpleRNN(_Recurrent):
             outs.append(h)
         return self._result(ffmodel, outs, name)
 
-    def weight_shapes(self) -> tuple:
+    def _keras_shapes(self, shapes: tuple) -> tuple:
         """Keras' (kernel, recurrent kernel, bias): the Dense's kernel cut after the features."""
-        shapes = super().weight_shapes()
         if len(shapes) != 2:
             return shapes
         (rows, h), bias = shapes
         return ((rows - h, h), (h, h), bias)
 
-    def get_weights(self, ffmodel=None) -> tuple:
-        kernel, bias = super().get_weights(ffmodel)
+    def _keras_arrays(self, arrays: tuple) -> tuple:
+        kernel, bias = arrays
         return (kernel[:-self.units], kernel[-self.units:], bias)
 
-    def set_weights(self, ffmodel, *arrays) -> None:
-        """Keras' three arrays (kernel, recurrent kernel, bias), as ``Layer.set_weights`` takes weights."""
-        if not isinstance(ffmodel, FFModel):
-            if arrays:
-                raise ConfigError("set_weights: give set_weights(ffmodel, kernel, recurrent_kernel, bias) or "
-                                  "set_weights([kernel, recurrent_kernel, bias])")
-            ffmodel, arrays = None, tuple(ffmodel)
+    def _ff_arrays(self, arrays: tuple) -> tuple:
         if len(arrays) != 3:
             raise ConfigError(f"set_weights: SimpleRNN '{self.name}' takes Keras' 3 arrays (kernel, recurrent_kernel, "
                               f"bias), got {len(arrays)}")
         kernel, recurrent_kernel, bias = (np.asarray(a) for a in arrays)
-        if kernel.ndim != 2 or recurrent_kernel.shape != (self.units, self.units) or \
-                kernel.shape[1:] != (self.units,):
+        if kernel.ndim != 2 or recurrent_kernel.shape != (self.units, self.units) or kernel.shape[1:] != (self.units,):
             raise ShapeError(f"set_weights: SimpleRNN '{self.name}': kernel must be (features, {self.units}) and "
                              f"recurrent_kernel ({self.units}, {self.units}), got {kernel.shape} and "
                              f"{recurrent_kernel.shape}")
-        joined = np.concatenate([kernel, recurrent_kernel], 0)
-        if ffmodel is None:
-            super().set_weights([joined, bias])
-        else:
-            super().set_weights(ffmodel, joined, bias)
+        return (np.concatenate([kernel, recurrent_kernel], 0), bias)
