@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from flexrt.errors import ConfigError, NotYetAvailableError, ShapeError
-from flexrt.keras.layers import GRU, LSTM, Dense, Embedding, Input, SimpleRNN
+from flexrt.keras.layers import GRU, LSTM, Bidirectional, Dense, Embedding, Input, SimpleRNN
 from flexrt.keras.models import Model
 from flexrt.model import FFConfig
 
@@ -88,6 +88,48 @@ def test_gru_is_keras_recurrence_with_keras_weights(sequences, backwards, argv):
     np.testing.assert_allclose(m.predict(x), want if sequences else want[:, -1], rtol=1e-12, atol=1e-12)
     with pytest.raises(ConfigError, match=r"GRU 'gru' takes Keras' 3 arrays"):
         layer.set_weights(keras_weights[:2] + [keras_weights[2][0]])
+
+
+@pytest.mark.parametrize("merge", ["concat", "sum", "mul", "ave"])
+@pytest.mark.parametrize("sequences", [True, False])
+def test_bidirectional_runs_the_layer_both_ways_as_keras(merge, sequences):
+    """The forward layer and the layer read backwards (its sequence put back in the steps' order),
+    merged; weights as Keras' Bidirectional lists them: forward's arrays, then backward's."""
+    x = np.random.default_rng(11).standard_normal((N, T, F))
+    layer = Bidirectional(LSTM(H, return_sequences=sequences), merge_mode=merge)
+    m, _ = _run(layer, x, ("-ll:gpu", "2"))
+    rng = np.random.default_rng(12)
+    w = [rng.standard_normal(s) for s in ((F, 4 * H), (H, 4 * H), (4 * H,))] * 2
+    w = [a * (1 + i // 3) for i, a in enumerate(w)]                 # the two directions differ
+    layer.set_weights(w)
+    assert layer.weight_shapes() == ((F, 4 * H), (H, 4 * H), (4 * H,)) * 2 and layer.count_params() == 2 * (
+        4 * H * (F + H) + 4 * H)
+    fwd, bwd = _lstm(x, *w[:3]), _lstm(x[:, ::-1], *w[3:])[:, ::-1]
+    if not sequences:
+        fwd, bwd = fwd[:, -1], bwd[:, 0]                             # each direction's last step
+    want = {"concat": lambda: np.concatenate([fwd, bwd], -1), "sum": lambda: fwd + bwd, "mul": lambda: fwd * bwd,
+            "ave": lambda: (fwd + bwd) / 2}[merge]()
+    np.testing.assert_allclose(m.predict(x), want, rtol=1e-12, atol=1e-12)
+
+
+def test_bidirectional_gru_text_classifier_trains_alike_on_one_and_two_devices():
+    rng = np.random.default_rng(13)
+    x = rng.integers(0, 20, (32, T)).astype(np.int32)
+    y = (x[:, -1] >= 10).astype(np.int32).reshape(-1, 1)
+    models = []
+    for argv in ([], ["-ll:gpu", "2"]):
+        inp = Input(shape=(T,), dtype="int32")
+        t = Bidirectional(GRU(H))(Embedding(20, F)(inp))
+        m = Model(inp, Dense(2, activation="softmax")(t), ffconfig=FFConfig(["-b", "8", *argv]))
+        m.compile("sgd", "sparse_categorical_crossentropy")
+        models.append(m)
+    models[1].set_weights(models[0].get_weights())
+    h = [m.fit(x, y, epochs=2, shuffle=False, verbose=0).history["loss"] for m in models]
+    np.testing.assert_allclose(h[0], h[1], rtol=1e-5)
+    with pytest.raises(ConfigError, match="wraps an LSTM, GRU or SimpleRNN"):
+        Bidirectional(Dense(3))
+    with pytest.raises(NotYetAvailableError, match="merge_mode=None"):
+        Bidirectional(LSTM(3), merge_mode=None)
 
 
 @pytest.mark.parametrize("activation, act", [("tanh", np.tanh), ("relu", lambda z: np.maximum(z, 0))])
