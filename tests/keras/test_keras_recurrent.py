@@ -188,3 +188,17 @@ def test_what_the_layers_cannot_honour_is_refused():
     with pytest.raises(ShapeError, match=r"takes a sequence batch \(N, steps, features\)"):
         LSTM(4)(Input(shape=(6,)))
     LSTM(4, unroll=True)     # flexrt always unrolls
+
+
+def test_time_distributed_dense_is_dense_at_every_step():
+    """TimeDistributed(Dense) over an LSTM's sequence (Keras' seq2seq head): x @ W + b at every step;
+    a layer that acts on more than each position's last axis is refused."""
+    from flexrt.keras.layers import Conv2D, TimeDistributed
+    x = np.random.default_rng(14).standard_normal((N, T, F))
+    td = TimeDistributed(Dense(7, activation="tanh"))
+    m, got = _run(td, x)
+    w, b = (a.astype(np.float64) for a in td.get_weights())
+    assert td.count_params() == F * 7 + 7
+    np.testing.assert_allclose(got, np.tanh(x @ w + b), rtol=1e-12, atol=1e-12)
+    with pytest.raises(NotYetAvailableError, match=r"TimeDistributed 'time_distributed': over Conv2D"):
+        TimeDistributed(Conv2D(3, (3, 3)))

@@ -4,9 +4,9 @@ Entry points: ``Input``, ``Dense``, ``Conv2D``, ``MaxPooling2D``, ``AveragePooli
 ``Activation``, ``Dropout``, ``BatchNormalization``, ``LayerNormalization``, ``Embedding``, ``Reshape``,
 ``Permute``, ``Conv2DTranspose``, ``UpSampling2D``, ``ZeroPadding2D``, ``ReLU``, ``LeakyReLU``, ``ELU``,
 ``Softmax``, ``Conv1D``, ``MaxPooling1D``, ``AveragePooling1D``, ``LSTM``, ``GRU``, ``SimpleRNN``,
-``Bidirectional``, the merge layers and their functions, ``Layer``. Keras layers flexrt does not have
-(``Lambda``, ``TimeDistributed``, ...) raise ``MissingLayerError`` when looked up, imported or not: a
-``NotYetAvailableError`` naming the layer and listing the layers there are.
+``Bidirectional``, ``TimeDistributed``, the merge layers and their functions, ``Layer``. Keras layers
+flexrt does not have (``Lambda``, ``SeparableConv2D``, ...) raise ``MissingLayerError`` when looked
+up, imported or not: a ``NotYetAvailableError`` naming the layer and listing the layers there are.
 """
 
 from flexrt.errors import NotYetAvailableError
@@ -21,6 +21,7 @@ from flexrt.keras.layers.merge import (Add, Average, Concatenate, Maximum, Minim
 from flexrt.keras.layers.normalization import BatchNormalization, LayerNormalization
 from flexrt.keras.layers.resampling import Conv2DTranspose, UpSampling2D, ZeroPadding2D
 from flexrt.keras.layers.recurrent import GRU, LSTM, Bidirectional, SimpleRNN
+from flexrt.keras.layers.wrappers import TimeDistributed
 from flexrt.keras.layers.pool import (AveragePooling2D, GlobalAveragePooling1D, GlobalAveragePooling2D,
                                       GlobalMaxPooling1D, GlobalMaxPooling2D, MaxPooling2D, Pooling2D)
 
@@ -29,8 +30,8 @@ __all__ = ["Activation", "Add", "Average", "AveragePooling1D", "AveragePooling2D
            "Embedding", "Flatten", "GRU", "GlobalAveragePooling1D", "GlobalAveragePooling2D", "GlobalMaxPooling1D",
            "GlobalMaxPooling2D", "Input", "InputLayer", "LSTM", "Layer", "LayerNormalization", "LeakyReLU",
            "MaxPooling1D", "MaxPooling2D", "Maximum", "Minimum", "Multiply", "Permute", "Pooling2D", "ReLU",
-           "Reshape", "SimpleRNN", "Softmax", "Subtract", "UpSampling2D", "ZeroPadding2D", "add", "average",
-           "concatenate", "maximum", "minimum", "multiply", "subtract"]
+           "Reshape", "SimpleRNN", "Softmax", "Subtract", "TimeDistributed", "UpSampling2D", "ZeroPadding2D", "add",
+           "average", "concatenate", "maximum", "minimum", "multiply", "subtract"]
 
 
 class MissingLayerError(NotYetAvailableError, ImportError):
@@ -43,7 +44,7 @@ class MissingLayerError(NotYetAvailableError, ImportError):
 # AttributeError named nothing)
 KERAS_ONLY = frozenset((
     "Conv3D", "SeparableConv1D", "SeparableConv2D", "DepthwiseConv1D", "DepthwiseConv2D", "Conv1DTranspose",
-    "Conv3DTranspose", "RNN", "TimeDistributed", "ConvLSTM2D",
+    "Conv3DTranspose", "RNN", "ConvLSTM2D",
     "LSTMCell", "GRUCell", "SimpleRNNCell", "MaxPooling3D", "AveragePooling3D",
     "GlobalMaxPooling3D", "GlobalAveragePooling3D", "Cropping1D", "Cropping2D", "Cropping3D", "UpSampling1D",
     "UpSampling3D", "ZeroPadding1D", "ZeroPadding3D", "Lambda", "Masking", "RepeatVector", "Attention",
