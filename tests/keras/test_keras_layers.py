@@ -291,8 +291,8 @@ def test_keras_layers_flexrt_lacks_and_unsupported_options_are_refused_by_name()
     import flexrt.keras.layers as layers
     with pytest.raises(NotYetAvailableError, match=r"flexrt.keras.layers has no Lambda: .*its layers: Activation"):
         layers.Lambda(lambda t: t)
-    with pytest.raises(NotYetAvailableError, match=r"has no SeparableConv2D"):
-        exec("from flexrt.keras.layers import SeparableConv2D")
+    with pytest.raises(NotYetAvailableError, match=r"has no Conv3D"):
+        exec("from flexrt.keras.layers import Conv3D")
     with pytest.raises(AttributeError, match="no attribute 'NoSuchLayer'"):
         layers.NoSuchLayer
     with pytest.raises(NotYetAvailableError, match=r"threshold=0.5: only threshold 0"):
@@ -377,3 +377,41 @@ def test_one_d_same_padding_that_cannot_be_honoured_names_the_int_to_give():
         Conv1D(4, 4, padding="same")(Input(shape=(8, 3)))
     with pytest.raises(NotYetAvailableError, match=r"pads 1 step\(s\) at each end.*give padding=1"):
         AveragePooling1D(3, 1, padding="same")(Input(shape=(8, 3)))
+
+
+def _depthwise_reference(x, kernel, multiplier):
+    """x (N, C, H, W), kernel (C * m, 1, kh, kw): channel c's m outputs from channel c alone ('valid')."""
+    n, c, h, w = x.shape
+    kh, kw = kernel.shape[2:]
+    out = np.zeros((n, c * multiplier, h - kh + 1, w - kw + 1))
+    for o in range(c * multiplier):
+        for i in range(h - kh + 1):
+            for j in range(w - kw + 1):
+                out[:, o, i, j] = (x[:, o // multiplier, i:i + kh, j:j + kw] * kernel[o, 0]).sum(axis=(1, 2))
+    return out
+
+
+@pytest.mark.parametrize("argv", [(), ("-ll:gpu", "2")])
+def test_depthwise_and_separable_convolutions_follow_keras(argv):
+    """DepthwiseConv2D (groups = channels) and SeparableConv2D (depthwise, then a 1 x 1 convolution
+    with the bias): NumPy's, and Keras' parameter counts."""
+    from flexrt.keras.layers import DepthwiseConv2D, SeparableConv2D
+    x = np.random.default_rng(15).standard_normal((4, 3, 6, 7))
+    dw = DepthwiseConv2D((3, 2), depth_multiplier=2)
+    i = Input(shape=(3, 6, 7), dtype="float64")
+    m = Model(i, dw(i), ffconfig=FFConfig(["-b", "4", *argv]))
+    m.compile("sgd", "mean_squared_error")
+    kernel, bias = (a.astype(np.float64) for a in dw.get_weights())
+    assert kernel.shape == (6, 1, 3, 2) and dw.count_params() == 3 * 2 * 3 * 2 + 6
+    want = _depthwise_reference(x, kernel, 2) + bias[None, :, None, None]
+    np.testing.assert_allclose(m.predict(x), want, rtol=1e-12, atol=1e-12)
+    sep = SeparableConv2D(5, (3, 3), activation="relu")
+    i = Input(shape=(3, 6, 7), dtype="float64")
+    m = Model(i, sep(i), ffconfig=FFConfig(["-b", "4", *argv]))
+    m.compile("sgd", "mean_squared_error")
+    dk, pk, pb = (a.astype(np.float64) for a in sep.get_weights())
+    assert (dk.shape, pk.shape, pb.shape) == ((3, 1, 3, 3), (5, 3, 1, 1), (5,))
+    assert sep.count_params() == 27 + 15 + 5
+    depth = _depthwise_reference(x, dk, 1)
+    want = np.maximum(np.einsum("nchw,fc->nfhw", depth, pk[:, :, 0, 0]) + pb[None, :, None, None], 0)
+    np.testing.assert_allclose(m.predict(x), want, rtol=1e-12, atol=1e-12)

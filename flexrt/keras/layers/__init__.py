@@ -2,17 +2,18 @@
 
 Entry points: ``Input``, ``Dense``, ``Conv2D``, ``MaxPooling2D``, ``AveragePooling2D``, ``Flatten``,
 ``Activation``, ``Dropout``, ``BatchNormalization``, ``LayerNormalization``, ``Embedding``, ``Reshape``,
-``Permute``, ``Conv2DTranspose``, ``UpSampling2D``, ``ZeroPadding2D``, ``ReLU``, ``LeakyReLU``, ``ELU``,
-``Softmax``, ``Conv1D``, ``MaxPooling1D``, ``AveragePooling1D``, ``LSTM``, ``GRU``, ``SimpleRNN``,
-``Bidirectional``, ``TimeDistributed``, the merge layers and their functions, ``Layer``. Keras layers
-flexrt does not have (``Lambda``, ``SeparableConv2D``, ...) raise ``MissingLayerError`` when looked
-up, imported or not: a ``NotYetAvailableError`` naming the layer and listing the layers there are.
+``Permute``, ``Conv2DTranspose``, ``DepthwiseConv2D``, ``SeparableConv2D``, ``UpSampling2D``,
+``ZeroPadding2D``, ``ReLU``, ``LeakyReLU``, ``ELU``, ``Softmax``, ``Conv1D``, ``MaxPooling1D``,
+``AveragePooling1D``, ``LSTM``, ``GRU``, ``SimpleRNN``, ``Bidirectional``, ``TimeDistributed``, the merge
+layers and their functions, ``Layer``. Keras layers flexrt does not have (``Lambda``, ``Conv3D``, ...)
+raise ``MissingLayerError`` when looked up, imported or not: a ``NotYetAvailableError`` naming the
+layer and listing the layers there are.
 """
 
 from flexrt.errors import NotYetAvailableError
 from flexrt.keras.layers.activations import ELU, LeakyReLU, ReLU, Softmax
 from flexrt.keras.layers.base_layer import Layer
-from flexrt.keras.layers.convolutional import Conv2D
+from flexrt.keras.layers.convolutional import Conv2D, DepthwiseConv2D, SeparableConv2D
 from flexrt.keras.layers.convolutional1d import AveragePooling1D, Conv1D, MaxPooling1D
 from flexrt.keras.layers.core import Activation, Dense, Dropout, Embedding, Flatten, Permute, Reshape
 from flexrt.keras.layers.input_layer import Input, InputLayer
@@ -26,12 +27,13 @@ from flexrt.keras.layers.pool import (AveragePooling2D, GlobalAveragePooling1D, 
                                       GlobalMaxPooling1D, GlobalMaxPooling2D, MaxPooling2D, Pooling2D)
 
 __all__ = ["Activation", "Add", "Average", "AveragePooling1D", "AveragePooling2D", "BatchNormalization",
-           "Bidirectional", "Concatenate", "Conv1D", "Conv2D", "Conv2DTranspose", "Dense", "Dropout", "ELU",
-           "Embedding", "Flatten", "GRU", "GlobalAveragePooling1D", "GlobalAveragePooling2D", "GlobalMaxPooling1D",
-           "GlobalMaxPooling2D", "Input", "InputLayer", "LSTM", "Layer", "LayerNormalization", "LeakyReLU",
-           "MaxPooling1D", "MaxPooling2D", "Maximum", "Minimum", "Multiply", "Permute", "Pooling2D", "ReLU",
-           "Reshape", "SimpleRNN", "Softmax", "Subtract", "TimeDistributed", "UpSampling2D", "ZeroPadding2D", "add",
-           "average", "concatenate", "maximum", "minimum", "multiply", "subtract"]
+           "Bidirectional", "Concatenate", "Conv1D", "Conv2D", "Conv2DTranspose", "Dense", "DepthwiseConv2D",
+           "Dropout", "ELU", "Embedding", "Flatten", "GRU", "GlobalAveragePooling1D", "GlobalAveragePooling2D",
+           "GlobalMaxPooling1D", "GlobalMaxPooling2D", "Input", "InputLayer", "LSTM", "Layer", "LayerNormalization",
+           "LeakyReLU", "MaxPooling1D", "MaxPooling2D", "Maximum", "Minimum", "Multiply", "Permute", "Pooling2D",
+           "ReLU", "Reshape", "SeparableConv2D", "SimpleRNN", "Softmax", "Subtract", "TimeDistributed",
+           "UpSampling2D", "ZeroPadding2D", "add", "average", "concatenate", "maximum", "minimum", "multiply",
+           "subtract"]
 
 
 class MissingLayerError(NotYetAvailableError, ImportError):
@@ -43,7 +45,7 @@ class MissingLayerError(NotYetAvailableError, ImportError):
 # Keras layers flexrt.keras does not have: a lookup says so and lists what there is (a plain
 # AttributeError named nothing)
 KERAS_ONLY = frozenset((
-    "Conv3D", "SeparableConv1D", "SeparableConv2D", "DepthwiseConv1D", "DepthwiseConv2D", "Conv1DTranspose",
+    "Conv3D", "SeparableConv1D", "DepthwiseConv1D", "Conv1DTranspose",
     "Conv3DTranspose", "RNN", "ConvLSTM2D",
     "LSTMCell", "GRUCell", "SimpleRNNCell", "MaxPooling3D", "AveragePooling3D",
     "GlobalMaxPooling3D", "GlobalAveragePooling3D", "Cropping1D", "Cropping2D", "Cropping3D", "UpSampling1D",

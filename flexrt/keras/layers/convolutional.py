@@ -29,6 +29,8 @@ def _image_input_shape(input_shape):
 class Conv2D(Layer):
     """2-D convolution (channels first)."""
 
+    kind = ("conv2d", "Conv2D")       # (default name, layer type): a subclass's own
+
     def __init__(self, filters, kernel_size=0, strides=(1, 1), padding="valid", data_format=None,
                  dilation_rate=(1, 1), groups=1, activation=None, use_bias=True, kernel_initializer="glorot_uniform",
                  bias_initializer="zeros", kernel_regularizer=None, bias_regularizer=None, activity_regularizer=None,
@@ -38,8 +40,8 @@ class Conv2D(Layer):
         # has 3 dimensions, a kernel size 1 or 2
         if input_shape is None and isinstance(kernel_size, (list, tuple)) and len(kernel_size) == 3:
             input_shape, kernel_size, strides = kernel_size, strides, (1, 1)
-        super().__init__("conv2d", "Conv2D", input_shape=_image_input_shape(input_shape), **kwargs)
-        where = f"Conv2D '{self.name}'"
+        super().__init__(*self.kind, input_shape=_image_input_shape(input_shape), **kwargs)
+        where = f"{self.layer_type} '{self.name}'"
         if isinstance(filters, bool) or not isinstance(filters, numbers.Integral) or filters < 1:
             raise ConfigError(f"{where}: filters must be a positive integer, got {filters!r}")
         self.filters = self.out_channels = int(filters)
@@ -64,12 +66,12 @@ class Conv2D(Layer):
         refuse(where, kernel_constraint=(kernel_constraint, None), bias_constraint=(bias_constraint, None))
 
     def lower(self, ffmodel, inputs, name, shared):
-        where = f"Conv2D '{self.name}'"
+        where = f"{self.layer_type} '{self.name}'"
         return lower_image(where, ffmodel, inputs[0], self.data_format, name,
                            lambda x: self._lower_nchw(ffmodel, x, name, shared))
 
     def _lower_nchw(self, ffmodel, x, name, shared):
-        pad = resolve_padding(f"Conv2D '{self.name}'", self.padding, x.dims, self.kernel_size, self.strides)
+        pad = resolve_padding(f"{self.layer_type} '{self.name}'", self.padding, x.dims, self.kernel_size, self.strides)
         kh, kw = self.kernel_size
         sh, sw = self.strides
 
@@ -84,3 +86,63 @@ def resolve_padding(where: str, padding, dims, kernel, strides) -> tuple[int, in
         return padding
     return (same_padding(where, "height", dims[2], kernel[0], strides[0]),
             same_padding(where, "width", dims[3], kernel[1], strides[1]))
+
+
+class DepthwiseConv2D(Conv2D):
+    """Keras' depthwise convolution: each input channel convolved with its own ``depth_multiplier``
+    kernels (FFModel's conv2d with ``groups`` = the input's channels); kernel ``(C * depth_multiplier,
+    1, kh, kw)`` in FlexFlow's layout, as Conv2D's."""
+
+    kind = ("depthwise_conv2d", "DepthwiseConv2D")
+
+    def __init__(self, kernel_size, strides=(1, 1), padding="valid", depth_multiplier=1, data_format=None,
+                 dilation_rate=(1, 1), activation=None, use_bias=True, depthwise_initializer="glorot_uniform",
+                 bias_initializer="zeros", depthwise_regularizer=None, bias_regularizer=None,
+                 activity_regularizer=None, depthwise_constraint=None, bias_constraint=None, **kwargs) -> None:
+        if isinstance(depth_multiplier, bool) or not isinstance(depth_multiplier, numbers.Integral) or \
+                depth_multiplier < 1:
+            raise ConfigError(f"DepthwiseConv2D: depth_multiplier must be a positive integer, got {depth_multiplier!r}")
+        super().__init__(int(depth_multiplier), kernel_size, strides, padding, data_format, dilation_rate, 1,
+                         activation, use_bias, depthwise_initializer, bias_initializer, depthwise_regularizer,
+                         bias_regularizer, activity_regularizer, depthwise_constraint, bias_constraint, **kwargs)
+        self.depth_multiplier = int(depth_multiplier)
+
+    def _lower_nchw(self, ffmodel, x, name, shared):
+        channels = x.dims[1]
+        self.filters = self.out_channels = channels * self.depth_multiplier
+        self.groups = channels
+        return super()._lower_nchw(ffmodel, x, name, shared)
+
+
+class SeparableConv2D(Layer):
+    """Keras' separable convolution: a depthwise convolution (``depth_multiplier`` kernels per input
+    channel, no bias) then a 1 x 1 convolution to ``filters`` with the bias and the activation. Its
+    weights: the depthwise kernel (``{name}``), the pointwise kernel and bias (``{name}.pointwise``)."""
+
+    def __init__(self, filters, kernel_size, strides=(1, 1), padding="valid", data_format=None, dilation_rate=(1, 1),
+                 depth_multiplier=1, activation=None, use_bias=True, depthwise_initializer="glorot_uniform",
+                 pointwise_initializer="glorot_uniform", bias_initializer="zeros", depthwise_regularizer=None,
+                 pointwise_regularizer=None, bias_regularizer=None, activity_regularizer=None,
+                 depthwise_constraint=None, pointwise_constraint=None, bias_constraint=None, **kwargs) -> None:
+        super().__init__("separable_conv2d", "SeparableConv2D", **kwargs)
+        self._depthwise = DepthwiseConv2D(kernel_size, strides, padding, depth_multiplier, "channels_first",
+                                          dilation_rate, None, False, depthwise_initializer,
+                                          depthwise_regularizer=depthwise_regularizer,
+                                          depthwise_constraint=depthwise_constraint, name=f"{self.name}.depthwise")
+        self._pointwise = Conv2D(filters, (1, 1), (1, 1), "valid", "channels_first", (1, 1), 1, activation, use_bias,
+                                 pointwise_initializer, bias_initializer, pointwise_regularizer, bias_regularizer,
+                                 activity_regularizer, pointwise_constraint, bias_constraint,
+                                 name=f"{self.name}.pointwise")
+        self.data_format = data_format_of(f"SeparableConv2D '{self.name}'", data_format)
+        self.filters, self.kernel_size, self.strides = self._pointwise.filters, self._depthwise.kernel_size, \
+            self._depthwise.strides
+
+    def lower(self, ffmodel, inputs, name, shared):
+        def build(x):
+            y = self._depthwise._lower_nchw(ffmodel, x, name, shared)
+            return self._pointwise._lower_nchw(ffmodel, y, f"{name}.pointwise",
+                                               f"{shared}.pointwise" if shared else None)
+        return lower_image(f"SeparableConv2D '{self.name}'", ffmodel, inputs[0], self.data_format, name, build)
+
+    def _weight_layers(self, ffmodel, first) -> list:
+        return [first, ffmodel.get_layer_by_name(f"{first.name}.pointwise")]
