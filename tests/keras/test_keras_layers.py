@@ -12,7 +12,7 @@ from flexrt.errors import ConfigError, NotYetAvailableError, ShapeError
 from flexrt.keras import backend as K
 from flexrt.keras.layers import (ELU, Activation, Add, AveragePooling2D, BatchNormalization, Concatenate, Conv2D,
                                  Dense, Dropout, Embedding, Flatten, Input, LeakyReLU, MaxPooling2D, Multiply, Permute,
-                                 ReLU, Reshape, Softmax, Subtract, concatenate)
+                                 ReLU, Rescaling, Reshape, Softmax, Subtract, concatenate)
 from flexrt.keras.models import Model
 from flexrt.model import FFConfig
 
@@ -270,6 +270,9 @@ def _through(layer_fn, x, merge=False):
     (lambda: Softmax(axis=1),
      lambda x: np.exp(x) / np.exp(x).sum(axis=1, keepdims=True)),
     (lambda: Activation("relu6"), lambda x: np.clip(x, 0, 6)),
+    (lambda: Rescaling(1 / 255), lambda x: x / 255),
+    (lambda: Rescaling(2.0, offset=-1.0),
+     lambda x: 2 * x - 1),
     (lambda: Activation("swish"), lambda x: x / (1 + np.exp(-x))),
     (lambda: Activation("softplus"), lambda x: np.logaddexp(0, x)),
     (lambda: Activation("softsign"), lambda x: x / (1 + abs(x))),

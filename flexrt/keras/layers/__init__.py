@@ -3,15 +3,15 @@
 Entry points: ``Input``, ``Dense``, ``Conv2D``, ``MaxPooling2D``, ``AveragePooling2D``, ``Flatten``,
 ``Activation``, ``Dropout``, ``BatchNormalization``, ``LayerNormalization``, ``Embedding``, ``Reshape``,
 ``Permute``, ``Conv2DTranspose``, ``DepthwiseConv2D``, ``SeparableConv2D``, ``UpSampling2D``,
-``ZeroPadding2D``, ``ReLU``, ``LeakyReLU``, ``ELU``, ``Softmax``, ``Conv1D``, ``MaxPooling1D``,
-``AveragePooling1D``, ``LSTM``, ``GRU``, ``SimpleRNN``, ``Bidirectional``, ``TimeDistributed``, the merge
-layers and their functions, ``Layer``. Keras layers flexrt does not have (``Lambda``, ``Conv3D``, ...)
-raise ``MissingLayerError`` when looked up, imported or not: a ``NotYetAvailableError`` naming the
-layer and listing the layers there are.
+``ZeroPadding2D``, ``Rescaling``, ``ReLU``, ``LeakyReLU``, ``ELU``, ``Softmax``, ``Conv1D``,
+``MaxPooling1D``, ``AveragePooling1D``, ``LSTM``, ``GRU``, ``SimpleRNN``, ``Bidirectional``,
+``TimeDistributed``, the merge layers and their functions, ``Layer``. Keras layers flexrt does not
+have (``Lambda``, ``Conv3D``, ...) raise ``MissingLayerError`` when looked up, imported or not: a
+``NotYetAvailableError`` naming the layer and listing the layers there are.
 """
 
 from flexrt.errors import NotYetAvailableError
-from flexrt.keras.layers.activations import ELU, LeakyReLU, ReLU, Softmax
+from flexrt.keras.layers.activations import ELU, LeakyReLU, ReLU, Rescaling, Softmax
 from flexrt.keras.layers.base_layer import Layer
 from flexrt.keras.layers.convolutional import Conv2D, DepthwiseConv2D, SeparableConv2D
 from flexrt.keras.layers.convolutional1d import AveragePooling1D, Conv1D, MaxPooling1D
@@ -31,7 +31,7 @@ __all__ = ["Activation", "Add", "Average", "AveragePooling1D", "AveragePooling2D
            "Dropout", "ELU", "Embedding", "Flatten", "GRU", "GlobalAveragePooling1D", "GlobalAveragePooling2D",
            "GlobalMaxPooling1D", "GlobalMaxPooling2D", "Input", "InputLayer", "LSTM", "Layer", "LayerNormalization",
            "LeakyReLU", "MaxPooling1D", "MaxPooling2D", "Maximum", "Minimum", "Multiply", "Permute", "Pooling2D",
-           "ReLU", "Reshape", "SeparableConv2D", "SimpleRNN", "Softmax", "Subtract", "TimeDistributed",
+           "ReLU", "Rescaling", "Reshape", "SeparableConv2D", "SimpleRNN", "Softmax", "Subtract", "TimeDistributed",
            "UpSampling2D", "ZeroPadding2D", "add", "average", "concatenate", "maximum", "minimum", "multiply",
            "subtract"]
 
@@ -51,7 +51,7 @@ KERAS_ONLY = frozenset((
     "GlobalMaxPooling3D", "GlobalAveragePooling3D", "Cropping1D", "Cropping2D", "Cropping3D", "UpSampling1D",
     "UpSampling3D", "ZeroPadding1D", "ZeroPadding3D", "Lambda", "Masking", "RepeatVector", "Attention",
     "AdditiveAttention", "MultiHeadAttention", "GroupNormalization", "UnitNormalization", "Normalization",
-    "Rescaling", "Resizing", "CenterCrop", "RandomFlip", "RandomRotation", "RandomZoom", "RandomCrop",
+    "Resizing", "CenterCrop", "RandomFlip", "RandomRotation", "RandomZoom", "RandomCrop",
     "RandomTranslation", "RandomContrast", "TextVectorization", "StringLookup", "IntegerLookup", "CategoryEncoding",
     "Hashing", "Discretization", "SpatialDropout1D", "SpatialDropout2D", "SpatialDropout3D", "GaussianNoise",
     "GaussianDropout", "AlphaDropout", "ActivityRegularization", "PReLU", "ThresholdedReLU", "Dot", "Identity",

@@ -7,6 +7,7 @@ element-wise layers where it has none (``flexrt.model.composites``).
 - ``LeakyReLU``: Keras 2's ``alpha`` (default 0.3) or Keras 3's ``negative_slope`` (default 0.3).
 - ``ELU(alpha=1.0)``: FFModel's elu, or for another alpha relu(x) + alpha (exp(min(x, 0)) - 1).
 - ``Softmax(axis=-1)``.
+- ``Rescaling(scale, offset=0.0)`` (Keras' preprocessing layer): x * scale + offset.
 
 Entry points: the classes above.
 """
@@ -87,3 +88,21 @@ class Softmax(Layer):
             raise ConfigError(f"Softmax '{self.name}': axis {self.axis} of a rank-{x.num_dims} tensor; valid: "
                               f"1..{x.num_dims - 1} or -{x.num_dims - 1}..-1 (not the batch)")
         return ffmodel.softmax(x, self.axis, name=name)
+
+
+class Rescaling(Layer):
+    """Keras' preprocessing ``Rescaling(scale, offset=0.0)``: x * scale + offset (``Rescaling(1 / 255)``
+    on images), element-wise."""
+
+    shares_weights = False
+
+    def __init__(self, scale, offset=0.0, **kwargs) -> None:
+        super().__init__("rescaling", "Rescaling", **kwargs)
+        where = f"Rescaling '{self.name}'"
+        self.scale, self.offset = _number(where, "scale", scale), _number(where, "offset", offset)
+
+    def lower(self, ffmodel, inputs, name, shared):
+        x = inputs[0]
+        if self.offset == 0.0:
+            return ffmodel.scalar_multiply(x, self.scale, name=name)
+        return ffmodel.scalar_add(ffmodel.scalar_multiply(x, self.scale, name=f"{name}.scale"), self.offset, name=name)
