@@ -8,7 +8,7 @@ import copy
 import numpy as np
 import pytest
 
-from flexrt.errors import ConfigError, FlexrtError, FrontendWarning, ShapeError
+from flexrt.errors import ConfigError, FrontendWarning, ShapeError
 from flexrt.model import DataType, FFConfig, FFModel
 from flexrt.torch import PyTorchModel, file_to_ff
 from tests.frontends._models import (
