@@ -490,6 +490,34 @@ def _squeeze(b, node, ins, f):
     return x if shape == list(x.dims) else b.ff.reshape(x, shape, name=node.name)
 
 
+def _repeat(b, node, ins, f):
+    """x.repeat(*sizes): each dimension tiled sizes[d] times (concatenated copies); extra leading sizes
+    add dimensions of 1 first, as torch does."""
+    x = b.tensor(node, ins[0])
+    sizes = list(f[0]) if len(f) == 1 and isinstance(f[0], tuple) else list(f)
+    if any(not isinstance(k, int) or isinstance(k, bool) or k < 1 for k in sizes) or len(sizes) < x.num_dims:
+        raise node_error(node, f"repeat sizes must be positive integers, at least one per dimension of "
+                               f"{list(x.dims)}; got {sizes}", ShapeError)
+    lead = len(sizes) - x.num_dims
+    if lead:
+        x = b.ff.reshape(x, [1] * lead + list(x.dims), name=f"{node.name}.lead")
+    tiled = [d for d, k in enumerate(sizes) if k > 1]
+    for i, d in enumerate(tiled):
+        x = b.ff.concat([x] * sizes[d], d, name=node.name if i == len(tiled) - 1 else f"{node.name}.dim{d}")
+    return x if tiled else b.ff.identity(x, name=node.name)
+
+
+def _pixel_shuffle(b, node, ins, f):
+    """PixelShuffle(r): (N, C r^2, H, W) -> (N, C, H r, W r), as reshape, transpose, reshape."""
+    x, r = b.tensor(node, ins[0]), f[0]
+    if not isinstance(r, int) or isinstance(r, bool) or r < 1 or x.num_dims != 4 or x.dims[1] % (r * r):
+        raise node_error(node, f"pixel_shuffle by {r!r} needs (N, C r^2, H, W) input, got {list(x.dims)}", ShapeError)
+    n, c, h, w = x.dims
+    t = b.ff.reshape(x, [n, c // (r * r), r, r, h, w], name=f"{node.name}.split")
+    t = b.ff.transpose(t, [0, 1, 4, 2, 5, 3], name=f"{node.name}.interleave")
+    return b.ff.reshape(t, [n, c // (r * r), h * r, w * r], name=node.name)
+
+
 def _expand(b, node, ins, f):
     x = b.tensor(node, ins[0])
     sizes = list(f[0]) if len(f) == 1 and isinstance(f[0], tuple) else list(f)
@@ -588,7 +616,7 @@ HANDLERS: dict[str, Callable] = {
     "LINEAR": _linear, "CONV2D": _conv2d, "POOL2D": _pool2d, "BATCH_NORM": _batch_norm, "LAYER_NORM": _layer_norm,
     "EMBEDDING": _embedding, "SOFTMAX": _softmax, "DROPOUT": _dropout, "FLAT": _flat, "CONCAT": _concat,
     "SPLIT": _split, "GETITEM": _getitem, "BATCH_MATMUL": _batch_matmul, "GETATTR": _getattr,
-    "TRANSPOSE": _transpose, "PERMUTE": _permute, "RESHAPE": _reshape, "VIEW": _reshape, "UNSQUEEZE": _unsqueeze,
+    "TRANSPOSE": _transpose, "PERMUTE": _permute, "REPEAT": _repeat, "PIXEL_SHUFFLE": _pixel_shuffle, "RESHAPE": _reshape, "VIEW": _reshape, "UNSQUEEZE": _unsqueeze,
     "SQUEEZE": _squeeze, "EXPAND": _expand, "TO": _convert, "FLOAT": _convert, "TYPE_AS": _convert,
     "CONTIGUOUS": _pass, "POW": _pow, "MEAN": _reduce, "REDUCE_SUM": _reduce, "REDUCE_MAX": _reduce,
     "MULTIHEAD_ATTENTION": _attention, "ATTRIBUTE": _attribute, "ARANGE": _arange, "PARAMETER": _parameter,

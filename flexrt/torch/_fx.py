@@ -706,6 +706,10 @@ def _m_hardtanh(ctx, node, m):
     ctx.add(node, "CLAMP", [node.args[0].name], [float(m.min_val), float(m.max_val)])
 
 
+def _m_pixel_shuffle(ctx, node, m):
+    ctx.add(node, "PIXEL_SHUFFLE", [node.args[0].name], [m.upscale_factor])
+
+
 def _m_glu(ctx, node, m):
     ctx.add(node, "GLU", [node.args[0].name], [m.dim])
 
@@ -718,7 +722,7 @@ MODULES: dict[type, Callable] = {
     nn.Softmax: _m_softmax, nn.Dropout: _m_dropout, nn.Flatten: _m_flatten, nn.ReLU: _m_unary("RELU"),
     nn.GELU: _m_unary("GELU", _gelu_check), nn.Sigmoid: _m_unary("SIGMOID"), nn.Tanh: _m_unary("TANH"),
     nn.ELU: _m_alpha("ELU"), nn.CELU: _m_alpha("CELU"), nn.SELU: _m_unary("SELU"), nn.Softsign: _m_unary("SOFTSIGN"),
-    nn.Hardtanh: _m_hardtanh, nn.GLU: _m_glu, nn.Identity: _m_unary("IDENTITY"), nn.SiLU: _m_unary("SILU"),
+    nn.Hardtanh: _m_hardtanh, nn.GLU: _m_glu, nn.PixelShuffle: _m_pixel_shuffle, nn.Identity: _m_unary("IDENTITY"), nn.SiLU: _m_unary("SILU"),
     nn.ReLU6: _m_unary("RELU6"), nn.LeakyReLU: _m_leaky_relu, nn.Hardsigmoid: _m_unary("HARDSIGMOID"),
     nn.Hardswish: _m_unary("HARDSWISH"),
     nn.ConvTranspose2d: _m_conv_transpose2d, nn.Upsample: _m_upsample,

@@ -78,6 +78,11 @@ def _hardtanh(ctx, node):
     ctx.add(node, "CLAMP", [_tensor_arg(ctx, node, a["input"])], [float(a["min_val"]), float(a["max_val"])])
 
 
+def _pixel_shuffle(ctx, node):
+    a = _bind(ctx, node, ["input", "upscale_factor"], {})
+    ctx.add(node, "PIXEL_SHUFFLE", [_tensor_arg(ctx, node, a["input"])], [a["upscale_factor"]])
+
+
 def _glu(ctx, node):
     a = _bind(ctx, node, ["input", "dim"], {"dim": -1})
     ctx.add(node, "GLU", [_tensor_arg(ctx, node, a["input"])], [a["dim"]])
@@ -627,7 +632,7 @@ FUNCTIONS: dict[Callable, Callable] = {
     F.hardswish: _unary("HARDSWISH"),
     F.sigmoid: _unary("SIGMOID"), torch.tanh: _unary("TANH"), F.tanh: _unary("TANH"), F.elu: _unary("ELU"),
     F.celu: _unary("CELU"), F.selu: _unary("SELU"), torch.selu: _unary("SELU"), F.softsign: _unary("SOFTSIGN"),
-    torch.log1p: _unary("LOG1P"), F.hardtanh: _hardtanh, F.glu: _glu,
+    torch.log1p: _unary("LOG1P"), F.hardtanh: _hardtanh, F.glu: _glu, F.pixel_shuffle: _pixel_shuffle,
     torch.exp: _unary("EXP"), torch.sin: _unary("SIN"), torch.cos: _unary("COS"), torch.rsqrt: _unary("RSQRT"),
     F.softmax: _softmax, torch.softmax: _softmax, F.dropout: _dropout, torch.flatten: _flatten, torch.cat: _cat,
     torch.concat: _cat, torch.stack: _stack, torch.addmm: _addmm, torch.split: _split, torch.chunk: _chunk,
@@ -663,7 +668,7 @@ METHODS: dict[str, Callable] = {
     "logical_not": _logical_not, "masked_fill": _masked_fill, "dim": _dim, "t": _t, "var": _var(False),
     "std": _var(True), "unflatten": _unflatten, "clamp": _clamp, "clip": _clamp, "clamp_min": _clamp,
     "clamp_max": _clamp, "log": _unary("LOG"), "log_softmax": _log_softmax, "logsumexp": _logsumexp,
-    "abs": _unary("ABS"), "norm": _norm,
+    "abs": _unary("ABS"), "norm": _norm, "repeat": _dims_op("REPEAT"), "log1p": _unary("LOG1P"),
 }
 _MASK_AWARE = (_getitem, _eq, _logical_not, _masked_fill, _softmax, _layer_norm_fn, _getattr, _sdpa, _TRIU, _TRIL, _add)
 

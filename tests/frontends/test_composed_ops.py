@@ -637,3 +637,17 @@ def test_activations_train_as_torch_does():
     got, after = ff.get_weights(), pm.ff_weights()
     for name, want in after.items():
         np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=2e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("name", ["pixel_shuffle", "pixel_shuffle_fn", "repeat", "repeat_leading", "log1p_method"])
+def test_pixel_shuffle_repeat_and_methods_equal_torch(tmp_path, name):
+    """nn.PixelShuffle / F.pixel_shuffle (reshape, transpose, reshape), Tensor.repeat (concatenated
+    copies; extra leading sizes add dimensions) and Tensor.log1p: torch's forward through the module
+    and the text format (all were refused)."""
+    make, shape = {"pixel_shuffle": (lambda: nn.PixelShuffle(2), (2, 8, 3, 5)),
+                   "pixel_shuffle_fn": (lambda: Fn(lambda t: F.pixel_shuffle(t, 2) * 2.0), (2, 12, 2, 3)),
+                   "repeat": (lambda: Fn(lambda t: t.repeat(1, 2, 3)), (2, 3, 4)),
+                   "repeat_leading": (lambda: Fn(lambda t: t.repeat(2, 1, 1, 2)), (2, 3, 4)),
+                   "log1p_method": (lambda: Fn(lambda t: (t * t).log1p()), (2, 3, 4))}[name]
+    x = np.random.default_rng(16).standard_normal(shape).astype(np.float32)
+    compare_forward(make(), x, tmp_path)
