@@ -32,6 +32,8 @@ from flexrt.search import SearchRequest, algorithm, describe, search
 from flexrt.search.api import MAX_BUDGET
 from flexrt.search.baselines import expert_name
 from flexrt.search.fusion_policies import apply_policy
+from flexrt.search.pipelines import checked_schedules
+from flexrt.simulator.sync_lowering import parse_grad_sync
 from flexrt.strategy import SearchSpace, data_parallel, export_strategy, load_strategy
 
 NAME = "search"
@@ -138,8 +140,8 @@ def _options(args, cfg, model_name: str) -> dict:
     if "pipeline_schedules" in options and args.algo in ("unity", "sequential") and not options.get("enable_pipeline"):
         raise ConfigError(f"--pipeline-schedules: --algo {args.algo} searches pipelines only with --enable-pipeline; "
                           f"give it too")
-    schedules = [x.strip() for x in str(options.get("pipeline_schedules", "")).split(",")]
-    if args.grad_sync == "after-backward" and "2bw" in schedules:
+    if args.grad_sync == "after-backward" and "pipeline_schedules" in options and \
+            "2bw" in checked_schedules(options["pipeline_schedules"]):
         raise ConfigError("--pipeline-schedules 2bw with --grad-sync after-backward: a 2bw pipeline's iterations "
                           "overlap by design; leave out one of them")
     if args.algo == "expert":
@@ -260,7 +262,7 @@ def run(args, extra) -> int:
                    "algorithm": args.algo, "space": str(space), "budget": budget, "seed": args.seed,
                    "precision": args.precision,
                    "fusion": args.fusion, "fused_cost": args.fused_cost, "comm_cost": args.comm_cost,
-                   "grad_sync": args.grad_sync.replace("-", "_"),
+                   "grad_sync": parse_grad_sync(args.grad_sync),
                    "unfused_s": unfused_s,
                    "iteration_time_s": result.cost_s, "data_parallel_s": dp.cost_s,
                    "expert_s": expert.cost_s if expert else None,

@@ -20,6 +20,7 @@ from flexrt.model import load_model
 from flexrt.ir.summary import format_count
 from flexrt.kernels.optimizers import OptimizerKind
 from flexrt.simulator.simulate import Simulator, timelines_equal
+from flexrt.simulator.sync_lowering import parse_grad_sync
 from flexrt.strategy import ConfigStrategy, data_parallel, load_strategy, random_strategy
 from flexrt.strategy.pipeline_2bw import delays_updates
 
@@ -204,7 +205,7 @@ def _report(args, loaded, machine, base, strategy, sim, result, steps, files, t0
                    "method": args.method, "delta_steps": steps, "cost": args.cost,
                    "attention": args.attention or ("fused" if args.cost == "analytic" else None), "fusion": args.fusion,
                    "fused_cost": args.fused_cost, "comm_cost": args.comm_cost,
-                   "grad_sync": args.grad_sync.replace("-", "_"),
+                   "grad_sync": parse_grad_sync(args.grad_sync),
                    "fusion_groups": len(strategy.fusion.groups) if getattr(strategy, "fusion", None) else 0,
                    "allreduce_fits": _fits_used(sim),
                    **result.to_json(),

@@ -27,6 +27,7 @@ from flexrt.runtime import mpi
 from flexrt.runtime.backend import BACKENDS
 from flexrt.runtime.executor import MODES
 from flexrt.runtime.session import OPTIMIZER_PARAMS, Session
+from flexrt.simulator.sync_lowering import parse_grad_sync
 from flexrt.strategy import data_parallel, load_strategy, random_strategy
 
 NAME = "train"
@@ -177,7 +178,7 @@ def _train(args, loaded, machine, session, described, loss: LossType) -> int:
     if args.json:
         emit_json({"model": loaded.name, "machine": machine.name, "num_devices": machine.num_devices,
                    "backend": args.backend, "mode": args.mode, "comm_cost": args.comm_cost,
-                   "grad_sync": args.grad_sync.replace("-", "_"), "steps": steps,
+                   "grad_sync": parse_grad_sync(args.grad_sync), "steps": steps,
                    "median_measured_ms": median,
                    "simulated_ms": predicted_ms, "simulated_summed_ms": summed_ms,
                    "ratio": median / predicted_ms if predicted_ms else None,

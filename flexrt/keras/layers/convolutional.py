@@ -70,13 +70,17 @@ class Conv2D(Layer):
         return lower_image(where, ffmodel, inputs[0], self.data_format, name,
                            lambda x: self._lower_nchw(ffmodel, x, name, shared))
 
-    def _lower_nchw(self, ffmodel, x, name, shared):
-        pad = resolve_padding(f"{self.layer_type} '{self.name}'", self.padding, x.dims, self.kernel_size, self.strides)
+    def _lower_nchw(self, ffmodel, x, name, shared, padding=None, filters=None, groups=None):
+        """The convolution of channels-first ``x``; ``padding``, ``filters``, ``groups``: the layer's unless
+        given (Conv1D's resolved padding, a depthwise convolution's channels)."""
+        pad = resolve_padding(f"{self.layer_type} '{self.name}'", self.padding if padding is None else padding,
+                              x.dims, self.kernel_size, self.strides)
         kh, kw = self.kernel_size
         sh, sw = self.strides
+        filters, groups = filters or self.filters, groups or self.groups
 
         def build(mode):
-            return ffmodel.conv2d(x, self.filters, kh, kw, sh, sw, pad[0], pad[1], mode, self.groups, self.use_bias,
+            return ffmodel.conv2d(x, filters, kh, kw, sh, sw, pad[0], pad[1], mode, groups, self.use_bias,
                                   shared, self.kernel_initializer, self.bias_initializer, name=name)
         return lower_fused(ffmodel, self.activation, build, name)
 
@@ -107,11 +111,9 @@ class DepthwiseConv2D(Conv2D):
                          bias_regularizer, activity_regularizer, depthwise_constraint, bias_constraint, **kwargs)
         self.depth_multiplier = int(depth_multiplier)
 
-    def _lower_nchw(self, ffmodel, x, name, shared):
+    def _lower_nchw(self, ffmodel, x, name, shared, padding=None, filters=None, groups=None):
         channels = x.dims[1]
-        self.filters = self.out_channels = channels * self.depth_multiplier
-        self.groups = channels
-        return super()._lower_nchw(ffmodel, x, name, shared)
+        return super()._lower_nchw(ffmodel, x, name, shared, padding, channels * self.depth_multiplier, channels)
 
 
 class SeparableConv2D(Layer):

@@ -103,8 +103,8 @@ class Conv1D(Layer):
         where = f"Conv1D '{self.name}'"
 
         def build(x):
-            self._conv.padding = resolved(where, self._padding, x.dims[3], self.kernel_size[0], self.strides[0])
-            return self._conv._lower_nchw(ffmodel, x, name, shared)
+            pad = resolved(where, self._padding, x.dims[3], self.kernel_size[0], self.strides[0])
+            return self._conv._lower_nchw(ffmodel, x, name, shared, padding=pad)
         return lower_sequence(where, ffmodel, inputs[0], self.data_format, name, build)
 
 
@@ -131,8 +131,7 @@ class _Pooling1D(Layer):
                     f"{where}: padding='same' pads {pad[1]} step(s) at each end here; Keras' average leaves the "
                     f"padding out of each window's count, flexrt's pool2d counts it (cuDNN's INCLUDE_PADDING, "
                     f"FlexFlow's); give padding={pad[1]} for that meaning")
-            self._pool.padding = pad
-            return self._pool._lower_nchw(ffmodel, x, name)
+            return self._pool._lower_nchw(ffmodel, x, name, padding=pad)
         return lower_sequence(where, ffmodel, inputs[0], self.data_format, name, build)
 
 

@@ -40,9 +40,11 @@ class Pooling2D(Layer):
         return lower_image(f"{self.layer_type} '{self.name}'", ffmodel, inputs[0], self.data_format, name,
                            lambda x: self._lower_nchw(ffmodel, x, name))
 
-    def _lower_nchw(self, ffmodel, x, name):
-        pad = resolve_padding(f"{self.layer_type} '{self.name}'", self.padding, x.dims, self.pool_size, self.strides)
-        if self.padding == "same" and self.pool_type is PoolType.POOL_AVG and any(pad):
+    def _lower_nchw(self, ffmodel, x, name, padding=None):
+        """The pooling of channels-first ``x``; ``padding``: the layer's unless given (resolved by a 1-D one)."""
+        padding = self.padding if padding is None else padding
+        pad = resolve_padding(f"{self.layer_type} '{self.name}'", padding, x.dims, self.pool_size, self.strides)
+        if padding == "same" and self.pool_type is PoolType.POOL_AVG and any(pad):
             raise NotYetAvailableError(
                 f"padding='same' pads {pad} here; Keras' average leaves the padding out of each window's count, "
                 f"flexrt's pool2d counts it (cuDNN's INCLUDE_PADDING, FlexFlow's); give explicit padding={pad} "
