@@ -466,6 +466,9 @@ def _permute(b, node, ins, f):
 
 
 def _reshape(b, node, ins, f):
+    if isinstance(ins[0], np.ndarray) and len(ins) == 1 and not node.kw("copy_zeros"):
+        # a view of a buffer (a relative position index): folded, so an index can read its values
+        return ins[0].reshape(shape_with_inferred(node, ins[0].size, f))
     x = b.tensor(node, ins[0])
     if len(ins) == 2 and isinstance(ins[1], Tensor):      # FlexFlow's reshape_as
         f = list(ins[1].dims)
@@ -629,7 +632,7 @@ HANDLERS: dict[str, Callable] = {
 _SCALAR["FLOOR_DIVIDE"] = "FLOORDIV"
 
 
-_READS_ARRAYS = frozenset({"GETITEM", "FROZEN_BATCH_NORM"})
+_READS_ARRAYS = frozenset({"GETITEM", "FROZEN_BATCH_NORM", "VIEW", "RESHAPE"})   # a view of a buffer folds
 
 
 def apply_op(ffmodel, op: str, tensors: Sequence[Any], fields=(), keywords=(), name: str = "op"):

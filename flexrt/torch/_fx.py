@@ -13,6 +13,7 @@ Entry points: ``trace``, ``to_ir`` (nodes, and per layer the module whose parame
 from __future__ import annotations
 
 import inspect
+import operator
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -192,6 +193,7 @@ class _Ctx:
         self.weights: list[WeightSource] = []
         self.first_layer: dict[int, str] = {}     # id(module) -> the layer that owns its weights
         self.param_owner: dict[int, str] = {}     # id(parameter) -> the module (qualified name) that has it
+        self.tables: set[int] = set()             # id(parameter) of those read as embedding tables
         # causal masks (no IR node): fx node -> "keep" (True where a query sees a key: tril) or "hide"
         self.masks: dict[str, str] = {}
         # masked_fill of scores by a causal mask (no IR node): fx node -> the scores' IR name
@@ -295,6 +297,9 @@ class _Ctx:
         kernel. Also a module's own parameters an operator built of several layers reads (a
         GroupNorm's scale and shift)."""
         owner = self.first_layer.get(id(param))
+        if id(param) in self.tables:
+            raise self.error(node, f"reads '{target}' whole, and an earlier node reads its rows by an index; "
+                                   f"flexrt maps a parameter read one way only")
         keywords = [("dtype", str(param.dtype))] + ([("shares", owner)] if owner else [])
         if owner is None:
             self.first_layer[id(param)] = name
@@ -303,6 +308,25 @@ class _Ctx:
         shape = tuple(param.shape) or (1,)       # a 0-d parameter (CLIP's logit scale): one element
         self.nodes.append(IRNode(name, (), users, "PARAMETER", shape, tuple(keywords), origin(node)))
         return name
+
+
+    def parameter_rows(self, node: fx.Node, table: fx.Node, index: fx.Node) -> str:
+        """``table[index]``: a 2-D parameter read at integer indices (a relative position bias table
+        at a buffer of positions, MaxViT's and Swin's) is an embedding whose table is the parameter
+        (its rows' gradients add up, as torch's index backward does); a later read shares it."""
+        param = _attr(self.gm, table.target)
+        owner = self.first_layer.get(id(param))
+        if owner is not None and id(param) not in self.tables or \
+                any(u.target is not operator.getitem for u in table.users):
+            raise self.error(node, f"reads rows of '{table.target}' by an index, and another node reads it whole; "
+                                   f"flexrt maps a parameter read one way only")
+        if owner is None:
+            self.first_layer[id(param)] = node.name
+            self.tables.add(id(param))
+            self.weights.append(WeightSource(node.name, "embedding", _Holder(param)))
+            self.param_owner.setdefault(id(param), table.target)
+        return self.add(node, "EMBEDDING", [index.name], [int(param.shape[0]), int(param.shape[1])],
+                        [("shares", owner)] if owner else [])
 
 
 class _Holder:

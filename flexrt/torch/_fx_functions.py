@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from torch import fx
+from torch import fx, nn
 
 from flexrt.ir.enums import PoolType
 from flexrt.torch._fx import (FILL_LIMIT, _bind, _Ctx, _divisor_keywords, _pool_fields, _ref, check_softplus_threshold,
@@ -375,9 +375,34 @@ def _getitem(ctx, node):
     x, index = node.args
     if isinstance(x, fx.Node) and x.name in ctx.masks:
         return _mask_getitem(ctx, node)
+    if isinstance(x, fx.Node) and isinstance(index, fx.Node) and _table(ctx, x) and _index_tensor(ctx, index):
+        return ctx.parameter_rows(node, x, index)    # table[positions]: an embedding of the table
+    if isinstance(x, fx.Node) and x.name in ctx.params:
+        ctx.free_parameter(x)
     index = tuple(_one_of_list(i) for i in index) if isinstance(index, tuple) else _one_of_list(index)
     ctx.add(node, "GETITEM", [_tensor_arg(ctx, node, x)], list(_ref(index)) if isinstance(index, tuple)
             else [_ref(index)])
+
+
+def _table(ctx, node: fx.Node) -> bool:
+    """Whether ``node`` reads a 2-D parameter of the module (whether or not it was read before)."""
+    if node.op != "get_attr":
+        return False
+    value = ctx.gm
+    for atom in node.target.split("."):
+        value = getattr(value, atom, None)
+    return isinstance(value, nn.Parameter) and value.dim() == 2
+
+
+def _index_tensor(ctx, node: fx.Node) -> bool:
+    """Whether ``node`` is a tensor of indices: an input of the model, a tensor buffer, or a view,
+    reshape, flatten or ``long()`` of one (MaxViT's ``relative_position_index.view(-1)``)."""
+    if node.op == "placeholder":
+        return True
+    if node.op == "get_attr":
+        return node.name not in ctx.params and node.name not in ctx.masks
+    return node.op == "call_method" and node.target in ("view", "reshape", "flatten", "long", "contiguous") and \
+        isinstance(node.args[0], fx.Node) and _index_tensor(ctx, node.args[0])
 
 
 def _getattr(ctx, node):
@@ -420,9 +445,14 @@ def _dims_op(op: str):
     return convert
 
 
-def _transpose(ctx, node):
-    a = _bind(ctx, node, ["input", "dim0", "dim1"], {})
-    ctx.add(node, "TRANSPOSE", [_tensor_arg(ctx, node, a["input"])], [a["dim0"], a["dim1"]])
+def _transpose(ctx, node, names=("dim0", "dim1")):
+    """transpose, swapdims (dim0, dim1) and swapaxes (axis0, axis1): one TRANSPOSE of two axes."""
+    a = _bind(ctx, node, ["input", *names], {})
+    ctx.add(node, "TRANSPOSE", [_tensor_arg(ctx, node, a["input"])], [a[names[0]], a[names[1]]])
+
+
+def _swapaxes(ctx, node):
+    _transpose(ctx, node, ("axis0", "axis1"))
 
 
 def _unsqueeze(op: str):
@@ -638,7 +668,8 @@ FUNCTIONS: dict[Callable, Callable] = {
     torch.concat: _cat, torch.stack: _stack, torch.addmm: _addmm, torch.split: _split, torch.chunk: _chunk,
     operator.getitem: _getitem, getattr: _getattr,
     operator.matmul: _matmul, torch.matmul: _matmul, torch.bmm: _matmul, torch.reshape: _dims_op("RESHAPE"),
-    torch.permute: _dims_op("PERMUTE"), torch.transpose: _transpose, torch.unsqueeze: _unsqueeze("UNSQUEEZE"),
+    torch.permute: _dims_op("PERMUTE"), torch.transpose: _transpose, torch.swapdims: _transpose,
+    torch.swapaxes: _swapaxes, torch.unsqueeze: _unsqueeze("UNSQUEEZE"),
     torch.squeeze: _unsqueeze("SQUEEZE"), torch.pow: _pow, operator.pow: _pow, torch.mean: _reduce("MEAN"),
     torch.sum: _reduce("REDUCE_SUM"), F.max_pool2d: _pool_fn(PoolType.POOL_MAX),
     math.sqrt: _unary("SQRT"), torch.sqrt: _unary("SQRT"), torch.amax: _reduce("REDUCE_MAX"), operator.eq: _eq,
@@ -661,6 +692,7 @@ METHODS: dict[str, Callable] = {
     "softmax": _softmax, "flatten": _flatten, "split": _split, "chunk": _chunk, "size": _size,
     "matmul": _matmul, "bmm": _matmul, "view": _dims_op("VIEW"), "reshape": _dims_op("RESHAPE"),
     "permute": _dims_op("PERMUTE"), "expand": _dims_op("EXPAND"), "transpose": _transpose,
+    "swapdims": _transpose, "swapaxes": _swapaxes,
     "unsqueeze": _unsqueeze("UNSQUEEZE"), "squeeze": _unsqueeze("SQUEEZE"), "view_as": _as, "reshape_as": _as,
     "type_as": _as, "expand_as": _expand_as, "to": _to, "float": _pass("FLOAT"), "contiguous": _pass("CONTIGUOUS"),
     "pow": _pow, "mean": _reduce("MEAN"), "sum": _reduce("REDUCE_SUM"), "amax": _reduce("REDUCE_MAX"),
