@@ -23,7 +23,7 @@ FOLDABLE = frozenset({
     "Shape", "Size", "Gather", "Unsqueeze", "Squeeze", "Concat", "Slice", "Cast", "Add", "Sub", "Mul", "Div", "Mod",
     "Neg", "Abs", "Floor", "Ceil", "Sqrt", "Pow", "Min", "Max", "Equal", "Less", "Greater", "LessOrEqual",
     "GreaterOrEqual", "Not", "And", "Or", "Where", "Range", "ConstantOfShape", "Expand", "Reshape", "Transpose",
-    "Identity", "ReduceProd", "ReduceSum", "Tile", "Trilu", "Flatten", "Reciprocal",
+    "Identity", "ReduceProd", "ReduceSum", "Tile", "Trilu", "Flatten", "Reciprocal", "ScatterND", "ScatterElements",
 })
 
 

@@ -653,7 +653,7 @@ class _Converter(ComposedHandlers):
         return nodes
 
     def _Slice(self, node, name, a):
-        """A Slice of a tensor with constant starts, ends, axes and unit steps: torch's x[:, lo:hi]
+        """A Slice of a tensor with constant starts, ends, axes and positive steps: torch's x[:, lo:hi:k]
         (ONNX clamps ends beyond the size, as Python's slices do)."""
         starts, ends = (self.const(node, name, i, what).tolist() for i, what in ((1, "starts"), (2, "ends")))
         rank = len(self.m.inferred.get(node.input[0], ()))
@@ -661,14 +661,14 @@ class _Converter(ComposedHandlers):
             list(range(len(starts)))
         steps = self.const(node, name, 4, "steps").tolist() if len(node.input) > 4 and node.input[4] else \
             [1] * len(starts)
-        if any(st != 1 for st in steps):
-            raise self.error(node, name, f"steps {steps}: only unit steps map (FFModel's split)")
+        if any(st < 1 for st in steps):
+            raise self.error(node, name, f"steps {steps}: only positive steps map (FFModel's split and reshape)")
         if any(ax < 0 for ax in axes) and not rank:
             raise self.error(node, name, f"axes {axes} of '{node.input[0]}', whose rank is unknown; export with "
                                          f"axes >= 0")
         index = [slice(None)] * (max(ax % rank if rank else ax for ax in axes) + 1)
-        for ax, lo, hi in zip(axes, starts, ends):
-            index[ax % rank if rank else ax] = slice(int(lo), int(min(hi, 2 ** 62)))
+        for ax, lo, hi, st in zip(axes, starts, ends, steps):
+            index[ax % rank if rank else ax] = slice(int(lo), int(min(hi, 2 ** 62)), int(st))
         return [self.ir(node, name, "GETITEM", [node.input[0]], [tuple(index)])]
 
     def _axes(self, node, name, a):

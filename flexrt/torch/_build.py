@@ -405,14 +405,20 @@ def _slice_tensor(b, node, x: Tensor, index: tuple) -> Tensor:
             if not -size <= item < size:
                 raise node_error(node, f"index {item} is out of range for dimension {dim} of size {size}", ShapeError)
             lo, hi, keep = item % size, item % size + 1, False
-        elif isinstance(item, slice) and item.step in (None, 1):
-            lo, hi, _ = item.indices(size)
+        elif isinstance(item, slice) and (item.step is None or is_number(item.step) and item.step >= 1):
+            lo, hi, step = item.indices(size)
             keep = True
             if hi <= lo:
                 raise node_error(node, f"slice {item} of dimension {dim} (size {size}) is empty", ShapeError)
+            if step > 1:     # x[..., lo:hi:step]: Swin's patch merging takes every second row
+                parts += 1
+                out = _strided(b, node, out, dim, lo, step, len(range(lo, hi, step)), parts)
+                shape.append(out.dims[dim])
+                dim += 1
+                continue
         else:
             raise node_error(node, f"index item {item!r} is not supported; valid: :, None, ..., ints, "
-                                   f"slices with step 1")
+                                   f"slices with a positive step")
         if (lo, hi) != (0, size):
             sizes = [s for s in (lo, hi - lo, size - hi) if s]
             parts += 1
@@ -424,6 +430,28 @@ def _slice_tensor(b, node, x: Tensor, index: tuple) -> Tensor:
     if list(out.dims) != shape:
         out = b.ff.reshape(out, shape, name=node.name)
     return out
+
+
+def _strided(b, node, x: Tensor, dim: int, lo: int, step: int, count: int, tag: int) -> Tensor:
+    """Elements lo, lo + step, ... (``count`` of them) of ``x`` along ``dim``: the whole groups of
+    ``step`` from lo cut out (a split), each group's first taken (a reshape making the groups an
+    axis, then a split of it), and a last element past the whole groups appended (a concat)."""
+    ff, name, size = b.ff, f"{node.name}.stride{tag}", x.dims[dim]
+    full = min(count, (size - lo) // step)
+    cuts = [c for c in (lo, full * step, size - lo - full * step) if c]
+    pieces = ff.split(x, cuts, dim, name=f"{name}.cut") if len(cuts) > 1 else [x]
+    taken = []
+    if full:
+        slab = pieces[1 if lo else 0]
+        d = list(slab.dims)
+        groups = ff.reshape(slab, d[:dim] + [full, step] + d[dim + 1:], name=f"{name}.groups")
+        first = ff.split(groups, [1, step - 1], dim + 1, name=f"{name}.first")[0]
+        taken.append(ff.reshape(first, d[:dim] + [full] + d[dim + 1:], name=f"{name}.taken"))
+    if full < count:   # the last element, past the whole groups: the first of the rest
+        rest = pieces[-1]
+        taken.append(rest if rest.dims[dim] == 1 else
+                     ff.split(rest, [1, rest.dims[dim] - 1], dim, name=f"{name}.last")[0])
+    return taken[0] if len(taken) == 1 else ff.concat(taken, dim, name=name)
 
 
 def _batch_matmul(b, node, ins, f):

@@ -1,0 +1,107 @@
+"""Slices with a step (``x[:, 1::2]``, Swin's patch merging ``x[:, 0::2, 1::2, :]``) through the torch
+front end and ONNX Slice: the forward equals torch's, and one SGD step of the Linear before the slice
+equals torch's (the gradient reaches only the positions taken), on one device, two and a random
+strategy. ONNX ScatterND of constants (Swin's shifted-window mask, written by slice assignment) is
+folded. Negative steps are refused naming the node."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="flexrt.torch tests need torch")
+from torch.nn import functional as F  # noqa: E402
+
+from flexrt.errors import ConfigError  # noqa: E402
+from flexrt.machine import load_machine  # noqa: E402
+from flexrt.model import DataType, FFConfig, FFModel, SGDOptimizer  # noqa: E402
+from flexrt.strategy import random_strategy, save_strategy  # noqa: E402
+from flexrt.torch import PyTorchModel  # noqa: E402
+
+from tests.frontends._models import Fn, compare_forward, compare_onnx  # noqa: E402
+
+
+def _merge(t):     # Swin's PatchMerging on (B, H, W, C)
+    return torch.cat([t[:, 0::2, 0::2, :], t[:, 1::2, 0::2, :], t[:, 0::2, 1::2, :], t[:, 1::2, 1::2, :]], -1)
+
+
+SLICES = {
+    "every_second": lambda t: t[..., ::2],              # 5 -> 3: the last element past the whole pairs
+    "odd_start": lambda t: t[:, :, 1::2],                # 4 -> 2 from position 1
+    "exact_pairs": lambda t: t[:, :, ::2] * 2.0,         # 4 -> 2: whole pairs, no cut
+    "step_three": lambda t: t[:, :, 0:4:3],              # positions 0 and 3
+    "bounded": lambda t: t[:, 1:3, 1:4:2, 0:5:4],        # three axes at once
+    "patch_merging": _merge,                             # (4, 4, 4, 5) -> (4, 2, 2, 20)
+}
+SHAPES = {"patch_merging": (4, 4, 4, 5)}
+
+
+def _x(form, seed=5):
+    return np.random.default_rng(seed).standard_normal(SHAPES.get(form, (4, 3, 4, 5))).astype(np.float32)
+
+
+@pytest.mark.parametrize("form", list(SLICES))
+def test_strided_slices_equal_torch_through_module_and_onnx(form, tmp_path):
+    torch.manual_seed(0)
+    module = Fn(SLICES[form], width=5)
+    compare_forward(module, _x(form))
+    compare_onnx(module, _x(form), tmp_path / "m.onnx", ["Slice"])
+
+
+@pytest.mark.parametrize("argv", [[], ["-ll:gpu", "2"], "random"], ids=["one", "two", "random"])
+@pytest.mark.parametrize("form", ["every_second", "patch_merging"])
+def test_strided_slices_train_as_torch_does(form, argv, tmp_path):
+    torch.manual_seed(0)
+    module, x = Fn(SLICES[form], width=5), _x(form)
+    pm = PyTorchModel(module)
+
+    def build(args):
+        ff = FFModel(FFConfig(["-b", str(x.shape[0]), *args]))
+        xt = ff.create_tensor(list(x.shape), DataType.DT_FLOAT)
+        return ff, xt, pm.torch_to_ff(ff, [xt])[0]
+
+    if argv == "random":
+        machine = load_machine("local")
+        path = str(tmp_path / "random.json")
+        save_strategy(path, random_strategy(build([])[0].pcg, machine, 4), machine)
+        argv = ["--import", path]
+    ff, xt, out = build(argv)
+    target = np.random.default_rng(6).standard_normal(out.dims).astype(np.float32)
+    ff.compile(optimizer=SGDOptimizer(ff, 0.1), loss_type="mean_squared_error_avg")
+    pm.load_weights(ff)
+    ff.fit(x=x, y=target, epochs=1)
+    opt = torch.optim.SGD(module.parameters(), lr=0.1)
+    F.mse_loss(module(torch.from_numpy(x)), torch.from_numpy(target)).backward()
+    opt.step()
+    for name, want in pm.ff_weights().items():
+        np.testing.assert_allclose(ff.get_weights()[name], want, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_onnx_scatter_of_constants_is_folded():
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    from flexrt.onnx import ONNXModel
+    mask = np.zeros((3, 4), np.float32)
+    idx = np.array([[0, 1], [2, 3]], np.int64)
+    upd = np.array([5.0, -2.0], np.float32)
+    nodes = [helper.make_node("ScatterND", ["mask", "idx", "upd"], ["m"], name="scatter"),
+             helper.make_node("Add", ["x", "m"], ["y"], name="add")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4])],
+                              [numpy_helper.from_array(a, n) for a, n in ((mask, "mask"), (idx, "idx"), (upd, "upd"))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    ff = FFModel(FFConfig(["-b", "2"]))
+    xt = ff.create_tensor([2, 3, 4], DataType.DT_FLOAT)
+    out = ONNXModel(model).apply(ff, {"x": xt})
+    ff.compile(loss_type="mean_squared_error_avg")
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    xt.set_tensor(ff, x)
+    ff.forward()
+    want = mask.copy()
+    want[0, 1], want[2, 3] = 5.0, -2.0
+    np.testing.assert_allclose(out.get_tensor(ff), x + want, rtol=1e-6)
+
+
+def test_negative_steps_are_refused_naming_the_node():
+    ff = FFModel(FFConfig(["-b", "4"]))
+    xt = ff.create_tensor([4, 3, 4, 5], DataType.DT_FLOAT)
+    with pytest.raises(ConfigError, match=r"getitem.*slices with a positive step"):
+        PyTorchModel(Fn(lambda t: t[:, ::-1])).torch_to_ff(ff, [xt])
