@@ -76,7 +76,7 @@ def test_strided_slices_train_as_torch_does(form, argv, tmp_path):
 
 
 def test_onnx_scatter_of_constants_is_folded():
-    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnx")
     from onnx import TensorProto, helper, numpy_helper
     from flexrt.onnx import ONNXModel
     mask = np.zeros((3, 4), np.float32)
