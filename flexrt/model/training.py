@@ -195,6 +195,20 @@ def synthetic_data(pcg: PCG, loss: LossType | str, num_samples: int, seed: int =
     return xs, labels
 
 
+def _check_aligned(where: str, loaders) -> None:
+    """Every loader must give the same number of batches, or their batches would pair different
+    samples: a tensor whose first dimension is not the batch's (a model output of 1 row, a split
+    along the samples) takes a loader of another batch size."""
+    counts = {dl.num_batches for dl in loaders}
+    if len(counts) > 1:
+        rows = "; ".join(f"{dl.name}: {dl.num_samples} samples, {dl.batch_size} a batch ({dl.num_batches} batches)"
+                         for dl in loaders)
+        raise ConfigError(f"{where}: the data loaders give different numbers of batches, so their batches would "
+                          f"not pair the same samples ({rows}); each tensor's first dimension is its batch (the "
+                          f"label tensor's is the output's: an output whose first dimension is not the batch, "
+                          f"as after a split along the samples, cannot train)")
+
+
 class PerfMetrics:
     """FlexFlow's PerfMetrics: ``get_accuracy()`` (percent) and every metric's mean over the samples
     seen since the last reset (``result()``, ``get(name)``), plus the mean loss (``loss``)."""
@@ -411,6 +425,7 @@ class TrainingMixin:
             loaders.append(y)
         else:
             loaders.append(self.create_data_loader(self.label_tensor, y))
+        _check_aligned(where, loaders)
         return loaders
 
     def _step_batch(self) -> tuple[dict, Any]:

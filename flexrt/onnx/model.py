@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from flexrt.errors import ConfigError, FlexrtError
+from flexrt.errors import ConfigError, FlexrtError, FrontendWarning, warn_caller
 from flexrt.inputs import read_bytes
 from flexrt.ir.enums import ActiMode, PoolType
 from flexrt.model.composites import SELU_ALPHA, SELU_SCALE
@@ -121,11 +121,27 @@ class ONNXModel:
         Returns the tensor of the graph's first output (FlexFlow's return value)."""
         if not isinstance(input_dict, Mapping) or not input_dict:
             raise ConfigError("apply: input_dict must map graph input names to FFModel tensors")
+        input_dict = self._one_input_renamed(input_dict)
         names = list(input_dict)
         dims = {n: tuple(t.dims) for n, t in input_dict.items() if hasattr(t, "dims")}
         outputs = build(ffmodel, self._nodes(names, dims), [input_dict[n] for n in names])
         self.symbol_table = dict(input_dict) | dict(zip((o.name for o in self.model.graph.output), outputs))
         return outputs[0]
+
+    def _one_input_renamed(self, input_dict: Mapping[str, Any]) -> Mapping[str, Any]:
+        """One tensor given under a name the graph lacks goes to the graph's first input, with a
+        warning: torch's exporters list the forward's arguments first (then, with
+        export_params=False, the weights), and name them apart: the TorchScript exporter
+        ``input.1`` or ``onnx::Gemm_0`` (FlexFlow's examples pass ``input.1``), the dynamo exporter
+        (torch >= 2.9's default) the argument's name. With two tensors or more, names must match."""
+        data = [i.name for i in self.model.graph.input if i.name not in self.constants]
+        (given,) = input_dict if len(input_dict) == 1 else (None,)
+        if given is None or not data or given in self.shapes:
+            return input_dict
+        warn_caller(f"apply: the graph has no input {given!r}; its first input {data[0]!r} takes that tensor "
+                    f"(exporters name inputs differently: torch's TorchScript exporter input.1, its dynamo exporter "
+                    f"the forward's argument)", FrontendWarning)
+        return {data[0]: input_dict[given]}
 
     # ---- weights -------------------------------------------------------------------------------
     def ff_weights(self) -> dict:
@@ -221,7 +237,12 @@ class _Converter(ComposedHandlers):
 
     def shape(self, node, name: str, tensor: str) -> tuple:
         if tensor not in self.m.shapes:
-            raise self.error(node, name, f"the shape of '{tensor}' is unknown (not an initializer or graph input)")
+            made = any(tensor in n.output for n in self.m.model.graph.node)
+            hint = "" if made else (": no node makes it and the graph does not declare it (torch's dynamo exporter, "
+                                    "torch >= 2.9's default, leaves weights so with export_params=False; export "
+                                    "with export_params=True, or dynamo=False to have them as graph inputs)")
+            raise self.error(node, name, f"the shape of '{tensor}' is unknown (not an initializer or graph input)"
+                                         f"{hint}")
         return self.m.shapes[tensor]
 
     def node(self, node, name: str) -> list[IRNode]:

@@ -204,6 +204,9 @@ class _Ctx:
         # torch.full / zeros / ones made in forward (no IR node until read: triu of one is a mask)
         self.fulls: dict[str, tuple] = {}
         self.ignored: set[str] = set()            # values no layer reads (x.device)
+        # named tuples made in forward (GoogLeNet's outputs in training mode): fx node -> its items
+        self.packs: dict[str, tuple] = {}
+        self.fields: dict[str, tuple] = {}        # their field names
         # parameters read directly (get_attr; no IR node): fx node -> (qualified name, the parameter);
         # F.layer_norm maps them when they are one module's weight and bias
         self.params: dict[str, tuple[str, Any]] = {}
@@ -245,18 +248,22 @@ class _Ctx:
                             f"train apart and the model has {p.numel()} parameters more than torch counts",
                             FrontendWarning)
 
-    def check_inputs(self, node: fx.Node, device_ok: bool = False, masks_ok: bool = False) -> None:
+    def check_inputs(self, node: fx.Node, device_ok: bool = False, masks_ok: bool = False,
+                     packs_ok: bool = False) -> None:
         """Check what ``node`` reads that has no IR value of its own: a causal mask or masked scores
         (refused outside their supported use; ``masks_ok``: an attention module checks its masks
         itself), a tensor's device (refused unless ``device_ok``: arange's ``device=``), a
         parameter's shape (refused), a parameter (made a PARAMETER here), a tensor made in forward
-        (made a FULL here)."""
+        (made a FULL here); a named tuple made in forward only where ``packs_ok`` (the output)."""
         self.emit_fulls(node)
         for arg in node.all_input_nodes:
             if (arg.name in self.masks or arg.name in self.masked) and not (masks_ok and arg.name in self.masks):
                 raise self.error(node, f"reads '{arg.name}', a causal mask (or scores masked by one); flexrt maps "
                                        f"a mask only as scores.masked_fill(mask == 0, float('-inf')) followed by "
                                        f"softmax(dim=-1), from a buffer holding torch.tril(torch.ones(T, T))")
+            if arg.name in self.packs and not packs_ok:
+                raise self.error(node, f"reads '{arg.name}', a named tuple made in forward; flexrt maps one as "
+                                       f"the model's outputs, or read by an index or a field name")
             if arg.name in self.ignored and not device_ok:
                 raise self.error(node, f"reads '{arg.name}' (a tensor's device), which no FFModel layer computes")
             if arg.name in self.params:

@@ -373,6 +373,8 @@ def _one_of_list(item):
 
 def _getitem(ctx, node):
     x, index = node.args
+    if isinstance(x, fx.Node) and x.name in ctx.packs:
+        return _unpack(ctx, node, x, index)
     if isinstance(x, fx.Node) and x.name in ctx.masks:
         return _mask_getitem(ctx, node)
     if isinstance(x, fx.Node) and isinstance(index, fx.Node) and _table(ctx, x) and _index_tensor(ctx, index):
@@ -405,8 +407,30 @@ def _index_tensor(ctx, node: fx.Node) -> bool:
         isinstance(node.args[0], fx.Node) and _index_tensor(ctx, node.args[0])
 
 
+def _pack(ctx, node):
+    """A named tuple made in forward (torchvision's GoogLeNetOutputs, InceptionOutputs): its items,
+    in field order; no layer (the output lists them; an index or field name reads one)."""
+    fields = node.target._fields
+    values = list(node.args) + [node.kwargs[f] for f in fields[len(node.args):] if f in node.kwargs]
+    ctx.packs[node.name] = tuple(values)
+    ctx.fields[node.name] = tuple(fields)
+
+
+def _unpack(ctx, node, x, key) -> bool:
+    """An item of a named tuple made in forward, read by index or field name: an identity of it."""
+    items = ctx.packs[x.name]
+    i = ctx.fields[x.name].index(key) if isinstance(key, str) and key in ctx.fields[x.name] else key
+    if not isinstance(i, int) or isinstance(i, bool) or not -len(items) <= i < len(items) or \
+            not isinstance(items[i], fx.Node):
+        raise ctx.error(node, f"reads item {key!r} of a named tuple of fields {', '.join(ctx.fields[x.name])}")
+    ctx.add(node, "IDENTITY", [items[i].name])
+    return True
+
+
 def _getattr(ctx, node):
     x, attr = node.args
+    if isinstance(x, fx.Node) and x.name in ctx.packs:
+        return _unpack(ctx, node, x, attr)
     if isinstance(x, fx.Node) and x.name in ctx.params and attr == "shape":   # F.layer_norm's normalized_shape
         ctx.consts[node.name] = tuple(ctx.params[x.name][1].shape)
         return
@@ -702,7 +726,7 @@ METHODS: dict[str, Callable] = {
     "clamp_max": _clamp, "log": _unary("LOG"), "log_softmax": _log_softmax, "logsumexp": _logsumexp,
     "abs": _unary("ABS"), "norm": _norm, "repeat": _dims_op("REPEAT"), "log1p": _unary("LOG1P"),
 }
-_MASK_AWARE = (_getitem, _eq, _logical_not, _masked_fill, _softmax, _layer_norm_fn, _getattr, _sdpa, _TRIU, _TRIL, _add)
+_MASK_AWARE = (_pack, _getitem, _eq, _logical_not, _masked_fill, _softmax, _layer_norm_fn, _getattr, _sdpa, _TRIU, _TRIL, _add)
 
 
 def _stochastic_depth(ctx, node):
@@ -732,6 +756,9 @@ FUNCTIONS[torch._assert] = _guard   # a shape check (ViT's image size): no layer
 def convert_call(ctx: _Ctx, node: fx.Node) -> None:
     table = FUNCTIONS if node.op == "call_function" else METHODS
     convert = table.get(node.target)
+    if node.op == "call_function" and isinstance(node.target, type) and issubclass(node.target, tuple) and \
+            hasattr(node.target, "_fields"):
+        convert = _pack
     if convert is None and node.op == "call_function":
         target = node.target
         convert = BY_NAME.get(f"{getattr(target, '__module__', '')}.{getattr(target, '__name__', '')}")

@@ -82,10 +82,18 @@ class PyTorchModel:
         except ImportError:
             raise ConfigError("PyTorchModel(is_hf_model=True) traces with HuggingFace's symbolic_trace: "
                               "pip install transformers") from None
-        kwargs = {"input_names": self.input_names}
+        import inspect
+        kwargs = {"input_names": self.input_names, "batch_size": self.batch_size}
         if self.seq_length is not None:
             kwargs["sequence_length"] = self.seq_length
-        return symbolic_trace(self.model, batch_size=self.batch_size, **kwargs)
+        takes = inspect.signature(symbolic_trace).parameters   # transformers >= 4.2x: no sizes (traced as meta)
+        try:
+            return symbolic_trace(self.model, **{k: v for k, v in kwargs.items() if k in takes})
+        except Exception as e:    # HuggingFace's tracer fails on models and versions it does not support
+            import transformers
+            raise ConfigError(f"PyTorchModel(is_hf_model=True): HuggingFace's symbolic_trace (transformers "
+                              f"{transformers.__version__}) could not trace {type(self.model).__name__} with "
+                              f"input_names={self.input_names}: {type(e).__name__}: {e}") from None
 
     def _convert(self):
         """(IR nodes, weight sources) of the traced module, traced once per input shapes given
@@ -170,8 +178,9 @@ def _convert_node(ctx, node) -> None:
             return
         ctx.add(node, "INPUT", [])
     elif node.op == "output":
-        ctx.check_inputs(node)
-        ctx.add(node, "OUTPUT", [n.name for n in _output_nodes(node.args[0])], users=())
+        value = _unpacked(node.args[0], ctx.packs)
+        ctx.check_inputs(node, packs_ok=True)
+        ctx.add(node, "OUTPUT", [n.name for n in _output_nodes(value)], users=())
     elif node.op == "call_module":
         module = ctx.modules[node.target]
         ctx.check_inputs(node, masks_ok=type(module) in TAKES_MASKS)
@@ -185,6 +194,18 @@ def _convert_node(ctx, node) -> None:
         _fx.attribute(ctx, node)
     else:
         convert_call(ctx, node)
+
+
+def _unpacked(value, packs: dict):
+    """``value`` with the named tuples made in forward (``packs``) replaced by their items."""
+    from torch import fx
+    if isinstance(value, fx.Node) and value.name in packs:
+        return tuple(_unpacked(v, packs) for v in packs[value.name])
+    if isinstance(value, dict):
+        return {k: _unpacked(v, packs) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return tuple(_unpacked(v, packs) for v in value)
+    return value
 
 
 def _output_nodes(value) -> list:

@@ -8,7 +8,7 @@ import pytest
 onnx = pytest.importorskip("onnx", reason="flexrt.onnx tests need the onnx package (pip install onnx)")
 from onnx import TensorProto, helper
 
-from flexrt.errors import ConfigError
+from flexrt.errors import ConfigError, FrontendWarning
 from flexrt.machine import load_machine
 from flexrt.model import DataType, FFConfig, FFModel, SGDOptimizer
 from flexrt.onnx import ONNXModel, ONNXModelKeras
@@ -127,8 +127,16 @@ def test_unsupported_operator_and_attributes_name_the_node():
     pool = helper.make_node("MaxPool", ["x"], ["y"], name="mp", kernel_shape=[2, 2], pads=[0, 0, 1, 1])
     with pytest.raises(ConfigError, match=r"ONNX node 'mp' \(MaxPool\): pads \[0, 0, 1, 1\] are uneven"):
         ONNXModel(_graph([pool], shape=(2, 3, 8, 8))).apply(ff, {"x": x})
-    with pytest.raises(ConfigError, match="the graph has no input 'nope'"):
-        ONNXModel(_graph([pool], shape=(2, 3, 8, 8))).apply(ff, {"nope": x})
+    with pytest.warns(FrontendWarning, match="the graph has no input 'nope'; its first input 'x' takes"):
+        relu = helper.make_node("Relu", ["x"], ["y"], name="relu")
+        ONNXModel(_graph([relu], shape=(2, 3, 8, 8))).apply(ff, {"nope": x})     # torch's exporters name it apart
+    two = helper.make_graph([helper.make_node("Add", ["x", "y"], ["z"], name="add")], "g",
+                            [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 4]) for n in "xy"],
+                            [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 4])])
+    ff = FFModel(FFConfig(["-b", "2"]))
+    xt, yt = (ff.create_tensor([2, 4], DataType.DT_FLOAT) for _ in range(2))
+    with pytest.raises(ConfigError, match="the graph has no input 'nope'; its inputs: x, y"):
+        ONNXModel(helper.make_model(two)).apply(ff, {"nope": xt, "y": yt})
     with pytest.raises(ConfigError, match=r"ONNX file \(ONNXModel\) /nonexistent.onnx does not exist"):
         ONNXModel("/nonexistent.onnx")
     with pytest.raises(ConfigError, match=r"/dev/zero is not a regular file"):     # read until memory ran out
@@ -363,3 +371,13 @@ def test_an_onnx_file_is_a_model_for_the_commands(tmp_path, capsys):
     (tmp_path / "junk.onnx").write_bytes(b"junk")
     assert main(["show", str(tmp_path / "junk.onnx")]) == 1
     assert "cannot load" in capsys.readouterr().err
+
+
+def test_an_undeclared_weight_names_the_exporter_option():
+    """torch's dynamo exporter with export_params=False reads weights no node makes and the graph
+    does not declare: refused naming the tensor and the export options that declare it."""
+    conv = helper.make_node("Conv", ["x", "conv.weight"], ["y"], name="node_conv2d", kernel_shape=[3, 3])
+    ff = FFModel(FFConfig(["-b", "2"]))
+    with pytest.raises(ConfigError, match=r"'node_conv2d' \(Conv\): the shape of 'conv.weight' is unknown .*"
+                                          r"export_params=True, or dynamo=False"):
+        ONNXModel(_graph([conv], shape=(2, 3, 8, 8))).apply(ff, {"x": ff.create_tensor([2, 3, 8, 8], DataType.DT_FLOAT)})

@@ -4,6 +4,7 @@ reduction to a scalar; and in ONNX files Neg, Expand of a computed tensor and Ga
 one-element index. Each converts and equals torch's forward (float32, 1e-5), through the module
 and, where the module does not need its input shapes to trace, through FlexFlow's text format."""
 
+import collections
 import math
 
 import numpy as np
@@ -13,9 +14,9 @@ torch = pytest.importorskip("torch", reason="flexrt.torch tests need torch")
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
-from flexrt.errors import ShapeError  # noqa: E402
+from flexrt.errors import ConfigError, ShapeError  # noqa: E402
 from flexrt.model import DataType, FFConfig, FFModel  # noqa: E402
-from flexrt.torch import PyTorchModel  # noqa: E402
+from flexrt.torch import PyTorchModel, file_to_ff  # noqa: E402
 from tests.frontends._models import Fn, compare_forward, compare_onnx  # noqa: E402
 
 
@@ -167,3 +168,55 @@ def test_leaky_relu_equals_torch_through_module_function_file_and_onnx(tmp_path)
     x = RNG.standard_normal((2, 6)).astype(np.float32) * 3
     compare_forward(model, x, tmp_path)
     compare_onnx(model, x, tmp_path / "leaky.onnx", ["LeakyRelu"])
+
+
+Outputs = collections.namedtuple("Outputs", ["logits", "aux"])
+
+
+class _TwoHeads(nn.Module):
+    """torchvision's GoogLeNet in training mode: a named tuple of the main and auxiliary logits."""
+
+    def __init__(self, read=None):
+        super().__init__()
+        self.read = read
+        self.body, self.main, self.side = nn.Linear(6, 8), nn.Linear(8, 3), nn.Linear(8, 2)
+
+    def forward(self, x):
+        h = torch.relu(self.body(x))
+        out = Outputs(self.main(h), aux=self.side(h))
+        if self.read == "index":
+            return out[1] * 2.0
+        if self.read == "field":
+            return out.logits + 1.0
+        if self.read == "whole":
+            return torch.cat(out, dim=1)
+        return out
+
+
+@pytest.mark.parametrize("read", [None, "index", "field"])
+def test_named_tuples_made_in_forward_are_outputs_or_read_by_item(read, tmp_path):
+    torch.manual_seed(0)
+    module = _TwoHeads(read)
+    x = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)
+    with torch.no_grad():
+        want = module(torch.from_numpy(x))
+    want = [t.numpy() for t in (want if isinstance(want, tuple) else (want,))]
+    pm = PyTorchModel(module)
+    pm.torch_to_file(str(tmp_path / "m.ff"))
+    for source in ("module", "file"):
+        ff = FFModel(FFConfig(["-b", "4"]))
+        xt = ff.create_tensor([4, 6], DataType.DT_FLOAT)
+        outs = pm.torch_to_ff(ff, [xt]) if source == "module" else file_to_ff(str(tmp_path / "m.ff"), ff, [xt])
+        assert len(outs) == len(want)
+        ff.compile(loss_type="mean_squared_error_avg")
+        pm.load_weights(ff)
+        xt.set_tensor(ff, x)
+        ff.forward()
+        for got, w in zip(outs, want):
+            np.testing.assert_allclose(got.get_tensor(ff), w, rtol=1e-6, err_msg=source)
+
+
+def test_a_named_tuple_read_whole_is_refused_naming_the_node():
+    ff = FFModel(FFConfig(["-b", "4"]))
+    with pytest.raises(ConfigError, match=r"torch node 'cat'.*a named tuple made in forward"):
+        PyTorchModel(_TwoHeads("whole")).torch_to_ff(ff, [ff.create_tensor([4, 6], DataType.DT_FLOAT)])

@@ -343,3 +343,20 @@ def test_seq_length_acts_only_on_fortran_dimensions_0_and_1(a_dim, b_dim, acts):
     else:
         m.forward(seq_length=0)
     np.testing.assert_allclose(out.get_tensor(m), xa @ xb, rtol=1e-5)
+
+
+def test_loaders_giving_different_batch_counts_are_refused():
+    """An output whose first dimension is not the batch (a split along the samples: FlexFlow's
+    cifar10_cnn_torch.py does torch.split(y, 1)) makes a label tensor of another batch size; its
+    loader would pair other samples with each input batch, so fit and eval refuse, naming both."""
+    ff = FFModel(FFConfig(["-b", "8"]))
+    x = ff.create_tensor([8, 4], DataType.DT_FLOAT)
+    first, _ = ff.split(ff.dense(x, 3), [1, 7], 0)
+    ff.softmax(first)
+    ff.compile(optimizer=SGDOptimizer(ff, 0.1), loss_type="sparse_categorical_crossentropy")
+    xs = np.zeros((32, 4), np.float32)
+    ys = np.zeros((32, 1), np.int32)
+    for call in (lambda: ff.fit(x=xs, y=ys), lambda: ff.eval(x=xs, y=ys)):
+        with pytest.raises(ConfigError, match=r"different numbers of batches.*32 samples, 8 a batch \(4 batches\); "
+                                              r"label: 32 samples, 1 a batch \(32 batches\)"):
+            call()
