@@ -278,7 +278,9 @@ _COMPOSITE = ("SILU", "RELU6", "HARDSIGMOID", "HARDSWISH", "LEAKY_RELU", "ELU", 
 _BINARY = {"ADD": ("add", operator.add), "SUBTRACT": ("subtract", operator.sub), "MULTIPLY": ("multiply", operator.mul),
            "DIVIDE": ("divide", operator.truediv), "MAX": ("max", max), "MIN": ("min", min)}
 _SCALAR = {"SCALAR_ADD": "ADD", "SCALAR_SUB": "SUBTRACT", "SCALAR_MULTIPLY": "MULTIPLY", "SCALAR_TRUEDIV": "DIVIDE",
-           "SCALAR_FLOORDIV": "FLOORDIV"}
+           "SCALAR_FLOORDIV": "FLOORDIV", "SCALAR_MOD": "MOD"}
+# arithmetic of sizes only (Swin's padding: (w - H % w) % w): no FFModel layer computes it on tensors
+_SIZE_ONLY = {"FLOORDIV": operator.floordiv, "MOD": operator.mod}
 
 
 def _promoted(b, node, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
@@ -294,8 +296,8 @@ def _promoted(b, node, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
 
 def _scalar_op(b, node, op: str, x, s, reverse: bool):
     """``x op s`` (``s op x`` when ``reverse``) for a tensor ``x`` and a number ``s``."""
-    if op == "FLOORDIV":
-        raise node_error(node, "floor division of a tensor has no FFModel layer; valid: floor division of sizes")
+    if op in _SIZE_ONLY:
+        raise node_error(node, f"{op.lower()} of a tensor has no FFModel layer; valid: {op.lower()} of sizes")
     ff = b.ff
     if op == "ADD":
         return ff.scalar_add(x, s, name=node.name)
@@ -326,13 +328,13 @@ def _binary(b, node, ins, f):
             raise node_error(node, f"takes two inputs, got {len(ins)}")
         x, y = ins
     if is_number(x) and is_number(y):
-        py = operator.floordiv if op == "FLOORDIV" else _BINARY[op][1]
+        py = _SIZE_ONLY.get(op) or _BINARY[op][1]
         return py(x, y)
     if op == "ADD" and isinstance(x, tuple) and isinstance(y, tuple):   # sizes: x.size()[:-1] + (h, d)
         return x + y
     if isinstance(x, Tensor) and isinstance(y, Tensor):
-        if op == "FLOORDIV":
-            raise node_error(node, "floor division of tensors has no FFModel layer")
+        if op in _SIZE_ONLY:
+            raise node_error(node, f"{op.lower()} of tensors has no FFModel layer; valid: {op.lower()} of sizes")
         x, y = _promoted(b, node, x, y)
         return getattr(b.ff, _BINARY[op][0])(x, y, name=node.name)
     if isinstance(x, Tensor) and is_number(y):
@@ -360,6 +362,31 @@ def _split(b, node, ins, f):
     if len(sizes) == 1:
         return [x]
     return b.ff.split(x, sizes, axis, name=node.name)
+
+
+def _unbind(b, node, ins, f):
+    """The pieces of size 1 along a dimension, each without it."""
+    x = b.tensor(node, ins[0])
+    axis = norm_axis(node, f[0] if f else 0, x.num_dims)
+    pieces = [x] if x.dims[axis] == 1 else b.ff.split(x, [1] * x.dims[axis], axis, name=f"{node.name}.pieces")
+    shape = list(x.dims[:axis]) + list(x.dims[axis + 1:])
+    return [b.ff.reshape(p, shape, name=f"{node.name}.{i}") for i, p in enumerate(pieces)]
+
+
+def _roll(b, node, ins, f):
+    """torch.roll: along each dimension, the last ``shift`` positions moved first (a split and a
+    concat of the two parts)."""
+    x = b.tensor(node, ins[0])
+    for k, (shift, dim) in enumerate(zip(b.resolve(node, f[0]), f[1])):
+        d = norm_axis(node, dim, x.num_dims)
+        size = x.dims[d]
+        if not is_number(shift):
+            raise node_error(node, f"a shift must be a number, got {describe(shift)}")
+        s = int(shift) % size
+        if s:
+            head, tail = b.ff.split(x, [size - s, s], d, name=f"{node.name}.cut{k}")
+            x = b.ff.concat([tail, head], d, name=f"{node.name}.{k}" if k < len(f[1]) - 1 else node.name)
+    return x
 
 
 def _getitem(b, node, ins, f):
@@ -646,7 +673,7 @@ def _attribute(b, node, ins, f):
 HANDLERS: dict[str, Callable] = {
     "LINEAR": _linear, "CONV2D": _conv2d, "POOL2D": _pool2d, "BATCH_NORM": _batch_norm, "LAYER_NORM": _layer_norm,
     "EMBEDDING": _embedding, "SOFTMAX": _softmax, "DROPOUT": _dropout, "FLAT": _flat, "CONCAT": _concat,
-    "SPLIT": _split, "GETITEM": _getitem, "BATCH_MATMUL": _batch_matmul, "GETATTR": _getattr,
+    "SPLIT": _split, "UNBIND": _unbind, "MOD": _binary, "ROLL": _roll, "GETITEM": _getitem, "BATCH_MATMUL": _batch_matmul, "GETATTR": _getattr,
     "TRANSPOSE": _transpose, "PERMUTE": _permute, "REPEAT": _repeat, "PIXEL_SHUFFLE": _pixel_shuffle, "RESHAPE": _reshape, "VIEW": _reshape, "UNSQUEEZE": _unsqueeze,
     "SQUEEZE": _squeeze, "EXPAND": _expand, "TO": _convert, "FLOAT": _convert, "TYPE_AS": _convert,
     "CONTIGUOUS": _pass, "POW": _pow, "MEAN": _reduce, "REDUCE_SUM": _reduce, "REDUCE_MAX": _reduce,

@@ -204,6 +204,7 @@ class _Ctx:
         # torch.full / zeros / ones made in forward (no IR node until read: triu of one is a mask)
         self.fulls: dict[str, tuple] = {}
         self.ignored: set[str] = set()            # values no layer reads (x.device)
+        self.held: set[str] = set()               # fx's checks of arguments held at their defaults: skipped
         # named tuples made in forward (GoogLeNet's outputs in training mode): fx node -> its items
         self.packs: dict[str, tuple] = {}
         self.fields: dict[str, tuple] = {}        # their field names

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from flexrt.ir.enums import PoolType
-from flexrt.torch._fx import (FILL_LIMIT, _bind, _Ctx, _divisor_keywords, _pool_fields, _ref, check_softplus_threshold,
+from flexrt.torch._fx import (_NONE, FILL_LIMIT, _bind, _Ctx, _divisor_keywords, _pool_fields, _ref, check_softplus_threshold,
                               interpolation)
 
 _NUMBER = (int, float)
@@ -363,6 +363,111 @@ def _chunk(ctx, node):
     ctx.add(node, "SPLIT", [_tensor_arg(ctx, node, a["input"])], [a["dim"]], [("chunks", a["chunks"])])
 
 
+def _unbind(ctx, node):
+    """torch.unbind / x.unbind(dim) (timm's ``q, k, v = qkv.unbind(0)``): pieces of size 1 along
+    ``dim``, each without it."""
+    a = _bind(ctx, node, ["input", "dim"], {"dim": 0})
+    ctx.add(node, "UNBIND", [_tensor_arg(ctx, node, a["input"])], [a["dim"]])
+
+
+def _addcmul(ctx, node):
+    """torch.addcmul(input, t1, t2, value=1) = input + value * t1 * t2 (timm's ResMLP affine)."""
+    a = _bind(ctx, node, ["input", "tensor1", "tensor2", "value"], {"value": 1})
+    ins = [_tensor_arg(ctx, node, a[k], k) for k in ("input", "tensor1", "tensor2")]
+    prod = ctx.add(node, "MULTIPLY", ins[1:], name=f"{node.name}.prod", users=(node.name,))
+    if a["value"] != 1:
+        prod = ctx.add(node, "SCALAR_MULTIPLY", [prod], [a["value"]], name=f"{node.name}.scaled", users=(node.name,))
+    ctx.add(node, "ADD", [ins[0], prod])
+
+
+def _owner(ctx, node, what: str, tensors: dict, stats: tuple = ()):
+    """The module whose own attributes ``tensors`` (keyword -> fx node or None) are, named by
+    their get_attr targets (``bn.weight``, ``bn.running_mean``), as timm's BatchNormAct2d and
+    GroupNorm pass them to F.batch_norm and F.group_norm; a ConfigError otherwise."""
+    owners = set()
+    for key, v in tensors.items():
+        target = v.target if isinstance(v, fx.Node) and v.op == "get_attr" else None
+        owner, _, attr = (target or "").rpartition(".")
+        if v is not None and (target is None or attr != key or owner not in ctx.modules):
+            owners.add(None)
+        elif v is not None:
+            owners.add(owner)
+    if len(owners) != 1 or None in owners:
+        given = ", ".join(f"{k}={getattr(v, 'target', v)!r}" for k, v in tensors.items())
+        raise ctx.error(node, f"{what} with {given}; valid: one module's own {', '.join(tensors)} (or None where "
+                              f"torch allows), as the normalization modules hold them")
+    return ctx.modules[owners.pop()]
+
+
+def _batch_norm_fn(ctx, node):
+    """F.batch_norm with one module's own buffers and parameters (timm's BatchNormAct2d): in
+    training a batch norm of that module's weights, else the frozen one of its running statistics."""
+    a = _bind(ctx, node, ["input", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps"],
+              {"weight": None, "bias": None, "training": False, "momentum": 0.1, "eps": 1e-5})
+    if not isinstance(a["training"], bool):
+        raise ctx.error(node, f"F.batch_norm's training must be known when tracing, got {a['training']!r}")
+    tensors = {k: a[k] for k in ("weight", "bias", "running_mean", "running_var")}
+    m = _owner(ctx, node, "F.batch_norm", tensors)
+    x = _tensor_arg(ctx, node, a["input"])
+    affine = a["weight"] is not None and a["bias"] is not None
+    if a["weight"] is not None and not affine:
+        raise ctx.error(node, "F.batch_norm with a weight and no bias (or a bias and no weight); valid: both or neither")
+    eps = [("eps", a["eps"])]
+    if not a["training"]:
+        if a["running_mean"] is None or a["running_var"] is None:
+            raise ctx.error(node, "F.batch_norm outside training needs running_mean and running_var")
+        ins = [x, a["running_mean"].name, a["running_var"].name] + (ctx.affine_parameters(node, m) if affine else [])
+        ctx.add(node, "FROZEN_BATCH_NORM", ins, [], eps)
+    elif not affine:
+        raise ctx.error(node, "F.batch_norm in training without weight and bias: FFModel.batch_norm always learns a "
+                              "scale and a bias")
+    else:
+        ctx.layer(node, "BATCH_NORM", m, "batch_norm", [x], [], eps if a["eps"] != 1e-5 else [])
+
+
+def _linear_fn(ctx, node):
+    """F.linear with one module's own ``weight`` (and ``bias``, or None when it has none), as
+    timm's Linear calls it: that module's dense layer."""
+    a = _bind(ctx, node, ["input", "weight", "bias"], {"bias": None})
+    m = _owner(ctx, node, "F.linear", {"weight": a["weight"], "bias": a["bias"]})
+    has_bias = a["bias"] is not None
+    if not has_bias and getattr(m, "bias", None) is not None:
+        raise ctx.error(node, "F.linear without the bias its module holds; valid: the module's weight and bias, "
+                              "or its weight alone when it has no bias")
+    w = m.weight
+    if w.dim() != 2:
+        raise ctx.error(node, f"F.linear's weight must be 2-D [out, in], got {list(w.shape)}")
+    ctx.layer(node, "LINEAR", m, "dense", [_tensor_arg(ctx, node, a["input"])],
+              [int(w.shape[0]), _NONE, int(has_bias)], [("in_features", int(w.shape[1]))])
+
+
+def _roll(ctx, node):
+    """torch.roll(x, shifts, dims) (Swin's shifted windows): each dimension's two parts swapped."""
+    a = _bind(ctx, node, ["input", "shifts", "dims"], {"dims": None})
+    shifts, dims = a["shifts"], a["dims"]
+    if dims is None:
+        raise ctx.error(node, "torch.roll without dims rolls the flattened tensor; valid: dims given")
+    shifts = tuple(shifts) if isinstance(shifts, (tuple, list)) else (shifts,)
+    dims = tuple(dims) if isinstance(dims, (tuple, list)) else (dims,)
+    if len(shifts) != len(dims):
+        raise ctx.error(node, f"torch.roll with {len(shifts)} shift(s) for {len(dims)} dim(s)")
+    ctx.add(node, "ROLL", [_tensor_arg(ctx, node, a["input"])], [_ref(shifts), dims])
+
+
+def _group_norm_fn(ctx, node):
+    """F.group_norm with no weights or one module's own ``weight`` and ``bias`` (timm's GroupNorm)."""
+    a = _bind(ctx, node, ["input", "num_groups", "weight", "bias", "eps"], {"weight": None, "bias": None, "eps": 1e-5})
+    x = _tensor_arg(ctx, node, a["input"])
+    ins = [x]
+    if a["weight"] is not None or a["bias"] is not None:
+        m = _owner(ctx, node, "F.group_norm", {"weight": a["weight"], "bias": a["bias"]})
+        if a["weight"] is None or a["bias"] is None:
+            raise ctx.error(node, "F.group_norm with a weight and no bias (or a bias and no weight); valid: both or "
+                                  "neither")
+        ins += ctx.affine_parameters(node, m)
+    ctx.add(node, "GROUP_NORM", ins, [a["num_groups"]], [("eps", a["eps"])])
+
+
 def _one_of_list(item):
     """x[:, [k]] keeps the dimension with the one position k: the slice k:k+1."""
     if isinstance(item, list) and len(item) == 1 and isinstance(item[0], int) and not isinstance(item[0], bool):
@@ -673,12 +778,15 @@ _SUB = _binary("SUBTRACT", "SCALAR_SUB", False)
 _MUL = _binary("MULTIPLY", "SCALAR_MULTIPLY", True)
 _DIV = _binary("DIVIDE", "SCALAR_TRUEDIV", False)
 _FLOORDIV = _binary("FLOOR_DIVIDE", "SCALAR_FLOORDIV", False)
+_MOD = _binary("MOD", "SCALAR_MOD", False)
 
 FUNCTIONS: dict[Callable, Callable] = {
     operator.add: _add, operator.iadd: _add, torch.add: _add, operator.sub: _SUB, operator.isub: _SUB,
     torch.sub: _SUB, torch.subtract: _SUB, operator.mul: _MUL, operator.imul: _MUL, torch.mul: _MUL,
     torch.multiply: _MUL, operator.truediv: _DIV, operator.itruediv: _DIV, torch.div: _DIV, torch.true_divide: _DIV,
-    operator.floordiv: _FLOORDIV, operator.neg: _neg, torch.neg: _neg,
+    operator.floordiv: _FLOORDIV, operator.mod: _MOD, operator.neg: _neg, torch.neg: _neg,
+    torch.unbind: _unbind, torch.addcmul: _addcmul, F.batch_norm: _batch_norm_fn, F.group_norm: _group_norm_fn,
+    F.linear: _linear_fn, torch.roll: _roll,
     torch.maximum: _binary("MAX", "", True), torch.minimum: _binary("MIN", "", True),
     F.relu: _unary("RELU"), torch.relu: _unary("RELU"), F.gelu: _unary("GELU"), torch.sigmoid: _unary("SIGMOID"),
     F.silu: _unary("SILU"), F.relu6: _unary("RELU6"), F.leaky_relu: _leaky_relu,
@@ -724,9 +832,9 @@ METHODS: dict[str, Callable] = {
     "logical_not": _logical_not, "masked_fill": _masked_fill, "dim": _dim, "t": _t, "var": _var(False),
     "std": _var(True), "unflatten": _unflatten, "clamp": _clamp, "clip": _clamp, "clamp_min": _clamp,
     "clamp_max": _clamp, "log": _unary("LOG"), "log_softmax": _log_softmax, "logsumexp": _logsumexp,
-    "abs": _unary("ABS"), "norm": _norm, "repeat": _dims_op("REPEAT"), "log1p": _unary("LOG1P"),
+    "abs": _unary("ABS"), "norm": _norm, "unbind": _unbind, "addcmul": _addcmul, "roll": _roll, "repeat": _dims_op("REPEAT"), "log1p": _unary("LOG1P"),
 }
-_MASK_AWARE = (_pack, _getitem, _eq, _logical_not, _masked_fill, _softmax, _layer_norm_fn, _getattr, _sdpa, _TRIU, _TRIL, _add)
+_MASK_AWARE = (_pack, _batch_norm_fn, _group_norm_fn, _linear_fn, _getitem, _eq, _logical_not, _masked_fill, _softmax, _layer_norm_fn, _getattr, _sdpa, _TRIU, _TRIL, _add)
 
 
 def _stochastic_depth(ctx, node):

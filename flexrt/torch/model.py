@@ -22,6 +22,8 @@ Entry points: ``PyTorchModel``, ``file_to_ff``.
 
 from __future__ import annotations
 
+import operator
+
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -172,9 +174,13 @@ def _convert_node(ctx, node) -> None:
     from flexrt.torch import _fx
     from flexrt.torch._fx_functions import convert_call
     from flexrt.torch._fx_transformer import TAKES_MASKS
+    if node.name in ctx.held:      # fx's check of an argument held at its default: no layer
+        return
     if node.op == "placeholder":
-        if node.users and all(getattr(u.target, "__name__", "") == "_assert_is_none" for u in node.users):
-            ctx.ignored.add(node.name)   # an argument held at its default None (targets=None)
+        checks = _default_checks(node)
+        if checks is not None:         # an argument held at its default (targets=None, is_causal=False)
+            ctx.ignored.add(node.name)
+            ctx.held.update(checks)
             return
         ctx.add(node, "INPUT", [])
     elif node.op == "output":
@@ -194,6 +200,22 @@ def _convert_node(ctx, node) -> None:
         _fx.attribute(ctx, node)
     else:
         convert_call(ctx, node)
+
+
+def _default_checks(node):
+    """The names of the nodes fx adds to check a forward argument it held at its default (``_assert_is_none(x)``,
+    or ``torch._assert(x == value)``), when those checks are all that read the placeholder ``node``;
+    else None (a real input)."""
+    import torch
+    checks = []
+    for u in node.users:
+        if getattr(u.target, "__name__", "") == "_assert_is_none":
+            checks.append(u.name)
+        elif node.args and u.target in (operator.eq,) and u.users and all(w.target is torch._assert for w in u.users):
+            checks += [u.name] + [w.name for w in u.users]
+        else:
+            return None
+    return checks if node.users else None
 
 
 def _unpacked(value, packs: dict):
