@@ -16,12 +16,16 @@ gradient off its kinks:
 - ``elu``: FFModel's elu for alpha 1, else relu(x) + alpha (exp(min(x, 0)) - 1), min(x, 0) as
   -relu(-x); ``celu``: relu(x) + alpha (exp(min(x, 0) / alpha) - 1); ``selu``: torch's and Keras'
   scale 1.0507... times the elu of alpha 1.6732...;
-- ``log1p``: log(1 + x).
+- ``log1p``: log(1 + x);
+- ``gelu_tanh``: GELU's tanh approximation (torch's ``approximate='tanh'``, GPT-2's ``gelu_new``,
+  ONNX Gelu's ``approximate="tanh"``): 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
 
 Entry points: the functions above.
 """
 
 from __future__ import annotations
+
+import math
 
 
 def capped_relu(ff, x, cap: float, name: str):
@@ -98,3 +102,11 @@ def _exp_below_zero(ff, x, alpha: float, inside: float, name: str):
 
 def log1p(ff, x, name: str):
     return ff.log(ff.scalar_add(x, 1.0, name=f"{name}.one_plus"), name=name)
+
+
+def gelu_tanh(ff, x, name: str):
+    cube = ff.pow(x, 3.0, name=f"{name}.cube")
+    inner = ff.add(x, ff.scalar_multiply(cube, 0.044715, name=f"{name}.cubic"), name=f"{name}.inner")
+    t = ff.tanh(ff.scalar_multiply(inner, math.sqrt(2.0 / math.pi), name=f"{name}.scaled"), name=f"{name}.tanh")
+    half = ff.scalar_multiply(ff.scalar_add(t, 1.0, name=f"{name}.one_plus"), 0.5, name=f"{name}.half")
+    return ff.multiply(x, half, name=name)

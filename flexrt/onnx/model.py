@@ -458,8 +458,12 @@ class _Converter(ComposedHandlers):
     # ---- element-wise ----------------------------------------------------------------------
     def _unary(op):
         def handler(self, node, name, a):
-            if node.op_type == "Gelu" and a.get("approximate", "none") not in ("none", b"none"):
-                raise self.error(node, name, "Gelu approximate=tanh: FFModel.gelu is the exact GELU")
+            approximate = a.get("approximate", "none")
+            approximate = approximate.decode() if isinstance(approximate, bytes) else approximate
+            if node.op_type == "Gelu" and approximate not in ("none", "tanh"):
+                raise self.error(node, name, f"Gelu approximate={approximate!r}; valid: none, tanh")
+            if node.op_type == "Gelu" and approximate == "tanh":
+                return [self.ir(node, name, "GELU_TANH", [node.input[0]], [])]
             if node.op_type == "Selu" and (abs(a.get("alpha", SELU_ALPHA) - SELU_ALPHA) > 1e-6 or
                                            abs(a.get("gamma", SELU_SCALE) - SELU_SCALE) > 1e-6):
                 raise self.error(node, name, f"Selu alpha={a.get('alpha')}, gamma={a.get('gamma')}: only the "

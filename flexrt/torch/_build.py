@@ -229,13 +229,16 @@ def _flat(b, node, ins, f):
 _UNARY = {"RELU": "relu", "IDENTITY": "identity", "GELU": "gelu", "SIGMOID": "sigmoid", "TANH": "tanh",
           "EXP": "exp", "LOG": "log", "SIN": "sin", "COS": "cos", "RSQRT": "rsqrt", "SQRT": "pow"}
 _PY_UNARY = {"RELU": lambda v: max(v, 0), "IDENTITY": lambda v: v, "EXP": math.exp, "LOG": math.log, "SIN": math.sin,
-             "COS": math.cos, "TANH": math.tanh, "RSQRT": lambda v: 1 / math.sqrt(v), "SQRT": math.sqrt}
+             "COS": math.cos, "TANH": math.tanh, "RSQRT": lambda v: 1 / math.sqrt(v), "SQRT": math.sqrt,
+             "CEIL": math.ceil, "FLOOR": math.floor}
 
 
 def _unary(b, node, ins, f):
     x = ins[0] if ins else None
     if isinstance(x, (int, float)) and node.op in _PY_UNARY:
         return _PY_UNARY[node.op](x)
+    if node.op in ("CEIL", "FLOOR"):   # math.ceil(H / stride): sizes only
+        raise node_error(node, f"math.{node.op.lower()} of {describe(x)}: valid on sizes (numbers) only")
     if node.op == "SQRT":   # FFModel has no sqrt layer: x ** 0.5
         return b.ff.pow(b.tensor(node, x), 0.5, name=node.name)
     return getattr(b.ff, _UNARY[node.op])(b.tensor(node, x), name=node.name)
@@ -267,10 +270,12 @@ def _composite(b, node, ins, f):
         a, g = ff.split(x, [x.dims[dim] // 2] * 2, dim, name=f"{name}.halves")
         return ff.multiply(a, ff.sigmoid(g, name=f"{name}.gate"), name=name)
     return {"SILU": composites.silu, "HARDSIGMOID": composites.hard_sigmoid, "HARDSWISH": composites.hard_swish,
-            "SELU": composites.selu, "SOFTSIGN": composites.softsign, "LOG1P": composites.log1p}[node.op](ff, x, name)
+            "SELU": composites.selu, "SOFTSIGN": composites.softsign, "LOG1P": composites.log1p,
+            "GELU_TANH": composites.gelu_tanh}[node.op](ff, x, name)
 
 
 _COMPOSITE = ("SILU", "RELU6", "HARDSIGMOID", "HARDSWISH", "LEAKY_RELU", "ELU", "CELU", "SELU", "SOFTSIGN", "LOG1P",
+              "GELU_TANH",
               "GLU")
 
 
@@ -673,7 +678,7 @@ def _attribute(b, node, ins, f):
 HANDLERS: dict[str, Callable] = {
     "LINEAR": _linear, "CONV2D": _conv2d, "POOL2D": _pool2d, "BATCH_NORM": _batch_norm, "LAYER_NORM": _layer_norm,
     "EMBEDDING": _embedding, "SOFTMAX": _softmax, "DROPOUT": _dropout, "FLAT": _flat, "CONCAT": _concat,
-    "SPLIT": _split, "UNBIND": _unbind, "MOD": _binary, "ROLL": _roll, "GETITEM": _getitem, "BATCH_MATMUL": _batch_matmul, "GETATTR": _getattr,
+    "SPLIT": _split, "UNBIND": _unbind, "MOD": _binary, "ROLL": _roll, "CEIL": _unary, "FLOOR": _unary, "GETITEM": _getitem, "BATCH_MATMUL": _batch_matmul, "GETATTR": _getattr,
     "TRANSPOSE": _transpose, "PERMUTE": _permute, "REPEAT": _repeat, "PIXEL_SHUFFLE": _pixel_shuffle, "RESHAPE": _reshape, "VIEW": _reshape, "UNSQUEEZE": _unsqueeze,
     "SQUEEZE": _squeeze, "EXPAND": _expand, "TO": _convert, "FLOAT": _convert, "TYPE_AS": _convert,
     "CONTIGUOUS": _pass, "POW": _pow, "MEAN": _reduce, "REDUCE_SUM": _reduce, "REDUCE_MAX": _reduce,

@@ -64,11 +64,10 @@ def _neg(ctx, node):
 def _unary(op: str, extra: tuple = ()):
     def convert(ctx, node):
         a = _bind(ctx, node, ["input", *extra], {"inplace": False, "approximate": "none", "alpha": 1.0})
-        if a["approximate"] != "none":
-            raise ctx.error(node, f"approximate={a['approximate']!r} is not supported (FFModel's gelu is exact: "
-                                  f"approximate='none')")
+        if a["approximate"] not in ("none", "tanh"):
+            raise ctx.error(node, f"approximate={a['approximate']!r}; valid: 'none', 'tanh'")
         fields = [float(a["alpha"])] if op in ("ELU", "CELU") else []   # built of element-wise layers unless 1
-        ctx.add(node, op, [_tensor_arg(ctx, node, a["input"])], fields)
+        ctx.add(node, "GELU_TANH" if a["approximate"] == "tanh" else op, [_tensor_arg(ctx, node, a["input"])], fields)
     return convert
 
 
@@ -441,6 +440,27 @@ def _linear_fn(ctx, node):
               [int(w.shape[0]), _NONE, int(has_bias)], [("in_features", int(w.shape[1]))])
 
 
+def _conv2d_fn(ctx, node):
+    """F.conv2d with one module's own ``weight`` (and ``bias``, or None when it has none), as timm's
+    Conv2dSame calls it after padding: that module's convolution with the call's stride, padding
+    and groups."""
+    a = _bind(ctx, node, ["input", "weight", "bias", "stride", "padding", "dilation", "groups"],
+              {"bias": None, "stride": 1, "padding": 0, "dilation": 1, "groups": 1})
+    m = _owner(ctx, node, "F.conv2d", {"weight": a["weight"], "bias": a["bias"]})
+    if a["bias"] is None and getattr(m, "bias", None) is not None:
+        raise ctx.error(node, "F.conv2d without the bias its module holds; valid: the module's weight and bias, "
+                              "or its weight alone when it has no bias")
+    pair = [tuple(v) if isinstance(v, (tuple, list)) else (v, v) for v in (a["stride"], a["dilation"])]
+    if pair[1] != (1, 1) or isinstance(a["padding"], str) or m.weight.dim() != 4:
+        raise ctx.error(node, f"F.conv2d with dilation={a['dilation']}, padding={a['padding']!r} and a weight of "
+                              f"{list(m.weight.shape)}; valid: dilation 1, numeric padding, a 4-D weight")
+    ph, pw = tuple(a["padding"]) if isinstance(a["padding"], (tuple, list)) else (a["padding"],) * 2
+    out, cin_g, kh, kw = (int(d) for d in m.weight.shape)
+    ctx.layer(node, "CONV2D", m, "conv2d", [_tensor_arg(ctx, node, a["input"])],
+              [out, kh, kw, *pair[0], ph, pw, _NONE, a["groups"], int(a["bias"] is not None)],
+              [("in_channels", cin_g * a["groups"])])
+
+
 def _roll(ctx, node):
     """torch.roll(x, shifts, dims) (Swin's shifted windows): each dimension's two parts swapped."""
     a = _bind(ctx, node, ["input", "shifts", "dims"], {"dims": None})
@@ -614,7 +634,8 @@ def _to(ctx, node):
     rest = [a for a in node.args[1:] if isinstance(a, torch.dtype) or _is_dtype_value(a)]
     if "dtype" in node.kwargs:
         rest = [node.kwargs["dtype"]]
-    others = [a for a in node.args[1:] if isinstance(a, fx.Node) and not _is_dtype_value(a)]
+    others = [a for a in node.args[1:] if isinstance(a, fx.Node) and not _is_dtype_value(a)
+              and a.name not in ctx.ignored]    # x.to(y.device): the device is no layer's
     if others:
         ctx.add(node, "TYPE_AS", [x, others[0].name])
     elif rest:
@@ -649,10 +670,14 @@ def _reduce(op: str):
 
 def _pool_fn(pool: PoolType):
     def convert(ctx, node):
-        a = _bind(ctx, node, ["input", "kernel_size", "stride", "padding", "dilation", "ceil_mode",
-                              "count_include_pad", "divisor_override", "return_indices"],
-                  {"stride": None, "padding": 0, "dilation": 1, "ceil_mode": False, "count_include_pad": True,
-                   "divisor_override": None, "return_indices": False})
+        # positional arguments as torch's signatures order them: F.max_pool2d(input, kernel_size,
+        # stride, padding, dilation, ceil_mode, return_indices), F.avg_pool2d(input, kernel_size,
+        # stride, padding, ceil_mode, count_include_pad, divisor_override)
+        names = ["input", "kernel_size", "stride", "padding"] + (
+            ["dilation", "ceil_mode", "return_indices"] if pool is PoolType.POOL_MAX else
+            ["ceil_mode", "count_include_pad", "divisor_override"])
+        a = _bind(ctx, node, names, {"stride": None, "padding": 0, "dilation": 1, "ceil_mode": False,
+                                     "count_include_pad": True, "divisor_override": None, "return_indices": False})
         if a["return_indices"]:
             raise ctx.error(node, "return_indices is not supported (FFModel.pool2d returns no indices)")
         fields, kws = _pool_fields(ctx, node, a["kernel_size"], a["stride"], a["padding"], a["dilation"],
@@ -786,7 +811,7 @@ FUNCTIONS: dict[Callable, Callable] = {
     torch.multiply: _MUL, operator.truediv: _DIV, operator.itruediv: _DIV, torch.div: _DIV, torch.true_divide: _DIV,
     operator.floordiv: _FLOORDIV, operator.mod: _MOD, operator.neg: _neg, torch.neg: _neg,
     torch.unbind: _unbind, torch.addcmul: _addcmul, F.batch_norm: _batch_norm_fn, F.group_norm: _group_norm_fn,
-    F.linear: _linear_fn, torch.roll: _roll,
+    F.linear: _linear_fn, F.conv2d: _conv2d_fn, torch.roll: _roll,
     torch.maximum: _binary("MAX", "", True), torch.minimum: _binary("MIN", "", True),
     F.relu: _unary("RELU"), torch.relu: _unary("RELU"), F.gelu: _unary("GELU"), torch.sigmoid: _unary("SIGMOID"),
     F.silu: _unary("SILU"), F.relu6: _unary("RELU6"), F.leaky_relu: _leaky_relu,
@@ -804,7 +829,7 @@ FUNCTIONS: dict[Callable, Callable] = {
     torch.swapaxes: _swapaxes, torch.unsqueeze: _unsqueeze("UNSQUEEZE"),
     torch.squeeze: _unsqueeze("SQUEEZE"), torch.pow: _pow, operator.pow: _pow, torch.mean: _reduce("MEAN"),
     torch.sum: _reduce("REDUCE_SUM"), F.max_pool2d: _pool_fn(PoolType.POOL_MAX),
-    math.sqrt: _unary("SQRT"), torch.sqrt: _unary("SQRT"), torch.amax: _reduce("REDUCE_MAX"), operator.eq: _eq,
+    math.sqrt: _unary("SQRT"), math.ceil: _unary("CEIL"), math.floor: _unary("FLOOR"), torch.sqrt: _unary("SQRT"), torch.amax: _reduce("REDUCE_MAX"), operator.eq: _eq,
     torch.eq: _eq,
     operator.invert: _logical_not, torch.logical_not: _logical_not, torch.masked_fill: _masked_fill,
     F.scaled_dot_product_attention: _sdpa, torch.arange: _arange,
@@ -834,7 +859,7 @@ METHODS: dict[str, Callable] = {
     "clamp_max": _clamp, "log": _unary("LOG"), "log_softmax": _log_softmax, "logsumexp": _logsumexp,
     "abs": _unary("ABS"), "norm": _norm, "unbind": _unbind, "addcmul": _addcmul, "roll": _roll, "repeat": _dims_op("REPEAT"), "log1p": _unary("LOG1P"),
 }
-_MASK_AWARE = (_pack, _batch_norm_fn, _group_norm_fn, _linear_fn, _getitem, _eq, _logical_not, _masked_fill, _softmax, _layer_norm_fn, _getattr, _sdpa, _TRIU, _TRIL, _add)
+_MASK_AWARE = (_pack, _batch_norm_fn, _group_norm_fn, _linear_fn, _conv2d_fn, _getitem, _eq, _logical_not, _masked_fill, _softmax, _layer_norm_fn, _getattr, _sdpa, _TRIU, _TRIL, _add)
 
 
 def _stochastic_depth(ctx, node):
@@ -875,7 +900,7 @@ def convert_call(ctx: _Ctx, node: fx.Node) -> None:
         raise ctx.error(node, f"the {what} has no FFModel mapping; supported {what}s: "
                               f"{', '.join(sorted(_label(t) for t in table))}")
     if convert not in _MASK_AWARE and convert is not _guard:
-        ctx.check_inputs(node, device_ok=convert is _arange or node.target in _MADE)
+        ctx.check_inputs(node, device_ok=convert in (_arange, _to) or node.target in _MADE)
     elif convert not in (_TRIU, _TRIL):
         ctx.emit_fulls(node)
     convert(ctx, node)

@@ -498,6 +498,10 @@ AVERAGES = {
     "exclude_padding_rectangular": nn.Sequential(nn.AvgPool2d((3, 2), (1, 2), (1, 1), count_include_pad=False)),
     "exclude_padding_function": Fn(lambda t: F.avg_pool2d(t, 3, 1, 1, count_include_pad=False)),
     "divisor_override": nn.Sequential(nn.AvgPool2d(2, divisor_override=3)),
+    # torch's positional order: (input, kernel, stride, padding, ceil_mode, count_include_pad), as
+    # timm's AvgPool2dSame passes them (bound once as max_pool2d's, dilation first)
+    "positional": Fn(lambda t: F.avg_pool2d(t, 3, 2, 1, False, False)),
+    "positional_max": Fn(lambda t: F.max_pool2d(t, 3, 2, 1, 1, False)),
 }
 
 
@@ -507,7 +511,7 @@ def test_average_pools_dividing_by_other_than_the_window_equal_torch(tmp_path, f
     inside the input, divisor_override by a number: the window average rescaled by a constant."""
     module, x = AVERAGES[form], _image(2, 3, 7, 8, seed=7)
     compare_forward(module, x, tmp_path)
-    if form != "divisor_override":      # torch's exporter drops divisor_override
+    if form not in ("divisor_override", "positional_max"):      # torch's exporter drops divisor_override
         compare_onnx(module, x, tmp_path / "m.onnx", ["AveragePool"])
 
 
@@ -595,13 +599,15 @@ _ALPHA_ACTIVATIONS = {
     "hardtanh_fn": (lambda: Fn(lambda t: F.hardtanh(t, -0.5, 0.5)), "Clip"),
     "log1p": (lambda: Fn(lambda t: torch.log1p(t * t)), None), "glu": (lambda: nn.GLU(dim=1), None),
     "glu_fn": (lambda: Fn(lambda t: F.glu(t, -1)), None),
+    "gelu_tanh": (lambda: nn.GELU(approximate="tanh"), None),
+    "gelu_tanh_fn": (lambda: Fn(lambda t: F.gelu(t, approximate="tanh")), None),
 }
 
 
 @pytest.mark.parametrize("name", sorted(_ALPHA_ACTIVATIONS))
 def test_activations_built_from_element_wise_layers_equal_torch(tmp_path, name):
-    """ELU of any alpha, CELU, SELU, Softsign, Hardtanh, log1p and GLU (refused before, or ELU with
-    alpha 1 only) from FFModel's element-wise layers (``flexrt.model.composites``): torch's forward
+    """ELU of any alpha, CELU, SELU, Softsign, Hardtanh, log1p, GLU and GELU's tanh approximation
+    (refused before, or ELU with alpha 1 only) from FFModel's element-wise layers (``flexrt.model.composites``): torch's forward
     through the module, the text format and, where torch exports it as one node, ONNX."""
     make, onnx_op = _ALPHA_ACTIVATIONS[name]
     x = (np.random.default_rng(7).standard_normal((2, 6, 4)) * 3).astype(np.float32)
@@ -619,7 +625,8 @@ def test_activations_train_as_torch_does():
             self.out = nn.Linear(4, 3)
 
         def forward(self, x):
-            h = F.elu(self.fc(x), alpha=0.5) + F.selu(self.fc(x)) + F.celu(self.fc(x), 1.5) + F.softsign(self.fc(x))
+            h = F.elu(self.fc(x), alpha=0.5) + F.selu(self.fc(x)) + F.celu(self.fc(x), 1.5) + F.softsign(self.fc(x)) \
+                + F.gelu(self.fc(x), approximate="tanh")
             return self.out(F.glu(h, -1))
     torch.manual_seed(0)
     model = M()

@@ -381,3 +381,26 @@ def test_an_undeclared_weight_names_the_exporter_option():
     with pytest.raises(ConfigError, match=r"'node_conv2d' \(Conv\): the shape of 'conv.weight' is unknown .*"
                                           r"export_params=True, or dynamo=False"):
         ONNXModel(_graph([conv], shape=(2, 3, 8, 8))).apply(ff, {"x": ff.create_tensor([2, 3, 8, 8], DataType.DT_FLOAT)})
+
+
+def test_gelu_tanh_approximation_equals_torch():
+    """ONNX Gelu with approximate="tanh" (opset 20) is GELU's tanh approximation, built of
+    element-wise layers; other approximations are refused naming the node."""
+    x = np.random.default_rng(3).standard_normal((2, 4)).astype(np.float32) * 3
+    for approximate, ok in (("tanh", True), ("erf", False)):
+        g = helper.make_graph([helper.make_node("Gelu", ["x"], ["y"], name="g1", approximate=approximate)], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])])
+        model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)])
+        ff = FFModel(FFConfig(["-b", "2"]))
+        xt = ff.create_tensor([2, 4], DataType.DT_FLOAT)
+        if not ok:
+            with pytest.raises(ConfigError, match=r"'g1' \(Gelu\): Gelu approximate='erf'; valid: none, tanh"):
+                ONNXModel(model).apply(ff, {"x": xt})
+            continue
+        out = ONNXModel(model).apply(ff, {"x": xt})
+        ff.compile(loss_type="mean_squared_error_avg")
+        xt.set_tensor(ff, x)
+        ff.forward()
+        want = torch.nn.functional.gelu(torch.from_numpy(x), approximate="tanh").numpy()
+        np.testing.assert_allclose(out.get_tensor(ff), want, rtol=1e-5, atol=1e-6)

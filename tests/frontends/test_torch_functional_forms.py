@@ -1,5 +1,6 @@
-"""Functional forms real model libraries use (timm's BatchNormAct2d, GroupNorm, Linear subclasses
-calling F.batch_norm / F.group_norm / F.linear with their own parameters; ViT's
+"""Functional forms real model libraries use (timm's BatchNormAct2d, GroupNorm, Linear and
+Conv2dSame subclasses calling F.batch_norm / F.group_norm / F.linear / F.conv2d with their own
+parameters; ViT's
 ``q, k, v = qkv.unbind(0)``; ResMLP's ``torch.addcmul``; Swin's ``torch.roll`` and ``H % w`` padding
 arithmetic; a ``forward(x, attn_mask=None, is_causal=False)`` held at its defaults). Laws: the forward
 equals torch's, and one SGD step equals torch's (train-mode batch norm included) on one device, two
@@ -40,10 +41,23 @@ class Linear(nn.Linear):
         return F.linear(x, self.weight, self.bias)
 
 
+class Conv2dSame(nn.Conv2d):
+    """timm's Conv2dSame: TensorFlow's 'same' padding from the input's size, then F.conv2d with the
+    module's own weight and bias."""
+
+    def forward(self, x):
+        ih, iw = x.size()[-2:]
+        kh, kw = self.weight.shape[-2:]
+        ph = max((-(-ih // self.stride[0]) - 1) * self.stride[0] + kh - ih, 0)
+        pw = max((-(-iw // self.stride[1]) - 1) * self.stride[1] + kw - iw, 0)
+        x = F.pad(x, [pw // 2, pw - pw // 2, ph // 2, ph - ph // 2])
+        return F.conv2d(x, self.weight, self.bias, self.stride, (0, 0), self.dilation, self.groups)
+
+
 class ConvNet(nn.Module):
     def __init__(self):
         super().__init__()
-        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.conv = Conv2dSame(3, 4, 3, stride=1)
         self.bn, self.gn = BatchNormAct(4), GroupNorm1(2, 4)
         self.head = Linear(4 * 6 * 6, 5)
         self.gamma = nn.Parameter(torch.rand(4, 1, 1) + 0.5)
