@@ -378,6 +378,16 @@ def _unbind(b, node, ins, f):
     return [b.ff.reshape(p, shape, name=f"{node.name}.{i}") for i, p in enumerate(pieces)]
 
 
+def _additive_mask(b, node, ins, f):
+    """Attention scores plus a floating mask (scaled_dot_product_attention's attn_mask that is not
+    causal: a relative position bias); a boolean mask (True where a query may look) is refused."""
+    scores, mask = (b.tensor(node, t, what) for t, what in zip(ins, ("the scores", "attn_mask")))
+    if mask.data_type not in FLOATS:
+        raise node_error(node, f"attn_mask of {mask.data_type.name}: flexrt adds a floating attn_mask to the "
+                               f"scores; a boolean one (True where a query may look) maps only as a causal mask")
+    return b.ff.add(scores, mask, name=node.name)
+
+
 def _roll(b, node, ins, f):
     """torch.roll: along each dimension, the last ``shift`` positions moved first (a split and a
     concat of the two parts)."""
@@ -678,7 +688,7 @@ def _attribute(b, node, ins, f):
 HANDLERS: dict[str, Callable] = {
     "LINEAR": _linear, "CONV2D": _conv2d, "POOL2D": _pool2d, "BATCH_NORM": _batch_norm, "LAYER_NORM": _layer_norm,
     "EMBEDDING": _embedding, "SOFTMAX": _softmax, "DROPOUT": _dropout, "FLAT": _flat, "CONCAT": _concat,
-    "SPLIT": _split, "UNBIND": _unbind, "MOD": _binary, "ROLL": _roll, "CEIL": _unary, "FLOOR": _unary, "GETITEM": _getitem, "BATCH_MATMUL": _batch_matmul, "GETATTR": _getattr,
+    "SPLIT": _split, "UNBIND": _unbind, "MOD": _binary, "ROLL": _roll, "ADDITIVE_MASK": _additive_mask, "CEIL": _unary, "FLOOR": _unary, "GETITEM": _getitem, "BATCH_MATMUL": _batch_matmul, "GETATTR": _getattr,
     "TRANSPOSE": _transpose, "PERMUTE": _permute, "REPEAT": _repeat, "PIXEL_SHUFFLE": _pixel_shuffle, "RESHAPE": _reshape, "VIEW": _reshape, "UNSQUEEZE": _unsqueeze,
     "SQUEEZE": _squeeze, "EXPAND": _expand, "TO": _convert, "FLOAT": _convert, "TYPE_AS": _convert,
     "CONTIGUOUS": _pass, "POW": _pow, "MEAN": _reduce, "REDUCE_SUM": _reduce, "REDUCE_MAX": _reduce,

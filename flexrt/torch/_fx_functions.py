@@ -263,15 +263,21 @@ def _sdpa(ctx, node):
     a = _bind(ctx, node, ["query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"],
               {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None, "enable_gqa": False})
     mask = a["attn_mask"]
-    if mask is not None and not (isinstance(mask, fx.Node) and mask.name in ctx.attn_masks) or \
-            a["dropout_p"] != 0 or a["enable_gqa"] is not False:
+    causal_mask = isinstance(mask, fx.Node) and mask.name in ctx.attn_masks
+    # any other tensor mask is added to the scores (a relative position bias, MaxViT's); it must be
+    # floating, which the builder checks (ADDITIVE_MASK)
+    bias = mask if isinstance(mask, fx.Node) and not causal_mask and mask.name not in ctx.masks else None
+    if mask is not None and not causal_mask and bias is None or a["dropout_p"] != 0 or a["enable_gqa"] is not False:
         raise ctx.error(node, f"scaled_dot_product_attention with attn_mask={mask!r}, dropout_p="
-                              f"{a['dropout_p']!r}, enable_gqa={a['enable_gqa']!r}; valid: no mask or a causal one "
-                              f"(is_causal for GPT's), dropout_p=0 (eval mode) and no grouped queries")
+                              f"{a['dropout_p']!r}, enable_gqa={a['enable_gqa']!r}; valid: no mask, a causal one "
+                              f"(is_causal for GPT's) or a floating tensor added to the scores, dropout_p=0 (eval "
+                              f"mode) and no grouped queries")
+    if bias is not None and a["is_causal"]:
+        raise ctx.error(node, "scaled_dot_product_attention with both attn_mask and is_causal=True (torch refuses it)")
     if not isinstance(a["is_causal"], bool):
         raise ctx.error(node, f"is_causal must be True or False, got {a['is_causal']!r}")
     ctx.check_inputs(node, masks_ok=True)
-    a["is_causal"] = a["is_causal"] or mask is not None
+    a["is_causal"] = a["is_causal"] or causal_mask
     q, k, v = (_tensor_arg(ctx, node, a[n], n) for n in ("query", "key", "value"))
     n = node.name
     ctx.add(node, "TRANSPOSE", [k], [-2, -1], name=f"{n}.key_t", users=(f"{n}.scores",))
@@ -280,10 +286,16 @@ def _sdpa(ctx, node):
     if scale is None:   # 1 / sqrt(E), E the queries' last dimension
         ctx.add(node, "GETATTR", [q], ["size", -1], name=f"{n}.width", users=(f"{n}.scale",))
         ctx.add(node, "RSQRT", [f"{n}.width"], name=f"{n}.scale", users=(f"{n}.scaled",))
-        ctx.add(node, "MULTIPLY", [f"{n}.scores", f"{n}.scale"], name=f"{n}.scaled", users=(f"{n}.probs",))
+        ctx.add(node, "MULTIPLY", [f"{n}.scores", f"{n}.scale"], name=f"{n}.scaled",
+                users=(f"{n}.masked" if bias is not None else f"{n}.probs",))
     else:
-        ctx.add(node, "SCALAR_MULTIPLY", [f"{n}.scores"], [float(scale)], name=f"{n}.scaled", users=(f"{n}.probs",))
-    ctx.add(node, "SOFTMAX", [f"{n}.scaled"], [], [("dim", -1)] + ([("causal", True)] if a["is_causal"] else []),
+        ctx.add(node, "SCALAR_MULTIPLY", [f"{n}.scores"], [float(scale)], name=f"{n}.scaled",
+                users=(f"{n}.masked" if bias is not None else f"{n}.probs",))
+    scores = f"{n}.scaled"
+    if bias is not None:
+        scores = ctx.add(node, "ADDITIVE_MASK", [scores, _tensor_arg(ctx, node, bias, "attn_mask")],
+                         name=f"{n}.masked", users=(f"{n}.probs",))
+    ctx.add(node, "SOFTMAX", [scores], [], [("dim", -1)] + ([("causal", True)] if a["is_causal"] else []),
             name=f"{n}.probs", users=(n,))
     ctx.add(node, "BATCH_MATMUL", [f"{n}.probs", v])
 

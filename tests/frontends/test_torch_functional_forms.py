@@ -1,7 +1,8 @@
 """Functional forms real model libraries use (timm's BatchNormAct2d, GroupNorm, Linear and
 Conv2dSame subclasses calling F.batch_norm / F.group_norm / F.linear / F.conv2d with their own
 parameters; ViT's
-``q, k, v = qkv.unbind(0)``; ResMLP's ``torch.addcmul``; Swin's ``torch.roll`` and ``H % w`` padding
+``q, k, v = qkv.unbind(0)``; MaxViT's relative position bias as scaled_dot_product_attention's
+floating attn_mask; ResMLP's ``torch.addcmul``; Swin's ``torch.roll`` and ``H % w`` padding
 arithmetic; a ``forward(x, attn_mask=None, is_causal=False)`` held at its defaults). Laws: the forward
 equals torch's, and one SGD step equals torch's (train-mode batch norm included) on one device, two
 devices and a random strategy; what cannot map is refused naming the node."""
@@ -89,7 +90,22 @@ class Attention(nn.Module):
         return self.head(self.proj(y).flatten(1))
 
 
-CASES = {"convnet": (ConvNet, (B, 3, 6, 6)), "attention": (Attention, (B, 3, 8))}
+class BiasedAttention(nn.Module):
+    """scaled_dot_product_attention with a learned floating attn_mask (MaxViT's relative position bias)."""
+
+    def __init__(self, d=8, heads=2, n=3):
+        super().__init__()
+        self.heads, self.qkv, self.head = heads, nn.Linear(d, 3 * d), nn.Linear(n * d, 5)
+        self.bias = nn.Parameter(torch.randn(heads, n, n))
+
+    def forward(self, x):
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4).unbind(0)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=self.bias.unsqueeze(0))
+        return self.head(y.transpose(1, 2).reshape(b, -1))
+
+
+CASES = {"convnet": (ConvNet, (B, 3, 6, 6)), "attention": (Attention, (B, 3, 8)), "biased": (BiasedAttention, (B, 3, 8))}
 
 
 def _x(shape, seed=0):
@@ -109,7 +125,8 @@ def test_functional_forms_forward_equals_torch_in_eval_mode(case):
 
 # data parallelism normalizes each device's samples apart (FlexFlow's batch norm): not the convnet's law
 @pytest.mark.parametrize("case, how", [("convnet", "one"), ("convnet", "random"), ("attention", "one"),
-                                       ("attention", "two"), ("attention", "random")])
+                                       ("attention", "two"), ("attention", "random"), ("biased", "one"),
+                                       ("biased", "random")])
 def test_functional_forms_train_as_torch_does(case, how, tmp_path):
     torch.manual_seed(1)
     factory, shape = CASES[case]
@@ -153,9 +170,20 @@ class _TensorMod(nn.Module):
         return x % 2.0
 
 
+class _BoolMask(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("mask", torch.tensor([[False, True], [True, True]]))   # not a causal one
+
+    def forward(self, x):
+        q = x.reshape(B, 1, 2, 2)
+        return F.scaled_dot_product_attention(q, q, q, attn_mask=self.mask).reshape(B, 4)
+
+
 @pytest.mark.parametrize("module, message", [
     (_OtherWeight(), r"torch node 'linear'.*F.linear with weight='a.weight', bias='b.bias'; valid: one module's own"),
     (_TensorMod(), r"mod of a tensor has no FFModel layer; valid: mod of sizes"),
+    (_BoolMask(), r"attn_mask of DT_BOOLEAN: flexrt adds a floating attn_mask to the scores"),
 ])
 def test_forms_that_cannot_map_name_the_node(module, message):
     ff = FFModel(FFConfig(["-b", str(B)]))
