@@ -172,7 +172,7 @@ class _Misuse(nn.Module):
     ("fill", r"masked_fill with -1.0; valid: float\('-inf'\) or a number <= -1e\+09"),
     ("add", r"torch node 'add'.*reads 'eq', a causal mask"),
     ("rows", r"indexes a causal mask with .*; valid: mask\[:, :, :T, :T\]"),
-    ("sdpa_mask", r"torch node 'scaled_dot_product_attention'.*attn_mask=mask.*valid: no mask or a causal one"),
+    ("sdpa_mask", r"torch node 'scaled_dot_product_attention'.*attn_mask=mask.*valid: no mask, a causal one"),
     ("full", r"torch node 'eq'.*== of tensors has no FFModel layer; it maps only on a causal mask"),
 ])
 def test_masks_used_otherwise_are_refused_naming_the_node(how, match):
