@@ -19,6 +19,7 @@ from torch import fx, nn
 from flexrt.ir.enums import PoolType
 from flexrt.torch._fx import (_NONE, FILL_LIMIT, _bind, _Ctx, _divisor_keywords, _pool_fields, _ref, check_softplus_threshold,
                               interpolation)
+from flexrt.torch._ir import Ref
 
 _NUMBER = (int, float)
 
@@ -440,16 +441,24 @@ def _linear_fn(ctx, node):
     """F.linear with one module's own ``weight`` (and ``bias``, or None when it has none), as
     timm's Linear calls it: that module's dense layer."""
     a = _bind(ctx, node, ["input", "weight", "bias"], {"bias": None})
-    m = _owner(ctx, node, "F.linear", {"weight": a["weight"], "bias": a["bias"]})
-    has_bias = a["bias"] is not None
+    bias = a["bias"]
+    # a bias computed in forward (BEiT's and EVA's cat of q_bias, zeros and v_bias): added after
+    computed = isinstance(bias, fx.Node) and not (bias.op == "get_attr" and bias.name in ctx.params)
+    m = _owner(ctx, node, "F.linear", {"weight": a["weight"], "bias": None if computed else bias})
+    has_bias = bias is not None and not computed
     if not has_bias and getattr(m, "bias", None) is not None:
         raise ctx.error(node, "F.linear without the bias its module holds; valid: the module's weight and bias, "
-                              "or its weight alone when it has no bias")
+                              "or its weight alone when it has no bias (and any bias tensor computed in forward)")
     w = m.weight
     if w.dim() != 2:
         raise ctx.error(node, f"F.linear's weight must be 2-D [out, in], got {list(w.shape)}")
-    ctx.layer(node, "LINEAR", m, "dense", [_tensor_arg(ctx, node, a["input"])],
-              [int(w.shape[0]), _NONE, int(has_bias)], [("in_features", int(w.shape[1]))])
+    fields, kws = [int(w.shape[0]), _NONE, int(has_bias)], [("in_features", int(w.shape[1]))]
+    x = _tensor_arg(ctx, node, a["input"])
+    if not computed:
+        ctx.layer(node, "LINEAR", m, "dense", [x], fields, kws)
+        return
+    ctx.layer(node, "LINEAR", m, "dense", [x], fields, kws, name=f"{node.name}.product", users=(node.name,))
+    ctx.add(node, "ADD", [f"{node.name}.product", bias.name])
 
 
 def _conv2d_fn(ctx, node):
@@ -794,6 +803,26 @@ def _full(value):
     return convert
 
 
+def _full_like(value):
+    """torch.zeros_like / ones_like / full_like(x, fill): a constant of x's sizes (a parameter's
+    known ones, or a traced tensor's read when built), made where it is first read, as torch.full."""
+    def convert(ctx, node):
+        a = _bind(ctx, node, ["input"] + (["fill_value"] if value is None else []),
+                  {k: None for k in _CREATION_KWARGS} | {"dtype": None, "memory_format": None})
+        x, fill = a["input"], a.get("fill_value", value)
+        if not isinstance(x, fx.Node) or fill is None or isinstance(fill, fx.Node):
+            raise ctx.error(node, f"{node.target.__name__} takes a tensor and a number to fill with; got "
+                                  f"{node.args}, {dict(node.kwargs)}")
+        if x.name in ctx.params:
+            sizes = tuple(ctx.params[x.name][1].shape)
+        else:
+            ctx.check_inputs(node)
+            sizes = Ref(ctx.add(node, "GETATTR", [x.name], ["shape"], name=f"{node.name}.sizes", users=(node.name,)))
+        dtype = a["dtype"]
+        ctx.fulls[node.name] = (sizes, fill, (("dtype", _ref(dtype)),) if dtype else ())
+    return convert
+
+
 def _clamp(ctx, node):
     """torch.clamp / clip (min, max), clamp_min, clamp_max: numbers as bounds."""
     name = node.target if isinstance(node.target, str) else node.target.__name__
@@ -822,6 +851,7 @@ FUNCTIONS: dict[Callable, Callable] = {
     torch.sub: _SUB, torch.subtract: _SUB, operator.mul: _MUL, operator.imul: _MUL, torch.mul: _MUL,
     torch.multiply: _MUL, operator.truediv: _DIV, operator.itruediv: _DIV, torch.div: _DIV, torch.true_divide: _DIV,
     operator.floordiv: _FLOORDIV, operator.mod: _MOD, operator.neg: _neg, torch.neg: _neg,
+    torch.zeros_like: _full_like(0.0), torch.ones_like: _full_like(1.0), torch.full_like: _full_like(None),
     torch.unbind: _unbind, torch.addcmul: _addcmul, F.batch_norm: _batch_norm_fn, F.group_norm: _group_norm_fn,
     F.linear: _linear_fn, F.conv2d: _conv2d_fn, torch.roll: _roll,
     torch.maximum: _binary("MAX", "", True), torch.minimum: _binary("MIN", "", True),

@@ -2,7 +2,7 @@
 Conv2dSame subclasses calling F.batch_norm / F.group_norm / F.linear / F.conv2d with their own
 parameters; ViT's
 ``q, k, v = qkv.unbind(0)``; MaxViT's relative position bias as scaled_dot_product_attention's
-floating attn_mask; ResMLP's ``torch.addcmul``; Swin's ``torch.roll`` and ``H % w`` padding
+floating attn_mask; BEiT's F.linear with a bias made in forward; ResMLP's ``torch.addcmul``; Swin's ``torch.roll`` and ``H % w`` padding
 arithmetic; a ``forward(x, attn_mask=None, is_causal=False)`` held at its defaults). Laws: the forward
 equals torch's, and one SGD step equals torch's (train-mode batch norm included) on one device, two
 devices and a random strategy; what cannot map is refused naming the node."""
@@ -105,7 +105,22 @@ class BiasedAttention(nn.Module):
         return self.head(y.transpose(1, 2).reshape(b, -1))
 
 
-CASES = {"convnet": (ConvNet, (B, 3, 6, 6)), "attention": (Attention, (B, 3, 8)), "biased": (BiasedAttention, (B, 3, 8))}
+class BeitQkv(nn.Module):
+    """BEiT's and EVA's attention input: F.linear with a module's weight and a bias made in forward
+    (the queries' and values' biases around zeros for the keys)."""
+
+    def __init__(self, d=8):
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d, bias=False)
+        self.q_bias, self.v_bias = nn.Parameter(torch.randn(d)), nn.Parameter(torch.randn(d))
+        self.head = nn.Linear(3 * 3 * d, 5)
+
+    def forward(self, x):
+        bias = torch.cat((self.q_bias, torch.zeros_like(self.v_bias, requires_grad=False), self.v_bias))
+        return self.head(torch.relu(F.linear(x, weight=self.qkv.weight, bias=bias)).flatten(1))
+
+
+CASES = {"convnet": (ConvNet, (B, 3, 6, 6)), "beit": (BeitQkv, (B, 3, 8)), "attention": (Attention, (B, 3, 8)), "biased": (BiasedAttention, (B, 3, 8))}
 
 
 def _x(shape, seed=0):
@@ -126,7 +141,8 @@ def test_functional_forms_forward_equals_torch_in_eval_mode(case):
 # data parallelism normalizes each device's samples apart (FlexFlow's batch norm): not the convnet's law
 @pytest.mark.parametrize("case, how", [("convnet", "one"), ("convnet", "random"), ("attention", "one"),
                                        ("attention", "two"), ("attention", "random"), ("biased", "one"),
-                                       ("biased", "random")])
+                                       ("biased", "random"), ("beit", "one"), ("beit", "two"),
+                                       ("beit", "random")])
 def test_functional_forms_train_as_torch_does(case, how, tmp_path):
     torch.manual_seed(1)
     factory, shape = CASES[case]
@@ -189,3 +205,10 @@ def test_forms_that_cannot_map_name_the_node(module, message):
     ff = FFModel(FFConfig(["-b", str(B)]))
     with pytest.raises(ConfigError, match=message):
         PyTorchModel(module).torch_to_ff(ff, [ff.create_tensor([B, 4], DataType.DT_FLOAT)])
+
+
+def test_like_constructors_of_traced_tensors_equal_torch():
+    """torch.zeros_like / ones_like / full_like of a tensor traced in forward: constants of its sizes."""
+    from tests.frontends._models import Fn
+    module = Fn(lambda t: t * torch.full_like(t, 2.0) + torch.ones_like(t) - torch.zeros_like(t), width=8)
+    compare_forward(module, _x((B, 3, 8)))
