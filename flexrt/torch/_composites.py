@@ -182,7 +182,9 @@ def pad_matrix(n: int, lo: int, hi: int, mode: str) -> np.ndarray:
 def _pad(b, node, ins, f):
     """torch's F.pad / padding modules and ONNX Pad: ``f`` the pads in torch's order (the last axis'
     (left, right) first), keywords ``mode`` (constant, reflect, replicate, circular) and ``value``
-    (constant mode): a resampling by 0/1 matrices, plus the constant where nothing is read."""
+    (constant mode). Constant mode: per axis, a crop (a split) where a pad is negative and blocks of
+    the value concatenated on either side (no arithmetic on the data, so its cost is a copy); the
+    other modes: a resampling by 0/1 matrices."""
     x = b.tensor(node, ins[0])
     pads = list(f[0]) if len(f) == 1 and isinstance(f[0], (tuple, list)) else list(f)
     mode, value = node.kw("mode", "constant"), node.kw("value", 0.0) or 0.0
@@ -191,6 +193,8 @@ def _pad(b, node, ins, f):
         raise node_error(node, f"pads {pads}, mode {mode!r}, value {value!r}: give (left, right) pairs of ints from "
                                f"the last axis back, for at most {x.num_dims - 1} axes (not the batch); modes "
                                f"{', '.join(PAD_MODES)}", ShapeError)
+    if mode == "constant":
+        return _constant_pad(b, node, x, pads, float(value))
     matrices = {}
     for i in range(len(pads) // 2):
         ax, (lo, hi) = x.num_dims - 1 - i, pads[2 * i: 2 * i + 2]
@@ -212,6 +216,33 @@ def _pad(b, node, ins, f):
             read = np.moveaxis(np.moveaxis(read, ax, -1) @ m.T.astype(dtype), -1, ax)
         fill = b.ff.create_constant(list(y.dims), np.ascontiguousarray((1 - read) * value), x.data_type)
         y = b.ff.add(y, fill, name=node.name)
+    return y
+
+
+def _constant_pad(b, node, x, pads: list, value: float):
+    """F.pad in constant mode: each axis cropped (negative pads: a split) and given blocks of
+    ``value`` on either side (a concat with constants of the model)."""
+    ff, y = b.ff, x
+    steps = [(x.num_dims - 1 - i, pads[2 * i], pads[2 * i + 1]) for i in range(len(pads) // 2)]
+    steps = [(ax, lo, hi) for ax, lo, hi in steps if (lo, hi) != (0, 0)]
+    for k, (ax, lo, hi) in enumerate(steps):
+        n = y.dims[ax]
+        if n + lo + hi < 1:
+            raise node_error(node, f"pads ({lo}, {hi}) leave nothing of an axis of {n}", ShapeError)
+        name = node.name if k == len(steps) - 1 else f"{node.name}.axis{ax}"
+        if min(lo, hi) < 0:      # crops: the kept middle of a split
+            sizes = [s for s in (max(-lo, 0), n - max(-lo, 0) - max(-hi, 0), max(-hi, 0)) if s]
+            y = ff.split(y, sizes, ax, name=f"{name}.crop")[1 if lo < 0 else 0] if len(sizes) > 1 else y
+        parts = []
+        for size, side in ((max(lo, 0), "before"), (None, None), (max(hi, 0), "after")):
+            if side is None:
+                parts.append(y)
+            elif size:
+                check_size(node, math.prod(y.dims) // y.dims[ax] * size, f"padding an axis of {n} by ({lo}, {hi})")
+                dims = list(y.dims)
+                dims[ax] = size
+                parts.append(ff.create_constant(dims, value, y.data_type))
+        y = ff.concat(parts, ax, name=name) if len(parts) > 1 else y
     return y
 
 
