@@ -27,6 +27,7 @@ from flexrt.model import composites
 from flexrt.model.tensor import Tensor
 from flexrt.torch._composites import HANDLERS as COMPOSITES
 from flexrt.torch._recurrent import HANDLERS as RECURRENT
+from flexrt.torch._windows import HANDLERS as WINDOWS, strided
 from flexrt.torch._composites import (ceil_extra, ceil_pad, gather, reduce_max, resample, rescale_average,
                                      window_matrix)
 from flexrt.torch._build_base import (DTYPES, FLOATS, _Builder, norm_axis, describe, is_number, node_error,
@@ -454,7 +455,7 @@ def _slice_tensor(b, node, x: Tensor, index: tuple) -> Tensor:
                 raise node_error(node, f"slice {item} of dimension {dim} (size {size}) is empty", ShapeError)
             if step > 1:     # x[..., lo:hi:step]: Swin's patch merging takes every second row
                 parts += 1
-                out = _strided(b, node, out, dim, lo, step, len(range(lo, hi, step)), parts)
+                out = strided(b, node, out, dim, lo, step, len(range(lo, hi, step)), parts)
                 shape.append(out.dims[dim])
                 dim += 1
                 continue
@@ -472,28 +473,6 @@ def _slice_tensor(b, node, x: Tensor, index: tuple) -> Tensor:
     if list(out.dims) != shape:
         out = b.ff.reshape(out, shape, name=node.name)
     return out
-
-
-def _strided(b, node, x: Tensor, dim: int, lo: int, step: int, count: int, tag: int) -> Tensor:
-    """Elements lo, lo + step, ... (``count`` of them) of ``x`` along ``dim``: the whole groups of
-    ``step`` from lo cut out (a split), each group's first taken (a reshape making the groups an
-    axis, then a split of it), and a last element past the whole groups appended (a concat)."""
-    ff, name, size = b.ff, f"{node.name}.stride{tag}", x.dims[dim]
-    full = min(count, (size - lo) // step)
-    cuts = [c for c in (lo, full * step, size - lo - full * step) if c]
-    pieces = ff.split(x, cuts, dim, name=f"{name}.cut") if len(cuts) > 1 else [x]
-    taken = []
-    if full:
-        slab = pieces[1 if lo else 0]
-        d = list(slab.dims)
-        groups = ff.reshape(slab, d[:dim] + [full, step] + d[dim + 1:], name=f"{name}.groups")
-        first = ff.split(groups, [1, step - 1], dim + 1, name=f"{name}.first")[0]
-        taken.append(ff.reshape(first, d[:dim] + [full] + d[dim + 1:], name=f"{name}.taken"))
-    if full < count:   # the last element, past the whole groups: the first of the rest
-        rest = pieces[-1]
-        taken.append(rest if rest.dims[dim] == 1 else
-                     ff.split(rest, [1, rest.dims[dim] - 1], dim, name=f"{name}.last")[0])
-    return taken[0] if len(taken) == 1 else ff.concat(taken, dim, name=name)
 
 
 def _batch_matmul(b, node, ins, f):
@@ -694,7 +673,7 @@ HANDLERS: dict[str, Callable] = {
     "CONTIGUOUS": _pass, "POW": _pow, "MEAN": _reduce, "REDUCE_SUM": _reduce, "REDUCE_MAX": _reduce,
     "MULTIHEAD_ATTENTION": _attention, "ATTRIBUTE": _attribute, "ARANGE": _arange, "PARAMETER": _parameter,
     "STACK": _stack,
-    "CONSTANT": _constant, **COMPOSITES, **RECURRENT,
+    "CONSTANT": _constant, **COMPOSITES, **RECURRENT, **WINDOWS,
     **{op: _unary for op in _UNARY}, **{op: _composite for op in _COMPOSITE}, **{op: _binary for op in _BINARY},
     **{op: _binary for op in _SCALAR},
     "FLOOR_DIVIDE": _binary,

@@ -194,7 +194,7 @@ def _pad(b, node, ins, f):
                                f"the last axis back, for at most {x.num_dims - 1} axes (not the batch); modes "
                                f"{', '.join(PAD_MODES)}", ShapeError)
     if mode == "constant":
-        return _constant_pad(b, node, x, pads, float(value))
+        return constant_pad(b, node, x, pads, float(value))
     matrices = {}
     for i in range(len(pads) // 2):
         ax, (lo, hi) = x.num_dims - 1 - i, pads[2 * i: 2 * i + 2]
@@ -219,17 +219,18 @@ def _pad(b, node, ins, f):
     return y
 
 
-def _constant_pad(b, node, x, pads: list, value: float):
+def constant_pad(b, node, x, pads: list, value: float, base: str | None = None):
     """F.pad in constant mode: each axis cropped (negative pads: a split) and given blocks of
-    ``value`` on either side (a concat with constants of the model)."""
-    ff, y = b.ff, x
+    ``value`` on either side (a concat with constants of the model); the last layer named ``base``
+    (default: the node's name)."""
+    ff, y, base = b.ff, x, base or node.name
     steps = [(x.num_dims - 1 - i, pads[2 * i], pads[2 * i + 1]) for i in range(len(pads) // 2)]
     steps = [(ax, lo, hi) for ax, lo, hi in steps if (lo, hi) != (0, 0)]
     for k, (ax, lo, hi) in enumerate(steps):
         n = y.dims[ax]
         if n + lo + hi < 1:
             raise node_error(node, f"pads ({lo}, {hi}) leave nothing of an axis of {n}", ShapeError)
-        name = node.name if k == len(steps) - 1 else f"{node.name}.axis{ax}"
+        name = base if k == len(steps) - 1 else f"{base}.axis{ax}"
         if min(lo, hi) < 0:      # crops: the kept middle of a split
             sizes = [s for s in (max(-lo, 0), n - max(-lo, 0) - max(-hi, 0), max(-hi, 0)) if s]
             y = ff.split(y, sizes, ax, name=f"{name}.crop")[1 if lo < 0 else 0] if len(sizes) > 1 else y

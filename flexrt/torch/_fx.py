@@ -723,6 +723,11 @@ def _m_unary(op: str, check: Callable | None = None):
     return convert
 
 
+def _m_unfold(ctx, node, m: nn.Unfold):
+    """nn.Unfold (im2col): FFModel's split, reshape and concat (``flexrt.torch._windows``)."""
+    ctx.add(node, "UNFOLD", [node.args[0].name], [_pair(v) for v in (m.kernel_size, m.dilation, m.padding, m.stride)])
+
+
 def _m_gelu(ctx, node, m: nn.GELU):
     """nn.GELU: FFModel's exact gelu, or (approximate='tanh') its tanh approximation built of
     element-wise layers (``flexrt.model.composites.gelu_tanh``)."""
@@ -756,7 +761,7 @@ MODULES: dict[type, Callable] = {
     nn.AdaptiveMaxPool2d: _m_adaptive(PoolType.POOL_MAX), nn.BatchNorm2d: _m_batch_norm,
     nn.BatchNorm1d: _m_batch_norm, nn.LayerNorm: _m_layer_norm, nn.Embedding: _m_embedding,
     nn.Softmax: _m_softmax, nn.Dropout: _m_dropout, nn.Flatten: _m_flatten, nn.ReLU: _m_unary("RELU"),
-    nn.GELU: _m_gelu, nn.Sigmoid: _m_unary("SIGMOID"), nn.Tanh: _m_unary("TANH"),
+    nn.GELU: _m_gelu, nn.Unfold: _m_unfold, nn.Sigmoid: _m_unary("SIGMOID"), nn.Tanh: _m_unary("TANH"),
     nn.ELU: _m_alpha("ELU"), nn.CELU: _m_alpha("CELU"), nn.SELU: _m_unary("SELU"), nn.Softsign: _m_unary("SOFTSIGN"),
     nn.Hardtanh: _m_hardtanh, nn.GLU: _m_glu, nn.PixelShuffle: _m_pixel_shuffle, nn.Identity: _m_unary("IDENTITY"), nn.SiLU: _m_unary("SILU"),
     nn.ReLU6: _m_unary("RELU6"), nn.LeakyReLU: _m_leaky_relu, nn.Hardsigmoid: _m_unary("HARDSIGMOID"),

@@ -482,6 +482,15 @@ def _conv2d_fn(ctx, node):
               [("in_channels", cin_g * a["groups"])])
 
 
+def _unfold_fn(ctx, node):
+    """F.unfold(input, kernel_size, dilation=1, padding=0, stride=1): as nn.Unfold."""
+    a = _bind(ctx, node, ["input", "kernel_size", "dilation", "padding", "stride"],
+              {"dilation": 1, "padding": 0, "stride": 1})
+    pairs = [tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+             for v in (a["kernel_size"], a["dilation"], a["padding"], a["stride"])]
+    ctx.add(node, "UNFOLD", [_tensor_arg(ctx, node, a["input"])], [_ref(p) for p in pairs])
+
+
 def _roll(ctx, node):
     """torch.roll(x, shifts, dims) (Swin's shifted windows): each dimension's two parts swapped."""
     a = _bind(ctx, node, ["input", "shifts", "dims"], {"dims": None})
@@ -853,7 +862,7 @@ FUNCTIONS: dict[Callable, Callable] = {
     operator.floordiv: _FLOORDIV, operator.mod: _MOD, operator.neg: _neg, torch.neg: _neg,
     torch.zeros_like: _full_like(0.0), torch.ones_like: _full_like(1.0), torch.full_like: _full_like(None),
     torch.unbind: _unbind, torch.addcmul: _addcmul, F.batch_norm: _batch_norm_fn, F.group_norm: _group_norm_fn,
-    F.linear: _linear_fn, F.conv2d: _conv2d_fn, torch.roll: _roll,
+    F.linear: _linear_fn, F.conv2d: _conv2d_fn, torch.roll: _roll, F.unfold: _unfold_fn,
     torch.maximum: _binary("MAX", "", True), torch.minimum: _binary("MIN", "", True),
     F.relu: _unary("RELU"), torch.relu: _unary("RELU"), F.gelu: _unary("GELU"), torch.sigmoid: _unary("SIGMOID"),
     F.silu: _unary("SILU"), F.relu6: _unary("RELU6"), F.leaky_relu: _leaky_relu,

@@ -2,12 +2,14 @@
 front end and ONNX Slice: the forward equals torch's, and one SGD step of the Linear before the slice
 equals torch's (the gradient reaches only the positions taken), on one device, two and a random
 strategy. ONNX ScatterND of constants (Swin's shifted-window mask, written by slice assignment) is
-folded. Negative steps are refused naming the node."""
+folded. Negative steps are refused naming the node. nn.Unfold / F.unfold (im2col) from the same strided
+slices."""
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="flexrt.torch tests need torch")
+from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 from flexrt.errors import ConfigError  # noqa: E402
@@ -105,3 +107,48 @@ def test_negative_steps_are_refused_naming_the_node():
     xt = ff.create_tensor([4, 3, 4, 5], DataType.DT_FLOAT)
     with pytest.raises(ConfigError, match=r"getitem.*slices with a positive step"):
         PyTorchModel(Fn(lambda t: t[:, ::-1])).torch_to_ff(ff, [xt])
+
+
+UNFOLDS = {
+    "k3_pad1": lambda: nn.Unfold(3, padding=1),
+    "k2_stride2": lambda: nn.Unfold(2, stride=2),
+    "dilated_rect": lambda: nn.Unfold((2, 3), dilation=(2, 1), padding=(1, 0), stride=(1, 2)),
+    "function": lambda: Fn(lambda t: F.unfold(t * 2.0, kernel_size=(3, 2), stride=(2, 1))),
+}
+
+
+class _Patches(nn.Module):
+    """TNT's pixel embedding: a convolution, then nn.Unfold of its output into patches."""
+
+    def __init__(self, unfold):
+        super().__init__()
+        self.conv, self.unfold = nn.Conv2d(2, 3, 1), unfold
+
+    def forward(self, x):
+        return self.unfold(self.conv(x)).flatten(1)
+
+
+@pytest.mark.parametrize("form", list(UNFOLDS))
+def test_unfold_equals_torch_forward_and_gradient(form):
+    """nn.Unfold / F.unfold (im2col) from strided slices, reshapes and a concat: torch's forward, and
+    one SGD step of the convolution before it (overlapping windows add their gradients) on one and
+    two devices."""
+    torch.manual_seed(0)
+    x = np.random.default_rng(7).standard_normal((4, 2, 5, 6)).astype(np.float32)
+    compare_forward(_Patches(UNFOLDS[form]()), x)
+    for argv in ([], ["-ll:gpu", "2"]):
+        torch.manual_seed(0)
+        module = _Patches(UNFOLDS[form]())
+        pm = PyTorchModel(module)
+        ff = FFModel(FFConfig(["-b", "4", *argv]))
+        xt = ff.create_tensor([4, 2, 5, 6], DataType.DT_FLOAT)
+        out = pm.torch_to_ff(ff, [xt])[0]
+        target = np.random.default_rng(8).standard_normal(out.dims).astype(np.float32)
+        ff.compile(optimizer=SGDOptimizer(ff, 0.1), loss_type="mean_squared_error_avg")
+        pm.load_weights(ff)
+        ff.fit(x=x, y=target, epochs=1)
+        opt = torch.optim.SGD(module.parameters(), lr=0.1)
+        F.mse_loss(module(torch.from_numpy(x)), torch.from_numpy(target)).backward()
+        opt.step()
+        for name, want in pm.ff_weights().items():
+            np.testing.assert_allclose(ff.get_weights()[name], want, rtol=1e-5, atol=1e-6, err_msg=f"{name} {argv}")

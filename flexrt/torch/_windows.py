@@ -1,0 +1,77 @@
+"""Sliding windows of a tensor from FFModel's split, reshape and concat: slices with a step
+(``x[:, 1::2]``, Swin's patch merging) and torch's Unfold (im2col: TNT's and VOLO's patches).
+Nothing is computed on the values, so each is exact and its gradient is torch's.
+
+Entry points: ``strided`` (one axis, used by the index builder), ``HANDLERS`` (UNFOLD).
+"""
+
+from __future__ import annotations
+
+from flexrt.errors import ShapeError
+from flexrt.model.tensor import Tensor
+from flexrt.torch._build_base import node_error
+from flexrt.torch._composites import constant_pad
+
+
+def strided(b, node, x: Tensor, dim: int, lo: int, step: int, count: int, tag: int) -> Tensor:
+    """Elements lo, lo + step, ... (``count`` of them) of ``x`` along ``dim``: the whole groups of
+    ``step`` from lo cut out (a split), each group's first taken (a reshape making the groups an
+    axis, then a split of it), and a last element past the whole groups appended (a concat)."""
+    ff, name, size = b.ff, f"{node.name}.stride{tag}", x.dims[dim]
+    full = min(count, (size - lo) // step)
+    cuts = [c for c in (lo, full * step, size - lo - full * step) if c]
+    pieces = ff.split(x, cuts, dim, name=f"{name}.cut") if len(cuts) > 1 else [x]
+    taken = []
+    if full:
+        slab = pieces[1 if lo else 0]
+        d = list(slab.dims)
+        groups = ff.reshape(slab, d[:dim] + [full, step] + d[dim + 1:], name=f"{name}.groups")
+        first = ff.split(groups, [1, step - 1], dim + 1, name=f"{name}.first")[0]
+        taken.append(ff.reshape(first, d[:dim] + [full] + d[dim + 1:], name=f"{name}.taken"))
+    if full < count:   # the last element, past the whole groups: the first of the rest
+        rest = pieces[-1]
+        taken.append(rest if rest.dims[dim] == 1 else
+                     ff.split(rest, [1, rest.dims[dim] - 1], dim, name=f"{name}.last")[0])
+    return taken[0] if len(taken) == 1 else ff.concat(taken, dim, name=name)
+
+
+def _take(b, node, x, dim: int, lo: int, step: int, count: int, tag: str):
+    """Positions lo, lo + step, ... (``count``) of ``x`` along ``dim``."""
+    if step > 1:
+        return strided(b, node, x, dim, lo, step, count, tag)
+    size = x.dims[dim]
+    if (lo, count) == (0, size):
+        return x
+    cuts = [c for c in (lo, count, size - lo - count) if c]
+    return b.ff.split(x, cuts, dim, name=f"{node.name}.take{tag}")[1 if lo else 0]
+
+
+def _unfold(b, node, ins, f):
+    """torch's Unfold / F.unfold of [N, C, H, W] (fields: kernel, dilation, padding, stride, each a
+    pair): [N, C * kh * kw, L], channel c's window position (i, j) at row c * kh * kw + i * kw + j,
+    the L = oh * ow windows in row-major order: each kernel position's strided slice of the padded
+    input, stacked behind the channels, then the rows flattened."""
+    x = b.tensor(node, ins[0])
+    if x.num_dims != 4:
+        raise node_error(node, f"unfold takes [N, C, H, W], got {list(x.dims)}", ShapeError)
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = (tuple(b.resolve(node, v)) for v in f[:4])
+    if min(kh, kw, dh, dw, sh, sw) < 1 or min(ph, pw) < 0:
+        raise node_error(node, f"unfold with kernel {(kh, kw)}, dilation {(dh, dw)}, padding {(ph, pw)}, stride "
+                               f"{(sh, sw)}: sizes and steps must be >= 1, padding >= 0", ShapeError)
+    if (ph, pw) != (0, 0):
+        x = constant_pad(b, node, x, [pw, pw, ph, ph], 0.0, f"{node.name}.pad")
+    n, c, h, w = x.dims
+    oh, ow = (h - dh * (kh - 1) - 1) // sh + 1, (w - dw * (kw - 1) - 1) // sw + 1
+    if oh < 1 or ow < 1:
+        raise node_error(node, f"unfold: a {kh}x{kw} window (dilation {(dh, dw)}) does not fit {h}x{w}", ShapeError)
+    cols = []
+    for i in range(kh):
+        rows = _take(b, node, x, 2, i * dh, sh, oh, f"r{i}")
+        for j in range(kw):
+            piece = _take(b, node, rows, 3, j * dw, sw, ow, f"r{i}c{j}")
+            cols.append(b.ff.reshape(piece, [n, c, 1, oh * ow], name=f"{node.name}.w{i}_{j}"))
+    stacked = cols[0] if len(cols) == 1 else b.ff.concat(cols, 2, name=f"{node.name}.stack")
+    return b.ff.reshape(stacked, [n, c * kh * kw, oh * ow], name=node.name)
+
+
+HANDLERS = {"UNFOLD": _unfold}
