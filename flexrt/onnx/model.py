@@ -352,17 +352,22 @@ class _Converter(ComposedHandlers):
         w = self.shape(node, name, node.input[1])
         if len(w) == 3:
             return self._conv1d(node, name, a, w)
-        if len(w) != 4 or any(d != 1 for d in a.get("dilations", [1, 1])):
-            raise self.error(node, name, f"only 2-D convolutions without dilation map (weight {list(w)})")
+        dilation = tuple(a.get("dilations", [1, 1]))
+        groups = a.get("group", 1)
+        if len(w) != 4 or dilation != (1, 1) and groups != 1:
+            raise self.error(node, name, f"a convolution of weight {list(w)}, dilations {list(dilation)} and "
+                                         f"group {groups}; valid: 2-D, and group 1 where dilated")
         kh, kw = a.get("kernel_shape", w[2:])
         sh, sw = a.get("strides", [1, 1])
-        ph, pw = self._pads(node, name, a, (kh, kw))
-        groups = a.get("group", 1)
+        ph, pw = self._pads(node, name, a, (dilation[0] * (kh - 1) + 1, dilation[1] * (kw - 1) + 1))
         bias = len(node.input) > 2 and node.input[2] != ""
         params = {"weight": (node.input[1], False)} | ({"bias": (node.input[2], False)} if bias else {})
-        return self._layer(node, name, "CONV2D", [node.input[0]],
-                           [w[0], kh, kw, sh, sw, ph, pw, _NONE, groups, int(bias)],
-                           [("in_channels", w[1] * groups)], "conv2d", params)
+        fields = [w[0], kh, kw, sh, sw, ph, pw, _NONE, groups, int(bias)]
+        if dilation != (1, 1):      # windows and a dense layer (flexrt.torch._windows), as torch's
+            return self._layer(node, name, "CONV2D_DILATED", [node.input[0]], fields,
+                               [("in_channels", w[1]), ("dilation", dilation)], "conv2d_dilated", params)
+        return self._layer(node, name, "CONV2D", [node.input[0]], fields, [("in_channels", w[1] * groups)], "conv2d",
+                           params)
 
     def _BatchNormalization(self, node, name, a):
         """Training form (torch's TrainingMode.TRAINING export, FlexFlow's examples): FFModel's

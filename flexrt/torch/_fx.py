@@ -422,14 +422,17 @@ def _m_linear(ctx, node, m: nn.Linear):
 
 
 def _m_conv2d(ctx, node, m: nn.Conv2d):
-    if _pair(m.dilation) != (1, 1):
-        raise ctx.error(node, f"Conv2d with dilation={m.dilation}: FFModel.conv2d has dilation 1 only")
+    dilation = _pair(m.dilation)
+    if dilation != (1, 1) and (m.groups != 1 or m.padding_mode != "zeros"):
+        raise ctx.error(node, f"Conv2d with dilation={m.dilation}, groups={m.groups}, padding_mode="
+                              f"{m.padding_mode!r}: a dilated convolution maps with groups=1 and zero padding")
     kh, kw = _pair(m.kernel_size)
     if m.padding == "same":
-        if kh % 2 == 0 or kw % 2 == 0:
+        span_h, span_w = dilation[0] * (kh - 1), dilation[1] * (kw - 1)
+        if span_h % 2 or span_w % 2:
             raise ctx.error(node, f"padding='same' with an even kernel {kh}x{kw} pads unevenly; FFModel.conv2d pads "
                                   f"both sides equally")
-        ph, pw = kh // 2, kw // 2
+        ph, pw = span_h // 2, span_w // 2
     else:
         ph, pw = (0, 0) if m.padding == "valid" else _pair(m.padding)
     sh, sw = _pair(m.stride)
@@ -438,9 +441,12 @@ def _m_conv2d(ctx, node, m: nn.Conv2d):
         x = ctx.add(node, "PAD", [x], [(pw, pw, ph, ph)], [("mode", m.padding_mode)], name=f"{node.name}.pad",
                     users=(node.name,))
         ph = pw = 0
-    ctx.layer(node, "CONV2D", m, "conv2d", [x],
-              [m.out_channels, kh, kw, sh, sw, ph, pw, _NONE, m.groups, int(m.bias is not None)],
-              [("in_channels", m.in_channels)])
+    fields = [m.out_channels, kh, kw, sh, sw, ph, pw, _NONE, m.groups, int(m.bias is not None)]
+    if dilation != (1, 1):    # windows and a dense layer (flexrt.torch._windows)
+        ctx.layer(node, "CONV2D_DILATED", m, "conv2d_dilated", [x], fields,
+                  [("in_channels", m.in_channels), ("dilation", dilation)])
+        return
+    ctx.layer(node, "CONV2D", m, "conv2d", [x], fields, [("in_channels", m.in_channels)])
 
 
 def _one(v) -> int:

@@ -472,14 +472,19 @@ def _conv2d_fn(ctx, node):
         raise ctx.error(node, "F.conv2d without the bias its module holds; valid: the module's weight and bias, "
                               "or its weight alone when it has no bias")
     pair = [tuple(v) if isinstance(v, (tuple, list)) else (v, v) for v in (a["stride"], a["dilation"])]
-    if pair[1] != (1, 1) or isinstance(a["padding"], str) or m.weight.dim() != 4:
-        raise ctx.error(node, f"F.conv2d with dilation={a['dilation']}, padding={a['padding']!r} and a weight of "
-                              f"{list(m.weight.shape)}; valid: dilation 1, numeric padding, a 4-D weight")
+    if pair[1] != (1, 1) and a["groups"] != 1 or isinstance(a["padding"], str) or m.weight.dim() != 4:
+        raise ctx.error(node, f"F.conv2d with dilation={a['dilation']}, groups={a['groups']}, padding="
+                              f"{a['padding']!r} and a weight of {list(m.weight.shape)}; valid: numeric padding, a "
+                              f"4-D weight, and groups=1 where dilated")
     ph, pw = tuple(a["padding"]) if isinstance(a["padding"], (tuple, list)) else (a["padding"],) * 2
     out, cin_g, kh, kw = (int(d) for d in m.weight.shape)
-    ctx.layer(node, "CONV2D", m, "conv2d", [_tensor_arg(ctx, node, a["input"])],
-              [out, kh, kw, *pair[0], ph, pw, _NONE, a["groups"], int(a["bias"] is not None)],
-              [("in_channels", cin_g * a["groups"])])
+    fields = [out, kh, kw, *pair[0], ph, pw, _NONE, a["groups"], int(a["bias"] is not None)]
+    kws = [("in_channels", cin_g * a["groups"])]
+    x = _tensor_arg(ctx, node, a["input"])
+    if pair[1] != (1, 1):
+        ctx.layer(node, "CONV2D_DILATED", m, "conv2d_dilated", [x], fields, kws + [("dilation", pair[1])])
+    else:
+        ctx.layer(node, "CONV2D", m, "conv2d", [x], fields, kws)
 
 
 def _unfold_fn(ctx, node):

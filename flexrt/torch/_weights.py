@@ -26,6 +26,8 @@ def ff_layout(kind: str, params: Mapping[str, np.ndarray | None]) -> dict[str, n
     - ``dense``: weight [out, in], bias -> kernel [in, out], bias
     - ``conv2d``: weight OIHW, bias -> kernel, bias
     - ``conv1d``: weight [out, in / groups, k], bias -> kernel [out, in / groups, 1, k], bias
+    - ``conv2d_dilated``: weight OIHW, bias -> the kernel [I kh kw, O] of the dense layer over the
+      input's windows, bias
     - ``conv_transpose2d``: weight [in, out / groups, kh, kw], bias, groups (a number) -> the kernel
       of the conv2d of stride 1 over the dilated input: [out, in / groups, kh, kw], flipped in kh and kw
     - ``batch_norm``: weight, bias -> scale, bias; ``layer_norm``: weight, bias -> gamma, beta
@@ -45,6 +47,10 @@ def ff_layout(kind: str, params: Mapping[str, np.ndarray | None]) -> dict[str, n
     if kind == "conv1d":    # [out, in / groups, k] -> the 1 x k kernel of conv2d
         w = p["weight"]
         return {"kernel": np.ascontiguousarray(w.reshape(w.shape[0], w.shape[1], 1, w.shape[2]))} | \
+            ({"bias": p["bias"]} if p.get("bias") is not None else {})
+    if kind == "conv2d_dilated":   # a dense layer over the windows: kernel [in / groups * kh * kw, out]
+        w = p["weight"]
+        return {"kernel": np.ascontiguousarray(w.reshape(w.shape[0], -1).T)} | \
             ({"bias": p["bias"]} if p.get("bias") is not None else {})
     if kind == "conv_transpose2d":
         return _conv_transpose(p)

@@ -1,8 +1,10 @@
 """Sliding windows of a tensor from FFModel's split, reshape and concat: slices with a step
-(``x[:, 1::2]``, Swin's patch merging) and torch's Unfold (im2col: TNT's and VOLO's patches).
-Nothing is computed on the values, so each is exact and its gradient is torch's.
+(``x[:, 1::2]``, Swin's patch merging), torch's Unfold (im2col: TNT's patches) and, on top of it,
+convolutions with dilation (a dense layer over the windows). The windows compute nothing on the
+values, so each is exact and its gradient is torch's.
 
-Entry points: ``strided`` (one axis, used by the index builder), ``HANDLERS`` (UNFOLD).
+Entry points: ``strided`` (one axis, used by the index builder), ``unfold``, ``HANDLERS`` (UNFOLD,
+CONV2D_DILATED).
 """
 
 from __future__ import annotations
@@ -46,20 +48,19 @@ def _take(b, node, x, dim: int, lo: int, step: int, count: int, tag: str):
     return b.ff.split(x, cuts, dim, name=f"{node.name}.take{tag}")[1 if lo else 0]
 
 
-def _unfold(b, node, ins, f):
-    """torch's Unfold / F.unfold of [N, C, H, W] (fields: kernel, dilation, padding, stride, each a
-    pair): [N, C * kh * kw, L], channel c's window position (i, j) at row c * kh * kw + i * kw + j,
-    the L = oh * ow windows in row-major order: each kernel position's strided slice of the padded
-    input, stacked behind the channels, then the rows flattened."""
-    x = b.tensor(node, ins[0])
+def unfold(b, node, x, kernel, dilation, padding, stride, base: str):
+    """torch's Unfold of [N, C, H, W]: [N, C * kh * kw, L], channel c's window position (i, j) at
+    row c * kh * kw + i * kw + j, the L = oh * ow windows in row-major order: each kernel position's
+    strided slice of the padded input, stacked behind the channels, then the rows flattened (the
+    last layer named ``base``)."""
     if x.num_dims != 4:
         raise node_error(node, f"unfold takes [N, C, H, W], got {list(x.dims)}", ShapeError)
-    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = (tuple(b.resolve(node, v)) for v in f[:4])
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = kernel, dilation, padding, stride
     if min(kh, kw, dh, dw, sh, sw) < 1 or min(ph, pw) < 0:
         raise node_error(node, f"unfold with kernel {(kh, kw)}, dilation {(dh, dw)}, padding {(ph, pw)}, stride "
                                f"{(sh, sw)}: sizes and steps must be >= 1, padding >= 0", ShapeError)
     if (ph, pw) != (0, 0):
-        x = constant_pad(b, node, x, [pw, pw, ph, ph], 0.0, f"{node.name}.pad")
+        x = constant_pad(b, node, x, [pw, pw, ph, ph], 0.0, f"{base}.pad")
     n, c, h, w = x.dims
     oh, ow = (h - dh * (kh - 1) - 1) // sh + 1, (w - dw * (kw - 1) - 1) // sw + 1
     if oh < 1 or ow < 1:
@@ -69,9 +70,32 @@ def _unfold(b, node, ins, f):
         rows = _take(b, node, x, 2, i * dh, sh, oh, f"r{i}")
         for j in range(kw):
             piece = _take(b, node, rows, 3, j * dw, sw, ow, f"r{i}c{j}")
-            cols.append(b.ff.reshape(piece, [n, c, 1, oh * ow], name=f"{node.name}.w{i}_{j}"))
-    stacked = cols[0] if len(cols) == 1 else b.ff.concat(cols, 2, name=f"{node.name}.stack")
-    return b.ff.reshape(stacked, [n, c * kh * kw, oh * ow], name=node.name)
+            cols.append(b.ff.reshape(piece, [n, c, 1, oh * ow], name=f"{base}.w{i}_{j}"))
+    stacked = cols[0] if len(cols) == 1 else b.ff.concat(cols, 2, name=f"{base}.stack")
+    return b.ff.reshape(stacked, [n, c * kh * kw, oh * ow], name=base), (oh, ow)
 
 
-HANDLERS = {"UNFOLD": _unfold}
+def _unfold(b, node, ins, f):
+    """UNFOLD (fields: kernel, dilation, padding, stride, each a pair)."""
+    pairs = [tuple(b.resolve(node, v)) for v in f[:4]]
+    return unfold(b, node, b.tensor(node, ins[0]), *pairs, node.name)[0]
+
+
+def _conv2d_dilated(b, node, ins, f):
+    """A convolution with dilation (FFModel.conv2d has none): the input's windows (``unfold``, with
+    the dilation), then a dense layer named after the node whose kernel [C kh kw, out] is the
+    convolution's weight flattened (weight kind ``conv2d_dilated``), moved back to [N, out, oh, ow].
+    Fields as CONV2D's; keyword ``dilation`` (a pair); groups 1."""
+    from flexrt.ir.enums import ActiMode
+    oc, kh, kw, sh, sw, ph, pw, acti, groups, use_bias = f[:10]
+    if groups != 1:
+        raise node_error(node, f"a dilated convolution of {groups} groups; valid: groups=1")
+    x = b.tensor(node, ins[0])
+    cols, (oh, ow) = unfold(b, node, x, (kh, kw), tuple(node.kw("dilation")), (ph, pw), (sh, sw), f"{node.name}.windows")
+    rows = b.ff.transpose(cols, [0, 2, 1], name=f"{node.name}.rows")
+    y = b.ff.dense(rows, oc, ActiMode(acti), bool(use_bias), name=node.name)
+    y = b.ff.transpose(y, [0, 2, 1], name=f"{node.name}.channels")
+    return b.ff.reshape(y, [x.dims[0], oc, oh, ow], name=f"{node.name}.out")
+
+
+HANDLERS = {"UNFOLD": _unfold, "CONV2D_DILATED": _conv2d_dilated}

@@ -195,8 +195,8 @@ def test_unsupported_module_and_arguments_raise_ours(tmp_path):
     x = ff.create_tensor([2, 3, 8], DataType.DT_FLOAT)
     with pytest.raises(ConfigError, match=r"torch node 'conv_1d'.*module torch.nn.modules.conv.Conv3d has no FFModel"):
         PyTorchModel(_Named(nn.Conv3d(3, 3, 1))).torch_to_ff(ff, [x])
-    with pytest.raises(ConfigError, match="dilation"):
-        PyTorchModel(_Named(nn.Conv2d(3, 3, 3, dilation=2))).torch_to_string()
+    with pytest.raises(ConfigError, match="dilation"):   # dilated convolutions map with groups=1 only
+        PyTorchModel(_Named(nn.Conv2d(3, 3, 3, dilation=2, groups=3))).torch_to_string()
     with pytest.raises(ConfigError, match=r"node 'idx' \(ATTRIBUTE\).*whose values FlexFlow's text format does "
                                           r"not hold"):
         file_to_ff(_written(PyTorchModel(_Buffer()), tmp_path), ff, [x])
