@@ -48,25 +48,17 @@ def test_strided_slices_equal_torch_through_module_and_onnx(form, tmp_path):
     compare_onnx(module, _x(form), tmp_path / "m.onnx", ["Slice"])
 
 
-@pytest.mark.parametrize("argv", [[], ["-ll:gpu", "2"], "random"], ids=["one", "two", "random"])
-@pytest.mark.parametrize("form", ["every_second", "patch_merging"])
-def test_strided_slices_train_as_torch_does(form, argv, tmp_path):
+def _mse_step_equals_torch(make, x, argv, seed=8):
+    """One SGD step of an MSE loss on ``make()``'s module under FlexFlow's ``argv`` equals torch's:
+    the same weights after it (and flexrt counts torch's parameters)."""
     torch.manual_seed(0)
-    module, x = Fn(SLICES[form], width=5), _x(form)
+    module = make()
     pm = PyTorchModel(module)
-
-    def build(args):
-        ff = FFModel(FFConfig(["-b", str(x.shape[0]), *args]))
-        xt = ff.create_tensor(list(x.shape), DataType.DT_FLOAT)
-        return ff, xt, pm.torch_to_ff(ff, [xt])[0]
-
-    if argv == "random":
-        machine = load_machine("local")
-        path = str(tmp_path / "random.json")
-        save_strategy(path, random_strategy(build([])[0].pcg, machine, 4), machine)
-        argv = ["--import", path]
-    ff, xt, out = build(argv)
-    target = np.random.default_rng(6).standard_normal(out.dims).astype(np.float32)
+    ff = FFModel(FFConfig(["-b", str(x.shape[0]), *argv]))
+    xt = ff.create_tensor(list(x.shape), DataType.DT_FLOAT)
+    out = pm.torch_to_ff(ff, [xt])[0]
+    assert ff.num_parameters() == sum(p.numel() for p in module.parameters())
+    target = np.random.default_rng(seed).standard_normal(out.dims).astype(np.float32)
     ff.compile(optimizer=SGDOptimizer(ff, 0.1), loss_type="mean_squared_error_avg")
     pm.load_weights(ff)
     ff.fit(x=x, y=target, epochs=1)
@@ -74,7 +66,21 @@ def test_strided_slices_train_as_torch_does(form, argv, tmp_path):
     F.mse_loss(module(torch.from_numpy(x)), torch.from_numpy(target)).backward()
     opt.step()
     for name, want in pm.ff_weights().items():
-        np.testing.assert_allclose(ff.get_weights()[name], want, rtol=1e-5, atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(ff.get_weights()[name], want, rtol=1e-5, atol=1e-6, err_msg=f"{name} {argv}")
+
+
+@pytest.mark.parametrize("argv", [[], ["-ll:gpu", "2"], "random"], ids=["one", "two", "random"])
+@pytest.mark.parametrize("form", ["every_second", "patch_merging"])
+def test_strided_slices_train_as_torch_does(form, argv, tmp_path):
+    x = _x(form)
+    if argv == "random":
+        torch.manual_seed(0)
+        ff = FFModel(FFConfig(["-b", str(x.shape[0])]))
+        PyTorchModel(Fn(SLICES[form], width=5)).torch_to_ff(ff, [ff.create_tensor(list(x.shape), DataType.DT_FLOAT)])
+        machine, path = load_machine("local"), str(tmp_path / "random.json")
+        save_strategy(path, random_strategy(ff.pcg, machine, 4), machine)
+        argv = ["--import", path]
+    _mse_step_equals_torch(lambda: Fn(SLICES[form], width=5), x, argv, seed=6)
 
 
 def test_onnx_scatter_of_constants_is_folded():
@@ -137,21 +143,7 @@ def test_unfold_equals_torch_forward_and_gradient(form):
     x = np.random.default_rng(7).standard_normal((4, 2, 5, 6)).astype(np.float32)
     compare_forward(_Patches(UNFOLDS[form]()), x)
     for argv in ([], ["-ll:gpu", "2"]):
-        torch.manual_seed(0)
-        module = _Patches(UNFOLDS[form]())
-        pm = PyTorchModel(module)
-        ff = FFModel(FFConfig(["-b", "4", *argv]))
-        xt = ff.create_tensor([4, 2, 5, 6], DataType.DT_FLOAT)
-        out = pm.torch_to_ff(ff, [xt])[0]
-        target = np.random.default_rng(8).standard_normal(out.dims).astype(np.float32)
-        ff.compile(optimizer=SGDOptimizer(ff, 0.1), loss_type="mean_squared_error_avg")
-        pm.load_weights(ff)
-        ff.fit(x=x, y=target, epochs=1)
-        opt = torch.optim.SGD(module.parameters(), lr=0.1)
-        F.mse_loss(module(torch.from_numpy(x)), torch.from_numpy(target)).backward()
-        opt.step()
-        for name, want in pm.ff_weights().items():
-            np.testing.assert_allclose(ff.get_weights()[name], want, rtol=1e-5, atol=1e-6, err_msg=f"{name} {argv}")
+        _mse_step_equals_torch(lambda: _Patches(UNFOLDS[form]()), x, argv)
 
 
 class _FnConv(nn.Conv2d):
@@ -178,22 +170,7 @@ def test_dilated_convolutions_equal_torch_forward_and_gradient(form, tmp_path):
     if form != "same_rect":     # torch's exporter writes 'same' as explicit pads, unevenly here
         compare_onnx(nn.Sequential(DILATED[form]()), x, tmp_path / "m.onnx", ["Conv"])
     for argv in ([], ["-ll:gpu", "2"]):
-        torch.manual_seed(0)
-        module = nn.Sequential(DILATED[form](), nn.Flatten())
-        pm = PyTorchModel(module)
-        ff = FFModel(FFConfig(["-b", "4", *argv]))
-        xt = ff.create_tensor([4, 2, 6, 7], DataType.DT_FLOAT)
-        out = pm.torch_to_ff(ff, [xt])[0]
-        assert ff.num_parameters() == sum(p.numel() for p in module.parameters())
-        target = np.random.default_rng(10).standard_normal(out.dims).astype(np.float32)
-        ff.compile(optimizer=SGDOptimizer(ff, 0.1), loss_type="mean_squared_error_avg")
-        pm.load_weights(ff)
-        ff.fit(x=x, y=target, epochs=1)
-        opt = torch.optim.SGD(module.parameters(), lr=0.1)
-        F.mse_loss(module(torch.from_numpy(x)), torch.from_numpy(target)).backward()
-        opt.step()
-        for name, want in pm.ff_weights().items():
-            np.testing.assert_allclose(ff.get_weights()[name], want, rtol=1e-5, atol=1e-6, err_msg=f"{name} {argv}")
+        _mse_step_equals_torch(lambda: nn.Sequential(DILATED[form](), nn.Flatten()), x, argv, seed=10)
 
 
 def test_grouped_dilated_convolutions_are_refused_naming_the_node():
