@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from flexrt.ir.enums import ActiMode
+from flexrt.torch._composites import CUBIC_A
 from flexrt.torch._ir import IRNode
 
 _NONE = ActiMode.AC_MODE_NONE.value
@@ -142,15 +143,17 @@ class ComposedHandlers:
 
     def _Resize(self, node, name, a):
         """Resize (opset 10+: X, roi, scales, sizes) and Upsample (X, scales) of the last one or two
-        axes, nearest or linear, by torch's and ONNX's coordinate transformations."""
+        axes, nearest, linear or cubic, by torch's and ONNX's coordinate transformations."""
         mode = _text(a.get("mode", "nearest"))
         coords = _text(a.get("coordinate_transformation_mode", "half_pixel" if node.op_type == "Resize" else
                              "asymmetric"))
         rounding = _text(a.get("nearest_mode", "round_prefer_floor" if node.op_type == "Resize" else "floor"))
-        if mode not in ("nearest", "linear") or a.get("antialias", 0) or "axes" in a or \
-                a.get("keep_aspect_ratio_policy", b"stretch") not in (b"stretch", "stretch"):
-            raise self.error(node, name, f"mode {mode!r} with attributes {sorted(a)}: only nearest and linear "
-                                         f"resizing of whole axes maps")
+        if mode not in ("nearest", "linear", "cubic") or a.get("antialias", 0) or "axes" in a or \
+                a.get("keep_aspect_ratio_policy", b"stretch") not in (b"stretch", "stretch") or \
+                mode == "cubic" and (abs(a.get("cubic_coeff_a", CUBIC_A) - CUBIC_A) > 1e-6 or a.get("exclude_outside", 0)):
+            raise self.error(node, name, f"mode {mode!r} with attributes {sorted(a)}: only nearest, linear and cubic "
+                                         f"(cubic_coeff_a -0.75, exclude_outside 0: torch's) resizing of whole axes "
+                                         f"maps")
         scale_at = 1 if node.op_type == "Upsample" or self.m.opset < 11 else 2
         scales = self.const(node, name, scale_at, "scales") if len(node.input) > scale_at and node.input[scale_at] \
             else np.asarray(a["scales"]) if "scales" in a else None

@@ -91,21 +91,40 @@ _COORDS = {
 _ROUND = {"floor": np.floor, "ceil": np.ceil,
           "round_prefer_floor": lambda v: np.ceil(v - np.float32(0.5)),
           "round_prefer_ceil": lambda v: np.floor(v + np.float32(0.5))}
-MODES = ("nearest", "linear")
+MODES = ("nearest", "linear", "cubic")
+CUBIC_A = -0.75     # torch's bicubic and ONNX Resize's default cubic_coeff_a
+
+
+def _cubic_weights(t: np.ndarray, a: float) -> list[np.ndarray]:
+    """Keys' cubic convolution weights of the four source positions floor(src) - 1 .. + 2 at the
+    fraction ``t``, as torch's upsample_bicubic2d computes them."""
+    def near(x):     # |x| <= 1
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+    def far(x):      # 1 < |x| < 2
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return [far(t + 1), near(t), near(1 - t), far(2 - t)]
 
 
 def interpolation_matrix(n_in: int, n_out: int, ratio: float, mode: str, coords: str, rounding: str) -> np.ndarray:
     """[n_out, n_in]: torch's (and ONNX Resize's) 1-D resampling. ``ratio``: the source step per
-    output step (in/out, or 1/scale_factor when a scale is given); ``mode`` nearest or linear
-    (bilinear is linear on each axis); ``coords`` ONNX's coordinate_transformation_mode (torch:
-    nearest = asymmetric + floor, nearest-exact = half_pixel + round_prefer_ceil, linear =
-    half_pixel clamped at 0, or align_corners)."""
+    output step (in/out, or 1/scale_factor when a scale is given); ``mode`` nearest, linear
+    (bilinear is linear on each axis) or cubic (bicubic is cubic on each axis: Keys' kernel of
+    a = -0.75 over four positions clamped to the axis, the source not clamped at 0, as torch's);
+    ``coords`` ONNX's coordinate_transformation_mode (torch: nearest = asymmetric + floor,
+    nearest-exact = half_pixel + round_prefer_ceil, linear and cubic = half_pixel (linear's
+    clamped at 0), or align_corners)."""
     d = np.arange(n_out, dtype=np.float32)
     src = _COORDS[coords](d, np.float32(ratio), n_in, n_out).astype(np.float32)
     m = np.zeros((n_out, n_in))
     rows = np.arange(n_out)
     if mode == "nearest":
         m[rows, np.clip(_ROUND[rounding](src).astype(np.int64), 0, n_in - 1)] = 1.0
+        return m
+    if mode == "cubic":
+        base = np.floor(src).astype(np.int64)
+        t = (src - base).astype(np.float64)
+        for k, w in enumerate(_cubic_weights(t, CUBIC_A)):
+            np.add.at(m, (rows, np.clip(base - 1 + k, 0, n_in - 1)), w)
         return m
     src = np.maximum(src, 0)
     lo = np.minimum(np.floor(src).astype(np.int64), n_in - 1)

@@ -553,7 +553,8 @@ def _m_conv_transpose2d(ctx, node, m: nn.ConvTranspose2d):
 # torch's interpolation modes -> (mode, coordinate transformation, rounding) of the builder's INTERPOLATE
 _INTERPOLATION = {"nearest": ("nearest", "asymmetric", "floor"),
                   "nearest-exact": ("nearest", "half_pixel", "round_prefer_ceil"),
-                  "linear": ("linear", "half_pixel", "floor"), "bilinear": ("linear", "half_pixel", "floor")}
+                  "linear": ("linear", "half_pixel", "floor"), "bilinear": ("linear", "half_pixel", "floor"),
+                  "bicubic": ("cubic", "half_pixel", "floor")}
 
 
 def interpolation(ctx, node, x: str, size, scale, mode: str, align_corners, recompute, antialias=False) -> None:
@@ -563,7 +564,7 @@ def interpolation(ctx, node, x: str, size, scale, mode: str, align_corners, reco
     if antialias:
         raise ctx.error(node, "interpolation with antialias=True is not supported")
     kind, coords, rounding = _INTERPOLATION[mode]
-    if kind == "linear" and align_corners:
+    if kind in ("linear", "cubic") and align_corners:
         coords = "align_corners"
     if (size is None) == (scale is None):
         raise ctx.error(node, "give exactly one of size and scale_factor")

@@ -229,7 +229,7 @@ class Fn(nn.Module):
         return self.fn(self.fc(x) if self.fc is not None else x)
 
 
-def compare_forward(module, x, tmp_path=None, dtype=DataType.DT_FLOAT):
+def compare_forward(module, x, tmp_path=None, dtype=DataType.DT_FLOAT, atol=1e-6):
     """torch's forward against flexrt's, through the module and (``tmp_path``) the text format."""
     with torch.no_grad():
         want = module(torch.from_numpy(x)).numpy()
@@ -248,7 +248,7 @@ def compare_forward(module, x, tmp_path=None, dtype=DataType.DT_FLOAT):
         xt.set_tensor(ff, x)
         ff.forward()
         got = out.get_tensor(ff)
-        np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-5, atol=1e-6, err_msg=path)
+        np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-5, atol=atol, err_msg=path)
 
 
 def compare_onnx(module, x, path, ops):

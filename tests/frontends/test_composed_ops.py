@@ -50,8 +50,8 @@ def test_conv_transpose2d_equals_torch(tmp_path, cfg):
 @st.composite
 def _interpolations(draw):
     rank = draw(st.sampled_from([3, 4]))
-    mode = draw(st.sampled_from(["nearest", "nearest-exact", "linear" if rank == 3 else "bilinear"]))
-    corners = draw(st.booleans()) if mode in ("linear", "bilinear") else None
+    mode = draw(st.sampled_from(["nearest", "nearest-exact"] + (["linear"] if rank == 3 else ["bilinear", "bicubic"])))
+    corners = draw(st.booleans()) if mode in ("linear", "bilinear", "bicubic") else None
     sizes = [draw(st.integers(1, 6)) for _ in range(rank - 2)]
     if draw(st.booleans()):
         return rank, sizes, {"size": tuple(draw(st.integers(1, 9)) for _ in sizes)}, mode, corners
@@ -68,14 +68,17 @@ def test_interpolation_equals_torch(tmp_path, cfg):
     if "scale_factor" in how and any(int(d * how["scale_factor"]) < 1 for d in sizes):
         return
     fn = Fn(lambda t: F.interpolate(t, mode=mode, align_corners=corners, **how) * 2.0)   # an operator after it
-    compare_forward(fn, x, tmp_path)
+    # bicubic sums 16 terms of both signs: float32 sums in another order differ by a few 1e-6
+    compare_forward(fn, x, tmp_path, atol=1e-5 if mode == "bicubic" else 1e-6)
 
 
-@pytest.mark.parametrize("kind", ["upsample", "upsample_bilinear", "corners", "size"])
+@pytest.mark.parametrize("kind", ["upsample", "upsample_bilinear", "corners", "size", "bicubic", "bicubic_corners"])
 def test_interpolation_through_onnx_resize(tmp_path, kind):
     module = {"upsample": nn.Upsample(scale_factor=2), "upsample_bilinear": nn.Upsample(scale_factor=2, mode="bilinear"),
               "corners": nn.UpsamplingBilinear2d(scale_factor=3),
-              "size": Fn(lambda t: F.interpolate(t, size=(7, 3), mode="bilinear"))}[kind]
+              "size": Fn(lambda t: F.interpolate(t, size=(7, 3), mode="bilinear")),
+              "bicubic": Fn(lambda t: F.interpolate(t, size=(9, 2), mode="bicubic")),
+              "bicubic_corners": nn.Upsample(scale_factor=1.5, mode="bicubic", align_corners=True)}[kind]
     compare_onnx(module, _image(2, 3, 4, 5), tmp_path / "m.onnx", ["Resize"])
 
 
