@@ -354,18 +354,21 @@ class _Converter(ComposedHandlers):
             return self._conv1d(node, name, a, w)
         dilation = tuple(a.get("dilations", [1, 1]))
         groups = a.get("group", 1)
-        if len(w) != 4 or dilation != (1, 1) and groups != 1:
+        bias = len(node.input) > 2 and node.input[2] != ""
+        depthwise = len(w) == 4 and groups == w[0] and w[1] == 1 and not bias
+        if len(w) != 4 or dilation != (1, 1) and groups != 1 and not depthwise:
             raise self.error(node, name, f"a convolution of weight {list(w)}, dilations {list(dilation)} and "
-                                         f"group {groups}; valid: 2-D, and group 1 where dilated")
+                                         f"group {groups}; valid: 2-D, and group 1 (or depthwise without a bias) "
+                                         f"where dilated")
         kh, kw = a.get("kernel_shape", w[2:])
         sh, sw = a.get("strides", [1, 1])
         ph, pw = self._pads(node, name, a, (dilation[0] * (kh - 1) + 1, dilation[1] * (kw - 1) + 1))
-        bias = len(node.input) > 2 and node.input[2] != ""
         params = {"weight": (node.input[1], False)} | ({"bias": (node.input[2], False)} if bias else {})
         fields = [w[0], kh, kw, sh, sw, ph, pw, _NONE, groups, int(bias)]
         if dilation != (1, 1):      # windows and a dense layer (flexrt.torch._windows), as torch's
             return self._layer(node, name, "CONV2D_DILATED", [node.input[0]], fields,
-                               [("in_channels", w[1]), ("dilation", dilation)], "conv2d_dilated", params)
+                               [("in_channels", w[1] * groups), ("dilation", dilation)],
+                               "parameter" if groups > 1 else "conv2d_dilated", params)
         return self._layer(node, name, "CONV2D", [node.input[0]], fields, [("in_channels", w[1] * groups)], "conv2d",
                            params)
 

@@ -423,9 +423,11 @@ def _m_linear(ctx, node, m: nn.Linear):
 
 def _m_conv2d(ctx, node, m: nn.Conv2d):
     dilation = _pair(m.dilation)
-    if dilation != (1, 1) and (m.groups != 1 or m.padding_mode != "zeros"):
+    depthwise = m.groups == m.in_channels == m.out_channels and m.bias is None
+    if dilation != (1, 1) and (m.groups != 1 and not depthwise or m.padding_mode != "zeros"):
         raise ctx.error(node, f"Conv2d with dilation={m.dilation}, groups={m.groups}, padding_mode="
-                              f"{m.padding_mode!r}: a dilated convolution maps with groups=1 and zero padding")
+                              f"{m.padding_mode!r}: a dilated convolution maps with groups=1, or depthwise without a "
+                              f"bias, and zero padding")
     kh, kw = _pair(m.kernel_size)
     if m.padding == "same":
         span_h, span_w = dilation[0] * (kh - 1), dilation[1] * (kw - 1)
@@ -443,7 +445,7 @@ def _m_conv2d(ctx, node, m: nn.Conv2d):
         ph = pw = 0
     fields = [m.out_channels, kh, kw, sh, sw, ph, pw, _NONE, m.groups, int(m.bias is not None)]
     if dilation != (1, 1):    # windows and a dense layer (flexrt.torch._windows)
-        ctx.layer(node, "CONV2D_DILATED", m, "conv2d_dilated", [x], fields,
+        ctx.layer(node, "CONV2D_DILATED", m, "parameter" if m.groups > 1 else "conv2d_dilated", [x], fields,
                   [("in_channels", m.in_channels), ("dilation", dilation)])
         return
     ctx.layer(node, "CONV2D", m, "conv2d", [x], fields, [("in_channels", m.in_channels)])

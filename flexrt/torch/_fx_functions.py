@@ -472,17 +472,20 @@ def _conv2d_fn(ctx, node):
         raise ctx.error(node, "F.conv2d without the bias its module holds; valid: the module's weight and bias, "
                               "or its weight alone when it has no bias")
     pair = [tuple(v) if isinstance(v, (tuple, list)) else (v, v) for v in (a["stride"], a["dilation"])]
-    if pair[1] != (1, 1) and a["groups"] != 1 or isinstance(a["padding"], str) or m.weight.dim() != 4:
+    depthwise = a["groups"] == m.weight.shape[0] and m.weight.shape[1] == 1 and a["bias"] is None
+    if pair[1] != (1, 1) and a["groups"] != 1 and not depthwise or isinstance(a["padding"], str) or \
+            m.weight.dim() != 4:
         raise ctx.error(node, f"F.conv2d with dilation={a['dilation']}, groups={a['groups']}, padding="
                               f"{a['padding']!r} and a weight of {list(m.weight.shape)}; valid: numeric padding, a "
-                              f"4-D weight, and groups=1 where dilated")
+                              f"4-D weight, and groups=1 (or depthwise without a bias) where dilated")
     ph, pw = tuple(a["padding"]) if isinstance(a["padding"], (tuple, list)) else (a["padding"],) * 2
     out, cin_g, kh, kw = (int(d) for d in m.weight.shape)
     fields = [out, kh, kw, *pair[0], ph, pw, _NONE, a["groups"], int(a["bias"] is not None)]
     kws = [("in_channels", cin_g * a["groups"])]
     x = _tensor_arg(ctx, node, a["input"])
     if pair[1] != (1, 1):
-        ctx.layer(node, "CONV2D_DILATED", m, "conv2d_dilated", [x], fields, kws + [("dilation", pair[1])])
+        ctx.layer(node, "CONV2D_DILATED", m, "parameter" if a["groups"] > 1 else "conv2d_dilated", [x], fields,
+                  kws + [("dilation", pair[1])])
     else:
         ctx.layer(node, "CONV2D", m, "conv2d", [x], fields, kws)
 

@@ -85,13 +85,27 @@ def _conv2d_dilated(b, node, ins, f):
     """A convolution with dilation (FFModel.conv2d has none): the input's windows (``unfold``, with
     the dilation), then a dense layer named after the node whose kernel [C kh kw, out] is the
     convolution's weight flattened (weight kind ``conv2d_dilated``), moved back to [N, out, oh, ow].
-    Fields as CONV2D's; keyword ``dilation`` (a pair); groups 1."""
+    Fields as CONV2D's; keyword ``dilation`` (a pair); groups 1, or depthwise without a bias: each
+    channel's windows times its weights (a parameter: the dense layer of the constant 1, weight
+    kind ``parameter``), summed over the window."""
     from flexrt.ir.enums import ActiMode
     oc, kh, kw, sh, sw, ph, pw, acti, groups, use_bias = f[:10]
-    if groups != 1:
-        raise node_error(node, f"a dilated convolution of {groups} groups; valid: groups=1")
     x = b.tensor(node, ins[0])
+    depthwise = groups == x.dims[1] == oc and groups > 1
+    if groups != 1 and not (depthwise and not use_bias and acti == ActiMode.AC_MODE_NONE.value):
+        raise node_error(node, f"a dilated convolution of {groups} groups, {x.dims[1]} input and {oc} output "
+                               f"channels{', a bias' if use_bias else ''}; valid: groups=1, or depthwise (groups = "
+                               f"input = output channels) without a bias")
     cols, (oh, ow) = unfold(b, node, x, (kh, kw), tuple(node.kw("dilation")), (ph, pw), (sh, sw), f"{node.name}.windows")
+    if depthwise:   # each channel's windows times its own kh kw weights, summed (weight kind "parameter")
+        n, c = x.dims[0], x.dims[1]
+        one = b.ff.create_constant([1, 1], 1.0, x.data_type)
+        w = b.ff.reshape(b.ff.dense(one, c * kh * kw, use_bias=False, name=node.name), [1, c, kh * kw, 1],
+                         name=f"{node.name}.weights")
+        windows = b.ff.reshape(cols, [n, c, kh * kw, oh * ow], name=f"{node.name}.per_channel")
+        y = b.ff.reduce_sum(b.ff.multiply(windows, w, name=f"{node.name}.products"), [2], keepdims=False,
+                            name=f"{node.name}.sum")
+        return b.ff.reshape(y, [n, c, oh, ow], name=f"{node.name}.out")
     rows = b.ff.transpose(cols, [0, 2, 1], name=f"{node.name}.rows")
     y = b.ff.dense(rows, oc, ActiMode(acti), bool(use_bias), name=node.name)
     y = b.ff.transpose(y, [0, 2, 1], name=f"{node.name}.channels")

@@ -3,7 +3,8 @@ front end and ONNX Slice: the forward equals torch's, and one SGD step of the Li
 equals torch's (the gradient reaches only the positions taken), on one device, two and a random
 strategy. ONNX ScatterND of constants (Swin's shifted-window mask, written by slice assignment) is
 folded. Negative steps are refused naming the node. nn.Unfold / F.unfold (im2col) from the same strided
-slices, and convolutions with dilation as a dense layer over those windows."""
+slices, and convolutions with dilation as a dense layer over those windows (depthwise ones: each
+channel's windows times its weights, summed)."""
 
 import numpy as np
 import pytest
@@ -156,6 +157,8 @@ DILATED = {
     "same_rect": lambda: nn.Conv2d(2, 3, (3, 2), padding="same", dilation=(1, 2), bias=False),
     "stride2": lambda: nn.Conv2d(2, 4, 2, stride=2, dilation=(2, 1)),
     "function": lambda: _FnConv(2, 3, 3, padding=1, dilation=(2, 1)),
+    "depthwise": lambda: nn.Conv2d(2, 2, 3, padding=2, dilation=2, groups=2, bias=False),   # DeepLab-MobileNet's
+    "depthwise_function": lambda: _FnConv(2, 2, (2, 3), stride=(1, 2), dilation=(2, 1), groups=2, bias=False),
 }
 
 
@@ -175,6 +178,7 @@ def test_dilated_convolutions_equal_torch_forward_and_gradient(form, tmp_path):
 
 def test_grouped_dilated_convolutions_are_refused_naming_the_node():
     ff = FFModel(FFConfig(["-b", "4"]))
-    with pytest.raises(ConfigError, match=r"Conv2d with dilation=\(2, 2\), groups=2.*groups=1 and zero padding"):
+    with pytest.raises(ConfigError, match=r"Conv2d with dilation=\(2, 2\), groups=2.*groups=1, or depthwise without "
+                                          r"a bias, and zero padding"):
         PyTorchModel(nn.Sequential(nn.Conv2d(2, 2, 3, dilation=2, groups=2))).torch_to_ff(
             ff, [ff.create_tensor([4, 2, 6, 7], DataType.DT_FLOAT)])
