@@ -143,8 +143,9 @@ def _interpolate(b, node, ins, f):
     x = b.tensor(node, ins[0])
     spatial = x.num_dims - 2
     mode, coords, rounding = node.kw("mode", "nearest"), node.kw("coords", "asymmetric"), node.kw("rounding", "floor")
-    if spatial not in (1, 2):
-        raise node_error(node, f"interpolation needs [N, C, L] or [N, C, H, W], got {list(x.dims)}", ShapeError)
+    if spatial not in (1, 2) or node.kw("spatial", spatial) != spatial:
+        want = "[N, C, H, W]" if node.kw("spatial") == 2 else "[N, C, L] or [N, C, H, W]"
+        raise node_error(node, f"interpolation ({mode}) needs {want}, got {list(x.dims)}", ShapeError)
     if mode not in MODES or coords not in _COORDS or rounding not in _ROUND:
         raise node_error(node, f"mode={mode!r}, coords={coords!r}, rounding={rounding!r}; valid modes: "
                                f"{', '.join(MODES)}; coords: {', '.join(_COORDS)}; rounding: {', '.join(_ROUND)}")

@@ -571,6 +571,8 @@ def interpolation(ctx, node, x: str, size, scale, mode: str, align_corners, reco
     if (size is None) == (scale is None):
         raise ctx.error(node, "give exactly one of size and scale_factor")
     kws = [("mode", kind), ("coords", coords), ("rounding", rounding)]
+    if mode in ("bilinear", "bicubic"):    # torch takes these of [N, C, H, W] only
+        kws.append(("spatial", 2))
     if size is not None:
         kws.append(("size", _ref(size)))
     else:

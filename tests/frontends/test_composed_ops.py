@@ -237,12 +237,13 @@ def test_reductions_clamps_and_made_tensors_equal_torch(tmp_path, form):
     (lambda t: F.interpolate(t, scale_factor=2, mode="trilinear"), r"mode 'trilinear' is not supported; valid: nearest"),
     (lambda t: F.interpolate(t, size=(3, 3), mode="bilinear", antialias=True), r"antialias=True is not supported"),
     (lambda t: F.normalize(t, p=1.0), r"only p=2 maps"),
+    (lambda t: F.interpolate(t[:, 0], scale_factor=2, mode="bicubic"), r"needs \[N, C, H, W\], got \[2, 4, 5\]"),
     (lambda t: t.clamp(min=t.mean()), r"clamp with a traced bound is not supported"),
     (lambda t: t.var(0, unbiased=True, correction=1), r"give unbiased or correction, not both"),
 ])
 def test_forms_flexrt_cannot_take_name_the_node(fn, message):
     ff = FFModel(FFConfig(["-b", "2"]))
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises((ConfigError, ShapeError), match=message):
         (out,) = PyTorchModel(Fn(fn)).torch_to_ff(ff, [ff.create_tensor([2, 3, 4, 5], DataType.DT_FLOAT)])
 
 
