@@ -100,14 +100,15 @@ def _conv2d_dilated(b, node, ins, f):
     if depthwise:   # each channel's windows times its own kh kw weights, summed (weight kind "parameter")
         n, c = x.dims[0], x.dims[1]
         one = b.ff.create_constant([1, 1], 1.0, x.data_type)
-        w = b.ff.reshape(b.ff.dense(one, c * kh * kw, use_bias=False, name=node.name), [1, c, kh * kw, 1],
+        w = b.ff.reshape(b.ff.dense(one, c * kh * kw, use_bias=False, shared_op=node.kw("shares"), name=node.name),
+                         [1, c, kh * kw, 1],
                          name=f"{node.name}.weights")
         windows = b.ff.reshape(cols, [n, c, kh * kw, oh * ow], name=f"{node.name}.per_channel")
         y = b.ff.reduce_sum(b.ff.multiply(windows, w, name=f"{node.name}.products"), [2], keepdims=False,
                             name=f"{node.name}.sum")
         return b.ff.reshape(y, [n, c, oh, ow], name=f"{node.name}.out")
     rows = b.ff.transpose(cols, [0, 2, 1], name=f"{node.name}.rows")
-    y = b.ff.dense(rows, oc, ActiMode(acti), bool(use_bias), name=node.name)
+    y = b.ff.dense(rows, oc, ActiMode(acti), bool(use_bias), shared_op=node.kw("shares"), name=node.name)
     y = b.ff.transpose(y, [0, 2, 1], name=f"{node.name}.channels")
     return b.ff.reshape(y, [x.dims[0], oc, oh, ow], name=f"{node.name}.out")
 

@@ -182,3 +182,22 @@ def test_grouped_dilated_convolutions_are_refused_naming_the_node():
                                           r"a bias, and zero padding"):
         PyTorchModel(nn.Sequential(nn.Conv2d(2, 2, 3, dilation=2, groups=2))).torch_to_ff(
             ff, [ff.create_tensor([4, 2, 6, 7], DataType.DT_FLOAT)])
+
+
+class _TwiceDilated(nn.Module):
+    """One dilated convolution module applied twice: one set of weights, as torch's."""
+
+    def __init__(self, groups=1):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 2, 3, padding=2, dilation=2, groups=groups, bias=False)
+
+    def forward(self, x):
+        return self.conv(torch.relu(self.conv(x))).flatten(1)
+
+
+@pytest.mark.parametrize("groups", [1, 2], ids=["dense", "depthwise"])
+def test_a_dilated_convolution_used_twice_shares_its_weights(groups):
+    x = np.random.default_rng(11).standard_normal((4, 2, 6, 7)).astype(np.float32)
+    torch.manual_seed(0)
+    compare_forward(_TwiceDilated(groups), x)
+    _mse_step_equals_torch(lambda: _TwiceDilated(groups), x, [], seed=12)

@@ -173,7 +173,7 @@ def test_compiled_ffmodel_has_the_inferred_shapes_and_parameters():
     (lambda: Dense(0), ConfigError, "units must be a positive integer, got 0"),
     (lambda: Dense(4, kernel_initializer="he_normal"), ConfigError, "unknown initializer 'he_normal'"),
     (lambda: Dense(4, kernel_constraint="max_norm"), NotYetAvailableError, "kernel_constraint='max_norm'"),
-    (lambda: Conv2D(4, kernel_size=(3, 3), dilation_rate=(2, 2)), NotYetAvailableError, "dilation_rate"),
+    (lambda: Conv2D(4, kernel_size=(3, 3), dilation_rate=(0, 2)), ConfigError, "dilation_rate"),
     (lambda: Conv2D(4, kernel_size=(3, 3), data_format="nhwc"), ConfigError, "data_format=.nhwc.; valid: None"),
     (lambda: Conv2D(4, kernel_size=(3,)), ConfigError, "kernel_size must be a positive integer or a pair"),
     (lambda: Conv2D(4, kernel_size=3, padding="full"), ConfigError, "padding must be 'valid', 'same'"),
@@ -306,32 +306,34 @@ def test_keras_layers_flexrt_lacks_and_unsupported_options_are_refused_by_name()
         Activation("hard_sigmoid")
 
 
-def _conv1d_reference(x, kernel, bias, stride, pad):
-    """x (N, C, L), kernel (F, C, 1, k): NumPy's 1-D cross-correlation."""
+def _conv1d_reference(x, kernel, bias, stride, pad, dilation=1):
+    """x (N, C, L), kernel (F, C, 1, k): NumPy's 1-D cross-correlation (taps ``dilation`` apart)."""
     x = np.pad(x, ((0, 0), (0, 0), (pad, pad)))
     k = kernel.shape[-1]
-    steps = (x.shape[2] - k) // stride + 1
-    windows = np.stack([x[:, :, i * stride:i * stride + k] for i in range(steps)], axis=2)   # N, C, L', k
+    span = (k - 1) * dilation + 1
+    steps = (x.shape[2] - span) // stride + 1
+    windows = np.stack([x[:, :, i * stride:i * stride + span:dilation] for i in range(steps)], axis=2)   # N, C, L', k
     return np.einsum("nclk,fck->nfl", windows, kernel[:, :, 0, :]) + bias[None, :, None]
 
 
 @pytest.mark.parametrize("fmt", ["channels_last", "channels_first"])
-@pytest.mark.parametrize("k, stride, padding, pad", [(3, 1, "valid", 0), (3, 1, "same", 1), (5, 2, "valid", 0),
-                                                     (3, 2, 2, 2)])
+@pytest.mark.parametrize("k, stride, padding, pad, dilation", [
+    (3, 1, "valid", 0, 1), (3, 1, "same", 1, 1), (5, 2, "valid", 0, 1), (3, 2, 2, 2, 1),
+    (3, 1, "same", 2, 2), (2, 1, "valid", 0, 4), (3, 2, 1, 1, 3)])     # dilated: WaveNet / TCN layers
 @pytest.mark.parametrize("argv", [(), ("-ll:gpu", "2")])
-def test_conv1d_is_numpys_cross_correlation(fmt, k, stride, padding, pad, argv):
+def test_conv1d_is_numpys_cross_correlation(fmt, k, stride, padding, pad, dilation, argv):
     from flexrt.keras.layers import Conv1D
     rng = np.random.default_rng(5)
     ncl = rng.standard_normal((4, 3, 11))
     x = Input(shape=(11, 3) if fmt == "channels_last" else (3, 11), dtype="float64")
-    layer = Conv1D(5, k, strides=stride, padding=padding, data_format=fmt)
+    layer = Conv1D(5, k, strides=stride, padding=padding, data_format=fmt, dilation_rate=dilation)
     m = Model(x, layer(x), ffconfig=FFConfig(["-b", "4", *argv]))
     m.compile("sgd", "mean_squared_error")
     kernel, bias = (w.astype(np.float64) for w in layer.get_weights())
     assert kernel.shape == (5, 3, 1, k) and bias.shape == (5,)
     bias = bias + rng.standard_normal(5)
     layer.set_weights(m.ffmodel, kernel, bias)
-    want = _conv1d_reference(ncl, kernel, bias, stride, pad)
+    want = _conv1d_reference(ncl, kernel, bias, stride, pad, dilation)
     got = m.predict(ncl.transpose(0, 2, 1) if fmt == "channels_last" else ncl)
     np.testing.assert_allclose(got, want.transpose(0, 2, 1) if fmt == "channels_last" else want, rtol=1e-12,
                                atol=1e-12)
@@ -354,8 +356,9 @@ def test_conv1d_options_it_cannot_honour_are_refused():
     from flexrt.keras.layers import Conv1D
     with pytest.raises(NotYetAvailableError, match="padding='causal' pads the start only"):
         Conv1D(4, 3, padding="causal")
-    with pytest.raises(NotYetAvailableError, match="dilation_rate=2: only 1"):
-        Conv1D(4, 3, dilation_rate=2)
+    with pytest.raises(NotYetAvailableError, match=r"dilation_rate=\(1, 2\) with groups=3 .*available with groups=1"):
+        y = Conv1D(3, 3, dilation_rate=2, groups=3)
+        Model(x := Input(shape=(8, 3), dtype="float64"), y(x), ffconfig=FFConfig(["-b", "4"]))
     with pytest.raises(ShapeError, match=r"takes a sequence batch \(N, steps, channels\), got shape"):
         Conv1D(4, 3)(Input(shape=(3, 8, 8)))
 
@@ -418,3 +421,28 @@ def test_depthwise_and_separable_convolutions_follow_keras(argv):
     depth = _depthwise_reference(x, dk, 1)
     want = np.maximum(np.einsum("nchw,fc->nfhw", depth, pk[:, :, 0, 0]) + pb[None, :, None, None], 0)
     np.testing.assert_allclose(m.predict(x), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("argv", [(), ("-ll:gpu", "2")])
+def test_dilated_conv2d_weights_in_keras_layout_and_forward(argv):
+    """Conv2D(dilation_rate=...): the windows and a dense layer; its kernel reads and writes as
+    (filters, C, kh, kw), and the forward is the dilated cross-correlation (float64, 1e-12)."""
+    rng = np.random.default_rng(7)
+    nchw = rng.standard_normal((4, 2, 7, 8))
+    x = Input(shape=(2, 7, 8), dtype="float64")
+    layer = Conv2D(3, (3, 2), padding="same", dilation_rate=2)
+    m = Model(x, layer(x), ffconfig=FFConfig(["-b", "4", *argv]))
+    m.compile("sgd", "mean_squared_error")
+    assert layer.count_params() == 3 * 2 * 3 * 2 + 3
+    kernel = rng.standard_normal((3, 2, 3, 2))
+    bias = rng.standard_normal(3)
+    layer.set_weights(m.ffmodel, kernel, bias)
+    got_kernel, got_bias = layer.get_weights()
+    np.testing.assert_array_equal(got_kernel, kernel)
+    padded = np.pad(nchw, ((0, 0), (0, 0), (2, 2), (1, 1)))      # 'same': spans 5 and 3
+    want = np.zeros((4, 3, 7, 8))
+    for i in range(3):
+        for j in range(2):
+            want += np.einsum("nchw,fc->nfhw", padded[:, :, i * 2:i * 2 + 7, j * 2:j * 2 + 8], kernel[:, :, i, j])
+    want += bias[None, :, None, None]
+    np.testing.assert_allclose(m.predict(nchw), want, rtol=1e-12, atol=1e-12)

@@ -1,5 +1,5 @@
 """The central law on graphs the Keras front end builds from its newer layers (unrolled LSTM, GRU and
-SimpleRNN, Bidirectional, Conv1D, depthwise and separable convolutions): random strategies train to
+SimpleRNN, Bidirectional, Conv1D, dilated convolutions, depthwise and separable convolutions): random strategies train to
 one device's weights (float64, 1e-10). An unrolled recurrence reads each state twice or more (a
 fan-out of partial sums under some strategies: what a sweep found wrong on a GRU)."""
 
@@ -33,6 +33,11 @@ def _pcg(name):
     elif name == "conv1d":
         x = layers.Input(shape=(9, 3), dtype="float64")
         t = layers.GlobalMaxPooling1D()(layers.MaxPooling1D(2)(layers.Conv1D(4, 3, activation="relu")(x)))
+    elif name == "dilated":    # a WaveNet-like stack (the windows and a dense layer), then a dilated 2-D one
+        x = layers.Input(shape=(12, 3), dtype="float64")
+        t = layers.Conv1D(4, 2, dilation_rate=2, activation="relu")(layers.Conv1D(4, 2, dilation_rate=1)(x))
+        t = layers.Flatten()(layers.Conv2D(2, (3, 2), dilation_rate=(1, 2), padding="valid")(
+            layers.Reshape((1, 9, 4))(t)))
     else:
         x = layers.Input(shape=(4, 6, 6), dtype="float64")
         t = layers.Flatten()(layers.SeparableConv2D(3, (3, 3))(layers.DepthwiseConv2D((3, 3))(x)))
@@ -41,7 +46,7 @@ def _pcg(name):
     return m.ffmodel.pcg
 
 
-MODELS = ("lstm", "gru", "simple_rnn", "bidirectional", "conv1d", "separable")
+MODELS = ("lstm", "gru", "simple_rnn", "bidirectional", "conv1d", "dilated", "separable")
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

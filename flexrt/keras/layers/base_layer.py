@@ -298,3 +298,23 @@ class Layer(AlwaysTrainable):
         """FlexFlow's summary row: name (type), output shape, input shape, the layers it reads."""
         prev = "".join(f"\t{layer.name}" for layer in self.prev_layers)
         return f"{self._name + ' (' + self._layer_type + ')':25}{self.output_shape}\t\t{self.input_shape}{prev}\n"
+
+
+class InnerWeights:
+    """A layer whose weights are those of the layer it wraps (``_inner()``: TimeDistributed's
+    layer, Conv1D's Conv2D), read and written in that layer's arrays."""
+
+    def _inner(self) -> Layer:
+        raise NotImplementedError(type(self).__name__)
+
+    def _weight_layers(self, ffmodel, first) -> list:
+        return self._inner()._weight_layers(ffmodel, first)
+
+    def _keras_shapes(self, shapes: tuple) -> tuple:
+        return self._inner()._keras_shapes(shapes)
+
+    def _keras_arrays(self, arrays: tuple) -> tuple:
+        return self._inner()._keras_arrays(arrays)
+
+    def _ff_arrays(self, arrays: tuple) -> tuple:
+        return self._inner()._ff_arrays(arrays)

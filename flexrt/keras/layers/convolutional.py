@@ -4,6 +4,8 @@ channels-last ``(N, H, W, C)`` ones with ``data_format='channels_last'`` (or the
 
 Kernel ``(filters, C / groups, kh, kw)``, bias ``(filters,)``. ``padding`` is 'valid', 'same'
 (Keras' output size ceil(H / stride); see ``_common.same_padding``) or FlexFlow's explicit pair.
+``dilation_rate`` other than 1 (groups 1): the input's windows and a dense layer holding the kernel
+(``flexrt.torch._windows``), whose weights read and write in the kernel's layout above.
 ``input_shape`` is ``(C, H, W)`` (or FlexFlow's ``(N, C, H, W)``, whose batch is ignored).
 
 Entry point: ``Conv2D``.
@@ -13,10 +15,13 @@ from __future__ import annotations
 
 import numbers
 
-from flexrt.errors import ConfigError
+import numpy as np
+
+from flexrt.errors import ConfigError, NotYetAvailableError
 from flexrt.keras.layers._common import (activation_of, check_regularizer, data_format_of, initializer_handle,
                                          lower_fused, lower_image, padding_of, pair, refuse, same_padding)
 from flexrt.keras.layers.base_layer import Layer
+from flexrt.torch._build import apply_op
 
 
 def _image_input_shape(input_shape):
@@ -49,8 +54,7 @@ class Conv2D(Layer):
         self.strides = self.stride = pair(where, "strides", strides)
         self.padding = padding_of(where, padding)
         self.data_format = data_format_of(where, data_format)
-        if pair(where, "dilation_rate", dilation_rate) != (1, 1):
-            refuse(where, dilation_rate=(dilation_rate, (1, 1)))
+        self.dilation_rate = pair(where, "dilation_rate", dilation_rate)
         if isinstance(groups, bool) or not isinstance(groups, numbers.Integral) or groups < 1:
             raise ConfigError(f"{where}: groups must be a positive integer, got {groups!r}")
         self.groups = int(groups)
@@ -73,16 +77,46 @@ class Conv2D(Layer):
     def _lower_nchw(self, ffmodel, x, name, shared, padding=None, filters=None, groups=None):
         """The convolution of channels-first ``x``; ``padding``, ``filters``, ``groups``: the layer's unless
         given (Conv1D's resolved padding, a depthwise convolution's channels)."""
-        pad = resolve_padding(f"{self.layer_type} '{self.name}'", self.padding if padding is None else padding,
-                              x.dims, self.kernel_size, self.strides)
+        where = f"{self.layer_type} '{self.name}'"
         kh, kw = self.kernel_size
-        sh, sw = self.strides
+        (dh, dw), (sh, sw) = self.dilation_rate, self.strides
+        pad = resolve_padding(where, self.padding if padding is None else padding, x.dims,
+                              ((kh - 1) * dh + 1, (kw - 1) * dw + 1), self.strides)
         filters, groups = filters or self.filters, groups or self.groups
+        if (dh, dw) != (1, 1) and groups != 1:
+            raise NotYetAvailableError(f"{where}: dilation_rate={self.dilation_rate} with groups={groups} (a grouped "
+                                       f"or depthwise convolution); dilation is available with groups=1")
 
         def build(mode):
+            if (dh, dw) != (1, 1):    # the windows and a dense layer (flexrt.torch._windows)
+                fields = (filters, kh, kw, sh, sw, pad[0], pad[1], mode.value, 1, int(self.use_bias))
+                keywords = (("dilation", (dh, dw)),) + ((("shares", shared),) if shared else ())
+                return apply_op(ffmodel, "CONV2D_DILATED", [x], fields, keywords, name)
             return ffmodel.conv2d(x, filters, kh, kw, sh, sw, pad[0], pad[1], mode, groups, self.use_bias,
                                   shared, self.kernel_initializer, self.bias_initializer, name=name)
         return lower_fused(ffmodel, self.activation, build, name)
+
+    # a dilated convolution's dense kernel [C kh kw, filters] is read and written as (filters, C, kh, kw)
+    def _dilated(self) -> bool:
+        return tuple(self.dilation_rate) != (1, 1)
+
+    def _keras_shapes(self, shapes: tuple) -> tuple:
+        if not self._dilated() or not shapes:
+            return shapes
+        (rows, out), kh, kw = shapes[0], *self.kernel_size
+        return ((out, rows // (kh * kw), kh, kw),) + tuple(shapes[1:])
+
+    def _keras_arrays(self, arrays: tuple) -> tuple:
+        if not self._dilated() or not arrays:
+            return arrays
+        k = np.asarray(arrays[0])
+        return (np.ascontiguousarray(k.T.reshape(k.shape[1], -1, *self.kernel_size)),) + tuple(arrays[1:])
+
+    def _ff_arrays(self, arrays: tuple) -> tuple:
+        if not self._dilated() or not arrays:
+            return arrays
+        k = np.asarray(arrays[0])
+        return (np.ascontiguousarray(k.reshape(k.shape[0], -1).T),) + tuple(arrays[1:])
 
 
 def resolve_padding(where: str, padding, dims, kernel, strides) -> tuple[int, int]:

@@ -17,7 +17,7 @@ import numbers
 
 from flexrt.errors import ConfigError, NotYetAvailableError, ShapeError
 from flexrt.keras.layers._common import one_of, same, same_padding
-from flexrt.keras.layers.base_layer import Layer
+from flexrt.keras.layers.base_layer import InnerWeights, Layer
 from flexrt.keras.layers.convolutional import Conv2D
 from flexrt.keras.layers.pool import Pooling2D
 from flexrt.model import PoolType
@@ -78,7 +78,7 @@ def lower_sequence(where: str, ffmodel, x, data_format: str, name: str, build):
     return ffmodel.transpose(y, [0, 2, 1], name=f"{name}_to_nlc") if data_format == "channels_last" else y
 
 
-class Conv1D(Layer):
+class Conv1D(InnerWeights, Layer):
     """1-D convolution: ``Conv2D`` with a (1, kernel_size) kernel (module doc)."""
 
     def __init__(self, filters, kernel_size, strides=1, padding="valid", data_format=None, dilation_rate=1, groups=1,
@@ -88,12 +88,11 @@ class Conv1D(Layer):
         super().__init__("conv1d", "Conv1D", input_shape=input_shape, **kwargs)
         where = f"Conv1D '{self.name}'"
         k, s = _int(where, "kernel_size", kernel_size), _int(where, "strides", strides)
-        if _int(where, "dilation_rate", dilation_rate) != 1:
-            raise NotYetAvailableError(f"{where}: dilation_rate={dilation_rate!r}: only 1 is available")
+        self.dilation_rate = (_int(where, "dilation_rate", dilation_rate),)
         self.data_format = _data_format(where, data_format)
         self.kernel_size, self.strides, self.padding = (k,), (s,), padding
         self._padding = _padding(where, padding)
-        self._conv = Conv2D(filters, (1, k), (1, s), self._padding, "channels_first", (1, 1), groups,
+        self._conv = Conv2D(filters, (1, k), (1, s), self._padding, "channels_first", (1, self.dilation_rate[0]), groups,
                             activation, use_bias, kernel_initializer, bias_initializer, kernel_regularizer,
                             bias_regularizer, activity_regularizer, kernel_constraint, bias_constraint,
                             name=f"{self.name}.conv2d")
@@ -103,9 +102,13 @@ class Conv1D(Layer):
         where = f"Conv1D '{self.name}'"
 
         def build(x):
-            pad = resolved(where, self._padding, x.dims[3], self.kernel_size[0], self.strides[0])
+            span = (self.kernel_size[0] - 1) * self.dilation_rate[0] + 1
+            pad = resolved(where, self._padding, x.dims[3], span, self.strides[0])
             return self._conv._lower_nchw(ffmodel, x, name, shared, padding=pad)
         return lower_sequence(where, ffmodel, inputs[0], self.data_format, name, build)
+
+    def _inner(self) -> Layer:     # the weights are the Conv2D's (a dilated one's read as (filters, C, 1, k))
+        return self._conv
 
 
 class _Pooling1D(Layer):

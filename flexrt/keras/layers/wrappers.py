@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from flexrt.errors import ConfigError, NotYetAvailableError, ShapeError
 from flexrt.keras.layers.activations import ELU, LeakyReLU, ReLU, Softmax
-from flexrt.keras.layers.base_layer import Layer
+from flexrt.keras.layers.base_layer import InnerWeights, Layer
 from flexrt.keras.layers.core import Activation, Dense, Dropout
 
 _PER_POSITION = (Dense, Activation, Dropout, ReLU, LeakyReLU, ELU)
 
 
-class TimeDistributed(Layer):
+class TimeDistributed(InnerWeights, Layer):
     def __init__(self, layer, **kwargs) -> None:
         super().__init__("time_distributed", "TimeDistributed", **kwargs)
         where = f"TimeDistributed '{self.name}'"
@@ -38,14 +38,5 @@ class TimeDistributed(Layer):
                              f"{list(inputs[0].dims)}")
         return self.layer.lower(ffmodel, inputs, name, shared)
 
-    def _weight_layers(self, ffmodel, first) -> list:
-        return self.layer._weight_layers(ffmodel, first)
-
-    def _keras_shapes(self, shapes: tuple) -> tuple:
-        return self.layer._keras_shapes(shapes)
-
-    def _keras_arrays(self, arrays: tuple) -> tuple:
-        return self.layer._keras_arrays(arrays)
-
-    def _ff_arrays(self, arrays: tuple) -> tuple:
-        return self.layer._ff_arrays(arrays)
+    def _inner(self) -> Layer:
+        return self.layer
