@@ -138,6 +138,12 @@ class ComposedHandlers:
         made, ref = self._array_operand(f"ONNX node '{name}' (PRelu)", slope, value, f"{name}.slope")
         return made + [self.ir(node, name, "PRELU", [x, ref])]
 
+    def _CumSum(self, node, name, a):
+        """CumSum(x, axis): the axis a constant (an initializer or a folded value); exclusive and reverse."""
+        axis = int(np.asarray(self.const(node, name, 1, "axis")).reshape(-1)[0])
+        kws = [("exclusive", bool(a.get("exclusive", 0))), ("reverse", bool(a.get("reverse", 0)))]
+        return [self.ir(node, name, "CUMSUM", [node.input[0]], [axis], kws)]
+
     def _LogSoftmax(self, node, name, a):
         return [self.ir(node, name, "LOG_SOFTMAX", [node.input[0]], [], [("dim", a.get("axis", -1))])]
 

@@ -499,6 +499,14 @@ def _unfold_fn(ctx, node):
     ctx.add(node, "UNFOLD", [_tensor_arg(ctx, node, a["input"])], [_ref(p) for p in pairs])
 
 
+def _cumsum(ctx, node):
+    """torch.cumsum(input, dim, dtype=None) and x.cumsum(dim): a triangular matrix along dim."""
+    a = _bind(ctx, node, ["input", "dim", "dtype"], {"dtype": None, "out": None})
+    if a["dtype"] is not None or a["out"] is not None:
+        raise ctx.error(node, f"cumsum with dtype={a['dtype']!r}, out={a['out']!r}; valid: neither")
+    ctx.add(node, "CUMSUM", [_tensor_arg(ctx, node, a["input"])], [a["dim"]])
+
+
 def _roll(ctx, node):
     """torch.roll(x, shifts, dims) (Swin's shifted windows): each dimension's two parts swapped."""
     a = _bind(ctx, node, ["input", "shifts", "dims"], {"dims": None})
@@ -870,7 +878,7 @@ FUNCTIONS: dict[Callable, Callable] = {
     operator.floordiv: _FLOORDIV, operator.mod: _MOD, operator.neg: _neg, torch.neg: _neg,
     torch.zeros_like: _full_like(0.0), torch.ones_like: _full_like(1.0), torch.full_like: _full_like(None),
     torch.unbind: _unbind, torch.addcmul: _addcmul, F.batch_norm: _batch_norm_fn, F.group_norm: _group_norm_fn,
-    F.linear: _linear_fn, F.conv2d: _conv2d_fn, torch.roll: _roll, F.unfold: _unfold_fn,
+    F.linear: _linear_fn, F.conv2d: _conv2d_fn, torch.roll: _roll, F.unfold: _unfold_fn, torch.cumsum: _cumsum,
     torch.maximum: _binary("MAX", "", True), torch.minimum: _binary("MIN", "", True),
     F.relu: _unary("RELU"), torch.relu: _unary("RELU"), F.gelu: _unary("GELU"), torch.sigmoid: _unary("SIGMOID"),
     F.silu: _unary("SILU"), F.relu6: _unary("RELU6"), F.leaky_relu: _leaky_relu,
@@ -916,7 +924,8 @@ METHODS: dict[str, Callable] = {
     "logical_not": _logical_not, "masked_fill": _masked_fill, "dim": _dim, "t": _t, "var": _var(False),
     "std": _var(True), "unflatten": _unflatten, "clamp": _clamp, "clip": _clamp, "clamp_min": _clamp,
     "clamp_max": _clamp, "log": _unary("LOG"), "log_softmax": _log_softmax, "logsumexp": _logsumexp,
-    "abs": _unary("ABS"), "norm": _norm, "unbind": _unbind, "addcmul": _addcmul, "roll": _roll, "repeat": _dims_op("REPEAT"), "log1p": _unary("LOG1P"),
+    "abs": _unary("ABS"), "norm": _norm, "unbind": _unbind, "addcmul": _addcmul, "roll": _roll,
+    "cumsum": _cumsum, "repeat": _dims_op("REPEAT"), "log1p": _unary("LOG1P"),
 }
 _MASK_AWARE = (_pack, _batch_norm_fn, _group_norm_fn, _linear_fn, _conv2d_fn, _getitem, _eq, _logical_not, _masked_fill, _softmax, _layer_norm_fn, _getattr, _sdpa, _TRIU, _TRIL, _add)
 

@@ -1,18 +1,21 @@
 """Sliding windows of a tensor from FFModel's split, reshape and concat: slices with a step
 (``x[:, 1::2]``, Swin's patch merging), torch's Unfold (im2col: TNT's patches) and, on top of it,
-convolutions with dilation (a dense layer over the windows). The windows compute nothing on the
+convolutions with dilation (a dense layer over the windows); and cumulative sums, the sums of
+growing windows (a constant triangular matrix along the axis). The windows compute nothing on the
 values, so each is exact and its gradient is torch's.
 
 Entry points: ``strided`` (one axis, used by the index builder), ``unfold``, ``HANDLERS`` (UNFOLD,
-CONV2D_DILATED).
+CONV2D_DILATED, CUMSUM).
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from flexrt.errors import ShapeError
 from flexrt.model.tensor import Tensor
-from flexrt.torch._build_base import node_error
-from flexrt.torch._composites import constant_pad
+from flexrt.torch._build_base import node_error, norm_axis
+from flexrt.torch._composites import constant_pad, resample
 
 
 def strided(b, node, x: Tensor, dim: int, lo: int, step: int, count: int, tag: int) -> Tensor:
@@ -113,4 +116,19 @@ def _conv2d_dilated(b, node, ins, f):
     return b.ff.reshape(y, [x.dims[0], oc, oh, ow], name=f"{node.name}.out")
 
 
-HANDLERS = {"UNFOLD": _unfold, "CONV2D_DILATED": _conv2d_dilated}
+def _cumsum(b, node, ins, f):
+    """torch.cumsum / ONNX CumSum along dimension ``f[0]`` (not the batch): each position the sum of
+    those up to it (keywords ``exclusive``: before it; ``reverse``: from the end), a constant
+    triangular matrix along the axis (``resample``: linear, so the gradient is exact)."""
+    x = b.tensor(node, ins[0])
+    axis = norm_axis(node, f[0], x.num_dims)
+    if axis == 0:
+        raise node_error(node, f"a cumulative sum along dimension 0 (the batch) of {list(x.dims)}; valid: the "
+                               f"others, whose positions one sample holds", ShapeError)
+    n = x.dims[axis]
+    exclusive, reverse = bool(node.kw("exclusive", False)), bool(node.kw("reverse", False))
+    m = np.triu(np.ones((n, n)), 1 if exclusive else 0) if reverse else np.tril(np.ones((n, n)), -1 if exclusive else 0)
+    return resample(b, node, x, {axis: m}, node.name)
+
+
+HANDLERS = {"UNFOLD": _unfold, "CONV2D_DILATED": _conv2d_dilated, "CUMSUM": _cumsum}

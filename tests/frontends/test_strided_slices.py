@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch", reason="flexrt.torch tests need torch")
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
-from flexrt.errors import ConfigError  # noqa: E402
+from flexrt.errors import ConfigError, ShapeError  # noqa: E402
 from flexrt.machine import load_machine  # noqa: E402
 from flexrt.model import DataType, FFConfig, FFModel, SGDOptimizer  # noqa: E402
 from flexrt.strategy import random_strategy, save_strategy  # noqa: E402
@@ -201,3 +201,50 @@ def test_a_dilated_convolution_used_twice_shares_its_weights(groups):
     torch.manual_seed(0)
     compare_forward(_TwiceDilated(groups), x)
     _mse_step_equals_torch(lambda: _TwiceDilated(groups), x, [], seed=12)
+
+
+CUMSUMS = {
+    "last": lambda t: torch.cumsum(t, dim=-1),
+    "middle_method": lambda t: t.cumsum(1) * 0.5,
+    "detr_positions": lambda t: torch.cumsum(torch.ones_like(t), 2) / t.size(2) + t,   # DETR-style
+}
+
+
+@pytest.mark.parametrize("form", list(CUMSUMS))
+def test_cumulative_sums_equal_torch_forward_and_gradient(form, tmp_path):
+    """torch.cumsum / x.cumsum along a non-batch dimension: a constant triangular matrix along it.
+    Torch's forward through the module, the text format and ONNX (CumSum), and one SGD step of the
+    Linear before it on one and two devices."""
+    x = _x("last", 13)
+    torch.manual_seed(0)
+    compare_forward(Fn(CUMSUMS[form], width=5), x, tmp_path)
+    compare_onnx(Fn(CUMSUMS[form], width=5), x, tmp_path / "m.onnx", ["CumSum"])
+    for argv in ([], ["-ll:gpu", "2"]):
+        _mse_step_equals_torch(lambda: Fn(CUMSUMS[form], width=5), x, argv, seed=14)
+
+
+@pytest.mark.parametrize("exclusive, reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_onnx_cumsum_exclusive_and_reverse(exclusive, reverse):
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    from flexrt.onnx import ONNXModel
+    graph = helper.make_graph(
+        [helper.make_node("CumSum", ["x", "axis"], ["y"], name="c", exclusive=exclusive, reverse=reverse)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5])], [numpy_helper.from_array(np.array(1), "axis")])
+    ff = FFModel(FFConfig(["-b", "2"]))
+    xt = ff.create_tensor([2, 5], DataType.DT_FLOAT)
+    out = ONNXModel(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])).apply(ff, {"x": xt})
+    ff.compile(loss_type="mean_squared_error_avg")
+    x = np.arange(10, dtype=np.float32).reshape(2, 5) + 1
+    xt.set_tensor(ff, x)
+    ff.forward()
+    v = x[:, ::-1] if reverse else x
+    want = np.cumsum(v, axis=1) - (v if exclusive else 0)
+    np.testing.assert_allclose(out.get_tensor(ff), want[:, ::-1] if reverse else want, rtol=1e-6)
+
+
+def test_a_cumulative_sum_along_the_batch_is_refused():
+    ff = FFModel(FFConfig(["-b", "4"]))
+    with pytest.raises(ShapeError, match=r"cumulative sum along dimension 0 \(the batch\)"):
+        PyTorchModel(Fn(lambda t: t.cumsum(0))).torch_to_ff(ff, [ff.create_tensor([4, 3], DataType.DT_FLOAT)])

@@ -179,15 +179,15 @@ def test_functional_and_method_forms_match_torch():
 def test_unsupported_function_names_the_node_and_source_line():
     class Bad(nn.Module):
         def forward(self, x):
-            return torch.cumsum(x, 1)
+            return torch.cumprod(x, 1)
 
     ff = FFModel(FFConfig(["-b", "2"]))
     x = ff.create_tensor([2, 3], DataType.DT_FLOAT)
     with pytest.raises(ConfigError) as e:
         PyTorchModel(Bad()).torch_to_ff(ff, [x])
     msg = str(e.value)
-    assert "torch node 'cumsum'" in msg and "torch.cumsum" in msg and "test_torch_frontend.py:" in msg
-    assert "return torch.cumsum(x, 1)" in msg and "supported functions" in msg
+    assert "torch node 'cumprod'" in msg and "torch.cumprod" in msg and "test_torch_frontend.py:" in msg
+    assert "return torch.cumprod(x, 1)" in msg and "supported functions" in msg
 
 
 def test_unsupported_module_and_arguments_raise_ours(tmp_path):
