@@ -33,6 +33,7 @@ from flexrt.onnx._fold import FOLDABLE, fold, shape_of, static_shapes
 from flexrt.torch._build import build
 from flexrt.torch._ir import IRNode
 from flexrt.torch._weights import ff_layout, set_layer_weights
+from flexrt.torch._windows import dilated_weight_kind
 
 _NONE = ActiMode.AC_MODE_NONE.value
 MAX_ONNX_BYTES = 2 ** 31     # protobuf's own limit of one message
@@ -355,8 +356,8 @@ class _Converter(ComposedHandlers):
         dilation = tuple(a.get("dilations", [1, 1]))
         groups = a.get("group", 1)
         bias = len(node.input) > 2 and node.input[2] != ""
-        depthwise = len(w) == 4 and groups == w[0] and w[1] == 1 and not bias
-        if len(w) != 4 or dilation != (1, 1) and groups != 1 and not depthwise:
+        kind = dilated_weight_kind(groups, w[1] * groups, w[0], bias) if len(w) == 4 else None
+        if len(w) != 4 or dilation != (1, 1) and kind is None:
             raise self.error(node, name, f"a convolution of weight {list(w)}, dilations {list(dilation)} and "
                                          f"group {groups}; valid: 2-D, and group 1 (or depthwise without a bias) "
                                          f"where dilated")
@@ -367,8 +368,7 @@ class _Converter(ComposedHandlers):
         fields = [w[0], kh, kw, sh, sw, ph, pw, _NONE, groups, int(bias)]
         if dilation != (1, 1):      # windows and a dense layer (flexrt.torch._windows), as torch's
             return self._layer(node, name, "CONV2D_DILATED", [node.input[0]], fields,
-                               [("in_channels", w[1] * groups), ("dilation", dilation)],
-                               "parameter" if groups > 1 else "conv2d_dilated", params)
+                               [("in_channels", w[1] * groups), ("dilation", dilation)], kind, params)
         return self._layer(node, name, "CONV2D", [node.input[0]], fields, [("in_channels", w[1] * groups)], "conv2d",
                            params)
 

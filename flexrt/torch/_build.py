@@ -276,8 +276,7 @@ def _composite(b, node, ins, f):
 
 
 _COMPOSITE = ("SILU", "RELU6", "HARDSIGMOID", "HARDSWISH", "LEAKY_RELU", "ELU", "CELU", "SELU", "SOFTSIGN", "LOG1P",
-              "GELU_TANH",
-              "GLU")
+              "GELU_TANH", "GLU")
 
 
 # binary op -> (FFModel method, Python operator, scalar method, reversed scalar form)
@@ -667,7 +666,8 @@ def _attribute(b, node, ins, f):
 HANDLERS: dict[str, Callable] = {
     "LINEAR": _linear, "CONV2D": _conv2d, "POOL2D": _pool2d, "BATCH_NORM": _batch_norm, "LAYER_NORM": _layer_norm,
     "EMBEDDING": _embedding, "SOFTMAX": _softmax, "DROPOUT": _dropout, "FLAT": _flat, "CONCAT": _concat,
-    "SPLIT": _split, "UNBIND": _unbind, "MOD": _binary, "ROLL": _roll, "ADDITIVE_MASK": _additive_mask, "CEIL": _unary, "FLOOR": _unary, "GETITEM": _getitem, "BATCH_MATMUL": _batch_matmul, "GETATTR": _getattr,
+    "SPLIT": _split, "UNBIND": _unbind, "MOD": _binary, "ROLL": _roll, "ADDITIVE_MASK": _additive_mask,
+    "CEIL": _unary, "FLOOR": _unary, "GETITEM": _getitem, "BATCH_MATMUL": _batch_matmul, "GETATTR": _getattr,
     "TRANSPOSE": _transpose, "PERMUTE": _permute, "REPEAT": _repeat, "PIXEL_SHUFFLE": _pixel_shuffle, "RESHAPE": _reshape, "VIEW": _reshape, "UNSQUEEZE": _unsqueeze,
     "SQUEEZE": _squeeze, "EXPAND": _expand, "TO": _convert, "FLOAT": _convert, "TYPE_AS": _convert,
     "CONTIGUOUS": _pass, "POW": _pow, "MEAN": _reduce, "REDUCE_SUM": _reduce, "REDUCE_MAX": _reduce,

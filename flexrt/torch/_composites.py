@@ -254,15 +254,10 @@ def constant_pad(b, node, x, pads: list, value: float, base: str | None = None):
         if min(lo, hi) < 0:      # crops: the kept middle of a split
             sizes = [s for s in (max(-lo, 0), n - max(-lo, 0) - max(-hi, 0), max(-hi, 0)) if s]
             y = ff.split(y, sizes, ax, name=f"{name}.crop")[1 if lo < 0 else 0] if len(sizes) > 1 else y
-        parts = []
-        for size, side in ((max(lo, 0), "before"), (None, None), (max(hi, 0), "after")):
-            if side is None:
-                parts.append(y)
-            elif size:
-                check_size(node, math.prod(y.dims) // y.dims[ax] * size, f"padding an axis of {n} by ({lo}, {hi})")
-                dims = list(y.dims)
-                dims[ax] = size
-                parts.append(ff.create_constant(dims, value, y.data_type))
+        def block(size):      # ``size`` positions of the value along the axis
+            check_size(node, math.prod(y.dims) // y.dims[ax] * size, f"padding an axis of {n} by ({lo}, {hi})")
+            return ff.create_constant([size if d == ax else s for d, s in enumerate(y.dims)], value, y.data_type)
+        parts = ([block(lo)] if lo > 0 else []) + [y] + ([block(hi)] if hi > 0 else [])
         y = ff.concat(parts, ax, name=name) if len(parts) > 1 else y
     return y
 

@@ -25,6 +25,7 @@ from torch import fx, nn
 from flexrt.errors import ConfigError, FrontendWarning, warn_caller
 from flexrt.ir.enums import ActiMode, PoolType
 from flexrt.torch._ir import IRNode, Ref
+from flexrt.torch._windows import dilated_weight_kind
 
 _NONE = ActiMode.AC_MODE_NONE.value
 FILL_LIMIT = -1e9   # a masked value at most this (or -inf) zeroes the probability in float32 and float64
@@ -317,7 +318,6 @@ class _Ctx:
         self.nodes.append(IRNode(name, (), users, "PARAMETER", shape, tuple(keywords), origin(node)))
         return name
 
-
     def parameter_rows(self, node: fx.Node, table: fx.Node, index: fx.Node) -> str:
         """``table[index]``: a 2-D parameter read at integer indices (a relative position bias table
         at a buffer of positions, MaxViT's and Swin's) is an embedding whose table is the parameter
@@ -423,8 +423,8 @@ def _m_linear(ctx, node, m: nn.Linear):
 
 def _m_conv2d(ctx, node, m: nn.Conv2d):
     dilation = _pair(m.dilation)
-    depthwise = m.groups == m.in_channels == m.out_channels and m.bias is None
-    if dilation != (1, 1) and (m.groups != 1 and not depthwise or m.padding_mode != "zeros"):
+    kind = dilated_weight_kind(m.groups, m.in_channels, m.out_channels, m.bias is not None)
+    if dilation != (1, 1) and (kind is None or m.padding_mode != "zeros"):
         raise ctx.error(node, f"Conv2d with dilation={m.dilation}, groups={m.groups}, padding_mode="
                               f"{m.padding_mode!r}: a dilated convolution maps with groups=1, or depthwise without a "
                               f"bias, and zero padding")
@@ -445,8 +445,7 @@ def _m_conv2d(ctx, node, m: nn.Conv2d):
         ph = pw = 0
     fields = [m.out_channels, kh, kw, sh, sw, ph, pw, _NONE, m.groups, int(m.bias is not None)]
     if dilation != (1, 1):    # windows and a dense layer (flexrt.torch._windows)
-        ctx.layer(node, "CONV2D_DILATED", m, "parameter" if m.groups > 1 else "conv2d_dilated", [x], fields,
-                  [("in_channels", m.in_channels), ("dilation", dilation)])
+        ctx.layer(node, "CONV2D_DILATED", m, kind, [x], fields, [("in_channels", m.in_channels), ("dilation", dilation)])
         return
     ctx.layer(node, "CONV2D", m, "conv2d", [x], fields, [("in_channels", m.in_channels)])
 

@@ -19,7 +19,9 @@ from torch import fx, nn
 from flexrt.ir.enums import PoolType
 from flexrt.torch._fx import (_NONE, FILL_LIMIT, _bind, _Ctx, _divisor_keywords, _pool_fields, _ref, check_softplus_threshold,
                               interpolation)
+from flexrt.torch._fx import _attr
 from flexrt.torch._ir import Ref
+from flexrt.torch._windows import dilated_weight_kind
 
 _NUMBER = (int, float)
 
@@ -392,10 +394,11 @@ def _addcmul(ctx, node):
     ctx.add(node, "ADD", [ins[0], prod])
 
 
-def _owner(ctx, node, what: str, tensors: dict, stats: tuple = ()):
+def _owner(ctx, node, what: str, tensors: dict):
     """The module whose own attributes ``tensors`` (keyword -> fx node or None) are, named by
-    their get_attr targets (``bn.weight``, ``bn.running_mean``), as timm's BatchNormAct2d and
-    GroupNorm pass them to F.batch_norm and F.group_norm; a ConfigError otherwise."""
+    their get_attr targets (``bn.weight``, ``bn.running_mean``), as timm's BatchNormAct2d, GroupNorm,
+    Linear and Conv2dSame pass them to F.batch_norm, F.group_norm, F.linear and F.conv2d; a
+    ConfigError otherwise."""
     owners = set()
     for key, v in tensors.items():
         target = v.target if isinstance(v, fx.Node) and v.op == "get_attr" else None
@@ -407,7 +410,7 @@ def _owner(ctx, node, what: str, tensors: dict, stats: tuple = ()):
     if len(owners) != 1 or None in owners:
         given = ", ".join(f"{k}={getattr(v, 'target', v)!r}" for k, v in tensors.items())
         raise ctx.error(node, f"{what} with {given}; valid: one module's own {', '.join(tensors)} (or None where "
-                              f"torch allows), as the normalization modules hold them")
+                              f"torch allows), as the module holds them")
     return ctx.modules[owners.pop()]
 
 
@@ -472,9 +475,8 @@ def _conv2d_fn(ctx, node):
         raise ctx.error(node, "F.conv2d without the bias its module holds; valid: the module's weight and bias, "
                               "or its weight alone when it has no bias")
     pair = [tuple(v) if isinstance(v, (tuple, list)) else (v, v) for v in (a["stride"], a["dilation"])]
-    depthwise = a["groups"] == m.weight.shape[0] and m.weight.shape[1] == 1 and a["bias"] is None
-    if pair[1] != (1, 1) and a["groups"] != 1 and not depthwise or isinstance(a["padding"], str) or \
-            m.weight.dim() != 4:
+    kind = dilated_weight_kind(a["groups"], m.weight.shape[1] * a["groups"], m.weight.shape[0], a["bias"] is not None)
+    if pair[1] != (1, 1) and kind is None or isinstance(a["padding"], str) or m.weight.dim() != 4:
         raise ctx.error(node, f"F.conv2d with dilation={a['dilation']}, groups={a['groups']}, padding="
                               f"{a['padding']!r} and a weight of {list(m.weight.shape)}; valid: numeric padding, a "
                               f"4-D weight, and groups=1 (or depthwise without a bias) where dilated")
@@ -484,8 +486,7 @@ def _conv2d_fn(ctx, node):
     kws = [("in_channels", cin_g * a["groups"])]
     x = _tensor_arg(ctx, node, a["input"])
     if pair[1] != (1, 1):
-        ctx.layer(node, "CONV2D_DILATED", m, "parameter" if a["groups"] > 1 else "conv2d_dilated", [x], fields,
-                  kws + [("dilation", pair[1])])
+        ctx.layer(node, "CONV2D_DILATED", m, kind, [x], fields, kws + [("dilation", pair[1])])
     else:
         ctx.layer(node, "CONV2D", m, "conv2d", [x], fields, kws)
 
@@ -561,9 +562,7 @@ def _table(ctx, node: fx.Node) -> bool:
     """Whether ``node`` reads a 2-D parameter of the module (whether or not it was read before)."""
     if node.op != "get_attr":
         return False
-    value = ctx.gm
-    for atom in node.target.split("."):
-        value = getattr(value, atom, None)
+    value = _attr(ctx.gm, node.target)
     return isinstance(value, nn.Parameter) and value.dim() == 2
 
 
@@ -587,7 +586,7 @@ def _pack(ctx, node):
     ctx.fields[node.name] = tuple(fields)
 
 
-def _unpack(ctx, node, x, key) -> bool:
+def _unpack(ctx, node, x, key) -> None:
     """An item of a named tuple made in forward, read by index or field name: an identity of it."""
     items = ctx.packs[x.name]
     i = ctx.fields[x.name].index(key) if isinstance(key, str) and key in ctx.fields[x.name] else key
@@ -595,7 +594,6 @@ def _unpack(ctx, node, x, key) -> bool:
             not isinstance(items[i], fx.Node):
         raise ctx.error(node, f"reads item {key!r} of a named tuple of fields {', '.join(ctx.fields[x.name])}")
     ctx.add(node, "IDENTITY", [items[i].name])
-    return True
 
 
 def _getattr(ctx, node):
@@ -833,7 +831,7 @@ def _full_like(value):
     known ones, or a traced tensor's read when built), made where it is first read, as torch.full."""
     def convert(ctx, node):
         a = _bind(ctx, node, ["input"] + (["fill_value"] if value is None else []),
-                  {k: None for k in _CREATION_KWARGS} | {"dtype": None, "memory_format": None})
+                  {k: None for k in _CREATION_KWARGS} | {"dtype": None})
         x, fill = a["input"], a.get("fill_value", value)
         if not isinstance(x, fx.Node) or fill is None or isinstance(fill, fx.Node):
             raise ctx.error(node, f"{node.target.__name__} takes a tensor and a number to fill with; got "
@@ -896,8 +894,8 @@ FUNCTIONS: dict[Callable, Callable] = {
     torch.swapaxes: _swapaxes, torch.unsqueeze: _unsqueeze("UNSQUEEZE"),
     torch.squeeze: _unsqueeze("SQUEEZE"), torch.pow: _pow, operator.pow: _pow, torch.mean: _reduce("MEAN"),
     torch.sum: _reduce("REDUCE_SUM"), F.max_pool2d: _pool_fn(PoolType.POOL_MAX),
-    math.sqrt: _unary("SQRT"), math.ceil: _unary("CEIL"), math.floor: _unary("FLOOR"), torch.sqrt: _unary("SQRT"), torch.amax: _reduce("REDUCE_MAX"), operator.eq: _eq,
-    torch.eq: _eq,
+    math.sqrt: _unary("SQRT"), math.ceil: _unary("CEIL"), math.floor: _unary("FLOOR"), torch.sqrt: _unary("SQRT"),
+    torch.amax: _reduce("REDUCE_MAX"), operator.eq: _eq, torch.eq: _eq,
     operator.invert: _logical_not, torch.logical_not: _logical_not, torch.masked_fill: _masked_fill,
     F.scaled_dot_product_attention: _sdpa, torch.arange: _arange,
     F.avg_pool2d: _pool_fn(PoolType.POOL_AVG), F.adaptive_avg_pool2d: _adaptive_fn(PoolType.POOL_AVG),
@@ -927,7 +925,9 @@ METHODS: dict[str, Callable] = {
     "abs": _unary("ABS"), "norm": _norm, "unbind": _unbind, "addcmul": _addcmul, "roll": _roll,
     "cumsum": _cumsum, "repeat": _dims_op("REPEAT"), "log1p": _unary("LOG1P"),
 }
-_MASK_AWARE = (_pack, _batch_norm_fn, _group_norm_fn, _linear_fn, _conv2d_fn, _getitem, _eq, _logical_not, _masked_fill, _softmax, _layer_norm_fn, _getattr, _sdpa, _TRIU, _TRIL, _add)
+# converters that check what they read themselves (masks, named tuples, a module's own parameters)
+_MASK_AWARE = (_pack, _batch_norm_fn, _group_norm_fn, _linear_fn, _conv2d_fn, _getitem, _eq, _logical_not, _masked_fill,
+               _softmax, _layer_norm_fn, _getattr, _sdpa, _TRIU, _TRIL, _add)
 
 
 def _stochastic_depth(ctx, node):

@@ -18,6 +18,7 @@ import numpy as np
 
 from flexrt.errors import ConfigError, ShapeError
 from flexrt.model.dataloader import batch_dtype
+from flexrt.torch._windows import dense_kernel
 
 
 def ff_layout(kind: str, params: Mapping[str, np.ndarray | None]) -> dict[str, np.ndarray]:
@@ -48,10 +49,8 @@ def ff_layout(kind: str, params: Mapping[str, np.ndarray | None]) -> dict[str, n
         w = p["weight"]
         return {"kernel": np.ascontiguousarray(w.reshape(w.shape[0], w.shape[1], 1, w.shape[2]))} | \
             ({"bias": p["bias"]} if p.get("bias") is not None else {})
-    if kind == "conv2d_dilated":   # a dense layer over the windows: kernel [in / groups * kh * kw, out]
-        w = p["weight"]
-        return {"kernel": np.ascontiguousarray(w.reshape(w.shape[0], -1).T)} | \
-            ({"bias": p["bias"]} if p.get("bias") is not None else {})
+    if kind == "conv2d_dilated":   # a dense layer over the windows: kernel [in * kh * kw, out]
+        return {"kernel": dense_kernel(p["weight"])} | ({"bias": p["bias"]} if p.get("bias") is not None else {})
     if kind == "conv_transpose2d":
         return _conv_transpose(p)
     if kind == "batch_norm":

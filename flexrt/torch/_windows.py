@@ -4,8 +4,9 @@ convolutions with dilation (a dense layer over the windows); and cumulative sums
 growing windows (a constant triangular matrix along the axis). The windows compute nothing on the
 values, so each is exact and its gradient is torch's.
 
-Entry points: ``strided`` (one axis, used by the index builder), ``unfold``, ``HANDLERS`` (UNFOLD,
-CONV2D_DILATED, CUMSUM).
+Entry points: ``strided`` (one axis, used by the index builder), ``unfold``, ``dilated_weight_kind``,
+``dense_kernel`` / ``conv_weight`` (a dilated convolution's weight in the dense layer's layout and
+back), ``HANDLERS`` (UNFOLD, CONV2D_DILATED, CUMSUM).
 """
 
 from __future__ import annotations
@@ -84,6 +85,25 @@ def _unfold(b, node, ins, f):
     return unfold(b, node, b.tensor(node, ins[0]), *pairs, node.name)[0]
 
 
+def dilated_weight_kind(groups: int, in_channels: int, out_channels: int, bias: bool) -> str | None:
+    """The weight kind (``flexrt.torch._weights``) of a dilated convolution flexrt builds: groups 1
+    (``conv2d_dilated``: a dense layer over the windows), depthwise without a bias (``parameter``:
+    per-channel weights); None for any other."""
+    if groups == 1:
+        return "conv2d_dilated"
+    return "parameter" if groups == in_channels == out_channels and not bias else None
+
+
+def dense_kernel(weight: np.ndarray) -> np.ndarray:
+    """A convolution's weight (out, in, kh, kw) as the dense kernel [in kh kw, out] over the windows."""
+    return np.ascontiguousarray(weight.reshape(weight.shape[0], -1).T)
+
+
+def conv_weight(kernel: np.ndarray, kh: int, kw: int) -> np.ndarray:
+    """The inverse of ``dense_kernel``."""
+    return np.ascontiguousarray(kernel.T.reshape(kernel.shape[1], -1, kh, kw))
+
+
 def _conv2d_dilated(b, node, ins, f):
     """A convolution with dilation (FFModel.conv2d has none): the input's windows (``unfold``, with
     the dilation), then a dense layer named after the node whose kernel [C kh kw, out] is the
@@ -94,8 +114,9 @@ def _conv2d_dilated(b, node, ins, f):
     from flexrt.ir.enums import ActiMode
     oc, kh, kw, sh, sw, ph, pw, acti, groups, use_bias = f[:10]
     x = b.tensor(node, ins[0])
-    depthwise = groups == x.dims[1] == oc and groups > 1
-    if groups != 1 and not (depthwise and not use_bias and acti == ActiMode.AC_MODE_NONE.value):
+    kind = dilated_weight_kind(groups, x.dims[1], oc, bool(use_bias))
+    depthwise = kind == "parameter"
+    if kind is None or depthwise and acti != ActiMode.AC_MODE_NONE.value:
         raise node_error(node, f"a dilated convolution of {groups} groups, {x.dims[1]} input and {oc} output "
                                f"channels{', a bias' if use_bias else ''}; valid: groups=1, or depthwise (groups = "
                                f"input = output channels) without a bias")
@@ -103,9 +124,8 @@ def _conv2d_dilated(b, node, ins, f):
     if depthwise:   # each channel's windows times its own kh kw weights, summed (weight kind "parameter")
         n, c = x.dims[0], x.dims[1]
         one = b.ff.create_constant([1, 1], 1.0, x.data_type)
-        w = b.ff.reshape(b.ff.dense(one, c * kh * kw, use_bias=False, shared_op=node.kw("shares"), name=node.name),
-                         [1, c, kh * kw, 1],
-                         name=f"{node.name}.weights")
+        kernel = b.ff.dense(one, c * kh * kw, use_bias=False, shared_op=node.kw("shares"), name=node.name)
+        w = b.ff.reshape(kernel, [1, c, kh * kw, 1], name=f"{node.name}.weights")
         windows = b.ff.reshape(cols, [n, c, kh * kw, oh * ow], name=f"{node.name}.per_channel")
         y = b.ff.reduce_sum(b.ff.multiply(windows, w, name=f"{node.name}.products"), [2], keepdims=False,
                             name=f"{node.name}.sum")

@@ -23,7 +23,6 @@ Entry points: ``PyTorchModel``, ``file_to_ff``.
 from __future__ import annotations
 
 import operator
-
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -211,7 +210,7 @@ def _default_checks(node):
     for u in node.users:
         if getattr(u.target, "__name__", "") == "_assert_is_none":
             checks.append(u.name)
-        elif node.args and u.target in (operator.eq,) and u.users and all(w.target is torch._assert for w in u.users):
+        elif node.args and u.target is operator.eq and u.users and all(w.target is torch._assert for w in u.users):
             checks += [u.name] + [w.name for w in u.users]
         else:
             return None

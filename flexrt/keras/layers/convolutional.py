@@ -22,6 +22,7 @@ from flexrt.keras.layers._common import (activation_of, check_regularizer, data_
                                          lower_fused, lower_image, padding_of, pair, refuse, same_padding)
 from flexrt.keras.layers.base_layer import Layer
 from flexrt.torch._build import apply_op
+from flexrt.torch._windows import conv_weight, dense_kernel
 
 
 def _image_input_shape(input_shape):
@@ -109,14 +110,12 @@ class Conv2D(Layer):
     def _keras_arrays(self, arrays: tuple) -> tuple:
         if not self._dilated() or not arrays:
             return arrays
-        k = np.asarray(arrays[0])
-        return (np.ascontiguousarray(k.T.reshape(k.shape[1], -1, *self.kernel_size)),) + tuple(arrays[1:])
+        return (conv_weight(np.asarray(arrays[0]), *self.kernel_size),) + tuple(arrays[1:])
 
     def _ff_arrays(self, arrays: tuple) -> tuple:
         if not self._dilated() or not arrays:
             return arrays
-        k = np.asarray(arrays[0])
-        return (np.ascontiguousarray(k.reshape(k.shape[0], -1).T),) + tuple(arrays[1:])
+        return (dense_kernel(np.asarray(arrays[0])),) + tuple(arrays[1:])
 
 
 def resolve_padding(where: str, padding, dims, kernel, strides) -> tuple[int, int]:
