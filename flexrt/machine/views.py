@@ -17,7 +17,7 @@ views Unity's search considers; their number grows linearly with the devices (§
 either fit in a node's width or fill a dense block of devices, INTER strides fill a dense block of
 nodes, so for fixed degrees the views are a constant number of stride patterns times the starts.
 
-Entry points: :func:`view_devices`, :func:`enumerate_views`, :func:`data_parallel_view`,
+Entry points: :func:`view_devices`, :func:`check_placement`, :func:`enumerate_views`, :func:`data_parallel_view`,
 :func:`view_from_device_ids`.
 """
 
@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from flexrt.errors import StrategyError
+from flexrt.inputs import short
 from flexrt.machine.machine import Machine, MachineShape, as_int
 
 
@@ -115,6 +116,23 @@ def view_devices(machine: Machine | MachineShape, view: MachineView, degrees: Se
         (0, 3)
     """
     return _view_devices(_shape(machine), view, _check_degrees(degrees))
+
+
+def check_placement(machine: Machine, view: MachineView, degrees: Sequence[int], where: str) -> tuple[int, ...]:
+    """The devices of ``view`` for a strategy file's operator split into ``degrees`` pieces, each on
+    its own device of ``machine``; StrategyError naming ``where`` otherwise. The pieces are counted
+    before any is placed, so that degrees no machine holds (1e30) are refused, not enumerated."""
+    pieces = math.prod(degrees)
+    if pieces > machine.num_devices:
+        raise StrategyError(f"{where}: degrees {short(list(degrees))} make {short(pieces)} pieces but machine "
+                            f"{machine.name!r} has {machine.num_devices} devices (valid: at most one piece a device)")
+    try:
+        devices = view_devices(machine, view, degrees)
+    except StrategyError as e:
+        raise StrategyError(f"{where}: {e}") from None
+    if len(set(devices)) != len(devices):
+        raise StrategyError(f"{where}: view {view} puts two pieces on one device (devices {list(devices)})")
+    return devices
 
 
 @functools.lru_cache(maxsize=65536)

@@ -30,7 +30,6 @@ Entry points: ``save_strategy``, ``load_strategy``, ``strategy_to_json``, ``stra
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -38,7 +37,7 @@ from flexrt.errors import FlexrtError, StrategyError
 from flexrt.inputs import check_int, check_keys, check_type, parse_json, read_text, short
 from flexrt.ir.pcg import PCG, Node
 from flexrt.machine import Machine
-from flexrt.machine.views import MachineView, Projection, view_devices
+from flexrt.machine.views import MachineView, Projection, check_placement
 from flexrt.strategy.config import (ConfigStrategy, GraphStrategy, OpConfig, Strategy, compute_node, is_compute,
                                     node_axes)
 from flexrt.strategy.fusion import FusionError, FusionPlan, check_fusion
@@ -86,20 +85,6 @@ def _view_from_json(d, where: str, machine: Machine, axes: Sequence[str], degree
         if not isinstance(p, str) or p not in valid:
             raise StrategyError(f"{where}.projections[{k}] is {short(p)}; valid: {', '.join(valid)}")
     return MachineView(start, strides, tuple(Projection[p] for p in lists["projections"]))
-
-
-def _check_placement(machine: Machine, view: MachineView, degrees: tuple, where: str) -> None:
-    """The view puts each of the ``degrees`` pieces on its own device of ``machine``."""
-    pieces = math.prod(degrees)
-    if pieces > machine.num_devices:
-        raise StrategyError(f"{where}: degrees {list(degrees)} make {pieces} pieces but machine {machine.name!r} "
-                            f"has {machine.num_devices} devices")
-    try:
-        devices = view_devices(machine, view, degrees)
-    except FlexrtError as e:
-        raise StrategyError(f"{where}: {e}") from None
-    if len(set(devices)) != len(devices):
-        raise StrategyError(f"{where}: view {view} puts two pieces on one device (devices {list(devices)})")
 
 
 def _machine_json(machine: Machine) -> dict:
@@ -208,7 +193,7 @@ def _operator_config(op, where: str, base: PCG, machine: Machine) -> tuple[Node,
                                 f"its axes: {', '.join(axes)}")
         degrees[axis] = check_int(d, f"{where}.degrees.{axis}", StrategyError, minimum=1)
     view = _view_from_json(op["view"], f"{where}.view", machine, axes, degrees)
-    _check_placement(machine, view, tuple(degrees.get(a, 1) for a in axes), f"{where}.view")
+    check_placement(machine, view, tuple(degrees.get(a, 1) for a in axes), f"{where}.view")
     try:
         apply_single(base, node, degrees)
     except FlexrtError as e:
@@ -271,7 +256,7 @@ def _graph_strategy(data: dict, machine: Machine, source: str) -> GraphStrategy:
         except FlexrtError as e:
             raise StrategyError(f"{where}: {e}") from None
         view = _view_from_json(v, where, machine, [a.name for a in axes])
-        _check_placement(machine, view, tuple(degree[a.name] for a in axes), where)
+        check_placement(machine, view, tuple(degree[a.name] for a in axes), where)
         views[node.id] = view
     missing = [n.name for n in pcg.nodes if is_compute(n) and n.id not in views]
     if missing:

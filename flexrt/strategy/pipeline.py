@@ -61,7 +61,7 @@ from flexrt.ir.pcg import PCG, TensorRef
 from flexrt.ir.tensor_shape import TensorShape
 from flexrt.ir.registry import op_def
 from flexrt.machine import Machine
-from flexrt.machine.views import view_devices
+from flexrt.machine.views import check_placement
 from flexrt.strategy.config import ConfigStrategy, OpConfig, data_shapes, is_compute, op_shapes, wiring_of
 from flexrt.strategy.space import all_axes, config_at
 from flexrt.strategy.stage_cuts import crossing_bytes, cut_stages, seconds_per_byte
@@ -548,10 +548,7 @@ def pipeline_from_json(data, base: PCG, machine: Machine, where: str, view_from_
         axes = [a.name for a in all_axes(pcg, node)]
         view = view_from_json(ops[name]["view"], at, machine, axes)
         degrees = ops[name]["degrees"]
-        try:
-            devices = view_devices(machine, view, tuple(degrees.get(a, 1) for a in axes))
-        except FlexrtError as e:
-            raise StrategyError(f"{at}: {e}") from None
+        devices = check_placement(machine, view, tuple(degrees.get(a, 1) for a in axes), at)
         outside = sorted({d for d in devices if not start <= d < start + width})
         if outside:
             raise StrategyError(f"{at}: view {view} puts pieces on devices {outside[:8]}, outside the device block "

@@ -350,6 +350,13 @@ PLANS = [
     pipelined("view-off-machine", _set("pipeline/operators/softmax/degrees/dim0", 8),
               PIPE + r"\.operators\['softmax'\]\.view: view @4\[intra\*1, intra\*1\] places task \(4, 0\) on device 8 "
                      r"but the machine has devices 0\.\.7"),
+    pipelined("degree-huge", _set("pipeline/operators/add1/degrees/dim0", 10 ** 30),
+              PIPE + r"\.operators\['add1'\]\.view: degrees \[10{30}, 1, 1, 1, 1\] make 10{30} pieces but machine "
+                     r"'dgx1_v100' has 8 devices \(valid: at most one piece a device\)"),
+    pipelined("degrees-product-huge", _combine(_set("pipeline/operators/add1/degrees/dim0", 100_000),
+                                               _set("pipeline/operators/add1/degrees/dim1", 100_000)),
+              PIPE + r"\.operators\['add1'\]\.view: degrees \[100000, 100000, 1, 1, 1\] make 10000000000 pieces "
+                     r"but machine 'dgx1_v100' has 8 devices"),
     pipelined("view-other-block", _set("pipeline/operators/softmax/view/start", 0),
               PIPE + r"\.operators\['softmax'\]\.view: view @0\[intra\*1, intra\*1\] puts pieces on devices \[0, 1, 2, 3\], "
                      r"outside the device block 4\.\.7 of its stage"),
