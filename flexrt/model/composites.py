@@ -20,12 +20,21 @@ gradient off its kinks:
 - ``gelu_tanh``: GELU's tanh approximation (torch's ``approximate='tanh'``, GPT-2's ``gelu_new``,
   ONNX Gelu's ``approximate="tanh"``): 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
 
+Boolean tensors (``DT_BOOLEAN``: a cast to it is ``x != 0``) take part through casts:
+
+- ``logical_not``: (float(m) - 1) != 0;
+- ``masked_fill``: x - x m + value m, m the mask as x's type: exactly ``value`` where the mask
+  holds and ``x`` elsewhere, for a finite ``value`` (0 * inf would be NaN); the gradient to x is
+  1 - m, as torch's.
+
 Entry points: the functions above.
 """
 
 from __future__ import annotations
 
 import math
+
+from flexrt.ir.datatype import DataType
 
 
 def capped_relu(ff, x, cap: float, name: str):
@@ -110,3 +119,18 @@ def gelu_tanh(ff, x, name: str):
     t = ff.tanh(ff.scalar_multiply(inner, math.sqrt(2.0 / math.pi), name=f"{name}.scaled"), name=f"{name}.tanh")
     half = ff.scalar_multiply(ff.scalar_add(t, 1.0, name=f"{name}.one_plus"), 0.5, name=f"{name}.half")
     return ff.multiply(x, half, name=name)
+
+
+def logical_not(ff, m, name: str):
+    """Not ``m`` (a boolean tensor): (float(m) - 1) cast to boolean."""
+    f = ff.cast(m, DataType.DT_FLOAT, name=f"{name}.float")
+    return ff.cast(ff.scalar_sub(f, 1.0, name=f"{name}.minus_one"), DataType.DT_BOOLEAN, name=name)
+
+
+def masked_fill(ff, x, mask, value: float, name: str):
+    """``x`` with ``value`` where the boolean ``mask`` (broadcast to x) holds: x - x m + value m."""
+    if not math.isfinite(value):
+        raise ValueError(f"masked_fill of a computed mask needs a finite value, got {value!r}")
+    m = ff.cast(mask, x.data_type, name=f"{name}.mask")
+    kept = ff.subtract(x, ff.multiply(x, m, name=f"{name}.masked"), name=f"{name}.kept")
+    return ff.add(kept, ff.scalar_multiply(m, float(value), name=f"{name}.fill"), name=name)

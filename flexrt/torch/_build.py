@@ -27,6 +27,7 @@ from flexrt.model import composites
 from flexrt.model.tensor import Tensor
 from flexrt.torch._composites import HANDLERS as COMPOSITES
 from flexrt.torch._recurrent import HANDLERS as RECURRENT
+from flexrt.torch._values import HANDLERS as VALUES, READS_ARRAYS, TypeInfo
 from flexrt.torch._windows import HANDLERS as WINDOWS, strided
 from flexrt.torch._composites import (ceil_extra, ceil_pad, gather, reduce_max, resample, rescale_average,
                                      window_matrix)
@@ -496,6 +497,10 @@ def _getattr(b, node, ins, f):
         return x.num_dims
     if attr == "dtype" and isinstance(x, Tensor):
         return next(k for k, v in DTYPES.items() if v is x.data_type)
+    if isinstance(x, TypeInfo):   # torch.finfo(dtype).min
+        if x.get(attr) is None:
+            raise node_error(node, f"torch.finfo / iinfo({x.dtype}) has no attribute {attr!r}; valid: {', '.join(x.names)}")
+        return x.get(attr)
     raise node_error(node, f"attribute {attr!r} of {describe(x)} is not supported; valid: shape, size, ndim, dtype")
 
 
@@ -673,7 +678,7 @@ HANDLERS: dict[str, Callable] = {
     "CONTIGUOUS": _pass, "POW": _pow, "MEAN": _reduce, "REDUCE_SUM": _reduce, "REDUCE_MAX": _reduce,
     "MULTIHEAD_ATTENTION": _attention, "ATTRIBUTE": _attribute, "ARANGE": _arange, "PARAMETER": _parameter,
     "STACK": _stack,
-    "CONSTANT": _constant, **COMPOSITES, **RECURRENT, **WINDOWS,
+    "CONSTANT": _constant, **COMPOSITES, **RECURRENT, **WINDOWS, **VALUES,
     **{op: _unary for op in _UNARY}, **{op: _composite for op in _COMPOSITE}, **{op: _binary for op in _BINARY},
     **{op: _binary for op in _SCALAR},
     "FLOOR_DIVIDE": _binary,
@@ -681,7 +686,7 @@ HANDLERS: dict[str, Callable] = {
 _SCALAR["FLOOR_DIVIDE"] = "FLOORDIV"
 
 
-_READS_ARRAYS = frozenset({"GETITEM", "FROZEN_BATCH_NORM", "VIEW", "RESHAPE"})   # a view of a buffer folds
+_READS_ARRAYS = frozenset({"GETITEM", "FROZEN_BATCH_NORM", "VIEW", "RESHAPE"}) | READS_ARRAYS   # a view of a buffer folds
 
 
 def apply_op(ffmodel, op: str, tensors: Sequence[Any], fields=(), keywords=(), name: str = "op"):

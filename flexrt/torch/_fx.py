@@ -76,6 +76,18 @@ def _meta_tracer():
         def __index__(self):
             return self._number()
 
+        def __bool__(self):   # a condition on sizes (``if mask.dim() == 2``): its value when traced
+            v = getattr(self, "_tensor_meta", None)
+            if isinstance(v, (bool, int, torch.SymBool, torch.SymInt)):
+                return bool(v)
+            raise TypeError(f"'{self.node.name}' is not a condition known when tracing (it depends on the data)")
+
+        def __iter__(self):   # ``for part in x.split(n)``: as many items as the traced value has
+            v = getattr(self, "_tensor_meta", None)
+            if isinstance(v, (tuple, list)):
+                return (self[i] for i in range(len(v)))
+            return super().__iter__()
+
         def __int__(self):
             return self._number()
 

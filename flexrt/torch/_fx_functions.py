@@ -17,19 +17,15 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from flexrt.ir.enums import PoolType
-from flexrt.torch._fx import (_NONE, FILL_LIMIT, _bind, _Ctx, _divisor_keywords, _pool_fields, _ref, check_softplus_threshold,
+from flexrt.torch._fx import (_NONE, _bind, _Ctx, _divisor_keywords, _pool_fields, _ref, check_softplus_threshold,
                               interpolation)
 from flexrt.torch._fx import _attr
-from flexrt.torch._ir import Ref
+from flexrt.torch._fx_values import (_COMPARISONS, _TRIL, _TRIU, _arange, _compare, _full, _full_like,
+                                     _logical_not, _mask_getitem, _mask_scores, _masked_fill, _sdpa, _tensor, _tensor_arg,
+                                     _type_info)
 from flexrt.torch._windows import dilated_weight_kind
 
 _NUMBER = (int, float)
-
-
-def _tensor_arg(ctx: _Ctx, node: fx.Node, v, what: str = "its input") -> str:
-    if not isinstance(v, fx.Node):
-        raise ctx.error(node, f"{what} must be a traced value, got {type(v).__name__} {v!r}")
-    return v.name
 
 
 def _binary(op: str, scalar_op: str, commutes: bool):
@@ -155,100 +151,6 @@ def _softplus(ctx, node):
     ctx.add(node, "SOFTPLUS", [_tensor_arg(ctx, node, a["input"])], [a["beta"]])
 
 
-# ---- causal masks (flexrt.torch._fx.attribute makes the first) ----------------------------------------
-
-
-def _mask_getitem(ctx, node) -> None:
-    """mask[:, :, :T, :T]: a top-left square of a causal mask is causal."""
-    x, index = node.args
-    index = index if isinstance(index, tuple) else (index,)
-    full = slice(None, None, None)
-    tail = index[-2:]
-
-    def from_zero(s) -> bool:
-        return isinstance(s, slice) and s.start in (None, 0) and s.step in (None, 1)
-
-    square = len(tail) == 2 and all(from_zero(s) for s in tail) and (
-        tail[0].stop is tail[1].stop or tail[0].stop == tail[1].stop)
-    if not square or any(s != full for s in index[:-2]):
-        raise ctx.error(node, f"indexes a causal mask with {index}; valid: mask[:, :, :T, :T] (a top-left square)")
-    ctx.masks[node.name] = ctx.masks[x.name]
-    if x.name in ctx.attn_masks:
-        ctx.attn_masks[node.name] = ctx.attn_masks[x.name]
-
-
-def _triangle(upper: bool):
-    """torch.triu(full, diagonal=1) / torch.tril(full) of a square tensor made in forward by
-    torch.full / ones (nn.Transformer.generate_square_subsequent_mask: triu of -inf): a causal mask."""
-    def convert(ctx, node):
-        a = _bind(ctx, node, ["input", "diagonal"], {"diagonal": 0})
-        x = a["input"]
-        made = ctx.fulls.get(x.name) if isinstance(x, fx.Node) else None
-        sizes, fill, kws = made if made is not None else ((), 0, ())
-        square = len(sizes) == 2 and sizes[0] == sizes[1]
-        if not square or fill == 0 or a["diagonal"] != (1 if upper else 0):
-            raise ctx.error(node, f"torch.{'triu' if upper else 'tril'} maps only as a causal mask: triu(diagonal=1) "
-                                  f"or tril(diagonal=0) of a square torch.full / torch.ones made in forward")
-        ctx.masks[node.name] = "hide" if upper else "keep"
-        if upper and (dict(kws).get("dtype") == "torch.bool" or isinstance(fill, bool)):   # a traced dtype: a Ref
-            ctx.attn_masks[node.name] = "bool"
-        elif upper and fill <= FILL_LIMIT:
-            ctx.attn_masks[node.name] = "additive"
-    return convert
-
-
-def _mask_flip(ctx, node, x, other=None) -> None:
-    """mask == 0, mask == 1, ~mask, mask.logical_not()."""
-    if other is None:
-        ctx.masks[node.name] = "hide" if ctx.masks[x.name] == "keep" else "keep"
-    elif isinstance(other, (bool, int, float)) and other in (0, 1):
-        same = bool(other)
-        ctx.masks[node.name] = ctx.masks[x.name] if same else ("hide" if ctx.masks[x.name] == "keep" else "keep")
-    else:
-        raise ctx.error(node, f"compares a causal mask with {other!r}; valid: 0 or 1")
-
-
-def _eq(ctx, node):
-    a = _bind(ctx, node, ["input", "other"], {})
-    x, y = a["input"], a["other"]
-    if node.users and all(u.target is torch._assert for u in node.users):   # a shape check (ViT): no layer
-        ctx.ignored.add(node.name)
-        return
-    for m, o in ((x, y), (y, x)):
-        if isinstance(m, fx.Node) and m.name in ctx.masks:
-            return _mask_flip(ctx, node, m, o)
-    raise ctx.error(node, "== of tensors has no FFModel layer; it maps only on a causal mask (mask == 0)")
-
-
-def _logical_not(ctx, node):
-    x = node.args[0]
-    if isinstance(x, fx.Node) and x.name in ctx.masks:
-        return _mask_flip(ctx, node, x)
-    raise ctx.error(node, "logical not has no FFModel layer; it maps only on a causal mask")
-
-
-def _masked_fill(ctx, node):
-    a = _bind(ctx, node, ["input", "mask", "value"], {})
-    x, mask, value = a["input"], a["mask"], a["value"]
-    if not (isinstance(mask, fx.Node) and ctx.masks.get(mask.name) == "hide"):
-        raise ctx.error(node, "masked_fill maps only with a causal mask that hides the future keys "
-                              "(mask == 0 of a buffer holding torch.tril(torch.ones(T, T)))")
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value > FILL_LIMIT:
-        raise ctx.error(node, f"masked_fill with {value!r}; valid: float('-inf') or a number <= {FILL_LIMIT:g} "
-                              f"(the masked probabilities are then 0)")
-    _mask_scores(ctx, node, x)
-
-
-def _mask_scores(ctx, node, scores) -> None:
-    """``node`` is ``scores`` masked causally: softmax(dim=-1) alone may read it (a causal softmax)."""
-    for user in node.users:
-        dim = user.kwargs.get("dim", user.args[1] if len(user.args) > 1 else None)
-        if user.target not in (F.softmax, torch.softmax, "softmax") or dim != -1:
-            raise ctx.error(node, f"the masked scores are read by '{user.name}' ({user.target}); flexrt maps a "
-                                  f"causal mask only when softmax(dim=-1) alone reads the scores")
-    ctx.masked[node.name] = _tensor_arg(ctx, node, scores)
-
-
 def _add(ctx, node):
     """x + y; scores + an additive causal mask (-inf above the diagonal) read by softmax(dim=-1) is
     the causal softmax of the scores."""
@@ -258,64 +160,6 @@ def _add(ctx, node):
             return _mask_scores(ctx, node, scores)
     ctx.check_inputs(node)
     _ADD(ctx, node)
-
-
-def _sdpa(ctx, node):
-    """F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0, is_causal, scale):
-    softmax(q k^T * scale) v as FFModel layers (batch matmuls and a softmax, causal or not)."""
-    a = _bind(ctx, node, ["query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"],
-              {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None, "enable_gqa": False})
-    mask = a["attn_mask"]
-    causal_mask = isinstance(mask, fx.Node) and mask.name in ctx.attn_masks
-    # any other tensor mask is added to the scores (a relative position bias, MaxViT's); it must be
-    # floating, which the builder checks (ADDITIVE_MASK)
-    bias = mask if isinstance(mask, fx.Node) and not causal_mask and mask.name not in ctx.masks else None
-    if mask is not None and not causal_mask and bias is None or a["dropout_p"] != 0 or a["enable_gqa"] is not False:
-        raise ctx.error(node, f"scaled_dot_product_attention with attn_mask={mask!r}, dropout_p="
-                              f"{a['dropout_p']!r}, enable_gqa={a['enable_gqa']!r}; valid: no mask, a causal one "
-                              f"(is_causal for GPT's) or a floating tensor added to the scores, dropout_p=0 (eval "
-                              f"mode) and no grouped queries")
-    if bias is not None and a["is_causal"]:
-        raise ctx.error(node, "scaled_dot_product_attention with both attn_mask and is_causal=True (torch refuses it)")
-    if not isinstance(a["is_causal"], bool):
-        raise ctx.error(node, f"is_causal must be True or False, got {a['is_causal']!r}")
-    ctx.check_inputs(node, masks_ok=True)
-    a["is_causal"] = a["is_causal"] or causal_mask
-    q, k, v = (_tensor_arg(ctx, node, a[n], n) for n in ("query", "key", "value"))
-    n = node.name
-    ctx.add(node, "TRANSPOSE", [k], [-2, -1], name=f"{n}.key_t", users=(f"{n}.scores",))
-    ctx.add(node, "BATCH_MATMUL", [q, f"{n}.key_t"], name=f"{n}.scores", users=(f"{n}.scaled",))
-    scale = a["scale"]
-    if scale is None:   # 1 / sqrt(E), E the queries' last dimension
-        ctx.add(node, "GETATTR", [q], ["size", -1], name=f"{n}.width", users=(f"{n}.scale",))
-        ctx.add(node, "RSQRT", [f"{n}.width"], name=f"{n}.scale", users=(f"{n}.scaled",))
-        ctx.add(node, "MULTIPLY", [f"{n}.scores", f"{n}.scale"], name=f"{n}.scaled",
-                users=(f"{n}.masked" if bias is not None else f"{n}.probs",))
-    else:
-        ctx.add(node, "SCALAR_MULTIPLY", [f"{n}.scores"], [float(scale)], name=f"{n}.scaled",
-                users=(f"{n}.masked" if bias is not None else f"{n}.probs",))
-    scores = f"{n}.scaled"
-    if bias is not None:
-        scores = ctx.add(node, "ADDITIVE_MASK", [scores, _tensor_arg(ctx, node, bias, "attn_mask")],
-                         name=f"{n}.masked", users=(f"{n}.probs",))
-    ctx.add(node, "SOFTMAX", [scores], [], [("dim", -1)] + ([("causal", True)] if a["is_causal"] else []),
-            name=f"{n}.probs", users=(n,))
-    ctx.add(node, "BATCH_MATMUL", [f"{n}.probs", v])
-
-
-def _arange(ctx, node):
-    """torch.arange(end) / (start, end) / (start, end, step): the numbers may be traced sizes."""
-    args = list(node.args)
-    kw = {k: v for k, v in node.kwargs.items() if k not in ("device", "requires_grad", "layout", "pin_memory")}
-    for k in ("start", "end", "step"):
-        if k in kw:
-            raise ctx.error(node, f"arange({k}=...) by keyword is not supported; give the bounds by position")
-    dtype = kw.pop("dtype", None)
-    if kw or not 1 <= len(args) <= 3:
-        raise ctx.error(node, f"arange takes (end), (start, end) or (start, end, step), got {len(args)} argument(s)"
-                              + (f" and {', '.join(kw)}" if kw else ""))
-    start, end, step = ([0] + args + [1])[:3] if len(args) == 1 else (args + [1])[:3]
-    ctx.add(node, "ARANGE", [], [_ref(start), _ref(end), _ref(step)], [("dtype", str(dtype))] if dtype else [])
 
 
 def _dropout(ctx, node):
@@ -688,6 +532,13 @@ def _to(ctx, node):
         ctx.add(node, "TO", [x], [])
 
 
+def _cast_to(dtype: str):
+    """x.bool() (x != 0), x.int(), x.long(), x.double(), x.half(), x.bfloat16(): a cast to ``dtype``."""
+    def convert(ctx, node):
+        ctx.add(node, "TO", [_tensor_arg(ctx, node, node.args[0])], [dtype])
+    return convert
+
+
 def _pass(op: str):
     def convert(ctx, node):
         ctx.add(node, op, [_tensor_arg(ctx, node, node.args[0])])
@@ -804,48 +655,6 @@ def _normalize(ctx, node):
     ctx.add(node, "NORMALIZE", [_tensor_arg(ctx, node, a["input"])], [a["p"], a["dim"], a["eps"]])
 
 
-_CREATION_KWARGS = ("device", "requires_grad", "layout", "pin_memory", "memory_format")
-
-
-def _full(value):
-    """torch.full(size, fill_value), torch.zeros(*size), torch.ones(*size): a constant of the model
-    (the sizes may be traced); ``value`` None: full's own fill value."""
-    def convert(ctx, node):
-        args = list(node.args)
-        kw = {k: v for k, v in node.kwargs.items() if k not in _CREATION_KWARGS}
-        dtype = kw.pop("dtype", None)
-        fill = value
-        if value is None:
-            fill = kw.pop("fill_value", args.pop() if len(args) == 2 else None)
-        sizes = kw.pop("size", args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else tuple(args))
-        if kw or fill is None or isinstance(fill, fx.Node):
-            raise ctx.error(node, f"{getattr(node.target, '__name__', node.target)} takes sizes and a number to fill "
-                                  f"with (not a traced value); got {node.args}, {dict(node.kwargs)}")
-        # made when first read (check_inputs); triu / tril of it may be a causal mask instead
-        ctx.fulls[node.name] = (_ref(tuple(sizes)), fill, (("dtype", _ref(dtype)),) if dtype else ())
-    return convert
-
-
-def _full_like(value):
-    """torch.zeros_like / ones_like / full_like(x, fill): a constant of x's sizes (a parameter's
-    known ones, or a traced tensor's read when built), made where it is first read, as torch.full."""
-    def convert(ctx, node):
-        a = _bind(ctx, node, ["input"] + (["fill_value"] if value is None else []),
-                  {k: None for k in _CREATION_KWARGS} | {"dtype": None})
-        x, fill = a["input"], a.get("fill_value", value)
-        if not isinstance(x, fx.Node) or fill is None or isinstance(fill, fx.Node):
-            raise ctx.error(node, f"{node.target.__name__} takes a tensor and a number to fill with; got "
-                                  f"{node.args}, {dict(node.kwargs)}")
-        if x.name in ctx.params:
-            sizes = tuple(ctx.params[x.name][1].shape)
-        else:
-            ctx.check_inputs(node)
-            sizes = Ref(ctx.add(node, "GETATTR", [x.name], ["shape"], name=f"{node.name}.sizes", users=(node.name,)))
-        dtype = a["dtype"]
-        ctx.fulls[node.name] = (sizes, fill, (("dtype", _ref(dtype)),) if dtype else ())
-    return convert
-
-
 def _clamp(ctx, node):
     """torch.clamp / clip (min, max), clamp_min, clamp_max: numbers as bounds."""
     name = node.target if isinstance(node.target, str) else node.target.__name__
@@ -861,7 +670,6 @@ def _unflatten(ctx, node):
     ctx.add(node, "UNFLATTEN", [_tensor_arg(ctx, node, a["input"])], [a["dim"], _ref(tuple(a["sizes"]))])
 
 
-_TRIU, _TRIL = _triangle(True), _triangle(False)
 _ADD = _binary("ADD", "SCALAR_ADD", True)
 _SUB = _binary("SUBTRACT", "SCALAR_SUB", False)
 _MUL = _binary("MULTIPLY", "SCALAR_MULTIPLY", True)
@@ -895,8 +703,9 @@ FUNCTIONS: dict[Callable, Callable] = {
     torch.squeeze: _unsqueeze("SQUEEZE"), torch.pow: _pow, operator.pow: _pow, torch.mean: _reduce("MEAN"),
     torch.sum: _reduce("REDUCE_SUM"), F.max_pool2d: _pool_fn(PoolType.POOL_MAX),
     math.sqrt: _unary("SQRT"), math.ceil: _unary("CEIL"), math.floor: _unary("FLOOR"), torch.sqrt: _unary("SQRT"),
-    torch.amax: _reduce("REDUCE_MAX"), operator.eq: _eq, torch.eq: _eq,
+    torch.amax: _reduce("REDUCE_MAX"), **{k: _compare for k in _COMPARISONS if not isinstance(k, str)},
     operator.invert: _logical_not, torch.logical_not: _logical_not, torch.masked_fill: _masked_fill,
+    torch.tensor: _tensor, torch.finfo: _type_info("FINFO"), torch.iinfo: _type_info("IINFO"),
     F.scaled_dot_product_attention: _sdpa, torch.arange: _arange,
     F.avg_pool2d: _pool_fn(PoolType.POOL_AVG), F.adaptive_avg_pool2d: _adaptive_fn(PoolType.POOL_AVG),
     F.adaptive_max_pool2d: _adaptive_fn(PoolType.POOL_MAX), F.layer_norm: _layer_norm_fn,
@@ -918,7 +727,9 @@ METHODS: dict[str, Callable] = {
     "unsqueeze": _unsqueeze("UNSQUEEZE"), "squeeze": _unsqueeze("SQUEEZE"), "view_as": _as, "reshape_as": _as,
     "type_as": _as, "expand_as": _expand_as, "to": _to, "float": _pass("FLOAT"), "contiguous": _pass("CONTIGUOUS"),
     "pow": _pow, "mean": _reduce("MEAN"), "sum": _reduce("REDUCE_SUM"), "amax": _reduce("REDUCE_MAX"),
-    "sqrt": _unary("SQRT"), "eq": _eq,
+    "sqrt": _unary("SQRT"), **{k: _compare for k in _COMPARISONS if isinstance(k, str)}, "bool": _cast_to("torch.bool"), "int": _cast_to("torch.int32"),
+    "long": _cast_to("torch.int64"), "double": _cast_to("torch.float64"), "half": _cast_to("torch.float16"),
+    "bfloat16": _cast_to("torch.bfloat16"),
     "logical_not": _logical_not, "masked_fill": _masked_fill, "dim": _dim, "t": _t, "var": _var(False),
     "std": _var(True), "unflatten": _unflatten, "clamp": _clamp, "clip": _clamp, "clamp_min": _clamp,
     "clamp_max": _clamp, "log": _unary("LOG"), "log_softmax": _log_softmax, "logsumexp": _logsumexp,
@@ -926,7 +737,7 @@ METHODS: dict[str, Callable] = {
     "cumsum": _cumsum, "repeat": _dims_op("REPEAT"), "log1p": _unary("LOG1P"),
 }
 # converters that check what they read themselves (masks, named tuples, a module's own parameters)
-_MASK_AWARE = (_pack, _batch_norm_fn, _group_norm_fn, _linear_fn, _conv2d_fn, _getitem, _eq, _logical_not, _masked_fill,
+_MASK_AWARE = (_pack, _batch_norm_fn, _group_norm_fn, _linear_fn, _conv2d_fn, _getitem, _compare, _logical_not, _masked_fill,
                _softmax, _layer_norm_fn, _getattr, _sdpa, _TRIU, _TRIL, _add)
 
 
@@ -968,7 +779,7 @@ def convert_call(ctx: _Ctx, node: fx.Node) -> None:
         raise ctx.error(node, f"the {what} has no FFModel mapping; supported {what}s: "
                               f"{', '.join(sorted(_label(t) for t in table))}")
     if convert not in _MASK_AWARE and convert is not _guard:
-        ctx.check_inputs(node, device_ok=convert in (_arange, _to) or node.target in _MADE)
+        ctx.check_inputs(node, device_ok=convert in (_arange, _to, _tensor) or node.target in _MADE)
     elif convert not in (_TRIU, _TRIL):
         ctx.emit_fulls(node)
     convert(ctx, node)

@@ -173,12 +173,33 @@ class _Misuse(nn.Module):
     ("add", r"torch node 'add'.*reads 'eq', a causal mask"),
     ("rows", r"indexes a causal mask with .*; valid: mask\[:, :, :T, :T\]"),
     ("sdpa_mask", r"torch node 'scaled_dot_product_attention'.*attn_mask=mask.*valid: no mask, a causal one"),
-    ("full", r"torch node 'eq'.*== of tensors has no FFModel layer; it maps only on a causal mask"),
 ])
 def test_masks_used_otherwise_are_refused_naming_the_node(how, match):
     ff = FFModel(FFConfig(["-b", str(B)]))
     with pytest.raises(ConfigError, match=match):
         PyTorchModel(_Misuse(how)).torch_to_ff(ff, [ff.create_tensor([B, H, T, T], DataType.DT_FLOAT)])
+
+
+def test_a_constant_mask_that_is_not_causal_fills_exactly():
+    """A buffer that is not a causal mask (all ones: nothing hidden; random: some keys hidden) compared
+    with 0 is a constant boolean mask: masked_fill with -inf then softmax equals torch's."""
+    x = np.random.default_rng(0).standard_normal((B, H, T, T)).astype(np.float32)
+    for seed in (None, 1):
+        module = _Misuse("full")
+        if seed is not None:
+            rng = np.random.default_rng(seed)
+            keep = rng.random((T, T)) < 0.7
+            keep[:, 0] = True    # every row sees a key (a row of -inf is NaN in torch too)
+            module.mask.copy_(torch.from_numpy(keep.astype(np.float32)).view(1, 1, T, T))
+        ff = FFModel(FFConfig(["-b", str(B)]))
+        xt = ff.create_tensor([B, H, T, T], DataType.DT_FLOAT)
+        (out,) = PyTorchModel(module).torch_to_ff(ff, [xt])
+        ff.compile(loss_type="mean_squared_error_avg")
+        xt.set_tensor(ff, x)
+        ff.forward()
+        with torch.no_grad():
+            want = module(torch.from_numpy(x)).numpy()
+        np.testing.assert_allclose(out.get_tensor(ff).reshape(want.shape), want, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("degrees", [{"dim2": 2}, {"dim2": 4}, {"dim1": 2, "dim2": 2}, {"dim0": 2, "dim2": 2}])

@@ -1,0 +1,222 @@
+"""Builder handlers of the values that are comparisons, boolean masks and constants made in forward
+(``flexrt.torch._fx_values`` makes their nodes; the ONNX front end may too).
+
+- ``COMPARE`` (fields: the operator, then a number when one operand is one): of numbers, a bool;
+  of arrays (constants), a boolean array; of tensors, ``==`` and ``!=`` only: a boolean tensor
+  (``DT_BOOLEAN``: ``x != c`` is the cast of ``x - c``), the others refused by name.
+- ``LOGICAL_NOT``: of a bool, array or boolean tensor (``flexrt.model.composites.logical_not``).
+- ``MASKED_FILL`` (field: the value): ``x.masked_fill(mask, value)`` by a boolean tensor
+  (``composites.masked_fill``) or a constant boolean array (x times its complement plus the fill),
+  exact; an infinite value is taken as the type's largest finite number, with a warning (a softmax
+  of the filled scores is the same); of arrays, folded.
+- ``TENSOR`` (field: the data; keyword ``dtype``): ``torch.tensor``: a 0-d one is a Python number
+  (torch's scalar tensors do not promote the tensors they meet), any other an array constant, in
+  torch's default types (float32, int64, bool) unless ``dtype`` says.
+- ``FINFO`` / ``IINFO`` (field: the dtype's name): ``torch.finfo`` / ``iinfo``, read by ``GETATTR``.
+
+Entry points: ``HANDLERS``, ``TypeInfo``.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass
+
+import numpy as np
+
+from flexrt.errors import FrontendWarning, ShapeError, warn_caller
+from flexrt.ir.datatype import DataType
+from flexrt.model import composites
+from flexrt.model.tensor import Tensor
+from flexrt.torch._build_base import DTYPES, FLOATS, describe, is_number, node_error
+
+_OPS = {"EQ": operator.eq, "NE": operator.ne, "LT": operator.lt, "LE": operator.le, "GT": operator.gt,
+        "GE": operator.ge}
+_SYMBOLS = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
+# torch.finfo(torch.bfloat16), which NumPy lacks
+_BFLOAT16 = {"bits": 16, "eps": 0.0078125, "max": 3.3895313892515355e38, "min": -3.3895313892515355e38,
+             "tiny": 1.1754943508222875e-38, "smallest_normal": 1.1754943508222875e-38, "resolution": 0.01}
+
+
+@dataclass(frozen=True)
+class TypeInfo:
+    """torch.finfo / iinfo of a dtype: its attributes by name (``GETATTR`` reads them)."""
+
+    dtype: str
+    values: tuple      # (name, value) pairs
+
+    def get(self, attr: str):
+        return dict(self.values).get(attr)
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(k for k, _ in self.values)
+
+
+def _array_or_value(b, node, v):
+    """An operand as a NumPy array or number when it is one (folded), else None."""
+    if isinstance(v, np.ndarray) or (is_number(v) and not isinstance(v, Tensor)):
+        return v
+    return None
+
+
+def _compare(b, node, ins, f):
+    op = f[0] if f else None
+    if op not in _OPS or len(ins) + len(f) != 3 or len(ins) not in (1, 2):
+        raise node_error(node, f"COMPARE takes the operator ({', '.join(_OPS)}) and two operands, got inputs "
+                               f"{[describe(v) for v in ins]} and fields {list(f)}")
+    x, y = (ins[0], ins[1]) if len(ins) == 2 else (ins[0], f[1])
+    ax, ay = _array_or_value(b, node, x), _array_or_value(b, node, y)
+    if ax is not None and ay is not None:     # sizes or constants: folded
+        out = _OPS[op](np.asarray(ax) if isinstance(ay, np.ndarray) else ax, ay)
+        return out if isinstance(out, np.ndarray) else bool(out)
+    if op not in ("EQ", "NE"):
+        raise node_error(node, f"{_SYMBOLS[op]} of tensors has no FFModel layer; valid: == and != of tensors (or "
+                               f"against a number), or any comparison of sizes")
+    x, y = (b.constant(v, node) for v in (x, y))
+    if not isinstance(x, Tensor):
+        x, y = y, x
+    if not isinstance(x, Tensor) or not (isinstance(y, Tensor) or is_number(y)):
+        raise node_error(node, f"compares {describe(x)} with {describe(y)}; valid: tensors and numbers")
+    if op == "NE":
+        return _differs(b, node, x, y, node.name)
+    return composites.logical_not(b.ff, _differs(b, node, x, y, f"{node.name}.ne"), node.name)
+
+
+def _differs(b, node, x: Tensor, y, name: str) -> Tensor:
+    """x != y as a boolean tensor named ``name``: the cast of x - y (x itself against 0); operands of
+    other than one floating type first as float64 (integers exact to 2^53)."""
+    ff = b.ff
+    if isinstance(y, Tensor):
+        if x.data_type is not y.data_type or x.data_type not in FLOATS:
+            x, y = (ff.cast(t, DataType.DT_DOUBLE, name=f"{node.name}.{w}_float") if t.data_type is not
+                    DataType.DT_DOUBLE else t for t, w in ((x, "x"), (y, "y")))
+        x = ff.subtract(x, y, name=f"{node.name}.minus")
+    elif y != 0:
+        if x.data_type not in FLOATS:
+            x = ff.cast(x, DataType.DT_DOUBLE, name=f"{node.name}.x_float")
+        x = ff.scalar_sub(x, float(y), name=f"{node.name}.minus")
+    return ff.cast(x, DataType.DT_BOOLEAN, name=name)
+
+
+def _logical_not(b, node, ins, f):
+    x = ins[0] if len(ins) == 1 else None
+    if isinstance(x, (bool, np.bool_)):
+        return not x
+    if isinstance(x, np.ndarray) and x.dtype == np.bool_:
+        return np.logical_not(x)
+    if isinstance(x, Tensor) and x.data_type is DataType.DT_BOOLEAN:
+        return composites.logical_not(b.ff, x, node.name)
+    what = f"a {x.data_type.name} tensor {list(x.dims)}" if isinstance(x, Tensor) else describe(x)
+    raise node_error(node, f"logical not of {what}; valid: a bool, or a boolean tensor (a comparison's: ~ "
+                           f"of an integer tensor is bitwise in torch, which no FFModel layer computes)")
+
+
+def _masked_fill(b, node, ins, f):
+    if len(ins) != 2 or len(f) != 1:
+        raise node_error(node, f"MASKED_FILL takes the input, the mask and one value, got {len(ins)} input(s) and "
+                               f"fields {list(f)}")
+    (x, mask), value = ins, f[0]
+    if not is_number(value):
+        raise node_error(node, f"masked_fill with {describe(value)}; valid: a number")
+    if isinstance(x, np.ndarray) and isinstance(mask, np.ndarray):
+        if mask.dtype != np.bool_:
+            raise node_error(node, f"masked_fill by a {mask.dtype} array; torch takes a boolean mask")
+        return np.where(mask, np.asarray(value, dtype=x.dtype), x)
+    if isinstance(mask, np.ndarray) and isinstance(x, Tensor):    # a constant mask: any value, -inf included
+        return _constant_fill(b, node, x, mask, value)
+    x, mask = b.tensor(node, b.constant(x, node)), b.tensor(node, b.constant(mask, node), "the mask")
+    if mask.data_type is not DataType.DT_BOOLEAN:
+        raise node_error(node, f"masked_fill by a {mask.data_type.name} mask; torch takes a boolean one (a comparison, "
+                               f"or x.to(torch.bool))")
+    if x.data_type not in FLOATS:
+        raise node_error(node, f"masked_fill of a {x.data_type.name} tensor by a computed mask; valid: a floating one")
+    value = _finite(node, value, x.data_type)
+    _check_broadcast(node, x, mask.dims)
+    return composites.masked_fill(b.ff, x, mask, float(value), node.name)
+
+
+def _constant_fill(b, node, x: Tensor, mask: np.ndarray, value) -> Tensor:
+    """x.masked_fill(M, value) for a constant boolean M: x times the constant (not M) plus the constant
+    holding ``value`` where M holds (0 elsewhere): exact for any value, infinite ones included."""
+    if mask.dtype != np.bool_:
+        raise node_error(node, f"masked_fill by a {mask.dtype} array; torch takes a boolean mask")
+    if x.data_type not in FLOATS:
+        raise node_error(node, f"masked_fill of a {x.data_type.name} tensor; valid: a floating one")
+    _check_broadcast(node, x, mask.shape)
+    dtype, value = x.data_type.numpy_name, _finite(node, value, x.data_type)
+    keep = b.constant((~mask).astype(dtype), node)
+    fill = b.constant(np.where(mask, np.asarray(value, dtype=dtype), np.zeros((), dtype=dtype)), node)
+    return b.ff.add(b.ff.multiply(x, keep, name=f"{node.name}.kept"), fill, name=node.name)
+
+
+def _finite(node, value, dtype: DataType) -> float:
+    """``value``, an infinite one as the type's largest finite number of its sign, with a warning:
+    model constants hold no infinities (and 0 * inf is NaN), and a softmax of the masked scores,
+    what such fills are for, is the same (exp underflows to 0 either way)."""
+    if math.isfinite(value):
+        return value
+    big = float(np.finfo(dtype.numpy_name).max) if dtype is not DataType.DT_BFLOAT16 else _BFLOAT16["max"]
+    warn_caller(f"node '{node.name}' ({node.op}){f' at {node.origin}' if node.origin else ''}: fills with {value!r}, "
+                f"taken as {math.copysign(big, value):g} (the type's largest finite number); a softmax of the filled "
+                f"scores is the same, other reads of the filled places see that number", FrontendWarning)
+    return math.copysign(big, value)
+
+
+def _check_broadcast(node, x: Tensor, mask_shape) -> None:
+    """torch's rule: the mask broadcasts to the input's shape (the output's)."""
+    try:
+        fits = np.broadcast_shapes(tuple(x.dims), tuple(mask_shape)) == tuple(x.dims)
+    except ValueError:
+        fits = False
+    if not fits:
+        raise node_error(node, f"the mask {list(mask_shape)} does not broadcast to the input {list(x.dims)}",
+                         ShapeError)
+
+
+_TORCH_DEFAULT = {"f": DataType.DT_FLOAT, "i": DataType.DT_INT64, "u": DataType.DT_INT64, "b": DataType.DT_BOOLEAN}
+
+
+def _tensor(b, node, ins, f):
+    """torch.tensor(data, dtype): a number when 0-d, else an array constant."""
+    dtype_name = b.resolve(node, node.kw("dtype"))
+    if dtype_name is not None and dtype_name not in DTYPES:
+        raise node_error(node, f"dtype {dtype_name!r} is not supported; valid: {', '.join(sorted(DTYPES))}")
+    try:
+        data = np.asarray(f[0] if f else None)
+    except (TypeError, ValueError) as e:
+        raise node_error(node, f"torch.tensor of {describe(f[0] if f else None)}: {e}") from None
+    if data.dtype.kind not in _TORCH_DEFAULT:
+        raise node_error(node, f"torch.tensor of {describe(f[0] if f else None)}; valid: numbers, bools or (nested) "
+                               f"lists of them, sizes included")
+    dtype = DTYPES[dtype_name] if dtype_name is not None else _TORCH_DEFAULT[data.dtype.kind]
+    if data.ndim == 0:
+        return data.astype(dtype.numpy_name).item() if dtype is not DataType.DT_BFLOAT16 else float(data)
+    return data.astype(dtype.numpy_name) if dtype is not DataType.DT_BFLOAT16 else data.astype(np.float32)
+
+
+def _type_info(b, node, ins, f):
+    name = f[0] if f else None
+    dtype = DTYPES.get(name) if isinstance(name, str) else None
+    if dtype is None:
+        raise node_error(node, f"torch.{node.op.lower()} of {describe(name)}; valid: {', '.join(sorted(DTYPES))}")
+    if node.op == "FINFO":
+        if dtype is DataType.DT_BFLOAT16:
+            return TypeInfo(name, tuple(sorted(_BFLOAT16.items())))
+        if not dtype.is_floating:
+            raise node_error(node, f"torch.finfo of {name}, which is not a floating type (torch.iinfo is for integers)")
+        fi = np.finfo(dtype.numpy_name)
+        return TypeInfo(name, (("bits", int(fi.bits)), ("eps", float(fi.eps)), ("max", float(fi.max)),
+                               ("min", float(fi.min)), ("resolution", float(fi.resolution)),
+                               ("smallest_normal", float(fi.smallest_normal)), ("tiny", float(fi.tiny))))
+    if dtype.is_floating or dtype is DataType.DT_BOOLEAN:
+        raise node_error(node, f"torch.iinfo of {name}, which is not an integer type (torch.finfo is for floats)")
+    ii = np.iinfo(dtype.numpy_name)
+    return TypeInfo(name, (("bits", int(ii.bits)), ("max", int(ii.max)), ("min", int(ii.min))))
+
+
+HANDLERS = {"COMPARE": _compare, "LOGICAL_NOT": _logical_not, "MASKED_FILL": _masked_fill, "TENSOR": _tensor,
+            "FINFO": _type_info, "IINFO": _type_info}
+# handlers that take array constants as arrays (they fold them)
+READS_ARRAYS = frozenset({"COMPARE", "LOGICAL_NOT", "MASKED_FILL"})
