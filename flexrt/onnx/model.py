@@ -25,11 +25,12 @@ from typing import Any
 import numpy as np
 
 from flexrt.errors import ConfigError, FlexrtError, FrontendWarning, warn_caller
-from flexrt.inputs import read_bytes
+from flexrt.inputs import read_bytes, short
 from flexrt.ir.enums import ActiMode, PoolType
 from flexrt.model.composites import SELU_ALPHA, SELU_SCALE
 from flexrt.onnx._composed import ComposedHandlers
 from flexrt.onnx._fold import FOLDABLE, fold, shape_of, static_shapes
+from flexrt.onnx._proto import check_text, tensor_array
 from flexrt.torch._build import build
 from flexrt.torch._ir import IRNode
 from flexrt.torch._weights import ff_layout, set_layer_weights
@@ -72,10 +73,13 @@ class ONNXModel:
             model = filename
         else:
             raise ConfigError(f"ONNXModel: give a file name or an onnx.ModelProto, got {type(filename).__name__}")
+        source = filename if isinstance(filename, str) else "the ModelProto"
+        check_text(model, source)
         self.model = model
-        self.numpy_helper = onnx.numpy_helper
-        self.constants: dict[str, np.ndarray] = {t.name: onnx.numpy_helper.to_array(t)
-                                                 for t in model.graph.initializer}
+        self.onnx = onnx
+        self.constants: dict[str, np.ndarray] = {
+            t.name: tensor_array(onnx, t, f"ONNXModel: {source}: initializer {i} ({short(t.name, 60)})")
+            for i, t in enumerate(model.graph.initializer)}
         self.shapes: dict[str, tuple] = {i.name: tuple(d.dim_value for d in i.type.tensor_type.shape.dim)
                                          for i in model.graph.input}
         self.shapes.update({k: v.shape for k, v in self.constants.items()})
@@ -269,6 +273,8 @@ class _Converter(ComposedHandlers):
         tensor of static shape); False when it does not."""
         m = self.m
         if node.op_type == "Shape":
+            if not node.input or not node.input[0]:
+                raise self.error(node, name, "takes one input (the tensor whose shape it gives), got none")
             src = node.input[0]
             shape = m.shapes[src] if src in m.constants else m.inferred.get(src)
             if shape is None and m.reinferred_at != len(m.constants):   # ONNX's inference stopped short:
@@ -741,7 +747,10 @@ class _Converter(ComposedHandlers):
     def _Constant(self, node, name, a):
         if "value" not in a:
             raise self.error(node, name, "only Constant nodes with a 'value' tensor are supported")
-        arr = self.m.numpy_helper.to_array(a["value"])
+        if not isinstance(a["value"], self.m.onnx.TensorProto):
+            raise self.error(node, name, f"its attribute 'value' must be a tensor, got {type(a['value']).__name__} "
+                                         f"{short(a['value'])}")
+        arr = tensor_array(self.m.onnx, a["value"], f"ONNX node '{name}' (Constant): attribute 'value'")
         self.m.constants[node.output[0]] = arr
         self.m.shapes[node.output[0]] = arr.shape
         return []

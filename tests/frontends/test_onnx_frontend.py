@@ -152,6 +152,58 @@ def test_empty_or_garbled_files_are_refused_by_name(tmp_path):
         ONNXModel(str(tmp_path / "garbage.onnx"))
 
 
+def test_a_name_that_is_not_utf8_is_refused_by_its_field(tmp_path):
+    data = _graph([helper.make_node("Relu", ["x"], ["y"], name="relu1")]).SerializeToString()
+    (tmp_path / "m.onnx").write_bytes(data.replace(b"relu1", b"rel\xff1"))   # protobuf hands it over as bytes
+    with pytest.raises(ConfigError, match=r"m\.onnx: model\.graph\.node\[0\]\.name is not valid UTF-8 text "
+                                          r"\(b'rel\\xff1'\); ONNX's names and text fields are UTF-8"):
+        ONNXModel(str(tmp_path / "m.onnx"))
+
+
+def _bias(mutate) -> onnx.ModelProto:
+    """x + b of a [4] float initializer 'b', after ``mutate(b)``."""
+    b = onnx.numpy_helper.from_array(np.arange(4, dtype=np.float32), "b")
+    mutate(b)
+    return _graph([helper.make_node("Add", ["x", "b"], ["y"], name="add")], [b])
+
+
+@pytest.mark.parametrize("mutate, expect", [
+    (lambda b: b.dims.__setitem__(0, 3), r"dims \[3\] of FLOAT make 12 bytes of raw_data, but the file holds 16"),
+    (lambda b: setattr(b, "raw_data", b.raw_data[:10]), r"dims \[4\] of FLOAT make 16 bytes of raw_data, but "
+                                                        r"the file holds 10; the file is damaged or was cut short"),
+    (lambda b: b.dims.__setitem__(0, -4), r"dims \[-4\] has a negative size; valid: sizes >= 0"),
+    (lambda b: setattr(b, "data_type", 0), r"element type 0 is not an ONNX tensor type; valid: 1 \(FLOAT\), "),
+    (lambda b: setattr(b, "data_type", 99), r"element type 99 is not an ONNX tensor type"),
+    (lambda b: (b.ClearField("raw_data"), b.float_data.extend([1.0, 2.0])),
+     r"dims \[4\] of FLOAT make 4 values in float_data, but the file holds 2"),
+])
+def test_initializer_data_that_does_not_fit_its_dims_is_refused_by_name(mutate, expect):
+    with pytest.raises(ConfigError, match=r"ONNXModel: the ModelProto: initializer 0 \('b'\): " + expect):
+        ONNXModel(_bias(mutate))
+
+
+def test_malformed_constant_and_shape_nodes_are_refused_by_name():
+    ff = FFModel(FFConfig(["-b", "2"]))
+    x = ff.create_tensor([2, 4], DataType.DT_FLOAT)
+    const = helper.make_node("Constant", [], ["c"], name="c1", value_int=1)
+    const.attribute[0].name = "value"                                       # an int where a tensor belongs
+    add = helper.make_node("Add", ["x", "c"], ["y"], name="add")
+    with pytest.raises(ConfigError, match=r"ONNX node 'c1' \(Constant\): its attribute 'value' must be a tensor, "
+                                          r"got int 1"):
+        ONNXModel(_graph([const, add])).apply(ff, {"x": x})
+    short = onnx.numpy_helper.from_array(np.arange(4, dtype=np.float32), "value")
+    short.raw_data = short.raw_data[:8]
+    const = helper.make_node("Constant", [], ["c"], name="c2", value=short)
+    with pytest.raises(ConfigError, match=r"ONNX node 'c2' \(Constant\): attribute 'value': dims \[4\] of FLOAT make "
+                                          r"16 bytes of raw_data, but the file holds 8"):
+        ONNXModel(_graph([const, add])).apply(ff, {"x": x})
+    shape = helper.make_node("Shape", [], ["s"], name="shape1")
+    reshape = helper.make_node("Reshape", ["x", "s"], ["y"], name="r")
+    with pytest.raises(ConfigError, match=r"ONNX node 'shape1' \(Shape\): takes one input \(the tensor whose shape "
+                                          r"it gives\), got none"):
+        ONNXModel(_graph([shape, reshape])).apply(ff, {"x": x})
+
+
 def _matches_torch(model, x, path, ops, tol=1e-5, **export_kw):
     """Export ``model`` on ``x`` to ``path`` (its graph must hold ``ops``), build it into an FFModel,
     load its initializers and check the forward equals torch's."""
