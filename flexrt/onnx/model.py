@@ -38,6 +38,7 @@ from flexrt.torch._windows import dilated_weight_kind
 
 _NONE = ActiMode.AC_MODE_NONE.value
 MAX_ONNX_BYTES = 2 ** 31     # protobuf's own limit of one message
+_MAX_RANK = 64   # NumPy's limit of an array's dimensions
 _DTYPES = {1: "torch.float32", 11: "torch.float64", 6: "torch.int32", 7: "torch.int64", 9: "torch.bool"}
 
 
@@ -421,6 +422,9 @@ class _Converter(ComposedHandlers):
             axis, rank = int(a.get("axis", 0)), len(self.m.inferred.get(data, ()))
             if axis < 0 and not rank:
                 raise self.error(node, name, f"axis {axis} of '{data}', whose rank is unknown; export with axis >= 0")
+            if not -(rank or _MAX_RANK) <= axis < (rank or _MAX_RANK):
+                raise self.error(node, name, f"axis {short(axis)} of '{data}' is out of range; valid: " +
+                                 (f"{-rank}..{rank - 1} (its rank is {rank})" if rank else f"0..{_MAX_RANK - 1}"))
             axis += rank if axis < 0 else 0
             k = int(index.reshape(()))
             item = k if index.ndim == 0 else slice(k, k + 1 if k != -1 else None)
@@ -627,11 +631,33 @@ class _Converter(ComposedHandlers):
         c, f = self.m.constants.get(cond), self.m.constants.get(fill)
         if c is None or f is None or scores in self.m.constants or not _causal_hide(c) or \
                 not bool(np.all(f <= _FILL_LIMIT)) or not self._softmax_alone(node):
-            raise self.error(node, name, "Where maps only as torch's masked_fill by a causal mask: Where(constant "
-                                         "mask hiding the future keys, constant fill <= -1e9 or -inf, scores) read "
-                                         "by Softmax over the last axis")
+            return self._with_constants(node, name, "WHERE", [])   # any other selection (a padding mask's)
         self.causal[node.output[0]] = scores
         return []
+
+    def _with_constants(self, node, name, op, fields) -> list[IRNode]:
+        """``op`` of the node's inputs, each constant one given as a CONSTANT node of its values (the
+        builder folds a comparison or selection of constants alone: shapes, masks)."""
+        made, refs = [], []
+        for i, t in enumerate(node.input):
+            if t in self.m.constants:
+                refs.append(f"{name}.const{i}")
+                made.append(IRNode(refs[-1], (), (), "CONSTANT", (self.m.constants[t],), (),
+                                   f"ONNX node '{name}' ({node.op_type})"))
+            else:
+                refs.append(t)
+        return made + [self.ir(node, name, op, refs, fields)]
+
+    def _compare(op):
+        def handler(self, node, name, a):
+            return self._with_constants(node, name, "COMPARE", [op])
+        return handler
+
+    _Equal, _Less, _Greater = _compare("EQ"), _compare("LT"), _compare("GT")
+    _LessOrEqual, _GreaterOrEqual = _compare("LE"), _compare("GE")
+
+    def _Not(self, node, name, a):
+        return self._with_constants(node, name, "LOGICAL_NOT", [])
 
     def _Dropout(self, node, name, a):
         ratio = a.get("ratio", 0.5)
@@ -755,4 +781,4 @@ class _Converter(ComposedHandlers):
         self.m.shapes[node.output[0]] = arr.shape
         return []
 
-    del _unary, _binary, _reduce
+    del _unary, _binary, _reduce, _compare

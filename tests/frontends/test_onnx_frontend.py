@@ -204,6 +204,16 @@ def test_malformed_constant_and_shape_nodes_are_refused_by_name():
         ONNXModel(_graph([shape, reshape])).apply(ff, {"x": x})
 
 
+
+@pytest.mark.parametrize("axis, valid", [(2 ** 62, r"-2\.\.1 \(its rank is 2\)"), (-3, r"-2\.\.1")])
+def test_gather_of_a_position_along_an_axis_past_the_rank_is_refused(axis, valid):
+    ff = FFModel(FFConfig(["-b", "2"]))
+    gather = helper.make_node("Gather", ["x", "i"], ["y"], name="g1", axis=axis)   # 2 ** 62: a tuple of that many
+    index = onnx.numpy_helper.from_array(np.array(1, np.int64), "i")
+    with pytest.raises(ConfigError, match=rf"ONNX node 'g1' \(Gather\): axis {axis} of 'x' is out of range; "
+                                          rf"valid: {valid}"):
+        ONNXModel(_graph([gather], [index])).apply(ff, {"x": ff.create_tensor([2, 4], DataType.DT_FLOAT)})
+
 def _matches_torch(model, x, path, ops, tol=1e-5, **export_kw):
     """Export ``model`` on ``x`` to ``path`` (its graph must hold ``ops``), build it into an FFModel,
     load its initializers and check the forward equals torch's."""
