@@ -23,9 +23,9 @@ gradient off its kinks:
 Boolean tensors (``DT_BOOLEAN``: a cast to it is ``x != 0``) take part through casts:
 
 - ``logical_not``: (float(m) - 1) != 0;
-- ``masked_fill``: x - x m + value m, m the mask as x's type: exactly ``value`` where the mask
-  holds and ``x`` elsewhere, for a finite ``value`` (0 * inf would be NaN); the gradient to x is
-  1 - m, as torch's.
+- ``where``: b - b c + a c, c the condition as the operands' type: exactly ``a`` where it holds and
+  ``b`` elsewhere, for finite values (0 * inf would be NaN); the gradients are c and 1 - c, as
+  torch's; ``masked_fill`` is where(mask, value, x).
 
 Entry points: the functions above.
 """
@@ -127,10 +127,25 @@ def logical_not(ff, m, name: str):
     return ff.cast(ff.scalar_sub(f, 1.0, name=f"{name}.minus_one"), DataType.DT_BOOLEAN, name=name)
 
 
+def where(ff, cond, a, b, name: str):
+    """``a`` where the boolean ``cond`` holds, else ``b`` (tensors of one floating type, or finite
+    numbers, not both numbers): b - b c + a c, c the condition as that type."""
+    numbers = [v for v in (a, b) if isinstance(v, (int, float))]
+    if len(numbers) == 2 or any(not math.isfinite(v) for v in numbers):
+        raise ValueError(f"where needs a tensor operand and finite numbers, got {a!r} and {b!r}")
+    dtype = next(v.data_type for v in (a, b) if not isinstance(v, (int, float)))
+    c = ff.cast(cond, dtype, name=f"{name}.cond")
+
+    def times_c(v, part):
+        return ff.scalar_multiply(c, float(v), name=f"{name}.{part}") if isinstance(v, (int, float)) else \
+            ff.multiply(v, c, name=f"{name}.{part}")
+    if isinstance(b, (int, float)):
+        rest = ff.scalar_add(times_c(-b, "else_masked"), float(b), name=f"{name}.else")
+    else:
+        rest = ff.subtract(b, times_c(b, "else_masked"), name=f"{name}.else")
+    return ff.add(rest, times_c(a, "then"), name=name)
+
+
 def masked_fill(ff, x, mask, value: float, name: str):
-    """``x`` with ``value`` where the boolean ``mask`` (broadcast to x) holds: x - x m + value m."""
-    if not math.isfinite(value):
-        raise ValueError(f"masked_fill of a computed mask needs a finite value, got {value!r}")
-    m = ff.cast(mask, x.data_type, name=f"{name}.mask")
-    kept = ff.subtract(x, ff.multiply(x, m, name=f"{name}.masked"), name=f"{name}.kept")
-    return ff.add(kept, ff.scalar_multiply(m, float(value), name=f"{name}.fill"), name=name)
+    """``x`` with ``value`` where the boolean ``mask`` (broadcast to x) holds: where(mask, value, x)."""
+    return where(ff, mask, float(value), x, name)

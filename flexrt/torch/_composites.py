@@ -759,6 +759,8 @@ def _full(b, node, ins, f):
     sizes, the value; keyword ``dtype``, else int64 for an int value and float32 otherwise, as torch)."""
     sizes, value = f[0], f[1] if len(f) > 1 else 0.0
     sizes = list(sizes) if isinstance(sizes, (tuple, list)) else [sizes]
+    if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)):   # torch.zeros(x.size()): one traced size tuple
+        sizes = list(sizes[0])
     if not sizes or any(not isinstance(s, int) or isinstance(s, bool) or s < 1 for s in sizes):
         raise node_error(node, f"sizes {sizes} must be ints >= 1 (FFModel's tensors have at least one dimension)",
                          ShapeError)

@@ -767,7 +767,10 @@ FUNCTIONS[torch._assert] = _guard   # a shape check (ViT's image size): no layer
 
 def convert_call(ctx: _Ctx, node: fx.Node) -> None:
     table = FUNCTIONS if node.op == "call_function" else METHODS
-    convert = table.get(node.target)
+    target = node.target
+    while node.op == "call_function" and target not in table and hasattr(target, "__wrapped__"):
+        target = target.__wrapped__   # a tracer's wrapper left in place (HuggingFace's, after a failed trace)
+    convert = table.get(target)
     if node.op == "call_function" and isinstance(node.target, type) and issubclass(node.target, tuple) and \
             hasattr(node.target, "_fields"):
         convert = _pack

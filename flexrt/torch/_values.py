@@ -5,10 +5,11 @@
   of arrays (constants), a boolean array; of tensors, ``==`` and ``!=`` only: a boolean tensor
   (``DT_BOOLEAN``: ``x != c`` is the cast of ``x - c``), the others refused by name.
 - ``LOGICAL_NOT``: of a bool, array or boolean tensor (``flexrt.model.composites.logical_not``).
-- ``MASKED_FILL`` (field: the value): ``x.masked_fill(mask, value)`` by a boolean tensor
-  (``composites.masked_fill``) or a constant boolean array (x times its complement plus the fill),
-  exact; an infinite value is taken as the type's largest finite number, with a warning (a softmax
-  of the filled scores is the same); of arrays, folded.
+- ``WHERE`` (inputs: the condition and two operands; ONNX Where) and ``MASKED_FILL`` (inputs: x and
+  the mask; field: the value): a selection, by a boolean tensor (``composites.where``) or a constant
+  boolean array (each operand times the constant of its places), exact; an infinite value is taken
+  as the type's largest finite number, with a warning (a softmax of the filled scores is the same);
+  of constants alone, folded.
 - ``TENSOR`` (field: the data; keyword ``dtype``): ``torch.tensor``: a 0-d one is a Python number
   (torch's scalar tensors do not promote the tensors they meet), any other an array constant, in
   torch's default types (float32, int64, bool) unless ``dtype`` says.
@@ -114,54 +115,88 @@ def _logical_not(b, node, ins, f):
 
 
 def _masked_fill(b, node, ins, f):
+    """x.masked_fill(mask, value): x where the mask does not hold, else value (``_select``)."""
     if len(ins) != 2 or len(f) != 1:
         raise node_error(node, f"MASKED_FILL takes the input, the mask and one value, got {len(ins)} input(s) and "
                                f"fields {list(f)}")
     (x, mask), value = ins, f[0]
     if not is_number(value):
         raise node_error(node, f"masked_fill with {describe(value)}; valid: a number")
-    if isinstance(x, np.ndarray) and isinstance(mask, np.ndarray):
-        if mask.dtype != np.bool_:
-            raise node_error(node, f"masked_fill by a {mask.dtype} array; torch takes a boolean mask")
-        return np.where(mask, np.asarray(value, dtype=x.dtype), x)
-    if isinstance(mask, np.ndarray) and isinstance(x, Tensor):    # a constant mask: any value, -inf included
-        return _constant_fill(b, node, x, mask, value)
-    x, mask = b.tensor(node, b.constant(x, node)), b.tensor(node, b.constant(mask, node), "the mask")
-    if mask.data_type is not DataType.DT_BOOLEAN:
-        raise node_error(node, f"masked_fill by a {mask.data_type.name} mask; torch takes a boolean one (a comparison, "
-                               f"or x.to(torch.bool))")
-    if x.data_type not in FLOATS:
-        raise node_error(node, f"masked_fill of a {x.data_type.name} tensor by a computed mask; valid: a floating one")
-    value = _finite(node, value, x.data_type)
-    _check_broadcast(node, x, mask.dims)
-    return composites.masked_fill(b.ff, x, mask, float(value), node.name)
+    if isinstance(x, Tensor):
+        if x.data_type not in FLOATS:
+            raise node_error(node, f"masked_fill of a {x.data_type.name} tensor; valid: a floating one")
+        _check_broadcast(node, x, mask.dims if isinstance(mask, Tensor) else np.shape(mask))
+    return _select(b, node, mask, value, x)
 
 
-def _constant_fill(b, node, x: Tensor, mask: np.ndarray, value) -> Tensor:
-    """x.masked_fill(M, value) for a constant boolean M: x times the constant (not M) plus the constant
-    holding ``value`` where M holds (0 elsewhere): exact for any value, infinite ones included."""
-    if mask.dtype != np.bool_:
-        raise node_error(node, f"masked_fill by a {mask.dtype} array; torch takes a boolean mask")
-    if x.data_type not in FLOATS:
-        raise node_error(node, f"masked_fill of a {x.data_type.name} tensor; valid: a floating one")
-    _check_broadcast(node, x, mask.shape)
-    dtype, value = x.data_type.numpy_name, _finite(node, value, x.data_type)
-    keep = b.constant((~mask).astype(dtype), node)
-    fill = b.constant(np.where(mask, np.asarray(value, dtype=dtype), np.zeros((), dtype=dtype)), node)
-    return b.ff.add(b.ff.multiply(x, keep, name=f"{node.name}.kept"), fill, name=node.name)
+def _where(b, node, ins, f):
+    """ONNX Where(cond, a, b) (torch.where): a where cond holds, else b (``_select``)."""
+    if len(ins) != 3:
+        raise node_error(node, f"WHERE takes the condition and two operands, got {len(ins)} input(s)")
+    return _select(b, node, *ins)
 
 
-def _finite(node, value, dtype: DataType) -> float:
-    """``value``, an infinite one as the type's largest finite number of its sign, with a warning:
-    model constants hold no infinities (and 0 * inf is NaN), and a softmax of the masked scores,
+def _select(b, node, cond, a, other):
+    """``a`` where ``cond`` holds, else ``other``; each a tensor, an array constant or a number. Of
+    constants alone, folded; by a constant condition, each operand times the constant (cond, or
+    not cond) of its places, summed; by a computed (boolean) condition, ``composites.where``."""
+    values = (cond, a, other)
+    if not any(isinstance(v, Tensor) for v in values):
+        if np.asarray(cond).dtype != np.bool_:
+            raise node_error(node, f"the condition must be boolean, got {describe(cond)}")
+        return np.where(cond, a, other)
+    dtype = _select_type(node, a, other)
+    a, other = (_operand(b, node, v, dtype) for v in (a, other))
+    if isinstance(cond, Tensor):
+        if cond.data_type is not DataType.DT_BOOLEAN:
+            raise node_error(node, f"the condition is a {cond.data_type.name} tensor; valid: a boolean one (a "
+                                   f"comparison, or x.to(torch.bool))")
+        return composites.where(b.ff, cond, a, other, node.name)
+    m = np.asarray(cond)
+    if m.dtype != np.bool_:
+        raise node_error(node, f"the condition is a {m.dtype} array; valid: a boolean one")
+    parts = [b.ff.multiply(v, b.constant(where.astype(dtype.numpy_name), node), name=f"{node.name}.{part}")
+             if isinstance(v, Tensor) else b.constant(np.where(where, v, 0).astype(dtype.numpy_name), node)
+             for v, where, part in ((a, m, "then"), (other, ~m, "else"))]
+    return b.ff.add(parts[0], parts[1], name=node.name)
+
+
+def _select_type(node, a, other) -> DataType:
+    """The floating type of a selection: its tensor operands' (one type), else its constants'."""
+    types = {v.data_type for v in (a, other) if isinstance(v, Tensor)}
+    if not types:
+        name = np.result_type(*[np.asarray(v) for v in (a, other)]).name
+        types = {DTYPES.get(name, DataType.DT_FLOAT)}
+    if len(types) != 1 or not next(iter(types)).is_floating:
+        raise node_error(node, f"selects between {describe(a)} and {describe(other)}; valid: floating tensors of one "
+                               f"type, arrays and numbers")
+    return next(iter(types))
+
+
+def _operand(b, node, v, dtype: DataType):
+    """An operand of a selection: a tensor as it is; a number, or a 0-d array, as a finite number; an
+    array as finite values of ``dtype`` (a model constant where a computed condition reads it)."""
+    if isinstance(v, Tensor):
+        return v
+    arr = _finite(node, np.asarray(v, dtype=dtype.numpy_name if dtype is not DataType.DT_BFLOAT16 else "float32"),
+                  dtype)
+    return float(arr) if arr.ndim == 0 else arr
+
+
+def _finite(node, value: np.ndarray, dtype: DataType) -> np.ndarray:
+    """``value`` with an infinity as the type's largest finite number of its sign, with a warning:
+    model constants hold no infinities (and 0 * inf is NaN), and a softmax of the filled scores,
     what such fills are for, is the same (exp underflows to 0 either way)."""
-    if math.isfinite(value):
+    if np.isfinite(value).all():
         return value
+    if np.isnan(value).any():
+        raise node_error(node, "selects NaN, which would poison the model")
     big = float(np.finfo(dtype.numpy_name).max) if dtype is not DataType.DT_BFLOAT16 else _BFLOAT16["max"]
-    warn_caller(f"node '{node.name}' ({node.op}){f' at {node.origin}' if node.origin else ''}: fills with {value!r}, "
-                f"taken as {math.copysign(big, value):g} (the type's largest finite number); a softmax of the filled "
+    inf = float(value[~np.isfinite(value)].flat[0])
+    warn_caller(f"node '{node.name}' ({node.op}){f' at {node.origin}' if node.origin else ''}: fills with {inf!r}, "
+                f"taken as {math.copysign(big, inf):g} (the type's largest finite number); a softmax of the filled "
                 f"scores is the same, other reads of the filled places see that number", FrontendWarning)
-    return math.copysign(big, value)
+    return np.clip(value, -big, big)
 
 
 def _check_broadcast(node, x: Tensor, mask_shape) -> None:
@@ -216,7 +251,8 @@ def _type_info(b, node, ins, f):
     return TypeInfo(name, (("bits", int(ii.bits)), ("max", int(ii.max)), ("min", int(ii.min))))
 
 
-HANDLERS = {"COMPARE": _compare, "LOGICAL_NOT": _logical_not, "MASKED_FILL": _masked_fill, "TENSOR": _tensor,
+HANDLERS = {"COMPARE": _compare, "LOGICAL_NOT": _logical_not, "MASKED_FILL": _masked_fill, "WHERE": _where,
+            "TENSOR": _tensor,
             "FINFO": _type_info, "IINFO": _type_info}
 # handlers that take array constants as arrays (they fold them)
-READS_ARRAYS = frozenset({"COMPARE", "LOGICAL_NOT", "MASKED_FILL"})
+READS_ARRAYS = frozenset({"COMPARE", "LOGICAL_NOT", "MASKED_FILL", "WHERE"})

@@ -41,6 +41,18 @@ def _torch():
     return torch
 
 
+def _torch_functions_hf_patches() -> dict:
+    """The torch functions HuggingFace's tracer patches while it traces (``HFTracer._TORCH_METHODS_TO_PATCH``),
+    as they are now."""
+    torch = _torch()
+    try:
+        from transformers.utils import fx as hf_fx
+    except ImportError:
+        return {}
+    names = getattr(getattr(hf_fx, "HFTracer", None), "_TORCH_METHODS_TO_PATCH", ())
+    return {n: getattr(torch, n) for n in names if isinstance(n, str) and hasattr(torch, n)}
+
+
 class PyTorchModel:
     """FlexFlow's ``PyTorchModel(model, is_hf_model=False, input_names=None, batch_size=1,
     seq_length=None)``: ``model`` is a ``torch.nn.Module``; the other arguments are FlexFlow's
@@ -88,6 +100,7 @@ class PyTorchModel:
         if self.seq_length is not None:
             kwargs["sequence_length"] = self.seq_length
         takes = inspect.signature(symbolic_trace).parameters   # transformers >= 4.2x: no sizes (traced as meta)
+        saved = _torch_functions_hf_patches()
         try:
             return symbolic_trace(self.model, **{k: v for k, v in kwargs.items() if k in takes})
         except Exception as e:    # HuggingFace's tracer fails on models and versions it does not support
@@ -95,6 +108,10 @@ class PyTorchModel:
             raise ConfigError(f"PyTorchModel(is_hf_model=True): HuggingFace's symbolic_trace (transformers "
                               f"{transformers.__version__}) could not trace {type(self.model).__name__} with "
                               f"input_names={self.input_names}: {type(e).__name__}: {e}") from None
+        finally:    # its tracer leaves torch.tensor, torch.zeros ... patched when tracing fails: put them back
+            torch = _torch()
+            for name, fn in saved.items():
+                setattr(torch, name, fn)
 
     def _convert(self):
         """(IR nodes, weight sources) of the traced module, traced once per input shapes given

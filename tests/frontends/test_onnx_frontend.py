@@ -388,17 +388,48 @@ def test_gpt_exports_with_causal_masks_equal_torch(sdpa, tmp_path):
         np.testing.assert_allclose(got, model(torch.from_numpy(idx)).numpy(), rtol=1e-5, atol=1e-5)
 
 
-def test_where_other_than_a_causal_mask_is_refused():
+def _run_graph(nodes, inits, x):
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, list(x.shape))], initializer=inits)
+    ff = FFModel(FFConfig(["-b", str(x.shape[0])]))
+    xt = ff.create_tensor(list(x.shape), DataType.DT_FLOAT)
+    out = ONNXModel(helper.make_model(graph)).apply(ff, {"x": xt})
+    ff.compile(loss_type="mean_squared_error_avg")
+    xt.set_tensor(ff, x)
+    ff.forward()
+    return out.get_tensor(ff)
+
+
+def _softmax(v):
+    e = np.exp(v - v.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def test_where_by_a_constant_mask_that_is_not_causal_selects_exactly():
+    """Where(constant mask, fill, x) that is not a causal mask: the selection, exactly."""
     cond = helper.make_tensor("c", TensorProto.BOOL, [2, 2], [True, False, False, True])
     fill = helper.make_tensor("f", TensorProto.FLOAT, [], [-1e10])
-    node = helper.make_node("Where", ["c", "f", "x"], ["y"], name="w")
-    soft = helper.make_node("Softmax", ["y"], ["z"], name="s", axis=-1)
-    graph = helper.make_graph([node, soft], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
-                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 2])], initializer=[cond, fill])
-    ff = FFModel(FFConfig(["-b", "2"]))
-    with pytest.raises(ConfigError, match=r"ONNX node 'w' \(Where\): Where maps only as torch's masked_fill by a "
-                                          r"causal mask"):
-        ONNXModel(helper.make_model(graph)).apply(ff, {"x": ff.create_tensor([2, 2], DataType.DT_FLOAT)})
+    nodes = [helper.make_node("Where", ["c", "f", "x"], ["y"], name="w"),
+             helper.make_node("Softmax", ["y"], ["z"], name="s", axis=-1)]
+    x = np.random.default_rng(0).standard_normal((2, 2)).astype(np.float32)
+    want = _softmax(np.where([[True, False], [False, True]], np.float32(-1e10), x))
+    np.testing.assert_allclose(_run_graph(nodes, [cond, fill], x), want, rtol=1e-6)
+
+
+def test_where_by_a_computed_mask_equals_numpy():
+    """A padding mask computed from the input (Equal, Not), selecting between the input and a fill
+    (HuggingFace's BERT exported: Where(Equal(...), finfo.min, scores))."""
+    zero = helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])
+    fill = helper.make_tensor("f", TensorProto.FLOAT, [], [-3.4028234663852886e38])
+    nodes = [helper.make_node("Equal", ["x", "zero"], ["e"], name="eq"),
+             helper.make_node("Not", ["e"], ["ne"], name="not"),
+             helper.make_node("Where", ["ne", "x", "f"], ["y"], name="w"),
+             helper.make_node("Softmax", ["y"], ["z"], name="s", axis=-1)]
+    x = np.random.default_rng(1).standard_normal((2, 5)).astype(np.float32)
+    x[0, 1:3] = 0
+    x[1, 4] = 0
+    want = _softmax(np.where(x != 0, x, np.float32(-3.4028234663852886e38)))
+    np.testing.assert_allclose(_run_graph(nodes, [zero, fill], x), want, rtol=1e-6, atol=1e-7)
 
 
 def test_reduce_max_equals_torch(tmp_path):

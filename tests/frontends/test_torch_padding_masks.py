@@ -227,7 +227,7 @@ def test_fills_constants_and_infinities():
 
 
 @pytest.mark.parametrize("how, kind, match", [
-    ("float_mask", ConfigError, r"node 'masked_fill' .*masked_fill by a DT_FLOAT mask; torch takes a boolean one"),
+    ("float_mask", ConfigError, r"node 'masked_fill' .*the condition is a DT_FLOAT tensor; valid: a boolean one"),
     ("less", ConfigError, r"node 'lt' .*< of tensors has no FFModel layer; valid: == and !="),
     ("bitwise_not", ConfigError, r"node 'invert' .*logical not of .*DT_INT64.*bitwise in torch"),
     ("broadcast", ShapeError, r"node 'masked_fill' .*the mask \[4, 4, 1\] does not broadcast to the input \[4, 4\]"),
@@ -256,3 +256,27 @@ def test_tensors_and_type_limits_made_in_forward_are_numbers_or_constants():
     xt.set_tensor(ff, x)
     ff.forward()
     np.testing.assert_allclose(out.get_tensor(ff), _torch(_Sizes(), [x]), rtol=1e-6)
+
+
+def test_hf_padding_mask_through_onnx_equals_torch(tmp_path):
+    """The same encoder exported to ONNX (Equal, Not, Where of the computed mask; Cast to bool)."""
+    pytest.importorskip("onnx")
+    from flexrt.onnx import ONNXModel
+    torch.manual_seed(3)
+    module = Encoder(roberta_positions=True).eval()
+    ids, mask, _ = _ids_and_mask(3)
+    path = str(tmp_path / "encoder.onnx")
+    torch.onnx.export(module, (torch.from_numpy(ids), torch.from_numpy(mask)), path, dynamo=False,
+                      input_names=["ids", "mask"])
+    for argv in ([], ["-ll:gpu", "2"]):
+        ff = FFModel(FFConfig(["-b", str(B), *argv]))
+        ts = {n: ff.create_tensor([B, T], DataType.DT_INT64) for n in ("ids", "mask")}
+        om = ONNXModel(path)
+        out = om.apply(ff, ts)
+        ff.compile(loss_type="mean_squared_error_avg")
+        om.load_weights(ff)
+        for n, a in (("ids", ids), ("mask", mask)):
+            ts[n].set_tensor(ff, a)
+        ff.forward()
+        np.testing.assert_allclose(out.get_tensor(ff), _torch(module, [ids, mask]), rtol=1e-5, atol=1e-6,
+                                   err_msg=str(argv))
