@@ -208,6 +208,8 @@ def _pad(b, node, ins, f):
     x = b.tensor(node, ins[0])
     pads = list(f[0]) if len(f) == 1 and isinstance(f[0], (tuple, list)) else list(f)
     mode, value = node.kw("mode", "constant"), node.kw("value", 0.0) or 0.0
+    while len(pads) // 2 > x.num_dims - 1 and len(pads) % 2 == 0 and pads[-2:] == [0, 0]:
+        pads = pads[:-2]       # (0, 0) for the batch axis (MobileBERT pads all three axes of [N, T, E])
     if mode not in PAD_MODES or len(pads) % 2 or len(pads) // 2 > x.num_dims - 1 or \
             any(not isinstance(p, int) or isinstance(p, bool) for p in pads) or not is_number(value):
         raise node_error(node, f"pads {pads}, mode {mode!r}, value {value!r}: give (left, right) pairs of ints from "

@@ -214,6 +214,7 @@ FORMS = {
     "pad_crop": lambda t: F.pad(t, (-1, 2)),
     "pad_reflect": lambda t: F.pad(t, (2, 2, 1, 1), mode="reflect"),
     "pad_value": lambda t: F.pad(t, (1, 0, 0, 1), value=-2.0),
+    "pad_every_axis": lambda t: F.pad(t, (0, 0, 0, 1, 1, 0, 0, 0)),    # the batch axis' (0, 0) too (MobileBERT)
     "conv_reflect": nn.Sequential(nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect")),
     "conv_circular": nn.Sequential(nn.Conv2d(3, 4, 3, padding=1, padding_mode="circular")),
     "prelu": nn.Sequential(nn.PReLU()),
@@ -239,6 +240,7 @@ def test_reductions_clamps_and_made_tensors_equal_torch(tmp_path, form):
     (lambda t: F.normalize(t, p=1.0), r"only p=2 maps"),
     (lambda t: F.interpolate(t[:, 0], scale_factor=2, mode="bicubic"), r"needs \[N, C, H, W\], got \[2, 4, 5\]"),
     (lambda t: t.clamp(min=t.mean()), r"clamp with a traced bound is not supported"),
+    (lambda t: F.pad(t, (0, 0, 0, 0, 0, 0, 1, 0)), r"pads \[0, 0, 0, 0, 0, 0, 1, 0\].*for at most 3 axes \(not the batch\)"),
     (lambda t: t.var(0, unbiased=True, correction=1), r"give unbiased or correction, not both"),
 ])
 def test_forms_flexrt_cannot_take_name_the_node(fn, message):
