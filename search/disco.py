@@ -207,7 +207,9 @@ class _Moves:
         return done
 
 
-def _methods(methods) -> tuple:
+def check_methods(methods) -> tuple:
+    """``methods`` (a list, or one comma-separated string) in METHODS' order; ConfigError unless a
+    non-empty subset of METHODS, each once."""
     if isinstance(methods, str):
         methods = [m.strip() for m in methods.split(",")]
     methods = tuple(methods)
@@ -252,7 +254,7 @@ def disco(pcg: PCG, machine: Machine, cost_model, budget: int = 1000, seed: int 
     """
     check_budget(budget, "disco")
     _check_options(alpha, beta, patience)
-    methods = _methods(methods)
+    methods = check_methods(methods)
     t0 = time.perf_counter()
     start = initial[0] if initial else data_parallel(pcg, machine)
     plan0 = fusion_of(start) or FusionPlan()

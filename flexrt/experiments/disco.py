@@ -15,7 +15,7 @@ from flexrt.experiments.common import COST, Timer, budget_param, machine_param, 
 from flexrt.experiments.kinds import Outcome, Param, problem_of, register_kind
 from flexrt.machine import load_machine
 from flexrt.search import SearchRequest, search
-from flexrt.search.disco import METHODS
+from flexrt.search.disco import METHODS, check_methods
 from flexrt.search.fusion_policies import apply_policy, fully_overlapped
 from flexrt.simulator.simulate import Simulator
 from flexrt.strategy import data_parallel
@@ -80,7 +80,8 @@ def fusion_speedup(inputs) -> Outcome:
     params=COMMON + (Param("alpha", "float", 1.05, minimum=1.0), Param("beta", "int", 10, minimum=1, maximum=10_000),
                      Param("methods", "strs", list(METHODS), choices=METHODS)),
     metrics=("time_ms", "time_s", "search_s", "search_min", "candidates", "no_fusion_ms", "speedup_pct"),
-    description="DisCo's search at one alpha, beta and set of methods (DisCo Tables 3 and 4, Fig. 10)")
+    description="DisCo's search at one alpha, beta and set of methods (DisCo Tables 3 and 4, Fig. 10)",
+    check=lambda i: problem_of(check_methods, i["methods"]))
 def fusion_search(inputs) -> Outcome:
     machine = load_machine(inputs["machine"])
     s = _strategy(inputs, machine)

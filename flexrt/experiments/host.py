@@ -115,7 +115,8 @@ def simulator_accuracy(inputs) -> Outcome:
              "pipelines_max_abs_error", "fusion_within_10pct", "fusion_max_abs_error", "drift", "measured_ms",
              "predicted_ms", "labels", "wall_s"),
     description="`flexrt accuracy`: real runs of one process per device under MPI beside the simulator's "
-                "predictions from measured task times (issue 18's protocol)")
+                "predictions from measured task times (issue 18's protocol)",
+    check=lambda i: None if i["models"] else f"models is empty; valid: one or more of {', '.join(MODELS)}")
 def mpi_accuracy(inputs) -> Outcome:
     """``flexrt accuracy`` (``flexrt.cli._accuracy.measure``) into a temporary folder: the scores of
     every validated strategy, and of the pipelines and DisCo's plans apart."""

@@ -284,3 +284,21 @@ def test_report_rows_must_tell_the_runs_apart():
             "axes: {space: [figure], devices: [2, 4]}\nmeasure: [dp_moved_elements]\nreport: {rows: [space]}\n")
     assert "field 'report.rows': two runs differ only in devices, so rows of space show them alike" in error_of(text)
     parse_experiment(text.replace("rows: [space]", "rows: [space, devices]"), "demo.yaml")
+
+
+
+DISCO = "paper: disco\nkind: fusion_search\nmeasure: [time_ms]\naxes: {seed: [0]}\nparams: {machine: disco_a, model: mlp, "
+METHODS = r"run kind 'fusion_search': disco: methods must be a non-empty subset of op, dup, allreduce \(each once\), got "
+
+
+@pytest.mark.parametrize("head, expected", [
+    (DISCO + "methods: []}", METHODS + r"\[\]"),
+    (DISCO + "methods: [op, op]}", METHODS + r"\['op', 'op'\]"),
+    ("paper: host\nkind: mpi_accuracy\nparams: {models: []}\nmeasure: [wall_s]\naxes: {seeds: [0]}",
+     r"run kind 'mpi_accuracy': models is empty; valid: one or more of mlp, cnn, "),
+])
+def test_an_empty_or_repeated_list_a_run_refuses_is_refused_when_read(head, expected):
+    """Accepted when read, these failed only when their run came (DisCo's search; `flexrt accuracy`'s
+    workers under MPI, after the host's calibration)."""
+    text = f"name: demo\ntitle: t\nreproduces: r\n{head}\n"
+    assert re.search(r"demo\.yaml:\d+: field 'axes': " + expected, error_of(text)), error_of(text)

@@ -131,7 +131,7 @@ def test_fused_cost_without_fused_tasks_warns(capsys):
 
 
 def test_methods_with_an_empty_item_are_refused():
-    from flexrt.search.disco import _methods
+    from flexrt.search.disco import check_methods
     with pytest.raises(ConfigError, match="non-empty subset of op, dup, allreduce"):
-        _methods("op,")
-    assert _methods(" op , allreduce") == ("op", "allreduce")
+        check_methods("op,")
+    assert check_methods(" op , allreduce") == ("op", "allreduce")
