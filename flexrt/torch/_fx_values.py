@@ -213,25 +213,31 @@ def _sdpa(ctx, node):
     ctx.check_inputs(node, masks_ok=True)
     a["is_causal"] = a["is_causal"] or causal_mask
     q, k, v = (_tensor_arg(ctx, node, a[n], n) for n in ("query", "key", "value"))
-    n = node.name
+    attention_nodes(ctx, node, q, k, v, node.name, _tensor_arg(ctx, node, bias, "attn_mask") if bias is not None
+                    else None, a["is_causal"], a["scale"], node.name)
+
+
+def attention_nodes(ctx, node, q: str, k: str, v: str, prefix: str, bias: str | None = None, causal: bool = False,
+                    scale: float | None = None, out: str | None = None) -> str:
+    """The IR nodes of softmax(q k^T scale + bias) v for [..., T, E] queries and [..., S, E] keys and
+    values (``bias``: an IR value added to the scores; ``scale`` None: 1 / sqrt(E)), named
+    ``{prefix}.{part}``, the result ``out`` (default ``{prefix}.attention``); returns its name."""
+    n, out = prefix, out or f"{prefix}.attention"
     ctx.add(node, "TRANSPOSE", [k], [-2, -1], name=f"{n}.key_t", users=(f"{n}.scores",))
     ctx.add(node, "BATCH_MATMUL", [q, f"{n}.key_t"], name=f"{n}.scores", users=(f"{n}.scaled",))
-    scale = a["scale"]
+    after = (f"{n}.masked" if bias is not None else f"{n}.probs",)
     if scale is None:   # 1 / sqrt(E), E the queries' last dimension
         ctx.add(node, "GETATTR", [q], ["size", -1], name=f"{n}.width", users=(f"{n}.scale",))
         ctx.add(node, "RSQRT", [f"{n}.width"], name=f"{n}.scale", users=(f"{n}.scaled",))
-        ctx.add(node, "MULTIPLY", [f"{n}.scores", f"{n}.scale"], name=f"{n}.scaled",
-                users=(f"{n}.masked" if bias is not None else f"{n}.probs",))
+        ctx.add(node, "MULTIPLY", [f"{n}.scores", f"{n}.scale"], name=f"{n}.scaled", users=after)
     else:
-        ctx.add(node, "SCALAR_MULTIPLY", [f"{n}.scores"], [float(scale)], name=f"{n}.scaled",
-                users=(f"{n}.masked" if bias is not None else f"{n}.probs",))
+        ctx.add(node, "SCALAR_MULTIPLY", [f"{n}.scores"], [float(scale)], name=f"{n}.scaled", users=after)
     scores = f"{n}.scaled"
     if bias is not None:
-        scores = ctx.add(node, "ADDITIVE_MASK", [scores, _tensor_arg(ctx, node, bias, "attn_mask")],
-                         name=f"{n}.masked", users=(f"{n}.probs",))
-    ctx.add(node, "SOFTMAX", [scores], [], [("dim", -1)] + ([("causal", True)] if a["is_causal"] else []),
-            name=f"{n}.probs", users=(n,))
-    ctx.add(node, "BATCH_MATMUL", [f"{n}.probs", v])
+        scores = ctx.add(node, "ADDITIVE_MASK", [scores, bias], name=f"{n}.masked", users=(f"{n}.probs",))
+    ctx.add(node, "SOFTMAX", [scores], [], [("dim", -1)] + ([("causal", True)] if causal else []),
+            name=f"{n}.probs", users=(out,))
+    return ctx.add(node, "BATCH_MATMUL", [f"{n}.probs", v], name=out, users=() if out != node.name else None)
 
 
 def _arange(ctx, node):

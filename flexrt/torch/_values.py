@@ -14,6 +14,8 @@
   (torch's scalar tensors do not promote the tensors they meet), any other an array constant, in
   torch's default types (float32, int64, bool) unless ``dtype`` says.
 - ``FINFO`` / ``IINFO`` (field: the dtype's name): ``torch.finfo`` / ``iinfo``, read by ``GETATTR``.
+- ``KEY_PADDING_MASK`` (inputs: the mask, the queries): nn.MultiheadAttention's key padding mask as
+  the addend of its scores; ``ATTENTION_OUTPUT``: its (output, None).
 
 Entry points: ``HANDLERS``, ``TypeInfo``.
 """
@@ -251,8 +253,36 @@ def _type_info(b, node, ins, f):
     return TypeInfo(name, (("bits", int(ii.bits)), ("max", int(ii.max)), ("min", int(ii.min))))
 
 
+def _key_padding_mask(b, node, ins, f):
+    """nn.MultiheadAttention's key padding mask [N, S] as the [N, 1, 1, S] addend of its scores, in the
+    type of ``like`` (the queries): a boolean one is the type's lowest number where True (padding)
+    and 0 elsewhere (the cast to 0 / 1 times that number: exact), a floating one is added as it is."""
+    if len(ins) != 2:
+        raise node_error(node, f"KEY_PADDING_MASK takes the mask and the queries, got {len(ins)} input(s)")
+    mask, like = b.tensor(node, b.constant(ins[0], node), "the key padding mask"), b.tensor(node, ins[1], "the queries")
+    if mask.num_dims != 2:
+        raise node_error(node, f"a key padding mask is [batch, keys], got {list(mask.dims)}", ShapeError)
+    dtype, ff = like.data_type, b.ff
+    if mask.data_type is DataType.DT_BOOLEAN:
+        low = -(float(np.finfo(dtype.numpy_name).max) if dtype is not DataType.DT_BFLOAT16 else _BFLOAT16["max"])
+        add = ff.scalar_multiply(ff.cast(mask, dtype, name=f"{node.name}.float"), low, name=f"{node.name}.lowest")
+    elif mask.data_type in FLOATS:
+        add = mask if mask.data_type is dtype else ff.cast(mask, dtype, name=f"{node.name}.float")
+    else:
+        raise node_error(node, f"a key padding mask of {mask.data_type.name}; valid: boolean (True where a key is "
+                               f"padding) or floating (added to the scores), as torch's")
+    return ff.reshape(add, [mask.dims[0], 1, 1, mask.dims[1]], name=node.name)
+
+
+def _attention_output(b, node, ins, f):
+    """(the output, None): an attention's result as nn.MultiheadAttention returns it, its weights not
+    computed (``describe`` says so where one reads them)."""
+    return (b.tensor(node, ins[0] if ins else None), None)
+
+
 HANDLERS = {"COMPARE": _compare, "LOGICAL_NOT": _logical_not, "MASKED_FILL": _masked_fill, "WHERE": _where,
             "TENSOR": _tensor,
-            "FINFO": _type_info, "IINFO": _type_info}
+            "FINFO": _type_info, "IINFO": _type_info, "KEY_PADDING_MASK": _key_padding_mask,
+            "ATTENTION_OUTPUT": _attention_output}
 # handlers that take array constants as arrays (they fold them)
 READS_ARRAYS = frozenset({"COMPARE", "LOGICAL_NOT", "MASKED_FILL", "WHERE"})

@@ -3,8 +3,10 @@
 not), encoders given a causal src_mask, and a causal mask made the ways real code makes it
 (nn.Transformer.generate_square_subsequent_mask in forward or with a fixed size, a bool triu buffer)
 and used as attn_mask, by F.scaled_dot_product_attention, or added to scores before a softmax.
-Each equals torch's forward (float32, 1e-5) under one device and data parallelism; masks that are
-not causal are refused naming the node."""
+Each equals torch's forward (float32, 1e-5) under one device and data parallelism; attention
+masks that are not causal are refused naming the node. Key padding masks (src_, tgt_, memory_ and
+MultiheadAttention's key_padding_mask) build the attention of its parts: forward and one SGD step
+equal torch's."""
 
 import numpy as np
 import pytest
@@ -137,7 +139,89 @@ def test_masks_that_are_not_causal_are_refused(mask):
         PyTorchModel(_Masked(mask)).torch_to_ff(ff, [ff.create_tensor([B, T, D], DataType.DT_FLOAT)])
 
 
-def test_padding_masks_and_memory_masks_are_refused():
+class Padded(nn.Module):
+    """Key padding masks (True where a key is padding, from a 0 / 1 input) given to the modules:
+    nn.Transformer (all three), or an encoder, a decoder and a MultiheadAttention."""
+
+    def __init__(self, form, batch_first=True, norm_first=False):
+        super().__init__()
+        self.form, self.batch_first = form, batch_first
+        kw = dict(dropout=0.0, batch_first=batch_first, norm_first=norm_first)
+        self.embed = nn.Linear(3, D)
+        if form == "transformer":
+            self.model = nn.Transformer(D, 2, 1, 1, 16, **kw)
+        else:
+            self.encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(D, 2, 16, **kw), 2,
+                                                 enable_nested_tensor=False)
+            self.decoder = nn.TransformerDecoderLayer(D, 2, 16, **kw)
+            self.attn = nn.MultiheadAttention(D, 2, batch_first=batch_first, kdim=D, vdim=D)
+
+    def forward(self, x, memory, x_real, memory_real):
+        x_pad, memory_pad = x_real == 0, memory_real == 0
+        x = self.embed(x)
+        if not self.batch_first:
+            x, memory = x.transpose(0, 1), memory.transpose(0, 1)
+        if self.form == "transformer":
+            mask = nn.Transformer.generate_square_subsequent_mask(x.size(1 if self.batch_first else 0))
+            out = self.model(memory, x, tgt_mask=mask, src_key_padding_mask=memory_pad, tgt_key_padding_mask=x_pad,
+                             memory_key_padding_mask=memory_pad)
+        else:
+            memory = self.encoder(memory, src_key_padding_mask=memory_pad)
+            h = self.decoder(x, memory, tgt_key_padding_mask=x_pad, memory_key_padding_mask=memory_pad)
+            out = self.attn(h, memory, memory, key_padding_mask=memory_pad)[0]
+        return out if self.batch_first else out.transpose(0, 1)
+
+
+def _real(rows, length, seed):
+    real = np.ones((rows, length), np.float32)
+    for r, n in enumerate(np.random.default_rng(seed).integers(1, length + 1, rows)):
+        real[r, n:] = 0
+    real[0] = 1
+    return real
+
+
+@pytest.mark.parametrize("form", ["layers", "transformer"])
+@pytest.mark.parametrize("batch_first, norm_first", [(True, False), (False, True)])
+def test_key_padding_masks_equal_torch(form, batch_first, norm_first):
+    """An attention given a key padding mask is built of its parts: forward equal to torch's on one
+    device and under data parallelism (the rows padded differently; the padded keys change the
+    output, so the mask is read)."""
+    torch.manual_seed(3)
+    module = Padded(form, batch_first, norm_first).eval()
+    arrays = [X, MEMORY, _real(B, T, 1), _real(B, S, 2)]
+    for argv in ([], ["-ll:gpu", "2"]):
+        _run(module, arrays, argv)
+    with torch.no_grad():
+        a, b = (module(*[torch.from_numpy(v) for v in arrays[:2] + pads]).numpy()
+                for pads in (arrays[2:], [np.ones_like(arrays[2]), np.ones_like(arrays[3])]))
+    assert np.abs(a - b).max() > 1e-3
+
+
+def test_key_padding_masks_train_like_torch():
+    """One SGD step of the padded encoder, decoder and attention equals torch's."""
+    from flexrt.model import SGDOptimizer
+    torch.manual_seed(4)
+    module = Padded("layers").train()
+    arrays = [X, MEMORY, _real(B, T, 5), _real(B, S, 6)]
+    ff = FFModel(FFConfig(["-b", str(B)]))
+    ts = [ff.create_tensor(list(a.shape), DataType.DT_FLOAT) for a in arrays]
+    pm = PyTorchModel(module)
+    (out,) = pm.torch_to_ff(ff, ts)
+    ff.compile(optimizer=SGDOptimizer(ff, 0.1), loss_type="mean_squared_error_avg")
+    pm.load_weights(ff)
+    target = np.random.default_rng(7).standard_normal(out.dims).astype(np.float32)
+    ff.fit(x=arrays, y=target, epochs=1)
+    opt = torch.optim.SGD(module.parameters(), lr=0.1)
+    loss = F.mse_loss(module(*[torch.from_numpy(a) for a in arrays]), torch.from_numpy(target))
+    loss.backward()
+    opt.step()
+    assert ff.history[0]["loss"] == pytest.approx(loss.item(), rel=1e-5)
+    got = ff.get_weights()
+    for name, want in pm.ff_weights().items():
+        np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=2e-6, err_msg=name)
+
+
+def test_memory_masks_and_integer_padding_masks_are_refused():
     layer = nn.TransformerDecoderLayer(D, 2, 16, dropout=0.0, batch_first=True)
 
     class M(nn.Module):
@@ -148,8 +232,8 @@ def test_padding_masks_and_memory_masks_are_refused():
 
         def forward(self, x, memory):
             return self.layer(x, memory, **{self.kw: self.mask})
-    for kw, mask, message in (("tgt_key_padding_mask", torch.zeros(B, T, dtype=torch.bool),
-                               "tgt_key_padding_mask is not supported"),
+    for kw, mask, message in (("tgt_key_padding_mask", torch.zeros(B, T, dtype=torch.int64),
+                               "a key padding mask of DT_INT64; valid: boolean"),
                               ("memory_mask", torch.zeros(T, S, dtype=torch.bool),
                                "memory_mask / memory_is_causal are not supported")):
         ff = FFModel(FFConfig(["-b", str(B)]))
@@ -203,3 +287,36 @@ def test_nn_transformer_equals_torch():
     src, tgt = RNG.standard_normal((B, S, 3)).astype(np.float32), X
     for argv in ([], ["-ll:gpu", "2"]):
         _run(Seq2Seq().eval(), [src, tgt], argv)
+
+
+def test_nested_tensor_fast_path_differs_only_at_padded_positions_and_says_so():
+    """torch's eval fast path (enable_nested_tensor=True) returns 0 at padded positions; flexrt
+    computes them (as torch does in training), warns, and equals torch at every other position."""
+    from flexrt.errors import FrontendWarning
+    torch.manual_seed(5)
+    encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(D, 2, 16, dropout=0.0, batch_first=True), 2).eval()
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = encoder
+
+        def forward(self, x, real):
+            return self.encoder(x, src_key_padding_mask=real == 0)
+    x, real = RNG.standard_normal((B, T, D)).astype(np.float32), _real(B, T, 8)
+    real[1, 2:] = 0
+    ff = FFModel(FFConfig(["-b", str(B)]))
+    ts = [ff.create_tensor(list(a.shape), DataType.DT_FLOAT) for a in (x, real)]
+    pm = PyTorchModel(M())
+    with pytest.warns(FrontendWarning, match=r"returns 0 at the padded positions"):
+        (out,) = pm.torch_to_ff(ff, ts)
+    ff.compile(loss_type="mean_squared_error_avg")
+    pm.load_weights(ff)
+    for t, a in zip(ts, (x, real)):
+        t.set_tensor(ff, a)
+    ff.forward()
+    with torch.no_grad():
+        want = M()(torch.from_numpy(x), torch.from_numpy(real)).numpy()
+    keep = real.astype(bool)
+    np.testing.assert_allclose(out.get_tensor(ff)[keep], want[keep], rtol=1e-5, atol=1e-6)
+    assert np.abs(want[~keep]).max() == 0.0 < np.abs(out.get_tensor(ff)[~keep]).max()
