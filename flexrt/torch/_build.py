@@ -31,7 +31,7 @@ from flexrt.torch._values import HANDLERS as VALUES, READS_ARRAYS, TypeInfo
 from flexrt.torch._windows import HANDLERS as WINDOWS, strided
 from flexrt.torch._composites import (ceil_extra, ceil_pad, gather, reduce_max, resample, rescale_average,
                                      window_matrix)
-from flexrt.torch._build_base import (DTYPES, FLOATS, _Builder, norm_axis, describe, is_number, node_error,
+from flexrt.torch._build_base import (DTYPES, FLOATS, _Builder, norm_axis, describe, flag, is_number, node_error,
                                      shape_with_inferred, split_sizes)
 from flexrt.torch._ir import IRNode
 
@@ -60,7 +60,8 @@ def _linear(b, node, ins, f):
     x = b.tensor(node, ins[0])
     _check_features(node, x, "in_features", -1)
     out_dim, acti, use_bias = (list(f) + [None, ActiMode.AC_MODE_NONE.value, 1])[:3]
-    return b.ff.dense(x, out_dim, ActiMode(acti), bool(use_bias), shared_op=_shared(b, node), name=node.name)
+    return b.ff.dense(x, out_dim, ActiMode(acti), flag(node, use_bias, "use_bias (the third field)"),
+                      shared_op=_shared(b, node), name=node.name)
 
 
 def _conv2d(b, node, ins, f):
@@ -70,8 +71,8 @@ def _conv2d(b, node, ins, f):
                                f"padding_w, activation, groups, use_bias), got {len(f)}")
     oc, kh, kw, sh, sw, ph, pw, acti, groups, use_bias = f[:10]
     _check_features(node, x, "in_channels", 1)
-    return b.ff.conv2d(x, oc, kh, kw, sh, sw, ph, pw, ActiMode(acti), groups, bool(use_bias),
-                       shared_op=_shared(b, node), name=node.name)
+    return b.ff.conv2d(x, oc, kh, kw, sh, sw, ph, pw, ActiMode(acti), groups,
+                       flag(node, use_bias, "use_bias (the tenth field)"), shared_op=_shared(b, node), name=node.name)
 
 
 def _pair_of(node, v) -> tuple[int, int]:
@@ -654,11 +655,13 @@ def _reduced(b, node, x: Tensor, axes: list, keep: bool, name: str) -> Tensor:
 def _attention(b, node, ins, f):
     q, k, v = (b.tensor(node, t, f"input {i}") for i, t in enumerate(ins[:3]))
     embed_dim, num_heads, kdim, vdim, dropout, bias = f[:6]
-    if not node.kw("batch_first", True):   # [L, N, E] -> [N, L, E] and back
+    batch_first = flag(node, node.kw("batch_first", True), "batch_first")
+    if not batch_first:   # [L, N, E] -> [N, L, E] and back
         q, k, v = (b.ff.transpose(t, [1, 0, 2], name=f"{node.name}.{p}_t") for t, p in zip((q, k, v), "qkv"))
-    out = b.ff.multihead_attention(q, k, v, embed_dim, num_heads, kdim, vdim, dropout, bool(bias),
-                                   name=node.name, causal=bool(node.kw("causal", False)))
-    if not node.kw("batch_first", True):
+    out = b.ff.multihead_attention(q, k, v, embed_dim, num_heads, kdim, vdim, dropout,
+                                   flag(node, bias, "bias (the sixth field)"), name=node.name,
+                                   causal=flag(node, node.kw("causal", False), "causal"))
+    if not batch_first:
         out = b.ff.transpose(out, [1, 0, 2], name=f"{node.name}.out_t")
     return (out, None)
 

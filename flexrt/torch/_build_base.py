@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from flexrt.errors import ConfigError, FlexrtError, ShapeError
+from flexrt.inputs import short
 from flexrt.ir.datatype import DataType
 from flexrt.model.tensor import Tensor
 from flexrt.torch._ir import IRNode, Ref
@@ -146,6 +147,13 @@ def split_sizes(node: IRNode, size: int, *, split_size=None, sections=None, chun
     if pieces is None or pieces < 1 or size % pieces:
         raise node_error(node, f"cannot split a dimension of size {size} into {pieces} equal pieces", ShapeError)
     return [size // pieces] * pieces
+
+
+def flag(node: IRNode, v: Any, what: str) -> bool:
+    """A yes/no field or keyword (``use_bias``, ``batch_first``): 0, 1, False or True, else refused."""
+    if isinstance(v, (bool, int)) and v in (0, 1):
+        return bool(v)
+    raise node_error(node, f"{what} must be 0 or 1 (False or True), got {type(v).__name__} {short(v)}")
 
 
 def is_number(v) -> bool:

@@ -141,6 +141,23 @@ def test_reads_flexflow_written_lines(tmp_path):
     assert out.dims == (8, 10) and ff.num_parameters() == 784 * 512 + 512 + 512 * 10
 
 
+@pytest.mark.parametrize("line, match", [
+    ("linear1; x,; output,; LINEAR; 16; 10; ab", r"node 'linear1' \(LINEAR\).*use_bias \(the third field\) must be 0 or 1 "
+                                                 r"\(False or True\), got str 'ab'"),
+    ("linear1; x,; output,; LINEAR; 16; 10; 99999", r"use_bias \(the third field\) must be 0 or 1.*got int 99999"),
+    ("linear1; x,x,x,; output,; MULTIHEAD_ATTENTION; 16; 2; 16; 16; 0.0; 1; batch_first=None",
+     r"node 'linear1' \(MULTIHEAD_ATTENTION\).*batch_first must be 0 or 1 \(False or True\), got NoneType None"),
+])
+def test_yes_no_fields_of_a_text_file_must_be_0_or_1(tmp_path, line, match):
+    """A use_bias or batch_first that is not 0 / 1 was taken as its truth value (batch_first=None
+    transposed the attention's inputs silently); it is refused naming the node."""
+    path = tmp_path / "bad.ff"
+    path.write_text(f"x; ; linear1,; INPUT\n{line}\noutput; linear1,; ; OUTPUT\n")
+    ff = FFModel(FFConfig(["-b", "2"]))
+    with pytest.raises(ConfigError, match=match):
+        file_to_ff(str(path), ff, [ff.create_tensor([2, 4, 16], DataType.DT_FLOAT)])
+
+
 def test_functional_and_method_forms_match_torch():
     class Ops(nn.Module):
         def __init__(self):
