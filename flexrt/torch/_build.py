@@ -27,12 +27,12 @@ from flexrt.model import composites
 from flexrt.model.tensor import Tensor
 from flexrt.torch._composites import HANDLERS as COMPOSITES
 from flexrt.torch._recurrent import HANDLERS as RECURRENT
-from flexrt.torch._values import HANDLERS as VALUES, READS_ARRAYS, TypeInfo
+from flexrt.torch._values import ARRAY_TYPES, HANDLERS as VALUES, READS_ARRAYS, TypeInfo
 from flexrt.torch._windows import HANDLERS as WINDOWS, strided
 from flexrt.torch._composites import (ceil_extra, ceil_pad, gather, reduce_max, resample, rescale_average,
                                      window_matrix)
-from flexrt.torch._build_base import (DTYPES, FLOATS, _Builder, norm_axis, describe, flag, is_number, node_error,
-                                     shape_with_inferred, split_sizes)
+from flexrt.torch._build_base import (DTYPES, FLOATS, _Builder, check_size, norm_axis, describe, flag, is_number,
+                                     node_error, shape_with_inferred, split_sizes)
 from flexrt.torch._ir import IRNode
 
 __all__ = ["apply_op", "build", "DTYPES", "node_error", "shape_with_inferred", "split_sizes"]
@@ -207,9 +207,12 @@ def _arange(b, node, ins, f):
         raise node_error(node, f"arange needs numbers start, end and a step != 0, got {f}")
     dtype = DTYPES.get(node.kw("dtype") or "", DataType.DT_INT64 if all(isinstance(v, int) for v in f)
                        else DataType.DT_FLOAT)
+    check_size(node, max(0, math.ceil((f[1] - f[0]) / f[2])), f"arange({', '.join(map(str, f))})")
     values = np.arange(*f)
     if values.size == 0:
         raise node_error(node, f"arange({', '.join(map(str, f))}) is empty", ShapeError)
+    if dtype in ARRAY_TYPES:   # an array: what reads it folds (comparisons, arithmetic), else a constant of the model
+        return values.astype(dtype.numpy_name)
     return b.ff.create_constant([int(values.size)], values, dtype)
 
 
@@ -337,6 +340,10 @@ def _binary(b, node, ins, f):
     if is_number(x) and is_number(y):
         py = _SIZE_ONLY.get(op) or _BINARY[op][1]
         return py(x, y)
+    if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+        if all(isinstance(v, np.ndarray) or is_number(v) or isinstance(v, bool) for v in (x, y)):
+            return _fold(node, op, x, y)             # constants made in forward (a mask, positions): folded
+        x, y = b.constant(x, node), b.constant(y, node)
     if op == "ADD" and isinstance(x, tuple) and isinstance(y, tuple):   # sizes: x.size()[:-1] + (h, d)
         return x + y
     if isinstance(x, Tensor) and isinstance(y, Tensor):
@@ -351,6 +358,22 @@ def _binary(b, node, ins, f):
             return _scalar_op(b, node, op, y, float(x), False)
         return _scalar_op(b, node, op, y, float(x), True)
     raise node_error(node, f"operands must be tensors or numbers, got {describe(x)} and {describe(y)}")
+
+
+_NUMPY_BINARY = {"ADD": np.add, "SUBTRACT": np.subtract, "MULTIPLY": np.multiply, "DIVIDE": np.true_divide,
+                 "MAX": np.maximum, "MIN": np.minimum, "FLOORDIV": np.floor_divide, "MOD": np.mod}
+
+
+def _fold(node, op: str, x, y) -> np.ndarray:
+    """x op y of constants, as torch computes it: a bool meeting a number is that number's type, an
+    integer array divided is floating (float32, torch's default), integers stay integers."""
+    xa, ya = (np.asarray(v) if isinstance(v, np.ndarray) else v for v in (x, y))
+    arrays = [v for v in (xa, ya) if isinstance(v, np.ndarray)]
+    out = _NUMPY_BINARY[op](xa, ya)
+    if out.dtype == np.float64 and all(a.dtype != np.float64 for a in arrays):
+        out = out.astype(np.float32)       # a float32 array (or integers divided) meeting a Python number
+    check_size(node, out.size, "a folded constant")
+    return out
 
 
 def _concat(b, node, ins, f):
@@ -689,7 +712,8 @@ HANDLERS: dict[str, Callable] = {
 _SCALAR["FLOOR_DIVIDE"] = "FLOORDIV"
 
 
-_READS_ARRAYS = frozenset({"GETITEM", "FROZEN_BATCH_NORM", "VIEW", "RESHAPE"}) | READS_ARRAYS   # a view of a buffer folds
+_READS_ARRAYS = frozenset({"GETITEM", "FROZEN_BATCH_NORM", "VIEW", "RESHAPE", *_BINARY, *_SCALAR, "MOD", "FLOOR_DIVIDE"}) | \
+    READS_ARRAYS   # a view of a buffer folds
 
 
 def apply_op(ffmodel, op: str, tensors: Sequence[Any], fields=(), keywords=(), name: str = "op"):

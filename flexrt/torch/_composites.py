@@ -36,6 +36,7 @@ from flexrt.model.dataloader import batch_dtype
 from flexrt.model.tensor import Tensor
 from flexrt.torch._build_base import (DTYPES, FLOATS, check_size, describe, is_number, node_error, norm_axis,
                                      shape_with_inferred)
+from flexrt.torch._values import ARRAY_TYPES, finite
 
 
 # ---- resampling by constant matrices ----------------------------------------------------------
@@ -774,6 +775,10 @@ def _full(b, node, ins, f):
                                            DataType.DT_INT64 if isinstance(value, int) else DataType.DT_FLOAT)
     if dtype is None:
         raise node_error(node, f"dtype {name!r} is not supported; valid: {', '.join(sorted(DTYPES))}")
+    if dtype.is_floating and not math.isfinite(value):   # -inf where not a causal mask: the largest finite, said
+        value = float(finite(node, np.asarray(value, dtype=np.float64), dtype))
+    if dtype in ARRAY_TYPES:   # an array: what reads it folds (triu, comparisons, arithmetic), else a constant
+        return np.full(sizes, value, dtype=dtype.numpy_name)
     return b.ff.create_constant(sizes, float(value), dtype)
 
 

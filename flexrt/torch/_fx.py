@@ -54,8 +54,21 @@ class _Rules:
         return type(m) in MODULES or super().is_leaf_module(m, qualname)
 
 
-class _Tracer(_Rules, fx.Tracer):
+class _Writes:
+    """A proxy that records ``x[index] = value`` (operator.setitem; torch.fx's own Proxy refuses it),
+    which flexrt builds as a write in place (``flexrt.torch._values``: SETITEM)."""
+
+    def __setitem__(self, key, value) -> None:
+        self.tracer.create_proxy("call_function", operator.setitem, (self, key, value), {})
+
+
+class _Proxy(_Writes, fx.Proxy):
     pass
+
+
+class _Tracer(_Rules, fx.Tracer):
+    def proxy(self, node):
+        return _Proxy(node, self)
 
 
 def _meta_tracer():
@@ -63,7 +76,7 @@ def _meta_tracer():
     (``x.size()``) are numbers, for modules whose Python reads them (``assert t <= block_size``)."""
     from torch.fx.experimental.meta_tracer import MetaProxy, MetaTracer
 
-    class _Sized(MetaProxy):
+    class _Sized(_Writes, MetaProxy):
         """A size the module's Python uses as a number (``range(n)``, ``torch.tensor([...])`` of a
         loop over it): its value on the meta tensors, so the trace holds the constant it makes."""
 
@@ -225,6 +238,8 @@ class _Ctx:
         # F.layer_norm maps them when they are one module's weight and bias
         self.params: dict[str, tuple[str, Any]] = {}
         self.consts: dict[str, Any] = {}          # values known when tracing (a parameter's shape)
+        self.aliases: dict[str, str] = {}         # a tensor written in place -> the IR node of its last write
+        self.live: set[str] | None = None         # the fx nodes the outputs need (None: all)
 
     def error(self, node: fx.Node, message: str) -> ConfigError:
         return ConfigError(f"torch node '{node.name}' ({origin(node)}): {message}")
@@ -233,8 +248,22 @@ class _Ctx:
             users: tuple | None = None) -> str:
         name = name or node.name
         outs = users if users is not None else tuple(u.name for u in node.users)
+        if self.aliases:      # a tensor written in place (x[i] = v, x.masked_fill_): later reads see the write
+            inputs = [self.aliases.get(i, i) for i in inputs]
+            fields, keywords = [self.current(f) for f in fields], [(k, self.current(v)) for k, v in keywords]
         self.nodes.append(IRNode(name, tuple(inputs), outs, op, tuple(fields), tuple(keywords), origin(node)))
         return name
+
+    def current(self, v: Any) -> Any:
+        """``v`` (a field: a Ref, or a tuple or slice of them) with each tensor written in place read
+        as the node that wrote it last."""
+        if isinstance(v, Ref):
+            return Ref(self.aliases.get(v.name, v.name))
+        if isinstance(v, tuple):
+            return tuple(self.current(x) for x in v)
+        if isinstance(v, slice):
+            return slice(self.current(v.start), self.current(v.stop), self.current(v.step))
+        return v
 
     def layer(self, node: fx.Node, op: str, module: nn.Module, kind: str, inputs, fields=(), keywords=(),
               name: str | None = None, users: tuple | None = None) -> str:
@@ -337,7 +366,8 @@ class _Ctx:
         param = _attr(self.gm, table.target)
         owner = self.first_layer.get(id(param))
         if owner is not None and id(param) not in self.tables or \
-                any(u.target is not operator.getitem for u in table.users):
+                any(u.target not in (operator.getitem, torch.nn.functional.embedding) and
+                    not (u.target is getattr and u.args[1:] == ("device",)) for u in table.users):
             raise self.error(node, f"reads rows of '{table.target}' by an index, and another node reads it whole; "
                                    f"flexrt maps a parameter read one way only")
         if owner is None:

@@ -20,9 +20,9 @@ from flexrt.ir.enums import PoolType
 from flexrt.torch._fx import (_NONE, _bind, _Ctx, _divisor_keywords, _pool_fields, _ref, check_softplus_threshold,
                               interpolation)
 from flexrt.torch._fx import _attr
-from flexrt.torch._fx_values import (_COMPARISONS, _TRIL, _TRIU, _arange, _compare, _full, _full_like,
-                                     _logical_not, _mask_getitem, _mask_scores, _masked_fill, _sdpa, _tensor, _tensor_arg,
-                                     _type_info)
+from flexrt.torch._fx_values import (_COMPARISONS, _TRIL, _TRIU, _arange, _compare, _embedding_fn, _full, _full_like,
+                                     _logical_not, _mask_getitem, _mask_scores, _masked_fill, _masked_fill_, _new_full,
+                                     _sdpa, _setitem, _tensor, _tensor_arg, _type_info)
 from flexrt.torch._windows import dilated_weight_kind
 
 _NUMBER = (int, float)
@@ -447,10 +447,10 @@ def _getattr(ctx, node):
     if isinstance(x, fx.Node) and x.name in ctx.params and attr == "shape":   # F.layer_norm's normalized_shape
         ctx.consts[node.name] = tuple(ctx.params[x.name][1].shape)
         return
-    ctx.check_inputs(node)
-    if attr == "device":   # read by arange(..., device=x.device) only: no layer computes it
+    if attr == "device":   # read by arange(..., device=x.device) only: no layer computes it (a parameter's either)
         ctx.ignored.add(node.name)
         return
+    ctx.check_inputs(node)
     ctx.add(node, "GETATTR", [_tensor_arg(ctx, node, x)], [attr])
 
 
@@ -706,6 +706,7 @@ FUNCTIONS: dict[Callable, Callable] = {
     torch.amax: _reduce("REDUCE_MAX"), **{k: _compare for k in _COMPARISONS if not isinstance(k, str)},
     operator.invert: _logical_not, torch.logical_not: _logical_not, torch.masked_fill: _masked_fill,
     torch.tensor: _tensor, torch.finfo: _type_info("FINFO"), torch.iinfo: _type_info("IINFO"),
+    operator.setitem: _setitem, F.embedding: _embedding_fn,
     F.scaled_dot_product_attention: _sdpa, torch.arange: _arange,
     F.avg_pool2d: _pool_fn(PoolType.POOL_AVG), F.adaptive_avg_pool2d: _adaptive_fn(PoolType.POOL_AVG),
     F.adaptive_max_pool2d: _adaptive_fn(PoolType.POOL_MAX), F.layer_norm: _layer_norm_fn,
@@ -730,14 +731,15 @@ METHODS: dict[str, Callable] = {
     "sqrt": _unary("SQRT"), **{k: _compare for k in _COMPARISONS if isinstance(k, str)}, "bool": _cast_to("torch.bool"), "int": _cast_to("torch.int32"),
     "long": _cast_to("torch.int64"), "double": _cast_to("torch.float64"), "half": _cast_to("torch.float16"),
     "bfloat16": _cast_to("torch.bfloat16"),
-    "logical_not": _logical_not, "masked_fill": _masked_fill, "dim": _dim, "t": _t, "var": _var(False),
+    "logical_not": _logical_not, "masked_fill": _masked_fill, "masked_fill_": _masked_fill_, "clone": _pass("CONTIGUOUS"),
+    "new_zeros": _new_full(0.0), "new_ones": _new_full(1.0), "new_full": _new_full(None), "dim": _dim, "t": _t, "var": _var(False),
     "std": _var(True), "unflatten": _unflatten, "clamp": _clamp, "clip": _clamp, "clamp_min": _clamp,
     "clamp_max": _clamp, "log": _unary("LOG"), "log_softmax": _log_softmax, "logsumexp": _logsumexp,
     "abs": _unary("ABS"), "norm": _norm, "unbind": _unbind, "addcmul": _addcmul, "roll": _roll,
     "cumsum": _cumsum, "repeat": _dims_op("REPEAT"), "log1p": _unary("LOG1P"),
 }
 # converters that check what they read themselves (masks, named tuples, a module's own parameters)
-_MASK_AWARE = (_pack, _batch_norm_fn, _group_norm_fn, _linear_fn, _conv2d_fn, _getitem, _compare, _logical_not, _masked_fill,
+_MASK_AWARE = (_pack, _batch_norm_fn, _group_norm_fn, _linear_fn, _conv2d_fn, _getitem, _compare, _logical_not, _masked_fill, _masked_fill_, _embedding_fn,
                _softmax, _layer_norm_fn, _getattr, _sdpa, _TRIU, _TRIL, _add)
 
 

@@ -27,7 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import fx
 
-from flexrt.torch._fx import FILL_LIMIT, _bind, _Ctx, _ref
+from flexrt.errors import FrontendWarning, warn_caller
+from flexrt.torch._fx import FILL_LIMIT, _attr, _bind, _Ctx, _ref
 from flexrt.torch._ir import Ref
 
 _COMPARISONS = {operator.eq: "EQ", torch.eq: "EQ", "eq": "EQ", operator.ne: "NE", torch.ne: "NE", "ne": "NE",
@@ -67,16 +68,19 @@ def _mask_getitem(ctx, node) -> None:
 
 def _triangle(upper: bool):
     """torch.triu(full, diagonal=1) / torch.tril(full) of a square tensor made in forward by
-    torch.full / ones (nn.Transformer.generate_square_subsequent_mask: triu of -inf): a causal mask."""
+    torch.full / ones (nn.Transformer.generate_square_subsequent_mask: triu of -inf): a causal mask;
+    any other triu / tril a TRIU / TRIL node (of a constant: folded)."""
     def convert(ctx, node):
         a = _bind(ctx, node, ["input", "diagonal"], {"diagonal": 0})
         x = a["input"]
         made = ctx.fulls.get(x.name) if isinstance(x, fx.Node) else None
         sizes, fill, kws = made if made is not None else ((), 0, ())
         square = len(sizes) == 2 and sizes[0] == sizes[1]
-        if not square or fill == 0 or a["diagonal"] != (1 if upper else 0):
-            raise ctx.error(node, f"torch.{'triu' if upper else 'tril'} maps only as a causal mask: triu(diagonal=1) "
-                                  f"or tril(diagonal=0) of a square torch.full / torch.ones made in forward")
+        if not square or isinstance(fill, Ref) or fill == 0 or a["diagonal"] != (1 if upper else 0) or \
+                not all(_reads_masks(u) for u in node.users):
+            ctx.check_inputs(node)    # any other: the triangle's values (a constant's folded)
+            ctx.add(node, "TRIU" if upper else "TRIL", [_tensor_arg(ctx, node, x)], [_ref(a["diagonal"])])
+            return
         ctx.masks[node.name] = "hide" if upper else "keep"
         if upper and (dict(kws).get("dtype") == "torch.bool" or isinstance(fill, bool)):   # a traced dtype: a Ref
             ctx.attn_masks[node.name] = "bool"
@@ -86,6 +90,14 @@ def _triangle(upper: bool):
 
 
 _TRIU, _TRIL = _triangle(True), _triangle(False)
+# what reads a causal mask as one (the others read its values: BART's causal *= positions > ...)
+_MASK_READERS = frozenset({F.scaled_dot_product_attention, torch.masked_fill, "masked_fill", operator.getitem,
+                           operator.add, operator.iadd, torch.add, "add", torch.logical_not, "logical_not",
+                           operator.invert, *_COMPARISONS})
+
+
+def _reads_masks(user: fx.Node) -> bool:
+    return user.op == "call_module" or user.op in ("call_function", "call_method") and user.target in _MASK_READERS
 
 
 def _mask_flip(ctx, node, x, other=None) -> None:
@@ -119,9 +131,9 @@ def _compare(ctx, node):
         ctx.add(node, "COMPARE", [x.name, y.name], [op])
     elif isinstance(x, fx.Node) or isinstance(y, fx.Node):
         t, c = (x, y) if isinstance(x, fx.Node) else (y, x)
-        if not isinstance(c, (bool, int, float)):
-            raise ctx.error(node, f"compares with {c!r}; valid: a traced value or a number")
-        ctx.add(node, "COMPARE", [t.name], [op if t is x else _FLIPPED[op], c])
+        if not isinstance(c, (bool, int, float, torch.dtype, str)):
+            raise ctx.error(node, f"compares with {c!r}; valid: a traced value, a number or a dtype")
+        ctx.add(node, "COMPARE", [t.name], [op if t is x else _FLIPPED[op], _ref(c)])
     else:
         raise ctx.error(node, f"compares {x!r} with {y!r}; valid: traced values or numbers")
 
@@ -269,9 +281,10 @@ def _full(value):
         if value is None:
             fill = kw.pop("fill_value", args.pop() if len(args) == 2 else None)
         sizes = kw.pop("size", args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else tuple(args))
-        if kw or fill is None or isinstance(fill, fx.Node):
+        if kw or fill is None:
             raise ctx.error(node, f"{getattr(node.target, '__name__', node.target)} takes sizes and a number to fill "
-                                  f"with (not a traced value); got {node.args}, {dict(node.kwargs)}")
+                                  f"with; got {node.args}, {dict(node.kwargs)}")
+        fill = _ref(fill)     # a traced number (torch.finfo(dtype).min) resolves when built
         # made when first read (check_inputs); triu / tril of it may be a causal mask instead
         ctx.fulls[node.name] = (_ref(tuple(sizes)), fill, (("dtype", _ref(dtype)),) if dtype else ())
     return convert
@@ -295,3 +308,72 @@ def _full_like(value):
         dtype = a["dtype"]
         ctx.fulls[node.name] = (sizes, fill, (("dtype", _ref(dtype)),) if dtype else ())
     return convert
+
+
+# ---- writes in place: x[index] = value, x.masked_fill_(mask, value) ----------------------------------
+
+
+def _setitem(ctx, node):
+    """``x[index] = value`` (operator.setitem): a SETITEM node of x and the value (a traced tensor, or
+    a number as a field); x's later reads read it (``_Ctx.aliases``)."""
+    x, index, value = node.args
+    ctx.check_inputs(node)
+    target = _tensor_arg(ctx, node, x, "the tensor written")
+    if isinstance(value, fx.Node):
+        ctx.add(node, "SETITEM", [target, value.name], [_ref(index)])
+    elif isinstance(value, (bool, int, float)):
+        ctx.add(node, "SETITEM", [target], [_ref(index), value])
+    else:
+        raise ctx.error(node, f"writes {value!r} into a tensor; valid: a traced tensor or a number")
+    ctx.aliases[x.name] = node.name
+
+
+def _masked_fill_(ctx, node):
+    """x.masked_fill_(mask, value): the selection (``_masked_fill``), which x's later reads read."""
+    x, mask = node.args[0], node.args[1] if len(node.args) > 1 else node.kwargs.get("mask")
+    if isinstance(mask, fx.Node) and mask.name in ctx.masks:
+        raise ctx.error(node, "masked_fill_ (in place) by a causal mask: write scores = scores.masked_fill(mask, "
+                              "value), which flexrt maps to a causal softmax")
+    _masked_fill(ctx, node)
+    ctx.aliases[_tensor_arg(ctx, node, x)] = node.name
+
+
+def _new_full(value):
+    """x.new_zeros(size) / new_ones / new_full(size, fill): torch.full of x's dtype (unless given)."""
+    def convert(ctx, node):
+        x, args = node.args[0], list(node.args[1:])
+        kw = {k: v for k, v in node.kwargs.items() if k not in _CREATION_KWARGS}
+        fill = value if value is not None else kw.pop("fill_value", args.pop() if len(args) == 2 else None)
+        sizes = kw.pop("size", args[0] if len(args) == 1 and isinstance(args[0], (tuple, list, fx.Node)) else
+                       tuple(args))
+        dtype = kw.pop("dtype", None)
+        if kw or fill is None or isinstance(fill, fx.Node):
+            raise ctx.error(node, f"{node.target} takes sizes and a number to fill with (not a traced value); got "
+                                  f"{node.args[1:]}, {dict(node.kwargs)}")
+        ctx.check_inputs(node)
+        if dtype is None:
+            dtype = Ref(ctx.add(node, "GETATTR", [_tensor_arg(ctx, node, x)], ["dtype"], name=f"{node.name}.dtype",
+                                users=(node.name,)))
+        sizes = _ref(sizes if isinstance(sizes, (tuple, list)) else (sizes,))
+        ctx.fulls[node.name] = (sizes, fill, (("dtype", dtype if isinstance(dtype, Ref) else _ref(dtype)),))
+    return convert
+
+
+def _embedding_fn(ctx, node):
+    """F.embedding(input, weight) of a module's 2-D parameter (BART's scaled and positional
+    embeddings, nn.Embedding subclasses traced through): an embedding of that table."""
+    a = _bind(ctx, node, ["input", "weight", "padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse"],
+              {"padding_idx": None, "max_norm": None, "norm_type": 2.0, "scale_grad_by_freq": False, "sparse": False})
+    weight = a["weight"]
+    table = _attr(ctx.gm, weight.target) if isinstance(weight, fx.Node) and weight.op == "get_attr" else None
+    if not (isinstance(table, torch.nn.Parameter) and table.dim() == 2):
+        raise ctx.error(node, "F.embedding maps where its weight is a 2-D parameter of the module (its table)")
+    if a["max_norm"] is not None or a["scale_grad_by_freq"] or a["sparse"]:
+        raise ctx.error(node, f"F.embedding with max_norm={a['max_norm']!r}, scale_grad_by_freq="
+                              f"{a['scale_grad_by_freq']!r}, sparse={a['sparse']!r}; valid: None, False, False")
+    if a["padding_idx"] is not None:
+        warn_caller(f"torch node '{node.name}': F.embedding(padding_idx={a['padding_idx']}) builds as a plain "
+                    f"embedding (the same forward; FFModel trains that row too)", FrontendWarning)
+    _tensor_arg(ctx, node, a["input"], "the indices")
+    ctx.params.pop(weight.name, None)
+    ctx.parameter_rows(node, weight, a["input"])

@@ -14,6 +14,10 @@
   (torch's scalar tensors do not promote the tensors they meet), any other an array constant, in
   torch's default types (float32, int64, bool) unless ``dtype`` says.
 - ``FINFO`` / ``IINFO`` (field: the dtype's name): ``torch.finfo`` / ``iinfo``, read by ``GETATTR``.
+- ``SETITEM`` (inputs: x and a tensor value; fields: the index, a number value): ``x[index] = value``
+  written along one axis, as parts of x and the value concatenated (``flexrt.torch._fx`` reads x
+  as this node after it).
+- ``TRIU`` / ``TRIL`` (field: the diagonal): of a constant, folded; of a tensor, times the triangle.
 - ``KEY_PADDING_MASK`` (inputs: the mask, the queries): nn.MultiheadAttention's key padding mask as
   the addend of its scores; ``ATTENTION_OUTPUT``: its (output, None).
 
@@ -34,6 +38,9 @@ from flexrt.model import composites
 from flexrt.model.tensor import Tensor
 from flexrt.torch._build_base import DTYPES, FLOATS, describe, is_number, node_error
 
+# types whose values made in forward stay NumPy arrays (folded where read; a model constant where a layer reads them)
+ARRAY_TYPES = frozenset({DataType.DT_FLOAT, DataType.DT_DOUBLE, DataType.DT_INT32, DataType.DT_INT64,
+                         DataType.DT_BOOLEAN})
 _OPS = {"EQ": operator.eq, "NE": operator.ne, "LT": operator.lt, "LE": operator.le, "GT": operator.gt,
         "GE": operator.ge}
 _SYMBOLS = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
@@ -70,6 +77,8 @@ def _compare(b, node, ins, f):
         raise node_error(node, f"COMPARE takes the operator ({', '.join(_OPS)}) and two operands, got inputs "
                                f"{[describe(v) for v in ins]} and fields {list(f)}")
     x, y = (ins[0], ins[1]) if len(ins) == 2 else (ins[0], f[1])
+    if isinstance(x, str) and isinstance(y, str) and op in ("EQ", "NE"):    # x.dtype == torch.float16
+        return _OPS[op](x, y)
     ax, ay = _array_or_value(b, node, x), _array_or_value(b, node, y)
     if ax is not None and ay is not None:     # sizes or constants: folded
         out = _OPS[op](np.asarray(ax) if isinstance(ay, np.ndarray) else ax, ay)
@@ -125,8 +134,6 @@ def _masked_fill(b, node, ins, f):
     if not is_number(value):
         raise node_error(node, f"masked_fill with {describe(value)}; valid: a number")
     if isinstance(x, Tensor):
-        if x.data_type not in FLOATS:
-            raise node_error(node, f"masked_fill of a {x.data_type.name} tensor; valid: a floating one")
         _check_broadcast(node, x, mask.dims if isinstance(mask, Tensor) else np.shape(mask))
     return _select(b, node, mask, value, x)
 
@@ -148,30 +155,35 @@ def _select(b, node, cond, a, other):
             raise node_error(node, f"the condition must be boolean, got {describe(cond)}")
         return np.where(cond, a, other)
     dtype = _select_type(node, a, other)
-    a, other = (_operand(b, node, v, dtype) for v in (a, other))
+    work = dtype if dtype.is_floating else DataType.DT_DOUBLE   # integers and bools: exact in float64 to 2^53
+    name = node.name if work is dtype else f"{node.name}.float64"
+    a, other = (_operand(b, node, v, work) if not isinstance(v, Tensor) or v.data_type is work else
+                b.ff.cast(v, work, name=f"{node.name}.{part}_float64") for v, part in ((a, "then"), (other, "else")))
     if isinstance(cond, Tensor):
         if cond.data_type is not DataType.DT_BOOLEAN:
             raise node_error(node, f"the condition is a {cond.data_type.name} tensor; valid: a boolean one (a "
                                    f"comparison, or x.to(torch.bool))")
-        return composites.where(b.ff, cond, a, other, node.name)
-    m = np.asarray(cond)
-    if m.dtype != np.bool_:
-        raise node_error(node, f"the condition is a {m.dtype} array; valid: a boolean one")
-    parts = [b.ff.multiply(v, b.constant(where.astype(dtype.numpy_name), node), name=f"{node.name}.{part}")
-             if isinstance(v, Tensor) else b.constant(np.where(where, v, 0).astype(dtype.numpy_name), node)
-             for v, where, part in ((a, m, "then"), (other, ~m, "else"))]
-    return b.ff.add(parts[0], parts[1], name=node.name)
+        out = composites.where(b.ff, cond, a, other, name)
+    else:
+        m = np.asarray(cond)
+        if m.dtype != np.bool_:
+            raise node_error(node, f"the condition is a {m.dtype} array; valid: a boolean one")
+        parts = [b.ff.multiply(v, b.constant(where.astype(work.numpy_name), node), name=f"{node.name}.{part}")
+                 if isinstance(v, Tensor) else b.constant(np.where(where, v, 0).astype(work.numpy_name), node)
+                 for v, where, part in ((a, m, "then"), (other, ~m, "else"))]
+        out = b.ff.add(parts[0], parts[1], name=name)
+    return out if work is dtype else b.ff.cast(out, dtype, name=node.name)
 
 
 def _select_type(node, a, other) -> DataType:
-    """The floating type of a selection: its tensor operands' (one type), else its constants'."""
+    """The type of a selection: its tensor operands' (one type), else its constants'."""
     types = {v.data_type for v in (a, other) if isinstance(v, Tensor)}
     if not types:
         name = np.result_type(*[np.asarray(v) for v in (a, other)]).name
         types = {DTYPES.get(name, DataType.DT_FLOAT)}
-    if len(types) != 1 or not next(iter(types)).is_floating:
-        raise node_error(node, f"selects between {describe(a)} and {describe(other)}; valid: floating tensors of one "
-                               f"type, arrays and numbers")
+    if len(types) != 1:
+        raise node_error(node, f"selects between {describe(a)} and {describe(other)}; valid: tensors of one type, "
+                               f"arrays and numbers")
     return next(iter(types))
 
 
@@ -180,12 +192,12 @@ def _operand(b, node, v, dtype: DataType):
     array as finite values of ``dtype`` (a model constant where a computed condition reads it)."""
     if isinstance(v, Tensor):
         return v
-    arr = _finite(node, np.asarray(v, dtype=dtype.numpy_name if dtype is not DataType.DT_BFLOAT16 else "float32"),
+    arr = finite(node, np.asarray(v, dtype=dtype.numpy_name if dtype is not DataType.DT_BFLOAT16 else "float32"),
                   dtype)
     return float(arr) if arr.ndim == 0 else arr
 
 
-def _finite(node, value: np.ndarray, dtype: DataType) -> np.ndarray:
+def finite(node, value: np.ndarray, dtype: DataType) -> np.ndarray:
     """``value`` with an infinity as the type's largest finite number of its sign, with a warning:
     model constants hold no infinities (and 0 * inf is NaN), and a softmax of the filled scores,
     what such fills are for, is the same (exp underflows to 0 either way)."""
@@ -280,9 +292,94 @@ def _attention_output(b, node, ins, f):
     return (b.tensor(node, ins[0] if ins else None), None)
 
 
+def _setitem(b, node, ins, f):
+    """x[index] = value (a tensor, or a number as the second field): x's parts before and after the
+    written region along its one indexed axis, the value (cast to x's type, broadcast to the
+    region) between, concatenated. The index: full slices but on one axis, where a slice of step 1
+    or a position."""
+    x = b.tensor(node, b.constant(ins[0], node) if ins else None, "the tensor written")
+    if len(f) not in (1, 2) or len(ins) + len(f) != 3:
+        raise node_error(node, f"SETITEM takes the tensor, the index and a value, got {len(ins)} input(s) and fields "
+                               f"{list(f)}")
+    axis, start, stop, drop = _written_region(node, x, f[0])
+    region = [*x.dims[:axis], stop - start, *x.dims[axis + 1:]]
+    ff, name = b.ff, node.name
+    if len(ins) == 2:
+        v = b.tensor(node, b.constant(ins[1], node), "the value")
+        written = [*region[:axis], *region[axis + 1:]] if drop else region    # x[:, i]: without the axis
+        try:
+            fits = np.broadcast_shapes(tuple(v.dims), tuple(written)) == tuple(written)
+        except ValueError:
+            fits = False
+        if not fits:
+            raise node_error(node, f"the value {list(v.dims)} does not broadcast to the written region {written}",
+                             ShapeError)
+        if drop:                        # the axis back, where the value's trailing dimensions leave it
+            after = x.num_dims - 1 - axis
+            v = ff.reshape(v, [*v.dims[:v.num_dims - after], 1, *v.dims[v.num_dims - after:]], name=f"{name}.axis")
+        if v.data_type is not x.data_type:
+            v = ff.cast(v, x.data_type, name=f"{name}.cast")
+        if tuple(v.dims) != tuple(region):
+            v = ff.multiply(v, ff.create_constant(region, 1, x.data_type), name=f"{name}.broadcast")
+    elif is_number(f[1]) or isinstance(f[1], bool):
+        v = ff.create_constant(region, f[1], x.data_type)
+    else:
+        raise node_error(node, f"writes {describe(f[1])}; valid: a tensor or a number")
+    sizes = [n for n in (start, stop - start, x.dims[axis] - stop) if n]
+    parts = ff.split(x, sizes, axis, name=f"{name}.parts") if len(sizes) > 1 else [x]
+    if start:
+        parts = [parts[0], v] + ([parts[2]] if stop < x.dims[axis] else [])
+    else:
+        parts = [v] + ([parts[1]] if stop < x.dims[axis] else [])
+    return parts[0] if len(parts) == 1 else ff.concat(parts, axis, name=name)
+
+
+def _written_region(node, x: Tensor, index) -> tuple[int, int, int, bool]:
+    """(axis, start, stop, whether a position removed the axis) of ``x[index] = ...``."""
+    index = index if isinstance(index, tuple) else (index,)
+    if sum(i is Ellipsis for i in index) > 1 or any(i is None for i in index):
+        raise node_error(node, f"writes at {index}; valid: slices and one position, one Ellipsis at most, no None")
+    if Ellipsis in index:
+        at = index.index(Ellipsis)
+        index = index[:at] + (slice(None),) * (x.num_dims - len(index) + 1) + index[at + 1:]
+    index = index + (slice(None),) * (x.num_dims - len(index))
+    cut = [(a, i) for a, i in enumerate(index) if i != slice(None)]
+    if len(index) > x.num_dims or len(cut) != 1:
+        raise node_error(node, f"writes at {index} of a tensor {list(x.dims)}; flexrt writes a region cut along one "
+                               f"axis (full slices elsewhere)", ShapeError)
+    axis, i = cut[0]
+    n = x.dims[axis]
+    if isinstance(i, int) and not isinstance(i, bool) and -n <= i < n:
+        return axis, i % n, i % n + 1, True
+    if isinstance(i, slice) and all(v is None or is_number(v) and isinstance(v, int) for v in (i.start, i.stop, i.step)):
+        start, stop, step = i.indices(n)
+        if step == 1 and stop > start:
+            return axis, start, stop, False
+    raise node_error(node, f"writes at {i!r} along axis {axis} of {n}; valid: a position in range, or a slice of step 1 "
+                           f"that is not empty", ShapeError)
+
+
+def _triangle(b, node, ins, f):
+    """torch.triu / tril(x, diagonal) over the last two axes: of a constant, folded; of a tensor, x
+    times the constant 0 / 1 triangle (exact for finite values)."""
+    x, k = (ins[0] if ins else None), (f[0] if f else 0)
+    if not isinstance(k, int) or isinstance(k, bool):
+        raise node_error(node, f"the diagonal must be an int, got {describe(k)}")
+    keep = np.triu if node.op == "TRIU" else np.tril
+    if isinstance(x, np.ndarray):
+        if x.ndim < 2:
+            raise node_error(node, f"{node.op.lower()} needs at least 2 dimensions, got {list(x.shape)}", ShapeError)
+        return keep(x, k)
+    x = b.tensor(node, x)
+    if x.num_dims < 2:
+        raise node_error(node, f"{node.op.lower()} needs at least 2 dimensions, got {list(x.dims)}", ShapeError)
+    ones = np.ones(tuple(x.dims[-2:]), dtype=x.data_type.numpy_name if x.data_type in ARRAY_TYPES else np.float32)
+    return b.ff.multiply(x, b.constant(keep(ones, k), node), name=node.name)
+
+
 HANDLERS = {"COMPARE": _compare, "LOGICAL_NOT": _logical_not, "MASKED_FILL": _masked_fill, "WHERE": _where,
             "TENSOR": _tensor,
             "FINFO": _type_info, "IINFO": _type_info, "KEY_PADDING_MASK": _key_padding_mask,
-            "ATTENTION_OUTPUT": _attention_output}
+            "ATTENTION_OUTPUT": _attention_output, "SETITEM": _setitem, "TRIU": _triangle, "TRIL": _triangle}
 # handlers that take array constants as arrays (they fold them)
-READS_ARRAYS = frozenset({"COMPARE", "LOGICAL_NOT", "MASKED_FILL", "WHERE"})
+READS_ARRAYS = frozenset({"COMPARE", "LOGICAL_NOT", "MASKED_FILL", "WHERE", "SETITEM", "TRIU", "TRIL"})

@@ -125,6 +125,7 @@ class PyTorchModel:
         from flexrt.torch import _fx
         gm = self._graph_module()
         ctx = _fx._Ctx(gm)
+        ctx.live = live_nodes(gm.graph)
         for node in gm.graph.nodes:
             try:
                 _convert_node(ctx, node)
@@ -214,8 +215,32 @@ def _convert_node(ctx, node) -> None:
         convert(ctx, node, module)
     elif node.op == "get_attr":
         _fx.attribute(ctx, node)
+    elif ctx.live is not None and node.name not in ctx.live:   # a value no output needs (HuggingFace's device checks): no layer
+        ctx.ignored.add(node.name)
     else:
         convert_call(ctx, node)
+
+
+def _writes(node) -> bool:
+    """Whether ``node`` writes in place (``x[i] = v``, a method ending in ``_``) or checks
+    (torch._assert): kept though nothing reads its value."""
+    import torch
+    if node.op == "call_method":
+        return node.target.endswith("_")
+    return node.op == "call_function" and (node.target in (operator.setitem, torch._assert) or
+                                           getattr(node.target, "__name__", "").endswith("_"))
+
+
+def live_nodes(graph) -> set[str]:
+    """The names of the nodes the outputs and the writes in place need (the others are dead code)."""
+    todo = [n for n in graph.nodes if n.op == "output" or _writes(n)]
+    live = set()
+    while todo:
+        n = todo.pop()
+        if n.name not in live:
+            live.add(n.name)
+            todo.extend(n.all_input_nodes)
+    return live
 
 
 def _default_checks(node):
