@@ -659,6 +659,16 @@ class _Converter(ComposedHandlers):
     def _Not(self, node, name, a):
         return self._with_constants(node, name, "LOGICAL_NOT", [])
 
+    def _extreme(op):
+        def handler(self, node, name, a):
+            """Min / Max of two operands, element-wise (of constants: folded)."""
+            if len(node.input) != 2:
+                raise self.error(node, name, f"{node.op_type} of {len(node.input)} operands; valid: 2")
+            return self._with_constants(node, name, op, [])
+        return handler
+
+    _Min, _Max = _extreme("MIN"), _extreme("MAX")
+
     def _Dropout(self, node, name, a):
         ratio = a.get("ratio", 0.5)
         if len(node.input) > 1 and node.input[1]:
@@ -781,4 +791,4 @@ class _Converter(ComposedHandlers):
         self.m.shapes[node.output[0]] = arr.shape
         return []
 
-    del _unary, _binary, _reduce, _compare
+    del _unary, _binary, _reduce, _compare, _extreme

@@ -131,7 +131,7 @@ def _quiet(fn):
         return fn()
 
 
-def trace(module: nn.Module, inputs=None) -> fx.GraphModule:
+def trace(module: nn.Module, inputs=None, names=None) -> fx.GraphModule:
     """The fx trace of ``module``: every ``forward`` argument traced, as FlexFlow's front end does
     (when fewer inputs are given than it takes, the arguments after them that have defaults are
     held at them first); when that fails, the arguments after the given inputs that have defaults
@@ -139,6 +139,12 @@ def trace(module: nn.Module, inputs=None) -> fx.GraphModule:
     per input, from ``torch_to_ff``), traced on meta tensors of those shapes, so sizes are numbers."""
     params = [p for p in inspect.signature(module.forward).parameters.values()
               if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if names is not None:   # the inputs by name (HuggingFace's input_names), in the signature's order
+        unknown = [n for n in names if n not in {p.name for p in params}]
+        if unknown:
+            raise ConfigError(f"{type(module).__name__}.forward takes no argument named {', '.join(unknown)}; it takes "
+                              f"{', '.join(p.name for p in params)}")
+        params = [p for p in params if p.name in names] + [p for p in params if p.name not in names]
     given = len(inputs) if inputs is not None else len([p for p in params if p.default is p.empty])
     concrete = {p.name: p.default for p in params[given:] if p.default is not p.empty}
     attempts = [lambda: _Tracer().trace(module)]

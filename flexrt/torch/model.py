@@ -27,7 +27,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from flexrt.errors import ConfigError, FlexrtError
+from flexrt.errors import ConfigError, FlexrtError, FrontendWarning, warn_caller
 from flexrt.torch._build import build
 from flexrt.torch._ir import IRNode, format_line, read_ir, write_ir
 
@@ -56,7 +56,8 @@ def _torch_functions_hf_patches() -> dict:
 class PyTorchModel:
     """FlexFlow's ``PyTorchModel(model, is_hf_model=False, input_names=None, batch_size=1,
     seq_length=None)``: ``model`` is a ``torch.nn.Module``; the other arguments are FlexFlow's
-    HuggingFace tracing options (``is_hf_model=True`` needs the ``transformers`` package).
+    HuggingFace tracing options (``is_hf_model=True`` needs the ``transformers`` package; where its
+    tracer fails, flexrt's own traces the tensors named by ``input_names``, with a warning).
 
     FlexFlow's older form (r21.09 and before) is accepted too: ``PyTorchModel(filename)`` (a file of
     FlexFlow's format, no torch needed) or ``PyTorchModel(model=module)``, then
@@ -105,13 +106,27 @@ class PyTorchModel:
             return symbolic_trace(self.model, **{k: v for k, v in kwargs.items() if k in takes})
         except Exception as e:    # HuggingFace's tracer fails on models and versions it does not support
             import transformers
-            raise ConfigError(f"PyTorchModel(is_hf_model=True): HuggingFace's symbolic_trace (transformers "
-                              f"{transformers.__version__}) could not trace {type(self.model).__name__} with "
-                              f"input_names={self.input_names}: {type(e).__name__}: {e}") from None
+            hf_error = (f"HuggingFace's symbolic_trace (transformers {transformers.__version__}) could not trace "
+                        f"{type(self.model).__name__} with input_names={self.input_names}: {type(e).__name__}: {e}")
         finally:    # its tracer leaves torch.tensor, torch.zeros ... patched when tracing fails: put them back
             torch = _torch()
             for name, fn in saved.items():
                 setattr(torch, name, fn)
+        return self._own_trace(hf_error)
+
+    def _own_trace(self, hf_error: str):
+        """flexrt's tracer where HuggingFace's failed (XLM-RoBERTa, CamemBERT: architectures it does
+        not list), the inputs by ``input_names``, with a warning; both errors when it fails too."""
+        from flexrt.torch import _fx
+        names = list(self.input_names) if self.input_names else None
+        try:
+            gm = _fx.trace(self.model, self._input_specs, names)
+        except ConfigError as e:
+            raise ConfigError(f"PyTorchModel(is_hf_model=True): {hf_error}; flexrt's own tracer could not either: "
+                              f"{e}") from None
+        warn_caller(f"PyTorchModel(is_hf_model=True): {hf_error.split(': ')[0]}; traced with flexrt's own tracer "
+                    f"instead", FrontendWarning)
+        return gm
 
     def _convert(self):
         """(IR nodes, weight sources) of the traced module, traced once per input shapes given
@@ -194,6 +209,12 @@ def _convert_node(ctx, node) -> None:
     if node.name in ctx.held:      # fx's check of an argument held at its default: no layer
         return
     if node.op == "placeholder":
+        if str(node.target).startswith("*"):    # forward(..., *args, **kwargs): nothing given to them
+            if node.users:
+                raise ctx.error(node, f"forward reads its {node.target}, which the FFModel's inputs cannot fill; give "
+                                      f"the tensors as named arguments")
+            ctx.ignored.add(node.name)
+            return
         checks = _default_checks(node)
         if checks is not None:         # an argument held at its default (targets=None, is_causal=False)
             ctx.ignored.add(node.name)

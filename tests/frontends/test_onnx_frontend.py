@@ -432,6 +432,19 @@ def test_where_by_a_computed_mask_equals_numpy():
     np.testing.assert_allclose(_run_graph(nodes, [zero, fill], x), want, rtol=1e-6, atol=1e-7)
 
 
+def test_min_and_max_of_tensors_and_constants_equal_numpy():
+    """ONNX Min / Max of two operands (MPNet's relative positions): a tensor and a constant, two
+    tensors; of constants alone, folded."""
+    half = helper.make_tensor("half", TensorProto.FLOAT, [], [0.5])
+    low = helper.make_tensor("low", TensorProto.FLOAT, [3], [-0.2, 0.0, 0.2])
+    nodes = [helper.make_node("Min", ["x", "half"], ["a"], name="min"),
+             helper.make_node("Max", ["half", "low"], ["c"], name="folded"),
+             helper.make_node("Max", ["a", "c"], ["z"], name="max")]
+    x = np.random.default_rng(2).standard_normal((2, 3)).astype(np.float32)
+    want = np.maximum(np.minimum(x, 0.5), np.maximum(0.5, np.float32([-0.2, 0.0, 0.2])))
+    np.testing.assert_allclose(_run_graph(nodes, [half, low], x), want, rtol=1e-6)
+
+
 def test_reduce_max_equals_torch(tmp_path):
     class AmaxNet(torch.nn.Module):
         def __init__(self):
