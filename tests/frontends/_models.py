@@ -208,6 +208,19 @@ def compiled(pm, shape, argv, lr=0.1, dtype=DataType.DT_FLOAT):
     return ff, x, out
 
 
+def assert_step_like_torch(ff, pm, module, loss_of, lr=0.1) -> None:
+    """After one step of ``ff.fit``: torch's SGD step of ``module`` on ``loss_of(module)`` (its loss,
+    a 0-d tensor) gives the loss flexrt reported and the weights flexrt holds."""
+    opt = torch.optim.SGD(module.parameters(), lr=lr)
+    loss = loss_of(module)
+    loss.backward()
+    opt.step()
+    assert ff.history[0]["loss"] == pytest.approx(loss.item(), rel=1e-5)
+    got = ff.get_weights()
+    for name, want in pm.ff_weights().items():
+        np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=2e-6, err_msg=name)
+
+
 def torch_sgd_step(model, x, y, lr=0.1):
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     opt.zero_grad()

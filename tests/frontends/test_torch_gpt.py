@@ -21,6 +21,7 @@ from flexrt.machine import load_machine  # noqa: E402
 from flexrt.model import DataType, FFConfig, FFModel, SGDOptimizer  # noqa: E402
 from flexrt.strategy import random_strategy, save_strategy  # noqa: E402
 from flexrt.torch import PyTorchModel, file_to_ff  # noqa: E402
+from tests.frontends._models import assert_step_like_torch  # noqa: E402
 
 B, T, V, D, H = 2, 8, 16, 16, 4
 SCCE = "sparse_categorical_crossentropy"
@@ -125,14 +126,8 @@ def test_gpt_text_file_round_trip_and_one_sgd_step_equal_torch(tmp_path):
     ff.compile(optimizer=SGDOptimizer(ff, 0.1), loss_type=SCCE)
     pm.load_weights(ff)
     ff.fit(x=idx, y=labels, epochs=1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    loss = F.cross_entropy(model(torch.from_numpy(idx)).reshape(-1, V), torch.from_numpy(labels).long().reshape(-1))
-    loss.backward()
-    opt.step()
-    assert ff.history[0]["loss"] == pytest.approx(loss.item(), rel=1e-5)
-    got = ff.get_weights()
-    for name, want in pm.ff_weights().items():
-        np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=2e-6, err_msg=name)
+    x, y = torch.from_numpy(idx), torch.from_numpy(labels).long().reshape(-1)
+    assert_step_like_torch(ff, pm, model, lambda m: F.cross_entropy(m(x).reshape(-1, V), y))
 
 
 def test_tied_weights_warn_and_large_negative_fills_are_masks():

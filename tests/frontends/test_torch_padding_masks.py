@@ -23,6 +23,7 @@ from flexrt.machine import load_machine  # noqa: E402
 from flexrt.model import DataType, FFConfig, FFModel, SGDOptimizer  # noqa: E402
 from flexrt.strategy import random_strategy, save_strategy  # noqa: E402
 from flexrt.torch import PyTorchModel  # noqa: E402
+from tests.frontends._models import assert_step_like_torch  # noqa: E402
 
 B, T, V, D, H, C = 4, 8, 20, 16, 4, 3
 PAD = 1
@@ -155,14 +156,8 @@ def test_hf_padding_mask_one_sgd_step_equals_torch(argv):
     ff.compile(optimizer=SGDOptimizer(ff, 0.1), loss_type=SCCE)
     pm.load_weights(ff)
     ff.fit(x=[ids, mask], y=labels, epochs=1)
-    opt = torch.optim.SGD(module.parameters(), lr=0.1)
-    loss = F.cross_entropy(module(torch.from_numpy(ids), torch.from_numpy(mask)), torch.from_numpy(labels[:, 0]).long())
-    loss.backward()
-    opt.step()
-    assert ff.history[0]["loss"] == pytest.approx(loss.item(), rel=1e-5)
-    got = ff.get_weights()
-    for name, want in pm.ff_weights().items():
-        np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=2e-6, err_msg=name)
+    xs, y = [torch.from_numpy(a) for a in (ids, mask)], torch.from_numpy(labels[:, 0]).long()
+    assert_step_like_torch(ff, pm, module, lambda m: F.cross_entropy(m(*xs), y))
 
 
 @pytest.mark.parametrize("invert", [False, True], ids=["eq_zero", "not_ne_zero"])

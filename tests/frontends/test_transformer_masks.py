@@ -18,6 +18,7 @@ from torch.nn import functional as F  # noqa: E402
 from flexrt.errors import ConfigError  # noqa: E402
 from flexrt.model import DataType, FFConfig, FFModel  # noqa: E402
 from flexrt.torch import PyTorchModel  # noqa: E402
+from tests.frontends._models import assert_step_like_torch  # noqa: E402
 
 B, T, S, D = 2, 5, 4, 8
 
@@ -211,14 +212,8 @@ def test_key_padding_masks_train_like_torch():
     pm.load_weights(ff)
     target = np.random.default_rng(7).standard_normal(out.dims).astype(np.float32)
     ff.fit(x=arrays, y=target, epochs=1)
-    opt = torch.optim.SGD(module.parameters(), lr=0.1)
-    loss = F.mse_loss(module(*[torch.from_numpy(a) for a in arrays]), torch.from_numpy(target))
-    loss.backward()
-    opt.step()
-    assert ff.history[0]["loss"] == pytest.approx(loss.item(), rel=1e-5)
-    got = ff.get_weights()
-    for name, want in pm.ff_weights().items():
-        np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=2e-6, err_msg=name)
+    xs = [torch.from_numpy(a) for a in arrays]
+    assert_step_like_torch(ff, pm, module, lambda m: F.mse_loss(m(*xs), torch.from_numpy(target)))
 
 
 def test_memory_masks_and_integer_padding_masks_are_refused():
