@@ -95,6 +95,14 @@ def _meta_tracer():
                 return bool(v)
             raise TypeError(f"'{self.node.name}' is not a condition known when tracing (it depends on the data)")
 
+        def __getattr__(self, k):   # x.ndim, x.dtype ...: the attribute's value on the meta tensor, known
+            attr = super().__getattr__(k)
+            meta = self.__dict__.get("_tensor_meta")
+            value = getattr(meta, k, None) if isinstance(meta, torch.Tensor) else None
+            if value is not None and not callable(value):
+                attr._tensor_meta = value
+            return attr
+
         def __iter__(self):   # ``for part in x.split(n)``: as many items as the traced value has
             v = getattr(self, "_tensor_meta", None)
             if isinstance(v, (tuple, list)):
@@ -155,15 +163,18 @@ def trace(module: nn.Module, inputs=None, names=None) -> fx.GraphModule:
         meta = {p.name: torch.empty(tuple(dims), dtype=TORCH_DTYPES.get(dtype, torch.float32), device="meta")
                 for p, (dims, dtype) in zip(params, inputs)}
         attempts.append(lambda: _meta_trace(module, meta, concrete))
-    first = None
+    errors = []
     for attempt in attempts:
         try:
             graph = attempt()
             return graph if isinstance(graph, fx.GraphModule) else fx.GraphModule(module, graph)
         except Exception as e:  # noqa: BLE001 - fx raises many kinds; say which module and why
-            first = first or e
+            errors.append(e)
     hint = "" if inputs is not None else "; torch_to_ff, given the inputs, also traces with their shapes"
-    raise ConfigError(f"torch.fx cannot trace {type(module).__name__}: {type(first).__name__}: {first} "
+    first, last = errors[0], errors[-1]
+    also = f"; on the inputs' shapes: {type(last).__name__}: {str(last)[:300]}" if \
+        inputs is not None and str(last) != str(first) else ""
+    raise ConfigError(f"torch.fx cannot trace {type(module).__name__}: {type(first).__name__}: {first}{also} "
                       f"(data-dependent control flow and Proxy arguments to C functions cannot be traced{hint})"
                       ) from None
 

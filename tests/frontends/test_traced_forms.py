@@ -220,3 +220,30 @@ def test_a_named_tuple_read_whole_is_refused_naming_the_node():
     ff = FFModel(FFConfig(["-b", "4"]))
     with pytest.raises(ConfigError, match=r"torch node 'cat'.*a named tuple made in forward"):
         PyTorchModel(_TwoHeads("whole")).torch_to_ff(ff, [ff.create_tensor([4, 6], DataType.DT_FLOAT)])
+
+
+class _Conditions(nn.Module):
+    """HuggingFace-style Python on sizes: conditions on x.ndim and x.dtype, and a loop over split's
+    parts, which torch.fx's symbolic trace cannot take and the trace on the inputs' shapes answers."""
+
+    def forward(self, x):
+        if x.ndim < 4 and x.dtype == torch.float32:
+            x = x.unsqueeze(1)
+        return sum(p * (i + 1) for i, p in enumerate(x.split(2, dim=-1)))
+
+
+def test_conditions_and_loops_on_sizes_are_answered_when_traced():
+    compare_forward(_Conditions(), X3)
+
+
+class _DataDependent(nn.Module):
+    def forward(self, x):
+        return x * 2 if x.sum() > 0 else x
+
+
+def test_a_condition_on_the_data_names_both_traces_causes():
+    ff = FFModel(FFConfig(["-b", "2"]))
+    with pytest.raises(ConfigError, match=r"torch.fx cannot trace _DataDependent: TraceError: .*; on the inputs' "
+                                          r"shapes: TypeError: 'gt' is not a condition known when tracing \(it depends "
+                                          r"on the data\)"):
+        PyTorchModel(_DataDependent()).torch_to_ff(ff, [ff.create_tensor([2, 5, 6], DataType.DT_FLOAT)])
