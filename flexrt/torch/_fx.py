@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 from torch import fx, nn
+from torch.nn import functional as F
 
 from flexrt.errors import ConfigError, FrontendWarning, warn_caller
 from flexrt.ir.enums import ActiMode, PoolType
@@ -426,14 +427,20 @@ def attribute(ctx: _Ctx, node: fx.Node) -> None:
         ctx.params[node.name] = (node.target, value)
         return
     kind = causal_kind(value)
-    if kind is not None:
+    attn = None
+    if kind == "hide":
+        hidden = value.detach().reshape(value.shape[-2:]).to("cpu").triu(1)
+        if value.dtype == torch.bool:
+            attn = "bool"
+        elif value.is_floating_point() and bool((hidden[hidden != 0] <= FILL_LIMIT).all()):
+            attn = "additive"
+    # a buffer an attention reads as its mask is causal only where it hides the future keys; else its values
+    as_values = attn is None and any(u.op == "call_module" or u.target is F.scaled_dot_product_attention
+                                     for u in node.users)
+    if kind is not None and not as_values:
         ctx.masks[node.name] = kind
-        if kind == "hide":
-            hidden = value.detach().reshape(value.shape[-2:]).to("cpu").triu(1)
-            if value.dtype == torch.bool:
-                ctx.attn_masks[node.name] = "bool"
-            elif value.is_floating_point() and bool((hidden[hidden != 0] <= FILL_LIMIT).all()):
-                ctx.attn_masks[node.name] = "additive"
+        if attn is not None:
+            ctx.attn_masks[node.name] = attn
         return
     if isinstance(value, torch.Tensor) and not value.is_complex():   # a buffer (RoPE's cos/sin, position ids)
         ctx.constant(node, node.name, value, tuple(u.name for u in node.users))

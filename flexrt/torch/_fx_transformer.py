@@ -3,18 +3,20 @@ TransformerEncoderLayer / TransformerEncoder, TransformerDecoderLayer / Transfor
 own forwards cannot be traced) as the nodes of their computation: attention, residual adds, norms,
 feed-forward. A causal mask given as ``attn_mask`` / ``src_mask`` / ``tgt_mask`` (a bool
 ``triu(ones, 1)``, or an additive one of -inf above the diagonal: ``generate_square_subsequent_mask``,
-made in forward or held in a buffer) makes the self-attention FFModel's causal attention; any
-other such mask is refused naming the node. An attention given a key padding mask
-(``key_padding_mask``, ``src_key_padding_mask``, ``tgt_key_padding_mask``,
-``memory_key_padding_mask``: True, or a float added, where a key is padding) is built of its parts,
+made in forward or held in a buffer) makes the self-attention FFModel's causal attention. An
+attention given any other mask (``attn_mask``, ``src_mask``, ``tgt_mask``, ``memory_mask``) or a key
+padding mask (``key_padding_mask``, ``src_key_padding_mask``, ``tgt_key_padding_mask``,
+``memory_key_padding_mask``: True, or a float added, where a key is hidden) is built of its parts,
 since FFModel's attention takes no mask: the query, key and value projections (dense layers of
-``in_proj_weight``'s rows), the heads' scores plus the mask (``KEY_PADDING_MASK``: the float type's
-lowest number where True), the softmax, and ``out_proj``.
+``in_proj_weight``'s rows), the heads' scores plus the masks (``ATTENTION_MASK``: the float type's
+lowest number where True), the softmax (causal where asked), and ``out_proj``.
 
 Entry points: ``TRANSFORMER_MODULES``, ``TAKES_MASKS``.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -28,17 +30,37 @@ from flexrt.torch._fx_values import attention_nodes
 from flexrt.torch._ir import Ref
 
 
-def causal(ctx, node, mask, is_causal, what: str) -> bool:
-    """Whether an attention given ``mask`` (an fx node or None) and the ``is_causal`` hint is causal."""
+class Masking(NamedTuple):
+    """How one attention is masked: causal (FFModel's causal attention, or a causal softmax of the
+    parts), ``values`` (an fx node: an attn_mask that is not causal, added to the scores) and
+    ``padding`` (an fx node: a key padding mask)."""
+
+    causal: bool = False
+    values: object = None
+    padding: object = None
+
+    @property
+    def parts(self) -> bool:
+        """Whether the attention is built of its parts (FFModel's attention takes no mask)."""
+        return self.values is not None or self.padding is not None
+
+
+def masking(ctx, node, mask, is_causal, padding=None) -> Masking:
+    """The masking of an attention given ``mask`` (an fx node or None), the ``is_causal`` hint and a
+    key padding mask: a causal mask (``ctx.attn_masks``) makes it causal; any other tensor is
+    values added to the scores (torch reads the mask, not the hint)."""
+    for m in (mask, padding):
+        if m is not None and not hasattr(m, "name"):
+            raise ctx.error(node, f"a mask must be a traced tensor, got {m!r}")
     if mask is None:
-        if is_causal:
-            return True
-        return False
-    if not (hasattr(mask, "name") and mask.name in ctx.attn_masks):
-        raise ctx.error(node, f"{what}: FFModel's attention takes no mask; flexrt maps only a causal one "
-                              f"(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), or "
-                              f"nn.Transformer.generate_square_subsequent_mask(T): -inf above the diagonal)")
-    return True
+        return Masking(bool(is_causal), None, padding)
+    if mask.name in ctx.attn_masks or ctx.masks.get(mask.name) == "hide":   # (mask == 0 of a tril buffer: bool)
+        return Masking(True, None, padding)
+    if mask.name in ctx.masks:   # True where a query sees a key, as a bool attn_mask would hide the past and the present
+        raise ctx.error(node, f"'{mask.name}' (True where a query may see a key) is given as attn_mask, where True "
+                              f"hides; give its complement (mask == 0, or torch.triu(torch.ones(T, T, dtype=torch.bool), "
+                              f"1))")
+    return Masking(False, mask, padding)
 
 
 class _Projection:
@@ -62,19 +84,16 @@ class _Projection:
         return iter(())
 
 
-def padded_attention(ctx, node, m: nn.MultiheadAttention, q: str, k: str, v: str, padding, is_causal: bool,
-                     prefix: str) -> str:
-    """``m`` on queries ``q``, keys ``k`` and values ``v`` with the key padding mask ``padding`` (an fx
-    node), built of its parts (module doc); returns the output's name ([N, L, E], or [L, N, E] when
+def masked_attention(ctx, node, m: nn.MultiheadAttention, q: str, k: str, v: str, masks: Masking, prefix: str) -> str:
+    """``m`` on queries ``q``, keys ``k`` and values ``v`` masked by ``masks`` (values or a key padding
+    mask), built of its parts (module doc); returns the output's name ([N, L, E], or [L, N, E] when
     not batch first)."""
     if m.bias_k is not None or m.add_zero_attn:
         raise ctx.error(node, "MultiheadAttention(add_bias_kv=True or add_zero_attn=True) is not supported")
-    if not hasattr(padding, "name"):
-        raise ctx.error(node, f"the key padding mask must be a traced tensor, got {padding!r}")
     if m.dropout > 0 and m.training:
-        raise ctx.error(node, f"MultiheadAttention(dropout={m.dropout}) in training with a key padding mask: flexrt "
-                              f"builds that attention of its parts and drops no attention weights; convert it in eval "
-                              f"mode or with dropout 0")
+        raise ctx.error(node, f"MultiheadAttention(dropout={m.dropout}) in training with a mask other than causal: "
+                              f"flexrt builds that attention of its parts and drops no attention weights; convert it "
+                              f"in eval mode or with dropout 0")
     e, h = m.embed_dim, m.num_heads
     add = lambda op, ins, fields, part: ctx.add(node, op, ins, fields, name=f"{prefix}.{part}", users=())  # noqa: E731
     if not m.batch_first:
@@ -88,8 +107,10 @@ def padded_attention(ctx, node, m: nn.MultiheadAttention, q: str, k: str, v: str
         batch = add("GETATTR", [lin], ["size", 0], f"{part}_batch")
         split = add("VIEW", [lin], [Ref(batch), -1, h, e // h], f"{part}_heads")
         heads.append(add("TRANSPOSE", [split], [1, 2], f"{part}_t"))
-    bias = add("KEY_PADDING_MASK", [padding.name, heads[0]], [], "padding")
-    att = attention_nodes(ctx, node, *heads, prefix, bias, is_causal, 1.0 / math.sqrt(e // h))
+    addends = [add("ATTENTION_MASK", [mask.name, heads[0], heads[1]], [kind], f"{kind}_mask")
+               for mask, kind in ((masks.padding, "key_padding"), (masks.values, "attn")) if mask is not None]
+    bias = addends[0] if len(addends) == 1 else add("ADD", addends, [], "mask")
+    att = attention_nodes(ctx, node, *heads, prefix, bias, masks.causal, 1.0 / math.sqrt(e // h))
     merged = add("RESHAPE", [add("TRANSPOSE", [att], [1, 2], "heads_back")], [Ref(f"{prefix}.q_batch"), -1, e],
                  "merged")
     out = ctx.layer(node, "LINEAR", m.out_proj, "dense", [merged], [e, _NONE, int(m.out_proj.bias is not None)],
@@ -107,13 +128,12 @@ def _attention_fields(ctx, node, m: nn.MultiheadAttention, is_causal: bool):
 def _m_attention(ctx, node, m):
     a = _bind(ctx, node, ["query", "key", "value", "key_padding_mask", "need_weights", "attn_mask",
                           "average_attn_weights", "is_causal"], {})
-    is_causal = causal(ctx, node, a.get("attn_mask"), a.get("is_causal"), "attn_mask")
-    if a.get("key_padding_mask") is not None:   # (output, None): the weights are not computed
-        out = padded_attention(ctx, node, m, a["query"].name, a["key"].name, a["value"].name, a["key_padding_mask"],
-                               is_causal, node.name)
+    masks = masking(ctx, node, a.get("attn_mask"), a.get("is_causal"), a.get("key_padding_mask"))
+    if masks.parts:   # (output, None): the weights are not computed
+        out = masked_attention(ctx, node, m, a["query"].name, a["key"].name, a["value"].name, masks, node.name)
         ctx.add(node, "ATTENTION_OUTPUT", [out])
         return
-    fields, kws = _attention_fields(ctx, node, m, is_causal)
+    fields, kws = _attention_fields(ctx, node, m, masks.causal)
     ctx.layer(node, "MULTIHEAD_ATTENTION", m, "multihead_attention",
               [a["query"].name, a["key"].name, a["value"].name], fields, kws)
 
@@ -143,11 +163,11 @@ class _Layer:
             return self.ctx.add(self.node, "DROPOUT", [src], [float(p)], name=self.name(part), users=())
         return src
 
-    def attention(self, module, q: str, kv: str, part: str, is_causal: bool, drop: str, padding=None) -> str:
-        if padding is not None:
-            out = padded_attention(self.ctx, self.node, module, q, kv, kv, padding, is_causal, self.name(part))
+    def attention(self, module, q: str, kv: str, part: str, masks: Masking, drop: str) -> str:
+        if masks.parts:
+            out = masked_attention(self.ctx, self.node, module, q, kv, kv, masks, self.name(part))
             return self.dropout(out, drop, getattr(self.m, drop).p)
-        fields, kws = _attention_fields(self.ctx, self.node, module, is_causal)
+        fields, kws = _attention_fields(self.ctx, self.node, module, masks.causal)
         att = self.ctx.layer(self.node, "MULTIHEAD_ATTENTION", module, "multihead_attention", [q, kv, kv], fields,
                              kws, name=self.name(part), users=())
         out = self.ctx.add(self.node, "GETITEM", [att], [0], name=self.name(f"{part}_out"), users=())
@@ -177,25 +197,22 @@ class _Layer:
         return self.norm(self.ctx.add(self.node, "ADD", [x, block(x)], name=self.name(part), users=()), norm)
 
 
-def _encoder_layer(ctx, node, m: nn.TransformerEncoderLayer, x: str, prefix: str, is_causal: bool,
-                   padding=None) -> str:
-    """The nodes of one TransformerEncoderLayer on ``x`` (``padding``: its key padding mask); returns
-    the name of its output."""
+def _encoder_layer(ctx, node, m: nn.TransformerEncoderLayer, x: str, prefix: str, masks: Masking) -> str:
+    """The nodes of one TransformerEncoderLayer on ``x``, its self-attention masked by ``masks``;
+    returns the name of its output."""
     p = _Layer(ctx, node, m, prefix)
-    h = p.residual(x, lambda s: p.attention(m.self_attn, s, s, "self_attn", is_causal, "dropout1", padding), "norm1",
-                   "add1")
+    h = p.residual(x, lambda s: p.attention(m.self_attn, s, s, "self_attn", masks, "dropout1"), "norm1", "add1")
     return p.residual(h, lambda s: p.feed_forward(s, "dropout2"), "norm2", "add2")
 
 
-def _decoder_layer(ctx, node, m: nn.TransformerDecoderLayer, x: str, memory: str, prefix: str,
-                   is_causal: bool, padding=None, memory_padding=None) -> str:
-    """The nodes of one TransformerDecoderLayer on ``x`` reading ``memory`` (the key padding masks of
-    its self-attention and of the memory); returns its output's name."""
+def _decoder_layer(ctx, node, m: nn.TransformerDecoderLayer, x: str, memory: str, prefix: str, masks: Masking,
+                   memory_masks: Masking) -> str:
+    """The nodes of one TransformerDecoderLayer on ``x`` reading ``memory`` (``masks``: its
+    self-attention's; ``memory_masks``: its cross-attention's); returns its output's name."""
     p = _Layer(ctx, node, m, prefix)
-    h = p.residual(x, lambda s: p.attention(m.self_attn, s, s, "self_attn", is_causal, "dropout1", padding), "norm1",
-                   "add1")
-    h = p.residual(h, lambda s: p.attention(m.multihead_attn, s, memory, "multihead_attn", False, "dropout2",
-                                            memory_padding), "norm2", "add2")
+    h = p.residual(x, lambda s: p.attention(m.self_attn, s, s, "self_attn", masks, "dropout1"), "norm1", "add1")
+    h = p.residual(h, lambda s: p.attention(m.multihead_attn, s, memory, "multihead_attn", memory_masks, "dropout2"),
+                   "norm2", "add2")
     return p.residual(h, lambda s: p.feed_forward(s, "dropout3"), "norm3", "add3")
 
 
@@ -209,72 +226,65 @@ def _final_norm(ctx, node, m, x: str, name: str | None = None) -> str:
 
 def _m_encoder_layer(ctx, node, m):
     a = _bind(ctx, node, ["src", "src_mask", "src_key_padding_mask", "is_causal"], {})
-    out = _encoder_layer(ctx, node, m, a["src"].name, node.name,
-                         causal(ctx, node, a.get("src_mask"), a.get("is_causal"), "src_mask"), a.get("src_key_padding_mask"))
-    ctx.add(node, "IDENTITY", [out])
+    masks = masking(ctx, node, a.get("src_mask"), a.get("is_causal"), a.get("src_key_padding_mask"))
+    ctx.add(node, "IDENTITY", [_encoder_layer(ctx, node, m, a["src"].name, node.name, masks)])
 
 
 def _m_encoder(ctx, node, m: nn.TransformerEncoder):
     a = _bind(ctx, node, ["src", "mask", "src_key_padding_mask", "is_causal"], {})
-    is_causal = causal(ctx, node, a.get("mask"), a.get("is_causal"), "mask")
-    if a.get("src_key_padding_mask") is not None and getattr(m, "use_nested_tensor", False) and not m.training:
+    masks = masking(ctx, node, a.get("mask"), a.get("is_causal"), a.get("src_key_padding_mask"))
+    if masks.padding is not None and getattr(m, "use_nested_tensor", False) and not m.training:
         warn_caller(f"torch node '{node.name}': {type(m).__name__}(enable_nested_tensor=True) in eval mode returns 0 "
                     f"at the padded positions (torch's nested-tensor fast path); flexrt computes them as torch does "
                     f"in training, so only the positions that are not padding compare equal", FrontendWarning)
     x = a["src"].name
     for i, layer in enumerate(m.layers):
-        x = _encoder_layer(ctx, node, layer, x, f"{node.name}.layers_{i}", is_causal, a.get("src_key_padding_mask"))
+        x = _encoder_layer(ctx, node, layer, x, f"{node.name}.layers_{i}", masks)
     ctx.add(node, "IDENTITY", [_final_norm(ctx, node, m, x)])
+
+
+def _decoder_masks(ctx, node, a: dict, prefix: str = "") -> tuple[Masking, Masking]:
+    """(the self-attention's masking, the cross-attention's) of a decoder's arguments ``a``."""
+    if a.get(f"{prefix}memory_is_causal") and a.get(f"{prefix}memory_mask") is None:
+        raise ctx.error(node, "memory_is_causal without a memory_mask is not supported; give the memory_mask")
+    return (masking(ctx, node, a.get("tgt_mask"), a.get("tgt_is_causal"), a.get("tgt_key_padding_mask")),
+            masking(ctx, node, a.get("memory_mask"), False, a.get("memory_key_padding_mask")))
 
 
 _DECODER_ARGS = ["tgt", "memory", "tgt_mask", "memory_mask", "tgt_key_padding_mask", "memory_key_padding_mask",
                  "tgt_is_causal", "memory_is_causal"]
 
 
-def _decoder_args(ctx, node) -> tuple[dict, bool]:
-    a = _bind(ctx, node, _DECODER_ARGS, {})
-    if a.get("memory_mask") is not None or a.get("memory_is_causal"):
-        raise ctx.error(node, "memory_mask / memory_is_causal are not supported (the cross-attention sees all of "
-                              "the memory)")
-    return a, causal(ctx, node, a.get("tgt_mask"), a.get("tgt_is_causal"), "tgt_mask")
-
-
 def _m_decoder_layer(ctx, node, m):
-    a, is_causal = _decoder_args(ctx, node)
-    out = _decoder_layer(ctx, node, m, a["tgt"].name, a["memory"].name, node.name, is_causal,
-                         a.get("tgt_key_padding_mask"), a.get("memory_key_padding_mask"))
-    ctx.add(node, "IDENTITY", [out])
+    a = _bind(ctx, node, _DECODER_ARGS, {})
+    ctx.add(node, "IDENTITY", [_decoder_layer(ctx, node, m, a["tgt"].name, a["memory"].name, node.name,
+                                              *_decoder_masks(ctx, node, a))])
 
 
 def _m_decoder(ctx, node, m: nn.TransformerDecoder):
-    a, is_causal = _decoder_args(ctx, node)
+    a = _bind(ctx, node, _DECODER_ARGS, {})
+    masks = _decoder_masks(ctx, node, a)
     x = a["tgt"].name
     for i, layer in enumerate(m.layers):
-        x = _decoder_layer(ctx, node, layer, x, a["memory"].name, f"{node.name}.layers_{i}", is_causal,
-                           a.get("tgt_key_padding_mask"), a.get("memory_key_padding_mask"))
+        x = _decoder_layer(ctx, node, layer, x, a["memory"].name, f"{node.name}.layers_{i}", *masks)
     ctx.add(node, "IDENTITY", [_final_norm(ctx, node, m, x)])
 
 
 def _m_transformer(ctx, node, m: nn.Transformer):
-    """nn.Transformer(src, tgt, masks...): its encoder on src (src_mask), its decoder on tgt reading
-    the encoder's output (tgt_mask)."""
+    """nn.Transformer(src, tgt, masks...): its encoder on src (src_mask, src_key_padding_mask), its
+    decoder on tgt reading the encoder's output (tgt_ and memory_ masks)."""
     a = _bind(ctx, node, ["src", "tgt", "src_mask", "tgt_mask", "memory_mask", "src_key_padding_mask",
                           "tgt_key_padding_mask", "memory_key_padding_mask", "src_is_causal", "tgt_is_causal",
                           "memory_is_causal"], {})
-    if a.get("memory_mask") is not None or a.get("memory_is_causal"):
-        raise ctx.error(node, "memory_mask / memory_is_causal are not supported (the cross-attention sees all of "
-                              "the memory)")
-    src_causal = causal(ctx, node, a.get("src_mask"), a.get("src_is_causal"), "src_mask")
-    tgt_causal = causal(ctx, node, a.get("tgt_mask"), a.get("tgt_is_causal"), "tgt_mask")
+    src_masks = masking(ctx, node, a.get("src_mask"), a.get("src_is_causal"), a.get("src_key_padding_mask"))
+    masks = _decoder_masks(ctx, node, a)
     x = a["src"].name
     for i, layer in enumerate(m.encoder.layers):
-        x = _encoder_layer(ctx, node, layer, x, f"{node.name}.encoder.layers_{i}", src_causal,
-                           a.get("src_key_padding_mask"))
+        x = _encoder_layer(ctx, node, layer, x, f"{node.name}.encoder.layers_{i}", src_masks)
     memory = _final_norm(ctx, node, m.encoder, x, f"{node.name}.encoder.norm")
     y = a["tgt"].name
     for i, layer in enumerate(m.decoder.layers):
-        y = _decoder_layer(ctx, node, layer, y, memory, f"{node.name}.decoder.layers_{i}", tgt_causal,
-                           a.get("tgt_key_padding_mask"), a.get("memory_key_padding_mask"))
+        y = _decoder_layer(ctx, node, layer, y, memory, f"{node.name}.decoder.layers_{i}", *masks)
     ctx.add(node, "IDENTITY", [_final_norm(ctx, node, m.decoder, y, f"{node.name}.decoder.norm")])
 
 

@@ -76,16 +76,18 @@ def _triangle(upper: bool):
         made = ctx.fulls.get(x.name) if isinstance(x, fx.Node) else None
         sizes, fill, kws = made if made is not None else ((), 0, ())
         square = len(sizes) == 2 and sizes[0] == sizes[1]
+        bool_fill = dict(kws).get("dtype") == "torch.bool" or isinstance(fill, bool)   # a traced dtype: a Ref
+        attn = None if isinstance(fill, Ref) or not upper else "bool" if bool_fill else \
+            "additive" if fill <= FILL_LIMIT else None
+        attended = any(u.op == "call_module" or u.target is F.scaled_dot_product_attention for u in node.users)
         if not square or isinstance(fill, Ref) or fill == 0 or a["diagonal"] != (1 if upper else 0) or \
-                not all(_reads_masks(u) for u in node.users):
+                not all(_reads_masks(u) for u in node.users) or attended and attn is None:
             ctx.check_inputs(node)    # any other: the triangle's values (a constant's folded)
             ctx.add(node, "TRIU" if upper else "TRIL", [_tensor_arg(ctx, node, x)], [_ref(a["diagonal"])])
             return
         ctx.masks[node.name] = "hide" if upper else "keep"
-        if upper and (dict(kws).get("dtype") == "torch.bool" or isinstance(fill, bool)):   # a traced dtype: a Ref
-            ctx.attn_masks[node.name] = "bool"
-        elif upper and fill <= FILL_LIMIT:
-            ctx.attn_masks[node.name] = "additive"
+        if attn is not None:
+            ctx.attn_masks[node.name] = attn
     return convert
 
 

@@ -18,8 +18,9 @@
   written along one axis, as parts of x and the value concatenated (``flexrt.torch._fx`` reads x
   as this node after it).
 - ``TRIU`` / ``TRIL`` (field: the diagonal): of a constant, folded; of a tensor, times the triangle.
-- ``KEY_PADDING_MASK`` (inputs: the mask, the queries): nn.MultiheadAttention's key padding mask as
-  the addend of its scores; ``ATTENTION_OUTPUT``: its (output, None).
+- ``ATTENTION_MASK`` (inputs: the mask, the queries' and keys' heads; field ``key_padding`` or ``attn``): a
+  mask given to nn.MultiheadAttention as the addend of its scores; ``ATTENTION_OUTPUT``: its
+  (output, None).
 
 Entry points: ``HANDLERS``, ``TypeInfo``.
 """
@@ -265,15 +266,28 @@ def _type_info(b, node, ins, f):
     return TypeInfo(name, (("bits", int(ii.bits)), ("max", int(ii.max)), ("min", int(ii.min))))
 
 
-def _key_padding_mask(b, node, ins, f):
-    """nn.MultiheadAttention's key padding mask [N, S] as the [N, 1, 1, S] addend of its scores, in the
-    type of ``like`` (the queries): a boolean one is the type's lowest number where True (padding)
-    and 0 elsewhere (the cast to 0 / 1 times that number: exact), a floating one is added as it is."""
-    if len(ins) != 2:
-        raise node_error(node, f"KEY_PADDING_MASK takes the mask and the queries, got {len(ins)} input(s)")
-    mask, like = b.tensor(node, b.constant(ins[0], node), "the key padding mask"), b.tensor(node, ins[1], "the queries")
-    if mask.num_dims != 2:
-        raise node_error(node, f"a key padding mask is [batch, keys], got {list(mask.dims)}", ShapeError)
+def _attention_mask(b, node, ins, f):
+    """A mask given to nn.MultiheadAttention as the addend of its [N, H, L, S] scores, in the type of
+    its queries (inputs: the mask, the queries' heads [N, H, L, E / H], the keys' [N, H, S, E / H]):
+    field ``key_padding`` ([N, S] -> [N, 1, 1, S]) or
+    ``attn`` ([L, S] -> [1, 1, L, S], or [N H, L, S] -> [N, H, L, S]); a boolean one is the type's
+    lowest number where True (hidden) and 0 elsewhere (the cast to 0 / 1 times that number: exact),
+    a floating one is added as it is."""
+    kind = f[0] if f else None
+    if len(ins) != 3 or kind not in ("key_padding", "attn"):
+        raise node_error(node, f"ATTENTION_MASK takes the mask and the queries' and keys' heads, and the field "
+                               f"key_padding or attn; got {len(ins)} input(s) and fields {list(f)}")
+    mask = b.tensor(node, b.constant(ins[0], node), "the mask")
+    like, keys = b.tensor(node, ins[1], "the queries"), b.tensor(node, ins[2], "the keys")
+    n, h, length, s = like.dims[0], like.dims[1], like.dims[2], keys.dims[2]
+    if kind == "key_padding":
+        fits, shape, want = tuple(mask.dims) == (n, s), [n, 1, 1, s], f"[{n}, {s}]"
+    else:
+        fits = tuple(mask.dims) in ((length, s), (n * h, length, s))
+        shape, want = [1, 1, length, s] if mask.num_dims == 2 else [n, h, length, s], \
+            f"[{length}, {s}] or [{n * h}, {length}, {s}]"
+    if not fits:
+        raise node_error(node, f"the {kind}_mask {list(mask.dims)} does not fit the attention; valid: {want}", ShapeError)
     dtype, ff = like.data_type, b.ff
     if mask.data_type is DataType.DT_BOOLEAN:
         low = -(float(np.finfo(dtype.numpy_name).max) if dtype is not DataType.DT_BFLOAT16 else _BFLOAT16["max"])
@@ -281,9 +295,9 @@ def _key_padding_mask(b, node, ins, f):
     elif mask.data_type in FLOATS:
         add = mask if mask.data_type is dtype else ff.cast(mask, dtype, name=f"{node.name}.float")
     else:
-        raise node_error(node, f"a key padding mask of {mask.data_type.name}; valid: boolean (True where a key is "
-                               f"padding) or floating (added to the scores), as torch's")
-    return ff.reshape(add, [mask.dims[0], 1, 1, mask.dims[1]], name=node.name)
+        raise node_error(node, f"the {kind}_mask of {mask.data_type.name}; valid: boolean (True where a key is hidden) or "
+                               f"floating (added to the scores), as torch's")
+    return ff.reshape(add, shape, name=node.name)
 
 
 def _attention_output(b, node, ins, f):
@@ -379,7 +393,7 @@ def _triangle(b, node, ins, f):
 
 HANDLERS = {"COMPARE": _compare, "LOGICAL_NOT": _logical_not, "MASKED_FILL": _masked_fill, "WHERE": _where,
             "TENSOR": _tensor,
-            "FINFO": _type_info, "IINFO": _type_info, "KEY_PADDING_MASK": _key_padding_mask,
+            "FINFO": _type_info, "IINFO": _type_info, "ATTENTION_MASK": _attention_mask,
             "ATTENTION_OUTPUT": _attention_output, "SETITEM": _setitem, "TRIU": _triangle, "TRIL": _triangle}
 # handlers that take array constants as arrays (they fold them)
 READS_ARRAYS = frozenset({"COMPARE", "LOGICAL_NOT", "MASKED_FILL", "WHERE", "SETITEM", "TRIU", "TRIL"})

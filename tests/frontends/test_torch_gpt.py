@@ -167,12 +167,27 @@ class _Misuse(nn.Module):
     ("fill", r"masked_fill with -1.0; valid: float\('-inf'\) or a number <= -1e\+09"),
     ("add", r"torch node 'add'.*reads 'eq', a causal mask"),
     ("rows", r"indexes a causal mask with .*; valid: mask\[:, :, :T, :T\]"),
-    ("sdpa_mask", r"torch node 'scaled_dot_product_attention'.*attn_mask=mask.*valid: no mask, a causal one"),
 ])
 def test_masks_used_otherwise_are_refused_naming_the_node(how, match):
     ff = FFModel(FFConfig(["-b", str(B)]))
     with pytest.raises(ConfigError, match=match):
         PyTorchModel(_Misuse(how)).torch_to_ff(ff, [ff.create_tensor([B, H, T, T], DataType.DT_FLOAT)])
+
+
+def test_a_keeping_mask_given_to_sdpa_is_added_as_torch_adds_a_float_mask():
+    """A float tril(ones) buffer given as attn_mask is not a causal mask there (torch adds its 1s and
+    0s to the scores): flexrt adds its values too."""
+    x = np.random.default_rng(1).standard_normal((B, H, T, T)).astype(np.float32)
+    module = _Misuse("sdpa_mask")
+    ff = FFModel(FFConfig(["-b", str(B)]))
+    xt = ff.create_tensor([B, H, T, T], DataType.DT_FLOAT)
+    (out,) = PyTorchModel(module).torch_to_ff(ff, [xt])
+    ff.compile(loss_type="mean_squared_error_avg")
+    xt.set_tensor(ff, x)
+    ff.forward()
+    with torch.no_grad():
+        want = module(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(out.get_tensor(ff).reshape(want.shape), want, rtol=1e-5, atol=1e-6)
 
 
 def test_a_constant_mask_that_is_not_causal_fills_exactly():

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch", reason="flexrt.torch tests need torch")
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
-from flexrt.errors import ConfigError  # noqa: E402
+from flexrt.errors import ConfigError, ShapeError  # noqa: E402
 from flexrt.model import DataType, FFConfig, FFModel  # noqa: E402
 from flexrt.torch import PyTorchModel  # noqa: E402
 from tests.frontends._models import assert_step_like_torch  # noqa: E402
@@ -133,11 +133,31 @@ class _Masked(nn.Module):
     torch.tril(torch.ones(T, T, dtype=torch.bool), -1),           # hides the past: not causal
     torch.triu(torch.ones(T, T), 1),                              # additive +1: hides nothing
     torch.zeros(T, T, dtype=torch.bool),
-], ids=["past", "plus_one", "none_hidden"])
-def test_masks_that_are_not_causal_are_refused(mask):
+    torch.from_numpy(np.random.default_rng(9).standard_normal((B * 2, T, T)).astype(np.float32)),   # per head
+], ids=["past", "plus_one", "none_hidden", "per_head"])
+def test_attention_masks_that_are_not_causal_are_their_values(mask):
+    """A mask that is not causal, given to MultiheadAttention: the attention built of its parts, the
+    mask's values added to the scores (a bool one: the lowest number where True); equal to torch's."""
+    torch.manual_seed(6)
+    x = RNG.standard_normal((B, T, D)).astype(np.float32)
+    _run(_Masked(mask).eval(), [x])
+    _run(_Masked(mask).eval(), [x], ["-ll:gpu", "2"])
+
+
+def test_a_mask_that_keeps_given_as_attn_mask_is_refused():
+    """mask == 1 of a tril buffer is True where a query may see a key; as attn_mask True hides."""
+    class Keep(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = nn.MultiheadAttention(D, 2, batch_first=True)
+            self.register_buffer("tril", torch.tril(torch.ones(T, T)))
+
+        def forward(self, x):
+            return self.attn(x, x, x, attn_mask=self.tril == 1)[0]
     ff = FFModel(FFConfig(["-b", str(B)]))
-    with pytest.raises(ConfigError, match=r"attn_mask: FFModel's attention takes no mask; flexrt maps only a causal"):
-        PyTorchModel(_Masked(mask)).torch_to_ff(ff, [ff.create_tensor([B, T, D], DataType.DT_FLOAT)])
+    with pytest.raises(ConfigError, match=r"'eq' \(True where a query may see a key\) is given as attn_mask, where "
+                                          r"True hides; give its complement"):
+        PyTorchModel(Keep()).torch_to_ff(ff, [ff.create_tensor([B, T, D], DataType.DT_FLOAT)])
 
 
 class Padded(nn.Module):
@@ -216,7 +236,7 @@ def test_key_padding_masks_train_like_torch():
     assert_step_like_torch(ff, pm, module, lambda m: F.mse_loss(m(*xs), torch.from_numpy(target)))
 
 
-def test_memory_masks_and_integer_padding_masks_are_refused():
+def test_integer_padding_masks_and_masks_of_other_sizes_are_refused():
     layer = nn.TransformerDecoderLayer(D, 2, 16, dropout=0.0, batch_first=True)
 
     class M(nn.Module):
@@ -228,12 +248,12 @@ def test_memory_masks_and_integer_padding_masks_are_refused():
         def forward(self, x, memory):
             return self.layer(x, memory, **{self.kw: self.mask})
     for kw, mask, message in (("tgt_key_padding_mask", torch.zeros(B, T, dtype=torch.int64),
-                               "a key padding mask of DT_INT64; valid: boolean"),
-                              ("memory_mask", torch.zeros(T, S, dtype=torch.bool),
-                               "memory_mask / memory_is_causal are not supported")):
+                               "the key_padding_mask of DT_INT64; valid: boolean"),
+                              ("memory_mask", torch.zeros(T, T, dtype=torch.bool),
+                               r"the attn_mask \[5, 5\] does not fit the attention; valid: \[5, 4\] or \[4, 5, 4\]")):
         ff = FFModel(FFConfig(["-b", str(B)]))
         ts = [ff.create_tensor([B, T, D], DataType.DT_FLOAT), ff.create_tensor([B, S, D], DataType.DT_FLOAT)]
-        with pytest.raises(ConfigError, match=message):
+        with pytest.raises((ConfigError, ShapeError), match=message):
             PyTorchModel(M(kw, mask)).torch_to_ff(ff, ts)
 
 
