@@ -99,7 +99,7 @@ def convert(model, inputs: dict, via: str, work: str, hf: bool = False):
     """flexrt's output for ``inputs`` (name -> array), and torch's (its first output)."""
     import torch
     from flexrt.model import DataType, FFConfig, FFModel
-    from flexrt.torch._fx import TORCH_DTYPES
+    from flexrt.torch._trace import TORCH_DTYPES
     args = {n: torch.from_numpy(a) for n, a in inputs.items()}
     with torch.no_grad():
         want = model(**args)

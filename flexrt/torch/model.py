@@ -85,12 +85,12 @@ class PyTorchModel:
 
     # ---- tracing -------------------------------------------------------------------------------
     def _graph_module(self):
-        from flexrt.torch import _fx
+        from flexrt.torch import _trace
         if self.model is None:
             raise ConfigError(f"PyTorchModel({self.filename!r}) holds a file, not a module: build it with "
                               f"apply(ffmodel, inputs) or file_to_ff")
         if not self.is_hf_model:
-            return _fx.trace(self.model, self._input_specs)
+            return _trace.trace(self.model, self._input_specs)
         try:
             from transformers.utils.fx import symbolic_trace
         except ImportError:
@@ -117,10 +117,10 @@ class PyTorchModel:
     def _own_trace(self, hf_error: str):
         """flexrt's tracer where HuggingFace's failed (XLM-RoBERTa, CamemBERT: architectures it does
         not list), the inputs by ``input_names``, with a warning; both errors when it fails too."""
-        from flexrt.torch import _fx
+        from flexrt.torch import _trace
         names = list(self.input_names) if self.input_names else None
         try:
-            gm = _fx.trace(self.model, self._input_specs, names)
+            gm = _trace.trace(self.model, self._input_specs, names)
         except ConfigError as e:
             raise ConfigError(f"PyTorchModel(is_hf_model=True): {hf_error}; flexrt's own tracer could not either: "
                               f"{e}") from None
