@@ -44,7 +44,8 @@ def lower_reduction(low, owner, e, red: tuple, dtype, cdev) -> None:
         fwd_done, fkey = low._allreduce(owner, order, [[e.pfwd[pidx[d]]] for d in order], box, dtype,
                                          Category.ACTIVATION, f"allreduce {e.label}")
         bwd_done, bkey = low._allreduce(owner, order, [[e.cbwd[cidx[d]]] for d in order], box, dtype,
-                                         Category.ACTIVATION, f"allreduce grad {e.label}")
+                                         Category.ACTIVATION, f"allreduce grad {e.label}") if e.grad else \
+            ([[e.cbwd[cidx[d]]] for d in order], None)   # an integer sum (positions): no gradient, the order kept
         for d, fdone, bdone in zip(order, fwd_done, bwd_done):
             low._edges(owner, fdone, [e.cfwd[cidx[d]]])
             low._edges(owner, bdone, [e.pbwd[pidx[d]]])
@@ -52,8 +53,9 @@ def lower_reduction(low, owner, e, red: tuple, dtype, cdev) -> None:
                 continue
             low._part(owner, fkey, d, e.out(pidx[d]), d, box)
             low._part(owner, e.opd(cidx[d]), d, fkey, d, box)
-            low._part(owner, bkey, d, e.gin(cidx[d]), d, box)
-            low._part(owner, e.gout(pidx[d]), d, bkey, d, box, add=True)
+            if e.grad:
+                low._part(owner, bkey, d, e.gin(cidx[d]), d, box)
+                low._part(owner, e.gout(pidx[d]), d, bkey, d, box, add=True)
         return
     shape = TensorShape(tuple(hi - lo for lo, hi in box), dtype)
     target = cdev[consumers[0]]
@@ -83,10 +85,16 @@ def lower_reduction(low, owner, e, red: tuple, dtype, cdev) -> None:
                                     f"xfer {e.label} sum->[{p}]", [total])
             low._edges(owner, hops, [e.cfwd[p]])
             low._part(owner, e.opd(p), cdev[p], xkey, cdev[p], box)
+            if not e.grad:
+                continue
             hops, gkey = low._send(owner, e.gin(p), cdev[p], target, box, dtype, Category.ACTIVATION,
                                     f"grad {e.label} [{p}]->sum@{target}", [e.cbwd[p]])
             grads += hops
             grad_keys.append(gkey)
+    if not e.grad:      # an integer sum (positions) has no gradient: its consumers' backwards still go first
+        for q, _ in partials:
+            low._edges(owner, [e.cbwd[p] for p in consumers], [e.pbwd[q]])
+        return
     if len(consumers) > 1:
         gate_key = Key.grad_sum(gid)
         for key in grad_keys:

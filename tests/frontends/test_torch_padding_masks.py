@@ -275,3 +275,17 @@ def test_hf_padding_mask_through_onnx_equals_torch(tmp_path):
         ff.forward()
         np.testing.assert_allclose(out.get_tensor(ff), _torch(module, [ids, mask]), rtol=1e-5, atol=1e-6,
                                    err_msg=str(argv))
+
+
+def test_integer_positions_simulate_under_random_strategies():
+    """RoBERTa's positions are an integer cumulative sum (a batch matmul of integers): a strategy that
+    cuts it into partial sums has no gradient to send back for it. The simulator lowered one anyway
+    (a plan reading buffers no task wrote); every random strategy now simulates."""
+    from flexrt.simulator.cost_model import AnalyticCostModel
+    from flexrt.simulator.simulate import simulate
+    torch.manual_seed(0)
+    ff, _, _, _ = _build(Encoder(roberta_positions=True).eval(), [(B, T), (B, T)], [DataType.DT_INT64] * 2)
+    machine = load_machine("dgx1_v100")
+    times = [simulate(random_strategy(ff.pcg, machine, seed), machine, AnalyticCostModel()).iteration_time_s
+             for seed in range(6)]
+    assert all(t > 0 for t in times)
