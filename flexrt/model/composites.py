@@ -127,14 +127,16 @@ def logical_not(ff, m, name: str):
     return ff.cast(ff.scalar_sub(f, 1.0, name=f"{name}.minus_one"), DataType.DT_BOOLEAN, name=name)
 
 
-def where(ff, cond, a, b, name: str):
+def where(ff, cond, a, b, name: str, dtype=None):
     """``a`` where the boolean ``cond`` holds, else ``b`` (tensors of one floating type, or finite
-    numbers, not both numbers): b - b c + a c, c the condition as that type."""
+    numbers; two numbers need ``dtype``): b - b c + a c, c the condition as that type."""
     numbers = [v for v in (a, b) if isinstance(v, (int, float))]
-    if len(numbers) == 2 or any(not math.isfinite(v) for v in numbers):
-        raise ValueError(f"where needs a tensor operand and finite numbers, got {a!r} and {b!r}")
-    dtype = next(v.data_type for v in (a, b) if not isinstance(v, (int, float)))
+    if any(not math.isfinite(v) for v in numbers) or len(numbers) == 2 and dtype is None:
+        raise ValueError(f"where needs finite numbers (and a dtype for two), got {a!r} and {b!r}")
+    dtype = dtype or next(v.data_type for v in (a, b) if not isinstance(v, (int, float)))
     c = ff.cast(cond, dtype, name=f"{name}.cond")
+    if len(numbers) == 2:     # b + (a - b) c
+        return ff.scalar_add(ff.scalar_multiply(c, float(a) - float(b), name=f"{name}.then"), float(b), name=name)
 
     def times_c(v, part):
         return ff.scalar_multiply(c, float(v), name=f"{name}.{part}") if isinstance(v, (int, float)) else \

@@ -1,6 +1,8 @@
 """The ONNX converter's handlers for the operators FFModel builds from several layers (through
 the IR builder's composed operators, ``flexrt.torch._composites``): 1-D and transposed
-convolutions, instance normalization, LSTM, Resize / Upsample, Pad, PRelu, Einsum, LogSoftmax.
+convolutions, instance normalization, LSTM, Resize / Upsample, Pad, PRelu, Einsum, LogSoftmax, and
+ScatterND of computed tensors at constant indices that write a region cut along one axis (torch's
+``x[:, :, :, :n] = v`` exported: SETITEM).
 A mixin of ``flexrt.onnx.model._Converter`` (``self.error``, ``self.ir``, ``self._layer``,
 ``self._array_operand``, ``self.const``, ``self.m``).
 
@@ -178,3 +180,47 @@ class ComposedHandlers:
         return [self.ir(node, name, "INTERPOLATE", [node.input[0]], [], kws)]
 
     _Upsample = _Resize
+
+
+def scatter_region(indices: np.ndarray, shape: tuple) -> list | None:
+    """The region ``indices`` (ScatterND's [..., r], constant) writes into a tensor of ``shape``, as
+    (start, stop) per leading axis, when they list every position of a box in row-major order
+    (negative positions counted from the end); else None."""
+    r = indices.shape[-1]
+    if r == 0 or r > len(shape) or indices.size == 0:
+        return None
+    flat = indices.reshape(-1, r).astype(np.int64)
+    flat = np.where(flat < 0, flat + np.asarray(shape[:r], dtype=np.int64), flat)
+    if (flat < 0).any() or (flat >= np.asarray(shape[:r], dtype=np.int64)).any():
+        return None
+    box = [(int(flat[:, k].min()), int(flat[:, k].max()) + 1) for k in range(r)]
+    grid = np.stack(np.meshgrid(*[np.arange(lo, hi) for lo, hi in box], indexing="ij"), -1).reshape(-1, r)
+    return box if grid.shape == flat.shape and bool((grid == flat).all()) else None
+
+
+class ScatterHandlers:
+    def _ScatterND(self, node, name, a):
+        """ScatterND(data, constant indices, updates) writing a box cut along one axis: SETITEM of
+        data at that axis' slice, the updates in the box's shape (of constants alone, folded
+        before: ``flexrt.onnx._fold``)."""
+        data, _, updates = node.input[:3]
+        if _text(a.get("reduction", "none")) != "none":
+            raise self.error(node, name, f"ScatterND with reduction {_text(a.get('reduction'))!r}; valid: none")
+        indices = self.const(node, name, 1, "indices")
+        shape = self.m.shapes.get(data) or self.m.inferred.get(data)   # declared, or inferred (a computed tensor)
+        if shape is None or any(not isinstance(d, (int, np.integer)) for d in shape):
+            raise self.error(node, name, f"the shape of '{data}' is unknown; export with fixed input shapes")
+        shape = tuple(int(d) for d in shape)
+        box = scatter_region(np.asarray(indices), shape)
+        cut = [k for k, (lo, hi) in enumerate(box or ()) if (lo, hi) != (0, shape[k])]
+        if box is None or len(cut) > 1:
+            raise self.error(node, name, "ScatterND maps where its constant indices list a box of the data cut along "
+                                         "one axis (x[:, :, :n] = v); these do not")
+        self.m.inferred.setdefault(node.output[0], shape)    # for a later reader (the next ScatterND's data)
+        region = [hi - lo for lo, hi in box] + list(shape[len(box):])
+        index = tuple(slice(lo, hi) if k in cut else slice(None) for k, (lo, hi) in enumerate(box))
+        if not cut:      # every position: the updates are the result
+            return [self.ir(node, name, "RESHAPE", [updates], region)]
+        shaped = f"{name}.region"
+        return [self.ir(node, name, "RESHAPE", [updates], region, output=shaped),
+                self.ir(node, name, "SETITEM", [data, shaped], [index])]

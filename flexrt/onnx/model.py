@@ -28,7 +28,7 @@ from flexrt.errors import ConfigError, FlexrtError, FrontendWarning, warn_caller
 from flexrt.inputs import read_bytes, short
 from flexrt.ir.enums import ActiMode, PoolType
 from flexrt.model.composites import SELU_ALPHA, SELU_SCALE
-from flexrt.onnx._composed import ComposedHandlers
+from flexrt.onnx._composed import ComposedHandlers, ScatterHandlers
 from flexrt.onnx._fold import FOLDABLE, fold, shape_of, static_shapes
 from flexrt.onnx._proto import check_text, tensor_array
 from flexrt.torch._build import build
@@ -215,7 +215,7 @@ def _additive_causal(arr: np.ndarray) -> bool:
     return bool(np.all(sq[~above] == 0) and np.all(sq[above] <= _FILL_LIMIT))
 
 
-class _Converter(ComposedHandlers):
+class _Converter(ComposedHandlers, ScatterHandlers):
     def __init__(self, model: ONNXModel, consumers: dict, inputs: set) -> None:
         self.m = model
         self.inputs = inputs
@@ -546,7 +546,8 @@ class _Converter(ComposedHandlers):
             i, v = next(iter(scal.items()))
             tensor = y if i == 0 else x
             rev = [("reverse", True)] if i == 0 and op in ("SUBTRACT", "DIVIDE") else []
-            return [self.ir(node, name, scalar_op, [tensor], [float(v.reshape(()))], rev)]
+            num = v.reshape(()).item() if v.dtype.kind in "iuf" else float(v.reshape(()))   # its kind: int or float
+            return [self.ir(node, name, scalar_op, [tensor], [num], rev)]
         return handler
 
     _Add = _binary("ADD", "SCALAR_ADD")

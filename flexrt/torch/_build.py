@@ -304,6 +304,18 @@ def _promoted(b, node, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
     return b.ff.cast(x, y.data_type, name=f"{node.name}.promote"), y
 
 
+def _scalar_promoted(b, node, x: Tensor, s) -> Tensor:
+    """torch's promotion of a tensor meeting a Python number: a boolean one takes the number's kind
+    (float32 for a float, int64 for an int), an integer one meeting a float is float32."""
+    if x.data_type is DataType.DT_BOOLEAN:
+        want = DataType.DT_FLOAT if isinstance(s, float) else DataType.DT_INT64
+    elif x.data_type not in FLOATS and isinstance(s, float):
+        want = DataType.DT_FLOAT
+    else:
+        return x
+    return b.ff.cast(x, want, name=f"{node.name}.promote")
+
+
 def _scalar_op(b, node, op: str, x, s, reverse: bool):
     """``x op s`` (``s op x`` when ``reverse``) for a tensor ``x`` and a number ``s``."""
     if op in _SIZE_ONLY:
@@ -352,11 +364,11 @@ def _binary(b, node, ins, f):
         x, y = _promoted(b, node, x, y)
         return getattr(b.ff, _BINARY[op][0])(x, y, name=node.name)
     if isinstance(x, Tensor) and is_number(y):
-        return _scalar_op(b, node, op, x, float(y), False)
+        return _scalar_op(b, node, op, _scalar_promoted(b, node, x, y), float(y), False)
     if is_number(x) and isinstance(y, Tensor):
         if op in ("ADD", "MULTIPLY"):
-            return _scalar_op(b, node, op, y, float(x), False)
-        return _scalar_op(b, node, op, y, float(x), True)
+            return _scalar_op(b, node, op, _scalar_promoted(b, node, y, x), float(x), False)
+        return _scalar_op(b, node, op, _scalar_promoted(b, node, y, x), float(x), True)
     raise node_error(node, f"operands must be tensors or numbers, got {describe(x)} and {describe(y)}")
 
 

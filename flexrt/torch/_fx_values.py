@@ -30,12 +30,12 @@ from torch import fx
 from flexrt.errors import FrontendWarning, warn_caller
 from flexrt.torch._fx import FILL_LIMIT, _attr, _bind, _Ctx, _ref
 from flexrt.torch._ir import Ref
+from flexrt.torch._values import MIRRORED
 
 _COMPARISONS = {operator.eq: "EQ", torch.eq: "EQ", "eq": "EQ", operator.ne: "NE", torch.ne: "NE", "ne": "NE",
                 torch.not_equal: "NE", operator.lt: "LT", torch.lt: "LT", "lt": "LT", operator.le: "LE",
                 torch.le: "LE", "le": "LE", operator.gt: "GT", torch.gt: "GT", "gt": "GT", operator.ge: "GE",
                 torch.ge: "GE", "ge": "GE"}
-_FLIPPED = {"EQ": "EQ", "NE": "NE", "LT": "GT", "LE": "GE", "GT": "LT", "GE": "LE"}   # c op x as x op' c
 
 
 def _tensor_arg(ctx: _Ctx, node: fx.Node, v, what: str = "its input") -> str:
@@ -135,7 +135,7 @@ def _compare(ctx, node):
         t, c = (x, y) if isinstance(x, fx.Node) else (y, x)
         if not isinstance(c, (bool, int, float, torch.dtype, str)):
             raise ctx.error(node, f"compares with {c!r}; valid: a traced value, a number or a dtype")
-        ctx.add(node, "COMPARE", [t.name], [op if t is x else _FLIPPED[op], _ref(c)])
+        ctx.add(node, "COMPARE", [t.name], [op if t is x else MIRRORED[op], _ref(c)])
     else:
         raise ctx.error(node, f"compares {x!r} with {y!r}; valid: traced values or numbers")
 

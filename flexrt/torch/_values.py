@@ -2,8 +2,9 @@
 (``flexrt.torch._fx_values`` makes their nodes; the ONNX front end may too).
 
 - ``COMPARE`` (fields: the operator, then a number when one operand is one): of numbers, a bool;
-  of arrays (constants), a boolean array; of tensors, ``==`` and ``!=`` only: a boolean tensor
-  (``DT_BOOLEAN``: ``x != c`` is the cast of ``x - c``), the others refused by name.
+  of arrays (constants), a boolean array; of tensors, a boolean tensor (``DT_BOOLEAN``: a cast to
+  it is ``!= 0``): ``x != y`` the cast of x - y, ``x > y`` of relu(x - y), ``x < y`` of relu(y - x),
+  ``==``, ``<=`` and ``>=`` their complements; exact for finite values.
 - ``LOGICAL_NOT``: of a bool, array or boolean tensor (``flexrt.model.composites.logical_not``).
 - ``WHERE`` (inputs: the condition and two operands; ONNX Where) and ``MASKED_FILL`` (inputs: x and
   the mask; field: the value): a selection, by a boolean tensor (``composites.where``) or a constant
@@ -44,7 +45,7 @@ ARRAY_TYPES = frozenset({DataType.DT_FLOAT, DataType.DT_DOUBLE, DataType.DT_INT3
                          DataType.DT_BOOLEAN})
 _OPS = {"EQ": operator.eq, "NE": operator.ne, "LT": operator.lt, "LE": operator.le, "GT": operator.gt,
         "GE": operator.ge}
-_SYMBOLS = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
+MIRRORED = {"EQ": "EQ", "NE": "NE", "LT": "GT", "LE": "GE", "GT": "LT", "GE": "LE"}   # c op x as x op' c
 # torch.finfo(torch.bfloat16), which NumPy lacks
 _BFLOAT16 = {"bits": 16, "eps": 0.0078125, "max": 3.3895313892515355e38, "min": -3.3895313892515355e38,
              "tiny": 1.1754943508222875e-38, "smallest_normal": 1.1754943508222875e-38, "resolution": 0.01}
@@ -84,33 +85,43 @@ def _compare(b, node, ins, f):
     if ax is not None and ay is not None:     # sizes or constants: folded
         out = _OPS[op](np.asarray(ax) if isinstance(ay, np.ndarray) else ax, ay)
         return out if isinstance(out, np.ndarray) else bool(out)
-    if op not in ("EQ", "NE"):
-        raise node_error(node, f"{_SYMBOLS[op]} of tensors has no FFModel layer; valid: == and != of tensors (or "
-                               f"against a number), or any comparison of sizes")
     x, y = (b.constant(v, node) for v in (x, y))
     if not isinstance(x, Tensor):
-        x, y = y, x
+        x, y, op = y, x, MIRRORED[op]
     if not isinstance(x, Tensor) or not (isinstance(y, Tensor) or is_number(y)):
         raise node_error(node, f"compares {describe(x)} with {describe(y)}; valid: tensors and numbers")
-    if op == "NE":
-        return _differs(b, node, x, y, node.name)
-    return composites.logical_not(b.ff, _differs(b, node, x, y, f"{node.name}.ne"), node.name)
+    positive = {"NE": "NE", "EQ": "NE", "GT": "GT", "LE": "GT", "LT": "LT", "GE": "LT"}[op]
+    holds = _holds(b, node, positive, _difference(b, node, x, y), node.name if positive == op else f"{node.name}.not")
+    return holds if positive == op else composites.logical_not(b.ff, holds, node.name)
 
 
-def _differs(b, node, x: Tensor, y, name: str) -> Tensor:
-    """x != y as a boolean tensor named ``name``: the cast of x - y (x itself against 0); operands of
-    other than one floating type first as float64 (integers exact to 2^53)."""
+def _difference(b, node, x: Tensor, y):
+    """x - y for a comparison (x itself against 0); operands of other than one floating type first as
+    float64 (integers exact to 2^53)."""
     ff = b.ff
     if isinstance(y, Tensor):
         if x.data_type is not y.data_type or x.data_type not in FLOATS:
             x, y = (ff.cast(t, DataType.DT_DOUBLE, name=f"{node.name}.{w}_float") if t.data_type is not
                     DataType.DT_DOUBLE else t for t, w in ((x, "x"), (y, "y")))
-        x = ff.subtract(x, y, name=f"{node.name}.minus")
-    elif y != 0:
-        if x.data_type not in FLOATS:
-            x = ff.cast(x, DataType.DT_DOUBLE, name=f"{node.name}.x_float")
-        x = ff.scalar_sub(x, float(y), name=f"{node.name}.minus")
-    return ff.cast(x, DataType.DT_BOOLEAN, name=name)
+        return ff.subtract(x, y, name=f"{node.name}.minus")
+    if y == 0:
+        return x
+    if x.data_type not in FLOATS:
+        x = ff.cast(x, DataType.DT_DOUBLE, name=f"{node.name}.x_float")
+    return ff.scalar_sub(x, float(y), name=f"{node.name}.minus")
+
+
+def _holds(b, node, op: str, d: Tensor, name: str) -> Tensor:
+    """Whether d != 0 (NE), d > 0 (GT: relu(d) != 0) or d < 0 (LT: relu(-d) != 0), as a boolean
+    tensor named ``name`` (a cast to it is != 0): exact for finite values."""
+    ff = b.ff
+    if op != "NE":
+        if d.data_type not in FLOATS:
+            d = ff.cast(d, DataType.DT_DOUBLE, name=f"{node.name}.d_float")
+        if op == "LT":
+            d = ff.scalar_multiply(d, -1.0, name=f"{node.name}.negated")
+        d = ff.relu(d, name=f"{node.name}.positive")
+    return ff.cast(d, DataType.DT_BOOLEAN, name=name)
 
 
 def _logical_not(b, node, ins, f):
@@ -164,7 +175,8 @@ def _select(b, node, cond, a, other):
         if cond.data_type is not DataType.DT_BOOLEAN:
             raise node_error(node, f"the condition is a {cond.data_type.name} tensor; valid: a boolean one (a "
                                    f"comparison, or x.to(torch.bool))")
-        out = composites.where(b.ff, cond, a, other, name)
+        a, other = (b.constant(v, node) if isinstance(v, np.ndarray) else v for v in (a, other))
+        out = composites.where(b.ff, cond, a, other, name, work)
     else:
         m = np.asarray(cond)
         if m.dtype != np.bool_:

@@ -445,6 +445,42 @@ def test_min_and_max_of_tensors_and_constants_equal_numpy():
     np.testing.assert_allclose(_run_graph(nodes, [half, low], x), want, rtol=1e-6)
 
 
+def test_scatter_nd_of_a_region_and_where_of_two_constants_equal_torch(tmp_path):
+    """torch's slice writes exported (ScatterND of computed data at constant indices listing a box cut
+    along one axis, OPT's and BART's masks) and a Where between two constants by a computed
+    condition: the forward equals torch's."""
+    class Writes(torch.nn.Module):
+        def forward(self, x):
+            y = x * 2
+            y[:, 1:3] = x[:, :2] + 1
+            z = torch.where(x > 0, 1.0, -1.0)
+            return y * z
+
+    x = np.random.default_rng(3).standard_normal((2, 4, 3)).astype(np.float32)
+    path = str(tmp_path / "writes.onnx")
+    torch.onnx.export(Writes(), (torch.from_numpy(x),), path, dynamo=False, input_names=["x"])
+    assert {"ScatterND", "Where"} <= {n.op_type for n in onnx.load(path).graph.node}
+    ff = FFModel(FFConfig(["-b", "2"]))
+    xt = ff.create_tensor([2, 4, 3], DataType.DT_FLOAT)
+    out = ONNXModel(path).apply(ff, {"x": xt})
+    ff.compile(loss_type="mean_squared_error_avg")
+    xt.set_tensor(ff, x)
+    ff.forward()
+    with torch.no_grad():
+        want = Writes()(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(out.get_tensor(ff), want, rtol=1e-6)
+
+
+def test_scatter_regions_are_boxes_in_row_major_order():
+    from flexrt.onnx._composed import scatter_region
+    box = np.stack(np.meshgrid(np.arange(2), np.arange(1, 3), indexing="ij"), -1)     # [2, 2, 2]: rows 0-1, cols 1-2
+    assert scatter_region(box, (2, 4, 3)) == [(0, 2), (1, 3)]
+    assert scatter_region(box - np.array([0, 4]), (2, 4, 3)) == [(0, 2), (1, 3)]         # counted from the end
+    assert scatter_region(box[:, ::-1], (2, 4, 3)) is None                                # not row-major
+    assert scatter_region(box[:, :1], (2, 4, 3)) is not None and scatter_region(box + 9, (2, 4, 3)) is None
+    assert scatter_region(np.array([[0, 0], [1, 1]]), (2, 2)) is None                     # a diagonal, not a box
+
+
 def test_reduce_max_equals_torch(tmp_path):
     class AmaxNet(torch.nn.Module):
         def __init__(self):

@@ -187,6 +187,8 @@ class _Fill(nn.Module):
             return x.masked_fill(m, 0.0)
         if self.how == "less":
             return x * (x < m)
+        if self.how == "orders":   # every order, against a tensor and a number (exact: relu's sign, cast)
+            return (x > m) * 1.0 + (x >= 0.0) * 2.0 + (0.5 > x) * 4.0 + (x <= m) * 8.0 + (m == 1) * 16.0
         if self.how == "bitwise_not":
             return x * ~(m.long())
         if self.how == "broadcast":
@@ -210,7 +212,7 @@ def test_fills_constants_and_infinities():
     x = rng.standard_normal((B, 4)).astype(np.float32)
     m = (rng.random((B, 4)) < 0.4).astype(np.float32)
     m[:, 0] = 0                                          # every row keeps a value (-inf everywhere is NaN)
-    for how in ("tiny", "inf"):
+    for how in ("tiny", "inf", "less", "orders"):
         module = _Fill(how)
         want = _torch(module, [x, m])
         if how == "inf":   # an infinite fill of a computed mask is the largest finite number, said
@@ -223,7 +225,6 @@ def test_fills_constants_and_infinities():
 
 @pytest.mark.parametrize("how, kind, match", [
     ("float_mask", ConfigError, r"node 'masked_fill' .*the condition is a DT_FLOAT tensor; valid: a boolean one"),
-    ("less", ConfigError, r"node 'lt' .*< of tensors has no FFModel layer; valid: == and !="),
     ("bitwise_not", ConfigError, r"node 'invert' .*logical not of .*DT_INT64.*bitwise in torch"),
     ("broadcast", ShapeError, r"node 'masked_fill' .*the mask \[4, 4, 1\] does not broadcast to the input \[4, 4\]"),
 ])
