@@ -174,11 +174,7 @@ def test_masks_used_otherwise_are_refused_naming_the_node(how, match):
         PyTorchModel(_Misuse(how)).torch_to_ff(ff, [ff.create_tensor([B, H, T, T], DataType.DT_FLOAT)])
 
 
-def test_a_keeping_mask_given_to_sdpa_is_added_as_torch_adds_a_float_mask():
-    """A float tril(ones) buffer given as attn_mask is not a causal mask there (torch adds its 1s and
-    0s to the scores): flexrt adds its values too."""
-    x = np.random.default_rng(1).standard_normal((B, H, T, T)).astype(np.float32)
-    module = _Misuse("sdpa_mask")
+def _equals_torch(module, x) -> None:
     ff = FFModel(FFConfig(["-b", str(B)]))
     xt = ff.create_tensor([B, H, T, T], DataType.DT_FLOAT)
     (out,) = PyTorchModel(module).torch_to_ff(ff, [xt])
@@ -188,6 +184,12 @@ def test_a_keeping_mask_given_to_sdpa_is_added_as_torch_adds_a_float_mask():
     with torch.no_grad():
         want = module(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(out.get_tensor(ff).reshape(want.shape), want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_keeping_mask_given_to_sdpa_is_added_as_torch_adds_a_float_mask():
+    """A float tril(ones) buffer given as attn_mask is not a causal mask there (torch adds its 1s and
+    0s to the scores): flexrt adds its values too."""
+    _equals_torch(_Misuse("sdpa_mask"), np.random.default_rng(1).standard_normal((B, H, T, T)).astype(np.float32))
 
 
 def test_a_constant_mask_that_is_not_causal_fills_exactly():
@@ -201,15 +203,7 @@ def test_a_constant_mask_that_is_not_causal_fills_exactly():
             keep = rng.random((T, T)) < 0.7
             keep[:, 0] = True    # every row sees a key (a row of -inf is NaN in torch too)
             module.mask.copy_(torch.from_numpy(keep.astype(np.float32)).view(1, 1, T, T))
-        ff = FFModel(FFConfig(["-b", str(B)]))
-        xt = ff.create_tensor([B, H, T, T], DataType.DT_FLOAT)
-        (out,) = PyTorchModel(module).torch_to_ff(ff, [xt])
-        ff.compile(loss_type="mean_squared_error_avg")
-        xt.set_tensor(ff, x)
-        ff.forward()
-        with torch.no_grad():
-            want = module(torch.from_numpy(x)).numpy()
-        np.testing.assert_allclose(out.get_tensor(ff).reshape(want.shape), want, rtol=1e-5, atol=1e-6)
+        _equals_torch(module, x)
 
 
 @pytest.mark.parametrize("degrees", [{"dim2": 2}, {"dim2": 4}, {"dim1": 2, "dim2": 2}, {"dim0": 2, "dim2": 2}])
