@@ -304,10 +304,12 @@ def _promoted(b, node, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
     return b.ff.cast(x, y.data_type, name=f"{node.name}.promote"), y
 
 
-def _scalar_promoted(b, node, x: Tensor, s) -> Tensor:
+def _scalar_promoted(b, node, x: Tensor, s, op: str = "") -> Tensor:
     """torch's promotion of a tensor meeting a Python number: a boolean one takes the number's kind
-    (float32 for a float, int64 for an int), an integer one meeting a float is float32."""
-    if x.data_type is DataType.DT_BOOLEAN:
+    (float32 for a float, int64 for an int), an integer one meeting a float, or divided, is float32."""
+    if op == "DIVIDE" and x.data_type not in FLOATS:
+        want = DataType.DT_FLOAT
+    elif x.data_type is DataType.DT_BOOLEAN:
         want = DataType.DT_FLOAT if isinstance(s, float) else DataType.DT_INT64
     elif x.data_type not in FLOATS and isinstance(s, float):
         want = DataType.DT_FLOAT
@@ -362,13 +364,15 @@ def _binary(b, node, ins, f):
         if op in _SIZE_ONLY:
             raise node_error(node, f"{op.lower()} of tensors has no FFModel layer; valid: {op.lower()} of sizes")
         x, y = _promoted(b, node, x, y)
+        if op == "DIVIDE" and x.data_type not in FLOATS:     # torch's true division of integers: float32
+            x, y = (b.ff.cast(t, DataType.DT_FLOAT, name=f"{node.name}.{w}_float") for t, w in ((x, "x"), (y, "y")))
         return getattr(b.ff, _BINARY[op][0])(x, y, name=node.name)
     if isinstance(x, Tensor) and is_number(y):
-        return _scalar_op(b, node, op, _scalar_promoted(b, node, x, y), float(y), False)
+        return _scalar_op(b, node, op, _scalar_promoted(b, node, x, y, op), float(y), False)
     if is_number(x) and isinstance(y, Tensor):
         if op in ("ADD", "MULTIPLY"):
-            return _scalar_op(b, node, op, _scalar_promoted(b, node, y, x), float(x), False)
-        return _scalar_op(b, node, op, _scalar_promoted(b, node, y, x), float(x), True)
+            return _scalar_op(b, node, op, _scalar_promoted(b, node, y, x, op), float(x), False)
+        return _scalar_op(b, node, op, _scalar_promoted(b, node, y, x, op), float(x), True)
     raise node_error(node, f"operands must be tensors or numbers, got {describe(x)} and {describe(y)}")
 
 

@@ -247,3 +247,24 @@ def test_a_condition_on_the_data_names_both_traces_causes():
                                           r"shapes: TypeError: 'gt' is not a condition known when tracing \(it depends "
                                           r"on the data\)"):
         PyTorchModel(_DataDependent()).torch_to_ff(ff, [ff.create_tensor([2, 5, 6], DataType.DT_FLOAT)])
+
+
+class _IntegerDivision(nn.Module):
+    def forward(self, ids):
+        return ids / 2 + ids / ids.clamp(min=1) + 3 / (ids + 1) + (ids > 3) * 0.5
+
+
+def test_integer_tensors_divided_or_meeting_floats_are_float32_as_torch():
+    """torch's true division of integers, and a bool or integer tensor meeting a Python float, give
+    float32: flexrt casts first (an integer reciprocal failed in the kernel before)."""
+    ids = np.arange(12).reshape(2, 6).astype(np.int64)
+    ff = FFModel(FFConfig(["-b", "2"]))
+    t = ff.create_tensor([2, 6], DataType.DT_INT64)
+    (out,) = PyTorchModel(_IntegerDivision()).torch_to_ff(ff, [t])
+    ff.compile(loss_type="mean_squared_error_avg")
+    t.set_tensor(ff, ids)
+    ff.forward()
+    want = _IntegerDivision()(torch.from_numpy(ids)).numpy()
+    got = out.get_tensor(ff)
+    assert got.dtype == want.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-7)
