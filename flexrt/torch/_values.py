@@ -23,7 +23,8 @@
   mask given to nn.MultiheadAttention as the addend of its scores; ``ATTENTION_OUTPUT``: its
   (output, None).
 
-Entry points: ``HANDLERS``, ``TypeInfo``.
+Entry points: ``HANDLERS`` and ``READS_ARRAYS`` (the builder's), ``TypeInfo``, ``ARRAY_TYPES``,
+``finite``, ``MIRRORED``.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ class TypeInfo:
         return sorted(k for k, _ in self.values)
 
 
-def _array_or_value(b, node, v):
+def _array_or_value(v):
     """An operand as a NumPy array or number when it is one (folded), else None."""
     if isinstance(v, np.ndarray) or (is_number(v) and not isinstance(v, Tensor)):
         return v
@@ -81,7 +82,7 @@ def _compare(b, node, ins, f):
     x, y = (ins[0], ins[1]) if len(ins) == 2 else (ins[0], f[1])
     if isinstance(x, str) and isinstance(y, str) and op in ("EQ", "NE"):    # x.dtype == torch.float16
         return _OPS[op](x, y)
-    ax, ay = _array_or_value(b, node, x), _array_or_value(b, node, y)
+    ax, ay = _array_or_value(x), _array_or_value(y)
     if ax is not None and ay is not None:     # sizes or constants: folded
         out = _OPS[op](np.asarray(ax) if isinstance(ay, np.ndarray) else ax, ay)
         return out if isinstance(out, np.ndarray) else bool(out)
