@@ -28,7 +28,7 @@ from flexrt.model.tensor import Tensor
 from flexrt.torch._composites import HANDLERS as COMPOSITES
 from flexrt.torch._recurrent import HANDLERS as RECURRENT
 from flexrt.torch._values import ARRAY_TYPES, HANDLERS as VALUES, READS_ARRAYS, TypeInfo
-from flexrt.torch._windows import HANDLERS as WINDOWS, strided
+from flexrt.torch._windows import HANDLERS as WINDOWS, READS_ARRAYS as WINDOW_READS_ARRAYS, strided
 from flexrt.torch._composites import (ceil_extra, ceil_pad, gather, reduce_max, resample, rescale_average,
                                      window_matrix)
 from flexrt.torch._build_base import (DTYPES, FLOATS, _Builder, check_size, norm_axis, describe, flag, is_number,
@@ -239,10 +239,22 @@ _PY_UNARY = {"RELU": lambda v: max(v, 0), "IDENTITY": lambda v: v, "EXP": math.e
              "CEIL": math.ceil, "FLOOR": math.floor}
 
 
+_NUMPY_UNARY = {"RELU": lambda v: np.maximum(v, 0), "IDENTITY": lambda v: v, "EXP": np.exp, "LOG": np.log,
+                "SIN": np.sin, "COS": np.cos, "TANH": np.tanh, "RSQRT": lambda v: 1 / np.sqrt(v), "SQRT": np.sqrt,
+                "SIGMOID": lambda v: 1 / (1 + np.exp(-v))}
+
+
 def _unary(b, node, ins, f):
     x = ins[0] if ins else None
     if isinstance(x, (int, float)) and node.op in _PY_UNARY:
         return _PY_UNARY[node.op](x)
+    if isinstance(x, np.ndarray):     # a constant made in forward (XCiT's positions): folded, float32 as torch
+        if node.op not in _NUMPY_UNARY:
+            x = b.constant(x, node)
+        else:
+            out = _NUMPY_UNARY[node.op](x if x.dtype.kind == "f" else x.astype(np.float32))
+            return out if node.op in ("RELU", "IDENTITY") and x.dtype.kind != "f" else out.astype(
+                x.dtype if x.dtype.kind == "f" else np.float32)
     if node.op in ("CEIL", "FLOOR"):   # math.ceil(H / stride): sizes only
         raise node_error(node, f"math.{node.op.lower()} of {describe(x)}: valid on sizes (numbers) only")
     if node.op == "SQRT":   # FFModel has no sqrt layer: x ** 0.5
@@ -650,6 +662,8 @@ def _convert(b, node, ins, f):
         if name not in DTYPES:
             return x if isinstance(name, str) and not name.startswith("torch.") else _bad_dtype(node, name)
         want = DTYPES[name]
+    if isinstance(x, np.ndarray) and want in ARRAY_TYPES:   # a constant made in forward: folded
+        return x.astype(want.numpy_name)
     if not isinstance(x, Tensor) or x.data_type is want:
         return x
     return b.ff.cast(x, want, name=node.name)
@@ -665,6 +679,15 @@ def _pass(b, node, ins, f):
 
 def _pow(b, node, ins, f):
     x, e = ins[0], f[0]
+    if node.kw("base", False):         # e ** x: a number raised to a constant (folded) or a tensor
+        if isinstance(x, np.ndarray) or is_number(x):
+            return np.power(float(e), x).astype(np.float32) if isinstance(x, np.ndarray) and x.dtype.kind != "f" \
+                else np.power(e, x)
+        if not is_number(e) or e <= 0:
+            raise node_error(node, f"a number raised to a tensor maps for a base > 0 (exp(x log base)), got {e!r}")
+        return b.ff.exp(b.ff.scalar_multiply(b.tensor(node, x), math.log(e), name=f"{node.name}.log"), name=node.name)
+    if isinstance(x, np.ndarray):
+        return np.power(x, e)
     if is_number(x):
         return x ** e
     if not is_number(e):
@@ -728,8 +751,8 @@ HANDLERS: dict[str, Callable] = {
 _SCALAR["FLOOR_DIVIDE"] = "FLOORDIV"
 
 
-_READS_ARRAYS = frozenset({"GETITEM", "FROZEN_BATCH_NORM", "VIEW", "RESHAPE", *_BINARY, *_SCALAR, "MOD", "FLOOR_DIVIDE"}) | \
-    READS_ARRAYS   # a view of a buffer folds
+_READS_ARRAYS = frozenset({"GETITEM", "FROZEN_BATCH_NORM", "VIEW", "RESHAPE", *_BINARY, *_SCALAR, "MOD", "FLOOR_DIVIDE",
+                           "POW", "TO", "FLOAT", *_UNARY}) | READS_ARRAYS | WINDOW_READS_ARRAYS   # a view of a buffer folds
 
 
 def apply_op(ffmodel, op: str, tensors: Sequence[Any], fields=(), keywords=(), name: str = "op"):

@@ -34,18 +34,22 @@ def _binary(op: str, scalar_op: str, commutes: bool):
     def convert(ctx, node):
         a = _bind(ctx, node, ["input", "other", "alpha", "rounding_mode"], {"alpha": 1, "rounding_mode": None})
         x, y = a["input"], a["other"]
+        o, s = op, scalar_op
+        if op == "DIVIDE" and a["rounding_mode"] == "floor":     # torch.div(x, y, rounding_mode='floor'): //
+            o, s, a["rounding_mode"] = "FLOOR_DIVIDE", "SCALAR_FLOORDIV", None
         if a["alpha"] != 1 or a["rounding_mode"] is not None:
-            raise ctx.error(node, f"alpha={a['alpha']}, rounding_mode={a['rounding_mode']!r} are not supported")
+            raise ctx.error(node, f"alpha={a['alpha']}, rounding_mode={a['rounding_mode']!r} are not supported; valid: "
+                                  f"alpha 1, rounding_mode None or 'floor' (a division)")
         if isinstance(x, fx.Node) and isinstance(y, fx.Node):
-            ctx.add(node, op, [x.name, y.name])
+            ctx.add(node, o, [x.name, y.name])
         elif isinstance(x, fx.Node) and isinstance(y, _NUMBER):
-            ctx.add(node, scalar_op, [x.name], [y])
+            ctx.add(node, s, [x.name], [y])
         elif isinstance(y, fx.Node) and isinstance(x, _NUMBER):
-            ctx.add(node, scalar_op, [y.name], [x], [] if commutes else [("reverse", True)])
-        elif op == "ADD" and isinstance(x, fx.Node) and isinstance(y, tuple):   # x.size()[:-1] + (h, d)
-            ctx.add(node, scalar_op, [x.name], [_ref(y)])
-        elif op == "ADD" and isinstance(y, fx.Node) and isinstance(x, tuple):
-            ctx.add(node, scalar_op, [y.name], [_ref(x)], [("reverse", True)])
+            ctx.add(node, s, [y.name], [x], [] if commutes else [("reverse", True)])
+        elif o == "ADD" and isinstance(x, fx.Node) and isinstance(y, tuple):   # x.size()[:-1] + (h, d)
+            ctx.add(node, s, [x.name], [_ref(y)])
+        elif o == "ADD" and isinstance(y, fx.Node) and isinstance(x, tuple):
+            ctx.add(node, s, [y.name], [_ref(x)], [("reverse", True)])
         else:
             raise ctx.error(node, f"operands must be traced values or numbers, got {x!r} and {y!r}")
     return convert
@@ -347,9 +351,12 @@ def _unfold_fn(ctx, node):
 def _cumsum(ctx, node):
     """torch.cumsum(input, dim, dtype=None) and x.cumsum(dim): a triangular matrix along dim."""
     a = _bind(ctx, node, ["input", "dim", "dtype"], {"dtype": None, "out": None})
-    if a["dtype"] is not None or a["out"] is not None:
-        raise ctx.error(node, f"cumsum with dtype={a['dtype']!r}, out={a['out']!r}; valid: neither")
-    ctx.add(node, "CUMSUM", [_tensor_arg(ctx, node, a["input"])], [a["dim"]])
+    if a["out"] is not None:
+        raise ctx.error(node, f"cumsum with out={a['out']!r}; valid: None")
+    x = _tensor_arg(ctx, node, a["input"])
+    if a["dtype"] is not None:   # the input cast first, as torch does
+        x = ctx.add(node, "TO", [x], [_ref(a["dtype"])], name=f"{node.name}.cast", users=(node.name,))
+    ctx.add(node, "CUMSUM", [x], [a["dim"]])
 
 
 def _roll(ctx, node):
@@ -546,10 +553,16 @@ def _pass(op: str):
 
 
 def _pow(ctx, node):
+    """x ** number; number ** x (XCiT's temperature ** positions: a field ``base``)."""
     a = _bind(ctx, node, ["input", "exponent"], {})
-    if isinstance(a["exponent"], fx.Node):
-        raise ctx.error(node, "pow with a traced exponent is not supported; valid: a number")
-    ctx.add(node, "POW", [_tensor_arg(ctx, node, a["input"])], [a["exponent"]])
+    x, e = a["input"], a["exponent"]
+    if isinstance(x, _NUMBER) and isinstance(e, fx.Node):
+        ctx.add(node, "POW", [e.name], [x], [("base", True)])
+        return
+    if isinstance(e, fx.Node):
+        raise ctx.error(node, "pow of a traced value to a traced exponent is not supported; valid: a number as the "
+                              "base or the exponent")
+    ctx.add(node, "POW", [_tensor_arg(ctx, node, x)], [e])
 
 
 def _reduce(op: str):
@@ -735,7 +748,7 @@ METHODS: dict[str, Callable] = {
     "new_zeros": _new_full(0.0), "new_ones": _new_full(1.0), "new_full": _new_full(None), "dim": _dim, "t": _t, "var": _var(False),
     "std": _var(True), "unflatten": _unflatten, "clamp": _clamp, "clip": _clamp, "clamp_min": _clamp,
     "clamp_max": _clamp, "log": _unary("LOG"), "log_softmax": _log_softmax, "logsumexp": _logsumexp,
-    "abs": _unary("ABS"), "norm": _norm, "unbind": _unbind, "addcmul": _addcmul, "roll": _roll,
+    "abs": _unary("ABS"), "sin": _unary("SIN"), "cos": _unary("COS"), "norm": _norm, "unbind": _unbind, "addcmul": _addcmul, "roll": _roll,
     "cumsum": _cumsum, "repeat": _dims_op("REPEAT"), "log1p": _unary("LOG1P"),
 }
 # converters that check what they read themselves (masks, named tuples, a module's own parameters)

@@ -140,6 +140,13 @@ def _cumsum(b, node, ins, f):
     """torch.cumsum / ONNX CumSum along dimension ``f[0]`` (not the batch): each position the sum of
     those up to it (keywords ``exclusive``: before it; ``reverse``: from the end), a constant
     triangular matrix along the axis (``resample``: linear, so the gradient is exact)."""
+    if isinstance(ins[0], np.ndarray):    # a constant made in forward (EdgeNeXt's positions): folded
+        v, axis = ins[0], norm_axis(node, f[0], ins[0].ndim)
+        v = np.flip(v, axis) if node.kw("reverse", False) else v
+        out = np.cumsum(v, axis=axis, dtype=v.dtype if v.dtype.kind == "f" else np.int64)
+        if node.kw("exclusive", False):
+            out = out - v
+        return np.flip(out, axis) if node.kw("reverse", False) else out
     x = b.tensor(node, ins[0])
     axis = norm_axis(node, f[0], x.num_dims)
     if axis == 0:
@@ -152,3 +159,4 @@ def _cumsum(b, node, ins, f):
 
 
 HANDLERS = {"UNFOLD": _unfold, "CONV2D_DILATED": _conv2d_dilated, "CUMSUM": _cumsum}
+READS_ARRAYS = frozenset({"CUMSUM"})   # a constant's is folded

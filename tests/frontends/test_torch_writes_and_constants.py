@@ -143,3 +143,32 @@ def test_writes_flexrt_cannot_express_are_refused_naming_the_node(how, kind, mat
     with pytest.raises((ConfigError, ShapeError), match=match) as e:
         PyTorchModel(_Write(how)).torch_to_ff(ff, [ff.create_tensor([2, 4], DataType.DT_FLOAT)])
     assert isinstance(e.value, kind)
+
+
+class _FourierPositions(nn.Module):
+    """XCiT's and EdgeNeXt's positional encoding: constants made in forward (arange, a cast, a floor
+    division, a number raised to them, sin and cos of strided slices, a cumulative sum of a mask)
+    fold; a convolution reads them."""
+
+    def __init__(self, hidden=8, dim=6, temperature=10000):
+        super().__init__()
+        self.hidden, self.temperature = hidden, temperature
+        self.proj = nn.Conv2d(hidden * 2, dim, 1)
+
+    def forward(self, x):
+        b, _, h, w = x.shape
+        mask = torch.zeros(b, h, w, device=x.device).bool()
+        y = (~mask).cumsum(1, dtype=torch.float32)
+        xs = torch.arange(1, w + 1, device=x.device).to(torch.float32).repeat(1, h, 1)
+        dim_t = torch.arange(self.hidden, device=x.device).to(torch.float32)
+        dim_t = self.temperature ** (2 * torch.div(dim_t, 2, rounding_mode="floor") / self.hidden)
+        py, px = y[:, :, :, None] / dim_t, xs[:, :, :, None] / dim_t
+        py = torch.stack([py[:, :, :, 0::2].sin(), py[:, :, :, 1::2].cos()], dim=4).flatten(3)
+        px = torch.stack([px[:, :, :, 0::2].sin(), px[:, :, :, 1::2].cos()], dim=4).flatten(3)
+        return x + self.proj(torch.cat((py, px.repeat(b, 1, 1, 1)), dim=3).permute(0, 3, 1, 2))
+
+
+def test_positional_encodings_made_in_forward_fold_and_equal_torch():
+    from tests.frontends._models import compare_forward
+    torch.manual_seed(2)
+    compare_forward(_FourierPositions(), np.random.default_rng(2).standard_normal((2, 6, 3, 4)).astype(np.float32))
