@@ -22,7 +22,7 @@ from flexrt.torch._fx import (_NONE, _bind, _Ctx, _divisor_keywords, _pool_field
 from flexrt.torch._fx import _attr
 from flexrt.torch._fx_values import (_COMPARISONS, _TRIL, _TRIU, _arange, _compare, _embedding_fn, _full, _full_like,
                                      _logical_not, _mask_getitem, _mask_scores, _masked_fill, _masked_fill_, _new_full,
-                                     _sdpa, _setitem, _tensor, _tensor_arg, _type_info)
+                                     _sdpa, _setitem, _tensor, _tensor_arg, _to, _type_info, CASTS)
 from flexrt.torch._windows import dilated_weight_kind
 
 _NUMBER = (int, float)
@@ -517,35 +517,6 @@ def _expand_as(ctx, node):
     ctx.add(node, "EXPAND", [_tensor_arg(ctx, node, node.args[0]), _tensor_arg(ctx, node, node.args[1], "other")])
 
 
-def _is_dtype_value(v) -> bool:
-    """A traced ``x.dtype``."""
-    return isinstance(v, fx.Node) and v.op == "call_function" and v.target is getattr and v.args[1:] == ("dtype",)
-
-
-def _to(ctx, node):
-    """x.to(dtype), x.to(other), x.to(y.dtype), x.to(dtype=y.dtype), x.to(device): a cast (to a traced
-    dtype: resolved when built) or the values as they are."""
-    x = _tensor_arg(ctx, node, node.args[0])
-    rest = [a for a in node.args[1:] if isinstance(a, torch.dtype) or _is_dtype_value(a)]
-    if "dtype" in node.kwargs:
-        rest = [node.kwargs["dtype"]]
-    others = [a for a in node.args[1:] if isinstance(a, fx.Node) and not _is_dtype_value(a)
-              and a.name not in ctx.ignored]    # x.to(y.device): the device is no layer's
-    if others:
-        ctx.add(node, "TYPE_AS", [x, others[0].name])
-    elif rest:
-        ctx.add(node, "TO", [x], [_ref(rest[0]) if isinstance(rest[0], fx.Node) else str(rest[0])])
-    else:
-        ctx.add(node, "TO", [x], [])
-
-
-def _cast_to(dtype: str):
-    """x.bool() (x != 0), x.int(), x.long(), x.double(), x.half(), x.bfloat16(): a cast to ``dtype``."""
-    def convert(ctx, node):
-        ctx.add(node, "TO", [_tensor_arg(ctx, node, node.args[0])], [dtype])
-    return convert
-
-
 def _pass(op: str):
     def convert(ctx, node):
         ctx.add(node, op, [_tensor_arg(ctx, node, node.args[0])])
@@ -741,9 +712,7 @@ METHODS: dict[str, Callable] = {
     "unsqueeze": _unsqueeze("UNSQUEEZE"), "squeeze": _unsqueeze("SQUEEZE"), "view_as": _as, "reshape_as": _as,
     "type_as": _as, "expand_as": _expand_as, "to": _to, "float": _pass("FLOAT"), "contiguous": _pass("CONTIGUOUS"),
     "pow": _pow, "mean": _reduce("MEAN"), "sum": _reduce("REDUCE_SUM"), "amax": _reduce("REDUCE_MAX"),
-    "sqrt": _unary("SQRT"), **{k: _compare for k in _COMPARISONS if isinstance(k, str)}, "bool": _cast_to("torch.bool"), "int": _cast_to("torch.int32"),
-    "long": _cast_to("torch.int64"), "double": _cast_to("torch.float64"), "half": _cast_to("torch.float16"),
-    "bfloat16": _cast_to("torch.bfloat16"),
+    "sqrt": _unary("SQRT"), **{k: _compare for k in _COMPARISONS if isinstance(k, str)}, **CASTS,
     "logical_not": _logical_not, "masked_fill": _masked_fill, "masked_fill_": _masked_fill_, "clone": _pass("CONTIGUOUS"),
     "new_zeros": _new_full(0.0), "new_ones": _new_full(1.0), "new_full": _new_full(None), "dim": _dim, "t": _t, "var": _var(False),
     "std": _var(True), "unflatten": _unflatten, "clamp": _clamp, "clip": _clamp, "clamp_min": _clamp,

@@ -379,3 +379,40 @@ def _embedding_fn(ctx, node):
     _tensor_arg(ctx, node, a["input"], "the indices")
     ctx.params.pop(weight.name, None)
     ctx.parameter_rows(node, weight, a["input"])
+
+
+# ---- casts ------------------------------------------------------------------------------------------
+
+
+def _is_dtype_value(v) -> bool:
+    """A traced ``x.dtype``."""
+    return isinstance(v, fx.Node) and v.op == "call_function" and v.target is getattr and v.args[1:] == ("dtype",)
+
+
+def _to(ctx, node):
+    """x.to(dtype), x.to(other), x.to(y.dtype), x.to(dtype=y.dtype), x.to(device): a cast (to a traced
+    dtype: resolved when built) or the values as they are."""
+    x = _tensor_arg(ctx, node, node.args[0])
+    rest = [a for a in node.args[1:] if isinstance(a, torch.dtype) or _is_dtype_value(a)]
+    if "dtype" in node.kwargs:
+        rest = [node.kwargs["dtype"]]
+    others = [a for a in node.args[1:] if isinstance(a, fx.Node) and not _is_dtype_value(a)
+              and a.name not in ctx.ignored]    # x.to(y.device): the device is no layer's
+    if others:
+        ctx.add(node, "TYPE_AS", [x, others[0].name])
+    elif rest:
+        ctx.add(node, "TO", [x], [_ref(rest[0]) if isinstance(rest[0], fx.Node) else str(rest[0])])
+    else:
+        ctx.add(node, "TO", [x], [])
+
+
+def _cast_to(dtype: str):
+    """x.bool() (x != 0), x.int(), x.long(), x.double(), x.half(), x.bfloat16(): a cast to ``dtype``."""
+    def convert(ctx, node):
+        ctx.add(node, "TO", [_tensor_arg(ctx, node, node.args[0])], [dtype])
+    return convert
+
+
+# x.bool() (x != 0), x.int(), ...: casts by method
+CASTS = {"bool": _cast_to("torch.bool"), "int": _cast_to("torch.int32"), "long": _cast_to("torch.int64"),
+         "double": _cast_to("torch.float64"), "half": _cast_to("torch.float16"), "bfloat16": _cast_to("torch.bfloat16")}
