@@ -25,7 +25,7 @@ Boolean tensors (``DT_BOOLEAN``: a cast to it is ``x != 0``) take part through c
 - ``logical_not``: (float(m) - 1) != 0;
 - ``where``: b - b c + a c, c the condition as the operands' type: exactly ``a`` where it holds and
   ``b`` elsewhere, for finite values (0 * inf would be NaN); the gradients are c and 1 - c, as
-  torch's; ``masked_fill`` is where(mask, value, x).
+  torch's (``masked_fill`` is where(mask, value, x)).
 
 Entry points: the functions above.
 """
@@ -146,8 +146,3 @@ def where(ff, cond, a, b, name: str, dtype=None):
     else:
         rest = ff.subtract(b, times_c(b, "else_masked"), name=f"{name}.else")
     return ff.add(rest, times_c(a, "then"), name=name)
-
-
-def masked_fill(ff, x, mask, value: float, name: str):
-    """``x`` with ``value`` where the boolean ``mask`` (broadcast to x) holds: where(mask, value, x)."""
-    return where(ff, mask, float(value), x, name)

@@ -87,6 +87,9 @@ class _Ctx:
         self.consts: dict[str, Any] = {}          # values known when tracing (a parameter's shape)
         self.aliases: dict[str, str] = {}         # a tensor written in place -> the IR node of its last write
         self.live: set[str] | None = None         # the fx nodes the outputs need (None: all)
+        # an attention built of its parts: (id(module), 0 | 1 | 2) -> its query / key / value projection's
+        # weight source (one per module, so a second call shares the dense layers)
+        self.projections: dict[tuple, Any] = {}
 
     def error(self, node: fx.Node, message: str) -> ConfigError:
         return ConfigError(f"torch node '{node.name}' ({origin(node)}): {message}")

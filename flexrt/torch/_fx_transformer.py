@@ -99,9 +99,8 @@ def masked_attention(ctx, node, m: nn.MultiheadAttention, q: str, k: str, v: str
     if not m.batch_first:
         q, k, v = (add("TRANSPOSE", [t], [0, 1], f"{p}_batch_first") for t, p in ((q, "q"), (k, "k"), (v, "v")))
     heads = []
-    projections = ctx.__dict__.setdefault("projections", {})
     for i, (src, part) in enumerate(((q, "q"), (k, "k"), (v, "v"))):
-        holder = projections.setdefault((id(m), i), _Projection(m, i))
+        holder = ctx.projections.setdefault((id(m), i), _Projection(m, i))
         lin = ctx.layer(node, "LINEAR", holder, "dense", [src], [e, _NONE, int(m.in_proj_bias is not None)],
                         name=f"{prefix}.{part}_proj", users=())
         batch = add("GETATTR", [lin], ["size", 0], f"{part}_batch")

@@ -219,7 +219,7 @@ def finite(node, value: np.ndarray, dtype: DataType) -> np.ndarray:
         return value
     if np.isnan(value).any():
         raise node_error(node, "selects NaN, which would poison the model")
-    big = float(np.finfo(dtype.numpy_name).max) if dtype is not DataType.DT_BFLOAT16 else _BFLOAT16["max"]
+    big = _largest(dtype)
     inf = float(value[~np.isfinite(value)].flat[0])
     warn_caller(f"node '{node.name}' ({node.op}){f' at {node.origin}' if node.origin else ''}: fills with {inf!r}, "
                 f"taken as {math.copysign(big, inf):g} (the type's largest finite number); a softmax of the filled "
@@ -227,13 +227,22 @@ def finite(node, value: np.ndarray, dtype: DataType) -> np.ndarray:
     return np.clip(value, -big, big)
 
 
+def _broadcasts(shape, target) -> bool:
+    """Whether ``shape`` broadcasts to ``target`` (and leaves it as it is)."""
+    try:
+        return np.broadcast_shapes(tuple(shape), tuple(target)) == tuple(target)
+    except ValueError:
+        return False
+
+
+def _largest(dtype: DataType) -> float:
+    """The largest finite number of a floating type."""
+    return float(np.finfo(dtype.numpy_name).max) if dtype is not DataType.DT_BFLOAT16 else _BFLOAT16["max"]
+
+
 def _check_broadcast(node, x: Tensor, mask_shape) -> None:
     """torch's rule: the mask broadcasts to the input's shape (the output's)."""
-    try:
-        fits = np.broadcast_shapes(tuple(x.dims), tuple(mask_shape)) == tuple(x.dims)
-    except ValueError:
-        fits = False
-    if not fits:
+    if not _broadcasts(mask_shape, x.dims):
         raise node_error(node, f"the mask {list(mask_shape)} does not broadcast to the input {list(x.dims)}",
                          ShapeError)
 
@@ -303,7 +312,7 @@ def _attention_mask(b, node, ins, f):
         raise node_error(node, f"the {kind}_mask {list(mask.dims)} does not fit the attention; valid: {want}", ShapeError)
     dtype, ff = like.data_type, b.ff
     if mask.data_type is DataType.DT_BOOLEAN:
-        low = -(float(np.finfo(dtype.numpy_name).max) if dtype is not DataType.DT_BFLOAT16 else _BFLOAT16["max"])
+        low = -_largest(dtype)
         add = ff.scalar_multiply(ff.cast(mask, dtype, name=f"{node.name}.float"), low, name=f"{node.name}.lowest")
     elif mask.data_type in FLOATS:
         add = mask if mask.data_type is dtype else ff.cast(mask, dtype, name=f"{node.name}.float")
@@ -334,11 +343,7 @@ def _setitem(b, node, ins, f):
     if len(ins) == 2:
         v = b.tensor(node, b.constant(ins[1], node), "the value")
         written = [*region[:axis], *region[axis + 1:]] if drop else region    # x[:, i]: without the axis
-        try:
-            fits = np.broadcast_shapes(tuple(v.dims), tuple(written)) == tuple(written)
-        except ValueError:
-            fits = False
-        if not fits:
+        if not _broadcasts(v.dims, written):
             raise node_error(node, f"the value {list(v.dims)} does not broadcast to the written region {written}",
                              ShapeError)
         if drop:                        # the axis back, where the value's trailing dimensions leave it
